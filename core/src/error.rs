@@ -1,0 +1,144 @@
+//! The one error type of every redlease protocol (the blocking driver re-exports it).
+
+use std::time::Duration;
+
+use crate::reply::TransportFailure;
+
+/// Everything that can go wrong in a redlease operation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An argument was rejected before anything was sent: nothing was written.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(#[from] InvalidArgument),
+
+    /// The lock was not acquired before the caller's deadline.
+    #[error("timed out after {waited:?} waiting for {name} ({attempts} attempt(s))")]
+    Timeout {
+        /// The lock (or other primitive) waited for.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+        /// How many acquisition attempts were made.
+        attempts: u32,
+    },
+
+    /// The caller's lease is no longer theirs.
+    #[error("{name} is no longer held by this owner: {reason}")]
+    NotOwner {
+        /// The lock (or other primitive).
+        name: String,
+        /// What happened to the lease.
+        reason: LossReason,
+    },
+
+    /// A key of this primitive holds a value of another Redis type; nothing was written.
+    #[error("a key of {name} holds the wrong kind of value (one of: {keys}): {message}")]
+    WrongType {
+        /// The primitive.
+        name: String,
+        /// Its keys, comma separated.
+        keys: String,
+        /// Redis's message.
+        message: String,
+    },
+
+    /// Redis answered with an error reply not covered by another variant.
+    #[error("redis error {code}: {message}")]
+    Redis {
+        /// The error code (`ERR`, `OOM`, `READONLY`, ...).
+        code: String,
+        /// The message after the code.
+        message: String,
+    },
+
+    /// Redis could not be reached (or did not answer) within the operation's deadline.
+    #[error("redis unavailable after {attempts} attempt(s): {last}")]
+    Unavailable {
+        /// How many times the command was tried.
+        attempts: u32,
+        /// The last failure seen.
+        last: TransportFailure,
+    },
+
+    /// Redis answered, but not in a shape this protocol expects (a foreign value in one of
+    /// our keys, or a server that does not speak the protocol).
+    #[error("unexpected reply to {context}: {reply}")]
+    UnexpectedReply {
+        /// The step that got the reply.
+        context: &'static str,
+        /// The reply, abbreviated.
+        reply: String,
+    },
+
+    /// The machine was polled after it had finished.
+    #[error("the protocol machine has already finished")]
+    Finished,
+}
+
+/// Why a lease is no longer ours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LossReason {
+    /// The key was gone: the lease expired (or the key was deleted or evicted).
+    Expired,
+    /// Another holder owns the key now.
+    Taken,
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LossReason::Expired => "the lease expired (the key was gone)",
+            LossReason::Taken => "another holder owns it now",
+        })
+    }
+}
+
+/// An argument that was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidArgument {
+    /// Names must not be empty (an empty `{}` would also disable the cluster hash tag).
+    #[error("the name is empty")]
+    EmptyName,
+    /// A name or prefix longer than [`crate::keys::MAX_NAME_LEN`] bytes.
+    #[error("the name is {len} bytes long; at most {max} are allowed")]
+    NameTooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The key prefix is empty.
+    #[error("the key prefix is empty")]
+    EmptyPrefix,
+    /// A duration below one millisecond (Redis expiries count whole milliseconds).
+    #[error("{what} must be at least 1 ms, got {got:?}")]
+    DurationTooShort {
+        /// Which setting.
+        what: &'static str,
+        /// The value given.
+        got: Duration,
+    },
+    /// A duration above what Redis accepts.
+    #[error("{what} must be at most {max:?}, got {got:?}")]
+    DurationTooLong {
+        /// Which setting.
+        what: &'static str,
+        /// The value given.
+        got: Duration,
+        /// The limit.
+        max: Duration,
+    },
+    /// An owner token that is empty or too long.
+    #[error("the token must be 1 to {max} bytes, got {len}")]
+    BadToken {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A setting that does not make sense, with the reason.
+    #[error("{0}")]
+    Setting(String),
+}

@@ -1,0 +1,134 @@
+//! Key names: every key of one primitive instance shares one cluster hash tag,
+//! `<prefix>:{<name>}:<part>`, so multi-key scripts work on Redis Cluster.
+
+use crate::error::{Error, InvalidArgument};
+
+/// The longest name or prefix accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "redlease";
+
+/// A validated key prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keyspace {
+    prefix: String,
+}
+
+impl Keyspace {
+    /// Validates `prefix`: not empty, at most [`MAX_NAME_LEN`] bytes, and without `{` or `}`
+    /// (which would move the cluster hash tag into the prefix and put every primitive in one slot).
+    pub fn new(prefix: &str) -> Result<Self, Error> {
+        if prefix.is_empty() {
+            return Err(InvalidArgument::EmptyPrefix.into());
+        }
+        if prefix.len() > MAX_NAME_LEN {
+            return Err(InvalidArgument::NameTooLong {
+                len: prefix.len(),
+                max: MAX_NAME_LEN,
+            }
+            .into());
+        }
+        if prefix.contains(['{', '}']) {
+            return Err(InvalidArgument::Setting(format!(
+                "the key prefix {prefix:?} must not contain '{{' or '}}' (the name is the cluster hash tag)"
+            ))
+            .into());
+        }
+        Ok(Keyspace {
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Checks a primitive's name and returns the stem `<prefix>:{<name>}` its keys share.
+    pub fn stem(&self, name: &str) -> Result<String, Error> {
+        if name.is_empty() {
+            return Err(InvalidArgument::EmptyName.into());
+        }
+        if name.len() > MAX_NAME_LEN {
+            return Err(InvalidArgument::NameTooLong {
+                len: name.len(),
+                max: MAX_NAME_LEN,
+            }
+            .into());
+        }
+        Ok(format!("{}:{{{}}}", self.prefix, name))
+    }
+}
+
+impl Default for Keyspace {
+    fn default() -> Self {
+        Keyspace {
+            prefix: DEFAULT_PREFIX.to_owned(),
+        }
+    }
+}
+
+/// The keys of one lease lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockKeys {
+    /// The lock's name as the caller gave it.
+    pub name: String,
+    /// The lock key: a string holding the owner's token, with the lease as its expiry.
+    pub lock: String,
+    /// The fencing counter: incremented by every successful acquisition; never expires.
+    pub fence: String,
+    /// The pub/sub channel a release is announced on.
+    pub channel: String,
+}
+
+impl LockKeys {
+    /// The keys of lock `name` in `keyspace`.
+    pub fn new(keyspace: &Keyspace, name: &str) -> Result<Self, Error> {
+        let stem = keyspace.stem(name)?;
+        Ok(LockKeys {
+            name: name.to_owned(),
+            lock: format!("{stem}:lock"),
+            fence: format!("{stem}:fence"),
+            channel: format!("{stem}:released"),
+        })
+    }
+
+    /// The data keys, for error messages.
+    pub(crate) fn list(&self) -> String {
+        format!("{}, {}", self.lock, self.fence)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_the_name_as_hash_tag() {
+        let keys = LockKeys::new(&Keyspace::default(), "orders").unwrap();
+        assert_eq!(keys.lock, "redlease:{orders}:lock");
+        assert_eq!(keys.fence, "redlease:{orders}:fence");
+        assert_eq!(keys.channel, "redlease:{orders}:released");
+    }
+
+    #[test]
+    fn bad_names_and_prefixes_are_rejected() {
+        let ks = Keyspace::default();
+        assert_eq!(
+            LockKeys::new(&ks, ""),
+            Err(Error::InvalidArgument(InvalidArgument::EmptyName))
+        );
+        let long = "x".repeat(MAX_NAME_LEN + 1);
+        assert!(matches!(
+            LockKeys::new(&ks, &long),
+            Err(Error::InvalidArgument(InvalidArgument::NameTooLong { .. }))
+        ));
+        assert_eq!(
+            Keyspace::new(""),
+            Err(Error::InvalidArgument(InvalidArgument::EmptyPrefix))
+        );
+        assert!(Keyspace::new("app{x}").is_err());
+        assert_eq!(Keyspace::new("app").unwrap().stem("a").unwrap(), "app:{a}");
+    }
+}

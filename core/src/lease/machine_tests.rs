@@ -1,0 +1,579 @@
+//! The lease machines driven by scripted replies on virtual time.
+
+use std::time::Duration;
+
+use super::*;
+use crate::error::LossReason;
+use crate::keys::Keyspace;
+use crate::protocol::{Protocol, Step};
+use crate::reply::{Input, Reply, TransportFailure};
+use crate::testing::{Scenario, err, ints, origin};
+
+fn keys() -> LockKeys {
+    LockKeys::new(&Keyspace::default(), "job").unwrap()
+}
+
+fn token() -> Token {
+    Token::from_random([1; 16])
+}
+
+fn opts(wait: Option<Duration>) -> AcquireOptions {
+    AcquireOptions {
+        ttl: Duration::from_secs(10),
+        wait,
+        ..AcquireOptions::default()
+    }
+}
+
+fn acquire(wait: Option<Duration>) -> Scenario<Acquire> {
+    let now = origin();
+    Scenario::new(
+        Acquire::new(keys(), token(), &opts(wait), 9, now).unwrap(),
+        now,
+    )
+}
+
+fn lease_at(now: std::time::Instant) -> Lease {
+    Lease {
+        keys: keys(),
+        token: token(),
+        fence: 3,
+        ttl: Duration::from_secs(10),
+        acquired_at: now,
+        valid_until: valid_until(now, Duration::from_secs(10)),
+    }
+}
+
+fn args(r: &crate::command::Request) -> Vec<String> {
+    r.command
+        .args()
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+#[test]
+fn acquire_free_lock_issues_fence_and_lease() {
+    let mut s = acquire(None);
+    let start = s.now;
+    let r = s.answer(ints(&[1, 41]));
+    assert_eq!(
+        args(&r),
+        [
+            "EVALSHA",
+            ACQUIRE.sha1,
+            "2",
+            "redlease:{job}:lock",
+            "redlease:{job}:fence",
+            token().as_str(),
+            "10000"
+        ]
+    );
+    let Ok(Acquisition::Acquired(lease)) = s.expect_done() else {
+        panic!("not acquired")
+    };
+    assert_eq!(lease.fence, 41);
+    assert_eq!(lease.acquired_at, start);
+    assert_eq!(
+        lease.valid_until,
+        start + Duration::from_millis(10_000 - 102)
+    );
+    assert_eq!(s.expect_done(), Err(Error::Finished));
+}
+
+#[test]
+fn acquire_busy_when_trying_once() {
+    let mut s = acquire(None);
+    s.answer(ints(&[0, 2500]));
+    assert_eq!(
+        s.expect_done(),
+        Ok(Acquisition::Busy {
+            holder_ttl: Some(Duration::from_millis(2500))
+        })
+    );
+    // A holder without expiry (-1) is reported as such.
+    let mut s = acquire(None);
+    s.answer(ints(&[0, -1]));
+    assert_eq!(s.expect_done(), Ok(Acquisition::Busy { holder_ttl: None }));
+}
+
+#[test]
+fn noscript_falls_back_to_eval() {
+    let mut s = acquire(None);
+    s.answer(err("NOSCRIPT", "No matching script. Please use EVAL."));
+    let r = s.answer(ints(&[1, 1]));
+    assert_eq!(r.command.name(), "EVAL");
+    assert_eq!(r.command.args()[1], ACQUIRE.source.as_bytes());
+    assert!(matches!(s.expect_done(), Ok(Acquisition::Acquired(_))));
+}
+
+#[test]
+fn wrongtype_is_typed_and_sends_nothing_more() {
+    let mut s = acquire(Some(Duration::from_secs(5)));
+    s.answer(err(
+        "WRONGTYPE",
+        "Operation against a key holding the wrong kind of value",
+    ));
+    match s.expect_done() {
+        Err(Error::WrongType { name, keys, .. }) => {
+            assert_eq!(name, "job");
+            assert!(keys.contains("redlease:{job}:lock"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.sent.len(), 1);
+}
+
+#[test]
+fn other_error_replies_keep_their_code() {
+    let mut s = acquire(None);
+    s.answer(err(
+        "OOM",
+        "command not allowed when used memory > 'maxmemory'.",
+    ));
+    assert!(matches!(s.expect_done(), Err(Error::Redis { code, .. }) if code == "OOM"));
+}
+
+#[test]
+fn malformed_replies_are_typed_errors() {
+    let shapes = [
+        Reply::Nil,
+        Reply::Int(1),
+        Reply::Status("OK".into()),
+        Reply::Bulk(b"\xff\xfe".to_vec()),
+        ints(&[1]),
+        ints(&[1, 0]),
+        ints(&[1, -5]),
+        ints(&[2, 3]),
+        ints(&[1, 2, 3]),
+        Reply::Array(vec![Reply::Int(1), Reply::Nil]),
+        Reply::Array(vec![Reply::Array(vec![]), Reply::Int(1)]),
+    ];
+    for shape in shapes {
+        let mut s = acquire(Some(Duration::from_secs(1)));
+        s.answer(shape.clone());
+        assert!(
+            matches!(s.expect_done(), Err(Error::UnexpectedReply { .. })),
+            "{shape:?}"
+        );
+    }
+}
+
+#[test]
+fn waiting_retries_with_backoff_woken_by_release_channel_until_deadline() {
+    let mut s = acquire(Some(Duration::from_millis(100)));
+    let start = s.now;
+    s.answer(ints(&[0, 5000]));
+    let w = s.sleep_through();
+    assert_eq!(w.wake_on.as_deref(), Some("redlease:{job}:released"));
+    assert!(
+        w.until <= start + Duration::from_millis(5),
+        "first pause is about retry_initial"
+    );
+    let mut attempts = 1;
+    loop {
+        s.answer(ints(&[0, 5000]));
+        attempts += 1;
+        match s.machine.poll(s.now) {
+            Step::Wait(w) => {
+                assert!(
+                    w.until <= start + Duration::from_millis(100),
+                    "never past the deadline"
+                );
+                s.now = w.until;
+            }
+            Step::Done(Err(Error::Timeout {
+                waited,
+                attempts: n,
+                name,
+            })) => {
+                assert_eq!(name, "job");
+                assert_eq!(n, attempts);
+                assert_eq!(waited, Duration::from_millis(100));
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(attempts < 100);
+    }
+    // Exponential: a handful of attempts in 100 ms, not one per millisecond.
+    assert!((4..=12).contains(&attempts), "{attempts}");
+}
+
+#[test]
+fn the_pause_is_capped_by_the_holders_remaining_lease() {
+    let mut s = acquire(Some(Duration::from_secs(10)));
+    s.answer(ints(&[0, 5000]));
+    for _ in 0..8 {
+        s.sleep_through();
+        s.answer(ints(&[0, 5000]));
+    }
+    let long = s.expect_wait();
+    assert!(long.until - s.now >= Duration::from_millis(100));
+    s.now = long.until;
+    s.answer(ints(&[0, 2]));
+    let short = s.expect_wait();
+    assert!(short.until - s.now <= Duration::from_millis(2));
+    s.now = short.until;
+    s.answer(ints(&[1, 8]));
+    assert!(matches!(s.expect_done(), Ok(Acquisition::Acquired(l)) if l.fence == 8));
+}
+
+#[test]
+fn lost_reply_is_resolved_by_a_retry_that_recognises_our_token() {
+    let mut s = acquire(None);
+    let first = s.fail(TransportFailure::no_reply("read timed out"));
+    let second = s.answer(ints(&[1, 12]));
+    // Same script, same token: the retry is the same call.
+    assert_eq!(args(&first), args(&second));
+    assert!(second.id > first.id);
+    assert!(matches!(s.expect_done(), Ok(Acquisition::Acquired(l)) if l.fence == 12));
+}
+
+#[test]
+fn giving_up_after_a_lost_reply_releases_what_we_may_hold() {
+    let mut s = acquire(None);
+    s.fail(TransportFailure::no_reply("timeout"));
+    s.fail(TransportFailure::no_reply("timeout"));
+    let cleanup = s.answer(Reply::Int(1));
+    assert_eq!(args(&cleanup)[1], RELEASE.sha1);
+    assert_eq!(args(&cleanup)[4], token().as_str());
+    match s.expect_done() {
+        Err(Error::Unavailable { attempts: 2, last }) => {
+            assert_eq!(last.kind, crate::FailureKind::NoReply)
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_command_that_never_left_is_not_retried_when_trying_once() {
+    let mut s = acquire(None);
+    s.fail(TransportFailure::not_sent("connection refused"));
+    assert!(matches!(
+        s.expect_done(),
+        Err(Error::Unavailable { attempts: 1, .. })
+    ));
+    assert_eq!(s.sent.len(), 1, "no cleanup for a command that never ran");
+}
+
+#[test]
+fn waiting_through_an_outage_ends_unavailable_at_the_deadline() {
+    let mut s = acquire(Some(Duration::from_millis(50)));
+    let start = s.now;
+    let mut n = 0;
+    loop {
+        s.fail(TransportFailure::not_sent("connection refused"));
+        n += 1;
+        match s.machine.poll(s.now) {
+            Step::Wait(w) => s.now = w.until,
+            Step::Done(Err(Error::Unavailable { attempts, .. })) => {
+                assert_eq!(attempts, n);
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(s.now, start + Duration::from_millis(50));
+}
+
+#[test]
+fn stale_and_unknown_replies_are_ignored() {
+    let mut s = acquire(None);
+    let r = s.expect_send();
+    s.machine.handle(
+        Input::reply(crate::RequestId(r.id.0 + 100), ints(&[0, 1])),
+        s.now,
+    );
+    assert!(matches!(s.machine.poll(s.now), Step::Awaiting));
+    s.machine.handle(Input::reply(r.id, ints(&[1, 2])), s.now);
+    // A duplicate of the answer changes nothing.
+    s.machine.handle(Input::reply(r.id, ints(&[0, 1])), s.now);
+    assert!(matches!(s.expect_done(), Ok(Acquisition::Acquired(_))));
+}
+
+#[test]
+fn bad_options_are_rejected_before_anything_is_sent() {
+    let now = origin();
+    for ttl in [Duration::ZERO, Duration::from_micros(10), Duration::MAX] {
+        let o = AcquireOptions {
+            ttl,
+            ..AcquireOptions::default()
+        };
+        assert!(matches!(
+            Acquire::new(keys(), token(), &o, 0, now),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+    let o = AcquireOptions {
+        reply_timeout: Duration::ZERO,
+        ..AcquireOptions::default()
+    };
+    assert!(Acquire::new(keys(), token(), &o, 0, now).is_err());
+}
+
+#[test]
+fn release_reports_three_outcomes() {
+    let now = origin();
+    let lease = lease_at(now);
+    let cases = [
+        (Reply::Int(1), Ok(())),
+        (
+            Reply::Int(0),
+            Err(Error::NotOwner {
+                name: "job".into(),
+                reason: LossReason::Expired,
+            }),
+        ),
+        (
+            Reply::Int(-1),
+            Err(Error::NotOwner {
+                name: "job".into(),
+                reason: LossReason::Taken,
+            }),
+        ),
+    ];
+    for (reply, expected) in cases {
+        let mut s = Scenario::new(LeaseOp::release(&lease, now + Duration::from_secs(1)), now);
+        let r = s.answer(reply);
+        assert_eq!(
+            args(&r),
+            [
+                "EVALSHA",
+                RELEASE.sha1,
+                "1",
+                "redlease:{job}:lock",
+                token().as_str(),
+                "redlease:{job}:released"
+            ]
+        );
+        assert_eq!(s.expect_done(), expected);
+    }
+}
+
+#[test]
+fn release_retried_after_a_lost_reply_counts_the_lost_attempt() {
+    let now = origin();
+    let lease = lease_at(now);
+    // Lost while the lease was valid: the retry finding the key gone means we deleted it.
+    let mut s = Scenario::new(LeaseOp::release(&lease, now + Duration::from_secs(1)), now);
+    s.fail(TransportFailure::no_reply("timeout"));
+    s.sleep_through();
+    s.answer(Reply::Int(0));
+    assert_eq!(s.expect_done(), Ok(()));
+    // Sent after the lease had run out: gone means expired.
+    let late = lease.valid_until + Duration::from_millis(1);
+    let mut s = Scenario::new(
+        LeaseOp::release(&lease, late + Duration::from_secs(1)),
+        late,
+    );
+    s.fail(TransportFailure::no_reply("timeout"));
+    s.sleep_through();
+    s.answer(Reply::Int(0));
+    assert!(matches!(
+        s.expect_done(),
+        Err(Error::NotOwner {
+            reason: LossReason::Expired,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn release_gives_up_after_max_attempts_or_deadline() {
+    let now = origin();
+    let lease = lease_at(now);
+    let mut s = Scenario::new(LeaseOp::release(&lease, now + Duration::from_secs(5)), now);
+    for _ in 0..ops::MAX_ATTEMPTS - 1 {
+        s.fail(TransportFailure::not_sent("refused"));
+        s.sleep_through();
+    }
+    s.fail(TransportFailure::not_sent("refused"));
+    assert!(matches!(
+        s.expect_done(),
+        Err(Error::Unavailable { attempts: 3, .. })
+    ));
+
+    // A retry is only sent when it can start before the deadline.
+    let mut s = Scenario::new(
+        LeaseOp::release(&lease, now + Duration::from_millis(15)),
+        now,
+    );
+    s.fail(TransportFailure::not_sent("refused"));
+    let w = s.sleep_through();
+    assert_eq!(w.until, now + Duration::from_millis(10));
+    s.fail(TransportFailure::not_sent("refused"));
+    assert!(matches!(
+        s.expect_done(),
+        Err(Error::Unavailable { attempts: 2, .. })
+    ));
+}
+
+#[test]
+fn extend_moves_validity_from_the_send_time() {
+    let now = origin();
+    let lease = lease_at(now);
+    let later = now + Duration::from_secs(3);
+    let op = LeaseOp::extend(
+        &lease,
+        Duration::from_secs(20),
+        later + Duration::from_secs(1),
+    )
+    .unwrap();
+    let mut s = Scenario::new(op, later);
+    let r = s.answer(Reply::Int(1));
+    assert_eq!(args(&r)[1], EXTEND.sha1);
+    assert_eq!(args(&r)[5], "20000");
+    assert_eq!(
+        s.expect_done(),
+        Ok(later + Duration::from_millis(20_000 - 202))
+    );
+
+    let op = LeaseOp::extend(
+        &lease,
+        Duration::from_secs(20),
+        later + Duration::from_secs(1),
+    )
+    .unwrap();
+    let mut s = Scenario::new(op, later);
+    s.answer(Reply::Int(0));
+    assert!(matches!(
+        s.expect_done(),
+        Err(Error::NotOwner {
+            reason: LossReason::Expired,
+            ..
+        })
+    ));
+    assert!(LeaseOp::extend(&lease, Duration::ZERO, later).is_err());
+}
+
+#[test]
+fn inspect_reports_holder_and_remaining_time() {
+    let now = origin();
+    let lease = lease_at(now);
+    let cases = [
+        (
+            ints(&[1, 750]),
+            LeaseState::Held {
+                remaining: Some(Duration::from_millis(750)),
+            },
+        ),
+        (ints(&[0, -2]), LeaseState::Expired),
+        (ints(&[-1, -1]), LeaseState::Taken { remaining: None }),
+    ];
+    for (reply, expected) in cases {
+        let mut s = Scenario::new(LeaseOp::inspect(&lease, now + Duration::from_secs(1)), now);
+        s.answer(reply);
+        assert_eq!(s.expect_done(), Ok(expected));
+    }
+}
+
+#[test]
+fn owner_ops_type_their_errors() {
+    let now = origin();
+    let lease = lease_at(now);
+    let mut s = Scenario::new(LeaseOp::release(&lease, now + Duration::from_secs(1)), now);
+    s.answer(err(
+        "WRONGTYPE",
+        "Operation against a key holding the wrong kind of value",
+    ));
+    assert!(matches!(s.expect_done(), Err(Error::WrongType { .. })));
+    let mut s = Scenario::new(LeaseOp::inspect(&lease, now + Duration::from_secs(1)), now);
+    s.answer(Reply::Status("OK".into()));
+    assert!(matches!(
+        s.expect_done(),
+        Err(Error::UnexpectedReply { .. })
+    ));
+    let mut s = Scenario::new(LeaseOp::release(&lease, now + Duration::from_secs(1)), now);
+    s.answer(err("NOSCRIPT", "x"));
+    s.answer(Reply::Int(1));
+    assert_eq!(s.expect_done(), Ok(()));
+}
+
+/// Every machine, fed any sequence of odd replies and failures, ends with a result within a
+/// bounded number of steps and never panics.
+#[test]
+fn no_reply_sequence_makes_a_machine_panic_or_spin() {
+    let catalogue = [
+        Ok(Reply::Nil),
+        Ok(Reply::Int(-7)),
+        Ok(Reply::Int(1)),
+        Ok(Reply::Bulk(vec![0xff])),
+        Ok(Reply::Status("QUEUED".into())),
+        Ok(ints(&[0, 10])),
+        Ok(ints(&[1, 1])),
+        Ok(ints(&[-1, -1])),
+        Ok(Reply::Array(vec![Reply::Nil; 5])),
+        Ok(err("NOSCRIPT", "x")),
+        Ok(err("ERR", "x")),
+        Ok(err("WRONGTYPE", "x")),
+        Err(TransportFailure::no_reply("t")),
+        Err(TransportFailure::not_sent("r")),
+    ];
+    let now = origin();
+    let lease = lease_at(now);
+    for a in &catalogue {
+        for b in &catalogue {
+            let script = [a.clone(), b.clone()];
+            run_to_end(
+                Acquire::new(
+                    keys(),
+                    token(),
+                    &opts(Some(Duration::from_millis(30))),
+                    1,
+                    now,
+                )
+                .unwrap(),
+                &script,
+            );
+            run_to_end(
+                Acquire::new(keys(), token(), &opts(None), 1, now).unwrap(),
+                &script,
+            );
+            run_to_end(
+                LeaseOp::release(&lease, now + Duration::from_millis(30)),
+                &script,
+            );
+            run_to_end(
+                LeaseOp::extend(
+                    &lease,
+                    Duration::from_secs(1),
+                    now + Duration::from_millis(30),
+                )
+                .unwrap(),
+                &script,
+            );
+            run_to_end(
+                LeaseOp::inspect(&lease, now + Duration::from_millis(30)),
+                &script,
+            );
+        }
+    }
+}
+
+fn run_to_end<P: Protocol>(mut m: P, script: &[Result<Reply, TransportFailure>]) {
+    let mut now = origin();
+    let mut fed = 0;
+    for _ in 0..1000 {
+        match m.poll(now) {
+            Step::Send(batch) => {
+                for r in batch.requests {
+                    // After the scripted replies, the server answers "busy" forever.
+                    let result = script.get(fed).cloned().unwrap_or(Ok(ints(&[0, 10])));
+                    fed += 1;
+                    m.handle(Input { id: r.id, result }, now);
+                }
+            }
+            Step::Wait(w) => {
+                assert!(w.until >= now);
+                now = w.until;
+            }
+            Step::Awaiting => panic!("every request was answered"),
+            Step::Done(_) => {
+                assert!(matches!(m.poll(now), Step::Done(Err(Error::Finished))));
+                return;
+            }
+        }
+    }
+    panic!("machine did not finish: {script:?}");
+}

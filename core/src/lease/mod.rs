@@ -1,0 +1,227 @@
+//! The lease lock: `SET`-style ownership by a random token, with an expiry (the lease) and a
+//! fencing token issued in the same round trip.
+//!
+//! ```text
+//!              Acquire                      LeaseOp<Extend>
+//!   (try once, or wait with backoff)      (owner-checked PEXPIRE)
+//!   Idle ──EVALSHA acquire──► Sent ──{1,fence}──► Done(Acquired(Lease)) ──► ... ──► LeaseOp<Release>
+//!                 ▲             │                                              (owner-checked DEL
+//!                 │      {0,pttl}│ / transport failure                           + PUBLISH)
+//!                 └── Wait(until retry, wake on release channel) ◄─┘
+//!   deadline passed: Timeout;  a lost reply then a final failure: Cleanup (owner-checked
+//!   release of the key we may hold) then Unavailable.
+//! ```
+//!
+//! Every script compares the caller's token, so every call can be retried after a lost
+//! reply: a retried acquisition finds its own token and returns the fence it was issued.
+
+mod acquire;
+mod ops;
+
+use std::time::{Duration, Instant};
+
+pub use acquire::{Acquire, AcquireOptions, Acquisition};
+pub use ops::{Extend, Inspect, LeaseOp, LeaseOpKind, LeaseState, Release};
+
+use crate::backoff::saturating_add;
+use crate::error::{Error, InvalidArgument};
+use crate::keys::LockKeys;
+use crate::reply::{ErrorReply, Reply};
+use crate::script::Script;
+
+/// The longest lease accepted: Redis rejects expiries that overflow its millisecond clock,
+/// and this bound stays below that for millions of years.
+pub const MAX_TTL: Duration = Duration::from_millis(1 << 62);
+
+/// The longest owner token accepted, in bytes.
+pub const MAX_TOKEN_LEN: usize = 256;
+
+pub(crate) static ACQUIRE: Script = Script {
+    name: "lease_acquire",
+    source: include_str!("lua/acquire.lua"),
+    sha1: "a398e6a6d2dd856020725859d1e0436f2c52e826",
+};
+
+pub(crate) static RELEASE: Script = Script {
+    name: "lease_release",
+    source: include_str!("lua/release.lua"),
+    sha1: "5c2c0568c10063947be95fc533c4b9b9340ca96e",
+};
+
+pub(crate) static EXTEND: Script = Script {
+    name: "lease_extend",
+    source: include_str!("lua/extend.lua"),
+    sha1: "8573b6279b1ed8fb8a9bf258c8d48ab06f8c8a5e",
+};
+
+pub(crate) static INSPECT: Script = Script {
+    name: "lease_inspect",
+    source: include_str!("lua/inspect.lua"),
+    sha1: "376257f2611e8e27f2c99f007a474fecedf66d3e",
+};
+
+/// Every script of the lease lock (for `SCRIPT LOAD` at start-up, and for tests).
+pub static SCRIPTS: [&Script; 4] = [&ACQUIRE, &RELEASE, &EXTEND, &INSPECT];
+
+/// The secret that proves ownership of a lease: random bytes supplied by the driver,
+/// hex-encoded.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Token(String);
+
+impl Token {
+    /// A token from random bytes (the driver draws 16 from the OS).
+    pub fn from_random(bytes: [u8; 16]) -> Self {
+        let mut s = String::with_capacity(32);
+        for b in bytes {
+            s.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
+            s.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
+        }
+        Token(s)
+    }
+
+    /// A token chosen by the caller (1 to [`MAX_TOKEN_LEN`] bytes).
+    pub fn new(token: impl Into<String>) -> Result<Self, Error> {
+        let token = token.into();
+        if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+            return Err(InvalidArgument::BadToken {
+                len: token.len(),
+                max: MAX_TOKEN_LEN,
+            }
+            .into());
+        }
+        Ok(Token(token))
+    }
+
+    /// The token as stored in Redis.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Enough to tell tokens apart in logs, not enough to forge a release.
+        let shown: String = self.0.chars().take(6).collect();
+        write!(f, "Token({shown}..)")
+    }
+}
+
+/// A lease we were granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The lock's keys.
+    pub keys: LockKeys,
+    /// Our owner token.
+    pub token: Token,
+    /// The fencing token: strictly greater than that of every earlier acquisition of this
+    /// lock name. Pass it to the protected resource so it can reject a stale holder.
+    pub fence: u64,
+    /// The lease length.
+    pub ttl: Duration,
+    /// When the successful acquisition was sent (the lease can only have started later).
+    pub acquired_at: Instant,
+    /// Until when the lease is safely ours by the local clock: the send time of the last
+    /// acquisition or extension plus the ttl, less a clock-drift allowance (see [`drift`]).
+    pub valid_until: Instant,
+}
+
+impl Lease {
+    /// The time left before `valid_until`, zero once it has passed.
+    pub fn remaining(&self, now: Instant) -> Duration {
+        self.valid_until.saturating_duration_since(now)
+    }
+}
+
+/// The clock-drift allowance subtracted from a lease's validity: 1 % of the ttl plus 2 ms
+/// (the RedLock rule), so that a lease is considered over slightly before Redis expires it.
+pub fn drift(ttl: Duration) -> Duration {
+    ttl / 100 + Duration::from_millis(2)
+}
+
+/// The instant until which a lease granted by a command sent at `sent_at` is safely ours.
+pub fn valid_until(sent_at: Instant, ttl: Duration) -> Instant {
+    saturating_add(sent_at, ttl.saturating_sub(drift(ttl)))
+}
+
+/// Checks a lease length: at least 1 ms, at most [`MAX_TTL`], in whole milliseconds.
+pub fn validate_ttl(what: &'static str, ttl: Duration) -> Result<u64, Error> {
+    let ms = ttl.as_millis();
+    if ms == 0 {
+        return Err(InvalidArgument::DurationTooShort { what, got: ttl }.into());
+    }
+    if ttl > MAX_TTL {
+        return Err(InvalidArgument::DurationTooLong {
+            what,
+            got: ttl,
+            max: MAX_TTL,
+        }
+        .into());
+    }
+    // ttl <= MAX_TTL, so the cast cannot truncate.
+    Ok(ms as u64)
+}
+
+/// Turns an error reply into the error the caller sees.
+pub(crate) fn error_from_reply(keys: &LockKeys, e: ErrorReply) -> Error {
+    if e.is("WRONGTYPE") {
+        Error::WrongType {
+            name: keys.name.clone(),
+            keys: keys.list(),
+            message: e.message,
+        }
+    } else {
+        Error::Redis {
+            code: e.code,
+            message: e.message,
+        }
+    }
+}
+
+/// An integer pair `{a, b}` from a script.
+pub(crate) fn int_pair(reply: &Reply) -> Option<(i64, i64)> {
+    match reply.as_array()? {
+        [a, b] => Some((a.as_int()?, b.as_int()?)),
+        _ => None,
+    }
+}
+
+/// A PTTL reply as a duration (`None` for "no expiry" or "no key").
+pub(crate) fn pttl(ms: i64) -> Option<Duration> {
+    u64::try_from(ms).ok().map(Duration::from_millis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_digests_match_their_sources() {
+        for s in SCRIPTS {
+            let digest = sha1_smol::Sha1::from(s.source).digest().to_string();
+            assert_eq!(digest, s.sha1, "digest of {}", s.name);
+        }
+    }
+
+    #[test]
+    fn tokens_are_hex_and_validated() {
+        let t = Token::from_random([0xab; 16]);
+        assert_eq!(t.as_str(), "ab".repeat(16));
+        assert!(format!("{t:?}").starts_with("Token(ababab"));
+        assert!(Token::new("").is_err());
+        assert!(Token::new("x".repeat(MAX_TOKEN_LEN + 1)).is_err());
+        assert!(Token::new("me").is_ok());
+    }
+
+    #[test]
+    fn ttl_bounds() {
+        assert!(validate_ttl("ttl", Duration::ZERO).is_err());
+        assert!(validate_ttl("ttl", Duration::from_micros(999)).is_err());
+        assert_eq!(validate_ttl("ttl", Duration::from_millis(1)), Ok(1));
+        assert!(validate_ttl("ttl", MAX_TTL + Duration::from_millis(1)).is_err());
+        assert!(validate_ttl("ttl", Duration::MAX).is_err());
+        assert_eq!(drift(Duration::from_secs(10)), Duration::from_millis(102));
+    }
+}
+
+#[cfg(test)]
+mod machine_tests;

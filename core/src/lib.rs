@@ -1,0 +1,60 @@
+//! # redlease-core
+//!
+//! The protocols of redlease (leases, and later semaphores and queues on Redis) as pure
+//! state machines, in the sans-IO style.
+//!
+//! **What it does.** Each protocol is a value implementing [`Protocol`]: it says what it
+//! wants next ([`Step::Send`] a batch of commands, [`Step::Wait`] until an instant or a
+//! pub/sub message, [`Step::Done`] with a typed result) and is fed the outcome of each
+//! command it sent: a [`Reply`] or a [`TransportFailure`]. Lua scripts are constants with
+//! their SHA-1, sent as `EVALSHA` and resent as `EVAL` on `NOSCRIPT`.
+//!
+//! **What it never does.** It opens no socket, reads no clock, spawns no thread, sleeps
+//! never and draws no random numbers: the caller passes the time (`now`), the owner token
+//! and a seed for retry jitter. That is what makes every protocol testable with scripted
+//! replies on virtual time, and embeddable in any runtime. The blocking driver is the crate
+//! `redlease`.
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use redlease_core::{Input, Protocol, Reply, Step};
+//! use redlease_core::keys::{Keyspace, LockKeys};
+//! use redlease_core::lease::{Acquire, AcquireOptions, Acquisition, Token};
+//!
+//! let keys = LockKeys::new(&Keyspace::default(), "reports").unwrap();
+//! let token = Token::from_random([7; 16]);
+//! let start = Instant::now();
+//! let mut acquire = Acquire::new(keys, token, &AcquireOptions::default(), 42, start).unwrap();
+//!
+//! // The machine asks for one EVALSHA ...
+//! let Step::Send(batch) = acquire.poll(start) else { unreachable!() };
+//! assert_eq!(batch.requests[0].command.name(), "EVALSHA");
+//! // ... and we answer as Redis would: acquired, fencing token 1.
+//! let reply = Reply::Array(vec![Reply::Int(1), Reply::Int(1)]);
+//! acquire.handle(Input::reply(batch.requests[0].id, reply), start);
+//! let Step::Done(Ok(Acquisition::Acquired(lease))) = acquire.poll(start) else { unreachable!() };
+//! assert_eq!(lease.fence, 1);
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+pub mod backoff;
+pub mod command;
+pub mod error;
+pub mod keys;
+pub mod lease;
+pub mod protocol;
+pub mod reply;
+pub mod script;
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+pub use command::{Command, NodeId, Request, RequestId};
+pub use error::{Error, InvalidArgument, LossReason};
+pub use protocol::{Batch, Protocol, Step, Wait};
+pub use reply::{ErrorReply, FailureKind, Input, Reply, TransportFailure};

@@ -1,0 +1,70 @@
+//! The one trait every machine implements, and what a machine can ask for.
+
+use std::time::Instant;
+
+use crate::command::Request;
+use crate::error::Error;
+use crate::reply::Input;
+
+/// A sans-IO protocol: a value driven by its caller.
+///
+/// The contract, the same for every machine:
+///
+/// 1. Call [`poll`](Protocol::poll) with the current time.
+/// 2. On [`Step::Send`], send every request (in order, to the node each names) and feed
+///    each outcome back with [`handle`](Protocol::handle), a reply or a
+///    [`TransportFailure`](crate::TransportFailure), in any order; then poll again.
+/// 3. On [`Step::Wait`], poll again once `until` has passed, or earlier when a message
+///    arrives on `wake_on` (waking early is always allowed: the machine re-checks).
+/// 4. On [`Step::Done`], the machine is finished; polling it again yields
+///    [`Error::Finished`].
+///
+/// Replies with an id the machine no longer waits for are ignored, so a driver may
+/// deliver a late reply without harm. Nothing inside a machine reads a clock, touches the
+/// network, sleeps or draws random numbers: time is the `now` argument, randomness is
+/// passed in when the machine is created.
+pub trait Protocol {
+    /// What the machine yields when it is done.
+    type Output;
+
+    /// What the machine wants next.
+    fn poll(&mut self, now: Instant) -> Step<Self::Output>;
+
+    /// Feeds the outcome of one request sent after a [`Step::Send`].
+    fn handle(&mut self, input: Input, now: Instant);
+}
+
+/// What a machine wants next.
+#[derive(Debug)]
+#[must_use = "a step must be carried out for the machine to make progress"]
+pub enum Step<T> {
+    /// Send these requests, then feed back one [`Input`] for each.
+    Send(Batch),
+    /// Nothing to send until `until` (or a message on `wake_on`).
+    Wait(Wait),
+    /// Requests of an earlier batch are still unanswered: feed their outcomes.
+    Awaiting,
+    /// The machine is finished.
+    Done(Result<T, Error>),
+}
+
+/// Requests to send now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// The requests, in the order they should be written.
+    pub requests: Vec<Request>,
+    /// When the machine stops caring for the answers: a driver should not block for a
+    /// reply past this instant (it reports a [`FailureKind::NoReply`](crate::FailureKind)
+    /// instead).
+    pub deadline: Instant,
+}
+
+/// A pause the machine asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wait {
+    /// Poll again at this instant at the latest.
+    pub until: Instant,
+    /// A pub/sub channel whose messages may end the wait early (a release notification).
+    /// Drivers that do not listen simply wait until `until`.
+    pub wake_on: Option<String>,
+}

@@ -71,6 +71,15 @@ pub enum Error {
         reply: String,
     },
 
+    /// The operating system's random number generator failed (no token could be drawn).
+    #[error("the OS random number generator failed: {0}")]
+    Random(String),
+
+    /// The driver broke the protocol contract (it polled a machine that was still owed
+    /// replies); a bug in the driver, reported instead of hanging.
+    #[error("protocol contract broken by the driver: {0}")]
+    Driver(&'static str),
+
     /// The machine was polled after it had finished.
     #[error("the protocol machine has already finished")]
     Finished,

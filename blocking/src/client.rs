@@ -1,0 +1,193 @@
+//! The client: a connection pool, settings, and the one loop that runs any core machine.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
+use redlease_core::{Error, InvalidArgument, Protocol, Step, Wait};
+
+use crate::lock::LockBuilder;
+use crate::transport::Transport;
+
+/// A handle to one Redis deployment: a pool of connections and the settings every
+/// primitive made from it shares. Cheap to clone (clones share the pool).
+///
+/// ```no_run
+/// # fn main() -> Result<(), redlease::Error> {
+/// let client = redlease::Client::open("redis://127.0.0.1/")?;
+/// let guard = client.lock("nightly-report").acquire()?;
+/// println!("fencing token {}", guard.fence());
+/// guard.release()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    transport: Transport,
+    keyspace: Keyspace,
+    op_timeout: Duration,
+    io_timeout: Duration,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("prefix", &self.inner.keyspace.prefix())
+            .field("op_timeout", &self.inner.op_timeout)
+            .field("io_timeout", &self.inner.io_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Settings of a [`Client`]; made by [`Client::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until .build()"]
+pub struct ClientBuilder {
+    url: String,
+    pool_size: u32,
+    connect_timeout: Duration,
+    io_timeout: Duration,
+    op_timeout: Duration,
+    prefix: String,
+}
+
+impl ClientBuilder {
+    /// The most pooled connections. Defaults to 16.
+    pub fn pool_size(mut self, n: u32) -> Self {
+        self.pool_size = n;
+        self
+    }
+
+    /// How long to wait for a TCP connection (and for a free pooled connection).
+    /// Defaults to 1 s.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// How long to wait for a reply before the command counts as unanswered (the socket's
+    /// read and write timeouts). Defaults to 1 s.
+    pub fn io_timeout(mut self, d: Duration) -> Self {
+        self.io_timeout = d;
+        self
+    }
+
+    /// The deadline of a release, extension or inspection, retries included; a guard's drop
+    /// blocks at most this long. Defaults to 3 s.
+    pub fn op_timeout(mut self, d: Duration) -> Self {
+        self.op_timeout = d;
+        self
+    }
+
+    /// The first part of every key (`<prefix>:{<name>}:<part>`). Defaults to `redlease`.
+    pub fn key_prefix(mut self, prefix: &str) -> Self {
+        self.prefix = prefix.to_owned();
+        self
+    }
+
+    /// Checks the settings and makes the client. Connections are opened on first use, so
+    /// this succeeds while Redis is down.
+    pub fn build(self) -> Result<Client, Error> {
+        let keyspace = Keyspace::new(&self.prefix)?;
+        if self.pool_size == 0 {
+            return Err(InvalidArgument::Setting("the pool size must be at least 1".into()).into());
+        }
+        for (what, d) in [
+            ("connect timeout", self.connect_timeout),
+            ("io timeout", self.io_timeout),
+            ("op timeout", self.op_timeout),
+        ] {
+            if d < Duration::from_millis(1) {
+                return Err(InvalidArgument::DurationTooShort { what, got: d }.into());
+            }
+        }
+        let redis = redis::Client::open(self.url.as_str())
+            .map_err(|e| InvalidArgument::Setting(format!("bad Redis URL {:?}: {e}", self.url)))?;
+        let transport =
+            Transport::new(redis, self.pool_size, self.connect_timeout, self.io_timeout);
+        Ok(Client {
+            inner: Arc::new(Inner {
+                transport,
+                keyspace,
+                op_timeout: self.op_timeout,
+                io_timeout: self.io_timeout,
+            }),
+        })
+    }
+}
+
+impl Client {
+    /// Settings for a client of the Redis at `url` (`redis://[:password@]host[:port][/db]`).
+    pub fn builder(url: &str) -> ClientBuilder {
+        ClientBuilder {
+            url: url.to_owned(),
+            pool_size: 16,
+            connect_timeout: Duration::from_secs(1),
+            io_timeout: Duration::from_secs(1),
+            op_timeout: Duration::from_secs(3),
+            prefix: DEFAULT_PREFIX.to_owned(),
+        }
+    }
+
+    /// A client of the Redis at `url` with default settings.
+    pub fn open(url: &str) -> Result<Client, Error> {
+        Client::builder(url).build()
+    }
+
+    /// A lease lock named `name`, to configure and acquire.
+    pub fn lock(&self, name: &str) -> LockBuilder<'_> {
+        LockBuilder::new(self, name)
+    }
+
+    pub(crate) fn keyspace(&self) -> &Keyspace {
+        &self.inner.keyspace
+    }
+
+    pub(crate) fn op_timeout(&self) -> Duration {
+        self.inner.op_timeout
+    }
+
+    pub(crate) fn io_timeout(&self) -> Duration {
+        self.inner.io_timeout
+    }
+
+    /// Runs a core machine to completion over the pool: the whole driver. Nothing here
+    /// knows which protocol it runs.
+    ///
+    /// Each batch goes out on one pooled connection (pipelined) and every outcome is fed
+    /// back; the connection returns to the pool before any wait, so a waiting acquisition
+    /// holds no connection.
+    pub fn run<P: Protocol>(&self, mut machine: P) -> Result<P::Output, Error> {
+        loop {
+            match machine.poll(Instant::now()) {
+                Step::Send(batch) => {
+                    for input in self.inner.transport.execute(&batch) {
+                        machine.handle(input, Instant::now());
+                    }
+                }
+                Step::Wait(wait) => self.wait(&wait),
+                Step::Awaiting => {
+                    return Err(Error::Driver("every reply of the batch was delivered"));
+                }
+                Step::Done(result) => return result,
+            }
+        }
+    }
+
+    fn wait(&self, wait: &Wait) {
+        let left = wait.until.saturating_duration_since(Instant::now());
+        if !left.is_zero() {
+            std::thread::sleep(left);
+        }
+    }
+}
+
+/// Draws `N` random bytes from the operating system.
+pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N], Error> {
+    let mut buf = [0u8; N];
+    getrandom::fill(&mut buf).map_err(|e| Error::Random(e.to_string()))?;
+    Ok(buf)
+}

@@ -1,0 +1,55 @@
+//! # redlease
+//!
+//! Distributed leases (locks) on Redis for blocking Rust code, with fencing tokens.
+//!
+//! This crate is a thin driver: it runs the protocol machines of
+//! [`redlease_core`] over an `r2d2` pool of `redis` connections. Everything a protocol
+//! decides (what to send, how to read a reply, when to retry) lives in the core and is
+//! unit-tested there with scripted replies; this crate only moves bytes, reads the clock,
+//! sleeps and draws random tokens.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<(), redlease::Error> {
+//! let client = redlease::Client::builder("redis://127.0.0.1/")
+//!     .key_prefix("myapp")
+//!     .build()?;
+//!
+//! // Wait up to 5 s for the lock; the lease lasts 10 s unless extended.
+//! let guard = client
+//!     .lock("invoice-42")
+//!     .ttl(Duration::from_secs(10))
+//!     .wait(Duration::from_secs(5))
+//!     .acquire()?;
+//! // Hand the fencing token to the resource so it can refuse a stale holder.
+//! println!("writing with fence {}", guard.fence());
+//! guard.release()?; // Err(NotOwner) if the lease had expired meanwhile
+//!
+//! // Or the closure form, releasing on the way out:
+//! let total = client.lock("invoice-42").with_lock(|g| g.fence() * 2)?;
+//! # let _ = total;
+//! # Ok(()) }
+//! ```
+//!
+//! **Every blocking call has a deadline**: acquisition waits at most its `wait` (plus one
+//! reply timeout for an attempt in flight), release, extension and inspection at most the
+//! client's op timeout, a pooled connection at most the connect timeout.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+mod client;
+mod lock;
+mod transport;
+
+pub use client::{Client, ClientBuilder};
+pub use lock::{LockBuilder, LockGuard};
+pub use redlease_core::lease::LeaseState;
+pub use redlease_core::{Error, InvalidArgument, LossReason, TransportFailure};
+
+/// The sans-IO core this crate drives, for running its machines yourself.
+pub use redlease_core as core;

@@ -1,0 +1,193 @@
+//! The only code that talks to Redis: a pool of connections and one function that sends a
+//! batch of commands and turns what comes back into core inputs.
+
+use std::time::{Duration, Instant};
+
+use redis::{ConnectionLike, Value};
+use redlease_core::{Batch, ErrorReply, Input, NodeId, Reply, TransportFailure};
+
+/// The shortest read timeout used for a batch whose deadline is about to pass.
+const MIN_IO_TIMEOUT: Duration = Duration::from_millis(1);
+
+/// A pooled connection, marked broken after any transport error so the pool discards it
+/// (a reply that is still in flight must never be read as the answer to a later command).
+pub(crate) struct Conn {
+    inner: redis::Connection,
+    broken: bool,
+}
+
+/// Opens connections with a connect timeout and sets their read and write timeouts.
+#[derive(Debug)]
+pub(crate) struct Manager {
+    client: redis::Client,
+    connect_timeout: Duration,
+    io_timeout: Duration,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = redis::RedisError;
+
+    fn connect(&self) -> Result<Conn, redis::RedisError> {
+        let inner = self
+            .client
+            .get_connection_with_timeout(self.connect_timeout)?;
+        inner.set_read_timeout(Some(self.io_timeout))?;
+        inner.set_write_timeout(Some(self.io_timeout))?;
+        Ok(Conn {
+            inner,
+            broken: false,
+        })
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> Result<(), redis::RedisError> {
+        redis::cmd("PING").query::<()>(&mut conn.inner)
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.broken || !conn.inner.is_open()
+    }
+}
+
+/// The connection pool of one client, and its timeouts.
+pub(crate) struct Transport {
+    pool: r2d2::Pool<Manager>,
+    connect_timeout: Duration,
+    io_timeout: Duration,
+}
+
+impl Transport {
+    pub(crate) fn new(
+        client: redis::Client,
+        pool_size: u32,
+        connect_timeout: Duration,
+        io_timeout: Duration,
+    ) -> Self {
+        let manager = Manager {
+            client,
+            connect_timeout,
+            io_timeout,
+        };
+        // Connections are made on demand (no eager background connecting to a Redis that
+        // may be down) and not PINGed on checkout (that would double the round trips).
+        let pool = r2d2::Pool::builder()
+            .max_size(pool_size)
+            .min_idle(Some(0))
+            .test_on_check_out(false)
+            .connection_timeout(connect_timeout)
+            .build_unchecked(manager);
+        Transport {
+            pool,
+            connect_timeout,
+            io_timeout,
+        }
+    }
+
+    /// Sends `batch` and returns one input per request, in request order.
+    pub(crate) fn execute(&self, batch: &Batch) -> Vec<Input> {
+        let fail_all = |failure: TransportFailure| {
+            batch
+                .requests
+                .iter()
+                .map(|r| Input::failed(r.id, failure.clone()))
+                .collect()
+        };
+        if let Some(r) = batch
+            .requests
+            .iter()
+            .find(|r| r.command.node() != NodeId::PRIMARY)
+        {
+            return fail_all(TransportFailure::not_sent(format!(
+                "this client talks to one node; node {} does not exist",
+                r.command.node().0
+            )));
+        }
+        let remaining = batch
+            .deadline
+            .saturating_duration_since(Instant::now())
+            .max(MIN_IO_TIMEOUT);
+        let mut conn = match self.pool.get_timeout(remaining.min(self.connect_timeout)) {
+            Ok(conn) => conn,
+            Err(e) => return fail_all(TransportFailure::not_sent(format!("no connection: {e}"))),
+        };
+        let shortened = remaining < self.io_timeout;
+        if shortened && let Err(e) = conn.inner.set_read_timeout(Some(remaining)) {
+            conn.broken = true;
+            return fail_all(TransportFailure::not_sent(format!("socket: {e}")));
+        }
+
+        let mut pipe = redis::pipe();
+        for r in &batch.requests {
+            let mut cmd = redis::Cmd::new();
+            for a in r.command.args() {
+                cmd.arg(a.as_slice());
+            }
+            pipe.add_command(cmd);
+        }
+        let n = batch.requests.len();
+        let result = conn
+            .inner
+            .req_packed_commands(&pipe.get_packed_pipeline(), 0, n);
+        match result {
+            Ok(values) if values.len() == n => {
+                if shortened && conn.inner.set_read_timeout(Some(self.io_timeout)).is_err() {
+                    conn.broken = true;
+                }
+                batch
+                    .requests
+                    .iter()
+                    .zip(values)
+                    .map(|(r, v)| Input::reply(r.id, to_reply(v)))
+                    .collect()
+            }
+            Ok(values) => {
+                conn.broken = true;
+                fail_all(TransportFailure::no_reply(format!(
+                    "{} replies to {n} commands",
+                    values.len()
+                )))
+            }
+            Err(e) => {
+                conn.broken = true;
+                let failure = if e.is_connection_refusal() {
+                    TransportFailure::not_sent(e.to_string())
+                } else {
+                    TransportFailure::no_reply(e.to_string())
+                };
+                fail_all(failure)
+            }
+        }
+    }
+}
+
+/// Maps a `redis` value onto the core's RESP mirror.
+pub(crate) fn to_reply(v: Value) -> Reply {
+    match v {
+        Value::Nil => Reply::Nil,
+        Value::Int(n) => Reply::Int(n),
+        Value::BulkString(b) => Reply::Bulk(b),
+        Value::Array(items) | Value::Set(items) => {
+            Reply::Array(items.into_iter().map(to_reply).collect())
+        }
+        Value::SimpleString(s) => Reply::Status(s),
+        Value::Okay => Reply::Status("OK".to_owned()),
+        Value::Map(pairs) => Reply::Array(
+            pairs
+                .into_iter()
+                .flat_map(|(k, v)| [to_reply(k), to_reply(v)])
+                .collect(),
+        ),
+        Value::Attribute { data, .. } => to_reply(*data),
+        Value::Double(d) => Reply::Bulk(d.to_string().into_bytes()),
+        Value::Boolean(b) => Reply::Int(i64::from(b)),
+        Value::VerbatimString { text, .. } => Reply::Bulk(text.into_bytes()),
+        Value::BigNumber(n) => Reply::Bulk(n),
+        Value::Push { data, .. } => Reply::Array(data.into_iter().map(to_reply).collect()),
+        Value::ServerError(e) => {
+            Reply::Error(ErrorReply::new(e.code(), e.details().unwrap_or_default()))
+        }
+        // `Value` is non-exhaustive; a future kind reaches the machine as a shape it rejects.
+        #[allow(unreachable_patterns)]
+        other => Reply::Status(format!("{other:?}")),
+    }
+}

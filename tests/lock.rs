@@ -1,0 +1,509 @@
+//! The lease lock against real redis-server processes started by the tests.
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redlease::{Client, Error, InvalidArgument, LeaseState, LossReason};
+use redlease_suite::RedisServer;
+
+fn server() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|e| panic!("cannot start redis-server: {e}"))
+}
+
+fn client(server: &RedisServer) -> Client {
+    Client::builder(&server.url())
+        .connect_timeout(Duration::from_millis(300))
+        .io_timeout(Duration::from_millis(500))
+        .op_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap()
+}
+
+fn raw(server: &RedisServer) -> redis::Connection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+/// Polls `cond` until it holds, failing the test after `limit`.
+fn await_condition(limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < limit,
+            "condition not reached within {limit:?}"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn mutual_exclusion_8_threads_x_500_sections() {
+    let server = server();
+    let client = client(&server);
+    let threads = 8;
+    let rounds = 500;
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let client = client.clone();
+            let barrier = barrier.clone();
+            let mut conn = raw(&server);
+            thread::spawn(move || {
+                barrier.wait();
+                let mut last_fence = 0;
+                for _ in 0..rounds {
+                    let guard = client
+                        .lock("counter")
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .unwrap();
+                    assert!(guard.fence() > last_fence, "fences increase");
+                    last_fence = guard.fence();
+                    // A non-atomic read-modify-write: only the lock keeps it exact.
+                    let n: i64 = conn.get::<_, Option<i64>>("count").unwrap().unwrap_or(0);
+                    let _: () = conn.set("count", n + 1).unwrap();
+                    guard.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let mut conn = raw(&server);
+    let count: i64 = conn.get("count").unwrap();
+    assert_eq!(count, (threads * rounds) as i64);
+    // One fence per acquisition, no gaps and no repeats.
+    let fence: i64 = conn.get("redlease:{counter}:fence").unwrap();
+    assert_eq!(fence, (threads * rounds) as i64);
+    let exists: bool = conn.exists("redlease:{counter}:lock").unwrap();
+    assert!(!exists, "the last release deleted the lock key");
+}
+
+#[test]
+fn an_expired_holder_loses_to_the_next_and_cannot_release_its_lock() {
+    let server = server();
+    let a = client(&server);
+    let b = client(&server);
+    let old = a
+        .lock("report")
+        .ttl(Duration::from_millis(150))
+        .try_acquire()
+        .unwrap()
+        .expect("free lock");
+    assert!(b.lock("report").try_acquire().unwrap().is_none(), "held");
+    let mut conn = raw(&server);
+    await_condition(Duration::from_secs(5), || {
+        !conn.exists::<_, bool>("redlease:{report}:lock").unwrap()
+    });
+    // Before anyone else takes it, the stale holder's view: expired.
+    assert_eq!(old.inspect().unwrap(), LeaseState::Expired);
+    let new = b
+        .lock("report")
+        .try_acquire()
+        .unwrap()
+        .expect("expired lock is free");
+    assert!(
+        new.fence() > old.fence(),
+        "{} > {}",
+        new.fence(),
+        old.fence()
+    );
+    assert!(matches!(
+        old.inspect().unwrap(),
+        LeaseState::Taken { remaining: Some(_) }
+    ));
+    match old.release() {
+        Err(Error::NotOwner { name, reason }) => {
+            assert_eq!(name, "report");
+            assert_eq!(reason, LossReason::Taken);
+        }
+        other => panic!("stale release must report not-owner, got {other:?}"),
+    }
+    // The new holder's key was left alone.
+    assert!(matches!(
+        new.inspect().unwrap(),
+        LeaseState::Held { remaining: Some(_) }
+    ));
+    new.release().unwrap();
+}
+
+#[test]
+fn release_after_expiry_with_no_new_holder_says_expired() {
+    let server = server();
+    let c = client(&server);
+    let guard = c
+        .lock("lapsed")
+        .ttl(Duration::from_millis(50))
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    let mut conn = raw(&server);
+    await_condition(Duration::from_secs(5), || {
+        !conn.exists::<_, bool>("redlease:{lapsed}:lock").unwrap()
+    });
+    assert!(matches!(
+        guard.release(),
+        Err(Error::NotOwner {
+            reason: LossReason::Expired,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn extend_keeps_the_lease_and_fails_once_lost() {
+    let server = server();
+    let c = client(&server);
+    let mut guard = c
+        .lock("long")
+        .ttl(Duration::from_millis(300))
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    let before = guard.valid_until();
+    guard.extend_to(Duration::from_secs(20)).unwrap();
+    assert!(guard.valid_until() > before + Duration::from_secs(10));
+    let LeaseState::Held {
+        remaining: Some(left),
+    } = guard.inspect().unwrap()
+    else {
+        panic!("held")
+    };
+    assert!(left > Duration::from_secs(19), "{left:?}");
+    let _: () = raw(&server).del("redlease:{long}:lock").unwrap();
+    assert!(matches!(
+        guard.extend(),
+        Err(Error::NotOwner {
+            reason: LossReason::Expired,
+            ..
+        })
+    ));
+    assert!(matches!(
+        guard.extend_to(Duration::ZERO),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn with_lock_runs_the_closure_exclusively_and_releases() {
+    let server = server();
+    let c = client(&server);
+    let out = c
+        .lock("closure")
+        .with_lock(|g| {
+            assert!(c.lock("closure").try_acquire().unwrap().is_none());
+            g.fence() + 100
+        })
+        .unwrap();
+    assert_eq!(out, 101);
+    assert!(
+        c.lock("closure").try_acquire().unwrap().is_some(),
+        "released after the closure"
+    );
+}
+
+#[test]
+fn dropping_a_guard_releases_it() {
+    let server = server();
+    let c = client(&server);
+    {
+        let _g = c.lock("scoped").try_acquire().unwrap().unwrap();
+        assert!(c.lock("scoped").try_acquire().unwrap().is_none());
+    }
+    assert!(c.lock("scoped").try_acquire().unwrap().is_some());
+}
+
+#[test]
+fn acquire_waits_and_gets_the_lock_when_the_holder_releases() {
+    let server = server();
+    let c = client(&server);
+    let held = c.lock("handover").try_acquire().unwrap().unwrap();
+    let c2 = c.clone();
+    let waiter = thread::spawn(move || c2.lock("handover").wait(Duration::from_secs(10)).acquire());
+    // The waiter is polling (no notifications yet): let it find the lock busy at least once.
+    let mut conn = raw(&server);
+    await_condition(Duration::from_secs(5), || {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut conn)
+            .unwrap();
+        evalsha_calls(&stats) >= 3
+    });
+    let fence = held.fence();
+    held.release().unwrap();
+    let got = waiter.join().unwrap().unwrap();
+    assert_eq!(got.fence(), fence + 1);
+}
+
+fn evalsha_calls(stats: &str) -> u64 {
+    stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| l.split("calls=").nth(1))
+        .and_then(|s| s.split(',').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn acquire_times_out_at_its_deadline_with_a_typed_error() {
+    let server = server();
+    let c = client(&server);
+    let _held = c.lock("busy").try_acquire().unwrap().unwrap();
+    let start = Instant::now();
+    let err = c
+        .lock("busy")
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .unwrap_err();
+    let took = start.elapsed();
+    match err {
+        Error::Timeout {
+            name,
+            waited,
+            attempts,
+        } => {
+            assert_eq!(name, "busy");
+            assert!(waited >= Duration::from_millis(300));
+            assert!(attempts >= 3, "{attempts}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+}
+
+#[test]
+fn every_operation_survives_script_flush() {
+    let server = server();
+    let c = client(&server);
+    let mut conn = raw(&server);
+    let flush = |conn: &mut redis::Connection| {
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(conn).unwrap();
+    };
+    flush(&mut conn);
+    let mut g = c.lock("flushed").try_acquire().unwrap().unwrap();
+    flush(&mut conn);
+    g.extend().unwrap();
+    flush(&mut conn);
+    assert!(matches!(g.inspect().unwrap(), LeaseState::Held { .. }));
+    flush(&mut conn);
+    g.release().unwrap();
+    flush(&mut conn);
+    let g = c
+        .lock("flushed")
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .unwrap();
+    assert_eq!(g.fence(), 2);
+    flush(&mut conn);
+    drop(g);
+    assert!(
+        c.lock("flushed").try_acquire().unwrap().is_some(),
+        "drop released after a flush"
+    );
+}
+
+#[test]
+fn bad_input_gets_typed_errors_and_writes_nothing() {
+    let server = server();
+    let c = client(&server);
+    let mut conn = raw(&server);
+    assert!(matches!(
+        c.lock("").try_acquire(),
+        Err(Error::InvalidArgument(InvalidArgument::EmptyName))
+    ));
+    assert!(matches!(
+        c.lock("").acquire(),
+        Err(Error::InvalidArgument(InvalidArgument::EmptyName))
+    ));
+    assert!(matches!(
+        c.lock("x").ttl(Duration::ZERO).try_acquire(),
+        Err(Error::InvalidArgument(
+            InvalidArgument::DurationTooShort { .. }
+        ))
+    ));
+    assert!(matches!(
+        c.lock("x").ttl(Duration::from_micros(300)).try_acquire(),
+        Err(Error::InvalidArgument(
+            InvalidArgument::DurationTooShort { .. }
+        ))
+    ));
+    assert!(matches!(
+        c.lock("x").ttl(Duration::from_secs(u64::MAX)).try_acquire(),
+        Err(Error::InvalidArgument(
+            InvalidArgument::DurationTooLong { .. }
+        ))
+    ));
+    assert!(matches!(
+        c.lock(&"n".repeat(5000)).try_acquire(),
+        Err(Error::InvalidArgument(InvalidArgument::NameTooLong { .. }))
+    ));
+    let size: i64 = redis::cmd("DBSIZE").query(&mut conn).unwrap();
+    assert_eq!(size, 0, "nothing written for rejected input");
+
+    // The lock key holds a hash: WRONGTYPE, and neither the hash nor the fence is touched.
+    let _: () = conn.hset("redlease:{typed}:lock", "f", "v").unwrap();
+    let err = c.lock("typed").try_acquire().unwrap_err();
+    assert!(
+        matches!(&err, Error::WrongType { name, .. } if name == "typed"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("redlease:{typed}:lock"), "{err}");
+    let err = c
+        .lock("typed")
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::WrongType { .. }),
+        "waiting does not retry a WRONGTYPE"
+    );
+    let v: String = conn.hget("redlease:{typed}:lock", "f").unwrap();
+    assert_eq!(v, "v");
+    let fence_exists: bool = conn.exists("redlease:{typed}:fence").unwrap();
+    assert!(!fence_exists, "no fence issued");
+
+    // A fence counter that is not an integer: a Redis error, and the lock is not taken.
+    let _: () = conn.set("redlease:{badfence}:fence", "abc").unwrap();
+    let err = c.lock("badfence").try_acquire().unwrap_err();
+    assert!(
+        matches!(&err, Error::Redis { code, .. } if code == "ERR"),
+        "{err:?}"
+    );
+    let lock_exists: bool = conn.exists("redlease:{badfence}:lock").unwrap();
+    assert!(!lock_exists, "nothing half-written");
+
+    // Bad client settings.
+    assert!(matches!(
+        Client::builder("not a url").build(),
+        Err(Error::InvalidArgument(InvalidArgument::Setting(_)))
+    ));
+    assert!(Client::builder(&server.url()).pool_size(0).build().is_err());
+    assert!(
+        Client::builder(&server.url())
+            .key_prefix("")
+            .build()
+            .is_err()
+    );
+    assert!(
+        Client::builder(&server.url())
+            .io_timeout(Duration::ZERO)
+            .build()
+            .is_err()
+    );
+}
+
+#[test]
+fn key_prefix_is_honoured() {
+    let server = server();
+    let c = Client::builder(&server.url())
+        .key_prefix("app")
+        .build()
+        .unwrap();
+    let _g = c.lock("p").try_acquire().unwrap().unwrap();
+    let exists: bool = raw(&server).exists("app:{p}:lock").unwrap();
+    assert!(exists);
+}
+
+#[test]
+fn redis_going_away_gives_errors_within_deadlines_then_recovers() {
+    let mut server = server();
+    let c = client(&server);
+    let guard = c.lock("outage").try_acquire().unwrap().unwrap();
+    server.kill();
+
+    let start = Instant::now();
+    let err = guard.release().unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "release gave up within its op timeout"
+    );
+
+    let start = Instant::now();
+    let err = c.lock("outage").try_acquire().unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+
+    let start = Instant::now();
+    let err = c
+        .lock("outage")
+        .wait(Duration::from_millis(500))
+        .acquire()
+        .unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    // The wait plus at most one connect timeout for the attempt in flight.
+    assert!(
+        start.elapsed() < Duration::from_millis(500 + 300 + 500),
+        "{:?}",
+        start.elapsed()
+    );
+
+    {
+        // A guard dropped while Redis is down: drop returns within the op timeout.
+        server.restart().unwrap();
+        let g = c
+            .lock("drop-down")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .unwrap();
+        server.kill();
+        let start = Instant::now();
+        drop(g);
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    server.restart().unwrap();
+    // The same client works again: the pool replaces broken connections.
+    let g = c
+        .lock("outage")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .unwrap();
+    assert_eq!(
+        g.fence(),
+        1,
+        "a fresh server starts the fence at 1 (persistence is the operator's choice)"
+    );
+    g.release().unwrap();
+    assert!(c.lock("outage").try_acquire().unwrap().is_some());
+}
+
+#[test]
+fn a_frozen_server_times_out_instead_of_hanging() {
+    let server = server();
+    let c = client(&server);
+    let guard = c.lock("frozen").try_acquire().unwrap().unwrap();
+    server.pause().unwrap();
+    let start = Instant::now();
+    let err = c.lock("other").try_acquire().unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    // Two attempts (a lost reply is asked again), each bounded by the io timeout.
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    let start = Instant::now();
+    let err = guard.release().unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+    server.resume().unwrap();
+}

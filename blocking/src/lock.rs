@@ -147,6 +147,11 @@ impl LockGuard {
         self.lease.fence
     }
 
+    /// How many acquisition attempts it took (1 when the lock was free at once).
+    pub fn attempts(&self) -> u32 {
+        self.lease.attempts
+    }
+
     /// Until when the lease is safely ours by the local clock (send time of the last
     /// acquisition or extension + ttl - drift allowance).
     pub fn valid_until(&self) -> Instant {

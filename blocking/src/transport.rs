@@ -9,6 +9,9 @@ use redlease_core::{Batch, ErrorReply, Input, NodeId, Reply, TransportFailure};
 /// The shortest read timeout used for a batch whose deadline is about to pass.
 const MIN_IO_TIMEOUT: Duration = Duration::from_millis(1);
 
+/// How much shorter than the io timeout a batch deadline must be to shorten the socket timeout.
+const SHORTEN_SLACK: Duration = Duration::from_millis(20);
+
 /// A pooled connection, marked broken after any transport error so the pool discards it
 /// (a reply that is still in flight must never be read as the answer to a later command).
 pub(crate) struct Conn {
@@ -110,7 +113,9 @@ impl Transport {
             Ok(conn) => conn,
             Err(e) => return fail_all(TransportFailure::not_sent(format!("no connection: {e}"))),
         };
-        let shortened = remaining < self.io_timeout;
+        // Shorten the read timeout only when the deadline is well inside it (a batch whose
+        // deadline is "now + io timeout" keeps the socket as it is: no extra syscalls).
+        let shortened = remaining + SHORTEN_SLACK < self.io_timeout;
         if shortened && let Err(e) = conn.inner.set_read_timeout(Some(remaining)) {
             conn.broken = true;
             return fail_all(TransportFailure::not_sent(format!("socket: {e}")));

@@ -92,6 +92,9 @@ pub enum LossReason {
     Expired,
     /// Another holder owns the key now.
     Taken,
+    /// The watchdog could not renew the lease (Redis unreachable or refusing) before it
+    /// expired by the local clock; whether Redis still holds it is unknown, so it is not ours.
+    RenewalFailed,
 }
 
 impl std::fmt::Display for LossReason {
@@ -99,6 +102,9 @@ impl std::fmt::Display for LossReason {
         f.write_str(match self {
             LossReason::Expired => "the lease expired (the key was gone)",
             LossReason::Taken => "another holder owns it now",
+            LossReason::RenewalFailed => {
+                "it could not be renewed before it expired (Redis unreachable or refusing)"
+            }
         })
     }
 }

@@ -196,6 +196,7 @@ impl Acquire {
                     fence: fence as u64,
                     ttl: self.ttl,
                     acquired_at: self.sent_at,
+                    attempts: self.attempts,
                     valid_until: valid_until(self.sent_at, self.ttl),
                 };
                 Some(self.finish(Ok(Acquisition::Acquired(lease))))

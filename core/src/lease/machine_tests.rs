@@ -40,6 +40,7 @@ fn lease_at(now: std::time::Instant) -> Lease {
         fence: 3,
         ttl: Duration::from_secs(10),
         acquired_at: now,
+        attempts: 1,
         valid_until: valid_until(now, Duration::from_secs(10)),
     }
 }

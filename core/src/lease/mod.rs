@@ -120,6 +120,8 @@ pub struct Lease {
     pub ttl: Duration,
     /// When the successful acquisition was sent (the lease can only have started later).
     pub acquired_at: Instant,
+    /// How many acquisition attempts it took (1 when the lock was free at once).
+    pub attempts: u32,
     /// Until when the lease is safely ours by the local clock: the send time of the last
     /// acquisition or extension plus the ttl, less a clock-drift allowance (see [`drift`]).
     pub valid_until: Instant,

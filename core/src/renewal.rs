@@ -1,0 +1,490 @@
+//! The watchdog's schedule: which leases to renew when, and when a lease that could not be
+//! renewed must be given up as lost. Pure bookkeeping on caller-supplied time; the driver's
+//! watchdog thread runs the extension machines it hands out and reports their outcomes.
+//!
+//! ```text
+//!  insert ──► Scheduled(at = sent + every) ──due──► extension handed out ──► renewed(Ok) ──► Scheduled
+//!                 ▲                                       │
+//!                 └──── transient failure: retry soon ◄───┤ (Redis unreachable, error reply)
+//!                                                         ├─ NotOwner / WRONGTYPE ──────► Lost
+//!              no successful renewal before valid_until ──┴──────────────────────────► Lost(RenewalFailed)
+//!  max hold reached: the last extension ends the lease at the hold limit; at valid_until ──► Lost(Expired)
+//! ```
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::time::{Duration, Instant};
+
+use crate::backoff::saturating_add;
+use crate::error::{Error, InvalidArgument, LossReason};
+use crate::lease::{Extend, Lease, LeaseOp};
+
+/// Identifies one watched lease.
+pub type WatchId = u64;
+
+/// How one lease is kept alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenewalPolicy {
+    /// Renew this often (default: a third of the ttl).
+    pub every: Duration,
+    /// Stop renewing so that the lease ends this long after it was acquired (`None`: renew
+    /// for as long as it is watched).
+    pub max_hold: Option<Duration>,
+}
+
+impl RenewalPolicy {
+    /// Renew every third of `ttl`, without a hold limit.
+    pub fn for_ttl(ttl: Duration) -> Self {
+        RenewalPolicy {
+            every: ttl / 3,
+            max_hold: None,
+        }
+    }
+
+    /// Checks the policy against the lease's ttl: renewals must come before the lease ends.
+    pub fn validate(&self, ttl: Duration) -> Result<(), Error> {
+        if self.every < Duration::from_millis(1) {
+            return Err(InvalidArgument::DurationTooShort {
+                what: "renewal interval",
+                got: self.every,
+            }
+            .into());
+        }
+        if self.every >= ttl {
+            return Err(InvalidArgument::Setting(format!(
+                "the renewal interval ({:?}) must be shorter than the ttl ({ttl:?})",
+                self.every
+            ))
+            .into());
+        }
+        if let Some(hold) = self.max_hold
+            && hold < Duration::from_millis(1)
+        {
+            return Err(InvalidArgument::DurationTooShort {
+                what: "maximum hold time",
+                got: hold,
+            }
+            .into());
+        }
+        Ok(())
+    }
+}
+
+/// What the schedule concluded about a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewalEvent {
+    /// Renewed: the lease is safely ours until this instant.
+    Renewed {
+        /// The new validity.
+        valid_until: Instant,
+    },
+    /// The lease is lost; the schedule has forgotten it.
+    Lost(LossReason),
+    /// Nothing decided yet (a transient failure; it will be retried).
+    Pending,
+}
+
+#[derive(Debug)]
+struct Entry {
+    lease: Lease,
+    policy: RenewalPolicy,
+    hold_until: Option<Instant>,
+    /// Bumped whenever the entry is rescheduled, so stale heap items are skipped.
+    generation: u64,
+    in_flight: Option<Instant>,
+    /// The hold limit was reached: no more renewals, only the final expiry check.
+    final_stretch: bool,
+}
+
+/// What [`Renewals::due`] hands out.
+#[derive(Debug, Default)]
+pub struct Due {
+    /// Extension machines to run, one per lease.
+    pub renew: Vec<(WatchId, LeaseOp<Extend>)>,
+    /// Leases found lost by the clock (and forgotten).
+    pub lost: Vec<(WatchId, LossReason)>,
+}
+
+/// The deadline-ordered set of watched leases.
+#[derive(Debug, Default)]
+pub struct Renewals {
+    entries: HashMap<WatchId, Entry>,
+    heap: BinaryHeap<Reverse<(Instant, WatchId, u64)>>,
+}
+
+/// The pause before retrying a failed renewal: a tenth of the interval, at least 10 ms.
+fn retry_pause(policy: &RenewalPolicy) -> Duration {
+    (policy.every / 10).max(Duration::from_millis(10))
+}
+
+impl Renewals {
+    /// An empty schedule.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many leases are watched.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no lease is watched.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Starts watching `lease` (acquired at `lease.acquired_at`).
+    pub fn insert(&mut self, id: WatchId, lease: Lease, policy: RenewalPolicy, now: Instant) {
+        let hold_until = policy
+            .max_hold
+            .map(|h| saturating_add(lease.acquired_at, h));
+        let first = saturating_add(now, policy.every).min(lease.valid_until);
+        self.entries.insert(
+            id,
+            Entry {
+                lease,
+                policy,
+                hold_until,
+                generation: 0,
+                in_flight: None,
+                final_stretch: false,
+            },
+        );
+        self.schedule(id, first);
+    }
+
+    /// Stops watching a lease; returns whether it was watched. No extension for it is handed
+    /// out afterwards.
+    pub fn remove(&mut self, id: WatchId) -> bool {
+        self.entries.remove(&id).is_some()
+    }
+
+    fn schedule(&mut self, id: WatchId, at: Instant) {
+        if let Some(e) = self.entries.get_mut(&id) {
+            e.generation += 1;
+            self.heap.push(Reverse((at, id, e.generation)));
+        }
+    }
+
+    /// When the schedule next needs attention.
+    pub fn next_wakeup(&mut self) -> Option<Instant> {
+        while let Some(Reverse((at, id, generation))) = self.heap.peek().copied() {
+            match self.entries.get(&id) {
+                Some(e) if e.generation == generation => return Some(at),
+                // Removed or rescheduled since: drop the stale item.
+                _ => {
+                    self.heap.pop();
+                }
+            }
+        }
+        None
+    }
+
+    /// Takes what is due at `now`: extension machines to run (each answering by `deadline`)
+    /// and leases found lost by the clock.
+    pub fn due(&mut self, now: Instant, deadline: Instant, limit: usize) -> Due {
+        let mut work = Vec::new();
+        let mut lost = Vec::new();
+        while work.len() < limit {
+            let Some(at) = self.next_wakeup() else { break };
+            if at > now {
+                break;
+            }
+            let Some(Reverse((_, id, _))) = self.heap.pop() else {
+                break;
+            };
+            let Some(e) = self.entries.get_mut(&id) else {
+                continue;
+            };
+            if now >= e.lease.valid_until {
+                let reason = if e.final_stretch {
+                    LossReason::Expired
+                } else {
+                    LossReason::RenewalFailed
+                };
+                self.entries.remove(&id);
+                lost.push((id, reason));
+                continue;
+            }
+            if e.final_stretch {
+                let at = e.lease.valid_until;
+                self.schedule(id, at);
+                continue;
+            }
+            let mut ttl = e.lease.ttl;
+            if let Some(hold_until) = e.hold_until {
+                let left = hold_until.saturating_duration_since(now);
+                if left <= ttl {
+                    // The last extension: the lease ends at the hold limit.
+                    ttl = left;
+                    e.final_stretch = true;
+                }
+            }
+            if ttl < Duration::from_millis(1) {
+                let at = e.lease.valid_until;
+                self.schedule(id, at);
+                continue;
+            }
+            match LeaseOp::extend(&e.lease, ttl, deadline) {
+                Ok(op) => {
+                    e.in_flight = Some(now);
+                    work.push((id, op));
+                }
+                // ttl is within 1 ms ..= lease ttl, which was validated at acquisition.
+                Err(_) => {
+                    self.entries.remove(&id);
+                    lost.push((id, LossReason::RenewalFailed));
+                }
+            }
+        }
+        Due { renew: work, lost }
+    }
+
+    /// Takes the outcome of an extension handed out by [`due`](Self::due).
+    pub fn renewed(
+        &mut self,
+        id: WatchId,
+        outcome: Result<Instant, Error>,
+        now: Instant,
+    ) -> RenewalEvent {
+        let Some(e) = self.entries.get_mut(&id) else {
+            return RenewalEvent::Pending;
+        };
+        let sent = e.in_flight.take().unwrap_or(now);
+        match outcome {
+            Ok(valid_until) => {
+                e.lease.valid_until = valid_until;
+                let next = if e.final_stretch {
+                    valid_until
+                } else {
+                    saturating_add(sent, e.policy.every).min(valid_until)
+                };
+                self.schedule(id, next.max(now));
+                RenewalEvent::Renewed { valid_until }
+            }
+            Err(Error::NotOwner { reason, .. }) => {
+                self.entries.remove(&id);
+                RenewalEvent::Lost(reason)
+            }
+            Err(Error::WrongType { .. }) => {
+                self.entries.remove(&id);
+                RenewalEvent::Lost(LossReason::Taken)
+            }
+            Err(_) => {
+                if now >= e.lease.valid_until {
+                    self.entries.remove(&id);
+                    return RenewalEvent::Lost(LossReason::RenewalFailed);
+                }
+                e.final_stretch = false;
+                let at = saturating_add(now, retry_pause(&e.policy)).min(e.lease.valid_until);
+                self.schedule(id, at);
+                RenewalEvent::Pending
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::{Keyspace, LockKeys};
+    use crate::lease::{Token, valid_until};
+    use crate::protocol::{Protocol, Step};
+    use crate::reply::{Input, Reply};
+    use crate::testing::origin;
+
+    const TTL: Duration = Duration::from_millis(300);
+
+    fn lease(now: Instant, name: &str) -> Lease {
+        Lease {
+            keys: LockKeys::new(&Keyspace::default(), name).unwrap(),
+            token: Token::from_random([2; 16]),
+            fence: 1,
+            ttl: TTL,
+            acquired_at: now,
+            attempts: 1,
+            valid_until: valid_until(now, TTL),
+        }
+    }
+
+    /// Runs an extension machine against a scripted reply.
+    fn answer(mut op: LeaseOp<Extend>, reply: Reply, now: Instant) -> Result<Instant, Error> {
+        let Step::Send(batch) = op.poll(now) else {
+            panic!("expected a send")
+        };
+        op.handle(Input::reply(batch.requests[0].id, reply), now);
+        match op.poll(now) {
+            Step::Done(r) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn renews_every_third_of_the_ttl_while_owned() {
+        let t0 = origin();
+        let mut r = Renewals::new();
+        r.insert(1, lease(t0, "a"), RenewalPolicy::for_ttl(TTL), t0);
+        assert_eq!(r.next_wakeup(), Some(t0 + TTL / 3));
+        let Due { renew: work, lost } = r.due(t0 + TTL / 6, t0 + TTL, 10);
+        assert!(work.is_empty() && lost.is_empty(), "nothing due early");
+        let mut now = t0;
+        for _ in 0..15 {
+            now = r.next_wakeup().unwrap();
+            let Due {
+                renew: mut work,
+                lost,
+            } = r.due(now, now + Duration::from_millis(50), 10);
+            assert!(lost.is_empty());
+            assert_eq!(work.len(), 1);
+            let (id, op) = work.pop().unwrap();
+            let outcome = answer(op, Reply::Int(1), now);
+            assert!(
+                matches!(r.renewed(id, outcome, now), RenewalEvent::Renewed { valid_until } if valid_until > now + TTL / 2)
+            );
+        }
+        // Five ttls later it is still watched and owned.
+        assert!(now >= t0 + TTL * 4);
+        assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn a_lease_found_not_ours_is_lost_at_once() {
+        let t0 = origin();
+        let mut r = Renewals::new();
+        r.insert(7, lease(t0, "a"), RenewalPolicy::for_ttl(TTL), t0);
+        let now = r.next_wakeup().unwrap();
+        let mut work = r.due(now, now + TTL, 10).renew;
+        let (id, op) = work.pop().unwrap();
+        let outcome = answer(op, Reply::Int(0), now);
+        assert_eq!(
+            r.renewed(id, outcome, now),
+            RenewalEvent::Lost(LossReason::Expired)
+        );
+        assert!(r.is_empty());
+        assert_eq!(r.next_wakeup(), None);
+    }
+
+    #[test]
+    fn transient_failures_retry_until_the_lease_must_have_expired() {
+        let t0 = origin();
+        let mut r = Renewals::new();
+        let l = lease(t0, "a");
+        let valid = l.valid_until;
+        r.insert(1, l, RenewalPolicy::for_ttl(TTL), t0);
+        let mut tries = 0;
+        loop {
+            let now = r.next_wakeup().expect("still scheduled");
+            assert!(now <= valid, "never scheduled past validity");
+            let Due {
+                renew: mut work,
+                lost,
+            } = r.due(now, now + Duration::from_millis(5), 10);
+            if let Some((_, reason)) = lost.first() {
+                assert_eq!(*reason, LossReason::RenewalFailed);
+                assert_eq!(now, valid);
+                break;
+            }
+            let (id, _) = work.pop().unwrap();
+            tries += 1;
+            let failure = Err(Error::Unavailable {
+                attempts: 1,
+                last: crate::TransportFailure::not_sent("refused"),
+            });
+            assert_eq!(r.renewed(id, failure, now), RenewalEvent::Pending);
+        }
+        // Retries every 10 ms from ttl/3 until validity (~197 ms later): bounded, no spinning.
+        assert!((10..=25).contains(&tries), "{tries}");
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn removed_leases_are_never_handed_out_again() {
+        let t0 = origin();
+        let mut r = Renewals::new();
+        for id in 0..100 {
+            r.insert(
+                id,
+                lease(t0, &format!("l{id}")),
+                RenewalPolicy::for_ttl(TTL),
+                t0,
+            );
+        }
+        for id in (0..100).step_by(2) {
+            assert!(r.remove(id));
+        }
+        assert!(!r.remove(0));
+        let Due { renew: work, lost } = r.due(t0 + TTL, t0 + TTL * 2, 1000);
+        assert!(lost.is_empty() || lost.iter().all(|(id, _)| id % 2 == 1));
+        let ids: Vec<_> = work
+            .iter()
+            .map(|(id, _)| *id)
+            .chain(lost.iter().map(|(id, _)| *id))
+            .collect();
+        assert_eq!(ids.len(), 50);
+        assert!(ids.iter().all(|id| id % 2 == 1));
+        // A batch limit leaves the rest for the next call.
+        let mut r2 = Renewals::new();
+        for id in 0..10 {
+            r2.insert(id, lease(t0, "x"), RenewalPolicy::for_ttl(TTL), t0);
+        }
+        assert_eq!(r2.due(t0 + TTL / 3, t0 + TTL, 4).renew.len(), 4);
+        assert_eq!(r2.due(t0 + TTL / 3, t0 + TTL, 40).renew.len(), 6);
+    }
+
+    #[test]
+    fn max_hold_ends_the_lease_at_the_limit() {
+        let t0 = origin();
+        let mut r = Renewals::new();
+        let policy = RenewalPolicy {
+            every: TTL / 3,
+            max_hold: Some(Duration::from_millis(450)),
+        };
+        r.insert(1, lease(t0, "a"), policy, t0);
+        let mut last_ttl_arg = String::new();
+        loop {
+            let now = r.next_wakeup().unwrap();
+            let Due {
+                renew: mut work,
+                lost,
+            } = r.due(now, now + TTL, 10);
+            if let Some((_, reason)) = lost.first() {
+                assert_eq!(*reason, LossReason::Expired);
+                assert!(now <= t0 + Duration::from_millis(450));
+                break;
+            }
+            let (id, mut op) = work.pop().unwrap();
+            let Step::Send(b) = op.poll(now) else {
+                panic!()
+            };
+            last_ttl_arg = String::from_utf8(b.requests[0].command.args()[5].clone()).unwrap();
+            op.handle(Input::reply(b.requests[0].id, Reply::Int(1)), now);
+            let Step::Done(outcome) = op.poll(now) else {
+                panic!()
+            };
+            r.renewed(id, outcome, now);
+        }
+        // The last extension asked only for what was left of the hold time.
+        let last: u64 = last_ttl_arg.parse().unwrap();
+        assert_eq!(last, 250, "renewed at 200 ms with 250 ms of hold time left");
+    }
+
+    #[test]
+    fn policies_are_checked() {
+        assert!(RenewalPolicy::for_ttl(TTL).validate(TTL).is_ok());
+        let p = RenewalPolicy {
+            every: TTL,
+            max_hold: None,
+        };
+        assert!(p.validate(TTL).is_err());
+        let p = RenewalPolicy {
+            every: Duration::ZERO,
+            max_hold: None,
+        };
+        assert!(p.validate(TTL).is_err());
+        let p = RenewalPolicy {
+            every: TTL / 3,
+            max_hold: Some(Duration::ZERO),
+        };
+        assert!(p.validate(TTL).is_err());
+    }
+}

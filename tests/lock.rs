@@ -92,6 +92,7 @@ fn an_expired_holder_loses_to_the_next_and_cannot_release_its_lock() {
     let old = a
         .lock("report")
         .ttl(Duration::from_millis(150))
+        .watchdog(false)
         .try_acquire()
         .unwrap()
         .expect("free lock");
@@ -139,6 +140,7 @@ fn release_after_expiry_with_no_new_holder_says_expired() {
     let guard = c
         .lock("lapsed")
         .ttl(Duration::from_millis(50))
+        .watchdog(false)
         .try_acquire()
         .unwrap()
         .unwrap();

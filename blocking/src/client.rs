@@ -1,13 +1,15 @@
 //! The client: a connection pool, settings, and the one loop that runs any core machine.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
-use redlease_core::{Error, InvalidArgument, Protocol, Step, Wait};
+use redlease_core::{Error, InvalidArgument, Protocol, Step};
 
+use crate::listener::{Endpoint, Listener, Waiter};
 use crate::lock::LockBuilder;
 use crate::transport::Transport;
+use crate::watchdog::Watchdog;
 
 /// A handle to one Redis deployment: a pool of connections and the settings every
 /// primitive made from it shares. Cheap to clone (clones share the pool).
@@ -26,10 +28,16 @@ pub struct Client {
 }
 
 pub(crate) struct Inner {
-    transport: Transport,
+    transport: Arc<Transport>,
     keyspace: Keyspace,
     op_timeout: Duration,
     io_timeout: Duration,
+    /// Where the pub/sub listener connects (`None`: not a plain TCP URL).
+    endpoint: Option<Endpoint>,
+    /// Started on the first wait that names a channel.
+    listener: OnceLock<Option<Listener>>,
+    /// Started on the first watched lease.
+    watchdog: OnceLock<Option<Watchdog>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -106,14 +114,28 @@ impl ClientBuilder {
         }
         let redis = redis::Client::open(self.url.as_str())
             .map_err(|e| InvalidArgument::Setting(format!("bad Redis URL {:?}: {e}", self.url)))?;
+        let info = redis.get_connection_info();
+        let endpoint = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => Some(Endpoint {
+                host: host.clone(),
+                port: *port,
+                username: info.redis_settings().username().map(str::to_owned),
+                password: info.redis_settings().password().map(str::to_owned),
+                connect_timeout: self.connect_timeout,
+            }),
+            _ => None,
+        };
         let transport =
             Transport::new(redis, self.pool_size, self.connect_timeout, self.io_timeout);
         Ok(Client {
             inner: Arc::new(Inner {
-                transport,
+                transport: Arc::new(transport),
                 keyspace,
                 op_timeout: self.op_timeout,
                 io_timeout: self.io_timeout,
+                endpoint,
+                listener: OnceLock::new(),
+                watchdog: OnceLock::new(),
             }),
         })
     }
@@ -154,21 +176,69 @@ impl Client {
         self.inner.io_timeout
     }
 
+    /// The watchdog thread, started on first use (`None` if it could not be spawned).
+    pub(crate) fn watchdog(&self) -> Option<&Watchdog> {
+        self.inner
+            .watchdog
+            .get_or_init(|| {
+                Watchdog::start(self.inner.transport.clone(), self.inner.io_timeout).ok()
+            })
+            .as_ref()
+    }
+
+    fn listener(&self) -> Option<&Listener> {
+        self.inner
+            .listener
+            .get_or_init(|| {
+                self.inner
+                    .endpoint
+                    .clone()
+                    .map(|e| Listener::start(Some(e)))
+            })
+            .as_ref()
+    }
+
     /// Runs a core machine to completion over the pool: the whole driver. Nothing here
     /// knows which protocol it runs.
     ///
     /// Each batch goes out on one pooled connection (pipelined) and every outcome is fed
     /// back; the connection returns to the pool before any wait, so a waiting acquisition
-    /// holds no connection.
+    /// holds no connection. A wait that names a channel is ended early by a message on it
+    /// (through the client's pub/sub listener); otherwise, or while the listener is
+    /// disconnected, it lasts until the machine's deadline.
     pub fn run<P: Protocol>(&self, mut machine: P) -> Result<P::Output, Error> {
+        let mut waiter: Option<Waiter> = None;
+        let mut sent_epoch: Option<u64> = None;
         loop {
             match machine.poll(Instant::now()) {
                 Step::Send(batch) => {
+                    sent_epoch = self
+                        .inner
+                        .listener
+                        .get()
+                        .and_then(|l| l.as_ref())
+                        .map(Listener::epoch);
                     for input in self.inner.transport.execute(&batch) {
                         machine.handle(input, Instant::now());
                     }
                 }
-                Step::Wait(wait) => self.wait(&wait),
+                Step::Wait(wait) => {
+                    let listener = wait
+                        .wake_on
+                        .as_deref()
+                        .and_then(|ch| Some((ch, self.listener()?)));
+                    match listener {
+                        Some((channel, listener)) => {
+                            if waiter.as_ref().is_none_or(|w| w.channel() != channel) {
+                                waiter = Some(listener.register(channel, sent_epoch));
+                            }
+                            if let Some(w) = &waiter {
+                                w.wait_until(wait.until);
+                            }
+                        }
+                        None => sleep_until(wait.until),
+                    }
+                }
                 Step::Awaiting => {
                     return Err(Error::Driver("every reply of the batch was delivered"));
                 }
@@ -176,12 +246,12 @@ impl Client {
             }
         }
     }
+}
 
-    fn wait(&self, wait: &Wait) {
-        let left = wait.until.saturating_duration_since(Instant::now());
-        if !left.is_zero() {
-            std::thread::sleep(left);
-        }
+fn sleep_until(until: Instant) {
+    let left = until.saturating_duration_since(Instant::now());
+    if !left.is_zero() {
+        std::thread::sleep(left);
     }
 }
 

@@ -43,8 +43,11 @@
 )]
 
 mod client;
+mod listener;
 mod lock;
+mod resp;
 mod transport;
+mod watchdog;
 
 pub use client::{Client, ClientBuilder};
 pub use lock::{LockBuilder, LockGuard};

@@ -1,14 +1,18 @@
-//! The lease lock: builder, guard, closure form.
+//! The lease lock: builder, guard, closure form, run-once.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::Receiver;
 use redlease_core::keys::LockKeys;
 use redlease_core::lease::{
     Acquire, AcquireOptions, Acquisition, Lease, LeaseOp, LeaseState, Token,
 };
-use redlease_core::{Error, backoff::saturating_add};
+use redlease_core::renewal::{RenewalPolicy, WatchId};
+use redlease_core::{Error, InvalidArgument, LossReason, backoff::saturating_add};
 
 use crate::client::{Client, random_bytes};
+use crate::watchdog::LeaseCell;
 
 /// Settings of one lock acquisition; made by [`Client::lock`].
 #[derive(Debug, Clone)]
@@ -20,6 +24,9 @@ pub struct LockBuilder<'c> {
     wait: Duration,
     retry_initial: Duration,
     retry_max: Duration,
+    watchdog: bool,
+    renew_every: Option<Duration>,
+    max_hold: Option<Duration>,
 }
 
 impl<'c> LockBuilder<'c> {
@@ -32,11 +39,15 @@ impl<'c> LockBuilder<'c> {
             wait: Duration::from_secs(10),
             retry_initial: defaults.retry_initial,
             retry_max: defaults.retry_max,
+            watchdog: true,
+            renew_every: None,
+            max_hold: None,
         }
     }
 
     /// The lease length: Redis frees the lock this long after the last acquisition or
-    /// extension if the holder does nothing. At least 1 ms. Defaults to 30 s.
+    /// renewal if the holder stops renewing (it died, or the watchdog is off). At least 1 ms.
+    /// Defaults to 30 s.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
@@ -50,17 +61,39 @@ impl<'c> LockBuilder<'c> {
     }
 
     /// The retry pauses while waiting: the first, doubling with jitter up to the longest
-    /// (and never beyond the holder's remaining lease). Default 5 ms to 200 ms.
+    /// (and never beyond the holder's remaining lease). A release notification ends a pause
+    /// early, so these matter only when notifications are unavailable. Default 5 ms to 200 ms.
     pub fn retry(mut self, initial: Duration, max: Duration) -> Self {
         self.retry_initial = initial;
         self.retry_max = max;
         self
     }
 
+    /// Whether the client's watchdog renews the lease while the guard lives. Defaults to on.
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = on;
+        self
+    }
+
+    /// How often the watchdog renews the lease; must be shorter than the ttl. Defaults to a
+    /// third of the ttl.
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = Some(every);
+        self
+    }
+
+    /// The longest the lock is held: the watchdog stops renewing so that the lease ends this
+    /// long after acquisition, and the guard then reports it lost. Defaults to no limit.
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.max_hold = Some(max);
+        self
+    }
+
     /// Tries once: `Ok(None)` when another holder has the lock.
     pub fn try_acquire(&self) -> Result<Option<LockGuard>, Error> {
+        let policy = self.policy()?;
         match self.run(None)? {
-            Acquisition::Acquired(lease) => Ok(Some(self.guard(lease))),
+            Acquisition::Acquired(lease) => Ok(Some(self.guard(lease, policy))),
             Acquisition::Busy { .. } => Ok(None),
         }
     }
@@ -68,8 +101,9 @@ impl<'c> LockBuilder<'c> {
     /// Waits for the lock until the [`wait`](Self::wait) time has passed
     /// ([`Error::Timeout`] then). Returns within the wait time plus one reply timeout.
     pub fn acquire(&self) -> Result<LockGuard, Error> {
+        let policy = self.policy()?;
         match self.run(Some(self.wait))? {
-            Acquisition::Acquired(lease) => Ok(self.guard(lease)),
+            Acquisition::Acquired(lease) => Ok(self.guard(lease, policy)),
             // A waiting acquisition ends in Timeout rather than Busy; keep the promise anyway.
             Acquisition::Busy { .. } => Err(Error::Timeout {
                 name: self.name.clone(),
@@ -81,13 +115,34 @@ impl<'c> LockBuilder<'c> {
 
     /// Acquires (waiting as [`acquire`](Self::acquire) does), runs `f`, releases.
     ///
-    /// If the release finds the lease gone ([`Error::NotOwner`]), that error is returned
-    /// instead of `f`'s result: the critical section may not have been exclusive.
+    /// If the lease was lost meanwhile ([`Error::NotOwner`]), that error is returned instead
+    /// of `f`'s result: the critical section may not have been exclusive.
     pub fn with_lock<R>(&self, f: impl FnOnce(&LockGuard) -> R) -> Result<R, Error> {
         let guard = self.acquire()?;
         let out = f(&guard);
         guard.release()?;
         Ok(out)
+    }
+
+    fn policy(&self) -> Result<Option<RenewalPolicy>, Error> {
+        if !self.watchdog {
+            if self.max_hold.is_some() || self.renew_every.is_some() {
+                return Err(InvalidArgument::Setting(
+                    "renew_every and max_hold need the watchdog".into(),
+                )
+                .into());
+            }
+            return Ok(None);
+        }
+        let mut policy = RenewalPolicy::for_ttl(self.ttl);
+        if let Some(every) = self.renew_every {
+            policy.every = every;
+        }
+        policy.max_hold = self.max_hold;
+        if self.ttl >= Duration::from_millis(1) {
+            policy.validate(self.ttl)?;
+        }
+        Ok(Some(policy))
     }
 
     fn run(&self, wait: Option<Duration>) -> Result<Acquisition, Error> {
@@ -114,26 +169,45 @@ impl<'c> LockBuilder<'c> {
         self.client.run(machine)
     }
 
-    fn guard(&self, lease: Lease) -> LockGuard {
-        LockGuard {
-            client: self.client.clone(),
-            lease,
-            done: false,
-        }
+    fn guard(&self, lease: Lease, policy: Option<RenewalPolicy>) -> LockGuard {
+        LockGuard::new(self.client.clone(), lease, policy)
     }
 }
 
 /// A held lease lock. Dropping it releases the lock (blocking at most the client's op
 /// timeout); [`release`](Self::release) does the same and says whether we still owned it.
+///
+/// While the guard lives, the client's watchdog renews the lease (unless turned off); if the
+/// lease is lost anyway (deleted or taken behind our back, or Redis unreachable until it must
+/// have expired), [`is_lost`](Self::is_lost) turns true and [`lost`](Self::lost) fires.
 #[must_use = "if unused the lock is released at once"]
 #[derive(Debug)]
 pub struct LockGuard {
     client: Client,
     lease: Lease,
+    cell: Arc<LeaseCell>,
+    lost_rx: Receiver<LossReason>,
+    watch: Option<WatchId>,
     done: bool,
 }
 
 impl LockGuard {
+    fn new(client: Client, lease: Lease, policy: Option<RenewalPolicy>) -> Self {
+        let (cell, lost_rx) = LeaseCell::new(lease.valid_until);
+        let watch = policy.and_then(|policy| {
+            let watchdog = client.watchdog()?;
+            Some(watchdog.watch(lease.clone(), policy, cell.clone()))
+        });
+        LockGuard {
+            client,
+            lease,
+            cell,
+            lost_rx,
+            watch,
+            done: false,
+        }
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.lease.keys.name
@@ -153,14 +227,35 @@ impl LockGuard {
     }
 
     /// Until when the lease is safely ours by the local clock (send time of the last
-    /// acquisition or extension + ttl - drift allowance).
+    /// acquisition, renewal or extension + ttl - drift allowance).
     pub fn valid_until(&self) -> Instant {
-        self.lease.valid_until
+        self.cell.valid_until()
     }
 
     /// Time left before [`valid_until`](Self::valid_until).
     pub fn remaining(&self) -> Duration {
-        self.lease.remaining(Instant::now())
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the lease is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.cell.lost().is_some()
+    }
+
+    /// Why the lease was lost, if it was.
+    pub fn lost_reason(&self) -> Option<LossReason> {
+        self.cell.lost()
+    }
+
+    /// A receiver that yields the loss reason once the lease is lost: block on it, or
+    /// `select!` over it next to your work (`crossbeam_channel`).
+    pub fn lost(&self) -> &Receiver<LossReason> {
+        &self.lost_rx
+    }
+
+    /// Whether the watchdog renews this lease.
+    pub fn is_watched(&self) -> bool {
+        self.watch.is_some()
     }
 
     /// The lease as the core sees it (for use with your own machines).
@@ -168,18 +263,50 @@ impl LockGuard {
         &self.lease
     }
 
+    fn not_owner(&self, reason: LossReason) -> Error {
+        Error::NotOwner {
+            name: self.lease.keys.name.clone(),
+            reason,
+        }
+    }
+
     /// Extends the lease to its ttl from now. [`Error::NotOwner`] when it was already lost.
     pub fn extend(&mut self) -> Result<(), Error> {
         self.extend_to(self.lease.ttl)
     }
 
-    /// Extends the lease to `ttl` from now (later extensions use this ttl too).
+    /// Extends the lease to `ttl` from now (the watchdog renews with this ttl from now on).
     pub fn extend_to(&mut self, ttl: Duration) -> Result<(), Error> {
         let machine = LeaseOp::extend(&self.lease, ttl, self.deadline())?;
-        let valid_until = self.client.run(machine)?;
-        self.lease.ttl = ttl;
-        self.lease.valid_until = valid_until;
-        Ok(())
+        if let Some(reason) = self.cell.lost() {
+            return Err(self.not_owner(reason));
+        }
+        match self.client.run(machine) {
+            Ok(valid_until) => {
+                self.cell.set_valid_until(valid_until);
+                self.lease.valid_until = valid_until;
+                if ttl != self.lease.ttl {
+                    self.lease.ttl = ttl;
+                    self.rewatch();
+                }
+                Ok(())
+            }
+            Err(e) => {
+                if let Error::NotOwner { reason, .. } = &e {
+                    self.cell.mark_lost(*reason);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn rewatch(&mut self) {
+        let (Some(id), Some(watchdog)) = (self.watch, self.client.watchdog()) else {
+            return;
+        };
+        watchdog.unwatch(id, self.client.op_timeout());
+        let policy = RenewalPolicy::for_ttl(self.lease.ttl);
+        self.watch = Some(watchdog.watch(self.lease.clone(), policy, self.cell.clone()));
     }
 
     /// Asks Redis whether the lease is still ours and how long it has left.
@@ -189,12 +316,31 @@ impl LockGuard {
     }
 
     /// Releases the lock. `Ok(())` when it was still ours; [`Error::NotOwner`] when it had
-    /// expired or another holder had it (nothing is deleted then); [`Error::Unavailable`]
-    /// when Redis could not be reached (the lease then ends at its expiry).
+    /// expired or another holder had it (nothing is deleted then, and nothing is sent when
+    /// the lease was already known lost); [`Error::Unavailable`] when Redis could not be
+    /// reached (the lease then ends at its expiry).
     pub fn release(mut self) -> Result<(), Error> {
         self.done = true;
+        self.stop_watching();
+        if let Some(reason) = self.cell.lost() {
+            return Err(self.not_owner(reason));
+        }
         self.client
             .run(LeaseOp::release(&self.lease, self.deadline()))
+    }
+
+    /// Ends the guard without releasing: the key stays until its expiry.
+    fn disarm(mut self) {
+        self.done = true;
+        self.stop_watching();
+    }
+
+    /// Stops renewals; once this returns, no renewal for this lease is in flight or will be
+    /// sent.
+    fn stop_watching(&mut self) {
+        if let (Some(id), Some(watchdog)) = (self.watch.take(), self.client.watchdog()) {
+            watchdog.unwatch(id, self.client.op_timeout());
+        }
     }
 
     fn deadline(&self) -> Instant {
@@ -202,9 +348,59 @@ impl LockGuard {
     }
 }
 
+impl Client {
+    /// Runs `job` on at most one of the hosts that trigger it at about the same time (a cron
+    /// job scheduled on a whole fleet). Returns `Ok(Some(result))` on the host that ran it,
+    /// `Ok(None)` on the others.
+    ///
+    /// The lock `name` is held from the start for at least `at_least_for` (so hosts whose
+    /// clocks or schedulers lag by less than that do not run the job again) and at most
+    /// `at_most_for` (so a runner that crashed does not block the next period). After a short
+    /// job the key is left to expire at `start + at_least_for`; after a longer one it is
+    /// deleted. A job that outlives `at_most_for` may have overlapped another run: that is
+    /// reported as [`Error::NotOwner`] (the result is dropped).
+    pub fn run_once<R>(
+        &self,
+        name: &str,
+        at_most_for: Duration,
+        at_least_for: Duration,
+        job: impl FnOnce() -> R,
+    ) -> Result<Option<R>, Error> {
+        if at_least_for > at_most_for {
+            return Err(InvalidArgument::Setting(format!(
+                "at_least_for ({at_least_for:?}) must not exceed at_most_for ({at_most_for:?})"
+            ))
+            .into());
+        }
+        let Some(mut guard) = self
+            .lock(name)
+            .ttl(at_most_for)
+            .watchdog(false)
+            .try_acquire()?
+        else {
+            return Ok(None);
+        };
+        let started = guard.lease.acquired_at;
+        let out = job();
+        let keep = at_least_for.saturating_sub(started.elapsed());
+        if keep >= Duration::from_millis(1) {
+            guard.extend_to(keep)?;
+            guard.disarm();
+        } else {
+            guard.release()?;
+        }
+        Ok(Some(out))
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if !self.done {
+        if self.done {
+            return;
+        }
+        self.stop_watching();
+        // A lost lease is not ours: leave the key alone.
+        if self.cell.lost().is_none() {
             // Errors cannot be reported from drop; the lease ends at its expiry at worst.
             let _ = self
                 .client

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, Value};
-use redlease_core::{Batch, ErrorReply, Input, NodeId, Reply, TransportFailure};
+use redlease_core::{Batch, ErrorReply, Input, NodeId, Protocol, Reply, Step, TransportFailure};
 
 /// The shortest read timeout used for a batch whose deadline is about to pass.
 const MIN_IO_TIMEOUT: Duration = Duration::from_millis(1);
@@ -163,6 +163,46 @@ impl Transport {
             }
         }
     }
+}
+
+/// Advances several machines side by side until each is done or asks to wait: in every
+/// round their sends go out together in one pipelined batch. Returns each machine's last step.
+pub(crate) fn run_together<P: Protocol>(
+    transport: &Transport,
+    machines: &mut [P],
+) -> Vec<Step<P::Output>> {
+    let mut last: Vec<Option<Step<P::Output>>> = machines.iter().map(|_| None).collect();
+    loop {
+        let now = Instant::now();
+        let mut requests = Vec::new();
+        let mut owners = Vec::new();
+        let mut deadline: Option<Instant> = None;
+        for (i, machine) in machines.iter_mut().enumerate() {
+            if last[i].is_some() {
+                continue;
+            }
+            match machine.poll(now) {
+                Step::Send(batch) => {
+                    deadline = Some(deadline.map_or(batch.deadline, |d| d.min(batch.deadline)));
+                    for r in batch.requests {
+                        owners.push(i);
+                        requests.push(r);
+                    }
+                }
+                other => last[i] = Some(other),
+            }
+        }
+        let Some(deadline) = deadline else { break };
+        let inputs = transport.execute(&Batch { requests, deadline });
+        for (i, input) in owners.into_iter().zip(inputs) {
+            if let Some(machine) = machines.get_mut(i) {
+                machine.handle(input, Instant::now());
+            }
+        }
+    }
+    last.into_iter()
+        .map(|s| s.unwrap_or(Step::Awaiting))
+        .collect()
 }
 
 /// Maps a `redis` value onto the core's RESP mirror.

@@ -1,0 +1,445 @@
+//! One pub/sub listener thread per client: one subscriber connection, release notifications
+//! routed to the threads waiting for them.
+//!
+//! Waiting never depends on a message arriving: a waiter always has its own deadline (the
+//! retry time its machine asked for), and while the connection is down waiters simply wait
+//! out that deadline (backoff polling) until the listener is back.
+//!
+//! - **Wake one.** A message on a channel wakes the longest-waiting local waiter that is not
+//!   already woken, so a release wakes one thread per client, not a herd. A waiter that
+//!   leaves with an unconsumed wake passes it on.
+//! - **No gap.** Every subscription confirmation and message bumps an epoch. The driver notes
+//!   the epoch when it sends an attempt; a waiter registering afterwards is woken at once if
+//!   its channel was not confirmed before that attempt or had a message since (a release it
+//!   could have missed), and only then sleeps.
+//! - Subscriptions linger after their last waiter leaves (repeated contention on one lock does
+//!   not churn SUBSCRIBE/UNSUBSCRIBE) and are dropped after [`LINGER`] idle.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, bounded};
+use redlease_core::Reply;
+
+use crate::resp;
+
+/// How long a subscription without waiters is kept.
+pub(crate) const LINGER: Duration = Duration::from_secs(10);
+/// The read timeout of the subscriber connection: housekeeping runs at least this often.
+const TICK: Duration = Duration::from_millis(500);
+/// A silent connection is PINGed after this long, and dropped if the PING goes unanswered.
+const KEEPALIVE: Duration = Duration::from_secs(5);
+
+/// Why a waiter woke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// A release message (or a missed one: retry now).
+    Message,
+    /// The subscription is confirmed; from now on no message is missed.
+    Subscribed,
+}
+
+struct Slot {
+    id: u64,
+    tx: Sender<Wake>,
+}
+
+#[derive(Default)]
+struct Channel {
+    waiters: VecDeque<Slot>,
+    /// SUBSCRIBE was sent on the current connection.
+    requested: bool,
+    /// Epoch of the confirmation on the current connection (`None`: not subscribed).
+    confirmed: Option<u64>,
+    /// Epoch of the last message.
+    last_message: u64,
+    idle_since: Option<Instant>,
+}
+
+#[derive(Default)]
+struct State {
+    channels: HashMap<String, Channel>,
+    next_waiter: u64,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// The write half of the current connection (`None` while disconnected).
+    writer: Mutex<Option<TcpStream>>,
+    epoch: AtomicU64,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A poisoned lock only means a waiter thread panicked while holding it; the map is
+        // still consistent (every update is a single step), so keep going.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn writer(&self) -> MutexGuard<'_, Option<TcpStream>> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn bump(&self) -> u64 {
+        self.epoch.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    fn send(&self, args: &[&[u8]]) {
+        let mut writer = self.writer();
+        if let Some(stream) = writer.as_mut()
+            && stream.write_all(&resp::encode(args)).is_err()
+        {
+            // The reader notices the broken connection and reconnects.
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// Where the listener connects.
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+    pub(crate) connect_timeout: Duration,
+}
+
+/// The listener thread's handle; dropping it stops and joins the thread.
+pub(crate) struct Listener {
+    shared: Arc<Shared>,
+    stop: Option<Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Listener {
+    /// Starts the listener thread (`None` endpoint: notifications unsupported, e.g. a Unix
+    /// socket or TLS URL; waiters then wait out their retry deadlines).
+    pub(crate) fn start(endpoint: Option<Endpoint>) -> Listener {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            writer: Mutex::new(None),
+            epoch: AtomicU64::new(0),
+        });
+        let (stop_tx, stop_rx) = bounded::<()>(0);
+        let thread = endpoint.and_then(|endpoint| {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("redlease-listener".into())
+                .spawn(move || run(&shared, &endpoint, &stop_rx))
+                .ok()
+        });
+        Listener {
+            shared,
+            stop: Some(stop_tx),
+            thread,
+        }
+    }
+
+    /// The current epoch (note it when sending an attempt).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.shared.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Registers a waiter on `channel`; `sent_epoch` is the epoch noted when the attempt
+    /// that found the lock busy was sent.
+    pub(crate) fn register(&self, channel: &str, sent_epoch: Option<u64>) -> Waiter {
+        let (tx, rx) = bounded(1);
+        let mut state = self.shared.state();
+        state.next_waiter += 1;
+        let id = state.next_waiter;
+        let entry = state.channels.entry(channel.to_owned()).or_default();
+        entry.idle_since = None;
+        match (entry.confirmed, sent_epoch) {
+            // Subscribed before the attempt, and no message since: nothing was missed.
+            (Some(c), Some(s)) if c <= s && entry.last_message <= s => {}
+            // Subscribed, but the attempt may have raced a release: retry once now.
+            (Some(_), _) => {
+                let _ = tx.try_send(Wake::Message);
+            }
+            // Not subscribed yet: the confirmation wakes this waiter.
+            (None, _) => {}
+        }
+        entry.waiters.push_back(Slot { id, tx });
+        let subscribe = !entry.requested;
+        entry.requested = true;
+        drop(state);
+        if subscribe {
+            self.shared.send(&[b"SUBSCRIBE", channel.as_bytes()]);
+        }
+        Waiter {
+            shared: self.shared.clone(),
+            channel: channel.to_owned(),
+            id,
+            rx,
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(stream) = self.shared.writer().as_ref() {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A thread waiting for a release message on one channel.
+pub(crate) struct Waiter {
+    shared: Arc<Shared>,
+    channel: String,
+    id: u64,
+    rx: Receiver<Wake>,
+}
+
+impl Waiter {
+    pub(crate) fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// Blocks until woken or until `until`; returns why it woke (`None`: the deadline).
+    pub(crate) fn wait_until(&self, until: Instant) -> Option<Wake> {
+        self.rx.recv_deadline(until).ok()
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let unconsumed = matches!(self.rx.try_recv(), Ok(Wake::Message));
+        let mut state = self.shared.state();
+        if let Some(entry) = state.channels.get_mut(&self.channel) {
+            entry.waiters.retain(|s| s.id != self.id);
+            if unconsumed {
+                wake_one(entry);
+            }
+            if entry.waiters.is_empty() {
+                entry.idle_since = Some(Instant::now());
+            }
+        }
+    }
+}
+
+/// Wakes the longest-waiting waiter that is not already woken.
+fn wake_one(entry: &Channel) {
+    for slot in &entry.waiters {
+        if slot.tx.try_send(Wake::Message).is_ok() {
+            return;
+        }
+    }
+}
+
+/// The listener thread: connect, subscribe, read, route; reconnect with backoff.
+fn run(shared: &Shared, endpoint: &Endpoint, stop: &Receiver<()>) {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match connect(endpoint) {
+            Ok(stream) => {
+                pause = Duration::from_millis(50);
+                serve(shared, stream, stop);
+                disconnect(shared);
+            }
+            Err(_) => {
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+        }
+        // Wait before reconnecting; a closed stop channel ends the thread at once.
+        match stop.recv_timeout(pause) {
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+    }
+}
+
+fn connect(endpoint: &Endpoint) -> std::io::Result<TcpStream> {
+    let mut last = std::io::Error::new(ErrorKind::NotFound, "no address");
+    for addr in (endpoint.host.as_str(), endpoint.port).to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, endpoint.connect_timeout) {
+            Ok(mut stream) => {
+                stream.set_nodelay(true)?;
+                stream.set_read_timeout(Some(endpoint.connect_timeout))?;
+                if let Some(password) = &endpoint.password {
+                    let mut args: Vec<&[u8]> = vec![b"AUTH"];
+                    if let Some(user) = &endpoint.username {
+                        args.push(user.as_bytes());
+                    }
+                    args.push(password.as_bytes());
+                    stream.write_all(&resp::encode(&args))?;
+                    let mut buf = Vec::new();
+                    match read_frame(&mut stream, &mut buf)? {
+                        Reply::Status(_) => {}
+                        other => {
+                            return Err(std::io::Error::other(format!("AUTH refused: {other:?}")));
+                        }
+                    }
+                }
+                stream.set_read_timeout(Some(TICK))?;
+                return Ok(stream);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+fn read_frame(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Reply> {
+    let mut chunk = [0u8; 512];
+    loop {
+        if let Some((frame, used)) = resp::parse(buf).map_err(|e| std::io::Error::other(e.0))? {
+            buf.drain(..used);
+            return Ok(frame);
+        }
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            return Err(ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Serves one connection until it breaks or the client is dropped.
+fn serve(shared: &Shared, stream: TcpStream, stop: &Receiver<()>) {
+    let Ok(writer) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = stream;
+    // Publish the writer and subscribe to every channel someone waits on (or lingers).
+    {
+        let mut state = shared.state();
+        let channels: Vec<String> = state.channels.keys().cloned().collect();
+        for entry in state.channels.values_mut() {
+            entry.requested = true;
+            entry.confirmed = None;
+        }
+        *shared.writer() = Some(writer);
+        drop(state);
+        if !channels.is_empty() {
+            let mut args: Vec<&[u8]> = vec![b"SUBSCRIBE"];
+            args.extend(channels.iter().map(|c| c.as_bytes()));
+            shared.send(&args);
+        }
+    }
+    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    let mut chunk = vec![0u8; 16 * 1024];
+    let mut last_heard = Instant::now();
+    let mut ping_sent: Option<Instant> = None;
+    loop {
+        if matches!(
+            stop.try_recv(),
+            Err(crossbeam_channel::TryRecvError::Disconnected)
+        ) {
+            return;
+        }
+        match reader.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(n) => {
+                last_heard = Instant::now();
+                ping_sent = None;
+                buf.extend_from_slice(&chunk[..n]);
+                loop {
+                    match resp::parse(&buf) {
+                        Ok(Some((frame, used))) => {
+                            buf.drain(..used);
+                            route(shared, frame);
+                        }
+                        Ok(None) => break,
+                        Err(_) => return,
+                    }
+                }
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        }
+        // Housekeeping, at least every TICK.
+        let now = Instant::now();
+        if let Some(sent) = ping_sent {
+            if now.duration_since(sent) > KEEPALIVE {
+                return; // half-open connection: reconnect
+            }
+        } else if now.duration_since(last_heard) > KEEPALIVE {
+            shared.send(&[b"PING"]);
+            ping_sent = Some(now);
+        }
+        unsubscribe_idle(shared, now);
+    }
+}
+
+fn unsubscribe_idle(shared: &Shared, now: Instant) {
+    let mut state = shared.state();
+    let idle: Vec<String> = state
+        .channels
+        .iter()
+        .filter(|(_, c)| {
+            c.waiters.is_empty() && c.idle_since.is_some_and(|t| now.duration_since(t) > LINGER)
+        })
+        .map(|(name, _)| name.clone())
+        .collect();
+    for name in &idle {
+        state.channels.remove(name);
+    }
+    if !idle.is_empty() {
+        // Sent while the state is locked, so a waiter re-registering one of these channels
+        // sends its SUBSCRIBE after this UNSUBSCRIBE, never before.
+        let mut args: Vec<&[u8]> = vec![b"UNSUBSCRIBE"];
+        args.extend(idle.iter().map(|c| c.as_bytes()));
+        shared.send(&args);
+    }
+    drop(state);
+}
+
+fn route(shared: &Shared, frame: Reply) {
+    let Reply::Array(items) = frame else { return };
+    let text = |i: usize| match items.get(i) {
+        Some(Reply::Bulk(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    };
+    let (Some(kind), Some(channel)) = (text(0), text(1)) else {
+        return;
+    };
+    let mut state = shared.state();
+    match kind.as_str() {
+        "subscribe" => {
+            if let Some(entry) = state.channels.get_mut(&channel) {
+                entry.confirmed = Some(shared.bump());
+                for slot in &entry.waiters {
+                    let _ = slot.tx.try_send(Wake::Subscribed);
+                }
+            }
+        }
+        "unsubscribe" => {
+            if let Some(entry) = state.channels.get_mut(&channel) {
+                // Re-requested while the UNSUBSCRIBE was in flight: its SUBSCRIBE follows.
+                entry.confirmed = None;
+            }
+        }
+        "message" => {
+            if let Some(entry) = state.channels.get_mut(&channel) {
+                entry.last_message = shared.bump();
+                wake_one(entry);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The connection is gone: nothing is subscribed any more.
+fn disconnect(shared: &Shared) {
+    if let Some(stream) = shared.writer().take() {
+        let _ = stream.shutdown(Shutdown::Both);
+    }
+    let mut state = shared.state();
+    for entry in state.channels.values_mut() {
+        entry.requested = false;
+        entry.confirmed = None;
+    }
+    // Waiters keep waiting on their own deadlines; the next confirmation wakes them.
+}

@@ -1,6 +1,6 @@
 //! The client: a connection pool, settings, and the one loop that runs any core machine.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
@@ -27,25 +27,33 @@ pub struct Client {
     inner: Arc<Inner>,
 }
 
+/// What a client owns: the shared settings and pool, and its background threads. Guards
+/// hold only a weak reference to it, so dropping every `Client` handle stops the threads
+/// even while guards live (their leases are then no longer renewed, and say so).
 pub(crate) struct Inner {
-    transport: Arc<Transport>,
-    keyspace: Keyspace,
-    op_timeout: Duration,
-    io_timeout: Duration,
-    /// Where the pub/sub listener connects (`None`: not a plain TCP URL).
-    endpoint: Option<Endpoint>,
+    pub(crate) shared: Arc<Shared>,
     /// Started on the first wait that names a channel.
     listener: OnceLock<Option<Listener>>,
     /// Started on the first watched lease.
-    watchdog: OnceLock<Option<Watchdog>>,
+    pub(crate) watchdog: OnceLock<Option<Watchdog>>,
+}
+
+/// The pool and settings, shared by a client and its guards.
+pub(crate) struct Shared {
+    pub(crate) transport: Arc<Transport>,
+    pub(crate) keyspace: Keyspace,
+    pub(crate) op_timeout: Duration,
+    pub(crate) io_timeout: Duration,
+    /// Where the pub/sub listener connects (`None`: not a plain TCP URL).
+    endpoint: Option<Endpoint>,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("prefix", &self.inner.keyspace.prefix())
-            .field("op_timeout", &self.inner.op_timeout)
-            .field("io_timeout", &self.inner.io_timeout)
+            .field("prefix", &self.inner.shared.keyspace.prefix())
+            .field("op_timeout", &self.inner.shared.op_timeout)
+            .field("io_timeout", &self.inner.shared.io_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -129,11 +137,13 @@ impl ClientBuilder {
             Transport::new(redis, self.pool_size, self.connect_timeout, self.io_timeout);
         Ok(Client {
             inner: Arc::new(Inner {
-                transport: Arc::new(transport),
-                keyspace,
-                op_timeout: self.op_timeout,
-                io_timeout: self.io_timeout,
-                endpoint,
+                shared: Arc::new(Shared {
+                    transport: Arc::new(transport),
+                    keyspace,
+                    op_timeout: self.op_timeout,
+                    io_timeout: self.io_timeout,
+                    endpoint,
+                }),
                 listener: OnceLock::new(),
                 watchdog: OnceLock::new(),
             }),
@@ -164,37 +174,20 @@ impl Client {
         LockBuilder::new(self, name)
     }
 
-    pub(crate) fn keyspace(&self) -> &Keyspace {
-        &self.inner.keyspace
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
     }
 
-    pub(crate) fn op_timeout(&self) -> Duration {
-        self.inner.op_timeout
-    }
-
-    pub(crate) fn io_timeout(&self) -> Duration {
-        self.inner.io_timeout
+    pub(crate) fn owner(&self) -> Weak<Inner> {
+        Arc::downgrade(&self.inner)
     }
 
     /// The watchdog thread, started on first use (`None` if it could not be spawned).
     pub(crate) fn watchdog(&self) -> Option<&Watchdog> {
+        let shared = &self.inner.shared;
         self.inner
             .watchdog
-            .get_or_init(|| {
-                Watchdog::start(self.inner.transport.clone(), self.inner.io_timeout).ok()
-            })
-            .as_ref()
-    }
-
-    fn listener(&self) -> Option<&Listener> {
-        self.inner
-            .listener
-            .get_or_init(|| {
-                self.inner
-                    .endpoint
-                    .clone()
-                    .map(|e| Listener::start(Some(e)))
-            })
+            .get_or_init(|| Watchdog::start(shared.transport.clone(), shared.io_timeout).ok())
             .as_ref()
     }
 
@@ -206,44 +199,75 @@ impl Client {
     /// holds no connection. A wait that names a channel is ended early by a message on it
     /// (through the client's pub/sub listener); otherwise, or while the listener is
     /// disconnected, it lasts until the machine's deadline.
-    pub fn run<P: Protocol>(&self, mut machine: P) -> Result<P::Output, Error> {
-        let mut waiter: Option<Waiter> = None;
-        let mut sent_epoch: Option<u64> = None;
-        loop {
-            match machine.poll(Instant::now()) {
-                Step::Send(batch) => {
-                    sent_epoch = self
-                        .inner
-                        .listener
-                        .get()
-                        .and_then(|l| l.as_ref())
-                        .map(Listener::epoch);
-                    for input in self.inner.transport.execute(&batch) {
-                        machine.handle(input, Instant::now());
-                    }
+    pub fn run<P: Protocol>(&self, machine: P) -> Result<P::Output, Error> {
+        let listening = Listening {
+            slot: &self.inner.listener,
+            endpoint: self.inner.shared.endpoint.as_ref(),
+        };
+        drive(&self.inner.shared, Some(listening), machine)
+    }
+}
+
+/// A client's listener slot: the listener if it runs, started on demand.
+pub(crate) struct Listening<'a> {
+    slot: &'a OnceLock<Option<Listener>>,
+    endpoint: Option<&'a Endpoint>,
+}
+
+impl Listening<'_> {
+    fn current(&self) -> Option<&Listener> {
+        self.slot.get()?.as_ref()
+    }
+
+    fn start(&self) -> Option<&Listener> {
+        self.slot
+            .get_or_init(|| self.endpoint.map(|e| Listener::start(e.clone())))
+            .as_ref()
+    }
+}
+
+/// The driver loop, for a client (with its listener) or a guard (`None`: waits sleep).
+pub(crate) fn drive<P: Protocol>(
+    shared: &Shared,
+    listening: Option<Listening<'_>>,
+    mut machine: P,
+) -> Result<P::Output, Error> {
+    let mut waiter: Option<Waiter> = None;
+    let mut sent_epoch: Option<u64> = None;
+    loop {
+        match machine.poll(Instant::now()) {
+            Step::Send(batch) => {
+                sent_epoch = listening
+                    .as_ref()
+                    .and_then(Listening::current)
+                    .map(Listener::epoch);
+                for input in shared.transport.execute(&batch) {
+                    machine.handle(input, Instant::now());
                 }
-                Step::Wait(wait) => {
-                    let listener = wait
-                        .wake_on
-                        .as_deref()
-                        .and_then(|ch| Some((ch, self.listener()?)));
-                    match listener {
-                        Some((channel, listener)) => {
-                            if waiter.as_ref().is_none_or(|w| w.channel() != channel) {
-                                waiter = Some(listener.register(channel, sent_epoch));
-                            }
-                            if let Some(w) = &waiter {
-                                w.wait_until(wait.until);
-                            }
-                        }
-                        None => sleep_until(wait.until),
-                    }
-                }
-                Step::Awaiting => {
-                    return Err(Error::Driver("every reply of the batch was delivered"));
-                }
-                Step::Done(result) => return result,
             }
+            Step::Wait(wait) => {
+                let found = wait
+                    .wake_on
+                    .as_deref()
+                    .and_then(|ch| Some((ch, listening.as_ref()?.start()?)));
+                match found {
+                    Some((channel, listener)) => {
+                        if waiter.as_ref().is_none_or(|w| w.channel() != channel) {
+                            waiter = Some(listener.register(channel, sent_epoch));
+                        }
+                        if let Some(w) = &waiter
+                            && w.wait_until(wait.until).is_some()
+                        {
+                            machine.wake(Instant::now());
+                        }
+                    }
+                    None => sleep_until(wait.until),
+                }
+            }
+            Step::Awaiting => {
+                return Err(Error::Driver("every reply of the batch was delivered"));
+            }
+            Step::Done(result) => return result,
         }
     }
 }

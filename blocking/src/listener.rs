@@ -118,22 +118,22 @@ pub(crate) struct Listener {
 }
 
 impl Listener {
-    /// Starts the listener thread (`None` endpoint: notifications unsupported, e.g. a Unix
-    /// socket or TLS URL; waiters then wait out their retry deadlines).
-    pub(crate) fn start(endpoint: Option<Endpoint>) -> Listener {
+    /// Starts the listener thread. If the thread cannot be spawned, waiters wait out their
+    /// retry deadlines.
+    pub(crate) fn start(endpoint: Endpoint) -> Listener {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             writer: Mutex::new(None),
             epoch: AtomicU64::new(0),
         });
         let (stop_tx, stop_rx) = bounded::<()>(0);
-        let thread = endpoint.and_then(|endpoint| {
+        let thread = {
             let shared = shared.clone();
             std::thread::Builder::new()
                 .name("redlease-listener".into())
                 .spawn(move || run(&shared, &endpoint, &stop_rx))
                 .ok()
-        });
+        };
         Listener {
             shared,
             stop: Some(stop_tx),

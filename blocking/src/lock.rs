@@ -1,6 +1,6 @@
 //! The lease lock: builder, guard, closure form, run-once.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -11,7 +11,7 @@ use redlease_core::lease::{
 use redlease_core::renewal::{RenewalPolicy, WatchId};
 use redlease_core::{Error, InvalidArgument, LossReason, backoff::saturating_add};
 
-use crate::client::{Client, random_bytes};
+use crate::client::{Client, Inner, Shared, drive, random_bytes};
 use crate::watchdog::LeaseCell;
 
 /// Settings of one lock acquisition; made by [`Client::lock`].
@@ -146,7 +146,7 @@ impl<'c> LockBuilder<'c> {
     }
 
     fn run(&self, wait: Option<Duration>) -> Result<Acquisition, Error> {
-        let keys = LockKeys::new(self.client.keyspace(), &self.name)?;
+        let keys = LockKeys::new(&self.client.shared().keyspace, &self.name)?;
         let random: [u8; 24] = random_bytes()?;
         let mut token = [0u8; 16];
         token.copy_from_slice(&random[..16]);
@@ -157,7 +157,7 @@ impl<'c> LockBuilder<'c> {
             wait,
             retry_initial: self.retry_initial,
             retry_max: self.retry_max,
-            reply_timeout: self.client.io_timeout(),
+            reply_timeout: self.client.shared().io_timeout,
         };
         let machine = Acquire::new(
             keys,
@@ -170,7 +170,7 @@ impl<'c> LockBuilder<'c> {
     }
 
     fn guard(&self, lease: Lease, policy: Option<RenewalPolicy>) -> LockGuard {
-        LockGuard::new(self.client.clone(), lease, policy)
+        LockGuard::new(self.client, lease, policy)
     }
 }
 
@@ -181,9 +181,10 @@ impl<'c> LockBuilder<'c> {
 /// lease is lost anyway (deleted or taken behind our back, or Redis unreachable until it must
 /// have expired), [`is_lost`](Self::is_lost) turns true and [`lost`](Self::lost) fires.
 #[must_use = "if unused the lock is released at once"]
-#[derive(Debug)]
 pub struct LockGuard {
-    client: Client,
+    shared: Arc<Shared>,
+    /// The client's threads; a guard does not keep them alive.
+    owner: Weak<Inner>,
     lease: Lease,
     cell: Arc<LeaseCell>,
     lost_rx: Receiver<LossReason>,
@@ -191,15 +192,27 @@ pub struct LockGuard {
     done: bool,
 }
 
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.lease.keys.name)
+            .field("fence", &self.lease.fence)
+            .field("valid_until", &self.cell.valid_until())
+            .field("lost", &self.cell.lost())
+            .finish_non_exhaustive()
+    }
+}
+
 impl LockGuard {
-    fn new(client: Client, lease: Lease, policy: Option<RenewalPolicy>) -> Self {
+    fn new(client: &Client, lease: Lease, policy: Option<RenewalPolicy>) -> Self {
         let (cell, lost_rx) = LeaseCell::new(lease.valid_until);
         let watch = policy.and_then(|policy| {
             let watchdog = client.watchdog()?;
             Some(watchdog.watch(lease.clone(), policy, cell.clone()))
         });
         LockGuard {
-            client,
+            shared: client.shared().clone(),
+            owner: client.owner(),
             lease,
             cell,
             lost_rx,
@@ -281,7 +294,7 @@ impl LockGuard {
         if let Some(reason) = self.cell.lost() {
             return Err(self.not_owner(reason));
         }
-        match self.client.run(machine) {
+        match drive(&self.shared, None, machine) {
             Ok(valid_until) => {
                 self.cell.set_valid_until(valid_until);
                 self.lease.valid_until = valid_until;
@@ -301,18 +314,24 @@ impl LockGuard {
     }
 
     fn rewatch(&mut self) {
-        let (Some(id), Some(watchdog)) = (self.watch, self.client.watchdog()) else {
+        let Some(id) = self.watch else { return };
+        let Some(owner) = self.owner.upgrade() else {
             return;
         };
-        watchdog.unwatch(id, self.client.op_timeout());
-        let policy = RenewalPolicy::for_ttl(self.lease.ttl);
-        self.watch = Some(watchdog.watch(self.lease.clone(), policy, self.cell.clone()));
+        if let Some(Some(watchdog)) = owner.watchdog.get() {
+            watchdog.unwatch(id, self.shared.op_timeout);
+            let policy = RenewalPolicy::for_ttl(self.lease.ttl);
+            self.watch = Some(watchdog.watch(self.lease.clone(), policy, self.cell.clone()));
+        }
     }
 
     /// Asks Redis whether the lease is still ours and how long it has left.
     pub fn inspect(&self) -> Result<LeaseState, Error> {
-        self.client
-            .run(LeaseOp::inspect(&self.lease, self.deadline()))
+        drive(
+            &self.shared,
+            None,
+            LeaseOp::inspect(&self.lease, self.deadline()),
+        )
     }
 
     /// Releases the lock. `Ok(())` when it was still ours; [`Error::NotOwner`] when it had
@@ -325,8 +344,11 @@ impl LockGuard {
         if let Some(reason) = self.cell.lost() {
             return Err(self.not_owner(reason));
         }
-        self.client
-            .run(LeaseOp::release(&self.lease, self.deadline()))
+        drive(
+            &self.shared,
+            None,
+            LeaseOp::release(&self.lease, self.deadline()),
+        )
     }
 
     /// Ends the guard without releasing: the key stays until its expiry.
@@ -338,13 +360,18 @@ impl LockGuard {
     /// Stops renewals; once this returns, no renewal for this lease is in flight or will be
     /// sent.
     fn stop_watching(&mut self) {
-        if let (Some(id), Some(watchdog)) = (self.watch.take(), self.client.watchdog()) {
-            watchdog.unwatch(id, self.client.op_timeout());
+        let Some(id) = self.watch.take() else { return };
+        // Gone with the client: its watchdog stopped (and renews nothing).
+        let Some(owner) = self.owner.upgrade() else {
+            return;
+        };
+        if let Some(Some(watchdog)) = owner.watchdog.get() {
+            watchdog.unwatch(id, self.shared.op_timeout);
         }
     }
 
     fn deadline(&self) -> Instant {
-        saturating_add(Instant::now(), self.client.op_timeout())
+        saturating_add(Instant::now(), self.shared.op_timeout)
     }
 }
 
@@ -402,9 +429,11 @@ impl Drop for LockGuard {
         // A lost lease is not ours: leave the key alone.
         if self.cell.lost().is_none() {
             // Errors cannot be reported from drop; the lease ends at its expiry at worst.
-            let _ = self
-                .client
-                .run(LeaseOp::release(&self.lease, self.deadline()));
+            let _ = drive(
+                &self.shared,
+                None,
+                LeaseOp::release(&self.lease, self.deadline()),
+            );
         }
     }
 }

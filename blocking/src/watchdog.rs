@@ -150,8 +150,13 @@ fn run(transport: &Transport, io_timeout: Duration, rx: &Receiver<Msg>) {
                     cells.remove(&id);
                     let _ = done.send(());
                 }
-                // The client is gone.
-                Err(_) => return,
+                // The client is gone: the leases still watched will not be renewed.
+                Err(_) => {
+                    for cell in cells.values() {
+                        cell.mark_lost(LossReason::WatchdogStopped);
+                    }
+                    return;
+                }
             },
             recv(timer) -> _ => renew_due(transport, io_timeout, &mut renewals, &mut cells),
         }

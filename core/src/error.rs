@@ -95,6 +95,9 @@ pub enum LossReason {
     /// The watchdog could not renew the lease (Redis unreachable or refusing) before it
     /// expired by the local clock; whether Redis still holds it is unknown, so it is not ours.
     RenewalFailed,
+    /// The watchdog stopped because every handle of its client was dropped: nothing renews
+    /// the lease any more, so it must not be relied on (it expires at the end of its ttl).
+    WatchdogStopped,
 }
 
 impl std::fmt::Display for LossReason {
@@ -102,6 +105,7 @@ impl std::fmt::Display for LossReason {
         f.write_str(match self {
             LossReason::Expired => "the lease expired (the key was gone)",
             LossReason::Taken => "another holder owns it now",
+            LossReason::WatchdogStopped => "its client was dropped, so nothing renews it any more",
             LossReason::RenewalFailed => {
                 "it could not be renewed before it expired (Redis unreachable or refusing)"
             }

@@ -14,8 +14,9 @@ use crate::reply::Input;
 /// 2. On [`Step::Send`], send every request (in order, to the node each names) and feed
 ///    each outcome back with [`handle`](Protocol::handle), a reply or a
 ///    [`TransportFailure`](crate::TransportFailure), in any order; then poll again.
-/// 3. On [`Step::Wait`], poll again once `until` has passed, or earlier when a message
-///    arrives on `wake_on` (waking early is always allowed: the machine re-checks).
+/// 3. On [`Step::Wait`], poll again once `until` has passed; when a message arrives on
+///    `wake_on` before that, call [`wake`](Protocol::wake) and poll at once. (Polling early
+///    without a wake is harmless: the machine asks to wait again.)
 /// 4. On [`Step::Done`], the machine is finished; polling it again yields
 ///    [`Error::Finished`].
 ///
@@ -32,6 +33,13 @@ pub trait Protocol {
 
     /// Feeds the outcome of one request sent after a [`Step::Send`].
     fn handle(&mut self, input: Input, now: Instant);
+
+    /// Tells the machine that a message arrived on the channel its last [`Step::Wait`]
+    /// named (or that one may have been missed): it should act now rather than at `until`.
+    /// Machines that never name a channel keep this default, which ignores it.
+    fn wake(&mut self, now: Instant) {
+        let _ = now;
+    }
 }
 
 /// What a machine wants next.

@@ -300,6 +300,13 @@ impl Protocol for Acquire {
         }
     }
 
+    fn wake(&mut self, _now: Instant) {
+        if let State::Waiting { .. } = self.state {
+            self.state = State::Trying;
+            self.exchange.start();
+        }
+    }
+
     fn handle(&mut self, input: Input, _now: Instant) {
         match self.state {
             State::CleaningUp { .. } => self.cleanup.handle(input),

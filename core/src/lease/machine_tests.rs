@@ -202,6 +202,29 @@ fn waiting_retries_with_backoff_woken_by_release_channel_until_deadline() {
 }
 
 #[test]
+fn a_release_message_ends_the_pause_at_once() {
+    let mut s = acquire(Some(Duration::from_secs(10)));
+    s.answer(ints(&[0, 5000]));
+    for _ in 0..6 {
+        s.sleep_through();
+        s.answer(ints(&[0, 5000]));
+    }
+    let w = s.expect_wait();
+    assert!(w.until > s.now + Duration::from_millis(50));
+    // Polling early without a wake just asks to wait again ...
+    assert_eq!(s.expect_wait(), w);
+    // ... a wake retries now.
+    s.machine.wake(s.now);
+    s.answer(ints(&[1, 3]));
+    assert!(matches!(s.expect_done(), Ok(Acquisition::Acquired(l)) if l.fence == 3));
+    // A wake while not waiting changes nothing.
+    let mut s = acquire(None);
+    s.machine.wake(s.now);
+    s.answer(ints(&[1, 1]));
+    assert!(matches!(s.expect_done(), Ok(Acquisition::Acquired(_))));
+}
+
+#[test]
 fn the_pause_is_capped_by_the_holders_remaining_lease() {
     let mut s = acquire(Some(Duration::from_secs(10)));
     s.answer(ints(&[0, 5000]));

@@ -1,0 +1,455 @@
+//! Live leases against real redis-server: watchdog renewal, lost-lease signal, waiting
+//! without polling, run-once.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redlease::{Client, Error, LeaseState, LossReason};
+use redlease_suite::RedisServer;
+
+fn server() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|e| panic!("cannot start redis-server: {e}"))
+}
+
+fn client(server: &RedisServer) -> Client {
+    Client::builder(&server.url())
+        .connect_timeout(Duration::from_millis(300))
+        .io_timeout(Duration::from_millis(300))
+        .op_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap()
+}
+
+fn raw(server: &RedisServer) -> redis::Connection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+fn await_condition(limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < limit,
+            "condition not reached within {limit:?}"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+const TTL: Duration = Duration::from_millis(300);
+
+#[test]
+fn a_watched_guard_stays_owned_for_five_ttls() {
+    let server = server();
+    let a = client(&server);
+    let b = client(&server);
+    let guard = a.lock("kept").ttl(TTL).try_acquire().unwrap().unwrap();
+    assert!(guard.is_watched());
+    let start = Instant::now();
+    let mut checks = 0;
+    while start.elapsed() < TTL * 5 {
+        assert!(
+            b.lock("kept").try_acquire().unwrap().is_none(),
+            "taken after {:?}",
+            start.elapsed()
+        );
+        assert!(!guard.is_lost());
+        checks += 1;
+        thread::sleep(Duration::from_millis(25));
+    }
+    assert!(checks > 20);
+    assert!(guard.remaining() > Duration::ZERO);
+    assert!(matches!(guard.inspect().unwrap(), LeaseState::Held { .. }));
+    guard.release().unwrap();
+    assert!(b.lock("kept").try_acquire().unwrap().is_some());
+}
+
+#[test]
+fn a_key_deleted_behind_our_back_is_reported_lost_within_one_renewal() {
+    let server = server();
+    let a = client(&server);
+    let b = client(&server);
+    let guard = a.lock("stolen").ttl(TTL).try_acquire().unwrap().unwrap();
+    let _: () = raw(&server).del("redlease:{stolen}:lock").unwrap();
+    let deleted = Instant::now();
+    let reason = guard
+        .lost()
+        .recv_timeout(TTL)
+        .expect("loss reported within one renewal period (ttl/3) plus margin");
+    assert!(deleted.elapsed() < TTL, "{:?}", deleted.elapsed());
+    assert_eq!(reason, LossReason::Expired);
+    assert!(guard.is_lost());
+    assert_eq!(guard.lost_reason(), Some(LossReason::Expired));
+    let other = b
+        .lock("stolen")
+        .try_acquire()
+        .unwrap()
+        .expect("free after deletion");
+    drop(guard);
+    assert!(
+        matches!(other.inspect().unwrap(), LeaseState::Held { .. }),
+        "the lost holder's drop left the new holder's key alone"
+    );
+    other.release().unwrap();
+}
+
+#[test]
+fn a_lost_guard_refuses_to_release_and_extend() {
+    let server = server();
+    let a = client(&server);
+    let mut guard = a.lock("refuse").ttl(TTL).try_acquire().unwrap().unwrap();
+    let _: () = raw(&server)
+        .set("redlease:{refuse}:lock", "someone-else")
+        .unwrap();
+    assert_eq!(guard.lost().recv_timeout(TTL).unwrap(), LossReason::Taken);
+    assert!(matches!(
+        guard.extend(),
+        Err(Error::NotOwner {
+            reason: LossReason::Taken,
+            ..
+        })
+    ));
+    assert!(matches!(
+        guard.release(),
+        Err(Error::NotOwner {
+            reason: LossReason::Taken,
+            ..
+        })
+    ));
+    let v: String = raw(&server).get("redlease:{refuse}:lock").unwrap();
+    assert_eq!(v, "someone-else");
+}
+
+/// CPU time (user + system, in clock ticks) of this process's threads whose name starts with `prefix`.
+fn thread_cpu_ticks(prefix: &str) -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.trim().starts_with(prefix) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // Fields after the command name (which is in parentheses): utime is the 14th field.
+        let after = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let utime: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0);
+        let stime: u64 = fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
+        total += utime + stime;
+    }
+    total
+}
+
+#[test]
+fn killing_redis_under_a_watched_guard_reports_it_lost_once_it_must_have_expired() {
+    let mut server = server();
+    let a = client(&server);
+    let guard = a.lock("outage").ttl(TTL).try_acquire().unwrap().unwrap();
+    let valid_until = guard.valid_until();
+    server.kill();
+    let killed = Instant::now();
+    let reason = guard.lost().recv_timeout(TTL * 3).expect("loss reported");
+    assert_eq!(reason, LossReason::RenewalFailed);
+    let now = Instant::now();
+    assert!(
+        now >= valid_until,
+        "not before the lease could have expired"
+    );
+    assert!(
+        now.duration_since(killed) < TTL * 2,
+        "{:?}",
+        now.duration_since(killed)
+    );
+    // The watchdog did not spin while Redis was down (threads of other tests share the
+    // name, so this bounds them all: well under a second of CPU).
+    assert!(thread_cpu_ticks("redlease-watch") < 100);
+    drop(guard); // lost: nothing is sent, and nothing hangs
+
+    // The same client (and its watchdog) works once Redis is back.
+    server.restart().unwrap();
+    let g = a
+        .lock("outage")
+        .ttl(TTL)
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .unwrap();
+    thread::sleep(TTL * 2);
+    assert!(
+        !g.is_lost(),
+        "renewed by the same watchdog after the outage"
+    );
+    g.release().unwrap();
+}
+
+#[test]
+fn no_renewal_reaches_redis_after_release() {
+    // The slow log, set to record every command with its arguments, shows each renewal.
+    let server = RedisServer::builder()
+        .config("slowlog-log-slower-than", "0")
+        .config("slowlog-max-len", "100000")
+        .start()
+        .unwrap();
+    let c = client(&server);
+    let mut conn = raw(&server);
+    let extend_sha = redlease::core::lease::SCRIPTS
+        .iter()
+        .find(|s| s.name == "lease_extend")
+        .unwrap()
+        .sha1;
+    let renewals_of = |conn: &mut redis::Connection, key: &str| -> usize {
+        let log: redis::Value = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(-1)
+            .query(conn)
+            .unwrap();
+        let text = format!("{log:?}");
+        text.matches(extend_sha)
+            .count()
+            .min(text.matches(key).count())
+    };
+    let every = Duration::from_millis(50);
+    let guard = c
+        .lock("quiet")
+        .ttl(TTL)
+        .renew_every(every)
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    await_condition(Duration::from_secs(5), || {
+        renewals_of(&mut conn, "redlease:{quiet}:lock") >= 3
+    });
+    guard.release().unwrap();
+    let _: () = redis::cmd("SLOWLOG").arg("RESET").query(&mut conn).unwrap();
+    // Watching for the absence of something needs time to pass: four renewal periods.
+    thread::sleep(every * 4);
+    assert_eq!(renewals_of(&mut conn, "redlease:{quiet}:lock"), 0);
+}
+
+#[test]
+fn max_hold_stops_renewal_and_reports_the_lease_lost() {
+    let server = server();
+    let c = client(&server);
+    let guard = c
+        .lock("bounded")
+        .ttl(TTL)
+        .max_hold(Duration::from_millis(500))
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    let start = Instant::now();
+    let reason = guard.lost().recv_timeout(Duration::from_secs(3)).unwrap();
+    assert_eq!(reason, LossReason::Expired);
+    let held = start.elapsed();
+    assert!(
+        held >= Duration::from_millis(400) && held < Duration::from_millis(900),
+        "{held:?}"
+    );
+    // The guard says "lost" a drift allowance before Redis frees the key: conservative.
+    let next = c.lock("bounded").wait(Duration::from_millis(500)).acquire();
+    assert!(next.is_ok(), "free right after the hold limit: {next:?}");
+}
+
+#[test]
+fn a_dead_process_lock_expires_after_one_ttl() {
+    let server = server();
+    let other = client(&server);
+    let (acquired, fence) = {
+        let doomed = client(&server);
+        let guard = doomed
+            .lock("orphan")
+            .ttl(TTL)
+            .try_acquire()
+            .unwrap()
+            .unwrap();
+        let fence = guard.fence();
+        std::mem::forget(guard); // the process "dies": no release
+        (Instant::now(), fence)
+        // `doomed` dropped here: its watchdog stops
+    };
+    let g = other
+        .lock("orphan")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .unwrap();
+    let waited = acquired.elapsed();
+    assert!(waited <= TTL + Duration::from_millis(200), "{waited:?}");
+    assert_eq!(g.fence(), fence + 1);
+}
+
+#[test]
+fn waiters_are_woken_by_releases_not_by_polling() {
+    let server = server();
+    let c = client(&server);
+    let mut conn = raw(&server);
+    let threads = 8;
+    let rounds = 50;
+    let barrier = Arc::new(Barrier::new(threads));
+    let start = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let c = c.clone();
+            let barrier = barrier.clone();
+            let mut conn = raw(&server);
+            thread::spawn(move || {
+                barrier.wait();
+                let mut longest = Duration::ZERO;
+                for _ in 0..rounds {
+                    let t = Instant::now();
+                    // A 10 s retry interval: polling alone would take minutes.
+                    let g = c
+                        .lock("busy")
+                        .retry(Duration::from_secs(10), Duration::from_secs(10))
+                        .wait(Duration::from_secs(60))
+                        .acquire()
+                        .unwrap();
+                    longest = longest.max(t.elapsed());
+                    let n: i64 = conn.get::<_, Option<i64>>("n").unwrap().unwrap_or(0);
+                    let _: () = conn.set("n", n + 1).unwrap();
+                    g.release().unwrap();
+                }
+                longest
+            })
+        })
+        .collect();
+    let longest = handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .max()
+        .unwrap();
+    let took = start.elapsed();
+    let n: i64 = conn.get("n").unwrap();
+    assert_eq!(n, (threads * rounds) as i64);
+    // The first pause of a 10 s backoff is at least 5 s: no acquisition waited for a timer.
+    assert!(
+        longest < Duration::from_secs(5),
+        "longest acquisition {longest:?}"
+    );
+    assert!(took < Duration::from_secs(30), "{took:?}");
+}
+
+#[test]
+fn waiters_fall_back_to_polling_while_the_subscriber_is_cut_off() {
+    let server = server();
+    let c = client(&server);
+    let mut conn = raw(&server);
+    // Start the listener, then keep killing its connection while threads contend.
+    drop(c.lock("warm").try_acquire().unwrap());
+    let holder = c.lock("cut").try_acquire().unwrap().unwrap();
+    let c2 = c.clone();
+    let waiter = thread::spawn(move || {
+        c2.lock("cut")
+            .retry(Duration::from_millis(20), Duration::from_millis(50))
+            .wait(Duration::from_secs(10))
+            .acquire()
+    });
+    // Cut the subscriber connection as soon as it exists, then release without it.
+    await_condition(Duration::from_secs(5), || {
+        let n: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query(&mut conn)
+            .unwrap();
+        n > 0
+    });
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut conn)
+        .unwrap();
+    holder.release().unwrap();
+    let got = waiter
+        .join()
+        .unwrap()
+        .expect("acquired by polling while the listener was down");
+    drop(got);
+    // The listener comes back by itself: later waits are notification-driven again.
+    await_condition(Duration::from_secs(10), || {
+        let n: Vec<redis::Value> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("redlease:{cut}:released")
+            .query(&mut conn)
+            .unwrap();
+        matches!(n.get(1), Some(redis::Value::Int(1)))
+    });
+}
+
+#[test]
+fn run_once_runs_a_fleet_job_exactly_once_per_period() {
+    let server = server();
+    let clients: Vec<Client> = (0..8).map(|_| client(&server)).collect();
+    let mut conn = raw(&server);
+    let periods = 3;
+    let runs = Arc::new(AtomicUsize::new(0));
+    for period in 0..periods {
+        let barrier = Arc::new(Barrier::new(clients.len()));
+        let handles: Vec<_> = clients
+            .iter()
+            .cloned()
+            .map(|c| {
+                let barrier = barrier.clone();
+                let runs = runs.clone();
+                thread::spawn(move || {
+                    barrier.wait();
+                    let mut ran = 0;
+                    for _ in 0..20 {
+                        let r = c
+                            .run_once(
+                                "nightly",
+                                Duration::from_secs(5),
+                                Duration::from_millis(300),
+                                || {
+                                    runs.fetch_add(1, Ordering::SeqCst);
+                                },
+                            )
+                            .unwrap();
+                        ran += usize::from(r.is_some());
+                    }
+                    ran
+                })
+            })
+            .collect();
+        let ran: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(ran, 1, "period {period}");
+        assert_eq!(runs.load(Ordering::SeqCst), period + 1);
+        // Held at least 300 ms after the start, then expires by itself (not deleted).
+        let pttl: i64 = conn.pttl("redlease:{nightly}:lock").unwrap();
+        assert!(pttl > 0 && pttl <= 300, "{pttl}");
+        await_condition(Duration::from_secs(5), || {
+            !conn.exists::<_, bool>("redlease:{nightly}:lock").unwrap()
+        });
+    }
+    // A long job: the key is deleted at the end, so the next trigger may run at once.
+    let c = &clients[0];
+    assert_eq!(
+        c.run_once(
+            "long",
+            Duration::from_secs(5),
+            Duration::from_millis(10),
+            || thread::sleep(Duration::from_millis(30))
+        )
+        .unwrap(),
+        Some(())
+    );
+    assert!(!conn.exists::<_, bool>("redlease:{long}:lock").unwrap());
+    // at_least_for above at_most_for is refused.
+    assert!(matches!(
+        c.run_once(
+            "bad",
+            Duration::from_millis(10),
+            Duration::from_secs(1),
+            || ()
+        ),
+        Err(Error::InvalidArgument(_))
+    ));
+    // A job that outlives at_most_for is reported.
+    let r = c.run_once("overrun", Duration::from_millis(50), Duration::ZERO, || {
+        thread::sleep(Duration::from_millis(120))
+    });
+    assert!(matches!(r, Err(Error::NotOwner { .. })), "{r:?}");
+}

@@ -1,0 +1,68 @@
+//! Dropping a client stops its background threads. Alone in its test binary, so that no
+//! other test's client threads are counted.
+
+use std::time::Duration;
+
+use redlease::Client;
+use redlease_suite::RedisServer;
+
+fn threads_named(prefix: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .is_ok_and(|c| c.trim().starts_with(prefix))
+        })
+        .count()
+}
+
+#[test]
+fn dropping_a_client_stops_its_watchdog_and_listener_threads() {
+    let server = RedisServer::start().unwrap();
+    let client = Client::open(&server.url()).unwrap();
+    assert_eq!(threads_named("redlease-"), 0, "threads start on first use");
+
+    // A watched lease starts the watchdog; a wait on a busy lock starts the listener.
+    let guard = client
+        .lock("t")
+        .ttl(Duration::from_millis(300))
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    let err = client
+        .lock("t")
+        .wait(Duration::from_millis(100))
+        .acquire()
+        .unwrap_err();
+    assert!(matches!(err, redlease::Error::Timeout { .. }));
+    assert_eq!(threads_named("redlease-watch"), 1);
+    assert_eq!(threads_named("redlease-liste"), 1);
+
+    // A clone shares the threads.
+    let clone = client.clone();
+    drop(client);
+    assert_eq!(threads_named("redlease-"), 2);
+    drop(guard); // a guard holds the client too
+    drop(clone);
+    // Dropping the last handle joined both threads before returning: no waiting needed.
+    assert_eq!(threads_named("redlease-"), 0);
+
+    // Same while Redis is down (the listener is reconnecting), with a guard still alive:
+    // guards do not keep the threads, and a watched lease whose watchdog stopped says so.
+    let mut server = server;
+    let client = Client::open(&server.url()).unwrap();
+    let g = client
+        .lock("u")
+        .ttl(Duration::from_millis(300))
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    let _ = client.lock("u").wait(Duration::from_millis(50)).acquire();
+    assert_eq!(threads_named("redlease-"), 2);
+    server.kill();
+    drop(client);
+    assert_eq!(threads_named("redlease-"), 0);
+    assert_eq!(g.lost_reason(), Some(redlease::LossReason::WatchdogStopped));
+    drop(g); // lost: sends nothing, returns at once
+}

@@ -383,6 +383,13 @@ fn bad_input_gets_typed_errors_and_writes_nothing() {
     let lock_exists: bool = conn.exists("redlease:{badfence}:lock").unwrap();
     assert!(!lock_exists, "nothing half-written");
 
+    // A fence counter of the wrong type: WRONGTYPE, and the lock is not left taken.
+    let _: () = conn.hset("redlease:{hashfence}:fence", "f", "v").unwrap();
+    let err = c.lock("hashfence").try_acquire().unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    let lock_exists: bool = conn.exists("redlease:{hashfence}:lock").unwrap();
+    assert!(!lock_exists, "the SET was undone");
+
     // Bad client settings.
     assert!(matches!(
         Client::builder("not a url").build(),

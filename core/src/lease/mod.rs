@@ -39,7 +39,7 @@ pub const MAX_TOKEN_LEN: usize = 256;
 pub(crate) static ACQUIRE: Script = Script {
     name: "lease_acquire",
     source: include_str!("lua/acquire.lua"),
-    sha1: "a398e6a6d2dd856020725859d1e0436f2c52e826",
+    sha1: "12bf09cca7d8c520d7c77df9707ab3bcb489e841",
 };
 
 pub(crate) static RELEASE: Script = Script {

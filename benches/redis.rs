@@ -4,31 +4,64 @@
 //! cargo bench --bench redis              # every scenario
 //! cargo bench --bench redis -- 8keys     # the baseline plus scenarios whose name contains "8keys"
 //! BENCH_SECS=5 cargo bench --bench redis # measure each scenario for 5 s (default 3 s)
+//! BENCH_SLICE_MS=500 cargo bench --bench redis  # interleave in 500 ms slices (default 200 ms)
 //! REDIS_URL=redis://127.0.0.1:6379/ cargo bench --bench redis  # use that server
 //! ```
 //!
 //! Without `REDIS_URL` a throwaway `redis-server` is started with
 //! [`redlease_suite::RedisServer`].
 //!
-//! Every scenario warms up briefly, then runs for a fixed wall-clock time and records the
-//! latency of each operation. It prints one line:
+//! Every scenario prints one line:
 //!
 //! ```text
-//! bench <scenario> ops_per_s=<n> p50_us=<n> p99_us=<n> ratio=<r> [key=value ...]
+//! bench <scenario> ops_per_s=<n> p50_us=<n> p99_us=<n> ratio=<r> baseline_ops_per_s=<n> [key=value ...]
 //! ```
 //!
-//! where `ratio` is the scenario's throughput divided by that of `raw_baseline` (a hand-written
-//! `SET NX PX` + compare-and-delete `EVALSHA` cycle on one plain connection) in the same run,
-//! which therefore always runs first. To add a scenario, write a `fn(&Ctx) -> Measurement`
-//! (usually a call to [`measure_single`] or [`measure_threads`]) and list it in [`SCENARIOS`].
+//! # The baseline and the ratios
 //!
-//! A one-line summary goes to stderr at the end. When other scenarios ran, the baseline is
-//! measured once more first, and the summary says how far it drifted: on a shared virtual
-//! machine a single-connection round trip varies by tens of percent from one run to the next,
-//! and the ratios are no more precise than that.
+//! The baseline, `raw_baseline`, is a hand-written `SET NX PX` + compare-and-delete `EVALSHA`
+//! cycle on one plain connection: what the lock does, with no library in between. Its line
+//! comes first and comes from a dedicated run (a warm-up, then `BENCH_SECS` of continuous
+//! cycles); its ratio is 1 by definition.
+//!
+//! On a shared virtual machine a single-connection round trip drifts by tens of percent within
+//! seconds, so a scenario is not compared with that dedicated run. Instead each scenario, after
+//! a warm-up, runs `BENCH_SECS / BENCH_SLICE_MS` (rounded) short slices, `BENCH_SECS` in all,
+//! and before each of them a slice of the baseline of the same length (on the main thread, the
+//! scenario's threads idle). Then
+//!
+//! ```text
+//! ratio = (Σ scenario ops / Σ scenario time) / (Σ baseline ops / Σ baseline time)
+//! ```
+//!
+//! over those pairs only; the denominator is printed as `baseline_ops_per_s`. Drift slower than
+//! a slice hits both sides alike and cancels. `ratio_se` is the standard error of the ratio
+//! estimated from the spread of the per-pair ratios (their standard deviation over √pairs).
+//!
+//! Caveat: on a guest with the `haltpoll` cpuidle governor (as on the development VM), a
+//! ping-pong's round trip depends on the adaptive idle-polling window, which what ran just
+//! before grows or shrinks. A baseline slice thus partly inherits the state the scenario left,
+//! and `ratio_se` (within one run) understates the spread between runs.
+//!
+//! How a slice counts: single-threaded, operations run until one ends at or after the slice's
+//! end, and all of them count over the time to that last end. Multi-threaded, persistent
+//! threads (started, connected and warmed up before any measured slice) are released together
+//! at the slice's start; an operation counts if it ended by the slice's end, and the time is
+//! the slice's length. Operations still in flight at the end (a waiter in `acquire`) are
+//! finished unrecorded before the next baseline slice. Hence no wait can be seen that is longer
+//! than about one slice: the latency tails of waiting scenarios are cut at the slice length
+//! (raise `BENCH_SLICE_MS` to look at longer waits, at the cost of noisier ratios).
+//!
+//! To add a scenario, write a `fn(&Ctx) -> Measurement` (usually around a call to
+//! [`measure_single`] or [`measure_threads`]) and list it in [`SCENARIOS`].
+//!
+//! A one-line summary goes to stderr at the end, with the range of the interleaved baselines
+//! against the dedicated run: how far the machine drifted, which the old single-shot ratios
+//! suffered from and the interleaving cancels.
 
 use std::hint::black_box;
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use redlease_core::keys::{Keyspace, LockKeys};
@@ -36,6 +69,8 @@ use redlease_suite::RedisServer;
 
 /// Measured time per scenario unless `BENCH_SECS` says otherwise.
 const DEFAULT_SECS: f64 = 3.0;
+/// Length of one interleaved slice unless `BENCH_SLICE_MS` says otherwise.
+const DEFAULT_SLICE_MS: f64 = 200.0;
 /// The longest warm-up before a measurement.
 const MAX_WARMUP: Duration = Duration::from_secs(1);
 /// The wait of a contended acquisition: failing to get the lock within it is a real failure.
@@ -44,9 +79,13 @@ const CONTENDED_WAIT: Duration = Duration::from_secs(30);
 const THREADS: usize = 8;
 /// The compare-and-delete script of the baseline.
 const RAW_RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+/// The key of the baseline.
+const RAW_KEY: &str = "bench-raw";
 
 /// The baseline's name; it always runs, first.
 const BASELINE: &str = "raw_baseline";
+/// The single-threaded lock scenario, which `lock_handoff` compares itself with.
+const UNCONTENDED: &str = "lock_uncontended";
 
 /// A scenario: its name (matched by the filter) and what runs it.
 type Scenario = (&'static str, fn(&Ctx) -> Measurement);
@@ -54,9 +93,10 @@ type Scenario = (&'static str, fn(&Ctx) -> Measurement);
 /// Every scenario, in run order (the first is the baseline).
 const SCENARIOS: &[Scenario] = &[
     (BASELINE, raw_baseline),
-    ("lock_uncontended", lock_uncontended),
+    (UNCONTENDED, lock_uncontended),
     ("lock_contended", lock_contended),
     ("lock_8keys", lock_8keys),
+    ("lock_handoff", lock_handoff),
 ];
 
 /// What every scenario gets.
@@ -64,15 +104,14 @@ struct Ctx {
     url: String,
     time: Timing,
     client: redlease::Client,
+    /// The baseline cycle, run by the main thread between the slices of every scenario.
+    baseline: Mutex<RawCycle>,
 }
 
 impl Ctx {
-    /// A plain connection to the server, for setup and the raw baseline.
+    /// A plain connection to the server, for setup and non-lock work.
     fn raw_connection(&self) -> redis::Connection {
-        redis::Client::open(self.url.as_str())
-            .expect("bench: REDIS_URL is not a valid Redis URL")
-            .get_connection()
-            .expect("bench: cannot connect to Redis")
+        connect(&self.url)
     }
 
     /// Deletes the lock key of `name` (left over by an aborted run on a shared server), keeping
@@ -86,53 +125,199 @@ impl Ctx {
     }
 }
 
-/// Warm-up and measured durations of one scenario.
+fn connect(url: &str) -> redis::Connection {
+    redis::Client::open(url)
+        .expect("bench: REDIS_URL is not a valid Redis URL")
+        .get_connection()
+        .expect("bench: cannot connect to Redis")
+}
+
+/// The baseline: `SET key token NX PX 30000` + `EVALSHA <compare-and-delete> 1 key token` on
+/// one plain connection.
+struct RawCycle {
+    con: redis::Connection,
+    sha: String,
+    n: u64,
+}
+
+impl RawCycle {
+    fn new(url: &str) -> Self {
+        let mut con = connect(url);
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(RAW_RELEASE_SCRIPT)
+            .query(&mut con)
+            .expect("bench: SCRIPT LOAD failed");
+        let _: i64 = redis::cmd("DEL")
+            .arg(RAW_KEY)
+            .query(&mut con)
+            .expect("bench: DEL failed");
+        RawCycle { con, sha, n: 0 }
+    }
+
+    fn op(&mut self) {
+        self.n += 1;
+        let token = format!("raw-{}", self.n);
+        let set: Option<String> = redis::cmd("SET")
+            .arg(RAW_KEY)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query(&mut self.con)
+            .expect("bench: raw SET NX failed");
+        assert_eq!(
+            set.as_deref(),
+            Some("OK"),
+            "bench: raw SET NX found the key taken"
+        );
+        let deleted: i64 = redis::cmd("EVALSHA")
+            .arg(&self.sha)
+            .arg(1)
+            .arg(RAW_KEY)
+            .arg(&token)
+            .query(&mut self.con)
+            .expect("bench: raw EVALSHA failed");
+        assert_eq!(deleted, 1, "bench: raw compare-and-delete did not delete");
+    }
+}
+
+/// Warm-up and measured durations.
 #[derive(Debug, Clone, Copy)]
 struct Timing {
     warmup: Duration,
+    /// The measured time of each scenario (and of the dedicated baseline run)...
     run: Duration,
+    /// ...made of this many slices...
+    slices: u32,
+    /// ...of this length (`run / slices`).
+    slice: Duration,
+}
+
+/// What one slice (or a sum of slices) did.
+#[derive(Debug, Default, Clone, Copy)]
+struct Slice {
+    ops: u64,
+    elapsed: Duration,
+}
+
+impl Slice {
+    fn ops_per_s(self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    fn add(self, other: Slice) -> Slice {
+        Slice {
+            ops: self.ops + other.ops,
+            elapsed: self.elapsed + other.elapsed,
+        }
+    }
 }
 
 /// The result of one scenario.
 #[derive(Debug, Default)]
 struct Measurement {
-    /// Operations completed in the measured phase.
-    ops: u64,
-    /// Operations completed during the warm-up.
-    warmup_ops: u64,
-    /// Length of the measured phase.
-    elapsed: Duration,
+    /// The measured slices of the scenario, summed.
+    total: Slice,
+    /// The baseline slices interleaved with them, summed (`None` for the baseline's own run).
+    baseline: Option<Slice>,
+    /// The ratio of each (baseline, scenario) slice pair.
+    pair_ratios: Vec<f64>,
     /// Latency of every measured operation, in microseconds.
     latencies: Vec<u32>,
     /// Measured operations per thread (one entry for single-threaded scenarios).
     per_thread: Vec<u64>,
     /// Extra `key=value` fields for the report line.
     extra: Vec<(&'static str, String)>,
+    /// `(key, scenario)`: when `scenario` ran before, also report `key=` this scenario's ops/s
+    /// over that scenario's ops/s.
+    relative_to: Option<(&'static str, &'static str)>,
 }
 
 impl Measurement {
+    /// A scenario measured in slices interleaved with the baseline: `(baseline, scenario)` pairs.
+    fn interleaved(pairs: &[(Slice, Slice)]) -> Self {
+        let (baseline, total) = pairs
+            .iter()
+            .fold((Slice::default(), Slice::default()), |(b, s), &(pb, ps)| {
+                (b.add(pb), s.add(ps))
+            });
+        Measurement {
+            total,
+            baseline: Some(baseline),
+            pair_ratios: pairs
+                .iter()
+                .map(|(b, s)| s.ops_per_s() / b.ops_per_s().max(1e-9))
+                .collect(),
+            ..Measurement::default()
+        }
+    }
+
     fn ops_per_s(&self) -> f64 {
-        self.ops as f64 / self.elapsed.as_secs_f64().max(1e-9)
+        self.total.ops_per_s()
+    }
+
+    fn baseline_ops_per_s(&self) -> f64 {
+        self.baseline.unwrap_or(self.total).ops_per_s()
+    }
+
+    fn ratio(&self) -> f64 {
+        self.ops_per_s() / self.baseline_ops_per_s().max(1e-9)
+    }
+
+    /// Standard error of the ratio, from the spread of the per-pair ratios.
+    fn ratio_se(&self) -> Option<f64> {
+        let n = self.pair_ratios.len();
+        if n < 2 {
+            return None;
+        }
+        let mean = self.pair_ratios.iter().sum::<f64>() / n as f64;
+        let var = self
+            .pair_ratios
+            .iter()
+            .map(|r| (r - mean).powi(2))
+            .sum::<f64>()
+            / (n - 1) as f64;
+        Some((var / n as f64).sqrt())
+    }
+
+    /// Adds `thread_ops_min` and `thread_ops_max`.
+    fn push_thread_spread(&mut self) {
+        let min = self.per_thread.iter().min().copied().unwrap_or(0);
+        let max = self.per_thread.iter().max().copied().unwrap_or(0);
+        self.extra.push(("thread_ops_min", min.to_string()));
+        self.extra.push(("thread_ops_max", max.to_string()));
     }
 }
 
 /// What an operation returns to say what its latency was.
 trait Sample {
     /// The latency to record, given the duration of the whole operation.
-    fn latency(self, whole: Duration) -> Duration;
+    fn latency(&self, whole: Duration) -> Duration;
 }
 
 /// The whole operation is the latency.
 impl Sample for () {
-    fn latency(self, whole: Duration) -> Duration {
+    fn latency(&self, whole: Duration) -> Duration {
         whole
     }
 }
 
-/// The operation timed the part that counts (e.g. waiting for a contended lock).
-impl Sample for Duration {
-    fn latency(self, _whole: Duration) -> Duration {
-        self
+/// One critical section of a waiting lock; its latency is the wait in `acquire`.
+#[derive(Debug, Clone, Copy)]
+struct Waited {
+    /// How long `acquire()` took.
+    waited: Duration,
+    /// `LockGuard::attempts()`.
+    attempts: u32,
+    /// When the previous critical section of the slice was another thread's: the time from
+    /// just before that holder's `release()` to just after this `acquire()` returned.
+    handoff: Option<Duration>,
+}
+
+impl Sample for Waited {
+    fn latency(&self, _whole: Duration) -> Duration {
+        self.waited
     }
 }
 
@@ -140,91 +325,249 @@ fn micros(d: Duration) -> u32 {
     u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
 }
 
-/// Runs `op` in a loop on this thread: warm-up, then `time.run` of recorded operations.
-fn measure_single<R: Sample>(time: Timing, mut op: impl FnMut() -> R) -> Measurement {
-    let warm_end = Instant::now() + time.warmup;
-    let mut warmup_ops = 0;
-    while Instant::now() < warm_end {
-        black_box(op());
-        warmup_ops += 1;
+/// The measured operations of one thread.
+struct Record<R> {
+    latencies: Vec<u32>,
+    samples: Vec<R>,
+}
+
+impl<R: Sample> Record<R> {
+    fn new() -> Self {
+        Record {
+            latencies: Vec::with_capacity(1 << 16),
+            samples: Vec::with_capacity(1 << 16),
+        }
     }
-    let mut latencies = Vec::with_capacity(1 << 20);
+
+    fn push(&mut self, sample: R, whole: Duration) {
+        self.latencies.push(micros(sample.latency(whole)));
+        self.samples.push(sample);
+    }
+}
+
+/// Runs `op` on this thread until an operation ends at or after `len` from now; records every
+/// operation in `record` if given.
+fn single_slice<R: Sample>(
+    len: Duration,
+    op: &mut impl FnMut() -> R,
+    mut record: Option<&mut Record<R>>,
+) -> Slice {
     let start = Instant::now();
-    let end = start + time.run;
+    let end = start + len;
     let mut now = start;
+    let mut ops = 0;
     while now < end {
         let t = now;
         let sample = op();
         now = Instant::now();
-        latencies.push(micros(sample.latency(now - t)));
+        match &mut record {
+            Some(record) => record.push(sample, now - t),
+            None => {
+                black_box(sample);
+            }
+        }
+        ops += 1;
     }
-    let ops = latencies.len() as u64;
-    Measurement {
+    Slice {
         ops,
-        warmup_ops,
         elapsed: now - start,
-        latencies,
-        per_thread: vec![ops],
-        extra: Vec::new(),
     }
 }
 
-/// Runs `op(thread_idx)` in a loop on `threads` threads: warm-up, then (all threads starting
-/// together) `time.run` of recorded operations. An operation started before the end is
-/// completed and counted; the elapsed time runs until the last thread has finished.
-fn measure_threads<R: Sample>(
+/// Runs the scenario's warm-up (`slice(ctx.time.warmup, false)`), then `ctx.time.slices`
+/// pairs of a baseline slice and a measured scenario slice (`slice(len, true)`). Returns the
+/// `(baseline, scenario)` pairs.
+fn interleave(ctx: &Ctx, mut slice: impl FnMut(Duration, bool) -> Slice) -> Vec<(Slice, Slice)> {
+    slice(ctx.time.warmup, false);
+    let mut baseline = ctx.baseline.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut base_op = || baseline.op();
+    (0..ctx.time.slices)
+        .map(|_| {
+            let b = single_slice(ctx.time.slice, &mut base_op, None);
+            let s = slice(ctx.time.slice, true);
+            (b, s)
+        })
+        .collect()
+}
+
+/// Runs `op` on this thread, in slices interleaved with the baseline.
+fn measure_single<R: Sample>(ctx: &Ctx, mut op: impl FnMut() -> R) -> (Measurement, Vec<R>) {
+    let mut record = Record::new();
+    let pairs = interleave(ctx, |len, measured| {
+        single_slice(len, &mut op, measured.then_some(&mut record))
+    });
+    let mut m = Measurement::interleaved(&pairs);
+    m.per_thread = vec![m.total.ops];
+    m.latencies = record.latencies;
+    (m, record.samples)
+}
+
+/// What the main thread tells the scenario threads to do next.
+#[derive(Debug, Clone, Copy)]
+struct SliceSpec {
+    end: Instant,
+    measured: bool,
+}
+
+/// Start and end of the slices of persistent scenario threads.
+#[derive(Default)]
+struct Gate {
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    /// Incremented at every slice start (and at the stop).
+    generation: u64,
+    /// The current slice; `None` once the threads must stop.
+    spec: Option<SliceSpec>,
+    /// Threads done with the current slice.
+    done: usize,
+    /// Measured operations they reported for it.
+    ops: u64,
+    /// A thread panicked.
+    failed: bool,
+}
+
+impl Gate {
+    fn lock(&self) -> MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Main thread: starts a slice (`Some`) or stops the threads (`None`).
+    fn open(&self, spec: Option<SliceSpec>) {
+        let mut s = self.lock();
+        s.generation += 1;
+        s.spec = spec;
+        s.done = 0;
+        s.ops = 0;
+        self.changed.notify_all();
+    }
+
+    /// Main thread: waits until `threads` threads are done with the slice and returns their
+    /// measured operations, or `None` if a thread panicked.
+    fn wait_done(&self, threads: usize) -> Option<u64> {
+        let s = self
+            .changed
+            .wait_while(self.lock(), |s| s.done < threads && !s.failed)
+            .unwrap_or_else(PoisonError::into_inner);
+        (!s.failed).then_some(s.ops)
+    }
+
+    /// Scenario thread: waits for the slice after `seen`; `None` means stop.
+    fn next(&self, seen: &mut u64) -> Option<SliceSpec> {
+        let s = self
+            .changed
+            .wait_while(self.lock(), |s| s.generation == *seen)
+            .unwrap_or_else(PoisonError::into_inner);
+        *seen = s.generation;
+        s.spec
+    }
+
+    /// Scenario thread: done with the slice, having measured `ops` operations.
+    fn finish(&self, ops: u64) {
+        let mut s = self.lock();
+        s.done += 1;
+        s.ops += ops;
+        self.changed.notify_all();
+    }
+}
+
+/// Tells the main thread when a scenario thread panics (instead of leaving it waiting).
+struct PanicAlarm<'a>(&'a Gate);
+
+impl Drop for PanicAlarm<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.lock().failed = true;
+            self.0.changed.notify_all();
+        }
+    }
+}
+
+/// Stops the scenario threads when the main thread leaves (normally or by a panic).
+struct StopOnDrop<'a>(&'a Gate);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.open(None);
+    }
+}
+
+/// Runs `threads` persistent threads, thread `i` looping on its operation `make(i)` (made on
+/// that thread, before any slice), in slices interleaved with the baseline; `before_slice`
+/// runs on the main thread before each slice starts.
+fn measure_threads<R, O>(
+    ctx: &Ctx,
     threads: usize,
-    time: Timing,
-    op: impl Fn(usize) -> R + Sync,
-) -> Measurement {
-    let barrier = Barrier::new(threads + 1);
-    let warm_end = Instant::now() + time.warmup;
-    let (start, results) = std::thread::scope(|s| {
+    before_slice: impl Fn(),
+    make: impl Fn(usize) -> O + Sync,
+) -> (Measurement, Vec<R>)
+where
+    R: Sample + Send,
+    O: FnMut() -> R,
+{
+    let gate = Gate::default();
+    let (pairs, results) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|i| {
-                let (op, barrier) = (&op, &barrier);
+                let (make, gate) = (&make, &gate);
                 s.spawn(move || {
-                    let mut warmup_ops = 0u64;
-                    while Instant::now() < warm_end {
-                        black_box(op(i));
-                        warmup_ops += 1;
-                    }
-                    let mut latencies = Vec::with_capacity(1 << 18);
-                    barrier.wait();
-                    let end = Instant::now() + time.run;
-                    loop {
-                        let t = Instant::now();
-                        if t >= end {
-                            break;
+                    let _alarm = PanicAlarm(gate);
+                    let mut op = make(i);
+                    let mut record = Record::new();
+                    let mut seen = 0;
+                    while let Some(spec) = gate.next(&mut seen) {
+                        let mut ops = 0;
+                        loop {
+                            let t = Instant::now();
+                            if t >= spec.end {
+                                break;
+                            }
+                            let sample = op();
+                            let now = Instant::now();
+                            if now > spec.end || !spec.measured {
+                                black_box(sample);
+                            } else {
+                                record.push(sample, now - t);
+                                ops += 1;
+                            }
                         }
-                        let sample = op(i);
-                        latencies.push(micros(sample.latency(t.elapsed())));
+                        gate.finish(ops);
                     }
-                    (warmup_ops, latencies)
+                    record
                 })
             })
             .collect();
-        barrier.wait();
-        let start = Instant::now();
+        let stop = StopOnDrop(&gate);
+        let pairs = interleave(ctx, |len, measured| {
+            before_slice();
+            gate.open(Some(SliceSpec {
+                end: Instant::now() + len,
+                measured,
+            }));
+            let Some(ops) = gate.wait_done(threads) else {
+                panic!("bench: a benchmark thread panicked");
+            };
+            Slice { ops, elapsed: len }
+        });
+        drop(stop);
         let results: Vec<_> = handles
             .into_iter()
             .map(|h| h.join().expect("bench: a benchmark thread panicked"))
             .collect();
-        (start, results)
+        (pairs, results)
     });
-    let elapsed = start.elapsed();
-    let mut m = Measurement {
-        elapsed,
-        ..Measurement::default()
-    };
-    for (warmup_ops, latencies) in results {
-        m.warmup_ops += warmup_ops;
-        m.ops += latencies.len() as u64;
-        m.per_thread.push(latencies.len() as u64);
-        m.latencies.extend(latencies);
+    let mut m = Measurement::interleaved(&pairs);
+    let mut samples = Vec::new();
+    for record in results {
+        m.per_thread.push(record.latencies.len() as u64);
+        m.latencies.extend(record.latencies);
+        samples.extend(record.samples);
     }
     m.extra.push(("threads", threads.to_string()));
-    m
+    (m, samples)
 }
 
 /// Nearest-rank percentile of sorted latencies (0 when there are none).
@@ -236,117 +579,86 @@ fn percentile(sorted: &[u32], p: f64) -> u32 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// Calls of `EVALSHA` and `EVAL` the server has counted (`INFO commandstats`).
-fn script_calls(con: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(con)
-        .expect("bench: INFO commandstats failed");
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split_once(':')?
-                .1
-                .split(',')
-                .find_map(|f| f.strip_prefix("calls="))?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+/// Mean of `LockGuard::attempts()` (or of `attempts() - 1` when `failed_only`) over the critical
+/// sections.
+fn mean_attempts(samples: &[Waited], failed_only: bool) -> f64 {
+    let skip = u64::from(failed_only);
+    let sum: u64 = samples
+        .iter()
+        .map(|s| u64::from(s.attempts).saturating_sub(skip))
+        .sum();
+    sum as f64 / samples.len().max(1) as f64
 }
 
 // ---------------------------------------------------------------------------------------------
 // Scenarios
 // ---------------------------------------------------------------------------------------------
 
-/// `SET key token NX PX 30000` + `EVALSHA <compare-and-delete> 1 key token` on one plain
-/// connection: what the lock does, with no library in between.
+/// The dedicated, continuous run of the baseline cycle (see [`RawCycle`]); it also warms up
+/// the connection every scenario's interleaved baseline slices use.
 fn raw_baseline(ctx: &Ctx) -> Measurement {
-    let mut con = ctx.raw_connection();
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(RAW_RELEASE_SCRIPT)
-        .query(&mut con)
-        .expect("bench: SCRIPT LOAD failed");
-    let key = "bench-raw";
-    let _: i64 = redis::cmd("DEL")
-        .arg(key)
-        .query(&mut con)
-        .expect("bench: DEL failed");
-    let mut n = 0u64;
-    measure_single(ctx.time, || {
-        n += 1;
-        let token = format!("raw-{n}");
-        let set: Option<String> = redis::cmd("SET")
-            .arg(key)
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(30_000)
-            .query(&mut con)
-            .expect("bench: raw SET NX failed");
-        assert_eq!(
-            set.as_deref(),
-            Some("OK"),
-            "bench: raw SET NX found the key taken"
-        );
-        let deleted: i64 = redis::cmd("EVALSHA")
-            .arg(&sha)
-            .arg(1)
-            .arg(key)
-            .arg(&token)
-            .query(&mut con)
-            .expect("bench: raw EVALSHA failed");
-        assert_eq!(deleted, 1, "bench: raw compare-and-delete did not delete");
-    })
+    let mut baseline = ctx.baseline.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut op = || baseline.op();
+    single_slice(ctx.time.warmup, &mut op, None);
+    let mut record = Record::new();
+    let total = single_slice(ctx.time.run, &mut op, Some(&mut record));
+    Measurement {
+        total,
+        latencies: record.latencies,
+        per_thread: vec![total.ops],
+        ..Measurement::default()
+    }
 }
 
 /// `try_acquire` (must succeed) + `release` of one key, one thread.
 fn lock_uncontended(ctx: &Ctx) -> Measurement {
     ctx.clear_lock("bench-u");
     let lock = ctx.client.lock("bench-u");
-    measure_single(ctx.time, || {
+    let (m, _) = measure_single(ctx, || {
         let guard = lock
             .try_acquire()
             .expect("bench: uncontended try_acquire failed")
             .expect("bench: uncontended lock was busy");
         black_box(guard.fence());
         guard.release().expect("bench: uncontended release failed");
-    })
+    });
+    m
 }
 
 /// 8 threads waiting for one key; one op is one critical section, its latency the wait.
+/// `attempts_per_cs` is the mean of `LockGuard::attempts()` (1 = got it at the first try).
 fn lock_contended(ctx: &Ctx) -> Measurement {
     ctx.clear_lock("bench-c");
-    let mut con = ctx.raw_connection();
-    let calls_before = script_calls(&mut con);
-    let mut m = measure_threads(THREADS, ctx.time, |_| {
-        let t = Instant::now();
-        let guard = ctx
-            .client
-            .lock("bench-c")
-            .wait(CONTENDED_WAIT)
-            .acquire()
-            .unwrap_or_else(|e| panic!("bench: contended acquire failed: {e}"));
-        let waited = t.elapsed();
-        black_box(guard.fence());
-        guard
-            .release()
-            .unwrap_or_else(|e| panic!("bench: contended release failed: {e}"));
-        waited
-    });
-    // Every critical section is one release script plus its acquisition attempts. Counted by
-    // the server, so other clients of a shared REDIS_URL would inflate it.
-    let sections = m.ops + m.warmup_ops;
-    let calls = script_calls(&mut con).saturating_sub(calls_before);
-    if sections > 0 && calls >= sections {
-        let attempts = (calls - sections) as f64 / sections as f64;
-        m.extra.push(("attempts_per_cs", format!("{attempts:.2}")));
-    }
-    let min = m.per_thread.iter().min().copied().unwrap_or(0);
-    let max = m.per_thread.iter().max().copied().unwrap_or(0);
-    m.extra.push(("thread_ops_min", min.to_string()));
-    m.extra.push(("thread_ops_max", max.to_string()));
+    let (mut m, samples) = measure_threads(
+        ctx,
+        THREADS,
+        || {},
+        |_| {
+            let lock = ctx.client.lock("bench-c").wait(CONTENDED_WAIT);
+            move || {
+                let t = Instant::now();
+                let guard = lock
+                    .acquire()
+                    .unwrap_or_else(|e| panic!("bench: contended acquire failed: {e}"));
+                let waited = t.elapsed();
+                black_box(guard.fence());
+                let attempts = guard.attempts();
+                guard
+                    .release()
+                    .unwrap_or_else(|e| panic!("bench: contended release failed: {e}"));
+                Waited {
+                    waited,
+                    attempts,
+                    handoff: None,
+                }
+            }
+        },
+    );
+    m.extra.push((
+        "attempts_per_cs",
+        format!("{:.2}", mean_attempts(&samples, false)),
+    ));
+    m.push_thread_spread();
     m
 }
 
@@ -356,60 +668,158 @@ fn lock_8keys(ctx: &Ctx) -> Measurement {
     for name in &names {
         ctx.clear_lock(name);
     }
-    let locks: Vec<_> = names.iter().map(|n| ctx.client.lock(n)).collect();
-    measure_threads(THREADS, ctx.time, |i| {
-        let guard = locks[i]
-            .try_acquire()
-            .expect("bench: try_acquire failed")
-            .unwrap_or_else(|| panic!("bench: lock {} was busy", names[i]));
-        black_box(guard.fence());
-        guard.release().expect("bench: release failed");
-    })
+    let (m, _) = measure_threads(
+        ctx,
+        THREADS,
+        || {},
+        |i| {
+            let name = names[i].as_str();
+            let lock = ctx.client.lock(name);
+            move || {
+                let guard = lock
+                    .try_acquire()
+                    .expect("bench: try_acquire failed")
+                    .unwrap_or_else(|| panic!("bench: lock {name} was busy"));
+                black_box(guard.fence());
+                guard.release().expect("bench: release failed");
+            }
+        },
+    );
+    m
+}
+
+/// 8 threads on one lock (one shared client), each looping: `acquire()`, `release()` (an
+/// empty critical section), one `PING` on the thread's own plain connection (work outside the
+/// lock). One op is one critical section, its latency the wait in `acquire()`.
+///
+/// Extra fields, over the measured critical sections of all slices:
+/// - `handoffs`: critical sections whose previous one (in the same slice) was another thread's;
+/// - `handoff_p50_us`, `handoff_p99_us`: for those, the time from just before the previous
+///   holder called `release()` to just after this `acquire()` returned;
+/// - `max_wait_us`: the longest `acquire()` (cut at about one slice, see the module docs);
+/// - `failed_attempts_per_cs`: the mean of `LockGuard::attempts() - 1`;
+/// - `vs_uncontended`: its ops/s over `lock_uncontended`'s ops/s in this run, when that ran.
+///   (Not the quotient of the two ratios: the interleaved baseline picks up the state the
+///   scenario leaves the machine in, which differs between one thread and eight.)
+fn lock_handoff(ctx: &Ctx) -> Measurement {
+    const NAME: &str = "bench-h";
+    /// `last_holder` at the start of a slice: the first critical section is no handoff.
+    const NOBODY: u64 = u64::MAX;
+    ctx.clear_lock(NAME);
+    let origin = Instant::now();
+    let stamp = move |at: Instant| u64::try_from((at - origin).as_nanos()).unwrap_or(u64::MAX);
+    // The thread that acquired last, and when (ns since `origin`) the holder began releasing.
+    let last_holder = AtomicU64::new(NOBODY);
+    let released_at = AtomicU64::new(0);
+    let (mut m, samples) = measure_threads(
+        ctx,
+        THREADS,
+        || last_holder.store(NOBODY, Ordering::SeqCst),
+        |i| {
+            let me = i as u64;
+            let mut con = ctx.raw_connection();
+            let lock = ctx.client.lock(NAME).wait(CONTENDED_WAIT);
+            let (last_holder, released_at) = (&last_holder, &released_at);
+            move || {
+                let t = Instant::now();
+                let guard = lock
+                    .acquire()
+                    .unwrap_or_else(|e| panic!("bench: handoff acquire failed: {e}"));
+                let acquired = Instant::now();
+                let previous = last_holder.swap(me, Ordering::SeqCst);
+                let handoff = (previous != me && previous != NOBODY).then(|| {
+                    let released = released_at.load(Ordering::SeqCst);
+                    Duration::from_nanos(stamp(acquired).saturating_sub(released))
+                });
+                black_box(guard.fence());
+                let attempts = guard.attempts();
+                released_at.store(stamp(Instant::now()), Ordering::SeqCst);
+                guard
+                    .release()
+                    .unwrap_or_else(|e| panic!("bench: handoff release failed: {e}"));
+                let pong: String = redis::cmd("PING")
+                    .query(&mut con)
+                    .expect("bench: PING failed");
+                black_box(pong);
+                Waited {
+                    waited: acquired - t,
+                    attempts,
+                    handoff,
+                }
+            }
+        },
+    );
+    let mut handoffs: Vec<u32> = samples
+        .iter()
+        .filter_map(|s| s.handoff.map(micros))
+        .collect();
+    handoffs.sort_unstable();
+    let max_wait = samples.iter().map(|s| s.waited).max().unwrap_or_default();
+    m.extra.push(("handoffs", handoffs.len().to_string()));
+    m.extra
+        .push(("handoff_p50_us", percentile(&handoffs, 50.0).to_string()));
+    m.extra
+        .push(("handoff_p99_us", percentile(&handoffs, 99.0).to_string()));
+    m.extra.push(("max_wait_us", micros(max_wait).to_string()));
+    m.extra.push((
+        "failed_attempts_per_cs",
+        format!("{:.2}", mean_attempts(&samples, true)),
+    ));
+    m.push_thread_spread();
+    m.relative_to = Some(("vs_uncontended", UNCONTENDED));
+    m
 }
 
 // ---------------------------------------------------------------------------------------------
 
-fn bench_secs() -> Duration {
-    let Ok(raw) = std::env::var("BENCH_SECS") else {
-        return Duration::from_secs_f64(DEFAULT_SECS);
+/// A positive duration from the environment variable `var`, in `unit`s of seconds.
+fn env_duration(var: &str, unit: f64, default: f64) -> Duration {
+    let Ok(raw) = std::env::var(var) else {
+        return Duration::from_secs_f64(default * unit);
     };
-    let secs: f64 = raw
+    let n: f64 = raw
         .trim()
         .parse()
-        .unwrap_or_else(|_| panic!("bench: BENCH_SECS={raw:?} is not a number of seconds"));
+        .unwrap_or_else(|_| panic!("bench: {var}={raw:?} is not a number"));
     assert!(
-        secs.is_finite() && secs > 0.0,
-        "bench: BENCH_SECS must be positive, got {raw:?}"
+        n.is_finite() && n > 0.0,
+        "bench: {var} must be positive, got {raw:?}"
     );
-    Duration::from_secs_f64(secs)
+    Duration::from_secs_f64(n * unit)
 }
 
-/// Prints the scenario's line; `baseline` is `None` for the baseline itself (ratio 1).
-fn report(name: &str, m: &mut Measurement, baseline: Option<f64>) -> f64 {
+/// Prints the scenario's line.
+fn report(name: &str, m: &mut Measurement) {
     m.latencies.sort_unstable();
-    let ops_per_s = m.ops_per_s();
-    let ratio = baseline.map_or(1.0, |b| ops_per_s / b.max(1e-9));
     let mut line = format!(
-        "bench {name} ops_per_s={:.0} p50_us={} p99_us={} ratio={ratio:.3}",
-        ops_per_s,
+        "bench {name} ops_per_s={:.0} p50_us={} p99_us={} ratio={:.3} baseline_ops_per_s={:.0}",
+        m.ops_per_s(),
         percentile(&m.latencies, 50.0),
         percentile(&m.latencies, 99.0),
+        m.ratio(),
+        m.baseline_ops_per_s(),
     );
+    if let Some(se) = m.ratio_se() {
+        line.push_str(&format!(" ratio_se={se:.3}"));
+    }
     for (k, v) in &m.extra {
         line.push_str(&format!(" {k}={v}"));
     }
     println!("{line}");
-    ratio
 }
 
 fn main() {
     // cargo passes `--bench`; the first argument that is not a flag filters scenario names.
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
 
-    let run = bench_secs();
+    let run = env_duration("BENCH_SECS", 1.0, DEFAULT_SECS);
+    let target_slice = env_duration("BENCH_SLICE_MS", 1e-3, DEFAULT_SLICE_MS);
+    let slices = ((run.as_secs_f64() / target_slice.as_secs_f64()).round() as u32).max(1);
     let time = Timing {
         warmup: (run / 3).min(MAX_WARMUP),
         run,
+        slices,
+        slice: run / slices,
     };
 
     let (_server, url) = match std::env::var("REDIS_URL") {
@@ -427,7 +837,13 @@ fn main() {
     let client = redlease::Client::builder(&url)
         .build()
         .expect("bench: cannot build the redlease client");
-    let ctx = Ctx { url, time, client };
+    let baseline = Mutex::new(RawCycle::new(&url));
+    let ctx = Ctx {
+        url,
+        time,
+        client,
+        baseline,
+    };
 
     let selected: Vec<_> = SCENARIOS
         .iter()
@@ -440,33 +856,51 @@ fn main() {
     }
 
     let started = Instant::now();
-    let mut baseline = None;
-    let mut summary = Vec::new();
+    let mut dedicated = None;
+    let mut interleaved_baselines = Vec::new();
+    let mut ratios: Vec<(&str, f64)> = Vec::new();
+    let mut throughputs: Vec<(&str, f64)> = Vec::new();
     for (name, scenario) in &selected {
         let mut m = scenario(&ctx);
-        let ratio = report(name, &mut m, baseline);
-        if baseline.is_none() {
-            baseline = Some(m.ops_per_s());
+        if let Some((key, other)) = m.relative_to
+            && let Some((_, ops)) = throughputs.iter().find(|(n, _)| *n == other)
+        {
+            m.extra
+                .push((key, format!("{:.3}", m.ops_per_s() / ops.max(1e-9))));
         }
-        summary.push(format!("{name}={ratio:.3}"));
+        report(name, &mut m);
+        match m.baseline {
+            None => dedicated = Some(m.ops_per_s()),
+            Some(b) => interleaved_baselines.push(b.ops_per_s()),
+        }
+        ratios.push((name, m.ratio()));
+        throughputs.push((name, m.ops_per_s()));
     }
-    // The machine's speed drifts (shared, virtualised): measure the baseline again to show how
-    // far the ratios can be trusted.
-    let drift = match (baseline, selected.len() > 1) {
-        (Some(start), true) => {
-            let end = raw_baseline(&ctx).ops_per_s();
+    // How far the machine drifted: the interleaved baselines against the dedicated run.
+    let drift = match dedicated {
+        Some(d) if !interleaved_baselines.is_empty() => {
+            let min = interleaved_baselines
+                .iter()
+                .copied()
+                .fold(f64::MAX, f64::min);
+            let max = interleaved_baselines.iter().copied().fold(0.0, f64::max);
+            let pct = |x: f64| (x / d.max(1e-9) - 1.0) * 100.0;
             format!(
-                "; baseline re-run at the end: {end:.0} ops/s ({:+.1}% vs the start)",
-                (end / start.max(1e-9) - 1.0) * 100.0
+                "; interleaved baselines {min:.0}..{max:.0} ops/s ({:+.1}%..{:+.1}% vs the dedicated run)",
+                pct(min),
+                pct(max)
             )
         }
         _ => String::new(),
     };
+    let summary: Vec<String> = ratios.iter().map(|(n, r)| format!("{n}={r:.3}")).collect();
     eprintln!(
-        "bench summary: {} scenario(s) in {:.1} s ({:.1} s each); ratios: {}{drift}",
+        "bench summary: {} scenario(s) in {:.1} s ({:.1} s each, in {} slices of {} ms interleaved with as many baseline slices); ratios: {}{drift}",
         summary.len(),
         started.elapsed().as_secs_f64(),
         run.as_secs_f64(),
+        time.slices,
+        time.slice.as_millis(),
         summary.join(", ")
     );
 }

@@ -453,3 +453,27 @@ fn run_once_runs_a_fleet_job_exactly_once_per_period() {
     });
     assert!(matches!(r, Err(Error::NotOwner { .. })), "{r:?}");
 }
+
+#[test]
+fn extending_to_a_new_ttl_keeps_the_watchdog_renewing_with_it() {
+    let server = server();
+    let a = client(&server);
+    let b = client(&server);
+    let mut guard = a.lock("grown").ttl(TTL).try_acquire().unwrap().unwrap();
+    guard.extend_to(Duration::from_millis(900)).unwrap();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(2000) {
+        assert!(!guard.is_lost(), "{:?}", guard.lost_reason());
+        assert!(b.lock("grown").try_acquire().unwrap().is_none());
+        thread::sleep(Duration::from_millis(50));
+    }
+    let LeaseState::Held {
+        remaining: Some(left),
+    } = guard.inspect().unwrap()
+    else {
+        panic!("held")
+    };
+    // Renewed with the new ttl (every 300 ms), so more than the old ttl is always left.
+    assert!(left > TTL, "{left:?}");
+    guard.release().unwrap();
+}

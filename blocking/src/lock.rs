@@ -8,7 +8,7 @@ use redlease_core::keys::LockKeys;
 use redlease_core::lease::{
     Acquire, AcquireOptions, Acquisition, Lease, LeaseOp, LeaseState, Token,
 };
-use redlease_core::renewal::{RenewalPolicy, WatchId};
+use redlease_core::renewal::RenewalPolicy;
 use redlease_core::{Error, InvalidArgument, LossReason, backoff::saturating_add};
 
 use crate::client::{Client, Inner, Shared, drive, random_bytes};
@@ -188,7 +188,8 @@ pub struct LockGuard {
     lease: Lease,
     cell: Arc<LeaseCell>,
     lost_rx: Receiver<LossReason>,
-    watch: Option<WatchId>,
+    /// The renewal policy while the watchdog renews the lease.
+    watched: Option<RenewalPolicy>,
     done: bool,
 }
 
@@ -206,17 +207,20 @@ impl std::fmt::Debug for LockGuard {
 impl LockGuard {
     fn new(client: &Client, lease: Lease, policy: Option<RenewalPolicy>) -> Self {
         let (cell, lost_rx) = LeaseCell::new(lease.valid_until);
-        let watch = policy.and_then(|policy| {
-            let watchdog = client.watchdog()?;
-            Some(watchdog.watch(lease.clone(), policy, cell.clone()))
-        });
+        let watched = match (policy, client.watchdog()) {
+            (Some(policy), Some(watchdog)) => {
+                watchdog.watch(lease.clone(), policy, cell.clone());
+                Some(policy)
+            }
+            _ => None,
+        };
         LockGuard {
             shared: client.shared().clone(),
             owner: client.owner(),
             lease,
             cell,
             lost_rx,
-            watch,
+            watched,
             done: false,
         }
     }
@@ -268,7 +272,7 @@ impl LockGuard {
 
     /// Whether the watchdog renews this lease.
     pub fn is_watched(&self) -> bool {
-        self.watch.is_some()
+        self.watched.is_some()
     }
 
     /// The lease as the core sees it (for use with your own machines).
@@ -314,14 +318,19 @@ impl LockGuard {
     }
 
     fn rewatch(&mut self) {
-        let Some(id) = self.watch else { return };
-        let Some(owner) = self.owner.upgrade() else {
+        let Some(mut policy) = self.watched else {
             return;
         };
-        if let Some(Some(watchdog)) = owner.watchdog.get() {
-            watchdog.unwatch(id, self.shared.op_timeout);
-            let policy = RenewalPolicy::for_ttl(self.lease.ttl);
-            self.watch = Some(watchdog.watch(self.lease.clone(), policy, self.cell.clone()));
+        if policy.every >= self.lease.ttl {
+            policy.every = self.lease.ttl / 3;
+        }
+        self.watched = Some(policy);
+        self.cell.release(self.shared.op_timeout);
+        if let Some(owner) = self.owner.upgrade()
+            && let Some(Some(watchdog)) = owner.watchdog.get()
+        {
+            watchdog.released();
+            watchdog.watch(self.lease.clone(), policy, self.cell.clone());
         }
     }
 
@@ -360,13 +369,14 @@ impl LockGuard {
     /// Stops renewals; once this returns, no renewal for this lease is in flight or will be
     /// sent.
     fn stop_watching(&mut self) {
-        let Some(id) = self.watch.take() else { return };
-        // Gone with the client: its watchdog stopped (and renews nothing).
-        let Some(owner) = self.owner.upgrade() else {
+        if self.watched.take().is_none() {
             return;
-        };
-        if let Some(Some(watchdog)) = owner.watchdog.get() {
-            watchdog.unwatch(id, self.shared.op_timeout);
+        }
+        self.cell.release(self.shared.op_timeout);
+        if let Some(owner) = self.owner.upgrade()
+            && let Some(Some(watchdog)) = owner.watchdog.get()
+        {
+            watchdog.released();
         }
     }
 

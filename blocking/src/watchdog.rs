@@ -1,15 +1,23 @@
 //! One watchdog thread per client: keeps the leases of live guards alive.
 //!
 //! The schedule and every decision (when to renew, when a lease is lost) live in the core's
-//! [`Renewals`]; this thread only sleeps until the next deadline or a message, runs the
-//! extension machines it is handed (pipelined in one batch), and tells guards what happened.
+//! [`Renewals`]; this thread only sleeps until the next deadline, runs the extension machines
+//! it is handed (pipelined in one batch), and tells guards what happened.
+//!
+//! Acquiring and releasing a watched lease costs no round trip to this thread:
+//! - a registration is queued, and the thread is woken only when the new lease is due
+//!   before the thread's next wake-up anyway;
+//! - a release flips the lease's cell to `Released` (waiting only if a renewal of that very
+//!   lease is in flight), and the thread skips and forgets released leases when they come
+//!   due, or sooner once many have piled up. No renewal is ever sent after the flip.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, at, bounded, never, select_biased, unbounded};
+use crossbeam_channel::{Receiver, Sender, TrySendError, at, bounded, never, select_biased};
 use redlease_core::lease::Lease;
 use redlease_core::renewal::{Due, RenewalEvent, RenewalPolicy, Renewals, WatchId};
 use redlease_core::{Error, LossReason, Step, TransportFailure};
@@ -19,10 +27,29 @@ use crate::transport::{Transport, run_together};
 /// The most extensions sent in one pipelined batch.
 const BATCH: usize = 512;
 
+/// Released leases that may pile up before the thread is woken to forget them.
+const COMPACT_AFTER: usize = 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Watched,
+    Renewing,
+    Released,
+}
+
+#[derive(Debug)]
+struct CellState {
+    valid_until: Instant,
+    phase: Phase,
+    /// Bumped when the lease is registered anew (a new ttl), so the old entry is skipped.
+    generation: u64,
+}
+
 /// What a guard and the watchdog share about one lease.
 #[derive(Debug)]
 pub(crate) struct LeaseCell {
-    valid_until: Mutex<Instant>,
+    state: Mutex<CellState>,
+    renewal_done: Condvar,
     lost: OnceLock<LossReason>,
     signal: Sender<LossReason>,
 }
@@ -32,19 +59,29 @@ impl LeaseCell {
     pub(crate) fn new(valid_until: Instant) -> (Arc<LeaseCell>, Receiver<LossReason>) {
         let (signal, rx) = bounded(1);
         let cell = LeaseCell {
-            valid_until: Mutex::new(valid_until),
+            state: Mutex::new(CellState {
+                valid_until,
+                phase: Phase::Released,
+                generation: 0,
+            }),
+            renewal_done: Condvar::new(),
             lost: OnceLock::new(),
             signal,
         };
         (Arc::new(cell), rx)
     }
 
+    fn state(&self) -> MutexGuard<'_, CellState> {
+        // Every update is a single assignment: a poisoned lock still holds a consistent state.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub(crate) fn valid_until(&self) -> Instant {
-        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner())
+        self.state().valid_until
     }
 
     pub(crate) fn set_valid_until(&self, t: Instant) {
-        *self.valid_until.lock().unwrap_or_else(|p| p.into_inner()) = t;
+        self.state().valid_until = t;
     }
 
     pub(crate) fn lost(&self) -> Option<LossReason> {
@@ -56,109 +93,215 @@ impl LeaseCell {
             let _ = self.signal.try_send(reason);
         }
     }
+
+    /// Waits (at most `limit`) for a renewal in flight to finish, then marks the lease
+    /// released: from now on the watchdog sends nothing for it.
+    pub(crate) fn release(&self, limit: Duration) {
+        let state = self.state();
+        let (mut state, _) = self
+            .renewal_done
+            .wait_timeout_while(state, limit, |s| s.phase == Phase::Renewing)
+            .unwrap_or_else(|p| p.into_inner());
+        state.phase = Phase::Released;
+    }
+
+    /// Marks the lease watched under a new generation (after [`release`](Self::release) or
+    /// at first registration); returns the generation.
+    fn arm(&self) -> u64 {
+        let mut state = self.state();
+        state.generation += 1;
+        state.phase = Phase::Watched;
+        state.generation
+    }
+
+    /// The watchdog takes the lease for a renewal; false when it was released (or
+    /// re-registered under another generation).
+    fn begin_renewal(&self, generation: u64) -> bool {
+        let mut state = self.state();
+        if state.phase == Phase::Watched && state.generation == generation {
+            state.phase = Phase::Renewing;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Whether the registration of `generation` is the live one.
+    fn is_current(&self, generation: u64) -> bool {
+        let state = self.state();
+        state.phase != Phase::Released && state.generation == generation
+    }
+
+    fn end_renewal(&self, valid_until: Option<Instant>) {
+        let mut state = self.state();
+        if state.phase == Phase::Renewing {
+            state.phase = Phase::Watched;
+        }
+        if let Some(t) = valid_until {
+            state.valid_until = t;
+        }
+        drop(state);
+        self.renewal_done.notify_all();
+    }
 }
 
-enum Msg {
-    Watch {
-        id: WatchId,
-        lease: Box<Lease>,
-        policy: RenewalPolicy,
-        cell: Arc<LeaseCell>,
-    },
-    Unwatch {
-        id: WatchId,
-        done: Sender<()>,
-    },
+struct Registration {
+    id: WatchId,
+    generation: u64,
+    lease: Box<Lease>,
+    policy: RenewalPolicy,
+    cell: Arc<LeaseCell>,
+}
+
+/// What the guards and the thread share.
+struct Queue {
+    pending: Mutex<Vec<Registration>>,
+    released: AtomicUsize,
+    /// The thread's next wake-up, in nanoseconds after `epoch` (`u64::MAX`: none).
+    next_wakeup: AtomicU64,
+    epoch: Instant,
+    next_id: AtomicU64,
+}
+
+impl Queue {
+    fn pending(&self) -> MutexGuard<'_, Vec<Registration>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn encode(&self, t: Option<Instant>) -> u64 {
+        t.map_or(u64::MAX, |t| {
+            u64::try_from(t.saturating_duration_since(self.epoch).as_nanos())
+                .unwrap_or(u64::MAX - 1)
+        })
+    }
 }
 
 /// The watchdog thread's handle; dropping it stops and joins the thread.
 pub(crate) struct Watchdog {
-    tx: Option<Sender<Msg>>,
+    queue: Arc<Queue>,
+    wake: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
-    next_id: std::sync::atomic::AtomicU64,
 }
 
 impl Watchdog {
     pub(crate) fn start(transport: Arc<Transport>, io_timeout: Duration) -> Result<Self, Error> {
-        let (tx, rx) = unbounded();
-        let thread = std::thread::Builder::new()
-            .name("redlease-watchdog".into())
-            .spawn(move || run(&transport, io_timeout, &rx))
-            .map_err(|_| Error::Driver("could not spawn the watchdog thread"))?;
+        let queue = Arc::new(Queue {
+            pending: Mutex::new(Vec::new()),
+            released: AtomicUsize::new(0),
+            next_wakeup: AtomicU64::new(u64::MAX),
+            epoch: Instant::now(),
+            next_id: AtomicU64::new(0),
+        });
+        let (wake, wakeups) = bounded(1);
+        let thread = {
+            let queue = queue.clone();
+            std::thread::Builder::new()
+                .name("redlease-watchdog".into())
+                .spawn(move || run(&transport, io_timeout, &queue, &wakeups))
+                .map_err(|_| Error::Driver("could not spawn the watchdog thread"))?
+        };
         Ok(Watchdog {
-            tx: Some(tx),
+            queue,
+            wake: Some(wake),
             thread: Some(thread),
-            next_id: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
-    /// Starts renewing `lease`; returns its id.
-    pub(crate) fn watch(
-        &self,
-        lease: Lease,
-        policy: RenewalPolicy,
-        cell: Arc<LeaseCell>,
-    ) -> WatchId {
-        let id = self
-            .next_id
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(Msg::Watch {
-                id,
-                lease: Box::new(lease),
-                policy,
-                cell,
-            });
+    fn nudge(&self) {
+        if let Some(wake) = &self.wake {
+            // Full: a wake-up is already pending, which is all we need.
+            if let Err(TrySendError::Disconnected(_)) = wake.try_send(()) {}
         }
-        id
     }
 
-    /// Stops renewing a lease, waiting (at most `limit`) until the watchdog confirms: after
-    /// that no extension for it is in flight or will ever be sent.
-    pub(crate) fn unwatch(&self, id: WatchId, limit: Duration) {
-        let (done, confirmed) = bounded(1);
-        if let Some(tx) = &self.tx
-            && tx.send(Msg::Unwatch { id, done }).is_ok()
-        {
-            let _ = confirmed.recv_timeout(limit);
+    /// Starts renewing `lease`, reporting to `cell` (which is armed here).
+    pub(crate) fn watch(&self, lease: Lease, policy: RenewalPolicy, cell: Arc<LeaseCell>) {
+        let generation = cell.arm();
+        let first = Instant::now() + policy.every;
+        let id = self.queue.next_id.fetch_add(1, Ordering::Relaxed);
+        self.queue.pending().push(Registration {
+            id,
+            generation,
+            lease: Box::new(lease),
+            policy,
+            cell,
+        });
+        if self.queue.encode(Some(first)) < self.queue.next_wakeup.load(Ordering::SeqCst) {
+            self.nudge();
+        }
+    }
+
+    /// Notes that a watched lease was released (its cell already says so).
+    pub(crate) fn released(&self) {
+        if self.queue.released.fetch_add(1, Ordering::Relaxed) + 1 >= COMPACT_AFTER {
+            self.nudge();
         }
     }
 }
 
 impl Drop for Watchdog {
     fn drop(&mut self) {
-        drop(self.tx.take());
+        drop(self.wake.take());
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
     }
 }
 
-fn run(transport: &Transport, io_timeout: Duration, rx: &Receiver<Msg>) {
+struct Watched {
+    generation: u64,
+    cell: Arc<LeaseCell>,
+}
+
+fn run(transport: &Transport, io_timeout: Duration, queue: &Queue, wakeups: &Receiver<()>) {
     let mut renewals = Renewals::new();
-    let mut cells: HashMap<WatchId, Arc<LeaseCell>> = HashMap::new();
+    let mut cells: HashMap<WatchId, Watched> = HashMap::new();
     loop {
-        let timer = renewals.next_wakeup().map(at).unwrap_or_else(never);
+        let registrations = std::mem::take(&mut *queue.pending());
+        let now = Instant::now();
+        for r in registrations {
+            renewals.insert(r.id, *r.lease, r.policy, now);
+            cells.insert(
+                r.id,
+                Watched {
+                    generation: r.generation,
+                    cell: r.cell,
+                },
+            );
+        }
+        let released = queue.released.load(Ordering::Relaxed);
+        if released >= COMPACT_AFTER {
+            queue.released.fetch_sub(released, Ordering::Relaxed);
+            cells.retain(|id, w| {
+                let keep = w.cell.state().phase != Phase::Released;
+                if !keep {
+                    renewals.remove(*id);
+                }
+                keep
+            });
+        }
+        renew_due(transport, io_timeout, &mut renewals, &mut cells);
+
+        let next = renewals.next_wakeup();
+        queue
+            .next_wakeup
+            .store(queue.encode(next), Ordering::SeqCst);
+        // A registration that raced the store may not have woken us: look again.
+        if !queue.pending().is_empty() {
+            continue;
+        }
+        let timer = next.map(at).unwrap_or_else(never);
         select_biased! {
-            recv(rx) -> msg => match msg {
-                Ok(Msg::Watch { id, lease, policy, cell }) => {
-                    renewals.insert(id, *lease, policy, Instant::now());
-                    cells.insert(id, cell);
-                }
-                Ok(Msg::Unwatch { id, done }) => {
-                    renewals.remove(id);
-                    cells.remove(&id);
-                    let _ = done.send(());
-                }
+            recv(wakeups) -> msg => if msg.is_err() {
                 // The client is gone: the leases still watched will not be renewed.
-                Err(_) => {
-                    for cell in cells.values() {
-                        cell.mark_lost(LossReason::WatchdogStopped);
+                for w in cells.values() {
+                    if w.cell.is_current(w.generation) {
+                        w.cell.mark_lost(LossReason::WatchdogStopped);
                     }
-                    return;
                 }
+                return;
             },
-            recv(timer) -> _ => renew_due(transport, io_timeout, &mut renewals, &mut cells),
+            recv(timer) -> _ => {}
         }
     }
 }
@@ -167,19 +310,35 @@ fn renew_due(
     transport: &Transport,
     io_timeout: Duration,
     renewals: &mut Renewals,
-    cells: &mut HashMap<WatchId, Arc<LeaseCell>>,
+    cells: &mut HashMap<WatchId, Watched>,
 ) {
     let now = Instant::now();
     let Due { renew, lost } = renewals.due(now, now + io_timeout, BATCH);
     for (id, reason) in lost {
-        if let Some(cell) = cells.remove(&id) {
-            cell.mark_lost(reason);
+        if let Some(w) = cells.remove(&id)
+            && w.cell.is_current(w.generation)
+        {
+            w.cell.mark_lost(reason);
         }
     }
-    if renew.is_empty() {
+    let mut ids = Vec::with_capacity(renew.len());
+    let mut machines = Vec::with_capacity(renew.len());
+    for (id, op) in renew {
+        match cells.get(&id) {
+            Some(w) if w.cell.begin_renewal(w.generation) => {
+                ids.push(id);
+                machines.push(op);
+            }
+            // Released (or registered anew): forget it, send nothing.
+            _ => {
+                renewals.remove(id);
+                cells.remove(&id);
+            }
+        }
+    }
+    if machines.is_empty() {
         return;
     }
-    let (ids, mut machines): (Vec<WatchId>, Vec<_>) = renew.into_iter().unzip();
     let steps = run_together(transport, &mut machines);
     let now = Instant::now();
     for (id, step) in ids.into_iter().zip(steps) {
@@ -192,18 +351,16 @@ fn renew_due(
                 last: TransportFailure::no_reply("renewal not answered"),
             }),
         };
-        match renewals.renewed(id, outcome, now) {
-            RenewalEvent::Renewed { valid_until } => {
-                if let Some(cell) = cells.get(&id) {
-                    cell.set_valid_until(valid_until);
-                }
-            }
+        let event = renewals.renewed(id, outcome, now);
+        let Some(w) = cells.get(&id) else { continue };
+        match event {
+            RenewalEvent::Renewed { valid_until } => w.cell.end_renewal(Some(valid_until)),
+            RenewalEvent::Pending => w.cell.end_renewal(None),
             RenewalEvent::Lost(reason) => {
-                if let Some(cell) = cells.remove(&id) {
-                    cell.mark_lost(reason);
-                }
+                w.cell.end_renewal(None);
+                w.cell.mark_lost(reason);
+                cells.remove(&id);
             }
-            RenewalEvent::Pending => {}
         }
     }
 }

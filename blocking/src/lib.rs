@@ -56,3 +56,8 @@ pub use redlease_core::{Error, InvalidArgument, LossReason, TransportFailure};
 
 /// The sans-IO core this crate drives, for running its machines yourself.
 pub use redlease_core as core;
+
+/// The README's examples, compiled as doctests so they stay true to the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

@@ -6,6 +6,19 @@ use std::time::Duration;
 use redlease::Client;
 use redlease_suite::RedisServer;
 
+/// The kernel clears a joined thread's id before its /proc entry is gone, so give a just-joined
+/// thread's entry a moment to disappear (a bounded wait for a condition, not a sleep).
+fn settles_to(prefix: &str, expected: usize) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let n = threads_named(prefix);
+        if n == expected || std::time::Instant::now() > deadline {
+            return n;
+        }
+        std::thread::yield_now();
+    }
+}
+
 fn threads_named(prefix: &str) -> usize {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
@@ -45,8 +58,8 @@ fn dropping_a_client_stops_its_watchdog_and_listener_threads() {
     assert_eq!(threads_named("redlease-"), 2);
     drop(guard); // a guard holds the client too
     drop(clone);
-    // Dropping the last handle joined both threads before returning: no waiting needed.
-    assert_eq!(threads_named("redlease-"), 0);
+    // Dropping the last handle joined both threads before returning.
+    assert_eq!(settles_to("redlease-", 0), 0);
 
     // Same while Redis is down (the listener is reconnecting), with a guard still alive:
     // guards do not keep the threads, and a watched lease whose watchdog stopped says so.
@@ -62,7 +75,7 @@ fn dropping_a_client_stops_its_watchdog_and_listener_threads() {
     assert_eq!(threads_named("redlease-"), 2);
     server.kill();
     drop(client);
-    assert_eq!(threads_named("redlease-"), 0);
+    assert_eq!(settles_to("redlease-", 0), 0);
     assert_eq!(g.lost_reason(), Some(redlease::LossReason::WatchdogStopped));
     drop(g); // lost: sends nothing, returns at once
 }

@@ -248,12 +248,12 @@ pub(crate) fn drive<P: Protocol>(
             Step::Wait(wait) => {
                 let found = wait
                     .wake_on
-                    .as_deref()
-                    .and_then(|ch| Some((ch, listening.as_ref()?.start()?)));
+                    .as_ref()
+                    .and_then(|on| Some((on, listening.as_ref()?.start()?)));
                 match found {
-                    Some((channel, listener)) => {
-                        if waiter.as_ref().is_none_or(|w| w.channel() != channel) {
-                            waiter = Some(listener.register(channel, sent_epoch));
+                    Some((on, listener)) => {
+                        if waiter.as_ref().is_none_or(|w| w.wakes_on() != on) {
+                            waiter = Some(listener.register(on, sent_epoch));
                         }
                         if let Some(w) = &waiter
                             && w.wait_until(wait.until).is_some()

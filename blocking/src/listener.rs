@@ -5,9 +5,11 @@
 //! retry time its machine asked for), and while the connection is down waiters simply wait
 //! out that deadline (backoff polling) until the listener is back.
 //!
-//! - **Wake one.** A message on a channel wakes the longest-waiting local waiter that is not
-//!   already woken, so a release wakes one thread per client, not a herd. A waiter that
-//!   leaves with an unconsumed wake passes it on.
+//! - **Wake one.** A message on a channel wakes the longest-waiting untagged local waiter that
+//!   is not already woken, so a release wakes one thread per client, not a herd. A waiter that
+//!   leaves with an unconsumed wake passes it on. A message whose payload is a waiter's tag
+//!   wakes exactly that waiter (the next in a fair queue); the payload `*` wakes everyone (a
+//!   writer's release lets every reader in).
 //! - **No gap.** Every subscription confirmation and message bumps an epoch. The driver notes
 //!   the epoch when it sends an attempt; a waiter registering afterwards is woken at once if
 //!   its channel was not confirmed before that attempt or had a message since (a release it
@@ -24,7 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
-use redlease_core::Reply;
+use redlease_core::{Reply, WakeOn};
 
 use crate::resp;
 
@@ -46,6 +48,7 @@ pub(crate) enum Wake {
 
 struct Slot {
     id: u64,
+    tag: Option<String>,
     tx: Sender<Wake>,
 }
 
@@ -146,14 +149,14 @@ impl Listener {
         self.shared.epoch.load(Ordering::SeqCst)
     }
 
-    /// Registers a waiter on `channel`; `sent_epoch` is the epoch noted when the attempt
-    /// that found the lock busy was sent.
-    pub(crate) fn register(&self, channel: &str, sent_epoch: Option<u64>) -> Waiter {
+    /// Registers a waiter; `sent_epoch` is the epoch noted when the attempt that found the
+    /// lock busy was sent.
+    pub(crate) fn register(&self, on: &WakeOn, sent_epoch: Option<u64>) -> Waiter {
         let (tx, rx) = bounded(1);
         let mut state = self.shared.state();
         state.next_waiter += 1;
         let id = state.next_waiter;
-        let entry = state.channels.entry(channel.to_owned()).or_default();
+        let entry = state.channels.entry(on.channel.clone()).or_default();
         entry.idle_since = None;
         match (entry.confirmed, sent_epoch) {
             // Subscribed before the attempt, and no message since: nothing was missed.
@@ -165,16 +168,20 @@ impl Listener {
             // Not subscribed yet: the confirmation wakes this waiter.
             (None, _) => {}
         }
-        entry.waiters.push_back(Slot { id, tx });
+        entry.waiters.push_back(Slot {
+            id,
+            tag: on.tag.clone(),
+            tx,
+        });
         let subscribe = !entry.requested;
         entry.requested = true;
         drop(state);
         if subscribe {
-            self.shared.send(&[b"SUBSCRIBE", channel.as_bytes()]);
+            self.shared.send(&[b"SUBSCRIBE", on.channel.as_bytes()]);
         }
         Waiter {
             shared: self.shared.clone(),
-            channel: channel.to_owned(),
+            on: on.clone(),
             id,
             rx,
         }
@@ -196,14 +203,14 @@ impl Drop for Listener {
 /// A thread waiting for a release message on one channel.
 pub(crate) struct Waiter {
     shared: Arc<Shared>,
-    channel: String,
+    on: WakeOn,
     id: u64,
     rx: Receiver<Wake>,
 }
 
 impl Waiter {
-    pub(crate) fn channel(&self) -> &str {
-        &self.channel
+    pub(crate) fn wakes_on(&self) -> &WakeOn {
+        &self.on
     }
 
     /// Blocks until woken or until `until`; returns why it woke (`None`: the deadline).
@@ -216,9 +223,9 @@ impl Drop for Waiter {
     fn drop(&mut self) {
         let unconsumed = matches!(self.rx.try_recv(), Ok(Wake::Message));
         let mut state = self.shared.state();
-        if let Some(entry) = state.channels.get_mut(&self.channel) {
+        if let Some(entry) = state.channels.get_mut(&self.on.channel) {
             entry.waiters.retain(|s| s.id != self.id);
-            if unconsumed {
+            if unconsumed && self.on.tag.is_none() {
                 wake_one(entry);
             }
             if entry.waiters.is_empty() {
@@ -228,12 +235,38 @@ impl Drop for Waiter {
     }
 }
 
-/// Wakes the longest-waiting waiter that is not already woken.
+/// Wakes the longest-waiting untagged waiter that is not already woken.
 fn wake_one(entry: &Channel) {
-    for slot in &entry.waiters {
+    for slot in entry.waiters.iter().filter(|s| s.tag.is_none()) {
         if slot.tx.try_send(Wake::Message).is_ok() {
             return;
         }
+    }
+}
+
+/// Routes a message by its payload (see the module doc).
+fn deliver(entry: &Channel, payload: Option<&[u8]>) {
+    match payload {
+        Some(p) if p == WakeOn::ALL.as_bytes() => {
+            for slot in &entry.waiters {
+                let _ = slot.tx.try_send(Wake::Message);
+            }
+        }
+        Some(p)
+            if entry
+                .waiters
+                .iter()
+                .any(|s| s.tag.as_deref().map(str::as_bytes) == Some(p)) =>
+        {
+            for slot in entry
+                .waiters
+                .iter()
+                .filter(|s| s.tag.as_deref().map(str::as_bytes) == Some(p))
+            {
+                let _ = slot.tx.try_send(Wake::Message);
+            }
+        }
+        _ => wake_one(entry),
     }
 }
 
@@ -424,7 +457,11 @@ fn route(shared: &Shared, frame: Reply) {
         "message" => {
             if let Some(entry) = state.channels.get_mut(&channel) {
                 entry.last_message = shared.bump();
-                wake_one(entry);
+                let payload = match items.get(2) {
+                    Some(Reply::Bulk(b)) => Some(b.as_slice()),
+                    _ => None,
+                };
+                deliver(entry, payload);
             }
         }
         _ => {}

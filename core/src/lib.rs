@@ -57,5 +57,5 @@ pub(crate) mod testing;
 
 pub use command::{Command, NodeId, Request, RequestId};
 pub use error::{Error, InvalidArgument, LossReason};
-pub use protocol::{Batch, Protocol, Step, Wait};
+pub use protocol::{Batch, Protocol, Step, Wait, WakeOn};
 pub use reply::{ErrorReply, FailureKind, Input, Reply, TransportFailure};

@@ -74,5 +74,40 @@ pub struct Wait {
     pub until: Instant,
     /// A pub/sub channel whose messages may end the wait early (a release notification).
     /// Drivers that do not listen simply wait until `until`.
-    pub wake_on: Option<String>,
+    pub wake_on: Option<WakeOn>,
+}
+
+/// Which messages end a [`Wait`] early.
+///
+/// A driver routes each message on `channel` by its payload: the payload
+/// [`WakeOn::ALL`] wakes every waiter of the channel; a payload equal to a waiter's `tag`
+/// wakes that waiter; any other payload wakes one untagged waiter (the longest waiting), so a
+/// release wakes one contender per client rather than a herd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WakeOn {
+    /// The channel.
+    pub channel: String,
+    /// `Some(t)`: only messages whose payload is `t` (or [`WakeOn::ALL`]) concern this waiter.
+    pub tag: Option<String>,
+}
+
+impl WakeOn {
+    /// The payload that wakes every waiter of a channel.
+    pub const ALL: &'static str = "*";
+
+    /// Wake on any message of `channel` (one waiter per message).
+    pub fn any(channel: &str) -> Self {
+        WakeOn {
+            channel: channel.to_owned(),
+            tag: None,
+        }
+    }
+
+    /// Wake only on messages of `channel` that name `tag` (or everyone).
+    pub fn tagged(channel: &str, tag: &str) -> Self {
+        WakeOn {
+            channel: channel.to_owned(),
+            tag: Some(tag.to_owned()),
+        }
+    }
 }

@@ -9,7 +9,7 @@ use crate::backoff::{Backoff, saturating_add};
 use crate::command::RequestIds;
 use crate::error::{Error, InvalidArgument};
 use crate::keys::LockKeys;
-use crate::protocol::{Batch, Protocol, Step, Wait};
+use crate::protocol::{Batch, Protocol, Step, Wait, WakeOn};
 use crate::reply::{FailureKind, Input, Reply, TransportFailure};
 use crate::script::{Exchange, Progress, ScriptCall};
 
@@ -179,7 +179,7 @@ impl Acquire {
         self.state = State::Waiting { until };
         Some(Step::Wait(Wait {
             until,
-            wake_on: Some(self.keys.channel.clone()),
+            wake_on: Some(WakeOn::any(&self.keys.channel)),
         }))
     }
 
@@ -259,7 +259,7 @@ impl Protocol for Acquire {
                     if now < *until {
                         return Step::Wait(Wait {
                             until: *until,
-                            wake_on: Some(self.keys.channel.clone()),
+                            wake_on: Some(WakeOn::any(&self.keys.channel)),
                         });
                     }
                     self.state = State::Trying;

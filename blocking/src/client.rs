@@ -7,7 +7,6 @@ use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
 use redlease_core::{Error, InvalidArgument, Protocol, Step};
 
 use crate::listener::{Endpoint, Listener, Waiter};
-use crate::lock::LockBuilder;
 use crate::transport::Transport;
 use crate::watchdog::Watchdog;
 
@@ -40,6 +39,8 @@ pub(crate) struct Inner {
 
 /// The pool and settings, shared by a client and its guards.
 pub(crate) struct Shared {
+    /// Random, per client: part of reentrant owner ids.
+    pub(crate) client_id: String,
     pub(crate) transport: Arc<Transport>,
     pub(crate) keyspace: Keyspace,
     pub(crate) op_timeout: Duration,
@@ -138,6 +139,10 @@ impl ClientBuilder {
         Ok(Client {
             inner: Arc::new(Inner {
                 shared: Arc::new(Shared {
+                    client_id: random_bytes::<8>()?
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect(),
                     transport: Arc::new(transport),
                     keyspace,
                     op_timeout: self.op_timeout,
@@ -167,11 +172,6 @@ impl Client {
     /// A client of the Redis at `url` with default settings.
     pub fn open(url: &str) -> Result<Client, Error> {
         Client::builder(url).build()
-    }
-
-    /// A lease lock named `name`, to configure and acquire.
-    pub fn lock(&self, name: &str) -> LockBuilder<'_> {
-        LockBuilder::new(self, name)
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {

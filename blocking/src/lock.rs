@@ -1,12 +1,12 @@
-//! The lease lock: builder, guard, closure form, run-once.
+//! Every kind of lock (lease, reentrant, fair, read, write): one builder, one guard, the
+//! closure form, and run-once. What differs between kinds is the core's [`LockSpec`].
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
-use redlease_core::keys::LockKeys;
 use redlease_core::lease::{
-    Acquire, AcquireOptions, Acquisition, Lease, LeaseOp, LeaseState, Token,
+    Acquire, AcquireOptions, Acquisition, Lease, LeaseOp, LeaseState, LockKind, LockSpec, Token,
 };
 use redlease_core::renewal::RenewalPolicy;
 use redlease_core::{Error, InvalidArgument, LossReason, backoff::saturating_add};
@@ -14,12 +14,15 @@ use redlease_core::{Error, InvalidArgument, LossReason, backoff::saturating_add}
 use crate::client::{Client, Inner, Shared, drive, random_bytes};
 use crate::watchdog::LeaseCell;
 
-/// Settings of one lock acquisition; made by [`Client::lock`].
+/// Settings of one lock acquisition; made by [`Client::lock`], [`Client::reentrant_lock`],
+/// [`Client::fair_lock`], [`Client::read_lock`] or [`Client::write_lock`].
 #[derive(Debug, Clone)]
 #[must_use = "a lock builder does nothing until try_acquire(), acquire() or with_lock()"]
 pub struct LockBuilder<'c> {
     client: &'c Client,
     name: String,
+    kind: LockKind,
+    waiter_timeout: Duration,
     ttl: Duration,
     wait: Duration,
     retry_initial: Duration,
@@ -30,12 +33,14 @@ pub struct LockBuilder<'c> {
 }
 
 impl<'c> LockBuilder<'c> {
-    pub(crate) fn new(client: &'c Client, name: &str) -> Self {
+    pub(crate) fn new(client: &'c Client, name: &str, kind: LockKind) -> Self {
         let defaults = AcquireOptions::default();
         LockBuilder {
             client,
             name: name.to_owned(),
-            ttl: defaults.ttl,
+            kind,
+            waiter_timeout: Duration::from_secs(5),
+            ttl: Duration::from_secs(30),
             wait: Duration::from_secs(10),
             retry_initial: defaults.retry_initial,
             retry_max: defaults.retry_max,
@@ -89,11 +94,20 @@ impl<'c> LockBuilder<'c> {
         self
     }
 
+    /// Fair locks and writers: how long a waiter keeps its place in line after its last
+    /// attempt. A waiting thread refreshes it with every attempt (at least every retry
+    /// maximum), so only a waiter that died loses its place, after this long. Must exceed the
+    /// retry maximum. Defaults to 5 s.
+    pub fn waiter_timeout(mut self, timeout: Duration) -> Self {
+        self.waiter_timeout = timeout;
+        self
+    }
+
     /// Tries once: `Ok(None)` when another holder has the lock.
     pub fn try_acquire(&self) -> Result<Option<LockGuard>, Error> {
         let policy = self.policy()?;
         match self.run(None)? {
-            Acquisition::Acquired(lease) => Ok(Some(self.guard(lease, policy))),
+            Acquisition::Acquired(lease) => Ok(Some(self.guard(*lease, policy))),
             Acquisition::Busy { .. } => Ok(None),
         }
     }
@@ -103,7 +117,7 @@ impl<'c> LockBuilder<'c> {
     pub fn acquire(&self) -> Result<LockGuard, Error> {
         let policy = self.policy()?;
         match self.run(Some(self.wait))? {
-            Acquisition::Acquired(lease) => Ok(self.guard(lease, policy)),
+            Acquisition::Acquired(lease) => Ok(self.guard(*lease, policy)),
             // A waiting acquisition ends in Timeout rather than Busy; keep the promise anyway.
             Acquisition::Busy { .. } => Err(Error::Timeout {
                 name: self.name.clone(),
@@ -145,27 +159,45 @@ impl<'c> LockBuilder<'c> {
         Ok(Some(policy))
     }
 
+    fn spec(&self, token: Token) -> Result<LockSpec, Error> {
+        let shared = self.client.shared();
+        let ks = &shared.keyspace;
+        let (name, ttl) = (self.name.as_str(), self.ttl);
+        if matches!(self.kind, LockKind::Fair | LockKind::Write)
+            && self.waiter_timeout <= self.retry_max
+        {
+            return Err(InvalidArgument::Setting(format!(
+                "the waiter timeout ({:?}) must exceed the retry maximum ({:?}): waiters refresh their place once per retry",
+                self.waiter_timeout, self.retry_max
+            ))
+            .into());
+        }
+        match self.kind {
+            LockKind::Lease => LockSpec::lease(ks, name, token, ttl),
+            LockKind::Reentrant => {
+                let owner = format!("{}:{}", shared.client_id, thread_number());
+                LockSpec::reentrant(ks, name, &owner, token, ttl)
+            }
+            LockKind::Fair => LockSpec::fair(ks, name, token, ttl, self.waiter_timeout),
+            LockKind::Read => LockSpec::read(ks, name, token, ttl),
+            LockKind::Write => LockSpec::write(ks, name, token, ttl, self.waiter_timeout),
+        }
+    }
+
     fn run(&self, wait: Option<Duration>) -> Result<Acquisition, Error> {
-        let keys = LockKeys::new(&self.client.shared().keyspace, &self.name)?;
         let random: [u8; 24] = random_bytes()?;
         let mut token = [0u8; 16];
         token.copy_from_slice(&random[..16]);
         let mut seed = [0u8; 8];
         seed.copy_from_slice(&random[16..]);
+        let spec = self.spec(Token::from_random(token))?;
         let options = AcquireOptions {
-            ttl: self.ttl,
             wait,
             retry_initial: self.retry_initial,
             retry_max: self.retry_max,
             reply_timeout: self.client.shared().io_timeout,
         };
-        let machine = Acquire::new(
-            keys,
-            Token::from_random(token),
-            &options,
-            u64::from_le_bytes(seed),
-            Instant::now(),
-        )?;
+        let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), Instant::now())?;
         self.client.run(machine)
     }
 
@@ -196,7 +228,7 @@ pub struct LockGuard {
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("name", &self.lease.keys.name)
+            .field("name", &self.lease.target.name)
             .field("fence", &self.lease.fence)
             .field("valid_until", &self.cell.valid_until())
             .field("lost", &self.cell.lost())
@@ -227,7 +259,7 @@ impl LockGuard {
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.lease.keys.name
+        &self.lease.target.name
     }
 
     /// The fencing token: greater than that of every earlier holder of this lock name.
@@ -282,7 +314,7 @@ impl LockGuard {
 
     fn not_owner(&self, reason: LossReason) -> Error {
         Error::NotOwner {
-            name: self.lease.keys.name.clone(),
+            name: self.lease.target.name.clone(),
             reason,
         }
     }
@@ -385,7 +417,48 @@ impl LockGuard {
     }
 }
 
+/// A small number naming the calling thread, for reentrant owners (`ThreadId` has no stable
+/// numeric form).
+fn thread_number() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    thread_local! {
+        static NUMBER: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    NUMBER.with(|n| *n)
+}
+
 impl Client {
+    /// A lease lock named `name`, to configure and acquire: exclusive, with a fencing token.
+    pub fn lock(&self, name: &str) -> LockBuilder<'_> {
+        LockBuilder::new(self, name, LockKind::Lease)
+    }
+
+    /// A reentrant lock: the same owner (this client and the calling thread) may acquire it
+    /// again while holding it, and must release as often; another thread of the same client
+    /// is another owner. Each nested acquisition is its own guard.
+    pub fn reentrant_lock(&self, name: &str) -> LockBuilder<'_> {
+        LockBuilder::new(self, name, LockKind::Reentrant)
+    }
+
+    /// A fair lock: waiters get it in the order they started waiting, and a release wakes
+    /// only the next one. A waiter that dies loses its place after the
+    /// [waiter timeout](LockBuilder::waiter_timeout).
+    pub fn fair_lock(&self, name: &str) -> LockBuilder<'_> {
+        LockBuilder::new(self, name, LockKind::Fair)
+    }
+
+    /// The shared side of the read-write lock `name`: many readers at once, never with a
+    /// writer. New readers wait while a writer waits, so writers are not starved.
+    pub fn read_lock(&self, name: &str) -> LockBuilder<'_> {
+        LockBuilder::new(self, name, LockKind::Read)
+    }
+
+    /// The exclusive side of the read-write lock `name`: no readers, no other writer.
+    pub fn write_lock(&self, name: &str) -> LockBuilder<'_> {
+        LockBuilder::new(self, name, LockKind::Write)
+    }
+
     /// Runs `job` on at most one of the hosts that trigger it at about the same time (a cron
     /// job scheduled on a whole fleet). Returns `Ok(Some(result))` on the host that ran it,
     /// `Ok(None)` on the others.

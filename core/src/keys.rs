@@ -93,11 +93,6 @@ impl LockKeys {
             channel: format!("{stem}:released"),
         })
     }
-
-    /// The data keys, for error messages.
-    pub(crate) fn list(&self) -> String {
-        format!("{}, {}", self.lock, self.fence)
-    }
 }
 
 #[cfg(test)]

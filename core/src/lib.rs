@@ -18,13 +18,14 @@
 //! ```
 //! use std::time::{Duration, Instant};
 //! use redlease_core::{Input, Protocol, Reply, Step};
-//! use redlease_core::keys::{Keyspace, LockKeys};
-//! use redlease_core::lease::{Acquire, AcquireOptions, Acquisition, Token};
+//! use redlease_core::keys::Keyspace;
+//! use redlease_core::lease::{Acquire, AcquireOptions, Acquisition, LockSpec, Token};
 //!
-//! let keys = LockKeys::new(&Keyspace::default(), "reports").unwrap();
 //! let token = Token::from_random([7; 16]);
+//! let ttl = Duration::from_secs(30);
+//! let spec = LockSpec::lease(&Keyspace::default(), "reports", token, ttl).unwrap();
 //! let start = Instant::now();
-//! let mut acquire = Acquire::new(keys, token, &AcquireOptions::default(), 42, start).unwrap();
+//! let mut acquire = Acquire::new(spec, &AcquireOptions::default(), 42, start).unwrap();
 //!
 //! // The machine asks for one EVALSHA ...
 //! let Step::Send(batch) = acquire.poll(start) else { unreachable!() };

@@ -287,8 +287,8 @@ impl Renewals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::{Keyspace, LockKeys};
-    use crate::lease::{Token, valid_until};
+    use crate::keys::Keyspace;
+    use crate::lease::{LockSpec, Token, valid_until};
     use crate::protocol::{Protocol, Step};
     use crate::reply::{Input, Reply};
     use crate::testing::origin;
@@ -296,14 +296,18 @@ mod tests {
     const TTL: Duration = Duration::from_millis(300);
 
     fn lease(now: Instant, name: &str) -> Lease {
+        let spec =
+            LockSpec::lease(&Keyspace::default(), name, Token::from_random([2; 16]), TTL).unwrap();
         Lease {
-            keys: LockKeys::new(&Keyspace::default(), name).unwrap(),
-            token: Token::from_random([2; 16]),
+            kind: spec.kind,
+            target: spec.target,
+            token: spec.token,
             fence: 1,
             ttl: TTL,
             acquired_at: now,
-            attempts: 1,
             valid_until: valid_until(now, TTL),
+            attempts: 1,
+            calls: spec.calls,
         }
     }
 

@@ -1,23 +1,19 @@
-//! Acquiring a lease lock: try once, or wait with backoff until a deadline.
+//! Acquiring a lock of any kind: try once, or wait with backoff (woken early by release
+//! messages) until a deadline.
 
 use std::time::{Duration, Instant};
 
-use super::{
-    ACQUIRE, Lease, RELEASE, Token, error_from_reply, int_pair, pttl, valid_until, validate_ttl,
-};
+use super::{Lease, LockKind, LockSpec, error_from_reply, int_pair, pttl, valid_until};
 use crate::backoff::{Backoff, saturating_add};
-use crate::command::RequestIds;
+use crate::command::{Request, RequestIds};
 use crate::error::{Error, InvalidArgument};
-use crate::keys::LockKeys;
-use crate::protocol::{Batch, Protocol, Step, Wait, WakeOn};
+use crate::protocol::{Batch, Protocol, Step, Wait};
 use crate::reply::{FailureKind, Input, Reply, TransportFailure};
-use crate::script::{Exchange, Progress, ScriptCall};
+use crate::script::{Exchange, Progress};
 
-/// How an acquisition behaves.
+/// How an acquisition behaves (the lock itself is described by its [`LockSpec`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AcquireOptions {
-    /// The lease length. Defaults to 30 s.
-    pub ttl: Duration,
     /// `None`: try once. `Some(w)`: retry until `w` has passed since the start. Defaults to `None`.
     pub wait: Option<Duration>,
     /// The first retry pause; it doubles (with jitter) up to `retry_max`. Defaults to 5 ms.
@@ -33,7 +29,6 @@ pub struct AcquireOptions {
 impl Default for AcquireOptions {
     fn default() -> Self {
         AcquireOptions {
-            ttl: Duration::from_secs(30),
             wait: None,
             retry_initial: Duration::from_millis(5),
             retry_max: Duration::from_millis(200),
@@ -46,11 +41,11 @@ impl Default for AcquireOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquisition {
     /// The lock is ours.
-    Acquired(Lease),
+    Acquired(Box<Lease>),
     /// Another holder has it (only when trying once; a waiting acquisition ends with
     /// [`Error::Timeout`] instead).
     Busy {
-        /// Time left on the holder's lease (`None`: the key has no expiry).
+        /// Time left on the holder's lease (`None`: unknown, or the key has no expiry).
         holder_ttl: Option<Duration>,
     },
 }
@@ -63,47 +58,56 @@ enum State {
     Waiting {
         until: Instant,
     },
-    /// A reply was lost and the acquisition failed: release what we may hold, then fail.
+    /// Finishing: the calls in `cleanup` run (all in one batch), then `result` is returned.
     CleaningUp {
-        error: Error,
+        result: Result<Acquisition, Error>,
     },
     Done,
 }
 
-/// The acquisition of a lease lock, as a [`Protocol`].
+/// The acquisition of a lock, as a [`Protocol`].
 ///
-/// Sends one script that, atomically, sets the key to our token with the ttl when it is free
-/// and increments the fencing counter; when the key already holds our token (a retry after
-/// a lost reply) it refreshes the ttl and returns the fence issued before.
+/// ```text
+///   Trying ──EVALSHA acquire──► {1,fence} ──────────────────────────► Done(Acquired)
+///     ▲  │                      {0,pttl}: try once ────────────────► Done(Busy)
+///     │  │                      {0,pttl}: waiting ─► Waiting(until backoff or holder's ttl)
+///     │  │                                              │ wake (release message) or until
+///     │  └──── transport failure: retry (waiting) ◄─────┘
+///     └───────────────────────────────────────────────┘
+///   deadline passed ──────────────────► CleaningUp[cancel] ───────────► Done(Timeout)
+///   failure after a lost reply ───────► CleaningUp[release, cancel] ──► Done(error)
+/// ```
+///
+/// Every acquire script recognises its own token, so a retry after a lost reply returns the
+/// fence it was issued rather than a second one; the cleanup after a lost reply releases
+/// what the lost attempt may have taken, and a waiter that gives up leaves any queue it
+/// joined ([`LockSpec::cancel`]).
 #[derive(Debug)]
 pub struct Acquire {
-    keys: LockKeys,
-    token: Token,
-    ttl: Duration,
+    spec: LockSpec,
     started: Instant,
     deadline: Option<Instant>,
     reply_timeout: Duration,
     backoff: Backoff,
     ids: RequestIds,
     exchange: Exchange,
-    cleanup: Exchange,
+    cleanup: Vec<Exchange>,
     state: State,
     attempts: u32,
     sent_at: Instant,
     lost_reply: bool,
+    seen_busy: bool,
 }
 
 impl Acquire {
-    /// An acquisition of the lock `keys` by `token`, starting at `now`; `seed` drives the
-    /// retry jitter. Fails at once on bad options (nothing is sent).
+    /// An acquisition of the lock `spec`, starting at `now`; `seed` drives the retry
+    /// jitter. Fails at once on bad options (nothing is sent).
     pub fn new(
-        keys: LockKeys,
-        token: Token,
+        spec: LockSpec,
         options: &AcquireOptions,
         seed: u64,
         now: Instant,
     ) -> Result<Self, Error> {
-        let ttl_ms = validate_ttl("ttl", options.ttl)?;
         if options.reply_timeout.is_zero() {
             return Err(InvalidArgument::DurationTooShort {
                 what: "reply timeout",
@@ -111,61 +115,63 @@ impl Acquire {
             }
             .into());
         }
-        let call = ScriptCall::new(&ACQUIRE)
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .arg(token.as_str())
-            .arg(ttl_ms.to_string());
-        let cleanup = ScriptCall::new(&RELEASE)
-            .key(&keys.lock)
-            .arg(token.as_str())
-            .arg(&keys.channel);
-        let mut exchange = Exchange::new(call);
+        let mut exchange = Exchange::new(spec.acquire.clone());
         exchange.start();
         Ok(Acquire {
             deadline: options.wait.map(|w| saturating_add(now, w)),
-            keys,
-            token,
-            ttl: options.ttl,
             started: now,
             reply_timeout: options.reply_timeout,
             backoff: Backoff::new(options.retry_initial, options.retry_max, seed),
             ids: RequestIds::default(),
             exchange,
-            cleanup: Exchange::new(cleanup),
+            cleanup: Vec::new(),
             state: State::Trying,
             attempts: 0,
             sent_at: now,
             lost_reply: false,
+            seen_busy: false,
+            spec,
         })
     }
 
-    /// The channel a release of this lock is announced on.
-    pub fn channel(&self) -> &str {
-        &self.keys.channel
+    /// The lock being acquired.
+    pub fn spec(&self) -> &LockSpec {
+        &self.spec
     }
 
-    fn batch(&self, request: crate::command::Request, now: Instant) -> Step<Acquisition> {
+    fn batch(&self, requests: Vec<Request>, now: Instant) -> Step<Acquisition> {
         Step::Send(Batch {
-            requests: vec![request],
+            requests,
             deadline: saturating_add(now, self.reply_timeout),
         })
     }
 
-    fn finish(&mut self, result: Result<Acquisition, Error>) -> Step<Acquisition> {
-        self.state = State::Done;
-        Step::Done(result)
-    }
-
-    /// Fails, first releasing the key if an attempt may have set it.
-    fn fail(&mut self, error: Error) -> Option<Step<Acquisition>> {
+    /// Finishes with `result`, first running the cleanup it calls for: release what a lost
+    /// attempt may hold, and leave any waiting line joined.
+    fn finish(&mut self, result: Result<Acquisition, Error>) -> Option<Step<Acquisition>> {
+        // Never called with an acquisition: every path here ends without the lock.
+        let mut calls = Vec::new();
         if self.lost_reply {
-            self.cleanup.start();
-            self.state = State::CleaningUp { error };
-            None
-        } else {
-            Some(self.finish(Err(error)))
+            calls.push(self.spec.calls.release.clone());
         }
+        if self.seen_busy || self.lost_reply {
+            // A busy answer may have put us in a line (fair queue, waiting writers).
+            calls.extend(self.spec.cancel.clone());
+        }
+        if calls.is_empty() {
+            self.state = State::Done;
+            return Some(Step::Done(result));
+        }
+        self.cleanup = calls
+            .into_iter()
+            .map(|c| {
+                let mut e = Exchange::new(c);
+                e.start();
+                e
+            })
+            .collect();
+        self.state = State::CleaningUp { result };
+        None
     }
 
     fn pause(&mut self, now: Instant, cap: Option<Duration>) -> Option<Step<Acquisition>> {
@@ -177,49 +183,64 @@ impl Acquire {
         }
         let until = saturating_add(now, delay).min(deadline);
         self.state = State::Waiting { until };
-        Some(Step::Wait(Wait {
+        Some(self.wait_step(until))
+    }
+
+    fn wait_step(&self, until: Instant) -> Step<Acquisition> {
+        Step::Wait(Wait {
             until,
-            wake_on: Some(WakeOn::any(&self.keys.channel)),
-        }))
+            wake_on: Some(self.spec.wake.clone()),
+        })
     }
 
     fn on_reply(&mut self, reply: Reply, now: Instant) -> Option<Step<Acquisition>> {
         if let Reply::Error(e) = reply {
-            let err = error_from_reply(&self.keys, e);
-            return self.fail(err);
+            let err = error_from_reply(&self.spec.target, e);
+            return self.finish(Err(err));
         }
+        // Exclusive holds are issued fences from 1; a read hold reports the last writer's
+        // fence, 0 before the first writer.
+        let min_fence = if self.spec.kind == LockKind::Read {
+            0
+        } else {
+            1
+        };
         match int_pair(&reply) {
-            Some((1, fence)) if fence > 0 => {
-                let lease = Lease {
-                    keys: self.keys.clone(),
-                    token: self.token.clone(),
+            Some((1, fence)) if fence >= min_fence => {
+                let lease = Box::new(Lease {
+                    kind: self.spec.kind,
+                    target: self.spec.target.clone(),
+                    token: self.spec.token.clone(),
                     fence: fence as u64,
-                    ttl: self.ttl,
+                    ttl: self.spec.ttl,
                     acquired_at: self.sent_at,
+                    valid_until: valid_until(self.sent_at, self.spec.ttl),
                     attempts: self.attempts,
-                    valid_until: valid_until(self.sent_at, self.ttl),
-                };
-                Some(self.finish(Ok(Acquisition::Acquired(lease))))
+                    calls: self.spec.calls.clone(),
+                });
+                self.state = State::Done;
+                Some(Step::Done(Ok(Acquisition::Acquired(lease))))
             }
             Some((0, ms)) => {
+                self.seen_busy = true;
                 let holder_ttl = pttl(ms);
                 match self.deadline {
-                    None => Some(self.finish(Ok(Acquisition::Busy { holder_ttl }))),
+                    None => self.finish(Ok(Acquisition::Busy { holder_ttl })),
                     Some(deadline) if now >= deadline => {
                         let err = Error::Timeout {
-                            name: self.keys.name.clone(),
+                            name: self.spec.target.name.clone(),
                             waited: now.saturating_duration_since(self.started),
                             attempts: self.attempts,
                         };
-                        self.fail(err)
+                        self.finish(Err(err))
                     }
                     Some(_) => self.pause(now, holder_ttl),
                 }
             }
-            _ => self.fail(Error::UnexpectedReply {
-                context: "lease acquisition",
+            _ => self.finish(Err(Error::UnexpectedReply {
+                context: "lock acquisition",
                 reply: reply.describe(),
-            }),
+            })),
         }
     }
 
@@ -233,10 +254,10 @@ impl Acquire {
             None => lost && self.attempts < 2,
         };
         if !retry {
-            return self.fail(Error::Unavailable {
+            return self.finish(Err(Error::Unavailable {
                 attempts: self.attempts,
                 last: failure,
-            });
+            }));
         }
         match self.pause(now, None) {
             Some(step) => Some(step),
@@ -244,6 +265,29 @@ impl Acquire {
                 self.exchange.start();
                 None
             }
+        }
+    }
+
+    fn poll_cleanup(&mut self, now: Instant) -> Step<Acquisition> {
+        let mut requests = Vec::new();
+        let mut awaiting = false;
+        for e in &mut self.cleanup {
+            match e.poll(&mut self.ids) {
+                Progress::Send(r) => requests.push(r),
+                Progress::Awaiting => awaiting = true,
+                // Whatever the cleanup's outcome, the result stands.
+                Progress::Answered(_) | Progress::Idle => {}
+            }
+        }
+        if !requests.is_empty() {
+            return self.batch(requests, now);
+        }
+        if awaiting {
+            return Step::Awaiting;
+        }
+        match std::mem::replace(&mut self.state, State::Done) {
+            State::CleaningUp { result } => Step::Done(result),
+            _ => Step::Done(Err(Error::Finished)),
         }
     }
 }
@@ -257,27 +301,12 @@ impl Protocol for Acquire {
                 State::Done => return Step::Done(Err(Error::Finished)),
                 State::Waiting { until } => {
                     if now < *until {
-                        return Step::Wait(Wait {
-                            until: *until,
-                            wake_on: Some(WakeOn::any(&self.keys.channel)),
-                        });
+                        return self.wait_step(*until);
                     }
                     self.state = State::Trying;
                     self.exchange.start();
                 }
-                State::CleaningUp { .. } => match self.cleanup.poll(&mut self.ids) {
-                    Progress::Send(request) => return self.batch(request, now),
-                    Progress::Awaiting => return Step::Awaiting,
-                    // Whatever the cleanup's outcome, report the failure that caused it.
-                    Progress::Answered(_) | Progress::Idle => {
-                        let state = std::mem::replace(&mut self.state, State::Done);
-                        let error = match state {
-                            State::CleaningUp { error } => error,
-                            _ => Error::Finished,
-                        };
-                        return Step::Done(Err(error));
-                    }
-                },
+                State::CleaningUp { .. } => return self.poll_cleanup(now),
                 State::Trying => {
                     let step = match self.exchange.poll(&mut self.ids) {
                         Progress::Send(request) => {
@@ -285,12 +314,12 @@ impl Protocol for Acquire {
                                 self.attempts += 1;
                             }
                             self.sent_at = now;
-                            return self.batch(request, now);
+                            return self.batch(vec![request], now);
                         }
                         Progress::Awaiting => return Step::Awaiting,
                         Progress::Answered(Ok(reply)) => self.on_reply(reply, now),
                         Progress::Answered(Err(failure)) => self.on_failure(failure, now),
-                        Progress::Idle => Some(self.finish(Err(Error::Finished))),
+                        Progress::Idle => self.finish(Err(Error::Finished)),
                     };
                     if let Some(step) = step {
                         return step;
@@ -309,8 +338,16 @@ impl Protocol for Acquire {
 
     fn handle(&mut self, input: Input, _now: Instant) {
         match self.state {
-            State::CleaningUp { .. } => self.cleanup.handle(input),
-            _ => self.exchange.handle(input),
-        };
+            State::CleaningUp { .. } => {
+                for e in &mut self.cleanup {
+                    if e.handle(input.clone()) {
+                        break;
+                    }
+                }
+            }
+            _ => {
+                self.exchange.handle(input);
+            }
+        }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::scripts::{ACQUIRE, EXTEND, RELEASE};
 use super::*;
 use crate::error::LossReason;
 use crate::keys::Keyspace;
@@ -9,17 +10,31 @@ use crate::protocol::{Protocol, Step};
 use crate::reply::{Input, Reply, TransportFailure};
 use crate::testing::{Scenario, err, ints, origin};
 
-fn keys() -> LockKeys {
-    LockKeys::new(&Keyspace::default(), "job").unwrap()
+const TTL: Duration = Duration::from_secs(10);
+
+fn spec() -> LockSpec {
+    LockSpec::lease(&Keyspace::default(), "job", token(), TTL).unwrap()
 }
 
 fn token() -> Token {
     Token::from_random([1; 16])
 }
 
+/// One spec of every kind of lock.
+fn all_kinds() -> Vec<LockSpec> {
+    let ks = Keyspace::default();
+    let w = Duration::from_secs(5);
+    vec![
+        spec(),
+        LockSpec::reentrant(&ks, "job", "c1:7", token(), TTL).unwrap(),
+        LockSpec::fair(&ks, "job", token(), TTL, w).unwrap(),
+        LockSpec::read(&ks, "job", token(), TTL).unwrap(),
+        LockSpec::write(&ks, "job", token(), TTL, w).unwrap(),
+    ]
+}
+
 fn opts(wait: Option<Duration>) -> AcquireOptions {
     AcquireOptions {
-        ttl: Duration::from_secs(10),
         wait,
         ..AcquireOptions::default()
     }
@@ -27,21 +42,21 @@ fn opts(wait: Option<Duration>) -> AcquireOptions {
 
 fn acquire(wait: Option<Duration>) -> Scenario<Acquire> {
     let now = origin();
-    Scenario::new(
-        Acquire::new(keys(), token(), &opts(wait), 9, now).unwrap(),
-        now,
-    )
+    Scenario::new(Acquire::new(spec(), &opts(wait), 9, now).unwrap(), now)
 }
 
 fn lease_at(now: std::time::Instant) -> Lease {
+    let spec = spec();
     Lease {
-        keys: keys(),
+        kind: spec.kind,
+        target: spec.target,
         token: token(),
         fence: 3,
-        ttl: Duration::from_secs(10),
+        ttl: TTL,
         acquired_at: now,
+        valid_until: valid_until(now, TTL),
         attempts: 1,
-        valid_until: valid_until(now, Duration::from_secs(10)),
+        calls: spec.calls,
     }
 }
 
@@ -323,12 +338,8 @@ fn stale_and_unknown_replies_are_ignored() {
 fn bad_options_are_rejected_before_anything_is_sent() {
     let now = origin();
     for ttl in [Duration::ZERO, Duration::from_micros(10), Duration::MAX] {
-        let o = AcquireOptions {
-            ttl,
-            ..AcquireOptions::default()
-        };
         assert!(matches!(
-            Acquire::new(keys(), token(), &o, 0, now),
+            LockSpec::lease(&Keyspace::default(), "job", token(), ttl),
             Err(Error::InvalidArgument(_))
         ));
     }
@@ -336,7 +347,7 @@ fn bad_options_are_rejected_before_anything_is_sent() {
         reply_timeout: Duration::ZERO,
         ..AcquireOptions::default()
     };
-    assert!(Acquire::new(keys(), token(), &o, 0, now).is_err());
+    assert!(Acquire::new(spec(), &o, 0, now).is_err());
 }
 
 #[test]
@@ -542,21 +553,11 @@ fn no_reply_sequence_makes_a_machine_panic_or_spin() {
     for a in &catalogue {
         for b in &catalogue {
             let script = [a.clone(), b.clone()];
-            run_to_end(
-                Acquire::new(
-                    keys(),
-                    token(),
-                    &opts(Some(Duration::from_millis(30))),
-                    1,
-                    now,
-                )
-                .unwrap(),
-                &script,
-            );
-            run_to_end(
-                Acquire::new(keys(), token(), &opts(None), 1, now).unwrap(),
-                &script,
-            );
+            for spec in all_kinds() {
+                let wait = opts(Some(Duration::from_millis(30)));
+                run_to_end(Acquire::new(spec.clone(), &wait, 1, now).unwrap(), &script);
+                run_to_end(Acquire::new(spec, &opts(None), 1, now).unwrap(), &script);
+            }
             run_to_end(
                 LeaseOp::release(&lease, now + Duration::from_millis(30)),
                 &script,
@@ -603,4 +604,119 @@ fn run_to_end<P: Protocol>(mut m: P, script: &[Result<Reply, TransportFailure>])
         }
     }
     panic!("machine did not finish: {script:?}");
+}
+
+#[test]
+fn a_fair_waiter_is_woken_by_its_own_token_and_leaves_the_line_when_it_gives_up() {
+    let now = origin();
+    let ks = Keyspace::default();
+    let spec = LockSpec::fair(&ks, "q", token(), TTL, Duration::from_secs(5)).unwrap();
+    let mut s = Scenario::new(
+        Acquire::new(spec, &opts(Some(Duration::from_millis(50))), 3, now).unwrap(),
+        now,
+    );
+    let first = s.answer(ints(&[0, 4000]));
+    assert_eq!(args(&first)[1], super::scripts::FAIR_ACQUIRE.sha1);
+    let w = s.expect_wait();
+    assert_eq!(
+        w.wake_on,
+        Some(crate::WakeOn::tagged(
+            "redlease:{q}:fair:wake",
+            token().as_str()
+        ))
+    );
+    // Waiting until the deadline: the last answer is still "busy" ...
+    loop {
+        match s.machine.poll(s.now) {
+            Step::Wait(w) => s.now = w.until,
+            Step::Send(b) => {
+                let r = &b.requests[0];
+                if args(r)[1] == super::scripts::FAIR_CANCEL.sha1 {
+                    // ... so the waiter leaves the line before reporting the timeout.
+                    s.machine.handle(Input::reply(r.id, Reply::Int(1)), s.now);
+                    break;
+                }
+                s.machine
+                    .handle(Input::reply(r.id, ints(&[0, 4000])), s.now);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(matches!(s.expect_done(), Err(Error::Timeout { .. })));
+}
+
+#[test]
+fn trying_a_busy_fair_or_write_lock_once_leaves_no_entry_behind() {
+    let now = origin();
+    let ks = Keyspace::default();
+    let w = Duration::from_secs(5);
+    for (spec, cancel) in [
+        (
+            LockSpec::fair(&ks, "q", token(), TTL, w).unwrap(),
+            super::scripts::FAIR_CANCEL.sha1,
+        ),
+        (
+            LockSpec::write(&ks, "q", token(), TTL, w).unwrap(),
+            super::scripts::WRITE_CANCEL.sha1,
+        ),
+    ] {
+        let mut s = Scenario::new(Acquire::new(spec, &opts(None), 3, now).unwrap(), now);
+        s.answer(ints(&[0, -2]));
+        let c = s.answer(Reply::Int(1));
+        assert_eq!(args(&c)[1], cancel);
+        assert_eq!(s.expect_done(), Ok(Acquisition::Busy { holder_ttl: None }));
+    }
+    // A plain lease has nothing to leave.
+    let mut s = acquire(None);
+    s.answer(ints(&[0, 10]));
+    assert!(matches!(s.expect_done(), Ok(Acquisition::Busy { .. })));
+    assert_eq!(s.sent.len(), 1);
+}
+
+#[test]
+fn reentrant_calls_carry_owner_and_op_and_release_with_its_own_op() {
+    let now = origin();
+    let ks = Keyspace::default();
+    let spec = LockSpec::reentrant(&ks, "r", "c1:7", token(), TTL).unwrap();
+    let mut s = Scenario::new(Acquire::new(spec, &opts(None), 3, now).unwrap(), now);
+    let r = s.answer(ints(&[1, 5]));
+    assert_eq!(
+        args(&r)[2..],
+        [
+            "2",
+            "redlease:{r}:reentrant",
+            "redlease:{r}:fence",
+            "c1:7",
+            token().as_str(),
+            "10000"
+        ]
+    );
+    let Ok(Acquisition::Acquired(lease)) = s.expect_done() else {
+        panic!()
+    };
+    assert_eq!(lease.kind, LockKind::Reentrant);
+    let mut rel = Scenario::new(LeaseOp::release(&lease, now + Duration::from_secs(1)), now);
+    let r = rel.answer(Reply::Int(1));
+    assert_eq!(args(&r)[4], "c1:7");
+    assert_eq!(args(&r)[5], format!("r{}", token().as_str()));
+    assert_eq!(rel.expect_done(), Ok(()));
+}
+
+#[test]
+fn a_read_hold_may_carry_fence_zero_but_exclusive_holds_may_not() {
+    let now = origin();
+    let ks = Keyspace::default();
+    let read = LockSpec::read(&ks, "rw", token(), TTL).unwrap();
+    let mut s = Scenario::new(Acquire::new(read, &opts(None), 3, now).unwrap(), now);
+    s.answer(ints(&[1, 0]));
+    assert!(
+        matches!(s.expect_done(), Ok(Acquisition::Acquired(l)) if l.fence == 0 && l.kind == LockKind::Read)
+    );
+    let write = LockSpec::write(&ks, "rw", token(), TTL, Duration::from_secs(5)).unwrap();
+    let mut s = Scenario::new(Acquire::new(write, &opts(None), 3, now).unwrap(), now);
+    s.answer(ints(&[1, 0]));
+    assert!(matches!(
+        s.expect_done(),
+        Err(Error::UnexpectedReply { .. })
+    ));
 }

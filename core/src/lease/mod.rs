@@ -17,17 +17,19 @@
 
 mod acquire;
 mod ops;
+pub mod scripts;
+mod spec;
 
 use std::time::{Duration, Instant};
 
 pub use acquire::{Acquire, AcquireOptions, Acquisition};
 pub use ops::{Extend, Inspect, LeaseOp, LeaseOpKind, LeaseState, Release};
+pub use scripts::ALL as SCRIPTS;
+pub use spec::{LeaseCalls, LockKind, LockSpec, Target};
 
 use crate::backoff::saturating_add;
 use crate::error::{Error, InvalidArgument};
-use crate::keys::LockKeys;
 use crate::reply::{ErrorReply, Reply};
-use crate::script::Script;
 
 /// The longest lease accepted: Redis rejects expiries that overflow its millisecond clock,
 /// and this bound stays below that for millions of years.
@@ -35,33 +37,6 @@ pub const MAX_TTL: Duration = Duration::from_millis(1 << 62);
 
 /// The longest owner token accepted, in bytes.
 pub const MAX_TOKEN_LEN: usize = 256;
-
-pub(crate) static ACQUIRE: Script = Script {
-    name: "lease_acquire",
-    source: include_str!("lua/acquire.lua"),
-    sha1: "12bf09cca7d8c520d7c77df9707ab3bcb489e841",
-};
-
-pub(crate) static RELEASE: Script = Script {
-    name: "lease_release",
-    source: include_str!("lua/release.lua"),
-    sha1: "5c2c0568c10063947be95fc533c4b9b9340ca96e",
-};
-
-pub(crate) static EXTEND: Script = Script {
-    name: "lease_extend",
-    source: include_str!("lua/extend.lua"),
-    sha1: "8573b6279b1ed8fb8a9bf258c8d48ab06f8c8a5e",
-};
-
-pub(crate) static INSPECT: Script = Script {
-    name: "lease_inspect",
-    source: include_str!("lua/inspect.lua"),
-    sha1: "376257f2611e8e27f2c99f007a474fecedf66d3e",
-};
-
-/// Every script of the lease lock (for `SCRIPT LOAD` at start-up, and for tests).
-pub static SCRIPTS: [&Script; 4] = [&ACQUIRE, &RELEASE, &EXTEND, &INSPECT];
 
 /// The secret that proves ownership of a lease: random bytes supplied by the driver,
 /// hex-encoded.
@@ -109,25 +84,35 @@ impl std::fmt::Debug for Token {
 /// A lease we were granted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
-    /// The lock's keys.
-    pub keys: LockKeys,
-    /// Our owner token.
+    /// Which kind of lock.
+    pub kind: LockKind,
+    /// The lock's name and keys.
+    pub target: Target,
+    /// Our owner token (for a reentrant lock, the acquisition's op id).
     pub token: Token,
     /// The fencing token: strictly greater than that of every earlier acquisition of this
-    /// lock name. Pass it to the protected resource so it can reject a stale holder.
+    /// lock name (for a read hold: the fence of the last writer, 0 if none). Pass it to the
+    /// protected resource so it can reject a stale holder.
     pub fence: u64,
     /// The lease length.
     pub ttl: Duration,
     /// When the successful acquisition was sent (the lease can only have started later).
     pub acquired_at: Instant,
-    /// How many acquisition attempts it took (1 when the lock was free at once).
-    pub attempts: u32,
     /// Until when the lease is safely ours by the local clock: the send time of the last
     /// acquisition or extension plus the ttl, less a clock-drift allowance (see [`drift`]).
     pub valid_until: Instant,
+    /// How many acquisition attempts it took (1 when the lock was free at once).
+    pub attempts: u32,
+    /// The owner-checked calls on this lease.
+    pub calls: LeaseCalls,
 }
 
 impl Lease {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.target.name
+    }
+
     /// The time left before `valid_until`, zero once it has passed.
     pub fn remaining(&self, now: Instant) -> Duration {
         self.valid_until.saturating_duration_since(now)
@@ -164,11 +149,11 @@ pub fn validate_ttl(what: &'static str, ttl: Duration) -> Result<u64, Error> {
 }
 
 /// Turns an error reply into the error the caller sees.
-pub(crate) fn error_from_reply(keys: &LockKeys, e: ErrorReply) -> Error {
+pub(crate) fn error_from_reply(target: &Target, e: ErrorReply) -> Error {
     if e.is("WRONGTYPE") {
         Error::WrongType {
-            name: keys.name.clone(),
-            keys: keys.list(),
+            name: target.name.clone(),
+            keys: target.keys.join(", "),
             message: e.message,
         }
     } else {
@@ -195,14 +180,6 @@ pub(crate) fn pttl(ms: i64) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn script_digests_match_their_sources() {
-        for s in SCRIPTS {
-            let digest = sha1_smol::Sha1::from(s.source).digest().to_string();
-            assert_eq!(digest, s.sha1, "digest of {}", s.name);
-        }
-    }
 
     #[test]
     fn tokens_are_hex_and_validated() {

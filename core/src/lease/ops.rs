@@ -7,7 +7,7 @@
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use super::{EXTEND, INSPECT, Lease, RELEASE, error_from_reply, int_pair, pttl, valid_until};
+use super::{Lease, error_from_reply, int_pair, pttl, valid_until};
 use crate::command::RequestIds;
 use crate::error::{Error, LossReason};
 use crate::protocol::{Batch, Protocol, Step, Wait};
@@ -101,10 +101,7 @@ impl LeaseOpKind for Release {
     const CONTEXT: &'static str = "lease release";
 
     fn call(&self, lease: &Lease) -> ScriptCall {
-        ScriptCall::new(&RELEASE)
-            .key(&lease.keys.lock)
-            .arg(lease.token.as_str())
-            .arg(&lease.keys.channel)
+        lease.calls.release.clone()
     }
 
     fn decide(
@@ -114,7 +111,7 @@ impl LeaseOpKind for Release {
         _: Instant,
         in_time: bool,
     ) -> Option<Result<(), Error>> {
-        owner_outcome(&lease.keys.name, reply.as_int()?, in_time)
+        owner_outcome(&lease.target.name, reply.as_int()?, in_time)
     }
 }
 
@@ -123,10 +120,7 @@ impl LeaseOpKind for Extend {
     const CONTEXT: &'static str = "lease extension";
 
     fn call(&self, lease: &Lease) -> ScriptCall {
-        ScriptCall::new(&EXTEND)
-            .key(&lease.keys.lock)
-            .arg(lease.token.as_str())
-            .arg(self.ttl_ms.to_string())
+        lease.calls.extend.clone().arg(self.ttl_ms.to_string())
     }
 
     fn decide(
@@ -136,7 +130,7 @@ impl LeaseOpKind for Extend {
         sent_at: Instant,
         _: bool,
     ) -> Option<Result<Instant, Error>> {
-        let outcome = owner_outcome(&lease.keys.name, reply.as_int()?, false)?;
+        let outcome = owner_outcome(&lease.target.name, reply.as_int()?, false)?;
         Some(outcome.map(|()| valid_until(sent_at, self.ttl)))
     }
 }
@@ -146,9 +140,7 @@ impl LeaseOpKind for Inspect {
     const CONTEXT: &'static str = "lease inspection";
 
     fn call(&self, lease: &Lease) -> ScriptCall {
-        ScriptCall::new(&INSPECT)
-            .key(&lease.keys.lock)
-            .arg(lease.token.as_str())
+        lease.calls.inspect.clone()
     }
 
     fn decide(
@@ -289,7 +281,7 @@ impl<K: LeaseOpKind> Protocol for LeaseOp<K> {
             Progress::Awaiting => Step::Awaiting,
             Progress::Answered(Err(failure)) => self.on_failure(failure, now),
             Progress::Answered(Ok(Reply::Error(e))) => {
-                let err = error_from_reply(&self.lease.keys, e);
+                let err = error_from_reply(&self.lease.target, e);
                 self.finish(Err(err))
             }
             Progress::Answered(Ok(reply)) => {

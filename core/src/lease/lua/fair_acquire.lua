@@ -1,0 +1,44 @@
+-- Acquire a fair lock: waiters get it in the order they started waiting.
+-- KEYS[1] lock, KEYS[2] queue (list of waiter tokens), KEYS[3] queue timeouts (zset),
+-- KEYS[4] fence counter; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] waiter timeout ms.
+-- Returns {1, fence} acquired (or already ours), {0, pttl of the holder or -2} waiting.
+-- A waiter stays in line only while it keeps calling (each call refreshes its timeout);
+-- a waiter that stopped (died) is dropped once its timeout passes, by the server's clock.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+while true do
+  local head = redis.call('LINDEX', KEYS[2], 0)
+  if not head then break end
+  local expiry = redis.call('ZSCORE', KEYS[3], head)
+  if expiry and tonumber(expiry) > now then break end
+  redis.call('LPOP', KEYS[2])
+  redis.call('ZREM', KEYS[3], head)
+end
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('GET', KEYS[4]))}
+end
+if not holder then
+  local head = redis.call('LINDEX', KEYS[2], 0)
+  if (not head) or head == ARGV[1] then
+    local fence = redis.call('INCR', KEYS[4])
+    if head then
+      redis.call('LPOP', KEYS[2])
+      redis.call('ZREM', KEYS[3], ARGV[1])
+    end
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return {1, fence}
+  end
+end
+if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  redis.call('RPUSH', KEYS[2], ARGV[1])
+end
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
+-- The line must not outlive its last waiter.
+redis.call('PEXPIRE', KEYS[2], 2 * tonumber(ARGV[3]))
+redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[3]))
+if holder then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+return {0, -2}

@@ -1,0 +1,25 @@
+-- Release a fair lock if the caller owns it, and wake only the next live waiter.
+-- KEYS[1] lock, KEYS[2] queue, KEYS[3] queue timeouts; ARGV[1] token, ARGV[2] channel.
+-- Returns 1 released, 0 gone (expired), -1 another holder owns it.
+local holder = redis.call('GET', KEYS[1])
+if holder ~= ARGV[1] then
+  if holder then
+    return -1
+  end
+  return 0
+end
+redis.call('DEL', KEYS[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+while true do
+  local head = redis.call('LINDEX', KEYS[2], 0)
+  if not head then break end
+  local expiry = redis.call('ZSCORE', KEYS[3], head)
+  if expiry and tonumber(expiry) > now then
+    redis.call('PUBLISH', ARGV[2], head)
+    break
+  end
+  redis.call('LPOP', KEYS[2])
+  redis.call('ZREM', KEYS[3], head)
+end
+return 1

@@ -1,0 +1,27 @@
+-- Acquire the write side of a read-write lock: no readers and no other writer.
+-- KEYS[1] writer, KEYS[2] readers, KEYS[3] waiting writers, KEYS[4] fence counter;
+-- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] waiting-writer timeout ms.
+-- Returns {1, fence} or {0, pttl of the writer or -2}. A writer that must wait is noted
+-- (refreshed on every call, dropped after the timeout if it stops calling), which holds
+-- back new readers.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local writer = redis.call('GET', KEYS[1])
+if writer == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, tonumber(redis.call('GET', KEYS[4]))}
+end
+if (not writer) and redis.call('ZCARD', KEYS[2]) == 0 then
+  local fence = redis.call('INCR', KEYS[4])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  return {1, fence}
+end
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[3]))
+if writer then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+return {0, -2}

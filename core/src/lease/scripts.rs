@@ -1,0 +1,168 @@
+//! Every Lua script of the lock family, with its SHA-1 (checked by a unit test).
+//!
+//! Reply conventions shared by all kinds, so that one acquisition machine and one
+//! owner-checked operation machine serve them all:
+//! - acquire: `{1, fence}` held, `{0, pttl}` busy (`pttl` -2 when unknown);
+//! - release and extend: `1` done, `0` gone (expired), `-1` another holder has it;
+//! - inspect: `{1, ms left}` ours, `{0, -2}` gone, `{-1, ms left}` another's.
+
+use crate::script::Script;
+
+/// `lua/acquire.lua`
+pub static ACQUIRE: Script = Script {
+    name: "lease_acquire",
+    source: include_str!("lua/acquire.lua"),
+    sha1: "12bf09cca7d8c520d7c77df9707ab3bcb489e841",
+};
+
+/// `lua/release.lua`
+pub static RELEASE: Script = Script {
+    name: "lease_release",
+    source: include_str!("lua/release.lua"),
+    sha1: "5c2c0568c10063947be95fc533c4b9b9340ca96e",
+};
+
+/// `lua/extend.lua`
+pub static EXTEND: Script = Script {
+    name: "lease_extend",
+    source: include_str!("lua/extend.lua"),
+    sha1: "8573b6279b1ed8fb8a9bf258c8d48ab06f8c8a5e",
+};
+
+/// `lua/inspect.lua`
+pub static INSPECT: Script = Script {
+    name: "lease_inspect",
+    source: include_str!("lua/inspect.lua"),
+    sha1: "376257f2611e8e27f2c99f007a474fecedf66d3e",
+};
+
+/// `lua/reentrant_acquire.lua`
+pub static REENTRANT_ACQUIRE: Script = Script {
+    name: "reentrant_acquire",
+    source: include_str!("lua/reentrant_acquire.lua"),
+    sha1: "c7b20147023b250c4f353cd11d77001d2cf6f183",
+};
+
+/// `lua/reentrant_release.lua`
+pub static REENTRANT_RELEASE: Script = Script {
+    name: "reentrant_release",
+    source: include_str!("lua/reentrant_release.lua"),
+    sha1: "83a1b30c05a62a25cb4c0f6dd05e1a40f3c889cc",
+};
+
+/// `lua/reentrant_extend.lua`
+pub static REENTRANT_EXTEND: Script = Script {
+    name: "reentrant_extend",
+    source: include_str!("lua/reentrant_extend.lua"),
+    sha1: "4d4a8795e2055797c54158c12e393034e52e02e2",
+};
+
+/// `lua/reentrant_inspect.lua`
+pub static REENTRANT_INSPECT: Script = Script {
+    name: "reentrant_inspect",
+    source: include_str!("lua/reentrant_inspect.lua"),
+    sha1: "d2f974a4efdd8ea3a59a37b516e9663f77845b15",
+};
+
+/// `lua/fair_acquire.lua`
+pub static FAIR_ACQUIRE: Script = Script {
+    name: "fair_acquire",
+    source: include_str!("lua/fair_acquire.lua"),
+    sha1: "b29ddeb2ea438ad2e1143fd39bcd35e2d4156263",
+};
+
+/// `lua/fair_release.lua`
+pub static FAIR_RELEASE: Script = Script {
+    name: "fair_release",
+    source: include_str!("lua/fair_release.lua"),
+    sha1: "76d94d3214b09d7cefc42370153f7c724abcb0e5",
+};
+
+/// `lua/fair_cancel.lua`
+pub static FAIR_CANCEL: Script = Script {
+    name: "fair_cancel",
+    source: include_str!("lua/fair_cancel.lua"),
+    sha1: "ab52f90c5370e5057fd9c101717e36ef39e06275",
+};
+
+/// `lua/read_acquire.lua`
+pub static READ_ACQUIRE: Script = Script {
+    name: "read_acquire",
+    source: include_str!("lua/read_acquire.lua"),
+    sha1: "d9e11ad616ec7b8f62121936d9f6ffb3bc613bf2",
+};
+
+/// `lua/read_release.lua`
+pub static READ_RELEASE: Script = Script {
+    name: "read_release",
+    source: include_str!("lua/read_release.lua"),
+    sha1: "26f3668407787c6aaae042ea9beeda920cfb0962",
+};
+
+/// `lua/read_extend.lua`
+pub static READ_EXTEND: Script = Script {
+    name: "read_extend",
+    source: include_str!("lua/read_extend.lua"),
+    sha1: "6a51e123cd93262a10c32a21b52949c0a043c5c4",
+};
+
+/// `lua/read_inspect.lua`
+pub static READ_INSPECT: Script = Script {
+    name: "read_inspect",
+    source: include_str!("lua/read_inspect.lua"),
+    sha1: "ca786807ff4f3ab70a5e21800617046d72c16655",
+};
+
+/// `lua/write_acquire.lua`
+pub static WRITE_ACQUIRE: Script = Script {
+    name: "write_acquire",
+    source: include_str!("lua/write_acquire.lua"),
+    sha1: "26bbebe69d70fd9c01f8ee3db7a1951f85da201f",
+};
+
+/// `lua/write_release.lua`
+pub static WRITE_RELEASE: Script = Script {
+    name: "write_release",
+    source: include_str!("lua/write_release.lua"),
+    sha1: "4806d07c186537dd288b86458d114fad4dc5e038",
+};
+
+/// `lua/write_cancel.lua`
+pub static WRITE_CANCEL: Script = Script {
+    name: "write_cancel",
+    source: include_str!("lua/write_cancel.lua"),
+    sha1: "a0901062ef1245e0a164b5e646bb262fb5fdb69c",
+};
+
+/// Every script, for `SCRIPT LOAD` at start-up and for tests.
+pub static ALL: [&Script; 18] = [
+    &ACQUIRE,
+    &RELEASE,
+    &EXTEND,
+    &INSPECT,
+    &REENTRANT_ACQUIRE,
+    &REENTRANT_RELEASE,
+    &REENTRANT_EXTEND,
+    &REENTRANT_INSPECT,
+    &FAIR_ACQUIRE,
+    &FAIR_RELEASE,
+    &FAIR_CANCEL,
+    &READ_ACQUIRE,
+    &READ_RELEASE,
+    &READ_EXTEND,
+    &READ_INSPECT,
+    &WRITE_ACQUIRE,
+    &WRITE_RELEASE,
+    &WRITE_CANCEL,
+];
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn script_digests_match_their_sources() {
+        for s in super::ALL {
+            let digest = sha1_smol::Sha1::from(s.source).digest().to_string();
+            assert_eq!(digest, s.sha1, "digest of {}", s.name);
+        }
+    }
+}

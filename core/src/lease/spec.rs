@@ -1,0 +1,310 @@
+//! What differs between the kinds of lock: their keys, and the script calls that acquire,
+//! release, extend, inspect and give up. Every kind follows the reply conventions of
+//! [`scripts`](super::scripts), so [`Acquire`](super::Acquire) and
+//! [`LeaseOp`](super::LeaseOp) run them all.
+
+use std::time::Duration;
+
+use super::scripts::*;
+use super::{Token, validate_ttl};
+use crate::error::Error;
+use crate::keys::{Keyspace, LockKeys};
+use crate::protocol::WakeOn;
+use crate::script::ScriptCall;
+
+/// The kinds of lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LockKind {
+    /// An exclusive lease (`SET NX PX` semantics), the default.
+    Lease,
+    /// Exclusive, but the same owner (client + thread) may hold it several times and must
+    /// release as often (a hash of owner -> hold count).
+    Reentrant,
+    /// Exclusive, granted in the order waiters started waiting.
+    Fair,
+    /// The shared side of a read-write lock.
+    Read,
+    /// The exclusive side of a read-write lock; waiting writers hold back new readers.
+    Write,
+}
+
+/// The primitive an operation is about, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The name the caller gave.
+    pub name: String,
+    /// Its keys.
+    pub keys: Vec<String>,
+}
+
+/// The owner-checked calls on a held lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseCalls {
+    /// Releases the lease (and announces the release).
+    pub release: ScriptCall,
+    /// Extends the lease; the new ttl in ms is appended as the last argument.
+    pub extend: ScriptCall,
+    /// Reports whether the lease is ours and its time left.
+    pub inspect: ScriptCall,
+}
+
+/// Everything an acquisition of one lock needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockSpec {
+    /// Which kind of lock.
+    pub kind: LockKind,
+    /// Name and keys.
+    pub target: Target,
+    /// The owner token (for a reentrant lock, this acquisition's op id).
+    pub token: Token,
+    /// The lease length.
+    pub ttl: Duration,
+    /// The acquisition call.
+    pub acquire: ScriptCall,
+    /// The calls on the lease once held.
+    pub calls: LeaseCalls,
+    /// Sent when a waiting acquisition gives up (leave a fair queue, stop holding back
+    /// readers).
+    pub cancel: Option<ScriptCall>,
+    /// Which release messages wake a waiter.
+    pub wake: WakeOn,
+}
+
+fn ms(d: Duration) -> String {
+    d.as_millis().to_string()
+}
+
+impl LockSpec {
+    /// An exclusive lease lock: `<stem>:lock` holds the token, `<stem>:fence` the counter.
+    pub fn lease(
+        keyspace: &Keyspace,
+        name: &str,
+        token: Token,
+        ttl: Duration,
+    ) -> Result<Self, Error> {
+        validate_ttl("ttl", ttl)?;
+        let keys = LockKeys::new(keyspace, name)?;
+        let t = token.as_str();
+        Ok(LockSpec {
+            kind: LockKind::Lease,
+            acquire: ScriptCall::new(&ACQUIRE)
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .arg(t)
+                .arg(ms(ttl)),
+            calls: LeaseCalls {
+                release: ScriptCall::new(&RELEASE)
+                    .key(&keys.lock)
+                    .arg(t)
+                    .arg(&keys.channel),
+                extend: ScriptCall::new(&EXTEND).key(&keys.lock).arg(t),
+                inspect: ScriptCall::new(&INSPECT).key(&keys.lock).arg(t),
+            },
+            cancel: None,
+            wake: WakeOn::any(&keys.channel),
+            target: Target {
+                name: keys.name.clone(),
+                keys: vec![keys.lock, keys.fence],
+            },
+            token,
+            ttl,
+        })
+    }
+
+    /// A reentrant lock held by `owner` (client id + thread): `<stem>:reentrant` is a hash
+    /// of owner -> hold count. `op` identifies this acquisition (and its release), so a retry
+    /// after a lost reply is not counted twice.
+    pub fn reentrant(
+        keyspace: &Keyspace,
+        name: &str,
+        owner: &str,
+        op: Token,
+        ttl: Duration,
+    ) -> Result<Self, Error> {
+        validate_ttl("ttl", ttl)?;
+        let stem = keyspace.stem(name)?;
+        let (hash, fence, channel) = (
+            format!("{stem}:reentrant"),
+            format!("{stem}:fence"),
+            format!("{stem}:reentrant:released"),
+        );
+        let release_op = format!("r{}", op.as_str());
+        Ok(LockSpec {
+            kind: LockKind::Reentrant,
+            acquire: ScriptCall::new(&REENTRANT_ACQUIRE)
+                .key(&hash)
+                .key(&fence)
+                .arg(owner)
+                .arg(op.as_str())
+                .arg(ms(ttl)),
+            calls: LeaseCalls {
+                release: ScriptCall::new(&REENTRANT_RELEASE)
+                    .key(&hash)
+                    .arg(owner)
+                    .arg(release_op)
+                    .arg(&channel),
+                extend: ScriptCall::new(&REENTRANT_EXTEND).key(&hash).arg(owner),
+                inspect: ScriptCall::new(&REENTRANT_INSPECT).key(&hash).arg(owner),
+            },
+            cancel: None,
+            wake: WakeOn::any(&channel),
+            target: Target {
+                name: name.to_owned(),
+                keys: vec![hash, fence],
+            },
+            token: op,
+            ttl,
+        })
+    }
+
+    /// A fair lock: `<stem>:fair` holds the token, `<stem>:fair:queue` lists the waiters in
+    /// order and `<stem>:fair:timeouts` drops a waiter that stopped asking for
+    /// `waiter_timeout`. A release wakes only the next waiter.
+    pub fn fair(
+        keyspace: &Keyspace,
+        name: &str,
+        token: Token,
+        ttl: Duration,
+        waiter_timeout: Duration,
+    ) -> Result<Self, Error> {
+        validate_ttl("ttl", ttl)?;
+        validate_ttl("waiter timeout", waiter_timeout)?;
+        let stem = keyspace.stem(name)?;
+        let lock = format!("{stem}:fair");
+        let queue = format!("{stem}:fair:queue");
+        let timeouts = format!("{stem}:fair:timeouts");
+        let fence = format!("{stem}:fence");
+        let channel = format!("{stem}:fair:wake");
+        let t = token.as_str();
+        let three = |script| {
+            ScriptCall::new(script)
+                .key(&lock)
+                .key(&queue)
+                .key(&timeouts)
+                .arg(t)
+                .arg(&channel)
+        };
+        Ok(LockSpec {
+            kind: LockKind::Fair,
+            acquire: ScriptCall::new(&FAIR_ACQUIRE)
+                .key(&lock)
+                .key(&queue)
+                .key(&timeouts)
+                .key(&fence)
+                .arg(t)
+                .arg(ms(ttl))
+                .arg(ms(waiter_timeout)),
+            calls: LeaseCalls {
+                release: three(&FAIR_RELEASE),
+                extend: ScriptCall::new(&EXTEND).key(&lock).arg(t),
+                inspect: ScriptCall::new(&INSPECT).key(&lock).arg(t),
+            },
+            cancel: Some(three(&FAIR_CANCEL)),
+            wake: WakeOn::tagged(&channel, t),
+            target: Target {
+                name: name.to_owned(),
+                keys: vec![lock, queue, timeouts, fence],
+            },
+            token,
+            ttl,
+        })
+    }
+
+    fn rw_keys(keyspace: &Keyspace, name: &str) -> Result<[String; 5], Error> {
+        let stem = keyspace.stem(name)?;
+        Ok([
+            format!("{stem}:rw:writer"),
+            format!("{stem}:rw:readers"),
+            format!("{stem}:rw:writers-waiting"),
+            format!("{stem}:fence"),
+            format!("{stem}:rw:released"),
+        ])
+    }
+
+    /// The read side of a read-write lock: readers are entries of `<stem>:rw:readers`, each
+    /// with its own expiry (server time). A reader's fence is the fence of the last writer.
+    pub fn read(
+        keyspace: &Keyspace,
+        name: &str,
+        token: Token,
+        ttl: Duration,
+    ) -> Result<Self, Error> {
+        validate_ttl("ttl", ttl)?;
+        let [writer, readers, waiting, fence, channel] = Self::rw_keys(keyspace, name)?;
+        let t = token.as_str();
+        Ok(LockSpec {
+            kind: LockKind::Read,
+            acquire: ScriptCall::new(&READ_ACQUIRE)
+                .key(&writer)
+                .key(&readers)
+                .key(&waiting)
+                .key(&fence)
+                .arg(t)
+                .arg(ms(ttl)),
+            calls: LeaseCalls {
+                release: ScriptCall::new(&READ_RELEASE)
+                    .key(&readers)
+                    .arg(t)
+                    .arg(&channel),
+                extend: ScriptCall::new(&READ_EXTEND).key(&readers).arg(t),
+                inspect: ScriptCall::new(&READ_INSPECT).key(&readers).arg(t),
+            },
+            cancel: None,
+            wake: WakeOn::any(&channel),
+            target: Target {
+                name: name.to_owned(),
+                keys: vec![writer, readers, waiting, fence],
+            },
+            token,
+            ttl,
+        })
+    }
+
+    /// The write side of a read-write lock: `<stem>:rw:writer` holds the token; a writer
+    /// that has to wait is noted in `<stem>:rw:writers-waiting` (for `waiter_timeout` after
+    /// its last attempt), which holds back new readers.
+    pub fn write(
+        keyspace: &Keyspace,
+        name: &str,
+        token: Token,
+        ttl: Duration,
+        waiter_timeout: Duration,
+    ) -> Result<Self, Error> {
+        validate_ttl("ttl", ttl)?;
+        validate_ttl("waiter timeout", waiter_timeout)?;
+        let [writer, readers, waiting, fence, channel] = Self::rw_keys(keyspace, name)?;
+        let t = token.as_str();
+        Ok(LockSpec {
+            kind: LockKind::Write,
+            acquire: ScriptCall::new(&WRITE_ACQUIRE)
+                .key(&writer)
+                .key(&readers)
+                .key(&waiting)
+                .key(&fence)
+                .arg(t)
+                .arg(ms(ttl))
+                .arg(ms(waiter_timeout)),
+            calls: LeaseCalls {
+                release: ScriptCall::new(&WRITE_RELEASE)
+                    .key(&writer)
+                    .arg(t)
+                    .arg(&channel),
+                extend: ScriptCall::new(&EXTEND).key(&writer).arg(t),
+                inspect: ScriptCall::new(&INSPECT).key(&writer).arg(t),
+            },
+            cancel: Some(
+                ScriptCall::new(&WRITE_CANCEL)
+                    .key(&waiting)
+                    .arg(t)
+                    .arg(&channel),
+            ),
+            wake: WakeOn::tagged(&channel, "w"),
+            target: Target {
+                name: name.to_owned(),
+                keys: vec![writer, readers, waiting, fence],
+            },
+            token,
+            ttl,
+        })
+    }
+}

@@ -96,7 +96,7 @@ pub static READ_ACQUIRE: Script = Script {
 pub static READ_RELEASE: Script = Script {
     name: "read_release",
     source: include_str!("lua/read_release.lua"),
-    sha1: "26f3668407787c6aaae042ea9beeda920cfb0962",
+    sha1: "db9825b8061edbc17004bcc78456ae20ae7e1c2a",
 };
 
 /// `lua/read_extend.lua`

@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redlease::core::lease::{LeaseOp, LockKind};
+use redlease::core::lease::{LockKind, ScriptOp};
 use redlease::{Client, Error, InvalidArgument, LeaseState, LockBuilder, LossReason};
 use redlease_suite::RedisServer;
 
@@ -144,8 +144,8 @@ fn a_reentrant_release_retried_after_a_lost_reply_counts_once() {
     let g2 = c.reentrant_lock("retry").try_acquire().unwrap().unwrap();
     // Send g2's release twice, as a retry after a lost reply would.
     let deadline = Instant::now() + Duration::from_secs(1);
-    c.run(LeaseOp::release(g2.lease(), deadline)).unwrap();
-    c.run(LeaseOp::release(g2.lease(), deadline)).unwrap();
+    c.run(ScriptOp::release(g2.lease(), deadline)).unwrap();
+    c.run(ScriptOp::release(g2.lease(), deadline)).unwrap();
     std::mem::forget(g2); // its release was sent by hand
     // Still held once: by g1.
     let other = c.clone();

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use redlease_core::lease::{
-    Acquire, AcquireOptions, Acquisition, Lease, LeaseOp, LeaseState, LockKind, LockSpec, Token,
+    Acquire, AcquireOptions, Acquisition, Lease, LeaseState, LockKind, LockSpec, ScriptOp,
+    SemaphoreState, Token,
 };
 use redlease_core::renewal::RenewalPolicy;
 use redlease_core::{Error, InvalidArgument, LossReason, backoff::saturating_add};
@@ -23,6 +24,7 @@ pub struct LockBuilder<'c> {
     name: String,
     kind: LockKind,
     waiter_timeout: Duration,
+    permits: u64,
     ttl: Duration,
     wait: Duration,
     retry_initial: Duration,
@@ -40,6 +42,7 @@ impl<'c> LockBuilder<'c> {
             name: name.to_owned(),
             kind,
             waiter_timeout: Duration::from_secs(5),
+            permits: 1,
             ttl: Duration::from_secs(30),
             wait: Duration::from_secs(10),
             retry_initial: defaults.retry_initial,
@@ -127,6 +130,11 @@ impl<'c> LockBuilder<'c> {
         }
     }
 
+    /// For a semaphore: [`with_lock`](Self::with_lock) by its usual name.
+    pub fn with_permit<R>(&self, f: impl FnOnce(&LockGuard) -> R) -> Result<R, Error> {
+        self.with_lock(f)
+    }
+
     /// Acquires (waiting as [`acquire`](Self::acquire) does), runs `f`, releases.
     ///
     /// If the lease was lost meanwhile ([`Error::NotOwner`]), that error is returned instead
@@ -181,6 +189,9 @@ impl<'c> LockBuilder<'c> {
             LockKind::Fair => LockSpec::fair(ks, name, token, ttl, self.waiter_timeout),
             LockKind::Read => LockSpec::read(ks, name, token, ttl),
             LockKind::Write => LockSpec::write(ks, name, token, ttl, self.waiter_timeout),
+            LockKind::Permit => {
+                LockSpec::permit(ks, name, token, ttl, self.permits, self.waiter_timeout)
+            }
         }
     }
 
@@ -326,7 +337,7 @@ impl LockGuard {
 
     /// Extends the lease to `ttl` from now (the watchdog renews with this ttl from now on).
     pub fn extend_to(&mut self, ttl: Duration) -> Result<(), Error> {
-        let machine = LeaseOp::extend(&self.lease, ttl, self.deadline())?;
+        let machine = ScriptOp::extend(&self.lease, ttl, self.deadline())?;
         if let Some(reason) = self.cell.lost() {
             return Err(self.not_owner(reason));
         }
@@ -371,7 +382,7 @@ impl LockGuard {
         drive(
             &self.shared,
             None,
-            LeaseOp::inspect(&self.lease, self.deadline()),
+            ScriptOp::inspect(&self.lease, self.deadline()),
         )
     }
 
@@ -388,7 +399,7 @@ impl LockGuard {
         drive(
             &self.shared,
             None,
-            LeaseOp::release(&self.lease, self.deadline()),
+            ScriptOp::release(&self.lease, self.deadline()),
         )
     }
 
@@ -459,6 +470,43 @@ impl Client {
         LockBuilder::new(self, name, LockKind::Write)
     }
 
+    /// A fair counting semaphore: at most `permits` holders at once, across every process.
+    ///
+    /// The builder's [`ttl`](LockBuilder::ttl) is the permit timeout: a holder that dies loses
+    /// its permit after it, and a live guard's permit is renewed by the watchdog. Every step
+    /// runs in one script on the server's clock, so hosts with skewed clocks can neither steal
+    /// nor extend permits. Waiters get permits in the order they started waiting, woken by
+    /// releases (no polling). `permits` sets the count only if the semaphore has none yet;
+    /// change it with [`set_permits`](Client::set_permits).
+    pub fn semaphore(&self, name: &str, permits: u64) -> LockBuilder<'_> {
+        let mut b = LockBuilder::new(self, name, LockKind::Permit);
+        b.permits = permits;
+        b
+    }
+
+    fn semaphore_spec(&self, name: &str) -> Result<LockSpec, Error> {
+        let token = Token::new("-")?;
+        let second = Duration::from_secs(1);
+        LockSpec::permit(&self.shared().keyspace, name, token, second, 1, second)
+    }
+
+    /// Sets the permit count of semaphore `name`; returns the previous count (`None`: none
+    /// was set). Growing wakes the waiters that may now proceed; after shrinking, holders
+    /// beyond the count keep their permits until they release, and no new permit is granted
+    /// until the holders are under the count.
+    pub fn set_permits(&self, name: &str, permits: u64) -> Result<Option<u64>, Error> {
+        let spec = self.semaphore_spec(name)?;
+        let deadline = saturating_add(Instant::now(), self.shared().op_timeout);
+        self.run(ScriptOp::set_permits(&spec, permits, deadline)?)
+    }
+
+    /// The permit count, live holders and live waiters of semaphore `name`.
+    pub fn semaphore_state(&self, name: &str) -> Result<SemaphoreState, Error> {
+        let spec = self.semaphore_spec(name)?;
+        let deadline = saturating_add(Instant::now(), self.shared().op_timeout);
+        self.run(ScriptOp::read_semaphore(&spec, deadline)?)
+    }
+
     /// Runs `job` on at most one of the hosts that trigger it at about the same time (a cron
     /// job scheduled on a whole fleet). Returns `Ok(Some(result))` on the host that ran it,
     /// `Ok(None)` on the others.
@@ -515,7 +563,7 @@ impl Drop for LockGuard {
             let _ = drive(
                 &self.shared,
                 None,
-                LeaseOp::release(&self.lease, self.deadline()),
+                ScriptOp::release(&self.lease, self.deadline()),
             );
         }
     }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::backoff::saturating_add;
 use crate::error::{Error, InvalidArgument, LossReason};
-use crate::lease::{Extend, Lease, LeaseOp};
+use crate::lease::{Extend, Lease, ScriptOp};
 
 /// Identifies one watched lease.
 pub type WatchId = u64;
@@ -100,7 +100,7 @@ struct Entry {
 #[derive(Debug, Default)]
 pub struct Due {
     /// Extension machines to run, one per lease.
-    pub renew: Vec<(WatchId, LeaseOp<Extend>)>,
+    pub renew: Vec<(WatchId, ScriptOp<Extend>)>,
     /// Leases found lost by the clock (and forgotten).
     pub lost: Vec<(WatchId, LossReason)>,
 }
@@ -225,7 +225,7 @@ impl Renewals {
                 self.schedule(id, at);
                 continue;
             }
-            match LeaseOp::extend(&e.lease, ttl, deadline) {
+            match ScriptOp::extend(&e.lease, ttl, deadline) {
                 Ok(op) => {
                     e.in_flight = Some(now);
                     work.push((id, op));
@@ -312,7 +312,7 @@ mod tests {
     }
 
     /// Runs an extension machine against a scripted reply.
-    fn answer(mut op: LeaseOp<Extend>, reply: Reply, now: Instant) -> Result<Instant, Error> {
+    fn answer(mut op: ScriptOp<Extend>, reply: Reply, now: Instant) -> Result<Instant, Error> {
         let Step::Send(batch) = op.poll(now) else {
             panic!("expected a send")
         };

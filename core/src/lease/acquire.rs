@@ -199,11 +199,10 @@ impl Acquire {
             return self.finish(Err(err));
         }
         // Exclusive holds are issued fences from 1; a read hold reports the last writer's
-        // fence, 0 before the first writer.
-        let min_fence = if self.spec.kind == LockKind::Read {
-            0
-        } else {
-            1
+        // fence, 0 before the first writer; a permit's fence is 0.
+        let min_fence = match self.spec.kind {
+            LockKind::Read | LockKind::Permit => 0,
+            _ => 1,
         };
         match int_pair(&reply) {
             Some((1, fence)) if fence >= min_fence => {

@@ -372,7 +372,7 @@ fn release_reports_three_outcomes() {
         ),
     ];
     for (reply, expected) in cases {
-        let mut s = Scenario::new(LeaseOp::release(&lease, now + Duration::from_secs(1)), now);
+        let mut s = Scenario::new(ScriptOp::release(&lease, now + Duration::from_secs(1)), now);
         let r = s.answer(reply);
         assert_eq!(
             args(&r),
@@ -394,7 +394,7 @@ fn release_retried_after_a_lost_reply_counts_the_lost_attempt() {
     let now = origin();
     let lease = lease_at(now);
     // Lost while the lease was valid: the retry finding the key gone means we deleted it.
-    let mut s = Scenario::new(LeaseOp::release(&lease, now + Duration::from_secs(1)), now);
+    let mut s = Scenario::new(ScriptOp::release(&lease, now + Duration::from_secs(1)), now);
     s.fail(TransportFailure::no_reply("timeout"));
     s.sleep_through();
     s.answer(Reply::Int(0));
@@ -402,7 +402,7 @@ fn release_retried_after_a_lost_reply_counts_the_lost_attempt() {
     // Sent after the lease had run out: gone means expired.
     let late = lease.valid_until + Duration::from_millis(1);
     let mut s = Scenario::new(
-        LeaseOp::release(&lease, late + Duration::from_secs(1)),
+        ScriptOp::release(&lease, late + Duration::from_secs(1)),
         late,
     );
     s.fail(TransportFailure::no_reply("timeout"));
@@ -421,7 +421,7 @@ fn release_retried_after_a_lost_reply_counts_the_lost_attempt() {
 fn release_gives_up_after_max_attempts_or_deadline() {
     let now = origin();
     let lease = lease_at(now);
-    let mut s = Scenario::new(LeaseOp::release(&lease, now + Duration::from_secs(5)), now);
+    let mut s = Scenario::new(ScriptOp::release(&lease, now + Duration::from_secs(5)), now);
     for _ in 0..ops::MAX_ATTEMPTS - 1 {
         s.fail(TransportFailure::not_sent("refused"));
         s.sleep_through();
@@ -434,7 +434,7 @@ fn release_gives_up_after_max_attempts_or_deadline() {
 
     // A retry is only sent when it can start before the deadline.
     let mut s = Scenario::new(
-        LeaseOp::release(&lease, now + Duration::from_millis(15)),
+        ScriptOp::release(&lease, now + Duration::from_millis(15)),
         now,
     );
     s.fail(TransportFailure::not_sent("refused"));
@@ -452,7 +452,7 @@ fn extend_moves_validity_from_the_send_time() {
     let now = origin();
     let lease = lease_at(now);
     let later = now + Duration::from_secs(3);
-    let op = LeaseOp::extend(
+    let op = ScriptOp::extend(
         &lease,
         Duration::from_secs(20),
         later + Duration::from_secs(1),
@@ -467,7 +467,7 @@ fn extend_moves_validity_from_the_send_time() {
         Ok(later + Duration::from_millis(20_000 - 202))
     );
 
-    let op = LeaseOp::extend(
+    let op = ScriptOp::extend(
         &lease,
         Duration::from_secs(20),
         later + Duration::from_secs(1),
@@ -482,7 +482,7 @@ fn extend_moves_validity_from_the_send_time() {
             ..
         })
     ));
-    assert!(LeaseOp::extend(&lease, Duration::ZERO, later).is_err());
+    assert!(ScriptOp::extend(&lease, Duration::ZERO, later).is_err());
 }
 
 #[test]
@@ -500,7 +500,7 @@ fn inspect_reports_holder_and_remaining_time() {
         (ints(&[-1, -1]), LeaseState::Taken { remaining: None }),
     ];
     for (reply, expected) in cases {
-        let mut s = Scenario::new(LeaseOp::inspect(&lease, now + Duration::from_secs(1)), now);
+        let mut s = Scenario::new(ScriptOp::inspect(&lease, now + Duration::from_secs(1)), now);
         s.answer(reply);
         assert_eq!(s.expect_done(), Ok(expected));
     }
@@ -510,19 +510,19 @@ fn inspect_reports_holder_and_remaining_time() {
 fn owner_ops_type_their_errors() {
     let now = origin();
     let lease = lease_at(now);
-    let mut s = Scenario::new(LeaseOp::release(&lease, now + Duration::from_secs(1)), now);
+    let mut s = Scenario::new(ScriptOp::release(&lease, now + Duration::from_secs(1)), now);
     s.answer(err(
         "WRONGTYPE",
         "Operation against a key holding the wrong kind of value",
     ));
     assert!(matches!(s.expect_done(), Err(Error::WrongType { .. })));
-    let mut s = Scenario::new(LeaseOp::inspect(&lease, now + Duration::from_secs(1)), now);
+    let mut s = Scenario::new(ScriptOp::inspect(&lease, now + Duration::from_secs(1)), now);
     s.answer(Reply::Status("OK".into()));
     assert!(matches!(
         s.expect_done(),
         Err(Error::UnexpectedReply { .. })
     ));
-    let mut s = Scenario::new(LeaseOp::release(&lease, now + Duration::from_secs(1)), now);
+    let mut s = Scenario::new(ScriptOp::release(&lease, now + Duration::from_secs(1)), now);
     s.answer(err("NOSCRIPT", "x"));
     s.answer(Reply::Int(1));
     assert_eq!(s.expect_done(), Ok(()));
@@ -559,11 +559,11 @@ fn no_reply_sequence_makes_a_machine_panic_or_spin() {
                 run_to_end(Acquire::new(spec, &opts(None), 1, now).unwrap(), &script);
             }
             run_to_end(
-                LeaseOp::release(&lease, now + Duration::from_millis(30)),
+                ScriptOp::release(&lease, now + Duration::from_millis(30)),
                 &script,
             );
             run_to_end(
-                LeaseOp::extend(
+                ScriptOp::extend(
                     &lease,
                     Duration::from_secs(1),
                     now + Duration::from_millis(30),
@@ -572,7 +572,7 @@ fn no_reply_sequence_makes_a_machine_panic_or_spin() {
                 &script,
             );
             run_to_end(
-                LeaseOp::inspect(&lease, now + Duration::from_millis(30)),
+                ScriptOp::inspect(&lease, now + Duration::from_millis(30)),
                 &script,
             );
         }
@@ -695,7 +695,7 @@ fn reentrant_calls_carry_owner_and_op_and_release_with_its_own_op() {
         panic!()
     };
     assert_eq!(lease.kind, LockKind::Reentrant);
-    let mut rel = Scenario::new(LeaseOp::release(&lease, now + Duration::from_secs(1)), now);
+    let mut rel = Scenario::new(ScriptOp::release(&lease, now + Duration::from_secs(1)), now);
     let r = rel.answer(Reply::Int(1));
     assert_eq!(args(&r)[4], "c1:7");
     assert_eq!(args(&r)[5], format!("r{}", token().as_str()));
@@ -719,4 +719,122 @@ fn a_read_hold_may_carry_fence_zero_but_exclusive_holds_may_not() {
         s.expect_done(),
         Err(Error::UnexpectedReply { .. })
     ));
+}
+
+fn permit_spec() -> LockSpec {
+    LockSpec::permit(
+        &Keyspace::default(),
+        "api",
+        token(),
+        TTL,
+        3,
+        Duration::from_secs(5),
+    )
+    .unwrap()
+}
+
+/// The semaphore decides on the server's clock: client times hours apart send the same
+/// commands and reach the same outcomes.
+#[test]
+fn client_clock_skew_changes_nothing_a_semaphore_sends_or_decides() {
+    let base = origin();
+    let skewed = base + Duration::from_secs(5 * 3600);
+    let run = |now: std::time::Instant, replies: &[Reply]| {
+        let mut s = Scenario::new(
+            Acquire::new(permit_spec(), &opts(Some(Duration::from_secs(1))), 4, now).unwrap(),
+            now,
+        );
+        let mut sent = Vec::new();
+        let mut out = None;
+        for r in replies {
+            sent.push(args(&s.answer(r.clone())));
+            match s.machine.poll(s.now) {
+                Step::Wait(w) => s.now = w.until,
+                Step::Done(result) => {
+                    out = Some(result.map(|a| match a {
+                        Acquisition::Acquired(l) => l.fence,
+                        Acquisition::Busy { .. } => u64::MAX,
+                    }));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let out = out.expect("finished");
+        (sent, out)
+    };
+    let replies = [ints(&[0, 40]), ints(&[0, 20]), ints(&[1, 0])];
+    assert_eq!(run(base, &replies), run(skewed, &replies));
+    let (sent, out) = run(base, &replies);
+    assert_eq!(out, Ok(0));
+    // No argument carries a client time: token, permit timeout, waiter timeout, permits.
+    assert_eq!(sent[0][7..], [token().as_str(), "10000", "5000", "3"]);
+}
+
+#[test]
+fn semaphore_state_and_permit_count_replies_are_parsed_or_rejected() {
+    let now = origin();
+    let spec = permit_spec();
+    let state = |reply: Reply| {
+        let mut s = Scenario::new(
+            ScriptOp::read_semaphore(&spec, now + Duration::from_secs(1)).unwrap(),
+            now,
+        );
+        s.answer(reply);
+        s.expect_done()
+    };
+    let good = Reply::Array(vec![
+        Reply::Int(3),
+        Reply::Array(vec![Reply::Bulk(b"a".to_vec()), Reply::Int(100)]),
+        Reply::Array(vec![Reply::Bulk(b"w1".to_vec())]),
+    ]);
+    assert_eq!(
+        state(good),
+        Ok(SemaphoreState {
+            permits: Some(3),
+            holders: vec![("a".into(), Duration::from_millis(100))],
+            waiters: vec!["w1".into()],
+        })
+    );
+    for bad in [
+        Reply::Nil,
+        Reply::Array(vec![Reply::Int(3)]),
+        Reply::Array(vec![
+            Reply::Int(3),
+            Reply::Array(vec![Reply::Bulk(b"a".to_vec())]),
+            Reply::Array(vec![]),
+        ]),
+        Reply::Array(vec![
+            Reply::Int(3),
+            Reply::Array(vec![]),
+            Reply::Array(vec![Reply::Int(1)]),
+        ]),
+    ] {
+        assert!(matches!(state(bad), Err(Error::UnexpectedReply { .. })));
+    }
+    assert!(ScriptOp::set_permits(&spec, 0, now).is_err());
+    assert!(
+        ScriptOp::set_permits(&spec_for_lease(), 3, now).is_err(),
+        "not a semaphore"
+    );
+    let mut s = Scenario::new(
+        ScriptOp::set_permits(&spec, 5, now + Duration::from_secs(1)).unwrap(),
+        now,
+    );
+    s.answer(Reply::Int(-1));
+    assert_eq!(s.expect_done(), Ok(None));
+    assert!(
+        LockSpec::permit(
+            &Keyspace::default(),
+            "api",
+            token(),
+            TTL,
+            0,
+            Duration::from_secs(5)
+        )
+        .is_err()
+    );
+}
+
+fn spec_for_lease() -> LockSpec {
+    spec()
 }

@@ -2,9 +2,9 @@
 //! fencing token issued in the same round trip.
 //!
 //! ```text
-//!              Acquire                      LeaseOp<Extend>
+//!              Acquire                      ScriptOp<Extend>
 //!   (try once, or wait with backoff)      (owner-checked PEXPIRE)
-//!   Idle ──EVALSHA acquire──► Sent ──{1,fence}──► Done(Acquired(Lease)) ──► ... ──► LeaseOp<Release>
+//!   Idle ──EVALSHA acquire──► Sent ──{1,fence}──► Done(Acquired(Lease)) ──► ... ──► ScriptOp<Release>
 //!                 ▲             │                                              (owner-checked DEL
 //!                 │      {0,pttl}│ / transport failure                           + PUBLISH)
 //!                 └── Wait(until retry, wake on release channel) ◄─┘
@@ -23,7 +23,10 @@ mod spec;
 use std::time::{Duration, Instant};
 
 pub use acquire::{Acquire, AcquireOptions, Acquisition};
-pub use ops::{Extend, Inspect, LeaseOp, LeaseOpKind, LeaseState, Release};
+pub use ops::{
+    Extend, Inspect, LeaseState, OpKind, ReadSemaphore, Release, ScriptOp, SemaphoreState,
+    SetPermits,
+};
 pub use scripts::ALL as SCRIPTS;
 pub use spec::{LeaseCalls, LockKind, LockSpec, Target};
 

@@ -1,61 +1,61 @@
-//! Owner-checked operations on a lease we hold: release, extend, inspect.
+//! One-call operations: release, extend and inspect a held lease; set and read a
+//! semaphore's permits.
 //!
-//! They share one machine, [`LeaseOp`]: send the script; on a lost reply retry (the scripts
-//! compare the token, so a retry is harmless) a few times before the deadline; decide the
-//! outcome from the reply.
+//! They share one machine, [`ScriptOp`]: send the script; on a lost reply retry (every such
+//! script is idempotent: owner-checked, or a plain read or overwrite) a few times before the
+//! deadline; decide the outcome from the reply.
 
-use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use super::{Lease, error_from_reply, int_pair, pttl, valid_until};
+use super::scripts::{SEMAPHORE_SET, SEMAPHORE_STATE};
+use super::{Lease, Target, error_from_reply, int_pair, pttl, valid_until};
 use crate::command::RequestIds;
-use crate::error::{Error, LossReason};
+use crate::error::{Error, InvalidArgument, LossReason};
 use crate::protocol::{Batch, Protocol, Step, Wait};
 use crate::reply::{FailureKind, Input, Reply, TransportFailure};
 use crate::script::{Exchange, Progress, ScriptCall};
 
-/// How many times an owner-checked operation is sent before it gives up.
+/// How many times a one-call operation is sent before it gives up.
 pub const MAX_ATTEMPTS: u32 = 3;
 
 /// The first pause before resending after a transport failure (doubles each time).
 const RETRY_PAUSE: Duration = Duration::from_millis(10);
 
-/// What one owner-checked operation sends and how it reads the answer.
-pub trait LeaseOpKind {
+/// What one operation sends and how it reads the answer.
+pub trait OpKind {
     /// What the operation yields.
     type Output;
     /// Names the step in error messages.
     const CONTEXT: &'static str;
-    /// The script call for `lease`.
-    fn call(&self, lease: &Lease) -> ScriptCall;
     /// The outcome, from a reply that is not an error reply.
     ///
-    /// `sent_at` is when the answered attempt was sent; `released_in_time` is true when an
+    /// `sent_at` is when the answered attempt was sent; `lost_in_time` is true when an
     /// earlier attempt was sent while the lease was valid and its reply was lost (so it may
     /// have done the work already).
     fn decide(
         &self,
-        lease: &Lease,
         reply: &Reply,
         sent_at: Instant,
-        released_in_time: bool,
+        lost_in_time: bool,
     ) -> Option<Result<Self::Output, Error>>;
 }
 
-/// Release: delete the key if it is still ours, and announce it on the release channel.
+/// Release: end the hold if it is still ours, and announce it.
 ///
 /// Yields `Ok(())` when released, [`Error::NotOwner`] with [`LossReason::Expired`] when the
-/// key was gone, with [`LossReason::Taken`] when another holder owns it. A retry after a
-/// lost reply that finds the key gone (or re-taken) counts as released when the lost attempt
-/// was sent while the lease was still valid: it was that attempt that deleted the key.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Release;
+/// hold was gone, with [`LossReason::Taken`] when another holder owns the lock. A retry after
+/// a lost reply that finds the hold gone (or re-taken) counts as released when the lost
+/// attempt was sent while the lease was still valid: it was that attempt that ended it.
+#[derive(Debug, Clone)]
+pub struct Release {
+    name: String,
+}
 
 /// Extend: set the lease to `ttl` from now if it is still ours. Yields the new
 /// `valid_until`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Extend {
-    ttl_ms: u64,
+    name: String,
     ttl: Duration,
 }
 
@@ -71,7 +71,7 @@ pub enum LeaseState {
         /// Time left on the server.
         remaining: Option<Duration>,
     },
-    /// The key is gone.
+    /// The hold is gone.
     Expired,
     /// Another holder owns the lock.
     Taken {
@@ -80,14 +80,33 @@ pub enum LeaseState {
     },
 }
 
-fn owner_outcome(name: &str, code: i64, release_in_time: bool) -> Option<Result<(), Error>> {
+/// Set a semaphore's permit count. Yields the previous count (`None`: none was set).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SetPermits;
+
+/// Read a semaphore. Yields a [`SemaphoreState`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadSemaphore;
+
+/// A semaphore as Redis sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SemaphoreState {
+    /// The permit count (`None`: not set yet; the first acquisition sets it).
+    pub permits: Option<u64>,
+    /// Live holders: their token and the time left on their permit.
+    pub holders: Vec<(String, Duration)>,
+    /// Live waiters, in the order they will be served.
+    pub waiters: Vec<String>,
+}
+
+fn owner_outcome(name: &str, code: i64, lost_in_time: bool) -> Option<Result<(), Error>> {
     let reason = match code {
         1 => return Some(Ok(())),
         0 => LossReason::Expired,
         -1 => LossReason::Taken,
         _ => return None,
     };
-    if release_in_time {
+    if lost_in_time {
         return Some(Ok(()));
     }
     Some(Err(Error::NotOwner {
@@ -96,60 +115,30 @@ fn owner_outcome(name: &str, code: i64, release_in_time: bool) -> Option<Result<
     }))
 }
 
-impl LeaseOpKind for Release {
+impl OpKind for Release {
     type Output = ();
-    const CONTEXT: &'static str = "lease release";
+    const CONTEXT: &'static str = "release";
 
-    fn call(&self, lease: &Lease) -> ScriptCall {
-        lease.calls.release.clone()
-    }
-
-    fn decide(
-        &self,
-        lease: &Lease,
-        reply: &Reply,
-        _: Instant,
-        in_time: bool,
-    ) -> Option<Result<(), Error>> {
-        owner_outcome(&lease.target.name, reply.as_int()?, in_time)
+    fn decide(&self, reply: &Reply, _: Instant, in_time: bool) -> Option<Result<(), Error>> {
+        owner_outcome(&self.name, reply.as_int()?, in_time)
     }
 }
 
-impl LeaseOpKind for Extend {
+impl OpKind for Extend {
     type Output = Instant;
     const CONTEXT: &'static str = "lease extension";
 
-    fn call(&self, lease: &Lease) -> ScriptCall {
-        lease.calls.extend.clone().arg(self.ttl_ms.to_string())
-    }
-
-    fn decide(
-        &self,
-        lease: &Lease,
-        reply: &Reply,
-        sent_at: Instant,
-        _: bool,
-    ) -> Option<Result<Instant, Error>> {
-        let outcome = owner_outcome(&lease.target.name, reply.as_int()?, false)?;
+    fn decide(&self, reply: &Reply, sent_at: Instant, _: bool) -> Option<Result<Instant, Error>> {
+        let outcome = owner_outcome(&self.name, reply.as_int()?, false)?;
         Some(outcome.map(|()| valid_until(sent_at, self.ttl)))
     }
 }
 
-impl LeaseOpKind for Inspect {
+impl OpKind for Inspect {
     type Output = LeaseState;
     const CONTEXT: &'static str = "lease inspection";
 
-    fn call(&self, lease: &Lease) -> ScriptCall {
-        lease.calls.inspect.clone()
-    }
-
-    fn decide(
-        &self,
-        _: &Lease,
-        reply: &Reply,
-        _: Instant,
-        _: bool,
-    ) -> Option<Result<LeaseState, Error>> {
+    fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<LeaseState, Error>> {
         let (code, ms) = int_pair(reply)?;
         Some(Ok(match code {
             1 => LeaseState::Held {
@@ -164,62 +153,200 @@ impl LeaseOpKind for Inspect {
     }
 }
 
-/// One owner-checked operation on a lease, as a [`Protocol`].
+impl OpKind for SetPermits {
+    type Output = Option<u64>;
+    const CONTEXT: &'static str = "semaphore permit count";
+
+    fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<Option<u64>, Error>> {
+        let before = reply.as_int()?;
+        Some(Ok(u64::try_from(before).ok()))
+    }
+}
+
+fn text(r: &Reply) -> Option<String> {
+    match r {
+        Reply::Bulk(b) => String::from_utf8(b.clone()).ok(),
+        Reply::Status(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+impl OpKind for ReadSemaphore {
+    type Output = SemaphoreState;
+    const CONTEXT: &'static str = "semaphore state";
+
+    fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<SemaphoreState, Error>> {
+        let [permits, holders, waiters] = reply.as_array()? else {
+            return None;
+        };
+        let holders = holders
+            .as_array()?
+            .chunks(2)
+            .map(|pair| match pair {
+                [token, ms] => Some((text(token)?, pttl(ms.as_int()?)?)),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let waiters = waiters
+            .as_array()?
+            .iter()
+            .map(text)
+            .collect::<Option<Vec<_>>>()?;
+        Some(Ok(SemaphoreState {
+            permits: u64::try_from(permits.as_int()?).ok(),
+            holders,
+            waiters,
+        }))
+    }
+}
+
+/// One idempotent script call, as a [`Protocol`].
 #[derive(Debug)]
-pub struct LeaseOp<K: LeaseOpKind> {
+pub struct ScriptOp<K: OpKind> {
     kind: K,
-    lease: Lease,
+    target: Target,
+    /// Until when the lease the call is about was valid (for [`Release`]'s lost-reply rule).
+    valid_until: Option<Instant>,
     deadline: Instant,
     ids: RequestIds,
     exchange: Exchange,
     attempts: u32,
     sent_at: Option<Instant>,
-    in_time_lost_reply: bool,
+    lost_in_time: bool,
     retry_at: Option<Instant>,
     pause: Duration,
     done: bool,
-    _kind: PhantomData<K>,
 }
 
-impl LeaseOp<Release> {
+impl ScriptOp<Release> {
     /// Releases `lease`, giving up at `deadline`.
     pub fn release(lease: &Lease, deadline: Instant) -> Self {
-        Self::with_kind(Release, lease, deadline)
+        let kind = Release {
+            name: lease.target.name.clone(),
+        };
+        Self::new(
+            kind,
+            lease.calls.release.clone(),
+            lease.target.clone(),
+            Some(lease.valid_until),
+            deadline,
+        )
     }
 }
 
-impl LeaseOp<Extend> {
+impl ScriptOp<Extend> {
     /// Extends `lease` to `ttl` from the moment Redis runs the command, giving up at `deadline`.
     pub fn extend(lease: &Lease, ttl: Duration, deadline: Instant) -> Result<Self, Error> {
         let ttl_ms = super::validate_ttl("ttl", ttl)?;
-        Ok(Self::with_kind(Extend { ttl_ms, ttl }, lease, deadline))
+        let kind = Extend {
+            name: lease.target.name.clone(),
+            ttl,
+        };
+        let call = lease.calls.extend.clone().arg(ttl_ms.to_string());
+        Ok(Self::new(
+            kind,
+            call,
+            lease.target.clone(),
+            Some(lease.valid_until),
+            deadline,
+        ))
     }
 }
 
-impl LeaseOp<Inspect> {
+impl ScriptOp<Inspect> {
     /// Asks whether `lease` is still ours and how long it has left, giving up at `deadline`.
     pub fn inspect(lease: &Lease, deadline: Instant) -> Self {
-        Self::with_kind(Inspect, lease, deadline)
+        Self::new(
+            Inspect,
+            lease.calls.inspect.clone(),
+            lease.target.clone(),
+            None,
+            deadline,
+        )
     }
 }
 
-impl<K: LeaseOpKind> LeaseOp<K> {
-    fn with_kind(kind: K, lease: &Lease, deadline: Instant) -> Self {
-        let mut exchange = Exchange::new(kind.call(lease));
+impl ScriptOp<SetPermits> {
+    /// Sets the permit count of the semaphore `spec` names (a [`LockSpec::permit`] spec,
+    /// whose token is not used), giving up at `deadline`.
+    ///
+    /// [`LockSpec::permit`]: super::LockSpec::permit
+    pub fn set_permits(
+        spec: &super::LockSpec,
+        permits: u64,
+        deadline: Instant,
+    ) -> Result<Self, Error> {
+        let [holders, waiters, _, count] = semaphore_keys(spec)?;
+        if permits == 0 {
+            return Err(
+                InvalidArgument::Setting("a semaphore needs at least 1 permit".into()).into(),
+            );
+        }
+        let call = ScriptCall::new(&SEMAPHORE_SET)
+            .key(holders)
+            .key(waiters)
+            .key(count)
+            .arg(permits.to_string())
+            .arg(&spec.wake.channel);
+        Ok(Self::new(
+            SetPermits,
+            call,
+            spec.target.clone(),
+            None,
+            deadline,
+        ))
+    }
+}
+
+impl ScriptOp<ReadSemaphore> {
+    /// Reads the semaphore `spec` names, giving up at `deadline`.
+    pub fn read_semaphore(spec: &super::LockSpec, deadline: Instant) -> Result<Self, Error> {
+        let [holders, waiters, timeouts, count] = semaphore_keys(spec)?;
+        let call = ScriptCall::new(&SEMAPHORE_STATE)
+            .key(holders)
+            .key(waiters)
+            .key(timeouts)
+            .key(count);
+        Ok(Self::new(
+            ReadSemaphore,
+            call,
+            spec.target.clone(),
+            None,
+            deadline,
+        ))
+    }
+}
+
+fn semaphore_keys(spec: &super::LockSpec) -> Result<[&str; 4], Error> {
+    match (spec.kind, spec.target.keys.as_slice()) {
+        (super::LockKind::Permit, [h, w, t, c]) => Ok([h, w, t, c]),
+        _ => Err(InvalidArgument::Setting("not a semaphore".into()).into()),
+    }
+}
+
+impl<K: OpKind> ScriptOp<K> {
+    fn new(
+        kind: K,
+        call: ScriptCall,
+        target: Target,
+        valid_until: Option<Instant>,
+        deadline: Instant,
+    ) -> Self {
+        let mut exchange = Exchange::new(call);
         exchange.start();
-        LeaseOp {
+        ScriptOp {
             kind,
-            lease: lease.clone(),
+            target,
+            valid_until,
             deadline,
             ids: RequestIds::default(),
             exchange,
             attempts: 0,
             sent_at: None,
-            in_time_lost_reply: false,
+            lost_in_time: false,
             retry_at: None,
             pause: RETRY_PAUSE,
             done: false,
-            _kind: PhantomData,
         }
     }
 
@@ -230,9 +357,10 @@ impl<K: LeaseOpKind> LeaseOp<K> {
 
     fn on_failure(&mut self, failure: TransportFailure, now: Instant) -> Step<K::Output> {
         if failure.kind == FailureKind::NoReply
-            && self.sent_at.is_some_and(|t| t < self.lease.valid_until)
+            && let (Some(sent), Some(valid)) = (self.sent_at, self.valid_until)
+            && sent < valid
         {
-            self.in_time_lost_reply = true;
+            self.lost_in_time = true;
         }
         let at = now + self.pause;
         if self.attempts >= MAX_ATTEMPTS || at >= self.deadline {
@@ -250,7 +378,7 @@ impl<K: LeaseOpKind> LeaseOp<K> {
     }
 }
 
-impl<K: LeaseOpKind> Protocol for LeaseOp<K> {
+impl<K: OpKind> Protocol for ScriptOp<K> {
     type Output = K::Output;
 
     fn poll(&mut self, now: Instant) -> Step<K::Output> {
@@ -281,14 +409,14 @@ impl<K: LeaseOpKind> Protocol for LeaseOp<K> {
             Progress::Awaiting => Step::Awaiting,
             Progress::Answered(Err(failure)) => self.on_failure(failure, now),
             Progress::Answered(Ok(Reply::Error(e))) => {
-                let err = error_from_reply(&self.lease.target, e);
+                let err = error_from_reply(&self.target, e);
                 self.finish(Err(err))
             }
             Progress::Answered(Ok(reply)) => {
                 let sent_at = self.sent_at.unwrap_or(now);
                 let outcome = self
                     .kind
-                    .decide(&self.lease, &reply, sent_at, self.in_time_lost_reply)
+                    .decide(&reply, sent_at, self.lost_in_time)
                     .unwrap_or_else(|| {
                         Err(Error::UnexpectedReply {
                             context: K::CONTEXT,

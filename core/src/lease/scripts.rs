@@ -134,8 +134,43 @@ pub static WRITE_CANCEL: Script = Script {
     sha1: "a0901062ef1245e0a164b5e646bb262fb5fdb69c",
 };
 
+/// `lua/permit_acquire.lua`
+pub static PERMIT_ACQUIRE: Script = Script {
+    name: "permit_acquire",
+    source: include_str!("lua/permit_acquire.lua"),
+    sha1: "72617dd303e0c1d97ec44cc74145f8168dcd42ae",
+};
+
+/// `lua/permit_release.lua`
+pub static PERMIT_RELEASE: Script = Script {
+    name: "permit_release",
+    source: include_str!("lua/permit_release.lua"),
+    sha1: "b9a0904bc0499105c9d89bde137c62a56c3cd027",
+};
+
+/// `lua/permit_cancel.lua`
+pub static PERMIT_CANCEL: Script = Script {
+    name: "permit_cancel",
+    source: include_str!("lua/permit_cancel.lua"),
+    sha1: "bdca45cb924e9c3179271785dc26533723825322",
+};
+
+/// `lua/semaphore_set.lua`
+pub static SEMAPHORE_SET: Script = Script {
+    name: "semaphore_set",
+    source: include_str!("lua/semaphore_set.lua"),
+    sha1: "a00fe8981ea2104a6bfd356fa288c10ae3811cf4",
+};
+
+/// `lua/semaphore_state.lua`
+pub static SEMAPHORE_STATE: Script = Script {
+    name: "semaphore_state",
+    source: include_str!("lua/semaphore_state.lua"),
+    sha1: "7145561cfa857997363f22c3e1f3d550e0a2da63",
+};
+
 /// Every script, for `SCRIPT LOAD` at start-up and for tests.
-pub static ALL: [&Script; 18] = [
+pub static ALL: [&Script; 23] = [
     &ACQUIRE,
     &RELEASE,
     &EXTEND,
@@ -154,6 +189,11 @@ pub static ALL: [&Script; 18] = [
     &WRITE_ACQUIRE,
     &WRITE_RELEASE,
     &WRITE_CANCEL,
+    &PERMIT_ACQUIRE,
+    &PERMIT_RELEASE,
+    &PERMIT_CANCEL,
+    &SEMAPHORE_SET,
+    &SEMAPHORE_STATE,
 ];
 
 #[cfg(test)]

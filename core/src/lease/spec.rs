@@ -1,7 +1,7 @@
 //! What differs between the kinds of lock: their keys, and the script calls that acquire,
 //! release, extend, inspect and give up. Every kind follows the reply conventions of
 //! [`scripts`](super::scripts), so [`Acquire`](super::Acquire) and
-//! [`LeaseOp`](super::LeaseOp) run them all.
+//! [`ScriptOp`](super::ScriptOp) run them all.
 
 use std::time::Duration;
 
@@ -26,6 +26,8 @@ pub enum LockKind {
     Read,
     /// The exclusive side of a read-write lock; waiting writers hold back new readers.
     Write,
+    /// A permit of a fair counting semaphore.
+    Permit,
 }
 
 /// The primitive an operation is about, for error messages.
@@ -204,6 +206,71 @@ impl LockSpec {
             target: Target {
                 name: name.to_owned(),
                 keys: vec![lock, queue, timeouts, fence],
+            },
+            token,
+            ttl,
+        })
+    }
+
+    /// A permit of the fair counting semaphore `name`: holders are entries of
+    /// `<stem>:sem:holders` with their own expiry (server time), waiters line up in
+    /// `<stem>:sem:waiters` (dropped after `waiter_timeout` without an attempt), and
+    /// `<stem>:sem:permits` holds the permit count (set to `permits` by the first
+    /// acquisition if unset; see [`ScriptOp::set_permits`](super::ScriptOp::set_permits)).
+    /// A permit's fence is 0: permits are not exclusive.
+    pub fn permit(
+        keyspace: &Keyspace,
+        name: &str,
+        token: Token,
+        ttl: Duration,
+        permits: u64,
+        waiter_timeout: Duration,
+    ) -> Result<Self, Error> {
+        validate_ttl("permit timeout", ttl)?;
+        validate_ttl("waiter timeout", waiter_timeout)?;
+        if permits == 0 {
+            return Err(crate::error::InvalidArgument::Setting(
+                "a semaphore needs at least 1 permit".into(),
+            )
+            .into());
+        }
+        let stem = keyspace.stem(name)?;
+        let holders = format!("{stem}:sem:holders");
+        let waiters = format!("{stem}:sem:waiters");
+        let timeouts = format!("{stem}:sem:timeouts");
+        let count = format!("{stem}:sem:permits");
+        let channel = format!("{stem}:sem:wake");
+        let t = token.as_str();
+        let four = |script| {
+            ScriptCall::new(script)
+                .key(&holders)
+                .key(&waiters)
+                .key(&timeouts)
+                .key(&count)
+                .arg(t)
+                .arg(&channel)
+        };
+        Ok(LockSpec {
+            kind: LockKind::Permit,
+            acquire: ScriptCall::new(&PERMIT_ACQUIRE)
+                .key(&holders)
+                .key(&waiters)
+                .key(&timeouts)
+                .key(&count)
+                .arg(t)
+                .arg(ms(ttl))
+                .arg(ms(waiter_timeout))
+                .arg(permits.to_string()),
+            calls: LeaseCalls {
+                release: four(&PERMIT_RELEASE),
+                extend: ScriptCall::new(&READ_EXTEND).key(&holders).arg(t),
+                inspect: ScriptCall::new(&READ_INSPECT).key(&holders).arg(t),
+            },
+            cancel: Some(four(&PERMIT_CANCEL)),
+            wake: WakeOn::tagged(&channel, t),
+            target: Target {
+                name: name.to_owned(),
+                keys: vec![holders, waiters, timeouts, count],
             },
             token,
             ttl,

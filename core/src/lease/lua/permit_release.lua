@@ -1,0 +1,23 @@
+-- Release a permit, and wake the waiters that may now take the free permits.
+-- KEYS[1] holders, KEYS[2] waiters, KEYS[3] waiter timeouts, KEYS[4] permit count;
+-- ARGV[1] token, ARGV[2] channel.
+-- Returns 1 released, 0 the permit was gone (it had expired).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not expiry then
+  return 0
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local permits = tonumber(redis.call('GET', KEYS[4])) or 0
+local free = permits - redis.call('ZCARD', KEYS[1])
+if free > 0 then
+  for _, next in ipairs(redis.call('LRANGE', KEYS[2], 0, free - 1)) do
+    redis.call('PUBLISH', ARGV[2], next)
+  end
+end
+if tonumber(expiry) <= now then
+  return 0
+end
+return 1

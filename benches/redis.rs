@@ -98,6 +98,7 @@ const SCENARIOS: &[Scenario] = &[
     ("lock_8keys", lock_8keys),
     ("lock_handoff", lock_handoff),
     ("watchdog_10k", watchdog_10k),
+    ("legacy_uncontended", legacy_uncontended),
 ];
 
 /// What every scenario gets.
@@ -623,6 +624,29 @@ fn lock_uncontended(ctx: &Ctx) -> Measurement {
         black_box(guard.fence());
         guard.release().expect("bench: uncontended release failed");
     });
+    m
+}
+
+/// `try_acquire` (must succeed) + `release` of one legacy lock (the default SETNX + GETSET
+/// algorithm, no scripts), one thread: three round trips (SETNX; GET, DEL).
+fn legacy_uncontended(ctx: &Ctx) -> Measurement {
+    const NAME: &str = "bench-legacy";
+    let keys = redlease_core::legacy::LegacyKeys::new(&Keyspace::default(), NAME)
+        .expect("bench: bad lock name");
+    let _: i64 = redis::cmd("DEL")
+        .arg(&keys.lock)
+        .query(&mut ctx.raw_connection())
+        .expect("bench: DEL of a leftover legacy lock key failed");
+    let lock = ctx.client.legacy_lock(NAME);
+    let (mut m, _) = measure_single(ctx, || {
+        let guard = lock
+            .try_acquire()
+            .expect("bench: legacy try_acquire failed")
+            .expect("bench: legacy lock was busy");
+        black_box(guard.valid_until());
+        guard.release().expect("bench: legacy release failed");
+    });
+    m.extra.push(("algorithm", "getset".to_string()));
     m
 }
 

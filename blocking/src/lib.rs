@@ -43,6 +43,7 @@
 )]
 
 mod client;
+mod legacy;
 mod listener;
 mod lock;
 mod resp;
@@ -50,8 +51,9 @@ mod transport;
 mod watchdog;
 
 pub use client::{Client, ClientBuilder};
+pub use legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
 pub use lock::{LockBuilder, LockGuard};
-pub use redlease_core::lease::LeaseState;
+pub use redlease_core::lease::{LeaseState, LockKind, SemaphoreState};
 pub use redlease_core::{Error, InvalidArgument, LossReason, TransportFailure};
 
 /// The sans-IO core this crate drives, for running its machines yourself.

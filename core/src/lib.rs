@@ -48,6 +48,7 @@ pub mod command;
 pub mod error;
 pub mod keys;
 pub mod lease;
+pub mod legacy;
 pub mod protocol;
 pub mod renewal;
 pub mod reply;

@@ -252,6 +252,19 @@ struct InFlight {
 }
 
 impl InFlight {
+    /// Requests numbered on from `ids`.
+    fn continuing(ids: RequestIds) -> Self {
+        InFlight {
+            ids,
+            slots: Vec::new(),
+        }
+    }
+
+    /// The id counter, for a machine that takes over from this one.
+    fn ids(&self) -> RequestIds {
+        self.ids.clone()
+    }
+
     /// Starts a step: gives each command an id.
     fn start(&mut self, commands: Vec<crate::command::Command>) -> Vec<Request> {
         self.slots.clear();

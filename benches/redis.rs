@@ -99,6 +99,11 @@ const SCENARIOS: &[Scenario] = &[
     ("lock_handoff", lock_handoff),
     ("watchdog_10k", watchdog_10k),
     ("legacy_uncontended", legacy_uncontended),
+    ("reentrant_uncontended", reentrant_uncontended),
+    ("fair_uncontended", fair_uncontended),
+    ("rwlock_read_uncontended", rwlock_read_uncontended),
+    ("semaphore_uncontended", semaphore_uncontended),
+    ("semaphore_contended", semaphore_contended),
 ];
 
 /// What every scenario gets.
@@ -647,6 +652,81 @@ fn legacy_uncontended(ctx: &Ctx) -> Measurement {
         guard.release().expect("bench: legacy release failed");
     });
     m.extra.push(("algorithm", "getset".to_string()));
+    m
+}
+
+/// `try_acquire` (must succeed) + `release` of one lock of the family, one thread; the name
+/// is fresh per run (these kinds keep more than one key).
+fn family_uncontended(ctx: &Ctx, lock: redlease::LockBuilder<'_>) -> Measurement {
+    let (m, _) = measure_single(ctx, || {
+        let guard = lock
+            .try_acquire()
+            .expect("bench: uncontended try_acquire failed")
+            .expect("bench: uncontended lock was busy");
+        black_box(guard.fence());
+        guard.release().expect("bench: uncontended release failed");
+    });
+    m
+}
+
+fn fresh(prefix: &str) -> String {
+    format!("{prefix}-{}", std::process::id())
+}
+
+/// A reentrant lock's uncontended cycle (hash of owner -> count).
+fn reentrant_uncontended(ctx: &Ctx) -> Measurement {
+    family_uncontended(ctx, ctx.client.reentrant_lock(&fresh("bench-re")))
+}
+
+/// A fair lock's uncontended cycle (queue and timeouts checked on every acquisition).
+fn fair_uncontended(ctx: &Ctx) -> Measurement {
+    family_uncontended(ctx, ctx.client.fair_lock(&fresh("bench-fair")))
+}
+
+/// The read side of a read-write lock, uncontended.
+fn rwlock_read_uncontended(ctx: &Ctx) -> Measurement {
+    family_uncontended(ctx, ctx.client.read_lock(&fresh("bench-rw")))
+}
+
+/// One permit of a 2-permit semaphore, acquired and released by one thread.
+fn semaphore_uncontended(ctx: &Ctx) -> Measurement {
+    family_uncontended(ctx, ctx.client.semaphore(&fresh("bench-sem-u"), 2))
+}
+
+/// 8 threads sharing a 2-permit semaphore; one op is one permit held and released, its
+/// latency the wait.
+fn semaphore_contended(ctx: &Ctx) -> Measurement {
+    let name = fresh("bench-sem-c");
+    let (mut m, samples) = measure_threads(
+        ctx,
+        THREADS,
+        || {},
+        |_| {
+            let permit = ctx.client.semaphore(&name, 2).wait(CONTENDED_WAIT);
+            move || {
+                let t = Instant::now();
+                let guard = permit
+                    .acquire()
+                    .unwrap_or_else(|e| panic!("bench: semaphore acquire failed: {e}"));
+                let waited = t.elapsed();
+                let attempts = guard.attempts();
+                guard
+                    .release()
+                    .unwrap_or_else(|e| panic!("bench: semaphore release failed: {e}"));
+                Waited {
+                    waited,
+                    attempts,
+                    handoff: None,
+                }
+            }
+        },
+    );
+    m.extra.push((
+        "attempts_per_permit",
+        format!("{:.2}", mean_attempts(&samples, false)),
+    ));
+    m.extra.push(("permits", "2".to_string()));
+    m.push_thread_spread();
     m
 }
 

@@ -46,6 +46,7 @@ mod client;
 mod legacy;
 mod listener;
 mod lock;
+mod queue;
 mod resp;
 mod transport;
 mod watchdog;
@@ -53,7 +54,9 @@ mod watchdog;
 pub use client::{Client, ClientBuilder};
 pub use legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
 pub use lock::{LockBuilder, LockGuard};
+pub use queue::{Job, Queue, WorkerReport, Workers};
 pub use redlease_core::lease::{LeaseState, LockKind, SemaphoreState};
+pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::{Error, InvalidArgument, LossReason, TransportFailure};
 
 /// The sans-IO core this crate drives, for running its machines yourself.

@@ -192,6 +192,10 @@ impl<'c> LockBuilder<'c> {
             LockKind::Permit => {
                 LockSpec::permit(ks, name, token, ttl, self.permits, self.waiter_timeout)
             }
+            // No builder makes one: jobs come from Queue::take.
+            LockKind::Job => {
+                Err(InvalidArgument::Setting("jobs are taken from a queue".into()).into())
+            }
         }
     }
 
@@ -248,6 +252,12 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
+    /// A guard for a lease acquired by any machine of the lock family (`policy`: renewed by
+    /// the client's watchdog).
+    pub(crate) fn from_lease(client: &Client, lease: Lease, policy: Option<RenewalPolicy>) -> Self {
+        Self::new(client, lease, policy)
+    }
+
     fn new(client: &Client, lease: Lease, policy: Option<RenewalPolicy>) -> Self {
         let (cell, lost_rx) = LeaseCell::new(lease.valid_until);
         let watched = match (policy, client.watchdog()) {
@@ -403,8 +413,26 @@ impl LockGuard {
         )
     }
 
+    /// Ends the lease with another owner-checked call than the release (a queue's ack or
+    /// nack); the same outcomes as [`release`](Self::release).
+    pub(crate) fn finish_with(
+        mut self,
+        call: redlease_core::script::ScriptCall,
+    ) -> Result<(), Error> {
+        self.done = true;
+        self.stop_watching();
+        if let Some(reason) = self.cell.lost() {
+            return Err(self.not_owner(reason));
+        }
+        drive(
+            &self.shared,
+            None,
+            ScriptOp::release_with(&self.lease, call, self.deadline()),
+        )
+    }
+
     /// Ends the guard without releasing: the key stays until its expiry.
-    fn disarm(mut self) {
+    pub(crate) fn disarm(mut self) {
         self.done = true;
         self.stop_watching();
     }

@@ -50,6 +50,7 @@ pub mod keys;
 pub mod lease;
 pub mod legacy;
 pub mod protocol;
+pub mod queue;
 pub mod renewal;
 pub mod reply;
 pub mod script;

@@ -308,6 +308,7 @@ mod tests {
             valid_until: valid_until(now, TTL),
             attempts: 1,
             calls: spec.calls,
+            data: Vec::new(),
         }
     }
 

@@ -50,6 +50,13 @@ impl ScriptCall {
         self
     }
 
+    /// Inserts an argument before the others (binds a value known only later, such as the
+    /// id of a job taken from a queue).
+    pub fn prepend_arg(mut self, arg: impl AsRef<[u8]>) -> Self {
+        self.args.insert(0, arg.as_ref().to_vec());
+        self
+    }
+
     /// Targets another node.
     pub fn on(mut self, node: NodeId) -> Self {
         self.node = node;

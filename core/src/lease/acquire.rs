@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Lease, LockKind, LockSpec, error_from_reply, int_pair, pttl, valid_until};
+use super::{Lease, LockKind, LockSpec, error_from_reply, int_pair_and_data, pttl, valid_until};
 use crate::backoff::{Backoff, saturating_add};
 use crate::command::{Request, RequestIds};
 use crate::error::{Error, InvalidArgument};
@@ -204,23 +204,34 @@ impl Acquire {
             LockKind::Read | LockKind::Permit => 0,
             _ => 1,
         };
-        match int_pair(&reply) {
-            Some((1, fence)) if fence >= min_fence => {
+        // Only a job carries data (its id and payload), and it always does.
+        let wants_data = self.spec.kind == LockKind::Job;
+        match int_pair_and_data(&reply) {
+            Some((1, fence, data)) if fence >= min_fence && wants_data == (data.len() == 2) => {
+                let mut calls = self.spec.calls.clone();
+                let mut target = self.spec.target.clone();
+                if let Some(id) = data.first().filter(|_| wants_data) {
+                    calls.release = calls.release.prepend_arg(id);
+                    calls.extend = calls.extend.prepend_arg(id);
+                    calls.inspect = calls.inspect.prepend_arg(id);
+                    target.name = format!("{} job {}", target.name, String::from_utf8_lossy(id));
+                }
                 let lease = Box::new(Lease {
                     kind: self.spec.kind,
-                    target: self.spec.target.clone(),
+                    target,
                     token: self.spec.token.clone(),
                     fence: fence as u64,
                     ttl: self.spec.ttl,
                     acquired_at: self.sent_at,
                     valid_until: valid_until(self.sent_at, self.spec.ttl),
                     attempts: self.attempts,
-                    calls: self.spec.calls.clone(),
+                    calls,
+                    data,
                 });
                 self.state = State::Done;
                 Some(Step::Done(Ok(Acquisition::Acquired(lease))))
             }
-            Some((0, ms)) => {
+            Some((0, ms, data)) if data.is_empty() => {
                 self.seen_busy = true;
                 let holder_ttl = pttl(ms);
                 match self.deadline {

@@ -57,6 +57,7 @@ fn lease_at(now: std::time::Instant) -> Lease {
         valid_until: valid_until(now, TTL),
         attempts: 1,
         calls: spec.calls,
+        data: Vec::new(),
     }
 }
 

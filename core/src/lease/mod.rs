@@ -108,6 +108,8 @@ pub struct Lease {
     pub attempts: u32,
     /// The owner-checked calls on this lease.
     pub calls: LeaseCalls,
+    /// Further values the acquisition returned (for a job: its id and payload).
+    pub data: Vec<Vec<u8>>,
 }
 
 impl Lease {
@@ -171,6 +173,23 @@ pub(crate) fn error_from_reply(target: &Target, e: ErrorReply) -> Error {
 pub(crate) fn int_pair(reply: &Reply) -> Option<(i64, i64)> {
     match reply.as_array()? {
         [a, b] => Some((a.as_int()?, b.as_int()?)),
+        _ => None,
+    }
+}
+
+/// `{a, b, bulk...}`: an integer pair followed by bulk strings.
+pub(crate) fn int_pair_and_data(reply: &Reply) -> Option<(i64, i64, Vec<Vec<u8>>)> {
+    match reply.as_array()? {
+        [a, b, rest @ ..] => {
+            let data = rest
+                .iter()
+                .map(|r| match r {
+                    Reply::Bulk(b) => Some(b.clone()),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()?;
+            Some((a.as_int()?, b.as_int()?, data))
+        }
         _ => None,
     }
 }

@@ -234,6 +234,23 @@ impl ScriptOp<Release> {
     }
 }
 
+impl ScriptOp<Release> {
+    /// Ends `lease` with another owner-checked `call` than its release (a queue's ack or
+    /// nack), with the same outcomes and lost-reply rule as [`release`](Self::release).
+    pub fn release_with(lease: &Lease, call: ScriptCall, deadline: Instant) -> Self {
+        let kind = Release {
+            name: lease.target.name.clone(),
+        };
+        Self::new(
+            kind,
+            call,
+            lease.target.clone(),
+            Some(lease.valid_until),
+            deadline,
+        )
+    }
+}
+
 impl ScriptOp<Extend> {
     /// Extends `lease` to `ttl` from the moment Redis runs the command, giving up at `deadline`.
     pub fn extend(lease: &Lease, ttl: Duration, deadline: Instant) -> Result<Self, Error> {
@@ -325,7 +342,7 @@ fn semaphore_keys(spec: &super::LockSpec) -> Result<[&str; 4], Error> {
 }
 
 impl<K: OpKind> ScriptOp<K> {
-    fn new(
+    pub(crate) fn new(
         kind: K,
         call: ScriptCall,
         target: Target,

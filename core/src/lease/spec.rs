@@ -28,6 +28,10 @@ pub enum LockKind {
     Write,
     /// A permit of a fair counting semaphore.
     Permit,
+    /// A job taken from a reliable queue: its lease is the visibility timeout. The
+    /// acquisition returns the job id and payload; the calls get the id bound as their
+    /// first argument.
+    Job,
 }
 
 /// The primitive an operation is about, for error messages.

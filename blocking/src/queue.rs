@@ -1,0 +1,434 @@
+//! Reliable queues: push (one or many in one round trip, with priority or delay), take
+//! with a lease that the watchdog renews while the job's handle lives, ack / nack, dead
+//! letters, stats, and a worker pool.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use redlease_core::backoff::saturating_add;
+use redlease_core::lease::{Acquire, AcquireOptions, Acquisition, Token};
+use redlease_core::queue::{self, DeadJob, NewJob, Pushed, QueueKeys, QueueSettings, QueueStats};
+use redlease_core::renewal::RenewalPolicy;
+use redlease_core::{Error, LossReason};
+
+use crate::client::{Client, random_bytes};
+use crate::lock::LockGuard;
+
+/// A queue named `name`; made by [`Client::queue`]. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    client: Client,
+    keys: Arc<QueueKeys>,
+    settings: QueueSettings,
+    retry_base: Duration,
+    retry_max: Duration,
+    idle_check: Duration,
+}
+
+impl Client {
+    /// The reliable queue `name` (keys `<prefix>:{<name>}:q:*`). Fails on a bad name.
+    pub fn queue(&self, name: &str) -> Result<Queue, Error> {
+        Ok(Queue {
+            client: self.clone(),
+            keys: Arc::new(QueueKeys::new(&self.shared().keyspace, name)?),
+            settings: QueueSettings::default(),
+            retry_base: Duration::from_secs(1),
+            retry_max: Duration::from_secs(600),
+            idle_check: Duration::from_secs(2),
+        })
+    }
+}
+
+fn random_id() -> Result<String, Error> {
+    Ok(random_bytes::<16>()?
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+impl Queue {
+    /// How long a taken job stays invisible to other workers; renewed by the watchdog while
+    /// its [`Job`] handle lives, so it only matters when the worker dies or hangs without its
+    /// process. Defaults to 30 s.
+    pub fn visibility(mut self, d: Duration) -> Self {
+        self.settings.visibility = d;
+        self
+    }
+
+    /// After this many deliveries a failing job goes to the dead list. Defaults to 5.
+    pub fn max_deliveries(mut self, n: u32) -> Self {
+        self.settings.max_deliveries = n;
+        self
+    }
+
+    /// The backoff of [`Job::nack`]: `base * 2^(delivery - 1)`, at most `max`. Defaults to
+    /// 1 s and 10 min.
+    pub fn retry_backoff(mut self, base: Duration, max: Duration) -> Self {
+        self.retry_base = base;
+        self.retry_max = max;
+        self
+    }
+
+    /// An idle taker re-checks the queue at least this often even without a push
+    /// notification (it wakes at once on a push, and exactly when a delayed job is due).
+    /// Defaults to 2 s.
+    pub fn idle_check(mut self, d: Duration) -> Self {
+        self.idle_check = d;
+        self
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    fn deadline(&self) -> Instant {
+        saturating_add(Instant::now(), self.client.shared().op_timeout)
+    }
+
+    /// Pushes jobs in one round trip, ready after `delay` (zero: at once), served by
+    /// `priority` (higher first; FIFO within a priority). Ids deduplicate.
+    pub fn push_batch(
+        &self,
+        jobs: &[NewJob],
+        priority: u8,
+        delay: Duration,
+    ) -> Result<Vec<Pushed>, Error> {
+        self.client.run(queue::push(
+            &self.keys,
+            jobs,
+            priority,
+            delay,
+            self.deadline(),
+        )?)
+    }
+
+    /// Pushes one job; returns its (generated) id.
+    pub fn push(&self, payload: impl Into<Vec<u8>>) -> Result<String, Error> {
+        self.push_with(payload, 0, Duration::ZERO)
+    }
+
+    /// Pushes one job with a priority (higher first) and a delay; returns its generated id.
+    pub fn push_with(
+        &self,
+        payload: impl Into<Vec<u8>>,
+        priority: u8,
+        delay: Duration,
+    ) -> Result<String, Error> {
+        let job = NewJob {
+            id: random_id()?,
+            payload: payload.into(),
+        };
+        let id = job.id.clone();
+        self.push_batch(&[job], priority, delay)?;
+        Ok(id)
+    }
+
+    /// Pushes a job under a caller-given id: [`Pushed::Duplicate`] (and nothing written) if a
+    /// job with that id is queued, delayed, running or dead.
+    pub fn push_unique(&self, id: &str, payload: impl Into<Vec<u8>>) -> Result<Pushed, Error> {
+        let job = NewJob {
+            id: id.to_owned(),
+            payload: payload.into(),
+        };
+        let mut out = self.push_batch(&[job], 0, Duration::ZERO)?;
+        out.pop().ok_or(Error::UnexpectedReply {
+            context: "queue push",
+            reply: "no outcome".into(),
+        })
+    }
+
+    /// Pushes many payloads in one round trip; returns their generated ids.
+    pub fn push_many<P: Into<Vec<u8>>>(
+        &self,
+        payloads: impl IntoIterator<Item = P>,
+    ) -> Result<Vec<String>, Error> {
+        let jobs = payloads
+            .into_iter()
+            .map(|p| {
+                Ok(NewJob {
+                    id: random_id()?,
+                    payload: p.into(),
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let ids = jobs.iter().map(|j| j.id.clone()).collect();
+        self.push_batch(&jobs, 0, Duration::ZERO)?;
+        Ok(ids)
+    }
+
+    /// Takes the next job if one is ready now.
+    pub fn try_take(&self) -> Result<Option<Job>, Error> {
+        self.take_inner(None)
+    }
+
+    /// Takes the next job, waiting at most `wait` (`Ok(None)` then). An idle taker sleeps
+    /// until a push wakes it or a delayed job is due; it does not poll.
+    pub fn take(&self, wait: Duration) -> Result<Option<Job>, Error> {
+        match self.take_inner(Some(wait)) {
+            Err(Error::Timeout { .. }) => Ok(None),
+            other => other,
+        }
+    }
+
+    fn take_inner(&self, wait: Option<Duration>) -> Result<Option<Job>, Error> {
+        let random: [u8; 24] = random_bytes()?;
+        let mut token = [0u8; 16];
+        token.copy_from_slice(&random[..16]);
+        let mut seed = [0u8; 8];
+        seed.copy_from_slice(&random[16..]);
+        let token = Token::from_random(token);
+        let spec = queue::take(&self.keys, token, &self.settings)?;
+        let options = AcquireOptions {
+            wait,
+            retry_initial: Duration::from_millis(50).min(self.idle_check),
+            retry_max: self.idle_check,
+            reply_timeout: self.client.shared().io_timeout,
+        };
+        let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), Instant::now())?;
+        match self.client.run(machine)? {
+            Acquisition::Acquired(lease) => {
+                let [id, payload] = <[Vec<u8>; 2]>::try_from(lease.data.clone()).map_err(|_| {
+                    Error::UnexpectedReply {
+                        context: "queue take",
+                        reply: "no job id and payload".into(),
+                    }
+                })?;
+                let id = String::from_utf8(id).map_err(|_| Error::UnexpectedReply {
+                    context: "queue take",
+                    reply: "a job id that is not UTF-8".into(),
+                })?;
+                let policy = RenewalPolicy::for_ttl(self.settings.visibility);
+                let guard = LockGuard::from_lease(&self.client, *lease, Some(policy));
+                Ok(Some(Job {
+                    guard,
+                    queue: self.clone(),
+                    id,
+                    payload,
+                }))
+            }
+            Acquisition::Busy { .. } => Ok(None),
+        }
+    }
+
+    /// The counts of ready, delayed, in-flight and dead jobs.
+    pub fn stats(&self) -> Result<QueueStats, Error> {
+        self.client.run(queue::stats(&self.keys, self.deadline()))
+    }
+
+    /// The oldest `limit` jobs on the dead list.
+    pub fn dead_jobs(&self, limit: usize) -> Result<Vec<DeadJob>, Error> {
+        self.client
+            .run(queue::dead_jobs(&self.keys, limit, self.deadline()))
+    }
+
+    /// Moves a dead job back to ready with its delivery count reset; `false` if it was not on
+    /// the dead list.
+    pub fn requeue_dead(&self, id: &str) -> Result<bool, Error> {
+        self.client
+            .run(queue::requeue(&self.keys, id, self.deadline()))
+    }
+
+    /// Runs `handler` on `concurrency` threads, each taking jobs one at a time: `Ok` acks the
+    /// job, `Err` nacks it (retried with backoff, dead after max deliveries). Stops when the
+    /// returned [`Workers`] is stopped or dropped: each thread finishes the job it has, then
+    /// returns (an idle thread notices within `poll`; 500 ms here).
+    pub fn work<E, F>(&self, concurrency: usize, handler: F) -> Workers
+    where
+        F: Fn(&Job) -> Result<(), E> + Send + Sync + 'static,
+    {
+        let stop = Arc::new(AtomicBool::new(false));
+        let counters = Arc::new(WorkerCounters::default());
+        let handler = Arc::new(handler);
+        let threads = (0..concurrency.max(1))
+            .filter_map(|i| {
+                let (queue, stop, counters, handler) = (
+                    self.clone(),
+                    stop.clone(),
+                    counters.clone(),
+                    handler.clone(),
+                );
+                std::thread::Builder::new()
+                    .name(format!("redlease-worker-{i}"))
+                    .spawn(move || work_loop(&queue, &stop, &counters, &*handler))
+                    .ok()
+            })
+            .collect();
+        Workers {
+            stop,
+            counters,
+            threads,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct WorkerCounters {
+    acked: AtomicU64,
+    nacked: AtomicU64,
+    refused: AtomicU64,
+    errors: AtomicU64,
+}
+
+fn work_loop<E>(
+    queue: &Queue,
+    stop: &AtomicBool,
+    counters: &WorkerCounters,
+    handler: &dyn Fn(&Job) -> Result<(), E>,
+) {
+    let mut pause = Duration::from_millis(10);
+    while !stop.load(Ordering::Relaxed) {
+        let job = match queue.take(Duration::from_millis(500)) {
+            Ok(Some(job)) => job,
+            Ok(None) => continue,
+            Err(_) => {
+                // Redis unreachable: back off, but keep noticing the stop signal.
+                counters.errors.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        pause = Duration::from_millis(10);
+        let outcome = match handler(&job) {
+            Ok(()) => job.ack().map(|()| &counters.acked),
+            Err(_) => job.nack().map(|()| &counters.nacked),
+        };
+        match outcome {
+            Ok(counter) => counter.fetch_add(1, Ordering::Relaxed),
+            Err(Error::NotOwner { .. }) => counters.refused.fetch_add(1, Ordering::Relaxed),
+            Err(_) => counters.errors.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+}
+
+/// A running worker pool; [`stop`](Self::stop) (or drop) ends it.
+#[derive(Debug)]
+pub struct Workers {
+    stop: Arc<AtomicBool>,
+    counters: Arc<WorkerCounters>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// What a worker pool did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WorkerReport {
+    /// Jobs handled successfully and acked.
+    pub acked: u64,
+    /// Jobs whose handler failed, nacked.
+    pub nacked: u64,
+    /// Acks or nacks refused because the job's lease had run out (it was redelivered).
+    pub refused: u64,
+    /// Take, ack or nack attempts that failed otherwise (Redis unreachable).
+    pub errors: u64,
+}
+
+impl Workers {
+    /// What the pool has done so far.
+    pub fn report(&self) -> WorkerReport {
+        let c = &self.counters;
+        WorkerReport {
+            acked: c.acked.load(Ordering::Relaxed),
+            nacked: c.nacked.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
+            errors: c.errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Signals the threads to stop, waits for them to finish their current job, and returns
+    /// the final report.
+    pub fn stop(mut self) -> WorkerReport {
+        self.shutdown();
+        self.report()
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// A job taken from a queue, on a lease renewed by the watchdog while this handle lives.
+/// [`ack`](Self::ack) when done, [`nack`](Self::nack) to retry later; dropping it without
+/// either returns the job to the queue at once.
+#[must_use = "a job dropped without ack goes back to the queue"]
+#[derive(Debug)]
+pub struct Job {
+    guard: LockGuard,
+    queue: Queue,
+    id: String,
+    payload: Vec<u8>,
+}
+
+impl Job {
+    /// The job id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The payload, as pushed (any bytes).
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// Which delivery this is (1 the first time): strictly increasing per job, so it can
+    /// fence off a stale worker's writes.
+    pub fn delivery(&self) -> u64 {
+        self.guard.fence()
+    }
+
+    /// Whether the lease is known lost (the job will be, or was, redelivered).
+    pub fn is_lost(&self) -> bool {
+        self.guard.is_lost()
+    }
+
+    /// Fires once the lease is lost.
+    pub fn lost(&self) -> &crossbeam_channel::Receiver<LossReason> {
+        self.guard.lost()
+    }
+
+    /// Done: the job is forgotten. [`Error::NotOwner`] if its lease had run out (it is
+    /// redelivered to another worker, so this worker's ack must not count).
+    pub fn ack(self) -> Result<(), Error> {
+        let token = self.guard.lease().token.as_str().to_owned();
+        let call = queue::ack_call(&self.queue.keys, &self.id, &token);
+        self.guard.finish_with(call)
+    }
+
+    /// Failed: retry after the queue's backoff for this delivery (or go to the dead list
+    /// after max deliveries).
+    pub fn nack(self) -> Result<(), Error> {
+        let shift = self.delivery().saturating_sub(1).min(30) as u32;
+        let backoff = self
+            .queue
+            .retry_base
+            .saturating_mul(1 << shift)
+            .min(self.queue.retry_max);
+        self.nack_after(backoff)
+    }
+
+    /// Failed: retry after `backoff` (zero: at once), or go to the dead list after max
+    /// deliveries.
+    pub fn nack_after(self, backoff: Duration) -> Result<(), Error> {
+        let token = self.guard.lease().token.as_str().to_owned();
+        let max = self.queue.settings.max_deliveries;
+        let call = queue::nack(&self.queue.keys, &self.id, &token, backoff, max);
+        self.guard.finish_with(call)
+    }
+
+    /// Abandons the handle without acking: the lease is no longer renewed, and the job is
+    /// redelivered once it runs out (what happens when a worker dies).
+    pub fn abandon(self) {
+        self.guard.disarm();
+    }
+}

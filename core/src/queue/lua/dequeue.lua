@@ -1,0 +1,48 @@
+-- Take the next job on a lease. KEYS: 1 ready, 2 delayed, 3 payloads, 4 priorities,
+-- 5 sequence counter, 6 in flight (zset id -> lease expiry ms), 7 leases (hash id ->
+-- token), 8 deliveries (hash id -> count), 9 dead (list). ARGV: 1 lease token,
+-- 2 visibility timeout ms, 3 max deliveries.
+-- First moves due delayed jobs and jobs whose lease ran out back to ready (or, after max
+-- deliveries, to the dead list). Returns {1, delivery number, id, payload} or
+-- {0, ms until a delayed job is due or a lease runs out, or -2}.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local max = tonumber(ARGV[3])
+local function make_ready(id)
+  local priority = tonumber(redis.call('HGET', KEYS[4], id)) or 0
+  local seq = redis.call('INCR', KEYS[5])
+  redis.call('ZADD', KEYS[1], (255 - priority) * 1099511627776 + seq, id)
+end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)) do
+  redis.call('ZREM', KEYS[2], id)
+  make_ready(id)
+end
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 1000)) do
+  redis.call('ZREM', KEYS[6], id)
+  redis.call('HDEL', KEYS[7], id)
+  if (tonumber(redis.call('HGET', KEYS[8], id)) or 0) >= max then
+    redis.call('RPUSH', KEYS[9], id)
+  else
+    make_ready(id)
+  end
+end
+local top = redis.call('ZRANGE', KEYS[1], 0, 0)
+if top[1] then
+  local id = top[1]
+  redis.call('ZREM', KEYS[1], id)
+  local n = redis.call('HINCRBY', KEYS[8], id, 1)
+  redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), id)
+  redis.call('HSET', KEYS[7], id, ARGV[1])
+  return {1, n, id, redis.call('HGET', KEYS[3], id) or ''}
+end
+local next = -2
+for _, k in ipairs({KEYS[2], KEYS[6]}) do
+  local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+  if first[2] then
+    local ms = math.max(tonumber(first[2]) - now, 1)
+    if next < 0 or ms < next then
+      next = ms
+    end
+  end
+end
+return {0, next}

@@ -1,0 +1,34 @@
+-- Give a job back: retry it after a backoff, or after max deliveries put it on the dead
+-- list. KEYS: 1 in flight, 2 leases, 3 delayed, 4 ready, 5 priorities, 6 sequence counter,
+-- 7 deliveries, 8 dead. ARGV: 1 id, 2 token, 3 backoff ms, 4 max deliveries, 5 channel.
+-- Returns 1 done, 0 the lease ran out (or the job is gone), -1 another delivery holds it.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local id = ARGV[1]
+local holder = redis.call('HGET', KEYS[2], id)
+if holder ~= ARGV[2] then
+  if holder then
+    return -1
+  end
+  return 0
+end
+local expiry = redis.call('ZSCORE', KEYS[1], id)
+if (not expiry) or tonumber(expiry) <= now then
+  return 0
+end
+redis.call('ZREM', KEYS[1], id)
+redis.call('HDEL', KEYS[2], id)
+if (tonumber(redis.call('HGET', KEYS[7], id)) or 0) >= tonumber(ARGV[4]) then
+  redis.call('RPUSH', KEYS[8], id)
+  return 1
+end
+local backoff = tonumber(ARGV[3])
+if backoff > 0 then
+  redis.call('ZADD', KEYS[3], now + backoff, id)
+else
+  local priority = tonumber(redis.call('HGET', KEYS[5], id)) or 0
+  local seq = redis.call('INCR', KEYS[6])
+  redis.call('ZADD', KEYS[4], (255 - priority) * 1099511627776 + seq, id)
+end
+redis.call('PUBLISH', ARGV[5], '1')
+return 1

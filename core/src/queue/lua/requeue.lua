@@ -1,0 +1,12 @@
+-- Move a dead job back to ready, with its delivery count reset.
+-- KEYS: 1 dead, 2 ready, 3 priorities, 4 sequence counter, 5 deliveries.
+-- ARGV: 1 id, 2 channel. Returns 1 requeued, 0 not on the dead list.
+if redis.call('LREM', KEYS[1], 0, ARGV[1]) == 0 then
+  return 0
+end
+redis.call('HDEL', KEYS[5], ARGV[1])
+local priority = tonumber(redis.call('HGET', KEYS[3], ARGV[1])) or 0
+local seq = redis.call('INCR', KEYS[4])
+redis.call('ZADD', KEYS[2], (255 - priority) * 1099511627776 + seq, ARGV[1])
+redis.call('PUBLISH', ARGV[2], '1')
+return 1

@@ -1,0 +1,415 @@
+//! A reliable queue on Redis: FIFO within a priority, delayed jobs, leases (visibility
+//! timeouts) with ack/nack, redelivery of jobs whose lease ran out, and a dead-letter list.
+//!
+//! ```text
+//!  push ──► ready (zset: priority, then FIFO) ◄── due ── delayed (zset: due time)
+//!             │ dequeue: lease for `visibility` (renewed by the watchdog while held)
+//!             ▼
+//!           in flight (zset: lease expiry) ──ack──► forgotten
+//!             │  nack ──► delayed (backoff) or ready      │ lease ran out ──► ready again
+//!             └── after max deliveries (nack or lease ran out) ──► dead (list) ──requeue──► ready
+//! ```
+//!
+//! Every step is one script on the server's clock. Taking a job is an acquisition of a lease
+//! of kind [`LockKind::Job`](crate::lease::LockKind::Job), so it runs on the same machine as
+//! every lock ([`Acquire`](crate::lease::Acquire)): an idle worker waits until the earliest
+//! due time or lease expiry, or until a push wakes it; there is no polling interval. Its
+//! "fence" is the delivery number of the job (1 on first delivery), which a worker can pass
+//! to the systems it writes to, so that a redelivered job's writes win over a stale worker's.
+
+pub mod scripts;
+
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, InvalidArgument};
+use crate::keys::Keyspace;
+use crate::lease::{LeaseCalls, LockKind, LockSpec, OpKind, ScriptOp, Target, Token, validate_ttl};
+use crate::protocol::WakeOn;
+use crate::reply::Reply;
+use crate::script::ScriptCall;
+
+/// The keys of one queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueKeys {
+    /// The queue's name.
+    pub name: String,
+    ready: String,
+    delayed: String,
+    payloads: String,
+    priorities: String,
+    seq: String,
+    inflight: String,
+    leases: String,
+    deliveries: String,
+    dead: String,
+    channel: String,
+}
+
+impl QueueKeys {
+    /// The keys of queue `name`: `<prefix>:{<name>}:q:<part>`.
+    pub fn new(keyspace: &Keyspace, name: &str) -> Result<Self, Error> {
+        let stem = keyspace.stem(name)?;
+        let k = |part: &str| format!("{stem}:q:{part}");
+        Ok(QueueKeys {
+            name: name.to_owned(),
+            ready: k("ready"),
+            delayed: k("delayed"),
+            payloads: k("payloads"),
+            priorities: k("priorities"),
+            seq: k("seq"),
+            inflight: k("inflight"),
+            leases: k("leases"),
+            deliveries: k("deliveries"),
+            dead: k("dead"),
+            channel: k("pushed"),
+        })
+    }
+
+    fn target(&self) -> Target {
+        Target {
+            name: format!("queue {}", self.name),
+            keys: vec![
+                self.ready.clone(),
+                self.delayed.clone(),
+                self.payloads.clone(),
+                self.inflight.clone(),
+                self.leases.clone(),
+                self.deliveries.clone(),
+                self.dead.clone(),
+            ],
+        }
+    }
+}
+
+/// How jobs are leased.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueSettings {
+    /// How long a taken job stays invisible to other workers before it is redelivered
+    /// (renewed while its handle lives). Defaults to 30 s.
+    pub visibility: Duration,
+    /// After this many deliveries, a job that fails (nack) or whose lease runs out goes to
+    /// the dead list. Defaults to 5.
+    pub max_deliveries: u32,
+}
+
+impl Default for QueueSettings {
+    fn default() -> Self {
+        QueueSettings {
+            visibility: Duration::from_secs(30),
+            max_deliveries: 5,
+        }
+    }
+}
+
+impl QueueSettings {
+    fn validate(&self) -> Result<u64, Error> {
+        if self.max_deliveries == 0 {
+            return Err(
+                InvalidArgument::Setting("max_deliveries must be at least 1".into()).into(),
+            );
+        }
+        validate_ttl("visibility timeout", self.visibility)
+    }
+}
+
+/// The highest priority (served first); 0 is the lowest and the default.
+pub const MAX_PRIORITY: u8 = 255;
+
+/// The longest job id accepted, in bytes.
+pub const MAX_ID_LEN: usize = 512;
+
+/// One job to push: an id (deduplicates: a job whose id is queued, delayed, running or dead
+/// is not pushed again) and its payload (any bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewJob {
+    /// The job id.
+    pub id: String,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+/// What a push did with one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pushed {
+    /// Queued (or delayed) under this id.
+    Queued(String),
+    /// A job with this id is already queued, delayed, running or dead: nothing was written.
+    /// (After a lost reply the push is retried, and a job the lost attempt had written then
+    /// reads as a duplicate of itself: either way it is in the queue exactly once.)
+    Duplicate(String),
+}
+
+/// The push of one batch of jobs, in one script call.
+#[derive(Debug, Clone)]
+pub struct Push {
+    count: usize,
+}
+
+impl OpKind for Push {
+    type Output = Vec<Pushed>;
+    const CONTEXT: &'static str = "queue push";
+
+    fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<Vec<Pushed>, Error>> {
+        let items = reply.as_array()?;
+        if items.len() != 2 * self.count {
+            return None;
+        }
+        let out = items
+            .chunks(2)
+            .map(|pair| {
+                let id = match &pair[1] {
+                    Reply::Bulk(b) => String::from_utf8(b.clone()).ok()?,
+                    _ => return None,
+                };
+                match pair[0].as_int()? {
+                    1 => Some(Pushed::Queued(id)),
+                    0 => Some(Pushed::Duplicate(id)),
+                    _ => None,
+                }
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Ok(out))
+    }
+}
+
+/// Pushes `jobs` with one priority and delay (zero: ready at once), giving up at `deadline`.
+pub fn push(
+    keys: &QueueKeys,
+    jobs: &[NewJob],
+    priority: u8,
+    delay: Duration,
+    deadline: Instant,
+) -> Result<ScriptOp<Push>, Error> {
+    if jobs.is_empty() {
+        return Err(InvalidArgument::Setting("nothing to push".into()).into());
+    }
+    let mut call = ScriptCall::new(&scripts::PUSH)
+        .key(&keys.ready)
+        .key(&keys.delayed)
+        .key(&keys.payloads)
+        .key(&keys.priorities)
+        .key(&keys.seq)
+        .arg(delay.as_millis().to_string())
+        .arg(priority.to_string())
+        .arg(&keys.channel);
+    for job in jobs {
+        if job.id.is_empty() || job.id.len() > MAX_ID_LEN {
+            return Err(InvalidArgument::Setting(format!(
+                "a job id must be 1 to {MAX_ID_LEN} bytes, got {}",
+                job.id.len()
+            ))
+            .into());
+        }
+        call = call.arg(&job.id).arg(&job.payload);
+    }
+    let kind = Push { count: jobs.len() };
+    Ok(ScriptOp::new(kind, call, keys.target(), None, deadline))
+}
+
+/// What taking a job from `keys` needs: acquire it as a lease of kind [`LockKind::Job`].
+/// Dropping the lease without an ack returns the job at once (a nack without backoff).
+pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<LockSpec, Error> {
+    let visibility_ms = settings.validate()?;
+    let t = token.as_str();
+    let max = settings.max_deliveries.to_string();
+    Ok(LockSpec {
+        kind: LockKind::Job,
+        acquire: ScriptCall::new(&scripts::DEQUEUE)
+            .key(&keys.ready)
+            .key(&keys.delayed)
+            .key(&keys.payloads)
+            .key(&keys.priorities)
+            .key(&keys.seq)
+            .key(&keys.inflight)
+            .key(&keys.leases)
+            .key(&keys.deliveries)
+            .key(&keys.dead)
+            .arg(t)
+            .arg(visibility_ms.to_string())
+            .arg(&max),
+        calls: LeaseCalls {
+            // The job id is bound as the first argument once known.
+            release: nack_call(keys, t, Duration::ZERO, settings.max_deliveries),
+            extend: ScriptCall::new(&scripts::JOB_EXTEND)
+                .key(&keys.inflight)
+                .key(&keys.leases)
+                .arg(t),
+            inspect: ScriptCall::new(&scripts::JOB_INSPECT)
+                .key(&keys.inflight)
+                .key(&keys.leases)
+                .arg(t),
+        },
+        cancel: None,
+        wake: WakeOn::any(&keys.channel),
+        target: keys.target(),
+        token,
+        ttl: settings.visibility,
+    })
+}
+
+fn nack_call(keys: &QueueKeys, token: &str, backoff: Duration, max: u32) -> ScriptCall {
+    ScriptCall::new(&scripts::NACK)
+        .key(&keys.inflight)
+        .key(&keys.leases)
+        .key(&keys.delayed)
+        .key(&keys.ready)
+        .key(&keys.priorities)
+        .key(&keys.seq)
+        .key(&keys.deliveries)
+        .key(&keys.dead)
+        .arg(token)
+        .arg(backoff.as_millis().to_string())
+        .arg(max.to_string())
+        .arg(&keys.channel)
+}
+
+/// The ack of job `id` leased with `token` (run it with [`ScriptOp::release_with`]).
+pub fn ack_call(keys: &QueueKeys, id: &str, token: &str) -> ScriptCall {
+    ScriptCall::new(&scripts::ACK)
+        .key(&keys.inflight)
+        .key(&keys.leases)
+        .key(&keys.payloads)
+        .key(&keys.priorities)
+        .key(&keys.deliveries)
+        .arg(id)
+        .arg(token)
+}
+
+/// The nack of job `id` leased with `token`: retry after `backoff` (zero: at once), or after
+/// `max_deliveries` deliveries move it to the dead list.
+pub fn nack(
+    keys: &QueueKeys,
+    id: &str,
+    token: &str,
+    backoff: Duration,
+    max_deliveries: u32,
+) -> ScriptCall {
+    nack_call(keys, token, backoff, max_deliveries).prepend_arg(id)
+}
+
+/// Queue counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueStats {
+    /// Jobs ready to be taken.
+    pub ready: u64,
+    /// Jobs waiting for their due time (or a retry backoff).
+    pub delayed: u64,
+    /// Jobs leased to workers.
+    pub in_flight: u64,
+    /// Jobs on the dead list.
+    pub dead: u64,
+}
+
+/// Reads the counts.
+#[derive(Debug, Clone, Copy)]
+pub struct Stats;
+
+impl OpKind for Stats {
+    type Output = QueueStats;
+    const CONTEXT: &'static str = "queue stats";
+
+    fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<QueueStats, Error>> {
+        let n = |r: &Reply| u64::try_from(r.as_int()?).ok();
+        match reply.as_array()? {
+            [a, b, c, d] => Some(Ok(QueueStats {
+                ready: n(a)?,
+                delayed: n(b)?,
+                in_flight: n(c)?,
+                dead: n(d)?,
+            })),
+            _ => None,
+        }
+    }
+}
+
+/// The counts of a queue.
+pub fn stats(keys: &QueueKeys, deadline: Instant) -> ScriptOp<Stats> {
+    let call = ScriptCall::new(&scripts::STATS)
+        .key(&keys.ready)
+        .key(&keys.delayed)
+        .key(&keys.inflight)
+        .key(&keys.dead);
+    ScriptOp::new(Stats, call, keys.target(), None, deadline)
+}
+
+/// A job on the dead list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadJob {
+    /// Its id.
+    pub id: String,
+    /// How often it was delivered.
+    pub deliveries: u64,
+    /// Its payload.
+    pub payload: Vec<u8>,
+}
+
+/// Lists dead jobs.
+#[derive(Debug, Clone, Copy)]
+pub struct DeadJobs;
+
+impl OpKind for DeadJobs {
+    type Output = Vec<DeadJob>;
+    const CONTEXT: &'static str = "dead-letter list";
+
+    fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<Vec<DeadJob>, Error>> {
+        let items = reply.as_array()?;
+        if items.len() % 3 != 0 {
+            return None;
+        }
+        let out = items
+            .chunks(3)
+            .map(|c| {
+                let bulk = |r: &Reply| match r {
+                    Reply::Bulk(b) => Some(b.clone()),
+                    _ => None,
+                };
+                Some(DeadJob {
+                    id: String::from_utf8(bulk(&c[0])?).ok()?,
+                    deliveries: u64::try_from(c[1].as_int()?).ok()?,
+                    payload: bulk(&c[2])?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Ok(out))
+    }
+}
+
+/// The oldest `limit` dead jobs.
+pub fn dead_jobs(keys: &QueueKeys, limit: usize, deadline: Instant) -> ScriptOp<DeadJobs> {
+    let call = ScriptCall::new(&scripts::DEAD)
+        .key(&keys.dead)
+        .key(&keys.payloads)
+        .key(&keys.deliveries)
+        .arg(limit.max(1).to_string());
+    ScriptOp::new(DeadJobs, call, keys.target(), None, deadline)
+}
+
+/// Moves a dead job back to ready.
+#[derive(Debug, Clone, Copy)]
+pub struct Requeue;
+
+impl OpKind for Requeue {
+    type Output = bool;
+    const CONTEXT: &'static str = "requeue";
+
+    fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<bool, Error>> {
+        match reply.as_int()? {
+            1 => Some(Ok(true)),
+            0 => Some(Ok(false)),
+            _ => None,
+        }
+    }
+}
+
+/// Moves dead job `id` back to ready (its delivery count reset); `false` if it was not dead.
+pub fn requeue(keys: &QueueKeys, id: &str, deadline: Instant) -> ScriptOp<Requeue> {
+    let call = ScriptCall::new(&scripts::REQUEUE)
+        .key(&keys.dead)
+        .key(&keys.ready)
+        .key(&keys.priorities)
+        .key(&keys.seq)
+        .key(&keys.deliveries)
+        .arg(id)
+        .arg(&keys.channel);
+    ScriptOp::new(Requeue, call, keys.target(), None, deadline)
+}

@@ -30,6 +30,7 @@ pub struct LockBuilder<'c> {
     retry_initial: Duration,
     retry_max: Duration,
     watchdog: bool,
+    min_replicas: Option<(u32, Duration)>,
     renew_every: Option<Duration>,
     max_hold: Option<Duration>,
 }
@@ -48,6 +49,7 @@ impl<'c> LockBuilder<'c> {
             retry_initial: defaults.retry_initial,
             retry_max: defaults.retry_max,
             watchdog: true,
+            min_replicas: None,
             renew_every: None,
             max_hold: None,
         }
@@ -94,6 +96,14 @@ impl<'c> LockBuilder<'c> {
     /// long after acquisition, and the guard then reports it lost. Defaults to no limit.
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
+        self
+    }
+
+    /// Replication safety (the failover hole): after acquiring, wait up to `timeout` until
+    /// `count` replicas acknowledged the write (`WAIT`); if fewer did, release and fail with
+    /// [`Error::ReplicationFailed`] saying how many did. Off by default.
+    pub fn min_replicas(mut self, count: u32, timeout: Duration) -> Self {
+        self.min_replicas = Some((count, timeout));
         self
     }
 
@@ -211,6 +221,7 @@ impl<'c> LockBuilder<'c> {
             retry_initial: self.retry_initial,
             retry_max: self.retry_max,
             reply_timeout: self.client.shared().io_timeout,
+            min_replicas: self.min_replicas,
         };
         let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), Instant::now())?;
         self.client.run(machine)

@@ -186,6 +186,7 @@ impl Queue {
             retry_initial: Duration::from_millis(50).min(self.idle_check),
             retry_max: self.idle_check,
             reply_timeout: self.client.shared().io_timeout,
+            min_replicas: None,
         };
         let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), Instant::now())?;
         match self.client.run(machine)? {

@@ -43,6 +43,41 @@ pub enum Error {
         message: String,
     },
 
+    /// The lock was acquired on the master, but fewer replicas than required acknowledged
+    /// it in time (`WAIT`), so it was released: a failover could have lost it.
+    #[error(
+        "only {acknowledged} of the {required} required replica(s) acknowledged {name} within {timeout:?}; it was released"
+    )]
+    ReplicationFailed {
+        /// The primitive.
+        name: String,
+        /// Replicas that acknowledged.
+        acknowledged: u32,
+        /// Replicas required.
+        required: u32,
+        /// How long they were waited for.
+        timeout: Duration,
+    },
+
+    /// A multi-node (RedLock) operation did not reach a majority of the nodes.
+    #[error(
+        "{name}: no quorum: {granted} of {nodes} node(s) granted it, {needed} needed ({busy} held by another owner, {unreachable} unreachable or failed)"
+    )]
+    NoQuorum {
+        /// The lock.
+        name: String,
+        /// Nodes in all.
+        nodes: u16,
+        /// Nodes needed.
+        needed: u16,
+        /// Nodes that granted the request.
+        granted: u16,
+        /// Nodes where another owner held the lock.
+        busy: u16,
+        /// Nodes that did not answer or answered with an error.
+        unreachable: u16,
+    },
+
     /// Redis answered with an error reply not covered by another variant.
     #[error("redis error {code}: {message}")]
     Redis {

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::{Lease, LockKind, LockSpec, error_from_reply, int_pair_and_data, pttl, valid_until};
 use crate::backoff::{Backoff, saturating_add};
-use crate::command::{Request, RequestIds};
+use crate::command::{Command, Request, RequestId, RequestIds};
 use crate::error::{Error, InvalidArgument};
 use crate::protocol::{Batch, Protocol, Step, Wait};
 use crate::reply::{FailureKind, Input, Reply, TransportFailure};
@@ -24,6 +24,10 @@ pub struct AcquireOptions {
     /// deadline). An attempt started before the wait deadline may end up to this much after
     /// it. Defaults to 1 s.
     pub reply_timeout: Duration,
+    /// Replication safety: after acquiring, `WAIT` until this many replicas acknowledged the
+    /// write (at most the given time); with fewer, release and fail with
+    /// [`Error::ReplicationFailed`]. Defaults to `None` (no check).
+    pub min_replicas: Option<(u32, Duration)>,
 }
 
 impl Default for AcquireOptions {
@@ -33,6 +37,7 @@ impl Default for AcquireOptions {
             retry_initial: Duration::from_millis(5),
             retry_max: Duration::from_millis(200),
             reply_timeout: Duration::from_secs(1),
+            min_replicas: None,
         }
     }
 }
@@ -57,6 +62,12 @@ enum State {
     /// Pausing before the next attempt.
     Waiting {
         until: Instant,
+    },
+    /// Acquired; waiting for replicas to acknowledge it (`WAIT`).
+    Replicating {
+        lease: Box<Lease>,
+        request: Option<RequestId>,
+        answer: Option<Result<Reply, TransportFailure>>,
     },
     /// Finishing: the calls in `cleanup` run (all in one batch), then `result` is returned.
     CleaningUp {
@@ -97,6 +108,9 @@ pub struct Acquire {
     sent_at: Instant,
     lost_reply: bool,
     seen_busy: bool,
+    /// The lock was granted (a failed replication check must release it).
+    granted: bool,
+    min_replicas: Option<(u32, Duration)>,
 }
 
 impl Acquire {
@@ -130,6 +144,8 @@ impl Acquire {
             sent_at: now,
             lost_reply: false,
             seen_busy: false,
+            granted: false,
+            min_replicas: options.min_replicas,
             spec,
         })
     }
@@ -151,7 +167,7 @@ impl Acquire {
     fn finish(&mut self, result: Result<Acquisition, Error>) -> Option<Step<Acquisition>> {
         // Never called with an acquisition: every path here ends without the lock.
         let mut calls = Vec::new();
-        if self.lost_reply {
+        if self.lost_reply || self.granted {
             calls.push(self.spec.calls.release.clone());
         }
         if self.seen_busy || self.lost_reply {
@@ -228,6 +244,15 @@ impl Acquire {
                     calls,
                     data,
                 });
+                if self.min_replicas.is_some() {
+                    self.granted = true;
+                    self.state = State::Replicating {
+                        lease,
+                        request: None,
+                        answer: None,
+                    };
+                    return None;
+                }
                 self.state = State::Done;
                 Some(Step::Done(Ok(Acquisition::Acquired(lease))))
             }
@@ -278,6 +303,41 @@ impl Acquire {
         }
     }
 
+    /// The `WAIT` answered: keep the lock with enough replicas, else release and fail.
+    fn on_replicated(&mut self) -> Option<Step<Acquisition>> {
+        let State::Replicating {
+            lease,
+            answer: Some(answer),
+            ..
+        } = std::mem::replace(&mut self.state, State::Done)
+        else {
+            return Some(Step::Done(Err(Error::Finished)));
+        };
+        let (required, timeout) = self.min_replicas.unwrap_or((0, Duration::ZERO));
+        let result = match answer {
+            Ok(Reply::Int(n)) if n >= i64::from(required) => {
+                return Some(Step::Done(Ok(Acquisition::Acquired(lease))));
+            }
+            Ok(Reply::Int(n)) => Err(Error::ReplicationFailed {
+                name: self.spec.target.name.clone(),
+                acknowledged: u32::try_from(n).unwrap_or(0),
+                required,
+                timeout,
+            }),
+            Ok(Reply::Error(e)) => Err(error_from_reply(&self.spec.target, e)),
+            Ok(other) => Err(Error::UnexpectedReply {
+                context: "replica acknowledgement (WAIT)",
+                reply: other.describe(),
+            }),
+            Err(failure) => Err(Error::Unavailable {
+                attempts: self.attempts,
+                last: failure,
+            }),
+        };
+        // `finish` releases the lock we were granted before reporting.
+        self.finish(result)
+    }
+
     fn poll_cleanup(&mut self, now: Instant) -> Step<Acquisition> {
         let mut requests = Vec::new();
         let mut awaiting = false;
@@ -317,6 +377,32 @@ impl Protocol for Acquire {
                     self.exchange.start();
                 }
                 State::CleaningUp { .. } => return self.poll_cleanup(now),
+                State::Replicating {
+                    request: Some(_),
+                    answer: None,
+                    ..
+                } => return Step::Awaiting,
+                State::Replicating { request: None, .. } => {
+                    let (count, timeout) = self.min_replicas.unwrap_or((0, Duration::ZERO));
+                    let id = self.ids.next();
+                    if let State::Replicating { request, .. } = &mut self.state {
+                        *request = Some(id);
+                    }
+                    let command = Command::new("WAIT")
+                        .int_arg(count)
+                        .int_arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+                    return Step::Send(Batch {
+                        requests: vec![Request { id, command }],
+                        deadline: saturating_add(now, timeout + self.reply_timeout),
+                    });
+                }
+                State::Replicating {
+                    answer: Some(_), ..
+                } => {
+                    if let Some(step) = self.on_replicated() {
+                        return step;
+                    }
+                }
                 State::Trying => {
                     let step = match self.exchange.poll(&mut self.ids) {
                         Progress::Send(request) => {
@@ -347,6 +433,17 @@ impl Protocol for Acquire {
     }
 
     fn handle(&mut self, input: Input, _now: Instant) {
+        if let State::Replicating {
+            request: Some(id),
+            answer,
+            ..
+        } = &mut self.state
+        {
+            if input.id == *id {
+                *answer = Some(input.result);
+            }
+            return;
+        }
         match self.state {
             State::CleaningUp { .. } => {
                 for e in &mut self.cleanup {

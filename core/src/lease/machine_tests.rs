@@ -839,3 +839,44 @@ fn semaphore_state_and_permit_count_replies_are_parsed_or_rejected() {
 fn spec_for_lease() -> LockSpec {
     spec()
 }
+
+#[test]
+fn min_replicas_waits_and_releases_when_too_few_acknowledged() {
+    let now = origin();
+    let with = |n| AcquireOptions {
+        min_replicas: Some((n, Duration::from_millis(500))),
+        ..AcquireOptions::default()
+    };
+    // Enough replicas: acquired after the WAIT.
+    let mut s = Scenario::new(Acquire::new(spec(), &with(1), 1, now).unwrap(), now);
+    s.answer(ints(&[1, 4]));
+    let wait = s.answer(Reply::Int(1));
+    assert_eq!(args(&wait), ["WAIT", "1", "500"]);
+    assert!(matches!(s.expect_done(), Ok(Acquisition::Acquired(l)) if l.fence == 4));
+    // Too few: released, then a typed error saying how many acknowledged.
+    let mut s = Scenario::new(Acquire::new(spec(), &with(2), 1, now).unwrap(), now);
+    s.answer(ints(&[1, 4]));
+    s.answer(Reply::Int(1));
+    let release = s.answer(Reply::Int(1));
+    assert_eq!(args(&release)[1], RELEASE.sha1);
+    match s.expect_done() {
+        Err(Error::ReplicationFailed {
+            acknowledged,
+            required,
+            ..
+        }) => assert_eq!((acknowledged, required), (1, 2)),
+        other => panic!("{other:?}"),
+    }
+    // The WAIT went unanswered: released too, and reported.
+    let mut s = Scenario::new(Acquire::new(spec(), &with(1), 1, now).unwrap(), now);
+    s.answer(ints(&[1, 4]));
+    s.fail(TransportFailure::no_reply("timeout"));
+    let release = s.answer(Reply::Int(1));
+    assert_eq!(args(&release)[1], RELEASE.sha1);
+    assert!(matches!(s.expect_done(), Err(Error::Unavailable { .. })));
+    // Busy: no WAIT at all.
+    let mut s = Scenario::new(Acquire::new(spec(), &with(1), 1, now).unwrap(), now);
+    s.answer(ints(&[0, 100]));
+    assert!(matches!(s.expect_done(), Ok(Acquisition::Busy { .. })));
+    assert_eq!(s.sent.len(), 1);
+}

@@ -9,7 +9,7 @@ use redlease_core::{Batch, ErrorReply, Input, NodeId, Protocol, Reply, Step, Tra
 /// The shortest read timeout used for a batch whose deadline is about to pass.
 const MIN_IO_TIMEOUT: Duration = Duration::from_millis(1);
 
-/// How much shorter than the io timeout a batch deadline must be to shorten the socket timeout.
+/// How far a batch's reply timeout must differ from the io timeout to change the socket's.
 const SHORTEN_SLACK: Duration = Duration::from_millis(20);
 
 /// A pooled connection, marked broken after any transport error so the pool discards it
@@ -113,10 +113,12 @@ impl Transport {
             Ok(conn) => conn,
             Err(e) => return fail_all(TransportFailure::not_sent(format!("no connection: {e}"))),
         };
-        // Shorten the read timeout only when the deadline is well inside it (a batch whose
-        // deadline is "now + io timeout" keeps the socket as it is: no extra syscalls).
-        let shortened = remaining + SHORTEN_SLACK < self.io_timeout;
-        if shortened && let Err(e) = conn.inner.set_read_timeout(Some(remaining)) {
+        // The reply timeout: the io timeout (plus what the server may hold the reply back),
+        // never past the batch deadline. The socket is only touched when that differs from
+        // its usual io timeout by more than a little (no extra syscalls on the common path).
+        let wanted = remaining.min(self.io_timeout + batch.server_wait);
+        let shortened = wanted.abs_diff(self.io_timeout) > SHORTEN_SLACK;
+        if shortened && let Err(e) = conn.inner.set_read_timeout(Some(wanted)) {
             conn.broken = true;
             return fail_all(TransportFailure::not_sent(format!("socket: {e}")));
         }
@@ -193,7 +195,7 @@ pub(crate) fn run_together<P: Protocol>(
             }
         }
         let Some(deadline) = deadline else { break };
-        let inputs = transport.execute(&Batch { requests, deadline });
+        let inputs = transport.execute(&Batch::new(requests, deadline));
         for (i, input) in owners.into_iter().zip(inputs) {
             if let Some(machine) = machines.get_mut(i) {
                 machine.handle(input, Instant::now());

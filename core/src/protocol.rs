@@ -65,6 +65,20 @@ pub struct Batch {
     /// reply past this instant (it reports a [`FailureKind::NoReply`](crate::FailureKind)
     /// instead).
     pub deadline: Instant,
+    /// How long the server may legitimately hold a reply back (a `WAIT`'s timeout): a driver
+    /// waits that much longer than its usual reply timeout, within `deadline`.
+    pub server_wait: std::time::Duration,
+}
+
+impl Batch {
+    /// A batch of ordinary commands (the server answers at once).
+    pub fn new(requests: Vec<Request>, deadline: Instant) -> Self {
+        Batch {
+            requests,
+            deadline,
+            server_wait: std::time::Duration::ZERO,
+        }
+    }
 }
 
 /// A pause the machine asks for.

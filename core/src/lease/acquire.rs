@@ -156,10 +156,10 @@ impl Acquire {
     }
 
     fn batch(&self, requests: Vec<Request>, now: Instant) -> Step<Acquisition> {
-        Step::Send(Batch {
+        Step::Send(Batch::new(
             requests,
-            deadline: saturating_add(now, self.reply_timeout),
-        })
+            saturating_add(now, self.reply_timeout),
+        ))
     }
 
     /// Finishes with `result`, first running the cleanup it calls for: release what a lost
@@ -394,6 +394,7 @@ impl Protocol for Acquire {
                     return Step::Send(Batch {
                         requests: vec![Request { id, command }],
                         deadline: saturating_add(now, timeout + self.reply_timeout),
+                        server_wait: timeout,
                     });
                 }
                 State::Replicating {

@@ -418,10 +418,7 @@ impl<K: OpKind> Protocol for ScriptOp<K> {
                     self.attempts += 1;
                 }
                 self.sent_at = Some(now);
-                Step::Send(Batch {
-                    requests: vec![request],
-                    deadline: self.deadline,
-                })
+                Step::Send(Batch::new(vec![request], self.deadline))
             }
             Progress::Awaiting => Step::Awaiting,
             Progress::Answered(Err(failure)) => self.on_failure(failure, now),

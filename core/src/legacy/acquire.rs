@@ -208,10 +208,10 @@ impl LegacyAcquire {
     ) -> Step<LegacyAcquisition> {
         let requests: Vec<Request> = self.inflight.start(commands);
         self.phase = phase;
-        Step::Send(Batch {
+        Step::Send(Batch::new(
             requests,
-            deadline: saturating_add(now, self.reply_timeout),
-        })
+            saturating_add(now, self.reply_timeout),
+        ))
     }
 
     fn finish(&mut self, result: Result<LegacyAcquisition, Error>) -> Step<LegacyAcquisition> {

@@ -104,10 +104,7 @@ impl LegacyRelease {
             .inflight
             .start(vec![Command::new(name).arg(&self.keys.lock)]);
         self.phase = phase;
-        Step::Send(Batch {
-            requests,
-            deadline: self.deadline,
-        })
+        Step::Send(Batch::new(requests, self.deadline))
     }
 
     fn finish(&mut self, result: Result<(), Error>) -> Step<()> {

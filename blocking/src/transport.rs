@@ -4,7 +4,9 @@
 use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, Value};
-use redlease_core::{Batch, ErrorReply, Input, NodeId, Protocol, Reply, Step, TransportFailure};
+use redlease_core::{
+    Batch, ErrorReply, Input, NodeId, Protocol, Reply, Request, Step, TransportFailure,
+};
 
 /// The shortest read timeout used for a batch whose deadline is about to pass.
 const MIN_IO_TIMEOUT: Duration = Duration::from_millis(1);
@@ -88,82 +90,137 @@ impl Transport {
 
     /// Sends `batch` and returns one input per request, in request order.
     pub(crate) fn execute(&self, batch: &Batch) -> Vec<Input> {
-        let fail_all = |failure: TransportFailure| {
-            batch
-                .requests
-                .iter()
-                .map(|r| Input::failed(r.id, failure.clone()))
-                .collect()
-        };
         if let Some(r) = batch
             .requests
             .iter()
             .find(|r| r.command.node() != NodeId::PRIMARY)
         {
-            return fail_all(TransportFailure::not_sent(format!(
+            let failure = TransportFailure::not_sent(format!(
                 "this client talks to one node; node {} does not exist",
                 r.command.node().0
-            )));
+            ));
+            return batch
+                .requests
+                .iter()
+                .map(|r| Input::failed(r.id, failure.clone()))
+                .collect();
         }
-        let remaining = batch
-            .deadline
+        self.send(batch.requests.clone(), batch.deadline, batch.server_wait)
+            .receive()
+    }
+
+    /// Writes `requests` (pipelined, whatever node they name) without waiting for the
+    /// replies, so that several nodes can be asked at once; [`Flight::receive`] reads them.
+    pub(crate) fn send(
+        &self,
+        requests: Vec<Request>,
+        deadline: Instant,
+        server_wait: Duration,
+    ) -> Flight {
+        let fail = |requests: Vec<Request>, failure: TransportFailure| Flight {
+            requests,
+            state: FlightState::Failed(failure),
+        };
+        let remaining = deadline
             .saturating_duration_since(Instant::now())
             .max(MIN_IO_TIMEOUT);
         let mut conn = match self.pool.get_timeout(remaining.min(self.connect_timeout)) {
             Ok(conn) => conn,
-            Err(e) => return fail_all(TransportFailure::not_sent(format!("no connection: {e}"))),
+            Err(e) => {
+                return fail(
+                    requests,
+                    TransportFailure::not_sent(format!("no connection: {e}")),
+                );
+            }
         };
         // The reply timeout: the io timeout (plus what the server may hold the reply back),
-        // never past the batch deadline. The socket is only touched when that differs from
-        // its usual io timeout by more than a little (no extra syscalls on the common path).
-        let wanted = remaining.min(self.io_timeout + batch.server_wait);
-        let shortened = wanted.abs_diff(self.io_timeout) > SHORTEN_SLACK;
-        if shortened && let Err(e) = conn.inner.set_read_timeout(Some(wanted)) {
+        // never past the deadline. The socket is only touched when that differs from its
+        // usual io timeout by more than a little (no extra syscalls on the common path).
+        let wanted = remaining.min(self.io_timeout + server_wait);
+        let changed = wanted.abs_diff(self.io_timeout) > SHORTEN_SLACK;
+        if changed && let Err(e) = conn.inner.set_read_timeout(Some(wanted)) {
             conn.broken = true;
-            return fail_all(TransportFailure::not_sent(format!("socket: {e}")));
+            return fail(requests, TransportFailure::not_sent(format!("socket: {e}")));
         }
-
         let mut pipe = redis::pipe();
-        for r in &batch.requests {
+        for r in &requests {
             let mut cmd = redis::Cmd::new();
             for a in r.command.args() {
                 cmd.arg(a.as_slice());
             }
             pipe.add_command(cmd);
         }
-        let n = batch.requests.len();
-        let result = conn
-            .inner
-            .req_packed_commands(&pipe.get_packed_pipeline(), 0, n);
-        match result {
-            Ok(values) if values.len() == n => {
-                if shortened && conn.inner.set_read_timeout(Some(self.io_timeout)).is_err() {
-                    conn.broken = true;
-                }
-                batch
+        if let Err(e) = conn.inner.send_packed_command(&pipe.get_packed_pipeline()) {
+            conn.broken = true;
+            let failure = if e.is_connection_refusal() {
+                TransportFailure::not_sent(e.to_string())
+            } else {
+                TransportFailure::no_reply(e.to_string())
+            };
+            return fail(requests, failure);
+        }
+        Flight {
+            requests,
+            state: FlightState::Sent {
+                conn,
+                restore: changed.then_some(self.io_timeout),
+            },
+        }
+    }
+}
+
+/// Requests written to one connection, their replies not yet read.
+pub(crate) struct Flight {
+    requests: Vec<Request>,
+    state: FlightState,
+}
+
+enum FlightState {
+    Sent {
+        conn: r2d2::PooledConnection<Manager>,
+        /// The io timeout to put back on the socket after reading.
+        restore: Option<Duration>,
+    },
+    Failed(TransportFailure),
+}
+
+impl Flight {
+    /// Reads one reply per request, in order (a transport failure stands in for each reply
+    /// that did not come).
+    pub(crate) fn receive(self) -> Vec<Input> {
+        let (mut conn, restore) = match self.state {
+            FlightState::Failed(failure) => {
+                return self
                     .requests
                     .iter()
-                    .zip(values)
-                    .map(|(r, v)| Input::reply(r.id, to_reply(v)))
-                    .collect()
+                    .map(|r| Input::failed(r.id, failure.clone()))
+                    .collect();
             }
-            Ok(values) => {
-                conn.broken = true;
-                fail_all(TransportFailure::no_reply(format!(
-                    "{} replies to {n} commands",
-                    values.len()
-                )))
-            }
-            Err(e) => {
-                conn.broken = true;
-                let failure = if e.is_connection_refusal() {
-                    TransportFailure::not_sent(e.to_string())
-                } else {
-                    TransportFailure::no_reply(e.to_string())
-                };
-                fail_all(failure)
+            FlightState::Sent { conn, restore } => (conn, restore),
+        };
+        let mut inputs = Vec::with_capacity(self.requests.len());
+        for r in &self.requests {
+            match conn.inner.recv_response() {
+                Ok(value) => inputs.push(Input::reply(r.id, to_reply(value))),
+                Err(e) => {
+                    // A reply may still be in flight: this connection must never be reused.
+                    conn.broken = true;
+                    let failure = TransportFailure::no_reply(e.to_string());
+                    inputs.extend(
+                        self.requests[inputs.len()..]
+                            .iter()
+                            .map(|r| Input::failed(r.id, failure.clone())),
+                    );
+                    return inputs;
+                }
             }
         }
+        if let Some(io) = restore
+            && conn.inner.set_read_timeout(Some(io)).is_err()
+        {
+            conn.broken = true;
+        }
+        inputs
     }
 }
 

@@ -51,6 +51,7 @@ pub mod lease;
 pub mod legacy;
 pub mod protocol;
 pub mod queue;
+pub mod redlock;
 pub mod renewal;
 pub mod reply;
 pub mod script;

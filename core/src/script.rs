@@ -157,6 +157,14 @@ impl Exchange {
         }
     }
 
+    /// Puts back an answer taken by [`poll`](Self::poll) (for a caller that polls several
+    /// exchanges and must wait for the others).
+    pub(crate) fn restore(&mut self, answer: Result<Reply, TransportFailure>) {
+        if self.state == State::Idle {
+            self.state = State::Answered(answer);
+        }
+    }
+
     /// Takes the outcome of a request; returns whether it was the one in flight.
     pub(crate) fn handle(&mut self, input: Input) -> bool {
         let State::Sent { id, eval } = self.state else {

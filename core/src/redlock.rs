@@ -1,0 +1,779 @@
+//! RedLock: one lease over N independent Redis masters, held with a majority.
+//!
+//! ```text
+//!  Trying ──acquire script on every node (one batch)──► all answered
+//!     ▲            granted ≥ N/2+1 and validity > 0 ──────────────► Done(Acquired)
+//!     │            otherwise ──► Releasing (release on every node) ─┐
+//!     └── Waiting (random delay, 0..retry_max) ◄── deadline not passed ┘ else ► Done(error)
+//! ```
+//!
+//! Validity is `ttl - elapsed - drift` with `drift = ttl/100 + 2 ms`, measured from when the
+//! batch was sent. Nodes are asked in one batch, so a driver that writes to all of them
+//! before reading any reply pays about one round trip, not N.
+//!
+//! **What RedLock cannot promise.** Its safety rests on timing assumptions: bounded clock
+//! drift between the nodes (a node whose clock jumps forward expires the key early), and
+//! holders that do not pause longer than the validity (a GC pause or a stopped VM after
+//! acquiring lets the lease run out while the holder still acts on it). It issues no fencing
+//! token that is ordered across nodes (each node's counter advances on its own), so a
+//! resource cannot reject a stale holder; where that matters, use a single-node lease lock
+//! with fencing, and replication safety (`min_replicas`) for failover.
+
+use std::time::{Duration, Instant};
+
+use crate::backoff::{SplitMix64, saturating_add};
+use crate::command::{NodeId, Request, RequestIds};
+use crate::error::{Error, InvalidArgument, LossReason};
+use crate::lease::{Lease, LockKind, LockSpec, drift};
+use crate::protocol::{Batch, Protocol, Step, Wait};
+use crate::reply::{Input, Reply, TransportFailure};
+use crate::script::{Exchange, Progress, ScriptCall};
+
+/// The most nodes one RedLock spans.
+pub const MAX_NODES: u16 = 64;
+
+/// How a RedLock acquisition behaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedLockOptions {
+    /// How many independent masters (numbered `0..nodes`).
+    pub nodes: u16,
+    /// `None`: try once. `Some(w)`: retry until `w` has passed. Defaults to `None`.
+    pub wait: Option<Duration>,
+    /// Retries wait a random time in `0..retry_max` (so competing clients desynchronise).
+    /// Defaults to 100 ms.
+    pub retry_max: Duration,
+    /// How long each node may take to answer (much smaller than the ttl). Defaults to 50 ms.
+    pub node_timeout: Duration,
+}
+
+impl RedLockOptions {
+    /// The defaults for `nodes` masters.
+    pub fn new(nodes: u16) -> Self {
+        RedLockOptions {
+            nodes,
+            wait: None,
+            retry_max: Duration::from_millis(100),
+            node_timeout: Duration::from_millis(50),
+        }
+    }
+
+    /// The majority: `nodes/2 + 1`.
+    pub fn quorum(&self) -> u16 {
+        self.nodes / 2 + 1
+    }
+}
+
+/// A RedLock we hold: the lease (its calls name node 0; they are sent to every node) and the
+/// number of nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedLease {
+    /// The lease. Its `fence` is meaningless across nodes (0) and `valid_until` is the
+    /// quorum's validity.
+    pub lease: Lease,
+    /// How many nodes the lock spans.
+    pub nodes: u16,
+    /// How many granted it.
+    pub granted: u16,
+}
+
+/// What one node said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    Granted,
+    Busy,
+    Failed,
+}
+
+fn node_calls(call: &ScriptCall, nodes: u16) -> Vec<Exchange> {
+    (0..nodes)
+        .map(|i| Exchange::new(call.clone().on(NodeId(i))))
+        .collect()
+}
+
+/// Polls every exchange; returns the requests to send (`Err(Some)`), nothing yet
+/// (`Err(None)`), or every node's answer in node order once all are in.
+#[allow(clippy::type_complexity)]
+fn poll_all(
+    exchanges: &mut [Exchange],
+    ids: &mut RequestIds,
+) -> Result<Vec<Result<Reply, TransportFailure>>, Option<Vec<Request>>> {
+    let mut requests = Vec::new();
+    let mut answers: Vec<Option<Result<Reply, TransportFailure>>> = Vec::new();
+    let mut pending = false;
+    for e in exchanges.iter_mut() {
+        answers.push(match e.poll(ids) {
+            Progress::Send(r) => {
+                requests.push(r);
+                None
+            }
+            Progress::Awaiting => {
+                pending = true;
+                None
+            }
+            Progress::Answered(a) => Some(a),
+            Progress::Idle => Some(Err(TransportFailure::not_sent("not started"))),
+        });
+    }
+    if !requests.is_empty() || pending {
+        // Answers taken by this poll stay with their exchange until every node answered.
+        for (e, a) in exchanges.iter_mut().zip(answers) {
+            if let Some(a) = a {
+                e.restore(a);
+            }
+        }
+        return Err((!requests.is_empty()).then_some(requests));
+    }
+    Ok(answers.into_iter().flatten().collect())
+}
+
+#[derive(Debug)]
+enum State {
+    Trying,
+    Releasing { then: Box<Result<(), Error>> },
+    Waiting { until: Instant },
+    Done,
+}
+
+/// The acquisition of a RedLock, as a [`Protocol`].
+#[derive(Debug)]
+pub struct RedLockAcquire {
+    spec: LockSpec,
+    options: RedLockOptions,
+    started: Instant,
+    deadline: Option<Instant>,
+    rng: SplitMix64,
+    ids: RequestIds,
+    exchanges: Vec<Exchange>,
+    state: State,
+    sent_at: Instant,
+    attempts: u32,
+    last: Option<Error>,
+}
+
+impl RedLockAcquire {
+    /// An acquisition of the lease lock `spec` (of [`LockKind::Lease`]) on
+    /// `options.nodes` nodes; `seed` drives the random retry delay.
+    pub fn new(
+        spec: LockSpec,
+        options: RedLockOptions,
+        seed: u64,
+        now: Instant,
+    ) -> Result<Self, Error> {
+        if spec.kind != LockKind::Lease {
+            return Err(InvalidArgument::Setting("RedLock spans lease locks only".into()).into());
+        }
+        if options.nodes == 0 || options.nodes > MAX_NODES {
+            return Err(InvalidArgument::Setting(format!(
+                "RedLock needs 1 to {MAX_NODES} nodes, got {}",
+                options.nodes
+            ))
+            .into());
+        }
+        if options.node_timeout.is_zero() || options.node_timeout * 2 >= spec.ttl {
+            return Err(InvalidArgument::Setting(format!(
+                "the node timeout ({:?}) must be well under the ttl ({:?})",
+                options.node_timeout, spec.ttl
+            ))
+            .into());
+        }
+        let mut machine = RedLockAcquire {
+            deadline: options.wait.map(|w| saturating_add(now, w)),
+            exchanges: node_calls(&spec.acquire, options.nodes),
+            started: now,
+            rng: SplitMix64::new(seed),
+            ids: RequestIds::default(),
+            state: State::Trying,
+            sent_at: now,
+            attempts: 0,
+            last: None,
+            spec,
+            options,
+        };
+        machine.start();
+        Ok(machine)
+    }
+
+    fn start(&mut self) {
+        self.exchanges = node_calls(&self.spec.acquire, self.options.nodes);
+        for e in &mut self.exchanges {
+            e.start();
+        }
+    }
+
+    fn release_everywhere(&mut self, then: Result<(), Error>) {
+        self.exchanges = node_calls(&self.spec.calls.release, self.options.nodes);
+        for e in &mut self.exchanges {
+            e.start();
+        }
+        self.state = State::Releasing {
+            then: Box::new(then),
+        };
+    }
+
+    fn batch(&self, requests: Vec<Request>, now: Instant) -> Step<RedLease> {
+        Step::Send(Batch::new(
+            requests,
+            saturating_add(now, self.options.node_timeout),
+        ))
+    }
+
+    fn decide(
+        &mut self,
+        answers: Vec<Result<Reply, TransportFailure>>,
+        now: Instant,
+    ) -> Option<Step<RedLease>> {
+        let answers: Vec<Answer> = answers
+            .iter()
+            .map(|a| match a {
+                Ok(Reply::Array(items)) => match items.first().and_then(Reply::as_int) {
+                    Some(1) => Answer::Granted,
+                    Some(0) => Answer::Busy,
+                    _ => Answer::Failed,
+                },
+                _ => Answer::Failed,
+            })
+            .collect();
+        let count = |want: Answer| answers.iter().filter(|a| **a == want).count() as u16;
+        let (granted, busy, failed) = (
+            count(Answer::Granted),
+            count(Answer::Busy),
+            count(Answer::Failed),
+        );
+        let ttl = self.spec.ttl;
+        let elapsed = now.saturating_duration_since(self.sent_at);
+        let validity = ttl.saturating_sub(elapsed).saturating_sub(drift(ttl));
+        if granted >= self.options.quorum() && !validity.is_zero() {
+            let lease = Lease {
+                kind: LockKind::Lease,
+                target: self.spec.target.clone(),
+                token: self.spec.token.clone(),
+                fence: 0,
+                ttl,
+                acquired_at: self.sent_at,
+                valid_until: saturating_add(now, validity),
+                attempts: self.attempts,
+                calls: self.spec.calls.clone(),
+                data: Vec::new(),
+            };
+            self.state = State::Done;
+            return Some(Step::Done(Ok(RedLease {
+                lease,
+                nodes: self.options.nodes,
+                granted,
+            })));
+        }
+        let name = self.spec.target.name.clone();
+        self.last = Some(if granted >= self.options.quorum() {
+            // A majority granted it, but so slowly that no validity was left.
+            Error::Unavailable {
+                attempts: self.attempts,
+                last: TransportFailure::no_reply(format!(
+                    "{name}: a quorum answered after {elapsed:?}, leaving no validity of the {ttl:?} ttl"
+                )),
+            }
+        } else if busy >= self.options.quorum() {
+            Error::Timeout {
+                name,
+                waited: now.saturating_duration_since(self.started),
+                attempts: self.attempts,
+            }
+        } else {
+            Error::NoQuorum {
+                name,
+                nodes: self.options.nodes,
+                needed: self.options.quorum(),
+                granted,
+                busy,
+                unreachable: failed,
+            }
+        });
+        // Undo the partial acquisition on every node (a lost reply may have granted it too).
+        self.release_everywhere(Ok(()));
+        None
+    }
+
+    fn after_release(&mut self, then: Result<(), Error>, now: Instant) -> Step<RedLease> {
+        let error = match (then, self.last.take()) {
+            (Err(e), _) => e,
+            (Ok(()), Some(e)) => e,
+            (Ok(()), None) => Error::Finished,
+        };
+        match self.deadline {
+            Some(deadline) if now < deadline => {
+                let max = u64::try_from(self.options.retry_max.as_micros()).unwrap_or(u64::MAX);
+                let delay = Duration::from_micros(self.rng.below_or_eq(max));
+                let until = saturating_add(now, delay).min(deadline);
+                self.last = Some(error);
+                self.state = State::Waiting { until };
+                Step::Wait(Wait {
+                    until,
+                    wake_on: None,
+                })
+            }
+            _ => {
+                self.state = State::Done;
+                // Trying once and finding it held: say so as a timeout of zero wait.
+                Step::Done(Err(error))
+            }
+        }
+    }
+}
+
+impl Protocol for RedLockAcquire {
+    type Output = RedLease;
+
+    fn poll(&mut self, now: Instant) -> Step<RedLease> {
+        loop {
+            match &self.state {
+                State::Done => return Step::Done(Err(Error::Finished)),
+                State::Waiting { until } => {
+                    if now < *until {
+                        return Step::Wait(Wait {
+                            until: *until,
+                            wake_on: None,
+                        });
+                    }
+                    self.state = State::Trying;
+                    self.start();
+                }
+                State::Trying => match poll_all(&mut self.exchanges, &mut self.ids) {
+                    Err(Some(requests)) => {
+                        if requests.iter().any(|r| r.command.name() == "EVALSHA") {
+                            self.attempts += 1;
+                            self.sent_at = now;
+                        }
+                        return self.batch(requests, now);
+                    }
+                    Err(None) => return Step::Awaiting,
+                    Ok(answers) => {
+                        if let Some(step) = self.decide(answers, now) {
+                            return step;
+                        }
+                    }
+                },
+                State::Releasing { .. } => match poll_all(&mut self.exchanges, &mut self.ids) {
+                    Err(Some(requests)) => return self.batch(requests, now),
+                    Err(None) => return Step::Awaiting,
+                    Ok(_) => {
+                        let State::Releasing { then } =
+                            std::mem::replace(&mut self.state, State::Done)
+                        else {
+                            return Step::Done(Err(Error::Finished));
+                        };
+                        return self.after_release(*then, now);
+                    }
+                },
+            }
+        }
+    }
+
+    fn handle(&mut self, input: Input, _now: Instant) {
+        for e in &mut self.exchanges {
+            if e.handle(input.clone()) {
+                return;
+            }
+        }
+    }
+}
+
+/// What a quorum operation does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuorumAction {
+    /// Release on every node.
+    Release,
+    /// Extend on every node to the given ttl.
+    Extend(Duration),
+}
+
+/// Release or extend a [`RedLease`] on every node at once, as a [`Protocol`]. Yields the
+/// lease's new `valid_until` (for a release: the instant it ended).
+#[derive(Debug)]
+pub struct QuorumOp {
+    action: QuorumAction,
+    red: RedLease,
+    node_timeout: Duration,
+    ids: RequestIds,
+    exchanges: Vec<Exchange>,
+    sent_at: Option<Instant>,
+    done: bool,
+}
+
+impl QuorumOp {
+    /// `action` on `red`, each node answering within `node_timeout`.
+    pub fn new(
+        red: &RedLease,
+        action: QuorumAction,
+        node_timeout: Duration,
+    ) -> Result<Self, Error> {
+        let call = match action {
+            QuorumAction::Release => red.lease.calls.release.clone(),
+            QuorumAction::Extend(ttl) => {
+                let ms = crate::lease::validate_ttl("ttl", ttl)?;
+                red.lease.calls.extend.clone().arg(ms.to_string())
+            }
+        };
+        let mut exchanges = node_calls(&call, red.nodes);
+        for e in &mut exchanges {
+            e.start();
+        }
+        Ok(QuorumOp {
+            action,
+            red: red.clone(),
+            node_timeout,
+            ids: RequestIds::default(),
+            exchanges,
+            sent_at: None,
+            done: false,
+        })
+    }
+
+    fn decide(
+        &self,
+        answers: &[Result<Reply, TransportFailure>],
+        now: Instant,
+    ) -> Result<Instant, Error> {
+        let code = |a: &Result<Reply, TransportFailure>| a.as_ref().ok().and_then(Reply::as_int);
+        let done = answers.iter().filter(|a| code(a) == Some(1)).count() as u16;
+        let taken = answers.iter().filter(|a| code(a) == Some(-1)).count() as u16;
+        let failed = answers
+            .iter()
+            .filter(|a| !matches!(code(a), Some(-1..=1)))
+            .count() as u16;
+        let name = self.red.lease.target.name.clone();
+        let quorum = self.red.nodes / 2 + 1;
+        match self.action {
+            QuorumAction::Release if done > 0 => Ok(now),
+            QuorumAction::Release if failed == self.red.nodes => Err(Error::NoQuorum {
+                name,
+                nodes: self.red.nodes,
+                needed: quorum,
+                granted: 0,
+                busy: taken,
+                unreachable: failed,
+            }),
+            QuorumAction::Release => Err(Error::NotOwner {
+                name,
+                reason: if taken > 0 {
+                    LossReason::Taken
+                } else {
+                    LossReason::Expired
+                },
+            }),
+            QuorumAction::Extend(ttl) if done >= quorum => {
+                Ok(crate::lease::valid_until(self.sent_at.unwrap_or(now), ttl))
+            }
+            QuorumAction::Extend(_) if failed > 0 => Err(Error::NoQuorum {
+                name,
+                nodes: self.red.nodes,
+                needed: quorum,
+                granted: done,
+                busy: taken,
+                unreachable: failed,
+            }),
+            QuorumAction::Extend(_) => Err(Error::NotOwner {
+                name,
+                reason: if taken > 0 {
+                    LossReason::Taken
+                } else {
+                    LossReason::Expired
+                },
+            }),
+        }
+    }
+}
+
+impl Protocol for QuorumOp {
+    type Output = Instant;
+
+    fn poll(&mut self, now: Instant) -> Step<Instant> {
+        if self.done {
+            return Step::Done(Err(Error::Finished));
+        }
+        match poll_all(&mut self.exchanges, &mut self.ids) {
+            Err(Some(requests)) => {
+                if self.sent_at.is_none() {
+                    self.sent_at = Some(now);
+                }
+                Step::Send(Batch::new(requests, saturating_add(now, self.node_timeout)))
+            }
+            Err(None) => Step::Awaiting,
+            Ok(answers) => {
+                self.done = true;
+                Step::Done(self.decide(&answers, now))
+            }
+        }
+    }
+
+    fn handle(&mut self, input: Input, _now: Instant) {
+        for e in &mut self.exchanges {
+            if e.handle(input.clone()) {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::Keyspace;
+    use crate::lease::Token;
+    use crate::reply::ErrorReply;
+    use crate::testing::{ints, origin};
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn spec() -> LockSpec {
+        LockSpec::lease(
+            &Keyspace::default(),
+            "red",
+            Token::from_random([3; 16]),
+            TTL,
+        )
+        .unwrap()
+    }
+
+    fn machine(wait: Option<Duration>, now: Instant) -> RedLockAcquire {
+        let options = RedLockOptions {
+            wait,
+            ..RedLockOptions::new(5)
+        };
+        RedLockAcquire::new(spec(), options, 11, now).unwrap()
+    }
+
+    /// Sends one round and answers node i with `answers[i]`.
+    fn round<P: Protocol>(
+        m: &mut P,
+        now: Instant,
+        answers: &[Result<Reply, TransportFailure>],
+    ) -> Vec<Request> {
+        let Step::Send(batch) = m.poll(now) else {
+            panic!("expected a batch")
+        };
+        for r in &batch.requests {
+            let answer = answers[usize::from(r.command.node().0)].clone();
+            m.handle(
+                Input {
+                    id: r.id,
+                    result: answer,
+                },
+                now,
+            );
+        }
+        batch.requests
+    }
+
+    fn granted() -> Result<Reply, TransportFailure> {
+        Ok(ints(&[1, 9]))
+    }
+
+    fn busy() -> Result<Reply, TransportFailure> {
+        Ok(ints(&[0, 5000]))
+    }
+
+    fn down() -> Result<Reply, TransportFailure> {
+        Err(TransportFailure::not_sent("refused"))
+    }
+
+    #[test]
+    fn a_majority_grants_it_with_validity_from_the_send_time() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        let sent = round(
+            &mut m,
+            t0,
+            &[granted(), granted(), granted(), down(), down()],
+        );
+        assert_eq!(sent.len(), 5);
+        let nodes: Vec<u16> = sent.iter().map(|r| r.command.node().0).collect();
+        assert_eq!(nodes, [0, 1, 2, 3, 4], "one request per node, in one batch");
+        let later = t0 + Duration::from_millis(30);
+        let Step::Done(Ok(red)) = m.poll(later) else {
+            panic!("acquired")
+        };
+        assert_eq!(red.granted, 3);
+        assert_eq!(red.lease.fence, 0, "no fence across nodes");
+        assert_eq!(red.lease.valid_until, t0 + TTL - drift(TTL));
+    }
+
+    #[test]
+    fn without_a_majority_it_releases_everywhere_and_says_why() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &[granted(), granted(), down(), down(), down()]);
+        let releases = round(&mut m, t0, &vec![Ok(Reply::Int(1)); 5]);
+        assert_eq!(
+            releases.len(),
+            5,
+            "released on every node, also where it failed"
+        );
+        assert!(
+            releases
+                .iter()
+                .all(|r| r.command.args()[1] == crate::lease::scripts::RELEASE.sha1.as_bytes())
+        );
+        match m.poll(t0) {
+            Step::Done(Err(Error::NoQuorum {
+                nodes,
+                needed,
+                granted,
+                busy,
+                unreachable,
+                ..
+            })) => assert_eq!((nodes, needed, granted, busy, unreachable), (5, 3, 2, 0, 3)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn held_elsewhere_is_a_timeout_and_slow_quorums_are_not_trusted() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &[busy(), busy(), busy(), granted(), down()]);
+        round(&mut m, t0, &vec![Ok(Reply::Int(1)); 5]);
+        assert!(matches!(m.poll(t0), Step::Done(Err(Error::Timeout { .. }))));
+
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &vec![granted(); 5]);
+        // The answers came after the whole ttl: nothing left to hold.
+        let late = t0 + TTL;
+        round(&mut m, late, &vec![Ok(Reply::Int(1)); 5]);
+        assert!(matches!(
+            m.poll(late),
+            Step::Done(Err(Error::Unavailable { .. }))
+        ));
+    }
+
+    #[test]
+    fn waiting_retries_after_a_random_delay_until_a_majority_grants_it() {
+        let t0 = origin();
+        let mut m = machine(Some(Duration::from_secs(1)), t0);
+        round(&mut m, t0, &[busy(), busy(), busy(), granted(), granted()]);
+        round(&mut m, t0, &vec![Ok(Reply::Int(1)); 5]);
+        let Step::Wait(w) = m.poll(t0) else {
+            panic!("a pause")
+        };
+        assert!(w.until <= t0 + Duration::from_millis(100));
+        let now = w.until;
+        round(
+            &mut m,
+            now,
+            &[granted(), granted(), granted(), busy(), busy()],
+        );
+        assert!(matches!(m.poll(now), Step::Done(Ok(_))));
+    }
+
+    #[test]
+    fn noscript_on_one_node_is_resent_to_that_node_only() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        let noscript = Ok(Reply::Error(ErrorReply::new("NOSCRIPT", "x")));
+        round(
+            &mut m,
+            t0,
+            &[granted(), noscript, granted(), granted(), granted()],
+        );
+        let again = round(&mut m, t0, &vec![granted(); 5]);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].command.node(), NodeId(1));
+        assert_eq!(again[0].command.name(), "EVAL");
+        assert!(matches!(m.poll(t0), Step::Done(Ok(red)) if red.granted == 5));
+    }
+
+    #[test]
+    fn quorum_extension_and_release() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &vec![granted(); 5]);
+        let Step::Done(Ok(red)) = m.poll(t0) else {
+            panic!()
+        };
+        let ok = Ok(Reply::Int(1));
+        let gone = Ok(Reply::Int(0));
+        let taken = Ok(Reply::Int(-1));
+
+        let mut ext =
+            QuorumOp::new(&red, QuorumAction::Extend(TTL), Duration::from_millis(50)).unwrap();
+        round(
+            &mut ext,
+            t0,
+            &[ok.clone(), ok.clone(), ok.clone(), gone.clone(), down()],
+        );
+        assert_eq!(ext.poll(t0).done_ok(), Some(t0 + TTL - drift(TTL)));
+
+        let mut ext =
+            QuorumOp::new(&red, QuorumAction::Extend(TTL), Duration::from_millis(50)).unwrap();
+        round(
+            &mut ext,
+            t0,
+            &[ok.clone(), ok.clone(), gone.clone(), down(), down()],
+        );
+        assert!(matches!(
+            ext.poll(t0),
+            Step::Done(Err(Error::NoQuorum { granted: 2, .. }))
+        ));
+
+        let mut rel =
+            QuorumOp::new(&red, QuorumAction::Release, Duration::from_millis(50)).unwrap();
+        round(
+            &mut rel,
+            t0,
+            &[gone.clone(), ok.clone(), down(), down(), down()],
+        );
+        assert!(matches!(rel.poll(t0), Step::Done(Ok(_))));
+
+        let mut rel =
+            QuorumOp::new(&red, QuorumAction::Release, Duration::from_millis(50)).unwrap();
+        round(
+            &mut rel,
+            t0,
+            &[
+                taken.clone(),
+                gone.clone(),
+                gone.clone(),
+                gone.clone(),
+                gone,
+            ],
+        );
+        assert!(matches!(
+            rel.poll(t0),
+            Step::Done(Err(Error::NotOwner {
+                reason: LossReason::Taken,
+                ..
+            }))
+        ));
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        let t0 = origin();
+        assert!(RedLockAcquire::new(spec(), RedLockOptions::new(0), 1, t0).is_err());
+        let slow = RedLockOptions {
+            node_timeout: TTL,
+            ..RedLockOptions::new(3)
+        };
+        assert!(RedLockAcquire::new(spec(), slow, 1, t0).is_err());
+        let fair = LockSpec::fair(
+            &Keyspace::default(),
+            "f",
+            Token::from_random([1; 16]),
+            TTL,
+            TTL,
+        )
+        .unwrap();
+        assert!(RedLockAcquire::new(fair, RedLockOptions::new(3), 1, t0).is_err());
+    }
+
+    trait DoneOk {
+        fn done_ok(self) -> Option<Instant>;
+    }
+
+    impl DoneOk for Step<Instant> {
+        fn done_ok(self) -> Option<Instant> {
+            match self {
+                Step::Done(Ok(t)) => Some(t),
+                _ => None,
+            }
+        }
+    }
+}

@@ -47,6 +47,7 @@ mod legacy;
 mod listener;
 mod lock;
 mod queue;
+mod redlock;
 mod resp;
 mod transport;
 mod watchdog;
@@ -58,6 +59,7 @@ pub use queue::{Job, Queue, WorkerReport, Workers};
 pub use redlease_core::lease::{LeaseState, LockKind, SemaphoreState};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::{Error, InvalidArgument, LossReason, TransportFailure};
+pub use redlock::{RedLock, RedLockBuilder, RedLockGuard, RedLockLockBuilder};
 
 /// The sans-IO core this crate drives, for running its machines yourself.
 pub use redlease_core as core;

@@ -1,0 +1,314 @@
+//! RedLock over N independent Redis masters: a lease held while a majority of them grant it.
+//!
+//! Every node is asked in the same round: the requests are written to all nodes before any
+//! reply is read, so an acquisition costs about one round trip (the slowest node's, capped
+//! by the node timeout), not N. See [`redlease_core::redlock`] for what RedLock can and
+//! cannot promise.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
+use redlease_core::lease::{LockSpec, Token};
+use redlease_core::redlock::{QuorumAction, QuorumOp, RedLease, RedLockAcquire, RedLockOptions};
+use redlease_core::{Error, InvalidArgument, Protocol, Step};
+
+use crate::client::random_bytes;
+use crate::transport::Transport;
+
+/// A client of N independent masters for RedLock; cheap to clone.
+#[derive(Clone)]
+pub struct RedLock {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    nodes: Vec<Transport>,
+    keyspace: Keyspace,
+    node_timeout: Duration,
+}
+
+impl std::fmt::Debug for RedLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedLock")
+            .field("nodes", &self.inner.nodes.len())
+            .field("node_timeout", &self.inner.node_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Settings of a [`RedLock`] client; made by [`RedLock::builder`].
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until .build()"]
+pub struct RedLockBuilder {
+    urls: Vec<String>,
+    node_timeout: Duration,
+    pool_size: u32,
+    prefix: String,
+}
+
+impl RedLockBuilder {
+    /// How long each node may take to connect or answer; keep it much smaller than the
+    /// ttl. Defaults to 50 ms.
+    pub fn node_timeout(mut self, d: Duration) -> Self {
+        self.node_timeout = d;
+        self
+    }
+
+    /// Pooled connections per node. Defaults to 8.
+    pub fn pool_size(mut self, n: u32) -> Self {
+        self.pool_size = n;
+        self
+    }
+
+    /// The key prefix (the same on every node). Defaults to `redlease`.
+    pub fn key_prefix(mut self, prefix: &str) -> Self {
+        self.prefix = prefix.to_owned();
+        self
+    }
+
+    /// Checks the settings and makes the client (connections open on first use).
+    pub fn build(self) -> Result<RedLock, Error> {
+        let keyspace = Keyspace::new(&self.prefix)?;
+        if self.urls.is_empty() || self.urls.len() > usize::from(redlease_core::redlock::MAX_NODES)
+        {
+            return Err(InvalidArgument::Setting(format!(
+                "RedLock needs 1 to {} nodes, got {}",
+                redlease_core::redlock::MAX_NODES,
+                self.urls.len()
+            ))
+            .into());
+        }
+        if self.node_timeout < Duration::from_millis(1) || self.pool_size == 0 {
+            return Err(InvalidArgument::Setting(
+                "node timeout and pool size must be positive".into(),
+            )
+            .into());
+        }
+        let nodes = self
+            .urls
+            .iter()
+            .map(|url| {
+                let redis = redis::Client::open(url.as_str())
+                    .map_err(|e| InvalidArgument::Setting(format!("bad Redis URL {url:?}: {e}")))?;
+                Ok(Transport::new(
+                    redis,
+                    self.pool_size,
+                    self.node_timeout,
+                    self.node_timeout,
+                ))
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(RedLock {
+            inner: Arc::new(Inner {
+                nodes,
+                keyspace,
+                node_timeout: self.node_timeout,
+            }),
+        })
+    }
+}
+
+impl RedLock {
+    /// Settings for a client of the masters at `urls` (independent: not replicas of each other).
+    pub fn builder<S: AsRef<str>>(urls: &[S]) -> RedLockBuilder {
+        RedLockBuilder {
+            urls: urls.iter().map(|u| u.as_ref().to_owned()).collect(),
+            node_timeout: Duration::from_millis(50),
+            pool_size: 8,
+            prefix: DEFAULT_PREFIX.to_owned(),
+        }
+    }
+
+    /// How many nodes.
+    pub fn nodes(&self) -> usize {
+        self.inner.nodes.len()
+    }
+
+    /// The lock `name`, to configure and acquire.
+    pub fn lock(&self, name: &str) -> RedLockLockBuilder<'_> {
+        RedLockLockBuilder {
+            client: self,
+            name: name.to_owned(),
+            ttl: Duration::from_secs(10),
+            wait: Duration::from_secs(10),
+            retry_max: Duration::from_millis(100),
+        }
+    }
+
+    /// Runs a multi-node machine: each batch is written to every node it names before any
+    /// reply is read.
+    pub fn run<P: Protocol>(&self, mut machine: P) -> Result<P::Output, Error> {
+        loop {
+            match machine.poll(Instant::now()) {
+                Step::Send(batch) => {
+                    let mut per_node: Vec<Vec<_>> = vec![Vec::new(); self.inner.nodes.len()];
+                    let mut unknown = Vec::new();
+                    for r in batch.requests {
+                        match per_node.get_mut(usize::from(r.command.node().0)) {
+                            Some(v) => v.push(r),
+                            None => unknown.push(r),
+                        }
+                    }
+                    let flights: Vec<_> = per_node
+                        .into_iter()
+                        .zip(&self.inner.nodes)
+                        .filter(|(reqs, _)| !reqs.is_empty())
+                        .map(|(reqs, node)| node.send(reqs, batch.deadline, batch.server_wait))
+                        .collect();
+                    for flight in flights {
+                        for input in flight.receive() {
+                            machine.handle(input, Instant::now());
+                        }
+                    }
+                    for r in unknown {
+                        let failure = redlease_core::TransportFailure::not_sent("no such node");
+                        machine.handle(redlease_core::Input::failed(r.id, failure), Instant::now());
+                    }
+                }
+                Step::Wait(wait) => {
+                    let left = wait.until.saturating_duration_since(Instant::now());
+                    if !left.is_zero() {
+                        std::thread::sleep(left);
+                    }
+                }
+                Step::Awaiting => {
+                    return Err(Error::Driver("every reply of the batch was delivered"));
+                }
+                Step::Done(result) => return result,
+            }
+        }
+    }
+}
+
+/// Settings of one RedLock acquisition; made by [`RedLock::lock`].
+#[derive(Debug, Clone)]
+#[must_use = "a lock builder does nothing until try_acquire() or acquire()"]
+pub struct RedLockLockBuilder<'c> {
+    client: &'c RedLock,
+    name: String,
+    ttl: Duration,
+    wait: Duration,
+    retry_max: Duration,
+}
+
+impl RedLockLockBuilder<'_> {
+    /// The lease length on every node. Defaults to 10 s.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// How long [`acquire`](Self::acquire) keeps retrying. Defaults to 10 s.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Retries wait a random time up to this. Defaults to 100 ms.
+    pub fn retry_max(mut self, max: Duration) -> Self {
+        self.retry_max = max;
+        self
+    }
+
+    /// Tries once: `Ok(None)` when another owner holds it on a majority.
+    pub fn try_acquire(&self) -> Result<Option<RedLockGuard>, Error> {
+        match self.run(None) {
+            Err(Error::Timeout { .. }) => Ok(None),
+            other => other.map(Some),
+        }
+    }
+
+    /// Retries (after random delays) until the wait time has passed.
+    pub fn acquire(&self) -> Result<RedLockGuard, Error> {
+        self.run(Some(self.wait))
+    }
+
+    fn run(&self, wait: Option<Duration>) -> Result<RedLockGuard, Error> {
+        let random: [u8; 24] = random_bytes()?;
+        let mut token = [0u8; 16];
+        token.copy_from_slice(&random[..16]);
+        let mut seed = [0u8; 8];
+        seed.copy_from_slice(&random[16..]);
+        let spec = LockSpec::lease(
+            &self.client.inner.keyspace,
+            &self.name,
+            Token::from_random(token),
+            self.ttl,
+        )?;
+        let options = RedLockOptions {
+            nodes: u16::try_from(self.client.nodes()).unwrap_or(u16::MAX),
+            wait,
+            retry_max: self.retry_max,
+            node_timeout: self.client.inner.node_timeout,
+        };
+        let machine = RedLockAcquire::new(spec, options, u64::from_le_bytes(seed), Instant::now())?;
+        let red = self.client.run(machine)?;
+        Ok(RedLockGuard {
+            client: self.client.clone(),
+            red,
+            done: false,
+        })
+    }
+}
+
+/// A RedLock held on a majority of the nodes. Released on every node when dropped.
+#[must_use = "if unused the lock is released at once"]
+#[derive(Debug)]
+pub struct RedLockGuard {
+    client: RedLock,
+    red: RedLease,
+    done: bool,
+}
+
+impl RedLockGuard {
+    /// Until when the lock is safely held by the local clock (the quorum's validity).
+    pub fn valid_until(&self) -> Instant {
+        self.red.lease.valid_until
+    }
+
+    /// Time left before [`valid_until`](Self::valid_until).
+    pub fn remaining(&self) -> Duration {
+        self.red.lease.remaining(Instant::now())
+    }
+
+    /// How many nodes granted it.
+    pub fn granted(&self) -> u16 {
+        self.red.granted
+    }
+
+    /// Extends the lease on every node; needs a majority ([`Error::NoQuorum`] otherwise).
+    pub fn extend(&mut self) -> Result<(), Error> {
+        let op = QuorumOp::new(
+            &self.red,
+            QuorumAction::Extend(self.red.lease.ttl),
+            self.client.inner.node_timeout,
+        )?;
+        let valid_until = self.client.run(op)?;
+        self.red.lease.valid_until = valid_until;
+        Ok(())
+    }
+
+    /// Releases on every node. `Ok` if at least one node still held it for us.
+    pub fn release(mut self) -> Result<(), Error> {
+        self.done = true;
+        self.release_inner()
+    }
+
+    fn release_inner(&self) -> Result<(), Error> {
+        let op = QuorumOp::new(
+            &self.red,
+            QuorumAction::Release,
+            self.client.inner.node_timeout,
+        )?;
+        self.client.run(op).map(|_| ())
+    }
+}
+
+impl Drop for RedLockGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.release_inner();
+        }
+    }
+}

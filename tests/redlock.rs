@@ -1,0 +1,183 @@
+//! RedLock over five real redis-server processes.
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::Commands;
+use redlease::{Error, RedLock};
+use redlease_suite::RedisServer;
+
+fn five() -> Vec<RedisServer> {
+    (0..5).map(|_| RedisServer::start().unwrap()).collect()
+}
+
+fn client(servers: &[RedisServer]) -> RedLock {
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    RedLock::builder(&urls)
+        .node_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn mutual_exclusion_over_five_nodes() {
+    let servers = five();
+    let counter = RedisServer::start().unwrap();
+    let red = client(&servers);
+    let barrier = Arc::new(Barrier::new(8));
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let (red, barrier) = (red.clone(), barrier.clone());
+            let mut conn = redis::Client::open(counter.url())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            thread::spawn(move || {
+                barrier.wait();
+                for _ in 0..50 {
+                    let g = red
+                        .lock("count")
+                        .ttl(Duration::from_secs(5))
+                        .wait(Duration::from_secs(60))
+                        .acquire()
+                        .unwrap();
+                    let n: i64 = conn.get::<_, Option<i64>>("n").unwrap().unwrap_or(0);
+                    let _: () = conn.set("n", n + 1).unwrap();
+                    g.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let mut conn = redis::Client::open(counter.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    assert_eq!(conn.get::<_, i64>("n").unwrap(), 400);
+}
+
+#[test]
+fn two_nodes_down_still_acquires_three_down_fails_with_a_typed_error() {
+    let mut servers = five();
+    let red = client(&servers);
+    servers[0].kill();
+    servers[3].kill();
+    let g = red
+        .lock("quorum")
+        .try_acquire()
+        .unwrap()
+        .expect("3 of 5 is a majority");
+    assert_eq!(g.granted(), 3);
+    assert!(
+        red.lock("quorum").try_acquire().unwrap().is_none(),
+        "held by the first"
+    );
+    g.release().unwrap();
+
+    servers[4].kill();
+    let start = Instant::now();
+    let err = red
+        .lock("quorum")
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .unwrap_err();
+    let took = start.elapsed();
+    match err {
+        Error::NoQuorum {
+            nodes,
+            needed,
+            granted,
+            unreachable,
+            ..
+        } => {
+            assert_eq!((nodes, needed, granted, unreachable), (5, 3, 2, 3));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        took < Duration::from_millis(300 + 500),
+        "within its deadline: {took:?}"
+    );
+    // Nothing left behind on the live nodes.
+    for s in &servers[1..3] {
+        let mut conn = redis::Client::open(s.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        assert!(!conn.exists::<_, bool>("redlease:{quorum}:lock").unwrap());
+    }
+}
+
+#[test]
+fn a_frozen_node_costs_at_most_the_node_timeout() {
+    let servers = five();
+    let red = client(&servers);
+    // Warm the pools, so the frozen node has an open connection that will not answer.
+    red.lock("warm")
+        .try_acquire()
+        .unwrap()
+        .unwrap()
+        .release()
+        .unwrap();
+    servers[2].pause().unwrap();
+    let start = Instant::now();
+    let g = red
+        .lock("frozen")
+        .try_acquire()
+        .unwrap()
+        .expect("4 of 5 answer");
+    let took = start.elapsed();
+    assert_eq!(g.granted(), 4);
+    assert!(
+        took < Duration::from_millis(100 + 150),
+        "one node timeout, not five: {took:?}"
+    );
+    let start = Instant::now();
+    g.release().unwrap();
+    assert!(start.elapsed() < Duration::from_millis(400));
+    servers[2].resume().unwrap();
+}
+
+#[test]
+fn extension_needs_a_majority() {
+    let mut servers = five();
+    let red = client(&servers);
+    let mut g = red
+        .lock("ext")
+        .ttl(Duration::from_secs(2))
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    let before = g.valid_until();
+    g.extend().unwrap();
+    assert!(g.valid_until() > before);
+    for s in servers.iter_mut().take(3) {
+        s.kill();
+    }
+    assert!(matches!(
+        g.extend(),
+        Err(Error::NoQuorum { granted: 2, .. })
+    ));
+}
+
+#[test]
+fn bad_settings_are_refused() {
+    assert!(RedLock::builder::<&str>(&[]).build().is_err());
+    assert!(RedLock::builder(&["not a url"]).build().is_err());
+    let servers = five();
+    let red = client(&servers);
+    assert!(matches!(
+        red.lock("").try_acquire(),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(
+        matches!(
+            red.lock("x").ttl(Duration::from_millis(150)).try_acquire(),
+            Err(Error::InvalidArgument(_))
+        ),
+        "ttl must be well above the node timeout"
+    );
+}

@@ -137,7 +137,7 @@ fn a_frozen_node_costs_at_most_the_node_timeout() {
     );
     let start = Instant::now();
     g.release().unwrap();
-    assert!(start.elapsed() < Duration::from_millis(400));
+    assert!(start.elapsed() < Duration::from_millis(250 + 200));
     servers[2].resume().unwrap();
 }
 

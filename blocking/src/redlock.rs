@@ -150,12 +150,39 @@ impl RedLock {
                             None => unknown.push(r),
                         }
                     }
-                    let flights: Vec<_> = per_node
-                        .into_iter()
-                        .zip(&self.inner.nodes)
-                        .filter(|(reqs, _)| !reqs.is_empty())
-                        .map(|(reqs, node)| node.send(reqs, batch.deadline, batch.server_wait))
-                        .collect();
+                    // Nodes with an idle connection are written at once; the others (cold,
+                    // or down: a connection attempt may take the whole node timeout) each
+                    // get a thread, so no node's connection attempt delays another node.
+                    let (deadline, wait) = (batch.deadline, batch.server_wait);
+                    let mut flights = Vec::new();
+                    let mut cold = Vec::new();
+                    for (reqs, node) in per_node.into_iter().zip(&self.inner.nodes) {
+                        if reqs.is_empty() {
+                            continue;
+                        }
+                        match node.try_send(reqs, deadline, wait) {
+                            Ok(flight) => flights.push(flight),
+                            Err(reqs) => cold.push((node, reqs)),
+                        }
+                    }
+                    if !cold.is_empty() {
+                        std::thread::scope(|s| {
+                            let handles: Vec<_> = cold
+                                .into_iter()
+                                .map(|(node, reqs)| {
+                                    s.spawn(move || node.send(reqs, deadline, wait))
+                                })
+                                .collect();
+                            for h in handles {
+                                // A send never panics; were one to, its node counts as
+                                // unanswered (its requests get no input and the machine
+                                // reports the driver contract broken rather than hang).
+                                if let Ok(flight) = h.join() {
+                                    flights.push(flight);
+                                }
+                            }
+                        });
+                    }
                     for flight in flights {
                         for input in flight.receive() {
                             machine.handle(input, Instant::now());

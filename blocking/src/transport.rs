@@ -117,6 +117,42 @@ impl Transport {
         deadline: Instant,
         server_wait: Duration,
     ) -> Flight {
+        let remaining = deadline
+            .saturating_duration_since(Instant::now())
+            .max(MIN_IO_TIMEOUT);
+        match self.pool.get_timeout(remaining.min(self.connect_timeout)) {
+            Ok(conn) => self.write(conn, requests, deadline, server_wait),
+            Err(e) => Flight {
+                requests,
+                state: FlightState::Failed(TransportFailure::not_sent(format!(
+                    "no connection: {e}"
+                ))),
+            },
+        }
+    }
+
+    /// Like [`send`](Self::send), but only on an idle pooled connection: gives the requests
+    /// back at once when there is none (so a caller asking several nodes never waits on one
+    /// node's connection attempt before writing to the others).
+    pub(crate) fn try_send(
+        &self,
+        requests: Vec<Request>,
+        deadline: Instant,
+        server_wait: Duration,
+    ) -> Result<Flight, Vec<Request>> {
+        match self.pool.try_get() {
+            Some(conn) => Ok(self.write(conn, requests, deadline, server_wait)),
+            None => Err(requests),
+        }
+    }
+
+    fn write(
+        &self,
+        mut conn: r2d2::PooledConnection<Manager>,
+        requests: Vec<Request>,
+        deadline: Instant,
+        server_wait: Duration,
+    ) -> Flight {
         let fail = |requests: Vec<Request>, failure: TransportFailure| Flight {
             requests,
             state: FlightState::Failed(failure),
@@ -124,15 +160,6 @@ impl Transport {
         let remaining = deadline
             .saturating_duration_since(Instant::now())
             .max(MIN_IO_TIMEOUT);
-        let mut conn = match self.pool.get_timeout(remaining.min(self.connect_timeout)) {
-            Ok(conn) => conn,
-            Err(e) => {
-                return fail(
-                    requests,
-                    TransportFailure::not_sent(format!("no connection: {e}")),
-                );
-            }
-        };
         // The reply timeout: the io timeout (plus what the server may hold the reply back),
         // never past the deadline. The socket is only touched when that differs from its
         // usual io timeout by more than a little (no extra syscalls on the common path).

@@ -9,7 +9,11 @@ use redlease_suite::RedisServer;
 fn push_take_ack_nack_dead_and_delayed() {
     let server = RedisServer::start().unwrap();
     let c = Client::open(&server.url()).unwrap();
-    let q = c.queue("smoke").unwrap().max_deliveries(2).retry_backoff(Duration::ZERO, Duration::ZERO);
+    let q = c
+        .queue("smoke")
+        .unwrap()
+        .max_deliveries(2)
+        .retry_backoff(Duration::ZERO, Duration::ZERO);
     let id = q.push(b"hello".to_vec()).unwrap();
     let job = q.try_take().unwrap().expect("a job");
     assert_eq!(job.id(), id);
@@ -19,8 +23,14 @@ fn push_take_ack_nack_dead_and_delayed() {
     job.ack().unwrap();
     assert_eq!(q.stats().unwrap(), redlease::QueueStats::default());
 
-    assert_eq!(q.push_unique("u1", "x").unwrap(), Pushed::Queued("u1".into()));
-    assert_eq!(q.push_unique("u1", "y").unwrap(), Pushed::Duplicate("u1".into()));
+    assert_eq!(
+        q.push_unique("u1", "x").unwrap(),
+        Pushed::Queued("u1".into())
+    );
+    assert_eq!(
+        q.push_unique("u1", "y").unwrap(),
+        Pushed::Duplicate("u1".into())
+    );
     let j = q.take(Duration::from_secs(1)).unwrap().unwrap();
     assert_eq!(j.payload(), b"x");
     j.nack().unwrap();
@@ -31,13 +41,23 @@ fn push_take_ack_nack_dead_and_delayed() {
     let dead = q.dead_jobs(10).unwrap();
     assert_eq!(dead[0].id, "u1");
     assert!(q.requeue_dead("u1").unwrap());
-    q.take(Duration::from_secs(1)).unwrap().unwrap().ack().unwrap();
+    q.take(Duration::from_secs(1))
+        .unwrap()
+        .unwrap()
+        .ack()
+        .unwrap();
 
     let start = Instant::now();
     q.push_with("later", 0, Duration::from_millis(200)).unwrap();
-    let j = q.take(Duration::from_secs(2)).unwrap().expect("delayed job");
+    let j = q
+        .take(Duration::from_secs(2))
+        .unwrap()
+        .expect("delayed job");
     let waited = start.elapsed();
-    assert!(waited >= Duration::from_millis(190) && waited < Duration::from_millis(400), "{waited:?}");
+    assert!(
+        waited >= Duration::from_millis(190) && waited < Duration::from_millis(400),
+        "{waited:?}"
+    );
     j.ack().unwrap();
     assert!(q.take(Duration::from_millis(100)).unwrap().is_none());
 }

@@ -626,3 +626,57 @@ fn every_kind_survives_a_redis_restart_mid_hold() {
         assert!(g.is_ok(), "{kind:?}: {g:?}");
     }
 }
+
+#[test]
+fn a_nested_reentrant_hold_with_a_shorter_ttl_never_shortens_the_lease() {
+    let server = server();
+    let c = client(&server);
+    let outer = c
+        .reentrant_lock("nest")
+        .ttl(Duration::from_secs(30))
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    let inner = c
+        .reentrant_lock("nest")
+        .ttl(Duration::from_millis(300))
+        .watchdog(false)
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    let pttl: i64 = raw(&server).pttl("redlease:{nest}:reentrant").unwrap();
+    assert!(pttl > 20_000, "the outer hold's lease stands: {pttl}");
+    drop(inner);
+    assert!(matches!(outer.inspect().unwrap(), LeaseState::Held { .. }));
+    outer.release().unwrap();
+}
+
+/// Poisons one key at a time (the others healthy): a read, write, fair or permit
+/// acquisition fails with WRONGTYPE before writing anything.
+#[test]
+fn a_single_key_of_the_wrong_type_fails_before_any_write() {
+    let server = server();
+    let c = client(&server);
+    let mut conn = raw(&server);
+    let cases: Vec<(&str, LockBuilder<'_>)> = vec![
+        ("redlease:{p}:fence", c.read_lock("p")),
+        ("redlease:{p}:rw:writers-waiting", c.read_lock("p")),
+        ("redlease:{p}:fence", c.write_lock("p")),
+        ("redlease:{p}:rw:readers", c.write_lock("p")),
+        ("redlease:{p}:fence", c.fair_lock("p")),
+        ("redlease:{p}:fair:timeouts", c.fair_lock("p")),
+        ("redlease:{p}:sem:holders", c.semaphore("p", 2)),
+        ("redlease:{p}:sem:timeouts", c.semaphore("p", 2)),
+    ];
+    for (key, builder) in cases {
+        let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+        let _: () = conn.hset(key, "f", "v").unwrap();
+        let err = builder
+            .wait(Duration::from_millis(100))
+            .acquire()
+            .unwrap_err();
+        assert!(matches!(err, Error::WrongType { .. }), "{key}: {err:?}");
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+        assert_eq!(keys, vec![key.to_string()], "{key}: nothing else written");
+    }
+}

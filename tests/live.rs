@@ -477,3 +477,28 @@ fn extending_to_a_new_ttl_keeps_the_watchdog_renewing_with_it() {
     assert!(left > TTL, "{left:?}");
     guard.release().unwrap();
 }
+
+#[test]
+fn leases_registered_just_before_the_client_is_dropped_are_reported_too() {
+    let server = server();
+    let client = client(&server);
+    // Registered back to back: the second is still queued for the watchdog thread.
+    let guards: Vec<_> = (0..4)
+        .map(|i| {
+            client
+                .lock(&format!("q{i}"))
+                .try_acquire()
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    drop(client);
+    for g in &guards {
+        assert_eq!(
+            g.lost_reason(),
+            Some(redlease::LossReason::WatchdogStopped),
+            "{}",
+            g.name()
+        );
+    }
+}

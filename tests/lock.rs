@@ -516,3 +516,23 @@ fn a_frozen_server_times_out_instead_of_hanging() {
     );
     server.resume().unwrap();
 }
+
+#[test]
+fn a_release_after_a_restart_that_lost_the_key_says_expired() {
+    let mut server = server();
+    let c = client(&server);
+    let guard = c
+        .lock("amnesia")
+        .watchdog(false)
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    server.kill();
+    server.restart().unwrap(); // no persistence: the key is gone
+    // The pooled connection is dead; idle for a while, it is checked before use.
+    thread::sleep(Duration::from_millis(1100));
+    match guard.release() {
+        Err(Error::NotOwner { reason, .. }) => assert_eq!(reason, LossReason::Expired),
+        other => panic!("the key was lost with the restart: {other:?}"),
+    }
+}

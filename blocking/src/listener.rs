@@ -298,6 +298,8 @@ fn connect(endpoint: &Endpoint) -> std::io::Result<TcpStream> {
         match TcpStream::connect_timeout(&addr, endpoint.connect_timeout) {
             Ok(mut stream) => {
                 stream.set_nodelay(true)?;
+                // Writes happen under the state lock: a stuck socket must not hold it long.
+                stream.set_write_timeout(Some(TICK))?;
                 stream.set_read_timeout(Some(endpoint.connect_timeout))?;
                 if let Some(password) = &endpoint.password {
                     let mut args: Vec<&[u8]> = vec![b"AUTH"];

@@ -47,7 +47,9 @@ impl<'c> LockBuilder<'c> {
             ttl: Duration::from_secs(30),
             wait: Duration::from_secs(10),
             retry_initial: defaults.retry_initial,
-            retry_max: defaults.retry_max,
+            // Waiters are woken by release messages; the backoff only re-checks in case a
+            // message was missed (or the listener is down).
+            retry_max: Duration::from_secs(1),
             watchdog: true,
             min_replicas: None,
             renew_every: None,
@@ -72,7 +74,8 @@ impl<'c> LockBuilder<'c> {
 
     /// The retry pauses while waiting: the first, doubling with jitter up to the longest
     /// (and never beyond the holder's remaining lease). A release notification ends a pause
-    /// early, so these matter only when notifications are unavailable. Default 5 ms to 200 ms.
+    /// early, so the pauses only bound how late a waiter notices a missed message or a
+    /// listener outage. Default 5 ms to 1 s.
     pub fn retry(mut self, initial: Duration, max: Duration) -> Self {
         self.retry_initial = initial;
         self.retry_max = max;
@@ -181,12 +184,17 @@ impl<'c> LockBuilder<'c> {
         let shared = self.client.shared();
         let ks = &shared.keyspace;
         let (name, ttl) = (self.name.as_str(), self.ttl);
-        if matches!(self.kind, LockKind::Fair | LockKind::Write)
-            && self.waiter_timeout <= self.retry_max
+        // A waiter refreshes its place with every attempt: at least once per retry maximum
+        // plus one reply. A shorter waiter timeout would drop live waiters from the line.
+        let refresh = self.retry_max + shared.io_timeout;
+        if matches!(
+            self.kind,
+            LockKind::Fair | LockKind::Write | LockKind::Permit
+        ) && self.waiter_timeout <= refresh
         {
             return Err(InvalidArgument::Setting(format!(
-                "the waiter timeout ({:?}) must exceed the retry maximum ({:?}): waiters refresh their place once per retry",
-                self.waiter_timeout, self.retry_max
+                "the waiter timeout ({:?}) must exceed the retry maximum plus the io timeout ({refresh:?}): waiters refresh their place once per retry",
+                self.waiter_timeout
             ))
             .into());
         }
@@ -276,7 +284,13 @@ impl LockGuard {
                 watchdog.watch(lease.clone(), policy, cell.clone());
                 Some(policy)
             }
-            _ => None,
+            // Renewal was asked for, but no watchdog thread could be started: say so
+            // rather than let the lease run out silently.
+            (Some(_), None) => {
+                cell.mark_lost(LossReason::WatchdogStopped);
+                None
+            }
+            (None, _) => None,
         };
         LockGuard {
             shared: client.shared().clone(),
@@ -413,15 +427,12 @@ impl LockGuard {
     /// reached (the lease then ends at its expiry).
     pub fn release(mut self) -> Result<(), Error> {
         self.done = true;
-        self.stop_watching();
+        let deadline = self.deadline();
+        self.stop_watching(deadline);
         if let Some(reason) = self.cell.lost() {
             return Err(self.not_owner(reason));
         }
-        drive(
-            &self.shared,
-            None,
-            ScriptOp::release(&self.lease, self.deadline()),
-        )
+        drive(&self.shared, None, ScriptOp::release(&self.lease, deadline))
     }
 
     /// Ends the lease with another owner-checked call than the release (a queue's ack or
@@ -431,30 +442,33 @@ impl LockGuard {
         call: redlease_core::script::ScriptCall,
     ) -> Result<(), Error> {
         self.done = true;
-        self.stop_watching();
+        let deadline = self.deadline();
+        self.stop_watching(deadline);
         if let Some(reason) = self.cell.lost() {
             return Err(self.not_owner(reason));
         }
         drive(
             &self.shared,
             None,
-            ScriptOp::release_with(&self.lease, call, self.deadline()),
+            ScriptOp::release_with(&self.lease, call, deadline),
         )
     }
 
     /// Ends the guard without releasing: the key stays until its expiry.
     pub(crate) fn disarm(mut self) {
         self.done = true;
-        self.stop_watching();
+        let deadline = self.deadline();
+        self.stop_watching(deadline);
     }
 
     /// Stops renewals; once this returns, no renewal for this lease is in flight or will be
     /// sent.
-    fn stop_watching(&mut self) {
+    fn stop_watching(&mut self, deadline: Instant) {
         if self.watched.take().is_none() {
             return;
         }
-        self.cell.release(self.shared.op_timeout);
+        self.cell
+            .release(deadline.saturating_duration_since(Instant::now()));
         if let Some(owner) = self.owner.upgrade()
             && let Some(Some(watchdog)) = owner.watchdog.get()
         {
@@ -581,8 +595,14 @@ impl Client {
         let out = job();
         let keep = at_least_for.saturating_sub(started.elapsed());
         if keep >= Duration::from_millis(1) {
-            guard.extend_to(keep)?;
-            guard.disarm();
+            match guard.extend_to(keep) {
+                Ok(()) => guard.disarm(),
+                // The job outlived at_most_for: another host may have run it too.
+                Err(e @ Error::NotOwner { .. }) => return Err(e),
+                // Redis unreachable: leave the key to expire (at at_most_for, which is
+                // at least at_least_for), never delete it early; the job did run here.
+                Err(_) => guard.disarm(),
+            }
         } else {
             guard.release()?;
         }
@@ -595,15 +615,13 @@ impl Drop for LockGuard {
         if self.done {
             return;
         }
-        self.stop_watching();
+        // One deadline for the whole drop: waiting out a renewal in flight and the release.
+        let deadline = self.deadline();
+        self.stop_watching(deadline);
         // A lost lease is not ours: leave the key alone.
         if self.cell.lost().is_none() {
             // Errors cannot be reported from drop; the lease ends at its expiry at worst.
-            let _ = drive(
-                &self.shared,
-                None,
-                ScriptOp::release(&self.lease, self.deadline()),
-            );
+            let _ = drive(&self.shared, None, ScriptOp::release(&self.lease, deadline));
         }
     }
 }

@@ -19,7 +19,13 @@ const SHORTEN_SLACK: Duration = Duration::from_millis(20);
 pub(crate) struct Conn {
     inner: redis::Connection,
     broken: bool,
+    last_used: Instant,
 }
+
+/// A pooled connection idle longer than this is PINGed before use: a Redis restart or an
+/// idle timeout leaves dead connections in the pool, and a command sent on one would come
+/// back as "no reply" (outcome unknown) when it surely never ran.
+const CHECK_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 /// Opens connections with a connect timeout and sets their read and write timeouts.
 #[derive(Debug)]
@@ -42,11 +48,17 @@ impl r2d2::ManageConnection for Manager {
         Ok(Conn {
             inner,
             broken: false,
+            last_used: Instant::now(),
         })
     }
 
     fn is_valid(&self, conn: &mut Conn) -> Result<(), redis::RedisError> {
-        redis::cmd("PING").query::<()>(&mut conn.inner)
+        if conn.last_used.elapsed() < CHECK_AFTER_IDLE {
+            return Ok(());
+        }
+        redis::cmd("PING").query::<()>(&mut conn.inner)?;
+        conn.last_used = Instant::now();
+        Ok(())
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
@@ -74,11 +86,11 @@ impl Transport {
             io_timeout,
         };
         // Connections are made on demand (no eager background connecting to a Redis that
-        // may be down) and not PINGed on checkout (that would double the round trips).
+        // may be down) and PINGed on checkout only after being idle (see CHECK_AFTER_IDLE).
         let pool = r2d2::Pool::builder()
             .max_size(pool_size)
             .min_idle(Some(0))
-            .test_on_check_out(false)
+            .test_on_check_out(true)
             .connection_timeout(connect_timeout)
             .build_unchecked(manager);
         Transport {
@@ -189,7 +201,7 @@ impl Transport {
         Flight {
             requests,
             state: FlightState::Sent {
-                conn,
+                conn: Box::new(conn),
                 restore: changed.then_some(self.io_timeout),
             },
         }
@@ -204,7 +216,7 @@ pub(crate) struct Flight {
 
 enum FlightState {
     Sent {
-        conn: r2d2::PooledConnection<Manager>,
+        conn: Box<r2d2::PooledConnection<Manager>>,
         /// The io timeout to put back on the socket after reading.
         restore: Option<Duration>,
     },
@@ -247,6 +259,7 @@ impl Flight {
         {
             conn.broken = true;
         }
+        conn.last_used = Instant::now();
         inputs
     }
 }

@@ -293,10 +293,14 @@ fn run(transport: &Transport, io_timeout: Duration, queue: &Queue, wakeups: &Rec
         let timer = next.map(at).unwrap_or_else(never);
         select_biased! {
             recv(wakeups) -> msg => if msg.is_err() {
-                // The client is gone: the leases still watched will not be renewed.
-                for w in cells.values() {
-                    if w.cell.is_current(w.generation) {
-                        w.cell.mark_lost(LossReason::WatchdogStopped);
+                // The client is gone: the leases still watched (or still queued for
+                // watching) will not be renewed.
+                let queued = std::mem::take(&mut *queue.pending());
+                let queued = queued.into_iter().map(|r| (r.generation, r.cell));
+                let watched = cells.into_values().map(|w| (w.generation, w.cell));
+                for (generation, cell) in watched.chain(queued) {
+                    if cell.is_current(generation) {
+                        cell.mark_lost(LossReason::WatchdogStopped);
                     }
                 }
                 return;
@@ -353,6 +357,14 @@ fn renew_due(
         };
         let event = renewals.renewed(id, outcome, now);
         let Some(w) = cells.get(&id) else { continue };
+        // A guard that gave up waiting for this renewal (or registered anew) owns its
+        // cell again: the outcome of this old renewal must not touch it.
+        if !w.cell.is_current(w.generation) {
+            w.cell.end_renewal(None);
+            cells.remove(&id);
+            renewals.remove(id);
+            continue;
+        }
         match event {
             RenewalEvent::Renewed { valid_until } => w.cell.end_renewal(Some(valid_until)),
             RenewalEvent::Pending => w.cell.end_renewal(None),

@@ -57,6 +57,14 @@ impl ScriptCall {
         self
     }
 
+    /// Replaces the last argument.
+    pub fn with_last_arg(mut self, arg: impl AsRef<[u8]>) -> Self {
+        if let Some(last) = self.args.last_mut() {
+            *last = arg.as_ref().to_vec();
+        }
+        self
+    }
+
     /// Targets another node.
     pub fn on(mut self, node: NodeId) -> Self {
         self.node = node;

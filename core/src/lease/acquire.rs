@@ -3,13 +3,18 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Lease, LockKind, LockSpec, error_from_reply, int_pair_and_data, pttl, valid_until};
+use super::{
+    Lease, LockKind, LockSpec, error_from_reply, int_pair_and_data, pttl, valid_until, validate_ttl,
+};
 use crate::backoff::{Backoff, saturating_add};
 use crate::command::{Command, Request, RequestId, RequestIds};
 use crate::error::{Error, InvalidArgument};
 use crate::protocol::{Batch, Protocol, Step, Wait};
 use crate::reply::{FailureKind, Input, Reply, TransportFailure};
 use crate::script::{Exchange, Progress};
+
+/// The longest a `min_replicas` check may wait for acknowledgements.
+pub const MAX_REPLICA_WAIT: Duration = Duration::from_secs(3600);
 
 /// How an acquisition behaves (the lock itself is described by its [`LockSpec`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +134,30 @@ impl Acquire {
             }
             .into());
         }
+        if let Some((count, timeout)) = options.min_replicas {
+            if count == 0 {
+                return Err(InvalidArgument::Setting(
+                    "min_replicas needs at least 1 replica".into(),
+                )
+                .into());
+            }
+            // WAIT 0 would block forever on the server.
+            validate_ttl("replica acknowledgement timeout", timeout)?;
+            if timeout > MAX_REPLICA_WAIT {
+                return Err(InvalidArgument::DurationTooLong {
+                    what: "replica acknowledgement timeout",
+                    got: timeout,
+                    max: MAX_REPLICA_WAIT,
+                }
+                .into());
+            }
+        }
+        // Trying once never takes a place in a line.
+        let spec = if options.wait.is_none() {
+            spec.trying_once()
+        } else {
+            spec
+        };
         let mut exchange = Exchange::new(spec.acquire.clone());
         exchange.start();
         Ok(Acquire {
@@ -168,7 +197,7 @@ impl Acquire {
         // Never called with an acquisition: every path here ends without the lock.
         let mut calls = Vec::new();
         if self.lost_reply || self.granted {
-            calls.push(self.spec.calls.release.clone());
+            calls.extend(self.spec.undo.clone());
         }
         if self.seen_busy || self.lost_reply {
             // A busy answer may have put us in a line (fair queue, waiting writers).
@@ -393,7 +422,7 @@ impl Protocol for Acquire {
                         .int_arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
                     return Step::Send(Batch {
                         requests: vec![Request { id, command }],
-                        deadline: saturating_add(now, timeout + self.reply_timeout),
+                        deadline: saturating_add(saturating_add(now, timeout), self.reply_timeout),
                         server_wait: timeout,
                     });
                 }

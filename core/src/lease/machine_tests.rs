@@ -647,31 +647,76 @@ fn a_fair_waiter_is_woken_by_its_own_token_and_leaves_the_line_when_it_gives_up(
 }
 
 #[test]
-fn trying_a_busy_fair_or_write_lock_once_leaves_no_entry_behind() {
+fn trying_a_busy_fair_write_or_permit_lock_once_takes_no_place_in_line() {
     let now = origin();
     let ks = Keyspace::default();
     let w = Duration::from_secs(5);
-    for (spec, cancel) in [
-        (
-            LockSpec::fair(&ks, "q", token(), TTL, w).unwrap(),
-            super::scripts::FAIR_CANCEL.sha1,
-        ),
-        (
-            LockSpec::write(&ks, "q", token(), TTL, w).unwrap(),
-            super::scripts::WRITE_CANCEL.sha1,
-        ),
+    for spec in [
+        LockSpec::fair(&ks, "q", token(), TTL, w).unwrap(),
+        LockSpec::write(&ks, "q", token(), TTL, w).unwrap(),
+        LockSpec::permit(&ks, "q", token(), TTL, 2, w).unwrap(),
     ] {
-        let mut s = Scenario::new(Acquire::new(spec, &opts(None), 3, now).unwrap(), now);
-        s.answer(ints(&[0, -2]));
-        let c = s.answer(Reply::Int(1));
-        assert_eq!(args(&c)[1], cancel);
+        let kind = spec.kind;
+        let mut s = Scenario::new(
+            Acquire::new(spec.clone(), &opts(None), 3, now).unwrap(),
+            now,
+        );
+        let r = s.answer(ints(&[0, -2]));
+        assert_eq!(
+            args(&r).last().map(String::as_str),
+            Some("0"),
+            "{kind:?}: do not join"
+        );
         assert_eq!(s.expect_done(), Ok(Acquisition::Busy { holder_ttl: None }));
+        assert_eq!(s.sent.len(), 1, "{kind:?}: nothing to cancel");
+        // Waiting joins the line.
+        let mut s = Scenario::new(Acquire::new(spec, &opts(Some(w)), 3, now).unwrap(), now);
+        let r = s.answer(ints(&[0, -2]));
+        assert_eq!(
+            args(&r).last().map(String::as_str),
+            Some("1"),
+            "{kind:?}: join"
+        );
     }
-    // A plain lease has nothing to leave.
-    let mut s = acquire(None);
-    s.answer(ints(&[0, 10]));
-    assert!(matches!(s.expect_done(), Ok(Acquisition::Busy { .. })));
-    assert_eq!(s.sent.len(), 1);
+}
+
+#[test]
+fn a_lost_nested_reentrant_acquisition_undoes_only_itself() {
+    let now = origin();
+    let ks = Keyspace::default();
+    let spec = LockSpec::reentrant(&ks, "r", "c1:7", token(), TTL).unwrap();
+    let mut s = Scenario::new(Acquire::new(spec, &opts(None), 3, now).unwrap(), now);
+    s.fail(TransportFailure::no_reply("timeout"));
+    s.fail(TransportFailure::not_sent("refused"));
+    let undo = s.answer(Reply::Int(0));
+    assert_eq!(args(&undo)[1], super::scripts::REENTRANT_UNDO.sha1);
+    assert_eq!(
+        args(&undo)[4..6],
+        ["c1:7".to_string(), token().as_str().to_string()]
+    );
+    assert!(matches!(s.expect_done(), Err(Error::Unavailable { .. })));
+}
+
+#[test]
+fn min_replicas_settings_are_checked() {
+    let now = origin();
+    for bad in [
+        (0, Duration::from_secs(1)),
+        (1, Duration::ZERO),
+        (1, Duration::MAX),
+    ] {
+        let o = AcquireOptions {
+            min_replicas: Some(bad),
+            ..AcquireOptions::default()
+        };
+        assert!(
+            matches!(
+                Acquire::new(spec(), &o, 1, now),
+                Err(Error::InvalidArgument(_))
+            ),
+            "{bad:?}"
+        );
+    }
 }
 
 #[test]
@@ -767,8 +812,9 @@ fn client_clock_skew_changes_nothing_a_semaphore_sends_or_decides() {
     assert_eq!(run(base, &replies), run(skewed, &replies));
     let (sent, out) = run(base, &replies);
     assert_eq!(out, Ok(0));
-    // No argument carries a client time: token, permit timeout, waiter timeout, permits.
-    assert_eq!(sent[0][7..], [token().as_str(), "10000", "5000", "3"]);
+    // No argument carries a client time: token, permit timeout, waiter timeout, permits,
+    // join the line.
+    assert_eq!(sent[0][7..], [token().as_str(), "10000", "5000", "3", "1"]);
 }
 
 #[test]

@@ -40,7 +40,7 @@ pub static INSPECT: Script = Script {
 pub static REENTRANT_ACQUIRE: Script = Script {
     name: "reentrant_acquire",
     source: include_str!("lua/reentrant_acquire.lua"),
-    sha1: "c7b20147023b250c4f353cd11d77001d2cf6f183",
+    sha1: "52cef2a3c2ed90c2381557e9f15c9c0126aa163c",
 };
 
 /// `lua/reentrant_release.lua`
@@ -54,7 +54,7 @@ pub static REENTRANT_RELEASE: Script = Script {
 pub static REENTRANT_EXTEND: Script = Script {
     name: "reentrant_extend",
     source: include_str!("lua/reentrant_extend.lua"),
-    sha1: "4d4a8795e2055797c54158c12e393034e52e02e2",
+    sha1: "e800a7664d8a3bb6d38def1050aa15676edcc4c2",
 };
 
 /// `lua/reentrant_inspect.lua`
@@ -64,11 +64,18 @@ pub static REENTRANT_INSPECT: Script = Script {
     sha1: "d2f974a4efdd8ea3a59a37b516e9663f77845b15",
 };
 
+/// `lua/reentrant_undo.lua`
+pub static REENTRANT_UNDO: Script = Script {
+    name: "reentrant_undo",
+    source: include_str!("lua/reentrant_undo.lua"),
+    sha1: "8399ead35d2d41ce0a8f9a428bc5762bcef5eaf5",
+};
+
 /// `lua/fair_acquire.lua`
 pub static FAIR_ACQUIRE: Script = Script {
     name: "fair_acquire",
     source: include_str!("lua/fair_acquire.lua"),
-    sha1: "b29ddeb2ea438ad2e1143fd39bcd35e2d4156263",
+    sha1: "eb0d62cab323af74d7f7d7b4fc598dd86f141df7",
 };
 
 /// `lua/fair_release.lua`
@@ -89,7 +96,7 @@ pub static FAIR_CANCEL: Script = Script {
 pub static READ_ACQUIRE: Script = Script {
     name: "read_acquire",
     source: include_str!("lua/read_acquire.lua"),
-    sha1: "d9e11ad616ec7b8f62121936d9f6ffb3bc613bf2",
+    sha1: "04ccaac8664584568e4adda1aa3a9ae35081deca",
 };
 
 /// `lua/read_release.lua`
@@ -117,7 +124,7 @@ pub static READ_INSPECT: Script = Script {
 pub static WRITE_ACQUIRE: Script = Script {
     name: "write_acquire",
     source: include_str!("lua/write_acquire.lua"),
-    sha1: "26bbebe69d70fd9c01f8ee3db7a1951f85da201f",
+    sha1: "0e70bb6ced2f66af103821ed80ced207e08baab4",
 };
 
 /// `lua/write_release.lua`
@@ -138,7 +145,7 @@ pub static WRITE_CANCEL: Script = Script {
 pub static PERMIT_ACQUIRE: Script = Script {
     name: "permit_acquire",
     source: include_str!("lua/permit_acquire.lua"),
-    sha1: "72617dd303e0c1d97ec44cc74145f8168dcd42ae",
+    sha1: "d463b8ee09e3de981d2a0524acaf3a6bf372f6b9",
 };
 
 /// `lua/permit_release.lua`
@@ -170,7 +177,7 @@ pub static SEMAPHORE_STATE: Script = Script {
 };
 
 /// Every script, for `SCRIPT LOAD` at start-up and for tests.
-pub static ALL: [&Script; 23] = [
+pub static ALL: [&Script; 24] = [
     &ACQUIRE,
     &RELEASE,
     &EXTEND,
@@ -179,6 +186,7 @@ pub static ALL: [&Script; 23] = [
     &REENTRANT_RELEASE,
     &REENTRANT_EXTEND,
     &REENTRANT_INSPECT,
+    &REENTRANT_UNDO,
     &FAIR_ACQUIRE,
     &FAIR_RELEASE,
     &FAIR_CANCEL,

@@ -72,6 +72,12 @@ pub struct LockSpec {
     /// Sent when a waiting acquisition gives up (leave a fair queue, stop holding back
     /// readers).
     pub cancel: Option<ScriptCall>,
+    /// Undoes this very acquisition when its outcome is unknown or refused (a lost reply,
+    /// too few replicas): the release, except for a reentrant lock, where it takes back only
+    /// the hold this acquisition counted (never an outer hold of the same owner).
+    pub undo: Option<ScriptCall>,
+    /// Whether the acquire call's last argument says "join the line" (fair, write, permit).
+    pub(crate) queued: bool,
     /// Which release messages wake a waiter.
     pub wake: WakeOn,
 }
@@ -81,6 +87,17 @@ fn ms(d: Duration) -> String {
 }
 
 impl LockSpec {
+    /// The same lock for an acquisition that tries once: it does not take a place in a line
+    /// (fair queue, waiting writers, semaphore waiters), so a failed try leaves nothing behind
+    /// and wakes nobody.
+    pub fn trying_once(mut self) -> Self {
+        if self.queued {
+            self.acquire = self.acquire.with_last_arg("0");
+            self.cancel = None;
+        }
+        self
+    }
+
     /// An exclusive lease lock: `<stem>:lock` holds the token, `<stem>:fence` the counter.
     pub fn lease(
         keyspace: &Keyspace,
@@ -107,6 +124,13 @@ impl LockSpec {
                 inspect: ScriptCall::new(&INSPECT).key(&keys.lock).arg(t),
             },
             cancel: None,
+            undo: Some(
+                ScriptCall::new(&RELEASE)
+                    .key(&keys.lock)
+                    .arg(t)
+                    .arg(&keys.channel),
+            ),
+            queued: false,
             wake: WakeOn::any(&keys.channel),
             target: Target {
                 name: keys.name.clone(),
@@ -153,6 +177,14 @@ impl LockSpec {
                 inspect: ScriptCall::new(&REENTRANT_INSPECT).key(&hash).arg(owner),
             },
             cancel: None,
+            undo: Some(
+                ScriptCall::new(&REENTRANT_UNDO)
+                    .key(&hash)
+                    .arg(owner)
+                    .arg(op.as_str())
+                    .arg(&channel),
+            ),
+            queued: false,
             wake: WakeOn::any(&channel),
             target: Target {
                 name: name.to_owned(),
@@ -199,13 +231,16 @@ impl LockSpec {
                 .key(&fence)
                 .arg(t)
                 .arg(ms(ttl))
-                .arg(ms(waiter_timeout)),
+                .arg(ms(waiter_timeout))
+                .arg("1"),
             calls: LeaseCalls {
                 release: three(&FAIR_RELEASE),
                 extend: ScriptCall::new(&EXTEND).key(&lock).arg(t),
                 inspect: ScriptCall::new(&INSPECT).key(&lock).arg(t),
             },
             cancel: Some(three(&FAIR_CANCEL)),
+            undo: Some(three(&FAIR_RELEASE)),
+            queued: true,
             wake: WakeOn::tagged(&channel, t),
             target: Target {
                 name: name.to_owned(),
@@ -264,13 +299,16 @@ impl LockSpec {
                 .arg(t)
                 .arg(ms(ttl))
                 .arg(ms(waiter_timeout))
-                .arg(permits.to_string()),
+                .arg(permits.to_string())
+                .arg("1"),
             calls: LeaseCalls {
                 release: four(&PERMIT_RELEASE),
                 extend: ScriptCall::new(&READ_EXTEND).key(&holders).arg(t),
                 inspect: ScriptCall::new(&READ_INSPECT).key(&holders).arg(t),
             },
             cancel: Some(four(&PERMIT_CANCEL)),
+            undo: Some(four(&PERMIT_RELEASE)),
+            queued: true,
             wake: WakeOn::tagged(&channel, t),
             target: Target {
                 name: name.to_owned(),
@@ -321,6 +359,13 @@ impl LockSpec {
                 inspect: ScriptCall::new(&READ_INSPECT).key(&readers).arg(t),
             },
             cancel: None,
+            undo: Some(
+                ScriptCall::new(&READ_RELEASE)
+                    .key(&readers)
+                    .arg(t)
+                    .arg(&channel),
+            ),
+            queued: false,
             wake: WakeOn::any(&channel),
             target: Target {
                 name: name.to_owned(),
@@ -354,7 +399,8 @@ impl LockSpec {
                 .key(&fence)
                 .arg(t)
                 .arg(ms(ttl))
-                .arg(ms(waiter_timeout)),
+                .arg(ms(waiter_timeout))
+                .arg("1"),
             calls: LeaseCalls {
                 release: ScriptCall::new(&WRITE_RELEASE)
                     .key(&writer)
@@ -369,6 +415,13 @@ impl LockSpec {
                     .arg(t)
                     .arg(&channel),
             ),
+            undo: Some(
+                ScriptCall::new(&WRITE_RELEASE)
+                    .key(&writer)
+                    .arg(t)
+                    .arg(&channel),
+            ),
+            queued: true,
             wake: WakeOn::tagged(&channel, "w"),
             target: Target {
                 name: name.to_owned(),

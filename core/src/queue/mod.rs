@@ -240,6 +240,10 @@ pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<
                 .arg(t),
         },
         cancel: None,
+        // The id of a job whose take was lost is unknown: its lease runs out and it is
+        // redelivered.
+        undo: None,
+        queued: false,
         wake: WakeOn::any(&keys.channel),
         target: keys.target(),
         token,

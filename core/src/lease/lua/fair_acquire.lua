@@ -1,9 +1,15 @@
 -- Acquire a fair lock: waiters get it in the order they started waiting.
 -- KEYS[1] lock, KEYS[2] queue (list of waiter tokens), KEYS[3] queue timeouts (zset),
--- KEYS[4] fence counter; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] waiter timeout ms.
+-- KEYS[4] fence counter; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] waiter timeout ms,
+-- ARGV[4] '1' to take a place in line when the lock is not free ('0': trying once).
 -- Returns {1, fence} acquired (or already ours), {0, pttl of the holder or -2} waiting.
 -- A waiter stays in line only while it keeps calling (each call refreshes its timeout);
 -- a waiter that stopped (died) is dropped once its timeout passes, by the server's clock.
+-- Read every key once before writing any (a wrong type fails before any write).
+redis.call('GET', KEYS[1])
+redis.call('LLEN', KEYS[2])
+redis.call('ZCARD', KEYS[3])
+redis.call('GET', KEYS[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 while true do
@@ -30,6 +36,9 @@ if not holder then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
     return {1, fence}
   end
+end
+if ARGV[4] ~= '1' then
+  return {0, holder and redis.call('PTTL', KEYS[1]) or -2}
 end
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('RPUSH', KEYS[2], ARGV[1])

@@ -2,10 +2,16 @@
 -- KEYS[1] holders (zset token -> expiry ms), KEYS[2] waiters (list, in order),
 -- KEYS[3] waiter timeouts (zset token -> expiry ms), KEYS[4] permit count;
 -- ARGV[1] token, ARGV[2] permit timeout ms, ARGV[3] waiter timeout ms,
--- ARGV[4] permit count to start with if the semaphore has none yet.
+-- ARGV[4] permit count to start with if the semaphore has none yet, ARGV[5] '1' to take a
+-- place in line when no permit is free ('0': trying once).
 -- Returns {1, 0} a permit is ours (a retry finds it again), {0, ms until the first permit
 -- expires, or -2} waiting. Permits of holders that stopped renewing expire; waiters that
 -- stopped asking lose their place; the first N live waiters may take the N free permits.
+-- Read every key once before writing any (a wrong type fails before any write).
+redis.call('ZCARD', KEYS[1])
+redis.call('LLEN', KEYS[2])
+redis.call('ZCARD', KEYS[3])
+redis.call('GET', KEYS[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local permits = tonumber(redis.call('GET', KEYS[4]))
@@ -21,6 +27,9 @@ end
 local ttl = tonumber(ARGV[2])
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  if redis.call('PTTL', KEYS[1]) < ttl then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+  end
   return {1, 0}
 end
 local free = permits - redis.call('ZCARD', KEYS[1])
@@ -39,6 +48,14 @@ if free > 0 then
     return {1, 0}
   end
 end
+local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local wait = -2
+if first[2] then
+  wait = math.max(tonumber(first[2]) - now, 1)
+end
+if ARGV[5] ~= '1' then
+  return {0, wait}
+end
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('RPUSH', KEYS[2], ARGV[1])
 end
@@ -46,8 +63,4 @@ local wt = tonumber(ARGV[3])
 redis.call('ZADD', KEYS[3], now + wt, ARGV[1])
 redis.call('PEXPIRE', KEYS[2], 2 * wt)
 redis.call('PEXPIRE', KEYS[3], 2 * wt)
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if first[2] then
-  return {0, math.max(tonumber(first[2]) - now, 1)}
-end
-return {0, -2}
+return {0, wait}

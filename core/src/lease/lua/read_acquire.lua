@@ -3,6 +3,12 @@
 -- KEYS[1] writer, KEYS[2] readers (zset token -> expiry ms), KEYS[3] waiting writers
 -- (zset token -> expiry ms), KEYS[4] fence counter; ARGV[1] token, ARGV[2] ttl ms.
 -- Returns {1, fence of the last writer (0: none yet)} or {0, pttl to wait for or -2}.
+-- Read every key once before writing any, so a key of the wrong type fails the call
+-- before anything is written.
+redis.call('GET', KEYS[1])
+redis.call('ZCARD', KEYS[2])
+redis.call('ZCARD', KEYS[3])
+redis.call('GET', KEYS[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])

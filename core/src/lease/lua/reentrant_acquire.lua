@@ -9,7 +9,10 @@ if count then
     redis.call('HINCRBY', KEYS[1], owner, 1)
     redis.call('HSET', KEYS[1], owner .. ':op', op)
   end
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  -- Never shorten: an outer hold may have asked for a longer lease.
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
   return {1, tonumber(redis.call('HGET', KEYS[1], 'fence'))}
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then

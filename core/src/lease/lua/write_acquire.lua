@@ -1,9 +1,15 @@
 -- Acquire the write side of a read-write lock: no readers and no other writer.
 -- KEYS[1] writer, KEYS[2] readers, KEYS[3] waiting writers, KEYS[4] fence counter;
--- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] waiting-writer timeout ms.
+-- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] waiting-writer timeout ms, ARGV[4] '1' to be
+-- noted as a waiting writer when it must wait ('0': trying once).
 -- Returns {1, fence} or {0, pttl of the writer or -2}. A writer that must wait is noted
 -- (refreshed on every call, dropped after the timeout if it stops calling), which holds
 -- back new readers.
+-- Read every key once before writing any (a wrong type fails before any write).
+redis.call('GET', KEYS[1])
+redis.call('ZCARD', KEYS[2])
+redis.call('ZCARD', KEYS[3])
+redis.call('GET', KEYS[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -19,8 +25,10 @@ if (not writer) and redis.call('ZCARD', KEYS[2]) == 0 then
   redis.call('ZREM', KEYS[3], ARGV[1])
   return {1, fence}
 end
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
-redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[3]))
+if ARGV[4] == '1' then
+  redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
+  redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[3]))
+end
 if writer then
   return {0, redis.call('PTTL', KEYS[1])}
 end

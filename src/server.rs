@@ -106,6 +106,14 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Runs a Redis Sentinel instead of a server (`redis-server <dir>/sentinel.conf
+    /// --sentinel`; the harness creates the writable config file Sentinel needs). Configure
+    /// what it monitors with `SENTINEL MONITOR` once it runs.
+    pub fn sentinel(mut self) -> Self {
+        self.args.insert(0, OsString::from(SENTINEL_MARKER));
+        self
+    }
+
     /// Starts the server; see [`RedisServer::start`].
     ///
     /// # Errors
@@ -337,6 +345,9 @@ enum Attempt {
     Fatal(HarnessError),
 }
 
+/// The first extra argument of a server started with [`RedisServerBuilder::sentinel`].
+const SENTINEL_MARKER: &str = "--redlease-sentinel-mode";
+
 /// Spawns `redis-server` on `port` and waits until it answers `PING`.
 fn spawn_ready(
     binary: &Path,
@@ -361,6 +372,19 @@ fn spawn_ready(
         .map_err(|source| io_failure(format!("cannot open {}", log_path.display()), source))?;
 
     let mut command = Command::new(binary);
+    let extra_args = match extra_args.split_first() {
+        Some((first, rest)) if first == SENTINEL_MARKER => {
+            let conf = dir.join("sentinel.conf");
+            if !conf.exists() {
+                std::fs::write(&conf, b"").map_err(|source| {
+                    io_failure(format!("cannot write {}", conf.display()), source)
+                })?;
+            }
+            command.arg(&conf).arg("--sentinel");
+            rest
+        }
+        _ => extra_args,
+    };
     command
         .arg("--port")
         .arg(port.to_string())

@@ -7,7 +7,7 @@ use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
 use redlease_core::{Error, InvalidArgument, Protocol, Step};
 
 use crate::listener::{Endpoint, Listener, Waiter};
-use crate::transport::Transport;
+use crate::transport::{Source, Transport};
 use crate::watchdog::Watchdog;
 
 /// A handle to one Redis deployment: a pool of connections and the settings every
@@ -64,6 +64,8 @@ impl std::fmt::Debug for Client {
 #[must_use = "a builder does nothing until .build()"]
 pub struct ClientBuilder {
     url: String,
+    /// `(sentinel URLs, service name)` when connecting through Sentinel.
+    sentinel: Option<(Vec<String>, String)>,
     pool_size: u32,
     connect_timeout: Duration,
     io_timeout: Duration,
@@ -121,21 +123,54 @@ impl ClientBuilder {
                 return Err(InvalidArgument::DurationTooShort { what, got: d }.into());
             }
         }
-        let redis = redis::Client::open(self.url.as_str())
-            .map_err(|e| InvalidArgument::Setting(format!("bad Redis URL {:?}: {e}", self.url)))?;
-        let info = redis.get_connection_info();
-        let endpoint = match info.addr() {
-            redis::ConnectionAddr::Tcp(host, port) => Some(Endpoint {
-                host: host.clone(),
-                port: *port,
-                username: info.redis_settings().username().map(str::to_owned),
-                password: info.redis_settings().password().map(str::to_owned),
-                connect_timeout: self.connect_timeout,
-            }),
-            _ => None,
+        let bad_url = |url: &str, e: redis::RedisError| {
+            InvalidArgument::Setting(format!("bad Redis URL {url:?}: {e}"))
         };
-        let transport =
-            Transport::new(redis, self.pool_size, self.connect_timeout, self.io_timeout);
+        let (source, info) = match &self.sentinel {
+            None => {
+                let redis =
+                    redis::Client::open(self.url.as_str()).map_err(|e| bad_url(&self.url, e))?;
+                let info = redis.get_connection_info().clone();
+                (Source::Direct(redis), info)
+            }
+            Some((sentinels, service)) => {
+                let client = redis::sentinel::SentinelClient::build(
+                    sentinels.clone(),
+                    service.clone(),
+                    None,
+                    redis::sentinel::SentinelServerType::Master,
+                )
+                .map_err(|e| bad_url(&sentinels.join(","), e))?;
+                let first = sentinels.first().map(String::as_str).unwrap_or("");
+                let info = redis::Client::open(first)
+                    .map_err(|e| bad_url(first, e))?
+                    .get_connection_info()
+                    .clone();
+                (Source::Sentinel(std::sync::Mutex::new(client)), info)
+            }
+        };
+        let source = Arc::new(source);
+        // Pub/sub needs plain TCP (a Unix socket or TLS URL waits without notifications).
+        let endpoint = matches!(info.addr(), redis::ConnectionAddr::Tcp(..)).then(|| Endpoint {
+            source: source.clone(),
+            username: if self.sentinel.is_some() {
+                None
+            } else {
+                info.redis_settings().username().map(str::to_owned)
+            },
+            password: if self.sentinel.is_some() {
+                None
+            } else {
+                info.redis_settings().password().map(str::to_owned)
+            },
+            connect_timeout: self.connect_timeout,
+        });
+        let transport = Transport::new(
+            source,
+            self.pool_size,
+            self.connect_timeout,
+            self.io_timeout,
+        );
         Ok(Client {
             inner: Arc::new(Inner {
                 shared: Arc::new(Shared {
@@ -161,12 +196,27 @@ impl Client {
     pub fn builder(url: &str) -> ClientBuilder {
         ClientBuilder {
             url: url.to_owned(),
+            sentinel: None,
             pool_size: 16,
             connect_timeout: Duration::from_secs(1),
             io_timeout: Duration::from_secs(1),
             op_timeout: Duration::from_secs(3),
             prefix: DEFAULT_PREFIX.to_owned(),
         }
+    }
+
+    /// Settings for a client of the master of `service`, found through the Sentinels at
+    /// `sentinels` (`redis://host:port` each). New connections (and the pub/sub listener's
+    /// reconnections) ask the Sentinels for the current master, so after a failover the
+    /// client follows the new master; a connection to a demoted master is dropped on its
+    /// first `READONLY` reply.
+    pub fn sentinel<S: AsRef<str>>(sentinels: &[S], service: &str) -> ClientBuilder {
+        let mut b = Client::builder("");
+        b.sentinel = Some((
+            sentinels.iter().map(|s| s.as_ref().to_owned()).collect(),
+            service.to_owned(),
+        ));
+        b
     }
 
     /// A client of the Redis at `url` with default settings.

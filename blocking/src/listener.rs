@@ -106,8 +106,8 @@ impl Shared {
 /// Where the listener connects.
 #[derive(Debug, Clone)]
 pub(crate) struct Endpoint {
-    pub(crate) host: String,
-    pub(crate) port: u16,
+    /// Resolved at every (re)connection, so a Sentinel failover is followed.
+    pub(crate) source: Arc<crate::transport::Source>,
     pub(crate) username: Option<String>,
     pub(crate) password: Option<String>,
     pub(crate) connect_timeout: Duration,
@@ -293,8 +293,14 @@ fn run(shared: &Shared, endpoint: &Endpoint, stop: &Receiver<()>) {
 }
 
 fn connect(endpoint: &Endpoint) -> std::io::Result<TcpStream> {
+    let client = endpoint.source.client().map_err(std::io::Error::other)?;
+    let redis::ConnectionAddr::Tcp(host, port) = client.get_connection_info().addr().clone() else {
+        return Err(std::io::Error::other(
+            "the listener supports plain TCP only",
+        ));
+    };
     let mut last = std::io::Error::new(ErrorKind::NotFound, "no address");
-    for addr in (endpoint.host.as_str(), endpoint.port).to_socket_addrs()? {
+    for addr in (host.as_str(), port).to_socket_addrs()? {
         match TcpStream::connect_timeout(&addr, endpoint.connect_timeout) {
             Ok(mut stream) => {
                 stream.set_nodelay(true)?;

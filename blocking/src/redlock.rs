@@ -92,7 +92,7 @@ impl RedLockBuilder {
                 let redis = redis::Client::open(url.as_str())
                     .map_err(|e| InvalidArgument::Setting(format!("bad Redis URL {url:?}: {e}")))?;
                 Ok(Transport::new(
-                    redis,
+                    std::sync::Arc::new(crate::transport::Source::Direct(redis)),
                     self.pool_size,
                     self.node_timeout,
                     self.node_timeout,

@@ -1,6 +1,7 @@
 //! The only code that talks to Redis: a pool of connections and one function that sends a
 //! batch of commands and turns what comes back into core inputs.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, Value};
@@ -30,9 +31,37 @@ const CHECK_AFTER_IDLE: Duration = Duration::from_secs(1);
 /// Opens connections with a connect timeout and sets their read and write timeouts.
 #[derive(Debug)]
 pub(crate) struct Manager {
-    client: redis::Client,
+    source: Arc<Source>,
     connect_timeout: Duration,
     io_timeout: Duration,
+}
+
+/// Where connections go: one address, or whichever master the Sentinels name at the time
+/// (so that after a failover, new connections reach the new master).
+pub(crate) enum Source {
+    /// A fixed server.
+    Direct(redis::Client),
+    /// The master of a Sentinel-monitored service.
+    Sentinel(Mutex<redis::sentinel::SentinelClient>),
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Direct(c) => write!(f, "Direct({:?})", c.get_connection_info().addr()),
+            Source::Sentinel(_) => f.write_str("Sentinel"),
+        }
+    }
+}
+
+impl Source {
+    /// A client for the server to talk to now.
+    pub(crate) fn client(&self) -> Result<redis::Client, redis::RedisError> {
+        match self {
+            Source::Direct(c) => Ok(c.clone()),
+            Source::Sentinel(s) => s.lock().unwrap_or_else(|p| p.into_inner()).get_client(),
+        }
+    }
 }
 
 impl r2d2::ManageConnection for Manager {
@@ -41,7 +70,8 @@ impl r2d2::ManageConnection for Manager {
 
     fn connect(&self) -> Result<Conn, redis::RedisError> {
         let inner = self
-            .client
+            .source
+            .client()?
             .get_connection_with_timeout(self.connect_timeout)?;
         inner.set_read_timeout(Some(self.io_timeout))?;
         inner.set_write_timeout(Some(self.io_timeout))?;
@@ -75,13 +105,13 @@ pub(crate) struct Transport {
 
 impl Transport {
     pub(crate) fn new(
-        client: redis::Client,
+        source: Arc<Source>,
         pool_size: u32,
         connect_timeout: Duration,
         io_timeout: Duration,
     ) -> Self {
         let manager = Manager {
-            client,
+            source,
             connect_timeout,
             io_timeout,
         };
@@ -240,7 +270,17 @@ impl Flight {
         let mut inputs = Vec::with_capacity(self.requests.len());
         for r in &self.requests {
             match conn.inner.recv_response() {
-                Ok(value) => inputs.push(Input::reply(r.id, to_reply(value))),
+                Ok(value) => {
+                    let reply = to_reply(value);
+                    // A master demoted by a failover answers READONLY: reconnect (through
+                    // the Sentinels, to the new master) next time.
+                    if let Reply::Error(e) = &reply
+                        && (e.is("READONLY") || e.is("MASTERDOWN"))
+                    {
+                        conn.broken = true;
+                    }
+                    inputs.push(Input::reply(r.id, reply));
+                }
                 Err(e) => {
                     // A reply may still be in flight: this connection must never be reused.
                     conn.broken = true;

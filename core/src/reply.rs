@@ -94,6 +94,22 @@ impl ErrorReply {
     pub fn is(&self, code: &str) -> bool {
         self.code.eq_ignore_ascii_case(code)
     }
+
+    /// Whether the command was refused for a passing reason and surely did not run: the
+    /// node is a replica now (`READONLY`, during a failover), is loading its data
+    /// (`LOADING`), has lost its master (`MASTERDOWN`), or the cluster is reconfiguring
+    /// (`TRYAGAIN`, `CLUSTERDOWN`). Such a command may be sent again.
+    pub fn is_transient(&self) -> bool {
+        [
+            "READONLY",
+            "LOADING",
+            "MASTERDOWN",
+            "TRYAGAIN",
+            "CLUSTERDOWN",
+        ]
+        .iter()
+        .any(|c| self.is(c))
+    }
 }
 
 impl fmt::Display for ErrorReply {

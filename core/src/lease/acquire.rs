@@ -240,6 +240,10 @@ impl Acquire {
 
     fn on_reply(&mut self, reply: Reply, now: Instant) -> Option<Step<Acquisition>> {
         if let Reply::Error(e) = reply {
+            // During a failover the old master refuses writes: wait for the new one.
+            if e.is_transient() && self.deadline.is_some_and(|d| now < d) {
+                return self.on_failure(TransportFailure::not_sent(e.to_string()), now);
+            }
             let err = error_from_reply(&self.spec.target, e);
             return self.finish(Err(err));
         }

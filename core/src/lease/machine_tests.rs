@@ -926,3 +926,30 @@ fn min_replicas_waits_and_releases_when_too_few_acknowledged() {
     assert!(matches!(s.expect_done(), Ok(Acquisition::Busy { .. })));
     assert_eq!(s.sent.len(), 1);
 }
+
+#[test]
+fn a_readonly_reply_during_a_failover_is_retried_while_waiting() {
+    let mut s = acquire(Some(Duration::from_secs(2)));
+    s.answer(err(
+        "READONLY",
+        "You can't write against a read only replica.",
+    ));
+    s.sleep_through();
+    s.answer(ints(&[1, 2]));
+    assert!(matches!(s.expect_done(), Ok(Acquisition::Acquired(_))));
+    // Trying once: reported as it is.
+    let mut s = acquire(None);
+    s.answer(err(
+        "READONLY",
+        "You can't write against a read only replica.",
+    ));
+    assert!(matches!(s.expect_done(), Err(Error::Redis { code, .. }) if code == "READONLY"));
+    // A one-call operation retries it too.
+    let now = origin();
+    let lease = lease_at(now);
+    let mut s = Scenario::new(ScriptOp::release(&lease, now + Duration::from_secs(1)), now);
+    s.answer(err("READONLY", "x"));
+    s.sleep_through();
+    s.answer(Reply::Int(1));
+    assert_eq!(s.expect_done(), Ok(()));
+}

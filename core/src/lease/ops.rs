@@ -422,6 +422,10 @@ impl<K: OpKind> Protocol for ScriptOp<K> {
             }
             Progress::Awaiting => Step::Awaiting,
             Progress::Answered(Err(failure)) => self.on_failure(failure, now),
+            // Refused for a passing reason (a failover): it did not run; try again.
+            Progress::Answered(Ok(Reply::Error(e))) if e.is_transient() => {
+                self.on_failure(TransportFailure::not_sent(e.to_string()), now)
+            }
             Progress::Answered(Ok(Reply::Error(e))) => {
                 let err = error_from_reply(&self.target, e);
                 self.finish(Err(err))

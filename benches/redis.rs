@@ -34,7 +34,13 @@
 //! ratio = (Σ scenario ops / Σ scenario time) / (Σ baseline ops / Σ baseline time)
 //! ```
 //!
-//! over those pairs only; the denominator is printed as `baseline_ops_per_s`. Drift slower than
+//! over those pairs only; the denominator is printed as `baseline_ops_per_s`.
+//!
+//! The queue scenarios (`queue_*`) have their own baseline, `queue_baseline`: `LPUSH` of one
+//! payload + `RPOP` on one plain connection. It gets its own dedicated line (whenever a
+//! `queue_*` scenario runs), and it is what their slices are interleaved with, in the same way.
+//! `delayed_lateness` measures latency against the clock, not throughput: it runs without a
+//! baseline and its ratio is 1. Drift slower than
 //! a slice hits both sides alike and cancels. `ratio_se` is the standard error of the ratio
 //! estimated from the spread of the per-pair ratios (their standard deviation over √pairs).
 //!
@@ -53,7 +59,8 @@
 //! (raise `BENCH_SLICE_MS` to look at longer waits, at the cost of noisier ratios).
 //!
 //! To add a scenario, write a `fn(&Ctx) -> Measurement` (usually around a call to
-//! [`measure_single`] or [`measure_threads`]) and list it in [`SCENARIOS`].
+//! [`measure_single`] or [`measure_threads`], or their `_with` forms to interleave another
+//! baseline [`Cycle`]) and list it in [`SCENARIOS`].
 //!
 //! A one-line summary goes to stderr at the end, with the range of the interleaved baselines
 //! against the dedicated run: how far the machine drifted, which the old single-shot ratios
@@ -86,6 +93,12 @@ const RAW_KEY: &str = "bench-raw";
 const BASELINE: &str = "raw_baseline";
 /// The single-threaded lock scenario, which `lock_handoff` compares itself with.
 const UNCONTENDED: &str = "lock_uncontended";
+/// The queue baseline's name; it runs (after `raw_baseline`) whenever a `queue_*` scenario does.
+const QUEUE_BASELINE: &str = "queue_baseline";
+/// The list of the queue baseline.
+const RAW_QUEUE_KEY: &str = "bench-raw-queue";
+/// The payload of every job (and of the queue baseline's element).
+const JOB_PAYLOAD: &[u8] = b"bench-job-payload-0123456789abcd";
 
 /// A scenario: its name (matched by the filter) and what runs it.
 type Scenario = (&'static str, fn(&Ctx) -> Measurement);
@@ -104,6 +117,11 @@ const SCENARIOS: &[Scenario] = &[
     ("rwlock_read_uncontended", rwlock_read_uncontended),
     ("semaphore_uncontended", semaphore_uncontended),
     ("semaphore_contended", semaphore_contended),
+    (QUEUE_BASELINE, queue_baseline),
+    ("queue_1worker", queue_1worker),
+    ("queue_4workers", queue_4workers),
+    ("queue_batch_push", queue_batch_push),
+    ("delayed_lateness", delayed_lateness),
 ];
 
 /// What every scenario gets.
@@ -111,8 +129,11 @@ struct Ctx {
     url: String,
     time: Timing,
     client: redlease::Client,
-    /// The baseline cycle, run by the main thread between the slices of every scenario.
+    /// The baseline cycle, run by the main thread between the slices of every scenario
+    /// (except the queue scenarios).
     baseline: Mutex<RawCycle>,
+    /// The queue baseline cycle, run between the slices of the queue scenarios.
+    queue_baseline: Mutex<QueueCycle>,
 }
 
 impl Ctx {
@@ -161,6 +182,31 @@ impl RawCycle {
             .expect("bench: DEL failed");
         RawCycle { con, sha, n: 0 }
     }
+}
+
+/// Which baseline a measurement's ratio is over.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Against {
+    /// The lock baseline ([`RawCycle`]).
+    #[default]
+    Lock,
+    /// The queue baseline ([`QueueCycle`]).
+    Queue,
+    /// None: the scenario is not a throughput to compare (its ratio is 1 by definition).
+    Nothing,
+}
+
+/// A baseline: one hand-written cycle on one plain connection, no library code.
+trait Cycle {
+    /// The measurements interleaved with this cycle have their ratio over it.
+    const AGAINST: Against;
+
+    /// One cycle.
+    fn op(&mut self);
+}
+
+impl Cycle for RawCycle {
+    const AGAINST: Against = Against::Lock;
 
     fn op(&mut self) {
         self.n += 1;
@@ -186,6 +232,44 @@ impl RawCycle {
             .query(&mut self.con)
             .expect("bench: raw EVALSHA failed");
         assert_eq!(deleted, 1, "bench: raw compare-and-delete did not delete");
+    }
+}
+
+/// The queue baseline: `LPUSH list payload` + `RPOP list` on one plain connection.
+struct QueueCycle {
+    con: redis::Connection,
+}
+
+impl QueueCycle {
+    fn new(url: &str) -> Self {
+        let mut con = connect(url);
+        let _: i64 = redis::cmd("DEL")
+            .arg(RAW_QUEUE_KEY)
+            .query(&mut con)
+            .expect("bench: DEL failed");
+        QueueCycle { con }
+    }
+}
+
+impl Cycle for QueueCycle {
+    const AGAINST: Against = Against::Queue;
+
+    fn op(&mut self) {
+        let len: i64 = redis::cmd("LPUSH")
+            .arg(RAW_QUEUE_KEY)
+            .arg(JOB_PAYLOAD)
+            .query(&mut self.con)
+            .expect("bench: raw LPUSH failed");
+        assert_eq!(len, 1, "bench: the raw queue was not empty");
+        let popped: Option<Vec<u8>> = redis::cmd("RPOP")
+            .arg(RAW_QUEUE_KEY)
+            .query(&mut self.con)
+            .expect("bench: raw RPOP failed");
+        assert_eq!(
+            popped.as_deref(),
+            Some(JOB_PAYLOAD),
+            "bench: raw RPOP returned something else"
+        );
     }
 }
 
@@ -239,6 +323,8 @@ struct Measurement {
     /// `(key, scenario)`: when `scenario` ran before, also report `key=` this scenario's ops/s
     /// over that scenario's ops/s.
     relative_to: Option<(&'static str, &'static str)>,
+    /// The baseline of the ratio (with `baseline: None`: this is that baseline's own run).
+    against: Against,
 }
 
 impl Measurement {
@@ -384,9 +470,18 @@ fn single_slice<R: Sample>(
 /// Runs the scenario's warm-up (`slice(ctx.time.warmup, false)`), then `ctx.time.slices`
 /// pairs of a baseline slice and a measured scenario slice (`slice(len, true)`). Returns the
 /// `(baseline, scenario)` pairs.
-fn interleave(ctx: &Ctx, mut slice: impl FnMut(Duration, bool) -> Slice) -> Vec<(Slice, Slice)> {
+fn interleave(ctx: &Ctx, slice: impl FnMut(Duration, bool) -> Slice) -> Vec<(Slice, Slice)> {
+    interleave_with(ctx, &ctx.baseline, slice)
+}
+
+/// [`interleave`] with the slices of another baseline cycle.
+fn interleave_with<C: Cycle>(
+    ctx: &Ctx,
+    baseline: &Mutex<C>,
+    mut slice: impl FnMut(Duration, bool) -> Slice,
+) -> Vec<(Slice, Slice)> {
     slice(ctx.time.warmup, false);
-    let mut baseline = ctx.baseline.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut baseline = baseline.lock().unwrap_or_else(PoisonError::into_inner);
     let mut base_op = || baseline.op();
     (0..ctx.time.slices)
         .map(|_| {
@@ -398,12 +493,22 @@ fn interleave(ctx: &Ctx, mut slice: impl FnMut(Duration, bool) -> Slice) -> Vec<
 }
 
 /// Runs `op` on this thread, in slices interleaved with the baseline.
-fn measure_single<R: Sample>(ctx: &Ctx, mut op: impl FnMut() -> R) -> (Measurement, Vec<R>) {
+fn measure_single<R: Sample>(ctx: &Ctx, op: impl FnMut() -> R) -> (Measurement, Vec<R>) {
+    measure_single_with(ctx, &ctx.baseline, op)
+}
+
+/// [`measure_single`], interleaved with another baseline cycle.
+fn measure_single_with<R: Sample, C: Cycle>(
+    ctx: &Ctx,
+    baseline: &Mutex<C>,
+    mut op: impl FnMut() -> R,
+) -> (Measurement, Vec<R>) {
     let mut record = Record::new();
-    let pairs = interleave(ctx, |len, measured| {
+    let pairs = interleave_with(ctx, baseline, |len, measured| {
         single_slice(len, &mut op, measured.then_some(&mut record))
     });
     let mut m = Measurement::interleaved(&pairs);
+    m.against = C::AGAINST;
     m.per_thread = vec![m.total.ops];
     m.latencies = record.latencies;
     (m, record.samples)
@@ -515,6 +620,22 @@ where
     R: Sample + Send,
     O: FnMut() -> R,
 {
+    measure_threads_with(ctx, &ctx.baseline, threads, before_slice, make)
+}
+
+/// [`measure_threads`], interleaved with another baseline cycle.
+fn measure_threads_with<R, O, C>(
+    ctx: &Ctx,
+    baseline: &Mutex<C>,
+    threads: usize,
+    before_slice: impl Fn(),
+    make: impl Fn(usize) -> O + Sync,
+) -> (Measurement, Vec<R>)
+where
+    R: Sample + Send,
+    O: FnMut() -> R,
+    C: Cycle,
+{
     let gate = Gate::default();
     let (pairs, results) = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -548,7 +669,7 @@ where
             })
             .collect();
         let stop = StopOnDrop(&gate);
-        let pairs = interleave(ctx, |len, measured| {
+        let pairs = interleave_with(ctx, baseline, |len, measured| {
             before_slice();
             gate.open(Some(SliceSpec {
                 end: Instant::now() + len,
@@ -567,6 +688,7 @@ where
         (pairs, results)
     });
     let mut m = Measurement::interleaved(&pairs);
+    m.against = C::AGAINST;
     let mut samples = Vec::new();
     for record in results {
         m.per_thread.push(record.latencies.len() as u64);
@@ -604,7 +726,12 @@ fn mean_attempts(samples: &[Waited], failed_only: bool) -> f64 {
 /// The dedicated, continuous run of the baseline cycle (see [`RawCycle`]); it also warms up
 /// the connection every scenario's interleaved baseline slices use.
 fn raw_baseline(ctx: &Ctx) -> Measurement {
-    let mut baseline = ctx.baseline.lock().unwrap_or_else(PoisonError::into_inner);
+    dedicated_run(ctx, &ctx.baseline)
+}
+
+/// A warm-up, then `BENCH_SECS` of continuous cycles of `baseline`.
+fn dedicated_run<C: Cycle>(ctx: &Ctx, baseline: &Mutex<C>) -> Measurement {
+    let mut baseline = baseline.lock().unwrap_or_else(PoisonError::into_inner);
     let mut op = || baseline.op();
     single_slice(ctx.time.warmup, &mut op, None);
     let mut record = Record::new();
@@ -613,6 +740,7 @@ fn raw_baseline(ctx: &Ctx) -> Measurement {
         total,
         latencies: record.latencies,
         per_thread: vec![total.ops],
+        against: C::AGAINST,
         ..Measurement::default()
     }
 }
@@ -982,6 +1110,227 @@ fn watchdog_10k(ctx: &Ctx) -> Measurement {
     m
 }
 
+// ---------------------------------------------------------------------------------------------
+// Queue scenarios: their ratios are over the queue baseline (`LPUSH` + `RPOP`), not the lock's.
+// ---------------------------------------------------------------------------------------------
+
+/// The dedicated, continuous run of the queue baseline cycle (see [`QueueCycle`]); it also warms
+/// up the connection the queue scenarios' interleaved baseline slices use.
+fn queue_baseline(ctx: &Ctx) -> Measurement {
+    dedicated_run(ctx, &ctx.queue_baseline)
+}
+
+/// A queue whose name is fresh per run (no leftovers from an aborted run on a shared server).
+fn fresh_queue(ctx: &Ctx, prefix: &str) -> redlease::Queue {
+    ctx.client
+        .queue(&fresh(prefix))
+        .expect("bench: bad queue name")
+}
+
+/// One job through a queue: push, take (there must be one), ack.
+fn push_take_ack(queue: &redlease::Queue) {
+    queue.push(JOB_PAYLOAD).expect("bench: queue push failed");
+    let job = queue
+        .try_take()
+        .expect("bench: queue take failed")
+        .expect("bench: the queue was empty right after a push");
+    black_box(job.payload());
+    job.ack().expect("bench: queue ack failed");
+}
+
+/// Push + take + ack of one job, one thread (three round trips, each a script).
+fn queue_1worker(ctx: &Ctx) -> Measurement {
+    let queue = fresh_queue(ctx, "bench-q1");
+    let (m, _) = measure_single_with(ctx, &ctx.queue_baseline, || push_take_ack(&queue));
+    m
+}
+
+/// 4 threads, each looping push + take + ack on one shared queue (a thread may take another's
+/// job; the queue is never empty when a thread takes, since every taker pushed first).
+fn queue_4workers(ctx: &Ctx) -> Measurement {
+    const WORKERS: usize = 4;
+    let queue = fresh_queue(ctx, "bench-q4");
+    let (mut m, _) = measure_threads_with(
+        ctx,
+        &ctx.queue_baseline,
+        WORKERS,
+        || {},
+        |_| {
+            let queue = queue.clone();
+            move || push_take_ack(&queue)
+        },
+    );
+    m.push_thread_spread();
+    m
+}
+
+/// The keys of queue `name` (client with the default prefix): `<prefix>:{<name>}:q:<part>`.
+fn queue_keys(name: &str) -> Vec<String> {
+    let stem = Keyspace::default()
+        .stem(name)
+        .expect("bench: bad queue name");
+    [
+        "ready",
+        "delayed",
+        "payloads",
+        "priorities",
+        "seq",
+        "inflight",
+        "leases",
+        "deliveries",
+        "dead",
+    ]
+    .iter()
+    .map(|part| format!("{stem}:q:{part}"))
+    .collect()
+}
+
+/// Jobs pushed in batches of 100 with `push_many` (one round trip per batch), one thread. One
+/// op is one job (ratio: jobs/s over the queue baseline's cycles/s); `p50_us`/`p99_us` are per
+/// batch. The queue's keys are deleted before every slice (untimed), so it does not grow.
+fn queue_batch_push(ctx: &Ctx) -> Measurement {
+    const BATCH: usize = 100;
+    let name = fresh("bench-qb");
+    let queue = ctx.client.queue(&name).expect("bench: bad queue name");
+    let keys = queue_keys(&name);
+    let mut con = ctx.raw_connection();
+    let mut clear = || {
+        let _: i64 = redis::cmd("DEL")
+            .arg(&keys)
+            .query(&mut con)
+            .expect("bench: DEL of the queue failed");
+    };
+    let mut push = || {
+        let ids = queue
+            .push_many(std::iter::repeat_n(JOB_PAYLOAD, BATCH))
+            .expect("bench: push_many failed");
+        assert_eq!(ids.len(), BATCH, "bench: push_many pushed a short batch");
+    };
+    let mut record = Record::new();
+    let pairs = interleave_with(ctx, &ctx.queue_baseline, |len, measured| {
+        clear();
+        let batches = single_slice(len, &mut push, measured.then_some(&mut record));
+        Slice {
+            ops: batches.ops * BATCH as u64,
+            elapsed: batches.elapsed,
+        }
+    });
+    clear();
+    let left = queue.stats().expect("bench: queue stats failed");
+    assert_eq!(
+        left,
+        redlease::QueueStats::default(),
+        "bench: the batch queue was not emptied (its keys changed?)"
+    );
+    let mut m = Measurement::interleaved(&pairs);
+    m.against = Against::Queue;
+    m.per_thread = vec![m.total.ops];
+    m.latencies = record.latencies;
+    m.extra.push(("batch", BATCH.to_string()));
+    m.extra.push(("latency", "per_batch".to_string()));
+    m
+}
+
+/// `to - from` in microseconds, negative when `to` is earlier.
+fn signed_micros(from: Instant, to: Instant) -> i64 {
+    match to.checked_duration_since(from) {
+        Some(d) => i64::from(micros(d)),
+        None => -i64::from(micros(from - to)),
+    }
+}
+
+/// Nearest-rank percentile of sorted signed values (0 when there are none).
+fn percentile_signed(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// How late delayed jobs are delivered. A round: one taker thread waits on an empty queue
+/// (`take`, then ack) while the main thread pushes 200 jobs one by one with delays spread over
+/// 0-500 ms, in an order unrelated to their delays. A job's lateness is when `take` returned it
+/// minus when its push was sent minus its delay (the payload carries that due time). Rounds
+/// repeat for `BENCH_SECS` (at least one); no interleaved baseline (`ratio` is 1).
+///
+/// `ops_per_s` is jobs over the rounds' time, which the delays bound (not a throughput);
+/// `p50_us`/`p99_us` are the lateness percentiles (negatives count as 0 there), `max_us` and
+/// `min_us` its extremes, `early` the jobs taken before their due time by this process's clock
+/// (the server's due time is in whole milliseconds of its own clock, so up to 1 ms early).
+fn delayed_lateness(ctx: &Ctx) -> Measurement {
+    const JOBS: u64 = 200;
+    const MAX_DELAY_MS: u64 = 500;
+    let queue = fresh_queue(ctx, "bench-delayed");
+    for _ in 0..10 {
+        push_take_ack(&queue);
+    }
+    let origin = Instant::now();
+    let mut lateness: Vec<i64> = Vec::new();
+    let mut rounds = 0u64;
+    let started = Instant::now();
+    while rounds == 0 || started.elapsed() < ctx.time.run {
+        std::thread::scope(|s| {
+            let taker = s.spawn(|| {
+                (0..JOBS)
+                    .map(|_| {
+                        let job = queue
+                            .take(Duration::from_secs(5))
+                            .expect("bench: delayed take failed")
+                            .expect("bench: a delayed job was not delivered within 5 s");
+                        let taken = Instant::now();
+                        let due_ns = u64::from_le_bytes(
+                            job.payload()
+                                .try_into()
+                                .expect("bench: a delayed job's payload is not a due time"),
+                        );
+                        job.ack().expect("bench: delayed ack failed");
+                        signed_micros(origin + Duration::from_nanos(due_ns), taken)
+                    })
+                    .collect::<Vec<i64>>()
+            });
+            for i in 0..JOBS {
+                // 211 is prime to 501: 200 distinct delays, shuffled, shifted every round.
+                let delay = Duration::from_millis((i * 211 + rounds * 97) % (MAX_DELAY_MS + 1));
+                let due = Instant::now() + delay;
+                let due_ns = u64::try_from((due - origin).as_nanos()).unwrap_or(u64::MAX);
+                queue
+                    .push_with(due_ns.to_le_bytes().to_vec(), 0, delay)
+                    .expect("bench: delayed push failed");
+            }
+            lateness.extend(taker.join().expect("bench: the delayed taker panicked"));
+        });
+        rounds += 1;
+    }
+    let elapsed = started.elapsed();
+    lateness.sort_unstable();
+    let mut m = Measurement {
+        total: Slice {
+            ops: lateness.len() as u64,
+            elapsed,
+        },
+        latencies: lateness
+            .iter()
+            .map(|&us| u32::try_from(us.max(0)).unwrap_or(u32::MAX))
+            .collect(),
+        against: Against::Nothing,
+        ..Measurement::default()
+    };
+    m.per_thread = vec![m.total.ops];
+    m.extra
+        .push(("max_us", percentile_signed(&lateness, 100.0).to_string()));
+    m.extra
+        .push(("min_us", lateness.first().copied().unwrap_or(0).to_string()));
+    m.extra.push((
+        "early",
+        lateness.iter().filter(|&&us| us < 0).count().to_string(),
+    ));
+    m.extra.push(("jobs", lateness.len().to_string()));
+    m.extra.push(("rounds", rounds.to_string()));
+    m.extra.push(("max_delay_ms", MAX_DELAY_MS.to_string()));
+    m
+}
+
 fn env_duration(var: &str, unit: f64, default: f64) -> Duration {
     let Ok(raw) = std::env::var(var) else {
         return Duration::from_secs_f64(default * unit);
@@ -1047,16 +1396,25 @@ fn main() {
         .build()
         .expect("bench: cannot build the redlease client");
     let baseline = Mutex::new(RawCycle::new(&url));
+    let queue_baseline = Mutex::new(QueueCycle::new(&url));
     let ctx = Ctx {
         url,
         time,
         client,
         baseline,
+        queue_baseline,
     };
 
+    let matches = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
+    // The queue scenarios' ratios are over the queue baseline: give it its own line too.
+    let queue_selected = SCENARIOS
+        .iter()
+        .any(|(name, _)| name.starts_with("queue_") && matches(name));
     let selected: Vec<_> = SCENARIOS
         .iter()
-        .filter(|(name, _)| *name == BASELINE || filter.as_deref().is_none_or(|f| name.contains(f)))
+        .filter(|(name, _)| {
+            *name == BASELINE || (*name == QUEUE_BASELINE && queue_selected) || matches(name)
+        })
         .collect();
     if let Some(f) = &filter
         && selected.len() == 1
@@ -1067,6 +1425,8 @@ fn main() {
     let started = Instant::now();
     let mut dedicated = None;
     let mut interleaved_baselines = Vec::new();
+    let mut queue_dedicated = None;
+    let mut queue_interleaved = Vec::new();
     let mut ratios: Vec<(&str, f64)> = Vec::new();
     let mut throughputs: Vec<(&str, f64)> = Vec::new();
     for (name, scenario) in &selected {
@@ -1078,34 +1438,38 @@ fn main() {
                 .push((key, format!("{:.3}", m.ops_per_s() / ops.max(1e-9))));
         }
         report(name, &mut m);
-        match m.baseline {
-            None => dedicated = Some(m.ops_per_s()),
-            Some(b) => interleaved_baselines.push(b.ops_per_s()),
+        match (m.against, m.baseline) {
+            (Against::Lock, None) => dedicated = Some(m.ops_per_s()),
+            (Against::Lock, Some(b)) => interleaved_baselines.push(b.ops_per_s()),
+            (Against::Queue, None) => queue_dedicated = Some(m.ops_per_s()),
+            (Against::Queue, Some(b)) => queue_interleaved.push(b.ops_per_s()),
+            (Against::Nothing, _) => {}
         }
-        ratios.push((name, m.ratio()));
+        if m.against != Against::Nothing {
+            ratios.push((name, m.ratio()));
+        }
         throughputs.push((name, m.ops_per_s()));
     }
     // How far the machine drifted: the interleaved baselines against the dedicated run.
-    let drift = match dedicated {
-        Some(d) if !interleaved_baselines.is_empty() => {
-            let min = interleaved_baselines
-                .iter()
-                .copied()
-                .fold(f64::MAX, f64::min);
-            let max = interleaved_baselines.iter().copied().fold(0.0, f64::max);
+    let drift = |what: &str, dedicated: Option<f64>, interleaved: &[f64]| match dedicated {
+        Some(d) if !interleaved.is_empty() => {
+            let min = interleaved.iter().copied().fold(f64::MAX, f64::min);
+            let max = interleaved.iter().copied().fold(0.0, f64::max);
             let pct = |x: f64| (x / d.max(1e-9) - 1.0) * 100.0;
             format!(
-                "; interleaved baselines {min:.0}..{max:.0} ops/s ({:+.1}%..{:+.1}% vs the dedicated run)",
+                "; interleaved {what}baselines {min:.0}..{max:.0} ops/s ({:+.1}%..{:+.1}% vs the dedicated {what}run)",
                 pct(min),
                 pct(max)
             )
         }
         _ => String::new(),
     };
+    let drift = drift("", dedicated, &interleaved_baselines)
+        + &drift("queue ", queue_dedicated, &queue_interleaved);
     let summary: Vec<String> = ratios.iter().map(|(n, r)| format!("{n}={r:.3}")).collect();
     eprintln!(
         "bench summary: {} scenario(s) in {:.1} s ({:.1} s each, in {} slices of {} ms interleaved with as many baseline slices); ratios: {}{drift}",
-        summary.len(),
+        throughputs.len(),
         started.elapsed().as_secs_f64(),
         run.as_secs_f64(),
         time.slices,

@@ -42,6 +42,7 @@ pub struct QueueKeys {
     leases: String,
     deliveries: String,
     dead: String,
+    holders: String,
     channel: String,
 }
 
@@ -61,6 +62,7 @@ impl QueueKeys {
             leases: k("leases"),
             deliveries: k("deliveries"),
             dead: k("dead"),
+            holders: k("holders"),
             channel: k("pushed"),
         })
     }
@@ -224,6 +226,7 @@ pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<
             .key(&keys.leases)
             .key(&keys.deliveries)
             .key(&keys.dead)
+            .key(&keys.holders)
             .arg(t)
             .arg(visibility_ms.to_string())
             .arg(&max),
@@ -240,9 +243,19 @@ pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<
                 .arg(t),
         },
         cancel: None,
-        // The id of a job whose take was lost is unknown: its lease runs out and it is
-        // redelivered.
-        undo: None,
+        // A take whose reply was lost: give back whatever job was leased to this token.
+        undo: Some(
+            ScriptCall::new(&scripts::UNTAKE)
+                .key(&keys.inflight)
+                .key(&keys.leases)
+                .key(&keys.ready)
+                .key(&keys.priorities)
+                .key(&keys.seq)
+                .key(&keys.deliveries)
+                .key(&keys.holders)
+                .arg(t)
+                .arg(&keys.channel),
+        ),
         queued: false,
         wake: WakeOn::any(&keys.channel),
         target: keys.target(),
@@ -261,6 +274,7 @@ fn nack_call(keys: &QueueKeys, token: &str, backoff: Duration, max: u32) -> Scri
         .key(&keys.seq)
         .key(&keys.deliveries)
         .key(&keys.dead)
+        .key(&keys.holders)
         .arg(token)
         .arg(backoff.as_millis().to_string())
         .arg(max.to_string())
@@ -275,6 +289,7 @@ pub fn ack_call(keys: &QueueKeys, id: &str, token: &str) -> ScriptCall {
         .key(&keys.payloads)
         .key(&keys.priorities)
         .key(&keys.deliveries)
+        .key(&keys.holders)
         .arg(id)
         .arg(token)
 }
@@ -417,3 +432,5 @@ pub fn requeue(keys: &QueueKeys, id: &str, deadline: Instant) -> ScriptOp<Requeu
         .arg(&keys.channel);
     ScriptOp::new(Requeue, call, keys.target(), None, deadline)
 }
+#[cfg(test)]
+mod tests;

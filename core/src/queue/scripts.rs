@@ -6,28 +6,28 @@ use crate::script::Script;
 pub static PUSH: Script = Script {
     name: "queue_push",
     source: include_str!("lua/push.lua"),
-    sha1: "21964c14ab99af6ffbccf9c9e2f287ad13aa2d63",
+    sha1: "60e416416c9ff5f7a8fb46e53f5f8b566df62415",
 };
 
 /// `lua/dequeue.lua`
 pub static DEQUEUE: Script = Script {
     name: "queue_dequeue",
     source: include_str!("lua/dequeue.lua"),
-    sha1: "25b262cf772ce300096d712f01906d346428e798",
+    sha1: "92b86c673331ca58e1af416e9b98639a6a1c6c55",
 };
 
 /// `lua/ack.lua`
 pub static ACK: Script = Script {
     name: "queue_ack",
     source: include_str!("lua/ack.lua"),
-    sha1: "da60000452e37c0ad384ac3262d523d63af2c868",
+    sha1: "43bad160cd6ae649ecc1154480ec7b38837fe471",
 };
 
 /// `lua/nack.lua`
 pub static NACK: Script = Script {
     name: "queue_nack",
     source: include_str!("lua/nack.lua"),
-    sha1: "79a99e71404543e382a21d381ec31d769a842309",
+    sha1: "e14063fa1dfdc82c6e530f42d07368c17b10e4dd",
 };
 
 /// `lua/job_extend.lua`
@@ -62,11 +62,18 @@ pub static DEAD: Script = Script {
 pub static REQUEUE: Script = Script {
     name: "queue_requeue",
     source: include_str!("lua/requeue.lua"),
-    sha1: "b13de13051a6c3b7effd700a9f76e3c8183a3ae5",
+    sha1: "9d2fc1978d525e9bb317646e97bee7c3e2a8efa4",
+};
+
+/// `lua/untake.lua`
+pub static UNTAKE: Script = Script {
+    name: "queue_untake",
+    source: include_str!("lua/untake.lua"),
+    sha1: "609daf368bed4a672871d3b2e30ac80f8467d5ca",
 };
 
 /// Every queue script.
-pub static ALL: [&Script; 9] = [
+pub static ALL: [&Script; 10] = [
     &PUSH,
     &DEQUEUE,
     &ACK,
@@ -76,6 +83,7 @@ pub static ALL: [&Script; 9] = [
     &STATS,
     &DEAD,
     &REQUEUE,
+    &UNTAKE,
 ];
 
 #[cfg(test)]

@@ -1,7 +1,12 @@
 -- Acknowledge a job: it is done and forgotten. Refused once the lease ran out (the job is
 -- then redelivered to someone else).
--- KEYS: 1 in flight, 2 leases, 3 payloads, 4 priorities, 5 deliveries. ARGV: 1 id, 2 token.
+-- KEYS: 1 in flight, 2 leases, 3 payloads, 4 priorities, 5 deliveries, 6 holders.
+-- ARGV: 1 id, 2 token.
 -- Returns 1 acked, 0 the lease ran out (or the job is gone), -1 another delivery holds it.
+redis.call('ZCARD', KEYS[1])
+for i = 2, 6 do
+  redis.call('HLEN', KEYS[i])
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local holder = redis.call('HGET', KEYS[2], ARGV[1])
@@ -20,4 +25,5 @@ redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
+redis.call('HDEL', KEYS[6], ARGV[2])
 return 1

@@ -1,7 +1,21 @@
 -- Give a job back: retry it after a backoff, or after max deliveries put it on the dead
 -- list. KEYS: 1 in flight, 2 leases, 3 delayed, 4 ready, 5 priorities, 6 sequence counter,
--- 7 deliveries, 8 dead. ARGV: 1 id, 2 token, 3 backoff ms, 4 max deliveries, 5 channel.
+-- 7 deliveries, 8 dead, 9 holders. ARGV: 1 id, 2 token, 3 backoff ms, 4 max deliveries,
+-- 5 channel.
 -- Returns 1 done, 0 the lease ran out (or the job is gone), -1 another delivery holds it.
+-- Read every key once before writing any (a wrong type fails before any write).
+redis.call('ZCARD', KEYS[1])
+redis.call('HLEN', KEYS[2])
+redis.call('ZCARD', KEYS[3])
+redis.call('ZCARD', KEYS[4])
+redis.call('HLEN', KEYS[5])
+redis.call('HLEN', KEYS[7])
+redis.call('LLEN', KEYS[8])
+redis.call('HLEN', KEYS[9])
+local seq_now = redis.call('GET', KEYS[6])
+if seq_now and not tonumber(seq_now) then
+  return redis.error_reply('ERR the sequence counter ' .. KEYS[6] .. ' is not an integer')
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local id = ARGV[1]
@@ -18,6 +32,7 @@ if (not expiry) or tonumber(expiry) <= now then
 end
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
+redis.call('HDEL', KEYS[9], ARGV[2])
 if (tonumber(redis.call('HGET', KEYS[7], id)) or 0) >= tonumber(ARGV[4]) then
   redis.call('RPUSH', KEYS[8], id)
   return 1

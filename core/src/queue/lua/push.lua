@@ -3,10 +3,28 @@
 -- ARGV: 1 delay ms, 2 priority (0..255, higher first), 3 channel, then pairs of (id, payload).
 -- Returns a flat list of (1 pushed | 0 duplicate, id) per job. A job id that is queued,
 -- delayed, running or dead is a duplicate: nothing is written for it.
+-- Read every key once before writing any: a key of the wrong type fails the call before
+-- anything is written (Redis does not roll back a failed script's writes).
+redis.call('ZCARD', KEYS[1])
+redis.call('ZCARD', KEYS[2])
+redis.call('HLEN', KEYS[3])
+redis.call('HLEN', KEYS[4])
+local seq_now = redis.call('GET', KEYS[5])
+if seq_now and not tonumber(seq_now) then
+  return redis.error_reply('ERR the sequence counter ' .. KEYS[5] .. ' is not an integer')
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local delay, priority = tonumber(ARGV[1]), tonumber(ARGV[2])
-local out, ready = {}, 0
+-- Delayed jobs already due go to ready first, so they keep their place before the jobs
+-- pushed now.
+for _, due in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)) do
+  redis.call('ZREM', KEYS[2], due)
+  local p = tonumber(redis.call('HGET', KEYS[4], due)) or 0
+  local seq = redis.call('INCR', KEYS[5])
+  redis.call('ZADD', KEYS[1], (255 - p) * 1099511627776 + seq, due)
+end
+local out, ready, delayed = {}, 0, 0
 for i = 4, #ARGV, 2 do
   local id = ARGV[i]
   if redis.call('HSETNX', KEYS[3], id, ARGV[i + 1]) == 0 then
@@ -15,6 +33,7 @@ for i = 4, #ARGV, 2 do
     redis.call('HSET', KEYS[4], id, priority)
     if delay > 0 then
       redis.call('ZADD', KEYS[2], now + delay, id)
+      delayed = delayed + 1
     else
       local seq = redis.call('INCR', KEYS[5])
       redis.call('ZADD', KEYS[1], (255 - priority) * 1099511627776 + seq, id)
@@ -24,7 +43,11 @@ for i = 4, #ARGV, 2 do
   end
   out[#out + 1] = id
 end
-if ready > 0 then
+-- Wake takers: every idle one for a batch, one for a single job; a delayed job wakes one
+-- too, so that a taker asleep until a later due time sleeps until this one instead.
+if ready > 1 then
+  redis.call('PUBLISH', ARGV[3], '*')
+elseif ready + delayed > 0 then
   redis.call('PUBLISH', ARGV[3], '1')
 end
 return out

@@ -1,6 +1,14 @@
 -- Move a dead job back to ready, with its delivery count reset.
 -- KEYS: 1 dead, 2 ready, 3 priorities, 4 sequence counter, 5 deliveries.
 -- ARGV: 1 id, 2 channel. Returns 1 requeued, 0 not on the dead list.
+redis.call('LLEN', KEYS[1])
+redis.call('ZCARD', KEYS[2])
+redis.call('HLEN', KEYS[3])
+redis.call('HLEN', KEYS[5])
+local seq_now = redis.call('GET', KEYS[4])
+if seq_now and not tonumber(seq_now) then
+  return redis.error_reply('ERR the sequence counter ' .. KEYS[4] .. ' is not an integer')
+end
 if redis.call('LREM', KEYS[1], 0, ARGV[1]) == 0 then
   return 0
 end

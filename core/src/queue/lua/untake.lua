@@ -1,0 +1,27 @@
+-- Give back the job leased with a token whose take went unanswered (the taker never saw
+-- it): back to ready at once, its delivery not counted.
+-- KEYS: 1 in flight, 2 leases, 3 ready, 4 priorities, 5 sequence counter, 6 deliveries,
+-- 7 holders. ARGV: 1 token, 2 channel. Returns 1 given back, 0 nothing was leased to it.
+redis.call('ZCARD', KEYS[1])
+redis.call('HLEN', KEYS[2])
+redis.call('ZCARD', KEYS[3])
+redis.call('HLEN', KEYS[4])
+redis.call('HLEN', KEYS[6])
+redis.call('HLEN', KEYS[7])
+local seq_now = redis.call('GET', KEYS[5])
+if seq_now and not tonumber(seq_now) then
+  return redis.error_reply('ERR the sequence counter ' .. KEYS[5] .. ' is not an integer')
+end
+local id = redis.call('HGET', KEYS[7], ARGV[1])
+if not id or redis.call('HGET', KEYS[2], id) ~= ARGV[1] then
+  return 0
+end
+redis.call('HDEL', KEYS[7], ARGV[1])
+redis.call('HDEL', KEYS[2], id)
+redis.call('ZREM', KEYS[1], id)
+redis.call('HINCRBY', KEYS[6], id, -1)
+local priority = tonumber(redis.call('HGET', KEYS[4], id)) or 0
+local seq = redis.call('INCR', KEYS[5])
+redis.call('ZADD', KEYS[3], (255 - priority) * 1099511627776 + seq, id)
+redis.call('PUBLISH', ARGV[2], '1')
+return 1

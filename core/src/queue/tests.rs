@@ -1,0 +1,961 @@
+//! The queue's calls and machines driven by scripted replies on virtual time.
+
+use std::time::{Duration, Instant};
+
+use super::scripts::{ACK, DEAD, DEQUEUE, JOB_EXTEND, JOB_INSPECT, NACK, PUSH, REQUEUE, STATS};
+use super::*;
+use crate::command::Request;
+use crate::error::LossReason;
+use crate::lease::{Acquire, AcquireOptions, Acquisition, Lease, LeaseState};
+use crate::protocol::{Protocol, Step};
+use crate::reply::TransportFailure;
+use crate::testing::{Scenario, err, ints, origin};
+
+const READY: &str = "redlease:{jobs}:q:ready";
+const DELAYED: &str = "redlease:{jobs}:q:delayed";
+const PAYLOADS: &str = "redlease:{jobs}:q:payloads";
+const PRIORITIES: &str = "redlease:{jobs}:q:priorities";
+const SEQ: &str = "redlease:{jobs}:q:seq";
+const INFLIGHT: &str = "redlease:{jobs}:q:inflight";
+const LEASES: &str = "redlease:{jobs}:q:leases";
+const DELIVERIES: &str = "redlease:{jobs}:q:deliveries";
+const DEAD_LIST: &str = "redlease:{jobs}:q:dead";
+const HOLDERS: &str = "redlease:{jobs}:q:holders";
+const CHANNEL: &str = "redlease:{jobs}:q:pushed";
+
+fn keys() -> QueueKeys {
+    QueueKeys::new(&Keyspace::default(), "jobs").unwrap()
+}
+
+fn token() -> Token {
+    Token::from_random([7; 16])
+}
+
+fn tok() -> String {
+    token().as_str().to_owned()
+}
+
+fn settings() -> QueueSettings {
+    QueueSettings {
+        visibility: Duration::from_millis(1500),
+        max_deliveries: 4,
+    }
+}
+
+fn deadline(now: Instant) -> Instant {
+    now + Duration::from_secs(1)
+}
+
+/// The arguments of a request, lossily decoded, the command name first.
+fn args(r: &Request) -> Vec<String> {
+    r.command
+        .args()
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+/// The EVALSHA arguments of a script call.
+fn call_args(c: &ScriptCall) -> Vec<String> {
+    c.evalsha()
+        .args()
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+fn strs(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn bulk(s: &[u8]) -> Reply {
+    Reply::Bulk(s.to_vec())
+}
+
+fn job(id: &str, payload: &[u8]) -> NewJob {
+    NewJob {
+        id: id.to_owned(),
+        payload: payload.to_vec(),
+    }
+}
+
+fn is_unexpected<T: std::fmt::Debug>(r: &Result<T, Error>) -> bool {
+    matches!(r, Err(Error::UnexpectedReply { .. }))
+}
+
+fn is_invalid<T: std::fmt::Debug>(r: &Result<T, Error>) -> bool {
+    matches!(r, Err(Error::InvalidArgument(_)))
+}
+
+// ---------------------------------------------------------------------------------------
+// Push
+
+#[test]
+fn push_sends_keys_then_delay_priority_channel_and_id_payload_pairs() {
+    let now = origin();
+    let jobs = [job("a", b"first"), job("b", b"\x00\xff binary")];
+    let op = push(
+        &keys(),
+        &jobs,
+        7,
+        Duration::from_millis(1500),
+        deadline(now),
+    )
+    .unwrap();
+    let mut s = Scenario::new(op, now);
+    let r = s.answer(Reply::Array(vec![
+        Reply::Int(1),
+        bulk(b"a"),
+        Reply::Int(0),
+        bulk(b"b"),
+    ]));
+    let a = args(&r);
+    assert_eq!(
+        a[..11],
+        strs(&[
+            "EVALSHA", PUSH.sha1, "5", READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, "1500", "7",
+            CHANNEL,
+        ])
+    );
+    assert_eq!(a[11..13], strs(&["a", "first"]));
+    assert_eq!(a[13], "b");
+    // Payloads travel as raw bytes.
+    assert_eq!(r.command.args()[14], b"\x00\xff binary".to_vec());
+    assert_eq!(r.command.args().len(), 15);
+    assert_eq!(
+        s.expect_done(),
+        Ok(vec![
+            Pushed::Queued("a".into()),
+            Pushed::Duplicate("b".into())
+        ])
+    );
+    assert_eq!(s.sent.len(), 1);
+}
+
+#[test]
+fn push_without_delay_sends_zero_and_the_default_priority() {
+    let now = origin();
+    let op = push(&keys(), &[job("x", b"")], 0, Duration::ZERO, deadline(now)).unwrap();
+    let mut s = Scenario::new(op, now);
+    let r = s.answer(Reply::Array(vec![Reply::Int(1), bulk(b"x")]));
+    assert_eq!(args(&r)[8..], strs(&["0", "0", CHANNEL, "x", ""]));
+    assert_eq!(s.expect_done(), Ok(vec![Pushed::Queued("x".into())]));
+    // The highest priority and a sub-millisecond delay (rounded down to whole ms).
+    let op = push(
+        &keys(),
+        &[job("y", b"p")],
+        MAX_PRIORITY,
+        Duration::from_micros(2_999),
+        deadline(now),
+    )
+    .unwrap();
+    let mut s = Scenario::new(op, now);
+    let r = s.answer(Reply::Array(vec![Reply::Int(1), bulk(b"y")]));
+    assert_eq!(args(&r)[8..10], strs(&["2", "255"]));
+}
+
+#[test]
+fn push_replies_of_the_wrong_shape_are_unexpected() {
+    let shapes = [
+        Reply::Nil,
+        Reply::Int(1),
+        Reply::Status("OK".into()),
+        // One pair for two jobs, three pairs for two jobs.
+        Reply::Array(vec![Reply::Int(1), bulk(b"a")]),
+        Reply::Array(vec![
+            Reply::Int(1),
+            bulk(b"a"),
+            Reply::Int(1),
+            bulk(b"b"),
+            Reply::Int(1),
+            bulk(b"c"),
+        ]),
+        // An id that is not a bulk string, or not UTF-8.
+        Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Int(5),
+            Reply::Int(1),
+            bulk(b"b"),
+        ]),
+        Reply::Array(vec![
+            Reply::Int(1),
+            bulk(b"\xff"),
+            Reply::Int(1),
+            bulk(b"b"),
+        ]),
+        // An outcome other than 0 or 1, or not a number.
+        Reply::Array(vec![Reply::Int(2), bulk(b"a"), Reply::Int(1), bulk(b"b")]),
+        Reply::Array(vec![Reply::Int(-1), bulk(b"a"), Reply::Int(1), bulk(b"b")]),
+        Reply::Array(vec![Reply::Nil, bulk(b"a"), Reply::Int(1), bulk(b"b")]),
+        ints(&[1, 1, 1, 1]),
+    ];
+    for shape in shapes {
+        let now = origin();
+        let jobs = [job("a", b"1"), job("b", b"2")];
+        let op = push(&keys(), &jobs, 0, Duration::ZERO, deadline(now)).unwrap();
+        let mut s = Scenario::new(op, now);
+        s.answer(shape.clone());
+        let out = s.expect_done();
+        assert!(is_unexpected(&out), "{shape:?}: {out:?}");
+        match out {
+            Err(Error::UnexpectedReply { context, .. }) => assert_eq!(context, "queue push"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.sent.len(), 1, "nothing more is sent");
+    }
+}
+
+#[test]
+fn push_rejects_empty_batches_and_bad_ids_before_sending() {
+    let now = origin();
+    let k = keys();
+    let d = deadline(now);
+    assert!(is_invalid(&push(&k, &[], 0, Duration::ZERO, d)));
+    assert!(is_invalid(&push(
+        &k,
+        &[job("", b"x")],
+        0,
+        Duration::ZERO,
+        d
+    )));
+    let long = "i".repeat(MAX_ID_LEN + 1);
+    assert!(is_invalid(&push(
+        &k,
+        &[job(&long, b"x")],
+        0,
+        Duration::ZERO,
+        d
+    )));
+    // One bad id anywhere in the batch refuses the whole batch.
+    let batch = [job("ok", b"1"), job("", b"2"), job("ok2", b"3")];
+    assert!(is_invalid(&push(&k, &batch, 3, Duration::ZERO, d)));
+    let batch = [job("ok", b"1"), job(&long, b"2")];
+    assert!(is_invalid(&push(&k, &batch, 3, Duration::ZERO, d)));
+    // The longest id is accepted.
+    let longest = "i".repeat(MAX_ID_LEN);
+    assert!(push(&k, &[job(&longest, b"x")], 0, Duration::ZERO, d).is_ok());
+}
+
+#[test]
+fn push_error_replies_are_typed() {
+    let now = origin();
+    let op = push(&keys(), &[job("a", b"1")], 0, Duration::ZERO, deadline(now)).unwrap();
+    let mut s = Scenario::new(op, now);
+    s.answer(err(
+        "WRONGTYPE",
+        "Operation against a key holding the wrong kind of value",
+    ));
+    match s.expect_done() {
+        Err(Error::WrongType { name, keys, .. }) => {
+            assert_eq!(name, "queue jobs");
+            assert!(keys.contains(READY), "{keys}");
+            assert!(keys.contains(PAYLOADS), "{keys}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let op = push(&keys(), &[job("a", b"1")], 0, Duration::ZERO, deadline(now)).unwrap();
+    let mut s = Scenario::new(op, now);
+    s.answer(err(
+        "OOM",
+        "command not allowed when used memory > 'maxmemory'.",
+    ));
+    assert!(matches!(s.expect_done(), Err(Error::Redis { code, .. }) if code == "OOM"));
+}
+
+#[test]
+fn push_after_a_lost_reply_resends_the_same_call() {
+    let now = origin();
+    let op = push(&keys(), &[job("a", b"1")], 0, Duration::ZERO, deadline(now)).unwrap();
+    let mut s = Scenario::new(op, now);
+    let first = s.fail(TransportFailure::no_reply("read timed out"));
+    s.sleep_through();
+    // The lost attempt had written the job: the retry reads it as a duplicate of itself.
+    let second = s.answer(Reply::Array(vec![Reply::Int(0), bulk(b"a")]));
+    assert_eq!(args(&first), args(&second));
+    assert_eq!(s.expect_done(), Ok(vec![Pushed::Duplicate("a".into())]));
+}
+
+// ---------------------------------------------------------------------------------------
+// Take
+
+fn take_opts(wait: Option<Duration>) -> AcquireOptions {
+    AcquireOptions {
+        wait,
+        retry_initial: Duration::from_millis(50),
+        retry_max: Duration::from_secs(2),
+        ..AcquireOptions::default()
+    }
+}
+
+fn taking(wait: Option<Duration>) -> Scenario<Acquire> {
+    let now = origin();
+    let spec = take(&keys(), token(), &settings()).unwrap();
+    Scenario::new(Acquire::new(spec, &take_opts(wait), 5, now).unwrap(), now)
+}
+
+fn job_reply(delivery: i64, id: &[u8], payload: &[u8]) -> Reply {
+    Reply::Array(vec![
+        Reply::Int(1),
+        Reply::Int(delivery),
+        bulk(id),
+        bulk(payload),
+    ])
+}
+
+fn taken(s: &mut Scenario<Acquire>) -> Lease {
+    match s.expect_done() {
+        Ok(Acquisition::Acquired(lease)) => *lease,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn take_spec_is_a_job_lease_woken_by_pushes() {
+    let spec = take(&keys(), token(), &settings()).unwrap();
+    assert_eq!(spec.kind, LockKind::Job);
+    assert_eq!(spec.ttl, Duration::from_millis(1500));
+    assert_eq!(spec.token, token());
+    assert_eq!(spec.wake, WakeOn::any(CHANNEL));
+    assert_eq!(spec.cancel, None);
+    assert_eq!(spec.target.name, "queue jobs");
+    for k in [
+        READY, DELAYED, PAYLOADS, INFLIGHT, LEASES, DELIVERIES, DEAD_LIST,
+    ] {
+        assert!(spec.target.keys.iter().any(|t| t == k), "{k}");
+    }
+}
+
+#[test]
+fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
+    let mut s = taking(None);
+    let start = s.now;
+    let r = s.answer(job_reply(3, b"job-1", b"\x00payload\xff"));
+    assert_eq!(
+        args(&r),
+        strs(&[
+            "EVALSHA",
+            DEQUEUE.sha1,
+            "10",
+            READY,
+            DELAYED,
+            PAYLOADS,
+            PRIORITIES,
+            SEQ,
+            INFLIGHT,
+            LEASES,
+            DELIVERIES,
+            DEAD_LIST,
+            HOLDERS,
+            &tok(),
+            "1500",
+            "4",
+        ])
+    );
+    let lease = taken(&mut s);
+    assert_eq!(lease.kind, LockKind::Job);
+    assert_eq!(lease.fence, 3);
+    assert_eq!(
+        lease.data,
+        vec![b"job-1".to_vec(), b"\x00payload\xff".to_vec()]
+    );
+    assert_eq!(lease.token, token());
+    assert_eq!(lease.ttl, Duration::from_millis(1500));
+    assert_eq!(lease.attempts, 1);
+    assert_eq!(lease.acquired_at, start);
+    assert_eq!(
+        lease.valid_until,
+        start + Duration::from_millis(1500 - 15 - 2)
+    );
+    assert_eq!(lease.name(), "queue jobs job job-1");
+    assert_eq!(s.expect_done(), Err(Error::Finished));
+}
+
+#[test]
+fn a_taken_jobs_calls_have_its_id_bound_first() {
+    let mut s = taking(None);
+    s.answer(job_reply(1, b"job-1", b"p"));
+    let lease = taken(&mut s);
+    let t = tok();
+    // Release (dropping the handle): a nack without backoff.
+    assert_eq!(
+        call_args(&lease.calls.release),
+        strs(&[
+            "EVALSHA", NACK.sha1, "9", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, "job-1", &t, "0", "4", CHANNEL,
+        ])
+    );
+    assert_eq!(
+        lease.calls.release,
+        nack(&keys(), "job-1", &t, Duration::ZERO, 4)
+    );
+    assert_eq!(
+        call_args(&lease.calls.extend),
+        strs(&[
+            "EVALSHA",
+            JOB_EXTEND.sha1,
+            "2",
+            INFLIGHT,
+            LEASES,
+            "job-1",
+            &t
+        ])
+    );
+    assert_eq!(
+        call_args(&lease.calls.inspect),
+        strs(&[
+            "EVALSHA",
+            JOB_INSPECT.sha1,
+            "2",
+            INFLIGHT,
+            LEASES,
+            "job-1",
+            &t
+        ])
+    );
+
+    // The extension appends the new visibility in ms after (id, token).
+    let now = s.now;
+    let op = ScriptOp::extend(&lease, Duration::from_millis(900), deadline(now)).unwrap();
+    let mut e = Scenario::new(op, now);
+    let r = e.answer(Reply::Int(1));
+    assert_eq!(args(&r)[5..], strs(&["job-1", &t, "900"]));
+    assert_eq!(
+        e.expect_done(),
+        Ok(now + Duration::from_millis(900 - 9 - 2))
+    );
+    for (code, reason) in [(0, LossReason::Expired), (-1, LossReason::Taken)] {
+        let op = ScriptOp::extend(&lease, Duration::from_millis(900), deadline(now)).unwrap();
+        let mut e = Scenario::new(op, now);
+        e.answer(Reply::Int(code));
+        match e.expect_done() {
+            Err(Error::NotOwner { name, reason: r }) => {
+                assert_eq!(name, "queue jobs job job-1");
+                assert_eq!(r, reason);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    // Inspection.
+    let cases = [
+        (
+            ints(&[1, 250]),
+            LeaseState::Held {
+                remaining: Some(Duration::from_millis(250)),
+            },
+        ),
+        (ints(&[0, -2]), LeaseState::Expired),
+        (
+            ints(&[-1, 100]),
+            LeaseState::Taken {
+                remaining: Some(Duration::from_millis(100)),
+            },
+        ),
+    ];
+    for (reply, state) in cases {
+        let mut i = Scenario::new(ScriptOp::inspect(&lease, deadline(now)), now);
+        let r = i.answer(reply);
+        assert_eq!(args(&r)[5..], strs(&["job-1", &t]));
+        assert_eq!(i.expect_done(), Ok(state));
+    }
+
+    // The release is the bound nack.
+    let mut rel = Scenario::new(ScriptOp::release(&lease, deadline(now)), now);
+    let r = rel.answer(Reply::Int(1));
+    assert_eq!(args(&r)[1], NACK.sha1);
+    assert_eq!(args(&r)[12..], strs(&["job-1", &t, "0", "4", CHANNEL]));
+    assert_eq!(rel.expect_done(), Ok(()));
+}
+
+#[test]
+fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
+    let mut s = taking(None);
+    s.answer(job_reply(2, b"j", b"p"));
+    let lease = taken(&mut s);
+    let t = tok();
+    let ack = ack_call(&keys(), "j", &t);
+    assert_eq!(
+        call_args(&ack),
+        strs(&[
+            "EVALSHA", ACK.sha1, "6", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
+            "j", &t,
+        ])
+    );
+    let retry = nack(&keys(), "j", &t, Duration::from_millis(2500), 4);
+    assert_eq!(
+        call_args(&retry),
+        strs(&[
+            "EVALSHA", NACK.sha1, "9", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, "j", &t, "2500", "4", CHANNEL,
+        ])
+    );
+    let now = s.now;
+    for call in [ack, retry] {
+        let cases = [
+            (Reply::Int(1), None),
+            (Reply::Int(0), Some(LossReason::Expired)),
+            (Reply::Int(-1), Some(LossReason::Taken)),
+        ];
+        for (reply, loss) in cases {
+            let op = ScriptOp::release_with(&lease, call.clone(), deadline(now));
+            let mut o = Scenario::new(op, now);
+            let r = o.answer(reply);
+            assert_eq!(args(&r), call_args(&call));
+            match (o.expect_done(), loss) {
+                (Ok(()), None) => {}
+                (Err(Error::NotOwner { name, reason }), Some(loss)) => {
+                    assert_eq!(name, "queue jobs job j");
+                    assert_eq!(reason, loss);
+                }
+                (other, loss) => panic!("{other:?} for {loss:?}"),
+            }
+        }
+        // Another number, or not a number, is not an answer.
+        for shape in [Reply::Int(2), Reply::Nil, ints(&[1])] {
+            let op = ScriptOp::release_with(&lease, call.clone(), deadline(now));
+            let mut o = Scenario::new(op, now);
+            o.answer(shape);
+            assert!(is_unexpected(&o.expect_done()));
+        }
+    }
+}
+
+#[test]
+fn an_ack_retried_after_a_lost_reply_counts_the_lost_attempt() {
+    let mut s = taking(None);
+    s.answer(job_reply(1, b"j", b"p"));
+    let lease = taken(&mut s);
+    let now = s.now;
+    let op = ScriptOp::release_with(&lease, ack_call(&keys(), "j", &tok()), deadline(now));
+    let mut o = Scenario::new(op, now);
+    o.fail(TransportFailure::no_reply("timeout"));
+    o.sleep_through();
+    // The lost ack was sent while the lease was valid: it is what removed the job.
+    o.answer(Reply::Int(0));
+    assert_eq!(o.expect_done(), Ok(()));
+}
+
+#[test]
+fn an_empty_queue_waits_for_a_push_or_the_next_due_time() {
+    // A long backoff, so that the cap by the due time shows.
+    let now = origin();
+    let spec = take(&keys(), token(), &settings()).unwrap();
+    let opts = AcquireOptions {
+        wait: Some(Duration::from_secs(10)),
+        retry_initial: Duration::from_secs(2),
+        retry_max: Duration::from_secs(2),
+        ..AcquireOptions::default()
+    };
+    let mut s = Scenario::new(Acquire::new(spec, &opts, 5, now).unwrap(), now);
+    // A delayed job is due in 30 ms: the pause ends then, not after the backoff.
+    s.answer(ints(&[0, 30]));
+    let w = s.expect_wait();
+    assert_eq!(w.until, now + Duration::from_millis(30));
+    assert_eq!(w.wake_on, Some(WakeOn::any(CHANNEL)));
+    s.now = w.until;
+    // Due "now" (the script says at least 1 ms): a 1 ms pause, never a spin.
+    s.answer(ints(&[0, 1]));
+    let w = s.expect_wait();
+    assert_eq!(w.until, s.now + Duration::from_millis(1));
+    s.now = w.until;
+    // Nothing delayed or in flight (-2): the backoff decides, at least 1 s here.
+    s.answer(ints(&[0, -2]));
+    let w = s.expect_wait();
+    assert!(w.until >= s.now + Duration::from_secs(1), "{w:?}");
+    assert!(w.until <= s.now + Duration::from_secs(2), "{w:?}");
+    // A push notification ends the pause at once.
+    s.machine.wake(s.now);
+    let r = s.answer(job_reply(1, b"pushed", b"x"));
+    assert_eq!(args(&r)[1], DEQUEUE.sha1);
+    let lease = taken(&mut s);
+    assert_eq!(lease.data[0], b"pushed");
+    assert_eq!(lease.attempts, 4);
+}
+
+#[test]
+fn an_idle_taker_backs_off_to_its_maximum_and_times_out_at_the_deadline() {
+    let mut s = taking(Some(Duration::from_secs(5)));
+    let start = s.now;
+    let mut attempts = 0;
+    loop {
+        s.answer(ints(&[0, -2]));
+        attempts += 1;
+        match s.machine.poll(s.now) {
+            Step::Wait(w) => {
+                assert!(w.until <= start + Duration::from_secs(5));
+                assert!(w.until - s.now <= Duration::from_secs(2));
+                s.now = w.until;
+            }
+            Step::Done(Err(Error::Timeout {
+                name,
+                waited,
+                attempts: n,
+            })) => {
+                assert_eq!(name, "queue jobs");
+                assert_eq!(waited, Duration::from_secs(5));
+                assert_eq!(n, attempts);
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // 50 ms doubling to 2 s: a handful of tries in 5 s, not one per poll interval.
+    assert!((4..=10).contains(&attempts), "{attempts}");
+    assert_eq!(
+        s.sent.len(),
+        attempts as usize,
+        "no cleanup: nothing was joined"
+    );
+}
+
+#[test]
+fn trying_once_on_an_empty_queue_is_busy() {
+    let mut s = taking(None);
+    s.answer(ints(&[0, 40]));
+    assert_eq!(
+        s.expect_done(),
+        Ok(Acquisition::Busy {
+            holder_ttl: Some(Duration::from_millis(40))
+        })
+    );
+    let mut s = taking(None);
+    s.answer(ints(&[0, -2]));
+    assert_eq!(s.expect_done(), Ok(Acquisition::Busy { holder_ttl: None }));
+    assert_eq!(s.sent.len(), 1);
+}
+
+#[test]
+fn malformed_take_replies_are_unexpected() {
+    let shapes = [
+        Reply::Nil,
+        Reply::Int(1),
+        bulk(b"job"),
+        // Acquired without data, with one item, with three.
+        ints(&[1, 1]),
+        Reply::Array(vec![Reply::Int(1), Reply::Int(1), bulk(b"id")]),
+        Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Int(1),
+            bulk(b"id"),
+            bulk(b"p"),
+            bulk(b"extra"),
+        ]),
+        // Data of the wrong type.
+        Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Int(1),
+            Reply::Int(5),
+            bulk(b"p"),
+        ]),
+        Reply::Array(vec![Reply::Int(1), Reply::Int(1), bulk(b"id"), Reply::Nil]),
+        Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Int(1),
+            bulk(b"id"),
+            Reply::Array(vec![]),
+        ]),
+        // A delivery number below 1.
+        job_reply(0, b"id", b"p"),
+        job_reply(-3, b"id", b"p"),
+        // Empty, with data, or an unknown code.
+        Reply::Array(vec![Reply::Int(0), Reply::Int(10), bulk(b"id"), bulk(b"p")]),
+        Reply::Array(vec![Reply::Int(2), Reply::Int(2), bulk(b"id"), bulk(b"p")]),
+        ints(&[]),
+    ];
+    for shape in shapes {
+        for wait in [None, Some(Duration::from_secs(1))] {
+            let mut s = taking(wait);
+            s.answer(shape.clone());
+            let out = s.expect_done();
+            match &out {
+                Err(Error::UnexpectedReply { context, .. }) => {
+                    assert_eq!(*context, "lock acquisition")
+                }
+                other => panic!("{shape:?}: {other:?}"),
+            }
+            assert_eq!(s.sent.len(), 1, "{shape:?}: nothing more is sent");
+        }
+    }
+}
+
+#[test]
+fn take_wrongtype_is_typed_and_noscript_falls_back_to_eval() {
+    let mut s = taking(Some(Duration::from_secs(5)));
+    s.answer(err(
+        "WRONGTYPE",
+        "Operation against a key holding the wrong kind of value",
+    ));
+    match s.expect_done() {
+        Err(Error::WrongType { name, keys, .. }) => {
+            assert_eq!(name, "queue jobs");
+            assert!(keys.contains(READY), "{keys}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.sent.len(), 1);
+
+    let mut s = taking(None);
+    let first = s.answer(err("NOSCRIPT", "No matching script. Please use EVAL."));
+    let second = s.answer(job_reply(1, b"j", b"p"));
+    assert_eq!(first.command.name(), "EVALSHA");
+    assert_eq!(second.command.name(), "EVAL");
+    assert_eq!(second.command.args()[1], DEQUEUE.source.as_bytes());
+    assert_eq!(args(&first)[2..], args(&second)[2..]);
+    assert_eq!(taken(&mut s).data[0], b"j");
+}
+
+#[test]
+fn giving_up_after_lost_take_replies_sends_no_nack_with_the_token_as_job_id() {
+    // Trying once: a lost reply is asked once more; a second loss gives up, and the
+    // acquisition cleans up what the lost attempts may have taken.
+    let mut s = taking(None);
+    s.fail(TransportFailure::no_reply("read timed out"));
+    s.fail(TransportFailure::no_reply("read timed out"));
+    let t = tok();
+    loop {
+        match s.machine.poll(s.now) {
+            Step::Send(batch) => {
+                for r in batch.requests {
+                    let a = args(&r);
+                    // The job id is not known here: a nack bound to nothing shifts every
+                    // argument (the token becomes the id, "0" the token, the max the
+                    // backoff, the channel the max) and can never give the job back.
+                    assert!(
+                        !(a[1] == NACK.sha1 && a[11] == t),
+                        "the cleanup nacks the job whose id is the lease token: {a:?}"
+                    );
+                    s.machine
+                        .handle(crate::reply::Input::reply(r.id, Reply::Int(0)), s.now);
+                }
+            }
+            Step::Done(out) => {
+                assert!(matches!(out, Err(Error::Unavailable { .. })), "{out:?}");
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Stats, dead jobs, requeue
+
+fn stats_op(now: Instant) -> Scenario<ScriptOp<Stats>> {
+    Scenario::new(stats(&keys(), deadline(now)), now)
+}
+
+#[test]
+fn stats_reads_four_counts() {
+    let now = origin();
+    let mut s = stats_op(now);
+    let r = s.answer(ints(&[3, 2, 1, 0]));
+    assert_eq!(
+        args(&r),
+        strs(&[
+            "EVALSHA", STATS.sha1, "4", READY, DELAYED, INFLIGHT, DEAD_LIST
+        ])
+    );
+    assert_eq!(
+        s.expect_done(),
+        Ok(QueueStats {
+            ready: 3,
+            delayed: 2,
+            in_flight: 1,
+            dead: 0
+        })
+    );
+}
+
+#[test]
+fn malformed_stats_are_unexpected() {
+    let shapes = [
+        Reply::Nil,
+        Reply::Int(4),
+        ints(&[]),
+        ints(&[1, 2, 3]),
+        ints(&[1, 2, 3, 4, 5]),
+        ints(&[1, -1, 0, 0]),
+        Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Nil,
+            Reply::Int(0),
+            Reply::Int(0),
+        ]),
+        Reply::Array(vec![
+            bulk(b"x"),
+            Reply::Int(0),
+            Reply::Int(0),
+            Reply::Int(0),
+        ]),
+    ];
+    for shape in shapes {
+        let mut s = stats_op(origin());
+        s.answer(shape.clone());
+        match s.expect_done() {
+            Err(Error::UnexpectedReply { context, .. }) => assert_eq!(context, "queue stats"),
+            other => panic!("{shape:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn stats_falls_back_to_eval_on_noscript() {
+    let mut s = stats_op(origin());
+    s.answer(err("NOSCRIPT", "No matching script. Please use EVAL."));
+    let r = s.answer(ints(&[0, 0, 0, 7]));
+    assert_eq!(r.command.name(), "EVAL");
+    assert_eq!(r.command.args()[1], STATS.source.as_bytes());
+    assert_eq!(
+        args(&r)[2..],
+        strs(&["4", READY, DELAYED, INFLIGHT, DEAD_LIST])
+    );
+    assert_eq!(s.expect_done().map(|st| st.dead), Ok(7));
+    assert_eq!(s.sent.len(), 2);
+}
+
+#[test]
+fn dead_jobs_are_listed_with_deliveries_and_payload() {
+    let now = origin();
+    let mut s = Scenario::new(dead_jobs(&keys(), 25, deadline(now)), now);
+    let r = s.answer(Reply::Array(vec![
+        bulk(b"a"),
+        Reply::Int(5),
+        bulk(b"\x00\xff"),
+        bulk(b"b"),
+        Reply::Int(1),
+        bulk(b""),
+    ]));
+    assert_eq!(
+        args(&r),
+        strs(&[
+            "EVALSHA", DEAD.sha1, "3", DEAD_LIST, PAYLOADS, DELIVERIES, "25"
+        ])
+    );
+    assert_eq!(
+        s.expect_done(),
+        Ok(vec![
+            DeadJob {
+                id: "a".into(),
+                deliveries: 5,
+                payload: b"\x00\xff".to_vec()
+            },
+            DeadJob {
+                id: "b".into(),
+                deliveries: 1,
+                payload: Vec::new()
+            },
+        ])
+    );
+    // An empty list, and a limit of 0 asks for one.
+    let mut s = Scenario::new(dead_jobs(&keys(), 0, deadline(now)), now);
+    let r = s.answer(Reply::Array(vec![]));
+    assert_eq!(args(&r)[6], "1");
+    assert_eq!(s.expect_done(), Ok(vec![]));
+}
+
+#[test]
+fn malformed_dead_lists_are_unexpected() {
+    let shapes = [
+        Reply::Nil,
+        Reply::Int(0),
+        Reply::Array(vec![bulk(b"a"), Reply::Int(1)]),
+        Reply::Array(vec![bulk(b"a"), Reply::Int(-1), bulk(b"p")]),
+        Reply::Array(vec![bulk(b"\xff"), Reply::Int(1), bulk(b"p")]),
+        Reply::Array(vec![Reply::Int(3), Reply::Int(1), bulk(b"p")]),
+        Reply::Array(vec![bulk(b"a"), Reply::Int(1), Reply::Int(9)]),
+        Reply::Array(vec![bulk(b"a"), Reply::Nil, bulk(b"p")]),
+    ];
+    for shape in shapes {
+        let now = origin();
+        let mut s = Scenario::new(dead_jobs(&keys(), 10, deadline(now)), now);
+        s.answer(shape.clone());
+        match s.expect_done() {
+            Err(Error::UnexpectedReply { context, .. }) => {
+                assert_eq!(context, "dead-letter list")
+            }
+            other => panic!("{shape:?}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn requeue_says_whether_the_job_was_dead() {
+    let now = origin();
+    for (reply, out) in [(Reply::Int(1), Ok(true)), (Reply::Int(0), Ok(false))] {
+        let mut s = Scenario::new(requeue(&keys(), "a", deadline(now)), now);
+        let r = s.answer(reply);
+        assert_eq!(
+            args(&r),
+            strs(&[
+                "EVALSHA",
+                REQUEUE.sha1,
+                "5",
+                DEAD_LIST,
+                READY,
+                PRIORITIES,
+                SEQ,
+                DELIVERIES,
+                "a",
+                CHANNEL,
+            ])
+        );
+        assert_eq!(s.expect_done(), out);
+    }
+    for shape in [Reply::Int(2), Reply::Int(-1), Reply::Nil, ints(&[1])] {
+        let mut s = Scenario::new(requeue(&keys(), "a", deadline(now)), now);
+        s.answer(shape.clone());
+        match s.expect_done() {
+            Err(Error::UnexpectedReply { context, .. }) => assert_eq!(context, "requeue"),
+            other => panic!("{shape:?}: {other:?}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Settings and names
+
+#[test]
+fn settings_are_validated_before_anything_is_sent() {
+    let d = QueueSettings::default();
+    assert_eq!(d.visibility, Duration::from_secs(30));
+    assert_eq!(d.max_deliveries, 5);
+    assert!(take(&keys(), token(), &d).is_ok());
+    for visibility in [Duration::ZERO, Duration::from_micros(999), Duration::MAX] {
+        let s = QueueSettings {
+            visibility,
+            ..QueueSettings::default()
+        };
+        let out = take(&keys(), token(), &s);
+        assert!(is_invalid(&out), "{visibility:?}: {out:?}");
+    }
+    let s = QueueSettings {
+        max_deliveries: 0,
+        ..QueueSettings::default()
+    };
+    assert!(matches!(
+        take(&keys(), token(), &s),
+        Err(Error::InvalidArgument(InvalidArgument::Setting(_)))
+    ));
+    let s = QueueSettings {
+        visibility: Duration::from_millis(1),
+        max_deliveries: 1,
+    };
+    let spec = take(&keys(), token(), &s).unwrap();
+    assert_eq!(call_args(&spec.acquire)[14..], strs(&["1", "1"]));
+}
+
+#[test]
+fn queue_names_are_validated() {
+    assert!(matches!(
+        QueueKeys::new(&Keyspace::default(), ""),
+        Err(Error::InvalidArgument(InvalidArgument::EmptyName))
+    ));
+    assert!(matches!(
+        QueueKeys::new(&Keyspace::default(), &"n".repeat(100_000)),
+        Err(Error::InvalidArgument(InvalidArgument::NameTooLong { .. }))
+    ));
+    let k = QueueKeys::new(&Keyspace::new("app").unwrap(), "mail").unwrap();
+    assert_eq!(k.name, "mail");
+    assert_eq!(k.ready, "app:{mail}:q:ready");
+    assert_eq!(k.channel, "app:{mail}:q:pushed");
+}

@@ -1,0 +1,1341 @@
+//! The reliable queue against real redis-server processes: crashing workers, delayed jobs,
+//! priorities, idle takers, expired leases, dead letters, the worker pool, bad input and a
+//! Redis restart.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redlease::core::queue::scripts::DEQUEUE;
+use redlease::{
+    Client, Error, InvalidArgument, Job, LossReason, NewJob, Pushed, Queue, QueueStats,
+    WorkerReport,
+};
+use redlease_suite::RedisServer;
+
+// ---------------------------------------------------------------------------------------
+// Harness
+
+/// The load test takes this exclusively; tests with tight timing bounds share it, so that
+/// they never run beside the load test on a small machine.
+static HEAVY: RwLock<()> = RwLock::new(());
+
+fn timing_sensitive() -> RwLockReadGuard<'static, ()> {
+    HEAVY.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    HEAVY.write().unwrap_or_else(|p| p.into_inner())
+}
+
+fn server() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|e| panic!("cannot start redis-server: {e}"))
+}
+
+fn client(server: &RedisServer) -> Client {
+    Client::builder(&server.url())
+        .connect_timeout(Duration::from_millis(300))
+        .io_timeout(Duration::from_millis(500))
+        .op_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap()
+}
+
+fn raw(server: &RedisServer) -> redis::Connection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+/// Polls `cond` until it holds, failing the test after `limit`.
+fn await_condition(limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < limit,
+            "condition not reached within {limit:?}"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The key of part `part` of queue `name` (default prefix).
+fn key(name: &str, part: &str) -> String {
+    format!("redlease:{{{name}}}:q:{part}")
+}
+
+fn zero() -> QueueStats {
+    QueueStats::default()
+}
+
+/// Every key with its type and full content: two snapshots are equal when nothing was
+/// written in between.
+fn snapshot(conn: &mut redis::Connection) -> BTreeMap<String, String> {
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(conn).unwrap();
+    keys.into_iter()
+        .map(|k| {
+            let t: String = redis::cmd("TYPE").arg(&k).query(conn).unwrap();
+            let read = |c: &mut redis::Cmd, conn: &mut redis::Connection| {
+                format!("{:?}", c.query::<redis::Value>(conn).unwrap())
+            };
+            let v = match t.as_str() {
+                "string" => read(redis::cmd("GET").arg(&k), conn),
+                "hash" => {
+                    let m: BTreeMap<Vec<u8>, Vec<u8>> =
+                        redis::cmd("HGETALL").arg(&k).query(conn).unwrap();
+                    let m: Vec<_> = m
+                        .iter()
+                        .map(|(f, v)| (String::from_utf8_lossy(f), String::from_utf8_lossy(v)))
+                        .collect();
+                    format!("{m:?}")
+                }
+                "zset" => read(
+                    redis::cmd("ZRANGE")
+                        .arg(&k)
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES"),
+                    conn,
+                ),
+                "list" => read(redis::cmd("LRANGE").arg(&k).arg(0).arg(-1), conn),
+                other => other.to_owned(),
+            };
+            (k, format!("{t}: {v}"))
+        })
+        .collect()
+}
+
+fn pubsub_subscribers(conn: &mut redis::Connection, channel: &str) -> i64 {
+    let n: Vec<redis::Value> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(conn)
+        .unwrap();
+    match n.get(1) {
+        Some(redis::Value::Int(n)) => *n,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A small xorshift generator: the tests need no crate for a few random choices.
+struct Rng(u64);
+
+impl Rng {
+    fn seeded() -> (Self, u64) {
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            | 1;
+        (Rng(seed), seed)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            items.swap(i, j);
+        }
+    }
+}
+
+fn percentile(sorted: &[i64], p: f64) -> i64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+// ---------------------------------------------------------------------------------------
+// Crashing workers
+
+const PROCESSED: &str = "test:processed";
+const ACKED: &str = "test:acked";
+
+enum Exit {
+    Stopped,
+    Killed,
+}
+
+struct Shared {
+    stop: AtomicBool,
+    acks: AtomicUsize,
+    abandoned: Mutex<HashMap<String, i64>>,
+    refused: Mutex<HashSet<String>>,
+}
+
+/// Takes jobs until stopped; "killed" with probability 1/`kill_one_in` per job: the job's
+/// side effect is recorded, then the handle is abandoned (no ack, no renewal) and the
+/// thread ends, as a crashed worker would.
+fn crashing_worker(
+    q: &Queue,
+    conn: &mut redis::Connection,
+    seed: u64,
+    kill_one_in: u64,
+    shared: &Shared,
+) -> Exit {
+    let mut rng = Rng(seed | 1);
+    while !shared.stop.load(Ordering::SeqCst) {
+        let Some(job) = q.take(Duration::from_millis(200)).unwrap() else {
+            continue;
+        };
+        let id = job.id().to_owned();
+        let _: i64 = redis::cmd("HINCRBY")
+            .arg(PROCESSED)
+            .arg(&id)
+            .arg(1)
+            .query(conn)
+            .unwrap();
+        if rng.next() % kill_one_in == 0 {
+            *shared.abandoned.lock().unwrap().entry(id).or_default() += 1;
+            job.abandon();
+            return Exit::Killed;
+        }
+        match job.ack() {
+            Ok(()) => {
+                let _: i64 = redis::cmd("SADD").arg(ACKED).arg(&id).query(conn).unwrap();
+                shared.acks.fetch_add(1, Ordering::SeqCst);
+            }
+            Err(Error::NotOwner { .. }) => {
+                shared.refused.lock().unwrap().insert(id);
+            }
+            Err(e) => panic!("ack of {id}: {e}"),
+        }
+    }
+    Exit::Stopped
+}
+
+#[test]
+fn ten_thousand_jobs_survive_workers_killed_mid_job() {
+    let _heavy = exclusive();
+    let server = server();
+    let c = client(&server);
+    let total = 10_000;
+    let visibility = Duration::from_millis(300);
+    let q = c
+        .queue("load")
+        .unwrap()
+        .visibility(visibility)
+        .max_deliveries(1000);
+    let mut conn = raw(&server);
+
+    let pushing = Instant::now();
+    let mut ids = HashSet::new();
+    for batch in 0..20 {
+        let payloads = (0..total / 20).map(|i| format!("job {}", batch * (total / 20) + i));
+        ids.extend(q.push_many(payloads).unwrap());
+    }
+    let pushed_in = pushing.elapsed();
+    assert_eq!(ids.len(), total);
+    assert_eq!(
+        q.stats().unwrap(),
+        QueueStats {
+            ready: total as u64,
+            ..zero()
+        }
+    );
+
+    let (mut rng, seed) = Rng::seeded();
+    println!("seed {seed}");
+    let shared = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        acks: AtomicUsize::new(0),
+        abandoned: Mutex::new(HashMap::new()),
+        refused: Mutex::new(HashSet::new()),
+    });
+    let (exits, exited) = mpsc::channel();
+    let spawn = |worker_seed: u64| {
+        let (q, shared, exits) = (q.clone(), shared.clone(), exits.clone());
+        let mut conn = raw(&server);
+        thread::spawn(move || {
+            let exit = crashing_worker(&q, &mut conn, worker_seed, 150, &shared);
+            let killed = matches!(exit, Exit::Killed);
+            let _ = exits.send(killed);
+        })
+    };
+    let start = Instant::now();
+    let mut handles: Vec<_> = (0..4).map(|_| spawn(rng.next())).collect();
+    let mut kills = 0;
+    while shared.acks.load(Ordering::SeqCst) < total {
+        assert!(
+            start.elapsed() < Duration::from_secs(50),
+            "only {} of {total} acked after {:?}: {:?}",
+            shared.acks.load(Ordering::SeqCst),
+            start.elapsed(),
+            q.stats()
+        );
+        // A killed worker is replaced at once, so four keep running.
+        if let Ok(killed) = exited.recv_timeout(Duration::from_millis(50)) {
+            assert!(killed, "a worker stopped before being told to");
+            kills += 1;
+            handles.push(spawn(rng.next()));
+        }
+    }
+    let took = start.elapsed();
+    shared.stop.store(true, Ordering::SeqCst);
+    for h in handles {
+        h.join().unwrap();
+    }
+    kills += exited.try_iter().filter(|killed| *killed).count();
+
+    let abandoned = shared.abandoned.lock().unwrap().clone();
+    let refused = shared.refused.lock().unwrap().clone();
+    let processed: HashMap<String, i64> = redis::cmd("HGETALL")
+        .arg(PROCESSED)
+        .query(&mut conn)
+        .unwrap();
+    let acked: HashSet<String> = redis::cmd("SMEMBERS").arg(ACKED).query(&mut conn).unwrap();
+    let duplicates: HashSet<&String> = processed
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, _)| id)
+        .collect();
+    println!(
+        "{total} jobs through 4 workers in {took:?} ({:.0} jobs/s; pushed in {pushed_in:?}): \
+         {kills} workers killed, {} duplicates, {} acks refused",
+        total as f64 / took.as_secs_f64(),
+        duplicates.len(),
+        refused.len()
+    );
+
+    // Every job acked exactly once, and nothing left behind.
+    assert_eq!(shared.acks.load(Ordering::SeqCst), total);
+    assert_eq!(acked, ids, "every id acked");
+    assert_eq!(q.stats().unwrap(), zero(), "no job lost or left in flight");
+    assert_eq!(processed.len(), total);
+    assert!(kills > 0, "no worker was killed");
+    assert_eq!(abandoned.values().sum::<i64>(), kills as i64);
+    // An abandoned job was processed again after its lease ran out (once more per time it
+    // was abandoned) ...
+    for (id, times) in &abandoned {
+        assert!(
+            processed[id] > *times,
+            "{id} was abandoned {times} time(s) but processed only {} time(s)",
+            processed[id]
+        );
+    }
+    // ... and only a job whose lease ran out was processed twice.
+    for id in &duplicates {
+        assert!(
+            abandoned.contains_key(*id) || refused.contains(*id),
+            "{id} processed {} times though its lease never ran out",
+            processed[*id]
+        );
+    }
+    // Completed jobs are not kept.
+    let payloads: i64 = redis::cmd("HLEN")
+        .arg(key("load", "payloads"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(payloads, 0);
+}
+
+// ---------------------------------------------------------------------------------------
+// Delayed jobs
+
+#[test]
+fn delayed_jobs_come_out_in_due_order_and_never_early() {
+    let _timing = timing_sensitive();
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("delayed").unwrap();
+    let mut conn = raw(&server);
+    let n = 200;
+
+    // The taker is idle on the empty queue before the first push.
+    let taker = {
+        let q = q.clone();
+        thread::spawn(move || {
+            let mut got = Vec::new();
+            while got.len() < n {
+                let job = q
+                    .take(Duration::from_secs(5))
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("nothing to take after {} jobs", got.len()));
+                got.push((job.id().to_owned(), Instant::now()));
+                job.ack().unwrap();
+            }
+            got
+        })
+    };
+    await_condition(Duration::from_secs(5), || {
+        pubsub_subscribers(&mut conn, &key("delayed", "pushed")) == 1
+    });
+
+    // Delays spread over 0-500 ms, pushed in random order, as a producer would over time.
+    let (mut rng, seed) = Rng::seeded();
+    println!("seed {seed}");
+    let mut delays: Vec<Duration> = (0..n)
+        .map(|i| Duration::from_micros(i as u64 * 500_000 / (n as u64 - 1)))
+        .collect();
+    rng.shuffle(&mut delays);
+    let mut due: HashMap<String, (Instant, Duration)> = HashMap::new();
+    for delay in delays {
+        let sent = Instant::now();
+        let id = q.push_with(b"later".to_vec(), 0, delay).unwrap();
+        due.insert(id, (sent + delay, delay));
+        // Pacing the producer (not synchronisation): pushes arrive while the taker sleeps.
+        thread::sleep(Duration::from_millis(1));
+    }
+    let got = taker.join().unwrap();
+    assert_eq!(got.len(), n);
+
+    // Lateness in µs (negative: early), by the client clock.
+    let allowance = Duration::from_millis(5);
+    let mut lateness = Vec::new();
+    for (id, at) in &got {
+        let (due_at, delay) = due[id];
+        assert!(
+            *at + allowance >= due_at,
+            "job with delay {delay:?} taken {:?} early",
+            due_at - *at
+        );
+        lateness.push(if *at >= due_at {
+            (*at - due_at).as_micros() as i64
+        } else {
+            -((due_at - *at).as_micros() as i64)
+        });
+    }
+    // Taken in due order (ties within the allowance).
+    for pair in got.windows(2) {
+        let (a, b) = (due[&pair[0].0].0, due[&pair[1].0].0);
+        assert!(
+            a <= b + allowance,
+            "a job due {:?} later was taken first",
+            a - b
+        );
+    }
+    lateness.sort_unstable();
+    let (p50, p99, max) = (
+        percentile(&lateness, 0.5),
+        percentile(&lateness, 0.99),
+        lateness[lateness.len() - 1],
+    );
+    println!(
+        "delayed-job lateness over {n} jobs: min {} µs, p50 {p50} µs, p99 {p99} µs, max {max} µs",
+        lateness[0]
+    );
+    assert!(p99 < 100_000, "p99 lateness {p99} µs");
+    assert_eq!(q.stats().unwrap(), zero());
+}
+
+#[test]
+fn a_delayed_push_wakes_an_idle_taker_at_its_due_time() {
+    let _timing = timing_sensitive();
+    let server = server();
+    let c = client(&server);
+    // A long idle check: only a push notification or a due time should end the wait.
+    let q = c
+        .queue("wake-delayed")
+        .unwrap()
+        .idle_check(Duration::from_secs(10));
+    let mut monitor = Monitor::start(&server);
+    let taker = {
+        let q = q.clone();
+        thread::spawn(move || {
+            let job = q.take(Duration::from_secs(20)).unwrap();
+            let at = Instant::now();
+            (job.map(|j| (j.payload().to_vec(), j.ack())), at)
+        })
+    };
+    // The taker's pauses double from 50 ms: after its sixth check the next pause is drawn
+    // from a 1.6 s step (at least 800 ms). Push right after that check.
+    for _ in 0..6 {
+        monitor.next_dequeue(Duration::from_secs(5));
+    }
+    let delay = Duration::from_millis(100);
+    let sent = Instant::now();
+    q.push_with("soon", 0, delay).unwrap();
+    let (job, at) = taker.join().unwrap();
+    let (payload, ack) = job.expect("the delayed job");
+    assert_eq!(payload, b"soon");
+    ack.unwrap();
+    let late = at.saturating_duration_since(sent + delay);
+    assert!(
+        late < Duration::from_millis(100),
+        "a job due in {delay:?} was taken {late:?} late: the taker slept through its push"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Priorities
+
+fn new_job(id: &str) -> NewJob {
+    NewJob {
+        id: id.to_owned(),
+        payload: format!("payload of {id}").into_bytes(),
+    }
+}
+
+#[test]
+fn priorities_are_honoured_and_equal_priorities_keep_fifo_order() {
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("prio").unwrap();
+    // Interleaved pushes of three priorities, one at a time ...
+    for i in 0..5 {
+        for (priority, name) in [(0, "low"), (9, "high"), (5, "mid")] {
+            let pushed = q
+                .push_batch(&[new_job(&format!("{name}-{i}"))], priority, Duration::ZERO)
+                .unwrap();
+            assert_eq!(pushed, vec![Pushed::Queued(format!("{name}-{i}"))]);
+        }
+    }
+    // ... a batch keeps its order within its priority ...
+    let batch: Vec<NewJob> = (0..5).map(|i| new_job(&format!("batch-{i}"))).collect();
+    q.push_batch(&batch, 5, Duration::ZERO).unwrap();
+    // ... and the highest priority comes first whenever it is pushed.
+    q.push_batch(&[new_job("top")], 255, Duration::ZERO)
+        .unwrap();
+
+    let take = || {
+        let job = q.try_take().unwrap().expect("a job");
+        assert_eq!(job.payload(), format!("payload of {}", job.id()).as_bytes());
+        job
+    };
+    let top = take();
+    assert_eq!(top.id(), "top");
+    // A job given back keeps its priority: it is served again before everything else.
+    top.nack_after(Duration::ZERO).unwrap();
+    let top = take();
+    assert_eq!((top.id(), top.delivery()), ("top", 2));
+    top.ack().unwrap();
+    // Given back within its priority, a job goes to the end of that priority's line.
+    let first_high = take();
+    assert_eq!(first_high.id(), "high-0");
+    first_high.nack_after(Duration::ZERO).unwrap();
+
+    let mut order = Vec::new();
+    while let Some(job) = q.try_take().unwrap() {
+        order.push(job.id().to_owned());
+        job.ack().unwrap();
+    }
+    let expected: Vec<String> = (1..5)
+        .map(|i| format!("high-{i}"))
+        .chain(["high-0".to_owned()])
+        .chain((0..5).map(|i| format!("mid-{i}")))
+        .chain((0..5).map(|i| format!("batch-{i}")))
+        .chain((0..5).map(|i| format!("low-{i}")))
+        .collect();
+    assert_eq!(order, expected);
+    assert_eq!(q.stats().unwrap(), zero());
+}
+
+// ---------------------------------------------------------------------------------------
+// Idle takers
+
+/// A MONITOR connection: the commands clients send (not those their scripts run), as
+/// they arrive.
+struct Monitor {
+    reader: BufReader<TcpStream>,
+    partial: String,
+}
+
+impl Monitor {
+    fn start(server: &RedisServer) -> Self {
+        let mut s = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+        s.write_all(b"MONITOR\r\n").unwrap();
+        let mut m = Monitor {
+            reader: BufReader::new(s),
+            partial: String::new(),
+        };
+        let ok = m.next_line(Duration::from_secs(2));
+        assert_eq!(ok.as_deref(), Some("+OK"));
+        m
+    }
+
+    fn next_line(&mut self, limit: Duration) -> Option<String> {
+        let end = Instant::now() + limit;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            self.reader.get_ref().set_read_timeout(Some(left)).unwrap();
+            match self.reader.read_line(&mut self.partial) {
+                Ok(0) => panic!("the MONITOR connection closed"),
+                Ok(_) if self.partial.ends_with('\n') => {
+                    let line = std::mem::take(&mut self.partial);
+                    return Some(line.trim_end().to_owned());
+                }
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return None;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    /// The next command a client sends within `limit`.
+    fn next_command(&mut self, limit: Duration) -> Option<String> {
+        let end = Instant::now() + limit;
+        loop {
+            let line = self.next_line(end.saturating_duration_since(Instant::now()))?;
+            if !line.contains(" lua]") {
+                return Some(line);
+            }
+        }
+    }
+
+    /// Every command clients send during `window`.
+    fn commands_during(&mut self, window: Duration) -> Vec<String> {
+        let end = Instant::now() + window;
+        std::iter::from_fn(|| self.next_command(end.saturating_duration_since(Instant::now())))
+            .collect()
+    }
+
+    /// Waits for the next dequeue attempt.
+    fn next_dequeue(&mut self, limit: Duration) {
+        let end = Instant::now() + limit;
+        loop {
+            let c = self
+                .next_command(end.saturating_duration_since(Instant::now()))
+                .expect("a dequeue attempt");
+            if c.contains(DEQUEUE.sha1) {
+                return;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_blocked_taker_is_quiet_and_woken_at_once_by_a_push() {
+    let _timing = timing_sensitive();
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("idle").unwrap();
+    let mut conn = raw(&server);
+    let (tx, rx) = mpsc::channel();
+    let taker = {
+        let q = q.clone();
+        thread::spawn(move || {
+            let job = q.take(Duration::from_secs(10));
+            let _ = tx.send(Instant::now());
+            job.map(|j| j.map(|j| (j.payload().to_vec(), j.ack())))
+        })
+    };
+    await_condition(Duration::from_secs(3), || {
+        pubsub_subscribers(&mut conn, &key("idle", "pushed")) == 1
+    });
+    // Counting the commands of a waiting taker needs time to pass.
+    let mut monitor = Monitor::start(&server);
+    let window = Duration::from_secs(3);
+    let sent = monitor.commands_during(window);
+    let rate = sent.len() as f64 / window.as_secs_f64();
+    println!(
+        "a blocked taker sent {} commands in {window:?} ({rate:.1}/s)",
+        sent.len()
+    );
+    assert!(
+        rate <= 5.0,
+        "{} commands in {window:?}: {sent:#?}",
+        sent.len()
+    );
+    assert!(
+        sent.iter().any(|c| c.contains(DEQUEUE.sha1)),
+        "the taker checks the queue now and then: {sent:#?}"
+    );
+    assert!(rx.try_recv().is_err(), "the taker gave up early");
+
+    // Push right after one of its checks: its pauses are at least 1 s by now (half its
+    // 2 s idle check), so only the push notification can wake it within 100 ms.
+    monitor.next_dequeue(Duration::from_secs(3));
+    let pushed = Instant::now();
+    q.push("wake up").unwrap();
+    let woke = rx
+        .recv_timeout(Duration::from_secs(3))
+        .expect("the taker returns");
+    let latency = woke.saturating_duration_since(pushed);
+    println!("a push reached the blocked taker in {latency:?}");
+    assert!(latency < Duration::from_millis(100), "{latency:?}");
+    let (payload, ack) = taker.join().unwrap().unwrap().expect("the pushed job");
+    assert_eq!(payload, b"wake up");
+    ack.unwrap();
+    assert_eq!(q.stats().unwrap(), zero());
+}
+
+// ---------------------------------------------------------------------------------------
+// Expired leases, dead letters
+
+#[test]
+fn an_ack_after_the_lease_ran_out_is_refused_and_the_job_redelivered() {
+    let server = server();
+    let a = client(&server);
+    let b = client(&server);
+    let mut conn = raw(&server);
+    let qa = a
+        .queue("expiry")
+        .unwrap()
+        .visibility(Duration::from_millis(300));
+    let qb = b
+        .queue("expiry")
+        .unwrap()
+        .visibility(Duration::from_millis(300));
+    let id = qa.push("work").unwrap();
+    let first = qa.try_take().unwrap().expect("the job");
+    assert_eq!((first.id(), first.delivery()), (id.as_str(), 1));
+    assert!(qb.try_take().unwrap().is_none(), "invisible while leased");
+
+    // The watchdog keeps renewing this lease; make it run out on the server as a long pause
+    // would: its expiry is set in the past.
+    let _: i64 = redis::cmd("ZADD")
+        .arg(key("expiry", "inflight"))
+        .arg("XX")
+        .arg(1)
+        .arg(&id)
+        .query(&mut conn)
+        .unwrap();
+    let second = qb
+        .take(Duration::from_secs(2))
+        .unwrap()
+        .expect("redelivered");
+    assert_eq!(second.id(), id);
+    assert_eq!(second.delivery(), 2, "the fence counts deliveries");
+    assert_eq!(second.payload(), b"work");
+
+    // The first holder hears of it, and its ack is refused.
+    let reason = first
+        .lost()
+        .recv_timeout(Duration::from_secs(2))
+        .expect("loss reported");
+    assert!(
+        matches!(reason, LossReason::Taken | LossReason::Expired),
+        "{reason:?}"
+    );
+    assert!(first.is_lost());
+    match first.ack() {
+        Err(Error::NotOwner { name, .. }) => assert!(name.contains(&id), "{name}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        qb.stats().unwrap(),
+        QueueStats {
+            in_flight: 1,
+            ..zero()
+        },
+        "the refused ack removed nothing"
+    );
+    second.ack().unwrap();
+    assert_eq!(qb.stats().unwrap(), zero());
+}
+
+#[test]
+fn nacks_up_to_max_deliveries_end_on_the_dead_list_and_requeue_brings_them_back() {
+    let server = server();
+    let c = client(&server);
+    let q = c
+        .queue("dead")
+        .unwrap()
+        .max_deliveries(3)
+        .retry_backoff(Duration::ZERO, Duration::ZERO);
+    let payload = b"\x00poison\xff".to_vec();
+    assert_eq!(
+        q.push_unique("doomed", payload.clone()).unwrap(),
+        Pushed::Queued("doomed".into())
+    );
+    for delivery in 1..=3 {
+        let job = q.try_take().unwrap().expect("retried at once");
+        assert_eq!((job.id(), job.delivery()), ("doomed", delivery));
+        job.nack().unwrap();
+    }
+    assert!(q.try_take().unwrap().is_none());
+    assert_eq!(q.stats().unwrap(), QueueStats { dead: 1, ..zero() });
+    let dead = q.dead_jobs(10).unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].id, "doomed");
+    assert_eq!(dead[0].deliveries, 3);
+    assert_eq!(dead[0].payload, payload);
+    // A dead id is not pushed again.
+    assert_eq!(
+        q.push_unique("doomed", "other").unwrap(),
+        Pushed::Duplicate("doomed".into())
+    );
+
+    assert!(q.requeue_dead("doomed").unwrap());
+    assert!(!q.requeue_dead("doomed").unwrap(), "no longer dead");
+    assert!(!q.requeue_dead("never-existed").unwrap());
+    assert!(q.dead_jobs(10).unwrap().is_empty());
+    let job = q.try_take().unwrap().expect("requeued");
+    assert_eq!(job.delivery(), 1, "the delivery count starts over");
+    assert_eq!(job.payload(), payload);
+    job.ack().unwrap();
+    assert_eq!(q.stats().unwrap(), zero());
+}
+
+#[test]
+fn a_lease_that_runs_out_at_max_deliveries_goes_to_the_dead_list() {
+    let server = server();
+    let c = client(&server);
+    let q = c
+        .queue("dead-by-expiry")
+        .unwrap()
+        .visibility(Duration::from_millis(100))
+        .max_deliveries(1);
+    q.push_unique("crashy", "p").unwrap();
+    let job = q.try_take().unwrap().expect("the job");
+    job.abandon();
+    // The next taker finds the lease ran out, and the job out of deliveries.
+    assert!(q.take(Duration::from_millis(400)).unwrap().is_none());
+    assert_eq!(q.stats().unwrap(), QueueStats { dead: 1, ..zero() });
+    let dead = q.dead_jobs(1).unwrap();
+    assert_eq!((dead[0].id.as_str(), dead[0].deliveries), ("crashy", 1));
+}
+
+// ---------------------------------------------------------------------------------------
+// Watchdog
+
+#[test]
+fn a_long_jobs_lease_is_extended_while_its_handle_lives() {
+    let _timing = timing_sensitive();
+    let server = server();
+    let a = client(&server);
+    let b = client(&server);
+    let visibility = Duration::from_millis(300);
+    let qa = a.queue("long").unwrap().visibility(visibility);
+    let qb = b.queue("long").unwrap().visibility(visibility);
+    qa.push("slow work").unwrap();
+    let job = qa.try_take().unwrap().expect("the job");
+    let start = Instant::now();
+    let mut checks = 0;
+    // The job "works" for five visibility timeouts; nobody else may get it meanwhile.
+    while start.elapsed() < visibility * 5 {
+        assert!(
+            qb.try_take().unwrap().is_none(),
+            "redelivered after {:?}",
+            start.elapsed()
+        );
+        assert!(!job.is_lost());
+        checks += 1;
+        thread::sleep(Duration::from_millis(25));
+    }
+    assert!(checks > 20);
+    job.ack().unwrap();
+    assert_eq!(qb.stats().unwrap(), zero());
+    assert!(qb.try_take().unwrap().is_none(), "acked: gone for good");
+}
+
+// ---------------------------------------------------------------------------------------
+// Job ids
+
+#[test]
+fn a_queued_or_running_id_is_a_duplicate_and_nothing_is_written() {
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("ids").unwrap();
+    let mut conn = raw(&server);
+    assert_eq!(
+        q.push_unique("order-1", "first").unwrap(),
+        Pushed::Queued("order-1".into())
+    );
+    let before = snapshot(&mut conn);
+    assert_eq!(
+        q.push_unique("order-1", "second").unwrap(),
+        Pushed::Duplicate("order-1".into())
+    );
+    assert_eq!(
+        snapshot(&mut conn),
+        before,
+        "a queued duplicate wrote nothing"
+    );
+
+    let job = q.try_take().unwrap().expect("the job");
+    let before = snapshot(&mut conn);
+    assert_eq!(
+        q.push_unique("order-1", "third").unwrap(),
+        Pushed::Duplicate("order-1".into())
+    );
+    assert_eq!(
+        snapshot(&mut conn),
+        before,
+        "a running duplicate wrote nothing"
+    );
+    assert_eq!(job.payload(), b"first");
+    let payload: Vec<u8> = redis::cmd("HGET")
+        .arg(key("ids", "payloads"))
+        .arg("order-1")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(payload, b"first");
+
+    // A batch with one duplicate pushes the others.
+    let pushed = q
+        .push_batch(&[new_job("order-2"), new_job("order-1")], 0, Duration::ZERO)
+        .unwrap();
+    assert_eq!(
+        pushed,
+        vec![
+            Pushed::Queued("order-2".into()),
+            Pushed::Duplicate("order-1".into())
+        ]
+    );
+    job.ack().unwrap();
+    // Once done, the id is free again.
+    assert_eq!(
+        q.push_unique("order-1", "again").unwrap(),
+        Pushed::Queued("order-1".into())
+    );
+    assert_eq!(q.stats().unwrap(), QueueStats { ready: 2, ..zero() });
+}
+
+// ---------------------------------------------------------------------------------------
+// The worker pool
+
+#[test]
+fn the_worker_pool_acks_and_nacks_and_stops_promptly_without_losing_jobs() {
+    let _timing = timing_sensitive();
+    let server = server();
+    let c = client(&server);
+    let q = c
+        .queue("pool")
+        .unwrap()
+        .max_deliveries(2)
+        .retry_backoff(Duration::ZERO, Duration::ZERO);
+    let total = 300;
+    let failing = (0..total).filter(|i| i % 15 == 0).count();
+    let payloads = (0..total).map(|i| {
+        if i % 15 == 0 {
+            format!("fail {i}")
+        } else {
+            format!("ok {i}")
+        }
+    });
+    let ids = q.push_many(payloads).unwrap();
+    let runs: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let started = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (runs, started) = (runs.clone(), started.clone());
+        move |job: &Job| {
+            *runs.lock().unwrap().entry(job.id().to_owned()).or_default() += 1;
+            if job.payload().starts_with(b"slow") {
+                started.fetch_add(1, Ordering::SeqCst);
+                thread::sleep(Duration::from_millis(300));
+            }
+            if job.payload().starts_with(b"fail") {
+                Err("handler failed")
+            } else {
+                Ok(())
+            }
+        }
+    };
+    let workers = q.work(3, handler.clone());
+    let ok = (total - failing) as u64;
+    let nacks = 2 * failing as u64;
+    await_condition(Duration::from_secs(20), || {
+        let r = workers.report();
+        r.acked == ok && r.nacked == nacks
+    });
+    let stopping = Instant::now();
+    let report = workers.stop();
+    let took = stopping.elapsed();
+    println!("an idle pool of 3 stopped in {took:?}");
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    assert_eq!(
+        report,
+        WorkerReport {
+            acked: ok,
+            nacked: nacks,
+            refused: 0,
+            errors: 0
+        }
+    );
+    assert_eq!(
+        q.stats().unwrap(),
+        QueueStats {
+            dead: failing as u64,
+            ..zero()
+        }
+    );
+    let runs_now = runs.lock().unwrap().clone();
+    assert_eq!(runs_now.len(), total);
+    for id in &ids {
+        assert!(runs_now.contains_key(id), "{id} never ran");
+    }
+    let dead: HashSet<String> = q
+        .dead_jobs(100)
+        .unwrap()
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    assert_eq!(dead.len(), failing);
+    for (id, n) in &runs_now {
+        assert_eq!(*n, if dead.contains(id) { 2 } else { 1 }, "{id}");
+    }
+
+    // Stopped while busy: each thread finishes the job it has, and acks it.
+    let workers = q.work(3, handler);
+    q.push_many(["slow 1", "slow 2", "slow 3"]).unwrap();
+    await_condition(Duration::from_secs(5), || {
+        started.load(Ordering::SeqCst) == 3
+    });
+    let stopping = Instant::now();
+    let report = workers.stop();
+    let took = stopping.elapsed();
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    assert_eq!(report.acked, 3, "{report:?}");
+    assert_eq!(
+        q.stats().unwrap(),
+        QueueStats {
+            dead: failing as u64,
+            ..zero()
+        },
+        "nothing left in flight or ready"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Bad input
+
+#[test]
+fn bad_names_settings_and_ids_are_refused_before_anything_is_written() {
+    let server = server();
+    let c = client(&server);
+    let mut conn = raw(&server);
+    assert!(matches!(
+        c.queue(""),
+        Err(Error::InvalidArgument(InvalidArgument::EmptyName))
+    ));
+    let q = c.queue("bad").unwrap();
+    q.push("kept").unwrap();
+    let before = snapshot(&mut conn);
+    let invalid = |r: Result<Option<Job>, Error>| matches!(r, Err(Error::InvalidArgument(_)));
+    assert!(invalid(q.clone().visibility(Duration::ZERO).try_take()));
+    assert!(invalid(
+        q.clone()
+            .visibility(Duration::ZERO)
+            .take(Duration::from_secs(1))
+    ));
+    assert!(invalid(
+        q.clone().visibility(Duration::from_micros(500)).try_take()
+    ));
+    assert!(invalid(q.clone().max_deliveries(0).try_take()));
+    assert!(matches!(
+        q.push_unique("", "x"),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        q.push_unique(&"x".repeat(513), "x"),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        q.push_batch(&[], 0, Duration::ZERO),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        q.push_many(Vec::<Vec<u8>>::new()),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(snapshot(&mut conn), before, "nothing written");
+    assert_eq!(q.stats().unwrap(), QueueStats { ready: 1, ..zero() });
+}
+
+#[test]
+fn payloads_are_binary_safe_up_to_ten_megabytes() {
+    let server = server();
+    let c = client(&server);
+    let mut conn = raw(&server);
+    let q = c.queue("bytes").unwrap();
+    let mut binary: Vec<u8> = (0..=255u8).collect();
+    binary.extend_from_slice(b"\x00\x00\xff\xff\r\n\xc3\x28");
+    assert!(String::from_utf8(binary.clone()).is_err());
+    let empty_id = q.push(Vec::new()).unwrap();
+    let id = q.push(binary.clone()).unwrap();
+    let job = q.try_take().unwrap().unwrap();
+    assert_eq!((job.id(), job.payload()), (empty_id.as_str(), &b""[..]));
+    job.ack().unwrap();
+    let job = q.try_take().unwrap().unwrap();
+    assert_eq!((job.id(), job.payload()), (id.as_str(), binary.as_slice()));
+    job.ack().unwrap();
+
+    let big: Vec<u8> = (0..10 * 1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let id = q.push(big.clone()).unwrap();
+    let stored: i64 = redis::cmd("HSTRLEN")
+        .arg(key("bytes", "payloads"))
+        .arg(&id)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(stored, big.len() as i64);
+    let job = q.take(Duration::from_secs(2)).unwrap().unwrap();
+    assert_eq!(job.id(), id);
+    assert!(job.payload() == big.as_slice(), "10 MB payload changed");
+    job.ack().unwrap();
+    assert_eq!(q.stats().unwrap(), zero());
+    let left: i64 = redis::cmd("DBSIZE").query(&mut conn).unwrap();
+    // Only the sequence counter stays.
+    assert_eq!(left, 1, "{:?}", snapshot(&mut conn));
+}
+
+fn unavailable<T>(r: &Result<T, Error>) -> bool {
+    matches!(r, Err(Error::Unavailable { .. }))
+}
+
+fn wrong_type(r: &Result<impl std::fmt::Debug, Error>) -> bool {
+    matches!(r, Err(Error::WrongType { .. }))
+}
+
+#[test]
+fn a_foreign_value_in_a_queue_key_is_a_typed_error_and_nothing_is_half_written() {
+    let server = server();
+    let c = client(&server);
+    let mut conn = raw(&server);
+    let q = c.queue("typed").unwrap();
+    q.push_unique("existing", "e").unwrap();
+
+    // The payload hash holds a list: the push fails at its first step.
+    let payloads = key("typed", "payloads");
+    let _: () = redis::cmd("RENAME")
+        .arg(&payloads)
+        .arg("saved")
+        .query(&mut conn)
+        .unwrap();
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(&payloads)
+        .arg("x")
+        .query(&mut conn)
+        .unwrap();
+    let before = snapshot(&mut conn);
+    let r = q.push_unique("new", "n");
+    assert!(wrong_type(&r), "{r:?}");
+    assert_eq!(snapshot(&mut conn), before, "nothing written");
+    let _: () = redis::cmd("RENAME")
+        .arg("saved")
+        .arg(&payloads)
+        .query(&mut conn)
+        .unwrap();
+
+    // The ready set holds a string: a push must not leave a payload without a queue entry
+    // (that id would then be a "duplicate" forever, and the job never delivered).
+    let ready = key("typed", "ready");
+    let _: () = redis::cmd("RENAME")
+        .arg(&ready)
+        .arg("saved")
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&ready)
+        .arg("not a zset")
+        .query(&mut conn)
+        .unwrap();
+    let before = snapshot(&mut conn);
+    let r = q.push_unique("new", "n");
+    match &r {
+        Err(Error::WrongType { name, keys, .. }) => {
+            assert_eq!(name, "queue typed");
+            assert!(keys.contains(&ready), "{keys}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(wrong_type(&q.stats()));
+    assert!(wrong_type(&q.try_take()));
+    assert_eq!(
+        snapshot(&mut conn),
+        before,
+        "a failed push or take left part of its writes behind"
+    );
+    let _: () = redis::cmd("RENAME")
+        .arg("saved")
+        .arg(&ready)
+        .query(&mut conn)
+        .unwrap();
+    // Repaired: the queue works, and "new" can be pushed.
+    assert_eq!(
+        q.push_unique("new", "n").unwrap(),
+        Pushed::Queued("new".into())
+    );
+    for id in ["existing", "new"] {
+        let job = q.try_take().unwrap().expect("a job");
+        assert_eq!(job.id(), id);
+        job.ack().unwrap();
+    }
+    assert_eq!(q.stats().unwrap(), zero());
+}
+
+#[test]
+fn a_take_failing_on_a_foreign_ready_key_loses_no_due_delayed_job() {
+    let server = server();
+    let c = client(&server);
+    let mut conn = raw(&server);
+    let q = c.queue("typed-delayed").unwrap();
+    let id = q.push_with("due", 0, Duration::from_millis(1)).unwrap();
+    let due: f64 = redis::cmd("ZSCORE")
+        .arg(key("typed-delayed", "delayed"))
+        .arg(&id)
+        .query(&mut conn)
+        .unwrap();
+    // Wait until the job is due by the server's clock.
+    await_condition(Duration::from_secs(2), || {
+        let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+        (s * 1000 + us / 1000) as f64 > due
+    });
+    let ready = key("typed-delayed", "ready");
+    let _: () = redis::cmd("SET")
+        .arg(&ready)
+        .arg("not a zset")
+        .query(&mut conn)
+        .unwrap();
+    let before = snapshot(&mut conn);
+    let r = q.try_take();
+    assert!(wrong_type(&r), "{r:?}");
+    assert_eq!(
+        snapshot(&mut conn),
+        before,
+        "the failed take moved the due job out of the delayed set"
+    );
+    let _: i64 = redis::cmd("DEL").arg(&ready).query(&mut conn).unwrap();
+    let job = q
+        .take(Duration::from_secs(1))
+        .unwrap()
+        .expect("the delayed job survived the failed take");
+    assert_eq!(job.id(), id);
+    job.ack().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// Outages
+
+#[test]
+fn a_redis_restart_mid_job_gives_typed_errors_in_time_then_the_queue_works_again() {
+    let mut server = server();
+    let c = client(&server);
+    let q = c
+        .queue("restart")
+        .unwrap()
+        .visibility(Duration::from_millis(600));
+    q.push("before").unwrap();
+    let job = q.try_take().unwrap().expect("the job");
+    server.kill();
+
+    let t = Instant::now();
+    let r = q.take(Duration::from_millis(500));
+    let took = t.elapsed();
+    assert!(unavailable(&r), "{r:?}");
+    // The wait, plus at most one connect timeout for an attempt in flight.
+    assert!(took < Duration::from_millis(1200), "{took:?}");
+    let t = Instant::now();
+    let r = q.try_take();
+    assert!(unavailable(&r), "{r:?}");
+    assert!(
+        t.elapsed() < Duration::from_millis(800),
+        "{:?}",
+        t.elapsed()
+    );
+    for (what, r) in [
+        ("push", q.push("during").map(|_| ())),
+        ("stats", q.stats().map(|_| ())),
+    ] {
+        assert!(unavailable(&r), "{what}: {r:?}");
+    }
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    // The job's lease could not be renewed: its holder is told, and its ack refused.
+    let reason = job.lost().recv_timeout(Duration::from_secs(2)).unwrap();
+    assert_eq!(reason, LossReason::RenewalFailed);
+    assert!(matches!(
+        job.ack(),
+        Err(Error::NotOwner {
+            reason: LossReason::RenewalFailed,
+            ..
+        })
+    ));
+
+    // Back, empty (no persistence): scripts are loaded again, the listener reconnects.
+    server.restart().unwrap();
+    let mut conn = raw(&server);
+    let id = q.push("after").unwrap();
+    let job = q
+        .take(Duration::from_secs(2))
+        .unwrap()
+        .expect("pushed after");
+    assert_eq!((job.id(), job.payload()), (id.as_str(), &b"after"[..]));
+    job.ack().unwrap();
+    let taker = {
+        let q = q.clone();
+        thread::spawn(move || q.take(Duration::from_secs(10)))
+    };
+    await_condition(Duration::from_secs(5), || {
+        pubsub_subscribers(&mut conn, &key("restart", "pushed")) == 1
+    });
+    let pushed = Instant::now();
+    q.push("woken").unwrap();
+    let job = taker.join().unwrap().unwrap().expect("woken by the push");
+    assert!(
+        pushed.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        pushed.elapsed()
+    );
+    assert_eq!(job.payload(), b"woken");
+    job.ack().unwrap();
+    assert_eq!(q.stats().unwrap(), zero());
+}
+
+/// Whether the server is stuck (does not answer a PING within 20 ms).
+fn server_is_busy(server: &RedisServer) -> bool {
+    let mut s = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    s.write_all(b"PING\r\n").unwrap();
+    let mut buf = [0u8; 7];
+    s.read(&mut buf).is_err()
+}
+
+#[test]
+fn a_take_whose_reply_was_lost_leaves_no_other_job_leased() {
+    let server = server();
+    // A short reply timeout, so that a stalled server makes the take's replies go missing.
+    let c = Client::builder(&server.url())
+        .connect_timeout(Duration::from_millis(300))
+        .io_timeout(Duration::from_millis(100))
+        .op_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let q = c.queue("lost-reply").unwrap();
+    q.push_many((0..6).map(|i| format!("job {i}"))).unwrap();
+    // Load the scripts (a lost attempt that hit NOSCRIPT would have done nothing).
+    q.try_take().unwrap().expect("a job").ack().unwrap();
+    assert_eq!(q.stats().unwrap().ready, 5);
+    // Stall the server for 600 ms with a busy script.
+    let busy = {
+        let mut conn = raw(&server);
+        thread::spawn(move || {
+            redis::cmd("EVAL")
+                .arg(
+                    "local t = redis.call('TIME') local s = t[1] * 1e6 + t[2] \
+                     while true do local n = redis.call('TIME') \
+                     if n[1] * 1e6 + n[2] - s > tonumber(ARGV[1]) * 1000 then return 1 end end",
+                )
+                .arg(0)
+                .arg(600)
+                .query::<i64>(&mut conn)
+        })
+    };
+    await_condition(Duration::from_secs(2), || server_is_busy(&server));
+    let job = q
+        .take(Duration::from_secs(5))
+        .unwrap()
+        .expect("a job once the server answers");
+    busy.join().unwrap().unwrap();
+    // The attempts whose replies were lost ran once the server was free, with the same
+    // token: each must find the job it already took rather than lease another one.
+    let stats = q.stats().unwrap();
+    assert_eq!(
+        stats,
+        QueueStats {
+            ready: 4,
+            in_flight: 1,
+            ..zero()
+        },
+        "jobs leased to nobody: they come back only after the visibility timeout, one \
+         delivery spent"
+    );
+    job.ack().unwrap();
+}

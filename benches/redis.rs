@@ -111,6 +111,8 @@ const SCENARIOS: &[Scenario] = &[
     ("lock_8keys", lock_8keys),
     ("lock_handoff", lock_handoff),
     ("watchdog_10k", watchdog_10k),
+    ("redlock3", redlock3),
+    ("redlock5", redlock5),
     ("legacy_uncontended", legacy_uncontended),
     ("reentrant_uncontended", reentrant_uncontended),
     ("fair_uncontended", fair_uncontended),
@@ -758,6 +760,40 @@ fn lock_uncontended(ctx: &Ctx) -> Measurement {
         guard.release().expect("bench: uncontended release failed");
     });
     m
+}
+
+/// RedLock acquire + release cycles over `n` extra local redis-servers (started here), one
+/// thread. Its ratio is against the single-node raw baseline: every node is asked in the
+/// same round, so the cost should stay near one round trip, not `n`.
+fn redlock_cycle(ctx: &Ctx, n: usize) -> Measurement {
+    let servers: Vec<RedisServer> = (0..n)
+        .map(|_| RedisServer::start().expect("bench: cannot start a RedLock node"))
+        .collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let red = redlease::RedLock::builder(&urls)
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .expect("bench: cannot build the RedLock client");
+    let lock = red.lock("bench-red").ttl(Duration::from_secs(10));
+    let (mut m, _) = measure_single(ctx, || {
+        let guard = lock
+            .try_acquire()
+            .expect("bench: RedLock try_acquire failed")
+            .expect("bench: RedLock lock was busy");
+        black_box(guard.granted());
+        guard.release().expect("bench: RedLock release failed");
+    });
+    m.extra.push(("nodes", n.to_string()));
+    drop(servers);
+    m
+}
+
+fn redlock3(ctx: &Ctx) -> Measurement {
+    redlock_cycle(ctx, 3)
+}
+
+fn redlock5(ctx: &Ctx) -> Measurement {
+    redlock_cycle(ctx, 5)
 }
 
 /// `try_acquire` (must succeed) + `release` of one legacy lock (the default SETNX + GETSET

@@ -47,6 +47,7 @@
 )]
 
 mod server;
+pub mod testkit;
 
 pub use server::{RedisServer, RedisServerBuilder};
 

@@ -10,36 +10,10 @@ use redis::Commands;
 use redlease::core::lease::{LockKind, ScriptOp};
 use redlease::{Client, Error, InvalidArgument, LeaseState, LockBuilder, LossReason};
 use redlease_suite::RedisServer;
-
-fn server() -> RedisServer {
-    RedisServer::start().unwrap_or_else(|e| panic!("cannot start redis-server: {e}"))
-}
+use redlease_suite::testkit::{self, await_condition, connection as raw, server};
 
 fn client(server: &RedisServer) -> Client {
-    Client::builder(&server.url())
-        .connect_timeout(Duration::from_millis(300))
-        .io_timeout(Duration::from_millis(300))
-        .op_timeout(Duration::from_secs(1))
-        .build()
-        .unwrap()
-}
-
-fn raw(server: &RedisServer) -> redis::Connection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap()
-}
-
-fn await_condition(limit: Duration, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < limit,
-            "condition not reached within {limit:?}"
-        );
-        thread::sleep(Duration::from_millis(2));
-    }
+    testkit::client(server, Duration::from_millis(300))
 }
 
 // ---------------------------------------------------------------------------------------

@@ -8,6 +8,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use redis::Commands;
 use redlease::{Client, Error, InvalidArgument, LegacyAlgorithm, LegacyGuard, LossReason};
 use redlease_suite::RedisServer;
+use redlease_suite::testkit::{self, await_condition, connection as raw};
+
+fn client(server: &RedisServer) -> Client {
+    testkit::client(server, Duration::from_millis(500))
+}
 
 const BOTH: [LegacyAlgorithm; 2] = [LegacyAlgorithm::GetSet, LegacyAlgorithm::SetNxExpire];
 
@@ -38,22 +43,6 @@ fn assert_no_scripting(conn: &mut redis::Connection) {
     }
 }
 
-fn client(server: &RedisServer) -> Client {
-    Client::builder(&server.url())
-        .connect_timeout(Duration::from_millis(300))
-        .io_timeout(Duration::from_millis(500))
-        .op_timeout(Duration::from_secs(1))
-        .build()
-        .unwrap()
-}
-
-fn raw(server: &RedisServer) -> redis::Connection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap()
-}
-
 fn key(name: &str) -> String {
     format!("redlease:{{{name}}}:legacy")
 }
@@ -63,18 +52,6 @@ fn unix_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
-}
-
-/// Polls `cond` until it holds, failing the test after `limit`.
-fn await_condition(limit: Duration, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < limit,
-            "condition not reached within {limit:?}"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
 }
 
 fn exists(conn: &mut redis::Connection, k: &str) -> bool {

@@ -919,7 +919,8 @@ fn the_worker_pool_acks_and_nacks_and_stops_promptly_without_losing_jobs() {
             acked: ok,
             nacked: nacks,
             refused: 0,
-            errors: 0
+            errors: 0,
+            panicked: 0,
         }
     );
     assert_eq!(
@@ -1311,4 +1312,32 @@ fn a_take_whose_reply_was_lost_leaves_no_other_job_leased() {
          delivery spent"
     );
     job.ack().unwrap();
+}
+
+#[test]
+fn a_panicking_handler_nacks_its_job_and_keeps_the_pool_alive() {
+    let server = server();
+    let c = client(&server);
+    let q = c
+        .queue("panics")
+        .unwrap()
+        .max_deliveries(2)
+        .retry_backoff(Duration::ZERO, Duration::ZERO);
+    q.push_unique("boom", "x").unwrap();
+    q.push_unique("fine", "y").unwrap();
+    let workers = q.work(1, |job| -> Result<(), String> {
+        assert_ne!(job.id(), "boom", "a handler bug");
+        Ok(())
+    });
+    await_condition(Duration::from_secs(10), || {
+        let s = q.stats().unwrap();
+        s.dead == 1 && s.ready == 0 && s.in_flight == 0
+    });
+    let report = workers.stop();
+    assert_eq!(report.panicked, 2, "{report:?}");
+    assert_eq!(
+        report.acked, 1,
+        "the one worker survived both panics: {report:?}"
+    );
+    assert_eq!(q.dead_jobs(10).unwrap()[0].id, "boom");
 }

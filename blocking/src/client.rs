@@ -284,6 +284,9 @@ pub(crate) fn drive<P: Protocol>(
 ) -> Result<P::Output, Error> {
     let mut waiter: Option<Waiter> = None;
     let mut sent_epoch: Option<u64> = None;
+    // The last batch's connection, for a batch that must follow it (a WAIT); given back to
+    // the pool before any wait and at the end.
+    let mut kept = None;
     loop {
         match machine.poll(Instant::now()) {
             Step::Send(batch) => {
@@ -291,11 +294,12 @@ pub(crate) fn drive<P: Protocol>(
                     .as_ref()
                     .and_then(Listening::current)
                     .map(Listener::epoch);
-                for input in shared.transport.execute(&batch) {
+                for input in shared.transport.execute_keeping(&batch, &mut kept) {
                     machine.handle(input, Instant::now());
                 }
             }
             Step::Wait(wait) => {
+                kept = None;
                 let found = wait
                     .wake_on
                     .as_ref()

@@ -271,6 +271,7 @@ struct WorkerCounters {
     nacked: AtomicU64,
     refused: AtomicU64,
     errors: AtomicU64,
+    panicked: AtomicU64,
 }
 
 fn work_loop<E>(
@@ -293,9 +294,15 @@ fn work_loop<E>(
             }
         };
         pause = Duration::from_millis(10);
-        let outcome = match handler(&job) {
-            Ok(()) => job.ack().map(|()| &counters.acked),
-            Err(_) => job.nack().map(|()| &counters.nacked),
+        // A panicking handler is a failed job (nacked with backoff), not a dead worker.
+        let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&job)));
+        let outcome = match handled {
+            Ok(Ok(())) => job.ack().map(|()| &counters.acked),
+            Ok(Err(_)) => job.nack().map(|()| &counters.nacked),
+            Err(_) => {
+                counters.panicked.fetch_add(1, Ordering::Relaxed);
+                job.nack().map(|()| &counters.nacked)
+            }
         };
         match outcome {
             Ok(counter) => counter.fetch_add(1, Ordering::Relaxed),
@@ -324,6 +331,8 @@ pub struct WorkerReport {
     pub refused: u64,
     /// Take, ack or nack attempts that failed otherwise (Redis unreachable).
     pub errors: u64,
+    /// Handler calls that panicked (their jobs were nacked, and counted in `nacked` too).
+    pub panicked: u64,
 }
 
 impl Workers {
@@ -335,6 +344,7 @@ impl Workers {
             nacked: c.nacked.load(Ordering::Relaxed),
             refused: c.refused.load(Ordering::Relaxed),
             errors: c.errors.load(Ordering::Relaxed),
+            panicked: c.panicked.load(Ordering::Relaxed),
         }
     }
 

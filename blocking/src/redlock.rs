@@ -91,11 +91,12 @@ impl RedLockBuilder {
             .map(|url| {
                 let redis = redis::Client::open(url.as_str())
                     .map_err(|e| InvalidArgument::Setting(format!("bad Redis URL {url:?}: {e}")))?;
-                Ok(Transport::new(
+                Ok(Transport::with_checks(
                     std::sync::Arc::new(crate::transport::Source::Direct(redis)),
                     self.pool_size,
                     self.node_timeout,
                     self.node_timeout,
+                    false,
                 ))
             })
             .collect::<Result<Vec<_>, Error>>()?;

@@ -110,6 +110,19 @@ impl Transport {
         connect_timeout: Duration,
         io_timeout: Duration,
     ) -> Self {
+        Self::with_checks(source, pool_size, connect_timeout, io_timeout, true)
+    }
+
+    /// `check_idle`: PING connections idle for [`CHECK_AFTER_IDLE`] on checkout. RedLock turns
+    /// it off: a round must write to every node at once, not PING them one after another (a
+    /// dead connection there only costs that node's vote).
+    pub(crate) fn with_checks(
+        source: Arc<Source>,
+        pool_size: u32,
+        connect_timeout: Duration,
+        io_timeout: Duration,
+        check_idle: bool,
+    ) -> Self {
         let manager = Manager {
             source,
             connect_timeout,
@@ -120,7 +133,7 @@ impl Transport {
         let pool = r2d2::Pool::builder()
             .max_size(pool_size)
             .min_idle(Some(0))
-            .test_on_check_out(true)
+            .test_on_check_out(check_idle)
             .connection_timeout(connect_timeout)
             .build_unchecked(manager);
         Transport {
@@ -132,6 +145,14 @@ impl Transport {
 
     /// Sends `batch` and returns one input per request, in request order.
     pub(crate) fn execute(&self, batch: &Batch) -> Vec<Input> {
+        self.execute_keeping(batch, &mut None)
+    }
+
+    /// Like [`execute`](Self::execute), keeping the connection in `kept` afterwards: a
+    /// following batch that asks for [`Batch::same_connection`] (a `WAIT`, which only
+    /// covers the writes of its own connection) is sent on it. Dropping `kept` returns the
+    /// connection to the pool.
+    pub(crate) fn execute_keeping(&self, batch: &Batch, kept: &mut Option<Pooled>) -> Vec<Input> {
         if let Some(r) = batch
             .requests
             .iter()
@@ -147,8 +168,20 @@ impl Transport {
                 .map(|r| Input::failed(r.id, failure.clone()))
                 .collect();
         }
-        self.send(batch.requests.clone(), batch.deadline, batch.server_wait)
-            .receive()
+        let previous = kept.take();
+        let flight = match previous {
+            Some(conn) if batch.same_connection => self.write(
+                *conn,
+                batch.requests.clone(),
+                batch.deadline,
+                batch.server_wait,
+            ),
+            None if batch.same_connection => unreachable_same_connection(batch),
+            _ => self.send(batch.requests.clone(), batch.deadline, batch.server_wait),
+        };
+        let (inputs, conn) = flight.receive_keeping();
+        *kept = conn;
+        inputs
     }
 
     /// Writes `requests` (pipelined, whatever node they name) without waiting for the
@@ -166,6 +199,7 @@ impl Transport {
             Ok(conn) => self.write(conn, requests, deadline, server_wait),
             Err(e) => Flight {
                 requests,
+                deadline,
                 state: FlightState::Failed(TransportFailure::not_sent(format!(
                     "no connection: {e}"
                 ))),
@@ -197,6 +231,7 @@ impl Transport {
     ) -> Flight {
         let fail = |requests: Vec<Request>, failure: TransportFailure| Flight {
             requests,
+            deadline,
             state: FlightState::Failed(failure),
         };
         let remaining = deadline
@@ -230,25 +265,45 @@ impl Transport {
         }
         Flight {
             requests,
+            deadline,
             state: FlightState::Sent {
                 conn: Box::new(conn),
-                restore: changed.then_some(self.io_timeout),
+                timeout: if changed { wanted } else { self.io_timeout },
+                io_timeout: self.io_timeout,
             },
         }
+    }
+}
+
+/// A pooled connection.
+pub(crate) type Pooled = Box<r2d2::PooledConnection<Manager>>;
+
+/// A batch that must follow its predecessor's connection, without one to follow: its
+/// commands are not sent (a `WAIT` elsewhere would vouch for writes it cannot see).
+fn unreachable_same_connection(batch: &Batch) -> Flight {
+    Flight {
+        requests: batch.requests.clone(),
+        deadline: batch.deadline,
+        state: FlightState::Failed(TransportFailure::not_sent(
+            "the connection of the previous batch is gone",
+        )),
     }
 }
 
 /// Requests written to one connection, their replies not yet read.
 pub(crate) struct Flight {
     requests: Vec<Request>,
+    deadline: Instant,
     state: FlightState,
 }
 
 enum FlightState {
     Sent {
-        conn: Box<r2d2::PooledConnection<Manager>>,
-        /// The io timeout to put back on the socket after reading.
-        restore: Option<Duration>,
+        conn: Pooled,
+        /// The read timeout the socket has now.
+        timeout: Duration,
+        /// The usual one, put back after reading.
+        io_timeout: Duration,
     },
     Failed(TransportFailure),
 }
@@ -257,18 +312,40 @@ impl Flight {
     /// Reads one reply per request, in order (a transport failure stands in for each reply
     /// that did not come).
     pub(crate) fn receive(self) -> Vec<Input> {
-        let (mut conn, restore) = match self.state {
+        self.receive_keeping().0
+    }
+
+    /// [`receive`](Self::receive), also handing back the connection unless it broke.
+    pub(crate) fn receive_keeping(self) -> (Vec<Input>, Option<Pooled>) {
+        let (mut conn, mut timeout, io_timeout) = match self.state {
             FlightState::Failed(failure) => {
-                return self
+                let inputs = self
                     .requests
                     .iter()
                     .map(|r| Input::failed(r.id, failure.clone()))
                     .collect();
+                return (inputs, None);
             }
-            FlightState::Sent { conn, restore } => (conn, restore),
+            FlightState::Sent {
+                conn,
+                timeout,
+                io_timeout,
+            } => (conn, timeout, io_timeout),
         };
         let mut inputs = Vec::with_capacity(self.requests.len());
         for r in &self.requests {
+            // Never read past the batch deadline, however long the earlier reads (or other
+            // nodes' reads) took.
+            let left = self
+                .deadline
+                .saturating_duration_since(Instant::now())
+                .max(MIN_IO_TIMEOUT);
+            if left + SHORTEN_SLACK < timeout {
+                if conn.inner.set_read_timeout(Some(left)).is_err() {
+                    conn.broken = true;
+                }
+                timeout = left;
+            }
             match conn.inner.recv_response() {
                 Ok(value) => {
                     let reply = to_reply(value);
@@ -290,17 +367,16 @@ impl Flight {
                             .iter()
                             .map(|r| Input::failed(r.id, failure.clone())),
                     );
-                    return inputs;
+                    return (inputs, None);
                 }
             }
         }
-        if let Some(io) = restore
-            && conn.inner.set_read_timeout(Some(io)).is_err()
-        {
+        if timeout != io_timeout && conn.inner.set_read_timeout(Some(io_timeout)).is_err() {
             conn.broken = true;
         }
         conn.last_used = Instant::now();
-        inputs
+        let keep = (!conn.broken).then_some(conn);
+        (inputs, keep)
     }
 }
 

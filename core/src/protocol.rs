@@ -68,6 +68,10 @@ pub struct Batch {
     /// How long the server may legitimately hold a reply back (a `WAIT`'s timeout): a driver
     /// waits that much longer than its usual reply timeout, within `deadline`.
     pub server_wait: std::time::Duration,
+    /// Send on the connection the previous batch of this machine used (a `WAIT` vouches only
+    /// for its own connection's writes). A driver that cannot must fail the requests as not
+    /// sent rather than use another connection.
+    pub same_connection: bool,
 }
 
 impl Batch {
@@ -77,6 +81,7 @@ impl Batch {
             requests,
             deadline,
             server_wait: std::time::Duration::ZERO,
+            same_connection: false,
         }
     }
 }

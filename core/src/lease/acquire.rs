@@ -143,6 +143,13 @@ impl Acquire {
             }
             // WAIT 0 would block forever on the server.
             validate_ttl("replica acknowledgement timeout", timeout)?;
+            if timeout >= spec.ttl / 2 {
+                return Err(InvalidArgument::Setting(format!(
+                    "the replica acknowledgement timeout ({timeout:?}) must be under half the ttl ({:?})",
+                    spec.ttl
+                ))
+                .into());
+            }
             if timeout > MAX_REPLICA_WAIT {
                 return Err(InvalidArgument::DurationTooLong {
                     what: "replica acknowledgement timeout",
@@ -337,7 +344,7 @@ impl Acquire {
     }
 
     /// The `WAIT` answered: keep the lock with enough replicas, else release and fail.
-    fn on_replicated(&mut self) -> Option<Step<Acquisition>> {
+    fn on_replicated(&mut self, now: Instant) -> Option<Step<Acquisition>> {
         let State::Replicating {
             lease,
             answer: Some(answer),
@@ -348,9 +355,16 @@ impl Acquire {
         };
         let (required, timeout) = self.min_replicas.unwrap_or((0, Duration::ZERO));
         let result = match answer {
-            Ok(Reply::Int(n)) if n >= i64::from(required) => {
+            // Acknowledged, and still valid after the wait.
+            Ok(Reply::Int(n)) if n >= i64::from(required) && now < lease.valid_until => {
                 return Some(Step::Done(Ok(Acquisition::Acquired(lease))));
             }
+            Ok(Reply::Int(_)) if now >= lease.valid_until => Err(Error::Unavailable {
+                attempts: self.attempts,
+                last: TransportFailure::no_reply(
+                    "the replicas acknowledged only after the lease's validity ran out",
+                ),
+            }),
             Ok(Reply::Int(n)) => Err(Error::ReplicationFailed {
                 name: self.spec.target.name.clone(),
                 acknowledged: u32::try_from(n).unwrap_or(0),
@@ -428,12 +442,13 @@ impl Protocol for Acquire {
                         requests: vec![Request { id, command }],
                         deadline: saturating_add(saturating_add(now, timeout), self.reply_timeout),
                         server_wait: timeout,
+                        same_connection: true,
                     });
                 }
                 State::Replicating {
                     answer: Some(_), ..
                 } => {
-                    if let Some(step) = self.on_replicated() {
+                    if let Some(step) = self.on_replicated(now) {
                         return step;
                     }
                 }

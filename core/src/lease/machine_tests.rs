@@ -953,3 +953,37 @@ fn a_readonly_reply_during_a_failover_is_retried_while_waiting() {
     s.answer(Reply::Int(1));
     assert_eq!(s.expect_done(), Ok(()));
 }
+
+#[test]
+fn the_wait_follows_the_acquisitions_connection_and_must_end_within_the_lease() {
+    let now = origin();
+    let o = AcquireOptions {
+        min_replicas: Some((1, Duration::from_secs(1))),
+        ..AcquireOptions::default()
+    };
+    let mut s = Scenario::new(Acquire::new(spec(), &o, 1, now).unwrap(), now);
+    let first = s.expect_send();
+    s.machine.handle(Input::reply(first.id, ints(&[1, 4])), now);
+    let Step::Send(wait) = s.machine.poll(now) else {
+        panic!("the WAIT")
+    };
+    assert!(
+        wait.same_connection,
+        "WAIT only vouches for its own connection's writes"
+    );
+    assert_eq!(wait.server_wait, Duration::from_secs(1));
+    // Acknowledged, but only after the lease ran out: not handed out, and given back.
+    let late = now + TTL;
+    s.machine
+        .handle(Input::reply(wait.requests[0].id, Reply::Int(1)), late);
+    s.now = late;
+    let undo = s.answer(Reply::Int(0));
+    assert_eq!(args(&undo)[1], RELEASE.sha1);
+    assert!(matches!(s.expect_done(), Err(Error::Unavailable { .. })));
+    // A timeout of half the ttl or more is refused up front.
+    let o = AcquireOptions {
+        min_replicas: Some((1, TTL / 2)),
+        ..AcquireOptions::default()
+    };
+    assert!(Acquire::new(spec(), &o, 1, now).is_err());
+}

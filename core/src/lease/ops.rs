@@ -27,6 +27,10 @@ pub trait OpKind {
     type Output;
     /// Names the step in error messages.
     const CONTEXT: &'static str;
+    /// Whether a call whose reply was lost may be sent again. True for owner-checked and
+    /// read-only calls; false where a retry could repeat the effect after others acted on it.
+    const RETRY_LOST_REPLY: bool = true;
+
     /// The outcome, from a reply that is not an error reply.
     ///
     /// `sent_at` is when the answered attempt was sent; `lost_in_time` is true when an
@@ -380,7 +384,8 @@ impl<K: OpKind> ScriptOp<K> {
             self.lost_in_time = true;
         }
         let at = now + self.pause;
-        if self.attempts >= MAX_ATTEMPTS || at >= self.deadline {
+        let give_up = failure.kind == FailureKind::NoReply && !K::RETRY_LOST_REPLY;
+        if give_up || self.attempts >= MAX_ATTEMPTS || at >= self.deadline {
             return self.finish(Err(Error::Unavailable {
                 attempts: self.attempts,
                 last: failure,

@@ -136,8 +136,6 @@ pub enum Pushed {
     /// Queued (or delayed) under this id.
     Queued(String),
     /// A job with this id is already queued, delayed, running or dead: nothing was written.
-    /// (After a lost reply the push is retried, and a job the lost attempt had written then
-    /// reads as a duplicate of itself: either way it is in the queue exactly once.)
     Duplicate(String),
 }
 
@@ -150,6 +148,10 @@ pub struct Push {
 impl OpKind for Push {
     type Output = Vec<Pushed>;
     const CONTEXT: &'static str = "queue push";
+    // A push whose reply was lost may have run, and its job may already be taken and acked
+    // (which forgets the id): sending it again could queue the job a second time. The
+    // caller gets Unavailable with a "no reply" failure: the push may or may not have happened.
+    const RETRY_LOST_REPLY: bool = false;
 
     fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<Vec<Pushed>, Error>> {
         let items = reply.as_array()?;

@@ -262,19 +262,6 @@ fn push_error_replies_are_typed() {
     assert!(matches!(s.expect_done(), Err(Error::Redis { code, .. }) if code == "OOM"));
 }
 
-#[test]
-fn push_after_a_lost_reply_resends_the_same_call() {
-    let now = origin();
-    let op = push(&keys(), &[job("a", b"1")], 0, Duration::ZERO, deadline(now)).unwrap();
-    let mut s = Scenario::new(op, now);
-    let first = s.fail(TransportFailure::no_reply("read timed out"));
-    s.sleep_through();
-    // The lost attempt had written the job: the retry reads it as a duplicate of itself.
-    let second = s.answer(Reply::Array(vec![Reply::Int(0), bulk(b"a")]));
-    assert_eq!(args(&first), args(&second));
-    assert_eq!(s.expect_done(), Ok(vec![Pushed::Duplicate("a".into())]));
-}
-
 // ---------------------------------------------------------------------------------------
 // Take
 
@@ -958,4 +945,47 @@ fn queue_names_are_validated() {
     assert_eq!(k.name, "mail");
     assert_eq!(k.ready, "app:{mail}:q:ready");
     assert_eq!(k.channel, "app:{mail}:q:pushed");
+}
+
+#[test]
+fn a_push_whose_reply_was_lost_is_not_sent_again() {
+    let now = origin();
+    let jobs = [NewJob {
+        id: "once".into(),
+        payload: b"p".to_vec(),
+    }];
+    let op = push(
+        &keys(),
+        &jobs,
+        0,
+        Duration::ZERO,
+        now + Duration::from_secs(3),
+    )
+    .unwrap();
+    let mut s = Scenario::new(op, now);
+    s.fail(TransportFailure::no_reply("timeout"));
+    match s.expect_done() {
+        Err(Error::Unavailable { attempts, last }) => {
+            assert_eq!(attempts, 1);
+            assert_eq!(last.kind, crate::FailureKind::NoReply);
+        }
+        other => panic!("{other:?}"),
+    }
+    // One that surely never ran is retried.
+    let op = push(
+        &keys(),
+        &jobs,
+        0,
+        Duration::ZERO,
+        now + Duration::from_secs(3),
+    )
+    .unwrap();
+    let mut s = Scenario::new(op, now);
+    s.fail(TransportFailure::not_sent("refused"));
+    s.sleep_through();
+    s.answer(Reply::Array(vec![
+        Reply::Int(1),
+        Reply::Bulk(b"once".to_vec()),
+    ]));
+    assert_eq!(s.expect_done(), Ok(vec![Pushed::Queued("once".into())]));
 }

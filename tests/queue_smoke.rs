@@ -61,3 +61,36 @@ fn push_take_ack_nack_dead_and_delayed() {
     j.ack().unwrap();
     assert!(q.take(Duration::from_millis(100)).unwrap().is_none());
 }
+
+#[test]
+fn dead_jobs_can_be_deleted_and_their_ids_reused() {
+    let server = RedisServer::start().unwrap();
+    let c = Client::open(&server.url()).unwrap();
+    let q = c
+        .queue("purge")
+        .unwrap()
+        .max_deliveries(1)
+        .retry_backoff(Duration::ZERO, Duration::ZERO);
+    for id in ["a", "b", "c"] {
+        q.push_unique(id, "x").unwrap();
+        q.take(Duration::from_secs(1))
+            .unwrap()
+            .unwrap()
+            .nack()
+            .unwrap();
+    }
+    assert_eq!(q.stats().unwrap().dead, 3);
+    assert!(q.delete_dead("a").unwrap());
+    assert!(!q.delete_dead("a").unwrap(), "already gone");
+    assert_eq!(
+        q.push_unique("a", "again").unwrap(),
+        Pushed::Queued("a".into()),
+        "the id is free again"
+    );
+    assert_eq!(q.purge_dead().unwrap(), 2);
+    assert_eq!(q.stats().unwrap().dead, 0);
+    assert_eq!(
+        q.push_unique("b", "again").unwrap(),
+        Pushed::Queued("b".into())
+    );
+}

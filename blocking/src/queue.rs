@@ -232,6 +232,21 @@ impl Queue {
             .run(queue::requeue(&self.keys, id, self.deadline()))
     }
 
+    /// Deletes dead job `id` for good (its payload too, so the id may be pushed again);
+    /// `false` if it was not on the dead list.
+    pub fn delete_dead(&self, id: &str) -> Result<bool, Error> {
+        let n = self
+            .client
+            .run(queue::forget_dead(&self.keys, Some(id), self.deadline()))?;
+        Ok(n > 0)
+    }
+
+    /// Deletes every dead job for good; returns how many there were.
+    pub fn purge_dead(&self) -> Result<u64, Error> {
+        self.client
+            .run(queue::forget_dead(&self.keys, None, self.deadline()))
+    }
+
     /// Runs `handler` on `concurrency` threads, each taking jobs one at a time: `Ok` acks the
     /// job, `Err` nacks it (retried with backoff, dead after max deliveries). Stops when the
     /// returned [`Workers`] is stopped or dropped: each thread finishes the job it has, then

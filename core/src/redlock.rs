@@ -148,6 +148,7 @@ pub struct RedLockAcquire {
     sent_at: Instant,
     attempts: u32,
     last: Option<Error>,
+    base_token: crate::lease::Token,
 }
 
 impl RedLockAcquire {
@@ -186,6 +187,7 @@ impl RedLockAcquire {
             sent_at: now,
             attempts: 0,
             last: None,
+            base_token: spec.token.clone(),
             spec,
             options,
         };
@@ -194,6 +196,20 @@ impl RedLockAcquire {
     }
 
     fn start(&mut self) {
+        if self.attempts > 0 {
+            // A new attempt after a full release gets a new token: a release of the previous
+            // attempt still queued on a broken connection must not match the new grant.
+            // (Derived from the secret random token, so still unguessable.)
+            let base = self.base_token.as_str();
+            if let Ok(token) = crate::lease::Token::new(format!("{base}.{}", self.attempts)) {
+                let t = token.as_str();
+                self.spec.acquire = self.spec.acquire.clone().with_arg(0, t);
+                self.spec.calls.release = self.spec.calls.release.clone().with_arg(0, t);
+                self.spec.calls.extend = self.spec.calls.extend.clone().with_arg(0, t);
+                self.spec.calls.inspect = self.spec.calls.inspect.clone().with_arg(0, t);
+                self.spec.token = token;
+            }
+        }
         self.exchanges = node_calls(&self.spec.acquire, self.options.nodes);
         for e in &mut self.exchanges {
             e.start();
@@ -775,5 +791,58 @@ mod tests {
                 _ => None,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod token_tests {
+    use super::*;
+    use crate::keys::Keyspace;
+    use crate::lease::Token;
+    use crate::testing::{ints, origin};
+
+    #[test]
+    fn each_attempt_after_a_full_release_uses_a_new_token() {
+        let t0 = origin();
+        let spec = LockSpec::lease(
+            &Keyspace::default(),
+            "t",
+            Token::from_random([5; 16]),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        let options = RedLockOptions {
+            wait: Some(Duration::from_secs(1)),
+            ..RedLockOptions::new(3)
+        };
+        let mut m = RedLockAcquire::new(spec, options, 1, t0).unwrap();
+        let mut tokens = Vec::new();
+        let mut now = t0;
+        for round in 0..2 {
+            let Step::Send(b) = m.poll(now) else {
+                panic!("acquire")
+            };
+            tokens.push(String::from_utf8(b.requests[0].command.args()[5].clone()).unwrap());
+            for r in &b.requests {
+                m.handle(Input::reply(r.id, ints(&[0, 100])), now);
+            }
+            let Step::Send(rel) = m.poll(now) else {
+                panic!("release")
+            };
+            // The release names the same token as its attempt.
+            assert_eq!(
+                String::from_utf8(rel.requests[0].command.args()[4].clone()).unwrap(),
+                tokens[round]
+            );
+            for r in &rel.requests {
+                m.handle(Input::reply(r.id, Reply::Int(0)), now);
+            }
+            let Step::Wait(w) = m.poll(now) else {
+                panic!("pause")
+            };
+            now = w.until;
+        }
+        assert_ne!(tokens[0], tokens[1]);
+        assert!(tokens[1].starts_with(&tokens[0]));
     }
 }

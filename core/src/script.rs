@@ -57,6 +57,14 @@ impl ScriptCall {
         self
     }
 
+    /// Replaces argument `index` (0: the first after the keys), if there is one.
+    pub fn with_arg(mut self, index: usize, arg: impl AsRef<[u8]>) -> Self {
+        if let Some(a) = self.args.get_mut(index) {
+            *a = arg.as_ref().to_vec();
+        }
+        self
+    }
+
     /// Replaces the last argument.
     pub fn with_last_arg(mut self, arg: impl AsRef<[u8]>) -> Self {
         if let Some(last) = self.args.last_mut() {

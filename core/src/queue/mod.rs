@@ -405,6 +405,31 @@ pub fn dead_jobs(keys: &QueueKeys, limit: usize, deadline: Instant) -> ScriptOp<
     ScriptOp::new(DeadJobs, call, keys.target(), None, deadline)
 }
 
+/// Deletes dead jobs for good. Yields how many were deleted.
+#[derive(Debug, Clone, Copy)]
+pub struct Forget;
+
+impl OpKind for Forget {
+    type Output = u64;
+    const CONTEXT: &'static str = "dead-letter deletion";
+
+    fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<u64, Error>> {
+        Some(Ok(u64::try_from(reply.as_int()?).ok()?))
+    }
+}
+
+/// Deletes dead job `id` (`None`: every dead job) with its payload, so the dead list does
+/// not grow without bound and the id may be pushed again.
+pub fn forget_dead(keys: &QueueKeys, id: Option<&str>, deadline: Instant) -> ScriptOp<Forget> {
+    let call = ScriptCall::new(&scripts::FORGET)
+        .key(&keys.dead)
+        .key(&keys.payloads)
+        .key(&keys.priorities)
+        .key(&keys.deliveries)
+        .arg(id.unwrap_or(""));
+    ScriptOp::new(Forget, call, keys.target(), None, deadline)
+}
+
 /// Moves a dead job back to ready.
 #[derive(Debug, Clone, Copy)]
 pub struct Requeue;

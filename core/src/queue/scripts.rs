@@ -72,8 +72,15 @@ pub static UNTAKE: Script = Script {
     sha1: "609daf368bed4a672871d3b2e30ac80f8467d5ca",
 };
 
+/// `lua/forget.lua`
+pub static FORGET: Script = Script {
+    name: "queue_forget",
+    source: include_str!("lua/forget.lua"),
+    sha1: "636f5f07476cd15e5b29e9f6c197330091030a39",
+};
+
 /// Every queue script.
-pub static ALL: [&Script; 10] = [
+pub static ALL: [&Script; 11] = [
     &PUSH,
     &DEQUEUE,
     &ACK,
@@ -84,6 +91,7 @@ pub static ALL: [&Script; 10] = [
     &DEAD,
     &REQUEUE,
     &UNTAKE,
+    &FORGET,
 ];
 
 #[cfg(test)]

@@ -1,0 +1,22 @@
+-- Delete dead jobs for good: the one named by ARGV[1], or every dead job when ARGV[1] is ''.
+-- KEYS: 1 dead, 2 payloads, 3 priorities, 4 deliveries. Returns how many were deleted.
+redis.call('LLEN', KEYS[1])
+for i = 2, 4 do
+  redis.call('HLEN', KEYS[i])
+end
+local ids
+if ARGV[1] == '' then
+  ids = redis.call('LRANGE', KEYS[1], 0, -1)
+  redis.call('DEL', KEYS[1])
+else
+  if redis.call('LREM', KEYS[1], 0, ARGV[1]) == 0 then
+    return 0
+  end
+  ids = {ARGV[1]}
+end
+for _, id in ipairs(ids) do
+  redis.call('HDEL', KEYS[2], id)
+  redis.call('HDEL', KEYS[3], id)
+  redis.call('HDEL', KEYS[4], id)
+end
+return #ids

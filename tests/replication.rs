@@ -132,7 +132,7 @@ fn with_min_replicas_a_failover_keeps_the_lock() {
         .lock("order-9")
         .ttl(Duration::from_secs(30))
         .watchdog(false)
-        .min_replicas(1, Duration::from_secs(1))
+        .min_replicas(1, Duration::from_secs(5))
         .try_acquire()
         .unwrap()
         .expect("free, and acknowledged by the replica");
@@ -154,7 +154,7 @@ fn min_replicas_works_for_semaphores() {
     let c = client(&master);
     let permit = c
         .semaphore("jobs", 1)
-        .min_replicas(1, Duration::from_secs(1))
+        .min_replicas(1, Duration::from_secs(5))
         .try_acquire()
         .unwrap()
         .unwrap();

@@ -105,7 +105,7 @@ fn the_client_follows_a_failover() {
         .lock("kept")
         .ttl(Duration::from_secs(60))
         .watchdog(false)
-        .min_replicas(1, Duration::from_secs(1))
+        .min_replicas(1, Duration::from_secs(5))
         .try_acquire()
         .unwrap()
         .expect("free");

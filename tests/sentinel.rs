@@ -32,11 +32,32 @@ fn master_port(sentinel: &RedisServer) -> Option<u16> {
 
 #[test]
 fn the_client_follows_a_failover() {
-    let mut master = RedisServer::builder()
+    follow_a_failover(None);
+}
+
+#[test]
+fn the_client_follows_a_failover_of_a_password_protected_master() {
+    follow_a_failover(Some("s3cret"));
+}
+
+fn conn_with(server: &RedisServer, password: Option<&str>) -> redis::Connection {
+    let url = match password {
+        Some(p) => format!("redis://:{p}@127.0.0.1:{}/", server.port()),
+        None => server.url(),
+    };
+    redis::Client::open(url).unwrap().get_connection().unwrap()
+}
+
+fn follow_a_failover(password: Option<&str>) {
+    let auth = |b: redlease_suite::RedisServerBuilder| match password {
+        Some(p) => b.config("requirepass", p).config("masterauth", p),
+        None => b,
+    };
+    let mut master = auth(RedisServer::builder())
         .config("repl-diskless-sync-delay", "0")
         .start()
         .unwrap();
-    let replica = RedisServer::builder()
+    let replica = auth(RedisServer::builder())
         .config("replicaof", &format!("127.0.0.1 {}", master.port()))
         .config("repl-diskless-sync-delay", "0")
         .start()
@@ -44,7 +65,7 @@ fn the_client_follows_a_failover() {
     await_condition(Duration::from_secs(10), "replication link", || {
         let info: String = redis::cmd("INFO")
             .arg("replication")
-            .query(&mut conn(&replica))
+            .query(&mut conn_with(&replica, password))
             .unwrap();
         info.contains("master_link_status:up")
     });
@@ -61,10 +82,14 @@ fn the_client_follows_a_failover() {
             .arg(2)
             .query(&mut c)
             .unwrap();
-        for (k, v) in [
+        let mut settings = vec![
             ("down-after-milliseconds", "400"),
             ("failover-timeout", "2000"),
-        ] {
+        ];
+        if let Some(p) = password {
+            settings.push(("auth-pass", p));
+        }
+        for (k, v) in settings {
             let _: () = redis::cmd("SENTINEL")
                 .arg("SET")
                 .arg("svc")
@@ -96,11 +121,13 @@ fn the_client_follows_a_failover() {
     );
 
     let urls: Vec<String> = sentinels.iter().map(RedisServer::url).collect();
-    let client = Client::sentinel(&urls, "svc")
+    let mut builder = Client::sentinel(&urls, "svc")
         .connect_timeout(Duration::from_millis(300))
-        .io_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+        .io_timeout(Duration::from_millis(300));
+    if let Some(p) = password {
+        builder = builder.master_auth(None, p);
+    }
+    let client = builder.build().unwrap();
     let held = client
         .lock("kept")
         .ttl(Duration::from_secs(60))
@@ -134,7 +161,7 @@ fn the_client_follows_a_failover() {
     );
     let exists: bool = redis::cmd("EXISTS")
         .arg("redlease:{other}:lock")
-        .query(&mut conn(&replica))
+        .query(&mut conn_with(&replica, password))
         .unwrap();
     assert!(exists, "written to the new master");
     other.release().unwrap();

@@ -66,6 +66,8 @@ pub struct ClientBuilder {
     url: String,
     /// `(sentinel URLs, service name)` when connecting through Sentinel.
     sentinel: Option<(Vec<String>, String)>,
+    master_username: Option<String>,
+    master_password: Option<String>,
     pool_size: u32,
     connect_timeout: Duration,
     io_timeout: Duration,
@@ -107,6 +109,25 @@ impl ClientBuilder {
         self
     }
 
+    /// Through Sentinel: the credentials of the master (and of the replica promoted in its
+    /// place). Not needed for a plain URL, which carries its own.
+    pub fn master_auth(mut self, username: Option<&str>, password: &str) -> Self {
+        self.master_username = username.map(str::to_owned);
+        self.master_password = Some(password.to_owned());
+        self
+    }
+
+    fn master_auth_info(&self) -> redis::RedisConnectionInfo {
+        let mut info = redis::RedisConnectionInfo::default();
+        if let Some(user) = &self.master_username {
+            info = info.set_username(user);
+        }
+        if let Some(password) = &self.master_password {
+            info = info.set_password(password);
+        }
+        info
+    }
+
     /// Checks the settings and makes the client. Connections are opened on first use, so
     /// this succeeds while Redis is down.
     pub fn build(self) -> Result<Client, Error> {
@@ -134,34 +155,35 @@ impl ClientBuilder {
                 (Source::Direct(redis), info)
             }
             Some((sentinels, service)) => {
-                let client = redis::sentinel::SentinelClient::build(
-                    sentinels.clone(),
-                    service.clone(),
-                    None,
-                    redis::sentinel::SentinelServerType::Master,
-                )
-                .map_err(|e| bad_url(&sentinels.join(","), e))?;
-                let first = sentinels.first().map(String::as_str).unwrap_or("");
-                let info = redis::Client::open(first)
-                    .map_err(|e| bad_url(first, e))?
-                    .get_connection_info()
-                    .clone();
-                (Source::Sentinel(std::sync::Mutex::new(client)), info)
+                let clients = sentinels
+                    .iter()
+                    .map(|u| redis::Client::open(u.as_str()).map_err(|e| bad_url(u, e)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let info = clients
+                    .first()
+                    .map(|c| c.get_connection_info().clone())
+                    .ok_or_else(|| InvalidArgument::Setting("no Sentinel URL given".into()))?;
+                let lookup = crate::transport::SentinelLookup {
+                    sentinels: clients,
+                    service: service.clone(),
+                    timeout: self.connect_timeout,
+                    master: self.master_auth_info(),
+                };
+                (Source::Sentinel(lookup), info)
             }
         };
         let source = Arc::new(source);
         // Pub/sub needs plain TCP (a Unix socket or TLS URL waits without notifications).
         let endpoint = matches!(info.addr(), redis::ConnectionAddr::Tcp(..)).then(|| Endpoint {
             source: source.clone(),
-            username: if self.sentinel.is_some() {
-                None
-            } else {
-                info.redis_settings().username().map(str::to_owned)
+            // Through Sentinel, the master's credentials are the ones given for it.
+            username: match &self.sentinel {
+                Some(_) => self.master_username.clone(),
+                None => info.redis_settings().username().map(str::to_owned),
             },
-            password: if self.sentinel.is_some() {
-                None
-            } else {
-                info.redis_settings().password().map(str::to_owned)
+            password: match &self.sentinel {
+                Some(_) => self.master_password.clone(),
+                None => info.redis_settings().password().map(str::to_owned),
             },
             connect_timeout: self.connect_timeout,
         });
@@ -197,6 +219,8 @@ impl Client {
         ClientBuilder {
             url: url.to_owned(),
             sentinel: None,
+            master_username: None,
+            master_password: None,
             pool_size: 16,
             connect_timeout: Duration::from_secs(1),
             io_timeout: Duration::from_secs(1),

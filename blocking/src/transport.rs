@@ -1,7 +1,7 @@
 //! The only code that talks to Redis: a pool of connections and one function that sends a
 //! batch of commands and turns what comes back into core inputs.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, Value};
@@ -42,7 +42,55 @@ pub(crate) enum Source {
     /// A fixed server.
     Direct(redis::Client),
     /// The master of a Sentinel-monitored service.
-    Sentinel(Mutex<redis::sentinel::SentinelClient>),
+    Sentinel(SentinelLookup),
+}
+
+/// Asks Sentinels which server is the master of a service: `SENTINEL
+/// get-master-addr-by-name`, each Sentinel in turn, every connection and reply bounded by
+/// `timeout` (so a dead or frozen Sentinel costs at most that; nothing is locked while
+/// asking).
+pub(crate) struct SentinelLookup {
+    pub(crate) sentinels: Vec<redis::Client>,
+    pub(crate) service: String,
+    pub(crate) timeout: Duration,
+    /// The master's connection settings (database, credentials) without its address.
+    pub(crate) master: redis::RedisConnectionInfo,
+}
+
+impl SentinelLookup {
+    fn master(&self) -> Result<redis::Client, redis::RedisError> {
+        let mut last =
+            redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "no Sentinel to ask"));
+        for sentinel in &self.sentinels {
+            let asked = sentinel
+                .get_connection_with_timeout(self.timeout)
+                .and_then(|mut c| {
+                    c.set_read_timeout(Some(self.timeout))?;
+                    c.set_write_timeout(Some(self.timeout))?;
+                    redis::cmd("SENTINEL")
+                        .arg("get-master-addr-by-name")
+                        .arg(&self.service)
+                        .query::<Option<(String, u16)>>(&mut c)
+                });
+            match asked {
+                Ok(Some((host, port))) => {
+                    use redis::IntoConnectionInfo;
+                    let info = redis::ConnectionAddr::Tcp(host, port)
+                        .into_connection_info()?
+                        .set_redis_settings(self.master.clone());
+                    return redis::Client::open(info);
+                }
+                Ok(None) => {
+                    last = redis::RedisError::from((
+                        redis::ErrorKind::InvalidClientConfig,
+                        "the Sentinel does not know the service",
+                    ));
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
 }
 
 impl std::fmt::Debug for Source {
@@ -59,7 +107,7 @@ impl Source {
     pub(crate) fn client(&self) -> Result<redis::Client, redis::RedisError> {
         match self {
             Source::Direct(c) => Ok(c.clone()),
-            Source::Sentinel(s) => s.lock().unwrap_or_else(|p| p.into_inner()).get_client(),
+            Source::Sentinel(s) => s.master(),
         }
     }
 }

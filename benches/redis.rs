@@ -109,6 +109,7 @@ const SCENARIOS: &[Scenario] = &[
     (UNCONTENDED, lock_uncontended),
     ("lock_contended", lock_contended),
     ("lock_8keys", lock_8keys),
+    ("cluster_8keys", cluster_8keys),
     ("lock_handoff", lock_handoff),
     ("watchdog_10k", watchdog_10k),
     ("redlock3", redlock3),
@@ -954,6 +955,38 @@ fn lock_8keys(ctx: &Ctx) -> Measurement {
             }
         },
     );
+    m
+}
+
+/// `lock_8keys` on a local 3-master Redis Cluster (started here): 8 threads, thread `i` on
+/// lock `bench-k{i}` (the names spread over the masters), through one cluster client. Its
+/// ratio is against the single-node raw baseline.
+fn cluster_8keys(ctx: &Ctx) -> Measurement {
+    let cluster = redlease_suite::RedisCluster::start().expect("bench: cannot start a cluster");
+    let client = redlease::Client::cluster(&cluster.urls())
+        .pool_size(THREADS as u32)
+        .build()
+        .expect("bench: cannot build the cluster client");
+    let names: Vec<String> = (0..THREADS).map(|i| format!("bench-k{i}")).collect();
+    let (mut m, _) = measure_threads(
+        ctx,
+        THREADS,
+        || {},
+        |i| {
+            let name = names[i].as_str();
+            let lock = client.lock(name);
+            move || {
+                let guard = lock
+                    .try_acquire()
+                    .expect("bench: cluster try_acquire failed")
+                    .unwrap_or_else(|| panic!("bench: lock {name} was busy"));
+                black_box(guard.fence());
+                guard.release().expect("bench: cluster release failed");
+            }
+        },
+    );
+    m.extra.push(("masters", "3".to_string()));
+    drop(cluster);
     m
 }
 

@@ -46,9 +46,11 @@
     clippy::dbg_macro
 )]
 
+mod cluster;
 mod server;
 pub mod testkit;
 
+pub use cluster::RedisCluster;
 pub use server::{RedisServer, RedisServerBuilder};
 
 use std::fmt;

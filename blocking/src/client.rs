@@ -68,6 +68,8 @@ pub struct ClientBuilder {
     sentinel: Option<(Vec<String>, String)>,
     master_username: Option<String>,
     master_password: Option<String>,
+    /// Seed nodes when connecting to a Redis Cluster.
+    cluster: Vec<String>,
     pool_size: u32,
     connect_timeout: Duration,
     io_timeout: Duration,
@@ -148,6 +150,17 @@ impl ClientBuilder {
             InvalidArgument::Setting(format!("bad Redis URL {url:?}: {e}"))
         };
         let (source, info) = match &self.sentinel {
+            None if !self.cluster.is_empty() => {
+                let seed = redis::Client::open(self.cluster[0].as_str())
+                    .map_err(|e| bad_url(&self.cluster[0], e))?;
+                let info = seed.get_connection_info().clone();
+                let cluster = redis::cluster::ClusterClientBuilder::new(self.cluster.clone())
+                    .connection_timeout(self.connect_timeout)
+                    .response_timeout(self.io_timeout)
+                    .build()
+                    .map_err(|e| bad_url(&self.cluster.join(","), e))?;
+                (Source::Cluster(Box::new(cluster), seed), info)
+            }
             None => {
                 let redis =
                     redis::Client::open(self.url.as_str()).map_err(|e| bad_url(&self.url, e))?;
@@ -221,6 +234,7 @@ impl Client {
             sentinel: None,
             master_username: None,
             master_password: None,
+            cluster: Vec::new(),
             pool_size: 16,
             connect_timeout: Duration::from_secs(1),
             io_timeout: Duration::from_secs(1),
@@ -240,6 +254,17 @@ impl Client {
             sentinels.iter().map(|s| s.as_ref().to_owned()).collect(),
             service.to_owned(),
         ));
+        b
+    }
+
+    /// Settings for a client of the Redis Cluster that the seed nodes at `nodes` belong to.
+    /// Every primitive's keys share one hash tag (`<prefix>:{<name>}:*`), so each script runs
+    /// on the node owning that slot; MOVED and ASK redirections (resharding) are followed.
+    /// Release notifications use plain `PUBLISH`, which a cluster passes to every node, and
+    /// the listener subscribes on the first seed node.
+    pub fn cluster<S: AsRef<str>>(nodes: &[S]) -> ClientBuilder {
+        let mut b = Client::builder("");
+        b.cluster = nodes.iter().map(|s| s.as_ref().to_owned()).collect();
         b
     }
 

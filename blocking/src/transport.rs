@@ -18,9 +18,39 @@ const SHORTEN_SLACK: Duration = Duration::from_millis(20);
 /// A pooled connection, marked broken after any transport error so the pool discards it
 /// (a reply that is still in flight must never be read as the answer to a later command).
 pub(crate) struct Conn {
-    inner: redis::Connection,
+    inner: Link,
     broken: bool,
     last_used: Instant,
+}
+
+/// A connection to one server, or to a Redis Cluster (which routes every command to the
+/// node owning its first key's slot, and follows MOVED and ASK redirections).
+pub(crate) enum Link {
+    Single(redis::Connection),
+    Cluster(Box<redis::cluster::ClusterConnection>),
+}
+
+impl Link {
+    fn set_read_timeout(&self, d: Option<Duration>) -> redis::RedisResult<()> {
+        match self {
+            Link::Single(c) => c.set_read_timeout(d),
+            Link::Cluster(c) => c.set_read_timeout(d),
+        }
+    }
+
+    fn is_open(&self) -> bool {
+        match self {
+            Link::Single(c) => c.is_open(),
+            Link::Cluster(c) => c.is_open(),
+        }
+    }
+
+    fn ping(&mut self) -> redis::RedisResult<()> {
+        match self {
+            Link::Single(c) => redis::cmd("PING").query(c),
+            Link::Cluster(c) => redis::cmd("PING").query(c.as_mut()),
+        }
+    }
 }
 
 /// A pooled connection idle longer than this is PINGed before use: a Redis restart or an
@@ -43,6 +73,8 @@ pub(crate) enum Source {
     Direct(redis::Client),
     /// The master of a Sentinel-monitored service.
     Sentinel(SentinelLookup),
+    /// A Redis Cluster; the plain client (of a seed node) is for the pub/sub listener.
+    Cluster(Box<redis::cluster::ClusterClient>, redis::Client),
 }
 
 /// Asks Sentinels which server is the master of a service: `SENTINEL
@@ -98,6 +130,7 @@ impl std::fmt::Debug for Source {
         match self {
             Source::Direct(c) => write!(f, "Direct({:?})", c.get_connection_info().addr()),
             Source::Sentinel(_) => f.write_str("Sentinel"),
+            Source::Cluster(..) => f.write_str("Cluster"),
         }
     }
 }
@@ -108,6 +141,8 @@ impl Source {
         match self {
             Source::Direct(c) => Ok(c.clone()),
             Source::Sentinel(s) => s.master(),
+            // Published messages reach every node of a cluster: any one will do.
+            Source::Cluster(_, seed) => Ok(seed.clone()),
         }
     }
 }
@@ -117,12 +152,23 @@ impl r2d2::ManageConnection for Manager {
     type Error = redis::RedisError;
 
     fn connect(&self) -> Result<Conn, redis::RedisError> {
-        let inner = self
-            .source
-            .client()?
-            .get_connection_with_timeout(self.connect_timeout)?;
-        inner.set_read_timeout(Some(self.io_timeout))?;
-        inner.set_write_timeout(Some(self.io_timeout))?;
+        let inner = match &*self.source {
+            Source::Cluster(cluster, _) => {
+                let c = cluster.get_connection()?;
+                c.set_read_timeout(Some(self.io_timeout))?;
+                c.set_write_timeout(Some(self.io_timeout))?;
+                Link::Cluster(Box::new(c))
+            }
+            _ => {
+                let c = self
+                    .source
+                    .client()?
+                    .get_connection_with_timeout(self.connect_timeout)?;
+                c.set_read_timeout(Some(self.io_timeout))?;
+                c.set_write_timeout(Some(self.io_timeout))?;
+                Link::Single(c)
+            }
+        };
         Ok(Conn {
             inner,
             broken: false,
@@ -134,7 +180,7 @@ impl r2d2::ManageConnection for Manager {
         if conn.last_used.elapsed() < CHECK_AFTER_IDLE {
             return Ok(());
         }
-        redis::cmd("PING").query::<()>(&mut conn.inner)?;
+        conn.inner.ping()?;
         conn.last_used = Instant::now();
         Ok(())
     }
@@ -294,6 +340,48 @@ impl Transport {
             conn.broken = true;
             return fail(requests, TransportFailure::not_sent(format!("socket: {e}")));
         }
+        if let Link::Cluster(cluster) = &mut conn.inner {
+            // A cluster connection routes command by command (by each command's first key),
+            // so the batch is sent and answered here, one request after another.
+            let mut inputs = Vec::with_capacity(requests.len());
+            for r in &requests {
+                let mut cmd = redis::Cmd::new();
+                for a in r.command.args() {
+                    cmd.arg(a.as_slice());
+                }
+                match cluster.req_command(&cmd) {
+                    Ok(value) => inputs.push(Input::reply(r.id, to_reply(value))),
+                    Err(e) => match e.code() {
+                        // An error reply from the server.
+                        Some(code) => inputs.push(Input::reply(
+                            r.id,
+                            Reply::Error(ErrorReply::new(code, e.detail().unwrap_or_default())),
+                        )),
+                        None => {
+                            conn.broken = true;
+                            let failure = TransportFailure::no_reply(e.to_string());
+                            inputs.extend(
+                                requests[inputs.len()..]
+                                    .iter()
+                                    .map(|r| Input::failed(r.id, failure.clone())),
+                            );
+                            break;
+                        }
+                    },
+                }
+            }
+            return Flight {
+                requests,
+                deadline,
+                state: FlightState::Answered {
+                    inputs,
+                    conn: Box::new(conn),
+                },
+            };
+        }
+        let Link::Single(single) = &mut conn.inner else {
+            return fail(requests, TransportFailure::not_sent("no connection"));
+        };
         let mut pipe = redis::pipe();
         for r in &requests {
             let mut cmd = redis::Cmd::new();
@@ -302,7 +390,7 @@ impl Transport {
             }
             pipe.add_command(cmd);
         }
-        if let Err(e) = conn.inner.send_packed_command(&pipe.get_packed_pipeline()) {
+        if let Err(e) = single.send_packed_command(&pipe.get_packed_pipeline()) {
             conn.broken = true;
             let failure = if e.is_connection_refusal() {
                 TransportFailure::not_sent(e.to_string())
@@ -354,6 +442,11 @@ enum FlightState {
         io_timeout: Duration,
     },
     Failed(TransportFailure),
+    /// Already answered (a cluster connection sends and reads each request in turn).
+    Answered {
+        inputs: Vec<Input>,
+        conn: Pooled,
+    },
 }
 
 impl Flight {
@@ -379,6 +472,11 @@ impl Flight {
                 timeout,
                 io_timeout,
             } => (conn, timeout, io_timeout),
+            FlightState::Answered { inputs, mut conn } => {
+                conn.last_used = Instant::now();
+                let keep = (!conn.broken).then_some(conn);
+                return (inputs, keep);
+            }
         };
         let mut inputs = Vec::with_capacity(self.requests.len());
         for r in &self.requests {
@@ -394,7 +492,10 @@ impl Flight {
                 }
                 timeout = left;
             }
-            match conn.inner.recv_response() {
+            let Link::Single(single) = &mut conn.inner else {
+                break;
+            };
+            match single.recv_response() {
                 Ok(value) => {
                     let reply = to_reply(value);
                     // A master demoted by a failover answers READONLY: reconnect (through

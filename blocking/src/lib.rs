@@ -1,6 +1,17 @@
 //! # redlease
 //!
-//! Distributed leases (locks) on Redis for blocking Rust code, with fencing tokens.
+//! Distributed coordination on Redis for blocking Rust code: leases (locks) with fencing
+//! tokens, renewed by one watchdog thread per client and reported when lost.
+//!
+//! - Locks: [`Client::lock`] (lease), [`Client::reentrant_lock`], [`Client::fair_lock`],
+//!   [`Client::read_lock`] / [`Client::write_lock`], [`Client::run_once`] for fleet-wide cron
+//!   jobs, [`RedLock`] over independent masters, and [`Client::legacy_lock`] for servers
+//!   without `SET NX PX` or scripting (see its docs for what that algorithm cannot
+//!   guarantee; prefer the lease lock where the server allows it).
+//! - [`Client::semaphore`]: a fair counting semaphore on the server's clock.
+//! - [`Client::queue`]: a reliable queue with priorities, delays, leases and dead letters.
+//! - Deployments: one server ([`Client::open`]), Sentinel ([`Client::sentinel`]), Redis
+//!   Cluster ([`Client::cluster`]); `min_replicas` on locks and semaphores for failovers.
 //!
 //! This crate is a thin driver: it runs the protocol machines of
 //! [`redlease_core`] over an `r2d2` pool of `redis` connections. Everything a protocol

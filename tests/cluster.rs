@@ -227,3 +227,49 @@ fn a_lock_whose_slot_moves_to_another_master_keeps_working() {
         "the fence counter moved with the slot"
     );
 }
+
+#[test]
+fn waiters_on_a_cluster_are_woken_through_their_shard() {
+    let cluster = Cluster::start();
+    let c = cluster.client();
+    let holder = c.lock("shard").try_acquire().unwrap().unwrap();
+    let c2 = c.clone();
+    let waiter = thread::spawn(move || {
+        let start = std::time::Instant::now();
+        let g = c2
+            .lock("shard")
+            .retry(Duration::from_secs(10), Duration::from_secs(10))
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .unwrap();
+        (start.elapsed(), g.fence())
+    });
+    // The waiter subscribes to the shard channel on the node serving its slot, only there.
+    let channel = "redlease:{shard}:released";
+    let owner = cluster.owner(slot_of(&cluster, channel));
+    await_condition(Duration::from_secs(10), || {
+        let subs: Vec<redis::Value> = redis::cmd("PUBSUB")
+            .arg("SHARDNUMSUB")
+            .arg(channel)
+            .query(&mut connection(&cluster.nodes()[owner]))
+            .unwrap();
+        matches!(subs.get(1), Some(redis::Value::Int(1)))
+    });
+    for (i, node) in cluster.nodes().iter().enumerate() {
+        let plain: Vec<redis::Value> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query(&mut connection(node))
+            .unwrap();
+        assert!(
+            matches!(plain.get(1), Some(redis::Value::Int(0))),
+            "node {i}: no plain subscription"
+        );
+    }
+    let fence = holder.fence();
+    holder.release().unwrap();
+    let (waited, got) = waiter.join().unwrap();
+    assert_eq!(got, fence + 1);
+    // With a 10 s retry interval, only the release message can have woken it in time.
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+}

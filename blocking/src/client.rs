@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
 use redlease_core::{Error, InvalidArgument, Protocol, Step};
 
-use crate::listener::{Endpoint, Listener, Waiter};
+use crate::listener::{Endpoint, Listeners, Waiter};
 use crate::transport::{Source, Transport};
 use crate::watchdog::Watchdog;
 
@@ -32,7 +32,7 @@ pub struct Client {
 pub(crate) struct Inner {
     pub(crate) shared: Arc<Shared>,
     /// Started on the first wait that names a channel.
-    listener: OnceLock<Option<Listener>>,
+    listener: OnceLock<Option<Listeners>>,
     /// Started on the first watched lease.
     pub(crate) watchdog: OnceLock<Option<Watchdog>>,
 }
@@ -70,6 +70,7 @@ pub struct ClientBuilder {
     master_password: Option<String>,
     /// Seed nodes when connecting to a Redis Cluster.
     cluster: Vec<String>,
+    sharded_pubsub: Option<bool>,
     pool_size: u32,
     connect_timeout: Duration,
     io_timeout: Duration,
@@ -111,6 +112,15 @@ impl ClientBuilder {
         self
     }
 
+    /// Redis Cluster: announce releases on shard channels (`SPUBLISH`/`SSUBSCRIBE`, Redis 7),
+    /// so a release reaches only the waiters' shard instead of every node. Defaults to on for
+    /// a cluster client; turn it off for a cluster older than Redis 7 (plain `PUBLISH`, which
+    /// the cluster passes to every node).
+    pub fn sharded_pubsub(mut self, on: bool) -> Self {
+        self.sharded_pubsub = Some(on);
+        self
+    }
+
     /// Through Sentinel: the credentials of the master (and of the replica promoted in its
     /// place). Not needed for a plain URL, which carries its own.
     pub fn master_auth(mut self, username: Option<&str>, password: &str) -> Self {
@@ -133,7 +143,14 @@ impl ClientBuilder {
     /// Checks the settings and makes the client. Connections are opened on first use, so
     /// this succeeds while Redis is down.
     pub fn build(self) -> Result<Client, Error> {
-        let keyspace = Keyspace::new(&self.prefix)?;
+        let sharded = self.sharded_pubsub.unwrap_or(!self.cluster.is_empty());
+        if sharded && self.cluster.is_empty() {
+            return Err(InvalidArgument::Setting(
+                "sharded pub/sub is for Redis Cluster clients".into(),
+            )
+            .into());
+        }
+        let keyspace = Keyspace::new(&self.prefix)?.with_sharded_pubsub(sharded);
         if self.pool_size == 0 {
             return Err(InvalidArgument::Setting("the pool size must be at least 1".into()).into());
         }
@@ -235,6 +252,7 @@ impl Client {
             master_username: None,
             master_password: None,
             cluster: Vec::new(),
+            sharded_pubsub: None,
             pool_size: 16,
             connect_timeout: Duration::from_secs(1),
             io_timeout: Duration::from_secs(1),
@@ -260,8 +278,8 @@ impl Client {
     /// Settings for a client of the Redis Cluster that the seed nodes at `nodes` belong to.
     /// Every primitive's keys share one hash tag (`<prefix>:{<name>}:*`), so each script runs
     /// on the node owning that slot; MOVED and ASK redirections (resharding) are followed.
-    /// Release notifications use plain `PUBLISH`, which a cluster passes to every node, and
-    /// the listener subscribes on the first seed node.
+    /// Release notifications use shard channels (`SPUBLISH`; one listener connection per
+    /// shard with waiters, `SSUBSCRIBE`), see [`ClientBuilder::sharded_pubsub`].
     pub fn cluster<S: AsRef<str>>(nodes: &[S]) -> ClientBuilder {
         let mut b = Client::builder("");
         b.cluster = nodes.iter().map(|s| s.as_ref().to_owned()).collect();
@@ -302,6 +320,7 @@ impl Client {
         let listening = Listening {
             slot: &self.inner.listener,
             endpoint: self.inner.shared.endpoint.as_ref(),
+            sharded: self.inner.shared.keyspace.sharded_pubsub(),
         };
         drive(&self.inner.shared, Some(listening), machine)
     }
@@ -309,18 +328,22 @@ impl Client {
 
 /// A client's listener slot: the listener if it runs, started on demand.
 pub(crate) struct Listening<'a> {
-    slot: &'a OnceLock<Option<Listener>>,
+    slot: &'a OnceLock<Option<Listeners>>,
     endpoint: Option<&'a Endpoint>,
+    sharded: bool,
 }
 
 impl Listening<'_> {
-    fn current(&self) -> Option<&Listener> {
+    fn current(&self) -> Option<&Listeners> {
         self.slot.get()?.as_ref()
     }
 
-    fn start(&self) -> Option<&Listener> {
+    fn start(&self) -> Option<&Listeners> {
         self.slot
-            .get_or_init(|| self.endpoint.map(|e| Listener::start(e.clone())))
+            .get_or_init(|| {
+                self.endpoint
+                    .map(|e| Listeners::start(e.clone(), self.sharded))
+            })
             .as_ref()
     }
 }
@@ -342,7 +365,7 @@ pub(crate) fn drive<P: Protocol>(
                 sent_epoch = listening
                     .as_ref()
                     .and_then(Listening::current)
-                    .map(Listener::epoch);
+                    .map(Listeners::epoch);
                 for input in shared.transport.execute_keeping(&batch, &mut kept) {
                     machine.handle(input, Instant::now());
                 }
@@ -356,7 +379,7 @@ pub(crate) fn drive<P: Protocol>(
                 match found {
                     Some((on, listener)) => {
                         if waiter.as_ref().is_none_or(|w| w.wakes_on() != on) {
-                            waiter = Some(listener.register(on, sent_epoch));
+                            waiter = listener.register(on, sent_epoch);
                         }
                         if let Some(w) = &waiter
                             && w.wait_until(wait.until).is_some()

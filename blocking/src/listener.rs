@@ -74,10 +74,45 @@ struct Shared {
     state: Mutex<State>,
     /// The write half of the current connection (`None` while disconnected).
     writer: Mutex<Option<TcpStream>>,
-    epoch: AtomicU64,
+    epoch: Arc<AtomicU64>,
+    /// Shard channels (SSUBSCRIBE) instead of plain ones.
+    sharded: bool,
 }
 
 impl Shared {
+    fn subscribe_cmd(&self) -> &'static [u8] {
+        if self.sharded {
+            b"SSUBSCRIBE"
+        } else {
+            b"SUBSCRIBE"
+        }
+    }
+
+    fn unsubscribe_cmd(&self) -> &'static [u8] {
+        if self.sharded {
+            b"SUNSUBSCRIBE"
+        } else {
+            b"UNSUBSCRIBE"
+        }
+    }
+
+    /// Sends one (un)subscription per command when sharded (shard channels of different
+    /// slots cannot share one), else all in one.
+    fn send_each(&self, cmd: &'static [u8], channels: &[String]) {
+        if channels.is_empty() {
+            return;
+        }
+        if self.sharded {
+            for c in channels {
+                self.send(&[cmd, c.as_bytes()]);
+            }
+        } else {
+            let mut args: Vec<&[u8]> = vec![cmd];
+            args.extend(channels.iter().map(|c| c.as_bytes()));
+            self.send(&args);
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         // A poisoned lock only means a waiter thread panicked while holding it; the map is
         // still consistent (every update is a single step), so keep going.
@@ -124,10 +159,17 @@ impl Listener {
     /// Starts the listener thread. If the thread cannot be spawned, waiters wait out their
     /// retry deadlines.
     pub(crate) fn start(endpoint: Endpoint) -> Listener {
+        Self::start_with(endpoint, Arc::new(AtomicU64::new(0)), false)
+    }
+
+    /// A listener sharing `epoch` with others (the listeners of a cluster's shards), on
+    /// shard channels when `sharded`.
+    fn start_with(endpoint: Endpoint, epoch: Arc<AtomicU64>, sharded: bool) -> Listener {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             writer: Mutex::new(None),
-            epoch: AtomicU64::new(0),
+            epoch,
+            sharded,
         });
         let (stop_tx, stop_rx) = bounded::<()>(0);
         let thread = {
@@ -177,7 +219,8 @@ impl Listener {
         entry.requested = true;
         drop(state);
         if subscribe {
-            self.shared.send(&[b"SUBSCRIBE", on.channel.as_bytes()]);
+            self.shared
+                .send(&[self.shared.subscribe_cmd(), on.channel.as_bytes()]);
         }
         Waiter {
             shared: self.shared.clone(),
@@ -362,11 +405,7 @@ fn serve(shared: &Shared, stream: TcpStream, stop: &Receiver<()>) {
         }
         *shared.writer() = Some(writer);
         drop(state);
-        if !channels.is_empty() {
-            let mut args: Vec<&[u8]> = vec![b"SUBSCRIBE"];
-            args.extend(channels.iter().map(|c| c.as_bytes()));
-            shared.send(&args);
-        }
+        shared.send_each(shared.subscribe_cmd(), &channels);
     }
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut chunk = vec![0u8; 16 * 1024];
@@ -427,13 +466,9 @@ fn unsubscribe_idle(shared: &Shared, now: Instant) {
     for name in &idle {
         state.channels.remove(name);
     }
-    if !idle.is_empty() {
-        // Sent while the state is locked, so a waiter re-registering one of these channels
-        // sends its SUBSCRIBE after this UNSUBSCRIBE, never before.
-        let mut args: Vec<&[u8]> = vec![b"UNSUBSCRIBE"];
-        args.extend(idle.iter().map(|c| c.as_bytes()));
-        shared.send(&args);
-    }
+    // Sent while the state is locked, so a waiter re-registering one of these channels
+    // sends its SUBSCRIBE after this UNSUBSCRIBE, never before.
+    shared.send_each(shared.unsubscribe_cmd(), &idle);
     drop(state);
 }
 
@@ -448,7 +483,7 @@ fn route(shared: &Shared, frame: Reply) {
     };
     let mut state = shared.state();
     match kind.as_str() {
-        "subscribe" => {
+        "subscribe" | "ssubscribe" => {
             if let Some(entry) = state.channels.get_mut(&channel) {
                 entry.confirmed = Some(shared.bump());
                 for slot in &entry.waiters {
@@ -456,13 +491,13 @@ fn route(shared: &Shared, frame: Reply) {
                 }
             }
         }
-        "unsubscribe" => {
+        "unsubscribe" | "sunsubscribe" => {
             if let Some(entry) = state.channels.get_mut(&channel) {
                 // Re-requested while the UNSUBSCRIBE was in flight: its SUBSCRIBE follows.
                 entry.confirmed = None;
             }
         }
-        "message" => {
+        "message" | "smessage" => {
             if let Some(entry) = state.channels.get_mut(&channel) {
                 entry.last_message = shared.bump();
                 let payload = match items.get(2) {
@@ -487,4 +522,123 @@ fn disconnect(shared: &Shared) {
         entry.confirmed = None;
     }
     // Waiters keep waiting on their own deadlines; the next confirmation wakes them.
+}
+
+/// The listeners of a client: one connection, or (Redis Cluster) one per shard that has
+/// waiters, each subscribed with `SSUBSCRIBE` to the shard channels its node serves.
+pub(crate) enum Listeners {
+    /// One server (or one node that sees every `PUBLISH`).
+    One(Listener),
+    /// A cluster's shards.
+    Shards(Shards),
+}
+
+impl Listeners {
+    /// A listener for `endpoint`; per shard when `sharded`.
+    pub(crate) fn start(endpoint: Endpoint, sharded: bool) -> Listeners {
+        if sharded {
+            Listeners::Shards(Shards {
+                seed: endpoint,
+                epoch: Arc::new(AtomicU64::new(0)),
+                nodes: Mutex::new(HashMap::new()),
+                routes: Mutex::new(HashMap::new()),
+            })
+        } else {
+            Listeners::One(Listener::start(endpoint))
+        }
+    }
+
+    pub(crate) fn epoch(&self) -> u64 {
+        match self {
+            Listeners::One(l) => l.epoch(),
+            Listeners::Shards(s) => s.epoch.load(Ordering::SeqCst),
+        }
+    }
+
+    /// A waiter, or `None` when no listener can serve the channel (the caller then waits
+    /// out its deadline).
+    pub(crate) fn register(&self, on: &WakeOn, sent_epoch: Option<u64>) -> Option<Waiter> {
+        match self {
+            Listeners::One(l) => Some(l.register(on, sent_epoch)),
+            Listeners::Shards(s) => s.register(on, sent_epoch),
+        }
+    }
+}
+
+/// One listener per cluster node that serves a channel someone waits on.
+pub(crate) struct Shards {
+    seed: Endpoint,
+    epoch: Arc<AtomicU64>,
+    /// `host:port` -> that node's listener.
+    nodes: Mutex<HashMap<(String, u16), Listener>>,
+    /// Channel -> the node serving its slot (learned once per channel).
+    routes: Mutex<HashMap<String, (String, u16)>>,
+}
+
+impl Shards {
+    fn register(&self, on: &WakeOn, sent_epoch: Option<u64>) -> Option<Waiter> {
+        let route = self.route(&on.channel)?;
+        let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        if !nodes.contains_key(&route) {
+            let client = redis::Client::open((route.0.as_str(), route.1)).ok()?;
+            let mut endpoint = self.seed.clone();
+            endpoint.source = Arc::new(crate::transport::Source::Direct(client));
+            let listener = Listener::start_with(endpoint, self.epoch.clone(), true);
+            nodes.insert(route.clone(), listener);
+        }
+        Some(nodes.get(&route)?.register(on, sent_epoch))
+    }
+
+    /// The node serving `channel`'s slot: `CLUSTER KEYSLOT` and `CLUSTER SLOTS` on a seed
+    /// node, each bounded by the connect timeout.
+    fn route(&self, channel: &str) -> Option<(String, u16)> {
+        if let Some(r) = self
+            .routes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(channel)
+        {
+            return Some(r.clone());
+        }
+        let client = self.seed.source.client().ok()?;
+        let timeout = self.seed.connect_timeout;
+        let mut conn = client.get_connection_with_timeout(timeout).ok()?;
+        conn.set_read_timeout(Some(timeout)).ok()?;
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(channel)
+            .query(&mut conn)
+            .ok()?;
+        let ranges: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn).ok()?;
+        let node = ranges.iter().find_map(|range| {
+            let redis::Value::Array(items) = range else {
+                return None;
+            };
+            let (
+                Some(redis::Value::Int(lo)),
+                Some(redis::Value::Int(hi)),
+                Some(redis::Value::Array(master)),
+            ) = (items.first(), items.get(1), items.get(2))
+            else {
+                return None;
+            };
+            if !(*lo..=*hi).contains(&slot) {
+                return None;
+            }
+            let host = match master.first()? {
+                redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
+                _ => return None,
+            };
+            let port = match master.get(1)? {
+                redis::Value::Int(p) => u16::try_from(*p).ok()?,
+                _ => return None,
+            };
+            Some((host, port))
+        })?;
+        self.routes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(channel.to_owned(), node.clone());
+        Some(node)
+    }
 }

@@ -13,6 +13,7 @@ pub const DEFAULT_PREFIX: &str = "redlease";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Keyspace {
     prefix: String,
+    sharded: bool,
 }
 
 impl Keyspace {
@@ -37,12 +38,35 @@ impl Keyspace {
         }
         Ok(Keyspace {
             prefix: prefix.to_owned(),
+            sharded: false,
         })
     }
 
     /// The prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// Announces releases on shard channels (`SPUBLISH`, Redis 7 Cluster): a message reaches
+    /// only the subscribers of the key's shard instead of being broadcast to every node.
+    pub fn with_sharded_pubsub(mut self, sharded: bool) -> Self {
+        self.sharded = sharded;
+        self
+    }
+
+    /// Whether releases are announced on shard channels.
+    pub fn sharded_pubsub(&self) -> bool {
+        self.sharded
+    }
+
+    /// How scripts are told to announce on `channel`: the channel itself, or marked
+    /// `{shard}<channel>` for `SPUBLISH` (no channel of ours starts with a brace).
+    pub fn notify_arg(&self, channel: &str) -> String {
+        if self.sharded {
+            format!("{{shard}}{channel}")
+        } else {
+            channel.to_owned()
+        }
     }
 
     /// Checks a primitive's name and returns the stem `<prefix>:{<name>}` its keys share.
@@ -65,6 +89,7 @@ impl Default for Keyspace {
     fn default() -> Self {
         Keyspace {
             prefix: DEFAULT_PREFIX.to_owned(),
+            sharded: false,
         }
     }
 }
@@ -80,6 +105,8 @@ pub struct LockKeys {
     pub fence: String,
     /// The pub/sub channel a release is announced on.
     pub channel: String,
+    /// The channel as passed to scripts (see [`Keyspace::notify_arg`]).
+    pub notify: String,
 }
 
 impl LockKeys {
@@ -91,6 +118,7 @@ impl LockKeys {
             lock: format!("{stem}:lock"),
             fence: format!("{stem}:fence"),
             channel: format!("{stem}:released"),
+            notify: keyspace.notify_arg(&format!("{stem}:released")),
         })
     }
 }

@@ -308,7 +308,7 @@ impl ScriptOp<SetPermits> {
             .key(waiters)
             .key(count)
             .arg(permits.to_string())
-            .arg(&spec.wake.channel);
+            .arg(&spec.notify);
         Ok(Self::new(
             SetPermits,
             call,

@@ -19,7 +19,7 @@ pub static ACQUIRE: Script = Script {
 pub static RELEASE: Script = Script {
     name: "lease_release",
     source: include_str!("lua/release.lua"),
-    sha1: "5c2c0568c10063947be95fc533c4b9b9340ca96e",
+    sha1: "1e52b1d0742afccdb1c692f477592d11e1bc6ef5",
 };
 
 /// `lua/extend.lua`
@@ -47,7 +47,7 @@ pub static REENTRANT_ACQUIRE: Script = Script {
 pub static REENTRANT_RELEASE: Script = Script {
     name: "reentrant_release",
     source: include_str!("lua/reentrant_release.lua"),
-    sha1: "83a1b30c05a62a25cb4c0f6dd05e1a40f3c889cc",
+    sha1: "ad9b4cc1d909f35090a0e0be2c4d6a5254aa1f1c",
 };
 
 /// `lua/reentrant_extend.lua`
@@ -68,7 +68,7 @@ pub static REENTRANT_INSPECT: Script = Script {
 pub static REENTRANT_UNDO: Script = Script {
     name: "reentrant_undo",
     source: include_str!("lua/reentrant_undo.lua"),
-    sha1: "8399ead35d2d41ce0a8f9a428bc5762bcef5eaf5",
+    sha1: "ab165ea129b514abdfd0471e5bc5d0f2fe43830f",
 };
 
 /// `lua/fair_acquire.lua`
@@ -82,14 +82,14 @@ pub static FAIR_ACQUIRE: Script = Script {
 pub static FAIR_RELEASE: Script = Script {
     name: "fair_release",
     source: include_str!("lua/fair_release.lua"),
-    sha1: "76d94d3214b09d7cefc42370153f7c724abcb0e5",
+    sha1: "9d21cab0768da5c59981ec780a6ae4ddc78ea330",
 };
 
 /// `lua/fair_cancel.lua`
 pub static FAIR_CANCEL: Script = Script {
     name: "fair_cancel",
     source: include_str!("lua/fair_cancel.lua"),
-    sha1: "ab52f90c5370e5057fd9c101717e36ef39e06275",
+    sha1: "5489494abaefaebd6f12a54cc13d8c969649a397",
 };
 
 /// `lua/read_acquire.lua`
@@ -103,7 +103,7 @@ pub static READ_ACQUIRE: Script = Script {
 pub static READ_RELEASE: Script = Script {
     name: "read_release",
     source: include_str!("lua/read_release.lua"),
-    sha1: "db9825b8061edbc17004bcc78456ae20ae7e1c2a",
+    sha1: "a50ada5d1c7ded5a34fe73d69a3bda237a2d3635",
 };
 
 /// `lua/read_extend.lua`
@@ -131,14 +131,14 @@ pub static WRITE_ACQUIRE: Script = Script {
 pub static WRITE_RELEASE: Script = Script {
     name: "write_release",
     source: include_str!("lua/write_release.lua"),
-    sha1: "4806d07c186537dd288b86458d114fad4dc5e038",
+    sha1: "50d97871e4ed218623be824f5171655edb697d78",
 };
 
 /// `lua/write_cancel.lua`
 pub static WRITE_CANCEL: Script = Script {
     name: "write_cancel",
     source: include_str!("lua/write_cancel.lua"),
-    sha1: "a0901062ef1245e0a164b5e646bb262fb5fdb69c",
+    sha1: "ca897752025950291d2794afc60a97d4dcb928fe",
 };
 
 /// `lua/permit_acquire.lua`
@@ -152,21 +152,21 @@ pub static PERMIT_ACQUIRE: Script = Script {
 pub static PERMIT_RELEASE: Script = Script {
     name: "permit_release",
     source: include_str!("lua/permit_release.lua"),
-    sha1: "b9a0904bc0499105c9d89bde137c62a56c3cd027",
+    sha1: "d682ee49d591b976cb1d2173e30200ee59351bd1",
 };
 
 /// `lua/permit_cancel.lua`
 pub static PERMIT_CANCEL: Script = Script {
     name: "permit_cancel",
     source: include_str!("lua/permit_cancel.lua"),
-    sha1: "bdca45cb924e9c3179271785dc26533723825322",
+    sha1: "2e24c6d5957905f00aa808f3d1fc2bb7fbad04c0",
 };
 
 /// `lua/semaphore_set.lua`
 pub static SEMAPHORE_SET: Script = Script {
     name: "semaphore_set",
     source: include_str!("lua/semaphore_set.lua"),
-    sha1: "a00fe8981ea2104a6bfd356fa288c10ae3811cf4",
+    sha1: "fdc078adc2a9ad515888e365cf475628ac30dd56",
 };
 
 /// `lua/semaphore_state.lua`

@@ -80,6 +80,8 @@ pub struct LockSpec {
     pub(crate) queued: bool,
     /// Which release messages wake a waiter.
     pub wake: WakeOn,
+    /// The release channel as passed to scripts (see [`Keyspace::notify_arg`]).
+    pub notify: String,
 }
 
 fn ms(d: Duration) -> String {
@@ -119,7 +121,7 @@ impl LockSpec {
                 release: ScriptCall::new(&RELEASE)
                     .key(&keys.lock)
                     .arg(t)
-                    .arg(&keys.channel),
+                    .arg(&keys.notify),
                 extend: ScriptCall::new(&EXTEND).key(&keys.lock).arg(t),
                 inspect: ScriptCall::new(&INSPECT).key(&keys.lock).arg(t),
             },
@@ -128,10 +130,11 @@ impl LockSpec {
                 ScriptCall::new(&RELEASE)
                     .key(&keys.lock)
                     .arg(t)
-                    .arg(&keys.channel),
+                    .arg(&keys.notify),
             ),
             queued: false,
             wake: WakeOn::any(&keys.channel),
+            notify: keys.notify.clone(),
             target: Target {
                 name: keys.name.clone(),
                 keys: vec![keys.lock, keys.fence],
@@ -158,6 +161,7 @@ impl LockSpec {
             format!("{stem}:fence"),
             format!("{stem}:reentrant:released"),
         );
+        let notify = keyspace.notify_arg(&channel);
         let release_op = format!("r{}", op.as_str());
         Ok(LockSpec {
             kind: LockKind::Reentrant,
@@ -172,7 +176,7 @@ impl LockSpec {
                     .key(&hash)
                     .arg(owner)
                     .arg(release_op)
-                    .arg(&channel),
+                    .arg(&notify),
                 extend: ScriptCall::new(&REENTRANT_EXTEND).key(&hash).arg(owner),
                 inspect: ScriptCall::new(&REENTRANT_INSPECT).key(&hash).arg(owner),
             },
@@ -182,10 +186,11 @@ impl LockSpec {
                     .key(&hash)
                     .arg(owner)
                     .arg(op.as_str())
-                    .arg(&channel),
+                    .arg(&notify),
             ),
             queued: false,
             wake: WakeOn::any(&channel),
+            notify: notify.clone(),
             target: Target {
                 name: name.to_owned(),
                 keys: vec![hash, fence],
@@ -213,6 +218,7 @@ impl LockSpec {
         let timeouts = format!("{stem}:fair:timeouts");
         let fence = format!("{stem}:fence");
         let channel = format!("{stem}:fair:wake");
+        let notify = keyspace.notify_arg(&channel);
         let t = token.as_str();
         let three = |script| {
             ScriptCall::new(script)
@@ -220,7 +226,7 @@ impl LockSpec {
                 .key(&queue)
                 .key(&timeouts)
                 .arg(t)
-                .arg(&channel)
+                .arg(&notify)
         };
         Ok(LockSpec {
             kind: LockKind::Fair,
@@ -242,6 +248,7 @@ impl LockSpec {
             undo: Some(three(&FAIR_RELEASE)),
             queued: true,
             wake: WakeOn::tagged(&channel, t),
+            notify: notify.clone(),
             target: Target {
                 name: name.to_owned(),
                 keys: vec![lock, queue, timeouts, fence],
@@ -279,6 +286,7 @@ impl LockSpec {
         let timeouts = format!("{stem}:sem:timeouts");
         let count = format!("{stem}:sem:permits");
         let channel = format!("{stem}:sem:wake");
+        let notify = keyspace.notify_arg(&channel);
         let t = token.as_str();
         let four = |script| {
             ScriptCall::new(script)
@@ -287,7 +295,7 @@ impl LockSpec {
                 .key(&timeouts)
                 .key(&count)
                 .arg(t)
-                .arg(&channel)
+                .arg(&notify)
         };
         Ok(LockSpec {
             kind: LockKind::Permit,
@@ -310,6 +318,7 @@ impl LockSpec {
             undo: Some(four(&PERMIT_RELEASE)),
             queued: true,
             wake: WakeOn::tagged(&channel, t),
+            notify: notify.clone(),
             target: Target {
                 name: name.to_owned(),
                 keys: vec![holders, waiters, timeouts, count],
@@ -340,6 +349,7 @@ impl LockSpec {
     ) -> Result<Self, Error> {
         validate_ttl("ttl", ttl)?;
         let [writer, readers, waiting, fence, channel] = Self::rw_keys(keyspace, name)?;
+        let notify = keyspace.notify_arg(&channel);
         let t = token.as_str();
         Ok(LockSpec {
             kind: LockKind::Read,
@@ -354,7 +364,7 @@ impl LockSpec {
                 release: ScriptCall::new(&READ_RELEASE)
                     .key(&readers)
                     .arg(t)
-                    .arg(&channel),
+                    .arg(&notify),
                 extend: ScriptCall::new(&READ_EXTEND).key(&readers).arg(t),
                 inspect: ScriptCall::new(&READ_INSPECT).key(&readers).arg(t),
             },
@@ -363,10 +373,11 @@ impl LockSpec {
                 ScriptCall::new(&READ_RELEASE)
                     .key(&readers)
                     .arg(t)
-                    .arg(&channel),
+                    .arg(&notify),
             ),
             queued: false,
             wake: WakeOn::any(&channel),
+            notify: notify.clone(),
             target: Target {
                 name: name.to_owned(),
                 keys: vec![writer, readers, waiting, fence],
@@ -389,6 +400,7 @@ impl LockSpec {
         validate_ttl("ttl", ttl)?;
         validate_ttl("waiter timeout", waiter_timeout)?;
         let [writer, readers, waiting, fence, channel] = Self::rw_keys(keyspace, name)?;
+        let notify = keyspace.notify_arg(&channel);
         let t = token.as_str();
         Ok(LockSpec {
             kind: LockKind::Write,
@@ -405,7 +417,7 @@ impl LockSpec {
                 release: ScriptCall::new(&WRITE_RELEASE)
                     .key(&writer)
                     .arg(t)
-                    .arg(&channel),
+                    .arg(&notify),
                 extend: ScriptCall::new(&EXTEND).key(&writer).arg(t),
                 inspect: ScriptCall::new(&INSPECT).key(&writer).arg(t),
             },
@@ -413,16 +425,17 @@ impl LockSpec {
                 ScriptCall::new(&WRITE_CANCEL)
                     .key(&waiting)
                     .arg(t)
-                    .arg(&channel),
+                    .arg(&notify),
             ),
             undo: Some(
                 ScriptCall::new(&WRITE_RELEASE)
                     .key(&writer)
                     .arg(t)
-                    .arg(&channel),
+                    .arg(&notify),
             ),
             queued: true,
             wake: WakeOn::tagged(&channel, "w"),
+            notify: notify.clone(),
             target: Target {
                 name: name.to_owned(),
                 keys: vec![writer, readers, waiting, fence],

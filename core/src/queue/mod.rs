@@ -44,6 +44,7 @@ pub struct QueueKeys {
     dead: String,
     holders: String,
     channel: String,
+    notify: String,
 }
 
 impl QueueKeys {
@@ -64,6 +65,7 @@ impl QueueKeys {
             dead: k("dead"),
             holders: k("holders"),
             channel: k("pushed"),
+            notify: keyspace.notify_arg(&k("pushed")),
         })
     }
 
@@ -195,7 +197,7 @@ pub fn push(
         .key(&keys.seq)
         .arg(delay.as_millis().to_string())
         .arg(priority.to_string())
-        .arg(&keys.channel);
+        .arg(&keys.notify);
     for job in jobs {
         if job.id.is_empty() || job.id.len() > MAX_ID_LEN {
             return Err(InvalidArgument::Setting(format!(
@@ -256,10 +258,11 @@ pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<
                 .key(&keys.deliveries)
                 .key(&keys.holders)
                 .arg(t)
-                .arg(&keys.channel),
+                .arg(&keys.notify),
         ),
         queued: false,
         wake: WakeOn::any(&keys.channel),
+        notify: keys.notify.clone(),
         target: keys.target(),
         token,
         ttl: settings.visibility,
@@ -280,7 +283,7 @@ fn nack_call(keys: &QueueKeys, token: &str, backoff: Duration, max: u32) -> Scri
         .arg(token)
         .arg(backoff.as_millis().to_string())
         .arg(max.to_string())
-        .arg(&keys.channel)
+        .arg(&keys.notify)
 }
 
 /// The ack of job `id` leased with `token` (run it with [`ScriptOp::release_with`]).
@@ -456,7 +459,7 @@ pub fn requeue(keys: &QueueKeys, id: &str, deadline: Instant) -> ScriptOp<Requeu
         .key(&keys.seq)
         .key(&keys.deliveries)
         .arg(id)
-        .arg(&keys.channel);
+        .arg(&keys.notify);
     ScriptOp::new(Requeue, call, keys.target(), None, deadline)
 }
 #[cfg(test)]

@@ -6,7 +6,7 @@ use crate::script::Script;
 pub static PUSH: Script = Script {
     name: "queue_push",
     source: include_str!("lua/push.lua"),
-    sha1: "60e416416c9ff5f7a8fb46e53f5f8b566df62415",
+    sha1: "7521af6261467005f554b5c142569357d783a3b3",
 };
 
 /// `lua/dequeue.lua`
@@ -27,7 +27,7 @@ pub static ACK: Script = Script {
 pub static NACK: Script = Script {
     name: "queue_nack",
     source: include_str!("lua/nack.lua"),
-    sha1: "e14063fa1dfdc82c6e530f42d07368c17b10e4dd",
+    sha1: "9a2eb17c75514f111d3fd718fc7d5afeb0cc663a",
 };
 
 /// `lua/job_extend.lua`
@@ -62,14 +62,14 @@ pub static DEAD: Script = Script {
 pub static REQUEUE: Script = Script {
     name: "queue_requeue",
     source: include_str!("lua/requeue.lua"),
-    sha1: "9d2fc1978d525e9bb317646e97bee7c3e2a8efa4",
+    sha1: "5844ef5b6445bcf73d5eb0132d9d336e7cca3f56",
 };
 
 /// `lua/untake.lua`
 pub static UNTAKE: Script = Script {
     name: "queue_untake",
     source: include_str!("lua/untake.lua"),
-    sha1: "609daf368bed4a672871d3b2e30ac80f8467d5ca",
+    sha1: "45571334c4010dd7873f72982102c63df5a3c00e",
 };
 
 /// `lua/forget.lua`

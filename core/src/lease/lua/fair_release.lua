@@ -1,6 +1,16 @@
 -- Release a fair lock if the caller owns it, and wake only the next live waiter.
 -- KEYS[1] lock, KEYS[2] queue, KEYS[3] queue timeouts; ARGV[1] token, ARGV[2] channel.
 -- Returns 1 released, 0 gone (expired), -1 another holder owns it.
+-- A channel given as '{shard}<name>' is a shard channel (Redis Cluster): SPUBLISH reaches only
+-- the subscribers on this key's shard instead of being broadcast to every node. (No channel
+-- of ours starts with '{': prefixes may not contain braces.)
+local function notify(channel, message)
+  if string.sub(channel, 1, 7) == '{shard}' then
+    redis.call('SPUBLISH', string.sub(channel, 8), message)
+  else
+    redis.call('PUBLISH', channel, message)
+  end
+end
 local holder = redis.call('GET', KEYS[1])
 if holder ~= ARGV[1] then
   if holder then
@@ -16,7 +26,7 @@ while true do
   if not head then break end
   local expiry = redis.call('ZSCORE', KEYS[3], head)
   if expiry and tonumber(expiry) > now then
-    redis.call('PUBLISH', ARGV[2], head)
+    notify(ARGV[2], head)
     break
   end
   redis.call('LPOP', KEYS[2])

@@ -2,6 +2,16 @@
 -- KEYS[1] holders, KEYS[2] waiters, KEYS[3] waiter timeouts, KEYS[4] permit count;
 -- ARGV[1] token, ARGV[2] channel.
 -- Returns 1 released, 0 the permit was gone (it had expired).
+-- A channel given as '{shard}<name>' is a shard channel (Redis Cluster): SPUBLISH reaches only
+-- the subscribers on this key's shard instead of being broadcast to every node. (No channel
+-- of ours starts with '{': prefixes may not contain braces.)
+local function notify(channel, message)
+  if string.sub(channel, 1, 7) == '{shard}' then
+    redis.call('SPUBLISH', string.sub(channel, 8), message)
+  else
+    redis.call('PUBLISH', channel, message)
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -14,7 +24,7 @@ local permits = tonumber(redis.call('GET', KEYS[4])) or 0
 local free = permits - redis.call('ZCARD', KEYS[1])
 if free > 0 then
   for _, next in ipairs(redis.call('LRANGE', KEYS[2], 0, free - 1)) do
-    redis.call('PUBLISH', ARGV[2], next)
+    notify(ARGV[2], next)
   end
 end
 if tonumber(expiry) <= now then

@@ -1,6 +1,16 @@
 -- Release a read hold; the last reader out wakes the waiting writers.
 -- KEYS[1] readers; ARGV[1] token, ARGV[2] channel.
 -- Returns 1 released, 0 the hold was gone (expired).
+-- A channel given as '{shard}<name>' is a shard channel (Redis Cluster): SPUBLISH reaches only
+-- the subscribers on this key's shard instead of being broadcast to every node. (No channel
+-- of ours starts with '{': prefixes may not contain braces.)
+local function notify(channel, message)
+  if string.sub(channel, 1, 7) == '{shard}' then
+    redis.call('SPUBLISH', string.sub(channel, 8), message)
+  else
+    redis.call('PUBLISH', channel, message)
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -10,7 +20,7 @@ end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('PUBLISH', ARGV[2], 'w')
+  notify(ARGV[2], 'w')
 end
 if tonumber(expiry) <= now then
   return 0

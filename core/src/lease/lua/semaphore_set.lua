@@ -3,12 +3,22 @@
 -- A larger count wakes the waiters that may now proceed.
 -- KEYS[1] holders, KEYS[2] waiters, KEYS[3] permit count; ARGV[1] permits, ARGV[2] channel.
 -- Returns the previous count (-1: none was set).
+-- A channel given as '{shard}<name>' is a shard channel (Redis Cluster): SPUBLISH reaches only
+-- the subscribers on this key's shard instead of being broadcast to every node. (No channel
+-- of ours starts with '{': prefixes may not contain braces.)
+local function notify(channel, message)
+  if string.sub(channel, 1, 7) == '{shard}' then
+    redis.call('SPUBLISH', string.sub(channel, 8), message)
+  else
+    redis.call('PUBLISH', channel, message)
+  end
+end
 local before = tonumber(redis.call('GET', KEYS[3])) or -1
 redis.call('SET', KEYS[3], ARGV[1])
 local free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
 if free > 0 then
   for _, next in ipairs(redis.call('LRANGE', KEYS[2], 0, free - 1)) do
-    redis.call('PUBLISH', ARGV[2], next)
+    notify(ARGV[2], next)
   end
 end
 return before

@@ -4,6 +4,16 @@
 -- 5 channel.
 -- Returns 1 done, 0 the lease ran out (or the job is gone), -1 another delivery holds it.
 -- Read every key once before writing any (a wrong type fails before any write).
+-- A channel given as '{shard}<name>' is a shard channel (Redis Cluster): SPUBLISH reaches only
+-- the subscribers on this key's shard instead of being broadcast to every node. (No channel
+-- of ours starts with '{': prefixes may not contain braces.)
+local function notify(channel, message)
+  if string.sub(channel, 1, 7) == '{shard}' then
+    redis.call('SPUBLISH', string.sub(channel, 8), message)
+  else
+    redis.call('PUBLISH', channel, message)
+  end
+end
 redis.call('ZCARD', KEYS[1])
 redis.call('HLEN', KEYS[2])
 redis.call('ZCARD', KEYS[3])
@@ -45,5 +55,5 @@ else
   local seq = redis.call('INCR', KEYS[6])
   redis.call('ZADD', KEYS[4], (255 - priority) * 1099511627776 + seq, id)
 end
-redis.call('PUBLISH', ARGV[5], '1')
+notify(ARGV[5], '1')
 return 1

@@ -5,6 +5,16 @@
 -- delayed, running or dead is a duplicate: nothing is written for it.
 -- Read every key once before writing any: a key of the wrong type fails the call before
 -- anything is written (Redis does not roll back a failed script's writes).
+-- A channel given as '{shard}<name>' is a shard channel (Redis Cluster): SPUBLISH reaches only
+-- the subscribers on this key's shard instead of being broadcast to every node. (No channel
+-- of ours starts with '{': prefixes may not contain braces.)
+local function notify(channel, message)
+  if string.sub(channel, 1, 7) == '{shard}' then
+    redis.call('SPUBLISH', string.sub(channel, 8), message)
+  else
+    redis.call('PUBLISH', channel, message)
+  end
+end
 redis.call('ZCARD', KEYS[1])
 redis.call('ZCARD', KEYS[2])
 redis.call('HLEN', KEYS[3])
@@ -46,8 +56,8 @@ end
 -- Wake takers: every idle one for a batch, one for a single job; a delayed job wakes one
 -- too, so that a taker asleep until a later due time sleeps until this one instead.
 if ready > 1 then
-  redis.call('PUBLISH', ARGV[3], '*')
+  notify(ARGV[3], '*')
 elseif ready + delayed > 0 then
-  redis.call('PUBLISH', ARGV[3], '1')
+  notify(ARGV[3], '1')
 end
 return out

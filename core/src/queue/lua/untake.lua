@@ -2,6 +2,16 @@
 -- it): back to ready at once, its delivery not counted.
 -- KEYS: 1 in flight, 2 leases, 3 ready, 4 priorities, 5 sequence counter, 6 deliveries,
 -- 7 holders. ARGV: 1 token, 2 channel. Returns 1 given back, 0 nothing was leased to it.
+-- A channel given as '{shard}<name>' is a shard channel (Redis Cluster): SPUBLISH reaches only
+-- the subscribers on this key's shard instead of being broadcast to every node. (No channel
+-- of ours starts with '{': prefixes may not contain braces.)
+local function notify(channel, message)
+  if string.sub(channel, 1, 7) == '{shard}' then
+    redis.call('SPUBLISH', string.sub(channel, 8), message)
+  else
+    redis.call('PUBLISH', channel, message)
+  end
+end
 redis.call('ZCARD', KEYS[1])
 redis.call('HLEN', KEYS[2])
 redis.call('ZCARD', KEYS[3])
@@ -23,5 +33,5 @@ redis.call('HINCRBY', KEYS[6], id, -1)
 local priority = tonumber(redis.call('HGET', KEYS[4], id)) or 0
 local seq = redis.call('INCR', KEYS[5])
 redis.call('ZADD', KEYS[3], (255 - priority) * 1099511627776 + seq, id)
-redis.call('PUBLISH', ARGV[2], '1')
+notify(ARGV[2], '1')
 return 1

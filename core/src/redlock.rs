@@ -22,7 +22,7 @@
 use std::time::{Duration, Instant};
 
 use crate::backoff::{SplitMix64, saturating_add};
-use crate::command::{NodeId, Request, RequestIds};
+use crate::command::{Command, NodeId, Request, RequestId, RequestIds};
 use crate::error::{Error, InvalidArgument, LossReason};
 use crate::lease::{Lease, LockKind, LockSpec, drift};
 use crate::protocol::{Batch, Protocol, Step, Wait};
@@ -144,6 +144,8 @@ pub struct RedLockAcquire {
     rng: SplitMix64,
     ids: RequestIds,
     exchanges: Vec<Exchange>,
+    /// The acquisition round: the request sent to each node and its answer.
+    round: Vec<(RequestId, Option<Result<Reply, TransportFailure>>)>,
     state: State,
     sent_at: Instant,
     attempts: u32,
@@ -179,7 +181,8 @@ impl RedLockAcquire {
         }
         let mut machine = RedLockAcquire {
             deadline: options.wait.map(|w| saturating_add(now, w)),
-            exchanges: node_calls(&spec.acquire, options.nodes),
+            exchanges: Vec::new(),
+            round: Vec::new(),
             started: now,
             rng: SplitMix64::new(seed),
             ids: RequestIds::default(),
@@ -210,10 +213,30 @@ impl RedLockAcquire {
                 self.spec.token = token;
             }
         }
-        self.exchanges = node_calls(&self.spec.acquire, self.options.nodes);
-        for e in &mut self.exchanges {
-            e.start();
-        }
+        // The acquisition is a plain SET NX PX on every node: RedLock has no fence to issue,
+        // and a node whose reply is lost counts as failed (released everywhere afterwards), so
+        // no script is needed to recognise a retry.
+        self.round.clear();
+    }
+
+    /// The acquisition requests, one per node.
+    fn acquisition_round(&mut self) -> Vec<Request> {
+        let key = self.spec.target.keys.first().cloned().unwrap_or_default();
+        let ttl_ms = u64::try_from(self.spec.ttl.as_millis()).unwrap_or(u64::MAX);
+        (0..self.options.nodes)
+            .map(|i| {
+                let id = self.ids.next();
+                self.round.push((id, None));
+                let command = Command::new("SET")
+                    .arg(&key)
+                    .arg(self.spec.token.as_str())
+                    .arg("NX")
+                    .arg("PX")
+                    .int_arg(ttl_ms)
+                    .on(NodeId(i));
+                Request { id, command }
+            })
+            .collect()
     }
 
     fn release_everywhere(&mut self, then: Result<(), Error>) {
@@ -241,11 +264,8 @@ impl RedLockAcquire {
         let answers: Vec<Answer> = answers
             .iter()
             .map(|a| match a {
-                Ok(Reply::Array(items)) => match items.first().and_then(Reply::as_int) {
-                    Some(1) => Answer::Granted,
-                    Some(0) => Answer::Busy,
-                    _ => Answer::Failed,
-                },
+                Ok(Reply::Status(ok)) if ok == "OK" => Answer::Granted,
+                Ok(Reply::Nil) => Answer::Busy,
                 _ => Answer::Failed,
             })
             .collect();
@@ -352,21 +372,24 @@ impl Protocol for RedLockAcquire {
                     self.state = State::Trying;
                     self.start();
                 }
-                State::Trying => match poll_all(&mut self.exchanges, &mut self.ids) {
-                    Err(Some(requests)) => {
-                        if requests.iter().any(|r| r.command.name() == "EVALSHA") {
-                            self.attempts += 1;
-                            self.sent_at = now;
-                        }
+                State::Trying => {
+                    if self.round.is_empty() {
+                        self.attempts += 1;
+                        self.sent_at = now;
+                        let requests = self.acquisition_round();
                         return self.batch(requests, now);
                     }
-                    Err(None) => return Step::Awaiting,
-                    Ok(answers) => {
-                        if let Some(step) = self.decide(answers, now) {
-                            return step;
-                        }
+                    if self.round.iter().any(|(_, a)| a.is_none()) {
+                        return Step::Awaiting;
                     }
-                },
+                    let answers = std::mem::take(&mut self.round)
+                        .into_iter()
+                        .filter_map(|(_, a)| a)
+                        .collect();
+                    if let Some(step) = self.decide(answers, now) {
+                        return step;
+                    }
+                }
                 State::Releasing { .. } => match poll_all(&mut self.exchanges, &mut self.ids) {
                     Err(Some(requests)) => return self.batch(requests, now),
                     Err(None) => return Step::Awaiting,
@@ -384,6 +407,10 @@ impl Protocol for RedLockAcquire {
     }
 
     fn handle(&mut self, input: Input, _now: Instant) {
+        if let Some((_, answer)) = self.round.iter_mut().find(|(id, _)| *id == input.id) {
+            *answer = Some(input.result);
+            return;
+        }
         for e in &mut self.exchanges {
             if e.handle(input.clone()) {
                 return;
@@ -535,7 +562,7 @@ mod tests {
     use crate::keys::Keyspace;
     use crate::lease::Token;
     use crate::reply::ErrorReply;
-    use crate::testing::{ints, origin};
+    use crate::testing::origin;
 
     const TTL: Duration = Duration::from_secs(10);
 
@@ -580,11 +607,11 @@ mod tests {
     }
 
     fn granted() -> Result<Reply, TransportFailure> {
-        Ok(ints(&[1, 9]))
+        Ok(Reply::Status("OK".into()))
     }
 
     fn busy() -> Result<Reply, TransportFailure> {
-        Ok(ints(&[0, 5000]))
+        Ok(Reply::Nil)
     }
 
     fn down() -> Result<Reply, TransportFailure> {
@@ -680,20 +707,30 @@ mod tests {
     }
 
     #[test]
-    fn noscript_on_one_node_is_resent_to_that_node_only() {
+    fn acquisition_is_a_plain_set_nx_px_and_a_release_noscript_goes_to_its_node_only() {
         let t0 = origin();
         let mut m = machine(None, t0);
+        let sent = round(&mut m, t0, &[busy(), busy(), busy(), granted(), granted()]);
+        let args: Vec<String> = sent[0]
+            .command
+            .args()
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        assert_eq!(args[0], "SET");
+        assert_eq!(args[3..], ["NX", "PX", "10000"]);
         let noscript = Ok(Reply::Error(ErrorReply::new("NOSCRIPT", "x")));
+        let ok = Ok(Reply::Int(1));
         round(
             &mut m,
             t0,
-            &[granted(), noscript, granted(), granted(), granted()],
+            &[ok.clone(), noscript, ok.clone(), ok.clone(), ok.clone()],
         );
-        let again = round(&mut m, t0, &vec![granted(); 5]);
+        let again = round(&mut m, t0, &vec![ok; 5]);
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].command.node(), NodeId(1));
         assert_eq!(again[0].command.name(), "EVAL");
-        assert!(matches!(m.poll(t0), Step::Done(Ok(red)) if red.granted == 5));
+        assert!(matches!(m.poll(t0), Step::Done(Err(Error::Timeout { .. }))));
     }
 
     #[test]
@@ -799,7 +836,7 @@ mod token_tests {
     use super::*;
     use crate::keys::Keyspace;
     use crate::lease::Token;
-    use crate::testing::{ints, origin};
+    use crate::testing::origin;
 
     #[test]
     fn each_attempt_after_a_full_release_uses_a_new_token() {
@@ -822,9 +859,9 @@ mod token_tests {
             let Step::Send(b) = m.poll(now) else {
                 panic!("acquire")
             };
-            tokens.push(String::from_utf8(b.requests[0].command.args()[5].clone()).unwrap());
+            tokens.push(String::from_utf8(b.requests[0].command.args()[2].clone()).unwrap());
             for r in &b.requests {
-                m.handle(Input::reply(r.id, ints(&[0, 100])), now);
+                m.handle(Input::reply(r.id, Reply::Nil), now);
             }
             let Step::Send(rel) = m.poll(now) else {
                 panic!("release")

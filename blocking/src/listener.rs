@@ -565,14 +565,22 @@ impl Listeners {
     }
 }
 
+/// A cluster node's host and port.
+type NodeAddr = (String, u16);
+
+/// How long a learned channel -> node route is trusted (after a resharding, waiters of a
+/// moved slot re-check on their backoff until this has passed).
+const ROUTE_TTL: Duration = Duration::from_secs(5);
+
 /// One listener per cluster node that serves a channel someone waits on.
 pub(crate) struct Shards {
     seed: Endpoint,
     epoch: Arc<AtomicU64>,
     /// `host:port` -> that node's listener.
     nodes: Mutex<HashMap<(String, u16), Listener>>,
-    /// Channel -> the node serving its slot (learned once per channel).
-    routes: Mutex<HashMap<String, (String, u16)>>,
+    /// Channel -> the node serving its slot, and when that was learned: looked up again
+    /// after [`ROUTE_TTL`], so a resharded slot's waiters move to its new node.
+    routes: Mutex<HashMap<String, (NodeAddr, Instant)>>,
 }
 
 impl Shards {
@@ -592,11 +600,12 @@ impl Shards {
     /// The node serving `channel`'s slot: `CLUSTER KEYSLOT` and `CLUSTER SLOTS` on a seed
     /// node, each bounded by the connect timeout.
     fn route(&self, channel: &str) -> Option<(String, u16)> {
-        if let Some(r) = self
+        if let Some((r, at)) = self
             .routes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(channel)
+            && at.elapsed() < ROUTE_TTL
         {
             return Some(r.clone());
         }
@@ -638,7 +647,7 @@ impl Shards {
         self.routes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(channel.to_owned(), node.clone());
+            .insert(channel.to_owned(), (node.clone(), Instant::now()));
         Some(node)
     }
 }

@@ -94,3 +94,36 @@ fn dead_jobs_can_be_deleted_and_their_ids_reused() {
         Pushed::Queued("b".into())
     );
 }
+
+#[test]
+fn a_requeued_job_gets_max_deliveries_afresh_and_its_delivery_number_keeps_growing() {
+    let server = RedisServer::start().unwrap();
+    let c = Client::open(&server.url()).unwrap();
+    let q = c
+        .queue("again")
+        .unwrap()
+        .max_deliveries(2)
+        .retry_backoff(Duration::ZERO, Duration::ZERO);
+    q.push_unique("j", "x").unwrap();
+    for _ in 0..2 {
+        q.take(Duration::from_secs(1))
+            .unwrap()
+            .unwrap()
+            .nack()
+            .unwrap();
+    }
+    assert_eq!(q.stats().unwrap().dead, 1);
+    assert!(q.requeue_dead("j").unwrap());
+    let job = q.take(Duration::from_secs(1)).unwrap().unwrap();
+    assert_eq!(job.delivery(), 3);
+    job.nack().unwrap();
+    assert_eq!(
+        q.stats().unwrap().dead,
+        0,
+        "two more deliveries after a requeue"
+    );
+    let job = q.take(Duration::from_secs(1)).unwrap().unwrap();
+    assert_eq!(job.delivery(), 4);
+    job.nack().unwrap();
+    assert_eq!(q.stats().unwrap().dead, 1);
+}

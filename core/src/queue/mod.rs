@@ -43,6 +43,7 @@ pub struct QueueKeys {
     deliveries: String,
     dead: String,
     holders: String,
+    bases: String,
     channel: String,
     notify: String,
 }
@@ -64,6 +65,7 @@ impl QueueKeys {
             deliveries: k("deliveries"),
             dead: k("dead"),
             holders: k("holders"),
+            bases: k("bases"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
         })
@@ -231,6 +233,7 @@ pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<
             .key(&keys.deliveries)
             .key(&keys.dead)
             .key(&keys.holders)
+            .key(&keys.bases)
             .arg(t)
             .arg(visibility_ms.to_string())
             .arg(&max),
@@ -280,6 +283,7 @@ fn nack_call(keys: &QueueKeys, token: &str, backoff: Duration, max: u32) -> Scri
         .key(&keys.deliveries)
         .key(&keys.dead)
         .key(&keys.holders)
+        .key(&keys.bases)
         .arg(token)
         .arg(backoff.as_millis().to_string())
         .arg(max.to_string())
@@ -295,6 +299,7 @@ pub fn ack_call(keys: &QueueKeys, id: &str, token: &str) -> ScriptCall {
         .key(&keys.priorities)
         .key(&keys.deliveries)
         .key(&keys.holders)
+        .key(&keys.bases)
         .arg(id)
         .arg(token)
 }
@@ -429,6 +434,7 @@ pub fn forget_dead(keys: &QueueKeys, id: Option<&str>, deadline: Instant) -> Scr
         .key(&keys.payloads)
         .key(&keys.priorities)
         .key(&keys.deliveries)
+        .key(&keys.bases)
         .arg(id.unwrap_or(""));
     ScriptOp::new(Forget, call, keys.target(), None, deadline)
 }
@@ -450,7 +456,8 @@ impl OpKind for Requeue {
     }
 }
 
-/// Moves dead job `id` back to ready (its delivery count reset); `false` if it was not dead.
+/// Moves dead job `id` back to ready (max deliveries counted afresh, its delivery number still
+/// increasing); `false` if it was not dead.
 pub fn requeue(keys: &QueueKeys, id: &str, deadline: Instant) -> ScriptOp<Requeue> {
     let call = ScriptCall::new(&scripts::REQUEUE)
         .key(&keys.dead)
@@ -458,6 +465,7 @@ pub fn requeue(keys: &QueueKeys, id: &str, deadline: Instant) -> ScriptOp<Requeu
         .key(&keys.priorities)
         .key(&keys.seq)
         .key(&keys.deliveries)
+        .key(&keys.bases)
         .arg(id)
         .arg(&keys.notify);
     ScriptOp::new(Requeue, call, keys.target(), None, deadline)

@@ -13,21 +13,21 @@ pub static PUSH: Script = Script {
 pub static DEQUEUE: Script = Script {
     name: "queue_dequeue",
     source: include_str!("lua/dequeue.lua"),
-    sha1: "92b86c673331ca58e1af416e9b98639a6a1c6c55",
+    sha1: "355a948eaa371cd9ee43293ee8954a6e8a1e98d6",
 };
 
 /// `lua/ack.lua`
 pub static ACK: Script = Script {
     name: "queue_ack",
     source: include_str!("lua/ack.lua"),
-    sha1: "43bad160cd6ae649ecc1154480ec7b38837fe471",
+    sha1: "7479cf0c6f5c6bddbabf203daf2ad8aef2559bd7",
 };
 
 /// `lua/nack.lua`
 pub static NACK: Script = Script {
     name: "queue_nack",
     source: include_str!("lua/nack.lua"),
-    sha1: "9a2eb17c75514f111d3fd718fc7d5afeb0cc663a",
+    sha1: "fe979684a5aefb6321035177da9e9b6cd35cac4a",
 };
 
 /// `lua/job_extend.lua`
@@ -62,7 +62,7 @@ pub static DEAD: Script = Script {
 pub static REQUEUE: Script = Script {
     name: "queue_requeue",
     source: include_str!("lua/requeue.lua"),
-    sha1: "5844ef5b6445bcf73d5eb0132d9d336e7cca3f56",
+    sha1: "afcf0a6a3e2f4aad5388c82380e1e4e2705122e9",
 };
 
 /// `lua/untake.lua`
@@ -76,7 +76,7 @@ pub static UNTAKE: Script = Script {
 pub static FORGET: Script = Script {
     name: "queue_forget",
     source: include_str!("lua/forget.lua"),
-    sha1: "636f5f07476cd15e5b29e9f6c197330091030a39",
+    sha1: "e968bd09ff77d9d2ffcc964c1c543e9d1a99557b",
 };
 
 /// Every queue script.

@@ -21,6 +21,7 @@ const LEASES: &str = "redlease:{jobs}:q:leases";
 const DELIVERIES: &str = "redlease:{jobs}:q:deliveries";
 const DEAD_LIST: &str = "redlease:{jobs}:q:dead";
 const HOLDERS: &str = "redlease:{jobs}:q:holders";
+const BASES: &str = "redlease:{jobs}:q:bases";
 const CHANNEL: &str = "redlease:{jobs}:q:pushed";
 
 fn keys() -> QueueKeys {
@@ -322,7 +323,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
         strs(&[
             "EVALSHA",
             DEQUEUE.sha1,
-            "10",
+            "11",
             READY,
             DELAYED,
             PAYLOADS,
@@ -333,6 +334,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
             DELIVERIES,
             DEAD_LIST,
             HOLDERS,
+            BASES,
             &tok(),
             "1500",
             "4",
@@ -367,8 +369,8 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     assert_eq!(
         call_args(&lease.calls.release),
         strs(&[
-            "EVALSHA", NACK.sha1, "9", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
-            DELIVERIES, DEAD_LIST, HOLDERS, "job-1", &t, "0", "4", CHANNEL,
+            "EVALSHA", NACK.sha1, "10", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, BASES, "job-1", &t, "0", "4", CHANNEL,
         ])
     );
     assert_eq!(
@@ -450,7 +452,7 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     let mut rel = Scenario::new(ScriptOp::release(&lease, deadline(now)), now);
     let r = rel.answer(Reply::Int(1));
     assert_eq!(args(&r)[1], NACK.sha1);
-    assert_eq!(args(&r)[12..], strs(&["job-1", &t, "0", "4", CHANNEL]));
+    assert_eq!(args(&r)[13..], strs(&["job-1", &t, "0", "4", CHANNEL]));
     assert_eq!(rel.expect_done(), Ok(()));
 }
 
@@ -464,16 +466,16 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
     assert_eq!(
         call_args(&ack),
         strs(&[
-            "EVALSHA", ACK.sha1, "6", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
-            "j", &t,
+            "EVALSHA", ACK.sha1, "7", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
+            BASES, "j", &t,
         ])
     );
     let retry = nack(&keys(), "j", &t, Duration::from_millis(2500), 4);
     assert_eq!(
         call_args(&retry),
         strs(&[
-            "EVALSHA", NACK.sha1, "9", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
-            DELIVERIES, DEAD_LIST, HOLDERS, "j", &t, "2500", "4", CHANNEL,
+            "EVALSHA", NACK.sha1, "10", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, BASES, "j", &t, "2500", "4", CHANNEL,
         ])
     );
     let now = s.now;
@@ -876,12 +878,13 @@ fn requeue_says_whether_the_job_was_dead() {
             strs(&[
                 "EVALSHA",
                 REQUEUE.sha1,
-                "5",
+                "6",
                 DEAD_LIST,
                 READY,
                 PRIORITIES,
                 SEQ,
                 DELIVERIES,
+                BASES,
                 "a",
                 CHANNEL,
             ])
@@ -928,7 +931,7 @@ fn settings_are_validated_before_anything_is_sent() {
         max_deliveries: 1,
     };
     let spec = take(&keys(), token(), &s).unwrap();
-    assert_eq!(call_args(&spec.acquire)[14..], strs(&["1", "1"]));
+    assert_eq!(call_args(&spec.acquire)[15..], strs(&["1", "1"]));
 }
 
 #[test]

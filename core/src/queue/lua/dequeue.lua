@@ -1,6 +1,7 @@
 -- Take the next job on a lease. KEYS: 1 ready, 2 delayed, 3 payloads, 4 priorities,
 -- 5 sequence counter, 6 in flight (zset id -> lease expiry ms), 7 leases (hash id ->
--- token), 8 deliveries (hash id -> count), 9 dead (list), 10 holders (hash token -> id).
+-- token), 8 deliveries (hash id -> count), 9 dead (list), 10 holders (hash token -> id),
+-- 11 bases (hash id -> deliveries when last requeued from the dead list).
 -- ARGV: 1 lease token, 2 visibility timeout ms, 3 max deliveries.
 -- A retry after a lost reply (same token) gets the job it was leased, not another one.
 -- First moves due delayed jobs and jobs whose lease ran out back to ready (or, after max
@@ -16,6 +17,7 @@ redis.call('HLEN', KEYS[7])
 redis.call('HLEN', KEYS[8])
 redis.call('LLEN', KEYS[9])
 redis.call('HLEN', KEYS[10])
+redis.call('HLEN', KEYS[11])
 local seq_now = redis.call('GET', KEYS[5])
 if seq_now and not tonumber(seq_now) then
   return redis.error_reply('ERR the sequence counter ' .. KEYS[5] .. ' is not an integer')
@@ -44,7 +46,8 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0
     redis.call('HDEL', KEYS[10], token)
   end
   redis.call('HDEL', KEYS[7], id)
-  if (tonumber(redis.call('HGET', KEYS[8], id)) or 0) >= max then
+  local n = tonumber(redis.call('HGET', KEYS[8], id)) or 0
+  if n - (tonumber(redis.call('HGET', KEYS[11], id)) or 0) >= max then
     redis.call('RPUSH', KEYS[9], id)
   else
     make_ready(id)

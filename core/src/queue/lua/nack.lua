@@ -1,7 +1,7 @@
 -- Give a job back: retry it after a backoff, or after max deliveries put it on the dead
 -- list. KEYS: 1 in flight, 2 leases, 3 delayed, 4 ready, 5 priorities, 6 sequence counter,
--- 7 deliveries, 8 dead, 9 holders. ARGV: 1 id, 2 token, 3 backoff ms, 4 max deliveries,
--- 5 channel.
+-- 7 deliveries, 8 dead, 9 holders, 10 bases. ARGV: 1 id, 2 token, 3 backoff ms,
+-- 4 max deliveries, 5 channel.
 -- Returns 1 done, 0 the lease ran out (or the job is gone), -1 another delivery holds it.
 -- Read every key once before writing any (a wrong type fails before any write).
 -- A channel given as '{shard}<name>' is a shard channel (Redis Cluster): SPUBLISH reaches only
@@ -22,6 +22,7 @@ redis.call('HLEN', KEYS[5])
 redis.call('HLEN', KEYS[7])
 redis.call('LLEN', KEYS[8])
 redis.call('HLEN', KEYS[9])
+redis.call('HLEN', KEYS[10])
 local seq_now = redis.call('GET', KEYS[6])
 if seq_now and not tonumber(seq_now) then
   return redis.error_reply('ERR the sequence counter ' .. KEYS[6] .. ' is not an integer')
@@ -43,7 +44,8 @@ end
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
 redis.call('HDEL', KEYS[9], ARGV[2])
-if (tonumber(redis.call('HGET', KEYS[7], id)) or 0) >= tonumber(ARGV[4]) then
+local n = tonumber(redis.call('HGET', KEYS[7], id)) or 0
+if n - (tonumber(redis.call('HGET', KEYS[10], id)) or 0) >= tonumber(ARGV[4]) then
   redis.call('RPUSH', KEYS[8], id)
   return 1
 end

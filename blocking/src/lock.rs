@@ -443,15 +443,20 @@ impl LockGuard {
     ) -> Result<(), Error> {
         self.done = true;
         let deadline = self.deadline();
-        self.stop_watching(deadline);
         if let Some(reason) = self.cell.lost() {
+            self.stop_watching(deadline);
             return Err(self.not_owner(reason));
         }
-        drive(
+        // Renewals go on until the answer is in: a job's lease must not run out while its ack
+        // is retried after a lost reply (the retry would then find it redelivered). A renewal
+        // racing the ack finds the job gone and changes nothing.
+        let outcome = drive(
             &self.shared,
             None,
             ScriptOp::release_with(&self.lease, call, deadline),
-        )
+        );
+        self.stop_watching(deadline);
+        outcome
     }
 
     /// Ends the guard without releasing: the key stays until its expiry.

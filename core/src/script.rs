@@ -44,6 +44,12 @@ impl ScriptCall {
         self
     }
 
+    /// Adds keys, in order.
+    pub fn keys(mut self, keys: &[&str]) -> Self {
+        self.keys.extend(keys.iter().map(|k| (*k).to_owned()));
+        self
+    }
+
     /// Adds an argument.
     pub fn arg(mut self, arg: impl AsRef<[u8]>) -> Self {
         self.args.push(arg.as_ref().to_vec());

@@ -113,8 +113,7 @@ impl LockSpec {
         Ok(LockSpec {
             kind: LockKind::Lease,
             acquire: ScriptCall::new(&ACQUIRE)
-                .key(&keys.lock)
-                .key(&keys.fence)
+                .keys(&[&keys.lock, &keys.fence])
                 .arg(t)
                 .arg(ms(ttl)),
             calls: LeaseCalls {
@@ -166,8 +165,7 @@ impl LockSpec {
         Ok(LockSpec {
             kind: LockKind::Reentrant,
             acquire: ScriptCall::new(&REENTRANT_ACQUIRE)
-                .key(&hash)
-                .key(&fence)
+                .keys(&[&hash, &fence])
                 .arg(owner)
                 .arg(op.as_str())
                 .arg(ms(ttl)),
@@ -222,19 +220,14 @@ impl LockSpec {
         let t = token.as_str();
         let three = |script| {
             ScriptCall::new(script)
-                .key(&lock)
-                .key(&queue)
-                .key(&timeouts)
+                .keys(&[&lock, &queue, &timeouts])
                 .arg(t)
                 .arg(&notify)
         };
         Ok(LockSpec {
             kind: LockKind::Fair,
             acquire: ScriptCall::new(&FAIR_ACQUIRE)
-                .key(&lock)
-                .key(&queue)
-                .key(&timeouts)
-                .key(&fence)
+                .keys(&[&lock, &queue, &timeouts, &fence])
                 .arg(t)
                 .arg(ms(ttl))
                 .arg(ms(waiter_timeout))
@@ -290,20 +283,14 @@ impl LockSpec {
         let t = token.as_str();
         let four = |script| {
             ScriptCall::new(script)
-                .key(&holders)
-                .key(&waiters)
-                .key(&timeouts)
-                .key(&count)
+                .keys(&[&holders, &waiters, &timeouts, &count])
                 .arg(t)
                 .arg(&notify)
         };
         Ok(LockSpec {
             kind: LockKind::Permit,
             acquire: ScriptCall::new(&PERMIT_ACQUIRE)
-                .key(&holders)
-                .key(&waiters)
-                .key(&timeouts)
-                .key(&count)
+                .keys(&[&holders, &waiters, &timeouts, &count])
                 .arg(t)
                 .arg(ms(ttl))
                 .arg(ms(waiter_timeout))
@@ -354,10 +341,7 @@ impl LockSpec {
         Ok(LockSpec {
             kind: LockKind::Read,
             acquire: ScriptCall::new(&READ_ACQUIRE)
-                .key(&writer)
-                .key(&readers)
-                .key(&waiting)
-                .key(&fence)
+                .keys(&[&writer, &readers, &waiting, &fence])
                 .arg(t)
                 .arg(ms(ttl)),
             calls: LeaseCalls {
@@ -405,10 +389,7 @@ impl LockSpec {
         Ok(LockSpec {
             kind: LockKind::Write,
             acquire: ScriptCall::new(&WRITE_ACQUIRE)
-                .key(&writer)
-                .key(&readers)
-                .key(&waiting)
-                .key(&fence)
+                .keys(&[&writer, &readers, &waiting, &fence])
                 .arg(t)
                 .arg(ms(ttl))
                 .arg(ms(waiter_timeout))

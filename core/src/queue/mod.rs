@@ -192,11 +192,13 @@ pub fn push(
         return Err(InvalidArgument::Setting("nothing to push".into()).into());
     }
     let mut call = ScriptCall::new(&scripts::PUSH)
-        .key(&keys.ready)
-        .key(&keys.delayed)
-        .key(&keys.payloads)
-        .key(&keys.priorities)
-        .key(&keys.seq)
+        .keys(&[
+            &keys.ready,
+            &keys.delayed,
+            &keys.payloads,
+            &keys.priorities,
+            &keys.seq,
+        ])
         .arg(delay.as_millis().to_string())
         .arg(priority.to_string())
         .arg(&keys.notify);
@@ -223,17 +225,19 @@ pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<
     Ok(LockSpec {
         kind: LockKind::Job,
         acquire: ScriptCall::new(&scripts::DEQUEUE)
-            .key(&keys.ready)
-            .key(&keys.delayed)
-            .key(&keys.payloads)
-            .key(&keys.priorities)
-            .key(&keys.seq)
-            .key(&keys.inflight)
-            .key(&keys.leases)
-            .key(&keys.deliveries)
-            .key(&keys.dead)
-            .key(&keys.holders)
-            .key(&keys.bases)
+            .keys(&[
+                &keys.ready,
+                &keys.delayed,
+                &keys.payloads,
+                &keys.priorities,
+                &keys.seq,
+                &keys.inflight,
+                &keys.leases,
+                &keys.deliveries,
+                &keys.dead,
+                &keys.holders,
+                &keys.bases,
+            ])
             .arg(t)
             .arg(visibility_ms.to_string())
             .arg(&max),
@@ -241,25 +245,25 @@ pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<
             // The job id is bound as the first argument once known.
             release: nack_call(keys, t, Duration::ZERO, settings.max_deliveries),
             extend: ScriptCall::new(&scripts::JOB_EXTEND)
-                .key(&keys.inflight)
-                .key(&keys.leases)
+                .keys(&[&keys.inflight, &keys.leases])
                 .arg(t),
             inspect: ScriptCall::new(&scripts::JOB_INSPECT)
-                .key(&keys.inflight)
-                .key(&keys.leases)
+                .keys(&[&keys.inflight, &keys.leases])
                 .arg(t),
         },
         cancel: None,
         // A take whose reply was lost: give back whatever job was leased to this token.
         undo: Some(
             ScriptCall::new(&scripts::UNTAKE)
-                .key(&keys.inflight)
-                .key(&keys.leases)
-                .key(&keys.ready)
-                .key(&keys.priorities)
-                .key(&keys.seq)
-                .key(&keys.deliveries)
-                .key(&keys.holders)
+                .keys(&[
+                    &keys.inflight,
+                    &keys.leases,
+                    &keys.ready,
+                    &keys.priorities,
+                    &keys.seq,
+                    &keys.deliveries,
+                    &keys.holders,
+                ])
                 .arg(t)
                 .arg(&keys.notify),
         ),
@@ -274,16 +278,18 @@ pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<
 
 fn nack_call(keys: &QueueKeys, token: &str, backoff: Duration, max: u32) -> ScriptCall {
     ScriptCall::new(&scripts::NACK)
-        .key(&keys.inflight)
-        .key(&keys.leases)
-        .key(&keys.delayed)
-        .key(&keys.ready)
-        .key(&keys.priorities)
-        .key(&keys.seq)
-        .key(&keys.deliveries)
-        .key(&keys.dead)
-        .key(&keys.holders)
-        .key(&keys.bases)
+        .keys(&[
+            &keys.inflight,
+            &keys.leases,
+            &keys.delayed,
+            &keys.ready,
+            &keys.priorities,
+            &keys.seq,
+            &keys.deliveries,
+            &keys.dead,
+            &keys.holders,
+            &keys.bases,
+        ])
         .arg(token)
         .arg(backoff.as_millis().to_string())
         .arg(max.to_string())
@@ -293,13 +299,15 @@ fn nack_call(keys: &QueueKeys, token: &str, backoff: Duration, max: u32) -> Scri
 /// The ack of job `id` leased with `token` (run it with [`ScriptOp::release_with`]).
 pub fn ack_call(keys: &QueueKeys, id: &str, token: &str) -> ScriptCall {
     ScriptCall::new(&scripts::ACK)
-        .key(&keys.inflight)
-        .key(&keys.leases)
-        .key(&keys.payloads)
-        .key(&keys.priorities)
-        .key(&keys.deliveries)
-        .key(&keys.holders)
-        .key(&keys.bases)
+        .keys(&[
+            &keys.inflight,
+            &keys.leases,
+            &keys.payloads,
+            &keys.priorities,
+            &keys.deliveries,
+            &keys.holders,
+            &keys.bases,
+        ])
         .arg(id)
         .arg(token)
 }
@@ -353,11 +361,12 @@ impl OpKind for Stats {
 
 /// The counts of a queue.
 pub fn stats(keys: &QueueKeys, deadline: Instant) -> ScriptOp<Stats> {
-    let call = ScriptCall::new(&scripts::STATS)
-        .key(&keys.ready)
-        .key(&keys.delayed)
-        .key(&keys.inflight)
-        .key(&keys.dead);
+    let call = ScriptCall::new(&scripts::STATS).keys(&[
+        &keys.ready,
+        &keys.delayed,
+        &keys.inflight,
+        &keys.dead,
+    ]);
     ScriptOp::new(Stats, call, keys.target(), None, deadline)
 }
 
@@ -406,9 +415,7 @@ impl OpKind for DeadJobs {
 /// The oldest `limit` dead jobs.
 pub fn dead_jobs(keys: &QueueKeys, limit: usize, deadline: Instant) -> ScriptOp<DeadJobs> {
     let call = ScriptCall::new(&scripts::DEAD)
-        .key(&keys.dead)
-        .key(&keys.payloads)
-        .key(&keys.deliveries)
+        .keys(&[&keys.dead, &keys.payloads, &keys.deliveries])
         .arg(limit.max(1).to_string());
     ScriptOp::new(DeadJobs, call, keys.target(), None, deadline)
 }
@@ -430,11 +437,13 @@ impl OpKind for Forget {
 /// not grow without bound and the id may be pushed again.
 pub fn forget_dead(keys: &QueueKeys, id: Option<&str>, deadline: Instant) -> ScriptOp<Forget> {
     let call = ScriptCall::new(&scripts::FORGET)
-        .key(&keys.dead)
-        .key(&keys.payloads)
-        .key(&keys.priorities)
-        .key(&keys.deliveries)
-        .key(&keys.bases)
+        .keys(&[
+            &keys.dead,
+            &keys.payloads,
+            &keys.priorities,
+            &keys.deliveries,
+            &keys.bases,
+        ])
         .arg(id.unwrap_or(""));
     ScriptOp::new(Forget, call, keys.target(), None, deadline)
 }
@@ -460,12 +469,14 @@ impl OpKind for Requeue {
 /// increasing); `false` if it was not dead.
 pub fn requeue(keys: &QueueKeys, id: &str, deadline: Instant) -> ScriptOp<Requeue> {
     let call = ScriptCall::new(&scripts::REQUEUE)
-        .key(&keys.dead)
-        .key(&keys.ready)
-        .key(&keys.priorities)
-        .key(&keys.seq)
-        .key(&keys.deliveries)
-        .key(&keys.bases)
+        .keys(&[
+            &keys.dead,
+            &keys.ready,
+            &keys.priorities,
+            &keys.seq,
+            &keys.deliveries,
+            &keys.bases,
+        ])
         .arg(id)
         .arg(&keys.notify);
     ScriptOp::new(Requeue, call, keys.target(), None, deadline)

@@ -5,24 +5,13 @@ use std::time::{Duration, Instant};
 
 use redlease::{Client, Error};
 use redlease_suite::RedisServer;
+use redlease_suite::testkit::{await_condition, connection};
 
 fn info(server: &RedisServer, section: &str) -> String {
-    let mut conn = redis::Client::open(server.url())
+    redis::cmd("INFO")
+        .arg(section)
+        .query(&mut connection(server))
         .unwrap()
-        .get_connection()
-        .unwrap();
-    redis::cmd("INFO").arg(section).query(&mut conn).unwrap()
-}
-
-fn await_condition(limit: Duration, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < limit,
-            "condition not reached within {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// A master and a replica of it, replication link up.

@@ -5,13 +5,7 @@ use std::time::{Duration, Instant};
 
 use redlease::Client;
 use redlease_suite::RedisServer;
-
-fn conn(server: &RedisServer) -> redis::Connection {
-    redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap()
-}
+use redlease_suite::testkit::connection as conn;
 
 fn await_condition(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();

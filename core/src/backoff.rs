@@ -54,7 +54,7 @@ impl Backoff {
     /// The next delay.
     pub fn next_delay(&mut self) -> Duration {
         let step = self.step;
-        self.step = (self.step * 2).min(self.max);
+        self.step = self.step.saturating_mul(2).min(self.max);
         let half = step / 2;
         let jitter_us = self
             .rng

@@ -166,23 +166,41 @@ pub enum InvalidArgument {
     /// The key prefix is empty.
     #[error("the key prefix is empty")]
     EmptyPrefix,
-    /// A duration below one millisecond (Redis expiries count whole milliseconds).
-    #[error("{what} must be at least 1 ms, got {got:?}")]
+    /// A duration below the setting's floor (see [`crate::limits`]).
+    #[error("{what} must be between {min:?} and {max:?}, got {got:?} (too short)")]
     DurationTooShort {
         /// Which setting.
         what: &'static str,
         /// The value given.
         got: Duration,
+        /// The shortest accepted.
+        min: Duration,
+        /// The longest accepted.
+        max: Duration,
     },
-    /// A duration above what Redis accepts.
-    #[error("{what} must be at most {max:?}, got {got:?}")]
+    /// A duration above the setting's maximum (see [`crate::limits`]).
+    #[error("{what} must be between {min:?} and {max:?}, got {got:?} (too long)")]
     DurationTooLong {
         /// Which setting.
         what: &'static str,
         /// The value given.
         got: Duration,
-        /// The limit.
+        /// The shortest accepted.
+        min: Duration,
+        /// The longest accepted.
         max: Duration,
+    },
+    /// A count outside the setting's range (see [`crate::limits`]).
+    #[error("{what} must be between {min} and {max}, got {got}")]
+    CountOutOfRange {
+        /// Which setting.
+        what: &'static str,
+        /// The value given.
+        got: u64,
+        /// The smallest accepted.
+        min: u64,
+        /// The largest accepted.
+        max: u64,
     },
     /// An owner token that is empty or too long.
     #[error("the token must be 1 to {max} bytes, got {len}")]

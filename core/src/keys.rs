@@ -70,6 +70,10 @@ impl Keyspace {
     }
 
     /// Checks a primitive's name and returns the stem `<prefix>:{<name>}` its keys share.
+    /// A name is 1 to [`MAX_NAME_LEN`] bytes and does not start with `}` (which would leave
+    /// an empty hash tag `{}`, so the keys would not share a cluster slot); any other bytes,
+    /// braces included, are fine: the hash tag is then `name` up to its first `}`, which
+    /// every key of the primitive still shares.
     pub fn stem(&self, name: &str) -> Result<String, Error> {
         if name.is_empty() {
             return Err(InvalidArgument::EmptyName.into());
@@ -79,6 +83,14 @@ impl Keyspace {
                 len: name.len(),
                 max: MAX_NAME_LEN,
             }
+            .into());
+        }
+        if name.starts_with('}') {
+            // `{}...` is an empty hash tag: Redis Cluster would then hash each whole key, put
+            // the primitive's keys in different slots and fail its scripts with CROSSSLOT.
+            return Err(InvalidArgument::Setting(format!(
+                "the name {name:?} must not start with '}}': keys are `<prefix>:{{<name>}}:<part>` and an empty hash tag `{{}}` would spread them over cluster slots"
+            ))
             .into());
         }
         Ok(format!("{}:{{{}}}", self.prefix, name))
@@ -127,6 +139,18 @@ impl LockKeys {
 mod tests {
     use super::*;
 
+    /// The part of `key` Redis Cluster hashes: between the first `{` and the next `}`, if
+    /// not empty; else the whole key.
+    fn hash_tag(key: &str) -> &str {
+        if let Some(open) = key.find('{')
+            && let Some(len) = key[open + 1..].find('}')
+            && len > 0
+        {
+            return &key[open + 1..open + 1 + len];
+        }
+        key
+    }
+
     #[test]
     fn keys_share_the_name_as_hash_tag() {
         let keys = LockKeys::new(&Keyspace::default(), "orders").unwrap();
@@ -152,6 +176,16 @@ mod tests {
             Err(Error::InvalidArgument(InvalidArgument::EmptyPrefix))
         );
         assert!(Keyspace::new("app{x}").is_err());
+        // An empty hash tag would spread the keys over cluster slots (CROSSSLOT).
+        let e = LockKeys::new(&ks, "}x").unwrap_err().to_string();
+        assert!(e.contains("must not start with '}'"), "{e}");
+        assert!(ks.stem("}").is_err());
+        // Braces elsewhere keep a non-empty tag that every key shares.
+        for name in ["a}b", "{a", "a{b}", "x}"] {
+            let keys = LockKeys::new(&ks, name).unwrap();
+            assert_eq!(hash_tag(&keys.lock), hash_tag(&keys.fence), "{name}");
+            assert!(!hash_tag(&keys.lock).is_empty(), "{name}");
+        }
         assert_eq!(Keyspace::new("app").unwrap().stem("a").unwrap(), "app:{a}");
     }
 }

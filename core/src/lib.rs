@@ -49,6 +49,7 @@ pub mod error;
 pub mod keys;
 pub mod lease;
 pub mod legacy;
+pub mod limits;
 pub mod protocol;
 pub mod queue;
 pub mod redlock;

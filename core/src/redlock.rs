@@ -172,7 +172,17 @@ impl RedLockAcquire {
             ))
             .into());
         }
-        if options.node_timeout.is_zero() || options.node_timeout * 2 >= spec.ttl {
+        crate::limits::timeout("node timeout", options.node_timeout)?;
+        crate::limits::duration(
+            "RedLock retry maximum",
+            options.retry_max,
+            crate::limits::MIN_PAUSE,
+            crate::limits::MAX_DURATION,
+        )?;
+        if let Some(wait) = options.wait {
+            crate::limits::span("wait", wait)?;
+        }
+        if options.node_timeout.saturating_mul(2) >= spec.ttl {
             return Err(InvalidArgument::Setting(format!(
                 "the node timeout ({:?}) must be well under the ttl ({:?})",
                 options.node_timeout, spec.ttl

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crate::backoff::saturating_add;
 use crate::error::{Error, InvalidArgument, LossReason};
 use crate::lease::{Extend, Lease, ScriptOp};
+use crate::limits;
 
 /// Identifies one watched lease.
 pub type WatchId = u64;
@@ -41,30 +42,29 @@ impl RenewalPolicy {
         }
     }
 
-    /// Checks the policy against the lease's ttl: renewals must come before the lease ends.
+    /// Checks the policy against the lease's ttl: the ttl itself (see
+    /// [`crate::limits`]), then that renewals come before the lease's validity ends (the ttl
+    /// less its drift allowance, see [`crate::lease::drift`]) and that a hold limit is at
+    /// least 1 ms. Each error names the setting and its accepted range.
     pub fn validate(&self, ttl: Duration) -> Result<(), Error> {
-        if self.every < Duration::from_millis(1) {
-            return Err(InvalidArgument::DurationTooShort {
-                what: "renewal interval",
-                got: self.every,
-            }
-            .into());
-        }
-        if self.every >= ttl {
+        // The ttl first: a ttl too short to renew is reported as a bad ttl, not as a bad
+        // renewal interval derived from it.
+        crate::lease::validate_ttl("ttl", ttl)?;
+        let validity = ttl.saturating_sub(crate::lease::drift(ttl));
+        if self.every < Duration::from_millis(1) || self.every >= validity {
             return Err(InvalidArgument::Setting(format!(
-                "the renewal interval ({:?}) must be shorter than the ttl ({ttl:?})",
+                "the renewal interval must be at least 1ms and shorter than the lease's validity ({validity:?}: the ttl {ttl:?} less its drift allowance), got {:?}",
                 self.every
             ))
             .into());
         }
-        if let Some(hold) = self.max_hold
-            && hold < Duration::from_millis(1)
-        {
-            return Err(InvalidArgument::DurationTooShort {
-                what: "maximum hold time",
-                got: hold,
-            }
-            .into());
+        if let Some(hold) = self.max_hold {
+            limits::duration(
+                "maximum hold time",
+                hold,
+                Duration::from_millis(1),
+                limits::MAX_DURATION,
+            )?;
         }
         Ok(())
     }
@@ -491,5 +491,43 @@ mod tests {
             max_hold: Some(Duration::ZERO),
         };
         assert!(p.validate(TTL).is_err());
+        let p = RenewalPolicy {
+            every: TTL / 3,
+            max_hold: Some(Duration::MAX),
+        };
+        assert!(p.validate(TTL).is_err());
+    }
+
+    #[test]
+    fn renewals_must_come_within_the_validity_and_a_short_ttl_is_named() {
+        let ms = Duration::from_millis;
+        // ttl 1-3 ms: the error is about the ttl, not the renewal interval derived from it.
+        for ttl in [ms(1), ms(2), ms(3)] {
+            let e = RenewalPolicy::for_ttl(ttl).validate(ttl).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::InvalidArgument(InvalidArgument::DurationTooShort { what: "ttl", .. })
+                ),
+                "{e}"
+            );
+        }
+        // 0.8 x ttl is within the validity (ttl - 1 % - 2 ms) of a 1 s lease ...
+        let p = RenewalPolicy {
+            every: ms(800),
+            max_hold: None,
+        };
+        assert!(p.validate(ms(1000)).is_ok());
+        // ... but an interval at or past the validity means the lease is lost before its
+        // first renewal.
+        let p = RenewalPolicy {
+            every: ms(989),
+            max_hold: None,
+        };
+        let e = p.validate(ms(1000)).unwrap_err().to_string();
+        assert!(e.contains("renewal interval") && e.contains("988ms"), "{e}");
+        // At the floor ttl the default policy is accepted.
+        let floor = limits::MIN_TTL;
+        assert!(RenewalPolicy::for_ttl(floor).validate(floor).is_ok());
     }
 }

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::{
-    Lease, LockKind, LockSpec, error_from_reply, int_pair_and_data, pttl, valid_until, validate_ttl,
+    Lease, LockKind, LockSpec, error_from_reply, int_pair_and_data, pttl, valid_until,
 };
 use crate::backoff::{Backoff, saturating_add};
 use crate::command::{Command, Request, RequestId, RequestIds};
@@ -127,12 +127,10 @@ impl Acquire {
         seed: u64,
         now: Instant,
     ) -> Result<Self, Error> {
-        if options.reply_timeout.is_zero() {
-            return Err(InvalidArgument::DurationTooShort {
-                what: "reply timeout",
-                got: options.reply_timeout,
-            }
-            .into());
+        crate::limits::timeout("reply timeout", options.reply_timeout)?;
+        crate::limits::retry("retry", options.retry_initial, options.retry_max)?;
+        if let Some(wait) = options.wait {
+            crate::limits::span("wait", wait)?;
         }
         if let Some((count, timeout)) = options.min_replicas {
             if count == 0 {
@@ -142,20 +140,17 @@ impl Acquire {
                 .into());
             }
             // WAIT 0 would block forever on the server.
-            validate_ttl("replica acknowledgement timeout", timeout)?;
+            crate::limits::duration(
+                "replica acknowledgement timeout",
+                timeout,
+                Duration::from_millis(1),
+                MAX_REPLICA_WAIT,
+            )?;
             if timeout >= spec.ttl / 2 {
                 return Err(InvalidArgument::Setting(format!(
                     "the replica acknowledgement timeout ({timeout:?}) must be under half the ttl ({:?})",
                     spec.ttl
                 ))
-                .into());
-            }
-            if timeout > MAX_REPLICA_WAIT {
-                return Err(InvalidArgument::DurationTooLong {
-                    what: "replica acknowledgement timeout",
-                    got: timeout,
-                    max: MAX_REPLICA_WAIT,
-                }
                 .into());
             }
         }

@@ -34,9 +34,9 @@ use crate::backoff::saturating_add;
 use crate::error::{Error, InvalidArgument};
 use crate::reply::{ErrorReply, Reply};
 
-/// The longest lease accepted: Redis rejects expiries that overflow its millisecond clock,
-/// and this bound stays below that for millions of years.
-pub const MAX_TTL: Duration = Duration::from_millis(1 << 62);
+/// The longest lease accepted: [`crate::limits::MAX_DURATION`] (100 years), which keeps
+/// `server time + ttl` an exact plain integer inside every script.
+pub const MAX_TTL: Duration = crate::limits::MAX_DURATION;
 
 /// The longest owner token accepted, in bytes.
 pub const MAX_TOKEN_LEN: usize = 256;
@@ -135,22 +135,10 @@ pub fn valid_until(sent_at: Instant, ttl: Duration) -> Instant {
     saturating_add(sent_at, ttl.saturating_sub(drift(ttl)))
 }
 
-/// Checks a lease length: at least 1 ms, at most [`MAX_TTL`], in whole milliseconds.
+/// Checks a lease length: [`crate::limits::MIN_TTL`] (10 ms) to [`MAX_TTL`] (100 years);
+/// returns it in whole milliseconds.
 pub fn validate_ttl(what: &'static str, ttl: Duration) -> Result<u64, Error> {
-    let ms = ttl.as_millis();
-    if ms == 0 {
-        return Err(InvalidArgument::DurationTooShort { what, got: ttl }.into());
-    }
-    if ttl > MAX_TTL {
-        return Err(InvalidArgument::DurationTooLong {
-            what,
-            got: ttl,
-            max: MAX_TTL,
-        }
-        .into());
-    }
-    // ttl <= MAX_TTL, so the cast cannot truncate.
-    Ok(ms as u64)
+    crate::limits::ttl(what, ttl)
 }
 
 /// Turns an error reply into the error the caller sees.
@@ -217,7 +205,8 @@ mod tests {
     fn ttl_bounds() {
         assert!(validate_ttl("ttl", Duration::ZERO).is_err());
         assert!(validate_ttl("ttl", Duration::from_micros(999)).is_err());
-        assert_eq!(validate_ttl("ttl", Duration::from_millis(1)), Ok(1));
+        assert!(validate_ttl("ttl", Duration::from_millis(3)).is_err());
+        assert_eq!(validate_ttl("ttl", Duration::from_millis(10)), Ok(10));
         assert!(validate_ttl("ttl", MAX_TTL + Duration::from_millis(1)).is_err());
         assert!(validate_ttl("ttl", Duration::MAX).is_err());
         assert_eq!(drift(Duration::from_secs(10)), Duration::from_millis(102));

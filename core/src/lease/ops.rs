@@ -298,11 +298,7 @@ impl ScriptOp<SetPermits> {
         deadline: Instant,
     ) -> Result<Self, Error> {
         let [holders, waiters, _, count] = semaphore_keys(spec)?;
-        if permits == 0 {
-            return Err(
-                InvalidArgument::Setting("a semaphore needs at least 1 permit".into()).into(),
-            );
-        }
+        crate::limits::permits(permits)?;
         let call = ScriptCall::new(&SEMAPHORE_SET)
             .key(holders)
             .key(waiters)

@@ -251,7 +251,8 @@ impl LockSpec {
         })
     }
 
-    /// A permit of the fair counting semaphore `name`: holders are entries of
+    /// A permit of the fair counting semaphore `name` (1 to
+    /// [`MAX_PERMITS`](crate::limits::MAX_PERMITS) permits): holders are entries of
     /// `<stem>:sem:holders` with their own expiry (server time), waiters line up in
     /// `<stem>:sem:waiters` (dropped after `waiter_timeout` without an attempt), and
     /// `<stem>:sem:permits` holds the permit count (set to `permits` by the first
@@ -267,12 +268,7 @@ impl LockSpec {
     ) -> Result<Self, Error> {
         validate_ttl("permit timeout", ttl)?;
         validate_ttl("waiter timeout", waiter_timeout)?;
-        if permits == 0 {
-            return Err(crate::error::InvalidArgument::Setting(
-                "a semaphore needs at least 1 permit".into(),
-            )
-            .into());
-        }
+        crate::limits::permits(permits)?;
         let stem = keyspace.stem(name)?;
         let holders = format!("{stem}:sem:holders");
         let waiters = format!("{stem}:sem:waiters");

@@ -8,7 +8,7 @@ use super::{
 };
 use crate::backoff::{Backoff, saturating_add};
 use crate::command::{Command, Request};
-use crate::error::{Error, InvalidArgument};
+use crate::error::Error;
 use crate::lease::{Token, drift, valid_until, validate_ttl};
 use crate::protocol::{Batch, Protocol, Step, Wait};
 use crate::reply::{FailureKind, Input, Reply, TransportFailure};
@@ -148,12 +148,10 @@ impl LegacyAcquire {
         unix_ms: u64,
     ) -> Result<Self, Error> {
         let ttl_ms = validate_ttl("ttl", options.ttl)?;
-        if options.reply_timeout.is_zero() {
-            return Err(InvalidArgument::DurationTooShort {
-                what: "reply timeout",
-                got: options.reply_timeout,
-            }
-            .into());
+        crate::limits::timeout("reply timeout", options.reply_timeout)?;
+        crate::limits::retry("retry", options.retry_initial, options.retry_max)?;
+        if let Some(wait) = options.wait {
+            crate::limits::span("wait", wait)?;
         }
         Ok(LegacyAcquire {
             keys,

@@ -926,12 +926,18 @@ fn settings_are_validated_before_anything_is_sent() {
         take(&keys(), token(), &s),
         Err(Error::InvalidArgument(InvalidArgument::Setting(_)))
     ));
+    // visibility(2ms) would make every job un-ackable: the floor is the lease floor.
     let s = QueueSettings {
-        visibility: Duration::from_millis(1),
+        visibility: Duration::from_millis(2),
+        max_deliveries: 1,
+    };
+    assert!(is_invalid(&take(&keys(), token(), &s)));
+    let s = QueueSettings {
+        visibility: crate::limits::MIN_TTL,
         max_deliveries: 1,
     };
     let spec = take(&keys(), token(), &s).unwrap();
-    assert_eq!(call_args(&spec.acquire)[15..], strs(&["1", "1"]));
+    assert_eq!(call_args(&spec.acquire)[15..], strs(&["10", "1"]));
 }
 
 #[test]

@@ -206,7 +206,9 @@ fn bad_input_gets_typed_errors_and_writes_nothing() {
     let mut conn = raw(&server);
     assert!(matches!(
         c.semaphore("s", 0).try_acquire(),
-        Err(Error::InvalidArgument(InvalidArgument::Setting(_)))
+        Err(Error::InvalidArgument(
+            InvalidArgument::CountOutOfRange { .. }
+        ))
     ));
     assert!(matches!(
         c.semaphore("s", 2).ttl(Duration::ZERO).try_acquire(),

@@ -4,6 +4,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
+use redlease_core::limits;
 use redlease_core::{Error, InvalidArgument, Protocol, Step};
 
 use crate::listener::{Endpoint, Listeners, Waiter};
@@ -79,28 +80,31 @@ pub struct ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// The most pooled connections. Defaults to 16.
+    /// The most pooled connections: 1 to [`MAX_POOL_SIZE`](limits::MAX_POOL_SIZE) (1024).
+    /// Defaults to 16.
     pub fn pool_size(mut self, n: u32) -> Self {
         self.pool_size = n;
         self
     }
 
-    /// How long to wait for a TCP connection (and for a free pooled connection).
-    /// Defaults to 1 s.
+    /// How long to wait for a TCP connection (and for a free pooled connection): 1 ms to
+    /// [`MAX_DURATION`](limits::MAX_DURATION) (100 years). Defaults to 1 s.
     pub fn connect_timeout(mut self, d: Duration) -> Self {
         self.connect_timeout = d;
         self
     }
 
     /// How long to wait for a reply before the command counts as unanswered (the socket's
-    /// read and write timeouts). Defaults to 1 s.
+    /// read and write timeouts): 1 ms to [`MAX_DURATION`](limits::MAX_DURATION). Defaults to
+    /// 1 s.
     pub fn io_timeout(mut self, d: Duration) -> Self {
         self.io_timeout = d;
         self
     }
 
     /// The deadline of a release, extension or inspection, retries included; a guard's drop
-    /// blocks at most this long. Defaults to 3 s.
+    /// blocks at most this long: 1 ms to [`MAX_DURATION`](limits::MAX_DURATION). Defaults to
+    /// 3 s.
     pub fn op_timeout(mut self, d: Duration) -> Self {
         self.op_timeout = d;
         self
@@ -140,6 +144,15 @@ impl ClientBuilder {
         info
     }
 
+    /// Each setting within its range (see [`limits`]).
+    fn check_ranges(&self) -> Result<(), Error> {
+        limits::pool_size(self.pool_size)?;
+        limits::timeout("connect timeout", self.connect_timeout)?;
+        limits::timeout("io timeout", self.io_timeout)?;
+        limits::timeout("op timeout", self.op_timeout)?;
+        Ok(())
+    }
+
     /// Checks the settings and makes the client. Connections are opened on first use, so
     /// this succeeds while Redis is down.
     pub fn build(self) -> Result<Client, Error> {
@@ -151,18 +164,7 @@ impl ClientBuilder {
             .into());
         }
         let keyspace = Keyspace::new(&self.prefix)?.with_sharded_pubsub(sharded);
-        if self.pool_size == 0 {
-            return Err(InvalidArgument::Setting("the pool size must be at least 1".into()).into());
-        }
-        for (what, d) in [
-            ("connect timeout", self.connect_timeout),
-            ("io timeout", self.io_timeout),
-            ("op timeout", self.op_timeout),
-        ] {
-            if d < Duration::from_millis(1) {
-                return Err(InvalidArgument::DurationTooShort { what, got: d }.into());
-            }
-        }
+        self.check_ranges()?;
         let bad_url = |url: &str, e: redis::RedisError| {
             InvalidArgument::Setting(format!("bad Redis URL {url:?}: {e}"))
         };

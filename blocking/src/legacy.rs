@@ -86,15 +86,17 @@ pub struct LegacyLockBuilder<'c> {
 
 impl LegacyLockBuilder<'_> {
     /// The lock's length: after it, another contender may take the lock (GetSet: by the
-    /// timestamp in the value; SetNxExpire: Redis deletes the key). At least 1 ms. There is no
-    /// renewal. Defaults to 30 s.
+    /// timestamp in the value; SetNxExpire: Redis deletes the key).
+    /// [`MIN_TTL`](crate::limits::MIN_TTL) (10 ms) to [`MAX_DURATION`](crate::limits::MAX_DURATION)
+    /// (100 years). There is no renewal. Defaults to 30 s.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
     }
 
     /// How long [`acquire`](Self::acquire) and [`with_lock`](Self::with_lock) wait for a busy
-    /// lock before failing with [`Error::Timeout`]. Defaults to 10 s.
+    /// lock before failing with [`Error::Timeout`]; at most
+    /// [`MAX_DURATION`](crate::limits::MAX_DURATION). Defaults to 10 s.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -102,7 +104,9 @@ impl LegacyLockBuilder<'_> {
 
     /// The retry pauses while waiting: the first, doubling with jitter up to the longest (and
     /// never beyond the holder's remaining time when it is known). Waiters poll: there are no
-    /// release notifications. Defaults to 5 ms and 200 ms.
+    /// release notifications. Each pause is [`MIN_PAUSE`](crate::limits::MIN_PAUSE) (1 ms) to
+    /// [`MAX_DURATION`](crate::limits::MAX_DURATION), the longest at least the first. Defaults to
+    /// 5 ms and 200 ms.
     pub fn retry(mut self, initial: Duration, max: Duration) -> Self {
         self.retry_initial = initial;
         self.retry_max = max;

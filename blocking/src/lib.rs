@@ -72,6 +72,9 @@ pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::{Error, InvalidArgument, LossReason, TransportFailure};
 pub use redlock::{RedLock, RedLockBuilder, RedLockGuard, RedLockLockBuilder};
 
+/// The accepted range of every setting (durations, permits, pool sizes) and why.
+pub use redlease_core::limits;
+
 /// The sans-IO core this crate drives, for running its machines yourself.
 pub use redlease_core as core;
 

@@ -9,6 +9,7 @@ use redlease_core::lease::{
     Acquire, AcquireOptions, Acquisition, Lease, LeaseState, LockKind, LockSpec, ScriptOp,
     SemaphoreState, Token,
 };
+use redlease_core::limits;
 use redlease_core::renewal::RenewalPolicy;
 use redlease_core::{Error, InvalidArgument, LossReason, backoff::saturating_add};
 
@@ -58,15 +59,17 @@ impl<'c> LockBuilder<'c> {
     }
 
     /// The lease length: Redis frees the lock this long after the last acquisition or
-    /// renewal if the holder stops renewing (it died, or the watchdog is off). At least 1 ms.
-    /// Defaults to 30 s.
+    /// renewal if the holder stops renewing (it died, or the watchdog is off).
+    /// [`MIN_TTL`](limits::MIN_TTL) (10 ms) to [`MAX_DURATION`](limits::MAX_DURATION)
+    /// (100 years): a shorter lease would be mostly drift allowance. Defaults to 30 s.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
     }
 
     /// How long [`acquire`](Self::acquire) and [`with_lock`](Self::with_lock) wait for a
-    /// busy lock before failing with [`Error::Timeout`]. Defaults to 10 s.
+    /// busy lock before failing with [`Error::Timeout`]; at most
+    /// [`MAX_DURATION`](limits::MAX_DURATION). Defaults to 10 s.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -75,7 +78,9 @@ impl<'c> LockBuilder<'c> {
     /// The retry pauses while waiting: the first, doubling with jitter up to the longest
     /// (and never beyond the holder's remaining lease). A release notification ends a pause
     /// early, so the pauses only bound how late a waiter notices a missed message or a
-    /// listener outage. Default 5 ms to 1 s.
+    /// listener outage. Each pause is [`MIN_PAUSE`](limits::MIN_PAUSE) (1 ms) to
+    /// [`MAX_DURATION`](limits::MAX_DURATION), the longest at least the first (a shorter floor
+    /// would make every waiter a busy loop). Default 5 ms to 1 s.
     pub fn retry(mut self, initial: Duration, max: Duration) -> Self {
         self.retry_initial = initial;
         self.retry_max = max;
@@ -88,15 +93,16 @@ impl<'c> LockBuilder<'c> {
         self
     }
 
-    /// How often the watchdog renews the lease; must be shorter than the ttl. Defaults to a
-    /// third of the ttl.
+    /// How often the watchdog renews the lease: at least 1 ms and shorter than the lease's
+    /// validity (the ttl less its drift allowance, 1 % + 2 ms). Defaults to a third of the ttl.
     pub fn renew_every(mut self, every: Duration) -> Self {
         self.renew_every = Some(every);
         self
     }
 
     /// The longest the lock is held: the watchdog stops renewing so that the lease ends this
-    /// long after acquisition, and the guard then reports it lost. Defaults to no limit.
+    /// long after acquisition, and the guard then reports it lost. 1 ms to
+    /// [`MAX_DURATION`](limits::MAX_DURATION). Defaults to no limit.
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
         self
@@ -113,7 +119,8 @@ impl<'c> LockBuilder<'c> {
     /// Fair locks and writers: how long a waiter keeps its place in line after its last
     /// attempt. A waiting thread refreshes it with every attempt (at least every retry
     /// maximum), so only a waiter that died loses its place, after this long. Must exceed the
-    /// retry maximum. Defaults to 5 s.
+    /// retry maximum plus the client's io timeout, and at most
+    /// [`MAX_DURATION`](limits::MAX_DURATION). Defaults to 5 s.
     pub fn waiter_timeout(mut self, timeout: Duration) -> Self {
         self.waiter_timeout = timeout;
         self
@@ -159,7 +166,29 @@ impl<'c> LockBuilder<'c> {
         Ok(out)
     }
 
+    /// Every setting within its range (see [`limits`]), before anything is sent.
+    fn check(&self) -> Result<(), Error> {
+        let ttl_name = match self.kind {
+            LockKind::Permit => "permit timeout",
+            _ => "ttl",
+        };
+        limits::ttl(ttl_name, self.ttl)?;
+        limits::span("wait", self.wait)?;
+        limits::retry("retry", self.retry_initial, self.retry_max)?;
+        if matches!(
+            self.kind,
+            LockKind::Fair | LockKind::Write | LockKind::Permit
+        ) {
+            limits::ttl("waiter timeout", self.waiter_timeout)?;
+        }
+        if self.kind == LockKind::Permit {
+            limits::permits(self.permits)?;
+        }
+        Ok(())
+    }
+
     fn policy(&self) -> Result<Option<RenewalPolicy>, Error> {
+        self.check()?;
         if !self.watchdog {
             if self.max_hold.is_some() || self.renew_every.is_some() {
                 return Err(InvalidArgument::Setting(
@@ -174,9 +203,7 @@ impl<'c> LockBuilder<'c> {
             policy.every = every;
         }
         policy.max_hold = self.max_hold;
-        if self.ttl >= Duration::from_millis(1) {
-            policy.validate(self.ttl)?;
-        }
+        policy.validate(self.ttl)?;
         Ok(Some(policy))
     }
 
@@ -186,7 +213,7 @@ impl<'c> LockBuilder<'c> {
         let (name, ttl) = (self.name.as_str(), self.ttl);
         // A waiter refreshes its place with every attempt: at least once per retry maximum
         // plus one reply. A shorter waiter timeout would drop live waiters from the line.
-        let refresh = self.retry_max + shared.io_timeout;
+        let refresh = self.retry_max.saturating_add(shared.io_timeout);
         if matches!(
             self.kind,
             LockKind::Fair | LockKind::Write | LockKind::Permit
@@ -370,7 +397,8 @@ impl LockGuard {
         self.extend_to(self.lease.ttl)
     }
 
-    /// Extends the lease to `ttl` from now (the watchdog renews with this ttl from now on).
+    /// Extends the lease to `ttl` from now (the watchdog renews with this ttl from now on);
+    /// `ttl` as for [`LockBuilder::ttl`] (10 ms to 100 years).
     pub fn extend_to(&mut self, ttl: Duration) -> Result<(), Error> {
         let machine = ScriptOp::extend(&self.lease, ttl, self.deadline())?;
         if let Some(reason) = self.cell.lost() {
@@ -534,8 +562,9 @@ impl Client {
     /// its permit after it, and a live guard's permit is renewed by the watchdog. Every step
     /// runs in one script on the server's clock, so hosts with skewed clocks can neither steal
     /// nor extend permits. Waiters get permits in the order they started waiting, woken by
-    /// releases (no polling). `permits` sets the count only if the semaphore has none yet;
-    /// change it with [`set_permits`](Client::set_permits).
+    /// releases (no polling). `permits` (1 to [`MAX_PERMITS`](limits::MAX_PERMITS), 2^32 - 1)
+    /// sets the count only if the semaphore has none yet; change it with
+    /// [`set_permits`](Client::set_permits).
     pub fn semaphore(&self, name: &str, permits: u64) -> LockBuilder<'_> {
         let mut b = LockBuilder::new(self, name, LockKind::Permit);
         b.permits = permits;
@@ -548,8 +577,9 @@ impl Client {
         LockSpec::permit(&self.shared().keyspace, name, token, second, 1, second)
     }
 
-    /// Sets the permit count of semaphore `name`; returns the previous count (`None`: none
-    /// was set). Growing wakes the waiters that may now proceed; after shrinking, holders
+    /// Sets the permit count of semaphore `name` (1 to [`MAX_PERMITS`](limits::MAX_PERMITS);
+    /// anything else is refused before anything is sent); returns the previous count
+    /// (`None`: none was set). Growing wakes the waiters that may now proceed; after shrinking, holders
     /// beyond the count keep their permits until they release, and no new permit is granted
     /// until the holders are under the count.
     pub fn set_permits(&self, name: &str, permits: u64) -> Result<Option<u64>, Error> {
@@ -575,6 +605,10 @@ impl Client {
     /// job the key is left to expire at `start + at_least_for`; after a longer one it is
     /// deleted. A job that outlives `at_most_for` may have overlapped another run: that is
     /// reported as [`Error::NotOwner`] (the result is dropped).
+    ///
+    /// `at_most_for` is a lease length ([`MIN_TTL`](limits::MIN_TTL) to
+    /// [`MAX_DURATION`](limits::MAX_DURATION)); `at_least_for` must not exceed it (a
+    /// remainder shorter than `MIN_TTL` is kept for `MIN_TTL`).
     pub fn run_once<R>(
         &self,
         name: &str,
@@ -582,6 +616,7 @@ impl Client {
         at_least_for: Duration,
         job: impl FnOnce() -> R,
     ) -> Result<Option<R>, Error> {
+        limits::ttl("at_most_for", at_most_for)?;
         if at_least_for > at_most_for {
             return Err(InvalidArgument::Setting(format!(
                 "at_least_for ({at_least_for:?}) must not exceed at_most_for ({at_most_for:?})"
@@ -600,7 +635,8 @@ impl Client {
         let out = job();
         let keep = at_least_for.saturating_sub(started.elapsed());
         if keep >= Duration::from_millis(1) {
-            match guard.extend_to(keep) {
+            // A lease is at least MIN_TTL: keep the key that much longer rather than refuse.
+            match guard.extend_to(keep.max(limits::MIN_TTL)) {
                 Ok(()) => guard.disarm(),
                 // The job outlived at_most_for: another host may have run it too.
                 Err(e @ Error::NotOwner { .. }) => return Err(e),

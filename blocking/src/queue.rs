@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use redlease_core::backoff::saturating_add;
 use redlease_core::lease::{Acquire, AcquireOptions, Acquisition, Token};
+use redlease_core::limits;
 use redlease_core::queue::{self, DeadJob, NewJob, Pushed, QueueKeys, QueueSettings, QueueStats};
 use redlease_core::renewal::RenewalPolicy;
 use redlease_core::{Error, LossReason};
@@ -51,20 +52,23 @@ fn random_id() -> Result<String, Error> {
 impl Queue {
     /// How long a taken job stays invisible to other workers; renewed by the watchdog while
     /// its [`Job`] handle lives, so it only matters when the worker dies or hangs without its
-    /// process. Defaults to 30 s.
+    /// process. [`MIN_TTL`](limits::MIN_TTL) (10 ms) to [`MAX_DURATION`](limits::MAX_DURATION)
+    /// (100 years), checked when a job is taken. Defaults to 30 s.
     pub fn visibility(mut self, d: Duration) -> Self {
         self.settings.visibility = d;
         self
     }
 
-    /// After this many deliveries a failing job goes to the dead list. Defaults to 5.
+    /// After this many deliveries a failing job goes to the dead list; at least 1 (checked
+    /// when a job is taken). Defaults to 5.
     pub fn max_deliveries(mut self, n: u32) -> Self {
         self.settings.max_deliveries = n;
         self
     }
 
-    /// The backoff of [`Job::nack`]: `base * 2^(delivery - 1)`, at most `max`. Defaults to
-    /// 1 s and 10 min.
+    /// The backoff of [`Job::nack`]: `base * 2^(delivery - 1)`, at most `max`; each 0 to
+    /// [`MAX_DURATION`](limits::MAX_DURATION) (checked when a job is taken). Defaults to 1 s
+    /// and 10 min.
     pub fn retry_backoff(mut self, base: Duration, max: Duration) -> Self {
         self.retry_base = base;
         self.retry_max = max;
@@ -73,6 +77,8 @@ impl Queue {
 
     /// An idle taker re-checks the queue at least this often even without a push
     /// notification (it wakes at once on a push, and exactly when a delayed job is due).
+    /// [`MIN_PAUSE`](limits::MIN_PAUSE) (1 ms; each idle taker then runs up to 1,000 scripts
+    /// a second) to [`MAX_DURATION`](limits::MAX_DURATION), checked when a job is taken.
     /// Defaults to 2 s.
     pub fn idle_check(mut self, d: Duration) -> Self {
         self.idle_check = d;
@@ -84,18 +90,34 @@ impl Queue {
         &self.keys.name
     }
 
+    /// The settings checked when a job is taken, before anything is sent (the visibility
+    /// timeout and max deliveries are checked by the core's `take`).
+    fn check(&self) -> Result<(), Error> {
+        limits::duration(
+            "idle check",
+            self.idle_check,
+            limits::MIN_PAUSE,
+            limits::MAX_DURATION,
+        )?;
+        limits::span("retry backoff base", self.retry_base)?;
+        limits::span("retry backoff maximum", self.retry_max)?;
+        Ok(())
+    }
+
     fn deadline(&self) -> Instant {
         saturating_add(Instant::now(), self.client.shared().op_timeout)
     }
 
     /// Pushes jobs in one round trip, ready after `delay` (zero: at once), served by
-    /// `priority` (higher first; FIFO within a priority). Ids deduplicate.
+    /// `priority` (higher first; FIFO within a priority). Ids deduplicate. `delay` is at most
+    /// [`MAX_DURATION`](limits::MAX_DURATION) (refused otherwise, before anything is sent).
     pub fn push_batch(
         &self,
         jobs: &[NewJob],
         priority: u8,
         delay: Duration,
     ) -> Result<Vec<Pushed>, Error> {
+        limits::span("delay", delay)?;
         self.client.run(queue::push(
             &self.keys,
             jobs,
@@ -174,6 +196,7 @@ impl Queue {
     }
 
     fn take_inner(&self, wait: Option<Duration>) -> Result<Option<Job>, Error> {
+        self.check()?;
         let random: [u8; 24] = random_bytes()?;
         let mut token = [0u8; 16];
         token.copy_from_slice(&random[..16]);
@@ -219,8 +242,10 @@ impl Queue {
         self.client.run(queue::stats(&self.keys, self.deadline()))
     }
 
-    /// The oldest `limit` jobs on the dead list.
+    /// The oldest `limit` jobs on the dead list (a limit beyond what a Redis list can hold,
+    /// 2^32 - 1, means all of them).
     pub fn dead_jobs(&self, limit: usize) -> Result<Vec<DeadJob>, Error> {
+        let limit = limit.min(u32::MAX as usize);
         self.client
             .run(queue::dead_jobs(&self.keys, limit, self.deadline()))
     }
@@ -251,6 +276,9 @@ impl Queue {
     /// job, `Err` nacks it (retried with backoff, dead after max deliveries). Stops when the
     /// returned [`Workers`] is stopped or dropped: each thread finishes the job it has, then
     /// returns (an idle thread notices within `poll`; 500 ms here).
+    ///
+    /// `concurrency` is clamped to 1 to [`MAX_WORKERS`](limits::MAX_WORKERS) (1024), and no
+    /// further thread is started once the system refuses one.
     pub fn work<E, F>(&self, concurrency: usize, handler: F) -> Workers
     where
         F: Fn(&Job) -> Result<(), E> + Send + Sync + 'static,
@@ -258,8 +286,8 @@ impl Queue {
         let stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(WorkerCounters::default());
         let handler = Arc::new(handler);
-        let threads = (0..concurrency.max(1))
-            .filter_map(|i| {
+        let threads = (0..concurrency.clamp(1, limits::MAX_WORKERS))
+            .map_while(|i| {
                 let (queue, stop, counters, handler) = (
                     self.clone(),
                     stop.clone(),
@@ -443,9 +471,11 @@ impl Job {
         self.nack_after(backoff)
     }
 
-    /// Failed: retry after `backoff` (zero: at once), or go to the dead list after max
-    /// deliveries.
+    /// Failed: retry after `backoff` (zero: at once; beyond
+    /// [`MAX_DURATION`](limits::MAX_DURATION), 100 years, it counts as that), or go to the
+    /// dead list after max deliveries.
     pub fn nack_after(self, backoff: Duration) -> Result<(), Error> {
+        let backoff = backoff.min(limits::MAX_DURATION);
         let token = self.guard.lease().token.as_str().to_owned();
         let max = self.queue.settings.max_deliveries;
         let call = queue::nack(&self.queue.keys, &self.id, &token, backoff, max);

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
 use redlease_core::lease::{LockSpec, Token};
+use redlease_core::limits;
 use redlease_core::redlock::{QuorumAction, QuorumOp, RedLease, RedLockAcquire, RedLockOptions};
 use redlease_core::{Error, InvalidArgument, Protocol, Step};
 
@@ -48,14 +49,16 @@ pub struct RedLockBuilder {
 }
 
 impl RedLockBuilder {
-    /// How long each node may take to connect or answer; keep it much smaller than the
-    /// ttl. Defaults to 50 ms.
+    /// How long each node may take to connect or answer: 1 ms to
+    /// [`MAX_DURATION`](limits::MAX_DURATION), and under half of each lock's ttl (checked at
+    /// acquisition); keep it much smaller than the ttl. Defaults to 50 ms.
     pub fn node_timeout(mut self, d: Duration) -> Self {
         self.node_timeout = d;
         self
     }
 
-    /// Pooled connections per node. Defaults to 8.
+    /// Pooled connections per node: 1 to [`MAX_POOL_SIZE`](limits::MAX_POOL_SIZE). Defaults
+    /// to 8.
     pub fn pool_size(mut self, n: u32) -> Self {
         self.pool_size = n;
         self
@@ -67,7 +70,30 @@ impl RedLockBuilder {
         self
     }
 
-    /// Checks the settings and makes the client (connections open on first use).
+    /// Each setting within its range (see [`limits`]), and nodes that are distinct servers.
+    fn check(&self) -> Result<(), Error> {
+        limits::timeout("node timeout", self.node_timeout)?;
+        limits::pool_size(self.pool_size)?;
+        // The same server named twice (even with another db) is one failure domain counted
+        // as two votes, and its second SET NX always finds the first: refuse it.
+        let mut seen = std::collections::HashSet::new();
+        for url in &self.urls {
+            let redis = redis::Client::open(url.as_str())
+                .map_err(|e| InvalidArgument::Setting(format!("bad Redis URL {url:?}: {e}")))?;
+            let addr = redis.get_connection_info().addr().to_string();
+            if !seen.insert(addr.clone()) {
+                return Err(InvalidArgument::Setting(format!(
+                    "RedLock nodes must be distinct servers: {addr} is given twice (as {url:?})"
+                ))
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the settings and makes the client (connections open on first use). The nodes
+    /// must be distinct servers (host and port, as written; a server named twice is
+    /// refused).
     pub fn build(self) -> Result<RedLock, Error> {
         let keyspace = Keyspace::new(&self.prefix)?;
         if self.urls.is_empty() || self.urls.len() > usize::from(redlease_core::redlock::MAX_NODES)
@@ -79,12 +105,7 @@ impl RedLockBuilder {
             ))
             .into());
         }
-        if self.node_timeout < Duration::from_millis(1) || self.pool_size == 0 {
-            return Err(InvalidArgument::Setting(
-                "node timeout and pool size must be positive".into(),
-            )
-            .into());
-        }
+        self.check()?;
         let nodes = self
             .urls
             .iter()
@@ -221,19 +242,23 @@ pub struct RedLockLockBuilder<'c> {
 }
 
 impl RedLockLockBuilder<'_> {
-    /// The lease length on every node. Defaults to 10 s.
+    /// The lease length on every node: [`MIN_TTL`](limits::MIN_TTL) (10 ms) to
+    /// [`MAX_DURATION`](limits::MAX_DURATION), and more than twice the node timeout.
+    /// Defaults to 10 s.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
     }
 
-    /// How long [`acquire`](Self::acquire) keeps retrying. Defaults to 10 s.
+    /// How long [`acquire`](Self::acquire) keeps retrying; at most
+    /// [`MAX_DURATION`](limits::MAX_DURATION). Defaults to 10 s.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
     }
 
-    /// Retries wait a random time up to this. Defaults to 100 ms.
+    /// Retries wait a random time up to this: [`MIN_PAUSE`](limits::MIN_PAUSE) (1 ms) to
+    /// [`MAX_DURATION`](limits::MAX_DURATION). Defaults to 100 ms.
     pub fn retry_max(mut self, max: Duration) -> Self {
         self.retry_max = max;
         self

@@ -14,10 +14,11 @@
 //! | lease ttl, permit timeout, visibility timeout, waiter timeout, extension | [`MIN_TTL`] (10 ms) to [`MAX_DURATION`] |
 //! | retry pauses (first and longest), RedLock retry maximum, queue idle check | [`MIN_PAUSE`] (1 ms) to [`MAX_DURATION`]; the longest at least the first |
 //! | renewal interval (`renew_every`) | 1 ms to under the lease's validity (ttl less its drift allowance) |
-//! | wait, maximum hold, queue delays and nack backoff | 0 (hold: 1 ms) to [`MAX_DURATION`] |
+//! | wait, maximum hold, queue delays and nack backoff | 0 (hold: 1 ms) to [`MAX_DURATION`] (a longer nack backoff counts as the maximum) |
 //! | connect, io, op and node timeouts | 1 ms to [`MAX_DURATION`] |
 //! | semaphore permits | 1 to [`MAX_PERMITS`] (2^32 - 1) |
 //! | connection pool size (per node) | 1 to [`MAX_POOL_SIZE`] |
+//! | worker threads of one pool | 1 to [`MAX_WORKERS`] (more are not started) |
 //!
 //! Why the floors: a lease shorter than [`MIN_TTL`] is mostly drift allowance (1 % + 2 ms)
 //! and would be lost on arrival; a retry or idle pause under [`MIN_PAUSE`] turns a waiter
@@ -45,6 +46,9 @@ pub const MAX_PERMITS: u64 = u32::MAX as u64;
 
 /// The largest connection pool (per node): 1024.
 pub const MAX_POOL_SIZE: u32 = 1024;
+
+/// The most threads one worker pool starts: 1024.
+pub const MAX_WORKERS: usize = 1024;
 
 /// Checks that `d` lies in `min..=max`; `what` names the setting in the error.
 pub fn duration(
@@ -194,7 +198,10 @@ mod tests {
         assert!(retry("retry", MIN_PAUSE, Duration::MAX).is_err());
         let ms = Duration::from_millis;
         let e = retry("retry", ms(20), ms(10)).unwrap_err().to_string();
-        assert!(e.contains("retry") && e.contains("at least the first"), "{e}");
+        assert!(
+            e.contains("retry") && e.contains("at least the first"),
+            "{e}"
+        );
         assert!(retry("retry", MIN_PAUSE, MAX_DURATION).is_ok());
         assert!(retry("retry", ms(5), ms(5)).is_ok());
     }

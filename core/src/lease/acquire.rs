@@ -3,9 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{
-    Lease, LockKind, LockSpec, error_from_reply, int_pair_and_data, pttl, valid_until,
-};
+use super::{Lease, LockKind, LockSpec, error_from_reply, int_pair_and_data, pttl, valid_until};
 use crate::backoff::{Backoff, saturating_add};
 use crate::command::{Command, Request, RequestId, RequestIds};
 use crate::error::{Error, InvalidArgument};

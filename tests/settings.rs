@@ -60,9 +60,9 @@ fn client_settings_out_of_range_are_refused_at_build() {
         &["connect timeout", max],
     );
     refused(b().op_timeout(Duration::MAX).build(), &["op timeout", max]);
-    refused(b().pool_size(0).build(), &["pool size", "1024"]);
+    refused(b().pool_size(0).build(), &["pool size", "10000"]);
     // r2d2 would reserve room for u32::MAX connections up front.
-    refused(b().pool_size(u32::MAX).build(), &["pool size", "1024"]);
+    refused(b().pool_size(u32::MAX).build(), &["pool size", "10000"]);
 }
 
 /// The longest accepted io timeout: the client works and its watchdog keeps renewing (with
@@ -531,4 +531,30 @@ fn a_lease_at_the_floor_is_usable() {
     let left = pttl(&mut conn, key);
     assert!(left <= MIN_TTL.as_millis() as i64, "pttl {left}");
     let _ = guard.release();
+}
+
+/// `work(usize::MAX)` used to try to spawn threads until the system refused, then keep
+/// trying ~2^64 times; it starts at most MAX_WORKERS threads and stops cleanly.
+#[test]
+fn a_worker_pool_is_bounded() {
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("w").unwrap();
+    q.push("one").unwrap();
+    let started = Instant::now();
+    let workers = q.work(usize::MAX, |_job| Ok::<(), ()>(()));
+    let spawned = started.elapsed();
+    // This process's threads: the pool's plus the test harness's and other tests' few.
+    let threads = std::fs::read_dir("/proc/self/task").unwrap().count();
+    assert!(
+        threads <= redlease::limits::MAX_WORKERS + 200,
+        "{threads} threads"
+    );
+    await_condition(Duration::from_secs(30), || workers.report().acked == 1);
+    let report = workers.stop();
+    assert_eq!(report.acked, 1);
+    assert!(
+        spawned < Duration::from_secs(30),
+        "starting the pool took {spawned:?}"
+    );
 }

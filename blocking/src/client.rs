@@ -80,7 +80,7 @@ pub struct ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// The most pooled connections: 1 to [`MAX_POOL_SIZE`](limits::MAX_POOL_SIZE) (1024).
+    /// The most pooled connections: 1 to [`MAX_POOL_SIZE`](limits::MAX_POOL_SIZE) (10,000).
     /// Defaults to 16.
     pub fn pool_size(mut self, n: u32) -> Self {
         self.pool_size = n;

@@ -44,8 +44,9 @@ pub const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 /// sees; a Redis list or sorted set holds at most that many entries anyway).
 pub const MAX_PERMITS: u64 = u32::MAX as u64;
 
-/// The largest connection pool (per node): 1024.
-pub const MAX_POOL_SIZE: u32 = 1024;
+/// The largest connection pool (per node): 10,000, Redis's default `maxclients` (the pool
+/// reserves room for this many connections up front).
+pub const MAX_POOL_SIZE: u32 = 10_000;
 
 /// The most threads one worker pool starts: 1024.
 pub const MAX_WORKERS: usize = 1024;
@@ -324,6 +325,9 @@ mod machine_tests {
         let mut options = RedLockOptions::new(3);
         options.node_timeout = MAX_DURATION;
         let e = invalid(RedLockAcquire::new(spec(), options, 1, now));
-        assert!(e.contains("well under the ttl"), "{e}");
+        assert!(
+            e.contains("node timeout") && e.contains("under half the ttl"),
+            "{e}"
+        );
     }
 }

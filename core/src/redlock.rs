@@ -184,7 +184,7 @@ impl RedLockAcquire {
         }
         if options.node_timeout.saturating_mul(2) >= spec.ttl {
             return Err(InvalidArgument::Setting(format!(
-                "the node timeout ({:?}) must be well under the ttl ({:?})",
+                "the node timeout ({:?}) must be under half the ttl ({:?})",
                 options.node_timeout, spec.ttl
             ))
             .into());

@@ -34,6 +34,9 @@ fn refused<T: std::fmt::Debug>(result: Result<T, Error>, needles: &[&str]) {
     }
 }
 
+/// Makes a lock builder of some kind.
+type Make = fn(&Client) -> LockBuilder<'_>;
+
 fn keys(conn: &mut redis::Connection) -> BTreeSet<String> {
     conn.keys::<_, Vec<String>>("*")
         .unwrap()
@@ -97,7 +100,7 @@ fn lock_settings_out_of_range_are_refused_and_write_nothing() {
     let mut conn = raw(&server);
     let ms = Duration::from_millis;
     let max = "3155760000s";
-    let kinds: [(&str, fn(&Client) -> LockBuilder<'_>); 6] = [
+    let kinds: [(&str, Make); 6] = [
         ("lease", |c| c.lock("x")),
         ("reentrant", |c| c.reentrant_lock("x")),
         ("fair", |c| c.fair_lock("x")),
@@ -152,7 +155,7 @@ fn lock_settings_out_of_range_are_refused_and_write_nothing() {
             &["maximum hold time", max],
         );
     }
-    let queued: [fn(&Client) -> LockBuilder<'_>; 3] = [
+    let queued: [Make; 3] = [
         |c| c.fair_lock("x"),
         |c| c.write_lock("x"),
         |c| c.semaphore("x", 1),
@@ -229,7 +232,6 @@ fn the_longest_durations_work_end_to_end_for_every_kind() {
             .wait(Duration::from_millis(100))
     }
     // (holder, waiter, keys that must remain after the release)
-    type Make = fn(&Client) -> LockBuilder<'_>;
     let cases: [(&str, Make, Make, &[&str]); 5] = [
         (
             "lease",

@@ -398,6 +398,17 @@ fn queue_settings_work_or_are_refused() {
     assert_eq!((stats.ready, stats.in_flight, stats.delayed), (0, 0, 2));
     // A listing limit beyond a list's size means "all" (it used to reach Redis as 1.8e19).
     assert!(q.dead_jobs(usize::MAX).unwrap().is_empty());
+    // A nack after the last delivery sends the job to the dead list.
+    let dying = q.clone().max_deliveries(1);
+    let id = dying.push("dies").unwrap();
+    let job = dying.try_take().unwrap().unwrap();
+    assert_eq!(job.id(), id);
+    job.nack().unwrap();
+    let dead = q.dead_jobs(usize::MAX).unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].id, id);
+    // A limit of 0 lists none (it used to list one).
+    assert!(q.dead_jobs(0).unwrap().is_empty());
     let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
 }
 

@@ -243,9 +243,12 @@ impl Queue {
         self.client.run(queue::stats(&self.keys, self.deadline()))
     }
 
-    /// The oldest `limit` jobs on the dead list (a limit beyond what a Redis list can hold,
-    /// 2^32 - 1, means all of them).
+    /// The oldest `limit` jobs on the dead list (none for 0; a limit beyond what a Redis
+    /// list can hold, 2^32 - 1, means all of them).
     pub fn dead_jobs(&self, limit: usize) -> Result<Vec<DeadJob>, Error> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
         let limit = limit.min(u32::MAX as usize);
         self.client
             .run(queue::dead_jobs(&self.keys, limit, self.deadline()))

@@ -571,3 +571,30 @@ fn a_worker_pool_is_bounded() {
         "starting the pool took {spawned:?}"
     );
 }
+
+/// On a Redis Cluster, a name with braces anywhere but at its start keeps every key of the
+/// primitive in one slot, so the multi-key scripts run; a leading `}` (which used to fail
+/// with CROSSSLOT there) is refused before anything is sent.
+#[test]
+fn names_with_braces_work_on_a_cluster() {
+    let cluster = redlease_suite::RedisCluster::start().expect("a 3-master cluster");
+    let c = Client::cluster(&cluster.urls())
+        .connect_timeout(Duration::from_millis(500))
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    for name in ["a}b", "{x}y", "z}"] {
+        let fair = c.fair_lock(name).try_acquire().unwrap().unwrap();
+        fair.release().unwrap();
+        let permit = c.semaphore(name, 2).try_acquire().unwrap().unwrap();
+        permit.release().unwrap();
+        let q = c.queue(name).unwrap();
+        q.push("job").unwrap();
+        q.try_take().unwrap().unwrap().ack().unwrap();
+    }
+    refused(
+        c.fair_lock("}a").try_acquire(),
+        &["must not start with '}'"],
+    );
+    refused(c.queue("}a"), &["must not start with '}'"]);
+}

@@ -110,7 +110,8 @@ impl<'c> LockBuilder<'c> {
 
     /// Replication safety (the failover hole): after acquiring, wait up to `timeout` until
     /// `count` replicas acknowledged the write (`WAIT`); if fewer did, release and fail with
-    /// [`Error::ReplicationFailed`] saying how many did. Off by default.
+    /// [`Error::ReplicationFailed`] saying how many did. `count` at least 1; `timeout` 1 ms to
+    /// 1 h and under half the ttl (checked at acquisition). Off by default.
     pub fn min_replicas(mut self, count: u32, timeout: Duration) -> Self {
         self.min_replicas = Some((count, timeout));
         self

@@ -77,6 +77,17 @@ cargo fmt --all -- --check
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+# Cargo unifies a crate's features across the whole dependency graph: an application that
+# depends on `redis` itself (nearly all do) turns on its default features, and others, for
+# redlease too. `num-bigint` (a default) changes `redis::Value::BigNumber`'s type, which once
+# broke this crate's build (E0308). Check the library as such an application builds it.
+step "cargo check -p redlease --features redis/default (an application using redis's defaults)"
+cargo check -p redlease --features redis/default
+
+COEXIST_FEATURES="redis/default,redis/tokio-rustls-comp,redis/connection-manager,redis/cluster-async,redis/sentinel,redis/json,redis/uuid,redis/bytes,redis/ahash,redis/rust_decimal,redis/bigdecimal"
+step "cargo check -p redlease --features $COEXIST_FEATURES"
+cargo check -p redlease --features "$COEXIST_FEATURES"
+
 step "cargo test --workspace"
 cargo test --workspace
 

@@ -590,7 +590,11 @@ pub(crate) fn to_reply(v: Value) -> Reply {
         Value::Double(d) => Reply::Bulk(d.to_string().into_bytes()),
         Value::Boolean(b) => Reply::Int(i64::from(b)),
         Value::VerbatimString { text, .. } => Reply::Bulk(text.into_bytes()),
-        Value::BigNumber(n) => Reply::Bulk(n),
+        // The payload is `Vec<u8>` (its digits), or a `num_bigint::BigInt` when any crate of
+        // the application turns on `redis`'s `num-bigint` feature (one of its defaults;
+        // features unify across the dependency graph). Both write themselves as one
+        // argument of decimal digits, so this compiles, and means the same, either way.
+        Value::BigNumber(n) => Reply::Bulk(redis::ToRedisArgs::to_redis_args(&n).concat()),
         Value::Push { data, .. } => Reply::Array(data.into_iter().map(to_reply).collect()),
         Value::ServerError(e) => {
             Reply::Error(ErrorReply::new(e.code(), e.details().unwrap_or_default()))
@@ -598,5 +602,20 @@ pub(crate) fn to_reply(v: Value) -> Reply {
         // `Value` is non-exhaustive; a future kind reaches the machine as a shape it rejects.
         #[allow(unreachable_patterns)]
         other => Reply::Status(format!("{other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A RESP3 big number keeps its digits whichever type `redis` gives its payload (the
+    /// `num-bigint` feature changes it; `scripts/test.sh` checks the build with it on).
+    #[test]
+    fn big_number_becomes_its_digits() {
+        let digits = "3492890328409238509324850943850943825024385";
+        let value = redis::parse_redis_value(format!("({digits}\r\n").as_bytes()).unwrap();
+        assert!(matches!(value, Value::BigNumber(_)), "{value:?}");
+        assert_eq!(to_reply(value), Reply::Bulk(digits.as_bytes().to_vec()));
     }
 }

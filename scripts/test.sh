@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's single test command: formatting, lints, then every test of the workspace.
+# The project's single test command: formatting, lints, builds of the library beside the
+# `redis` features an application may turn on, every test of the workspace, every example.
 # Installs redis-server with apt-get when it is missing (the tests start their own
 # throwaway servers through redlease_suite::RedisServer; no system service is used).
 set -euo pipefail
@@ -90,5 +91,18 @@ cargo check -p redlease --features "$COEXIST_FEATURES"
 
 step "cargo test --workspace"
 cargo test --workspace
+
+# Every example must run to success, not only compile: each starts its own throwaway
+# redis-server (REDIS_URL is unset for them) and exits non-zero when it misbehaves.
+cargo build --examples
+for src in examples/*.rs; do
+    name="$(basename "$src" .rs)"
+    step "cargo run --example $name"
+    status=0
+    env -u REDIS_URL timeout 300 cargo run -q --example "$name" || status=$?
+    if [[ "$status" -ne 0 ]]; then
+        die "example $name failed (exit status $status; 124 means it ran over 300 s)."
+    fi
+done
 
 step "all checks passed"

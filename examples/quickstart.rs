@@ -27,7 +27,11 @@ fn run() -> Result<(), BoxError> {
     // Keep the server (if we started one) alive until the end of run().
     let redis = common::redis("quickstart")?;
     let url = redis.url.clone();
-    let client = Client::builder(&url).key_prefix("quickstart").build()?;
+    // build_and_check: fail now, with a clear message, when Redis is unreachable or refuses
+    // our configuration (a wrong password...), rather than at the first lock.
+    let client = Client::builder(&url)
+        .key_prefix("quickstart")
+        .build_and_check()?;
 
     // 1. Four threads share one counter in Redis; the lock makes read-modify-write exact.
     let mut conn = redis::Client::open(url.as_str())?.get_connection()?;

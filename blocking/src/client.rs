@@ -140,8 +140,26 @@ impl ClientBuilder {
         info
     }
 
+    /// [`build`](Self::build), then [`Client::ping`]: fails at once when Redis cannot be
+    /// reached ([`Error::Unavailable`], naming `host:port`) or refuses the configuration
+    /// ([`Error::Configuration`]: a wrong or missing password, a database it does not have).
+    /// For applications that should not start without Redis.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redlease::Error> {
+    /// let client = redlease::Client::builder("redis://:secret@127.0.0.1:6379/")
+    ///     .build_and_check()?;
+    /// # let _ = client;
+    /// # Ok(()) }
+    /// ```
+    pub fn build_and_check(self) -> Result<Client, Error> {
+        let client = self.build()?;
+        client.ping()?;
+        Ok(client)
+    }
+
     /// Checks the settings and makes the client. Connections are opened on first use, so
-    /// this succeeds while Redis is down.
+    /// this succeeds while Redis is down; [`build_and_check`](Self::build_and_check) does not.
     pub fn build(self) -> Result<Client, Error> {
         let sharded = self.sharded_pubsub.unwrap_or(!self.cluster.is_empty());
         if sharded && self.cluster.is_empty() {
@@ -291,6 +309,17 @@ impl Client {
         Client::builder(url).build()
     }
 
+    /// Sets up a new connection (outside the pool, bounded by the connect timeout), sends
+    /// `PING` (bounded by the io timeout) and returns the round trip. Fails at once, without
+    /// retries: [`Error::Configuration`] when Redis refuses the client's configuration (a
+    /// wrong password, a password it does not expect, a missing one, a database it does not
+    /// have: the message says what to fix), [`Error::Unavailable`] naming `host:port` when
+    /// it cannot be reached. Call it at start-up to fail fast; the locks and queues retry
+    /// transient failures until their deadlines, but never a refused configuration.
+    pub fn ping(&self) -> Result<Duration, Error> {
+        self.inner.shared.transport.ping()
+    }
+
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.inner.shared
     }
@@ -366,7 +395,9 @@ pub(crate) fn drive<P: Protocol>(
                     .as_ref()
                     .and_then(Listening::current)
                     .map(Listeners::epoch);
-                for input in shared.transport.execute_keeping(&batch, &mut kept) {
+                // A refused configuration (wrong password, ...) ends the machine at once:
+                // nothing was carried out, and no retry can succeed.
+                for input in shared.transport.execute_checked(&batch, &mut kept)? {
                     machine.handle(input, Instant::now());
                 }
             }

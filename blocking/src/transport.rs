@@ -1,12 +1,14 @@
 //! The only code that talks to Redis: a pool of connections and one function that sends a
 //! batch of commands and turns what comes back into core inputs.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, Value};
 use redlease_core::{
-    Batch, ErrorReply, Input, NodeId, Protocol, Reply, Request, Step, TransportFailure,
+    Batch, Error, ErrorReply, FailureKind, Input, NodeId, Protocol, Reply, Request, Step,
+    TransportFailure,
 };
 
 /// The shortest read timeout used for a batch whose deadline is about to pass.
@@ -59,11 +61,36 @@ impl Link {
 const CHECK_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 /// Opens connections with a connect timeout and sets their read and write timeouts.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Manager {
     source: Arc<Source>,
     connect_timeout: Duration,
     io_timeout: Duration,
+    setup: Arc<Setup>,
+}
+
+/// What the last connection set-up said about the client's configuration, shared by the
+/// pool's manager (which sets up connections in the background) and the transport.
+#[derive(Debug, Default)]
+struct Setup {
+    /// Why the last set-up was refused for a reason retrying cannot fix (a wrong password,
+    /// a database the server does not have); cleared by the next set-up that succeeds.
+    refused: Mutex<Option<String>>,
+    /// A thread is setting up a connection outside the pool to learn its outcome now.
+    probing: AtomicBool,
+}
+
+impl Setup {
+    fn refused(&self) -> Option<String> {
+        self.refused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, problem: Option<String>) {
+        *self.refused.lock().unwrap_or_else(PoisonError::into_inner) = problem;
+    }
 }
 
 /// Where connections go: one address, or whichever master the Sentinels name at the time
@@ -136,6 +163,25 @@ impl std::fmt::Debug for Source {
 }
 
 impl Source {
+    /// The server, for messages: `host:port` (never the password), or how it is found.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Source::Direct(c) => c.get_connection_info().addr().to_string(),
+            Source::Sentinel(s) => format!(
+                "the master of Sentinel service {:?} (Sentinels {})",
+                s.service,
+                s.sentinels
+                    .iter()
+                    .map(|c| c.get_connection_info().addr().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Source::Cluster(_, seed) => {
+                format!("the cluster of {}", seed.get_connection_info().addr())
+            }
+        }
+    }
+
     /// A client for the server to talk to now.
     pub(crate) fn client(&self) -> Result<redis::Client, redis::RedisError> {
         match self {
@@ -147,26 +193,29 @@ impl Source {
     }
 }
 
-impl r2d2::ManageConnection for Manager {
-    type Connection = Conn;
-    type Error = redis::RedisError;
-
-    fn connect(&self) -> Result<Conn, redis::RedisError> {
+impl Manager {
+    /// Opens one connection; on failure, also the client it tried (to look closer at why).
+    #[allow(clippy::result_large_err)]
+    fn set_up(&self) -> Result<Conn, (redis::RedisError, Option<redis::Client>)> {
         let inner = match &*self.source {
             Source::Cluster(cluster, _) => {
-                let c = cluster.get_connection()?;
-                c.set_read_timeout(Some(self.io_timeout))?;
-                c.set_write_timeout(Some(self.io_timeout))?;
-                Link::Cluster(Box::new(c))
+                let set_up = || -> redis::RedisResult<Link> {
+                    let c = cluster.get_connection()?;
+                    c.set_read_timeout(Some(self.io_timeout))?;
+                    c.set_write_timeout(Some(self.io_timeout))?;
+                    Ok(Link::Cluster(Box::new(c)))
+                };
+                set_up().map_err(|e| (e, None))?
             }
             _ => {
-                let c = self
-                    .source
-                    .client()?
-                    .get_connection_with_timeout(self.connect_timeout)?;
-                c.set_read_timeout(Some(self.io_timeout))?;
-                c.set_write_timeout(Some(self.io_timeout))?;
-                Link::Single(c)
+                let client = self.source.client().map_err(|e| (e, None))?;
+                let set_up = || -> redis::RedisResult<Link> {
+                    let c = client.get_connection_with_timeout(self.connect_timeout)?;
+                    c.set_read_timeout(Some(self.io_timeout))?;
+                    c.set_write_timeout(Some(self.io_timeout))?;
+                    Ok(Link::Single(c))
+                };
+                set_up().map_err(|e| (e, Some(client.clone())))?
             }
         };
         Ok(Conn {
@@ -174,6 +223,110 @@ impl r2d2::ManageConnection for Manager {
             broken: false,
             last_used: Instant::now(),
         })
+    }
+}
+
+/// Why a connection set-up failed for a reason that retrying cannot fix, in words that say
+/// what to change (`None`: a passing failure, such as a refused or timed-out connection).
+/// `client` is the client that failed, to tell a wrong password from a server without one.
+fn setup_problem(
+    e: &redis::RedisError,
+    client: Option<&redis::Client>,
+    timeout: Duration,
+) -> Option<String> {
+    if let Some(problem) = e
+        .code()
+        .and_then(|code| refusal(code, e.detail().unwrap_or("")))
+    {
+        return Some(problem);
+    }
+    match e.kind() {
+        redis::ErrorKind::AuthenticationFailed => {
+            let info = client.map(redis::Client::get_connection_info);
+            let user = info
+                .and_then(|i| i.redis_settings().username())
+                .map_or_else(String::new, |u| format!(" for user {u:?}"));
+            if client.is_some_and(|c| answers_without_password(c, timeout)) {
+                Some(
+                    "a password was given (in the URL or master_auth), but the server has none \
+                     configured (no requirepass, no ACL user): remove it"
+                        .to_owned(),
+                )
+            } else {
+                Some(format!(
+                    "authentication failed{user}: the server rejected the password (WRONGPASS); \
+                     check the password (and ACL username) in the URL"
+                ))
+            }
+        }
+        redis::ErrorKind::InvalidClientConfig => Some(format!("invalid client configuration: {e}")),
+        _ if e.to_string().contains("refused to switch database") => Some(format!(
+            "the server has no such database (SELECT refused: {}); use a database number \
+             below its `databases` setting",
+            e.detail().unwrap_or("")
+        )),
+        _ => None,
+    }
+}
+
+/// Whether the server at `client`'s address answers `PING` on a connection without
+/// credentials (so it has no password configured).
+fn answers_without_password(client: &redis::Client, timeout: Duration) -> bool {
+    use redis::IntoConnectionInfo;
+    let info = client.get_connection_info();
+    let Ok(bare) = info.addr().clone().into_connection_info() else {
+        return false;
+    };
+    let Ok(bare) = redis::Client::open(bare) else {
+        return false;
+    };
+    bare.get_connection_with_timeout(timeout)
+        .and_then(|mut c| {
+            c.set_read_timeout(Some(timeout))?;
+            redis::cmd("PING").query::<String>(&mut c)
+        })
+        .is_ok()
+}
+
+/// An error reply that says the client is misconfigured rather than the command failing:
+/// what to fix, or `None` for any other error reply.
+pub(crate) fn refusal(code: &str, message: &str) -> Option<String> {
+    // Redis answers a large command of an unauthenticated client (more than 10 arguments,
+    // or a long one) with this protocol error instead of NOAUTH, and closes the connection.
+    let unauthenticated =
+        code.eq_ignore_ascii_case("ERR") && message.starts_with("Protocol error: unauthenticated");
+    match code.to_ascii_uppercase().as_str() {
+        "NOAUTH" | "ERR" if code.eq_ignore_ascii_case("NOAUTH") || unauthenticated => Some(
+            "the server requires a password (NOAUTH): put it in the URL \
+             (redis://:password@host:port/, or redis://user:password@host:port/ for an ACL user)"
+                .to_owned(),
+        ),
+        "WRONGPASS" => Some(format!(
+            "authentication failed (WRONGPASS {message}): check the password and ACL username"
+        )),
+        "NOPERM" => Some(format!(
+            "the ACL user may not run what redlease sends (NOPERM {message}): grant it the \
+             scripting, key and pub/sub permissions of the redlease docs"
+        )),
+        _ => None,
+    }
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = redis::RedisError;
+
+    fn connect(&self) -> Result<Conn, redis::RedisError> {
+        let result = self.set_up();
+        match &result {
+            Ok(_) => self.setup.set(None),
+            Err((e, client)) => {
+                if let Some(problem) = setup_problem(e, client.as_ref(), self.connect_timeout) {
+                    self.setup.set(Some(problem));
+                }
+            }
+        }
+        result.map_err(|(e, _)| e)
     }
 
     fn is_valid(&self, conn: &mut Conn) -> Result<(), redis::RedisError> {
@@ -193,6 +346,11 @@ impl r2d2::ManageConnection for Manager {
 /// The connection pool of one client, and its timeouts.
 pub(crate) struct Transport {
     pool: r2d2::Pool<Manager>,
+    /// A copy of the pool's manager, to set up a connection outside the pool and learn its
+    /// outcome at once (the pool only says, after its timeout, that it has none).
+    manager: Manager,
+    /// The server, for messages.
+    server: String,
     connect_timeout: Duration,
     io_timeout: Duration,
 }
@@ -217,10 +375,12 @@ impl Transport {
         io_timeout: Duration,
         check_idle: bool,
     ) -> Self {
+        let server = source.describe();
         let manager = Manager {
             source,
             connect_timeout,
             io_timeout,
+            setup: Arc::default(),
         };
         // Connections are made on demand (no eager background connecting to a Redis that
         // may be down) and PINGed on checkout only after being idle (see CHECK_AFTER_IDLE).
@@ -229,11 +389,110 @@ impl Transport {
             .min_idle(Some(0))
             .test_on_check_out(check_idle)
             .connection_timeout(connect_timeout)
-            .build_unchecked(manager);
+            .build_unchecked(manager.clone());
         Transport {
             pool,
+            manager,
+            server,
             connect_timeout,
             io_timeout,
+        }
+    }
+
+    /// [`execute_keeping`](Self::execute_keeping), failing at once with
+    /// [`Error::Configuration`] when the batch was not sent because Redis refuses the client's
+    /// configuration (a wrong or missing password, a database it does not have), or when a
+    /// reply says so (`NOAUTH`, `WRONGPASS`, `NOPERM`): retrying cannot help there.
+    pub(crate) fn execute_checked(
+        &self,
+        batch: &Batch,
+        kept: &mut Option<Pooled>,
+    ) -> Result<Vec<Input>, Error> {
+        let inputs = self.execute_keeping(batch, kept);
+        let not_sent = inputs
+            .iter()
+            .any(|i| matches!(&i.result, Err(f) if f.kind == FailureKind::NotSent));
+        if not_sent && let Some(problem) = self.manager.setup.refused() {
+            return Err(self.configuration(problem));
+        }
+        for input in &inputs {
+            if let Ok(Reply::Error(e)) = &input.result
+                && let Some(problem) = refusal(&e.code, &e.message)
+            {
+                *kept = None;
+                return Err(self.configuration(problem));
+            }
+        }
+        Ok(inputs)
+    }
+
+    fn configuration(&self, problem: String) -> Error {
+        Error::Configuration {
+            server: self.server.clone(),
+            problem,
+        }
+    }
+
+    /// Sets up a connection outside the pool and sends `PING` on it, bounded by the connect
+    /// and io timeouts: the round trip, or what is wrong (typed, at once).
+    pub(crate) fn ping(&self) -> Result<Duration, Error> {
+        let unavailable = |message: String| Error::Unavailable {
+            attempts: 1,
+            last: TransportFailure::not_sent(message),
+        };
+        let mut conn = match self.manager.set_up() {
+            Ok(conn) => {
+                self.manager.setup.set(None);
+                conn
+            }
+            Err((e, client)) => {
+                let problem = setup_problem(&e, client.as_ref(), self.connect_timeout);
+                self.manager.setup.set(problem.clone());
+                return Err(match problem {
+                    Some(problem) => self.configuration(problem),
+                    None => unavailable(format!("cannot connect to {}: {e}", self.server)),
+                });
+            }
+        };
+        let started = Instant::now();
+        match conn.inner.ping() {
+            Ok(()) => Ok(started.elapsed()),
+            Err(e) => match e.code().and_then(|c| refusal(c, e.detail().unwrap_or(""))) {
+                Some(problem) => Err(self.configuration(problem)),
+                None => match e.code() {
+                    Some(code) => Err(Error::Redis {
+                        code: code.to_owned(),
+                        message: e.detail().unwrap_or_default().to_owned(),
+                    }),
+                    None => Err(Error::Unavailable {
+                        attempts: 1,
+                        last: TransportFailure::no_reply(format!("PING to {}: {e}", self.server)),
+                    }),
+                },
+            },
+        }
+    }
+
+    /// Before waiting on the pool: when it has no connection at all (first use, or every
+    /// connection died) or the last set-up was refused, one thread sets up a connection
+    /// itself, so that a refusal is known now instead of after the pool's timeout. `Some`:
+    /// the failure to report (a refused configuration, or an unreachable server).
+    fn probe(&self) -> Option<TransportFailure> {
+        let cold = self.pool.state().connections == 0;
+        if !cold && self.manager.setup.refused().is_none() {
+            return None;
+        }
+        if self.manager.setup.probing.swap(true, Ordering::AcqRel) {
+            return None; // another thread is finding out
+        }
+        let outcome = r2d2::ManageConnection::connect(&self.manager);
+        self.manager.setup.probing.store(false, Ordering::Release);
+        match outcome {
+            Ok(_) => None,
+            Err(e) => Some(TransportFailure::not_sent(format!(
+                "cannot connect to {}: {e}",
+                self.server
+            ))),
         }
     }
 
@@ -286,6 +545,13 @@ impl Transport {
         deadline: Instant,
         server_wait: Duration,
     ) -> Flight {
+        if let Some(failure) = self.probe() {
+            return Flight {
+                requests,
+                deadline,
+                state: FlightState::Failed(failure),
+            };
+        }
         let remaining = deadline
             .saturating_duration_since(Instant::now())
             .max(MIN_IO_TIMEOUT);
@@ -295,7 +561,8 @@ impl Transport {
                 requests,
                 deadline,
                 state: FlightState::Failed(TransportFailure::not_sent(format!(
-                    "no connection: {e}"
+                    "no connection to {}: {e}",
+                    self.server
                 ))),
             },
         }
@@ -500,8 +767,12 @@ impl Flight {
                     let reply = to_reply(value);
                     // A master demoted by a failover answers READONLY: reconnect (through
                     // the Sentinels, to the new master) next time.
+                    // An unauthenticated connection (NOAUTH) must not be reused either: Redis
+                    // answers its next large command with a protocol error and closes it.
                     if let Reply::Error(e) = &reply
-                        && (e.is("READONLY") || e.is("MASTERDOWN"))
+                        && (e.is("READONLY")
+                            || e.is("MASTERDOWN")
+                            || refusal(&e.code, &e.message).is_some())
                     {
                         conn.broken = true;
                     }

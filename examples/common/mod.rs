@@ -79,6 +79,9 @@ fn hint(e: &(dyn Error + 'static)) -> Option<String> {
     }
     let unreachable = match e.downcast_ref::<redlease::Error>() {
         Some(redlease::Error::Unavailable { .. }) => true,
+        Some(redlease::Error::Configuration { .. }) => {
+            return using_url.map(|_| "fix the URL in REDIS_URL (see the error above)".to_owned());
+        }
         Some(_) => false,
         None => e
             .downcast_ref::<redis::RedisError>()

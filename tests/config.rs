@@ -1,5 +1,6 @@
 //! Mistakes in the client's configuration come back at once, typed, saying what to fix:
-//! against real redis-server processes started with `requirepass` or ACL users.
+//! against real redis-server processes started with `requirepass` or ACL users. Also a
+//! semaphore count that differs from the one stored in Redis.
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -171,4 +172,32 @@ fn unreachable_server_is_named_and_ping_fails_fast() {
         .build_and_check()
         .unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+}
+
+#[test]
+fn a_semaphore_count_stored_earlier_is_kept_and_declare_semaphore_says_so() {
+    let server = server();
+    let client = Client::open(&server.url()).unwrap();
+    // An earlier deployment used 2 permits.
+    client.declare_semaphore("api", 2).unwrap();
+    let held: Vec<_> = (0..2)
+        .map(|_| client.semaphore("api", 2).try_acquire().unwrap().unwrap())
+        .collect();
+    // The new one asks for 5: the stored 2 still rules (no third permit) ...
+    assert!(client.semaphore("api", 5).try_acquire().unwrap().is_none());
+    assert_eq!(client.semaphore_state("api").unwrap().permits, Some(2));
+    // ... and declare_semaphore makes that visible, naming both counts and the fix.
+    let err = client.declare_semaphore("api", 5).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    assert!(
+        text.contains("2 permit(s)") && text.contains("not 5"),
+        "{text}"
+    );
+    assert!(text.contains("set_permits"), "{text}");
+    // The documented path: change the count deliberately.
+    assert_eq!(client.set_permits("api", 5).unwrap(), Some(2));
+    client.declare_semaphore("api", 5).unwrap();
+    assert!(client.semaphore("api", 5).try_acquire().unwrap().is_some());
+    drop(held);
 }

@@ -262,7 +262,13 @@ impl ClientBuilder {
 }
 
 impl Client {
-    /// Settings for a client of the Redis at `url` (`redis://[:password@]host[:port][/db]`).
+    /// Settings for a client of the Redis at `url`:
+    /// `redis://[[username]:password@]host[:port][/db]`. A password alone authenticates as
+    /// the `default` user (`requirepass`); `username:password` as a Redis 6+ ACL user, which
+    /// needs the permissions to run scripts (`EVALSHA`, `EVAL`), on the keys of the prefix,
+    /// and to subscribe to their release channels (Redis 7 ACL users get no pub/sub channels
+    /// unless granted, e.g. `&redlease:*`). Characters such as `@` or `:` in a password are
+    /// percent-encoded. A wrong or missing password gives [`Error::Configuration`] at once.
     pub fn builder(url: &str) -> ClientBuilder {
         ClientBuilder {
             url: url.to_owned(),
@@ -337,15 +343,9 @@ impl Client {
             .as_ref()
     }
 
-    /// Runs a core machine to completion over the pool: the whole driver. Nothing here
-    /// knows which protocol it runs.
-    ///
-    /// Each batch goes out on one pooled connection (pipelined) and every outcome is fed
-    /// back; the connection returns to the pool before any wait, so a waiting acquisition
-    /// holds no connection. A wait that names a channel is ended early by a message on it
-    /// (through the client's pub/sub listener); otherwise, or while the listener is
-    /// disconnected, it lasts until the machine's deadline.
-    pub fn run<P: Protocol>(&self, machine: P) -> Result<P::Output, Error> {
+    /// [`Client::run`]'s body (that method is documented with the machines, after the
+    /// primitives).
+    pub(crate) fn run_machine<P: Protocol>(&self, machine: P) -> Result<P::Output, Error> {
         let listening = Listening {
             slot: &self.inner.listener,
             endpoint: self.inner.shared.endpoint.as_ref(),

@@ -473,13 +473,15 @@ impl Transport {
         }
     }
 
-    /// Before waiting on the pool: when it has no connection at all (first use, or every
-    /// connection died) or the last set-up was refused, one thread sets up a connection
-    /// itself, so that a refusal is known now instead of after the pool's timeout. `Some`:
-    /// the failure to report (a refused configuration, or an unreachable server).
+    /// Before waiting on the pool: when it has no connection at all (first use, a refused
+    /// configuration, or every connection died), one thread sets up a connection itself, so
+    /// that a refusal or an unreachable server is known now instead of after the pool's
+    /// timeout (the connection is then dropped; the pool makes its own). A pool that has
+    /// connections is used as it is, even if a newer set-up was refused (a password changed
+    /// on the server leaves the connections made before working). `Some`: the failure to
+    /// report (a refused configuration, or an unreachable server).
     fn probe(&self) -> Option<TransportFailure> {
-        let cold = self.pool.state().connections == 0;
-        if !cold && self.manager.setup.refused().is_none() {
+        if self.pool.state().connections != 0 {
             return None;
         }
         if self.manager.setup.probing.swap(true, Ordering::AcqRel) {

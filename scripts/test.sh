@@ -85,7 +85,10 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo check -p redlease --features redis/default (an application using redis's defaults)"
 cargo check -p redlease --features redis/default
 
-COEXIST_FEATURES="redis/default,redis/tokio-rustls-comp,redis/connection-manager,redis/cluster-async,redis/sentinel,redis/json,redis/uuid,redis/bytes,redis/ahash,redis/rust_decimal,redis/bigdecimal"
+# Every `redis` feature an application may plausibly turn on (async runtimes with TLS, the
+# connection manager, cluster-async, client-side caching, Sentinel, value conversions).
+# Native-TLS is left out only because it needs the system's OpenSSL headers to build.
+COEXIST_FEATURES="redis/default,redis/tokio-rustls-comp,redis/smol-rustls-comp,redis/tls-rustls-webpki-roots,redis/connection-manager,redis/cluster-async,redis/cache-aio,redis/token-based-authentication,redis/sentinel,redis/json,redis/uuid,redis/bytes,redis/ahash,redis/hashbrown,redis/rust_decimal,redis/bigdecimal,redis/vector-sets,redis/bloom"
 step "cargo check -p redlease --features $COEXIST_FEATURES"
 cargo check -p redlease --features "$COEXIST_FEATURES"
 

@@ -11,11 +11,22 @@ use redlease_suite::testkit::server;
 
 const PASSWORD: &str = "s3cret-pw";
 
-/// A server that requires [`PASSWORD`] (and has an ACL user `alice` with password `alice-pw`).
+/// A server that requires [`PASSWORD`], with the ACL users `alice` (password `alice-pw`, all
+/// permissions) and `bob` (password `bob-pw`, no scripting).
 fn protected() -> RedisServer {
     RedisServer::builder()
         .config("requirepass", PASSWORD)
         .config_args(&["user", "alice", "on", ">alice-pw", "~*", "&*", "+@all"])
+        .config_args(&[
+            "user",
+            "bob",
+            "on",
+            ">bob-pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-@scripting",
+        ])
         .start()
         .unwrap_or_else(|e| panic!("cannot start redis-server: {e}"))
 }
@@ -51,7 +62,7 @@ fn assert_configuration(err: &Error, port: u16, says: &str) {
     );
     assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
     assert!(text.contains(says), "{text:?} should say {says:?}");
-    for secret in [PASSWORD, "alice-pw", "wrong-pw"] {
+    for secret in [PASSWORD, "alice-pw", "bob-pw", "wrong-pw"] {
         assert!(!text.contains(secret), "{text:?} shows a password");
     }
 }
@@ -86,6 +97,16 @@ fn acl_user_in_the_url_works() {
     let guard = client.lock("acl").acquire().unwrap();
     assert_eq!(guard.fence(), 1);
     guard.release().unwrap();
+}
+
+#[test]
+fn acl_user_without_scripting_is_told_noperm_at_once() {
+    let server = protected();
+    let client = Client::builder(&url(&server, "bob:bob-pw@"))
+        .build_and_check() // PING is allowed: the connection and password are fine
+        .unwrap();
+    let err = acquire_fails_fast(&client);
+    assert_configuration(&err, server.port(), "NOPERM");
 }
 
 #[test]

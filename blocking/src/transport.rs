@@ -891,4 +891,35 @@ mod tests {
         assert!(matches!(value, Value::BigNumber(_)), "{value:?}");
         assert_eq!(to_reply(value), Reply::Bulk(digits.as_bytes().to_vec()));
     }
+
+    #[test]
+    fn replies_that_mean_a_misconfigured_client() {
+        for (code, message) in [
+            ("NOAUTH", "Authentication required."),
+            ("ERR", "Protocol error: unauthenticated multibulk length"),
+            ("ERR", "Protocol error: unauthenticated bulk length"),
+            (
+                "WRONGPASS",
+                "invalid username-password pair or user is disabled.",
+            ),
+            (
+                "NOPERM",
+                "User bob has no permissions to run the 'evalsha' command",
+            ),
+        ] {
+            assert!(refusal(code, message).is_some(), "{code} {message}");
+        }
+        for (code, message) in [
+            ("ERR", "Protocol error: invalid multibulk length"),
+            ("ERR", "unknown command"),
+            (
+                "WRONGTYPE",
+                "Operation against a key holding the wrong kind of value",
+            ),
+            ("READONLY", "You can't write against a read only replica."),
+            ("LOADING", "Redis is loading the dataset in memory"),
+        ] {
+            assert!(refusal(code, message).is_none(), "{code} {message}");
+        }
+    }
 }

@@ -225,3 +225,12 @@ fn a_semaphore_count_stored_earlier_is_kept_and_declare_semaphore_says_so() {
     assert!(client.semaphore("api", 5).try_acquire().unwrap().is_some());
     drop(held);
 }
+
+#[test]
+fn a_bad_url_is_an_invalid_argument_that_does_not_show_the_password() {
+    let err = Client::open(&format!("redis://:{PASSWORD}@127.0.0.1:notaport/")).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    assert!(text.contains("bad Redis URL"), "{text}");
+    assert!(!text.contains(PASSWORD), "{text}");
+}

@@ -182,7 +182,7 @@ impl ClientBuilder {
             }
         }
         let bad_url = |url: &str, e: redis::RedisError| {
-            InvalidArgument::Setting(format!("bad Redis URL {url:?}: {e}"))
+            InvalidArgument::Setting(format!("bad Redis URL {:?}: {e}", redacted(url)))
         };
         let (source, info) = match &self.sentinel {
             None if !self.cluster.is_empty() => {
@@ -436,9 +436,47 @@ fn sleep_until(until: Instant) {
     }
 }
 
+/// `url` (or several, comma separated) with every password replaced by `***`, for messages.
+pub(crate) fn redacted(url: &str) -> String {
+    url.split(',')
+        .map(|one| {
+            let Some((scheme, rest)) = one.split_once("://") else {
+                return one.to_owned();
+            };
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => {
+                    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+                    format!("{scheme}://{user}:***@{host}{path}")
+                }
+                None => one.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Draws `N` random bytes from the operating system.
 pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N], Error> {
     let mut buf = [0u8; N];
     getrandom::fill(&mut buf).map_err(|e| Error::Random(e.to_string()))?;
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn passwords_are_redacted_from_urls() {
+        assert_eq!(redacted("redis://:pw@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redacted("redis://alice:pw@h:1"), "redis://alice:***@h:1");
+        assert_eq!(redacted("rediss://a:p%40w@h/2"), "rediss://a:***@h/2");
+        assert_eq!(redacted("redis://h:1/"), "redis://h:1/");
+        assert_eq!(
+            redacted("redis://:x@a:1,redis://:y@b:2"),
+            "redis://:***@a:1,redis://:***@b:2"
+        );
+        assert_eq!(redacted("not a url"), "not a url");
+    }
 }

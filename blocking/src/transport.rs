@@ -254,8 +254,8 @@ fn setup_problem(
                 )
             } else {
                 Some(format!(
-                    "authentication failed{user}: the server rejected the password (WRONGPASS); \
-                     check the password (and ACL username) in the URL"
+                    "authentication failed{user}: the server rejected the password; check the \
+                     password (and ACL username) in the URL"
                 ))
             }
         }

@@ -24,7 +24,7 @@ pub struct Redis {
 /// `REDIS_URL` if set, else a throwaway redis-server of our own.
 pub fn redis(example: &str) -> Result<Redis, BoxError> {
     if let Ok(url) = std::env::var("REDIS_URL") {
-        println!("{example}: using REDIS_URL={url}");
+        println!("{example}: using REDIS_URL={}", redacted(&url));
         return Ok(Redis { url, _server: None });
     }
     let server = RedisServer::start()?;
@@ -89,9 +89,26 @@ fn hint(e: &(dyn Error + 'static)) -> Option<String> {
     };
     match (unreachable, using_url) {
         (true, Some(url)) => Some(format!(
-            "is a Redis server running at REDIS_URL={url}? Unset REDIS_URL to let the \
-             example start its own redis-server"
+            "is a Redis server running at REDIS_URL={}? Unset REDIS_URL to let the \
+             example start its own redis-server",
+            redacted(&url)
         )),
         _ => None,
+    }
+}
+
+/// `url` with its password (if any) replaced by `***`, for printing.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            format!("{scheme}://{user}:***@{host}{path}")
+        }
+        None => url.to_owned(),
     }
 }

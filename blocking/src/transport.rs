@@ -194,9 +194,13 @@ impl Source {
 }
 
 impl Manager {
-    /// Opens one connection; on failure, also the client it tried (to look closer at why).
+    /// Opens one connection, waiting at most `connect_timeout` for it; on failure, also the
+    /// client it tried (to look closer at why).
     #[allow(clippy::result_large_err)]
-    fn set_up(&self) -> Result<Conn, (redis::RedisError, Option<redis::Client>)> {
+    fn set_up(
+        &self,
+        connect_timeout: Duration,
+    ) -> Result<Conn, (redis::RedisError, Option<redis::Client>)> {
         let inner = match &*self.source {
             Source::Cluster(cluster, _) => {
                 let set_up = || -> redis::RedisResult<Link> {
@@ -210,7 +214,7 @@ impl Manager {
             _ => {
                 let client = self.source.client().map_err(|e| (e, None))?;
                 let set_up = || -> redis::RedisResult<Link> {
-                    let c = client.get_connection_with_timeout(self.connect_timeout)?;
+                    let c = client.get_connection_with_timeout(connect_timeout)?;
                     c.set_read_timeout(Some(self.io_timeout))?;
                     c.set_write_timeout(Some(self.io_timeout))?;
                     Ok(Link::Single(c))
@@ -224,15 +228,41 @@ impl Manager {
             last_used: Instant::now(),
         })
     }
+
+    /// [`set_up`](Self::set_up) within `connect_timeout`, noting whether a failure was a
+    /// refused configuration (looking closer before `deadline`).
+    fn set_up_noting(&self, connect_timeout: Duration, deadline: Instant) -> Result<Conn, Refused> {
+        match self.set_up(connect_timeout) {
+            Ok(conn) => {
+                self.setup.set(None);
+                Ok(conn)
+            }
+            Err((e, client)) => {
+                let problem = setup_problem(&e, client.as_ref(), deadline);
+                if problem.is_some() {
+                    self.setup.set(problem.clone());
+                }
+                Err(Refused { error: e, problem })
+            }
+        }
+    }
+}
+
+/// A connection set-up that failed, and why in words when it was the configuration.
+struct Refused {
+    error: redis::RedisError,
+    /// What to fix (`None`: a passing failure).
+    problem: Option<String>,
 }
 
 /// Why a connection set-up failed for a reason that retrying cannot fix, in words that say
 /// what to change (`None`: a passing failure, such as a refused or timed-out connection).
-/// `client` is the client that failed, to tell a wrong password from a server without one.
+/// `client` is the client that failed, to tell a wrong password from a server without one
+/// (asking it again, before `deadline`).
 fn setup_problem(
     e: &redis::RedisError,
     client: Option<&redis::Client>,
-    timeout: Duration,
+    deadline: Instant,
 ) -> Option<String> {
     if let Some(problem) = e
         .code()
@@ -246,7 +276,7 @@ fn setup_problem(
             let user = info
                 .and_then(|i| i.redis_settings().username())
                 .map_or_else(String::new, |u| format!(" for user {u:?}"));
-            if client.is_some_and(|c| answers_without_password(c, timeout)) {
+            if client.is_some_and(|c| answers_without_password(c, deadline)) {
                 Some(
                     "a password was given (in the URL or master_auth), but the server has none \
                      configured (no requirepass, no ACL user): remove it"
@@ -270,9 +300,13 @@ fn setup_problem(
 }
 
 /// Whether the server at `client`'s address answers `PING` on a connection without
-/// credentials (so it has no password configured).
-fn answers_without_password(client: &redis::Client, timeout: Duration) -> bool {
+/// credentials before `deadline` (so it has no password configured).
+fn answers_without_password(client: &redis::Client, deadline: Instant) -> bool {
     use redis::IntoConnectionInfo;
+    let timeout = deadline.saturating_duration_since(Instant::now());
+    if timeout < MIN_IO_TIMEOUT {
+        return false;
+    }
     let info = client.get_connection_info();
     let Ok(bare) = info.addr().clone().into_connection_info() else {
         return false;
@@ -317,16 +351,9 @@ impl r2d2::ManageConnection for Manager {
     type Error = redis::RedisError;
 
     fn connect(&self) -> Result<Conn, redis::RedisError> {
-        let result = self.set_up();
-        match &result {
-            Ok(_) => self.setup.set(None),
-            Err((e, client)) => {
-                if let Some(problem) = setup_problem(e, client.as_ref(), self.connect_timeout) {
-                    self.setup.set(Some(problem));
-                }
-            }
-        }
-        result.map_err(|(e, _)| e)
+        let deadline = Instant::now() + self.connect_timeout * 2;
+        self.set_up_noting(self.connect_timeout, deadline)
+            .map_err(|r| r.error)
     }
 
     fn is_valid(&self, conn: &mut Conn) -> Result<(), redis::RedisError> {
@@ -440,17 +467,13 @@ impl Transport {
             attempts: 1,
             last: TransportFailure::not_sent(message),
         };
-        let mut conn = match self.manager.set_up() {
-            Ok(conn) => {
-                self.manager.setup.set(None);
-                conn
-            }
-            Err((e, client)) => {
-                let problem = setup_problem(&e, client.as_ref(), self.connect_timeout);
-                self.manager.setup.set(problem.clone());
+        let deadline = Instant::now() + self.connect_timeout;
+        let mut conn = match self.manager.set_up_noting(self.connect_timeout, deadline) {
+            Ok(conn) => conn,
+            Err(Refused { error, problem }) => {
                 return Err(match problem {
                     Some(problem) => self.configuration(problem),
-                    None => unavailable(format!("cannot connect to {}: {e}", self.server)),
+                    None => unavailable(format!("cannot connect to {}: {error}", self.server)),
                 });
             }
         };
@@ -474,25 +497,28 @@ impl Transport {
     }
 
     /// Before waiting on the pool: when it has no connection at all (first use, a refused
-    /// configuration, or every connection died), one thread sets up a connection itself, so
-    /// that a refusal or an unreachable server is known now instead of after the pool's
-    /// timeout (the connection is then dropped; the pool makes its own). A pool that has
-    /// connections is used as it is, even if a newer set-up was refused (a password changed
-    /// on the server leaves the connections made before working). `Some`: the failure to
-    /// report (a refused configuration, or an unreachable server).
-    fn probe(&self) -> Option<TransportFailure> {
+    /// configuration, or every connection died), one thread sets up a connection itself
+    /// (before `deadline`), so that a refusal or an unreachable server is known now instead
+    /// of after the pool's timeout (the connection is then dropped; the pool makes its own).
+    /// A pool that has connections is used as it is, even if a newer set-up was refused (a
+    /// password changed on the server leaves the connections made before working). `Some`:
+    /// the failure to report (a refused configuration, or an unreachable server).
+    fn probe(&self, deadline: Instant) -> Option<TransportFailure> {
         if self.pool.state().connections != 0 {
             return None;
         }
-        if self.manager.setup.probing.swap(true, Ordering::AcqRel) {
-            return None; // another thread is finding out
+        let timeout = deadline
+            .saturating_duration_since(Instant::now())
+            .min(self.connect_timeout);
+        if timeout < MIN_IO_TIMEOUT || self.manager.setup.probing.swap(true, Ordering::AcqRel) {
+            return None; // no time left for it, or another thread is finding out
         }
-        let outcome = r2d2::ManageConnection::connect(&self.manager);
+        let outcome = self.manager.set_up_noting(timeout, deadline);
         self.manager.setup.probing.store(false, Ordering::Release);
         match outcome {
             Ok(_) => None,
-            Err(e) => Some(TransportFailure::not_sent(format!(
-                "cannot connect to {}: {e}",
+            Err(Refused { error, .. }) => Some(TransportFailure::not_sent(format!(
+                "cannot connect to {}: {error}",
                 self.server
             ))),
         }
@@ -547,7 +573,7 @@ impl Transport {
         deadline: Instant,
         server_wait: Duration,
     ) -> Flight {
-        if let Some(failure) = self.probe() {
+        if let Some(failure) = self.probe(deadline) {
             return Flight {
                 requests,
                 deadline,

@@ -101,7 +101,7 @@ pub enum Error {
     /// permission for the commands redlease sends (`NOPERM`), a database number the server
     /// does not have. Returned at once, without retries; `problem` says what to fix. Neither
     /// field ever contains the password.
-    #[error("redis at {server} refused the connection's configuration: {problem}")]
+    #[error("redis at {server} refused this client's configuration: {problem}")]
     Configuration {
         /// The server (`host:port`, or how it was found: Sentinel service, cluster seeds).
         server: String,

@@ -29,12 +29,13 @@
 //! It prints one line per method:
 //!
 //! ```text
-//! flash-sale <method> sold=10 stock_left=0 orders_processed=10 buyers_per_s=<n> failed=990 errors=0 ...
+//! flash-sale <method> sold=10 stock_left=0 orders_processed=10 buyers_per_s=<n> found_no_stock=990 errors=0 ...
 //! ```
 //!
-//! `buyers_per_s` is 1,000 over the time from the first buyer's start to the last buyer's
-//! answer (the order processing is not included; `orders_ms` is the extra time until the last
-//! order was processed). `tries_per_buyer` counts lock acquisitions (or script calls) per
+//! `found_no_stock` counts the buyers who found every phone gone (990 of 1,000: expected,
+//! not an error; `errors` counts buyers whose attempt failed). `buyers_per_s` is 1,000 over
+//! the time from the first buyer's start to the last buyer's answer (the order processing is
+//! not included; `orders_ms` is the extra time until the last order was processed). `tries_per_buyer` counts lock acquisitions (or script calls) per
 //! buyer. The example exits with a non-zero status, after printing every line, if any method
 //! sold other than 10 phones, left stock, processed a different number of orders than it sold,
 //! drove a segment negative, or had a buyer fail with an error. `sold` is counted by the buyers,
@@ -65,10 +66,10 @@ use std::sync::{Barrier, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlease::{Client, LockGuard};
-use redlease_suite::RedisServer;
+mod common;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use common::BoxError;
+use redlease::{Client, LockGuard};
 
 /// Phones in stock.
 const STOCK: i64 = 10;
@@ -145,7 +146,8 @@ enum Outcome {
 /// What one method's sale did.
 struct Sale {
     sold: u64,
-    failed: u64,
+    /// Buyers who found every segment empty (went home without a phone): not an error.
+    found_no_stock: u64,
     errors: u64,
     first_error: Option<String>,
     tries: u64,
@@ -333,7 +335,7 @@ fn run_sale(method: Method, client: &Client, url: &str, threads: usize) -> Resul
         segments,
     };
     let next_buyer = AtomicUsize::new(0);
-    let (sold, failed, errors, tries) = (
+    let (sold, found_no_stock, errors, tries) = (
         AtomicU64::new(0),
         AtomicU64::new(0),
         AtomicU64::new(0),
@@ -375,7 +377,7 @@ fn run_sale(method: Method, client: &Client, url: &str, threads: usize) -> Resul
                                     }
                                 }
                                 Outcome::SoldOut => {
-                                    failed.fetch_add(1, Ordering::Relaxed);
+                                    found_no_stock.fetch_add(1, Ordering::Relaxed);
                                 }
                             }
                         }
@@ -412,7 +414,7 @@ fn run_sale(method: Method, client: &Client, url: &str, threads: usize) -> Resul
     }
     Ok(Sale {
         sold,
-        failed: failed.into_inner(),
+        found_no_stock: found_no_stock.into_inner(),
         errors: errors.into_inner(),
         first_error: first_error
             .into_inner()
@@ -469,20 +471,8 @@ fn run() -> Result<bool, BoxError> {
         Err(_) => DEFAULT_THREADS,
     };
     // Keep the server (if we started one) alive until the end of run().
-    let (url, _server) = match std::env::var("REDIS_URL") {
-        Ok(url) => {
-            println!("using REDIS_URL={url}");
-            (url, None)
-        }
-        Err(_) => {
-            let server = RedisServer::start()?;
-            println!(
-                "REDIS_URL not set: started redis-server on port {} (stopped on exit)",
-                server.port()
-            );
-            (server.url(), Some(server))
-        }
-    };
+    let redis = common::redis("flash-sale")?;
+    let url = redis.url.clone();
     // One pooled connection per buyer thread, plus the workers'.
     let client = Client::builder(&url)
         .key_prefix(PREFIX)
@@ -497,13 +487,13 @@ fn run() -> Result<bool, BoxError> {
         let sale = run_sale(method, &client, &url, threads)?;
         let failures = broken(&sale);
         println!(
-            "flash-sale {} sold={} stock_left={} orders_processed={} buyers_per_s={:.0} failed={} errors={} elapsed_ms={} orders_ms={} tries_per_buyer={:.2} orders_acked={} invariants={}",
+            "flash-sale {} sold={} stock_left={} orders_processed={} buyers_per_s={:.0} found_no_stock={} errors={} elapsed_ms={} orders_ms={} tries_per_buyer={:.2} orders_acked={} invariants={}",
             method.name(),
             sale.sold,
             sale.stock_left,
             sale.orders_processed,
             BUYERS as f64 / sale.elapsed.as_secs_f64().max(1e-9),
-            sale.failed,
+            sale.found_no_stock,
             sale.errors,
             sale.elapsed.as_millis(),
             sale.orders_wait.as_millis(),
@@ -528,9 +518,6 @@ fn main() -> ExitCode {
             eprintln!("flash-sale: an invariant failed (see above)");
             ExitCode::FAILURE
         }
-        Err(e) => {
-            eprintln!("flash-sale: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => common::finish("flash-sale", Err(e)),
     }
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's single test command: formatting, lints, then every test of the workspace.
+# The project's single test command: formatting, lints, builds of the library beside the
+# `redis` features an application may turn on, every test of the workspace, every example.
 # Installs redis-server with apt-get when it is missing (the tests start their own
 # throwaway servers through redlease_suite::RedisServer; no system service is used).
 set -euo pipefail
@@ -77,7 +78,34 @@ cargo fmt --all -- --check
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+# Cargo unifies a crate's features across the whole dependency graph: an application that
+# depends on `redis` itself (nearly all do) turns on its default features, and others, for
+# redlease too. `num-bigint` (a default) changes `redis::Value::BigNumber`'s type, which once
+# broke this crate's build (E0308). Check the library as such an application builds it.
+step "cargo check -p redlease --features redis/default (an application using redis's defaults)"
+cargo check -p redlease --features redis/default
+
+# Every `redis` feature an application may plausibly turn on (async runtimes with TLS, the
+# connection manager, cluster-async, client-side caching, Sentinel, value conversions).
+# Native-TLS is left out only because it needs the system's OpenSSL headers to build.
+COEXIST_FEATURES="redis/default,redis/tokio-rustls-comp,redis/smol-rustls-comp,redis/tls-rustls-webpki-roots,redis/connection-manager,redis/cluster-async,redis/cache-aio,redis/token-based-authentication,redis/sentinel,redis/json,redis/uuid,redis/bytes,redis/ahash,redis/hashbrown,redis/rust_decimal,redis/bigdecimal,redis/vector-sets,redis/bloom"
+step "cargo check -p redlease --features $COEXIST_FEATURES"
+cargo check -p redlease --features "$COEXIST_FEATURES"
+
 step "cargo test --workspace"
 cargo test --workspace
+
+# Every example must run to success, not only compile: each starts its own throwaway
+# redis-server (REDIS_URL is unset for them) and exits non-zero when it misbehaves.
+cargo build --examples
+for src in examples/*.rs; do
+    name="$(basename "$src" .rs)"
+    step "cargo run --example $name"
+    status=0
+    env -u REDIS_URL timeout 300 cargo run -q --example "$name" || status=$?
+    if [[ "$status" -ne 0 ]]; then
+        die "example $name failed (exit status $status; 124 means it ran over 300 s)."
+    fi
+done
 
 step "all checks passed"

@@ -153,8 +153,26 @@ impl ClientBuilder {
         Ok(())
     }
 
+    /// [`build`](Self::build), then [`Client::ping`]: fails at once when Redis cannot be
+    /// reached ([`Error::Unavailable`], naming `host:port`) or refuses the configuration
+    /// ([`Error::Configuration`]: a wrong or missing password, a database it does not have).
+    /// For applications that should not start without Redis.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redlease::Error> {
+    /// let client = redlease::Client::builder("redis://:secret@127.0.0.1:6379/")
+    ///     .build_and_check()?;
+    /// # let _ = client;
+    /// # Ok(()) }
+    /// ```
+    pub fn build_and_check(self) -> Result<Client, Error> {
+        let client = self.build()?;
+        client.ping()?;
+        Ok(client)
+    }
+
     /// Checks the settings and makes the client. Connections are opened on first use, so
-    /// this succeeds while Redis is down.
+    /// this succeeds while Redis is down; [`build_and_check`](Self::build_and_check) does not.
     pub fn build(self) -> Result<Client, Error> {
         let sharded = self.sharded_pubsub.unwrap_or(!self.cluster.is_empty());
         if sharded && self.cluster.is_empty() {
@@ -166,7 +184,7 @@ impl ClientBuilder {
         let keyspace = Keyspace::new(&self.prefix)?.with_sharded_pubsub(sharded);
         self.check_ranges()?;
         let bad_url = |url: &str, e: redis::RedisError| {
-            InvalidArgument::Setting(format!("bad Redis URL {url:?}: {e}"))
+            InvalidArgument::Setting(format!("bad Redis URL {:?}: {e}", redacted(url)))
         };
         let (source, info) = match &self.sentinel {
             None if !self.cluster.is_empty() => {
@@ -246,7 +264,13 @@ impl ClientBuilder {
 }
 
 impl Client {
-    /// Settings for a client of the Redis at `url` (`redis://[:password@]host[:port][/db]`).
+    /// Settings for a client of the Redis at `url`:
+    /// `redis://[[username]:password@]host[:port][/db]`. A password alone authenticates as
+    /// the `default` user (`requirepass`); `username:password` as a Redis 6+ ACL user, which
+    /// needs the permissions to run scripts (`EVALSHA`, `EVAL`), on the keys of the prefix,
+    /// and to subscribe to their release channels (Redis 7 ACL users get no pub/sub channels
+    /// unless granted, e.g. `&redlease:*`). Characters such as `@` or `:` in a password are
+    /// percent-encoded. A wrong or missing password gives [`Error::Configuration`] at once.
     pub fn builder(url: &str) -> ClientBuilder {
         ClientBuilder {
             url: url.to_owned(),
@@ -293,6 +317,17 @@ impl Client {
         Client::builder(url).build()
     }
 
+    /// Sets up a new connection (outside the pool, bounded by the connect timeout), sends
+    /// `PING` (bounded by the io timeout) and returns the round trip. Fails at once, without
+    /// retries: [`Error::Configuration`] when Redis refuses the client's configuration (a
+    /// wrong password, a password it does not expect, a missing one, a database it does not
+    /// have: the message says what to fix), [`Error::Unavailable`] naming `host:port` when
+    /// it cannot be reached. Call it at start-up to fail fast; the locks and queues retry
+    /// transient failures until their deadlines, but never a refused configuration.
+    pub fn ping(&self) -> Result<Duration, Error> {
+        self.inner.shared.transport.ping()
+    }
+
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.inner.shared
     }
@@ -310,15 +345,9 @@ impl Client {
             .as_ref()
     }
 
-    /// Runs a core machine to completion over the pool: the whole driver. Nothing here
-    /// knows which protocol it runs.
-    ///
-    /// Each batch goes out on one pooled connection (pipelined) and every outcome is fed
-    /// back; the connection returns to the pool before any wait, so a waiting acquisition
-    /// holds no connection. A wait that names a channel is ended early by a message on it
-    /// (through the client's pub/sub listener); otherwise, or while the listener is
-    /// disconnected, it lasts until the machine's deadline.
-    pub fn run<P: Protocol>(&self, machine: P) -> Result<P::Output, Error> {
+    /// [`Client::run`]'s body (that method is documented with the machines, after the
+    /// primitives).
+    pub(crate) fn run_machine<P: Protocol>(&self, machine: P) -> Result<P::Output, Error> {
         let listening = Listening {
             slot: &self.inner.listener,
             endpoint: self.inner.shared.endpoint.as_ref(),
@@ -368,7 +397,9 @@ pub(crate) fn drive<P: Protocol>(
                     .as_ref()
                     .and_then(Listening::current)
                     .map(Listeners::epoch);
-                for input in shared.transport.execute_keeping(&batch, &mut kept) {
+                // A refused configuration (wrong password, ...) ends the machine at once:
+                // nothing was carried out, and no retry can succeed.
+                for input in shared.transport.execute_checked(&batch, &mut kept)? {
                     machine.handle(input, Instant::now());
                 }
             }
@@ -407,9 +438,47 @@ fn sleep_until(until: Instant) {
     }
 }
 
+/// `url` (or several, comma separated) with every password replaced by `***`, for messages.
+pub(crate) fn redacted(url: &str) -> String {
+    url.split(',')
+        .map(|one| {
+            let Some((scheme, rest)) = one.split_once("://") else {
+                return one.to_owned();
+            };
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => {
+                    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+                    format!("{scheme}://{user}:***@{host}{path}")
+                }
+                None => one.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Draws `N` random bytes from the operating system.
 pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N], Error> {
     let mut buf = [0u8; N];
     getrandom::fill(&mut buf).map_err(|e| Error::Random(e.to_string()))?;
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redacted;
+
+    #[test]
+    fn passwords_are_redacted_from_urls() {
+        assert_eq!(redacted("redis://:pw@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redacted("redis://alice:pw@h:1"), "redis://alice:***@h:1");
+        assert_eq!(redacted("rediss://a:p%40w@h/2"), "rediss://a:***@h/2");
+        assert_eq!(redacted("redis://h:1/"), "redis://h:1/");
+        assert_eq!(
+            redacted("redis://:x@a:1,redis://:y@b:2"),
+            "redis://:***@a:1,redis://:***@b:2"
+        );
+        assert_eq!(redacted("not a url"), "not a url");
+    }
 }

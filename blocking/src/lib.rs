@@ -59,6 +59,8 @@ mod listener;
 mod lock;
 mod queue;
 mod redlock;
+// After the primitives: rustdoc lists `Client`'s methods in module order.
+mod machines;
 mod resp;
 mod transport;
 mod watchdog;
@@ -69,7 +71,7 @@ pub use lock::{LockBuilder, LockGuard};
 pub use queue::{Job, Queue, WorkerReport, Workers};
 pub use redlease_core::lease::{LeaseState, LockKind, SemaphoreState};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
-pub use redlease_core::{Error, InvalidArgument, LossReason, TransportFailure};
+pub use redlease_core::{Error, FailureKind, InvalidArgument, LossReason, TransportFailure};
 pub use redlock::{RedLock, RedLockBuilder, RedLockGuard, RedLockLockBuilder};
 
 /// The accepted range of every setting (durations, permits, pool sizes) and why.

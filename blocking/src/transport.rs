@@ -1,12 +1,14 @@
 //! The only code that talks to Redis: a pool of connections and one function that sends a
 //! batch of commands and turns what comes back into core inputs.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, Value};
 use redlease_core::{
-    Batch, ErrorReply, Input, NodeId, Protocol, Reply, Request, Step, TransportFailure,
+    Batch, Error, ErrorReply, FailureKind, Input, NodeId, Protocol, Reply, Request, Step,
+    TransportFailure,
 };
 
 /// The shortest read timeout used for a batch whose deadline is about to pass.
@@ -59,11 +61,36 @@ impl Link {
 const CHECK_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 /// Opens connections with a connect timeout and sets their read and write timeouts.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Manager {
     source: Arc<Source>,
     connect_timeout: Duration,
     io_timeout: Duration,
+    setup: Arc<Setup>,
+}
+
+/// What the last connection set-up said about the client's configuration, shared by the
+/// pool's manager (which sets up connections in the background) and the transport.
+#[derive(Debug, Default)]
+struct Setup {
+    /// Why the last set-up was refused for a reason retrying cannot fix (a wrong password,
+    /// a database the server does not have); cleared by the next set-up that succeeds.
+    refused: Mutex<Option<String>>,
+    /// A thread is setting up a connection outside the pool to learn its outcome now.
+    probing: AtomicBool,
+}
+
+impl Setup {
+    fn refused(&self) -> Option<String> {
+        self.refused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, problem: Option<String>) {
+        *self.refused.lock().unwrap_or_else(PoisonError::into_inner) = problem;
+    }
 }
 
 /// Where connections go: one address, or whichever master the Sentinels name at the time
@@ -136,6 +163,25 @@ impl std::fmt::Debug for Source {
 }
 
 impl Source {
+    /// The server, for messages: `host:port` (never the password), or how it is found.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Source::Direct(c) => c.get_connection_info().addr().to_string(),
+            Source::Sentinel(s) => format!(
+                "the master of Sentinel service {:?} (Sentinels {})",
+                s.service,
+                s.sentinels
+                    .iter()
+                    .map(|c| c.get_connection_info().addr().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Source::Cluster(_, seed) => {
+                format!("the cluster of {}", seed.get_connection_info().addr())
+            }
+        }
+    }
+
     /// A client for the server to talk to now.
     pub(crate) fn client(&self) -> Result<redis::Client, redis::RedisError> {
         match self {
@@ -147,26 +193,33 @@ impl Source {
     }
 }
 
-impl r2d2::ManageConnection for Manager {
-    type Connection = Conn;
-    type Error = redis::RedisError;
-
-    fn connect(&self) -> Result<Conn, redis::RedisError> {
+impl Manager {
+    /// Opens one connection, waiting at most `connect_timeout` for it; on failure, also the
+    /// client it tried (to look closer at why).
+    #[allow(clippy::result_large_err)]
+    fn set_up(
+        &self,
+        connect_timeout: Duration,
+    ) -> Result<Conn, (redis::RedisError, Option<redis::Client>)> {
         let inner = match &*self.source {
             Source::Cluster(cluster, _) => {
-                let c = cluster.get_connection()?;
-                c.set_read_timeout(Some(self.io_timeout))?;
-                c.set_write_timeout(Some(self.io_timeout))?;
-                Link::Cluster(Box::new(c))
+                let set_up = || -> redis::RedisResult<Link> {
+                    let c = cluster.get_connection()?;
+                    c.set_read_timeout(Some(self.io_timeout))?;
+                    c.set_write_timeout(Some(self.io_timeout))?;
+                    Ok(Link::Cluster(Box::new(c)))
+                };
+                set_up().map_err(|e| (e, None))?
             }
             _ => {
-                let c = self
-                    .source
-                    .client()?
-                    .get_connection_with_timeout(self.connect_timeout)?;
-                c.set_read_timeout(Some(self.io_timeout))?;
-                c.set_write_timeout(Some(self.io_timeout))?;
-                Link::Single(c)
+                let client = self.source.client().map_err(|e| (e, None))?;
+                let set_up = || -> redis::RedisResult<Link> {
+                    let c = client.get_connection_with_timeout(connect_timeout)?;
+                    c.set_read_timeout(Some(self.io_timeout))?;
+                    c.set_write_timeout(Some(self.io_timeout))?;
+                    Ok(Link::Single(c))
+                };
+                set_up().map_err(|e| (e, Some(client.clone())))?
             }
         };
         Ok(Conn {
@@ -174,6 +227,133 @@ impl r2d2::ManageConnection for Manager {
             broken: false,
             last_used: Instant::now(),
         })
+    }
+
+    /// [`set_up`](Self::set_up) within `connect_timeout`, noting whether a failure was a
+    /// refused configuration (looking closer before `deadline`).
+    fn set_up_noting(&self, connect_timeout: Duration, deadline: Instant) -> Result<Conn, Refused> {
+        match self.set_up(connect_timeout) {
+            Ok(conn) => {
+                self.setup.set(None);
+                Ok(conn)
+            }
+            Err((e, client)) => {
+                let problem = setup_problem(&e, client.as_ref(), deadline);
+                if problem.is_some() {
+                    self.setup.set(problem.clone());
+                }
+                Err(Refused { error: e, problem })
+            }
+        }
+    }
+}
+
+/// A connection set-up that failed, and why in words when it was the configuration.
+struct Refused {
+    error: redis::RedisError,
+    /// What to fix (`None`: a passing failure).
+    problem: Option<String>,
+}
+
+/// Why a connection set-up failed for a reason that retrying cannot fix, in words that say
+/// what to change (`None`: a passing failure, such as a refused or timed-out connection).
+/// `client` is the client that failed, to tell a wrong password from a server without one
+/// (asking it again, before `deadline`).
+fn setup_problem(
+    e: &redis::RedisError,
+    client: Option<&redis::Client>,
+    deadline: Instant,
+) -> Option<String> {
+    if let Some(problem) = e
+        .code()
+        .and_then(|code| refusal(code, e.detail().unwrap_or("")))
+    {
+        return Some(problem);
+    }
+    match e.kind() {
+        redis::ErrorKind::AuthenticationFailed => {
+            let info = client.map(redis::Client::get_connection_info);
+            let user = info
+                .and_then(|i| i.redis_settings().username())
+                .map_or_else(String::new, |u| format!(" for user {u:?}"));
+            if client.is_some_and(|c| answers_without_password(c, deadline)) {
+                Some(
+                    "a password was given (in the URL or master_auth), but the server has none \
+                     configured (no requirepass, no ACL user): remove it"
+                        .to_owned(),
+                )
+            } else {
+                Some(format!(
+                    "authentication failed{user}: the server rejected the password; check the \
+                     password (and ACL username) in the URL"
+                ))
+            }
+        }
+        redis::ErrorKind::InvalidClientConfig => Some(format!("invalid client configuration: {e}")),
+        _ if e.to_string().contains("refused to switch database") => Some(format!(
+            "the server has no such database (SELECT refused: {}); use a database number \
+             below its `databases` setting",
+            e.detail().unwrap_or("")
+        )),
+        _ => None,
+    }
+}
+
+/// Whether the server at `client`'s address answers `PING` on a connection without
+/// credentials before `deadline` (so it has no password configured).
+fn answers_without_password(client: &redis::Client, deadline: Instant) -> bool {
+    use redis::IntoConnectionInfo;
+    let timeout = deadline.saturating_duration_since(Instant::now());
+    if timeout < MIN_IO_TIMEOUT {
+        return false;
+    }
+    let info = client.get_connection_info();
+    let Ok(bare) = info.addr().clone().into_connection_info() else {
+        return false;
+    };
+    let Ok(bare) = redis::Client::open(bare) else {
+        return false;
+    };
+    bare.get_connection_with_timeout(timeout)
+        .and_then(|mut c| {
+            c.set_read_timeout(Some(timeout))?;
+            redis::cmd("PING").query::<String>(&mut c)
+        })
+        .is_ok()
+}
+
+/// An error reply that says the client is misconfigured rather than the command failing:
+/// what to fix, or `None` for any other error reply.
+pub(crate) fn refusal(code: &str, message: &str) -> Option<String> {
+    // Redis answers a large command of an unauthenticated client (more than 10 arguments,
+    // or a long one) with this protocol error instead of NOAUTH, and closes the connection.
+    let unauthenticated =
+        code.eq_ignore_ascii_case("ERR") && message.starts_with("Protocol error: unauthenticated");
+    match code.to_ascii_uppercase().as_str() {
+        "NOAUTH" | "ERR" if code.eq_ignore_ascii_case("NOAUTH") || unauthenticated => Some(
+            "the server requires a password (NOAUTH): put it in the URL \
+             (redis://:password@host:port/, or redis://user:password@host:port/ for an ACL user)"
+                .to_owned(),
+        ),
+        "WRONGPASS" => Some(format!(
+            "authentication failed (WRONGPASS {message}): check the password and ACL username"
+        )),
+        "NOPERM" => Some(format!(
+            "the ACL user may not run what redlease sends (NOPERM {message}): grant it the \
+             scripting, key and pub/sub permissions of the redlease docs"
+        )),
+        _ => None,
+    }
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = redis::RedisError;
+
+    fn connect(&self) -> Result<Conn, redis::RedisError> {
+        let deadline = Instant::now() + self.connect_timeout * 2;
+        self.set_up_noting(self.connect_timeout, deadline)
+            .map_err(|r| r.error)
     }
 
     fn is_valid(&self, conn: &mut Conn) -> Result<(), redis::RedisError> {
@@ -193,6 +373,11 @@ impl r2d2::ManageConnection for Manager {
 /// The connection pool of one client, and its timeouts.
 pub(crate) struct Transport {
     pool: r2d2::Pool<Manager>,
+    /// A copy of the pool's manager, to set up a connection outside the pool and learn its
+    /// outcome at once (the pool only says, after its timeout, that it has none).
+    manager: Manager,
+    /// The server, for messages.
+    server: String,
     connect_timeout: Duration,
     io_timeout: Duration,
 }
@@ -217,10 +402,12 @@ impl Transport {
         io_timeout: Duration,
         check_idle: bool,
     ) -> Self {
+        let server = source.describe();
         let manager = Manager {
             source,
             connect_timeout,
             io_timeout,
+            setup: Arc::default(),
         };
         // Connections are made on demand (no eager background connecting to a Redis that
         // may be down) and PINGed on checkout only after being idle (see CHECK_AFTER_IDLE).
@@ -229,11 +416,111 @@ impl Transport {
             .min_idle(Some(0))
             .test_on_check_out(check_idle)
             .connection_timeout(connect_timeout)
-            .build_unchecked(manager);
+            .build_unchecked(manager.clone());
         Transport {
             pool,
+            manager,
+            server,
             connect_timeout,
             io_timeout,
+        }
+    }
+
+    /// [`execute_keeping`](Self::execute_keeping), failing at once with
+    /// [`Error::Configuration`] when the batch was not sent because Redis refuses the client's
+    /// configuration (a wrong or missing password, a database it does not have), or when a
+    /// reply says so (`NOAUTH`, `WRONGPASS`, `NOPERM`): retrying cannot help there.
+    pub(crate) fn execute_checked(
+        &self,
+        batch: &Batch,
+        kept: &mut Option<Pooled>,
+    ) -> Result<Vec<Input>, Error> {
+        let inputs = self.execute_keeping(batch, kept);
+        let not_sent = inputs
+            .iter()
+            .any(|i| matches!(&i.result, Err(f) if f.kind == FailureKind::NotSent));
+        if not_sent && let Some(problem) = self.manager.setup.refused() {
+            return Err(self.configuration(problem));
+        }
+        for input in &inputs {
+            if let Ok(Reply::Error(e)) = &input.result
+                && let Some(problem) = refusal(&e.code, &e.message)
+            {
+                *kept = None;
+                return Err(self.configuration(problem));
+            }
+        }
+        Ok(inputs)
+    }
+
+    fn configuration(&self, problem: String) -> Error {
+        Error::Configuration {
+            server: self.server.clone(),
+            problem,
+        }
+    }
+
+    /// Sets up a connection outside the pool and sends `PING` on it, bounded by the connect
+    /// and io timeouts: the round trip, or what is wrong (typed, at once).
+    pub(crate) fn ping(&self) -> Result<Duration, Error> {
+        let unavailable = |message: String| Error::Unavailable {
+            attempts: 1,
+            last: TransportFailure::not_sent(message),
+        };
+        let deadline = Instant::now() + self.connect_timeout;
+        let mut conn = match self.manager.set_up_noting(self.connect_timeout, deadline) {
+            Ok(conn) => conn,
+            Err(Refused { error, problem }) => {
+                return Err(match problem {
+                    Some(problem) => self.configuration(problem),
+                    None => unavailable(format!("cannot connect to {}: {error}", self.server)),
+                });
+            }
+        };
+        let started = Instant::now();
+        match conn.inner.ping() {
+            Ok(()) => Ok(started.elapsed()),
+            Err(e) => match e.code().and_then(|c| refusal(c, e.detail().unwrap_or(""))) {
+                Some(problem) => Err(self.configuration(problem)),
+                None => match e.code() {
+                    Some(code) => Err(Error::Redis {
+                        code: code.to_owned(),
+                        message: e.detail().unwrap_or_default().to_owned(),
+                    }),
+                    None => Err(Error::Unavailable {
+                        attempts: 1,
+                        last: TransportFailure::no_reply(format!("PING to {}: {e}", self.server)),
+                    }),
+                },
+            },
+        }
+    }
+
+    /// Before waiting on the pool: when it has no connection at all (first use, a refused
+    /// configuration, or every connection died), one thread sets up a connection itself
+    /// (before `deadline`), so that a refusal or an unreachable server is known now instead
+    /// of after the pool's timeout (the connection is then dropped; the pool makes its own).
+    /// A pool that has connections is used as it is, even if a newer set-up was refused (a
+    /// password changed on the server leaves the connections made before working). `Some`:
+    /// the failure to report (a refused configuration, or an unreachable server).
+    fn probe(&self, deadline: Instant) -> Option<TransportFailure> {
+        if self.pool.state().connections != 0 {
+            return None;
+        }
+        let timeout = deadline
+            .saturating_duration_since(Instant::now())
+            .min(self.connect_timeout);
+        if timeout < MIN_IO_TIMEOUT || self.manager.setup.probing.swap(true, Ordering::AcqRel) {
+            return None; // no time left for it, or another thread is finding out
+        }
+        let outcome = self.manager.set_up_noting(timeout, deadline);
+        self.manager.setup.probing.store(false, Ordering::Release);
+        match outcome {
+            Ok(_) => None,
+            Err(Refused { error, .. }) => Some(TransportFailure::not_sent(format!(
+                "cannot connect to {}: {error}",
+                self.server
+            ))),
         }
     }
 
@@ -286,6 +573,13 @@ impl Transport {
         deadline: Instant,
         server_wait: Duration,
     ) -> Flight {
+        if let Some(failure) = self.probe(deadline) {
+            return Flight {
+                requests,
+                deadline,
+                state: FlightState::Failed(failure),
+            };
+        }
         let remaining = deadline
             .saturating_duration_since(Instant::now())
             .max(MIN_IO_TIMEOUT);
@@ -295,7 +589,8 @@ impl Transport {
                 requests,
                 deadline,
                 state: FlightState::Failed(TransportFailure::not_sent(format!(
-                    "no connection: {e}"
+                    "no connection to {}: {e}",
+                    self.server
                 ))),
             },
         }
@@ -500,8 +795,12 @@ impl Flight {
                     let reply = to_reply(value);
                     // A master demoted by a failover answers READONLY: reconnect (through
                     // the Sentinels, to the new master) next time.
+                    // An unauthenticated connection (NOAUTH) must not be reused either: Redis
+                    // answers its next large command with a protocol error and closes it.
                     if let Reply::Error(e) = &reply
-                        && (e.is("READONLY") || e.is("MASTERDOWN"))
+                        && (e.is("READONLY")
+                            || e.is("MASTERDOWN")
+                            || refusal(&e.code, &e.message).is_some())
                     {
                         conn.broken = true;
                     }
@@ -590,7 +889,11 @@ pub(crate) fn to_reply(v: Value) -> Reply {
         Value::Double(d) => Reply::Bulk(d.to_string().into_bytes()),
         Value::Boolean(b) => Reply::Int(i64::from(b)),
         Value::VerbatimString { text, .. } => Reply::Bulk(text.into_bytes()),
-        Value::BigNumber(n) => Reply::Bulk(n),
+        // The payload is `Vec<u8>` (its digits), or a `num_bigint::BigInt` when any crate of
+        // the application turns on `redis`'s `num-bigint` feature (one of its defaults;
+        // features unify across the dependency graph). Both write themselves as one
+        // argument of decimal digits, so this compiles, and means the same, either way.
+        Value::BigNumber(n) => Reply::Bulk(redis::ToRedisArgs::to_redis_args(&n).concat()),
         Value::Push { data, .. } => Reply::Array(data.into_iter().map(to_reply).collect()),
         Value::ServerError(e) => {
             Reply::Error(ErrorReply::new(e.code(), e.details().unwrap_or_default()))
@@ -598,5 +901,51 @@ pub(crate) fn to_reply(v: Value) -> Reply {
         // `Value` is non-exhaustive; a future kind reaches the machine as a shape it rejects.
         #[allow(unreachable_patterns)]
         other => Reply::Status(format!("{other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A RESP3 big number keeps its digits whichever type `redis` gives its payload (the
+    /// `num-bigint` feature changes it; `scripts/test.sh` checks the build with it on).
+    #[test]
+    fn big_number_becomes_its_digits() {
+        let digits = "3492890328409238509324850943850943825024385";
+        let value = redis::parse_redis_value(format!("({digits}\r\n").as_bytes()).unwrap();
+        assert!(matches!(value, Value::BigNumber(_)), "{value:?}");
+        assert_eq!(to_reply(value), Reply::Bulk(digits.as_bytes().to_vec()));
+    }
+
+    #[test]
+    fn replies_that_mean_a_misconfigured_client() {
+        for (code, message) in [
+            ("NOAUTH", "Authentication required."),
+            ("ERR", "Protocol error: unauthenticated multibulk length"),
+            ("ERR", "Protocol error: unauthenticated bulk length"),
+            (
+                "WRONGPASS",
+                "invalid username-password pair or user is disabled.",
+            ),
+            (
+                "NOPERM",
+                "User bob has no permissions to run the 'evalsha' command",
+            ),
+        ] {
+            assert!(refusal(code, message).is_some(), "{code} {message}");
+        }
+        for (code, message) in [
+            ("ERR", "Protocol error: invalid multibulk length"),
+            ("ERR", "unknown command"),
+            (
+                "WRONGTYPE",
+                "Operation against a key holding the wrong kind of value",
+            ),
+            ("READONLY", "You can't write against a read only replica."),
+            ("LOADING", "Redis is loading the dataset in memory"),
+        ] {
+            assert!(refusal(code, message).is_none(), "{code} {message}");
+        }
     }
 }

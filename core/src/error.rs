@@ -96,6 +96,19 @@ pub enum Error {
         last: TransportFailure,
     },
 
+    /// Redis refused us for a reason that retrying cannot fix: a wrong or missing password
+    /// or ACL username, a password given to a server that has none, an ACL user without
+    /// permission for the commands redlease sends (`NOPERM`), a database number the server
+    /// does not have. Returned at once, without retries; `problem` says what to fix. Neither
+    /// field ever contains the password.
+    #[error("redis at {server} refused this client's configuration: {problem}")]
+    Configuration {
+        /// The server (`host:port`, or how it was found: Sentinel service, cluster seeds).
+        server: String,
+        /// What is wrong, and what to change.
+        problem: String,
+    },
+
     /// Redis answered, but not in a shape this protocol expects (a foreign value in one of
     /// our keys, or a server that does not speak the protocol).
     #[error("unexpected reply to {context}: {reply}")]

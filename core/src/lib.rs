@@ -1,6 +1,7 @@
 //! # redlease-core
 //!
-//! The protocols of redlease (leases, and later semaphores and queues on Redis) as pure
+//! The protocols of redlease (the lock family with fencing tokens, RedLock, the legacy lock,
+//! the fair counting semaphore, the reliable queue and lease renewal, all on Redis) as pure
 //! state machines, in the sans-IO style.
 //!
 //! **What it does.** Each protocol is a value implementing [`Protocol`]: it says what it

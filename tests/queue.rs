@@ -169,7 +169,7 @@ fn crashing_worker(
             .arg(1)
             .query(conn)
             .unwrap();
-        if rng.next() % kill_one_in == 0 {
+        if rng.next().is_multiple_of(kill_one_in) {
             *shared.abandoned.lock().unwrap().entry(id).or_default() += 1;
             job.abandon();
             return Exit::Killed;
@@ -1269,7 +1269,7 @@ fn server_is_busy(server: &RedisServer) -> bool {
 fn a_take_whose_reply_was_lost_leaves_no_other_job_leased() {
     let server = server();
     // A short reply timeout, so that a stalled server makes the take's replies go missing.
-    let c = Client::builder(&server.url())
+    let c = Client::builder(server.url())
         .connect_timeout(Duration::from_millis(300))
         .io_timeout(Duration::from_millis(100))
         .op_timeout(Duration::from_secs(1))

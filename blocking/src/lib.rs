@@ -54,6 +54,7 @@
 )]
 
 mod client;
+mod connect;
 mod legacy;
 mod listener;
 mod lock;
@@ -64,6 +65,7 @@ mod transport;
 mod watchdog;
 
 pub use client::{Client, ClientBuilder};
+pub use connect::ConnectionTarget;
 pub use legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
 pub use lock::{LockBuilder, LockGuard};
 pub use queue::{Job, Queue, WorkerReport, Workers};

@@ -45,6 +45,7 @@ pub struct RedLockBuilder {
     node_timeout: Duration,
     pool_size: u32,
     prefix: String,
+    tls: crate::connect::TlsSettings,
 }
 
 impl RedLockBuilder {
@@ -64,6 +65,24 @@ impl RedLockBuilder {
     /// The key prefix (the same on every node). Defaults to `redlease`.
     pub fn key_prefix(mut self, prefix: &str) -> Self {
         self.prefix = prefix.to_owned();
+        self
+    }
+
+    /// TLS (`rediss://` URLs): trust the CA certificate(s) in `pem` instead of the
+    /// platform's trust store. Needs the `tls-rustls` feature (on by default).
+    pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_ca = Some(pem.into());
+        self
+    }
+
+    /// TLS (`rediss://` URLs): present this client certificate (PEM chain) and private key
+    /// (PEM) to nodes that check clients. Needs the `tls-rustls` feature (on by default).
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client_cert = Some((cert_pem.into(), key_pem.into()));
         self
     }
 
@@ -89,11 +108,19 @@ impl RedLockBuilder {
             .urls
             .iter()
             .map(|url| {
-                let redis = redis::Client::open(url.as_str())
-                    .map_err(|e| InvalidArgument::Setting(format!("bad Redis URL {url:?}: {e}")))?;
-                Ok(Transport::with_checks(
+                use crate::connect::ConnectionTarget;
+                let info = url.connection_info().map_err(InvalidArgument::Setting)?;
+                self.tls
+                    .check(crate::connect::is_tls(info.addr()))
+                    .map_err(InvalidArgument::Setting)?;
+                let redis = self.tls.client(info).map_err(|e| {
+                    InvalidArgument::Setting(format!("cannot set up the connection: {e}"))
+                })?;
+                let mut settings = crate::transport::PoolSettings::sized(self.pool_size);
+                settings.client_name = Some("redlease".to_owned());
+                Ok(Transport::with_settings(
                     std::sync::Arc::new(crate::transport::Source::Direct(redis)),
-                    self.pool_size,
+                    &settings,
                     self.node_timeout,
                     self.node_timeout,
                     false,
@@ -118,6 +145,7 @@ impl RedLock {
             node_timeout: Duration::from_millis(50),
             pool_size: 8,
             prefix: DEFAULT_PREFIX.to_owned(),
+            tls: crate::connect::TlsSettings::default(),
         }
     }
 

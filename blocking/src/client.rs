@@ -175,9 +175,11 @@ impl ClientBuilder {
     }
 
     /// Redis Cluster: announce releases on shard channels (`SPUBLISH`/`SSUBSCRIBE`, Redis 7),
-    /// so a release reaches only the waiters' shard instead of every node. Defaults to on for
-    /// a cluster client; turn it off for a cluster older than Redis 7 (plain `PUBLISH`, which
-    /// the cluster passes to every node).
+    /// so a release reaches only the waiters' shard instead of every node. By default
+    /// [`build`](Self::build) asks a seed node its version (`INFO server`, bounded by the
+    /// connect timeout): on for Redis 7.0 and later (and Valkey), off for older servers and
+    /// when no seed answers (plain `PUBLISH`, which every version has and the cluster passes
+    /// to every node). Set it to choose without asking.
     pub fn sharded_pubsub(mut self, on: bool) -> Self {
         self.sharded_pubsub = Some(on);
         self
@@ -203,16 +205,16 @@ impl ClientBuilder {
     }
 
     /// Checks the settings and makes the client. Connections are opened on first use, so
-    /// this succeeds while Redis is down.
+    /// this succeeds while Redis is down (a cluster client asks a seed node its version
+    /// first, unless [`sharded_pubsub`](Self::sharded_pubsub) was set; see there).
     pub fn build(self) -> Result<Client, Error> {
-        let sharded = self.sharded_pubsub.unwrap_or(!self.cluster.is_empty());
-        if sharded && self.cluster.is_empty() {
+        if self.sharded_pubsub == Some(true) && self.cluster.is_empty() {
             return Err(InvalidArgument::Setting(
                 "sharded pub/sub is for Redis Cluster clients".into(),
             )
             .into());
         }
-        let keyspace = Keyspace::new(&self.prefix)?.with_sharded_pubsub(sharded);
+        let keyspace = Keyspace::new(&self.prefix)?;
         if self.pool_size == 0 {
             return Err(InvalidArgument::Setting("the pool size must be at least 1".into()).into());
         }
@@ -289,6 +291,15 @@ impl ClientBuilder {
                 (Source::Sentinel(lookup), info)
             }
         };
+        let sharded = match (&source, self.sharded_pubsub) {
+            (_, Some(on)) => on,
+            (Source::Cluster(_, seed), None) => {
+                crate::connect::server_version(seed, self.connect_timeout)
+                    .is_some_and(|v| v >= (7, 0))
+            }
+            _ => false,
+        };
+        let keyspace = keyspace.with_sharded_pubsub(sharded);
         let source = Arc::new(source);
         let endpoint = Some(Endpoint {
             source: source.clone(),

@@ -286,6 +286,28 @@ fn rustls_config(tls: &TlsSettings) -> io::Result<rustls::ClientConfig> {
     }
 }
 
+/// The server's version (`major`, `minor`) from `INFO server` (`redis_version`; Valkey
+/// reports the Redis version it is compatible with there), or `None` when the server does
+/// not answer within `timeout`.
+pub(crate) fn server_version(client: &redis::Client, timeout: Duration) -> Option<(u32, u32)> {
+    let mut conn = client.get_connection_with_timeout(timeout).ok()?;
+    conn.set_read_timeout(Some(timeout)).ok()?;
+    conn.set_write_timeout(Some(timeout)).ok()?;
+    let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
+    parse_version(&info)
+}
+
+/// `redis_version:7.0.15` in an `INFO` reply, as `(7, 0)`.
+fn parse_version(info: &str) -> Option<(u32, u32)> {
+    let version = info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("redis_version:"))?;
+    let mut parts = version.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
 /// The reading half of the listener's connection.
 pub(crate) struct ReadHalf(Stream);
 
@@ -542,6 +564,16 @@ mod tests {
             .unwrap_or_default();
         assert!(e.contains("bad Redis URL"), "{e}");
         assert!(!e.contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn versions_from_info() {
+        let info = "# Server\r\nredis_version:6.2.14\r\nredis_git_sha1:0\r\n";
+        assert_eq!(parse_version(info), Some((6, 2)));
+        let valkey =
+            "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n";
+        assert_eq!(parse_version(valkey), Some((7, 2)));
+        assert_eq!(parse_version("# Server\r\n"), None);
     }
 
     #[test]

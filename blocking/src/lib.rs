@@ -74,6 +74,12 @@ pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::{Error, InvalidArgument, LossReason, TransportFailure};
 pub use redlock::{RedLock, RedLockBuilder, RedLockGuard, RedLockLockBuilder};
 
+/// The channel crate of [`LockGuard::lost`] and [`Job::lost`], re-exported so that your
+/// `select!` uses the same version as this crate.
+pub use crossbeam_channel;
+/// The receiver of [`LockGuard::lost`] and [`Job::lost`].
+pub use crossbeam_channel::Receiver;
+
 /// The sans-IO core this crate drives, for running its machines yourself.
 pub use redlease_core as core;
 

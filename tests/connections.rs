@@ -12,8 +12,8 @@ use std::thread;
 use std::time::Duration;
 
 use redlease::{Client, Error, InvalidArgument, RedLock};
-use redlease_suite::RedisServer;
 use redlease_suite::testkit::{await_condition, connection, server};
+use redlease_suite::{RedisServer, RedisServerBuilder};
 
 /// `CLIENT LIST` of `server`, one map per connection.
 fn client_list(server: &RedisServer) -> Vec<std::collections::HashMap<String, String>> {
@@ -90,7 +90,8 @@ impl Certs {
         }
         std::fs::write(
             certs.dir.join("server.ext"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+            // clientAuth too: Sentinels and cluster nodes present it to each other.
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
         )
         .unwrap();
         std::fs::write(
@@ -177,6 +178,14 @@ fn free_port() -> u16 {
 /// A redis-server with a TLS port (clients must present a certificate of `certs`' CA) next
 /// to the plain one the harness uses.
 fn tls_server(certs: &Certs) -> (RedisServer, u16) {
+    tls_server_with(certs, |b, _| b)
+}
+
+/// [`tls_server`], with more configuration (`extra` gets the TLS port).
+fn tls_server_with(
+    certs: &Certs,
+    extra: impl Fn(RedisServerBuilder, u16) -> RedisServerBuilder,
+) -> (RedisServer, u16) {
     let path = |f: &str| certs.path(f).to_string_lossy().into_owned();
     let binary = std::env::var_os("REDIS_TLS_SERVER").filter(|v| !v.is_empty());
     for _ in 0..5 {
@@ -187,6 +196,7 @@ fn tls_server(certs: &Certs) -> (RedisServer, u16) {
             .config_args(&["tls-key-file", &path("server.key")])
             .config_args(&["tls-ca-cert-file", &path("ca.crt")])
             .config_args(&["tls-auth-clients", "yes"]);
+        builder = extra(builder, port);
         if let Some(b) = &binary {
             builder = builder.binary(PathBuf::from(b));
         }
@@ -225,12 +235,7 @@ fn tls_pool_listener_and_redlock() {
     // The waiter's listener subscribes over TLS: its connection sits on the TLS port.
     contend(&a, &b, "tls-contended", || {
         await_condition(Duration::from_secs(10), || {
-            client_list(&server).iter().any(|c| {
-                c.get("laddr")
-                    .is_some_and(|l| l.ends_with(&format!(":{tls_port}")))
-                    && c.get("sub").is_some_and(|s| s != "0")
-                    && c.get("name").is_some_and(|n| n == "redlease")
-            })
+            has_tls_listener(&server, tls_port)
         });
     });
 
@@ -243,6 +248,125 @@ fn tls_pool_listener_and_redlock() {
     let g = red.lock("tls-redlock").acquire().unwrap();
     assert_eq!(g.granted(), 1);
     g.release().unwrap();
+}
+
+/// Whether `server` has a connection named `redlease` on its TLS port subscribed to a
+/// channel (plain or shard): a pub/sub listener that came over TLS.
+fn has_tls_listener(server: &RedisServer, tls_port: u16) -> bool {
+    client_list(server).iter().any(|c| {
+        let subscribed = |k: &str| c.get(k).is_some_and(|s| s != "0");
+        c.get("laddr")
+            .is_some_and(|l| l.ends_with(&format!(":{tls_port}")))
+            && c.get("name").is_some_and(|n| n == "redlease")
+            && (subscribed("sub") || subscribed("ssub"))
+    })
+}
+
+#[test]
+fn tls_through_sentinel() {
+    let certs = Certs::make();
+    let (master, master_tls) = tls_server(&certs);
+    let path = |f: &str| certs.path(f).to_string_lossy().into_owned();
+    // A Sentinel that clients reach over TLS and that reaches the master over TLS (so it
+    // names the master's TLS port).
+    let (sentinel, sentinel_tls) = tls_server_with(&certs, |b, _| {
+        b.sentinel()
+            .config_args(&["tls-replication", "yes"])
+            .config_args(&["tls-cert-file", &path("server.crt")])
+    });
+    let _: () = redis::cmd("SENTINEL")
+        .arg("MONITOR")
+        .arg("svc")
+        .arg("127.0.0.1")
+        .arg(master_tls)
+        .arg(1)
+        .query(&mut connection(&sentinel))
+        .unwrap();
+    let client = Client::sentinel(&[format!("rediss://127.0.0.1:{sentinel_tls}/")], "svc")
+        .tls_root_ca(certs.pem("ca.crt"))
+        .tls_client_cert(certs.pem("client.crt"), certs.pem("client.key"))
+        .connect_timeout(Duration::from_secs(2))
+        .io_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let waiter = client.clone();
+    contend(&client, &waiter, "sentinel-tls", || {
+        await_condition(Duration::from_secs(10), || {
+            has_tls_listener(&master, master_tls)
+        });
+    });
+    // The pooled connections reached the master on its TLS port too.
+    assert!(client_list(&master).iter().any(|c| {
+        c.get("laddr")
+            .is_some_and(|l| l.ends_with(&format!(":{master_tls}")))
+            && c.get("sub").is_some_and(|s| s == "0")
+            && c.get("name").is_some_and(|n| n == "redlease")
+    }));
+}
+
+#[test]
+fn tls_on_a_cluster() {
+    let certs = Certs::make();
+    let path = |f: &str| certs.path(f).to_string_lossy().into_owned();
+    // Three masters speaking TLS to clients and to each other (tls-cluster: the cluster
+    // announces its TLS ports).
+    let nodes: Vec<(RedisServer, u16)> = (0..3)
+        .map(|_| {
+            tls_server_with(&certs, |b, _| {
+                b.config("cluster-enabled", "yes")
+                    .config("cluster-config-file", "nodes.conf")
+                    .config("cluster-node-timeout", "2000")
+                    .config_args(&["cluster-port", &free_port().to_string()])
+                    .config_args(&["tls-cluster", "yes"])
+                    .config_args(&["tls-replication", "yes"])
+            })
+        })
+        .collect();
+    let cli = std::env::var_os("REDIS_TLS_SERVER")
+        .map(|s| PathBuf::from(s).with_file_name("redis-cli"))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("redis-cli"));
+    let out = Command::new(cli)
+        .args(["--tls", "--cacert", &path("ca.crt")])
+        .args(["--cert", &path("client.crt"), "--key", &path("client.key")])
+        .args(["--cluster", "create"])
+        .args(nodes.iter().map(|(_, p)| format!("127.0.0.1:{p}")))
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "redis-cli --cluster create: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    await_condition(Duration::from_secs(20), || {
+        nodes.iter().all(|(n, _)| {
+            redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query::<String>(&mut connection(n))
+                .is_ok_and(|i| i.contains("cluster_state:ok"))
+        })
+    });
+    let seeds: Vec<String> = nodes
+        .iter()
+        .map(|(_, p)| format!("rediss://127.0.0.1:{p}/"))
+        .collect();
+    let client = Client::cluster(&seeds)
+        .tls_root_ca(certs.pem("ca.crt"))
+        .tls_client_cert(certs.pem("client.crt"), certs.pem("client.key"))
+        .connect_timeout(Duration::from_secs(2))
+        .io_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    for name in ["a", "b", "c", "d"] {
+        client.lock(name).acquire().unwrap().release().unwrap();
+    }
+    let waiter = client.clone();
+    contend(&client, &waiter, "cluster-tls", || {
+        await_condition(Duration::from_secs(10), || {
+            nodes.iter().any(|(n, p)| has_tls_listener(n, *p))
+        });
+    });
 }
 
 #[test]
@@ -261,6 +385,7 @@ fn tls_with_the_wrong_ca_fails_clearly() {
         .acquire()
         .unwrap_err();
     let text = err.to_string();
+    println!("with the wrong CA: {text}");
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     assert!(
         text.contains("invalid peer certificate") && text.contains("UnknownIssuer"),

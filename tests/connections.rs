@@ -248,6 +248,12 @@ fn tls_pool_listener_and_redlock() {
     let g = red.lock("tls-redlock").acquire().unwrap();
     assert_eq!(g.granted(), 1);
     g.release().unwrap();
+    assert!(
+        RedLock::builder(&[server.url()])
+            .client_name("bad name")
+            .build()
+            .is_err()
+    );
 }
 
 /// Whether `server` has a connection named `redlease` on its TLS port subscribed to a

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
 use redlease_core::{Error, InvalidArgument, Protocol, Step};
 
-use crate::connect::{ConnectionTarget, TlsSettings, bad_url, is_tls};
+use crate::connect::{ConnectionTarget, TlsSettings, is_tls};
 use crate::listener::{Endpoint, Listeners, Waiter};
 use crate::transport::{PoolSettings, Source, Transport};
 use crate::watchdog::Watchdog;
@@ -255,9 +255,10 @@ impl ClientBuilder {
                     crate::connect::install_crypto_provider();
                     cluster = cluster.certs(self.tls.certificates());
                 }
-                let cluster = cluster.build().map_err(|e| {
-                    setting(format!("bad Redis Cluster settings: {}", bad_url("", &e)))
-                })?;
+                // The redis crate's cluster errors name no URL (so no password).
+                let cluster = cluster
+                    .build()
+                    .map_err(|e| setting(format!("bad Redis Cluster settings: {e}")))?;
                 (Source::Cluster(Box::new(cluster), seed), info)
             }
             None => {
@@ -366,13 +367,7 @@ impl ClientBuilder {
                 .into());
             }
         }
-        let name = &self.client_name;
-        if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(InvalidArgument::Setting(format!(
-                "client name must be 1 to 64 printable ASCII characters without spaces, got {name:?}"
-            ))
-            .into());
-        }
+        crate::connect::check_client_name(&self.client_name).map_err(InvalidArgument::Setting)?;
         Ok(())
     }
 

@@ -163,6 +163,16 @@ impl std::fmt::Debug for TlsSettings {
     }
 }
 
+/// Checks a `CLIENT SETNAME` name: 1 to 64 printable ASCII characters without spaces.
+pub(crate) fn check_client_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "client name must be 1 to 64 printable ASCII characters without spaces, got {name:?}"
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `addr` is a TLS address.
 pub(crate) fn is_tls(addr: &ConnectionAddr) -> bool {
     matches!(addr, ConnectionAddr::TcpTls { .. })

@@ -46,6 +46,7 @@ pub struct RedLockBuilder {
     pool_size: u32,
     prefix: String,
     tls: crate::connect::TlsSettings,
+    client_name: String,
 }
 
 impl RedLockBuilder {
@@ -65,6 +66,13 @@ impl RedLockBuilder {
     /// The key prefix (the same on every node). Defaults to `redlease`.
     pub fn key_prefix(mut self, prefix: &str) -> Self {
         self.prefix = prefix.to_owned();
+        self
+    }
+
+    /// The name each node connection gives itself (`CLIENT SETNAME`), shown by `CLIENT
+    /// LIST`. Defaults to `redlease`. 1 to 64 printable ASCII characters without spaces.
+    pub fn client_name(mut self, name: &str) -> Self {
+        self.client_name = name.to_owned();
         self
     }
 
@@ -104,6 +112,7 @@ impl RedLockBuilder {
             )
             .into());
         }
+        crate::connect::check_client_name(&self.client_name).map_err(InvalidArgument::Setting)?;
         let nodes = self
             .urls
             .iter()
@@ -117,7 +126,7 @@ impl RedLockBuilder {
                     InvalidArgument::Setting(format!("cannot set up the connection: {e}"))
                 })?;
                 let mut settings = crate::transport::PoolSettings::sized(self.pool_size);
-                settings.client_name = Some("redlease".to_owned());
+                settings.client_name = Some(self.client_name.clone());
                 Ok(Transport::with_settings(
                     std::sync::Arc::new(crate::transport::Source::Direct(redis)),
                     &settings,
@@ -146,6 +155,7 @@ impl RedLock {
             pool_size: 8,
             prefix: DEFAULT_PREFIX.to_owned(),
             tls: crate::connect::TlsSettings::default(),
+            client_name: "redlease".to_owned(),
         }
     }
 

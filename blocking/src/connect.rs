@@ -576,6 +576,19 @@ mod tests {
         assert!(!e.contains("s3cret"), "{e}");
     }
 
+    /// Runs in a build without default features (`cargo test -p redlease
+    /// --no-default-features`).
+    #[cfg(not(feature = "tls-rustls"))]
+    #[test]
+    fn rediss_without_the_tls_feature_names_the_feature() {
+        let e = "rediss://:s3cret@host/"
+            .connection_info()
+            .err()
+            .unwrap_or_default();
+        assert!(e.contains("`tls-rustls` feature"), "{e}");
+        assert!(!e.contains("s3cret"), "{e}");
+    }
+
     #[test]
     fn versions_from_info() {
         let info = "# Server\r\nredis_version:6.2.14\r\nredis_git_sha1:0\r\n";

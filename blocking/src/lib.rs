@@ -12,6 +12,9 @@
 //! - [`Client::queue`]: a reliable queue with priorities, delays, leases and dead letters.
 //! - Deployments: one server ([`Client::open`]), Sentinel ([`Client::sentinel`]), Redis
 //!   Cluster ([`Client::cluster`]); `min_replicas` on locks and semaphores for failovers.
+//!   TLS (`rediss://`, cargo feature `tls-rustls`, on by default, with
+//!   [`ClientBuilder::tls_root_ca`] and [`ClientBuilder::tls_client_cert`]) and Unix sockets
+//!   (`unix://`) everywhere; see [`ConnectionTarget`] for what a client can be opened with.
 //!
 //! This crate is a thin driver: it runs the protocol machines of
 //! [`redlease_core`] over an `r2d2` pool of `redis` connections. Everything a protocol

@@ -62,6 +62,8 @@ pub struct RedisServerBuilder {
     args: Vec<OsString>,
     /// The first `(name, message)` that [`RedisServerBuilder::config`] could not split.
     invalid: Option<(String, String)>,
+    /// The binary to run instead of the one `REDIS_SERVER` or `PATH` names.
+    binary: Option<PathBuf>,
 }
 
 impl RedisServerBuilder {
@@ -114,6 +116,13 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Runs this `redis-server` binary instead of the one `REDIS_SERVER` or `PATH` names
+    /// (for a test that needs a build with a feature, such as TLS).
+    pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
+        self.binary = Some(path.into());
+        self
+    }
+
     /// Starts the server; see [`RedisServer::start`].
     ///
     /// # Errors
@@ -124,7 +133,12 @@ impl RedisServerBuilder {
         if let Some((name, message)) = self.invalid {
             return Err(HarnessError::InvalidConfig { name, message });
         }
-        RedisServer::launch(self.args)
+        let binary = match self.binary {
+            Some(path) if is_executable(&path) => path,
+            Some(path) => return Err(HarnessError::InvalidBinary { path }),
+            None => find_binary()?,
+        };
+        RedisServer::launch(binary, self.args)
     }
 }
 
@@ -288,8 +302,7 @@ impl RedisServer {
         self.child.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn launch(extra_args: Vec<OsString>) -> Result<RedisServer, HarnessError> {
-        let binary = find_binary()?;
+    fn launch(binary: PathBuf, extra_args: Vec<OsString>) -> Result<RedisServer, HarnessError> {
         let dir = create_temp_dir()?;
         let log_path = dir.join("redis.log");
         let mut last_error = None;

@@ -21,7 +21,7 @@ pub fn connection(server: &RedisServer) -> redis::Connection {
 /// A redlease client of `server` with short timeouts: 300 ms to connect, `io_timeout` per
 /// reply, 1 s per release/extend/inspect.
 pub fn client(server: &RedisServer, io_timeout: Duration) -> redlease::Client {
-    redlease::Client::builder(&server.url())
+    redlease::Client::builder(server.url())
         .connect_timeout(Duration::from_millis(300))
         .io_timeout(io_timeout)
         .op_timeout(Duration::from_secs(1))

@@ -70,7 +70,7 @@ fn assert_configuration(err: &Error, port: u16, says: &str) {
 #[test]
 fn wrong_password_is_a_configuration_error_at_once() {
     let server = protected();
-    let client = Client::open(&url(&server, ":wrong-pw@")).unwrap();
+    let client = Client::open(url(&server, ":wrong-pw@")).unwrap();
     let err = acquire_fails_fast(&client);
     assert_configuration(&err, server.port(), "rejected the password");
     // Again (now with the refusal known): still at once, still typed.
@@ -83,7 +83,7 @@ fn wrong_password_is_a_configuration_error_at_once() {
 #[test]
 fn wrong_password_of_an_acl_user_names_the_user() {
     let server = protected();
-    let client = Client::open(&url(&server, "alice:wrong-pw@")).unwrap();
+    let client = Client::open(url(&server, "alice:wrong-pw@")).unwrap();
     let err = acquire_fails_fast(&client);
     assert_configuration(&err, server.port(), "user \"alice\"");
 }
@@ -91,7 +91,7 @@ fn wrong_password_of_an_acl_user_names_the_user() {
 #[test]
 fn acl_user_in_the_url_works() {
     let server = protected();
-    let client = Client::builder(&url(&server, "alice:alice-pw@"))
+    let client = Client::builder(url(&server, "alice:alice-pw@"))
         .build_and_check()
         .unwrap();
     let guard = client.lock("acl").acquire().unwrap();
@@ -102,7 +102,7 @@ fn acl_user_in_the_url_works() {
 #[test]
 fn acl_user_without_scripting_is_told_noperm_at_once() {
     let server = protected();
-    let client = Client::builder(&url(&server, "bob:bob-pw@"))
+    let client = Client::builder(url(&server, "bob:bob-pw@"))
         .build_and_check() // PING is allowed: the connection and password are fine
         .unwrap();
     let err = acquire_fails_fast(&client);
@@ -112,7 +112,7 @@ fn acl_user_without_scripting_is_told_noperm_at_once() {
 #[test]
 fn password_for_a_server_without_one_says_so() {
     let server = server();
-    let client = Client::open(&url(&server, ":wrong-pw@")).unwrap();
+    let client = Client::open(url(&server, ":wrong-pw@")).unwrap();
     let err = acquire_fails_fast(&client);
     assert_configuration(&err, server.port(), "has none configured");
 }
@@ -120,7 +120,7 @@ fn password_for_a_server_without_one_says_so() {
 #[test]
 fn missing_password_is_noauth_every_time() {
     let server = protected();
-    let client = Client::open(&url(&server, "")).unwrap();
+    let client = Client::open(url(&server, "")).unwrap();
     // Before the fix: NOAUTH once, then "Protocol error: unauthenticated multibulk length"
     // on the reused connection.
     for _ in 0..3 {
@@ -140,7 +140,7 @@ fn missing_password_is_noauth_every_time() {
 #[test]
 fn right_password_works_and_ping_measures_a_round_trip() {
     let server = protected();
-    let client = Client::builder(&url(&server, &format!(":{PASSWORD}@")))
+    let client = Client::builder(url(&server, &format!(":{PASSWORD}@")))
         .build_and_check()
         .unwrap();
     assert!(client.ping().unwrap() < Duration::from_secs(1));
@@ -151,7 +151,7 @@ fn right_password_works_and_ping_measures_a_round_trip() {
 #[test]
 fn database_the_server_does_not_have_is_a_configuration_error() {
     let server = server();
-    let client = Client::open(&format!("redis://127.0.0.1:{}/99", server.port())).unwrap();
+    let client = Client::open(format!("redis://127.0.0.1:{}/99", server.port())).unwrap();
     let err = client.ping().unwrap_err();
     assert_configuration(&err, server.port(), "no such database");
     let err = acquire_fails_fast(&client);
@@ -167,7 +167,7 @@ fn closed_port() -> u16 {
 #[test]
 fn unreachable_server_is_named_and_ping_fails_fast() {
     let port = closed_port();
-    let client = Client::builder(&format!("redis://:{PASSWORD}@127.0.0.1:{port}/"))
+    let client = Client::builder(format!("redis://:{PASSWORD}@127.0.0.1:{port}/"))
         .build()
         .unwrap();
     let started = Instant::now();
@@ -192,7 +192,7 @@ fn unreachable_server_is_named_and_ping_fails_fast() {
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
     assert!(!text.contains(PASSWORD), "{text}");
-    let err = Client::builder(&format!("redis://127.0.0.1:{port}/"))
+    let err = Client::builder(format!("redis://127.0.0.1:{port}/"))
         .build_and_check()
         .unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
@@ -201,7 +201,7 @@ fn unreachable_server_is_named_and_ping_fails_fast() {
 #[test]
 fn a_semaphore_count_stored_earlier_is_kept_and_declare_semaphore_says_so() {
     let server = server();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     // An earlier deployment used 2 permits.
     client.declare_semaphore("api", 2).unwrap();
     let held: Vec<_> = (0..2)
@@ -228,7 +228,7 @@ fn a_semaphore_count_stored_earlier_is_kept_and_declare_semaphore_says_so() {
 
 #[test]
 fn a_bad_url_is_an_invalid_argument_that_does_not_show_the_password() {
-    let err = Client::open(&format!("redis://:{PASSWORD}@127.0.0.1:notaport/")).unwrap_err();
+    let err = Client::open(format!("redis://:{PASSWORD}@127.0.0.1:notaport/")).unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
     assert!(text.contains("bad Redis URL"), "{text}");

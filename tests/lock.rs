@@ -368,15 +368,15 @@ fn bad_input_gets_typed_errors_and_writes_nothing() {
         Client::builder("not a url").build(),
         Err(Error::InvalidArgument(InvalidArgument::Setting(_)))
     ));
-    assert!(Client::builder(&server.url()).pool_size(0).build().is_err());
+    assert!(Client::builder(server.url()).pool_size(0).build().is_err());
     assert!(
-        Client::builder(&server.url())
+        Client::builder(server.url())
             .key_prefix("")
             .build()
             .is_err()
     );
     assert!(
-        Client::builder(&server.url())
+        Client::builder(server.url())
             .io_timeout(Duration::ZERO)
             .build()
             .is_err()
@@ -386,7 +386,7 @@ fn bad_input_gets_typed_errors_and_writes_nothing() {
 #[test]
 fn key_prefix_is_honoured() {
     let server = server();
-    let c = Client::builder(&server.url())
+    let c = Client::builder(server.url())
         .key_prefix("app")
         .build()
         .unwrap();

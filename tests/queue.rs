@@ -47,6 +47,16 @@ fn zero() -> QueueStats {
     QueueStats::default()
 }
 
+/// `QueueStats` and `WorkerReport` are `#[non_exhaustive]` (they will grow), so expected
+/// values are built from a default one, field by field.
+macro_rules! with {
+    ($t:ident { $($field:ident: $value:expr),* $(,)? }) => {{
+        let mut x = $t::default();
+        $(x.$field = $value;)*
+        x
+    }};
+}
+
 /// Every key with its type and full content: two snapshots are equal when nothing was
 /// written in between.
 fn snapshot(conn: &mut redis::Connection) -> BTreeMap<String, String> {
@@ -169,7 +179,7 @@ fn crashing_worker(
             .arg(1)
             .query(conn)
             .unwrap();
-        if rng.next() % kill_one_in == 0 {
+        if rng.next().is_multiple_of(kill_one_in) {
             *shared.abandoned.lock().unwrap().entry(id).or_default() += 1;
             job.abandon();
             return Exit::Killed;
@@ -212,10 +222,9 @@ fn ten_thousand_jobs_survive_workers_killed_mid_job() {
     assert_eq!(ids.len(), total);
     assert_eq!(
         q.stats().unwrap(),
-        QueueStats {
-            ready: total as u64,
-            ..zero()
-        }
+        with!(QueueStats {
+            ready: total as u64
+        })
     );
 
     let (mut rng, seed) = Rng::seeded();
@@ -693,10 +702,7 @@ fn an_ack_after_the_lease_ran_out_is_refused_and_the_job_redelivered() {
     }
     assert_eq!(
         qb.stats().unwrap(),
-        QueueStats {
-            in_flight: 1,
-            ..zero()
-        },
+        with!(QueueStats { in_flight: 1 }),
         "the refused ack removed nothing"
     );
     second.ack().unwrap();
@@ -723,7 +729,7 @@ fn nacks_up_to_max_deliveries_end_on_the_dead_list_and_requeue_brings_them_back(
         job.nack().unwrap();
     }
     assert!(q.try_take().unwrap().is_none());
-    assert_eq!(q.stats().unwrap(), QueueStats { dead: 1, ..zero() });
+    assert_eq!(q.stats().unwrap(), with!(QueueStats { dead: 1 }));
     let dead = q.dead_jobs(10).unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].id, "doomed");
@@ -763,7 +769,7 @@ fn a_lease_that_runs_out_at_max_deliveries_goes_to_the_dead_list() {
     job.abandon();
     // The next taker finds the lease ran out, and the job out of deliveries.
     assert!(q.take(Duration::from_millis(400)).unwrap().is_none());
-    assert_eq!(q.stats().unwrap(), QueueStats { dead: 1, ..zero() });
+    assert_eq!(q.stats().unwrap(), with!(QueueStats { dead: 1 }));
     let dead = q.dead_jobs(1).unwrap();
     assert_eq!((dead[0].id.as_str(), dead[0].deliveries), ("crashy", 1));
 }
@@ -861,7 +867,7 @@ fn a_queued_or_running_id_is_a_duplicate_and_nothing_is_written() {
         q.push_unique("order-1", "again").unwrap(),
         Pushed::Queued("order-1".into())
     );
-    assert_eq!(q.stats().unwrap(), QueueStats { ready: 2, ..zero() });
+    assert_eq!(q.stats().unwrap(), with!(QueueStats { ready: 2 }));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -918,20 +924,19 @@ fn the_worker_pool_acks_and_nacks_and_stops_promptly_without_losing_jobs() {
     assert!(took < Duration::from_millis(1500), "{took:?}");
     assert_eq!(
         report,
-        WorkerReport {
+        with!(WorkerReport {
             acked: ok,
             nacked: nacks,
             refused: 0,
             errors: 0,
             panicked: 0,
-        }
+        })
     );
     assert_eq!(
         q.stats().unwrap(),
-        QueueStats {
-            dead: failing as u64,
-            ..zero()
-        }
+        with!(QueueStats {
+            dead: failing as u64
+        })
     );
     let runs_now = runs.lock().unwrap().clone();
     assert_eq!(runs_now.len(), total);
@@ -962,10 +967,9 @@ fn the_worker_pool_acks_and_nacks_and_stops_promptly_without_losing_jobs() {
     assert_eq!(report.acked, 3, "{report:?}");
     assert_eq!(
         q.stats().unwrap(),
-        QueueStats {
-            dead: failing as u64,
-            ..zero()
-        },
+        with!(QueueStats {
+            dead: failing as u64
+        }),
         "nothing left in flight or ready"
     );
 }
@@ -1013,7 +1017,7 @@ fn bad_names_settings_and_ids_are_refused_before_anything_is_written() {
         Err(Error::InvalidArgument(_))
     ));
     assert_eq!(snapshot(&mut conn), before, "nothing written");
-    assert_eq!(q.stats().unwrap(), QueueStats { ready: 1, ..zero() });
+    assert_eq!(q.stats().unwrap(), with!(QueueStats { ready: 1 }));
 }
 
 #[test]
@@ -1269,7 +1273,7 @@ fn server_is_busy(server: &RedisServer) -> bool {
 fn a_take_whose_reply_was_lost_leaves_no_other_job_leased() {
     let server = server();
     // A short reply timeout, so that a stalled server makes the take's replies go missing.
-    let c = Client::builder(&server.url())
+    let c = Client::builder(server.url())
         .connect_timeout(Duration::from_millis(300))
         .io_timeout(Duration::from_millis(100))
         .op_timeout(Duration::from_secs(1))
@@ -1306,11 +1310,10 @@ fn a_take_whose_reply_was_lost_leaves_no_other_job_leased() {
     let stats = q.stats().unwrap();
     assert_eq!(
         stats,
-        QueueStats {
+        with!(QueueStats {
             ready: 4,
-            in_flight: 1,
-            ..zero()
-        },
+            in_flight: 1
+        }),
         "jobs leased to nobody: they come back only after the visibility timeout, one \
          delivery spent"
     );

@@ -8,7 +8,7 @@ use redlease_suite::RedisServer;
 #[test]
 fn push_take_ack_nack_dead_and_delayed() {
     let server = RedisServer::start().unwrap();
-    let c = Client::open(&server.url()).unwrap();
+    let c = Client::open(server.url()).unwrap();
     let q = c
         .queue("smoke")
         .unwrap()
@@ -65,7 +65,7 @@ fn push_take_ack_nack_dead_and_delayed() {
 #[test]
 fn dead_jobs_can_be_deleted_and_their_ids_reused() {
     let server = RedisServer::start().unwrap();
-    let c = Client::open(&server.url()).unwrap();
+    let c = Client::open(server.url()).unwrap();
     let q = c
         .queue("purge")
         .unwrap()
@@ -98,7 +98,7 @@ fn dead_jobs_can_be_deleted_and_their_ids_reused() {
 #[test]
 fn a_requeued_job_gets_max_deliveries_afresh_and_its_delivery_number_keeps_growing() {
     let server = RedisServer::start().unwrap();
-    let c = Client::open(&server.url()).unwrap();
+    let c = Client::open(server.url()).unwrap();
     let q = c
         .queue("again")
         .unwrap()

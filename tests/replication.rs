@@ -32,7 +32,7 @@ fn pair() -> (RedisServer, RedisServer) {
 }
 
 fn client(server: &RedisServer) -> Client {
-    Client::builder(&server.url())
+    Client::builder(server.url())
         .connect_timeout(Duration::from_millis(300))
         .io_timeout(Duration::from_millis(500))
         .build()

@@ -51,7 +51,7 @@ fn pttl(conn: &mut redis::Connection, key: &str) -> i64 {
 #[test]
 fn client_settings_out_of_range_are_refused_at_build() {
     let server = server();
-    let b = || Client::builder(&server.url());
+    let b = || Client::builder(server.url());
     let max = "3155760000s";
     refused(b().io_timeout(Duration::MAX).build(), &["io timeout", max]);
     refused(
@@ -74,7 +74,7 @@ fn client_settings_out_of_range_are_refused_at_build() {
 fn the_longest_io_timeout_works_and_the_watchdog_renews() {
     let server = server();
     let mut conn = raw(&server);
-    let c = Client::builder(&server.url())
+    let c = Client::builder(server.url())
         .io_timeout(MAX_DURATION)
         .connect_timeout(MAX_DURATION)
         .op_timeout(MAX_DURATION)

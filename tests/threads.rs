@@ -33,7 +33,7 @@ fn threads_named(prefix: &str) -> usize {
 #[test]
 fn dropping_a_client_stops_its_watchdog_and_listener_threads() {
     let server = RedisServer::start().unwrap();
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     assert_eq!(threads_named("redlease-"), 0, "threads start on first use");
 
     // A watched lease starts the watchdog; a wait on a busy lock starts the listener.
@@ -64,7 +64,7 @@ fn dropping_a_client_stops_its_watchdog_and_listener_threads() {
     // Same while Redis is down (the listener is reconnecting), with a guard still alive:
     // guards do not keep the threads, and a watched lease whose watchdog stopped says so.
     let mut server = server;
-    let client = Client::open(&server.url()).unwrap();
+    let client = Client::open(server.url()).unwrap();
     let g = client
         .lock("u")
         .ttl(Duration::from_millis(300))

@@ -7,8 +7,9 @@ use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
 use redlease_core::limits;
 use redlease_core::{Error, InvalidArgument, Protocol, Step};
 
+use crate::connect::{ConnectionTarget, TlsSettings, is_tls};
 use crate::listener::{Endpoint, Listeners, Waiter};
-use crate::transport::{Source, Transport};
+use crate::transport::{PoolSettings, Source, Transport};
 use crate::watchdog::Watchdog;
 
 /// A handle to one Redis deployment: a pool of connections and the settings every
@@ -46,7 +47,7 @@ pub(crate) struct Shared {
     pub(crate) keyspace: Keyspace,
     pub(crate) op_timeout: Duration,
     pub(crate) io_timeout: Duration,
-    /// Where the pub/sub listener connects (`None`: not a plain TCP URL).
+    /// Where the pub/sub listener connects.
     endpoint: Option<Endpoint>,
 }
 
@@ -64,7 +65,8 @@ impl std::fmt::Debug for Client {
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until .build()"]
 pub struct ClientBuilder {
-    url: String,
+    /// The server's connection settings (or why the URL was refused, password hidden).
+    target: Result<redis::ConnectionInfo, String>,
     /// `(sentinel URLs, service name)` when connecting through Sentinel.
     sentinel: Option<(Vec<String>, String)>,
     master_username: Option<String>,
@@ -73,6 +75,11 @@ pub struct ClientBuilder {
     cluster: Vec<String>,
     sharded_pubsub: Option<bool>,
     pool_size: u32,
+    min_idle: u32,
+    max_lifetime: Option<Duration>,
+    idle_timeout: Option<Duration>,
+    client_name: String,
+    tls: TlsSettings,
     connect_timeout: Duration,
     io_timeout: Duration,
     op_timeout: Duration,
@@ -84,6 +91,61 @@ impl ClientBuilder {
     /// Defaults to 16.
     pub fn pool_size(mut self, n: u32) -> Self {
         self.pool_size = n;
+        self
+    }
+
+    /// How many idle connections the pool keeps open, opening them in the background
+    /// (ahead of demand) when fewer are idle. Defaults to 0: connections are opened on
+    /// first use. At most [`pool_size`](Self::pool_size).
+    pub fn min_idle(mut self, n: u32) -> Self {
+        self.min_idle = n;
+        self
+    }
+
+    /// How long a pooled connection is used before it is closed and replaced (`None`:
+    /// forever), so that connections are spread again after a load balancer or proxy
+    /// changes. Defaults to 30 minutes. At least 1 s.
+    pub fn max_lifetime(mut self, d: Option<Duration>) -> Self {
+        self.max_lifetime = d;
+        self
+    }
+
+    /// How long a connection may sit idle in the pool before it is closed (`None`: never),
+    /// when more than [`min_idle`](Self::min_idle) are idle. Keep it below the server's
+    /// `timeout` setting. Defaults to 10 minutes. At least 1 s.
+    pub fn idle_timeout(mut self, d: Option<Duration>) -> Self {
+        self.idle_timeout = d;
+        self
+    }
+
+    /// The name every connection of this client gives itself (`CLIENT SETNAME`), shown by
+    /// `CLIENT LIST` so operators can tell redlease's connections apart (pooled ones and
+    /// the pub/sub listener's). Defaults to `redlease`. 1 to 64 printable ASCII characters
+    /// without spaces (what Redis accepts). Not set on Redis Cluster connections, which the
+    /// `redis` crate opens node by node.
+    pub fn client_name(mut self, name: &str) -> Self {
+        self.client_name = name.to_owned();
+        self
+    }
+
+    /// TLS (`rediss://` URLs): trust the CA certificate(s) in `pem` instead of the
+    /// platform's trust store, for servers with a private CA. Used for every connection of
+    /// the client, Sentinels and cluster nodes included. Needs the `tls-rustls` feature (on
+    /// by default); a bad PEM fails [`build`](Self::build).
+    pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_ca = Some(pem.into());
+        self
+    }
+
+    /// TLS (`rediss://` URLs): present this client certificate (PEM chain) with its private
+    /// key (PEM) to servers that check clients (`tls-auth-clients yes`). Needs the
+    /// `tls-rustls` feature (on by default).
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client_cert = Some((cert_pem.into(), key_pem.into()));
         self
     }
 
@@ -117,9 +179,11 @@ impl ClientBuilder {
     }
 
     /// Redis Cluster: announce releases on shard channels (`SPUBLISH`/`SSUBSCRIBE`, Redis 7),
-    /// so a release reaches only the waiters' shard instead of every node. Defaults to on for
-    /// a cluster client; turn it off for a cluster older than Redis 7 (plain `PUBLISH`, which
-    /// the cluster passes to every node).
+    /// so a release reaches only the waiters' shard instead of every node. By default
+    /// [`build`](Self::build) asks a seed node its version (`INFO server`, bounded by the
+    /// connect timeout): on for Redis 7.0 and later (and Valkey), off for older servers and
+    /// when no seed answers (plain `PUBLISH`, which every version has and the cluster passes
+    /// to every node). Set it to choose without asking.
     pub fn sharded_pubsub(mut self, on: bool) -> Self {
         self.sharded_pubsub = Some(on);
         self
@@ -172,42 +236,68 @@ impl ClientBuilder {
     }
 
     /// Checks the settings and makes the client. Connections are opened on first use, so
-    /// this succeeds while Redis is down; [`build_and_check`](Self::build_and_check) does not.
+    /// this succeeds while Redis is down (a cluster client asks a seed node its version
+    /// first, unless [`sharded_pubsub`](Self::sharded_pubsub) was set; see there);
+    /// [`build_and_check`](Self::build_and_check) does not.
     pub fn build(self) -> Result<Client, Error> {
-        let sharded = self.sharded_pubsub.unwrap_or(!self.cluster.is_empty());
-        if sharded && self.cluster.is_empty() {
+        if self.sharded_pubsub == Some(true) && self.cluster.is_empty() {
             return Err(InvalidArgument::Setting(
                 "sharded pub/sub is for Redis Cluster clients".into(),
             )
             .into());
         }
-        let keyspace = Keyspace::new(&self.prefix)?.with_sharded_pubsub(sharded);
+        let keyspace = Keyspace::new(&self.prefix)?;
         self.check_ranges()?;
-        let bad_url = |url: &str, e: redis::RedisError| {
-            InvalidArgument::Setting(format!("bad Redis URL {:?}: {e}", redacted(url)))
+        self.check_pool()?;
+        let setting = InvalidArgument::Setting;
+        let url_info = |url: &str| url.connection_info().map_err(setting);
+        let tls_client = |info: redis::ConnectionInfo| {
+            self.tls
+                .client(info)
+                .map_err(|e| setting(format!("cannot set up the connection: {e}")))
         };
         let (source, info) = match &self.sentinel {
             None if !self.cluster.is_empty() => {
-                let seed = redis::Client::open(self.cluster[0].as_str())
-                    .map_err(|e| bad_url(&self.cluster[0], e))?;
-                let info = seed.get_connection_info().clone();
-                let cluster = redis::cluster::ClusterClientBuilder::new(self.cluster.clone())
+                let seeds = self
+                    .cluster
+                    .iter()
+                    .map(|u| url_info(u))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let info = seeds[0].clone();
+                let tls = is_tls(info.addr());
+                self.tls.check(tls).map_err(setting)?;
+                let seed = tls_client(info.clone())?;
+                #[allow(unused_mut)]
+                let mut cluster = redis::cluster::ClusterClientBuilder::new(seeds)
                     .connection_timeout(self.connect_timeout)
-                    .response_timeout(self.io_timeout)
+                    .response_timeout(self.io_timeout);
+                #[cfg(feature = "tls-rustls")]
+                if tls {
+                    crate::connect::install_crypto_provider();
+                    cluster = cluster.certs(self.tls.certificates());
+                }
+                // The redis crate's cluster errors name no URL (so no password).
+                let cluster = cluster
                     .build()
-                    .map_err(|e| bad_url(&self.cluster.join(","), e))?;
+                    .map_err(|e| setting(format!("bad Redis Cluster settings: {e}")))?;
                 (Source::Cluster(Box::new(cluster), seed), info)
             }
             None => {
-                let redis =
-                    redis::Client::open(self.url.as_str()).map_err(|e| bad_url(&self.url, e))?;
-                let info = redis.get_connection_info().clone();
+                let info = self.target.clone().map_err(setting)?;
+                self.tls.check(is_tls(info.addr())).map_err(setting)?;
+                let redis = tls_client(info.clone())?;
                 (Source::Direct(redis), info)
             }
             Some((sentinels, service)) => {
-                let clients = sentinels
+                let infos = sentinels
                     .iter()
-                    .map(|u| redis::Client::open(u.as_str()).map_err(|e| bad_url(u, e)))
+                    .map(|u| url_info(u))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let tls = infos.first().is_some_and(|i| is_tls(i.addr()));
+                self.tls.check(tls).map_err(setting)?;
+                let clients = infos
+                    .into_iter()
+                    .map(tls_client)
                     .collect::<Result<Vec<_>, _>>()?;
                 let info = clients
                     .first()
@@ -218,13 +308,22 @@ impl ClientBuilder {
                     service: service.clone(),
                     timeout: self.connect_timeout,
                     master: self.master_auth_info(),
+                    tls: tls.then(|| self.tls.clone()),
                 };
                 (Source::Sentinel(lookup), info)
             }
         };
+        let sharded = match (&source, self.sharded_pubsub) {
+            (_, Some(on)) => on,
+            (Source::Cluster(_, seed), None) => {
+                crate::connect::server_version(seed, self.connect_timeout)
+                    .is_some_and(|v| v >= (7, 0))
+            }
+            _ => false,
+        };
+        let keyspace = keyspace.with_sharded_pubsub(sharded);
         let source = Arc::new(source);
-        // Pub/sub needs plain TCP (a Unix socket or TLS URL waits without notifications).
-        let endpoint = matches!(info.addr(), redis::ConnectionAddr::Tcp(..)).then(|| Endpoint {
+        let endpoint = Some(Endpoint {
             source: source.clone(),
             // Through Sentinel, the master's credentials are the ones given for it.
             username: match &self.sentinel {
@@ -236,12 +335,15 @@ impl ClientBuilder {
                 None => info.redis_settings().password().map(str::to_owned),
             },
             connect_timeout: self.connect_timeout,
+            tls: self.tls.clone(),
+            client_name: Some(self.client_name.clone()),
         });
-        let transport = Transport::new(
+        let transport = Transport::with_settings(
             source,
-            self.pool_size,
+            &self.pool_settings(),
             self.connect_timeout,
             self.io_timeout,
+            true,
         );
         Ok(Client {
             inner: Arc::new(Inner {
@@ -263,23 +365,70 @@ impl ClientBuilder {
     }
 }
 
+impl ClientBuilder {
+    /// Checks the pool settings (r2d2 would panic on some of them).
+    fn check_pool(&self) -> Result<(), Error> {
+        if self.min_idle > self.pool_size {
+            return Err(InvalidArgument::Setting(format!(
+                "min idle must be 0 to the pool size ({}), got {}",
+                self.pool_size, self.min_idle
+            ))
+            .into());
+        }
+        for (what, d) in [
+            ("max lifetime", self.max_lifetime),
+            ("idle timeout", self.idle_timeout),
+        ] {
+            if let Some(got) = d
+                && got < Duration::from_secs(1)
+            {
+                return Err(InvalidArgument::Setting(format!(
+                    "{what} must be None or at least 1 s, got {got:?}"
+                ))
+                .into());
+            }
+        }
+        crate::connect::check_client_name(&self.client_name).map_err(InvalidArgument::Setting)?;
+        Ok(())
+    }
+
+    fn pool_settings(&self) -> PoolSettings {
+        PoolSettings {
+            max_size: self.pool_size,
+            min_idle: self.min_idle,
+            max_lifetime: self.max_lifetime,
+            idle_timeout: self.idle_timeout,
+            client_name: Some(self.client_name.clone()),
+        }
+    }
+}
+
 impl Client {
-    /// Settings for a client of the Redis at `url`:
-    /// `redis://[[username]:password@]host[:port][/db]`. A password alone authenticates as
-    /// the `default` user (`requirepass`); `username:password` as a Redis 6+ ACL user, which
-    /// needs the permissions to run scripts (`EVALSHA`, `EVAL`), on the keys of the prefix,
-    /// and to subscribe to their release channels (Redis 7 ACL users get no pub/sub channels
-    /// unless granted, e.g. `&redlease:*`). Characters such as `@` or `:` in a password are
-    /// percent-encoded. A wrong or missing password gives [`Error::Configuration`] at once.
-    pub fn builder(url: &str) -> ClientBuilder {
+    /// Settings for a client of the Redis at `target`: a URL
+    /// (`redis://[[username]:password@]host[:port][/db]`, `rediss://` for TLS,
+    /// `unix:///path/to/redis.sock` or `redis+unix://` for a Unix socket) or anything else
+    /// the `redis` crate connects to (a `redis::ConnectionInfo`, `(host, port)`), see
+    /// [`ConnectionTarget`]. A URL that does not parse fails [`build`](ClientBuilder::build)
+    /// (its password is not shown in the error).
+    ///
+    /// A password alone authenticates as the `default` user (`requirepass`);
+    /// `username:password` as a Redis 6+ ACL user (see `docs/acl.md` for the permissions).
+    /// Characters such as `@` or `:` in a password are percent-encoded. A wrong or missing
+    /// password gives [`Error::Configuration`] at once.
+    pub fn builder(target: impl ConnectionTarget) -> ClientBuilder {
         ClientBuilder {
-            url: url.to_owned(),
+            target: target.connection_info(),
             sentinel: None,
             master_username: None,
             master_password: None,
             cluster: Vec::new(),
             sharded_pubsub: None,
             pool_size: 16,
+            min_idle: 0,
+            max_lifetime: Some(Duration::from_secs(30 * 60)),
+            idle_timeout: Some(Duration::from_secs(10 * 60)),
+            client_name: "redlease".to_owned(),
+            tls: TlsSettings::default(),
             connect_timeout: Duration::from_secs(1),
             io_timeout: Duration::from_secs(1),
             op_timeout: Duration::from_secs(3),
@@ -312,9 +461,10 @@ impl Client {
         b
     }
 
-    /// A client of the Redis at `url` with default settings.
-    pub fn open(url: &str) -> Result<Client, Error> {
-        Client::builder(url).build()
+    /// A client of the Redis at `target` (a URL, see [`builder`](Self::builder)) with
+    /// default settings.
+    pub fn open(target: impl ConnectionTarget) -> Result<Client, Error> {
+        Client::builder(target).build()
     }
 
     /// Sets up a new connection (outside the pool, bounded by the connect timeout), sends
@@ -438,47 +588,9 @@ fn sleep_until(until: Instant) {
     }
 }
 
-/// `url` (or several, comma separated) with every password replaced by `***`, for messages.
-pub(crate) fn redacted(url: &str) -> String {
-    url.split(',')
-        .map(|one| {
-            let Some((scheme, rest)) = one.split_once("://") else {
-                return one.to_owned();
-            };
-            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-            match authority.rsplit_once('@') {
-                Some((userinfo, host)) => {
-                    let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-                    format!("{scheme}://{user}:***@{host}{path}")
-                }
-                None => one.to_owned(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// Draws `N` random bytes from the operating system.
 pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N], Error> {
     let mut buf = [0u8; N];
     getrandom::fill(&mut buf).map_err(|e| Error::Random(e.to_string()))?;
     Ok(buf)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redacted;
-
-    #[test]
-    fn passwords_are_redacted_from_urls() {
-        assert_eq!(redacted("redis://:pw@h:1/0"), "redis://:***@h:1/0");
-        assert_eq!(redacted("redis://alice:pw@h:1"), "redis://alice:***@h:1");
-        assert_eq!(redacted("rediss://a:p%40w@h/2"), "rediss://a:***@h/2");
-        assert_eq!(redacted("redis://h:1/"), "redis://h:1/");
-        assert_eq!(
-            redacted("redis://:x@a:1,redis://:y@b:2"),
-            "redis://:***@a:1,redis://:***@b:2"
-        );
-        assert_eq!(redacted("not a url"), "not a url");
-    }
 }

@@ -12,6 +12,9 @@
 //! - [`Client::queue`]: a reliable queue with priorities, delays, leases and dead letters.
 //! - Deployments: one server ([`Client::open`]), Sentinel ([`Client::sentinel`]), Redis
 //!   Cluster ([`Client::cluster`]); `min_replicas` on locks and semaphores for failovers.
+//!   TLS (`rediss://`, cargo feature `tls-rustls`, on by default, with
+//!   [`ClientBuilder::tls_root_ca`] and [`ClientBuilder::tls_client_cert`]) and Unix sockets
+//!   (`unix://`) everywhere; see [`ConnectionTarget`] for what a client can be opened with.
 //!
 //! This crate is a thin driver: it runs the protocol machines of
 //! [`redlease_core`] over an `r2d2` pool of `redis` connections. Everything a protocol
@@ -54,6 +57,7 @@
 )]
 
 mod client;
+mod connect;
 mod legacy;
 mod listener;
 mod lock;
@@ -66,6 +70,7 @@ mod transport;
 mod watchdog;
 
 pub use client::{Client, ClientBuilder};
+pub use connect::ConnectionTarget;
 pub use legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
 pub use lock::{LockBuilder, LockGuard};
 pub use queue::{Job, Queue, WorkerReport, Workers};
@@ -74,6 +79,11 @@ pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::{Error, FailureKind, InvalidArgument, LossReason, TransportFailure};
 pub use redlock::{RedLock, RedLockBuilder, RedLockGuard, RedLockLockBuilder};
 
+/// The channel crate of [`LockGuard::lost`] and [`Job::lost`], re-exported so that your
+/// `select!` uses the same version as this crate.
+pub use crossbeam_channel;
+/// The receiver of [`LockGuard::lost`] and [`Job::lost`].
+pub use crossbeam_channel::Receiver;
 /// The accepted range of every setting (durations, permits, pool sizes) and why.
 pub use redlease_core::limits;
 

@@ -18,8 +18,7 @@
 //!   not churn SUBSCRIBE/UNSUBSCRIBE) and are dropped after [`LINGER`] idle.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{ErrorKind, Read, Write};
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::io::ErrorKind;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -28,6 +27,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, bounded};
 use redlease_core::{Reply, WakeOn};
 
+use crate::connect::{ReadHalf, TlsSettings, WriteHalf, open_split};
 use crate::resp;
 
 /// How long a subscription without waiters is kept.
@@ -73,7 +73,7 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     /// The write half of the current connection (`None` while disconnected).
-    writer: Mutex<Option<TcpStream>>,
+    writer: Mutex<Option<WriteHalf>>,
     epoch: Arc<AtomicU64>,
     /// Shard channels (SSUBSCRIBE) instead of plain ones.
     sharded: bool,
@@ -119,7 +119,7 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn writer(&self) -> MutexGuard<'_, Option<TcpStream>> {
+    fn writer(&self) -> MutexGuard<'_, Option<WriteHalf>> {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -133,7 +133,7 @@ impl Shared {
             && stream.write_all(&resp::encode(args)).is_err()
         {
             // The reader notices the broken connection and reconnects.
-            let _ = stream.shutdown(Shutdown::Both);
+            stream.shutdown();
         }
     }
 }
@@ -146,6 +146,10 @@ pub(crate) struct Endpoint {
     pub(crate) username: Option<String>,
     pub(crate) password: Option<String>,
     pub(crate) connect_timeout: Duration,
+    /// For `rediss://` servers.
+    pub(crate) tls: TlsSettings,
+    /// Given with `CLIENT SETNAME` after connecting.
+    pub(crate) client_name: Option<String>,
 }
 
 /// The listener thread's handle; dropping it stops and joins the thread.
@@ -235,7 +239,7 @@ impl Drop for Listener {
     fn drop(&mut self) {
         drop(self.stop.take());
         if let Some(stream) = self.shared.writer().as_ref() {
-            let _ = stream.shutdown(Shutdown::Both);
+            stream.shutdown();
         }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -318,9 +322,9 @@ fn run(shared: &Shared, endpoint: &Endpoint, stop: &Receiver<()>) {
     let mut pause = Duration::from_millis(50);
     loop {
         match connect(endpoint) {
-            Ok(stream) => {
+            Ok((reader, writer)) => {
                 pause = Duration::from_millis(50);
-                serve(shared, stream, stop);
+                serve(shared, reader, writer, stop);
                 disconnect(shared);
             }
             Err(_) => {
@@ -335,46 +339,43 @@ fn run(shared: &Shared, endpoint: &Endpoint, stop: &Receiver<()>) {
     }
 }
 
-fn connect(endpoint: &Endpoint) -> std::io::Result<TcpStream> {
+/// Connects (plain TCP, Unix socket or TLS, whatever the server's address is), then
+/// authenticates and names the connection, each reply awaited at most the connect timeout.
+fn connect(endpoint: &Endpoint) -> std::io::Result<(ReadHalf, WriteHalf)> {
     let client = endpoint.source.client().map_err(std::io::Error::other)?;
-    let redis::ConnectionAddr::Tcp(host, port) = client.get_connection_info().addr().clone() else {
-        return Err(std::io::Error::other(
-            "the listener supports plain TCP only",
-        ));
-    };
-    let mut last = std::io::Error::new(ErrorKind::NotFound, "no address");
-    for addr in (host.as_str(), port).to_socket_addrs()? {
-        match TcpStream::connect_timeout(&addr, endpoint.connect_timeout) {
-            Ok(mut stream) => {
-                stream.set_nodelay(true)?;
-                // Writes happen under the state lock: a stuck socket must not hold it long.
-                stream.set_write_timeout(Some(TICK))?;
-                stream.set_read_timeout(Some(endpoint.connect_timeout))?;
-                if let Some(password) = &endpoint.password {
-                    let mut args: Vec<&[u8]> = vec![b"AUTH"];
-                    if let Some(user) = &endpoint.username {
-                        args.push(user.as_bytes());
-                    }
-                    args.push(password.as_bytes());
-                    stream.write_all(&resp::encode(&args))?;
-                    let mut buf = Vec::new();
-                    match read_frame(&mut stream, &mut buf)? {
-                        Reply::Status(_) => {}
-                        other => {
-                            return Err(std::io::Error::other(format!("AUTH refused: {other:?}")));
-                        }
-                    }
-                }
-                stream.set_read_timeout(Some(TICK))?;
-                return Ok(stream);
+    let addr = client.get_connection_info().addr();
+    let (mut reader, mut writer) = open_split(addr, &endpoint.tls, endpoint.connect_timeout)?;
+    let mut buf = Vec::new();
+    if let Some(password) = &endpoint.password {
+        let mut args: Vec<&[u8]> = vec![b"AUTH"];
+        if let Some(user) = &endpoint.username {
+            args.push(user.as_bytes());
+        }
+        args.push(password.as_bytes());
+        writer.write_all(&resp::encode(&args))?;
+        match read_frame(&mut reader, &mut buf)? {
+            Reply::Status(_) => {}
+            Reply::Error(e) => {
+                return Err(std::io::Error::other(format!("AUTH refused: {e}")));
             }
-            Err(e) => last = e,
+            _ => return Err(std::io::Error::other("AUTH: unexpected reply")),
         }
     }
-    Err(last)
+    if let Some(name) = &endpoint.client_name {
+        writer.write_all(&resp::encode(&[b"CLIENT", b"SETNAME", name.as_bytes()]))?;
+        if let Reply::Error(e) = read_frame(&mut reader, &mut buf)? {
+            return Err(std::io::Error::other(format!(
+                "CLIENT SETNAME refused: {e}"
+            )));
+        }
+    }
+    reader.set_read_timeout(TICK)?;
+    // Writes happen under the state lock: a stuck socket must not hold it long.
+    writer.set_write_timeout(TICK)?;
+    Ok((reader, writer))
 }
 
-fn read_frame(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Reply> {
+fn read_frame(stream: &mut ReadHalf, buf: &mut Vec<u8>) -> std::io::Result<Reply> {
     let mut chunk = [0u8; 512];
     loop {
         if let Some((frame, used)) = resp::parse(buf).map_err(|e| std::io::Error::other(e.0))? {
@@ -390,11 +391,7 @@ fn read_frame(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Repl
 }
 
 /// Serves one connection until it breaks or the client is dropped.
-fn serve(shared: &Shared, stream: TcpStream, stop: &Receiver<()>) {
-    let Ok(writer) = stream.try_clone() else {
-        return;
-    };
-    let mut reader = stream;
+fn serve(shared: &Shared, mut reader: ReadHalf, writer: WriteHalf, stop: &Receiver<()>) {
     // Publish the writer and subscribe to every channel someone waits on (or lingers).
     {
         let mut state = shared.state();
@@ -514,7 +511,7 @@ fn route(shared: &Shared, frame: Reply) {
 /// The connection is gone: nothing is subscribed any more.
 fn disconnect(shared: &Shared) {
     if let Some(stream) = shared.writer().take() {
-        let _ = stream.shutdown(Shutdown::Both);
+        stream.shutdown();
     }
     let mut state = shared.state();
     for entry in state.channels.values_mut() {
@@ -530,19 +527,19 @@ pub(crate) enum Listeners {
     /// One server (or one node that sees every `PUBLISH`).
     One(Listener),
     /// A cluster's shards.
-    Shards(Shards),
+    Shards(Box<Shards>),
 }
 
 impl Listeners {
     /// A listener for `endpoint`; per shard when `sharded`.
     pub(crate) fn start(endpoint: Endpoint, sharded: bool) -> Listeners {
         if sharded {
-            Listeners::Shards(Shards {
+            Listeners::Shards(Box::new(Shards {
                 seed: endpoint,
                 epoch: Arc::new(AtomicU64::new(0)),
                 nodes: Mutex::new(HashMap::new()),
                 routes: Mutex::new(HashMap::new()),
-            })
+            }))
         } else {
             Listeners::One(Listener::start(endpoint))
         }
@@ -588,7 +585,18 @@ impl Shards {
         let route = self.route(&on.channel)?;
         let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         if !nodes.contains_key(&route) {
-            let client = redis::Client::open((route.0.as_str(), route.1)).ok()?;
+            let seed = self.seed.source.client().ok()?;
+            let addr = match seed.get_connection_info().addr() {
+                redis::ConnectionAddr::TcpTls { .. } => redis::ConnectionAddr::TcpTls {
+                    host: route.0.clone(),
+                    port: route.1,
+                    insecure: false,
+                    tls_params: None,
+                },
+                _ => redis::ConnectionAddr::Tcp(route.0.clone(), route.1),
+            };
+            let info = seed.get_connection_info().clone().set_addr(addr);
+            let client = self.seed.tls.client(info).ok()?;
             let mut endpoint = self.seed.clone();
             endpoint.source = Arc::new(crate::transport::Source::Direct(client));
             let listener = Listener::start_with(endpoint, self.epoch.clone(), true);

@@ -360,7 +360,25 @@ fn work_loop<E>(
 }
 
 /// A running worker pool; [`stop`](Self::stop) (or drop) ends it.
+///
+/// Keep it: `queue.work(4, handler);` as a statement would stop the pool at once, so that
+/// is a `must_use` warning (an error under `deny(unused_must_use)`):
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// fn start(queue: &redlease::Queue) {
+///     queue.work(4, |_job: &redlease::Job| -> Result<(), String> { Ok(()) });
+/// }
+/// ```
+///
+/// ```no_run
+/// #![deny(unused_must_use)]
+/// fn start(queue: &redlease::Queue) -> redlease::Workers {
+///     queue.work(4, |_job: &redlease::Job| -> Result<(), String> { Ok(()) })
+/// }
+/// ```
 #[derive(Debug)]
+#[must_use = "dropping Workers stops the pool at once: keep it while the workers should run, and call .stop() to end them"]
 pub struct Workers {
     stop: Arc<AtomicBool>,
     counters: Arc<WorkerCounters>,
@@ -369,6 +387,7 @@ pub struct Workers {
 
 /// What a worker pool did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct WorkerReport {
     /// Jobs handled successfully and acked.
     pub acked: u64,

@@ -46,6 +46,8 @@ pub struct RedLockBuilder {
     node_timeout: Duration,
     pool_size: u32,
     prefix: String,
+    tls: crate::connect::TlsSettings,
+    client_name: String,
 }
 
 impl RedLockBuilder {
@@ -70,6 +72,31 @@ impl RedLockBuilder {
         self
     }
 
+    /// The name each node connection gives itself (`CLIENT SETNAME`), shown by `CLIENT
+    /// LIST`. Defaults to `redlease`. 1 to 64 printable ASCII characters without spaces.
+    pub fn client_name(mut self, name: &str) -> Self {
+        self.client_name = name.to_owned();
+        self
+    }
+
+    /// TLS (`rediss://` URLs): trust the CA certificate(s) in `pem` instead of the
+    /// platform's trust store. Needs the `tls-rustls` feature (on by default).
+    pub fn tls_root_ca(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_ca = Some(pem.into());
+        self
+    }
+
+    /// TLS (`rediss://` URLs): present this client certificate (PEM chain) and private key
+    /// (PEM) to nodes that check clients. Needs the `tls-rustls` feature (on by default).
+    pub fn tls_client_cert(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client_cert = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Each setting within its range (see [`limits`]), and nodes that are distinct servers.
     fn check(&self) -> Result<(), Error> {
         limits::timeout("node timeout", self.node_timeout)?;
@@ -78,12 +105,17 @@ impl RedLockBuilder {
         // as two votes, and its second SET NX always finds the first: refuse it.
         let mut seen = std::collections::HashSet::new();
         for url in &self.urls {
-            let redis = redis::Client::open(url.as_str())
-                .map_err(|e| InvalidArgument::Setting(format!("bad Redis URL {url:?}: {e}")))?;
+            let redis = redis::Client::open(url.as_str()).map_err(|e| {
+                InvalidArgument::Setting(format!(
+                    "bad Redis URL {:?}: {e}",
+                    crate::connect::redact_url(url)
+                ))
+            })?;
             let addr = redis.get_connection_info().addr().to_string();
             if !seen.insert(addr.clone()) {
                 return Err(InvalidArgument::Setting(format!(
-                    "RedLock nodes must be distinct servers: {addr} is given twice (as {url:?})"
+                    "RedLock nodes must be distinct servers: {addr} is given twice (as {:?})",
+                    crate::connect::redact_url(url)
                 ))
                 .into());
             }
@@ -106,15 +138,24 @@ impl RedLockBuilder {
             .into());
         }
         self.check()?;
+        crate::connect::check_client_name(&self.client_name).map_err(InvalidArgument::Setting)?;
         let nodes = self
             .urls
             .iter()
             .map(|url| {
-                let redis = redis::Client::open(url.as_str())
-                    .map_err(|e| InvalidArgument::Setting(format!("bad Redis URL {url:?}: {e}")))?;
-                Ok(Transport::with_checks(
+                use crate::connect::ConnectionTarget;
+                let info = url.connection_info().map_err(InvalidArgument::Setting)?;
+                self.tls
+                    .check(crate::connect::is_tls(info.addr()))
+                    .map_err(InvalidArgument::Setting)?;
+                let redis = self.tls.client(info).map_err(|e| {
+                    InvalidArgument::Setting(format!("cannot set up the connection: {e}"))
+                })?;
+                let mut settings = crate::transport::PoolSettings::sized(self.pool_size);
+                settings.client_name = Some(self.client_name.clone());
+                Ok(Transport::with_settings(
                     std::sync::Arc::new(crate::transport::Source::Direct(redis)),
-                    self.pool_size,
+                    &settings,
                     self.node_timeout,
                     self.node_timeout,
                     false,
@@ -139,6 +180,8 @@ impl RedLock {
             node_timeout: Duration::from_millis(50),
             pool_size: 8,
             prefix: DEFAULT_PREFIX.to_owned(),
+            tls: crate::connect::TlsSettings::default(),
+            client_name: "redlease".to_owned(),
         }
     }
 

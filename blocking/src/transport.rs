@@ -67,6 +67,8 @@ pub(crate) struct Manager {
     connect_timeout: Duration,
     io_timeout: Duration,
     setup: Arc<Setup>,
+    /// Given to every new connection with `CLIENT SETNAME`.
+    client_name: Option<String>,
 }
 
 /// What the last connection set-up said about the client's configuration, shared by the
@@ -93,6 +95,30 @@ impl Setup {
     }
 }
 
+/// The pool's size and connection lifetimes (see the `ClientBuilder` methods of the same
+/// names).
+#[derive(Debug, Clone)]
+pub(crate) struct PoolSettings {
+    pub(crate) max_size: u32,
+    pub(crate) min_idle: u32,
+    pub(crate) max_lifetime: Option<Duration>,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) client_name: Option<String>,
+}
+
+impl PoolSettings {
+    /// `max_size` connections, made on demand, with r2d2's default lifetimes.
+    pub(crate) fn sized(max_size: u32) -> Self {
+        PoolSettings {
+            max_size,
+            min_idle: 0,
+            max_lifetime: Some(Duration::from_secs(30 * 60)),
+            idle_timeout: Some(Duration::from_secs(10 * 60)),
+            client_name: None,
+        }
+    }
+}
+
 /// Where connections go: one address, or whichever master the Sentinels name at the time
 /// (so that after a failover, new connections reach the new master).
 pub(crate) enum Source {
@@ -114,6 +140,9 @@ pub(crate) struct SentinelLookup {
     pub(crate) timeout: Duration,
     /// The master's connection settings (database, credentials) without its address.
     pub(crate) master: redis::RedisConnectionInfo,
+    /// `Some`: the Sentinels were given as `rediss://` URLs, so the master is reached
+    /// over TLS too, with these settings.
+    pub(crate) tls: Option<crate::connect::TlsSettings>,
 }
 
 impl SentinelLookup {
@@ -134,10 +163,22 @@ impl SentinelLookup {
             match asked {
                 Ok(Some((host, port))) => {
                     use redis::IntoConnectionInfo;
-                    let info = redis::ConnectionAddr::Tcp(host, port)
+                    let addr = match &self.tls {
+                        None => redis::ConnectionAddr::Tcp(host, port),
+                        Some(_) => redis::ConnectionAddr::TcpTls {
+                            host,
+                            port,
+                            insecure: false,
+                            tls_params: None,
+                        },
+                    };
+                    let info = addr
                         .into_connection_info()?
                         .set_redis_settings(self.master.clone());
-                    return redis::Client::open(info);
+                    return match &self.tls {
+                        Some(tls) => tls.client(info),
+                        None => redis::Client::open(info),
+                    };
                 }
                 Ok(None) => {
                     last = redis::RedisError::from((
@@ -214,9 +255,15 @@ impl Manager {
             _ => {
                 let client = self.source.client().map_err(|e| (e, None))?;
                 let set_up = || -> redis::RedisResult<Link> {
-                    let c = client.get_connection_with_timeout(connect_timeout)?;
+                    let mut c = client.get_connection_with_timeout(connect_timeout)?;
                     c.set_read_timeout(Some(self.io_timeout))?;
                     c.set_write_timeout(Some(self.io_timeout))?;
+                    if let Some(name) = &self.client_name {
+                        redis::cmd("CLIENT")
+                            .arg("SETNAME")
+                            .arg(name)
+                            .query::<()>(&mut c)?;
+                    }
                     Ok(Link::Single(c))
                 };
                 set_up().map_err(|e| (e, Some(client.clone())))?
@@ -383,21 +430,15 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
-    pub(crate) fn new(
-        source: Arc<Source>,
-        pool_size: u32,
-        connect_timeout: Duration,
-        io_timeout: Duration,
-    ) -> Self {
-        Self::with_checks(source, pool_size, connect_timeout, io_timeout, true)
-    }
-
+    /// A pool with `settings` (checked by the builders: sizes at least 1, `min_idle` at
+    /// most `max_size`, lifetimes not zero).
+    ///
     /// `check_idle`: PING connections idle for [`CHECK_AFTER_IDLE`] on checkout. RedLock turns
     /// it off: a round must write to every node at once, not PING them one after another (a
     /// dead connection there only costs that node's vote).
-    pub(crate) fn with_checks(
+    pub(crate) fn with_settings(
         source: Arc<Source>,
-        pool_size: u32,
+        settings: &PoolSettings,
         connect_timeout: Duration,
         io_timeout: Duration,
         check_idle: bool,
@@ -408,12 +449,16 @@ impl Transport {
             connect_timeout,
             io_timeout,
             setup: Arc::default(),
+            client_name: settings.client_name.clone(),
         };
-        // Connections are made on demand (no eager background connecting to a Redis that
-        // may be down) and PINGed on checkout only after being idle (see CHECK_AFTER_IDLE).
+        // By default connections are made on demand (no eager background connecting to a
+        // Redis that may be down) and PINGed on checkout only after being idle (see
+        // CHECK_AFTER_IDLE).
         let pool = r2d2::Pool::builder()
-            .max_size(pool_size)
-            .min_idle(Some(0))
+            .max_size(settings.max_size.max(1))
+            .min_idle(Some(settings.min_idle.min(settings.max_size)))
+            .max_lifetime(settings.max_lifetime.filter(|d| !d.is_zero()))
+            .idle_timeout(settings.idle_timeout.filter(|d| !d.is_zero()))
             .test_on_check_out(check_idle)
             .connection_timeout(connect_timeout)
             .build_unchecked(manager.clone());

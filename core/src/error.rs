@@ -135,6 +135,7 @@ pub enum Error {
 
 /// Why a lease is no longer ours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum LossReason {
     /// The key was gone: the lease expired (or the key was deleted or evicted).
     Expired,

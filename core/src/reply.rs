@@ -68,22 +68,29 @@ pub struct ErrorReply {
 
 impl ErrorReply {
     /// Splits a raw error line (`"WRONGTYPE Operation against ..."`) into code and message.
+    /// An error raised inside a script that Redis 6.2 wraps (see [`new`](Self::new)) gets
+    /// its original code back.
     pub fn parse(line: &str) -> Self {
         let line = line.trim_start_matches('-');
         match line.split_once(' ') {
-            Some((code, rest)) => ErrorReply {
-                code: code.to_owned(),
-                message: rest.to_owned(),
-            },
-            None => ErrorReply {
-                code: line.to_owned(),
-                message: String::new(),
-            },
+            Some((code, rest)) => ErrorReply::new(code, rest),
+            None => ErrorReply::new(line, ""),
         }
     }
 
     /// An error reply from its parts.
+    ///
+    /// Redis before 7.0 wraps an error that a command raised inside a script:
+    /// `ERR Error running script (call to f_<sha>): @user_script:5: WRONGTYPE Operation
+    /// against a key holding the wrong kind of value`. That error is read as the one inside
+    /// (code `WRONGTYPE` here, the message keeping the wrapper's text), as Redis 7.0 and
+    /// later send it, so that every server version is classified alike.
     pub fn new(code: &str, message: &str) -> Self {
+        if code.eq_ignore_ascii_case("ERR")
+            && let Some(inner) = unwrap_script_error(message)
+        {
+            return inner;
+        }
         ErrorReply {
             code: code.to_owned(),
             message: message.to_owned(),
@@ -110,6 +117,33 @@ impl ErrorReply {
         .iter()
         .any(|c| self.is(c))
     }
+}
+
+/// The error inside Redis 6.2's `Error running script (call to f_...): @user_script:N: CODE
+/// message`, if `message` is one and the inner error has an upper-case code.
+fn unwrap_script_error(message: &str) -> Option<ErrorReply> {
+    let rest = message.strip_prefix("Error running script")?;
+    let (_, after) = rest.split_once("@user_script:")?;
+    let (line, inner) = after.split_once(": ")?;
+    if line.is_empty() || !line.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (code, text) = inner
+        .trim_start()
+        .split_once(' ')
+        .unwrap_or((inner.trim(), ""));
+    let is_code = !code.is_empty()
+        && code
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+    // `ERR ...` inside is still `ERR`: nothing to unwrap.
+    if !is_code || code == "ERR" {
+        return None;
+    }
+    Some(ErrorReply {
+        code: code.to_owned(),
+        message: format!("{text} (script error, wrapped by the server: {message})"),
+    })
 }
 
 impl fmt::Display for ErrorReply {
@@ -187,6 +221,57 @@ impl Input {
         Input {
             id,
             result: Err(failure),
+        }
+    }
+}
+
+#[cfg(test)]
+mod wrapped_script_error_tests {
+    use super::*;
+
+    #[test]
+    fn redis_6_2_wrapped_script_errors_keep_their_code() {
+        let line = "-ERR Error running script (call to f_0123abcd): @user_script:5: \
+                    WRONGTYPE Operation against a key holding the wrong kind of value";
+        let e = ErrorReply::parse(line);
+        assert!(e.is("WRONGTYPE"), "{e:?}");
+        assert!(e.message.starts_with("Operation against a key"), "{e:?}");
+        assert!(
+            e.message.contains("f_0123abcd"),
+            "the wrapper stays visible: {e:?}"
+        );
+        let e = ErrorReply::new(
+            "ERR",
+            "Error running script (call to f_1): @user_script:12: NOPERM this user has no \
+             permissions to access one of the channels used as arguments",
+        );
+        assert!(e.is("NOPERM"), "{e:?}");
+        let e = ErrorReply::new(
+            "ERR",
+            "Error running script (call to f_1): @user_script:1: OOM command not allowed",
+        );
+        assert!(e.is("OOM"), "{e:?}");
+    }
+
+    #[test]
+    fn other_errors_are_left_alone() {
+        // Redis 7's form is already right.
+        let e = ErrorReply::parse(
+            "-WRONGTYPE Operation against a key holding the wrong kind of value script: f_1, on @user_script:5.",
+        );
+        assert!(e.is("WRONGTYPE"));
+        // A Lua error inside a script is a plain ERR.
+        for message in [
+            "Error running script (call to f_1): @user_script:3: user_script:3: attempt to \
+             compare nil with number",
+            "Error running script (call to f_1): @user_script:1: ERR wrong number of arguments",
+            "Error running script (call to f_1): @enable_strict_lua:15: user_script:1: \
+             Script attempted to access nonexistent global variable 'x'",
+            "wrong number of arguments for 'get' command",
+        ] {
+            let e = ErrorReply::new("ERR", message);
+            assert!(e.is("ERR"), "{e:?}");
+            assert_eq!(e.message, message);
         }
     }
 }

@@ -69,6 +69,7 @@ pub struct Inspect;
 
 /// What [`Inspect`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LeaseState {
     /// The lease is ours; Redis expires it after `remaining` (`None`: the key has no expiry).
     Held {
@@ -94,6 +95,7 @@ pub struct ReadSemaphore;
 
 /// A semaphore as Redis sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SemaphoreState {
     /// The permit count (`None`: not set yet; the first acquisition sets it).
     pub permits: Option<u64>,

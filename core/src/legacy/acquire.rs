@@ -366,18 +366,17 @@ impl LegacyAcquire {
         now: Instant,
     ) -> Option<Step<LegacyAcquisition>> {
         // A transport failure of any request of the step decides it.
-        if let Some(pos) = results.iter().position(Result::is_err) {
-            if let Err(failure) = results.swap_remove(pos) {
-                if let (Phase::SetNx { value, sent_at }, FailureKind::NoReply) =
-                    (&phase, failure.kind)
-                {
-                    match self.algorithm {
-                        LegacyAlgorithm::GetSet => self.unconfirmed.push((value.clone(), *sent_at)),
-                        LegacyAlgorithm::SetNxExpire => self.wrote_token = true,
-                    }
+        if let Some(pos) = results.iter().position(Result::is_err)
+            && let Err(failure) = results.swap_remove(pos)
+        {
+            if let (Phase::SetNx { value, sent_at }, FailureKind::NoReply) = (&phase, failure.kind)
+            {
+                match self.algorithm {
+                    LegacyAlgorithm::GetSet => self.unconfirmed.push((value.clone(), *sent_at)),
+                    LegacyAlgorithm::SetNxExpire => self.wrote_token = true,
                 }
-                return self.on_failure(failure, now);
             }
+            return self.on_failure(failure, now);
         }
         let mut replies = results.into_iter().filter_map(Result::ok);
         let first = replies.next();

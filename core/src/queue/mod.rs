@@ -136,6 +136,7 @@ pub struct NewJob {
 
 /// What a push did with one job.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Pushed {
     /// Queued (or delayed) under this id.
     Queued(String),
@@ -326,6 +327,7 @@ pub fn nack(
 
 /// Queue counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct QueueStats {
     /// Jobs ready to be taken.
     pub ready: u64,
@@ -372,6 +374,7 @@ pub fn stats(keys: &QueueKeys, deadline: Instant) -> ScriptOp<Stats> {
 
 /// A job on the dead list.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeadJob {
     /// Its id.
     pub id: String,

@@ -1,0 +1,612 @@
+//! How connections are made, for the pool, the pub/sub listener, Sentinel, Cluster and
+//! RedLock alike: what a client may be opened with ([`ConnectionTarget`]), URLs with their
+//! password hidden in errors, TLS settings, and the listener's own socket (plain TCP, Unix
+//! socket or TLS) split into a reading and a writing half.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+#[cfg(unix)]
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+
+/// What a client can be opened with: everything the `redis` crate's `IntoConnectionInfo`
+/// takes (a URL as `&str` or `String`, a `redis::ConnectionInfo`, a `redis::ConnectionAddr`,
+/// a `(host, port)` pair), and `&String`.
+///
+/// URLs: `redis://[[user]:password@]host[:port][/db]`, `rediss://...` for TLS (feature
+/// `tls-rustls`, on by default), `unix:///path/to/redis.sock` or
+/// `redis+unix:///path/to/redis.sock` (`?db=N&user=U&pass=P`) for a Unix socket.
+pub trait ConnectionTarget: sealed::Sealed {
+    /// The connection settings, or why there are none (an error message that never shows
+    /// a password).
+    #[doc(hidden)]
+    fn connection_info(self) -> Result<ConnectionInfo, String>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+fn parse_url(url: &str) -> Result<ConnectionInfo, String> {
+    url.into_connection_info().map_err(|e| bad_url(url, &e))
+}
+
+/// The error for a URL the `redis` crate refused, without its password.
+pub(crate) fn bad_url(url: &str, e: &redis::RedisError) -> String {
+    let hint = if (url.starts_with("rediss:") || url.starts_with("valkeys:"))
+        && !cfg!(feature = "tls-rustls")
+    {
+        " (TLS needs redlease's `tls-rustls` feature)"
+    } else {
+        ""
+    };
+    format!("bad Redis URL {:?}: {e}{hint}", redact_url(url))
+}
+
+impl sealed::Sealed for &str {}
+impl ConnectionTarget for &str {
+    fn connection_info(self) -> Result<ConnectionInfo, String> {
+        parse_url(self)
+    }
+}
+impl sealed::Sealed for String {}
+impl ConnectionTarget for String {
+    fn connection_info(self) -> Result<ConnectionInfo, String> {
+        parse_url(&self)
+    }
+}
+impl sealed::Sealed for &String {}
+impl ConnectionTarget for &String {
+    fn connection_info(self) -> Result<ConnectionInfo, String> {
+        parse_url(self)
+    }
+}
+impl sealed::Sealed for ConnectionInfo {}
+impl ConnectionTarget for ConnectionInfo {
+    fn connection_info(self) -> Result<ConnectionInfo, String> {
+        Ok(self)
+    }
+}
+impl sealed::Sealed for ConnectionAddr {}
+impl ConnectionTarget for ConnectionAddr {
+    fn connection_info(self) -> Result<ConnectionInfo, String> {
+        self.into_connection_info()
+            .map_err(|e| format!("bad Redis address: {e}"))
+    }
+}
+impl sealed::Sealed for (&str, u16) {}
+impl ConnectionTarget for (&str, u16) {
+    fn connection_info(self) -> Result<ConnectionInfo, String> {
+        self.into_connection_info()
+            .map_err(|e| format!("bad Redis address: {e}"))
+    }
+}
+impl sealed::Sealed for (String, u16) {}
+impl ConnectionTarget for (String, u16) {
+    fn connection_info(self) -> Result<ConnectionInfo, String> {
+        self.into_connection_info()
+            .map_err(|e| format!("bad Redis address: {e}"))
+    }
+}
+
+/// `url` with the password of its user info, and any `pass`/`password` query parameter,
+/// replaced by `<redacted>`.
+pub(crate) fn redact_url(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((s, r)) => (Some(s), r),
+        None => (None, url),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((user_info, host)) => match user_info.split_once(':') {
+            Some((user, _)) => format!("{user}:<redacted>@{host}"),
+            // `redis://secret@host`: the redis crate reads a lone user-info part as a
+            // user name, but people put passwords there too.
+            None => format!("<redacted>@{host}"),
+        },
+        None => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let (query, fragment) = match query.split_once('#') {
+                Some((q, f)) => (q, Some(f)),
+                None => (query, None),
+            };
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((k, _))
+                        if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") =>
+                    {
+                        format!("{k}=<redacted>")
+                    }
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            let mut t = format!("{path}?{}", query.join("&"));
+            if let Some(f) = fragment {
+                t.push('#');
+                t.push_str(f);
+            }
+            t
+        }
+        None => tail.to_owned(),
+    };
+    match scheme {
+        Some(s) => format!("{s}://{authority}{tail}"),
+        None => format!("{authority}{tail}"),
+    }
+}
+
+/// The TLS settings of a client: a CA to trust instead of the platform's trust store, and a
+/// client certificate for servers that ask for one (`tls-auth-clients yes`). Used for every
+/// `rediss://` connection of the client (pool, listener, Sentinels and the master they
+/// name, cluster nodes).
+#[derive(Clone, Default)]
+pub(crate) struct TlsSettings {
+    /// PEM certificates to trust.
+    pub(crate) root_ca: Option<Vec<u8>>,
+    /// PEM certificate chain and PEM private key.
+    pub(crate) client_cert: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the key (nor bulky certificates).
+        f.debug_struct("TlsSettings")
+            .field("root_ca", &self.root_ca.as_ref().map(|_| "<set>"))
+            .field("client_cert", &self.client_cert.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+/// Checks a `CLIENT SETNAME` name: 1 to 64 printable ASCII characters without spaces.
+pub(crate) fn check_client_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "client name must be 1 to 64 printable ASCII characters without spaces, got {name:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `addr` is a TLS address.
+pub(crate) fn is_tls(addr: &ConnectionAddr) -> bool {
+    matches!(addr, ConnectionAddr::TcpTls { .. })
+}
+
+impl TlsSettings {
+    fn is_set(&self) -> bool {
+        self.root_ca.is_some() || self.client_cert.is_some()
+    }
+
+    /// Checks that the settings fit the addresses they will be used with.
+    pub(crate) fn check(&self, tls: bool) -> Result<(), String> {
+        if self.is_set() && !tls {
+            return Err(
+                "TLS certificates were given, but the Redis URL is not a rediss:// one".into(),
+            );
+        }
+        if tls && !cfg!(feature = "tls-rustls") {
+            return Err("rediss:// needs redlease's `tls-rustls` feature".into());
+        }
+        #[cfg(feature = "tls-rustls")]
+        if tls {
+            // Parse the PEM now, so that a bad file fails `build()`, not every connection.
+            rustls_config(self)
+                .map_err(|e| format!("bad TLS settings: {e}"))
+                .map(drop)?;
+        }
+        Ok(())
+    }
+
+    /// A `redis` client for `info`, with these settings if it is a TLS address.
+    pub(crate) fn client(&self, info: ConnectionInfo) -> redis::RedisResult<redis::Client> {
+        #[cfg(feature = "tls-rustls")]
+        if is_tls(info.addr()) && self.is_set() {
+            install_crypto_provider();
+            return redis::Client::build_with_tls(info, self.certificates());
+        }
+        #[cfg(feature = "tls-rustls")]
+        if is_tls(info.addr()) {
+            install_crypto_provider();
+        }
+        redis::Client::open(info)
+    }
+
+    /// The settings in the `redis` crate's form.
+    #[cfg(feature = "tls-rustls")]
+    pub(crate) fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self
+                .client_cert
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.clone(),
+                    client_key: key.clone(),
+                }),
+            root_cert: self.root_ca.clone(),
+        }
+    }
+}
+
+/// Makes rustls use `ring` unless the application installed a provider: the `redis` crate
+/// asks rustls for the process default, which is ambiguous (a panic) when another crate of
+/// the application enables rustls' other provider too.
+#[cfg(feature = "tls-rustls")]
+pub(crate) fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err only means another thread installed one meanwhile: fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// The rustls configuration the listener uses, equal to the one the `redis` crate builds
+/// for the pool: the given CA (else the platform's trust store, or webpki-roots with that
+/// feature) and the client certificate if any.
+#[cfg(feature = "tls-rustls")]
+fn rustls_config(tls: &TlsSettings) -> io::Result<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+    let mut roots = rustls::RootCertStore::empty();
+    match &tls.root_ca {
+        Some(pem) => {
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| io::Error::other(format!("the CA PEM: {e}")))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| io::Error::other(format!("the CA certificate: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(io::Error::other("the CA PEM holds no certificate"));
+            }
+        }
+        None => {
+            #[cfg(feature = "tls-rustls-webpki-roots")]
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+            #[cfg(not(feature = "tls-rustls-webpki-roots"))]
+            for cert in rustls_native_certs::load_native_certs().certs {
+                // A certificate rustls cannot use is skipped, as the redis crate's pool
+                // would fail on it only if it were the one needed.
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(io::Error::other)?
+        .with_root_certificates(roots);
+    match &tls.client_cert {
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_slice_iter(cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| io::Error::other(format!("the client certificate PEM: {e}")))?;
+            let key = PrivateKeyDer::from_pem_slice(key)
+                .map_err(|e| io::Error::other(format!("the client key PEM: {e}")))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| io::Error::other(format!("the client certificate: {e}")))
+        }
+        None => Ok(builder.with_no_client_auth()),
+    }
+}
+
+/// The server's version (`major`, `minor`) from `INFO server` (`redis_version`; Valkey
+/// reports the Redis version it is compatible with there), or `None` when the server does
+/// not answer within `timeout`.
+pub(crate) fn server_version(client: &redis::Client, timeout: Duration) -> Option<(u32, u32)> {
+    let mut conn = client.get_connection_with_timeout(timeout).ok()?;
+    conn.set_read_timeout(Some(timeout)).ok()?;
+    conn.set_write_timeout(Some(timeout)).ok()?;
+    let info: String = redis::cmd("INFO").arg("server").query(&mut conn).ok()?;
+    parse_version(&info)
+}
+
+/// `redis_version:7.0.15` in an `INFO` reply, as `(7, 0)`.
+fn parse_version(info: &str) -> Option<(u32, u32)> {
+    let version = info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("redis_version:"))?;
+    let mut parts = version.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// The reading half of the listener's connection.
+pub(crate) struct ReadHalf(Stream);
+
+/// The writing half of the listener's connection.
+pub(crate) struct WriteHalf(Stream);
+
+enum Stream {
+    Tcp(TcpStream),
+    #[cfg(unix)]
+    Unix(UnixStream),
+    #[cfg(feature = "tls-rustls")]
+    Tls(TlsHalf),
+}
+
+/// One half of a TLS connection: the TLS state is shared (under a lock held only to
+/// decrypt or encrypt, never while blocked on the socket), each half has its own socket
+/// handle, so one thread can block reading while others write.
+#[cfg(feature = "tls-rustls")]
+struct TlsHalf {
+    tls: std::sync::Arc<std::sync::Mutex<rustls::ClientConnection>>,
+    sock: TcpStream,
+    /// Bytes read from the socket that the TLS state has not taken yet.
+    pending: Vec<u8>,
+    taken: usize,
+}
+
+#[cfg(feature = "tls-rustls")]
+impl TlsHalf {
+    fn lock(&self) -> std::sync::MutexGuard<'_, rustls::ClientConnection> {
+        // Every update of the TLS state is complete or an error that drops the connection.
+        self.tls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            {
+                let mut tls = self.tls.lock().unwrap_or_else(|p| p.into_inner());
+                match tls.reader().read(buf) {
+                    Ok(n) => return Ok(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+                if self.taken < self.pending.len() {
+                    let mut rest = &self.pending[self.taken..];
+                    let before = rest.len();
+                    tls.read_tls(&mut rest)?;
+                    self.taken += before - rest.len();
+                    tls.process_new_packets()
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                    // Whatever TLS wants to answer (alerts, key updates).
+                    while tls.wants_write() {
+                        tls.write_tls(&mut &self.sock)?;
+                    }
+                    continue;
+                }
+            }
+            self.pending.resize(16 * 1024, 0);
+            let n = match self.sock.read(&mut self.pending) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.pending.clear();
+                    self.taken = 0;
+                    return Err(e);
+                }
+            };
+            if n == 0 {
+                return Ok(0);
+            }
+            self.pending.truncate(n);
+            self.taken = 0;
+        }
+    }
+
+    fn write_all(&self, data: &[u8]) -> io::Result<()> {
+        let mut tls = self.lock();
+        tls.writer().write_all(data)?;
+        while tls.wants_write() {
+            tls.write_tls(&mut &self.sock)?;
+        }
+        Ok(())
+    }
+}
+
+impl Stream {
+    fn shutdown(&self) {
+        let _ = match self {
+            Stream::Tcp(s) => s.shutdown(Shutdown::Both),
+            #[cfg(unix)]
+            Stream::Unix(s) => s.shutdown(Shutdown::Both),
+            #[cfg(feature = "tls-rustls")]
+            Stream::Tls(h) => h.sock.shutdown(Shutdown::Both),
+        };
+    }
+}
+
+impl ReadHalf {
+    /// Reads what arrived; `Ok(0)` at the end of the stream; a timeout reads as
+    /// `WouldBlock` or `TimedOut` (nothing is lost: bytes stay buffered).
+    pub(crate) fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match &mut self.0 {
+            Stream::Tcp(s) => s.read(buf),
+            #[cfg(unix)]
+            Stream::Unix(s) => s.read(buf),
+            #[cfg(feature = "tls-rustls")]
+            Stream::Tls(h) => h.read(buf),
+        }
+    }
+
+    /// Sets how long one read may block.
+    pub(crate) fn set_read_timeout(&self, d: Duration) -> io::Result<()> {
+        match &self.0 {
+            Stream::Tcp(s) => s.set_read_timeout(Some(d)),
+            #[cfg(unix)]
+            Stream::Unix(s) => s.set_read_timeout(Some(d)),
+            #[cfg(feature = "tls-rustls")]
+            Stream::Tls(h) => h.sock.set_read_timeout(Some(d)),
+        }
+    }
+}
+
+impl WriteHalf {
+    /// Writes all of `data` (encrypted first on TLS).
+    pub(crate) fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        match &mut self.0 {
+            Stream::Tcp(s) => s.write_all(data),
+            #[cfg(unix)]
+            Stream::Unix(s) => s.write_all(data),
+            #[cfg(feature = "tls-rustls")]
+            Stream::Tls(h) => h.write_all(data),
+        }
+    }
+
+    /// Sets how long one write may block.
+    pub(crate) fn set_write_timeout(&self, d: Duration) -> io::Result<()> {
+        match &self.0 {
+            Stream::Tcp(s) => s.set_write_timeout(Some(d)),
+            #[cfg(unix)]
+            Stream::Unix(s) => s.set_write_timeout(Some(d)),
+            #[cfg(feature = "tls-rustls")]
+            Stream::Tls(h) => h.sock.set_write_timeout(Some(d)),
+        }
+    }
+
+    /// Closes the connection both ways (the reading half then reads the end of stream).
+    pub(crate) fn shutdown(&self) {
+        self.0.shutdown();
+    }
+}
+
+/// Opens the listener's connection to `addr`: TCP (with `connect_timeout` per address),
+/// a Unix socket, or TLS over TCP with `tls` (handshake bounded by `connect_timeout` too).
+/// Reads and writes time out after `connect_timeout` until the caller changes it.
+pub(crate) fn open_split(
+    addr: &ConnectionAddr,
+    tls: &TlsSettings,
+    connect_timeout: Duration,
+) -> io::Result<(ReadHalf, WriteHalf)> {
+    let _ = tls;
+    match addr {
+        ConnectionAddr::Tcp(host, port) => {
+            let s = connect_tcp(host, *port, connect_timeout)?;
+            let w = s.try_clone()?;
+            Ok((ReadHalf(Stream::Tcp(s)), WriteHalf(Stream::Tcp(w))))
+        }
+        #[cfg(unix)]
+        ConnectionAddr::Unix(path) => {
+            let s = UnixStream::connect(path)?;
+            s.set_read_timeout(Some(connect_timeout))?;
+            s.set_write_timeout(Some(connect_timeout))?;
+            let w = s.try_clone()?;
+            Ok((ReadHalf(Stream::Unix(s)), WriteHalf(Stream::Unix(w))))
+        }
+        #[cfg(feature = "tls-rustls")]
+        ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: false,
+            ..
+        } => {
+            let config = std::sync::Arc::new(rustls_config(tls)?);
+            let name = rustls::pki_types::ServerName::try_from(host.clone())
+                .map_err(|e| io::Error::other(format!("TLS server name {host:?}: {e}")))?;
+            let mut conn = rustls::ClientConnection::new(config, name)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            let mut sock = connect_tcp(host, *port, connect_timeout)?;
+            while conn.is_handshaking() {
+                conn.complete_io(&mut sock)?;
+            }
+            let w = sock.try_clone()?;
+            let tls = std::sync::Arc::new(std::sync::Mutex::new(conn));
+            Ok((
+                ReadHalf(Stream::Tls(TlsHalf {
+                    tls: tls.clone(),
+                    sock,
+                    pending: Vec::new(),
+                    taken: 0,
+                })),
+                WriteHalf(Stream::Tls(TlsHalf {
+                    tls,
+                    sock: w,
+                    pending: Vec::new(),
+                    taken: 0,
+                })),
+            ))
+        }
+        other => Err(io::Error::other(format!(
+            "the pub/sub listener cannot connect to {other:?}"
+        ))),
+    }
+}
+
+fn connect_tcp(host: &str, port: u16, timeout: Duration) -> io::Result<TcpStream> {
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+    for addr in (host, port).to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, timeout) {
+            Ok(stream) => {
+                stream.set_nodelay(true)?;
+                stream.set_read_timeout(Some(timeout))?;
+                stream.set_write_timeout(Some(timeout))?;
+                return Ok(stream);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_in_errors_hide_passwords() {
+        assert_eq!(
+            redact_url("redis://user:s3cret@host:6379/0"),
+            "redis://user:<redacted>@host:6379/0"
+        );
+        assert_eq!(
+            redact_url("rediss://:s3cret@host"),
+            "rediss://:<redacted>@host"
+        );
+        assert_eq!(
+            redact_url("redis://s3cret@host/"),
+            "redis://<redacted>@host/"
+        );
+        assert_eq!(
+            redact_url("unix:///run/redis.sock?db=1&pass=s3cret"),
+            "unix:///run/redis.sock?db=1&pass=<redacted>"
+        );
+        assert_eq!(redact_url("redis://host:1/"), "redis://host:1/");
+        let e = "redis://:s3cret@host:notaport/"
+            .connection_info()
+            .err()
+            .unwrap_or_default();
+        assert!(e.contains("bad Redis URL"), "{e}");
+        assert!(!e.contains("s3cret"), "{e}");
+    }
+
+    /// Runs in a build without default features (`cargo test -p redlease
+    /// --no-default-features`).
+    #[cfg(not(feature = "tls-rustls"))]
+    #[test]
+    fn rediss_without_the_tls_feature_names_the_feature() {
+        let e = "rediss://:s3cret@host/"
+            .connection_info()
+            .err()
+            .unwrap_or_default();
+        assert!(e.contains("`tls-rustls` feature"), "{e}");
+        assert!(!e.contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn versions_from_info() {
+        let info = "# Server\r\nredis_version:6.2.14\r\nredis_git_sha1:0\r\n";
+        assert_eq!(parse_version(info), Some((6, 2)));
+        let valkey =
+            "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n";
+        assert_eq!(parse_version(valkey), Some((7, 2)));
+        assert_eq!(parse_version("# Server\r\n"), None);
+    }
+
+    #[test]
+    fn tls_settings_debug_hides_the_key() {
+        let tls = TlsSettings {
+            root_ca: Some(b"CA".to_vec()),
+            client_cert: Some((b"CERT".to_vec(), b"PRIVATE KEY s3cret".to_vec())),
+        };
+        let printed = format!("{tls:?}");
+        assert!(!printed.contains("s3cret"), "{printed}");
+        assert!(!printed.contains("CERT"), "{printed}");
+    }
+}

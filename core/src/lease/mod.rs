@@ -94,8 +94,14 @@ pub struct Lease {
     /// Our owner token (for a reentrant lock, the acquisition's op id).
     pub token: Token,
     /// The fencing token: strictly greater than that of every earlier acquisition of this
-    /// lock name (for a read hold: the fence of the last writer, 0 if none). Pass it to the
-    /// protected resource so it can reject a stale holder.
+    /// lock name (for a read hold: the fence of the last writer the server knows, 0 if none).
+    /// Pass it to the protected resource so it can reject a stale holder.
+    ///
+    /// It is `max(counter + 1, server clock in µs)`, so it stays above every earlier fence
+    /// even when the server lost the counter (restart without persistence, an older
+    /// snapshot, failover to a lagging replica), provided the clock of the server issuing it
+    /// reads later than the clock of the server that issued the earlier ones did then
+    /// (see `docs/guarantees.md`). Always below 2^53.
     pub fence: u64,
     /// The lease length.
     pub ttl: Duration,

@@ -12,7 +12,7 @@ use crate::script::Script;
 pub static ACQUIRE: Script = Script {
     name: "lease_acquire",
     source: include_str!("lua/acquire.lua"),
-    sha1: "12bf09cca7d8c520d7c77df9707ab3bcb489e841",
+    sha1: "07eff917aadc961c24f28597496dbfd33b02807a",
 };
 
 /// `lua/release.lua`
@@ -40,7 +40,7 @@ pub static INSPECT: Script = Script {
 pub static REENTRANT_ACQUIRE: Script = Script {
     name: "reentrant_acquire",
     source: include_str!("lua/reentrant_acquire.lua"),
-    sha1: "52cef2a3c2ed90c2381557e9f15c9c0126aa163c",
+    sha1: "2a8f41368c880e176587e209dbbb35a1c5418456",
 };
 
 /// `lua/reentrant_release.lua`
@@ -75,7 +75,7 @@ pub static REENTRANT_UNDO: Script = Script {
 pub static FAIR_ACQUIRE: Script = Script {
     name: "fair_acquire",
     source: include_str!("lua/fair_acquire.lua"),
-    sha1: "eb0d62cab323af74d7f7d7b4fc598dd86f141df7",
+    sha1: "7f8c1b4dc669a3347b5e5a90b22c36df65ec5a04",
 };
 
 /// `lua/fair_release.lua`
@@ -124,7 +124,7 @@ pub static READ_INSPECT: Script = Script {
 pub static WRITE_ACQUIRE: Script = Script {
     name: "write_acquire",
     source: include_str!("lua/write_acquire.lua"),
-    sha1: "0e70bb6ced2f66af103821ed80ced207e08baab4",
+    sha1: "08d309049e1f499bb4df4a324db035191ff15f4d",
 };
 
 /// `lua/write_release.lua`

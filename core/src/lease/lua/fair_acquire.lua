@@ -5,11 +5,19 @@
 -- Returns {1, fence} acquired (or already ours), {0, pttl of the holder or -2} waiting.
 -- A waiter stays in line only while it keeps calling (each call refreshes its timeout);
 -- a waiter that stopped (died) is dropped once its timeout passes, by the server's clock.
+-- A fence is max(counter + 1, server clock in microseconds), as in acquire.lua.
 -- Read every key once before writing any (a wrong type fails before any write).
 redis.call('GET', KEYS[1])
 redis.call('LLEN', KEYS[2])
 redis.call('ZCARD', KEYS[3])
-redis.call('GET', KEYS[4])
+local last = redis.call('GET', KEYS[4])
+local counter = 0
+if last then
+  counter = tonumber(last)
+  if (not counter) or counter ~= math.floor(counter) or counter >= 9007199254740991 then
+    return redis.error_reply('ERR the fence counter ' .. KEYS[4] .. ' does not hold an integer below 2^53 - 1')
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 while true do
@@ -23,12 +31,13 @@ end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[4]))}
+  return {1, counter}
 end
 if not holder then
   local head = redis.call('LINDEX', KEYS[2], 0)
   if (not head) or head == ARGV[1] then
-    local fence = redis.call('INCR', KEYS[4])
+    local fence = math.max(counter + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+    redis.call('SET', KEYS[4], string.format('%.0f', fence))
     if head then
       redis.call('LPOP', KEYS[2])
       redis.call('ZREM', KEYS[3], ARGV[1])

@@ -1,0 +1,161 @@
+//! Safety under faults (issue 11): fences that never go backwards when Redis loses data,
+//! and the old holder learning of the loss within one renewal period.
+
+use std::time::{Duration, Instant};
+
+use redlease::{Client, LockBuilder, LockGuard, LossReason};
+use redlease_suite::RedisServer;
+use redlease_suite::testkit::{await_condition, connection, server};
+
+const TTL: Duration = Duration::from_secs(3);
+
+fn client(server: &RedisServer) -> Client {
+    redlease_suite::testkit::client(server, Duration::from_millis(300))
+}
+
+/// The kinds of lock that issue fences.
+const KINDS: [&str; 4] = ["lease", "reentrant", "fair", "write"];
+
+fn builder<'c>(c: &'c Client, kind: &str, name: &str) -> LockBuilder<'c> {
+    let b = match kind {
+        "lease" => c.lock(name),
+        "reentrant" => c.reentrant_lock(name),
+        "fair" => c.fair_lock(name),
+        "write" => c.write_lock(name),
+        other => panic!("no kind {other}"),
+    };
+    b.ttl(TTL).wait(Duration::from_secs(5))
+}
+
+/// Takes and releases the lock a few times, then takes it once more and keeps it.
+fn hold_after_rounds(c: &Client, kind: &str, name: &str) -> LockGuard {
+    for _ in 0..3 {
+        builder(c, kind, name).acquire().unwrap().release().unwrap();
+    }
+    builder(c, kind, name).acquire().unwrap()
+}
+
+/// The old holder learns of the loss within one renewal period (a third of the ttl here),
+/// measured from when the server came back; 3x margin for a loaded machine.
+fn assert_learns_within_one_renewal_period(holder: &LockGuard, back: Instant, kind: &str) {
+    let period = TTL / 3;
+    await_condition(period * 3, || holder.is_lost());
+    // The next holder has the key by then: the renewal finds it taken (or gone).
+    assert!(
+        matches!(
+            holder.lost_reason(),
+            Some(LossReason::Taken | LossReason::Expired)
+        ),
+        "{kind}: {:?}",
+        holder.lost_reason()
+    );
+    assert!(
+        back.elapsed() < period * 3,
+        "{kind}: learned after {:?}",
+        back.elapsed()
+    );
+}
+
+#[test]
+fn fences_never_go_backwards_after_a_restart_without_persistence() {
+    let mut server = server();
+    let a = client(&server);
+    let b = client(&server);
+    for kind in KINDS {
+        let name = format!("nopersist-{kind}");
+        let held = hold_after_rounds(&a, kind, &name);
+        server.restart().unwrap();
+        let back = Instant::now();
+        let next = builder(&b, kind, &name).acquire().unwrap();
+        assert!(
+            next.fence() > held.fence(),
+            "{kind}: fence {} after the restart, {} before",
+            next.fence(),
+            held.fence()
+        );
+        assert_learns_within_one_renewal_period(&held, back, kind);
+        drop(held);
+        next.release().unwrap();
+    }
+}
+
+#[test]
+fn fences_never_go_backwards_after_a_restart_from_an_older_snapshot() {
+    let mut server = server();
+    let a = client(&server);
+    let b = client(&server);
+    for kind in KINDS {
+        let name = format!("snapshot-{kind}");
+        // Fences issued, then a snapshot, then more fences the snapshot does not have.
+        builder(&a, kind, &name)
+            .acquire()
+            .unwrap()
+            .release()
+            .unwrap();
+        let mut conn = connection(&server);
+        let _: () = redis::cmd("SAVE").query(&mut conn).unwrap();
+        let held = hold_after_rounds(&a, kind, &name);
+        // The server comes back from the older snapshot (SIGKILL: no save on the way down).
+        server.restart().unwrap();
+        let back = Instant::now();
+        let mut conn = connection(&server);
+        let restored: Option<u64> = redis::cmd("GET")
+            .arg(format!("redlease:{{{name}}}:fence"))
+            .query(&mut conn)
+            .unwrap();
+        assert!(
+            restored.is_some_and(|f| f < held.fence()),
+            "{kind}: the snapshot holds an older counter ({restored:?}, held {})",
+            held.fence()
+        );
+        let next = builder(&b, kind, &name).acquire().unwrap();
+        assert!(
+            next.fence() > held.fence(),
+            "{kind}: fence {} after the restart, {} before",
+            next.fence(),
+            held.fence()
+        );
+        assert_learns_within_one_renewal_period(&held, back, kind);
+        drop(held);
+        next.release().unwrap();
+    }
+}
+
+#[test]
+fn fences_are_exact_integers_and_a_foreign_counter_is_refused_untouched() {
+    let server = server();
+    let c = client(&server);
+    let mut conn = connection(&server);
+    // The counter holds what was issued, exactly (no exponent form, no rounding).
+    let g = c.lock("exact").try_acquire().unwrap().unwrap();
+    let stored: String = redis::cmd("GET")
+        .arg("redlease:{exact}:fence")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(stored, g.fence().to_string());
+    assert!(g.fence() < 1 << 53);
+    g.release().unwrap();
+    // A counter at the top of the exact range cannot issue another fence: refused, nothing
+    // written.
+    let _: () = redis::cmd("SET")
+        .arg("redlease:{top}:fence")
+        .arg("9007199254740991")
+        .query(&mut conn)
+        .unwrap();
+    let err = c.lock("top").try_acquire().unwrap_err();
+    assert!(err.to_string().contains("fence counter"), "{err}");
+    let held: bool = redis::cmd("EXISTS")
+        .arg("redlease:{top}:lock")
+        .query(&mut conn)
+        .unwrap();
+    assert!(!held, "nothing half-written");
+    // A foreign, negative counter (issue 11 item 9): the fence is still above it.
+    let _: () = redis::cmd("SET")
+        .arg("redlease:{neg}:fence")
+        .arg("-1")
+        .query(&mut conn)
+        .unwrap();
+    let g = c.lock("neg").try_acquire().unwrap().unwrap();
+    assert!(g.fence() > 0);
+    g.release().unwrap();
+}

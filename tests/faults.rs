@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use redlease::{Client, LockBuilder, LockGuard, LossReason};
-use redlease_suite::RedisServer;
+use redlease::{Client, Error, Job, LockBuilder, LockGuard, LossReason};
 use redlease_suite::testkit::{await_condition, connection, server};
+use redlease_suite::{Proxy, RedisServer};
 
 const TTL: Duration = Duration::from_secs(3);
 
@@ -158,4 +158,79 @@ fn fences_are_exact_integers_and_a_foreign_counter_is_refused_untouched() {
     let g = c.lock("neg").try_acquire().unwrap().unwrap();
     assert!(g.fence() > 0);
     g.release().unwrap();
+}
+
+/// A client that talks to Redis through `proxy`, with room for a retry after a lost reply.
+fn proxied(proxy: &Proxy, io_timeout: Duration) -> Client {
+    Client::builder(&proxy.url())
+        .connect_timeout(Duration::from_millis(500))
+        .io_timeout(io_timeout)
+        .op_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+fn settle(job: Job, ack: bool) -> Result<(), Error> {
+    if ack {
+        job.ack()
+    } else {
+        job.nack_after(Duration::ZERO)
+    }
+}
+
+#[test]
+fn an_ack_or_nack_retried_after_a_lost_reply_is_ok_only_if_it_removed_the_job_itself() {
+    let server = server();
+    let proxy = Proxy::start(server.port()).unwrap();
+    let w1 = proxied(&proxy, Duration::from_secs(2));
+    let w2 = client(&server);
+    for ack in [true, false] {
+        let name = format!("stale-{ack}");
+        let q1 = w1
+            .queue(&name)
+            .unwrap()
+            .visibility(Duration::from_millis(400));
+        let q2 = w2.queue(&name).unwrap();
+        q2.push_unique("j", "p").unwrap();
+        let job = q1.take(Duration::from_secs(2)).unwrap().unwrap();
+        assert_eq!(job.delivery(), 1);
+        // A partition: W1's ack (or nack) and its renewals never reach the server.
+        proxy.blackhole(true);
+        let stale = std::thread::spawn(move || settle(job, ack));
+        // W1's lease runs out; W2 gets delivery 2 and settles it.
+        let second = q2.take(Duration::from_secs(5)).unwrap().unwrap();
+        assert_eq!(second.delivery(), 2);
+        settle(second, ack).unwrap();
+        // The partition heals before W1's retry (one io timeout after its first attempt).
+        proxy.blackhole(false);
+        let outcome = stale.join().unwrap();
+        assert!(
+            matches!(outcome, Err(Error::NotOwner { .. })),
+            "ack {ack}: the stale delivery's retry must not succeed too: {outcome:?}"
+        );
+        let _ = q2.purge_dead();
+    }
+}
+
+#[test]
+fn an_ack_or_nack_whose_reply_was_lost_is_ok_once() {
+    let server = server();
+    let proxy = Proxy::start(server.port()).unwrap();
+    let w1 = proxied(&proxy, Duration::from_millis(500));
+    let inspect = client(&server);
+    for ack in [true, false] {
+        let name = format!("lost-{ack}");
+        // A long visibility: no renewal reply is in flight to be dropped instead.
+        let q1 = w1.queue(&name).unwrap().visibility(Duration::from_secs(30));
+        q1.push_unique("j", "p").unwrap();
+        let job = q1.take(Duration::from_secs(2)).unwrap().unwrap();
+        let dropped = proxy.dropped();
+        proxy.drop_next_reply();
+        settle(job, ack).unwrap();
+        assert_eq!(proxy.dropped(), dropped + 1, "the first reply was lost");
+        let stats = inspect.queue(&name).unwrap().stats().unwrap();
+        assert_eq!(stats.in_flight, 0);
+        // The nack ran once: the job is ready once; the ack forgot it.
+        assert_eq!(stats.ready, u64::from(!ack), "ack {ack}: {stats:?}");
+    }
 }

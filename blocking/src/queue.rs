@@ -424,7 +424,10 @@ impl Job {
     }
 
     /// Done: the job is forgotten. [`Error::NotOwner`] if its lease had run out (it is
-    /// redelivered to another worker, so this worker's ack must not count).
+    /// redelivered to another worker, so this worker's ack must not count). An ack retried
+    /// after a lost reply is `Ok` only if this delivery's own ack removed the job (the server
+    /// remembers settled deliveries for [`SETTLED_KEEP`](redlease_core::queue::SETTLED_KEEP)),
+    /// never a second success for the same job; the same holds for the nacks.
     pub fn ack(self) -> Result<(), Error> {
         let token = self.guard.lease().token.as_str().to_owned();
         let call = queue::ack_call(&self.queue.keys, &self.id, &token);

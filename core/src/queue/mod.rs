@@ -44,6 +44,7 @@ pub struct QueueKeys {
     dead: String,
     holders: String,
     bases: String,
+    settled: String,
     channel: String,
     notify: String,
 }
@@ -66,6 +67,7 @@ impl QueueKeys {
             dead: k("dead"),
             holders: k("holders"),
             bases: k("bases"),
+            settled: k("settled"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
         })
@@ -117,6 +119,13 @@ impl QueueSettings {
         validate_ttl("visibility timeout", self.visibility)
     }
 }
+
+/// How long the server remembers that a delivery was settled (acked or nacked), so that an
+/// ack or nack retried after a lost reply finds its own settlement and returns `Ok`, while a
+/// retry that finds the job settled by another delivery is refused ([`Error::NotOwner`]).
+/// A retry sent later than this after the settlement is answered `NotOwner` too: never a
+/// second success. One entry per settled delivery lives this long (about 100 bytes each).
+pub const SETTLED_KEEP: Duration = Duration::from_secs(60);
 
 /// The highest priority (served first); 0 is the lowest and the default.
 pub const MAX_PRIORITY: u8 = 255;
@@ -289,14 +298,18 @@ fn nack_call(keys: &QueueKeys, token: &str, backoff: Duration, max: u32) -> Scri
             &keys.dead,
             &keys.holders,
             &keys.bases,
+            &keys.settled,
         ])
         .arg(token)
         .arg(backoff.as_millis().to_string())
         .arg(max.to_string())
         .arg(&keys.notify)
+        .arg(SETTLED_KEEP.as_millis().to_string())
 }
 
-/// The ack of job `id` leased with `token` (run it with [`ScriptOp::release_with`]).
+/// The ack of job `id` leased with `token` (run it with [`ScriptOp::release_with`]). It
+/// records the settled delivery for [`SETTLED_KEEP`], so a retry after a lost reply returns
+/// `Ok` only if this delivery's own ack removed the job.
 pub fn ack_call(keys: &QueueKeys, id: &str, token: &str) -> ScriptCall {
     ScriptCall::new(&scripts::ACK)
         .keys(&[
@@ -307,9 +320,11 @@ pub fn ack_call(keys: &QueueKeys, id: &str, token: &str) -> ScriptCall {
             &keys.deliveries,
             &keys.holders,
             &keys.bases,
+            &keys.settled,
         ])
         .arg(id)
         .arg(token)
+        .arg(SETTLED_KEEP.as_millis().to_string())
 }
 
 /// The nack of job `id` leased with `token`: retry after `backoff` (zero: at once), or after

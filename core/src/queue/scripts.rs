@@ -20,14 +20,14 @@ pub static DEQUEUE: Script = Script {
 pub static ACK: Script = Script {
     name: "queue_ack",
     source: include_str!("lua/ack.lua"),
-    sha1: "7479cf0c6f5c6bddbabf203daf2ad8aef2559bd7",
+    sha1: "2d114ef9767d21416a01427fae4892fea4b2a2f6",
 };
 
 /// `lua/nack.lua`
 pub static NACK: Script = Script {
     name: "queue_nack",
     source: include_str!("lua/nack.lua"),
-    sha1: "fe979684a5aefb6321035177da9e9b6cd35cac4a",
+    sha1: "3466d77b4f1be607993457a51fc5040d21353d1f",
 };
 
 /// `lua/job_extend.lua`

@@ -22,6 +22,7 @@ const DELIVERIES: &str = "redlease:{jobs}:q:deliveries";
 const DEAD_LIST: &str = "redlease:{jobs}:q:dead";
 const HOLDERS: &str = "redlease:{jobs}:q:holders";
 const BASES: &str = "redlease:{jobs}:q:bases";
+const SETTLED: &str = "redlease:{jobs}:q:settled";
 const CHANNEL: &str = "redlease:{jobs}:q:pushed";
 
 fn keys() -> QueueKeys {
@@ -369,8 +370,9 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     assert_eq!(
         call_args(&lease.calls.release),
         strs(&[
-            "EVALSHA", NACK.sha1, "10", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
-            DELIVERIES, DEAD_LIST, HOLDERS, BASES, "job-1", &t, "0", "4", CHANNEL,
+            "EVALSHA", NACK.sha1, "11", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, "job-1", &t, "0", "4", CHANNEL,
+            "60000",
         ])
     );
     assert_eq!(
@@ -452,7 +454,10 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     let mut rel = Scenario::new(ScriptOp::release(&lease, deadline(now)), now);
     let r = rel.answer(Reply::Int(1));
     assert_eq!(args(&r)[1], NACK.sha1);
-    assert_eq!(args(&r)[13..], strs(&["job-1", &t, "0", "4", CHANNEL]));
+    assert_eq!(
+        args(&r)[14..],
+        strs(&["job-1", &t, "0", "4", CHANNEL, "60000"])
+    );
     assert_eq!(rel.expect_done(), Ok(()));
 }
 
@@ -466,16 +471,16 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
     assert_eq!(
         call_args(&ack),
         strs(&[
-            "EVALSHA", ACK.sha1, "7", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
-            BASES, "j", &t,
+            "EVALSHA", ACK.sha1, "8", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
+            BASES, SETTLED, "j", &t, "60000",
         ])
     );
     let retry = nack(&keys(), "j", &t, Duration::from_millis(2500), 4);
     assert_eq!(
         call_args(&retry),
         strs(&[
-            "EVALSHA", NACK.sha1, "10", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
-            DELIVERIES, DEAD_LIST, HOLDERS, BASES, "j", &t, "2500", "4", CHANNEL,
+            "EVALSHA", NACK.sha1, "11", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, "j", &t, "2500", "4", CHANNEL, "60000",
         ])
     );
     let now = s.now;
@@ -510,17 +515,44 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
 }
 
 #[test]
-fn an_ack_retried_after_a_lost_reply_counts_the_lost_attempt() {
+fn an_ack_or_nack_retried_after_a_lost_reply_trusts_only_the_scripts_record() {
     let mut s = taking(None);
     s.answer(job_reply(1, b"j", b"p"));
     let lease = taken(&mut s);
     let now = s.now;
-    let op = ScriptOp::release_with(&lease, ack_call(&keys(), "j", &tok()), deadline(now));
+    let t = tok();
+    let calls = [
+        ack_call(&keys(), "j", &t),
+        nack(&keys(), "j", &t, Duration::ZERO, 4),
+    ];
+    let ops = calls
+        .into_iter()
+        .map(|c| ScriptOp::release_with(&lease, c, deadline(now)))
+        .chain([ScriptOp::release(&lease, deadline(now))]);
+    for op in ops.collect::<Vec<_>>() {
+        let mut o = Scenario::new(op, now);
+        o.fail(TransportFailure::no_reply("timeout"));
+        o.sleep_through();
+        // The lost attempt was sent while the lease was valid, but the job may have been
+        // removed by another delivery: the retry's "gone" is not our success.
+        o.answer(Reply::Int(0));
+        assert!(
+            matches!(
+                o.expect_done(),
+                Err(Error::NotOwner {
+                    reason: LossReason::Expired,
+                    ..
+                })
+            ),
+            "a retry finding the job gone is refused"
+        );
+    }
+    // The script found its own settlement record: 1, Ok.
+    let op = ScriptOp::release_with(&lease, ack_call(&keys(), "j", &t), deadline(now));
     let mut o = Scenario::new(op, now);
     o.fail(TransportFailure::no_reply("timeout"));
     o.sleep_through();
-    // The lost ack was sent while the lease was valid: it is what removed the job.
-    o.answer(Reply::Int(0));
+    o.answer(Reply::Int(1));
     assert_eq!(o.expect_done(), Ok(()));
 }
 

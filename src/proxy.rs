@@ -1,0 +1,219 @@
+//! A loopback TCP proxy in front of a server, for tests that need replies lost, delayed or
+//! connections cut at a moment they choose.
+//!
+//! ```no_run
+//! use redlease_suite::{Proxy, RedisServer};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let server = RedisServer::start()?;
+//! let proxy = Proxy::start(server.port())?;
+//! let url = proxy.url(); // point the client under test here
+//! proxy.drop_next_reply(); // the next reply the server sends is never delivered
+//! proxy.blackhole(true); // a partition: nothing passes either way, nothing is queued
+//! proxy.blackhole(false);
+//! proxy.cut(); // close every open connection (new ones are accepted)
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Std threads only: one accepting thread, two per connection. Dropping the proxy closes
+//! every connection and joins every thread.
+
+use std::io::{self, ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+/// How often idle threads look at the stop flag and the cut counter.
+const TICK: Duration = Duration::from_millis(5);
+
+#[derive(Debug, Default)]
+struct Control {
+    stop: AtomicBool,
+    blackhole: AtomicBool,
+    /// How many of the next chunks from the server to swallow.
+    drop_replies: AtomicU32,
+    /// Chunks swallowed so far (by `drop_next_reply` or the blackhole).
+    dropped: AtomicU64,
+    delay_ms: AtomicU64,
+    /// Bumped by `cut`: every connection opened before closes.
+    cuts: AtomicU64,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// A TCP proxy on a free loopback port that forwards to `127.0.0.1:<upstream port>`; see the
+/// [module docs](self).
+#[derive(Debug)]
+pub struct Proxy {
+    port: u16,
+    control: Arc<Control>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// Listens on a free loopback port and forwards every connection to
+    /// `127.0.0.1:upstream_port`.
+    ///
+    /// # Errors
+    ///
+    /// When the listening socket cannot be set up.
+    pub fn start(upstream_port: u16) -> io::Result<Proxy> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+        listener.set_nonblocking(true)?;
+        let port = listener.local_addr()?.port();
+        let control = Arc::new(Control::default());
+        let upstream = SocketAddr::from((Ipv4Addr::LOCALHOST, upstream_port));
+        let c = control.clone();
+        let acceptor = thread::Builder::new()
+            .name("proxy-accept".into())
+            .spawn(move || accept_loop(&listener, upstream, &c))?;
+        Ok(Proxy {
+            port,
+            control,
+            acceptor: Some(acceptor),
+        })
+    }
+
+    /// The port clients connect to.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Swallows the next chunk of bytes the server sends on any connection (one reply, when
+    /// one command is in flight): the command ran, its reply is lost, the connection stays
+    /// open.
+    pub fn drop_next_reply(&self) {
+        self.control.drop_replies.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many chunks were swallowed so far (by [`drop_next_reply`](Self::drop_next_reply)
+    /// or the [`blackhole`](Self::blackhole)).
+    pub fn dropped(&self) -> u64 {
+        self.control.dropped.load(Ordering::SeqCst)
+    }
+
+    /// While on, every byte either way is swallowed (not queued): commands do not reach the
+    /// server and nothing comes back, as in a network partition. Connections stay open.
+    pub fn blackhole(&self, on: bool) {
+        self.control.blackhole.store(on, Ordering::SeqCst);
+    }
+
+    /// Holds every chunk from the server this long before passing it on (zero: none).
+    pub fn delay_replies(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.control.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Closes every connection open now (both sides); later connections are accepted.
+    pub fn cut(&self) {
+        self.control.cuts.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.control.stop.store(true, Ordering::SeqCst);
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+        let threads = std::mem::take(
+            &mut *self
+                .control
+                .threads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn accept_loop(listener: &TcpListener, upstream: SocketAddr, control: &Arc<Control>) {
+    while !control.stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((client, _)) => {
+                if let Err(e) = open(client, upstream, control) {
+                    eprintln!("proxy: cannot forward a connection to {upstream}: {e}");
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => thread::sleep(TICK),
+            Err(_) => thread::sleep(TICK),
+        }
+    }
+}
+
+/// Connects `client` to the upstream and starts its two pumps.
+fn open(client: TcpStream, upstream: SocketAddr, control: &Arc<Control>) -> io::Result<()> {
+    client.set_nonblocking(false)?;
+    let server = TcpStream::connect_timeout(&upstream, Duration::from_secs(2))?;
+    for s in [&client, &server] {
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(TICK))?;
+    }
+    let epoch = control.cuts.load(Ordering::SeqCst);
+    let pumps = [
+        (client.try_clone()?, server.try_clone()?, false),
+        (server, client, true),
+    ];
+    let mut threads = control
+        .threads
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    for (from, to, replies) in pumps {
+        let c = control.clone();
+        threads.push(
+            thread::Builder::new()
+                .name("proxy-pump".into())
+                .spawn(move || pump(from, to, replies, epoch, &c))?,
+        );
+    }
+    Ok(())
+}
+
+/// Copies `from` to `to` until either side closes, the proxy stops or the connection is cut.
+fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, epoch: u64, control: &Control) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if control.stop.load(Ordering::SeqCst) || control.cuts.load(Ordering::SeqCst) != epoch {
+            break;
+        }
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => continue,
+            Err(_) => break,
+        };
+        if control.blackhole.load(Ordering::SeqCst) {
+            control.dropped.fetch_add(1, Ordering::SeqCst);
+            continue;
+        }
+        if replies {
+            let take_one = |n: u32| n.checked_sub(1);
+            if control
+                .drop_replies
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, take_one)
+                .is_ok()
+            {
+                control.dropped.fetch_add(1, Ordering::SeqCst);
+                continue;
+            }
+            let delay = control.delay_ms.load(Ordering::SeqCst);
+            if delay > 0 {
+                thread::sleep(Duration::from_millis(delay));
+            }
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}

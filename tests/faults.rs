@@ -234,3 +234,24 @@ fn an_ack_or_nack_whose_reply_was_lost_is_ok_once() {
         assert_eq!(stats.ready, u64::from(!ack), "ack {ack}: {stats:?}");
     }
 }
+
+#[test]
+fn delete_dead_refuses_an_empty_id_and_deletes_nothing() {
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("dead-empty").unwrap().max_deliveries(1);
+    for id in ["a", "b"] {
+        q.push_unique(id, "p").unwrap();
+        let job = q.take(Duration::from_secs(2)).unwrap().unwrap();
+        job.nack_after(Duration::ZERO).unwrap();
+    }
+    assert_eq!(q.dead_jobs(10).unwrap().len(), 2);
+    let err = q.delete_dead("").unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument(_)) && err.to_string().contains("purge_dead"),
+        "{err:?}"
+    );
+    assert_eq!(q.dead_jobs(10).unwrap().len(), 2, "nothing deleted");
+    assert!(q.delete_dead("a").unwrap());
+    assert_eq!(q.purge_dead().unwrap(), 1);
+}

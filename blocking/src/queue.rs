@@ -233,18 +233,19 @@ impl Queue {
     }
 
     /// Deletes dead job `id` for good (its payload too, so the id may be pushed again);
-    /// `false` if it was not on the dead list.
+    /// `false` if it was not on the dead list. An empty id is refused with
+    /// [`Error::InvalidArgument`] (to delete every dead job, use [`purge_dead`](Self::purge_dead)).
     pub fn delete_dead(&self, id: &str) -> Result<bool, Error> {
         let n = self
             .client
-            .run(queue::forget_dead(&self.keys, Some(id), self.deadline()))?;
+            .run(queue::forget_dead(&self.keys, Some(id), self.deadline())?)?;
         Ok(n > 0)
     }
 
     /// Deletes every dead job for good; returns how many there were.
     pub fn purge_dead(&self) -> Result<u64, Error> {
         self.client
-            .run(queue::forget_dead(&self.keys, None, self.deadline()))
+            .run(queue::forget_dead(&self.keys, None, self.deadline())?)
     }
 
     /// Runs `handler` on `concurrency` threads, each taking jobs one at a time: `Ok` acks the

@@ -449,8 +449,19 @@ impl OpKind for Forget {
 }
 
 /// Deletes dead job `id` (`None`: every dead job) with its payload, so the dead list does
-/// not grow without bound and the id may be pushed again.
-pub fn forget_dead(keys: &QueueKeys, id: Option<&str>, deadline: Instant) -> ScriptOp<Forget> {
+/// not grow without bound and the id may be pushed again. An empty id is refused with
+/// [`InvalidArgument`] (no job has one: [`push`] refuses it), so that only `None` purges.
+pub fn forget_dead(
+    keys: &QueueKeys,
+    id: Option<&str>,
+    deadline: Instant,
+) -> Result<ScriptOp<Forget>, Error> {
+    if id.is_some_and(str::is_empty) {
+        return Err(InvalidArgument::Setting(format!(
+            "a dead job id must be 1 to {MAX_ID_LEN} bytes, got 0 (purge every dead job with purge_dead)"
+        ))
+        .into());
+    }
     let call = ScriptCall::new(&scripts::FORGET)
         .keys(&[
             &keys.dead,
@@ -459,8 +470,9 @@ pub fn forget_dead(keys: &QueueKeys, id: Option<&str>, deadline: Instant) -> Scr
             &keys.deliveries,
             &keys.bases,
         ])
-        .arg(id.unwrap_or(""));
-    ScriptOp::new(Forget, call, keys.target(), None, deadline)
+        .arg(id.unwrap_or(""))
+        .arg(if id.is_none() { "all" } else { "one" });
+    Ok(ScriptOp::new(Forget, call, keys.target(), None, deadline))
 }
 
 /// Moves a dead job back to ready.

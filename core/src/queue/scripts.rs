@@ -76,7 +76,7 @@ pub static UNTAKE: Script = Script {
 pub static FORGET: Script = Script {
     name: "queue_forget",
     source: include_str!("lua/forget.lua"),
-    sha1: "e968bd09ff77d9d2ffcc964c1c543e9d1a99557b",
+    sha1: "1f250d3aabe189a1649d8459015e077bf632b010",
 };
 
 /// Every queue script.

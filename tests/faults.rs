@@ -3,6 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use redlease::core::keys::Keyspace;
+use redlease::core::lease::{Acquire, AcquireOptions, LockSpec, Token};
+use redlease::core::script::{Script, ScriptCall};
 use redlease::{Client, Error, Job, LockBuilder, LockGuard, LossReason};
 use redlease_suite::testkit::{await_condition, connection, server};
 use redlease_suite::{Proxy, RedisServer};
@@ -254,4 +257,34 @@ fn delete_dead_refuses_an_empty_id_and_deletes_nothing() {
     assert_eq!(q.dead_jobs(10).unwrap().len(), 2, "nothing deleted");
     assert!(q.delete_dead("a").unwrap());
     assert_eq!(q.purge_dead().unwrap(), 1);
+}
+
+/// Sets the lock key like the real script, then answers something no acquisition expects.
+static ODD_ACQUIRE: Script = Script {
+    name: "odd_acquire",
+    source: "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return {1, 0}",
+    // Not its digest: EVALSHA answers NOSCRIPT and the machine falls back to EVAL.
+    sha1: "0000000000000000000000000000000000000000",
+};
+
+#[test]
+fn an_acquisition_answered_with_a_reply_it_does_not_understand_undoes_its_write() {
+    let server = server();
+    let c = client(&server);
+    let mut conn = connection(&server);
+    let token = Token::from_random([7; 16]);
+    let mut spec = LockSpec::lease(&Keyspace::default(), "odd", token.clone(), TTL).unwrap();
+    spec.acquire = ScriptCall::new(&ODD_ACQUIRE)
+        .keys(&["redlease:{odd}:lock", "redlease:{odd}:fence"])
+        .arg(token.as_str())
+        .arg("3000");
+    let machine = Acquire::new(spec, &AcquireOptions::default(), 1, Instant::now()).unwrap();
+    let err = c.run(machine).unwrap_err();
+    assert!(matches!(err, Error::UnexpectedReply { .. }), "{err:?}");
+    let held: bool = redis::cmd("EXISTS")
+        .arg("redlease:{odd}:lock")
+        .query(&mut conn)
+        .unwrap();
+    assert!(!held, "the key written by the attempt was released");
+    assert!(c.lock("odd").try_acquire().unwrap().is_some());
 }

@@ -169,6 +169,10 @@ fn malformed_replies_are_typed_errors() {
     for shape in shapes {
         let mut s = acquire(Some(Duration::from_secs(1)));
         s.answer(shape.clone());
+        // The script ran to its end: whatever it wrote is undone (owner-checked) first.
+        let undo = s.answer(Reply::Int(1));
+        assert_eq!(args(&undo)[1], RELEASE.sha1, "{shape:?}");
+        assert_eq!(args(&undo)[4], token().as_str());
         assert!(
             matches!(s.expect_done(), Err(Error::UnexpectedReply { .. })),
             "{shape:?}"
@@ -761,6 +765,9 @@ fn a_read_hold_may_carry_fence_zero_but_exclusive_holds_may_not() {
     let write = LockSpec::write(&ks, "rw", token(), TTL, Duration::from_secs(5)).unwrap();
     let mut s = Scenario::new(Acquire::new(write, &opts(None), 3, now).unwrap(), now);
     s.answer(ints(&[1, 0]));
+    // Fence 0 is not ours to accept, but the script may have taken the lock: undone first.
+    let undo = s.answer(Reply::Int(1));
+    assert_eq!(args(&undo)[1], super::scripts::WRITE_RELEASE.sha1);
     assert!(matches!(
         s.expect_done(),
         Err(Error::UnexpectedReply { .. })

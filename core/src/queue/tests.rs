@@ -2,7 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::scripts::{ACK, DEAD, DEQUEUE, JOB_EXTEND, JOB_INSPECT, NACK, PUSH, REQUEUE, STATS};
+use super::scripts::{
+    ACK, DEAD, DEQUEUE, JOB_EXTEND, JOB_INSPECT, NACK, PUSH, REQUEUE, STATS, UNTAKE,
+};
 use super::*;
 use crate::command::Request;
 use crate::error::LossReason;
@@ -687,6 +689,9 @@ fn malformed_take_replies_are_unexpected() {
         for wait in [None, Some(Duration::from_secs(1))] {
             let mut s = taking(wait);
             s.answer(shape.clone());
+            // The script ran: whatever it leased to our token is given back first.
+            let undo = s.answer(Reply::Int(0));
+            assert_eq!(undo.command.args()[1], UNTAKE.sha1.as_bytes(), "{shape:?}");
             let out = s.expect_done();
             match &out {
                 Err(Error::UnexpectedReply { context, .. }) => {
@@ -694,7 +699,7 @@ fn malformed_take_replies_are_unexpected() {
                 }
                 other => panic!("{shape:?}: {other:?}"),
             }
-            assert_eq!(s.sent.len(), 1, "{shape:?}: nothing more is sent");
+            assert_eq!(s.sent.len(), 2, "{shape:?}: only the undo is sent");
         }
     }
 }

@@ -288,3 +288,60 @@ fn an_acquisition_answered_with_a_reply_it_does_not_understand_undoes_its_write(
     assert!(!held, "the key written by the attempt was released");
     assert!(c.lock("odd").try_acquire().unwrap().is_some());
 }
+
+/// Every kind that accepts `max_hold`, with the contender that must get in once it ends.
+fn holder_and_contender<'c>(
+    kind: &str,
+    a: &'c Client,
+    b: &'c Client,
+    name: &str,
+) -> (LockBuilder<'c>, LockBuilder<'c>) {
+    match kind {
+        "lease" => (a.lock(name), b.lock(name)),
+        "reentrant" => (a.reentrant_lock(name), b.reentrant_lock(name)),
+        "fair" => (a.fair_lock(name), b.fair_lock(name)),
+        "read" => (a.read_lock(name), b.write_lock(name)),
+        "write" => (a.write_lock(name), b.write_lock(name)),
+        "permit" => (a.semaphore(name, 1), b.semaphore(name, 1)),
+        other => panic!("no kind {other}"),
+    }
+}
+
+#[test]
+fn max_hold_frees_the_key_at_the_hold_limit_for_every_kind() {
+    let server = server();
+    let a = client(&server);
+    let b = client(&server);
+    let hold = Duration::from_millis(1200);
+    for kind in ["lease", "reentrant", "fair", "read", "write", "permit"] {
+        let name = format!("hold-{kind}");
+        let (holder, contender) = holder_and_contender(kind, &a, &b, &name);
+        let guard = holder
+            .ttl(TTL)
+            .max_hold(hold)
+            .try_acquire()
+            .unwrap()
+            .unwrap();
+        let start = guard.lease().acquired_at;
+        let got = contender
+            .ttl(TTL)
+            .wait(Duration::from_secs(6))
+            .retry(Duration::from_millis(5), Duration::from_millis(100))
+            .acquire()
+            .unwrap();
+        let after = start.elapsed();
+        // Not before the hold limit (less the drift allowance), and well before the ttl
+        // (3 s) that the key would otherwise have kept.
+        assert!(
+            after >= hold - Duration::from_millis(100),
+            "{kind}: {after:?}"
+        );
+        assert!(
+            after < TTL - Duration::from_millis(500),
+            "{kind}: {after:?}"
+        );
+        await_condition(Duration::from_secs(2), || guard.is_lost());
+        got.release().unwrap();
+        drop(guard);
+    }
+}

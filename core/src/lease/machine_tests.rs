@@ -994,3 +994,37 @@ fn the_wait_follows_the_acquisitions_connection_and_must_end_within_the_lease() 
     };
     assert!(Acquire::new(spec(), &o, 1, now).is_err());
 }
+
+#[test]
+fn a_reentrant_extension_to_a_shorter_ttl_asks_for_it_exactly() {
+    let now = origin();
+    let spec = LockSpec::reentrant(&Keyspace::default(), "job", "c1:7", token(), TTL).unwrap();
+    let lease = Lease {
+        kind: spec.kind,
+        target: spec.target,
+        token: token(),
+        fence: 3,
+        ttl: TTL,
+        acquired_at: now,
+        valid_until: valid_until(now, TTL),
+        attempts: 1,
+        calls: spec.calls,
+        data: Vec::new(),
+    };
+    for (ttl, exact) in [(TTL, "0"), (TTL * 2, "0"), (TTL / 4, "1")] {
+        let op = ScriptOp::extend(&lease, ttl, now + Duration::from_secs(1)).unwrap();
+        let mut s = Scenario::new(op, now);
+        let r = s.answer(Reply::Int(1));
+        let a = args(&r);
+        assert_eq!(a[1], super::scripts::REENTRANT_EXTEND.sha1);
+        assert_eq!(
+            a[a.len() - 2..],
+            [ttl.as_millis().to_string(), exact.to_owned()]
+        );
+    }
+    // Other kinds set the ttl they are given anyway: no flag.
+    let op = ScriptOp::extend(&lease_at(now), TTL / 4, now + Duration::from_secs(1)).unwrap();
+    let mut s = Scenario::new(op, now);
+    let r = s.answer(Reply::Int(1));
+    assert_eq!(args(&r).last().map(String::as_str), Some("2500"));
+}

@@ -273,13 +273,21 @@ impl ScriptOp<Release> {
 
 impl ScriptOp<Extend> {
     /// Extends `lease` to `ttl` from the moment Redis runs the command, giving up at `deadline`.
+    ///
+    /// A `ttl` shorter than the lease's own shortens it (the last renewal before a hold limit
+    /// ends the lease at the limit). For a reentrant lock, whose renewals otherwise never
+    /// shorten the key (an outer hold of the same owner may want it longer), a shorter `ttl`
+    /// is set exactly when the owner holds the lock once.
     pub fn extend(lease: &Lease, ttl: Duration, deadline: Instant) -> Result<Self, Error> {
         let ttl_ms = super::validate_ttl("ttl", ttl)?;
         let kind = Extend {
             name: lease.target.name.clone(),
             ttl,
         };
-        let call = lease.calls.extend.clone().arg(ttl_ms.to_string());
+        let mut call = lease.calls.extend.clone().arg(ttl_ms.to_string());
+        if lease.kind == super::LockKind::Reentrant {
+            call = call.arg(if ttl < lease.ttl { "1" } else { "0" });
+        }
         Ok(Self::new(
             kind,
             call,

@@ -54,7 +54,7 @@ pub static REENTRANT_RELEASE: Script = Script {
 pub static REENTRANT_EXTEND: Script = Script {
     name: "reentrant_extend",
     source: include_str!("lua/reentrant_extend.lua"),
-    sha1: "e800a7664d8a3bb6d38def1050aa15676edcc4c2",
+    sha1: "4bd7f2582e5f144168ea03b6326863a391471adf",
 };
 
 /// `lua/reentrant_inspect.lua`

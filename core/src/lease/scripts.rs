@@ -82,14 +82,14 @@ pub static FAIR_ACQUIRE: Script = Script {
 pub static FAIR_RELEASE: Script = Script {
     name: "fair_release",
     source: include_str!("lua/fair_release.lua"),
-    sha1: "9d21cab0768da5c59981ec780a6ae4ddc78ea330",
+    sha1: "46f2bcbf0abb1e9276bac805372a27283c47d7d1",
 };
 
 /// `lua/fair_cancel.lua`
 pub static FAIR_CANCEL: Script = Script {
     name: "fair_cancel",
     source: include_str!("lua/fair_cancel.lua"),
-    sha1: "5489494abaefaebd6f12a54cc13d8c969649a397",
+    sha1: "555bce5cced135429a1bdfd32f7d7f69ea9fb3e2",
 };
 
 /// `lua/read_acquire.lua`
@@ -145,35 +145,35 @@ pub static WRITE_CANCEL: Script = Script {
 pub static PERMIT_ACQUIRE: Script = Script {
     name: "permit_acquire",
     source: include_str!("lua/permit_acquire.lua"),
-    sha1: "d463b8ee09e3de981d2a0524acaf3a6bf372f6b9",
+    sha1: "11439415acc7e62a408fe99fc5e46e305a6c40f2",
 };
 
 /// `lua/permit_release.lua`
 pub static PERMIT_RELEASE: Script = Script {
     name: "permit_release",
     source: include_str!("lua/permit_release.lua"),
-    sha1: "d682ee49d591b976cb1d2173e30200ee59351bd1",
+    sha1: "4800cf5fd34ccc8810b812cd52538f97671ed773",
 };
 
 /// `lua/permit_cancel.lua`
 pub static PERMIT_CANCEL: Script = Script {
     name: "permit_cancel",
     source: include_str!("lua/permit_cancel.lua"),
-    sha1: "2e24c6d5957905f00aa808f3d1fc2bb7fbad04c0",
+    sha1: "f5c4bc356534b63ddbeae1b7b20c61427f86907f",
 };
 
 /// `lua/semaphore_set.lua`
 pub static SEMAPHORE_SET: Script = Script {
     name: "semaphore_set",
     source: include_str!("lua/semaphore_set.lua"),
-    sha1: "fdc078adc2a9ad515888e365cf475628ac30dd56",
+    sha1: "0898a0aa653aa2480a249b16737fe26602f68088",
 };
 
 /// `lua/semaphore_state.lua`
 pub static SEMAPHORE_STATE: Script = Script {
     name: "semaphore_state",
     source: include_str!("lua/semaphore_state.lua"),
-    sha1: "7145561cfa857997363f22c3e1f3d550e0a2da63",
+    sha1: "392e2e5bf3cfdf8d10c99d9e89456ce7d5acd139",
 };
 
 /// Every script, for `SCRIPT LOAD` at start-up and for tests.

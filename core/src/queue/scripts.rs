@@ -55,7 +55,7 @@ pub static STATS: Script = Script {
 pub static DEAD: Script = Script {
     name: "queue_dead",
     source: include_str!("lua/dead.lua"),
-    sha1: "9ef7f51b1582efd6ef8c6c361af86681fd634a54",
+    sha1: "568be6399035d6816501eb5a45ad5b37c81644a2",
 };
 
 /// `lua/requeue.lua`

@@ -11,7 +11,10 @@ local function notify(channel, message)
     redis.call('PUBLISH', channel, message)
   end
 end
+-- Read every key once before writing any (a wrong type fails before any write).
 local holder = redis.call('GET', KEYS[1])
+redis.call('LLEN', KEYS[2])
+redis.call('ZCARD', KEYS[3])
 if holder ~= ARGV[1] then
   if holder then
     return -1

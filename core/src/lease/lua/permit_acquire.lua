@@ -14,7 +14,11 @@ redis.call('ZCARD', KEYS[3])
 redis.call('GET', KEYS[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local permits = tonumber(redis.call('GET', KEYS[4]))
+local count = redis.call('GET', KEYS[4])
+local permits = tonumber(count)
+if count and not permits then
+  return redis.error_reply('ERR the permit count ' .. KEYS[4] .. ' is not a number')
+end
 if not permits then
   permits = tonumber(ARGV[4])
   redis.call('SET', KEYS[4], ARGV[4])

@@ -12,6 +12,11 @@ local function notify(channel, message)
     redis.call('PUBLISH', channel, message)
   end
 end
+-- Read every key once before writing any (a wrong type fails before any write).
+redis.call('ZCARD', KEYS[1])
+redis.call('LLEN', KEYS[2])
+redis.call('ZCARD', KEYS[3])
+local permits = tonumber(redis.call('GET', KEYS[4])) or 0
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -20,7 +25,6 @@ if not expiry then
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local permits = tonumber(redis.call('GET', KEYS[4])) or 0
 local free = permits - redis.call('ZCARD', KEYS[1])
 if free > 0 then
   for _, next in ipairs(redis.call('LRANGE', KEYS[2], 0, free - 1)) do

@@ -345,3 +345,120 @@ fn max_hold_frees_the_key_at_the_hold_limit_for_every_kind() {
         drop(guard);
     }
 }
+
+#[test]
+fn a_grant_that_arrives_after_the_lease_validity_is_not_returned_as_held() {
+    let server = server();
+    let proxy = Proxy::start(server.port()).unwrap();
+    let c = proxied(&proxy, Duration::from_secs(2));
+    let mut conn = connection(&server);
+    // Warm the pool (and the script cache) before replies are slowed down.
+    c.lock("late")
+        .ttl(Duration::from_millis(200))
+        .try_acquire()
+        .unwrap()
+        .unwrap()
+        .release()
+        .unwrap();
+    proxy.delay_replies(Duration::from_millis(400));
+    let outcome = c.lock("late").ttl(Duration::from_millis(200)).try_acquire();
+    proxy.delay_replies(Duration::ZERO);
+    assert!(
+        matches!(outcome, Err(Error::Unavailable { .. })),
+        "a lease whose validity ran out before its grant arrived: {outcome:?}"
+    );
+    let held: bool = redis::cmd("EXISTS")
+        .arg("redlease:{late}:lock")
+        .query(&mut conn)
+        .unwrap();
+    assert!(!held);
+}
+
+#[test]
+fn extend_to_a_shorter_ttl_never_leaves_remaining_above_the_server_ttl() {
+    let server = server();
+    let c = client(&server);
+    let mut conn = connection(&server);
+    // Renewals almost always in flight, so one races every extension.
+    let mut g = c
+        .lock("shorten")
+        .ttl(TTL)
+        .renew_every(Duration::from_millis(5))
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    for round in 0..60 {
+        let ttl = if round % 2 == 0 {
+            Duration::from_millis(400)
+        } else {
+            TTL
+        };
+        g.extend_to(ttl).unwrap();
+        let remaining = g.remaining();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg("redlease:{shorten}:lock")
+            .query(&mut conn)
+            .unwrap();
+        let pttl = Duration::from_millis(u64::try_from(pttl).unwrap_or(0));
+        assert!(
+            remaining <= pttl + Duration::from_millis(100),
+            "round {round}: remaining {remaining:?}, the server keeps the key {pttl:?}"
+        );
+    }
+    g.release().unwrap();
+}
+
+#[test]
+fn a_waiter_with_a_short_timeout_does_not_cut_the_line_short_for_the_others() {
+    let server = server();
+    let c = client(&server);
+    let mut conn = connection(&server);
+    for kind in ["fair", "semaphore"] {
+        let name = format!("line-{kind}");
+        let queue = match kind {
+            "fair" => format!("redlease:{{{name}}}:fair:queue"),
+            _ => format!("redlease:{{{name}}}:sem:waiters"),
+        };
+        let make = || match kind {
+            "fair" => c.fair_lock(&name),
+            _ => c.semaphore(&name, 1),
+        };
+        let holder = make()
+            .ttl(Duration::from_secs(10))
+            .try_acquire()
+            .unwrap()
+            .unwrap();
+        // A waits patiently: a 4 s place in line, refreshed at most every 1.5 s.
+        let a_client = c.clone();
+        let a_name = name.clone();
+        let a = std::thread::spawn(move || {
+            let b = match kind {
+                "fair" => a_client.fair_lock(&a_name),
+                _ => a_client.semaphore(&a_name, 1),
+            };
+            b.waiter_timeout(Duration::from_secs(4))
+                .retry(Duration::from_millis(1500), Duration::from_millis(1500))
+                .wait(Duration::from_secs(8))
+                .acquire()
+                .map(|g| g.release())
+        });
+        await_condition(Duration::from_secs(5), || {
+            let n: i64 = redis::cmd("LLEN").arg(&queue).query(&mut conn).unwrap();
+            n == 1
+        });
+        // B has a short place (400 ms) and gives up soon.
+        let b = make()
+            .waiter_timeout(Duration::from_millis(400))
+            .retry(Duration::from_millis(5), Duration::from_millis(50))
+            .wait(Duration::from_millis(150))
+            .acquire();
+        assert!(matches!(b, Err(Error::Timeout { .. })), "{kind}: {b:?}");
+        let pttl: i64 = redis::cmd("PTTL").arg(&queue).query(&mut conn).unwrap();
+        assert!(
+            pttl > 1500,
+            "{kind}: the line expires in {pttl} ms though A's place lasts up to 4 s"
+        );
+        holder.release().unwrap();
+        a.join().unwrap().unwrap().unwrap();
+    }
+}

@@ -271,6 +271,22 @@ impl Acquire {
         let wants_data = self.spec.kind == LockKind::Job;
         match int_pair_and_data(&reply) {
             Some((1, fence, data)) if fence >= min_fence && wants_data == (data.len() == 2) => {
+                if now >= valid_until(self.sent_at, self.spec.ttl) {
+                    // Granted, but the reply came after the lease's local validity: nothing
+                    // of it is safely ours. A waiting acquisition asks again (the script
+                    // knows our token); trying once undoes the grant and fails.
+                    self.granted = true;
+                    if self.deadline.is_some_and(|d| now < d) {
+                        self.exchange.start();
+                        return None;
+                    }
+                    return self.finish(Err(Error::Unavailable {
+                        attempts: self.attempts,
+                        last: TransportFailure::no_reply(
+                            "the lock was granted, but the reply came after the lease's validity ran out",
+                        ),
+                    }));
+                }
                 let mut calls = self.spec.calls.clone();
                 let mut target = self.spec.target.clone();
                 if let Some(id) = data.first().filter(|_| wants_data) {

@@ -1028,3 +1028,35 @@ fn a_reentrant_extension_to_a_shorter_ttl_asks_for_it_exactly() {
     let r = s.answer(Reply::Int(1));
     assert_eq!(args(&r).last().map(String::as_str), Some("2500"));
 }
+
+#[test]
+fn a_grant_that_arrives_after_the_validity_is_not_a_lease() {
+    // Trying once: undone, and Unavailable.
+    let mut s = acquire(None);
+    let sent = s.expect_send();
+    s.now += TTL;
+    s.machine
+        .handle(Input::reply(sent.id, ints(&[1, 7])), s.now);
+    let undo = s.answer(Reply::Int(1));
+    assert_eq!(args(&undo)[1], RELEASE.sha1);
+    assert!(matches!(
+        s.expect_done(),
+        Err(Error::Unavailable { last, .. }) if last.kind == crate::FailureKind::NoReply
+    ));
+    // Waiting: asked again at once; a timely answer is the lease, valid from the new send.
+    let mut s = acquire(Some(Duration::from_secs(60)));
+    let sent = s.expect_send();
+    s.now += TTL;
+    s.machine
+        .handle(Input::reply(sent.id, ints(&[1, 7])), s.now);
+    let again = s.answer(ints(&[1, 7]));
+    assert_eq!(args(&again), args(&sent));
+    match s.expect_done() {
+        Ok(Acquisition::Acquired(l)) => {
+            assert_eq!(l.fence, 7);
+            assert_eq!(l.valid_until, valid_until(s.now, TTL));
+            assert!(l.remaining(s.now) > Duration::ZERO);
+        }
+        other => panic!("{other:?}"),
+    }
+}

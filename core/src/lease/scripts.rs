@@ -75,7 +75,7 @@ pub static REENTRANT_UNDO: Script = Script {
 pub static FAIR_ACQUIRE: Script = Script {
     name: "fair_acquire",
     source: include_str!("lua/fair_acquire.lua"),
-    sha1: "7f8c1b4dc669a3347b5e5a90b22c36df65ec5a04",
+    sha1: "e8dc40c3c9145332ef9848a6135493bd21db9ff5",
 };
 
 /// `lua/fair_release.lua`
@@ -124,7 +124,7 @@ pub static READ_INSPECT: Script = Script {
 pub static WRITE_ACQUIRE: Script = Script {
     name: "write_acquire",
     source: include_str!("lua/write_acquire.lua"),
-    sha1: "08d309049e1f499bb4df4a324db035191ff15f4d",
+    sha1: "22af3da2bb37f2a3cc6168b9528ec89942f7131e",
 };
 
 /// `lua/write_release.lua`
@@ -145,7 +145,7 @@ pub static WRITE_CANCEL: Script = Script {
 pub static PERMIT_ACQUIRE: Script = Script {
     name: "permit_acquire",
     source: include_str!("lua/permit_acquire.lua"),
-    sha1: "11439415acc7e62a408fe99fc5e46e305a6c40f2",
+    sha1: "8d1a57cd4f61706ce42ed9033590cf9cad8bc056",
 };
 
 /// `lua/permit_release.lua`

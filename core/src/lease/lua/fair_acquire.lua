@@ -53,9 +53,14 @@ if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('RPUSH', KEYS[2], ARGV[1])
 end
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
--- The line must not outlive its last waiter.
-redis.call('PEXPIRE', KEYS[2], 2 * tonumber(ARGV[3]))
-redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[3]))
+-- The line must not outlive its last waiter, nor end before any live waiter's place does
+-- (waiters may have different timeouts): its expiry only grows.
+local keep = 2 * tonumber(ARGV[3])
+for i = 2, 3 do
+  if redis.call('PTTL', KEYS[i]) < keep then
+    redis.call('PEXPIRE', KEYS[i], keep)
+  end
+end
 if holder then
   return {0, redis.call('PTTL', KEYS[1])}
 end

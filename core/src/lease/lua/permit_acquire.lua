@@ -65,6 +65,11 @@ if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
 end
 local wt = tonumber(ARGV[3])
 redis.call('ZADD', KEYS[3], now + wt, ARGV[1])
-redis.call('PEXPIRE', KEYS[2], 2 * wt)
-redis.call('PEXPIRE', KEYS[3], 2 * wt)
+-- The line's expiry only grows: a waiter with a shorter timeout must not cut it short for
+-- one with a longer timeout.
+for i = 2, 3 do
+  if redis.call('PTTL', KEYS[i]) < 2 * wt then
+    redis.call('PEXPIRE', KEYS[i], 2 * wt)
+  end
+end
 return {0, wait}

@@ -36,7 +36,10 @@ if (not writer) and redis.call('ZCARD', KEYS[2]) == 0 then
 end
 if ARGV[4] == '1' then
   redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
-  redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[3]))
+  -- Only grows: another waiting writer may have a longer timeout.
+  if redis.call('PTTL', KEYS[3]) < 2 * tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[3]))
+  end
 end
 if writer then
   return {0, redis.call('PTTL', KEYS[1])}

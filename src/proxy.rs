@@ -11,6 +11,7 @@
 //! proxy.drop_next_reply(); // the next reply the server sends is never delivered
 //! proxy.blackhole(true); // a partition: nothing passes either way, nothing is queued
 //! proxy.blackhole(false);
+//! proxy.delay_requests(std::time::Duration::from_millis(500)); // commands arrive late
 //! proxy.cut(); // close every open connection (new ones are accepted)
 //! # Ok(())
 //! # }
@@ -38,6 +39,9 @@ struct Control {
     /// Chunks swallowed so far (by `drop_next_reply` or the blackhole).
     dropped: AtomicU64,
     delay_ms: AtomicU64,
+    request_delay_ms: AtomicU64,
+    /// Chunks being held back by a delay right now.
+    held: AtomicU64,
     /// Bumped by `cut`: every connection opened before closes.
     cuts: AtomicU64,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -109,6 +113,19 @@ impl Proxy {
     pub fn delay_replies(&self, delay: Duration) {
         let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         self.control.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Holds every chunk from a client this long before passing it on (zero: none): the
+    /// command reaches the server late. Each connection is delayed on its own, so a command
+    /// sent later on another connection (after the delay is lowered) can overtake it.
+    pub fn delay_requests(&self, delay: Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.control.request_delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// How many chunks are being held back by a delay right now.
+    pub fn held(&self) -> u64 {
+        self.control.held.load(Ordering::SeqCst)
     }
 
     /// Closes every connection open now (both sides); later connections are accepted.
@@ -205,10 +222,16 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, epoch: u64, contr
                 control.dropped.fetch_add(1, Ordering::SeqCst);
                 continue;
             }
-            let delay = control.delay_ms.load(Ordering::SeqCst);
-            if delay > 0 {
-                thread::sleep(Duration::from_millis(delay));
-            }
+        }
+        let delay = if replies {
+            control.delay_ms.load(Ordering::SeqCst)
+        } else {
+            control.request_delay_ms.load(Ordering::SeqCst)
+        };
+        if delay > 0 {
+            control.held.fetch_add(1, Ordering::SeqCst);
+            thread::sleep(Duration::from_millis(delay));
+            control.held.fetch_sub(1, Ordering::SeqCst);
         }
         if to.write_all(&buf[..n]).is_err() {
             break;

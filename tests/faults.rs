@@ -462,3 +462,49 @@ fn a_waiter_with_a_short_timeout_does_not_cut_the_line_short_for_the_others() {
         a.join().unwrap().unwrap().unwrap();
     }
 }
+
+#[test]
+fn a_delayed_acquisition_overtaken_by_its_undo_takes_nothing() {
+    let server = server();
+    let proxy = Proxy::start(server.port()).unwrap();
+    let c = proxied(&proxy, Duration::from_millis(300));
+    let mut conn = connection(&server);
+    // Warm the pool and the script cache.
+    for kind in KINDS {
+        builder(&c, kind, "warm")
+            .try_acquire()
+            .unwrap()
+            .unwrap()
+            .release()
+            .unwrap();
+    }
+    for kind in KINDS {
+        let name = format!("overtaken-{kind}");
+        // Both attempts of a try-once acquisition are held back past their reply timeout...
+        proxy.delay_requests(Duration::from_millis(1500));
+        let attempt = {
+            let c = c.clone();
+            let name = name.clone();
+            std::thread::spawn(move || builder(&c, kind, &name).try_acquire().map(|g| g.is_some()))
+        };
+        await_condition(Duration::from_secs(5), || proxy.held() >= 2);
+        // ...while the undo that follows goes through at once and reaches Redis first.
+        proxy.delay_requests(Duration::ZERO);
+        let outcome = attempt.join().unwrap();
+        assert!(
+            matches!(outcome, Err(Error::Unavailable { .. })),
+            "{kind}: {outcome:?}"
+        );
+        // The held-back attempts arrive now: they must take nothing.
+        await_condition(Duration::from_secs(5), || proxy.held() == 0);
+        let other = client(&server);
+        let free = builder(&other, kind, &name).try_acquire().unwrap();
+        assert!(
+            free.is_some(),
+            "{kind}: a late attempt left the lock held by nobody ({:?})",
+            redis::cmd("KEYS")
+                .arg(format!("*{name}*"))
+                .query::<Vec<String>>(&mut conn)
+        );
+    }
+}

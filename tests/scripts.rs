@@ -40,6 +40,8 @@ const JOB_HOLDERS: &str = "t:{s}:q:holders";
 const BASES: &str = "t:{s}:q:bases";
 const SETTLED: &str = "t:{s}:q:settled";
 const CHANNEL: &str = "t:{s}:wake";
+const UNDONE: &str = "t:{s}:undone";
+const Q_UNDONE: &str = "t:{s}:q:undone";
 
 /// A setup step: a command and its arguments; `{far}` is replaced by a time well in the
 /// future (ms since the epoch).
@@ -82,9 +84,44 @@ const SEMAPHORE: &[Step] = &[
 
 fn rows() -> Vec<Row> {
     vec![
+        // The undo variants of the releases: one more key, the undone acquisitions.
+        Row {
+            script: &lease::RELEASE,
+            keys: &[LOCK, UNDONE],
+            args: &["tok", CHANNEL, "600000"],
+            setup: &[&["SET", LOCK, "tok", "PX", "10000"]],
+        },
+        Row {
+            script: &lease::WRITE_RELEASE,
+            keys: &[WRITER, UNDONE],
+            args: &["tok", CHANNEL, "600000"],
+            setup: &[&["SET", WRITER, "tok", "PX", "10000"]],
+        },
+        Row {
+            script: &lease::READ_RELEASE,
+            keys: &[READERS, UNDONE],
+            args: &["tok", CHANNEL, "600000"],
+            setup: &[&["ZADD", READERS, "{far}", "tok"]],
+        },
+        Row {
+            script: &lease::FAIR_RELEASE,
+            keys: &[LOCK, QUEUE, TIMEOUTS, UNDONE],
+            args: &["tok", CHANNEL, "600000"],
+            setup: &[
+                &["SET", LOCK, "tok", "PX", "10000"],
+                &["RPUSH", QUEUE, "w"],
+                &["ZADD", TIMEOUTS, "{far}", "w"],
+            ],
+        },
+        Row {
+            script: &lease::PERMIT_RELEASE,
+            keys: &[HOLDERS, WAITERS, WAIT_TIMES, PERMITS, UNDONE],
+            args: &["tok", CHANNEL, "600000"],
+            setup: SEMAPHORE,
+        },
         Row {
             script: &lease::ACQUIRE,
-            keys: &[LOCK, FENCE],
+            keys: &[LOCK, FENCE, UNDONE],
             args: &["tok", "30000"],
             setup: &[&["SET", FENCE, "3"]],
         },
@@ -108,7 +145,7 @@ fn rows() -> Vec<Row> {
         },
         Row {
             script: &lease::REENTRANT_ACQUIRE,
-            keys: &[HASH, FENCE],
+            keys: &[HASH, FENCE, UNDONE],
             args: &["me", "op2", "30000"],
             setup: HELD_HASH,
         },
@@ -132,13 +169,13 @@ fn rows() -> Vec<Row> {
         },
         Row {
             script: &lease::REENTRANT_UNDO,
-            keys: &[HASH],
-            args: &["me", "op1", CHANNEL],
+            keys: &[HASH, UNDONE],
+            args: &["me", "op1", CHANNEL, "600000"],
             setup: HELD_HASH,
         },
         Row {
             script: &lease::FAIR_ACQUIRE,
-            keys: &[LOCK, QUEUE, TIMEOUTS, FENCE],
+            keys: &[LOCK, QUEUE, TIMEOUTS, FENCE, UNDONE],
             args: &["tok", "30000", "5000", "1"],
             setup: &[
                 &["RPUSH", QUEUE, "tok"],
@@ -168,7 +205,7 @@ fn rows() -> Vec<Row> {
         },
         Row {
             script: &lease::READ_ACQUIRE,
-            keys: &[WRITER, READERS, WAITING, FENCE],
+            keys: &[WRITER, READERS, WAITING, FENCE, UNDONE],
             args: &["tok", "30000"],
             setup: &[&["SET", FENCE, "3"]],
         },
@@ -192,7 +229,7 @@ fn rows() -> Vec<Row> {
         },
         Row {
             script: &lease::WRITE_ACQUIRE,
-            keys: &[WRITER, READERS, WAITING, FENCE],
+            keys: &[WRITER, READERS, WAITING, FENCE, UNDONE],
             args: &["tok", "30000", "5000", "1"],
             setup: &[&["ZADD", WAITING, "{far}", "tok"], &["SET", FENCE, "3"]],
         },
@@ -210,7 +247,7 @@ fn rows() -> Vec<Row> {
         },
         Row {
             script: &lease::PERMIT_ACQUIRE,
-            keys: &[HOLDERS, WAITERS, WAIT_TIMES, PERMITS],
+            keys: &[HOLDERS, WAITERS, WAIT_TIMES, PERMITS, UNDONE],
             args: &["w", "30000", "5000", "2", "1"],
             setup: SEMAPHORE,
         },
@@ -258,6 +295,7 @@ fn rows() -> Vec<Row> {
                 DEAD,
                 JOB_HOLDERS,
                 BASES,
+                Q_UNDONE,
             ],
             args: &["tok2", "30000", "5"],
             setup: &[
@@ -340,8 +378,9 @@ fn rows() -> Vec<Row> {
                 SEQ,
                 DELIVERIES,
                 JOB_HOLDERS,
+                Q_UNDONE,
             ],
-            args: &["tok", CHANNEL],
+            args: &["tok", CHANNEL, "600000"],
             setup: JOB_IN_FLIGHT,
         },
         Row {

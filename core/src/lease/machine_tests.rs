@@ -79,9 +79,10 @@ fn acquire_free_lock_issues_fence_and_lease() {
         [
             "EVALSHA",
             ACQUIRE.sha1,
-            "2",
+            "3",
             "redlease:{job}:lock",
             "redlease:{job}:fence",
+            "redlease:{job}:undone",
             token().as_str(),
             "10000"
         ]
@@ -172,7 +173,8 @@ fn malformed_replies_are_typed_errors() {
         // The script ran to its end: whatever it wrote is undone (owner-checked) first.
         let undo = s.answer(Reply::Int(1));
         assert_eq!(args(&undo)[1], RELEASE.sha1, "{shape:?}");
-        assert_eq!(args(&undo)[4], token().as_str());
+        assert_eq!(args(&undo)[4], "redlease:{job}:undone");
+        assert_eq!(args(&undo)[5], token().as_str());
         assert!(
             matches!(s.expect_done(), Err(Error::UnexpectedReply { .. })),
             "{shape:?}"
@@ -284,7 +286,18 @@ fn giving_up_after_a_lost_reply_releases_what_we_may_hold() {
     s.fail(TransportFailure::no_reply("timeout"));
     let cleanup = s.answer(Reply::Int(1));
     assert_eq!(args(&cleanup)[1], RELEASE.sha1);
-    assert_eq!(args(&cleanup)[4], token().as_str());
+    // The undo remembers the token, so a delayed original arriving later takes nothing.
+    assert_eq!(
+        args(&cleanup)[2..],
+        [
+            "2",
+            "redlease:{job}:lock",
+            "redlease:{job}:undone",
+            token().as_str(),
+            "redlease:{job}:released",
+            "600000"
+        ]
+    );
     match s.expect_done() {
         Err(Error::Unavailable { attempts: 2, last }) => {
             assert_eq!(last.kind, crate::FailureKind::NoReply)
@@ -695,8 +708,13 @@ fn a_lost_nested_reentrant_acquisition_undoes_only_itself() {
     let undo = s.answer(Reply::Int(0));
     assert_eq!(args(&undo)[1], super::scripts::REENTRANT_UNDO.sha1);
     assert_eq!(
-        args(&undo)[4..6],
-        ["c1:7".to_string(), token().as_str().to_string()]
+        args(&undo)[5..],
+        [
+            "c1:7",
+            token().as_str(),
+            "redlease:{r}:reentrant:released",
+            "600000"
+        ]
     );
     assert!(matches!(s.expect_done(), Err(Error::Unavailable { .. })));
 }
@@ -733,9 +751,10 @@ fn reentrant_calls_carry_owner_and_op_and_release_with_its_own_op() {
     assert_eq!(
         args(&r)[2..],
         [
-            "2",
+            "3",
             "redlease:{r}:reentrant",
             "redlease:{r}:fence",
+            "redlease:{r}:undone",
             "c1:7",
             token().as_str(),
             "10000"
@@ -821,7 +840,7 @@ fn client_clock_skew_changes_nothing_a_semaphore_sends_or_decides() {
     assert_eq!(out, Ok(0));
     // No argument carries a client time: token, permit timeout, waiter timeout, permits,
     // join the line.
-    assert_eq!(sent[0][7..], [token().as_str(), "10000", "5000", "3", "1"]);
+    assert_eq!(sent[0][8..], [token().as_str(), "10000", "5000", "3", "1"]);
 }
 
 #[test]

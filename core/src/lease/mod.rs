@@ -38,6 +38,12 @@ use crate::reply::{ErrorReply, Reply};
 /// and this bound stays below that for millions of years.
 pub const MAX_TTL: Duration = Duration::from_millis(1 << 62);
 
+/// How long the server remembers an acquisition that was undone after its reply was lost
+/// (`<stem>:undone`): if that acquisition was only delayed and reaches the server after its
+/// undo (which may travel on another connection), it takes nothing. A delay longer than this
+/// could still leave an ownerless key until its ttl ends.
+pub const UNDONE_KEEP: Duration = Duration::from_secs(600);
+
 /// The longest owner token accepted, in bytes.
 pub const MAX_TOKEN_LEN: usize = 256;
 

@@ -12,14 +12,14 @@ use crate::script::Script;
 pub static ACQUIRE: Script = Script {
     name: "lease_acquire",
     source: include_str!("lua/acquire.lua"),
-    sha1: "07eff917aadc961c24f28597496dbfd33b02807a",
+    sha1: "07e7dd6c2f4e8b7fb53a0876f2af5e1cd9706d3c",
 };
 
 /// `lua/release.lua`
 pub static RELEASE: Script = Script {
     name: "lease_release",
     source: include_str!("lua/release.lua"),
-    sha1: "1e52b1d0742afccdb1c692f477592d11e1bc6ef5",
+    sha1: "66f55b3ff81012aee76c0f60b0ba89c73651b2db",
 };
 
 /// `lua/extend.lua`
@@ -40,7 +40,7 @@ pub static INSPECT: Script = Script {
 pub static REENTRANT_ACQUIRE: Script = Script {
     name: "reentrant_acquire",
     source: include_str!("lua/reentrant_acquire.lua"),
-    sha1: "2a8f41368c880e176587e209dbbb35a1c5418456",
+    sha1: "260ec6b882e86d8a5b5d661a1202c352cc2c6c67",
 };
 
 /// `lua/reentrant_release.lua`
@@ -68,21 +68,21 @@ pub static REENTRANT_INSPECT: Script = Script {
 pub static REENTRANT_UNDO: Script = Script {
     name: "reentrant_undo",
     source: include_str!("lua/reentrant_undo.lua"),
-    sha1: "ab165ea129b514abdfd0471e5bc5d0f2fe43830f",
+    sha1: "db4bc98a5330d27691846e45b923e0509f4c937d",
 };
 
 /// `lua/fair_acquire.lua`
 pub static FAIR_ACQUIRE: Script = Script {
     name: "fair_acquire",
     source: include_str!("lua/fair_acquire.lua"),
-    sha1: "e8dc40c3c9145332ef9848a6135493bd21db9ff5",
+    sha1: "48fe579dba3931cef85609ab618df806c31bf1f9",
 };
 
 /// `lua/fair_release.lua`
 pub static FAIR_RELEASE: Script = Script {
     name: "fair_release",
     source: include_str!("lua/fair_release.lua"),
-    sha1: "46f2bcbf0abb1e9276bac805372a27283c47d7d1",
+    sha1: "04b357ea94edc997893eac4c60ad1e1601792a6e",
 };
 
 /// `lua/fair_cancel.lua`
@@ -96,14 +96,14 @@ pub static FAIR_CANCEL: Script = Script {
 pub static READ_ACQUIRE: Script = Script {
     name: "read_acquire",
     source: include_str!("lua/read_acquire.lua"),
-    sha1: "04ccaac8664584568e4adda1aa3a9ae35081deca",
+    sha1: "d5b8967c59c5293d2405eab1f47f1892f8203bf0",
 };
 
 /// `lua/read_release.lua`
 pub static READ_RELEASE: Script = Script {
     name: "read_release",
     source: include_str!("lua/read_release.lua"),
-    sha1: "a50ada5d1c7ded5a34fe73d69a3bda237a2d3635",
+    sha1: "fef803b451082f0999accd70201ae5bfd052ea36",
 };
 
 /// `lua/read_extend.lua`
@@ -124,14 +124,14 @@ pub static READ_INSPECT: Script = Script {
 pub static WRITE_ACQUIRE: Script = Script {
     name: "write_acquire",
     source: include_str!("lua/write_acquire.lua"),
-    sha1: "22af3da2bb37f2a3cc6168b9528ec89942f7131e",
+    sha1: "8609dee82d969990f31e47ef12b2492411e9cbf5",
 };
 
 /// `lua/write_release.lua`
 pub static WRITE_RELEASE: Script = Script {
     name: "write_release",
     source: include_str!("lua/write_release.lua"),
-    sha1: "50d97871e4ed218623be824f5171655edb697d78",
+    sha1: "e45918d48dfaee339ea82f1d0311cf9b73ddfceb",
 };
 
 /// `lua/write_cancel.lua`
@@ -145,14 +145,14 @@ pub static WRITE_CANCEL: Script = Script {
 pub static PERMIT_ACQUIRE: Script = Script {
     name: "permit_acquire",
     source: include_str!("lua/permit_acquire.lua"),
-    sha1: "8d1a57cd4f61706ce42ed9033590cf9cad8bc056",
+    sha1: "071da3f6c45f7472e942d712d92a84101bcaac61",
 };
 
 /// `lua/permit_release.lua`
 pub static PERMIT_RELEASE: Script = Script {
     name: "permit_release",
     source: include_str!("lua/permit_release.lua"),
-    sha1: "4800cf5fd34ccc8810b812cd52538f97671ed773",
+    sha1: "677e3514eacac0e4452fbfbab1accf854ff9afaa",
 };
 
 /// `lua/permit_cancel.lua`

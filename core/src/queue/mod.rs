@@ -45,6 +45,7 @@ pub struct QueueKeys {
     holders: String,
     bases: String,
     settled: String,
+    undone: String,
     channel: String,
     notify: String,
 }
@@ -68,6 +69,7 @@ impl QueueKeys {
             holders: k("holders"),
             bases: k("bases"),
             settled: k("settled"),
+            undone: k("undone"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
         })
@@ -246,6 +248,7 @@ pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<
                 &keys.dead,
                 &keys.holders,
                 &keys.bases,
+                &keys.undone,
             ])
             .arg(t)
             .arg(visibility_ms.to_string())
@@ -272,9 +275,11 @@ pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<
                     &keys.seq,
                     &keys.deliveries,
                     &keys.holders,
+                    &keys.undone,
                 ])
                 .arg(t)
-                .arg(&keys.notify),
+                .arg(&keys.notify)
+                .arg(crate::lease::UNDONE_KEEP.as_millis().to_string()),
         ),
         queued: false,
         wake: WakeOn::any(&keys.channel),

@@ -13,7 +13,7 @@ pub static PUSH: Script = Script {
 pub static DEQUEUE: Script = Script {
     name: "queue_dequeue",
     source: include_str!("lua/dequeue.lua"),
-    sha1: "355a948eaa371cd9ee43293ee8954a6e8a1e98d6",
+    sha1: "6cac11ff7c0216a92a31e452f878fed24bc6e972",
 };
 
 /// `lua/ack.lua`
@@ -69,7 +69,7 @@ pub static REQUEUE: Script = Script {
 pub static UNTAKE: Script = Script {
     name: "queue_untake",
     source: include_str!("lua/untake.lua"),
-    sha1: "45571334c4010dd7873f72982102c63df5a3c00e",
+    sha1: "3794514bc178251c29ff2ca8842dc9aae313b7bc",
 };
 
 /// `lua/forget.lua`

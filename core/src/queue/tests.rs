@@ -25,6 +25,7 @@ const DEAD_LIST: &str = "redlease:{jobs}:q:dead";
 const HOLDERS: &str = "redlease:{jobs}:q:holders";
 const BASES: &str = "redlease:{jobs}:q:bases";
 const SETTLED: &str = "redlease:{jobs}:q:settled";
+const UNDONE: &str = "redlease:{jobs}:q:undone";
 const CHANNEL: &str = "redlease:{jobs}:q:pushed";
 
 fn keys() -> QueueKeys {
@@ -326,7 +327,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
         strs(&[
             "EVALSHA",
             DEQUEUE.sha1,
-            "11",
+            "12",
             READY,
             DELAYED,
             PAYLOADS,
@@ -338,6 +339,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
             DEAD_LIST,
             HOLDERS,
             BASES,
+            UNDONE,
             &tok(),
             "1500",
             "4",
@@ -968,7 +970,7 @@ fn settings_are_validated_before_anything_is_sent() {
         max_deliveries: 1,
     };
     let spec = take(&keys(), token(), &s).unwrap();
-    assert_eq!(call_args(&spec.acquire)[15..], strs(&["1", "1"]));
+    assert_eq!(call_args(&spec.acquire)[16..], strs(&["1", "1"]));
 }
 
 #[test]

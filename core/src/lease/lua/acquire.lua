@@ -1,5 +1,6 @@
 -- Acquire a lease lock and issue its fencing token, in one round trip.
--- KEYS[1] lock key, KEYS[2] fence counter; ARGV[1] owner token, ARGV[2] ttl in ms.
+-- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] undone acquisitions (zset token -> until
+-- ms); ARGV[1] owner token, ARGV[2] ttl in ms.
 -- Returns {1, fence} when the caller holds the lock (newly, or already: a retried
 -- acquisition gets the fence it was issued before), {0, pttl of the holder} otherwise.
 -- A fence is max(counter + 1, server clock in microseconds): a counter lost with the data
@@ -9,6 +10,15 @@
 -- Read every key once before writing any (a wrong type fails before any write).
 local holder = redis.call('GET', KEYS[1])
 local last = redis.call('GET', KEYS[2])
+-- An acquisition undone after its reply was lost must not take effect if it arrives late
+-- (delayed, overtaken by its undo on another connection): its token is in the undone set.
+local undone = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if undone then
+  local tu = redis.call('TIME')
+  if tonumber(undone) > tonumber(tu[1]) * 1000 + math.floor(tonumber(tu[2]) / 1000) then
+    return {0, -2}
+  end
+end
 local counter = 0
 if last then
   counter = tonumber(last)

@@ -1,6 +1,6 @@
 -- Acquire a fair lock: waiters get it in the order they started waiting.
 -- KEYS[1] lock, KEYS[2] queue (list of waiter tokens), KEYS[3] queue timeouts (zset),
--- KEYS[4] fence counter; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] waiter timeout ms,
+-- KEYS[4] fence counter, KEYS[5] undone acquisitions (zset token -> until ms); ARGV[1] token, ARGV[2] ttl ms, ARGV[3] waiter timeout ms,
 -- ARGV[4] '1' to take a place in line when the lock is not free ('0': trying once).
 -- Returns {1, fence} acquired (or already ours), {0, pttl of the holder or -2} waiting.
 -- A waiter stays in line only while it keeps calling (each call refreshes its timeout);
@@ -11,6 +11,15 @@ redis.call('GET', KEYS[1])
 redis.call('LLEN', KEYS[2])
 redis.call('ZCARD', KEYS[3])
 local last = redis.call('GET', KEYS[4])
+-- An acquisition undone after its reply was lost must not take effect if it arrives late
+-- (delayed, overtaken by its undo on another connection): its token is in the undone set.
+local undone = redis.call('ZSCORE', KEYS[5], ARGV[1])
+if undone then
+  local tu = redis.call('TIME')
+  if tonumber(undone) > tonumber(tu[1]) * 1000 + math.floor(tonumber(tu[2]) / 1000) then
+    return {0, -2}
+  end
+end
 local counter = 0
 if last then
   counter = tonumber(last)

@@ -1,5 +1,6 @@
 -- Acquire the write side of a read-write lock: no readers and no other writer.
--- KEYS[1] writer, KEYS[2] readers, KEYS[3] waiting writers, KEYS[4] fence counter;
+-- KEYS[1] writer, KEYS[2] readers, KEYS[3] waiting writers, KEYS[4] fence counter,
+-- KEYS[5] undone acquisitions (zset token -> until ms);
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] waiting-writer timeout ms, ARGV[4] '1' to be
 -- noted as a waiting writer when it must wait ('0': trying once).
 -- Returns {1, fence} or {0, pttl of the writer or -2}. A writer that must wait is noted
@@ -11,6 +12,15 @@ redis.call('GET', KEYS[1])
 redis.call('ZCARD', KEYS[2])
 redis.call('ZCARD', KEYS[3])
 local last = redis.call('GET', KEYS[4])
+-- An acquisition undone after its reply was lost must not take effect if it arrives late
+-- (delayed, overtaken by its undo on another connection): its token is in the undone set.
+local undone = redis.call('ZSCORE', KEYS[5], ARGV[1])
+if undone then
+  local tu = redis.call('TIME')
+  if tonumber(undone) > tonumber(tu[1]) * 1000 + math.floor(tonumber(tu[2]) / 1000) then
+    return {0, -2}
+  end
+end
 local counter = 0
 if last then
   counter = tonumber(last)

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Every step is one script on the server's clock. Taking a job is an acquisition of a lease
-//! of kind [`LockKind::Job`](crate::lease::LockKind::Job), so it runs on the same machine as
+//! of kind [`LockKind::Job`], so it runs on the same machine as
 //! every lock ([`Acquire`](crate::lease::Acquire)): an idle worker waits until the earliest
 //! due time or lease expiry, or until a push wakes it; there is no polling interval. Its
 //! "fence" is the delivery number of the job (1 on first delivery), which a worker can pass

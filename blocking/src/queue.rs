@@ -408,8 +408,10 @@ impl Job {
         &self.payload
     }
 
-    /// Which delivery this is (1 the first time): strictly increasing per job, so it can
-    /// fence off a stale worker's writes.
+    /// Which delivery this is (1 the first time): strictly increasing per job while Redis
+    /// keeps its data, so it can fence off a stale worker's writes. After Redis loses data
+    /// (a restart from an older snapshot, a failover to a lagging replica) it can repeat:
+    /// see `docs/guarantees.md`.
     pub fn delivery(&self) -> u64 {
         self.guard.fence()
     }

@@ -575,3 +575,37 @@ fn fences_never_go_backwards_after_a_failover_to_a_lagging_replica() {
     next.release().unwrap();
     std::mem::forget(held);
 }
+
+#[test]
+fn a_delayed_take_overtaken_by_its_undo_leases_nothing() {
+    let server = server();
+    let proxy = Proxy::start(server.port()).unwrap();
+    let c = proxied(&proxy, Duration::from_millis(300));
+    let q = c.queue("overtaken-take").unwrap();
+    // Warm the pool and the script cache.
+    q.push_unique("warm", "p").unwrap();
+    q.try_take().unwrap().unwrap().ack().unwrap();
+    q.push_unique("j", "p").unwrap();
+    proxy.delay_requests(Duration::from_millis(1500));
+    let attempt = {
+        let q = q.clone();
+        std::thread::spawn(move || q.try_take().map(|j| j.is_some()))
+    };
+    await_condition(Duration::from_secs(5), || proxy.held() >= 2);
+    proxy.delay_requests(Duration::ZERO);
+    let outcome = attempt.join().unwrap();
+    assert!(
+        matches!(outcome, Err(Error::Unavailable { .. })),
+        "{outcome:?}"
+    );
+    await_condition(Duration::from_secs(5), || proxy.held() == 0);
+    let other = client(&server).queue("overtaken-take").unwrap();
+    let stats = other.stats().unwrap();
+    assert_eq!((stats.ready, stats.in_flight), (1, 0), "{stats:?}");
+    let job = other
+        .try_take()
+        .unwrap()
+        .expect("the job is still there to take");
+    assert_eq!(job.delivery(), 1, "the late take was not counted");
+    job.ack().unwrap();
+}

@@ -240,3 +240,112 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, epoch: u64, contr
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    /// An echo server on a free port for `connections` connections.
+    fn echo(connections: usize) -> (u16, JoinHandle<()>) {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let handle = thread::spawn(move || {
+            let mut pumps = Vec::new();
+            for _ in 0..connections {
+                let (mut s, _) = listener.accept().unwrap();
+                pumps.push(thread::spawn(move || {
+                    let mut buf = [0u8; 1024];
+                    while let Ok(n) = s.read(&mut buf) {
+                        if n == 0 || s.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                }));
+            }
+            for p in pumps {
+                let _ = p.join();
+            }
+        });
+        (port, handle)
+    }
+
+    fn connect(proxy: &Proxy) -> TcpStream {
+        let s = TcpStream::connect((Ipv4Addr::LOCALHOST, proxy.port())).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        s
+    }
+
+    /// What comes back for `msg`, or `None` within the read timeout.
+    fn round_trip(s: &mut TcpStream, msg: &[u8]) -> Option<Vec<u8>> {
+        s.write_all(msg).unwrap();
+        let mut buf = [0u8; 64];
+        match s.read(&mut buf) {
+            Ok(0) => None,
+            Ok(n) => Some(buf[..n].to_vec()),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => None,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn forwards_drops_blackholes_delays_and_cuts_on_command() {
+        let (port, echo) = echo(2);
+        let proxy = Proxy::start(port).unwrap();
+        let mut s = connect(&proxy);
+        assert_eq!(round_trip(&mut s, b"a").as_deref(), Some(&b"a"[..]));
+
+        proxy.drop_next_reply();
+        assert_eq!(round_trip(&mut s, b"b"), None, "the reply was dropped");
+        assert_eq!(proxy.dropped(), 1);
+        assert_eq!(round_trip(&mut s, b"c").as_deref(), Some(&b"c"[..]));
+
+        proxy.blackhole(true);
+        assert_eq!(round_trip(&mut s, b"d"), None);
+        proxy.blackhole(false);
+        // Swallowed, not queued: only what is sent now comes back.
+        assert_eq!(round_trip(&mut s, b"e").as_deref(), Some(&b"e"[..]));
+
+        proxy.delay_requests(Duration::from_millis(150));
+        s.write_all(b"f").unwrap();
+        let mut held = false;
+        for _ in 0..100 {
+            held |= proxy.held() > 0;
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert!(held, "the request was held back");
+        let mut buf = [0u8; 8];
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        assert_eq!(
+            s.read(&mut buf).unwrap(),
+            1,
+            "and delivered after the delay"
+        );
+        proxy.delay_requests(Duration::ZERO);
+
+        proxy.cut();
+        let mut buf = [0u8; 8];
+        assert!(
+            matches!(s.read(&mut buf), Ok(0) | Err(_)),
+            "the connection was closed"
+        );
+        let mut again = connect(&proxy);
+        assert_eq!(round_trip(&mut again, b"g").as_deref(), Some(&b"g"[..]));
+        drop(again);
+        drop(proxy);
+        // Every proxy thread was joined, and every upstream connection closed with it.
+        echo.join().unwrap();
+    }
+
+    #[test]
+    fn dropping_the_proxy_stops_listening() {
+        let (port, echo) = echo(0);
+        let proxy = Proxy::start(port).unwrap();
+        let listening = proxy.port();
+        drop(proxy);
+        assert!(TcpStream::connect((Ipv4Addr::LOCALHOST, listening)).is_err());
+        echo.join().unwrap();
+    }
+}

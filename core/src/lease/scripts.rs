@@ -75,7 +75,7 @@ pub static REENTRANT_UNDO: Script = Script {
 pub static FAIR_ACQUIRE: Script = Script {
     name: "fair_acquire",
     source: include_str!("lua/fair_acquire.lua"),
-    sha1: "48fe579dba3931cef85609ab618df806c31bf1f9",
+    sha1: "9eed879b4828774938fb6819f002562c36989ca2",
 };
 
 /// `lua/fair_release.lua`

@@ -1,7 +1,8 @@
 -- Acquire a fair lock: waiters get it in the order they started waiting.
 -- KEYS[1] lock, KEYS[2] queue (list of waiter tokens), KEYS[3] queue timeouts (zset),
--- KEYS[4] fence counter, KEYS[5] undone acquisitions (zset token -> until ms); ARGV[1] token, ARGV[2] ttl ms, ARGV[3] waiter timeout ms,
--- ARGV[4] '1' to take a place in line when the lock is not free ('0': trying once).
+-- KEYS[4] fence counter, KEYS[5] undone acquisitions (zset token -> until ms); ARGV[1] token,
+-- ARGV[2] ttl ms, ARGV[3] waiter timeout ms, ARGV[4] '1' to take a place in line when the
+-- lock is not free ('0': trying once).
 -- Returns {1, fence} acquired (or already ours), {0, pttl of the holder or -2} waiting.
 -- A waiter stays in line only while it keeps calling (each call refreshes its timeout);
 -- a waiter that stopped (died) is dropped once its timeout passes, by the server's clock.

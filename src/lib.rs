@@ -21,6 +21,8 @@
 //! # }
 //! ```
 //!
+//! To lose, delay or cut replies between a client and a server, put a [`Proxy`] between them.
+//!
 //! Extra configuration is passed on the `redis-server` command line:
 //!
 //! ```no_run
@@ -47,10 +49,12 @@
 )]
 
 mod cluster;
+pub mod proxy;
 mod server;
 pub mod testkit;
 
 pub use cluster::RedisCluster;
+pub use proxy::Proxy;
 pub use server::{RedisServer, RedisServerBuilder};
 
 use std::fmt;

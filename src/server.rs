@@ -220,7 +220,9 @@ impl RedisServer {
 
     /// Starts the server again on the same port with the same arguments and waits until it
     /// answers `PING`. A running server is killed first. The new process starts with an empty
-    /// dataset (there is no persistence). Binding is retried for a few seconds in case the
+    /// dataset (there is no persistence), unless a test wrote a snapshot with `SAVE`: the new
+    /// process then loads that older `dump.rdb` from its directory (a restart from an old
+    /// snapshot). Binding is retried for a few seconds in case the
     /// port is briefly unavailable.
     ///
     /// # Errors

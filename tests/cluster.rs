@@ -221,10 +221,9 @@ fn a_lock_whose_slot_moves_to_another_master_keeps_working() {
         .try_acquire()
         .unwrap()
         .expect("free after the release");
-    assert_eq!(
-        again.fence(),
-        fence + 1,
-        "the fence counter moved with the slot"
+    assert!(
+        again.fence() > fence,
+        "the fence keeps increasing across the slot move"
     );
 }
 
@@ -298,7 +297,7 @@ fn waiters_on_a_cluster_are_woken_through_their_shard() {
     let fence = holder.fence();
     holder.release().unwrap();
     let (waited, got) = waiter.join().unwrap();
-    assert_eq!(got, fence + 1);
+    assert!(got > fence);
     // With a 10 s retry interval, only the release message can have woken it in time.
     assert!(waited < Duration::from_secs(5), "{waited:?}");
 }

@@ -95,7 +95,7 @@ fn acl_user_in_the_url_works() {
         .build_and_check()
         .unwrap();
     let guard = client.lock("acl").acquire().unwrap();
-    assert_eq!(guard.fence(), 1);
+    assert!(guard.fence() > 0, "a fence is issued");
     guard.release().unwrap();
 }
 

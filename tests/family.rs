@@ -103,7 +103,7 @@ fn reentrant_waiters_block_until_the_final_release_and_wake_without_polling() {
     *released_at.lock().unwrap() = Some(Instant::now());
     outer.release().unwrap();
     let (got_fence, after) = waiter.join().unwrap();
-    assert_eq!(got_fence, fence + 1);
+    assert!(got_fence > fence);
     assert!(
         after < Duration::from_secs(2),
         "woken by the release, not a 10 s retry: {after:?}"

@@ -27,6 +27,7 @@ fn mutual_exclusion_8_threads_x_500_sections() {
             let mut conn = raw(&server);
             thread::spawn(move || {
                 barrier.wait();
+                let mut fences = Vec::with_capacity(rounds);
                 let mut last_fence = 0;
                 for _ in 0..rounds {
                     let guard = client
@@ -36,23 +37,29 @@ fn mutual_exclusion_8_threads_x_500_sections() {
                         .unwrap();
                     assert!(guard.fence() > last_fence, "fences increase");
                     last_fence = guard.fence();
+                    fences.push(last_fence);
                     // A non-atomic read-modify-write: only the lock keeps it exact.
                     let n: i64 = conn.get::<_, Option<i64>>("count").unwrap().unwrap_or(0);
                     let _: () = conn.set("count", n + 1).unwrap();
                     guard.release().unwrap();
                 }
+                fences
             })
         })
         .collect();
-    for h in handles {
-        h.join().unwrap();
-    }
+    let mut fences: Vec<u64> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
     let mut conn = raw(&server);
     let count: i64 = conn.get("count").unwrap();
     assert_eq!(count, (threads * rounds) as i64);
-    // One fence per acquisition, no gaps and no repeats.
-    let fence: i64 = conn.get("redlease:{counter}:fence").unwrap();
-    assert_eq!(fence, (threads * rounds) as i64);
+    // One fence per acquisition, no repeats; the counter holds the last one issued.
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), threads * rounds);
+    let fence: u64 = conn.get("redlease:{counter}:fence").unwrap();
+    assert_eq!(Some(&fence), fences.last());
     let exists: bool = conn.exists("redlease:{counter}:lock").unwrap();
     assert!(!exists, "the last release deleted the lock key");
 }
@@ -168,14 +175,16 @@ fn extend_keeps_the_lease_and_fails_once_lost() {
 fn with_lock_runs_the_closure_exclusively_and_releases() {
     let server = server();
     let c = client(&server);
+    let mut fence = 0;
     let out = c
         .lock("closure")
         .with_lock(|g| {
             assert!(c.lock("closure").try_acquire().unwrap().is_none());
+            fence = g.fence();
             g.fence() + 100
         })
         .unwrap();
-    assert_eq!(out, 101);
+    assert_eq!(out, fence + 100);
     assert!(
         c.lock("closure").try_acquire().unwrap().is_some(),
         "released after the closure"
@@ -212,7 +221,7 @@ fn acquire_waits_and_gets_the_lock_when_the_holder_releases() {
     let fence = held.fence();
     held.release().unwrap();
     let got = waiter.join().unwrap().unwrap();
-    assert_eq!(got.fence(), fence + 1);
+    assert!(got.fence() > fence);
 }
 
 fn evalsha_calls(stats: &str) -> u64 {
@@ -265,6 +274,7 @@ fn every_operation_survives_script_flush() {
     };
     flush(&mut conn);
     let mut g = c.lock("flushed").try_acquire().unwrap().unwrap();
+    let first = g.fence();
     flush(&mut conn);
     g.extend().unwrap();
     flush(&mut conn);
@@ -277,7 +287,7 @@ fn every_operation_survives_script_flush() {
         .wait(Duration::from_secs(1))
         .acquire()
         .unwrap();
-    assert_eq!(g.fence(), 2);
+    assert!(g.fence() > first);
     flush(&mut conn);
     drop(g);
     assert!(
@@ -458,10 +468,9 @@ fn redis_going_away_gives_errors_within_deadlines_then_recovers() {
         .wait(Duration::from_secs(5))
         .acquire()
         .unwrap();
-    assert_eq!(
-        g.fence(),
-        1,
-        "a fresh server starts the fence at 1 (persistence is the operator's choice)"
+    assert!(
+        g.fence() > 1,
+        "even a fresh server issues fences floored by its clock (docs/guarantees.md)"
     );
     g.release().unwrap();
     assert!(c.lock("outage").try_acquire().unwrap().is_some());

@@ -1054,8 +1054,17 @@ fn payloads_are_binary_safe_up_to_ten_megabytes() {
     job.ack().unwrap();
     assert_eq!(q.stats().unwrap(), zero());
     let left: i64 = redis::cmd("DBSIZE").query(&mut conn).unwrap();
-    // Only the sequence counter stays.
-    assert_eq!(left, 1, "{:?}", snapshot(&mut conn));
+    // Only the sequence counter stays, and the record of settled deliveries (for acks
+    // retried after a lost reply), which expires.
+    assert_eq!(left, 2, "{:?}", snapshot(&mut conn));
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(key("bytes", "settled"))
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        ttl > 0 && ttl <= redlease::core::queue::SETTLED_KEEP.as_millis() as i64,
+        "{ttl}"
+    );
 }
 
 fn unavailable<T>(r: &Result<T, Error>) -> bool {

@@ -404,31 +404,49 @@ impl LockGuard {
 
     /// Extends the lease to `ttl` from now (the watchdog renews with this ttl from now on);
     /// `ttl` as for [`LockBuilder::ttl`] (10 ms to 100 years).
+    ///
+    /// Renewals are paused while the extension is in flight: a renewal landing after it
+    /// would put back the old ttl on the server or the old validity here, so `remaining()`
+    /// could over-report after a shortening.
     pub fn extend_to(&mut self, ttl: Duration) -> Result<(), Error> {
         let machine = ScriptOp::extend(&self.lease, ttl, self.deadline())?;
         if let Some(reason) = self.cell.lost() {
             return Err(self.not_owner(reason));
         }
-        match drive(&self.shared, None, machine) {
+        let paused = self.pause_watching();
+        let outcome = drive(&self.shared, None, machine);
+        match &outcome {
             Ok(valid_until) => {
-                self.cell.set_valid_until(valid_until);
-                self.lease.valid_until = valid_until;
-                if ttl != self.lease.ttl {
-                    self.lease.ttl = ttl;
-                    self.rewatch();
-                }
-                Ok(())
+                self.cell.set_valid_until(*valid_until);
+                self.lease.valid_until = *valid_until;
+                self.lease.ttl = ttl;
             }
-            Err(e) => {
-                if let Error::NotOwner { reason, .. } = &e {
-                    self.cell.mark_lost(*reason);
-                }
-                Err(e)
-            }
+            Err(Error::NotOwner { reason, .. }) => self.cell.mark_lost(*reason),
+            Err(_) => {}
         }
+        if paused && self.cell.lost().is_none() {
+            self.resume_watching();
+        }
+        outcome.map(|_| ())
     }
 
-    fn rewatch(&mut self) {
+    /// Stops renewals until [`resume_watching`](Self::resume_watching); once this returns,
+    /// none is in flight. False when the lease is not watched.
+    fn pause_watching(&mut self) -> bool {
+        if self.watched.is_none() {
+            return false;
+        }
+        self.cell.release(self.shared.op_timeout);
+        if let Some(owner) = self.owner.upgrade()
+            && let Some(Some(watchdog)) = owner.watchdog.get()
+        {
+            watchdog.released();
+        }
+        true
+    }
+
+    /// Watches the lease again, with its current ttl and validity.
+    fn resume_watching(&mut self) {
         let Some(mut policy) = self.watched else {
             return;
         };
@@ -436,11 +454,9 @@ impl LockGuard {
             policy.every = self.lease.ttl / 3;
         }
         self.watched = Some(policy);
-        self.cell.release(self.shared.op_timeout);
         if let Some(owner) = self.owner.upgrade()
             && let Some(Some(watchdog)) = owner.watchdog.get()
         {
-            watchdog.released();
             watchdog.watch(self.lease.clone(), policy, self.cell.clone());
         }
     }

@@ -262,18 +262,19 @@ impl Queue {
     }
 
     /// Deletes dead job `id` for good (its payload too, so the id may be pushed again);
-    /// `false` if it was not on the dead list.
+    /// `false` if it was not on the dead list. An empty id is refused with
+    /// [`Error::InvalidArgument`] (to delete every dead job, use [`purge_dead`](Self::purge_dead)).
     pub fn delete_dead(&self, id: &str) -> Result<bool, Error> {
         let n = self
             .client
-            .run(queue::forget_dead(&self.keys, Some(id), self.deadline()))?;
+            .run(queue::forget_dead(&self.keys, Some(id), self.deadline())?)?;
         Ok(n > 0)
     }
 
     /// Deletes every dead job for good; returns how many there were.
     pub fn purge_dead(&self) -> Result<u64, Error> {
         self.client
-            .run(queue::forget_dead(&self.keys, None, self.deadline()))
+            .run(queue::forget_dead(&self.keys, None, self.deadline())?)
     }
 
     /// Runs `handler` on `concurrency` threads, each taking jobs one at a time: `Ok` acks the
@@ -458,8 +459,10 @@ impl Job {
         &self.payload
     }
 
-    /// Which delivery this is (1 the first time): strictly increasing per job, so it can
-    /// fence off a stale worker's writes.
+    /// Which delivery this is (1 the first time): strictly increasing per job while Redis
+    /// keeps its data, so it can fence off a stale worker's writes. After Redis loses data
+    /// (a restart from an older snapshot, a failover to a lagging replica) it can repeat:
+    /// see `docs/guarantees.md`.
     pub fn delivery(&self) -> u64 {
         self.guard.fence()
     }
@@ -475,7 +478,10 @@ impl Job {
     }
 
     /// Done: the job is forgotten. [`Error::NotOwner`] if its lease had run out (it is
-    /// redelivered to another worker, so this worker's ack must not count).
+    /// redelivered to another worker, so this worker's ack must not count). An ack retried
+    /// after a lost reply is `Ok` only if this delivery's own ack removed the job (the server
+    /// remembers settled deliveries for [`SETTLED_KEEP`](redlease_core::queue::SETTLED_KEEP)),
+    /// never a second success for the same job; the same holds for the nacks.
     pub fn ack(self) -> Result<(), Error> {
         let token = self.guard.lease().token.as_str().to_owned();
         let call = queue::ack_call(&self.queue.keys, &self.id, &token);

@@ -113,7 +113,8 @@ pub struct LockKeys {
     pub name: String,
     /// The lock key: a string holding the owner's token, with the lease as its expiry.
     pub lock: String,
-    /// The fencing counter: incremented by every successful acquisition; never expires.
+    /// The fencing counter: raised by every successful acquisition (to at least the server
+    /// clock in µs); never expires.
     pub fence: String,
     /// The pub/sub channel a release is announced on.
     pub channel: String,

@@ -90,6 +90,7 @@ enum State {
 ///     └───────────────────────────────────────────────┘
 ///   deadline passed ──────────────────► CleaningUp[cancel] ───────────► Done(Timeout)
 ///   failure after a lost reply ───────► CleaningUp[release, cancel] ──► Done(error)
+///   a reply not understood ───────────► CleaningUp[release, cancel] ──► Done(UnexpectedReply)
 /// ```
 ///
 /// Every acquire script recognises its own token, so a retry after a lost reply returns the
@@ -113,6 +114,11 @@ pub struct Acquire {
     seen_busy: bool,
     /// The lock was granted (a failed replication check must release it).
     granted: bool,
+    /// A script ran to its end with a reply we do not understand: it may have written
+    /// (taken the lock, joined a line), so the attempt is undone before failing. (An error
+    /// reply stops a script before its first write: every script reads and checks its keys
+    /// first.)
+    may_have_written: bool,
     min_replicas: Option<(u32, Duration)>,
 }
 
@@ -174,6 +180,7 @@ impl Acquire {
             lost_reply: false,
             seen_busy: false,
             granted: false,
+            may_have_written: false,
             min_replicas: options.min_replicas,
             spec,
         })
@@ -196,10 +203,10 @@ impl Acquire {
     fn finish(&mut self, result: Result<Acquisition, Error>) -> Option<Step<Acquisition>> {
         // Never called with an acquisition: every path here ends without the lock.
         let mut calls = Vec::new();
-        if self.lost_reply || self.granted {
+        if self.lost_reply || self.granted || self.may_have_written {
             calls.extend(self.spec.undo.clone());
         }
-        if self.seen_busy || self.lost_reply {
+        if self.seen_busy || self.lost_reply || self.may_have_written {
             // A busy answer may have put us in a line (fair queue, waiting writers).
             calls.extend(self.spec.cancel.clone());
         }
@@ -257,6 +264,22 @@ impl Acquire {
         let wants_data = self.spec.kind == LockKind::Job;
         match int_pair_and_data(&reply) {
             Some((1, fence, data)) if fence >= min_fence && wants_data == (data.len() == 2) => {
+                if now >= valid_until(self.sent_at, self.spec.ttl) {
+                    // Granted, but the reply came after the lease's local validity: nothing
+                    // of it is safely ours. A waiting acquisition asks again (the script
+                    // knows our token); trying once undoes the grant and fails.
+                    self.granted = true;
+                    if self.deadline.is_some_and(|d| now < d) {
+                        self.exchange.start();
+                        return None;
+                    }
+                    return self.finish(Err(Error::Unavailable {
+                        attempts: self.attempts,
+                        last: TransportFailure::no_reply(
+                            "the lock was granted, but the reply came after the lease's validity ran out",
+                        ),
+                    }));
+                }
                 let mut calls = self.spec.calls.clone();
                 let mut target = self.spec.target.clone();
                 if let Some(id) = data.first().filter(|_| wants_data) {
@@ -305,10 +328,13 @@ impl Acquire {
                     Some(_) => self.pause(now, holder_ttl),
                 }
             }
-            _ => self.finish(Err(Error::UnexpectedReply {
-                context: "lock acquisition",
-                reply: reply.describe(),
-            })),
+            _ => {
+                self.may_have_written = true;
+                self.finish(Err(Error::UnexpectedReply {
+                    context: "lock acquisition",
+                    reply: reply.describe(),
+                }))
+            }
         }
     }
 

@@ -79,9 +79,10 @@ fn acquire_free_lock_issues_fence_and_lease() {
         [
             "EVALSHA",
             ACQUIRE.sha1,
-            "2",
+            "3",
             "redlease:{job}:lock",
             "redlease:{job}:fence",
+            "redlease:{job}:undone",
             token().as_str(),
             "10000"
         ]
@@ -169,6 +170,11 @@ fn malformed_replies_are_typed_errors() {
     for shape in shapes {
         let mut s = acquire(Some(Duration::from_secs(1)));
         s.answer(shape.clone());
+        // The script ran to its end: whatever it wrote is undone (owner-checked) first.
+        let undo = s.answer(Reply::Int(1));
+        assert_eq!(args(&undo)[1], RELEASE.sha1, "{shape:?}");
+        assert_eq!(args(&undo)[4], "redlease:{job}:undone");
+        assert_eq!(args(&undo)[5], token().as_str());
         assert!(
             matches!(s.expect_done(), Err(Error::UnexpectedReply { .. })),
             "{shape:?}"
@@ -280,7 +286,18 @@ fn giving_up_after_a_lost_reply_releases_what_we_may_hold() {
     s.fail(TransportFailure::no_reply("timeout"));
     let cleanup = s.answer(Reply::Int(1));
     assert_eq!(args(&cleanup)[1], RELEASE.sha1);
-    assert_eq!(args(&cleanup)[4], token().as_str());
+    // The undo remembers the token, so a delayed original arriving later takes nothing.
+    assert_eq!(
+        args(&cleanup)[2..],
+        [
+            "2",
+            "redlease:{job}:lock",
+            "redlease:{job}:undone",
+            token().as_str(),
+            "redlease:{job}:released",
+            "600000"
+        ]
+    );
     match s.expect_done() {
         Err(Error::Unavailable { attempts: 2, last }) => {
             assert_eq!(last.kind, crate::FailureKind::NoReply)
@@ -691,8 +708,13 @@ fn a_lost_nested_reentrant_acquisition_undoes_only_itself() {
     let undo = s.answer(Reply::Int(0));
     assert_eq!(args(&undo)[1], super::scripts::REENTRANT_UNDO.sha1);
     assert_eq!(
-        args(&undo)[4..6],
-        ["c1:7".to_string(), token().as_str().to_string()]
+        args(&undo)[5..],
+        [
+            "c1:7",
+            token().as_str(),
+            "redlease:{r}:reentrant:released",
+            "600000"
+        ]
     );
     assert!(matches!(s.expect_done(), Err(Error::Unavailable { .. })));
 }
@@ -729,9 +751,10 @@ fn reentrant_calls_carry_owner_and_op_and_release_with_its_own_op() {
     assert_eq!(
         args(&r)[2..],
         [
-            "2",
+            "3",
             "redlease:{r}:reentrant",
             "redlease:{r}:fence",
+            "redlease:{r}:undone",
             "c1:7",
             token().as_str(),
             "10000"
@@ -761,6 +784,9 @@ fn a_read_hold_may_carry_fence_zero_but_exclusive_holds_may_not() {
     let write = LockSpec::write(&ks, "rw", token(), TTL, Duration::from_secs(5)).unwrap();
     let mut s = Scenario::new(Acquire::new(write, &opts(None), 3, now).unwrap(), now);
     s.answer(ints(&[1, 0]));
+    // Fence 0 is not ours to accept, but the script may have taken the lock: undone first.
+    let undo = s.answer(Reply::Int(1));
+    assert_eq!(args(&undo)[1], super::scripts::WRITE_RELEASE.sha1);
     assert!(matches!(
         s.expect_done(),
         Err(Error::UnexpectedReply { .. })
@@ -814,7 +840,7 @@ fn client_clock_skew_changes_nothing_a_semaphore_sends_or_decides() {
     assert_eq!(out, Ok(0));
     // No argument carries a client time: token, permit timeout, waiter timeout, permits,
     // join the line.
-    assert_eq!(sent[0][7..], [token().as_str(), "10000", "5000", "3", "1"]);
+    assert_eq!(sent[0][8..], [token().as_str(), "10000", "5000", "3", "1"]);
 }
 
 #[test]
@@ -986,4 +1012,70 @@ fn the_wait_follows_the_acquisitions_connection_and_must_end_within_the_lease() 
         ..AcquireOptions::default()
     };
     assert!(Acquire::new(spec(), &o, 1, now).is_err());
+}
+
+#[test]
+fn a_reentrant_extension_to_a_shorter_ttl_asks_for_it_exactly() {
+    let now = origin();
+    let spec = LockSpec::reentrant(&Keyspace::default(), "job", "c1:7", token(), TTL).unwrap();
+    let lease = Lease {
+        kind: spec.kind,
+        target: spec.target,
+        token: token(),
+        fence: 3,
+        ttl: TTL,
+        acquired_at: now,
+        valid_until: valid_until(now, TTL),
+        attempts: 1,
+        calls: spec.calls,
+        data: Vec::new(),
+    };
+    for (ttl, exact) in [(TTL, "0"), (TTL * 2, "0"), (TTL / 4, "1")] {
+        let op = ScriptOp::extend(&lease, ttl, now + Duration::from_secs(1)).unwrap();
+        let mut s = Scenario::new(op, now);
+        let r = s.answer(Reply::Int(1));
+        let a = args(&r);
+        assert_eq!(a[1], super::scripts::REENTRANT_EXTEND.sha1);
+        assert_eq!(
+            a[a.len() - 2..],
+            [ttl.as_millis().to_string(), exact.to_owned()]
+        );
+    }
+    // Other kinds set the ttl they are given anyway: no flag.
+    let op = ScriptOp::extend(&lease_at(now), TTL / 4, now + Duration::from_secs(1)).unwrap();
+    let mut s = Scenario::new(op, now);
+    let r = s.answer(Reply::Int(1));
+    assert_eq!(args(&r).last().map(String::as_str), Some("2500"));
+}
+
+#[test]
+fn a_grant_that_arrives_after_the_validity_is_not_a_lease() {
+    // Trying once: undone, and Unavailable.
+    let mut s = acquire(None);
+    let sent = s.expect_send();
+    s.now += TTL;
+    s.machine
+        .handle(Input::reply(sent.id, ints(&[1, 7])), s.now);
+    let undo = s.answer(Reply::Int(1));
+    assert_eq!(args(&undo)[1], RELEASE.sha1);
+    assert!(matches!(
+        s.expect_done(),
+        Err(Error::Unavailable { last, .. }) if last.kind == crate::FailureKind::NoReply
+    ));
+    // Waiting: asked again at once; a timely answer is the lease, valid from the new send.
+    let mut s = acquire(Some(Duration::from_secs(60)));
+    let sent = s.expect_send();
+    s.now += TTL;
+    s.machine
+        .handle(Input::reply(sent.id, ints(&[1, 7])), s.now);
+    let again = s.answer(ints(&[1, 7]));
+    assert_eq!(args(&again), args(&sent));
+    match s.expect_done() {
+        Ok(Acquisition::Acquired(l)) => {
+            assert_eq!(l.fence, 7);
+            assert_eq!(l.valid_until, valid_until(s.now, TTL));
+            assert!(l.remaining(s.now) > Duration::ZERO);
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -38,6 +38,12 @@ use crate::reply::{ErrorReply, Reply};
 /// `server time + ttl` an exact plain integer inside every script.
 pub const MAX_TTL: Duration = crate::limits::MAX_DURATION;
 
+/// How long the server remembers an acquisition that was undone after its reply was lost
+/// (`<stem>:undone`): if that acquisition was only delayed and reaches the server after its
+/// undo (which may travel on another connection), it takes nothing. A delay longer than this
+/// could still leave an ownerless key until its ttl ends.
+pub const UNDONE_KEEP: Duration = Duration::from_secs(600);
+
 /// The longest owner token accepted, in bytes.
 pub const MAX_TOKEN_LEN: usize = 256;
 
@@ -94,8 +100,14 @@ pub struct Lease {
     /// Our owner token (for a reentrant lock, the acquisition's op id).
     pub token: Token,
     /// The fencing token: strictly greater than that of every earlier acquisition of this
-    /// lock name (for a read hold: the fence of the last writer, 0 if none). Pass it to the
-    /// protected resource so it can reject a stale holder.
+    /// lock name (for a read hold: the fence of the last writer the server knows, 0 if none).
+    /// Pass it to the protected resource so it can reject a stale holder.
+    ///
+    /// It is `max(counter + 1, server clock in µs)`, so it stays above every earlier fence
+    /// even when the server lost the counter (restart without persistence, an older
+    /// snapshot, failover to a lagging replica), provided the clock of the server issuing it
+    /// reads later than the clock of the server that issued the earlier ones did then
+    /// (see `docs/guarantees.md`). Always below 2^53.
     pub fence: u64,
     /// The lease length.
     pub ttl: Duration,

@@ -47,12 +47,19 @@ pub trait OpKind {
 /// Release: end the hold if it is still ours, and announce it.
 ///
 /// Yields `Ok(())` when released, [`Error::NotOwner`] with [`LossReason::Expired`] when the
-/// hold was gone, with [`LossReason::Taken`] when another holder owns the lock. A retry after
-/// a lost reply that finds the hold gone (or re-taken) counts as released when the lost
-/// attempt was sent while the lease was still valid: it was that attempt that ended it.
+/// hold was gone, with [`LossReason::Taken`] when another holder owns the lock. For a lock, a
+/// retry after a lost reply that finds the hold gone (or re-taken) counts as released when
+/// the lost attempt was sent while the lease was still valid: only that token could end it,
+/// so it was that attempt (or the expiry) that ended it.
+///
+/// Not for a job's ack or nack: something else (the lease running out, then another
+/// delivery's ack) may have removed the job. Their scripts remember the delivery they
+/// settled, and a retry is `Ok` only when it finds that record.
 #[derive(Debug, Clone)]
 pub struct Release {
     name: String,
+    /// Whether a lost reply sent in time means the retry's "gone" was our own doing.
+    lost_reply_was_ours: bool,
 }
 
 /// Extend: set the lease to `ttl` from now if it is still ours. Yields the new
@@ -126,7 +133,11 @@ impl OpKind for Release {
     const CONTEXT: &'static str = "release";
 
     fn decide(&self, reply: &Reply, _: Instant, in_time: bool) -> Option<Result<(), Error>> {
-        owner_outcome(&self.name, reply.as_int()?, in_time)
+        owner_outcome(
+            &self.name,
+            reply.as_int()?,
+            in_time && self.lost_reply_was_ours,
+        )
     }
 }
 
@@ -229,6 +240,8 @@ impl ScriptOp<Release> {
     pub fn release(lease: &Lease, deadline: Instant) -> Self {
         let kind = Release {
             name: lease.target.name.clone(),
+            // A job's release is a nack: it answers for its own lost replies.
+            lost_reply_was_ours: lease.kind != super::LockKind::Job,
         };
         Self::new(
             kind,
@@ -242,10 +255,13 @@ impl ScriptOp<Release> {
 
 impl ScriptOp<Release> {
     /// Ends `lease` with another owner-checked `call` than its release (a queue's ack or
-    /// nack), with the same outcomes and lost-reply rule as [`release`](Self::release).
+    /// nack), with the same outcomes as [`release`](Self::release); after a lost reply, the
+    /// call's own answer decides (the ack and nack scripts recognise a delivery they already
+    /// settled), never the lock's lost-reply rule.
     pub fn release_with(lease: &Lease, call: ScriptCall, deadline: Instant) -> Self {
         let kind = Release {
             name: lease.target.name.clone(),
+            lost_reply_was_ours: false,
         };
         Self::new(
             kind,
@@ -259,13 +275,21 @@ impl ScriptOp<Release> {
 
 impl ScriptOp<Extend> {
     /// Extends `lease` to `ttl` from the moment Redis runs the command, giving up at `deadline`.
+    ///
+    /// A `ttl` shorter than the lease's own shortens it (the last renewal before a hold limit
+    /// ends the lease at the limit). For a reentrant lock, whose renewals otherwise never
+    /// shorten the key (an outer hold of the same owner may want it longer), a shorter `ttl`
+    /// is set exactly when the owner holds the lock once.
     pub fn extend(lease: &Lease, ttl: Duration, deadline: Instant) -> Result<Self, Error> {
         let ttl_ms = super::validate_ttl("ttl", ttl)?;
         let kind = Extend {
             name: lease.target.name.clone(),
             ttl,
         };
-        let call = lease.calls.extend.clone().arg(ttl_ms.to_string());
+        let mut call = lease.calls.extend.clone().arg(ttl_ms.to_string());
+        if lease.kind == super::LockKind::Reentrant {
+            call = call.arg(if ttl < lease.ttl { "1" } else { "0" });
+        }
         Ok(Self::new(
             kind,
             call,

@@ -12,14 +12,14 @@ use crate::script::Script;
 pub static ACQUIRE: Script = Script {
     name: "lease_acquire",
     source: include_str!("lua/acquire.lua"),
-    sha1: "12bf09cca7d8c520d7c77df9707ab3bcb489e841",
+    sha1: "07e7dd6c2f4e8b7fb53a0876f2af5e1cd9706d3c",
 };
 
 /// `lua/release.lua`
 pub static RELEASE: Script = Script {
     name: "lease_release",
     source: include_str!("lua/release.lua"),
-    sha1: "1e52b1d0742afccdb1c692f477592d11e1bc6ef5",
+    sha1: "66f55b3ff81012aee76c0f60b0ba89c73651b2db",
 };
 
 /// `lua/extend.lua`
@@ -40,7 +40,7 @@ pub static INSPECT: Script = Script {
 pub static REENTRANT_ACQUIRE: Script = Script {
     name: "reentrant_acquire",
     source: include_str!("lua/reentrant_acquire.lua"),
-    sha1: "52cef2a3c2ed90c2381557e9f15c9c0126aa163c",
+    sha1: "260ec6b882e86d8a5b5d661a1202c352cc2c6c67",
 };
 
 /// `lua/reentrant_release.lua`
@@ -54,7 +54,7 @@ pub static REENTRANT_RELEASE: Script = Script {
 pub static REENTRANT_EXTEND: Script = Script {
     name: "reentrant_extend",
     source: include_str!("lua/reentrant_extend.lua"),
-    sha1: "e800a7664d8a3bb6d38def1050aa15676edcc4c2",
+    sha1: "4bd7f2582e5f144168ea03b6326863a391471adf",
 };
 
 /// `lua/reentrant_inspect.lua`
@@ -68,42 +68,42 @@ pub static REENTRANT_INSPECT: Script = Script {
 pub static REENTRANT_UNDO: Script = Script {
     name: "reentrant_undo",
     source: include_str!("lua/reentrant_undo.lua"),
-    sha1: "ab165ea129b514abdfd0471e5bc5d0f2fe43830f",
+    sha1: "db4bc98a5330d27691846e45b923e0509f4c937d",
 };
 
 /// `lua/fair_acquire.lua`
 pub static FAIR_ACQUIRE: Script = Script {
     name: "fair_acquire",
     source: include_str!("lua/fair_acquire.lua"),
-    sha1: "eb0d62cab323af74d7f7d7b4fc598dd86f141df7",
+    sha1: "9eed879b4828774938fb6819f002562c36989ca2",
 };
 
 /// `lua/fair_release.lua`
 pub static FAIR_RELEASE: Script = Script {
     name: "fair_release",
     source: include_str!("lua/fair_release.lua"),
-    sha1: "9d21cab0768da5c59981ec780a6ae4ddc78ea330",
+    sha1: "04b357ea94edc997893eac4c60ad1e1601792a6e",
 };
 
 /// `lua/fair_cancel.lua`
 pub static FAIR_CANCEL: Script = Script {
     name: "fair_cancel",
     source: include_str!("lua/fair_cancel.lua"),
-    sha1: "5489494abaefaebd6f12a54cc13d8c969649a397",
+    sha1: "555bce5cced135429a1bdfd32f7d7f69ea9fb3e2",
 };
 
 /// `lua/read_acquire.lua`
 pub static READ_ACQUIRE: Script = Script {
     name: "read_acquire",
     source: include_str!("lua/read_acquire.lua"),
-    sha1: "04ccaac8664584568e4adda1aa3a9ae35081deca",
+    sha1: "d5b8967c59c5293d2405eab1f47f1892f8203bf0",
 };
 
 /// `lua/read_release.lua`
 pub static READ_RELEASE: Script = Script {
     name: "read_release",
     source: include_str!("lua/read_release.lua"),
-    sha1: "a50ada5d1c7ded5a34fe73d69a3bda237a2d3635",
+    sha1: "fef803b451082f0999accd70201ae5bfd052ea36",
 };
 
 /// `lua/read_extend.lua`
@@ -124,14 +124,14 @@ pub static READ_INSPECT: Script = Script {
 pub static WRITE_ACQUIRE: Script = Script {
     name: "write_acquire",
     source: include_str!("lua/write_acquire.lua"),
-    sha1: "0e70bb6ced2f66af103821ed80ced207e08baab4",
+    sha1: "8609dee82d969990f31e47ef12b2492411e9cbf5",
 };
 
 /// `lua/write_release.lua`
 pub static WRITE_RELEASE: Script = Script {
     name: "write_release",
     source: include_str!("lua/write_release.lua"),
-    sha1: "50d97871e4ed218623be824f5171655edb697d78",
+    sha1: "e45918d48dfaee339ea82f1d0311cf9b73ddfceb",
 };
 
 /// `lua/write_cancel.lua`
@@ -145,35 +145,35 @@ pub static WRITE_CANCEL: Script = Script {
 pub static PERMIT_ACQUIRE: Script = Script {
     name: "permit_acquire",
     source: include_str!("lua/permit_acquire.lua"),
-    sha1: "d463b8ee09e3de981d2a0524acaf3a6bf372f6b9",
+    sha1: "071da3f6c45f7472e942d712d92a84101bcaac61",
 };
 
 /// `lua/permit_release.lua`
 pub static PERMIT_RELEASE: Script = Script {
     name: "permit_release",
     source: include_str!("lua/permit_release.lua"),
-    sha1: "d682ee49d591b976cb1d2173e30200ee59351bd1",
+    sha1: "677e3514eacac0e4452fbfbab1accf854ff9afaa",
 };
 
 /// `lua/permit_cancel.lua`
 pub static PERMIT_CANCEL: Script = Script {
     name: "permit_cancel",
     source: include_str!("lua/permit_cancel.lua"),
-    sha1: "2e24c6d5957905f00aa808f3d1fc2bb7fbad04c0",
+    sha1: "f5c4bc356534b63ddbeae1b7b20c61427f86907f",
 };
 
 /// `lua/semaphore_set.lua`
 pub static SEMAPHORE_SET: Script = Script {
     name: "semaphore_set",
     source: include_str!("lua/semaphore_set.lua"),
-    sha1: "fdc078adc2a9ad515888e365cf475628ac30dd56",
+    sha1: "0898a0aa653aa2480a249b16737fe26602f68088",
 };
 
 /// `lua/semaphore_state.lua`
 pub static SEMAPHORE_STATE: Script = Script {
     name: "semaphore_state",
     source: include_str!("lua/semaphore_state.lua"),
-    sha1: "7145561cfa857997363f22c3e1f3d550e0a2da63",
+    sha1: "392e2e5bf3cfdf8d10c99d9e89456ce7d5acd139",
 };
 
 /// Every script, for `SCRIPT LOAD` at start-up and for tests.

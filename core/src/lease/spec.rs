@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use super::scripts::*;
-use super::{Token, validate_ttl};
+use super::{Token, UNDONE_KEEP, validate_ttl};
 use crate::error::Error;
 use crate::keys::{Keyspace, LockKeys};
 use crate::protocol::WakeOn;
@@ -74,7 +74,10 @@ pub struct LockSpec {
     pub cancel: Option<ScriptCall>,
     /// Undoes this very acquisition when its outcome is unknown or refused (a lost reply,
     /// too few replicas): the release, except for a reentrant lock, where it takes back only
-    /// the hold this acquisition counted (never an outer hold of the same owner).
+    /// the hold this acquisition counted (never an outer hold of the same owner). It also
+    /// records the token in `<stem>:undone` for [`UNDONE_KEEP`], and every acquire script
+    /// refuses a recorded token: an attempt that was only delayed, and reaches Redis after
+    /// its undo (which may travel on another connection), takes nothing.
     pub undo: Option<ScriptCall>,
     /// Whether the acquire call's last argument says "join the line" (fair, write, permit).
     pub(crate) queued: bool,
@@ -86,6 +89,12 @@ pub struct LockSpec {
 
 fn ms(d: Duration) -> String {
     d.as_millis().to_string()
+}
+
+/// The undo of an acquisition: `call` plus the set of undone acquisitions (its last key) and
+/// how long to remember this one (its last argument).
+fn undoing(call: ScriptCall, undone: &str) -> ScriptCall {
+    call.key(undone).arg(ms(UNDONE_KEEP))
 }
 
 impl LockSpec {
@@ -109,11 +118,12 @@ impl LockSpec {
     ) -> Result<Self, Error> {
         validate_ttl("ttl", ttl)?;
         let keys = LockKeys::new(keyspace, name)?;
+        let undone = format!("{}:undone", keyspace.stem(name)?);
         let t = token.as_str();
         Ok(LockSpec {
             kind: LockKind::Lease,
             acquire: ScriptCall::new(&ACQUIRE)
-                .keys(&[&keys.lock, &keys.fence])
+                .keys(&[&keys.lock, &keys.fence, &undone])
                 .arg(t)
                 .arg(ms(ttl)),
             calls: LeaseCalls {
@@ -125,12 +135,13 @@ impl LockSpec {
                 inspect: ScriptCall::new(&INSPECT).key(&keys.lock).arg(t),
             },
             cancel: None,
-            undo: Some(
+            undo: Some(undoing(
                 ScriptCall::new(&RELEASE)
                     .key(&keys.lock)
                     .arg(t)
                     .arg(&keys.notify),
-            ),
+                &undone,
+            )),
             queued: false,
             wake: WakeOn::any(&keys.channel),
             notify: keys.notify.clone(),
@@ -155,17 +166,18 @@ impl LockSpec {
     ) -> Result<Self, Error> {
         validate_ttl("ttl", ttl)?;
         let stem = keyspace.stem(name)?;
-        let (hash, fence, channel) = (
+        let (hash, fence, channel, undone) = (
             format!("{stem}:reentrant"),
             format!("{stem}:fence"),
             format!("{stem}:reentrant:released"),
+            format!("{stem}:undone"),
         );
         let notify = keyspace.notify_arg(&channel);
         let release_op = format!("r{}", op.as_str());
         Ok(LockSpec {
             kind: LockKind::Reentrant,
             acquire: ScriptCall::new(&REENTRANT_ACQUIRE)
-                .keys(&[&hash, &fence])
+                .keys(&[&hash, &fence, &undone])
                 .arg(owner)
                 .arg(op.as_str())
                 .arg(ms(ttl)),
@@ -179,13 +191,14 @@ impl LockSpec {
                 inspect: ScriptCall::new(&REENTRANT_INSPECT).key(&hash).arg(owner),
             },
             cancel: None,
-            undo: Some(
+            undo: Some(undoing(
                 ScriptCall::new(&REENTRANT_UNDO)
                     .key(&hash)
                     .arg(owner)
                     .arg(op.as_str())
                     .arg(&notify),
-            ),
+                &undone,
+            )),
             queued: false,
             wake: WakeOn::any(&channel),
             notify: notify.clone(),
@@ -215,6 +228,7 @@ impl LockSpec {
         let queue = format!("{stem}:fair:queue");
         let timeouts = format!("{stem}:fair:timeouts");
         let fence = format!("{stem}:fence");
+        let undone = format!("{stem}:undone");
         let channel = format!("{stem}:fair:wake");
         let notify = keyspace.notify_arg(&channel);
         let t = token.as_str();
@@ -227,7 +241,7 @@ impl LockSpec {
         Ok(LockSpec {
             kind: LockKind::Fair,
             acquire: ScriptCall::new(&FAIR_ACQUIRE)
-                .keys(&[&lock, &queue, &timeouts, &fence])
+                .keys(&[&lock, &queue, &timeouts, &fence, &undone])
                 .arg(t)
                 .arg(ms(ttl))
                 .arg(ms(waiter_timeout))
@@ -238,7 +252,7 @@ impl LockSpec {
                 inspect: ScriptCall::new(&INSPECT).key(&lock).arg(t),
             },
             cancel: Some(three(&FAIR_CANCEL)),
-            undo: Some(three(&FAIR_RELEASE)),
+            undo: Some(undoing(three(&FAIR_RELEASE), &undone)),
             queued: true,
             wake: WakeOn::tagged(&channel, t),
             notify: notify.clone(),
@@ -274,6 +288,7 @@ impl LockSpec {
         let waiters = format!("{stem}:sem:waiters");
         let timeouts = format!("{stem}:sem:timeouts");
         let count = format!("{stem}:sem:permits");
+        let undone = format!("{stem}:undone");
         let channel = format!("{stem}:sem:wake");
         let notify = keyspace.notify_arg(&channel);
         let t = token.as_str();
@@ -286,7 +301,7 @@ impl LockSpec {
         Ok(LockSpec {
             kind: LockKind::Permit,
             acquire: ScriptCall::new(&PERMIT_ACQUIRE)
-                .keys(&[&holders, &waiters, &timeouts, &count])
+                .keys(&[&holders, &waiters, &timeouts, &count, &undone])
                 .arg(t)
                 .arg(ms(ttl))
                 .arg(ms(waiter_timeout))
@@ -298,7 +313,7 @@ impl LockSpec {
                 inspect: ScriptCall::new(&READ_INSPECT).key(&holders).arg(t),
             },
             cancel: Some(four(&PERMIT_CANCEL)),
-            undo: Some(four(&PERMIT_RELEASE)),
+            undo: Some(undoing(four(&PERMIT_RELEASE), &undone)),
             queued: true,
             wake: WakeOn::tagged(&channel, t),
             notify: notify.clone(),
@@ -311,7 +326,7 @@ impl LockSpec {
         })
     }
 
-    fn rw_keys(keyspace: &Keyspace, name: &str) -> Result<[String; 5], Error> {
+    fn rw_keys(keyspace: &Keyspace, name: &str) -> Result<[String; 6], Error> {
         let stem = keyspace.stem(name)?;
         Ok([
             format!("{stem}:rw:writer"),
@@ -319,6 +334,7 @@ impl LockSpec {
             format!("{stem}:rw:writers-waiting"),
             format!("{stem}:fence"),
             format!("{stem}:rw:released"),
+            format!("{stem}:undone"),
         ])
     }
 
@@ -331,13 +347,13 @@ impl LockSpec {
         ttl: Duration,
     ) -> Result<Self, Error> {
         validate_ttl("ttl", ttl)?;
-        let [writer, readers, waiting, fence, channel] = Self::rw_keys(keyspace, name)?;
+        let [writer, readers, waiting, fence, channel, undone] = Self::rw_keys(keyspace, name)?;
         let notify = keyspace.notify_arg(&channel);
         let t = token.as_str();
         Ok(LockSpec {
             kind: LockKind::Read,
             acquire: ScriptCall::new(&READ_ACQUIRE)
-                .keys(&[&writer, &readers, &waiting, &fence])
+                .keys(&[&writer, &readers, &waiting, &fence, &undone])
                 .arg(t)
                 .arg(ms(ttl)),
             calls: LeaseCalls {
@@ -349,12 +365,13 @@ impl LockSpec {
                 inspect: ScriptCall::new(&READ_INSPECT).key(&readers).arg(t),
             },
             cancel: None,
-            undo: Some(
+            undo: Some(undoing(
                 ScriptCall::new(&READ_RELEASE)
                     .key(&readers)
                     .arg(t)
                     .arg(&notify),
-            ),
+                &undone,
+            )),
             queued: false,
             wake: WakeOn::any(&channel),
             notify: notify.clone(),
@@ -379,13 +396,13 @@ impl LockSpec {
     ) -> Result<Self, Error> {
         validate_ttl("ttl", ttl)?;
         validate_ttl("waiter timeout", waiter_timeout)?;
-        let [writer, readers, waiting, fence, channel] = Self::rw_keys(keyspace, name)?;
+        let [writer, readers, waiting, fence, channel, undone] = Self::rw_keys(keyspace, name)?;
         let notify = keyspace.notify_arg(&channel);
         let t = token.as_str();
         Ok(LockSpec {
             kind: LockKind::Write,
             acquire: ScriptCall::new(&WRITE_ACQUIRE)
-                .keys(&[&writer, &readers, &waiting, &fence])
+                .keys(&[&writer, &readers, &waiting, &fence, &undone])
                 .arg(t)
                 .arg(ms(ttl))
                 .arg(ms(waiter_timeout))
@@ -404,12 +421,13 @@ impl LockSpec {
                     .arg(t)
                     .arg(&notify),
             ),
-            undo: Some(
+            undo: Some(undoing(
                 ScriptCall::new(&WRITE_RELEASE)
                     .key(&writer)
                     .arg(t)
                     .arg(&notify),
-            ),
+                &undone,
+            )),
             queued: true,
             wake: WakeOn::tagged(&channel, "w"),
             notify: notify.clone(),

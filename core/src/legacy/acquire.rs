@@ -452,7 +452,15 @@ impl LegacyAcquire {
                 let (get, pttl) = (self.command("GET"), self.command("PTTL"));
                 Some(self.send(Phase::Inspect { sent_at: now }, vec![get, pttl], now))
             }
-            _ => self.unexpected("legacy lock acquisition (SETNX)", &reply, now),
+            _ => {
+                // Not understood: the SETNX may have written our value; clean it up (only a
+                // value of ours is deleted) before failing.
+                match self.algorithm {
+                    LegacyAlgorithm::GetSet => self.unconfirmed.push((value, sent_at)),
+                    LegacyAlgorithm::SetNxExpire => self.wrote_token = true,
+                }
+                self.unexpected("legacy lock acquisition (SETNX)", &reply, now)
+            }
         }
     }
 

@@ -44,6 +44,8 @@ pub struct QueueKeys {
     dead: String,
     holders: String,
     bases: String,
+    settled: String,
+    undone: String,
     channel: String,
     notify: String,
 }
@@ -66,6 +68,8 @@ impl QueueKeys {
             dead: k("dead"),
             holders: k("holders"),
             bases: k("bases"),
+            settled: k("settled"),
+            undone: k("undone"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
         })
@@ -117,6 +121,13 @@ impl QueueSettings {
         validate_ttl("visibility timeout", self.visibility)
     }
 }
+
+/// How long the server remembers that a delivery was settled (acked or nacked), so that an
+/// ack or nack retried after a lost reply finds its own settlement and returns `Ok`, while a
+/// retry that finds the job settled by another delivery is refused ([`Error::NotOwner`]).
+/// A retry sent later than this after the settlement is answered `NotOwner` too: never a
+/// second success. One entry per settled delivery lives this long (about 100 bytes each).
+pub const SETTLED_KEEP: Duration = Duration::from_secs(60);
 
 /// The highest priority (served first); 0 is the lowest and the default.
 pub const MAX_PRIORITY: u8 = 255;
@@ -238,6 +249,7 @@ pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<
                 &keys.dead,
                 &keys.holders,
                 &keys.bases,
+                &keys.undone,
             ])
             .arg(t)
             .arg(visibility_ms.to_string())
@@ -264,9 +276,11 @@ pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<
                     &keys.seq,
                     &keys.deliveries,
                     &keys.holders,
+                    &keys.undone,
                 ])
                 .arg(t)
-                .arg(&keys.notify),
+                .arg(&keys.notify)
+                .arg(crate::lease::UNDONE_KEEP.as_millis().to_string()),
         ),
         queued: false,
         wake: WakeOn::any(&keys.channel),
@@ -290,14 +304,18 @@ fn nack_call(keys: &QueueKeys, token: &str, backoff: Duration, max: u32) -> Scri
             &keys.dead,
             &keys.holders,
             &keys.bases,
+            &keys.settled,
         ])
         .arg(token)
         .arg(backoff.as_millis().to_string())
         .arg(max.to_string())
         .arg(&keys.notify)
+        .arg(SETTLED_KEEP.as_millis().to_string())
 }
 
-/// The ack of job `id` leased with `token` (run it with [`ScriptOp::release_with`]).
+/// The ack of job `id` leased with `token` (run it with [`ScriptOp::release_with`]). It
+/// records the settled delivery for [`SETTLED_KEEP`], so a retry after a lost reply returns
+/// `Ok` only if this delivery's own ack removed the job.
 pub fn ack_call(keys: &QueueKeys, id: &str, token: &str) -> ScriptCall {
     ScriptCall::new(&scripts::ACK)
         .keys(&[
@@ -308,9 +326,11 @@ pub fn ack_call(keys: &QueueKeys, id: &str, token: &str) -> ScriptCall {
             &keys.deliveries,
             &keys.holders,
             &keys.bases,
+            &keys.settled,
         ])
         .arg(id)
         .arg(token)
+        .arg(SETTLED_KEEP.as_millis().to_string())
 }
 
 /// The nack of job `id` leased with `token`: retry after `backoff` (zero: at once), or after
@@ -437,8 +457,19 @@ impl OpKind for Forget {
 }
 
 /// Deletes dead job `id` (`None`: every dead job) with its payload, so the dead list does
-/// not grow without bound and the id may be pushed again.
-pub fn forget_dead(keys: &QueueKeys, id: Option<&str>, deadline: Instant) -> ScriptOp<Forget> {
+/// not grow without bound and the id may be pushed again. An empty id is refused with
+/// [`InvalidArgument`] (no job has one: [`push`] refuses it), so that only `None` purges.
+pub fn forget_dead(
+    keys: &QueueKeys,
+    id: Option<&str>,
+    deadline: Instant,
+) -> Result<ScriptOp<Forget>, Error> {
+    if id.is_some_and(str::is_empty) {
+        return Err(InvalidArgument::Setting(format!(
+            "a dead job id must be 1 to {MAX_ID_LEN} bytes, got 0 (purge every dead job with purge_dead)"
+        ))
+        .into());
+    }
     let call = ScriptCall::new(&scripts::FORGET)
         .keys(&[
             &keys.dead,
@@ -447,8 +478,9 @@ pub fn forget_dead(keys: &QueueKeys, id: Option<&str>, deadline: Instant) -> Scr
             &keys.deliveries,
             &keys.bases,
         ])
-        .arg(id.unwrap_or(""));
-    ScriptOp::new(Forget, call, keys.target(), None, deadline)
+        .arg(id.unwrap_or(""))
+        .arg(if id.is_none() { "all" } else { "one" });
+    Ok(ScriptOp::new(Forget, call, keys.target(), None, deadline))
 }
 
 /// Moves a dead job back to ready.

@@ -13,21 +13,21 @@ pub static PUSH: Script = Script {
 pub static DEQUEUE: Script = Script {
     name: "queue_dequeue",
     source: include_str!("lua/dequeue.lua"),
-    sha1: "355a948eaa371cd9ee43293ee8954a6e8a1e98d6",
+    sha1: "6cac11ff7c0216a92a31e452f878fed24bc6e972",
 };
 
 /// `lua/ack.lua`
 pub static ACK: Script = Script {
     name: "queue_ack",
     source: include_str!("lua/ack.lua"),
-    sha1: "7479cf0c6f5c6bddbabf203daf2ad8aef2559bd7",
+    sha1: "2d114ef9767d21416a01427fae4892fea4b2a2f6",
 };
 
 /// `lua/nack.lua`
 pub static NACK: Script = Script {
     name: "queue_nack",
     source: include_str!("lua/nack.lua"),
-    sha1: "fe979684a5aefb6321035177da9e9b6cd35cac4a",
+    sha1: "3466d77b4f1be607993457a51fc5040d21353d1f",
 };
 
 /// `lua/job_extend.lua`
@@ -55,7 +55,7 @@ pub static STATS: Script = Script {
 pub static DEAD: Script = Script {
     name: "queue_dead",
     source: include_str!("lua/dead.lua"),
-    sha1: "9ef7f51b1582efd6ef8c6c361af86681fd634a54",
+    sha1: "568be6399035d6816501eb5a45ad5b37c81644a2",
 };
 
 /// `lua/requeue.lua`
@@ -69,14 +69,14 @@ pub static REQUEUE: Script = Script {
 pub static UNTAKE: Script = Script {
     name: "queue_untake",
     source: include_str!("lua/untake.lua"),
-    sha1: "45571334c4010dd7873f72982102c63df5a3c00e",
+    sha1: "3794514bc178251c29ff2ca8842dc9aae313b7bc",
 };
 
 /// `lua/forget.lua`
 pub static FORGET: Script = Script {
     name: "queue_forget",
     source: include_str!("lua/forget.lua"),
-    sha1: "e968bd09ff77d9d2ffcc964c1c543e9d1a99557b",
+    sha1: "1f250d3aabe189a1649d8459015e077bf632b010",
 };
 
 /// Every queue script.

@@ -2,7 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::scripts::{ACK, DEAD, DEQUEUE, JOB_EXTEND, JOB_INSPECT, NACK, PUSH, REQUEUE, STATS};
+use super::scripts::{
+    ACK, DEAD, DEQUEUE, JOB_EXTEND, JOB_INSPECT, NACK, PUSH, REQUEUE, STATS, UNTAKE,
+};
 use super::*;
 use crate::command::Request;
 use crate::error::LossReason;
@@ -22,6 +24,8 @@ const DELIVERIES: &str = "redlease:{jobs}:q:deliveries";
 const DEAD_LIST: &str = "redlease:{jobs}:q:dead";
 const HOLDERS: &str = "redlease:{jobs}:q:holders";
 const BASES: &str = "redlease:{jobs}:q:bases";
+const SETTLED: &str = "redlease:{jobs}:q:settled";
+const UNDONE: &str = "redlease:{jobs}:q:undone";
 const CHANNEL: &str = "redlease:{jobs}:q:pushed";
 
 fn keys() -> QueueKeys {
@@ -323,7 +327,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
         strs(&[
             "EVALSHA",
             DEQUEUE.sha1,
-            "11",
+            "12",
             READY,
             DELAYED,
             PAYLOADS,
@@ -335,6 +339,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
             DEAD_LIST,
             HOLDERS,
             BASES,
+            UNDONE,
             &tok(),
             "1500",
             "4",
@@ -369,8 +374,9 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     assert_eq!(
         call_args(&lease.calls.release),
         strs(&[
-            "EVALSHA", NACK.sha1, "10", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
-            DELIVERIES, DEAD_LIST, HOLDERS, BASES, "job-1", &t, "0", "4", CHANNEL,
+            "EVALSHA", NACK.sha1, "11", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, "job-1", &t, "0", "4", CHANNEL,
+            "60000",
         ])
     );
     assert_eq!(
@@ -452,7 +458,10 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     let mut rel = Scenario::new(ScriptOp::release(&lease, deadline(now)), now);
     let r = rel.answer(Reply::Int(1));
     assert_eq!(args(&r)[1], NACK.sha1);
-    assert_eq!(args(&r)[13..], strs(&["job-1", &t, "0", "4", CHANNEL]));
+    assert_eq!(
+        args(&r)[14..],
+        strs(&["job-1", &t, "0", "4", CHANNEL, "60000"])
+    );
     assert_eq!(rel.expect_done(), Ok(()));
 }
 
@@ -466,16 +475,16 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
     assert_eq!(
         call_args(&ack),
         strs(&[
-            "EVALSHA", ACK.sha1, "7", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
-            BASES, "j", &t,
+            "EVALSHA", ACK.sha1, "8", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
+            BASES, SETTLED, "j", &t, "60000",
         ])
     );
     let retry = nack(&keys(), "j", &t, Duration::from_millis(2500), 4);
     assert_eq!(
         call_args(&retry),
         strs(&[
-            "EVALSHA", NACK.sha1, "10", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
-            DELIVERIES, DEAD_LIST, HOLDERS, BASES, "j", &t, "2500", "4", CHANNEL,
+            "EVALSHA", NACK.sha1, "11", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, "j", &t, "2500", "4", CHANNEL, "60000",
         ])
     );
     let now = s.now;
@@ -510,17 +519,44 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
 }
 
 #[test]
-fn an_ack_retried_after_a_lost_reply_counts_the_lost_attempt() {
+fn an_ack_or_nack_retried_after_a_lost_reply_trusts_only_the_scripts_record() {
     let mut s = taking(None);
     s.answer(job_reply(1, b"j", b"p"));
     let lease = taken(&mut s);
     let now = s.now;
-    let op = ScriptOp::release_with(&lease, ack_call(&keys(), "j", &tok()), deadline(now));
+    let t = tok();
+    let calls = [
+        ack_call(&keys(), "j", &t),
+        nack(&keys(), "j", &t, Duration::ZERO, 4),
+    ];
+    let ops = calls
+        .into_iter()
+        .map(|c| ScriptOp::release_with(&lease, c, deadline(now)))
+        .chain([ScriptOp::release(&lease, deadline(now))]);
+    for op in ops.collect::<Vec<_>>() {
+        let mut o = Scenario::new(op, now);
+        o.fail(TransportFailure::no_reply("timeout"));
+        o.sleep_through();
+        // The lost attempt was sent while the lease was valid, but the job may have been
+        // removed by another delivery: the retry's "gone" is not our success.
+        o.answer(Reply::Int(0));
+        assert!(
+            matches!(
+                o.expect_done(),
+                Err(Error::NotOwner {
+                    reason: LossReason::Expired,
+                    ..
+                })
+            ),
+            "a retry finding the job gone is refused"
+        );
+    }
+    // The script found its own settlement record: 1, Ok.
+    let op = ScriptOp::release_with(&lease, ack_call(&keys(), "j", &t), deadline(now));
     let mut o = Scenario::new(op, now);
     o.fail(TransportFailure::no_reply("timeout"));
     o.sleep_through();
-    // The lost ack was sent while the lease was valid: it is what removed the job.
-    o.answer(Reply::Int(0));
+    o.answer(Reply::Int(1));
     assert_eq!(o.expect_done(), Ok(()));
 }
 
@@ -655,6 +691,9 @@ fn malformed_take_replies_are_unexpected() {
         for wait in [None, Some(Duration::from_secs(1))] {
             let mut s = taking(wait);
             s.answer(shape.clone());
+            // The script ran: whatever it leased to our token is given back first.
+            let undo = s.answer(Reply::Int(0));
+            assert_eq!(undo.command.args()[1], UNTAKE.sha1.as_bytes(), "{shape:?}");
             let out = s.expect_done();
             match &out {
                 Err(Error::UnexpectedReply { context, .. }) => {
@@ -662,7 +701,7 @@ fn malformed_take_replies_are_unexpected() {
                 }
                 other => panic!("{shape:?}: {other:?}"),
             }
-            assert_eq!(s.sent.len(), 1, "{shape:?}: nothing more is sent");
+            assert_eq!(s.sent.len(), 2, "{shape:?}: only the undo is sent");
         }
     }
 }
@@ -937,7 +976,7 @@ fn settings_are_validated_before_anything_is_sent() {
         max_deliveries: 1,
     };
     let spec = take(&keys(), token(), &s).unwrap();
-    assert_eq!(call_args(&spec.acquire)[15..], strs(&["10", "1"]));
+    assert_eq!(call_args(&spec.acquire)[16..], strs(&["10", "1"]));
 }
 
 #[test]
@@ -997,4 +1036,21 @@ fn a_push_whose_reply_was_lost_is_not_sent_again() {
         Reply::Bulk(b"once".to_vec()),
     ]));
     assert_eq!(s.expect_done(), Ok(vec![Pushed::Queued("once".into())]));
+}
+
+#[test]
+fn forgetting_a_dead_job_with_an_empty_id_is_refused_and_only_none_purges() {
+    let now = origin();
+    assert!(matches!(
+        forget_dead(&keys(), Some(""), deadline(now)),
+        Err(Error::InvalidArgument(_))
+    ));
+    let mut one = Scenario::new(forget_dead(&keys(), Some("j"), deadline(now)).unwrap(), now);
+    let r = one.answer(Reply::Int(1));
+    assert_eq!(args(&r)[args(&r).len() - 2..], strs(&["j", "one"]));
+    assert_eq!(one.expect_done(), Ok(1));
+    let mut all = Scenario::new(forget_dead(&keys(), None, deadline(now)).unwrap(), now);
+    let r = all.answer(Reply::Int(3));
+    assert_eq!(args(&r)[args(&r).len() - 2..], strs(&["", "all"]));
+    assert_eq!(all.expect_done(), Ok(3));
 }

@@ -1,15 +1,33 @@
 -- Acquire a fair lock: waiters get it in the order they started waiting.
 -- KEYS[1] lock, KEYS[2] queue (list of waiter tokens), KEYS[3] queue timeouts (zset),
--- KEYS[4] fence counter; ARGV[1] token, ARGV[2] ttl ms, ARGV[3] waiter timeout ms,
--- ARGV[4] '1' to take a place in line when the lock is not free ('0': trying once).
+-- KEYS[4] fence counter, KEYS[5] undone acquisitions (zset token -> until ms); ARGV[1] token,
+-- ARGV[2] ttl ms, ARGV[3] waiter timeout ms, ARGV[4] '1' to take a place in line when the
+-- lock is not free ('0': trying once).
 -- Returns {1, fence} acquired (or already ours), {0, pttl of the holder or -2} waiting.
 -- A waiter stays in line only while it keeps calling (each call refreshes its timeout);
 -- a waiter that stopped (died) is dropped once its timeout passes, by the server's clock.
+-- A fence is max(counter + 1, server clock in microseconds), as in acquire.lua.
 -- Read every key once before writing any (a wrong type fails before any write).
 redis.call('GET', KEYS[1])
 redis.call('LLEN', KEYS[2])
 redis.call('ZCARD', KEYS[3])
-redis.call('GET', KEYS[4])
+local last = redis.call('GET', KEYS[4])
+-- An acquisition undone after its reply was lost must not take effect if it arrives late
+-- (delayed, overtaken by its undo on another connection): its token is in the undone set.
+local undone = redis.call('ZSCORE', KEYS[5], ARGV[1])
+if undone then
+  local tu = redis.call('TIME')
+  if tonumber(undone) > tonumber(tu[1]) * 1000 + math.floor(tonumber(tu[2]) / 1000) then
+    return {0, -2}
+  end
+end
+local counter = 0
+if last then
+  counter = tonumber(last)
+  if (not counter) or counter ~= math.floor(counter) or counter >= 9007199254740991 then
+    return redis.error_reply('ERR the fence counter ' .. KEYS[4] .. ' does not hold an integer below 2^53 - 1')
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 while true do
@@ -23,12 +41,13 @@ end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, tonumber(redis.call('GET', KEYS[4]))}
+  return {1, counter}
 end
 if not holder then
   local head = redis.call('LINDEX', KEYS[2], 0)
   if (not head) or head == ARGV[1] then
-    local fence = redis.call('INCR', KEYS[4])
+    local fence = math.max(counter + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+    redis.call('SET', KEYS[4], string.format('%.0f', fence))
     if head then
       redis.call('LPOP', KEYS[2])
       redis.call('ZREM', KEYS[3], ARGV[1])
@@ -44,9 +63,14 @@ if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   redis.call('RPUSH', KEYS[2], ARGV[1])
 end
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1])
--- The line must not outlive its last waiter.
-redis.call('PEXPIRE', KEYS[2], 2 * tonumber(ARGV[3]))
-redis.call('PEXPIRE', KEYS[3], 2 * tonumber(ARGV[3]))
+-- The line must not outlive its last waiter, nor end before any live waiter's place does
+-- (waiters may have different timeouts): its expiry only grows.
+local keep = 2 * tonumber(ARGV[3])
+for i = 2, 3 do
+  if redis.call('PTTL', KEYS[i]) < keep then
+    redis.call('PEXPIRE', KEYS[i], keep)
+  end
+end
 if holder then
   return {0, redis.call('PTTL', KEYS[1])}
 end

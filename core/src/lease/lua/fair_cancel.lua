@@ -11,6 +11,10 @@ local function notify(channel, message)
     redis.call('PUBLISH', channel, message)
   end
 end
+-- Read every key once before writing any (a wrong type fails before any write).
+redis.call('GET', KEYS[1])
+redis.call('LLEN', KEYS[2])
+redis.call('ZCARD', KEYS[3])
 redis.call('LREM', KEYS[2], 0, ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 0 then

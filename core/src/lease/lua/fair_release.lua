@@ -1,5 +1,7 @@
 -- Release a fair lock if the caller owns it, and wake only the next live waiter.
--- KEYS[1] lock, KEYS[2] queue, KEYS[3] queue timeouts; ARGV[1] token, ARGV[2] channel.
+-- KEYS[1] lock, KEYS[2] queue, KEYS[3] queue timeouts; ARGV[1] token, ARGV[2] channel. As the
+-- undo of an acquisition: KEYS[4] undone acquisitions, ARGV[3] how long to remember the
+-- token (ms).
 -- Returns 1 released, 0 gone (expired), -1 another holder owns it.
 -- A channel given as '{shard}<name>' is a shard channel (Redis Cluster): SPUBLISH reaches only
 -- the subscribers on this key's shard instead of being broadcast to every node. (No channel
@@ -11,7 +13,25 @@ local function notify(channel, message)
     redis.call('PUBLISH', channel, message)
   end
 end
+-- Read every key once before writing any (a wrong type fails before any write).
 local holder = redis.call('GET', KEYS[1])
+redis.call('LLEN', KEYS[2])
+redis.call('ZCARD', KEYS[3])
+if KEYS[4] then
+  redis.call('ZCARD', KEYS[4])
+end
+-- Undoing an acquisition whose reply was lost (KEYS[4] given): remember its token, so
+-- that the acquisition, if it was only delayed and arrives after this, takes no effect.
+if KEYS[4] then
+  local tt = redis.call('TIME')
+  local tnow = tonumber(tt[1]) * 1000 + math.floor(tonumber(tt[2]) / 1000)
+  local keep = tonumber(ARGV[3])
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', tnow)
+  redis.call('ZADD', KEYS[4], tnow + keep, ARGV[1])
+  if redis.call('PTTL', KEYS[4]) < keep then
+    redis.call('PEXPIRE', KEYS[4], keep)
+  end
+end
 if holder ~= ARGV[1] then
   if holder then
     return -1

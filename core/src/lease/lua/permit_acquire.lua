@@ -1,6 +1,7 @@
 -- Acquire a permit of a fair counting semaphore, on the server's clock.
 -- KEYS[1] holders (zset token -> expiry ms), KEYS[2] waiters (list, in order),
--- KEYS[3] waiter timeouts (zset token -> expiry ms), KEYS[4] permit count;
+-- KEYS[3] waiter timeouts (zset token -> expiry ms), KEYS[4] permit count, KEYS[5] undone
+-- acquisitions (zset token -> until ms);
 -- ARGV[1] token, ARGV[2] permit timeout ms, ARGV[3] waiter timeout ms,
 -- ARGV[4] permit count to start with if the semaphore has none yet, ARGV[5] '1' to take a
 -- place in line when no permit is free ('0': trying once).
@@ -12,9 +13,22 @@ redis.call('ZCARD', KEYS[1])
 redis.call('LLEN', KEYS[2])
 redis.call('ZCARD', KEYS[3])
 redis.call('GET', KEYS[4])
+-- An acquisition undone after its reply was lost must not take effect if it arrives late
+-- (delayed, overtaken by its undo on another connection): its token is in the undone set.
+local undone = redis.call('ZSCORE', KEYS[5], ARGV[1])
+if undone then
+  local tu = redis.call('TIME')
+  if tonumber(undone) > tonumber(tu[1]) * 1000 + math.floor(tonumber(tu[2]) / 1000) then
+    return {0, -2}
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local permits = tonumber(redis.call('GET', KEYS[4]))
+local count = redis.call('GET', KEYS[4])
+local permits = tonumber(count)
+if count and not permits then
+  return redis.error_reply('ERR the permit count ' .. KEYS[4] .. ' is not a number')
+end
 if not permits then
   permits = tonumber(ARGV[4])
   redis.call('SET', KEYS[4], ARGV[4])
@@ -61,6 +75,11 @@ if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
 end
 local wt = tonumber(ARGV[3])
 redis.call('ZADD', KEYS[3], now + wt, ARGV[1])
-redis.call('PEXPIRE', KEYS[2], 2 * wt)
-redis.call('PEXPIRE', KEYS[3], 2 * wt)
+-- The line's expiry only grows: a waiter with a shorter timeout must not cut it short for
+-- one with a longer timeout.
+for i = 2, 3 do
+  if redis.call('PTTL', KEYS[i]) < 2 * wt then
+    redis.call('PEXPIRE', KEYS[i], 2 * wt)
+  end
+end
 return {0, wait}

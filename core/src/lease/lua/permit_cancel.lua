@@ -11,9 +11,13 @@ local function notify(channel, message)
     redis.call('PUBLISH', channel, message)
   end
 end
+-- Read every key once before writing any (a wrong type fails before any write).
+redis.call('ZCARD', KEYS[1])
+redis.call('LLEN', KEYS[2])
+redis.call('ZCARD', KEYS[3])
+local permits = tonumber(redis.call('GET', KEYS[4])) or 0
 redis.call('LREM', KEYS[2], 0, ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
-local permits = tonumber(redis.call('GET', KEYS[4])) or 0
 local free = permits - redis.call('ZCARD', KEYS[1])
 if free > 0 then
   for _, next in ipairs(redis.call('LRANGE', KEYS[2], 0, free - 1)) do

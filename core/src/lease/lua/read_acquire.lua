@@ -1,7 +1,8 @@
 -- Acquire the read side of a read-write lock. Readers share it; a waiting writer blocks new
 -- readers (so a stream of readers cannot starve it).
 -- KEYS[1] writer, KEYS[2] readers (zset token -> expiry ms), KEYS[3] waiting writers
--- (zset token -> expiry ms), KEYS[4] fence counter; ARGV[1] token, ARGV[2] ttl ms.
+-- (zset token -> expiry ms), KEYS[4] fence counter, KEYS[5] undone acquisitions (zset token
+-- -> until ms); ARGV[1] token, ARGV[2] ttl ms.
 -- Returns {1, fence of the last writer (0: none yet)} or {0, pttl to wait for or -2}.
 -- Read every key once before writing any, so a key of the wrong type fails the call
 -- before anything is written.
@@ -9,6 +10,15 @@ redis.call('GET', KEYS[1])
 redis.call('ZCARD', KEYS[2])
 redis.call('ZCARD', KEYS[3])
 redis.call('GET', KEYS[4])
+-- An acquisition undone after its reply was lost must not take effect if it arrives late
+-- (delayed, overtaken by its undo on another connection): its token is in the undone set.
+local undone = redis.call('ZSCORE', KEYS[5], ARGV[1])
+if undone then
+  local tu = redis.call('TIME')
+  if tonumber(undone) > tonumber(tu[1]) * 1000 + math.floor(tonumber(tu[2]) / 1000) then
+    return {0, -2}
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])

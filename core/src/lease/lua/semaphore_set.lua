@@ -13,9 +13,12 @@ local function notify(channel, message)
     redis.call('PUBLISH', channel, message)
   end
 end
+-- Read every key once before writing any (a wrong type fails before any write).
+local held = redis.call('ZCARD', KEYS[1])
+redis.call('LLEN', KEYS[2])
 local before = tonumber(redis.call('GET', KEYS[3])) or -1
 redis.call('SET', KEYS[3], ARGV[1])
-local free = tonumber(ARGV[1]) - redis.call('ZCARD', KEYS[1])
+local free = tonumber(ARGV[1]) - held
 if free > 0 then
   for _, next in ipairs(redis.call('LRANGE', KEYS[2], 0, free - 1)) do
     notify(ARGV[2], next)

@@ -1,6 +1,8 @@
 -- Read a semaphore: {permit count (-1: unset), holders, waiters}, where holders is a flat
 -- list of token, ms left and waiters the live waiters in order. Expired entries are skipped.
 -- KEYS[1] holders, KEYS[2] waiters, KEYS[3] waiter timeouts, KEYS[4] permit count.
+-- Every key is read (a wrong type is an error, whatever the contents).
+redis.call('ZCARD', KEYS[3])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local holders = {}

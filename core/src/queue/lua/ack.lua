@@ -1,16 +1,25 @@
 -- Acknowledge a job: it is done and forgotten. Refused once the lease ran out (the job is
 -- then redelivered to someone else).
--- KEYS: 1 in flight, 2 leases, 3 payloads, 4 priorities, 5 deliveries, 6 holders, 7 bases.
--- ARGV: 1 id, 2 token.
--- Returns 1 acked, 0 the lease ran out (or the job is gone), -1 another delivery holds it.
+-- KEYS: 1 in flight, 2 leases, 3 payloads, 4 priorities, 5 deliveries, 6 holders, 7 bases,
+-- 8 settled (zset delivery token -> until when its ack or nack is remembered, ms).
+-- ARGV: 1 id, 2 token, 3 how long to remember the settlement (ms).
+-- Returns 1 acked (or: this very delivery was settled already, so a retry after a lost
+-- reply finds its own ack), 0 the lease ran out (or the job is gone), -1 another delivery
+-- holds it.
+-- Read every key once before writing any (a wrong type fails before any write).
 redis.call('ZCARD', KEYS[1])
 for i = 2, 7 do
   redis.call('HLEN', KEYS[i])
 end
+redis.call('ZCARD', KEYS[8])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local holder = redis.call('HGET', KEYS[2], ARGV[1])
 if holder ~= ARGV[2] then
+  local settled = redis.call('ZSCORE', KEYS[8], ARGV[2])
+  if settled and tonumber(settled) > now then
+    return 1
+  end
   if holder then
     return -1
   end
@@ -27,4 +36,10 @@ redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
 redis.call('HDEL', KEYS[6], ARGV[2])
 redis.call('HDEL', KEYS[7], ARGV[1])
+local keep = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now)
+redis.call('ZADD', KEYS[8], now + keep, ARGV[2])
+if redis.call('PTTL', KEYS[8]) < keep then
+  redis.call('PEXPIRE', KEYS[8], keep)
+end
 return 1

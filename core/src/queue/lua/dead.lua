@@ -1,5 +1,8 @@
 -- List dead jobs: a flat list of (id, deliveries, payload), oldest first, at most ARGV[1].
 -- KEYS: 1 dead, 2 payloads, 3 deliveries.
+-- Every key is read (a wrong type is an error, whatever the contents).
+redis.call('HLEN', KEYS[2])
+redis.call('HLEN', KEYS[3])
 local out = {}
 for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)) do
   out[#out + 1] = id

@@ -1,7 +1,9 @@
 -- Take the next job on a lease. KEYS: 1 ready, 2 delayed, 3 payloads, 4 priorities,
 -- 5 sequence counter, 6 in flight (zset id -> lease expiry ms), 7 leases (hash id ->
 -- token), 8 deliveries (hash id -> count), 9 dead (list), 10 holders (hash token -> id),
--- 11 bases (hash id -> deliveries when last requeued from the dead list).
+-- 11 bases (hash id -> deliveries when last requeued from the dead list), 12 undone takes
+-- (zset token -> until ms: a take given back after its reply was lost takes nothing if it
+-- arrives late).
 -- ARGV: 1 lease token, 2 visibility timeout ms, 3 max deliveries.
 -- A retry after a lost reply (same token) gets the job it was leased, not another one.
 -- First moves due delayed jobs and jobs whose lease ran out back to ready (or, after max
@@ -18,12 +20,16 @@ redis.call('HLEN', KEYS[8])
 redis.call('LLEN', KEYS[9])
 redis.call('HLEN', KEYS[10])
 redis.call('HLEN', KEYS[11])
+local undone = redis.call('ZSCORE', KEYS[12], ARGV[1])
 local seq_now = redis.call('GET', KEYS[5])
 if seq_now and not tonumber(seq_now) then
   return redis.error_reply('ERR the sequence counter ' .. KEYS[5] .. ' is not an integer')
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if undone and tonumber(undone) > now then
+  return {0, -2}
+end
 local max = tonumber(ARGV[3])
 local mine = redis.call('HGET', KEYS[10], ARGV[1])
 if mine and redis.call('HGET', KEYS[7], mine) == ARGV[1]

@@ -1,11 +1,12 @@
--- Delete dead jobs for good: the one named by ARGV[1], or every dead job when ARGV[1] is ''.
--- KEYS: 1 dead, 2 payloads, 3 priorities, 4 deliveries, 5 bases. Returns how many were deleted.
+-- Delete dead jobs for good: the one named by ARGV[1], or every dead job when ARGV[2] is
+-- 'all' (never because an id is empty). KEYS: 1 dead, 2 payloads, 3 priorities,
+-- 4 deliveries, 5 bases. Returns how many were deleted.
 redis.call('LLEN', KEYS[1])
 for i = 2, 5 do
   redis.call('HLEN', KEYS[i])
 end
 local ids
-if ARGV[1] == '' then
+if ARGV[2] == 'all' then
   ids = redis.call('LRANGE', KEYS[1], 0, -1)
   redis.call('DEL', KEYS[1])
 else

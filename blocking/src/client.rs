@@ -59,8 +59,8 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// Settings of a [`Client`]; made by [`Client::builder`].
-#[derive(Debug, Clone)]
+/// Settings of a [`Client`]; made by [`Client::builder`]. Its `Debug` output hides passwords.
+#[derive(Clone)]
 #[must_use = "a builder does nothing until .build()"]
 pub struct ClientBuilder {
     url: String,
@@ -76,6 +76,31 @@ pub struct ClientBuilder {
     io_timeout: Duration,
     op_timeout: Duration,
     prefix: String,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls = |u: &[String]| u.iter().map(|u| crate::redact::url(u)).collect::<Vec<_>>();
+        f.debug_struct("ClientBuilder")
+            .field("url", &crate::redact::url(&self.url))
+            .field(
+                "sentinel",
+                &self.sentinel.as_ref().map(|(s, n)| (urls(s), n)),
+            )
+            .field("master_username", &self.master_username)
+            .field(
+                "master_password",
+                &crate::redact::secret(&self.master_password),
+            )
+            .field("cluster", &urls(&self.cluster))
+            .field("sharded_pubsub", &self.sharded_pubsub)
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("io_timeout", &self.io_timeout)
+            .field("op_timeout", &self.op_timeout)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
 }
 
 impl ClientBuilder {
@@ -164,6 +189,7 @@ impl ClientBuilder {
             }
         }
         let bad_url = |url: &str, e: redis::RedisError| {
+            let url = crate::redact::url(url);
             InvalidArgument::Setting(format!("bad Redis URL {url:?}: {e}"))
         };
         let (source, info) = match &self.sentinel {
@@ -175,7 +201,11 @@ impl ClientBuilder {
                     .connection_timeout(self.connect_timeout)
                     .response_timeout(self.io_timeout)
                     .build()
-                    .map_err(|e| bad_url(&self.cluster.join(","), e))?;
+                    .map_err(|e| {
+                        let nodes: Vec<_> =
+                            self.cluster.iter().map(|u| crate::redact::url(u)).collect();
+                        InvalidArgument::Setting(format!("bad Redis Cluster nodes {nodes:?}: {e}"))
+                    })?;
                 (Source::Cluster(Box::new(cluster), seed), info)
             }
             None => {

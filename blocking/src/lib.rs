@@ -58,6 +58,7 @@ mod legacy;
 mod listener;
 mod lock;
 mod queue;
+mod redact;
 mod redlock;
 mod resp;
 mod transport;

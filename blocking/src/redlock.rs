@@ -37,14 +37,27 @@ impl std::fmt::Debug for RedLock {
     }
 }
 
-/// Settings of a [`RedLock`] client; made by [`RedLock::builder`].
-#[derive(Debug, Clone)]
+/// Settings of a [`RedLock`] client; made by [`RedLock::builder`]. Its `Debug` output hides
+/// passwords.
+#[derive(Clone)]
 #[must_use = "a builder does nothing until .build()"]
 pub struct RedLockBuilder {
     urls: Vec<String>,
     node_timeout: Duration,
     pool_size: u32,
     prefix: String,
+}
+
+impl std::fmt::Debug for RedLockBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|u| crate::redact::url(u)).collect();
+        f.debug_struct("RedLockBuilder")
+            .field("urls", &urls)
+            .field("node_timeout", &self.node_timeout)
+            .field("pool_size", &self.pool_size)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
 }
 
 impl RedLockBuilder {
@@ -89,8 +102,10 @@ impl RedLockBuilder {
             .urls
             .iter()
             .map(|url| {
-                let redis = redis::Client::open(url.as_str())
-                    .map_err(|e| InvalidArgument::Setting(format!("bad Redis URL {url:?}: {e}")))?;
+                let redis = redis::Client::open(url.as_str()).map_err(|e| {
+                    let url = crate::redact::url(url);
+                    InvalidArgument::Setting(format!("bad Redis URL {url:?}: {e}"))
+                })?;
                 Ok(Transport::with_checks(
                     std::sync::Arc::new(crate::transport::Source::Direct(redis)),
                     self.pool_size,

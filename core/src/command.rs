@@ -159,7 +159,10 @@ mod tests {
         let shown = format!("{set:?}");
         assert!(!shown.contains(TOKEN), "{shown}");
         assert!(shown.contains("\"012345\"..(32 bytes)"), "{shown}");
-        assert!(shown.contains("redlease:{a}:lock") && shown.contains("30000"), "{shown}");
+        assert!(
+            shown.contains("redlease:{a}:lock") && shown.contains("30000"),
+            "{shown}"
+        );
         assert!(shown.contains("\"NX\" \"PX\""), "{shown}");
 
         let eval = Command::new("EVALSHA")
@@ -171,7 +174,10 @@ mod tests {
             .int_arg(100);
         let shown = format!("{eval:?}");
         assert!(!shown.contains(TOKEN), "{shown}");
-        assert!(shown.contains("redlease:{a}:fence") && shown.contains("\"100\""), "{shown}");
+        assert!(
+            shown.contains("redlease:{a}:fence") && shown.contains("\"100\""),
+            "{shown}"
+        );
     }
 
     #[test]

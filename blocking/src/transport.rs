@@ -271,7 +271,12 @@ impl Transport {
                 batch.server_wait,
             ),
             None if batch.same_connection => unreachable_same_connection(batch),
-            _ => self.send(batch.requests.clone(), batch.deadline, batch.server_wait),
+            // The previous connection goes back first: with a pool of one, holding it while
+            // asking for another would wait out the connect timeout.
+            _ => {
+                drop(previous);
+                self.send(batch.requests.clone(), batch.deadline, batch.server_wait)
+            }
         };
         let (inputs, conn) = flight.receive_keeping();
         *kept = conn;

@@ -9,7 +9,10 @@ fn client_builder_debug_hides_passwords() {
     let url = format!("redis://app:{PASSWORD}@127.0.0.1:6379/0");
     let shown = format!("{:?}", Client::builder(&url));
     assert!(!shown.contains(PASSWORD), "{shown}");
-    assert!(shown.contains("redis://app:***@127.0.0.1:6379/0"), "{shown}");
+    assert!(
+        shown.contains("redis://app:***@127.0.0.1:6379/0"),
+        "{shown}"
+    );
 
     let shown = format!(
         "{:?}",
@@ -48,7 +51,10 @@ fn url_errors_hide_passwords() {
         let err = Client::open(url).expect_err("a bad URL is refused");
         let (shown, debug) = (err.to_string(), format!("{err:?}"));
         assert!(shown.contains("bad Redis URL"), "{shown}");
-        assert!(!shown.contains(PASSWORD) && !debug.contains(PASSWORD), "{shown} / {debug}");
+        assert!(
+            !shown.contains(PASSWORD) && !debug.contains(PASSWORD),
+            "{shown} / {debug}"
+        );
 
         let err = RedLock::builder(&[url]).build().expect_err("refused");
         let shown = format!("{err} {err:?}");

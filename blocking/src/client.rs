@@ -47,6 +47,15 @@ pub(crate) struct Shared {
     pub(crate) io_timeout: Duration,
     /// Where the pub/sub listener connects (`None`: not a plain TCP URL).
     endpoint: Option<Endpoint>,
+    /// For [`Client::status`].
+    pub(crate) counters: crate::status::Counters,
+}
+
+impl Shared {
+    /// Whether waiters can be woken by a listener (else they poll).
+    pub(crate) fn can_listen(&self) -> bool {
+        self.endpoint.is_some()
+    }
 }
 
 impl std::fmt::Debug for Client {
@@ -265,6 +274,7 @@ impl ClientBuilder {
                     op_timeout: self.op_timeout,
                     io_timeout: self.io_timeout,
                     endpoint,
+                    counters: Default::default(),
                 }),
                 listener: OnceLock::new(),
                 watchdog: OnceLock::new(),
@@ -327,6 +337,16 @@ impl Client {
 
     pub(crate) fn owner(&self) -> Weak<Inner> {
         Arc::downgrade(&self.inner)
+    }
+
+    /// The listener slot (`None`: not started; `Some(None)`: could not be started).
+    pub(crate) fn listeners(&self) -> Option<&Option<Listeners>> {
+        self.inner.listener.get()
+    }
+
+    /// The watchdog if it was started.
+    pub(crate) fn watchdog_if_started(&self) -> Option<&Watchdog> {
+        self.inner.watchdog.get()?.as_ref()
     }
 
     /// The watchdog thread, started on first use (`None` if it could not be spawned).
@@ -402,6 +422,7 @@ pub(crate) fn drive<P: Protocol>(
             }
             Step::Wait(wait) => {
                 kept = None;
+                let _waiting = shared.counters.waiting();
                 let found = wait
                     .wake_on
                     .as_ref()
@@ -417,7 +438,12 @@ pub(crate) fn drive<P: Protocol>(
                             machine.wake(Instant::now());
                         }
                     }
-                    None => sleep_until(wait.until),
+                    None => {
+                        if let Some(on) = &wait.wake_on {
+                            tracing::debug!(redlease.channel = %on.channel, "no listener for the channel: polling");
+                        }
+                        sleep_until(wait.until)
+                    }
                 }
             }
             Step::Awaiting => {

@@ -57,10 +57,12 @@ mod client;
 mod legacy;
 mod listener;
 mod lock;
+mod observe;
 mod queue;
 mod redact;
 mod redlock;
 mod resp;
+mod status;
 mod transport;
 mod watchdog;
 
@@ -72,6 +74,7 @@ pub use redlease_core::lease::{LeaseState, LockKind, SemaphoreState};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::{Error, InvalidArgument, LossReason, TransportFailure};
 pub use redlock::{RedLock, RedLockBuilder, RedLockGuard, RedLockLockBuilder};
+pub use status::{ClientStatus, ListenerStatus, PoolStatus};
 
 /// The sans-IO core this crate drives, for running its machines yourself.
 pub use redlease_core as core;

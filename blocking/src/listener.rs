@@ -68,6 +68,8 @@ struct Channel {
 struct State {
     channels: HashMap<String, Channel>,
     next_waiter: u64,
+    /// The last (S)SUBSCRIBE refusal of the current connection (an ACL without the channel).
+    refused: Option<String>,
 }
 
 struct Shared {
@@ -319,11 +321,14 @@ fn run(shared: &Shared, endpoint: &Endpoint, stop: &Receiver<()>) {
     loop {
         match connect(endpoint) {
             Ok(stream) => {
+                tracing::info!(redlease.listener = ?endpoint.source, "listener connected");
                 pause = Duration::from_millis(50);
                 serve(shared, stream, stop);
                 disconnect(shared);
+                tracing::warn!(redlease.listener = ?endpoint.source, "listener disconnected; waiters poll until it reconnects");
             }
-            Err(_) => {
+            Err(e) => {
+                tracing::debug!(error = %e, "listener could not connect; waiters poll meanwhile");
                 pause = (pause * 2).min(Duration::from_secs(2));
             }
         }
@@ -473,7 +478,11 @@ fn unsubscribe_idle(shared: &Shared, now: Instant) {
 }
 
 fn route(shared: &Shared, frame: Reply) {
-    let Reply::Array(items) = frame else { return };
+    let items = match frame {
+        Reply::Array(items) => items,
+        Reply::Error(e) => return refused(shared, &e.to_string()),
+        _ => return,
+    };
     let text = |i: usize| match items.get(i) {
         Some(Reply::Bulk(b)) => Some(String::from_utf8_lossy(b).into_owned()),
         _ => None,
@@ -511,12 +520,26 @@ fn route(shared: &Shared, frame: Reply) {
     }
 }
 
+/// The server refused a subscription (Redis 7 ACL users get no channels unless granted):
+/// waiters of that channel poll; say how to fix it, once per connection.
+fn refused(shared: &Shared, message: &str) {
+    let first = shared.state().refused.replace(message.to_owned()).is_none();
+    if first {
+        tracing::error!(
+            error = message,
+            "the listener's SUBSCRIBE was refused, so waiters poll instead of being woken: \
+             grant the Redis user the release channels (`ACL SETUSER <user> &<prefix>:*`, see docs/acl.md)"
+        );
+    }
+}
+
 /// The connection is gone: nothing is subscribed any more.
 fn disconnect(shared: &Shared) {
     if let Some(stream) = shared.writer().take() {
         let _ = stream.shutdown(Shutdown::Both);
     }
     let mut state = shared.state();
+    state.refused = None;
     for entry in state.channels.values_mut() {
         entry.requested = false;
         entry.confirmed = None;
@@ -649,5 +672,38 @@ impl Shards {
             .unwrap_or_else(|p| p.into_inner())
             .insert(channel.to_owned(), (node.clone(), Instant::now()));
         Some(node)
+    }
+}
+
+impl Listener {
+    /// `(connected, channels subscribed or lingering, last refusal)`.
+    fn snapshot(&self) -> (bool, usize, Option<String>) {
+        let connected = self.shared.writer().is_some();
+        let state = self.shared.state();
+        (connected, state.channels.len(), state.refused.clone())
+    }
+}
+
+impl Listeners {
+    /// What the listener (or the shard listeners) is doing now.
+    pub(crate) fn status(&self) -> crate::status::ListenerStatus {
+        let mut status = crate::status::ListenerStatus::started();
+        let mut add = |l: &Listener| {
+            let (connected, channels, refused) = l.snapshot();
+            status.connections += 1;
+            status.connected += usize::from(connected);
+            status.channels += channels;
+            status.refused = status.refused.take().or(refused);
+        };
+        match self {
+            Listeners::One(l) => add(l),
+            Listeners::Shards(s) => s
+                .nodes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .for_each(add),
+        }
+        status
     }
 }

@@ -232,7 +232,13 @@ impl<'c> LockBuilder<'c> {
             min_replicas: self.min_replicas,
         };
         let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), Instant::now())?;
-        self.client.run(machine)
+        let (span, started) = (
+            crate::observe::acquire_span(&self.name, self.kind),
+            Instant::now(),
+        );
+        let out = span.in_scope(|| self.client.run(machine));
+        crate::observe::acquired(&span, started, &out);
+        out
     }
 
     fn guard(&self, lease: Lease, policy: Option<RenewalPolicy>) -> LockGuard {
@@ -432,7 +438,9 @@ impl LockGuard {
         if let Some(reason) = self.cell.lost() {
             return Err(self.not_owner(reason));
         }
-        drive(&self.shared, None, ScriptOp::release(&self.lease, deadline))
+        let out = drive(&self.shared, None, ScriptOp::release(&self.lease, deadline));
+        crate::observe::released(&self.lease.target.name, self.lease.kind, &out);
+        out
     }
 
     /// Ends the lease with another owner-checked call than the release (a queue's ack or
@@ -625,8 +633,10 @@ impl Drop for LockGuard {
         self.stop_watching(deadline);
         // A lost lease is not ours: leave the key alone.
         if self.cell.lost().is_none() {
-            // Errors cannot be reported from drop; the lease ends at its expiry at worst.
-            let _ = drive(&self.shared, None, ScriptOp::release(&self.lease, deadline));
+            // Errors cannot be returned from drop (they are logged); the lease ends at its
+            // expiry at worst.
+            let out = drive(&self.shared, None, ScriptOp::release(&self.lease, deadline));
+            crate::observe::released(&self.lease.target.name, self.lease.kind, &out);
         }
     }
 }

@@ -189,7 +189,11 @@ impl Queue {
             min_replicas: None,
         };
         let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), Instant::now())?;
-        match self.client.run(machine)? {
+        let span =
+            crate::observe::acquire_span(&self.keys.name, redlease_core::lease::LockKind::Job);
+        let (started, taken) = (Instant::now(), span.in_scope(|| self.client.run(machine)));
+        crate::observe::acquired(&span, started, &taken);
+        match taken? {
             Acquisition::Acquired(lease) => {
                 let [id, payload] = <[Vec<u8>; 2]>::try_from(lease.data.clone()).map_err(|_| {
                     Error::UnexpectedReply {
@@ -203,6 +207,7 @@ impl Queue {
                 })?;
                 let policy = RenewalPolicy::for_ttl(self.settings.visibility);
                 let guard = LockGuard::from_lease(&self.client, *lease, Some(policy));
+                crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
                 Ok(Some(Job {
                     guard,
                     queue: self.clone(),
@@ -428,7 +433,9 @@ impl Job {
     pub fn ack(self) -> Result<(), Error> {
         let token = self.guard.lease().token.as_str().to_owned();
         let call = queue::ack_call(&self.queue.keys, &self.id, &token);
-        self.guard.finish_with(call)
+        let out = self.guard.finish_with(call);
+        crate::observe::job(&self.queue.keys.name, &self.id, "ack", None, &out);
+        out
     }
 
     /// Failed: retry after the queue's backoff for this delivery (or go to the dead list
@@ -449,7 +456,9 @@ impl Job {
         let token = self.guard.lease().token.as_str().to_owned();
         let max = self.queue.settings.max_deliveries;
         let call = queue::nack(&self.queue.keys, &self.id, &token, backoff, max);
-        self.guard.finish_with(call)
+        let out = self.guard.finish_with(call);
+        crate::observe::job(&self.queue.keys.name, &self.id, "nack", None, &out);
+        out
     }
 
     /// Abandons the handle without acking: the lease is no longer renewed, and the job is

@@ -198,6 +198,16 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
+    /// `(open connections, idle connections, pool size)`.
+    pub(crate) fn pool_state(&self) -> (u32, u32, u32) {
+        let state = self.pool.state();
+        (
+            state.connections,
+            state.idle_connections,
+            self.pool.max_size(),
+        )
+    }
+
     pub(crate) fn new(
         source: Arc<Source>,
         pool_size: u32,
@@ -296,13 +306,16 @@ impl Transport {
             .max(MIN_IO_TIMEOUT);
         match self.pool.get_timeout(remaining.min(self.connect_timeout)) {
             Ok(conn) => self.write(conn, requests, deadline, server_wait),
-            Err(e) => Flight {
-                requests,
-                deadline,
-                state: FlightState::Failed(TransportFailure::not_sent(format!(
-                    "no connection: {e}"
-                ))),
-            },
+            Err(e) => {
+                crate::observe::no_connection(self.pool.state(), self.pool.max_size(), &e);
+                Flight {
+                    requests,
+                    deadline,
+                    state: FlightState::Failed(TransportFailure::not_sent(format!(
+                        "no connection: {e}"
+                    ))),
+                }
+            }
         }
     }
 
@@ -358,10 +371,13 @@ impl Transport {
                     Ok(value) => inputs.push(Input::reply(r.id, to_reply(value))),
                     Err(e) => match e.code() {
                         // An error reply from the server.
-                        Some(code) => inputs.push(Input::reply(
-                            r.id,
-                            Reply::Error(ErrorReply::new(code, e.detail().unwrap_or_default())),
-                        )),
+                        Some(code) => {
+                            crate::observe::error_reply(code, e.detail());
+                            inputs.push(Input::reply(
+                                r.id,
+                                Reply::Error(ErrorReply::new(code, e.detail().unwrap_or_default())),
+                            ))
+                        }
                         None => {
                             conn.broken = true;
                             let failure = TransportFailure::no_reply(e.to_string());
@@ -598,6 +614,7 @@ pub(crate) fn to_reply(v: Value) -> Reply {
         Value::BigNumber(n) => Reply::Bulk(n),
         Value::Push { data, .. } => Reply::Array(data.into_iter().map(to_reply).collect()),
         Value::ServerError(e) => {
+            crate::observe::error_reply(e.code(), e.details());
             Reply::Error(ErrorReply::new(e.code(), e.details().unwrap_or_default()))
         }
         // `Value` is non-exhaustive; a future kind reaches the machine as a shape it rejects.

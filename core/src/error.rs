@@ -144,7 +144,9 @@ impl std::fmt::Display for LossReason {
             LossReason::Expired => "the lease expired (the key was gone)",
             LossReason::Taken => "another holder owns it now",
             LossReason::WatchdogStopped => "its client was dropped, so nothing renews it any more",
-            LossReason::MaxHoldReached => "it was held for its max_hold, so it was not renewed further",
+            LossReason::MaxHoldReached => {
+                "it was held for its max_hold, so it was not renewed further"
+            }
             LossReason::RenewalFailed => {
                 "it could not be renewed before it expired (Redis unreachable or refusing)"
             }

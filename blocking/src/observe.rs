@@ -1,0 +1,161 @@
+//! What the driver tells `tracing`: one span per acquisition, events for releases, renewals,
+//! lost leases, the listener, the pool and queue jobs. Call sites stay one line; the names
+//! and fields are chosen here (see `docs/observability.md`).
+//!
+//! Span names are constant (`redlease.acquire`, `redlease.queue.take`): the lock or queue
+//! name is a field, so the number of distinct span names stays small. Queue events carry
+//! OpenTelemetry's messaging attributes (`messaging.system`, `messaging.operation.name`,
+//! `messaging.operation.type`, `messaging.destination.name`, `messaging.message.id`).
+
+use std::time::Instant;
+
+use redlease_core::lease::{Acquisition, LockKind};
+use redlease_core::{Error, LossReason};
+use tracing::field::Empty;
+use tracing::{Span, debug, info_span, warn};
+
+/// The `messaging.system` of queue events.
+const SYSTEM: &str = "redlease";
+
+/// A short, stable name for a lock kind (a field value).
+pub(crate) fn kind(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Lease => "lease",
+        LockKind::Reentrant => "reentrant",
+        LockKind::Fair => "fair",
+        LockKind::Read => "read",
+        LockKind::Write => "write",
+        LockKind::Permit => "permit",
+        LockKind::Job => "job",
+    }
+}
+
+/// The span of one acquisition; [`acquired`] fills in how it ended.
+pub(crate) fn acquire_span(name: &str, lock_kind: LockKind) -> Span {
+    info_span!(
+        "redlease.acquire",
+        redlease.lock = name,
+        redlease.kind = kind(lock_kind),
+        redlease.attempts = Empty,
+        redlease.waited_ms = Empty,
+        redlease.outcome = Empty,
+        redlease.fence = Empty,
+    )
+}
+
+/// Records an acquisition's outcome on its span (and an event when it failed).
+pub(crate) fn acquired(span: &Span, started: Instant, out: &Result<Acquisition, Error>) {
+    let waited = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    span.record("redlease.waited_ms", waited);
+    match out {
+        Ok(Acquisition::Acquired(lease)) => {
+            span.record("redlease.outcome", "acquired");
+            span.record("redlease.attempts", lease.attempts);
+            span.record("redlease.fence", lease.fence);
+        }
+        Ok(Acquisition::Busy { .. }) => {
+            span.record("redlease.outcome", "busy");
+        }
+        Err(Error::Timeout { attempts, .. }) => {
+            span.record("redlease.outcome", "timeout");
+            span.record("redlease.attempts", attempts);
+        }
+        Err(e) => {
+            span.record("redlease.outcome", "error");
+            span.in_scope(|| warn!(error = %e, "acquisition failed"));
+        }
+    }
+}
+
+/// A release's outcome (explicit, or from a guard's drop).
+pub(crate) fn released(name: &str, lock_kind: LockKind, out: &Result<(), Error>) {
+    let k = kind(lock_kind);
+    match out {
+        Ok(()) => debug!(redlease.lock = name, redlease.kind = k, "released"),
+        Err(Error::NotOwner { reason, .. }) => warn!(
+            redlease.lock = name,
+            redlease.kind = k,
+            redlease.reason = %reason,
+            "release refused: the lease was no longer ours"
+        ),
+        Err(e) => warn!(redlease.lock = name, redlease.kind = k, error = %e, "release failed"),
+    }
+}
+
+/// The watchdog could not renew a lease (it retries until the lease must have expired).
+pub(crate) fn renewal_failed(name: &str, error: &Error) {
+    if !matches!(error, Error::NotOwner { .. }) {
+        warn!(redlease.lock = name, error = %error, "lease renewal failed; retrying");
+    }
+}
+
+/// A watched lease is lost.
+pub(crate) fn lost(name: &str, reason: LossReason) {
+    warn!(
+        redlease.lock = name,
+        redlease.reason = ?reason,
+        "lease lost: {reason}"
+    );
+}
+
+/// A queue event with the messaging attributes; `error` is the handler's (nack) or Redis's.
+pub(crate) fn job(
+    queue: &str,
+    id: &str,
+    operation: &'static str,
+    error: Option<&str>,
+    outcome: &Result<(), Error>,
+) {
+    let op_type = if operation == "take" {
+        "receive"
+    } else {
+        "settle"
+    };
+    match outcome {
+        Ok(()) => debug!(
+            messaging.system = SYSTEM,
+            messaging.operation.name = operation,
+            messaging.operation.type = op_type,
+            messaging.destination.name = queue,
+            messaging.message.id = id,
+            error.message = error,
+            "job {operation}"
+        ),
+        Err(e) => warn!(
+            messaging.system = SYSTEM,
+            messaging.operation.name = operation,
+            messaging.operation.type = op_type,
+            messaging.destination.name = queue,
+            messaging.message.id = id,
+            error.message = error,
+            redlease.error = %e,
+            "job {operation} failed"
+        ),
+    }
+}
+
+/// An error reply from Redis: a `NOPERM` (the ACL user lacks a command, key or channel
+/// right) is logged with how to grant it, since a guard's drop or a release notification
+/// would otherwise show it nowhere.
+pub(crate) fn error_reply(code: &str, details: Option<&str>) {
+    if code == "NOPERM" {
+        warn!(
+            error = details.unwrap_or_default(),
+            "Redis refused a command for lack of ACL permissions (NOPERM): grant the user the \
+             commands, the keys `~<prefix>:*` and the channels `&<prefix>:*` listed in docs/acl.md"
+        );
+    }
+}
+
+/// No pooled connection could be had in time.
+pub(crate) fn no_connection(state: r2d2::State, max: u32, error: &dyn std::fmt::Display) {
+    if state.connections >= max && state.idle_connections == 0 {
+        warn!(
+            redlease.pool.max = max,
+            "connection pool exhausted: all {max} connections busy past the connect timeout \
+             (raise ClientBuilder::pool_size or shorten what holds connections)"
+        );
+    } else {
+        warn!(error = %error, "no connection to Redis within the connect timeout");
+    }
+}

@@ -423,3 +423,55 @@ fn pool_exhaustion_is_reported() {
     });
     assert!(exhausted);
 }
+
+#[test]
+fn a_missing_channel_right_is_logged_with_its_fix() {
+    collector();
+    let server = server();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "nochan",
+            "on",
+            ">pw",
+            "~*",
+            "resetchannels",
+            "+@all",
+        ])
+        .query(&mut connection(&server))
+        .unwrap();
+    let url = format!("redis://nochan:pw@127.0.0.1:{}/", server.port());
+    let client = Client::builder(&url)
+        .io_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let held = client.lock("obs-nochan").watchdog(false).acquire().unwrap();
+    let err = client
+        .lock("obs-nochan")
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    let refused = client
+        .status()
+        .listener
+        .refused
+        .expect("the refusal is kept");
+    assert!(refused.contains("NOPERM"), "{refused}");
+    // The release deletes the key but its PUBLISH is refused: an error, and a warning.
+    let err = held.release().unwrap_err();
+    assert!(matches!(err, Error::Redis { .. }), "{err}");
+    let events = collector().events.lock().unwrap().clone();
+    let said = |parts: &[&str]| {
+        events.iter().any(|e| {
+            e.field("message")
+                .is_some_and(|m| parts.iter().all(|p| m.contains(p)))
+        })
+    };
+    assert!(said(&[
+        "SUBSCRIBE was refused",
+        "ACL SETUSER",
+        "&<prefix>:*"
+    ]));
+    assert!(said(&["ACL permissions", "docs/acl.md"]));
+}

@@ -138,7 +138,10 @@ pub(crate) fn job(
 /// right) is logged with how to grant it, since a guard's drop or a release notification
 /// would otherwise show it nowhere.
 pub(crate) fn error_reply(code: &str, details: Option<&str>) {
-    if code == "NOPERM" {
+    // Redis 7.0 reports a refusal inside a script as `ERR The user executing the script
+    // can't ...`; elsewhere (and in later versions) the code is NOPERM.
+    let in_script = details.is_some_and(|d| d.contains("The user executing the script can't"));
+    if code == "NOPERM" || in_script {
         warn!(
             error = details.unwrap_or_default(),
             "Redis refused a command for lack of ACL permissions (NOPERM): grant the user the \

@@ -475,3 +475,62 @@ fn a_missing_channel_right_is_logged_with_its_fix() {
     ]));
     assert!(said(&["ACL permissions", "docs/acl.md"]));
 }
+
+#[test]
+fn queue_jobs_are_events_with_messaging_attributes() {
+    collector();
+    let server = server();
+    let client = client(&server);
+    let q = client
+        .queue("obs-jobs")
+        .unwrap()
+        .max_deliveries(2)
+        .retry_backoff(Duration::from_millis(1), Duration::from_millis(1));
+    let ok = q.push("fine").unwrap();
+    let bad = q.push("broken").unwrap();
+    let workers = q.work(1, |job| -> Result<(), String> {
+        if job.payload() == b"broken" {
+            Err("payload is broken".into())
+        } else {
+            Ok(())
+        }
+    });
+    await_condition(Duration::from_secs(20), || q.stats().unwrap().dead == 1);
+    workers.stop();
+
+    let events = records("messaging.destination.name", "obs-jobs");
+    let of = |id: &str, op: &str| {
+        events
+            .iter()
+            .filter(|e| {
+                e.field("messaging.message.id") == Some(id)
+                    && e.field("messaging.operation.name") == Some(op)
+            })
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let taken = of(&ok, "take");
+    assert_eq!(taken.len(), 1, "{events:#?}");
+    assert_eq!(taken[0].field("messaging.system"), Some("redlease"));
+    assert_eq!(taken[0].field("messaging.operation.type"), Some("receive"));
+    let acked = of(&ok, "ack");
+    assert_eq!(acked.len(), 1);
+    assert_eq!(acked[0].field("messaging.operation.type"), Some("settle"));
+    assert_eq!(of(&bad, "take").len(), 2);
+    let nacked = of(&bad, "nack");
+    assert_eq!(nacked.len(), 2);
+    assert!(
+        nacked
+            .iter()
+            .all(|e| e.field("error.message") == Some("payload is broken")),
+        "{nacked:#?}"
+    );
+    let dead = of(&bad, "dead_letter");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].level, Level::WARN);
+    assert_eq!(dead[0].field("error.message"), Some("payload is broken"));
+    // Takes run in an acquisition span of kind "job", named by the queue.
+    let spans = acquire_spans("obs-jobs");
+    assert!(spans.iter().any(|s| s.field("redlease.kind") == Some("job")
+        && s.field("redlease.outcome") == Some("acquired")));
+}

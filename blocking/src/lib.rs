@@ -69,7 +69,7 @@ mod watchdog;
 pub use client::{Client, ClientBuilder};
 pub use legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
 pub use lock::{LockBuilder, LockGuard};
-pub use queue::{Job, Queue, WorkerReport, Workers};
+pub use queue::{HandlerError, Job, JobError, Queue, Retry, WorkerReport, Workers};
 pub use redlease_core::lease::{LeaseState, LockKind, SemaphoreState};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::{Error, InvalidArgument, LossReason, TransportFailure};

@@ -445,10 +445,16 @@ impl LockGuard {
 
     /// Ends the lease with another owner-checked call than the release (a queue's ack or
     /// nack); the same outcomes as [`release`](Self::release).
-    pub(crate) fn finish_with(
+    pub(crate) fn finish_with(self, call: redlease_core::script::ScriptCall) -> Result<(), Error> {
+        self.finish_op(|lease, deadline| ScriptOp::release_with(lease, call, deadline))
+    }
+
+    /// [`finish_with`](Self::finish_with) for any owner-checked operation (a queue's nack,
+    /// which says whether the job went to the dead list).
+    pub(crate) fn finish_op<K: redlease_core::lease::OpKind>(
         mut self,
-        call: redlease_core::script::ScriptCall,
-    ) -> Result<(), Error> {
+        op: impl FnOnce(&Lease, Instant) -> ScriptOp<K>,
+    ) -> Result<K::Output, Error> {
         self.done = true;
         let deadline = self.deadline();
         if let Some(reason) = self.cell.lost() {
@@ -458,11 +464,7 @@ impl LockGuard {
         // Renewals go on until the answer is in: a job's lease must not run out while its ack
         // is retried after a lost reply (the retry would then find it redelivered). A renewal
         // racing the ack finds the job gone and changes nothing.
-        let outcome = drive(
-            &self.shared,
-            None,
-            ScriptOp::release_with(&self.lease, call, deadline),
-        );
+        let outcome = drive(&self.shared, None, op(&self.lease, deadline));
         self.stop_watching(deadline);
         outcome
     }

@@ -99,12 +99,12 @@ pub(crate) fn lost(name: &str, reason: LossReason) {
 }
 
 /// A queue event with the messaging attributes; `error` is the handler's (nack) or Redis's.
-pub(crate) fn job(
+pub(crate) fn job<T>(
     queue: &str,
     id: &str,
     operation: &'static str,
     error: Option<&str>,
-    outcome: &Result<(), Error>,
+    outcome: &Result<T, Error>,
 ) {
     let op_type = if operation == "take" {
         "receive"
@@ -112,7 +112,7 @@ pub(crate) fn job(
         "settle"
     };
     match outcome {
-        Ok(()) => debug!(
+        Ok(_) => debug!(
             messaging.system = SYSTEM,
             messaging.operation.name = operation,
             messaging.operation.type = op_type,
@@ -132,6 +132,19 @@ pub(crate) fn job(
             "job {operation} failed"
         ),
     }
+}
+
+/// A job went to the dead list.
+pub(crate) fn dead(queue: &str, id: &str, reason: Option<&str>) {
+    warn!(
+        messaging.system = SYSTEM,
+        messaging.operation.name = "dead_letter",
+        messaging.operation.type = "settle",
+        messaging.destination.name = queue,
+        messaging.message.id = id,
+        error.message = reason,
+        "job dead-lettered"
+    );
 }
 
 /// An error reply from Redis: a `NOPERM` (the ACL user lacks a command, key or channel

@@ -124,7 +124,12 @@ impl OpKind for Release {
     const CONTEXT: &'static str = "release";
 
     fn decide(&self, reply: &Reply, _: Instant, in_time: bool) -> Option<Result<(), Error>> {
-        owner_outcome(&self.name, reply.as_int()?, in_time)
+        // 2: a queue nack that moved the job to the dead list; done all the same.
+        let code = match reply.as_int()? {
+            2 => 1,
+            code => code,
+        };
+        owner_outcome(&self.name, code, in_time)
     }
 }
 

@@ -27,7 +27,7 @@ pub static ACK: Script = Script {
 pub static NACK: Script = Script {
     name: "queue_nack",
     source: include_str!("lua/nack.lua"),
-    sha1: "fe979684a5aefb6321035177da9e9b6cd35cac4a",
+    sha1: "c821a1a57f8afeb9ebadb9f1703fa02ad4d218b2",
 };
 
 /// `lua/job_extend.lua`
@@ -55,14 +55,14 @@ pub static STATS: Script = Script {
 pub static DEAD: Script = Script {
     name: "queue_dead",
     source: include_str!("lua/dead.lua"),
-    sha1: "9ef7f51b1582efd6ef8c6c361af86681fd634a54",
+    sha1: "95051ad62a5ca537950c2a9b150b0b16b893326f",
 };
 
 /// `lua/requeue.lua`
 pub static REQUEUE: Script = Script {
     name: "queue_requeue",
     source: include_str!("lua/requeue.lua"),
-    sha1: "afcf0a6a3e2f4aad5388c82380e1e4e2705122e9",
+    sha1: "57ff8c3ffd73d7c32b1bb6e26093f1f5f8dfbb16",
 };
 
 /// `lua/untake.lua`
@@ -76,7 +76,7 @@ pub static UNTAKE: Script = Script {
 pub static FORGET: Script = Script {
     name: "queue_forget",
     source: include_str!("lua/forget.lua"),
-    sha1: "e968bd09ff77d9d2ffcc964c1c543e9d1a99557b",
+    sha1: "b8e275f346c3dc0ca54404173445b1d01879b857",
 };
 
 /// Every queue script.

@@ -1,8 +1,9 @@
 -- Give a job back: retry it after a backoff, or after max deliveries put it on the dead
 -- list. KEYS: 1 in flight, 2 leases, 3 delayed, 4 ready, 5 priorities, 6 sequence counter,
--- 7 deliveries, 8 dead, 9 holders, 10 bases. ARGV: 1 id, 2 token, 3 backoff ms,
--- 4 max deliveries, 5 channel.
--- Returns 1 done, 0 the lease ran out (or the job is gone), -1 another delivery holds it.
+-- 7 deliveries, 8 dead, 9 holders, 10 bases, 11 reasons. ARGV: 1 id, 2 token, 3 backoff ms,
+-- 4 max deliveries (0: dead now), 5 channel, 6 why it failed ('': not said).
+-- Returns 1 retried, 2 dead (the reason kept), 0 the lease ran out (or the job is gone),
+-- -1 another delivery holds it.
 -- Read every key once before writing any (a wrong type fails before any write).
 -- A channel given as '{shard}<name>' is a shard channel (Redis Cluster): SPUBLISH reaches only
 -- the subscribers on this key's shard instead of being broadcast to every node. (No channel
@@ -23,6 +24,7 @@ redis.call('HLEN', KEYS[7])
 redis.call('LLEN', KEYS[8])
 redis.call('HLEN', KEYS[9])
 redis.call('HLEN', KEYS[10])
+redis.call('HLEN', KEYS[11])
 local seq_now = redis.call('GET', KEYS[6])
 if seq_now and not tonumber(seq_now) then
   return redis.error_reply('ERR the sequence counter ' .. KEYS[6] .. ' is not an integer')
@@ -47,7 +49,10 @@ redis.call('HDEL', KEYS[9], ARGV[2])
 local n = tonumber(redis.call('HGET', KEYS[7], id)) or 0
 if n - (tonumber(redis.call('HGET', KEYS[10], id)) or 0) >= tonumber(ARGV[4]) then
   redis.call('RPUSH', KEYS[8], id)
-  return 1
+  if ARGV[6] ~= '' then
+    redis.call('HSET', KEYS[11], id, ARGV[6])
+  end
+  return 2
 end
 local backoff = tonumber(ARGV[3])
 if backoff > 0 then

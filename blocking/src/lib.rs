@@ -43,6 +43,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! **Watching it**: spans and events through `tracing` (acquisitions, releases, renewal
+//! failures, lost leases, the listener, the pool, queue jobs), and [`Client::status`] for a
+//! snapshot; see `docs/observability.md`. Least-privilege ACLs: `docs/acl.md`.
+//!
 //! **Every blocking call has a deadline**: acquisition waits at most its `wait` (plus one
 //! reply timeout for an attempt in flight), release, extension and inspection at most the
 //! client's op timeout, a pooled connection at most the connect timeout.

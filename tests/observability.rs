@@ -534,3 +534,28 @@ fn queue_jobs_are_events_with_messaging_attributes() {
     assert!(spans.iter().any(|s| s.field("redlease.kind") == Some("job")
         && s.field("redlease.outcome") == Some("acquired")));
 }
+
+#[test]
+fn dropping_a_client_is_not_a_listener_disconnection() {
+    collector();
+    let server = server();
+    let client = client(&server);
+    let held = client.lock("obs-quiet").watchdog(false).acquire().unwrap();
+    let _ = client
+        .lock("obs-quiet")
+        .wait(Duration::from_millis(50))
+        .acquire();
+    await_condition(Duration::from_secs(10), || {
+        client.status().listener.connected == 1
+    });
+    drop(held);
+    drop(client); // joins the listener thread
+    let port = format!(" {})", server.port());
+    let warned = collector().events.lock().unwrap().iter().any(|e| {
+        e.field("message")
+            .is_some_and(|m| m.contains("listener disconnected"))
+            && e.field("redlease.listener")
+                .is_some_and(|l| l.contains(&port))
+    });
+    assert!(!warned);
+}

@@ -325,6 +325,9 @@ fn run(shared: &Shared, endpoint: &Endpoint, stop: &Receiver<()>) {
                 pause = Duration::from_millis(50);
                 serve(shared, stream, stop);
                 disconnect(shared);
+                if let Err(crossbeam_channel::TryRecvError::Disconnected) = stop.try_recv() {
+                    return; // the client is gone: not worth a warning
+                }
                 tracing::warn!(redlease.listener = ?endpoint.source, "listener disconnected; waiters poll until it reconnects");
             }
             Err(e) => {

@@ -230,6 +230,28 @@ fn acquisitions_are_spans_with_kind_attempts_wait_and_outcome() {
     );
 
     assert_eq!(lock_events("obs-acq", "released").len(), 1);
+
+    // Legacy locks and RedLock too.
+    client
+        .legacy_lock("obs-acq-legacy")
+        .acquire()
+        .unwrap()
+        .release()
+        .unwrap();
+    let redlock = redlease::RedLock::builder(&[server.url()]).build().unwrap();
+    redlock
+        .lock("obs-acq-red")
+        .acquire()
+        .unwrap()
+        .release()
+        .unwrap();
+    for (name, kind) in [("obs-acq-legacy", "legacy"), ("obs-acq-red", "redlock")] {
+        let spans = acquire_spans(name);
+        assert_eq!(spans.len(), 1, "{spans:?}");
+        assert_eq!(spans[0].field("redlease.kind"), Some(kind));
+        assert_eq!(spans[0].field("redlease.outcome"), Some("acquired"));
+        assert_eq!(lock_events(name, "released").len(), 1, "{name}");
+    }
 }
 
 #[test]

@@ -32,10 +32,15 @@ pub(crate) fn kind(kind: LockKind) -> &'static str {
 
 /// The span of one acquisition; [`acquired`] fills in how it ended.
 pub(crate) fn acquire_span(name: &str, lock_kind: LockKind) -> Span {
+    span(name, kind(lock_kind))
+}
+
+/// The span of one acquisition of a lock of kind `kind` (`redlock`, `legacy`, ...).
+pub(crate) fn span(name: &str, kind: &'static str) -> Span {
     info_span!(
         "redlease.acquire",
         redlease.lock = name,
-        redlease.kind = kind(lock_kind),
+        redlease.kind = kind,
         redlease.attempts = Empty,
         redlease.waited_ms = Empty,
         redlease.outcome = Empty,
@@ -45,15 +50,31 @@ pub(crate) fn acquire_span(name: &str, lock_kind: LockKind) -> Span {
 
 /// Records an acquisition's outcome on its span (and an event when it failed).
 pub(crate) fn acquired(span: &Span, started: Instant, out: &Result<Acquisition, Error>) {
+    ended(span, started, out, |a| match a {
+        Acquisition::Acquired(lease) => Some((lease.attempts, Some(lease.fence))),
+        Acquisition::Busy { .. } => None,
+    });
+}
+
+/// Records how an acquisition ended: `granted` gives the attempts and fence of a success
+/// (`None`: busy).
+pub(crate) fn ended<T>(
+    span: &Span,
+    started: Instant,
+    out: &Result<T, Error>,
+    granted: impl Fn(&T) -> Option<(u32, Option<u64>)>,
+) {
     let waited = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     span.record("redlease.waited_ms", waited);
-    match out {
-        Ok(Acquisition::Acquired(lease)) => {
+    match out.as_ref().map(granted) {
+        Ok(Some((attempts, fence))) => {
             span.record("redlease.outcome", "acquired");
-            span.record("redlease.attempts", lease.attempts);
-            span.record("redlease.fence", lease.fence);
+            span.record("redlease.attempts", attempts);
+            if let Some(fence) = fence {
+                span.record("redlease.fence", fence);
+            }
         }
-        Ok(Acquisition::Busy { .. }) => {
+        Ok(None) => {
             span.record("redlease.outcome", "busy");
         }
         Err(Error::Timeout { attempts, .. }) => {
@@ -69,7 +90,11 @@ pub(crate) fn acquired(span: &Span, started: Instant, out: &Result<Acquisition, 
 
 /// A release's outcome (explicit, or from a guard's drop).
 pub(crate) fn released(name: &str, lock_kind: LockKind, out: &Result<(), Error>) {
-    let k = kind(lock_kind);
+    released_as(name, kind(lock_kind), out);
+}
+
+/// [`released`] for a lock of kind `k` (`redlock`, `legacy`).
+pub(crate) fn released_as(name: &str, k: &'static str, out: &Result<(), Error>) {
     match out {
         Ok(()) => debug!(redlease.lock = name, redlease.kind = k, "released"),
         Err(Error::NotOwner { reason, .. }) => warn!(

@@ -286,7 +286,10 @@ impl RedLockLockBuilder<'_> {
             node_timeout: self.client.inner.node_timeout,
         };
         let machine = RedLockAcquire::new(spec, options, u64::from_le_bytes(seed), Instant::now())?;
-        let red = self.client.run(machine)?;
+        let (span, started) = (crate::observe::span(&self.name, "redlock"), Instant::now());
+        let out = span.in_scope(|| self.client.run(machine));
+        crate::observe::ended(&span, started, &out, |r| Some((r.lease.attempts, None)));
+        let red = out?;
         Ok(RedLockGuard {
             client: self.client.clone(),
             red,
@@ -344,7 +347,9 @@ impl RedLockGuard {
             QuorumAction::Release,
             self.client.inner.node_timeout,
         )?;
-        self.client.run(op).map(|_| ())
+        let out = self.client.run(op).map(|_| ());
+        crate::observe::released_as(&self.red.lease.target.name, "redlock", &out);
+        out
     }
 }
 

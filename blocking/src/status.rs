@@ -13,7 +13,9 @@ pub struct ClientStatus {
     pub pool: PoolStatus,
     /// Leases of live guards (and jobs) that the watchdog renews.
     pub leases_watched: usize,
-    /// Threads waiting right now in an acquisition or a queue take (between attempts).
+    /// Threads of this client waiting right now between two attempts: acquisitions and
+    /// queue takes waiting for a busy lock or an empty queue (and, briefly, a release or
+    /// extension retrying after a failure).
     pub waiters: usize,
     /// The pub/sub listener that wakes waiters.
     pub listener: ListenerStatus,

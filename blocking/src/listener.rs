@@ -140,14 +140,25 @@ impl Shared {
     }
 }
 
-/// Where the listener connects.
-#[derive(Debug, Clone)]
+/// Where the listener connects. Its `Debug` hides the password.
+#[derive(Clone)]
 pub(crate) struct Endpoint {
     /// Resolved at every (re)connection, so a Sentinel failover is followed.
     pub(crate) source: Arc<crate::transport::Source>,
     pub(crate) username: Option<String>,
     pub(crate) password: Option<String>,
     pub(crate) connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("source", &self.source)
+            .field("username", &self.username)
+            .field("password", &crate::redact::secret(&self.password))
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
 }
 
 /// The listener thread's handle; dropping it stops and joins the thread.

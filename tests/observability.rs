@@ -308,6 +308,9 @@ fn renewal_failures_carry_the_redis_error_and_the_loss_its_cause() {
     assert_eq!(reason, LossReason::RenewalFailed);
     let failures = lock_events("obs-renew", "renewal failed");
     assert!(!failures.is_empty());
+    // Only the first failure of the run is a warning (retries are DEBUG).
+    let warnings = failures.iter().filter(|e| e.level == Level::WARN).count();
+    assert_eq!(warnings, 1, "{failures:#?}");
     let error = failures[0].field("error").unwrap();
     assert!(error.contains("NOPERM"), "the Redis error is kept: {error}");
     let lost = lock_events("obs-renew", "lease lost");

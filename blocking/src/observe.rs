@@ -107,10 +107,21 @@ pub(crate) fn released_as(name: &str, k: &'static str, out: &Result<(), Error>) 
     }
 }
 
-/// The watchdog could not renew a lease (it retries until the lease must have expired).
-pub(crate) fn renewal_failed(name: &str, error: &Error) {
-    if !matches!(error, Error::NotOwner { .. }) {
-        warn!(redlease.lock = name, error = %error, "lease renewal failed; retrying");
+/// A renewal's outcome; returns the failures in a row. The first failure of a run is a
+/// warning, the retries that follow (every tenth of the renewal interval) are DEBUG, so an
+/// outage does not flood the log; a loss is reported by [`lost`].
+pub(crate) fn renewal<T>(name: &str, outcome: &Result<T, Error>, failures: u32) -> u32 {
+    match outcome {
+        Ok(_) => 0,
+        Err(Error::NotOwner { .. }) => failures,
+        Err(e) if failures == 0 => {
+            warn!(redlease.lock = name, error = %e, "lease renewal failed; retrying");
+            1
+        }
+        Err(e) => {
+            debug!(redlease.lock = name, error = %e, redlease.failures = failures + 1, "lease renewal failed again; retrying");
+            failures.saturating_add(1)
+        }
     }
 }
 

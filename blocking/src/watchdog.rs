@@ -263,6 +263,8 @@ impl Drop for Watchdog {
 struct Watched {
     /// The lock's name, for logs.
     name: String,
+    /// Renewals failed in a row (only the first is logged as a warning).
+    failures: u32,
     generation: u64,
     cell: Arc<LeaseCell>,
 }
@@ -280,6 +282,7 @@ fn run(transport: &Transport, io_timeout: Duration, queue: &Queue, wakeups: &Rec
                 r.id,
                 Watched {
                     name,
+                    failures: 0,
                     generation: r.generation,
                     cell: r.cell,
                 },
@@ -374,8 +377,8 @@ fn renew_due(
                 last: TransportFailure::no_reply("renewal not answered"),
             }),
         };
-        if let (Err(e), Some(w)) = (&outcome, cells.get(&id)) {
-            crate::observe::renewal_failed(&w.name, e);
+        if let Some(w) = cells.get_mut(&id) {
+            w.failures = crate::observe::renewal(&w.name, &outcome, w.failures);
         }
         let event = renewals.renewed(id, outcome, now);
         let Some(w) = cells.get(&id) else { continue };

@@ -7,12 +7,32 @@
 //! OpenTelemetry's messaging attributes (`messaging.system`, `messaging.operation.name`,
 //! `messaging.operation.type`, `messaging.destination.name`, `messaging.message.id`).
 
-use std::time::Instant;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use redlease_core::lease::{Acquisition, LockKind};
 use redlease_core::{Error, LossReason};
 use tracing::field::Empty;
 use tracing::{Span, debug, info_span, warn};
+
+/// How often a warning that can repeat on every command (a missing ACL right, an exhausted
+/// pool) is logged at WARN; the repeats in between are DEBUG.
+const REPEAT_EVERY: Duration = Duration::from_secs(10);
+
+/// Whether a repeating warning is due: true at most once per [`REPEAT_EVERY`] per `slot`.
+fn due(slot: &AtomicU64) -> bool {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let now = u64::try_from(EPOCH.get_or_init(Instant::now).elapsed().as_millis())
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
+    let last = slot.load(Ordering::Relaxed);
+    let every = u64::try_from(REPEAT_EVERY.as_millis()).unwrap_or(u64::MAX);
+    (last == 0 || now.saturating_sub(last) >= every)
+        && slot
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+}
 
 /// The `messaging.system` of queue events.
 const SYSTEM: &str = "redlease";
@@ -190,7 +210,13 @@ pub(crate) fn error_reply(code: &str, details: Option<&str>) {
     // Redis 7.0 reports a refusal inside a script as `ERR The user executing the script
     // can't ...`; elsewhere (and in later versions) the code is NOPERM.
     let in_script = details.is_some_and(|d| d.contains("The user executing the script can't"));
-    if code == "NOPERM" || in_script {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    if (code == "NOPERM" || in_script) && !due(&LAST) {
+        debug!(
+            error = details.unwrap_or_default(),
+            "NOPERM again (see the last warning)"
+        );
+    } else if code == "NOPERM" || in_script {
         warn!(
             error = details.unwrap_or_default(),
             "Redis refused a command for lack of ACL permissions (NOPERM): grant the user the \
@@ -201,7 +227,10 @@ pub(crate) fn error_reply(code: &str, details: Option<&str>) {
 
 /// No pooled connection could be had in time.
 pub(crate) fn no_connection(state: r2d2::State, max: u32, error: &dyn std::fmt::Display) {
-    if state.connections >= max && state.idle_connections == 0 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    if !due(&LAST) {
+        debug!(error = %error, "no pooled connection again (see the last warning)");
+    } else if state.connections >= max && state.idle_connections == 0 {
         warn!(
             redlease.pool.max = max,
             "connection pool exhausted: all {max} connections busy past the connect timeout \

@@ -251,3 +251,49 @@ fn without_the_channel_right_releases_fail_loudly_and_waiters_poll() {
     assert_eq!(waiter.join().unwrap().unwrap(), 2);
     drop(held);
 }
+
+/// docs/acl.md's Redis Cluster rule: the single-server commands with shard pub/sub instead of
+/// plain pub/sub, plus `cluster|slots`, `cluster|keyslot` and `asking`, on every node.
+#[test]
+fn a_restricted_user_runs_on_a_cluster() {
+    let cluster = redlease_suite::RedisCluster::start().expect("a 3-master cluster");
+    let commands = COMMANDS
+        .replace("+subscribe +unsubscribe +publish", "")
+        .to_owned()
+        + " +ssubscribe +sunsubscribe +spublish +cluster|slots +cluster|keyslot +asking";
+    for node in cluster.nodes() {
+        let mut rule = vec!["SETUSER", "app", "reset", "on", ">pw", "~app:*", "&app:*"];
+        rule.extend(commands.split_whitespace());
+        let _: () = redis::cmd("ACL")
+            .arg(&rule)
+            .query(&mut connection(node))
+            .unwrap();
+    }
+    let urls: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|n| format!("redis://app:pw@127.0.0.1:{}/", n.port()))
+        .collect();
+    let client = Client::cluster(&urls)
+        .key_prefix("app")
+        .connect_timeout(Duration::from_millis(500))
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    for name in ["a", "b", "c"] {
+        contended(&client, name);
+    }
+    let sem = client.semaphore("sem", 1).acquire().unwrap();
+    sem.release().unwrap();
+    let q = client.queue("jobs").unwrap().max_deliveries(1);
+    q.push("x").unwrap();
+    q.take(Duration::from_secs(5))
+        .unwrap()
+        .unwrap()
+        .nack()
+        .unwrap();
+    assert_eq!(q.dead_jobs(10).unwrap().len(), 1);
+    let listener = client.status().listener;
+    assert!(listener.connected >= 1, "{listener:?}");
+    assert_eq!(listener.refused, None);
+}

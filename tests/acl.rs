@@ -297,3 +297,49 @@ fn a_restricted_user_runs_on_a_cluster() {
     assert!(listener.connected >= 1, "{listener:?}");
     assert_eq!(listener.refused, None);
 }
+
+/// docs/acl.md's Sentinel rule: a Sentinel user that may only ask for the master's address,
+/// and the single-server rule on the master.
+#[test]
+fn a_restricted_user_runs_through_sentinel() {
+    let master = server();
+    create_user(&master, "app", true);
+    let sentinel = RedisServer::builder().sentinel().start().unwrap();
+    let mut admin = connection(&sentinel);
+    let _: () = redis::cmd("SENTINEL")
+        .arg(&["MONITOR", "svc", "127.0.0.1"])
+        .arg(master.port())
+        .arg(1)
+        .query(&mut admin)
+        .unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "watcher",
+            "reset",
+            "on",
+            ">pw",
+            "+ping",
+            "+sentinel|get-master-addr-by-name",
+        ])
+        .query(&mut admin)
+        .unwrap();
+    let url = format!("redis://watcher:pw@127.0.0.1:{}/", sentinel.port());
+    let client = Client::sentinel(&[url], "svc")
+        .master_auth(Some("app"), "pw")
+        .key_prefix("app")
+        .connect_timeout(Duration::from_millis(500))
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    contended(&client, "lease");
+    let q = client.queue("jobs").unwrap();
+    q.push("x").unwrap();
+    q.take(Duration::from_secs(5))
+        .unwrap()
+        .unwrap()
+        .ack()
+        .unwrap();
+    let listener = client.status().listener;
+    assert_eq!((listener.connected, listener.refused), (1, None));
+}

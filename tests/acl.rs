@@ -343,3 +343,61 @@ fn a_restricted_user_runs_through_sentinel() {
     let listener = client.status().listener;
     assert_eq!((listener.connected, listener.refused), (1, None));
 }
+
+/// Rejected calls of `command` on `node` (INFO commandstats).
+fn rejected_calls(node: &RedisServer, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut connection(node))
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
+        .and_then(|stats| {
+            stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("rejected_calls="))
+        })
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// When a cluster listener cannot find a channel's node (here: no `cluster|keyslot` right),
+/// waiters poll at their backoff; they must not retry the lookup in a tight loop.
+#[test]
+fn without_a_route_cluster_waiters_poll_instead_of_spinning() {
+    let cluster = redlease_suite::RedisCluster::start().expect("a 3-master cluster");
+    let commands = COMMANDS.replace("+subscribe +unsubscribe +publish", "")
+        + " +ssubscribe +sunsubscribe +spublish +cluster|slots +asking";
+    for node in cluster.nodes() {
+        let mut rule = vec!["SETUSER", "app", "reset", "on", ">pw", "~app:*", "&app:*"];
+        rule.extend(commands.split_whitespace());
+        let _: () = redis::cmd("ACL")
+            .arg(&rule)
+            .query(&mut connection(node))
+            .unwrap();
+    }
+    let urls: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|n| format!("redis://app:pw@127.0.0.1:{}/", n.port()))
+        .collect();
+    let client = Client::cluster(&urls)
+        .key_prefix("app")
+        .connect_timeout(Duration::from_millis(500))
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let held = client.lock("spin").watchdog(false).acquire().unwrap();
+    let err = client
+        .lock("spin")
+        .wait(Duration::from_secs(1))
+        .retry(Duration::from_millis(50), Duration::from_millis(200))
+        .acquire()
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    let lookups = rejected_calls(&cluster.nodes()[0], "cluster|keyslot");
+    assert!(
+        (1..=40).contains(&lookups),
+        "{lookups} route lookups during a 1 s wait with 50-200 ms pauses"
+    );
+    held.release().unwrap();
+}

@@ -432,10 +432,17 @@ pub(crate) fn drive<P: Protocol>(
                         if waiter.as_ref().is_none_or(|w| w.wakes_on() != on) {
                             waiter = listener.register(on, sent_epoch);
                         }
-                        if let Some(w) = &waiter
-                            && w.wait_until(wait.until).is_some()
-                        {
-                            machine.wake(Instant::now());
+                        match &waiter {
+                            Some(w) if w.wait_until(wait.until).is_some() => {
+                                machine.wake(Instant::now())
+                            }
+                            Some(_) => {}
+                            // No listener serves the channel (a cluster node not found): poll
+                            // at the machine's pace, never in a tight loop.
+                            None => {
+                                tracing::debug!(redlease.channel = %on.channel, "no listener for the channel: polling");
+                                sleep_until(wait.until)
+                            }
                         }
                     }
                     None => {

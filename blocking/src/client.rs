@@ -49,6 +49,15 @@ pub(crate) struct Shared {
     pub(crate) io_timeout: Duration,
     /// Where the pub/sub listener connects.
     endpoint: Option<Endpoint>,
+    /// For [`Client::status`].
+    pub(crate) counters: crate::status::Counters,
+}
+
+impl Shared {
+    /// Whether waiters can be woken by a listener (else they poll).
+    pub(crate) fn can_listen(&self) -> bool {
+        self.endpoint.is_some()
+    }
 }
 
 impl std::fmt::Debug for Client {
@@ -61,8 +70,8 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// Settings of a [`Client`]; made by [`Client::builder`].
-#[derive(Debug, Clone)]
+/// Settings of a [`Client`]; made by [`Client::builder`]. Its `Debug` output hides passwords.
+#[derive(Clone)]
 #[must_use = "a builder does nothing until .build()"]
 pub struct ClientBuilder {
     /// The server's connection settings (or why the URL was refused, password hidden).
@@ -84,6 +93,31 @@ pub struct ClientBuilder {
     io_timeout: Duration,
     op_timeout: Duration,
     prefix: String,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls = |u: &[String]| u.iter().map(|u| crate::redact::url(u)).collect::<Vec<_>>();
+        f.debug_struct("ClientBuilder")
+            .field("target", &self.target.as_ref().map(shown_target))
+            .field(
+                "sentinel",
+                &self.sentinel.as_ref().map(|(s, n)| (urls(s), n)),
+            )
+            .field("master_username", &self.master_username)
+            .field(
+                "master_password",
+                &crate::redact::secret(&self.master_password),
+            )
+            .field("cluster", &urls(&self.cluster))
+            .field("sharded_pubsub", &self.sharded_pubsub)
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("io_timeout", &self.io_timeout)
+            .field("op_timeout", &self.op_timeout)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
 }
 
 impl ClientBuilder {
@@ -357,6 +391,7 @@ impl ClientBuilder {
                     op_timeout: self.op_timeout,
                     io_timeout: self.io_timeout,
                     endpoint,
+                    counters: Default::default(),
                 }),
                 listener: OnceLock::new(),
                 watchdog: OnceLock::new(),
@@ -486,6 +521,16 @@ impl Client {
         Arc::downgrade(&self.inner)
     }
 
+    /// The listener slot (`None`: not started; `Some(None)`: could not be started).
+    pub(crate) fn listeners(&self) -> Option<&Option<Listeners>> {
+        self.inner.listener.get()
+    }
+
+    /// The watchdog if it was started.
+    pub(crate) fn watchdog_if_started(&self) -> Option<&Watchdog> {
+        self.inner.watchdog.get()?.as_ref()
+    }
+
     /// The watchdog thread, started on first use (`None` if it could not be spawned).
     pub(crate) fn watchdog(&self) -> Option<&Watchdog> {
         let shared = &self.inner.shared;
@@ -555,6 +600,7 @@ pub(crate) fn drive<P: Protocol>(
             }
             Step::Wait(wait) => {
                 kept = None;
+                let _waiting = shared.counters.waiting();
                 let found = wait
                     .wake_on
                     .as_ref()
@@ -564,13 +610,25 @@ pub(crate) fn drive<P: Protocol>(
                         if waiter.as_ref().is_none_or(|w| w.wakes_on() != on) {
                             waiter = listener.register(on, sent_epoch);
                         }
-                        if let Some(w) = &waiter
-                            && w.wait_until(wait.until).is_some()
-                        {
-                            machine.wake(Instant::now());
+                        match &waiter {
+                            Some(w) if w.wait_until(wait.until).is_some() => {
+                                machine.wake(Instant::now())
+                            }
+                            Some(_) => {}
+                            // No listener serves the channel (a cluster node not found): poll
+                            // at the machine's pace, never in a tight loop.
+                            None => {
+                                tracing::debug!(redlease.channel = %on.channel, "no listener for the channel: polling");
+                                sleep_until(wait.until)
+                            }
                         }
                     }
-                    None => sleep_until(wait.until),
+                    None => {
+                        if let Some(on) = &wait.wake_on {
+                            tracing::debug!(redlease.channel = %on.channel, "no listener for the channel: polling");
+                        }
+                        sleep_until(wait.until)
+                    }
                 }
             }
             Step::Awaiting => {
@@ -585,6 +643,26 @@ fn sleep_until(until: Instant) {
     let left = until.saturating_duration_since(Instant::now());
     if !left.is_zero() {
         std::thread::sleep(left);
+    }
+}
+
+/// A connection target as a URL with its password shown as `***`, for `Debug` output.
+fn shown_target(info: &redis::ConnectionInfo) -> String {
+    let redis = info.redis_settings();
+    let auth = match (redis.username(), redis.password()) {
+        (Some(user), Some(_)) => format!("{user}:***@"),
+        (None, Some(_)) => ":***@".to_owned(),
+        (Some(user), None) => format!("{user}@"),
+        (None, None) => String::new(),
+    };
+    let db = redis.db();
+    match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port) => format!("redis://{auth}{host}:{port}/{db}"),
+        redis::ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("rediss://{auth}{host}:{port}/{db}")
+        }
+        redis::ConnectionAddr::Unix(path) => format!("unix://{auth}{}?db={db}", path.display()),
+        other => format!("{auth}{other}/{db}"),
     }
 }
 

@@ -46,6 +46,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! **Watching it**: spans and events through `tracing` (acquisitions, releases, renewal
+//! failures, lost leases, the listener, the pool, queue jobs), and [`Client::status`] for a
+//! snapshot; see `docs/observability.md`. Least-privilege ACLs: `docs/acl.md`.
+//!
 //! **Every blocking call has a deadline**: acquisition waits at most its `wait` (plus one
 //! reply timeout for an attempt in flight), release, extension and inspection at most the
 //! client's op timeout, a pooled connection at most the connect timeout.
@@ -61,11 +65,14 @@ mod connect;
 mod legacy;
 mod listener;
 mod lock;
+mod observe;
 mod queue;
+mod redact;
 mod redlock;
 // After the primitives: rustdoc lists `Client`'s methods in module order.
 mod machines;
 mod resp;
+mod status;
 mod transport;
 mod watchdog;
 
@@ -73,11 +80,12 @@ pub use client::{Client, ClientBuilder};
 pub use connect::ConnectionTarget;
 pub use legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
 pub use lock::{LockBuilder, LockGuard};
-pub use queue::{Job, Queue, WorkerReport, Workers};
+pub use queue::{HandlerError, Job, JobError, Queue, Retry, WorkerReport, Workers};
 pub use redlease_core::lease::{LeaseState, LockKind, SemaphoreState};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::{Error, FailureKind, InvalidArgument, LossReason, TransportFailure};
 pub use redlock::{RedLock, RedLockBuilder, RedLockGuard, RedLockLockBuilder};
+pub use status::{ClientStatus, ListenerStatus, PoolStatus};
 
 /// The channel crate of [`LockGuard::lost`] and [`Job::lost`], re-exported so that your
 /// `select!` uses the same version as this crate.

@@ -260,7 +260,13 @@ impl<'c> LockBuilder<'c> {
             min_replicas: self.min_replicas,
         };
         let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), Instant::now())?;
-        self.client.run(machine)
+        let (span, started) = (
+            crate::observe::acquire_span(&self.name, self.kind),
+            Instant::now(),
+        );
+        let out = span.in_scope(|| self.client.run(machine));
+        crate::observe::acquired(&span, started, &out);
+        out
     }
 
     fn guard(&self, lease: Lease, policy: Option<RenewalPolicy>) -> LockGuard {
@@ -481,15 +487,23 @@ impl LockGuard {
         if let Some(reason) = self.cell.lost() {
             return Err(self.not_owner(reason));
         }
-        drive(&self.shared, None, ScriptOp::release(&self.lease, deadline))
+        let out = drive(&self.shared, None, ScriptOp::release(&self.lease, deadline));
+        crate::observe::released(&self.lease.target.name, self.lease.kind, &out);
+        out
     }
 
     /// Ends the lease with another owner-checked call than the release (a queue's ack or
     /// nack); the same outcomes as [`release`](Self::release).
-    pub(crate) fn finish_with(
+    pub(crate) fn finish_with(self, call: redlease_core::script::ScriptCall) -> Result<(), Error> {
+        self.finish_op(|lease, deadline| ScriptOp::release_with(lease, call, deadline))
+    }
+
+    /// [`finish_with`](Self::finish_with) for any owner-checked operation (a queue's nack,
+    /// which says whether the job went to the dead list).
+    pub(crate) fn finish_op<K: redlease_core::lease::OpKind>(
         mut self,
-        call: redlease_core::script::ScriptCall,
-    ) -> Result<(), Error> {
+        op: impl FnOnce(&Lease, Instant) -> ScriptOp<K>,
+    ) -> Result<K::Output, Error> {
         self.done = true;
         let deadline = self.deadline();
         if let Some(reason) = self.cell.lost() {
@@ -499,11 +513,7 @@ impl LockGuard {
         // Renewals go on until the answer is in: a job's lease must not run out while its ack
         // is retried after a lost reply (the retry would then find it redelivered). A renewal
         // racing the ack finds the job gone and changes nothing.
-        let outcome = drive(
-            &self.shared,
-            None,
-            ScriptOp::release_with(&self.lease, call, deadline),
-        );
+        let outcome = drive(&self.shared, None, op(&self.lease, deadline));
         self.stop_watching(deadline);
         outcome
     }
@@ -720,8 +730,10 @@ impl Drop for LockGuard {
         self.stop_watching(deadline);
         // A lost lease is not ours: leave the key alone.
         if self.cell.lost().is_none() {
-            // Errors cannot be reported from drop; the lease ends at its expiry at worst.
-            let _ = drive(&self.shared, None, ScriptOp::release(&self.lease, deadline));
+            // Errors cannot be returned from drop (they are logged); the lease ends at its
+            // expiry at worst.
+            let out = drive(&self.shared, None, ScriptOp::release(&self.lease, deadline));
+            crate::observe::released(&self.lease.target.name, self.lease.kind, &out);
         }
     }
 }

@@ -38,8 +38,9 @@ impl std::fmt::Debug for RedLock {
     }
 }
 
-/// Settings of a [`RedLock`] client; made by [`RedLock::builder`].
-#[derive(Debug, Clone)]
+/// Settings of a [`RedLock`] client; made by [`RedLock::builder`]. Its `Debug` output hides
+/// passwords.
+#[derive(Clone)]
 #[must_use = "a builder does nothing until .build()"]
 pub struct RedLockBuilder {
     urls: Vec<String>,
@@ -48,6 +49,18 @@ pub struct RedLockBuilder {
     prefix: String,
     tls: crate::connect::TlsSettings,
     client_name: String,
+}
+
+impl std::fmt::Debug for RedLockBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|u| crate::redact::url(u)).collect();
+        f.debug_struct("RedLockBuilder")
+            .field("urls", &urls)
+            .field("node_timeout", &self.node_timeout)
+            .field("pool_size", &self.pool_size)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
 }
 
 impl RedLockBuilder {
@@ -339,7 +352,10 @@ impl RedLockLockBuilder<'_> {
             node_timeout: self.client.inner.node_timeout,
         };
         let machine = RedLockAcquire::new(spec, options, u64::from_le_bytes(seed), Instant::now())?;
-        let red = self.client.run(machine)?;
+        let (span, started) = (crate::observe::span(&self.name, "redlock"), Instant::now());
+        let out = span.in_scope(|| self.client.run(machine));
+        crate::observe::ended(&span, started, &out, |r| Some((r.lease.attempts, None)));
+        let red = out?;
         Ok(RedLockGuard {
             client: self.client.clone(),
             red,
@@ -397,7 +413,9 @@ impl RedLockGuard {
             QuorumAction::Release,
             self.client.inner.node_timeout,
         )?;
-        self.client.run(op).map(|_| ())
+        let out = self.client.run(op).map(|_| ());
+        crate::observe::released_as(&self.red.lease.target.name, "redlock", &out);
+        out
     }
 }
 

@@ -259,10 +259,18 @@ impl Manager {
                     c.set_read_timeout(Some(self.io_timeout))?;
                     c.set_write_timeout(Some(self.io_timeout))?;
                     if let Some(name) = &self.client_name {
-                        redis::cmd("CLIENT")
+                        // Best effort: a least-privilege user may not be granted
+                        // `client|setname`; its connections then go unnamed.
+                        let named = redis::cmd("CLIENT")
                             .arg("SETNAME")
                             .arg(name)
-                            .query::<()>(&mut c)?;
+                            .query::<()>(&mut c);
+                        match named {
+                            Err(e) if e.code() == Some("NOPERM") => {
+                                tracing::debug!(error = %e, "CLIENT SETNAME refused; connections stay unnamed");
+                            }
+                            other => other?,
+                        }
                     }
                     Ok(Link::Single(c))
                 };
@@ -430,6 +438,16 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
+    /// `(open connections, idle connections, pool size)`.
+    pub(crate) fn pool_state(&self) -> (u32, u32, u32) {
+        let state = self.pool.state();
+        (
+            state.connections,
+            state.idle_connections,
+            self.pool.max_size(),
+        )
+    }
+
     /// A pool with `settings` (checked by the builders: sizes at least 1, `min_idle` at
     /// most `max_size`, lifetimes not zero).
     ///
@@ -603,7 +621,12 @@ impl Transport {
                 batch.server_wait,
             ),
             None if batch.same_connection => unreachable_same_connection(batch),
-            _ => self.send(batch.requests.clone(), batch.deadline, batch.server_wait),
+            // The previous connection goes back first: with a pool of one, holding it while
+            // asking for another would wait out the connect timeout.
+            _ => {
+                drop(previous);
+                self.send(batch.requests.clone(), batch.deadline, batch.server_wait)
+            }
         };
         let (inputs, conn) = flight.receive_keeping();
         *kept = conn;
@@ -630,14 +653,17 @@ impl Transport {
             .max(MIN_IO_TIMEOUT);
         match self.pool.get_timeout(remaining.min(self.connect_timeout)) {
             Ok(conn) => self.write(conn, requests, deadline, server_wait),
-            Err(e) => Flight {
-                requests,
-                deadline,
-                state: FlightState::Failed(TransportFailure::not_sent(format!(
-                    "no connection to {}: {e}",
-                    self.server
-                ))),
-            },
+            Err(e) => {
+                crate::observe::no_connection(self.pool.state(), self.pool.max_size(), &e);
+                Flight {
+                    requests,
+                    deadline,
+                    state: FlightState::Failed(TransportFailure::not_sent(format!(
+                        "no connection to {}: {e}",
+                        self.server
+                    ))),
+                }
+            }
         }
     }
 
@@ -693,10 +719,13 @@ impl Transport {
                     Ok(value) => inputs.push(Input::reply(r.id, to_reply(value))),
                     Err(e) => match e.code() {
                         // An error reply from the server.
-                        Some(code) => inputs.push(Input::reply(
-                            r.id,
-                            Reply::Error(ErrorReply::new(code, e.detail().unwrap_or_default())),
-                        )),
+                        Some(code) => {
+                            crate::observe::error_reply(code, e.detail());
+                            inputs.push(Input::reply(
+                                r.id,
+                                Reply::Error(ErrorReply::new(code, e.detail().unwrap_or_default())),
+                            ))
+                        }
                         None => {
                             conn.broken = true;
                             let failure = TransportFailure::no_reply(e.to_string());
@@ -941,6 +970,7 @@ pub(crate) fn to_reply(v: Value) -> Reply {
         Value::BigNumber(n) => Reply::Bulk(redis::ToRedisArgs::to_redis_args(&n).concat()),
         Value::Push { data, .. } => Reply::Array(data.into_iter().map(to_reply).collect()),
         Value::ServerError(e) => {
+            crate::observe::error_reply(e.code(), e.details());
             Reply::Error(ErrorReply::new(e.code(), e.details().unwrap_or_default()))
         }
         // `Value` is non-exhaustive; a future kind reaches the machine as a shape it rejects.

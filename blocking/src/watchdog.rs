@@ -161,6 +161,8 @@ struct Queue {
     next_wakeup: AtomicU64,
     epoch: Instant,
     next_id: AtomicU64,
+    /// Leases of live guards (watched, not yet released), for `Client::status`.
+    live: AtomicUsize,
 }
 
 impl Queue {
@@ -191,6 +193,7 @@ impl Watchdog {
             next_wakeup: AtomicU64::new(u64::MAX),
             epoch: Instant::now(),
             next_id: AtomicU64::new(0),
+            live: AtomicUsize::new(0),
         });
         let (wake, wakeups) = bounded(1);
         let thread = {
@@ -217,6 +220,7 @@ impl Watchdog {
     /// Starts renewing `lease`, reporting to `cell` (which is armed here).
     pub(crate) fn watch(&self, lease: Lease, policy: RenewalPolicy, cell: Arc<LeaseCell>) {
         let generation = cell.arm();
+        self.queue.live.fetch_add(1, Ordering::Relaxed);
         let first = Instant::now() + policy.every;
         let id = self.queue.next_id.fetch_add(1, Ordering::Relaxed);
         self.queue.pending().push(Registration {
@@ -233,9 +237,17 @@ impl Watchdog {
 
     /// Notes that a watched lease was released (its cell already says so).
     pub(crate) fn released(&self) {
+        self.queue.live.fetch_sub(1, Ordering::Relaxed);
         if self.queue.released.fetch_add(1, Ordering::Relaxed) + 1 >= COMPACT_AFTER {
             self.nudge();
         }
+    }
+}
+
+impl Watchdog {
+    /// How many leases of live guards are watched.
+    pub(crate) fn watched(&self) -> usize {
+        self.queue.live.load(Ordering::Relaxed)
     }
 }
 
@@ -249,6 +261,10 @@ impl Drop for Watchdog {
 }
 
 struct Watched {
+    /// The lock's name, for logs.
+    name: String,
+    /// Renewals failed in a row (only the first is logged as a warning).
+    failures: u32,
     generation: u64,
     cell: Arc<LeaseCell>,
 }
@@ -260,10 +276,13 @@ fn run(transport: &Transport, io_timeout: Duration, queue: &Queue, wakeups: &Rec
         let registrations = std::mem::take(&mut *queue.pending());
         let now = Instant::now();
         for r in registrations {
+            let name = r.lease.target.name.clone();
             renewals.insert(r.id, *r.lease, r.policy, now);
             cells.insert(
                 r.id,
                 Watched {
+                    name,
+                    failures: 0,
                     generation: r.generation,
                     cell: r.cell,
                 },
@@ -297,9 +316,11 @@ fn run(transport: &Transport, io_timeout: Duration, queue: &Queue, wakeups: &Rec
                 // watching) will not be renewed.
                 let queued = std::mem::take(&mut *queue.pending());
                 let queued = queued.into_iter().map(|r| (r.generation, r.cell));
-                let watched = cells.into_values().map(|w| (w.generation, w.cell));
-                for (generation, cell) in watched.chain(queued) {
+                let queued = queued.map(|(g, c)| (String::new(), g, c));
+                let watched = cells.into_values().map(|w| (w.name, w.generation, w.cell));
+                for (name, generation, cell) in watched.chain(queued) {
                     if cell.is_current(generation) {
+                        crate::observe::lost(&name, LossReason::WatchdogStopped);
                         cell.mark_lost(LossReason::WatchdogStopped);
                     }
                 }
@@ -322,6 +343,7 @@ fn renew_due(
         if let Some(w) = cells.remove(&id)
             && w.cell.is_current(w.generation)
         {
+            crate::observe::lost(&w.name, reason);
             w.cell.mark_lost(reason);
         }
     }
@@ -355,6 +377,9 @@ fn renew_due(
                 last: TransportFailure::no_reply("renewal not answered"),
             }),
         };
+        if let Some(w) = cells.get_mut(&id) {
+            w.failures = crate::observe::renewal(&w.name, &outcome, w.failures);
+        }
         let event = renewals.renewed(id, outcome, now);
         let Some(w) = cells.get(&id) else { continue };
         // A guard that gave up waiting for this renewal (or registered anew) owns its
@@ -369,6 +394,7 @@ fn renew_due(
             RenewalEvent::Renewed { valid_until } => w.cell.end_renewal(Some(valid_until)),
             RenewalEvent::Pending => w.cell.end_renewal(None),
             RenewalEvent::Lost(reason) => {
+                crate::observe::lost(&w.name, reason);
                 w.cell.end_renewal(None);
                 w.cell.mark_lost(reason);
                 cells.remove(&id);

@@ -8,7 +8,7 @@
 //!                 └──── transient failure: retry soon ◄───┤ (Redis unreachable, error reply)
 //!                                                         ├─ NotOwner / WRONGTYPE ──────► Lost
 //!              no successful renewal before valid_until ──┴──────────────────────────► Lost(RenewalFailed)
-//!  max hold reached: the last extension ends the lease at the hold limit; at valid_until ──► Lost(Expired)
+//!  max hold reached: the last extension ends the lease at the hold limit; at valid_until ──► Lost(MaxHoldReached)
 //! ```
 
 use std::cmp::Reverse;
@@ -198,7 +198,7 @@ impl Renewals {
             };
             if now >= e.lease.valid_until {
                 let reason = if e.final_stretch {
-                    LossReason::Expired
+                    LossReason::MaxHoldReached
                 } else {
                     LossReason::RenewalFailed
                 };
@@ -453,7 +453,7 @@ mod tests {
                 lost,
             } = r.due(now, now + TTL, 10);
             if let Some((_, reason)) = lost.first() {
-                assert_eq!(*reason, LossReason::Expired);
+                assert_eq!(*reason, LossReason::MaxHoldReached);
                 assert!(now <= t0 + Duration::from_millis(450));
                 break;
             }

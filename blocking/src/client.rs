@@ -171,9 +171,14 @@ impl ClientBuilder {
                 let seed = redis::Client::open(self.cluster[0].as_str())
                     .map_err(|e| bad_url(&self.cluster[0], e))?;
                 let info = seed.get_connection_info().clone();
+                // No retries inside the `redis` crate: it would send a command again after a
+                // lost reply (a second acquire, a second take) and sleep through TRYAGAIN
+                // past any deadline. Every send is the core's decision; redirections are
+                // followed by the transport within the batch deadline.
                 let cluster = redis::cluster::ClusterClientBuilder::new(self.cluster.clone())
                     .connection_timeout(self.connect_timeout)
                     .response_timeout(self.io_timeout)
+                    .retries(0)
                     .build()
                     .map_err(|e| bad_url(&self.cluster.join(","), e))?;
                 (Source::Cluster(Box::new(cluster), seed), info)

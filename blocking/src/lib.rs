@@ -60,6 +60,7 @@ mod lock;
 mod queue;
 mod redlock;
 mod resp;
+mod sentinel;
 mod transport;
 mod watchdog;
 

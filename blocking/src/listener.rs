@@ -317,10 +317,14 @@ fn deliver(entry: &Channel, payload: Option<&[u8]>) {
 fn run(shared: &Shared, endpoint: &Endpoint, stop: &Receiver<()>) {
     let mut pause = Duration::from_millis(50);
     loop {
+        // Through Sentinel: the master this connection is for (asked in `connect`).
+        let generation = endpoint.source.master_generation();
         match connect(endpoint) {
             Ok(stream) => {
                 pause = Duration::from_millis(50);
-                serve(shared, stream, stop);
+                // A Sentinel switch moves the subscriptions to the new master.
+                let current = || endpoint.source.master_generation() == generation;
+                serve(shared, stream, stop, &current);
                 disconnect(shared);
             }
             Err(_) => {
@@ -389,8 +393,9 @@ fn read_frame(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Repl
     }
 }
 
-/// Serves one connection until it breaks or the client is dropped.
-fn serve(shared: &Shared, stream: TcpStream, stop: &Receiver<()>) {
+/// Serves one connection until it breaks, `current` says its server was replaced (a
+/// Sentinel switch), or the client is dropped.
+fn serve(shared: &Shared, stream: TcpStream, stop: &Receiver<()>, current: &dyn Fn() -> bool) {
     let Ok(writer) = stream.try_clone() else {
         return;
     };
@@ -440,6 +445,9 @@ fn serve(shared: &Shared, stream: TcpStream, stop: &Receiver<()>) {
             Err(_) => return,
         }
         // Housekeeping, at least every TICK.
+        if !current() {
+            return;
+        }
         let now = Instant::now();
         if let Some(sent) = ping_sent {
             if now.duration_since(sent) > KEEPALIVE {

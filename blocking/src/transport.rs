@@ -9,6 +9,8 @@ use redlease_core::{
     Batch, ErrorReply, Input, NodeId, Protocol, Reply, Request, Step, TransportFailure,
 };
 
+use crate::sentinel::{SentinelWatch, Tie};
+
 /// The shortest read timeout used for a batch whose deadline is about to pass.
 const MIN_IO_TIMEOUT: Duration = Duration::from_millis(1);
 
@@ -21,6 +23,15 @@ pub(crate) struct Conn {
     inner: Link,
     broken: bool,
     last_used: Instant,
+    /// Through Sentinel: the master this connection was opened for.
+    tie: Option<Tie>,
+}
+
+impl Conn {
+    /// Whether the Sentinels named another master since this connection was opened.
+    fn is_stale(&self) -> bool {
+        self.tie.as_ref().is_some_and(Tie::is_stale)
+    }
 }
 
 /// A connection to one server, or to a Redis Cluster (which routes every command to the
@@ -87,6 +98,8 @@ pub(crate) struct SentinelLookup {
     pub(crate) timeout: Duration,
     /// The master's connection settings (database, credentials) without its address.
     pub(crate) master: redis::RedisConnectionInfo,
+    /// Which master the Sentinels named last, and how many switches were seen.
+    pub(crate) watch: Arc<SentinelWatch>,
 }
 
 impl SentinelLookup {
@@ -107,6 +120,7 @@ impl SentinelLookup {
             match asked {
                 Ok(Some((host, port))) => {
                     use redis::IntoConnectionInfo;
+                    self.watch.seen(&host, port);
                     let info = redis::ConnectionAddr::Tcp(host, port)
                         .into_connection_info()?
                         .set_redis_settings(self.master.clone());
@@ -136,6 +150,14 @@ impl std::fmt::Debug for Source {
 }
 
 impl Source {
+    /// Through Sentinel: how many master switches were seen (`None` for other sources).
+    pub(crate) fn master_generation(&self) -> Option<u64> {
+        match self {
+            Source::Sentinel(s) => Some(s.watch.generation()),
+            _ => None,
+        }
+    }
+
     /// A client for the server to talk to now.
     pub(crate) fn client(&self) -> Result<redis::Client, redis::RedisError> {
         match self {
@@ -169,14 +191,35 @@ impl r2d2::ManageConnection for Manager {
                 Link::Single(c)
             }
         };
+        // Tied to the master the Sentinels named just now (asked by `client()` above).
+        let tie = match &*self.source {
+            Source::Sentinel(s) => Some(Tie::now(&s.watch)),
+            _ => None,
+        };
         Ok(Conn {
             inner,
             broken: false,
             last_used: Instant::now(),
+            tie,
         })
     }
 
     fn is_valid(&self, conn: &mut Conn) -> Result<(), redis::RedisError> {
+        if let Some(tie) = &conn.tie {
+            // Through Sentinel: ask again after the check interval without news (a missed
+            // +switch-master), and never hand out a connection to a demoted master.
+            if tie.watch().check_due() {
+                // A Sentinel that cannot be asked leaves the connection in use: the
+                // subscriber thread and the next check still find a switch.
+                let _ = self.source.client();
+            }
+            if conn.is_stale() {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "the Sentinels named another master",
+                )));
+            }
+        }
         if conn.last_used.elapsed() < CHECK_AFTER_IDLE {
             return Ok(());
         }
@@ -186,7 +229,7 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
-        conn.broken || !conn.inner.is_open()
+        conn.broken || conn.is_stale() || !conn.inner.is_open()
     }
 }
 
@@ -649,6 +692,20 @@ impl Flight {
         }
         if timeout != io_timeout && conn.inner.set_read_timeout(Some(io_timeout)).is_err() {
             conn.broken = true;
+        }
+        if conn.is_stale() {
+            // The Sentinels named another master while (or before) these commands ran: what
+            // the demoted master answered does not hold for the service (its writes are
+            // lost), so the outcome is unknown. The protocols resolve it on the new master.
+            conn.broken = true;
+            let failure =
+                TransportFailure::no_reply("answered by a master the Sentinels have replaced");
+            let inputs = self
+                .requests
+                .iter()
+                .map(|r| Input::failed(r.id, failure.clone()))
+                .collect();
+            return (inputs, None);
         }
         conn.last_used = Instant::now();
         let keep = (!conn.broken).then_some(conn);

@@ -391,6 +391,7 @@ fn a_frozen_master_gets_each_command_once_and_calls_keep_their_deadline() {
     reset_stats(node);
     let (got, took) = while_frozen(node, || c.lock("q1").try_acquire().map(|g| g.is_some()));
     let attempts = core_attempts("try_acquire", &got);
+    println!("try_acquire with the master frozen: {took:?}");
     assert!(took < BOUND, "try_acquire took {took:?}");
     // Trying once resends a lost acquisition once (the script knows our token), no more.
     assert!((1..=2).contains(&attempts), "{attempts}");
@@ -413,6 +414,7 @@ fn a_frozen_master_gets_each_command_once_and_calls_keep_their_deadline() {
         c.legacy_lock(name).try_acquire().map(|g| g.is_some())
     });
     let attempts = core_attempts("legacy try_acquire", &got);
+    println!("legacy try_acquire with the master frozen: {took:?}");
     assert!(took < BOUND, "legacy try_acquire took {took:?}");
     await_condition(Duration::from_secs(10), || {
         calls(&command_calls(node), "setnx") >= 1
@@ -451,6 +453,7 @@ fn a_frozen_master_gets_each_command_once_and_calls_keep_their_deadline() {
     reset_stats(node);
     let (got, took) = while_frozen(node, || guard.release());
     let attempts = core_attempts("release", &got);
+    println!("release with the master frozen: {took:?}");
     assert!(took < BOUND, "release took {took:?}");
     assert!(script_runs(node, 1) <= attempts, "no hidden re-send");
     await_condition(Duration::from_secs(10), || {
@@ -471,6 +474,7 @@ fn a_frozen_master_gets_each_command_once_and_calls_keep_their_deadline() {
     reset_stats(node);
     let (got, took) = while_frozen(node, || q.try_take().map(|j| j.is_some()));
     let attempts = core_attempts("try_take", &got);
+    println!("try_take with the master frozen: {took:?}");
     assert!(took < BOUND, "try_take took {took:?}");
     let runs = script_runs(node, 1);
     assert!(
@@ -529,6 +533,7 @@ fn a_slot_in_migration_costs_a_try_no_more_than_its_deadline() {
             other.as_ref().map(|g| g.as_ref().map(|g| g.fence()))
         ),
     }
+    println!("try_acquire on a migrating slot: {took:?}");
     assert!(took < BOUND, "try_acquire took {took:?}");
 
     // Waiting: retries inside its own wait, and ends at its deadline.
@@ -540,6 +545,7 @@ fn a_slot_in_migration_costs_a_try_no_more_than_its_deadline() {
         .acquire();
     let took = start.elapsed();
     assert!(got.is_err(), "the slot is still migrating");
+    println!("a 1 s wait on a migrating slot: {took:?}");
     assert!(took < BOUND, "a 1 s wait took {took:?}");
 
     // A waiter that outlives the migration gets the lock once it ends.

@@ -74,11 +74,19 @@ impl SentinelWatch {
         }
     }
 
-    /// Whether the Sentinels should be asked again before a pooled connection is used.
-    pub(crate) fn check_due(&self) -> bool {
-        self.state()
+    /// Whether the Sentinels should be asked again before a pooled connection is used; a
+    /// `true` answer books the check for the caller, so that checks are at most one per
+    /// interval whatever happens (concurrent checkouts, or Sentinels that cannot be reached
+    /// and would otherwise be asked on every checkout).
+    pub(crate) fn begin_check(&self) -> bool {
+        let mut state = self.state();
+        let due = state
             .checked_at
-            .is_none_or(|t| t.elapsed() >= self.check_every)
+            .is_none_or(|t| t.elapsed() >= self.check_every);
+        if due {
+            state.checked_at = Some(Instant::now());
+        }
+        due
     }
 
     /// Asks for a check on the next checkout (news may have been missed).
@@ -212,10 +220,11 @@ mod tests {
     #[test]
     fn only_a_different_master_is_a_switch() {
         let w = SentinelWatch::new(Duration::from_secs(60));
-        assert!(w.check_due());
+        assert!(w.begin_check());
+        assert!(!w.begin_check(), "one check per interval");
         w.seen("127.0.0.1", 1);
         assert_eq!(w.generation(), 0);
-        assert!(!w.check_due());
+        assert!(!w.begin_check());
         let tie = Tie::now(&w);
         w.seen("127.0.0.1", 1);
         assert!(!tie.is_stale());
@@ -223,6 +232,6 @@ mod tests {
         assert_eq!(w.generation(), 1);
         assert!(tie.is_stale());
         w.force_check();
-        assert!(w.check_due());
+        assert!(w.begin_check());
     }
 }

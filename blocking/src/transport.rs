@@ -208,7 +208,7 @@ impl r2d2::ManageConnection for Manager {
         if let Some(tie) = &conn.tie {
             // Through Sentinel: ask again after the check interval without news (a missed
             // +switch-master), and never hand out a connection to a demoted master.
-            if tie.watch().check_due() {
+            if tie.watch().begin_check() {
                 // A Sentinel that cannot be asked leaves the connection in use: the
                 // subscriber thread and the next check still find a switch.
                 let _ = self.source.client();

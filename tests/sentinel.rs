@@ -229,6 +229,35 @@ fn graceful_failover(miss_the_message: bool) {
         token_on(&d.replica).is_some()
     });
 
+    // A waiter subscribed (on the old master) before the failover: its listener must move to
+    // the new master, or the release below reaches it only by its 10 s retry.
+    let waiter = (!miss_the_message).then(|| {
+        let c = client();
+        std::thread::spawn(move || {
+            let g = c
+                .lock("graceful")
+                .ttl(TTL)
+                .retry(Duration::from_secs(10), Duration::from_secs(10))
+                .wait(Duration::from_secs(40))
+                .acquire();
+            (Instant::now(), g.map(|g| g.fence()))
+        })
+    });
+    let channel = "redlease:{graceful}:released";
+    let subscribers = |server: &RedisServer| -> i64 {
+        let reply: (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query(&mut conn(server))
+            .unwrap();
+        reply.1
+    };
+    if waiter.is_some() {
+        await_condition(Duration::from_secs(10), "the waiter subscribed", || {
+            subscribers(&d.master) == 1
+        });
+    }
+
     // The client listens to the first Sentinel: freeze it to make it miss the message.
     let (asked, listened) = if miss_the_message {
         d.sentinels[0].pause().unwrap();
@@ -249,7 +278,11 @@ fn graceful_failover(miss_the_message: bool) {
     // For three ttls after the switch: B never holds the lock while A's guard says A does,
     // and A's lease lives on the new master (renewed there, or else reported lost).
     let mut b_holds = None;
+    let mut moved: Option<Duration> = None;
     while switched.elapsed() < 3 * TTL {
+        if waiter.is_some() && moved.is_none() && subscribers(&d.replica) == 1 {
+            moved = Some(switched.elapsed());
+        }
         if let Some(g) = b_client.lock("graceful").try_acquire().unwrap_or(None) {
             assert!(
                 a.is_lost(),
@@ -262,9 +295,11 @@ fn graceful_failover(miss_the_message: bool) {
         }
         std::thread::sleep(Duration::from_millis(50)); // B polls; the invariant is checked each time
     }
+    if miss_the_message {
+        d.sentinels[0].resume().unwrap();
+    }
     match b_holds {
-        // A learned of the loss within a renewal period plus the check interval of the
-        // switch (with margin), and said so before B got in.
+        // A's key had expired on the new master: A was told before B got in (asserted above).
         Some(_) => {}
         None => {
             assert!(!a.is_lost(), "{:?}", a.lost_reason());
@@ -273,10 +308,24 @@ fn graceful_failover(miss_the_message: bool) {
                 Some(token),
                 "A's key lives on the new master past its ttl: renewed there"
             );
+            if let Some(waiter) = waiter {
+                // The listener followed the switch (the old master, reconfigured by the
+                // Sentinels about 10 s later, would otherwise keep it).
+                let moved = moved.expect("the waiter re-subscribed on the new master");
+                assert!(
+                    moved < Duration::from_secs(4),
+                    "re-subscribed after {moved:?}"
+                );
+                let released = Instant::now();
+                a.release().unwrap();
+                let (acquired, fence) = waiter.join().unwrap();
+                fence.expect("the waiter gets the lock");
+                let woken = acquired.duration_since(released);
+                // Its retry interval is 10 s: only the release message wakes it this soon.
+                assert!(woken < Duration::from_secs(5), "woken after {woken:?}");
+            }
+            return;
         }
-    }
-    if miss_the_message {
-        d.sentinels[0].resume().unwrap();
     }
     drop(a);
 }

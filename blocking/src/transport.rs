@@ -384,13 +384,12 @@ impl Transport {
             return fail(requests, TransportFailure::not_sent(format!("socket: {e}")));
         }
         if let Link::Cluster(cluster) = &mut conn.inner {
-            let (inputs, broken) = send_to_cluster(
-                cluster,
-                &requests,
-                deadline,
-                self.io_timeout + server_wait,
-                self.io_timeout,
-            );
+            let timeouts = ReadTimeouts {
+                reply: self.io_timeout + server_wait,
+                now: if changed { wanted } else { self.io_timeout },
+                usual: self.io_timeout,
+            };
+            let (inputs, broken) = send_to_cluster(cluster, &requests, deadline, timeouts);
             conn.broken |= broken;
             return Flight {
                 requests,
@@ -433,6 +432,17 @@ impl Transport {
     }
 }
 
+/// The read timeouts of a cluster batch.
+#[derive(Debug, Clone, Copy)]
+struct ReadTimeouts {
+    /// The longest wait for one reply (the io timeout plus what the server may hold it).
+    reply: Duration,
+    /// What the sockets are set to now.
+    now: Duration,
+    /// The client's io timeout, put back afterwards.
+    usual: Duration,
+}
+
 /// How many `MOVED`/`ASK` redirections one command follows (a slot moves once per
 /// resharding step; more means the cluster is still converging, and the core decides).
 const MAX_REDIRECTS: usize = 2;
@@ -456,12 +466,15 @@ fn send_to_cluster(
     cluster: &mut redis::cluster::ClusterConnection,
     requests: &[Request],
     deadline: Instant,
-    reply_timeout: Duration,
-    io_timeout: Duration,
+    timeouts: ReadTimeouts,
 ) -> (Vec<Input>, bool) {
+    let ReadTimeouts {
+        reply: reply_timeout,
+        now: mut timeout,
+        usual: io_timeout,
+    } = timeouts;
     let mut inputs = Vec::with_capacity(requests.len());
     let mut broken = false;
-    let mut timeout = io_timeout;
     for (i, r) in requests.iter().enumerate() {
         let fail_rest = |inputs: &mut Vec<Input>, failure: TransportFailure| {
             inputs.extend(

@@ -80,6 +80,8 @@ pub struct ClientBuilder {
     sentinel: Option<(Vec<String>, String)>,
     master_username: Option<String>,
     master_password: Option<String>,
+    /// Through Sentinel: ask the Sentinels again after this long without news.
+    sentinel_check: Duration,
     /// Seed nodes when connecting to a Redis Cluster.
     cluster: Vec<String>,
     sharded_pubsub: Option<bool>,
@@ -231,6 +233,52 @@ impl ClientBuilder {
         self
     }
 
+    /// Through Sentinel: how long a client trusts the master it knows without news. A
+    /// `+switch-master` announcement is followed at once (a thread per client listens for
+    /// it); a connection taken from the pool after this long without news first asks a
+    /// Sentinel which server is the master, so a missed announcement delays noticing a
+    /// switch by at most this (plus one renewal period for a held lease to learn of it).
+    /// Connections to a replaced master are dropped, and what they answered after the switch
+    /// counts as unanswered. Defaults to 1 s; at least 10 ms.
+    pub fn sentinel_check(mut self, every: Duration) -> Self {
+        self.sentinel_check = every;
+        self
+    }
+
+    /// The Sentinel lookup of `build`, with its switch watch (and the thread that listens
+    /// for `+switch-master`).
+    fn sentinel_lookup(
+        &self,
+        sentinels: Vec<redis::Client>,
+        service: &str,
+        tls: bool,
+    ) -> Result<crate::transport::SentinelLookup, Error> {
+        const MIN_CHECK: Duration = Duration::from_millis(10);
+        if self.sentinel_check < MIN_CHECK {
+            return Err(InvalidArgument::Setting(format!(
+                "the Sentinel check interval must be at least {MIN_CHECK:?}, got {:?}",
+                self.sentinel_check
+            ))
+            .into());
+        }
+        let watch = crate::sentinel::SentinelWatch::new(self.sentinel_check);
+        // Detached: it ends by itself once the client (the last holder of `watch`) is gone.
+        let _ = crate::sentinel::spawn_switch_listener(
+            sentinels.clone(),
+            service.to_owned(),
+            self.connect_timeout,
+            Arc::downgrade(&watch),
+        );
+        Ok(crate::transport::SentinelLookup {
+            sentinels,
+            service: service.to_owned(),
+            timeout: self.connect_timeout,
+            master: self.master_auth_info(),
+            tls: tls.then(|| self.tls.clone()),
+            watch,
+        })
+    }
+
     fn master_auth_info(&self) -> redis::RedisConnectionInfo {
         let mut info = redis::RedisConnectionInfo::default();
         if let Some(user) = &self.master_username {
@@ -302,9 +350,14 @@ impl ClientBuilder {
                 self.tls.check(tls).map_err(setting)?;
                 let seed = tls_client(info.clone())?;
                 #[allow(unused_mut)]
+                // No retries inside the `redis` crate: it would send a command again after a
+                // lost reply (a second acquire, a second take) and sleep through TRYAGAIN
+                // past any deadline. Every send is the core's decision; redirections are
+                // followed by the transport within the batch deadline.
                 let mut cluster = redis::cluster::ClusterClientBuilder::new(seeds)
                     .connection_timeout(self.connect_timeout)
-                    .response_timeout(self.io_timeout);
+                    .response_timeout(self.io_timeout)
+                    .retries(0);
                 #[cfg(feature = "tls-rustls")]
                 if tls {
                     crate::connect::install_crypto_provider();
@@ -337,13 +390,7 @@ impl ClientBuilder {
                     .first()
                     .map(|c| c.get_connection_info().clone())
                     .ok_or_else(|| InvalidArgument::Setting("no Sentinel URL given".into()))?;
-                let lookup = crate::transport::SentinelLookup {
-                    sentinels: clients,
-                    service: service.clone(),
-                    timeout: self.connect_timeout,
-                    master: self.master_auth_info(),
-                    tls: tls.then(|| self.tls.clone()),
-                };
+                let lookup = self.sentinel_lookup(clients, service, tls)?;
                 (Source::Sentinel(lookup), info)
             }
         };
@@ -456,6 +503,7 @@ impl Client {
             sentinel: None,
             master_username: None,
             master_password: None,
+            sentinel_check: Duration::from_secs(1),
             cluster: Vec::new(),
             sharded_pubsub: None,
             pool_size: 16,
@@ -474,8 +522,10 @@ impl Client {
     /// Settings for a client of the master of `service`, found through the Sentinels at
     /// `sentinels` (`redis://host:port` each). New connections (and the pub/sub listener's
     /// reconnections) ask the Sentinels for the current master, so after a failover the
-    /// client follows the new master; a connection to a demoted master is dropped on its
-    /// first `READONLY` reply.
+    /// client follows the new master. A switch is noticed when a Sentinel announces it
+    /// (`+switch-master`) or, if that message is missed, at the first use of a pooled
+    /// connection after [`ClientBuilder::sentinel_check`]; connections to the demoted master
+    /// are then dropped (also on a `READONLY` reply). See `docs/deployment.md`.
     pub fn sentinel<S: AsRef<str>>(sentinels: &[S], service: &str) -> ClientBuilder {
         let mut b = Client::builder("");
         b.sentinel = Some((

@@ -72,6 +72,7 @@ mod redlock;
 // After the primitives: rustdoc lists `Client`'s methods in module order.
 mod machines;
 mod resp;
+mod sentinel;
 mod status;
 mod transport;
 mod watchdog;

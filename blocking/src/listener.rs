@@ -334,11 +334,15 @@ fn deliver(entry: &Channel, payload: Option<&[u8]>) {
 fn run(shared: &Shared, endpoint: &Endpoint, stop: &Receiver<()>) {
     let mut pause = Duration::from_millis(50);
     loop {
+        // Through Sentinel: the master this connection is for (asked in `connect`).
+        let generation = endpoint.source.master_generation();
         match connect(endpoint) {
             Ok((reader, writer)) => {
                 tracing::info!(redlease.listener = ?endpoint.source, "listener connected");
                 pause = Duration::from_millis(50);
-                serve(shared, reader, writer, stop);
+                // A Sentinel switch moves the subscriptions to the new master.
+                let current = || endpoint.source.master_generation() == generation;
+                serve(shared, reader, writer, stop, &current);
                 disconnect(shared);
                 if let Err(crossbeam_channel::TryRecvError::Disconnected) = stop.try_recv() {
                     return; // the client is gone: not worth a warning
@@ -412,8 +416,15 @@ fn read_frame(stream: &mut ReadHalf, buf: &mut Vec<u8>) -> std::io::Result<Reply
     }
 }
 
-/// Serves one connection until it breaks or the client is dropped.
-fn serve(shared: &Shared, mut reader: ReadHalf, writer: WriteHalf, stop: &Receiver<()>) {
+/// Serves one connection until it breaks, `current` says its server was replaced (a
+/// Sentinel switch), or the client is dropped.
+fn serve(
+    shared: &Shared,
+    mut reader: ReadHalf,
+    writer: WriteHalf,
+    stop: &Receiver<()>,
+    current: &dyn Fn() -> bool,
+) {
     // Publish the writer and subscribe to every channel someone waits on (or lingers).
     {
         let mut state = shared.state();
@@ -459,6 +470,9 @@ fn serve(shared: &Shared, mut reader: ReadHalf, writer: WriteHalf, stop: &Receiv
             Err(_) => return,
         }
         // Housekeeping, at least every TICK.
+        if !current() {
+            return;
+        }
         let now = Instant::now();
         if let Some(sent) = ping_sent {
             if now.duration_since(sent) > KEEPALIVE {

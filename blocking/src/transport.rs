@@ -11,6 +11,8 @@ use redlease_core::{
     TransportFailure,
 };
 
+use crate::sentinel::{SentinelWatch, Tie};
+
 /// The shortest read timeout used for a batch whose deadline is about to pass.
 const MIN_IO_TIMEOUT: Duration = Duration::from_millis(1);
 
@@ -23,6 +25,15 @@ pub(crate) struct Conn {
     inner: Link,
     broken: bool,
     last_used: Instant,
+    /// Through Sentinel: the master this connection was opened for.
+    tie: Option<Tie>,
+}
+
+impl Conn {
+    /// Whether the Sentinels named another master since this connection was opened.
+    fn is_stale(&self) -> bool {
+        self.tie.as_ref().is_some_and(Tie::is_stale)
+    }
 }
 
 /// A connection to one server, or to a Redis Cluster (which routes every command to the
@@ -143,6 +154,8 @@ pub(crate) struct SentinelLookup {
     /// `Some`: the Sentinels were given as `rediss://` URLs, so the master is reached
     /// over TLS too, with these settings.
     pub(crate) tls: Option<crate::connect::TlsSettings>,
+    /// Which master the Sentinels named last, and how many switches were seen.
+    pub(crate) watch: Arc<SentinelWatch>,
 }
 
 impl SentinelLookup {
@@ -163,6 +176,7 @@ impl SentinelLookup {
             match asked {
                 Ok(Some((host, port))) => {
                     use redis::IntoConnectionInfo;
+                    self.watch.seen(&host, port);
                     let addr = match &self.tls {
                         None => redis::ConnectionAddr::Tcp(host, port),
                         Some(_) => redis::ConnectionAddr::TcpTls {
@@ -223,6 +237,14 @@ impl Source {
         }
     }
 
+    /// Through Sentinel: how many master switches were seen (`None` for other sources).
+    pub(crate) fn master_generation(&self) -> Option<u64> {
+        match self {
+            Source::Sentinel(s) => Some(s.watch.generation()),
+            _ => None,
+        }
+    }
+
     /// A client for the server to talk to now.
     pub(crate) fn client(&self) -> Result<redis::Client, redis::RedisError> {
         match self {
@@ -277,10 +299,16 @@ impl Manager {
                 set_up().map_err(|e| (e, Some(client.clone())))?
             }
         };
+        // Tied to the master the Sentinels named just now (asked by `client()` above).
+        let tie = match &*self.source {
+            Source::Sentinel(s) => Some(Tie::now(&s.watch)),
+            _ => None,
+        };
         Ok(Conn {
             inner,
             broken: false,
             last_used: Instant::now(),
+            tie,
         })
     }
 
@@ -412,6 +440,21 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn is_valid(&self, conn: &mut Conn) -> Result<(), redis::RedisError> {
+        if let Some(tie) = &conn.tie {
+            // Through Sentinel: ask again after the check interval without news (a missed
+            // +switch-master), and never hand out a connection to a demoted master.
+            if tie.watch().begin_check() {
+                // A Sentinel that cannot be asked leaves the connection in use: the
+                // subscriber thread and the next check still find a switch.
+                let _ = self.source.client();
+            }
+            if conn.is_stale() {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "the Sentinels named another master",
+                )));
+            }
+        }
         if conn.last_used.elapsed() < CHECK_AFTER_IDLE {
             return Ok(());
         }
@@ -421,7 +464,7 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
-        conn.broken || !conn.inner.is_open()
+        conn.broken || conn.is_stale() || !conn.inner.is_open()
     }
 }
 
@@ -707,38 +750,13 @@ impl Transport {
             return fail(requests, TransportFailure::not_sent(format!("socket: {e}")));
         }
         if let Link::Cluster(cluster) = &mut conn.inner {
-            // A cluster connection routes command by command (by each command's first key),
-            // so the batch is sent and answered here, one request after another.
-            let mut inputs = Vec::with_capacity(requests.len());
-            for r in &requests {
-                let mut cmd = redis::Cmd::new();
-                for a in r.command.args() {
-                    cmd.arg(a.as_slice());
-                }
-                match cluster.req_command(&cmd) {
-                    Ok(value) => inputs.push(Input::reply(r.id, to_reply(value))),
-                    Err(e) => match e.code() {
-                        // An error reply from the server.
-                        Some(code) => {
-                            crate::observe::error_reply(code, e.detail());
-                            inputs.push(Input::reply(
-                                r.id,
-                                Reply::Error(ErrorReply::new(code, e.detail().unwrap_or_default())),
-                            ))
-                        }
-                        None => {
-                            conn.broken = true;
-                            let failure = TransportFailure::no_reply(e.to_string());
-                            inputs.extend(
-                                requests[inputs.len()..]
-                                    .iter()
-                                    .map(|r| Input::failed(r.id, failure.clone())),
-                            );
-                            break;
-                        }
-                    },
-                }
-            }
+            let timeouts = ReadTimeouts {
+                reply: self.io_timeout + server_wait,
+                now: if changed { wanted } else { self.io_timeout },
+                usual: self.io_timeout,
+            };
+            let (inputs, broken) = send_to_cluster(cluster, &requests, deadline, timeouts);
+            conn.broken |= broken;
             return Flight {
                 requests,
                 deadline,
@@ -778,6 +796,169 @@ impl Transport {
             },
         }
     }
+}
+
+/// The read timeouts of a cluster batch.
+#[derive(Debug, Clone, Copy)]
+struct ReadTimeouts {
+    /// The longest wait for one reply (the io timeout plus what the server may hold it).
+    reply: Duration,
+    /// What the sockets are set to now.
+    now: Duration,
+    /// The client's io timeout, put back afterwards.
+    usual: Duration,
+}
+
+/// How many `MOVED`/`ASK` redirections one command follows (a slot moves once per
+/// resharding step; more means the cluster is still converging, and the core decides).
+const MAX_REDIRECTS: usize = 2;
+
+/// Sends `requests` on a cluster connection, one after another (each is routed by its first
+/// key's slot), each exactly once as far as this library can tell: the `redis` crate's own
+/// retries are off (see `ClientBuilder::build`), so a reply that does not come within the
+/// read timeout is a `NoReply` failure for the core, as on a single server.
+///
+/// `MOVED` and `ASK` say that the command did not run and where to send it: they are
+/// followed here (at most [`MAX_REDIRECTS`] times, never past `deadline`). One that cannot be
+/// followed in time becomes a "not sent" failure, which the core retries within the call's
+/// own deadline (or reports as `Unavailable`). `TRYAGAIN` (a multi-key command during a
+/// slot migration) reaches the core as the error reply it is, which treats it as transient.
+///
+/// Every read is bounded by what is left of `deadline` (at most `reply_timeout`), so a batch
+/// never outlives its deadline by more than the connection's own timeouts. Returns the inputs,
+/// and whether the connection must be dropped (a lost reply may still arrive on it, or its
+/// slot map is stale after a `MOVED`).
+fn send_to_cluster(
+    cluster: &mut redis::cluster::ClusterConnection,
+    requests: &[Request],
+    deadline: Instant,
+    timeouts: ReadTimeouts,
+) -> (Vec<Input>, bool) {
+    let ReadTimeouts {
+        reply: reply_timeout,
+        now: mut timeout,
+        usual: io_timeout,
+    } = timeouts;
+    let mut inputs = Vec::with_capacity(requests.len());
+    let mut broken = false;
+    for (i, r) in requests.iter().enumerate() {
+        let fail_rest = |inputs: &mut Vec<Input>, failure: TransportFailure| {
+            inputs.extend(
+                requests[i..]
+                    .iter()
+                    .map(|r| Input::failed(r.id, failure.clone())),
+            );
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            fail_rest(
+                &mut inputs,
+                TransportFailure::not_sent("the batch deadline passed before it was sent"),
+            );
+            break;
+        }
+        let wanted = left.max(MIN_IO_TIMEOUT).min(reply_timeout);
+        if wanted.abs_diff(timeout) > SHORTEN_SLACK {
+            if let Err(e) = cluster.set_read_timeout(Some(wanted)) {
+                broken = true;
+                fail_rest(
+                    &mut inputs,
+                    TransportFailure::not_sent(format!("socket: {e}")),
+                );
+                break;
+            }
+            timeout = wanted;
+        }
+        let mut cmd = redis::Cmd::new();
+        for a in r.command.args() {
+            cmd.arg(a.as_slice());
+        }
+        let (outcome, stale) = cluster_request(cluster, &cmd, deadline);
+        broken |= stale;
+        match outcome {
+            Ok(value) => inputs.push(Input::reply(r.id, to_reply(value))),
+            // An error reply from the server.
+            Err(e) if e.code().is_some() => {
+                let code = e.code().unwrap_or_default();
+                crate::observe::error_reply(code, e.detail());
+                inputs.push(Input::reply(
+                    r.id,
+                    Reply::Error(ErrorReply::new(code, e.detail().unwrap_or_default())),
+                ))
+            }
+            Err(e) if e.detail().is_some_and(|d| d.starts_with(NOT_FOLLOWED)) => {
+                // A redirection not followed: the command did not run.
+                fail_rest(&mut inputs, TransportFailure::not_sent(e.to_string()));
+                break;
+            }
+            Err(e) => {
+                // No reply (or no connection): a reply may still be in flight on it.
+                broken = true;
+                fail_rest(&mut inputs, TransportFailure::no_reply(e.to_string()));
+                break;
+            }
+        }
+    }
+    if timeout != io_timeout && cluster.set_read_timeout(Some(io_timeout)).is_err() {
+        broken = true;
+    }
+    (inputs, broken)
+}
+
+/// The start of the detail of a redirection that was not followed (the command did not run).
+const NOT_FOLLOWED: &str = "redirected, not followed";
+
+/// Sends one command to the node owning its slot, following `MOVED`/`ASK` (see
+/// [`send_to_cluster`]). A redirection that is not followed comes back as an error whose
+/// detail starts with [`NOT_FOLLOWED`] (the command did not run). Also says whether the slot
+/// map proved stale.
+fn cluster_request(
+    cluster: &mut redis::cluster::ClusterConnection,
+    cmd: &redis::Cmd,
+    deadline: Instant,
+) -> (redis::RedisResult<Value>, bool) {
+    let mut result = cluster.req_command(cmd);
+    let mut stale = false;
+    let mut redirects = 0;
+    while let Err(e) = &result
+        && let Some((addr, _slot)) = e.redirect_node()
+    {
+        let ask = e.code() == Some("ASK");
+        // A MOVED slot: this connection's slot map is stale; a new one reads it afresh.
+        stale |= !ask;
+        let target = addr.rsplit_once(':').and_then(|(host, port)| {
+            Some((host.trim_matches(['[', ']']).to_owned(), port.parse().ok()?))
+        });
+        let in_time = redirects < MAX_REDIRECTS && Instant::now() + MIN_IO_TIMEOUT < deadline;
+        let Some((host, port)) = target.filter(|_| in_time) else {
+            let not_followed = format!("{NOT_FOLLOWED}: {e}");
+            return (
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "not sent",
+                    not_followed,
+                ))),
+                stale,
+            );
+        };
+        redirects += 1;
+        let routing = || {
+            redis::cluster_routing::RoutingInfo::SingleNode(
+                redis::cluster_routing::SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port,
+                },
+            )
+        };
+        if ask {
+            // ASKING lets the importing node serve the next command of this connection.
+            if let Err(e) = cluster.route_command(&redis::cmd("ASKING"), routing()) {
+                return (Err(e), stale);
+            }
+        }
+        result = cluster.route_command(cmd, routing());
+    }
+    (result, stale)
 }
 
 /// A pooled connection.
@@ -895,6 +1076,20 @@ impl Flight {
         }
         if timeout != io_timeout && conn.inner.set_read_timeout(Some(io_timeout)).is_err() {
             conn.broken = true;
+        }
+        if conn.is_stale() {
+            // The Sentinels named another master while (or before) these commands ran: what
+            // the demoted master answered does not hold for the service (its writes are
+            // lost), so the outcome is unknown. The protocols resolve it on the new master.
+            conn.broken = true;
+            let failure =
+                TransportFailure::no_reply("answered by a master the Sentinels have replaced");
+            let inputs = self
+                .requests
+                .iter()
+                .map(|r| Input::failed(r.id, failure.clone()))
+                .collect();
+            return (inputs, None);
         }
         conn.last_used = Instant::now();
         let keep = (!conn.broken).then_some(conn);

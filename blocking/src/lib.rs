@@ -60,6 +60,7 @@ mod lock;
 mod queue;
 mod redlock;
 mod resp;
+mod shards;
 mod transport;
 mod watchdog;
 

@@ -317,13 +317,19 @@ fn deliver(entry: &Channel, payload: Option<&[u8]>) {
 fn run(shared: &Shared, endpoint: &Endpoint, stop: &Receiver<()>) {
     let mut pause = Duration::from_millis(50);
     loop {
-        match connect(endpoint) {
-            Ok(stream) => {
+        // Nothing that happens while serving may end the thread: a panic counts as a lost
+        // connection (waiters wait out their own deadlines meanwhile), and it reconnects.
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            connect(endpoint).map(|stream| serve(shared, stream, stop))
+        }));
+        match served {
+            Ok(Ok(())) => {
                 pause = Duration::from_millis(50);
-                serve(shared, stream, stop);
                 disconnect(shared);
             }
+            Ok(Err(_)) => pause = (pause * 2).min(Duration::from_secs(2)),
             Err(_) => {
+                disconnect(shared);
                 pause = (pause * 2).min(Duration::from_secs(2));
             }
         }

@@ -195,6 +195,8 @@ pub(crate) struct Transport {
     pool: r2d2::Pool<Manager>,
     connect_timeout: Duration,
     io_timeout: Duration,
+    /// For a Redis Cluster: which master owns which slot (for per-node renewal batches).
+    nodes: Option<crate::shards::SlotTable>,
 }
 
 impl Transport {
@@ -217,6 +219,7 @@ impl Transport {
         io_timeout: Duration,
         check_idle: bool,
     ) -> Self {
+        let nodes = matches!(*source, Source::Cluster(..)).then(crate::shards::SlotTable::default);
         let manager = Manager {
             source,
             connect_timeout,
@@ -234,7 +237,40 @@ impl Transport {
             pool,
             connect_timeout,
             io_timeout,
+            nodes,
         }
+    }
+
+    /// Names the node that holds `key` (the master's address on a Cluster, as far as known;
+    /// empty for a single server or when not known yet), to group commands by node.
+    pub(crate) fn node_of(&self, key: &str) -> String {
+        self.nodes
+            .as_ref()
+            .map(|n| n.node_of(key))
+            .unwrap_or_default()
+    }
+
+    /// On a Cluster whose slot table is missing or old, asks the master owning `key`'s slot
+    /// for `CLUSTER SLOTS` (bounded by the io timeout). Nothing for a single server.
+    pub(crate) fn refresh_nodes(&self, key: &str) {
+        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        let Some(nodes) = &self.nodes else { return };
+        if !nodes.is_stale() {
+            return;
+        }
+        let Ok(mut conn) = self.pool.get_timeout(self.connect_timeout) else {
+            return;
+        };
+        let Link::Cluster(cluster) = &mut conn.inner else {
+            return;
+        };
+        let route = Route::new(crate::shards::slot(key.as_bytes()), SlotAddr::Master);
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+        match cluster.route_command(redis::cmd("CLUSTER").arg("SLOTS"), routing) {
+            Ok(reply) => nodes.update(&reply),
+            Err(_) => conn.broken = true,
+        }
+        conn.last_used = Instant::now();
     }
 
     /// Sends `batch` and returns one input per request, in request order.

@@ -1,10 +1,11 @@
 //! The watchdog and the guard under faults: a lost signal that is never late, renewals
-//! scheduled from the acquisition.
+//! scheduled from the acquisition, guards of a dropped client, run_once under panics.
 
 use std::time::{Duration, Instant};
 
-use redlease::LossReason;
-use redlease_suite::testkit::{self, server};
+use redis::Commands;
+use redlease::{Client, Error, LossReason};
+use redlease_suite::testkit::{self, await_condition, connection as raw, server};
 
 /// Issue 11.3: with the server paused, a renewal in flight (its io timeout is 1 s, longer
 /// than the lease) must not postpone the loss: `lost()` fires by the lease's validity, and
@@ -92,4 +93,124 @@ fn a_thousand_leases_renewed_at_four_fifths_of_the_ttl_are_never_lost() {
         .count();
     assert_eq!(renewed, 1000, "every lease renewed at least twice");
     assert!(guards.iter().all(|g| !g.is_lost()));
+}
+
+/// Issue 11.8: `Client::open(url)?.lock(..).acquire()?` drops its temporary client; the
+/// guard is not renewed (and says so), but its release is still sent.
+#[test]
+fn a_guard_whose_client_was_dropped_still_releases() {
+    let server = server();
+    let mut conn = raw(&server);
+    let url = server.url();
+
+    let g = Client::open(&url)
+        .unwrap()
+        .lock("orphan")
+        .acquire()
+        .unwrap();
+    assert_eq!(g.lost_reason(), Some(LossReason::WatchdogStopped));
+    let key = "redlease:{orphan}:lock";
+    assert!(conn.exists::<_, bool>(key).unwrap());
+    g.release().unwrap();
+    assert!(!conn.exists::<_, bool>(key).unwrap(), "released at once");
+
+    // Dropping the guard releases too.
+    let g = Client::open(&url)
+        .unwrap()
+        .lock("orphan2")
+        .acquire()
+        .unwrap();
+    assert!(g.is_lost());
+    drop(g);
+    assert!(!conn.exists::<_, bool>("redlease:{orphan2}:lock").unwrap());
+
+    // The release stays owner-checked: a key another holder took meanwhile is left alone.
+    let g = Client::open(&url)
+        .unwrap()
+        .lock("orphan3")
+        .ttl(Duration::from_millis(100))
+        .acquire()
+        .unwrap();
+    let other = Client::open(&url).unwrap();
+    let taken = other
+        .lock("orphan3")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .unwrap();
+    assert!(matches!(
+        g.release(),
+        Err(Error::NotOwner {
+            reason: LossReason::Expired | LossReason::Taken,
+            ..
+        })
+    ));
+    assert!(conn.exists::<_, bool>("redlease:{orphan3}:lock").unwrap());
+    taken.release().unwrap();
+}
+
+/// Issue 19.5: a job that panics consumes its period like one that returns: the key stays
+/// until start + at_least_for, so another host does not run it again; the panic still
+/// reaches the caller.
+#[test]
+fn a_panicking_run_once_job_consumes_its_period() {
+    let server = server();
+    let mut conn = raw(&server);
+    let host_a = testkit::client(&server, Duration::from_millis(500));
+    let host_b = testkit::client(&server, Duration::from_millis(500));
+    let at_least = Duration::from_secs(2);
+    let at_most = Duration::from_secs(10);
+
+    let started = Instant::now();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        host_a.run_once("cron", at_most, at_least, || -> u32 {
+            panic!("the job failed");
+        })
+    }));
+    let payload = panicked.expect_err("the panic reaches the caller");
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"the job failed"));
+
+    // Another host triggering now does not run the job again.
+    let ran = host_b.run_once("cron", at_most, at_least, || 1).unwrap();
+    assert_eq!(ran, None, "the panicked run consumed the period");
+    let pttl: i64 = conn.pttl("redlease:{cron}:lock").unwrap();
+    assert!(
+        pttl > 0 && pttl <= 2000,
+        "kept until start + at_least_for, pttl {pttl}"
+    );
+
+    // After the period, the next trigger runs it.
+    await_condition(Duration::from_secs(5), || {
+        !conn.exists::<_, bool>("redlease:{cron}:lock").unwrap()
+    });
+    assert!(started.elapsed() >= at_least - Duration::from_millis(50));
+    assert_eq!(
+        host_b.run_once("cron", at_most, at_least, || 2).unwrap(),
+        Some(2)
+    );
+}
+
+/// Issue 19.5: run_once takes the lock builder's `min_replicas` like the other locks.
+#[test]
+fn run_once_can_require_replicas() {
+    let server = server();
+    let mut conn = raw(&server);
+    let client = testkit::client(&server, Duration::from_millis(500));
+    let mut ran = false;
+    let outcome = client
+        .lock("replicated-cron")
+        .min_replicas(1, Duration::from_millis(100))
+        .run_once(Duration::from_secs(10), Duration::from_secs(1), || {
+            ran = true;
+        });
+    // No replica: the acquisition fails, nothing runs, nothing is left behind.
+    assert!(
+        matches!(outcome, Err(Error::ReplicationFailed { .. })),
+        "{outcome:?}"
+    );
+    assert!(!ran);
+    assert!(
+        !conn
+            .exists::<_, bool>("redlease:{replicated-cron}:lock")
+            .unwrap()
+    );
 }

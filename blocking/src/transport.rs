@@ -1,8 +1,10 @@
 //! The only code that talks to Redis: a pool of connections and one function that sends a
 //! batch of commands and turns what comes back into core inputs.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+
+use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
 use redis::{ConnectionLike, Value};
 use redlease_core::{
@@ -190,6 +192,31 @@ impl r2d2::ManageConnection for Manager {
     }
 }
 
+/// The threads r2d2 opens connections on. By default every r2d2 pool starts its own three
+/// (which outlived a dropped client by up to 30 s, waiting for the pool's reaper task);
+/// here every pool of the process shares one set, started with the first pool and stopped
+/// at once (scheduled work discarded) when the last pool is dropped.
+fn shared_thread_pool() -> Arc<ScheduledThreadPool> {
+    static SHARED: Mutex<Weak<ScheduledThreadPool>> = Mutex::new(Weak::new());
+    let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(pool) = shared.upgrade() {
+        return pool;
+    }
+    let pool = Arc::new(
+        ScheduledThreadPool::builder()
+            .num_threads(POOL_THREADS)
+            .thread_name_pattern("redlease-pool-{}")
+            .on_drop_behavior(OnPoolDropBehavior::DiscardPendingScheduled)
+            .build(),
+    );
+    *shared = Arc::downgrade(&pool);
+    pool
+}
+
+/// Threads of the shared pool: connection attempts in progress at once, across clients
+/// (each bounded by its client's connect timeout).
+const POOL_THREADS: usize = 4;
+
 /// The connection pool of one client, and its timeouts.
 pub(crate) struct Transport {
     pool: r2d2::Pool<Manager>,
@@ -227,11 +254,16 @@ impl Transport {
         };
         // Connections are made on demand (no eager background connecting to a Redis that
         // may be down) and PINGed on checkout only after being idle (see CHECK_AFTER_IDLE).
+        // No reaper: it would be a periodic task that outlives the pool on the shared
+        // thread pool; idle connections stay (at most `pool_size`), checked before reuse.
         let pool = r2d2::Pool::builder()
             .max_size(pool_size)
             .min_idle(Some(0))
             .test_on_check_out(check_idle)
             .connection_timeout(connect_timeout)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .thread_pool(shared_thread_pool())
             .build_unchecked(manager);
         Transport {
             pool,

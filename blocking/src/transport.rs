@@ -282,6 +282,11 @@ impl Transport {
             .unwrap_or_default()
     }
 
+    /// Whether this is a Cluster client whose slot table is missing or old.
+    pub(crate) fn nodes_stale(&self) -> bool {
+        self.nodes.as_ref().is_some_and(|n| n.is_stale())
+    }
+
     /// On a Cluster whose slot table is missing or old, asks the master owning `key`'s slot
     /// for `CLUSTER SLOTS` (bounded by the io timeout). Nothing for a single server.
     pub(crate) fn refresh_nodes(&self, key: &str) {

@@ -329,9 +329,16 @@ struct Outcome {
     result: Result<Instant, Error>,
 }
 
+/// A batch for one node's renewal thread.
+struct Job {
+    items: Vec<Item>,
+    /// A key on that node: a Cluster's slot table is fetched from the master owning it.
+    key: String,
+}
+
 /// A renewal thread: sends its node's batches one after another.
 struct Worker {
-    jobs: Option<Sender<Vec<Item>>>,
+    jobs: Option<Sender<Job>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -367,11 +374,18 @@ fn failed(items: Vec<Item>, why: &'static str) -> Vec<Outcome> {
 /// The renewal thread of one node.
 fn work(
     transport: &Transport,
-    jobs: &Receiver<Vec<Item>>,
+    jobs: &Receiver<Job>,
     done: &Sender<Vec<Outcome>>,
     stopping: &AtomicBool,
 ) {
-    for items in jobs.iter() {
+    for Job { items, key } in jobs.iter() {
+        if items.is_empty() {
+            // Only asked to learn the slot table (before the first renewals are due).
+            if !stopping.load(Ordering::SeqCst) {
+                let _ = catch_unwind(AssertUnwindSafe(|| transport.refresh_nodes(&key)));
+            }
+            continue;
+        }
         if stopping.load(Ordering::SeqCst) {
             // The client is gone: send nothing more, but hand every lease back.
             if done.send(failed(items, "the watchdog stopped")).is_err() {
@@ -379,7 +393,6 @@ fn work(
             }
             continue;
         }
-        let key = items.first().map(|i| i.key.clone()).unwrap_or_default();
         let (meta, mut machines): (Vec<_>, Vec<_>) = items
             .into_iter()
             .map(|i| ((i.id, i.generation, i.cell), i.op))
@@ -426,6 +439,8 @@ struct Scheduler<'a> {
     done_tx: Sender<Vec<Outcome>>,
     done_rx: Receiver<Vec<Outcome>>,
     stopping: Arc<AtomicBool>,
+    /// When the slot table was last asked for outside a renewal batch.
+    table_asked: Option<Instant>,
 }
 
 impl Drop for Scheduler<'_> {
@@ -459,6 +474,25 @@ impl Scheduler<'_> {
     fn admit(&mut self) {
         let registrations = std::mem::take(&mut *self.queue.pending());
         let now = Instant::now();
+        // A Cluster client learns its slot table before the first renewals are due, so
+        // that they already go out in per-node batches.
+        if let Some(r) = registrations.first()
+            && self.transport.nodes_stale()
+            && self
+                .table_asked
+                .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1))
+        {
+            self.table_asked = Some(now);
+            let key = r.lease.target.keys.first().cloned().unwrap_or_default();
+            let node = self.transport.node_of(&key);
+            let _ = self.send_to(
+                node,
+                Job {
+                    items: Vec::new(),
+                    key,
+                },
+            );
+        }
         for r in registrations {
             let key = r.lease.target.keys.first().cloned().unwrap_or_default();
             self.renewals.insert(r.id, *r.lease, r.policy, now);
@@ -518,15 +552,17 @@ impl Scheduler<'_> {
             }
         }
         for (node, items) in by_node {
-            if let Err(items) = self.send_to(node, items) {
+            let key = items.first().map(|i| i.key.clone()).unwrap_or_default();
+            if let Err(items) = self.send_to(node, Job { items, key }) {
                 let outcomes = failed(items, "no renewal thread");
                 self.settle(outcomes);
             }
         }
     }
 
-    /// Queues `items` on `node`'s renewal thread (started on first use).
-    fn send_to(&mut self, node: String, items: Vec<Item>) -> Result<(), Vec<Item>> {
+    /// Queues `job` on `node`'s renewal thread (started on first use); gives its items back
+    /// if it cannot.
+    fn send_to(&mut self, node: String, job: Job) -> Result<(), Vec<Item>> {
         if !self.workers.contains_key(&node) {
             let (jobs, queued) = unbounded();
             let (transport, done, stopping) = (
@@ -540,7 +576,7 @@ impl Scheduler<'_> {
                 .map_err(|_| ())
                 .ok();
             let Some(thread) = thread else {
-                return Err(items);
+                return Err(job.items);
             };
             self.workers.insert(
                 node.clone(),
@@ -551,14 +587,13 @@ impl Scheduler<'_> {
             );
         }
         let jobs = self.workers.get(&node).and_then(|w| w.jobs.as_ref());
-        match jobs.map(|j| j.send(items)) {
-            Some(Ok(())) => Ok(()),
-            Some(Err(e)) => {
+        match jobs {
+            Some(jobs) => jobs.send(job).map_err(|e| {
                 // The thread is gone: start another next time.
                 self.workers.remove(&node);
-                Err(e.into_inner())
-            }
-            None => Err(Vec::new()),
+                e.into_inner().items
+            }),
+            None => Err(job.items),
         }
     }
 
@@ -617,6 +652,7 @@ fn run(transport: Arc<Transport>, io_timeout: Duration, queue: &Queue, wakeups: 
         done_tx,
         done_rx,
         stopping: Arc::new(AtomicBool::new(false)),
+        table_asked: None,
     };
     loop {
         // Nothing that happens in one round may end the thread silently: a panic reports

@@ -340,12 +340,22 @@ struct Job {
 struct Worker {
     jobs: Option<Sender<Job>>,
     thread: Option<JoinHandle<()>>,
+    /// Disconnected when the thread ends.
+    exited: Receiver<()>,
+    /// How long dropping waits for the thread: its batch in flight ends by then.
+    join_within: Duration,
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
         drop(self.jobs.take());
-        if let Some(thread) = self.thread.take() {
+        // A batch answers by its deadline (at most the io timeout), but a Cluster
+        // connection may retry behind it: never wait longer than that deadline for the
+        // thread; a thread still busy then ends on its own when its call returns.
+        if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) =
+            self.exited.recv_timeout(self.join_within)
+            && let Some(thread) = self.thread.take()
+        {
             let _ = thread.join();
         }
     }
@@ -371,6 +381,14 @@ fn failed(items: Vec<Item>, why: &'static str) -> Vec<Outcome> {
         .collect()
 }
 
+/// Ends the renewals of a batch nobody will settle (the watchdog thread is gone), so that
+/// no guard waits for them.
+fn give_back(outcomes: Vec<Outcome>) {
+    for o in outcomes {
+        o.cell.end_renewal(None);
+    }
+}
+
 /// The renewal thread of one node.
 fn work(
     transport: &Transport,
@@ -388,7 +406,8 @@ fn work(
         }
         if stopping.load(Ordering::SeqCst) {
             // The client is gone: send nothing more, but hand every lease back.
-            if done.send(failed(items, "the watchdog stopped")).is_err() {
+            if let Err(e) = done.send(failed(items, "the watchdog stopped")) {
+                give_back(e.into_inner());
                 return;
             }
             continue;
@@ -419,7 +438,8 @@ fn work(
                 }
             })
             .collect();
-        if done.send(outcomes).is_err() {
+        if let Err(e) = done.send(outcomes) {
+            give_back(e.into_inner());
             return;
         }
         // A Cluster client learns which master owns which slot (to batch by node).
@@ -570,9 +590,13 @@ impl Scheduler<'_> {
                 self.done_tx.clone(),
                 self.stopping.clone(),
             );
+            let (exiting, exited) = bounded::<()>(0);
             let thread = std::thread::Builder::new()
                 .name("redlease-renew".into())
-                .spawn(move || work(&transport, &queued, &done, &stopping))
+                .spawn(move || {
+                    let _exiting = exiting;
+                    work(&transport, &queued, &done, &stopping);
+                })
                 .map_err(|_| ())
                 .ok();
             let Some(thread) = thread else {
@@ -583,6 +607,8 @@ impl Scheduler<'_> {
                 Worker {
                     jobs: Some(jobs),
                     thread: Some(thread),
+                    exited,
+                    join_within: self.io_timeout.saturating_add(Duration::from_millis(100)),
                 },
             );
         }

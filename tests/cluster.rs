@@ -426,10 +426,12 @@ fn a_frozen_master_gets_each_command_once_and_calls_keep_their_deadline() {
     // At least one attempt reached the node; a retry may have failed to connect (not sent).
     script_runs(node, 1);
     await_cluster_ok(&cluster);
+    // The core's own sends: its attempts, and the owner-checked undo (a release script)
+    // that a lost acquisition sends before giving up; nothing more.
     let runs = script_runs(node, 1);
     assert!(
-        runs <= attempts,
-        "no hidden re-send: {runs} runs, {attempts} sent"
+        runs <= attempts + 1,
+        "no hidden re-send: {runs} runs, {attempts} attempts and one undo sent"
     );
 
     // 2. The legacy lock: its own SETNX wrote; it must not answer "busy" (Ok(None)).
@@ -509,10 +511,12 @@ fn a_frozen_master_gets_each_command_once_and_calls_keep_their_deadline() {
     let attempts = core_attempts("try_take", &got);
     println!("try_take with the master frozen: {took:?}");
     assert!(took < BOUND, "try_take took {took:?}");
+    // The core's own sends: its attempts, and the owner-checked undo (a release script)
+    // that a lost acquisition sends before giving up; nothing more.
     let runs = script_runs(node, 1);
     assert!(
-        runs <= attempts,
-        "no hidden re-send: {runs} runs, {attempts} sent"
+        runs <= attempts + 1,
+        "no hidden re-send: {runs} runs, {attempts} attempts and one undo sent"
     );
     let stats = tight_client(&cluster)
         .queue("jobs")

@@ -140,7 +140,10 @@ impl ClientBuilder {
 
     /// How long a pooled connection is used before it is closed and replaced (`None`:
     /// forever), so that connections are spread again after a load balancer or proxy
-    /// changes. Defaults to 30 minutes. At least 1 s.
+    /// changes. Defaults to `None`. At least 1 s. Setting it (or
+    /// [`idle_timeout`](Self::idle_timeout)) starts r2d2's reaper: a task every 30 s on the
+    /// pool threads shared by all clients, which r2d2 never cancels (after the client is
+    /// dropped it finds nothing to do).
     pub fn max_lifetime(mut self, d: Option<Duration>) -> Self {
         self.max_lifetime = d;
         self
@@ -148,7 +151,10 @@ impl ClientBuilder {
 
     /// How long a connection may sit idle in the pool before it is closed (`None`: never),
     /// when more than [`min_idle`](Self::min_idle) are idle. Keep it below the server's
-    /// `timeout` setting. Defaults to 10 minutes. At least 1 s.
+    /// `timeout` setting. Defaults to `None`: idle connections stay open (at most
+    /// [`pool_size`](Self::pool_size)) and are PINGed before reuse after a second idle, so a
+    /// connection the server closed is replaced. At least 1 s. See
+    /// [`max_lifetime`](Self::max_lifetime) for its cost.
     pub fn idle_timeout(mut self, d: Option<Duration>) -> Self {
         self.idle_timeout = d;
         self
@@ -508,8 +514,8 @@ impl Client {
             sharded_pubsub: None,
             pool_size: 16,
             min_idle: 0,
-            max_lifetime: Some(Duration::from_secs(30 * 60)),
-            idle_timeout: Some(Duration::from_secs(10 * 60)),
+            max_lifetime: None,
+            idle_timeout: None,
             client_name: "redlease".to_owned(),
             tls: TlsSettings::default(),
             connect_timeout: Duration::from_secs(1),

@@ -1,7 +1,8 @@
 //! # redlease
 //!
 //! Distributed coordination on Redis for blocking Rust code: leases (locks) with fencing
-//! tokens, renewed by one watchdog thread per client and reported when lost.
+//! tokens, renewed by one watchdog per client (a scheduling thread, and one renewal thread
+//! per Redis node) and reported lost no later than their validity.
 //!
 //! - Locks: [`Client::lock`] (lease), [`Client::reentrant_lock`], [`Client::fair_lock`],
 //!   [`Client::read_lock`] / [`Client::write_lock`], [`Client::run_once`] for fleet-wide cron
@@ -73,6 +74,7 @@ mod redlock;
 mod machines;
 mod resp;
 mod sentinel;
+mod shards;
 mod status;
 mod transport;
 mod watchdog;

@@ -336,21 +336,32 @@ fn run(shared: &Shared, endpoint: &Endpoint, stop: &Receiver<()>) {
     loop {
         // Through Sentinel: the master this connection is for (asked in `connect`).
         let generation = endpoint.source.master_generation();
-        match connect(endpoint) {
-            Ok((reader, writer)) => {
+        // Nothing that happens while serving may end the thread: a panic counts as a lost
+        // connection (waiters wait out their own deadlines meanwhile), and it reconnects.
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            connect(endpoint).map(|(reader, writer)| {
                 tracing::info!(redlease.listener = ?endpoint.source, "listener connected");
-                pause = Duration::from_millis(50);
                 // A Sentinel switch moves the subscriptions to the new master.
                 let current = || endpoint.source.master_generation() == generation;
-                serve(shared, reader, writer, stop, &current);
+                serve(shared, reader, writer, stop, &current)
+            })
+        }));
+        match served {
+            Ok(Ok(())) => {
+                pause = Duration::from_millis(50);
                 disconnect(shared);
                 if let Err(crossbeam_channel::TryRecvError::Disconnected) = stop.try_recv() {
                     return; // the client is gone: not worth a warning
                 }
                 tracing::warn!(redlease.listener = ?endpoint.source, "listener disconnected; waiters poll until it reconnects");
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 tracing::debug!(error = %e, "listener could not connect; waiters poll meanwhile");
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            Err(_) => {
+                tracing::error!(redlease.listener = ?endpoint.source, "listener panicked; reconnecting (waiters poll meanwhile)");
+                disconnect(shared);
                 pause = (pause * 2).min(Duration::from_secs(2));
             }
         }

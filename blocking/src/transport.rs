@@ -2,8 +2,10 @@
 //! batch of commands and turns what comes back into core inputs.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
+
+use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
 use redis::{ConnectionLike, Value};
 use redlease_core::{
@@ -118,13 +120,13 @@ pub(crate) struct PoolSettings {
 }
 
 impl PoolSettings {
-    /// `max_size` connections, made on demand, with r2d2's default lifetimes.
+    /// `max_size` connections, made on demand, kept for the client's lifetime (no reaper).
     pub(crate) fn sized(max_size: u32) -> Self {
         PoolSettings {
             max_size,
             min_idle: 0,
-            max_lifetime: Some(Duration::from_secs(30 * 60)),
-            idle_timeout: Some(Duration::from_secs(10 * 60)),
+            max_lifetime: None,
+            idle_timeout: None,
             client_name: None,
         }
     }
@@ -455,7 +457,10 @@ impl r2d2::ManageConnection for Manager {
                 )));
             }
         }
-        if conn.last_used.elapsed() < CHECK_AFTER_IDLE {
+        // A cluster connection talks to every master: a PING goes to any one of them, so
+        // one frozen master would fail checkouts meant for the others (and stall their
+        // renewals). Its per-node sockets report their own failures as no reply instead.
+        if conn.last_used.elapsed() < CHECK_AFTER_IDLE || matches!(conn.inner, Link::Cluster(_)) {
             return Ok(());
         }
         conn.inner.ping()?;
@@ -468,6 +473,31 @@ impl r2d2::ManageConnection for Manager {
     }
 }
 
+/// The threads r2d2 opens connections on. By default every r2d2 pool starts its own three
+/// (which outlived a dropped client by up to 30 s, waiting for the pool's reaper task);
+/// here every pool of the process shares one set, started with the first pool and stopped
+/// at once (scheduled work discarded) when the last pool is dropped.
+fn shared_thread_pool() -> Arc<ScheduledThreadPool> {
+    static SHARED: Mutex<Weak<ScheduledThreadPool>> = Mutex::new(Weak::new());
+    let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(pool) = shared.upgrade() {
+        return pool;
+    }
+    let pool = Arc::new(
+        ScheduledThreadPool::builder()
+            .num_threads(POOL_THREADS)
+            .thread_name_pattern("redlease-pool-{}")
+            .on_drop_behavior(OnPoolDropBehavior::DiscardPendingScheduled)
+            .build(),
+    );
+    *shared = Arc::downgrade(&pool);
+    pool
+}
+
+/// Threads of the shared pool: connection attempts in progress at once, across clients
+/// (each bounded by its client's connect timeout).
+const POOL_THREADS: usize = 4;
+
 /// The connection pool of one client, and its timeouts.
 pub(crate) struct Transport {
     pool: r2d2::Pool<Manager>,
@@ -478,6 +508,8 @@ pub(crate) struct Transport {
     server: String,
     connect_timeout: Duration,
     io_timeout: Duration,
+    /// For a Redis Cluster: which master owns which slot (for per-node renewal batches).
+    nodes: Option<crate::shards::SlotTable>,
 }
 
 impl Transport {
@@ -505,6 +537,7 @@ impl Transport {
         check_idle: bool,
     ) -> Self {
         let server = source.describe();
+        let nodes = matches!(*source, Source::Cluster(..)).then(crate::shards::SlotTable::default);
         let manager = Manager {
             source,
             connect_timeout,
@@ -514,7 +547,10 @@ impl Transport {
         };
         // By default connections are made on demand (no eager background connecting to a
         // Redis that may be down) and PINGed on checkout only after being idle (see
-        // CHECK_AFTER_IDLE).
+        // CHECK_AFTER_IDLE). The pool's background work runs on threads shared by every
+        // client (see `shared_thread_pool`). r2d2's reaper (closing connections past
+        // `max_lifetime` / `idle_timeout`) is a periodic task it never cancels, so it runs
+        // only when one of those is set (they default to off).
         let pool = r2d2::Pool::builder()
             .max_size(settings.max_size.max(1))
             .min_idle(Some(settings.min_idle.min(settings.max_size)))
@@ -522,6 +558,7 @@ impl Transport {
             .idle_timeout(settings.idle_timeout.filter(|d| !d.is_zero()))
             .test_on_check_out(check_idle)
             .connection_timeout(connect_timeout)
+            .thread_pool(shared_thread_pool())
             .build_unchecked(manager.clone());
         Transport {
             pool,
@@ -529,6 +566,7 @@ impl Transport {
             server,
             connect_timeout,
             io_timeout,
+            nodes,
         }
     }
 
@@ -628,6 +666,43 @@ impl Transport {
                 self.server
             ))),
         }
+    }
+
+    /// Names the node that holds `key` (the master's address on a Cluster, as far as known;
+    /// empty for a single server or when not known yet), to group commands by node.
+    pub(crate) fn node_of(&self, key: &str) -> String {
+        self.nodes
+            .as_ref()
+            .map(|n| n.node_of(key))
+            .unwrap_or_default()
+    }
+
+    /// Whether this is a Cluster client whose slot table is missing or old.
+    pub(crate) fn nodes_stale(&self) -> bool {
+        self.nodes.as_ref().is_some_and(|n| n.is_stale())
+    }
+
+    /// On a Cluster whose slot table is missing or old, asks the master owning `key`'s slot
+    /// for `CLUSTER SLOTS` (bounded by the io timeout). Nothing for a single server.
+    pub(crate) fn refresh_nodes(&self, key: &str) {
+        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        let Some(nodes) = &self.nodes else { return };
+        if !nodes.is_stale() {
+            return;
+        }
+        let Ok(mut conn) = self.pool.get_timeout(self.connect_timeout) else {
+            return;
+        };
+        let Link::Cluster(cluster) = &mut conn.inner else {
+            return;
+        };
+        let route = Route::new(crate::shards::slot(key.as_bytes()), SlotAddr::Master);
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+        match cluster.route_command(redis::cmd("CLUSTER").arg("SLOTS"), routing) {
+            Ok(reply) => nodes.update(&reply),
+            Err(_) => conn.broken = true,
+        }
+        conn.last_used = Instant::now();
     }
 
     /// Sends `batch` and returns one input per request, in request order.
@@ -1099,9 +1174,15 @@ impl Flight {
 
 /// Advances several machines side by side until each is done or asks to wait: in every
 /// round their sends go out together in one pipelined batch. Returns each machine's last step.
+///
+/// `kept`: on a Redis Cluster, the connection the caller keeps between calls (a renewal
+/// thread of one node keeps its own, so that another node's thread, breaking connection
+/// after connection on a frozen master, cannot drain the pool under it). Unused for a
+/// single server, where holding a connection would take one from a pool that may be small.
 pub(crate) fn run_together<P: Protocol>(
     transport: &Transport,
     machines: &mut [P],
+    kept: &mut Option<Pooled>,
 ) -> Vec<Step<P::Output>> {
     let mut last: Vec<Option<Step<P::Output>>> = machines.iter().map(|_| None).collect();
     loop {
@@ -1125,7 +1206,17 @@ pub(crate) fn run_together<P: Protocol>(
             }
         }
         let Some(deadline) = deadline else { break };
-        let inputs = transport.execute(&Batch::new(requests, deadline));
+        let batch = Batch::new(requests, deadline);
+        let inputs = match kept.take() {
+            Some(conn) if transport.nodes.is_some() => {
+                let flight = transport.write(*conn, batch.requests, deadline, batch.server_wait);
+                let (inputs, conn) = flight.receive_keeping();
+                *kept = conn;
+                inputs
+            }
+            _ if transport.nodes.is_some() => transport.execute_keeping(&batch, kept),
+            _ => transport.execute(&batch),
+        };
         for (i, input) in owners.into_iter().zip(inputs) {
             if let Some(machine) = machines.get_mut(i) {
                 machine.handle(input, Instant::now());

@@ -208,8 +208,11 @@ pub(crate) fn dead(queue: &str, id: &str, reason: Option<&str>) {
 /// would otherwise show it nowhere.
 pub(crate) fn error_reply(code: &str, details: Option<&str>) {
     // Redis 7.0 reports a refusal inside a script as `ERR The user executing the script
-    // can't ...`; elsewhere (and in later versions) the code is NOPERM.
-    let in_script = details.is_some_and(|d| d.contains("The user executing the script can't"));
+    // can't ...`, Valkey 9 as `ERR ACL failure in script: No permissions to access ...`;
+    // elsewhere (and in later Redis versions) the code is NOPERM.
+    let in_script = details.is_some_and(|d| {
+        d.contains("The user executing the script can't") || d.contains("ACL failure in script")
+    });
     static LAST: AtomicU64 = AtomicU64::new(0);
     if (code == "NOPERM" || in_script) && !due(&LAST) {
         debug!(

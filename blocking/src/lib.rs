@@ -61,6 +61,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod adapter;
 mod client;
 mod connect;
 mod legacy;

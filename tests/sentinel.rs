@@ -265,11 +265,21 @@ fn graceful_failover(miss_the_message: bool) {
     } else {
         (&d.sentinels[0], &d.sentinels[0])
     };
-    let _: () = redis::cmd("SENTINEL")
-        .arg("FAILOVER")
-        .arg("svc")
-        .query(&mut conn(asked))
-        .unwrap();
+    // A Sentinel refuses a failover (NOGOODSLAVE) until it has seen the replica in the
+    // master's INFO (every 10 s at most): ask again until it accepts.
+    await_condition(
+        Duration::from_secs(30),
+        "a Sentinel accepts FAILOVER",
+        || match redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg("svc")
+            .query::<()>(&mut conn(asked))
+        {
+            Ok(()) => true,
+            Err(e) if e.code() == Some("NOGOODSLAVE") => false,
+            Err(e) => panic!("SENTINEL FAILOVER: {e}"),
+        },
+    );
     await_condition(Duration::from_secs(30), "failover to the replica", || {
         master_port(listened) == Some(d.replica.port())
     });

@@ -2,14 +2,12 @@
 //! priorities, idle takers, expired leases, dead letters, the worker pool, bad input and a
 //! Redis restart.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
-use std::net::TcpStream;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use redlease::core::queue::scripts::DEQUEUE;
 use redlease::{
@@ -17,7 +15,10 @@ use redlease::{
     WorkerReport,
 };
 use redlease_suite::RedisServer;
-use redlease_suite::testkit::{self, await_condition, connection as raw, server};
+use redlease_suite::testkit::{
+    self, Monitor, Rng, await_condition, connection as raw, percentile, pubsub_subscribers, server,
+    server_is_busy, snapshot,
+};
 
 fn client(server: &RedisServer) -> Client {
     testkit::client(server, Duration::from_millis(500))
@@ -55,88 +56,6 @@ macro_rules! with {
         $(x.$field = $value;)*
         x
     }};
-}
-
-/// Every key with its type and full content: two snapshots are equal when nothing was
-/// written in between.
-fn snapshot(conn: &mut redis::Connection) -> BTreeMap<String, String> {
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(conn).unwrap();
-    keys.into_iter()
-        .map(|k| {
-            let t: String = redis::cmd("TYPE").arg(&k).query(conn).unwrap();
-            let read = |c: &mut redis::Cmd, conn: &mut redis::Connection| {
-                format!("{:?}", c.query::<redis::Value>(conn).unwrap())
-            };
-            let v = match t.as_str() {
-                "string" => read(redis::cmd("GET").arg(&k), conn),
-                "hash" => {
-                    let m: BTreeMap<Vec<u8>, Vec<u8>> =
-                        redis::cmd("HGETALL").arg(&k).query(conn).unwrap();
-                    let m: Vec<_> = m
-                        .iter()
-                        .map(|(f, v)| (String::from_utf8_lossy(f), String::from_utf8_lossy(v)))
-                        .collect();
-                    format!("{m:?}")
-                }
-                "zset" => read(
-                    redis::cmd("ZRANGE")
-                        .arg(&k)
-                        .arg(0)
-                        .arg(-1)
-                        .arg("WITHSCORES"),
-                    conn,
-                ),
-                "list" => read(redis::cmd("LRANGE").arg(&k).arg(0).arg(-1), conn),
-                other => other.to_owned(),
-            };
-            (k, format!("{t}: {v}"))
-        })
-        .collect()
-}
-
-fn pubsub_subscribers(conn: &mut redis::Connection, channel: &str) -> i64 {
-    let n: Vec<redis::Value> = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query(conn)
-        .unwrap();
-    match n.get(1) {
-        Some(redis::Value::Int(n)) => *n,
-        other => panic!("{other:?}"),
-    }
-}
-
-/// A small xorshift generator: the tests need no crate for a few random choices.
-struct Rng(u64);
-
-impl Rng {
-    fn seeded() -> (Self, u64) {
-        let seed = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64
-            | 1;
-        (Rng(seed), seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            let j = (self.next() % (i as u64 + 1)) as usize;
-            items.swap(i, j);
-        }
-    }
-}
-
-fn percentile(sorted: &[i64], p: f64) -> i64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
 }
 
 // ---------------------------------------------------------------------------------------
@@ -433,7 +352,7 @@ fn a_delayed_push_wakes_an_idle_taker_at_its_due_time() {
     // The taker's pauses double from 50 ms: after its sixth check the next pause is drawn
     // from a 1.6 s step (at least 800 ms). Push right after that check.
     for _ in 0..6 {
-        monitor.next_dequeue(Duration::from_secs(5));
+        monitor.await_command(DEQUEUE.sha1, Duration::from_secs(5));
     }
     let delay = Duration::from_millis(100);
     let sent = Instant::now();
@@ -516,81 +435,6 @@ fn priorities_are_honoured_and_equal_priorities_keep_fifo_order() {
 // ---------------------------------------------------------------------------------------
 // Idle takers
 
-/// A MONITOR connection: the commands clients send (not those their scripts run), as
-/// they arrive.
-struct Monitor {
-    reader: BufReader<TcpStream>,
-    partial: String,
-}
-
-impl Monitor {
-    fn start(server: &RedisServer) -> Self {
-        let mut s = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
-        s.write_all(b"MONITOR\r\n").unwrap();
-        let mut m = Monitor {
-            reader: BufReader::new(s),
-            partial: String::new(),
-        };
-        let ok = m.next_line(Duration::from_secs(2));
-        assert_eq!(ok.as_deref(), Some("+OK"));
-        m
-    }
-
-    fn next_line(&mut self, limit: Duration) -> Option<String> {
-        let end = Instant::now() + limit;
-        loop {
-            let left = end.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return None;
-            }
-            self.reader.get_ref().set_read_timeout(Some(left)).unwrap();
-            match self.reader.read_line(&mut self.partial) {
-                Ok(0) => panic!("the MONITOR connection closed"),
-                Ok(_) if self.partial.ends_with('\n') => {
-                    let line = std::mem::take(&mut self.partial);
-                    return Some(line.trim_end().to_owned());
-                }
-                Ok(_) => {}
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    return None;
-                }
-                Err(e) => panic!("{e}"),
-            }
-        }
-    }
-
-    /// The next command a client sends within `limit`.
-    fn next_command(&mut self, limit: Duration) -> Option<String> {
-        let end = Instant::now() + limit;
-        loop {
-            let line = self.next_line(end.saturating_duration_since(Instant::now()))?;
-            if !line.contains(" lua]") {
-                return Some(line);
-            }
-        }
-    }
-
-    /// Every command clients send during `window`.
-    fn commands_during(&mut self, window: Duration) -> Vec<String> {
-        let end = Instant::now() + window;
-        std::iter::from_fn(|| self.next_command(end.saturating_duration_since(Instant::now())))
-            .collect()
-    }
-
-    /// Waits for the next dequeue attempt.
-    fn next_dequeue(&mut self, limit: Duration) {
-        let end = Instant::now() + limit;
-        loop {
-            let c = self
-                .next_command(end.saturating_duration_since(Instant::now()))
-                .expect("a dequeue attempt");
-            if c.contains(DEQUEUE.sha1) {
-                return;
-            }
-        }
-    }
-}
-
 #[test]
 fn a_blocked_taker_is_quiet_and_woken_at_once_by_a_push() {
     let _timing = timing_sensitive();
@@ -632,7 +476,7 @@ fn a_blocked_taker_is_quiet_and_woken_at_once_by_a_push() {
 
     // Push right after one of its checks: its pauses are at least 1 s by now (half its
     // 2 s idle check), so only the push notification can wake it within 100 ms.
-    monitor.next_dequeue(Duration::from_secs(3));
+    monitor.await_command(DEQUEUE.sha1, Duration::from_secs(3));
     let pushed = Instant::now();
     q.push("wake up").unwrap();
     let woke = rx
@@ -1267,15 +1111,6 @@ fn a_redis_restart_mid_job_gives_typed_errors_in_time_then_the_queue_works_again
     assert_eq!(job.payload(), b"woken");
     job.ack().unwrap();
     assert_eq!(q.stats().unwrap(), zero());
-}
-
-/// Whether the server is stuck (does not answer a PING within 20 ms).
-fn server_is_busy(server: &RedisServer) -> bool {
-    let mut s = TcpStream::connect(("127.0.0.1", server.port())).unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
-    s.write_all(b"PING\r\n").unwrap();
-    let mut buf = [0u8; 7];
-    s.read(&mut buf).is_err()
 }
 
 #[test]

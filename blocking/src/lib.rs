@@ -21,7 +21,9 @@
 //! [`redlease_core`] over an `r2d2` pool of `redis` connections. Everything a protocol
 //! decides (what to send, how to read a reply, when to retry) lives in the core and is
 //! unit-tested there with scripted replies; this crate only moves bytes, reads the clock,
-//! sleeps and draws random tokens.
+//! sleeps and draws random tokens. To drive the core from another runtime (async, an event
+//! loop) over the `redis` crate, [`adapter`] has the conversions this driver uses, and
+//! `docs/embedding.md` the driver contract.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -61,6 +63,7 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+pub mod adapter;
 mod client;
 mod connect;
 mod legacy;

@@ -9,10 +9,10 @@ use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
 use redis::{ConnectionLike, Value};
 use redlease_core::{
-    Batch, Error, ErrorReply, FailureKind, Input, NodeId, Protocol, Reply, Request, Step,
-    TransportFailure,
+    Batch, Error, FailureKind, Input, NodeId, Protocol, Reply, Request, Step, TransportFailure,
 };
 
+use crate::adapter;
 use crate::sentinel::{SentinelWatch, Tie};
 
 /// The shortest read timeout used for a batch whose deadline is about to pass.
@@ -349,10 +349,7 @@ fn setup_problem(
     client: Option<&redis::Client>,
     deadline: Instant,
 ) -> Option<String> {
-    if let Some(problem) = e
-        .code()
-        .and_then(|code| refusal(code, e.detail().unwrap_or("")))
-    {
+    if let Some(problem) = adapter::error_reply(e).and_then(|r| adapter::refusal(&r)) {
         return Some(problem);
     }
     match e.kind() {
@@ -405,30 +402,6 @@ fn answers_without_password(client: &redis::Client, deadline: Instant) -> bool {
             redis::cmd("PING").query::<String>(&mut c)
         })
         .is_ok()
-}
-
-/// An error reply that says the client is misconfigured rather than the command failing:
-/// what to fix, or `None` for any other error reply.
-pub(crate) fn refusal(code: &str, message: &str) -> Option<String> {
-    // Redis answers a large command of an unauthenticated client (more than 10 arguments,
-    // or a long one) with this protocol error instead of NOAUTH, and closes the connection.
-    let unauthenticated =
-        code.eq_ignore_ascii_case("ERR") && message.starts_with("Protocol error: unauthenticated");
-    match code.to_ascii_uppercase().as_str() {
-        "NOAUTH" | "ERR" if code.eq_ignore_ascii_case("NOAUTH") || unauthenticated => Some(
-            "the server requires a password (NOAUTH): put it in the URL \
-             (redis://:password@host:port/, or redis://user:password@host:port/ for an ACL user)"
-                .to_owned(),
-        ),
-        "WRONGPASS" => Some(format!(
-            "authentication failed (WRONGPASS {message}): check the password and ACL username"
-        )),
-        "NOPERM" => Some(format!(
-            "the ACL user may not run what redlease sends (NOPERM {message}): grant it the \
-             scripting, key and pub/sub permissions of the redlease docs"
-        )),
-        _ => None,
-    }
 }
 
 impl r2d2::ManageConnection for Manager {
@@ -588,7 +561,7 @@ impl Transport {
         }
         for input in &inputs {
             if let Ok(Reply::Error(e)) = &input.result
-                && let Some(problem) = refusal(&e.code, &e.message)
+                && let Some(problem) = adapter::refusal(e)
             {
                 *kept = None;
                 return Err(self.configuration(problem));
@@ -624,7 +597,7 @@ impl Transport {
         let started = Instant::now();
         match conn.inner.ping() {
             Ok(()) => Ok(started.elapsed()),
-            Err(e) => match e.code().and_then(|c| refusal(c, e.detail().unwrap_or(""))) {
+            Err(e) => match adapter::error_reply(&e).and_then(|r| adapter::refusal(&r)) {
                 Some(problem) => Err(self.configuration(problem)),
                 None => match e.code() {
                     Some(code) => Err(Error::Redis {
@@ -846,20 +819,11 @@ impl Transport {
         };
         let mut pipe = redis::pipe();
         for r in &requests {
-            let mut cmd = redis::Cmd::new();
-            for a in r.command.args() {
-                cmd.arg(a.as_slice());
-            }
-            pipe.add_command(cmd);
+            pipe.add_command(adapter::command(&r.command));
         }
         if let Err(e) = single.send_packed_command(&pipe.get_packed_pipeline()) {
             conn.broken = true;
-            let failure = if e.is_connection_refusal() {
-                TransportFailure::not_sent(e.to_string())
-            } else {
-                TransportFailure::no_reply(e.to_string())
-            };
-            return fail(requests, failure);
+            return fail(requests, adapter::failure(&e));
         }
         Flight {
             requests,
@@ -944,22 +908,18 @@ fn send_to_cluster(
             }
             timeout = wanted;
         }
-        let mut cmd = redis::Cmd::new();
-        for a in r.command.args() {
-            cmd.arg(a.as_slice());
-        }
+        let cmd = adapter::command(&r.command);
         let (outcome, stale) = cluster_request(cluster, &cmd, deadline);
         broken |= stale;
         match outcome {
-            Ok(value) => inputs.push(Input::reply(r.id, to_reply(value))),
+            Ok(value) => inputs.push(Input::reply(r.id, reply_of(value))),
             // An error reply from the server.
             Err(e) if e.code().is_some() => {
-                let code = e.code().unwrap_or_default();
-                crate::observe::error_reply(code, e.detail());
-                inputs.push(Input::reply(
-                    r.id,
-                    Reply::Error(ErrorReply::new(code, e.detail().unwrap_or_default())),
-                ))
+                let input = adapter::input(r.id, Err(e));
+                if let Ok(Reply::Error(e)) = &input.result {
+                    crate::observe::error_reply(&e.code, Some(&e.message));
+                }
+                inputs.push(input);
             }
             Err(e) if e.detail().is_some_and(|d| d.starts_with(NOT_FOLLOWED)) => {
                 // A redirection not followed: the command did not run.
@@ -969,7 +929,7 @@ fn send_to_cluster(
             Err(e) => {
                 // No reply (or no connection): a reply may still be in flight on it.
                 broken = true;
-                fail_rest(&mut inputs, TransportFailure::no_reply(e.to_string()));
+                fail_rest(&mut inputs, adapter::failure(&e));
                 break;
             }
         }
@@ -1122,15 +1082,13 @@ impl Flight {
             };
             match single.recv_response() {
                 Ok(value) => {
-                    let reply = to_reply(value);
+                    let reply = reply_of(value);
                     // A master demoted by a failover answers READONLY: reconnect (through
                     // the Sentinels, to the new master) next time.
                     // An unauthenticated connection (NOAUTH) must not be reused either: Redis
                     // answers its next large command with a protocol error and closes it.
                     if let Reply::Error(e) = &reply
-                        && (e.is("READONLY")
-                            || e.is("MASTERDOWN")
-                            || refusal(&e.code, &e.message).is_some())
+                        && (e.is("READONLY") || e.is("MASTERDOWN") || adapter::refusal(e).is_some())
                     {
                         conn.broken = true;
                     }
@@ -1138,6 +1096,7 @@ impl Flight {
                 }
                 Err(e) => {
                     // A reply may still be in flight: this connection must never be reused.
+                    // Written already, so never "not sent", whatever the error.
                     conn.broken = true;
                     let failure = TransportFailure::no_reply(e.to_string());
                     inputs.extend(
@@ -1228,85 +1187,11 @@ pub(crate) fn run_together<P: Protocol>(
         .collect()
 }
 
-/// Maps a `redis` value onto the core's RESP mirror.
-pub(crate) fn to_reply(v: Value) -> Reply {
-    match v {
-        Value::Nil => Reply::Nil,
-        Value::Int(n) => Reply::Int(n),
-        Value::BulkString(b) => Reply::Bulk(b),
-        Value::Array(items) | Value::Set(items) => {
-            Reply::Array(items.into_iter().map(to_reply).collect())
-        }
-        Value::SimpleString(s) => Reply::Status(s),
-        Value::Okay => Reply::Status("OK".to_owned()),
-        Value::Map(pairs) => Reply::Array(
-            pairs
-                .into_iter()
-                .flat_map(|(k, v)| [to_reply(k), to_reply(v)])
-                .collect(),
-        ),
-        Value::Attribute { data, .. } => to_reply(*data),
-        Value::Double(d) => Reply::Bulk(d.to_string().into_bytes()),
-        Value::Boolean(b) => Reply::Int(i64::from(b)),
-        Value::VerbatimString { text, .. } => Reply::Bulk(text.into_bytes()),
-        // The payload is `Vec<u8>` (its digits), or a `num_bigint::BigInt` when any crate of
-        // the application turns on `redis`'s `num-bigint` feature (one of its defaults;
-        // features unify across the dependency graph). Both write themselves as one
-        // argument of decimal digits, so this compiles, and means the same, either way.
-        Value::BigNumber(n) => Reply::Bulk(redis::ToRedisArgs::to_redis_args(&n).concat()),
-        Value::Push { data, .. } => Reply::Array(data.into_iter().map(to_reply).collect()),
-        Value::ServerError(e) => {
-            crate::observe::error_reply(e.code(), e.details());
-            Reply::Error(ErrorReply::new(e.code(), e.details().unwrap_or_default()))
-        }
-        // `Value` is non-exhaustive; a future kind reaches the machine as a shape it rejects.
-        #[allow(unreachable_patterns)]
-        other => Reply::Status(format!("{other:?}")),
+/// [`adapter::to_reply`], noting an error reply for the diagnostics (a `NOPERM` warns).
+fn reply_of(value: Value) -> Reply {
+    let reply = adapter::to_reply(value);
+    if let Reply::Error(e) = &reply {
+        crate::observe::error_reply(&e.code, Some(&e.message));
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A RESP3 big number keeps its digits whichever type `redis` gives its payload (the
-    /// `num-bigint` feature changes it; `scripts/test.sh` checks the build with it on).
-    #[test]
-    fn big_number_becomes_its_digits() {
-        let digits = "3492890328409238509324850943850943825024385";
-        let value = redis::parse_redis_value(format!("({digits}\r\n").as_bytes()).unwrap();
-        assert!(matches!(value, Value::BigNumber(_)), "{value:?}");
-        assert_eq!(to_reply(value), Reply::Bulk(digits.as_bytes().to_vec()));
-    }
-
-    #[test]
-    fn replies_that_mean_a_misconfigured_client() {
-        for (code, message) in [
-            ("NOAUTH", "Authentication required."),
-            ("ERR", "Protocol error: unauthenticated multibulk length"),
-            ("ERR", "Protocol error: unauthenticated bulk length"),
-            (
-                "WRONGPASS",
-                "invalid username-password pair or user is disabled.",
-            ),
-            (
-                "NOPERM",
-                "User bob has no permissions to run the 'evalsha' command",
-            ),
-        ] {
-            assert!(refusal(code, message).is_some(), "{code} {message}");
-        }
-        for (code, message) in [
-            ("ERR", "Protocol error: invalid multibulk length"),
-            ("ERR", "unknown command"),
-            (
-                "WRONGTYPE",
-                "Operation against a key holding the wrong kind of value",
-            ),
-            ("READONLY", "You can't write against a read only replica."),
-            ("LOADING", "Redis is loading the dataset in memory"),
-        ] {
-            assert!(refusal(code, message).is_none(), "{code} {message}");
-        }
-    }
+    reply
 }

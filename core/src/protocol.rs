@@ -98,6 +98,16 @@ pub struct Wait {
 
 /// Which messages end a [`Wait`] early.
 ///
+/// `channel` is the plain channel name (`<prefix>:{<name>}:released` for a lock,
+/// `...:q:pushed` for a queue). A driver listens to it with `SUBSCRIBE`, or with
+/// `SSUBSCRIBE` when the keyspace announces on shard channels
+/// ([`Keyspace::with_sharded_pubsub`](crate::keys::Keyspace::with_sharded_pubsub): the
+/// scripts then `SPUBLISH`, and a plain subscriber hears nothing). A message published
+/// before the subscription took effect is never delivered: once the `SUBSCRIBE` (or
+/// `SSUBSCRIBE`) is confirmed, call [`Protocol::wake`] once on every machine already
+/// waiting on the channel, so that a release that fell in that gap is not missed (the
+/// machine then simply tries again).
+///
 /// A driver routes each message on `channel` by its payload: the payload
 /// [`WakeOn::ALL`] wakes every waiter of the channel; a payload equal to a waiter's `tag`
 /// wakes that waiter; any other payload wakes one untagged waiter (the longest waiting), so a

@@ -1,0 +1,402 @@
+//! The sans-IO core driven from tokio over the async `redis` crate, without the blocking
+//! driver: a lease lock tried once, then waited for with a pub/sub wake-up while its holder
+//! renews and releases it, and a queue job pushed, taken and acked. Every conversion between
+//! `redis` and the core goes through `redlease::adapter`; `docs/embedding.md` explains the
+//! driver loop below step by step.
+//!
+//! Runs against `REDIS_URL` when it is set (keys start with `tokio-embed:`); otherwise it
+//! starts a throwaway redis-server on a free port and stops it at the end. Exits 0 when
+//! everything behaved as described, else prints what went wrong and exits 1.
+//!
+//! ```text
+//! cargo run --example tokio_embed
+//! ```
+
+mod common;
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use common::BoxError;
+use futures_util::StreamExt;
+use redis::aio::{ConnectionLike, MultiplexedConnection, PubSubStream};
+use redlease::adapter;
+use redlease::core::keys::Keyspace;
+use redlease::core::lease::{Acquire, AcquireOptions, Acquisition, LockSpec, ScriptOp, Token};
+use redlease::core::queue::{self, NewJob, Pushed, QueueKeys, QueueSettings};
+use redlease::core::{Input, NodeId, Protocol, Step, TransportFailure, WakeOn};
+
+/// The lease of the example lock.
+const TTL: Duration = Duration::from_secs(30);
+/// How long the waiter waits at most.
+const WAIT: Duration = Duration::from_secs(10);
+/// The waiter's retry pause: long, so that only the release message can wake it in time.
+const RETRY: Duration = Duration::from_secs(5);
+/// How soon after the release the waiter must hold the lock (the pub/sub promise; the
+/// retry pause alone would take `RETRY`). Generous for a loaded machine.
+const WOKEN_WITHIN: Duration = Duration::from_secs(2);
+/// How long a plain command (release, extend, ack) may take.
+const OP_TIMEOUT: Duration = Duration::from_secs(2);
+
+fn main() -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return common::finish("tokio_embed", Err(e.into())),
+    };
+    common::finish("tokio_embed", runtime.block_on(run()))
+}
+
+async fn run() -> Result<(), BoxError> {
+    let redis = common::redis("tokio_embed")?;
+    let client = redis::Client::open(redis.url.as_str())?;
+    // The async connection's default response timeout is 500 ms: shorter than a `WAIT` of
+    // `min_replicas`, and not the machine's idea of a deadline. Turn it off and bound each
+    // batch by its own deadline instead (see `send`).
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(2)))
+        .set_response_timeout(None);
+    let conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    let keyspace = Keyspace::new("tokio-embed")?;
+
+    lock(&client, &conn, &keyspace).await?;
+    jobs(&conn, &keyspace).await?;
+    println!("tokio_embed: all steps behaved as expected");
+    Ok(())
+}
+
+/// The lease lock: try once, then a waiter woken by the release; the holder renews first.
+async fn lock(
+    client: &redis::Client,
+    conn: &MultiplexedConnection,
+    keyspace: &Keyspace,
+) -> Result<(), BoxError> {
+    let name = "report";
+    let holder = acquire(
+        conn,
+        LockSpec::lease(keyspace, name, token(), TTL)?,
+        &AcquireOptions::default(),
+        None,
+    )
+    .await?;
+    let Acquisition::Acquired(holder) = holder else {
+        return Err(format!("the lock {name:?} was busy at the start (a stale holder?)").into());
+    };
+    println!(
+        "tokio_embed: holder acquired {name:?} with fence {}",
+        holder.fence
+    );
+
+    // A second contender trying once finds it busy, with the holder's time left.
+    let tried = acquire(
+        conn,
+        LockSpec::lease(keyspace, name, token(), TTL)?,
+        &AcquireOptions::default(),
+        None,
+    )
+    .await?;
+    let Acquisition::Busy { holder_ttl } = tried else {
+        return Err("a second contender acquired a held lock".into());
+    };
+    println!("tokio_embed: a second try finds it busy (holder's ttl {holder_ttl:?})");
+
+    // The waiter: subscribed to the release channel its machine names, woken by the release.
+    let spec = LockSpec::lease(keyspace, name, token(), TTL)?;
+    let mut wakes = Wakes::subscribe(client, &spec.wake).await?;
+    let options = AcquireOptions {
+        wait: Some(WAIT),
+        retry_initial: RETRY,
+        retry_max: RETRY,
+        ..AcquireOptions::default()
+    };
+    let (waiting_tx, waiting_rx) = tokio::sync::oneshot::channel();
+    let waiter_conn = conn.clone();
+    let waiter = tokio::spawn(async move {
+        let machine = Acquire::new(spec, &options, seed(), Instant::now())?;
+        let out = drive(&waiter_conn, machine, Some(&mut wakes), Some(waiting_tx)).await;
+        out.map(|a| (a, Instant::now()))
+    });
+    // Wait until the waiter found the lock busy and is waiting (or it finished: see below).
+    let _ = waiting_rx.await;
+
+    // The holder renews its lease (as a watchdog would, every ttl/3) ...
+    let extended = drive(
+        conn,
+        ScriptOp::extend(&holder, TTL, deadline())?,
+        None,
+        None,
+    )
+    .await?;
+    println!(
+        "tokio_embed: holder renewed; valid for {:?} more",
+        extended.saturating_duration_since(Instant::now())
+    );
+    // ... then releases it: the release script publishes on the channel the waiter watches.
+    let released_at = Instant::now();
+    drive(conn, ScriptOp::release(&holder, deadline()), None, None).await?;
+
+    let (acquired, at) = waiter.await??;
+    let Acquisition::Acquired(next) = acquired else {
+        return Err("the waiter ended without the lock".into());
+    };
+    let after = at.saturating_duration_since(released_at);
+    println!(
+        "tokio_embed: the waiter got the lock {after:?} after the release, fence {}",
+        next.fence
+    );
+    if next.fence <= holder.fence {
+        return Err(format!(
+            "fences must increase: {} after {}",
+            next.fence, holder.fence
+        )
+        .into());
+    }
+    if after > WOKEN_WITHIN {
+        return Err(format!(
+            "the waiter took {after:?} after the release (more than {WOKEN_WITHIN:?}): the \
+             release message did not wake it"
+        )
+        .into());
+    }
+    drive(conn, ScriptOp::release(&next, deadline()), None, None).await?;
+    Ok(())
+}
+
+/// The queue: push a job, take it (its id and payload are the lease's data, its fence the
+/// delivery number), renew its lease, ack it; then a take finds the queue empty.
+async fn jobs(conn: &MultiplexedConnection, keyspace: &Keyspace) -> Result<(), BoxError> {
+    let keys = QueueKeys::new(keyspace, "emails")?;
+    let settings = QueueSettings::default();
+    let id = format!("welcome-{}", std::process::id());
+    let job = NewJob {
+        id: id.clone(),
+        payload: b"hello".to_vec(),
+    };
+    let pushed = drive(
+        conn,
+        queue::push(&keys, &[job], 0, Duration::ZERO, deadline())?,
+        None,
+        None,
+    )
+    .await?;
+    if pushed != [Pushed::Queued(id.clone())] {
+        return Err(format!("push answered {pushed:?}").into());
+    }
+
+    let taken = acquire(
+        conn,
+        queue::take(&keys, token(), &settings)?,
+        &AcquireOptions::default(),
+        None,
+    )
+    .await?;
+    let Acquisition::Acquired(lease) = taken else {
+        return Err("the queue was empty right after a push".into());
+    };
+    let (taken_id, payload) = match lease.data.as_slice() {
+        [id, payload] => (String::from_utf8_lossy(id).into_owned(), payload.clone()),
+        other => return Err(format!("a taken job carries {} values, not 2", other.len()).into()),
+    };
+    println!(
+        "tokio_embed: took job {taken_id:?} ({:?}), delivery {}",
+        String::from_utf8_lossy(&payload),
+        lease.fence
+    );
+    if taken_id != id || payload != b"hello" || lease.fence != 1 {
+        return Err(format!("took {taken_id:?} delivery {}, pushed {id:?}", lease.fence).into());
+    }
+    // A long job renews its lease (its visibility timeout) like a lock.
+    drive(
+        conn,
+        ScriptOp::extend(&lease, settings.visibility, deadline())?,
+        None,
+        None,
+    )
+    .await?;
+    // The ack is the job's own release call; a plain release would be a nack without backoff.
+    let ack = queue::ack_call(&keys, &taken_id, lease.token.as_str());
+    drive(
+        conn,
+        ScriptOp::release_with(&lease, ack, deadline()),
+        None,
+        None,
+    )
+    .await?;
+    println!("tokio_embed: acked {taken_id:?}");
+
+    // Empty: a take that tries once is `Busy`; its `holder_ttl` is the time until the next
+    // delayed job or lease expiry (`None`: nothing at all is scheduled).
+    let again = acquire(
+        conn,
+        queue::take(&keys, token(), &settings)?,
+        &AcquireOptions::default(),
+        None,
+    )
+    .await?;
+    match again {
+        Acquisition::Busy { holder_ttl: None } => Ok(()),
+        other => Err(format!("after the ack the queue should be empty, got {other:?}").into()),
+    }
+}
+
+/// Acquires `spec` with `options`, waiting on `wakes` if given.
+async fn acquire(
+    conn: &MultiplexedConnection,
+    spec: LockSpec,
+    options: &AcquireOptions,
+    wakes: Option<&mut Wakes>,
+) -> Result<Acquisition, BoxError> {
+    let machine = Acquire::new(spec, options, seed(), Instant::now())?;
+    Ok(drive(conn, machine, wakes, None).await?)
+}
+
+/// The driver loop: poll the machine, carry out its step, feed outcomes back, until done.
+/// `waiting` is told the first time the machine waits.
+async fn drive<P: Protocol>(
+    conn: &MultiplexedConnection,
+    mut machine: P,
+    mut wakes: Option<&mut Wakes>,
+    mut waiting: Option<tokio::sync::oneshot::Sender<()>>,
+) -> Result<P::Output, redlease::core::Error> {
+    if let Some(w) = wakes.as_deref_mut()
+        && w.fresh
+    {
+        // Subscribed just now: a release published before the subscription took effect
+        // was missed, so the machine must look again (the release-before-subscribe race).
+        w.fresh = false;
+        machine.wake(Instant::now());
+    }
+    loop {
+        match machine.poll(Instant::now()) {
+            Step::Send(batch) => {
+                // One multiplexed connection: every batch goes on the same connection, so
+                // `batch.same_connection` holds by construction.
+                for input in send(conn, &batch).await {
+                    machine.handle(input, Instant::now());
+                }
+            }
+            Step::Wait(wait) => {
+                if let Some(tx) = waiting.take() {
+                    let _ = tx.send(());
+                }
+                let until = tokio::time::Instant::from_std(wait.until);
+                match (wakes.as_deref_mut(), &wait.wake_on) {
+                    (Some(w), Some(on)) => {
+                        tokio::select! {
+                            () = tokio::time::sleep_until(until) => {}
+                            woken = w.next_for(on) => if woken {
+                                machine.wake(Instant::now());
+                            } else {
+                                // The subscription ended: wait for the machine's own time.
+                                tokio::time::sleep_until(until).await;
+                            },
+                        }
+                    }
+                    _ => tokio::time::sleep_until(until).await,
+                }
+            }
+            Step::Done(result) => return result,
+            // Every request of the last batch was answered above, so this cannot happen.
+            Step::Awaiting => {
+                return Err(redlease::core::Error::UnexpectedReply {
+                    context: "driver",
+                    reply: "the machine still awaits replies the driver fed".into(),
+                });
+            }
+        }
+    }
+}
+
+/// Sends `batch` and returns one input per request, in order: each command bounded by the
+/// batch's deadline (a timeout is "no reply": the command may have run).
+async fn send(conn: &MultiplexedConnection, batch: &redlease::core::Batch) -> Vec<Input> {
+    let mut conn = conn.clone();
+    let deadline = tokio::time::Instant::from_std(batch.deadline);
+    let mut inputs = Vec::with_capacity(batch.requests.len());
+    for r in &batch.requests {
+        if r.command.node() != NodeId::PRIMARY {
+            let failure = TransportFailure::not_sent("this driver talks to one node");
+            inputs.push(Input::failed(r.id, failure));
+            continue;
+        }
+        let cmd = adapter::command(&r.command);
+        let sent = tokio::time::timeout_at(deadline, conn.req_packed_command(&cmd)).await;
+        inputs.push(match sent {
+            Ok(outcome) => adapter::input(r.id, outcome),
+            Err(_) => Input::failed(
+                r.id,
+                TransportFailure::no_reply("the batch deadline passed"),
+            ),
+        });
+    }
+    inputs
+}
+
+/// A pub/sub subscription to one release channel.
+struct Wakes {
+    stream: PubSubStream,
+    /// Subscribed, and no machine has been woken since (see `drive`).
+    fresh: bool,
+}
+
+impl Wakes {
+    /// Subscribes to `on.channel` on a connection of its own (`SUBSCRIBE`; a keyspace
+    /// with sharded pub/sub would need `SSUBSCRIBE`).
+    async fn subscribe(client: &redis::Client, on: &WakeOn) -> Result<Self, BoxError> {
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe(&on.channel).await?;
+        Ok(Wakes {
+            stream: pubsub.into_on_message(),
+            fresh: true,
+        })
+    }
+
+    /// The next message that concerns a waiter of `on`: `true` to wake it, `false` when the
+    /// subscription ended (the machine then waits until its own `until`).
+    async fn next_for(&mut self, on: &WakeOn) -> bool {
+        while let Some(msg) = self.stream.next().await {
+            let payload = String::from_utf8_lossy(msg.get_payload_bytes());
+            let concerns = msg.get_channel_name() == on.channel
+                && (on.tag.is_none()
+                    || payload == WakeOn::ALL
+                    || on.tag.as_deref() == Some(payload.as_ref()));
+            if concerns {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// A fresh owner token: 16 random bytes in production (the blocking driver draws them
+/// from the OS); here the process id, the clock's nanoseconds and a counter, to keep the
+/// example free of an RNG crate. Tokens must be unique among all clients of a lock.
+fn token() -> Token {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut bytes = [0u8; 16];
+    bytes[..4].copy_from_slice(&std::process::id().to_le_bytes());
+    bytes[4..8].copy_from_slice(&nanos.to_le_bytes());
+    bytes[8..].copy_from_slice(&n.to_le_bytes());
+    Token::from_random(bytes)
+}
+
+/// A seed for the retry jitter.
+fn seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+}
+
+/// The deadline of a plain command.
+fn deadline() -> Instant {
+    Instant::now() + OP_TIMEOUT
+}

@@ -61,6 +61,8 @@ mod connect;
 mod legacy;
 mod listener;
 mod lock;
+#[cfg(feature = "memory")]
+pub mod memory;
 mod queue;
 mod redlock;
 // After the primitives: rustdoc lists `Client`'s methods in module order.

@@ -123,6 +123,16 @@ fn upper(b: &[u8]) -> String {
 
 /// Runs one plain command (not EVAL/EVALSHA/SCRIPT: the server runs those).
 pub(crate) fn run(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    let reply = dispatch(ctx, args);
+    match reply {
+        Reply::Error(e) if ctx.in_script && e.message.starts_with("wrong number of arguments") => {
+            err("ERR Wrong number of args calling Redis command from script")
+        }
+        other => other,
+    }
+}
+
+fn dispatch(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     let Some(first) = args.first() else {
         return err("ERR empty command");
     };
@@ -747,10 +757,9 @@ fn hash_mut<'d>(
     }
 }
 
-fn read_hash<'c>(
-    ctx: &'c mut Ctx<'_>,
-    key: &[u8],
-) -> Result<Option<&'c HashMap<Vec<u8>, Vec<u8>>>, Reply> {
+type Hash = HashMap<Vec<u8>, Vec<u8>>;
+
+fn read_hash<'c>(ctx: &'c mut Ctx<'_>, key: &[u8]) -> Result<Option<&'c Hash>, Reply> {
     let now = ctx.now_ms();
     match ctx.db.get(key, now).map(|e| &e.value) {
         None => Ok(None),
@@ -955,13 +964,13 @@ fn zadd(ctx: &mut Ctx<'_>, a: &[Vec<u8>]) -> Reply {
         i += 1;
     }
     let pairs = &a[i..];
-    if pairs.is_empty() || pairs.len() % 2 != 0 {
+    if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
         return err(SYNTAX);
     }
     if nx && xx {
         return err("ERR XX and NX options at the same time are not compatible");
     }
-    if (gt && nx) || (lt && nx) || (gt && lt) {
+    if (nx && (gt || lt)) || (gt && lt) {
         return err("ERR GT, LT, and/or NX options at the same time are not compatible");
     }
     if incr && pairs.len() > 2 {

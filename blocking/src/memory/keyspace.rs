@@ -150,7 +150,7 @@ impl Db {
     /// Live keys.
     pub(crate) fn len(&mut self, now_ms: i64) -> usize {
         self.map
-            .retain(|_, e| !e.expires_at.is_some_and(|at| now_ms > at));
+            .retain(|_, e| e.expires_at.is_none_or(|at| now_ms <= at));
         self.map.len()
     }
 

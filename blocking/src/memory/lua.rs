@@ -118,7 +118,7 @@ impl LuaEngine {
                 }
             }
         };
-        let funcname = format!("f_{sha}");
+        let funcname = sha.to_owned();
         let lua = &self.lua;
         let cell = RefCell::new(ctx);
         let result = lua.scope(|scope| {
@@ -263,7 +263,7 @@ fn to_reply(value: &LuaValue) -> Reply {
     }
 }
 
-/// The error reply of a script that failed, in Redis 7.0's form: `<error> script: f_<sha>,
+/// The error reply of a script that failed, in Redis 7.0's form: `<error> script: <sha>,
 /// on @user_script:<line>.`
 fn script_error(e: &mlua::Error, funcname: &str) -> Reply {
     let suffix = |at: Option<usize>| match at {

@@ -8,7 +8,7 @@
 //! strings, nil is `false`, a status is `{ok = ...}`, an array a table, an error raised
 //! (`redis.call`) or returned as `{err = ...}` (`redis.pcall`).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fmt;
 
@@ -53,7 +53,6 @@ setmetatable(_G, {
 #[derive(Debug)]
 struct Raised {
     line: String,
-    at: Option<usize>,
 }
 
 impl fmt::Display for Raised {
@@ -110,9 +109,13 @@ impl LuaEngine {
                         f
                     }
                     Err(e) => {
+                        let text = match &e {
+                            mlua::Error::SyntaxError { message, .. } => message.clone(),
+                            other => other.to_string(),
+                        };
                         return err(&format!(
                             "ERR Error compiling script (new function): {}",
-                            first_line(&e.to_string())
+                            first_line(&text)
                         ));
                     }
                 }
@@ -121,6 +124,7 @@ impl LuaEngine {
         let funcname = sha.to_owned();
         let lua = &self.lua;
         let cell = RefCell::new(ctx);
+        let at = Cell::new(None);
         let result = lua.scope(|scope| {
             let globals = lua.globals();
             globals.raw_set("KEYS", string_table(lua, keys)?)?;
@@ -132,12 +136,29 @@ impl LuaEngine {
                 .create_function(|lua, args: MultiValue| redis_call(lua, &cell, args, false))?;
             redis.raw_set("call", call)?;
             redis.raw_set("pcall", pcall)?;
-            let value: LuaValue = func.call(())?;
-            Ok(to_reply(&value))
+            // Redis runs a script under an error handler that notes the script's line where
+            // the error arose (in the script itself, or in the redis.call it made).
+            let handler = scope.create_function(|lua, e: LuaValue| {
+                at.set((1..16).find_map(|level| {
+                    lua.inspect_stack(level, |d| {
+                        let in_script = d.source().source.as_deref() == Some("@user_script");
+                        in_script.then(|| d.current_line()).flatten()
+                    })
+                    .flatten()
+                }));
+                Ok(e)
+            })?;
+            let xpcall: Function = globals.raw_get("xpcall")?;
+            let (ok, value): (bool, LuaValue) = xpcall.call((func, handler))?;
+            Ok(if ok {
+                to_reply(&value)
+            } else {
+                failure(lua, value, at.get(), &funcname)
+            })
         });
         match result {
             Ok(reply) => reply,
-            Err(e) => script_error(&e, &funcname),
+            Err(e) => err(&format!("ERR {}", first_line(&e.to_string()))),
         }
     }
 }
@@ -161,10 +182,9 @@ fn redis_call(
     args: MultiValue,
     raise: bool,
 ) -> mlua::Result<LuaValue> {
-    let at = lua.inspect_stack(1, |d| d.current_line()).flatten();
     let fail = |line: String| -> mlua::Result<LuaValue> {
         if raise {
-            Err(mlua::Error::external(Raised { line, at }))
+            Err(mlua::Error::external(Raised { line }))
         } else {
             error_table(lua, &line)
         }
@@ -263,27 +283,33 @@ fn to_reply(value: &LuaValue) -> Reply {
     }
 }
 
-/// The error reply of a script that failed, in Redis 7.0's form: `<error> script: <sha>,
-/// on @user_script:<line>.`
-fn script_error(e: &mlua::Error, funcname: &str) -> Reply {
-    let suffix = |at: Option<usize>| match at {
-        Some(line) => format!(" script: {funcname}, on @user_script:{line}."),
-        None => String::new(),
-    };
-    if let Some(raised) = find_raised(e) {
-        return err(&format!("{}{}", raised.line, suffix(raised.at)));
-    }
-    match e {
-        mlua::Error::RuntimeError(msg) => {
-            let msg = first_line(msg);
-            // "user_script:3: attempt to ..." carries its line.
-            let at = msg
-                .strip_prefix("user_script:")
-                .and_then(|rest| rest.split(':').next())
-                .and_then(|n| n.parse().ok());
-            err(&format!("ERR {msg}{}", suffix(at)))
+/// The error reply of a script that failed with `error`, in Redis 7.0's form: `<error>
+/// script: <sha>, on @user_script:<line>.` An error table keeps its code, a raised string
+/// gets `ERR`, an error of `redis.call` is the command's error.
+fn failure(lua: &Lua, error: LuaValue, at: Option<usize>, funcname: &str) -> Reply {
+    let text = match &error {
+        LuaValue::Error(e) => match find_raised(e) {
+            Some(raised) => raised.line.clone(),
+            None => format!("ERR {}", first_line(&e.to_string())),
+        },
+        LuaValue::Table(t) => match t.raw_get::<LuaValue>("err") {
+            Ok(LuaValue::String(e)) => e.to_string_lossy(),
+            _ => "ERR execution failure".into(),
+        },
+        other => {
+            let s = lua
+                .coerce_string(other.clone())
+                .ok()
+                .flatten()
+                .map(|s| s.to_string_lossy());
+            format!("ERR {}", s.unwrap_or_else(|| other.type_name().into()))
         }
-        other => err(&format!("ERR {}", first_line(&other.to_string()))),
+    };
+    match at {
+        Some(line) => err(&format!(
+            "{text} script: {funcname}, on @user_script:{line}."
+        )),
+        None => err(&text),
     }
 }
 

@@ -434,3 +434,48 @@ fn g17_formats_like_c() {
     assert_eq!(format_g17(-2.0), "-2");
     assert_eq!(format_g17(f64::INFINITY), "inf");
 }
+
+#[test]
+fn script_errors_read_as_redis_7_0_writes_them() {
+    let s = MemoryServer::new();
+    let sha = |src: &str| sha1_hex(src.as_bytes());
+    let src = "return 1 +";
+    assert_eq!(
+        eval(&s, src, &[], &[]),
+        Reply::Error(redlease_core::ErrorReply::parse(
+            "ERR Error compiling script (new function): user_script:1: unexpected symbol near '<eof>'"
+        ))
+    );
+    let src = "error({err='MY y'})";
+    assert_eq!(
+        eval(&s, src, &[], &[]),
+        Reply::Error(redlease_core::ErrorReply::parse(&format!(
+            "MY y script: {}, on @user_script:1.",
+            sha(src)
+        )))
+    );
+    let src = "error('x')";
+    assert_eq!(
+        eval(&s, src, &[], &[]),
+        Reply::Error(redlease_core::ErrorReply::parse(&format!(
+            "ERR user_script:1: x script: {}, on @user_script:1.",
+            sha(src)
+        )))
+    );
+    let src = "return redis.call('GET')";
+    assert_eq!(
+        eval(&s, src, &[], &[]),
+        Reply::Error(redlease_core::ErrorReply::parse(&format!(
+            "ERR Wrong number of args calling Redis command from script script: {}, on @user_script:1.",
+            sha(src)
+        )))
+    );
+    let src = "return redis.call({})";
+    assert_eq!(
+        eval(&s, src, &[], &[]),
+        Reply::Error(redlease_core::ErrorReply::parse(&format!(
+            "ERR Lua redis lib command arguments must be strings or integers script: {}, on @user_script:1.",
+            sha(src)
+        )))
+    );
+}

@@ -273,9 +273,12 @@ enum Family {
     Semaphore,
     Queue,
     Plain,
+    /// The data commands scripts call, sent directly with odd arguments (negative
+    /// indexes, exclusive and infinite bounds, fractional scores, wrong types).
+    Data,
 }
 
-const FAMILIES: [Family; 7] = [
+const FAMILIES: [Family; 8] = [
     Family::Lease,
     Family::Reentrant,
     Family::Fair,
@@ -283,6 +286,7 @@ const FAMILIES: [Family; 7] = [
     Family::Semaphore,
     Family::Queue,
     Family::Plain,
+    Family::Data,
 ];
 
 struct Op {
@@ -516,6 +520,7 @@ impl Seq {
             }
             Family::Queue => self.queue_op(),
             Family::Plain => self.plain_op(),
+            Family::Data => self.data_op(),
         }
     }
 
@@ -660,6 +665,101 @@ impl Seq {
                 Self::plain(&["EVALSHA", &sha, "1", &key], Cmp::Exact)
             }
         }
+    }
+
+    fn data_op(&mut self) -> Op {
+        let stem = self.keyspace.stem("r").unwrap();
+        let key = format!("{stem}:{}", self.rng.pick(&["a", "b", "c"]));
+        let r = &mut self.rng;
+        let int = |r: &mut Rng| {
+            r.pick(&["0", "1", "2", "-1", "-2", "3", "10", "-10", "x", "01"])
+                .to_string()
+        };
+        let score = |r: &mut Rng| {
+            r.pick(&[
+                "0",
+                "1",
+                "2.5",
+                "-3",
+                "0.1",
+                "1e3",
+                "inf",
+                "-inf",
+                "+inf",
+                "(1",
+                "(2.5",
+                "nan",
+                "x",
+                "1099511627776",
+            ])
+            .to_string()
+        };
+        let member = |r: &mut Rng| r.pick(&["m1", "m2", "m3", "m4"]).to_string();
+        let v: Vec<String> = match r.below(30) {
+            0 => vec!["ZADD".into(), key, score(r), member(r)],
+            1 => vec!["ZADD".into(), key, score(r), member(r), score(r), member(r)],
+            2 => vec![
+                "ZADD".into(),
+                key,
+                r.pick(&["XX", "NX", "GT", "LT", "CH", "INCR"]).to_string(),
+                score(r),
+                member(r),
+            ],
+            3 => vec!["ZSCORE".into(), key, member(r)],
+            4 => vec!["ZREM".into(), key, member(r), member(r)],
+            5 => vec!["ZCARD".into(), key],
+            6 => vec!["ZRANGE".into(), key, int(r), int(r), "WITHSCORES".into()],
+            7 => vec!["ZRANGE".into(), key, int(r), int(r)],
+            8 => vec![
+                "ZRANGEBYSCORE".into(),
+                key,
+                score(r),
+                score(r),
+                "WITHSCORES".into(),
+            ],
+            9 => vec![
+                "ZRANGEBYSCORE".into(),
+                key,
+                score(r),
+                score(r),
+                "LIMIT".into(),
+                int(r),
+                int(r),
+            ],
+            10 => vec!["ZREMRANGEBYSCORE".into(), key, score(r), score(r)],
+            11 => vec!["HSET".into(), key, member(r), int(r)],
+            12 => vec!["HSETNX".into(), key, member(r), int(r)],
+            13 => vec!["HGET".into(), key, member(r)],
+            14 => vec!["HDEL".into(), key, member(r), member(r)],
+            15 => vec!["HINCRBY".into(), key, member(r), int(r)],
+            16 => vec!["HLEN".into(), key],
+            17 => vec!["HEXISTS".into(), key, member(r)],
+            18 => vec![
+                r.pick(&["RPUSH", "LPUSH"]).to_string(),
+                key,
+                member(r),
+                member(r),
+            ],
+            19 => vec!["LRANGE".into(), key, int(r), int(r)],
+            20 => vec!["LINDEX".into(), key, int(r)],
+            21 => vec!["LREM".into(), key, int(r), member(r)],
+            22 => vec!["LPOS".into(), key, member(r)],
+            23 => vec![
+                "LPOS".into(),
+                key,
+                member(r),
+                r.pick(&["RANK", "COUNT", "MAXLEN"]).to_string(),
+                int(r),
+            ],
+            24 => vec!["LPOP".into(), key],
+            25 => vec!["LLEN".into(), key],
+            26 => vec!["SET".into(), key, int(r)],
+            27 => vec!["INCR".into(), key],
+            28 => vec!["GET".into(), key],
+            _ => vec!["DEL".into(), key],
+        };
+        let args: Vec<&str> = v.iter().map(String::as_str).collect();
+        Self::plain(&args, Cmp::Exact)
     }
 
     /// Learns from Redis' replies (jobs taken, dead jobs).

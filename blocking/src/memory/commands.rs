@@ -530,13 +530,14 @@ fn dispatch(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
         }
         "LINDEX" => {
             need!(a.len() == 2);
-            let Some(i) = parse_int(&a[1]) else {
-                return err(NOT_INT);
-            };
+            // Redis looks the key up before it reads the index.
             match read_list(ctx, &a[0]) {
                 Err(e) => e,
-                Ok(l) => {
-                    let l = l.cloned().unwrap_or_default();
+                Ok(None) => Reply::Nil,
+                Ok(Some(l)) => {
+                    let Some(i) = parse_int(&a[1]) else {
+                        return err(NOT_INT);
+                    };
                     let i = if i < 0 { l.len() as i64 + i } else { i };
                     usize::try_from(i)
                         .ok()
@@ -846,10 +847,13 @@ fn lpos(ctx: &mut Ctx<'_>, a: &[Vec<u8>]) -> Reply {
         let Some(v) = a.get(i + 1) else {
             return err(SYNTAX);
         };
-        let Some(n) = parse_int(v) else {
-            return err(NOT_INT);
+        let opt = upper(&a[i]);
+        let n = match (parse_int(v), opt.as_str()) {
+            (Some(n), _) => n,
+            (None, "COUNT" | "MAXLEN") => return err(&format!("ERR {opt} can't be negative")),
+            (None, _) => return err(NOT_INT),
         };
-        match upper(&a[i]).as_str() {
+        match opt.as_str() {
             "RANK" => {
                 if n == 0 {
                     return err(
@@ -1038,9 +1042,6 @@ fn zadd(ctx: &mut Ctx<'_>, a: &[Vec<u8>]) -> Reply {
 }
 
 fn zrange_by_score(ctx: &mut Ctx<'_>, a: &[Vec<u8>]) -> Reply {
-    let Some(range) = ScoreRange::parse(&a[1], &a[2]) else {
-        return err("ERR min or max is not a float");
-    };
     let (mut withscores, mut offset, mut count) = (false, 0i64, -1i64);
     let mut i = 3;
     while i < a.len() {
@@ -1060,6 +1061,10 @@ fn zrange_by_score(ctx: &mut Ctx<'_>, a: &[Vec<u8>]) -> Reply {
         }
         i += 1;
     }
+    // Redis reads the options before the range.
+    let Some(range) = ScoreRange::parse(&a[1], &a[2]) else {
+        return err("ERR min or max is not a float");
+    };
     let z = match read_zset(ctx, &a[0]) {
         Err(e) => return e,
         Ok(z) => z,

@@ -330,6 +330,7 @@ impl Seq {
         let family = *rng.pick(&FAMILIES);
         let left = 5 + rng.below(6) as u32;
         let queue_dur = rng.dur();
+        let sharded = rng.chance(30);
         Seq {
             queue_dur,
             timed: false,
@@ -337,7 +338,10 @@ impl Seq {
             attempt,
             rng,
             family,
-            keyspace: Keyspace::new(&format!("d{seed}a{attempt}")).unwrap(),
+            // Now and then release notifications go out on shard channels (SPUBLISH).
+            keyspace: Keyspace::new(&format!("d{seed}a{attempt}"))
+                .unwrap()
+                .with_sharded_pubsub(sharded),
             left,
             loaded: HashSet::new(),
             taken: Vec::new(),
@@ -604,8 +608,15 @@ impl Seq {
             }
             15 => self.machine_op(queue::stats(&keys, now), Cmp::Exact),
             16 => self.machine_op(queue::dead_jobs(&keys, 10, now), Cmp::Exact),
-            17 if !self.dead.is_empty() => {
-                let id = self.rng.pick(&self.dead).clone();
+            17 => {
+                // A dead job if one is known; else any id (requeue and forget say 0).
+                let id = if !self.dead.is_empty() && self.rng.chance(70) {
+                    self.rng.pick(&self.dead).clone()
+                } else if !self.taken.is_empty() {
+                    self.rng.pick(&self.taken).0.clone()
+                } else {
+                    "job0001".to_owned()
+                };
                 if self.rng.chance(50) {
                     self.machine_op(queue::requeue(&keys, &id, now), Cmp::Exact)
                 } else {
@@ -645,8 +656,16 @@ impl Seq {
         let key = format!("{stem}:{}", self.rng.pick(&["lock", "lock", "other"]));
         let ttl = self.rng.dur().as_millis().to_string();
         let owner = format!("o{}", self.rng.below(OWNERS));
-        match self.rng.below(17) {
+        match self.rng.below(22) {
             0..=2 => Self::plain(&["SET", &key, &owner, "NX", "PX", &ttl], Cmp::Exact),
+            17 => Self::plain(&["SET", &key, &owner, "XX", "GET", "EX", "1"], Cmp::Exact),
+            18 => Self::plain(&["SET", &key, &owner, "KEEPTTL"], Cmp::Exact),
+            19 => {
+                let opt = *self.rng.pick(&["NX", "XX", "GT", "LT"]);
+                Self::plain(&["PEXPIRE", &key, &ttl, opt], Cmp::Exact)
+            }
+            20 => Self::plain(&["TTL", &key], Cmp::Exact),
+            21 => Self::plain(&["PERSIST", &key], Cmp::Exact),
             3 => Self::plain(&["GET", &key], Cmp::Exact),
             4 => Self::plain(&["DEL", &key], Cmp::Exact),
             5 => Self::plain(&["SETNX", &key, &owner], Cmp::Exact),
@@ -822,12 +841,23 @@ struct MemSeq {
 #[derive(Default, Debug)]
 struct Tally {
     commands: u64,
+    /// Scripts run (by name).
+    scripts: HashSet<&'static str>,
     kinds: std::collections::BTreeMap<String, u64>,
 }
 
 impl Tally {
-    fn count(&mut self, r: &Reply) {
+    fn count(&mut self, c: &Command, r: &Reply) {
         self.commands += 1;
+        if let Some(body) = c.args().get(1) {
+            let body = String::from_utf8_lossy(body);
+            if let Some(s) = all_scripts()
+                .into_iter()
+                .find(|s| s.sha1 == body || s.source == body)
+            {
+                self.scripts.insert(s.name);
+            }
+        }
         let kind = match r {
             Reply::Error(e) => format!("error {}", e.code),
             Reply::Nil => "nil".into(),
@@ -867,7 +897,7 @@ fn memory_side(rx: mpsc::Receiver<ToMemory>, out: mpsc::Sender<Mismatch>) -> Tal
                 clock.advance(at - clock.elapsed());
                 for (command, cmp, redis) in ops {
                     let mem = s.server.execute(&command).expect("no fault injected");
-                    tally.count(&mem);
+                    tally.count(&command, &mem);
                     s.log.push(format!(
                         "  t+{:>5} ms {command:?}\n      redis:  {}\n      memory: {}",
                         at.as_millis(),
@@ -963,8 +993,9 @@ fn memory_server_replies_as_redis_does() {
             let key = (seq.seed, seq.attempt);
             if late {
                 to_mem.send(ToMemory::Done { seq: key }).unwrap();
-                if seq.attempt < 4 {
-                    queue.push((seq.seed, seq.attempt + 1));
+                // Run it again later (the machine may stay busy for a while).
+                if seq.attempt < 9 {
+                    queue.insert(0, (seq.seed, seq.attempt + 1));
                 } else {
                     gave_up.push(seq.seed);
                 }
@@ -1001,9 +1032,10 @@ fn memory_server_replies_as_redis_does() {
     let memory_commands = tally.commands;
     let failures: Vec<Mismatch> = mismatches.into_iter().collect();
     println!(
-        "memory_diff: {done} sequences ({total} asked), {redis_commands} commands on redis-server, \
-         {memory_commands} compared, {epochs} epochs ({spoiled_epochs} spoiled by a late pipeline \
-         and run again), {:.1} s",
+        "memory_diff: {done} sequences ({total} asked, {} given up after 10 late pipelines), \
+         {redis_commands} commands on redis-server, {memory_commands} compared, {epochs} epochs \
+         ({spoiled_epochs} spoiled by a late pipeline and run again), {:.1} s",
+        gave_up.len(),
         started.elapsed().as_secs_f64()
     );
     println!("memory_diff: replies by kind {:?}", tally.kinds);
@@ -1027,6 +1059,12 @@ fn memory_server_replies_as_redis_does() {
     // The run reached the paths that matter: held and busy acquisitions, wrong types in
     // scripts, unknown scripts.
     if total >= 1000 {
+        let missed: Vec<&str> = all_scripts()
+            .iter()
+            .map(|s| s.name)
+            .filter(|n| !tally.scripts.contains(n))
+            .collect();
+        assert!(missed.is_empty(), "scripts never run: {missed:?}");
         for kind in [
             "pair 1",
             "pair 0",
@@ -1042,10 +1080,14 @@ fn memory_server_replies_as_redis_does() {
             );
         }
     }
-    // Sequences spoiled four times over say the machine is too loaded to time Redis; a few
-    // are tolerated, many would leave the test proving little.
+    // Sequences spoiled ten times over say the machine is too loaded to time Redis; 1 % are
+    // tolerated, more would leave the test proving little.
     assert!(
-        gave_up.len() * 20 <= total.max(1) || replay && gave_up.is_empty(),
+        if replay {
+            gave_up.is_empty()
+        } else {
+            gave_up.len() * 100 <= total
+        },
         "{} of {total} sequences could not be timed on redis-server (seeds {:?}): the machine is too loaded",
         gave_up.len(),
         &gave_up[..gave_up.len().min(10)]

@@ -15,7 +15,9 @@
 //! tolerance (remaining ttls) or by order (fences, which hold the server clock in µs).
 //!
 //! The generator reads Redis' replies (job ids to ack, ...); the in-process server runs on a
-//! second thread, behind, and its replies are compared there.
+//! second thread, behind, and its replies are compared there. A subscriber on each side
+//! listens to every channel a sequence's scripts publish on (plain and shard channels): the
+//! messages must be the same, in the same order.
 //!
 //! `MEMORY_DIFF_SEED=<n>` replays one sequence (a failure prints the line);
 //! `MEMORY_DIFF_SEQUENCES=<n>` sets how many run (default 10,000), from seed
@@ -121,6 +123,141 @@ impl Resp {
             }
             other => panic!("unexpected RESP type {other}"),
         }
+    }
+}
+
+/// Messages seen on channel, in order.
+type Messages = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// A subscriber connection to redis-server: a thread reads what arrives; the test
+/// subscribes a sequence's channels before it starts and collects its messages when it ends.
+struct RedisSubscriber {
+    out: TcpStream,
+    seen: std::sync::Arc<(std::sync::Mutex<SubState>, std::sync::Condvar)>,
+    pings: u64,
+}
+
+#[derive(Default)]
+struct SubState {
+    confirmed: HashSet<Vec<u8>>,
+    messages: HashMap<Vec<u8>, Vec<Vec<u8>>>,
+    pongs: u64,
+}
+
+impl RedisSubscriber {
+    fn connect(port: u16) -> RedisSubscriber {
+        let mut conn = Resp::connect(port);
+        conn.input.get_ref().set_read_timeout(None).unwrap();
+        let seen = std::sync::Arc::new((
+            std::sync::Mutex::new(SubState::default()),
+            std::sync::Condvar::new(),
+        ));
+        let out = conn.out.try_clone().unwrap();
+        let state = seen.clone();
+        std::thread::spawn(move || {
+            loop {
+                let mut l = Vec::new();
+                if conn
+                    .input
+                    .read_until(b'\n', &mut l)
+                    .map_or(true, |n| n == 0)
+                {
+                    return; // closed at the end of the test
+                }
+                assert!(l.starts_with(b"*"), "subscriber got {l:?}");
+                let n: usize = String::from_utf8_lossy(&l[1..l.len() - 2]).parse().unwrap();
+                let items: Vec<Reply> = (0..n).map(|_| conn.read()).collect();
+                let bulk = |r: &Reply| match r {
+                    Reply::Bulk(b) => b.clone(),
+                    other => panic!("subscriber got {other:?}"),
+                };
+                let (lock, cond) = &*state;
+                let mut st = lock.lock().unwrap();
+                match bulk(&items[0]).as_slice() {
+                    b"subscribe" | b"ssubscribe" => {
+                        st.confirmed.insert(bulk(&items[1]));
+                    }
+                    b"message" | b"smessage" => {
+                        st.messages
+                            .entry(bulk(&items[1]))
+                            .or_default()
+                            .push(bulk(&items[2]));
+                    }
+                    b"pong" => st.pongs += 1,
+                    _ => {}
+                }
+                cond.notify_all();
+            }
+        });
+        RedisSubscriber {
+            out,
+            seen,
+            pings: 0,
+        }
+    }
+
+    fn send(&mut self, args: &[&[u8]]) {
+        let mut buf = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            buf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            buf.extend_from_slice(a);
+            buf.extend_from_slice(b"\r\n");
+        }
+        self.out.write_all(&buf).unwrap();
+    }
+
+    fn wait(&self, what: &str, mut done: impl FnMut(&SubState) -> bool) {
+        let (lock, cond) = &*self.seen;
+        let (_guard, timeout) = cond
+            .wait_timeout_while(lock.lock().unwrap(), Duration::from_secs(20), |st| {
+                !done(st)
+            })
+            .unwrap();
+        assert!(!timeout.timed_out(), "redis-server never confirmed {what}");
+    }
+
+    /// Subscribes, and waits for the confirmations.
+    fn subscribe(&mut self, channels: &[(String, bool)]) {
+        for (c, sharded) in channels {
+            let verb: &[u8] = if *sharded {
+                b"SSUBSCRIBE"
+            } else {
+                b"SUBSCRIBE"
+            };
+            self.send(&[verb, c.as_bytes()]);
+        }
+        self.wait("a subscription", |st| {
+            channels
+                .iter()
+                .all(|(c, _)| st.confirmed.contains(c.as_bytes()))
+        });
+    }
+
+    /// Waits until every message published so far has arrived (a PING answered after them).
+    fn drain(&mut self) {
+        self.send(&[b"PING"]);
+        self.pings += 1;
+        let want = self.pings;
+        self.wait("a ping", |st| st.pongs >= want);
+    }
+
+    /// Takes the messages of `channels` and unsubscribes them.
+    fn take(&mut self, channels: &[(String, bool)]) -> Messages {
+        let mut out = Vec::new();
+        for (c, sharded) in channels {
+            let verb: &[u8] = if *sharded {
+                b"SUNSUBSCRIBE"
+            } else {
+                b"UNSUBSCRIBE"
+            };
+            self.send(&[verb, c.as_bytes()]);
+            let mut st = self.seen.0.lock().unwrap();
+            st.confirmed.remove(c.as_bytes());
+            for m in st.messages.remove(c.as_bytes()).unwrap_or_default() {
+                out.push((c.as_bytes().to_vec(), m));
+            }
+        }
+        out
     }
 }
 
@@ -320,6 +457,16 @@ struct Seq {
     timed: bool,
     /// The ops of the current epoch, for reading their replies.
     pending: Vec<Op>,
+    /// The channels its scripts publish on: (channel, shard channel).
+    channels: Vec<(String, bool)>,
+}
+
+/// The channel a `notify` argument names (`{shard}` marks a shard channel).
+fn channel(notify: &str) -> (String, bool) {
+    match notify.strip_prefix("{shard}") {
+        Some(c) => (c.to_owned(), true),
+        None => (notify.to_owned(), false),
+    }
 }
 
 const OWNERS: usize = 3;
@@ -349,7 +496,30 @@ impl Seq {
             ops: Vec::new(),
             counter: 0,
             pending: Vec::new(),
+            channels: Vec::new(),
         }
+        .with_channels()
+    }
+
+    fn with_channels(mut self) -> Seq {
+        let (ks, t, d) = (&self.keyspace, Token::new("x").unwrap(), durations()[0]);
+        let d = Duration::from_millis(d);
+        let notify = match self.family {
+            Family::Lease => LockSpec::lease(ks, "r", t, d).unwrap().notify,
+            Family::Reentrant => LockSpec::reentrant(ks, "r", "x", t, d).unwrap().notify,
+            Family::Fair => LockSpec::fair(ks, "r", t, d, d).unwrap().notify,
+            Family::ReadWrite => LockSpec::read(ks, "r", t, d).unwrap().notify,
+            Family::Semaphore => LockSpec::permit(ks, "r", t, d, 2, d).unwrap().notify,
+            Family::Queue => {
+                let keys = QueueKeys::new(ks, "r").unwrap();
+                queue::take(&keys, t, &QueueSettings::default())
+                    .unwrap()
+                    .notify
+            }
+            Family::Plain | Family::Data => format!("{}:ch", ks.stem("r").unwrap()),
+        };
+        self.channels = vec![channel(&notify)];
+        self
     }
 
     fn token(&self, owner: usize) -> Token {
@@ -819,9 +989,15 @@ enum ToMemory {
         seq: (u64, u32),
         epoch: u64,
         ops: Vec<(Command, Cmp, Reply)>,
+        /// The channels to listen to (when the sequence starts).
+        channels: Vec<(String, bool)>,
     },
-    /// The sequence is over (or spoiled): drop its server.
-    Done { seq: (u64, u32) },
+    /// The sequence is over: compare the messages published on its channels (`None`: it
+    /// was spoiled), drop its server.
+    Done {
+        seq: (u64, u32),
+        messages: Option<Messages>,
+    },
 }
 
 struct Mismatch {
@@ -831,6 +1007,7 @@ struct Mismatch {
 
 struct MemSeq {
     server: MemoryServer,
+    subscriber: redlease::memory::Subscriber,
     start_epoch: u64,
     fences: Fences,
     log: Vec<String>,
@@ -841,6 +1018,8 @@ struct MemSeq {
 #[derive(Default, Debug)]
 struct Tally {
     commands: u64,
+    /// Pub/sub messages compared.
+    messages: u64,
     /// Scripts run (by name).
     scripts: HashSet<&'static str>,
     kinds: std::collections::BTreeMap<String, u64>,
@@ -878,16 +1057,63 @@ fn memory_side(rx: mpsc::Receiver<ToMemory>, out: mpsc::Sender<Mismatch>) -> Tal
     let mut tally = Tally::default();
     for msg in rx {
         match msg {
-            ToMemory::Done { seq } => {
-                seqs.remove(&seq);
+            ToMemory::Done { seq, messages } => {
+                let (Some(s), Some(redis)) = (seqs.remove(&seq), messages) else {
+                    continue;
+                };
+                let memory: Messages = std::iter::from_fn(|| s.subscriber.try_recv())
+                    .map(|m| (m.channel, m.payload))
+                    .collect();
+                tally.messages += memory.len() as u64;
+                if !s.failed && memory != redis {
+                    let show = |m: &Messages| {
+                        m.iter()
+                            .map(|(c, p)| {
+                                format!(
+                                    "{}={}",
+                                    String::from_utf8_lossy(c),
+                                    String::from_utf8_lossy(p)
+                                )
+                            })
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    };
+                    out.send(Mismatch {
+                        seed: seq.0,
+                        text: format!(
+                            "seed {}: published messages differ\n  redis:  {}\n  memory: {}",
+                            seq.0,
+                            show(&redis),
+                            show(&memory)
+                        ),
+                    })
+                    .unwrap();
+                }
             }
-            ToMemory::Epoch { seq, epoch, ops } => {
-                let s = seqs.entry(seq).or_insert_with(|| MemSeq {
-                    server: MemoryServer::new(),
-                    start_epoch: epoch,
-                    fences: Fences::default(),
-                    log: Vec::new(),
-                    failed: false,
+            ToMemory::Epoch {
+                seq,
+                epoch,
+                ops,
+                channels,
+            } => {
+                let s = seqs.entry(seq).or_insert_with(|| {
+                    let server = MemoryServer::new();
+                    let subscriber = server.subscriber();
+                    for (c, sharded) in &channels {
+                        if *sharded {
+                            subscriber.ssubscribe(&[c]);
+                        } else {
+                            subscriber.subscribe(&[c]);
+                        }
+                    }
+                    MemSeq {
+                        server,
+                        subscriber,
+                        start_epoch: epoch,
+                        fences: Fences::default(),
+                        log: Vec::new(),
+                        failed: false,
+                    }
                 });
                 if s.failed {
                     continue;
@@ -948,6 +1174,7 @@ fn memory_server_replies_as_redis_does() {
     let total = seeds.len();
     let redis = server();
     let mut conn = Resp::connect(redis.port());
+    let mut subscriber = RedisSubscriber::connect(redis.port());
     let (to_mem, mem_rx) = mpsc::channel();
     let (mismatch_tx, mismatches) = mpsc::channel();
     let memory = std::thread::spawn(move || memory_side(mem_rx, mismatch_tx));
@@ -960,11 +1187,15 @@ fn memory_server_replies_as_redis_does() {
     let t0 = Instant::now() + Duration::from_millis(20);
     let mut epoch = 0u64;
     while !queue.is_empty() || !active.is_empty() {
+        let mut starting = Vec::new();
         while active.len() < CONCURRENT
             && let Some((seed, attempt)) = queue.pop()
         {
-            active.push((Seq::new(seed, attempt), 0));
+            let seq = Seq::new(seed, attempt);
+            starting.extend(seq.channels.iter().cloned());
+            active.push((seq, 0));
         }
+        subscriber.subscribe(&starting);
         // This epoch's commands, from every active sequence.
         let mut commands = Vec::new();
         for (seq, _) in &mut active {
@@ -987,12 +1218,21 @@ fn memory_server_replies_as_redis_does() {
         }
         let mut replies = replies.into_iter();
         let mut still = Vec::new();
+        if late || active.iter().any(|(s, _)| s.left == 1) {
+            subscriber.drain();
+        }
         for (mut seq, _) in active.drain(..) {
             let pending = std::mem::take(&mut seq.pending);
             let got: Vec<Reply> = replies.by_ref().take(pending.len()).collect();
             let key = (seq.seed, seq.attempt);
             if late {
-                to_mem.send(ToMemory::Done { seq: key }).unwrap();
+                subscriber.take(&seq.channels);
+                to_mem
+                    .send(ToMemory::Done {
+                        seq: key,
+                        messages: None,
+                    })
+                    .unwrap();
                 // Run it again later (the machine may stay busy for a while).
                 if seq.attempt < 9 {
                     queue.insert(0, (seq.seed, seq.attempt + 1));
@@ -1014,11 +1254,13 @@ fn memory_server_replies_as_redis_does() {
                     seq: key,
                     epoch,
                     ops,
+                    channels: seq.channels.clone(),
                 })
                 .unwrap();
             seq.left -= 1;
             if seq.left == 0 {
-                to_mem.send(ToMemory::Done { seq: key }).unwrap();
+                let messages = Some(subscriber.take(&seq.channels));
+                to_mem.send(ToMemory::Done { seq: key, messages }).unwrap();
                 done += 1;
             } else {
                 still.push((seq, epoch));
@@ -1033,9 +1275,11 @@ fn memory_server_replies_as_redis_does() {
     let failures: Vec<Mismatch> = mismatches.into_iter().collect();
     println!(
         "memory_diff: {done} sequences ({total} asked, {} given up after 10 late pipelines), \
-         {redis_commands} commands on redis-server, {memory_commands} compared, {epochs} epochs \
+         {redis_commands} commands on redis-server, {memory_commands} compared, {} pub/sub \
+         messages compared, {epochs} epochs \
          ({spoiled_epochs} spoiled by a late pipeline and run again), {:.1} s",
         gave_up.len(),
+        tally.messages,
         started.elapsed().as_secs_f64()
     );
     println!("memory_diff: replies by kind {:?}", tally.kinds);

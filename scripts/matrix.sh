@@ -7,7 +7,7 @@
 # is the system redis-server unless already set (the wheels' servers are built without TLS).
 # Prints which server each run used, then a summary; exits non-zero if any run failed.
 #
-# Usage: scripts/matrix.sh [cargo test arguments...]
+# Usage: scripts/matrix.sh [cargo test arguments...]   (scripts/test.sh runs it for 6.2 and 9.1)
 #        MATRIX="redis-6.2 valkey-9.1" scripts/matrix.sh --test lock
 set -uo pipefail
 

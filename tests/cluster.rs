@@ -301,3 +301,330 @@ fn waiters_on_a_cluster_are_woken_through_their_shard() {
     // With a 10 s retry interval, only the release message can have woken it in time.
     assert!(waited < Duration::from_secs(5), "{waited:?}");
 }
+
+/// `calls` of each command in the node's `INFO commandstats` (`evalsha`, `setnx`, ...).
+fn command_calls(node: &redlease_suite::RedisServer) -> std::collections::HashMap<String, u64> {
+    command_stat(node, "calls=")
+}
+
+/// One field of each command's `INFO commandstats` line (`calls=`, `rejected_calls=`).
+fn command_stat(
+    node: &redlease_suite::RedisServer,
+    field: &str,
+) -> std::collections::HashMap<String, u64> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut connection(node))
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.split(',').find_map(|f| f.strip_prefix(field))?;
+            Some((name.to_owned(), calls.parse().ok()?))
+        })
+        .collect()
+}
+
+fn calls(stats: &std::collections::HashMap<String, u64>, command: &str) -> u64 {
+    stats.get(command).copied().unwrap_or(0)
+}
+
+/// The settings: io_timeout 200 ms, op_timeout 1 s.
+fn tight_client(cluster: &Cluster) -> Client {
+    Client::cluster(&cluster.inner.urls())
+        .connect_timeout(Duration::from_millis(200))
+        .io_timeout(Duration::from_millis(200))
+        .op_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap()
+}
+
+/// How long a master stays frozen: past every deadline under test (a call that answers only
+/// once the master runs again had a hidden re-send), yet under the cluster's node timeout
+/// (2 s), so the cluster does not mark the master failed and refuse what it then runs.
+const FREEZE: Duration = Duration::from_millis(1500);
+
+/// The bound under test: no call outlives its deadline (op_timeout 1 s) by more than one
+/// io_timeout (200 ms), with a 2x margin for a loaded machine.
+const BOUND: Duration = Duration::from_millis(2400);
+
+/// Freezes `node` for [`FREEZE`] (SIGSTOP) on another thread, runs `f` meanwhile, waits for
+/// the node to run again, and returns what `f` returned with how long it took.
+fn while_frozen<T>(node: &redlease_suite::RedisServer, f: impl FnOnce() -> T) -> (T, Duration) {
+    node.pause().unwrap();
+    let start = std::time::Instant::now();
+    let out = f();
+    let took = start.elapsed();
+    let left = FREEZE.saturating_sub(start.elapsed());
+    thread::sleep(left); // the fault's length, not a synchronisation
+    node.resume().unwrap();
+    (out, took)
+}
+
+/// Waits until every node says `cluster_state:ok` again (a master frozen past the cluster's
+/// node timeout is marked failed, and the mark is lifted a little after it answers again).
+fn await_cluster_ok(cluster: &Cluster) {
+    await_condition(Duration::from_secs(30), || {
+        cluster.nodes().iter().all(|n| {
+            redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query::<String>(&mut connection(n))
+                .is_ok_and(|info| info.contains("cluster_state:ok"))
+        })
+    });
+}
+
+fn reset_stats(node: &redlease_suite::RedisServer) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut connection(node))
+        .unwrap();
+}
+
+/// How many times the core sent its command: the `attempts` of an `Unavailable`.
+fn core_attempts<T: std::fmt::Debug>(what: &str, got: &Result<T, redlease::Error>) -> u64 {
+    match got {
+        Err(redlease::Error::Unavailable { attempts, .. }) => u64::from(*attempts),
+        other => panic!("{what}: Unavailable expected, got {other:?}"),
+    }
+}
+
+/// Once `node` runs again, the scripts (`EVALSHA`/`EVAL`) it carried out, awaited until they
+/// reach `at_least` (every command the client wrote was buffered before the node resumed).
+fn script_runs(node: &redlease_suite::RedisServer, at_least: u64) -> u64 {
+    let runs = || {
+        let stats = command_calls(node);
+        calls(&stats, "evalsha") + calls(&stats, "eval")
+    };
+    await_condition(Duration::from_secs(10), || runs() >= at_least);
+    runs()
+}
+
+#[test]
+fn a_frozen_master_gets_each_command_once_and_calls_keep_their_deadline() {
+    let cluster = Cluster::start();
+    let owner_of =
+        |name: &str| cluster.owner(slot_of(&cluster, &format!("redlease:{{{name}}}:lock")));
+
+    // 1. try_acquire of a lease lock: Unavailable in time; the node ran the script exactly
+    // as often as the core sent it (before: 15 hidden re-sends, returning after the freeze).
+    let c = tight_client(&cluster);
+    let node = &cluster.nodes()[owner_of("q1")];
+    // Scripts loaded and a connection pooled, then count from zero.
+    await_condition(Duration::from_secs(10), || {
+        c.lock("q1")
+            .try_acquire()
+            .is_ok_and(|g| g.is_some_and(|g| g.release().is_ok()))
+    });
+    reset_stats(node);
+    let (got, took) = while_frozen(node, || c.lock("q1").try_acquire().map(|g| g.is_some()));
+    let attempts = core_attempts("try_acquire", &got);
+    println!("try_acquire with the master frozen: {took:?}");
+    assert!(took < BOUND, "try_acquire took {took:?}");
+    // Trying once resends a lost acquisition once (the script knows our token), no more.
+    assert!((1..=2).contains(&attempts), "{attempts}");
+    // At least one attempt reached the node; a retry may have failed to connect (not sent).
+    script_runs(node, 1);
+    await_cluster_ok(&cluster);
+    // The core's own sends: its attempts, and the owner-checked undo (a release script)
+    // that a lost acquisition sends before giving up; nothing more.
+    let runs = script_runs(node, 1);
+    assert!(
+        runs <= attempts + 1,
+        "no hidden re-send: {runs} runs, {attempts} attempts and one undo sent"
+    );
+
+    // 2. The legacy lock: its own SETNX wrote; it must not answer "busy" (Ok(None)).
+    let name = "legacy1";
+    let node =
+        &cluster.nodes()[cluster.owner(slot_of(&cluster, &format!("redlease:{{{name}}}:legacy")))];
+    let c = tight_client(&cluster);
+    await_condition(Duration::from_secs(10), || {
+        c.legacy_lock(name)
+            .try_acquire()
+            .is_ok_and(|g| g.is_some_and(|g| g.release().is_ok()))
+    });
+    reset_stats(node);
+    let (got, took) = while_frozen(node, || {
+        c.legacy_lock(name).try_acquire().map(|g| g.is_some())
+    });
+    let attempts = core_attempts("legacy try_acquire", &got);
+    println!("legacy try_acquire with the master frozen: {took:?}");
+    assert!(took < BOUND, "legacy try_acquire took {took:?}");
+    await_condition(Duration::from_secs(10), || {
+        calls(&command_calls(node), "setnx") >= 1
+    });
+    let setnx = calls(&command_calls(node), "setnx");
+    assert!(
+        setnx <= attempts,
+        "no hidden re-send: {setnx} SETNX, {attempts} sent"
+    );
+
+    await_cluster_ok(&cluster);
+
+    // 3. Release of a held lease: outcome unknown (not NotOwner { Expired }, which a hidden
+    // re-send finding its own deletion reported), in time; the key is gone once it runs.
+    let c = tight_client(&cluster);
+    let node = &cluster.nodes()[owner_of("held")];
+    // (The first tries after a freeze may find no connection in 200 ms.) Both scripts
+    // loaded first: an EVALSHA answered NOSCRIPT would not release.
+    await_condition(Duration::from_secs(10), || {
+        c.lock("held")
+            .try_acquire()
+            .is_ok_and(|g| g.is_some_and(|g| g.release().is_ok()))
+    });
+    let mut held = None;
+    await_condition(Duration::from_secs(10), || {
+        held = c
+            .lock("held")
+            .ttl(Duration::from_secs(30))
+            .watchdog(false)
+            .try_acquire()
+            .ok()
+            .flatten();
+        held.is_some()
+    });
+    let guard = held.unwrap();
+    reset_stats(node);
+    let (got, took) = while_frozen(node, || guard.release());
+    let attempts = core_attempts("release", &got);
+    println!("release with the master frozen: {took:?}");
+    assert!(took < BOUND, "release took {took:?}");
+    assert!(script_runs(node, 1) <= attempts, "no hidden re-send");
+    await_condition(Duration::from_secs(10), || {
+        !connection(node)
+            .exists::<_, bool>("redlease:{held}:lock")
+            .unwrap()
+    });
+
+    await_cluster_ok(&cluster);
+
+    // 4. A queue take is not re-sent: no more jobs leased than takes the core sent.
+    let c = tight_client(&cluster);
+    let q = c.queue("jobs").unwrap();
+    await_condition(Duration::from_secs(10), || {
+        q.push_many((0..3).map(|i| format!("job {i}"))).is_ok()
+    });
+    let node = &cluster.nodes()[cluster.owner(slot_of(&cluster, "redlease:{jobs}:x"))];
+    reset_stats(node);
+    let (got, took) = while_frozen(node, || q.try_take().map(|j| j.is_some()));
+    let attempts = core_attempts("try_take", &got);
+    println!("try_take with the master frozen: {took:?}");
+    assert!(took < BOUND, "try_take took {took:?}");
+    // The core's own sends: its attempts, and the owner-checked undo (a release script)
+    // that a lost acquisition sends before giving up; nothing more.
+    let runs = script_runs(node, 1);
+    assert!(
+        runs <= attempts + 1,
+        "no hidden re-send: {runs} runs, {attempts} attempts and one undo sent"
+    );
+    let stats = tight_client(&cluster)
+        .queue("jobs")
+        .unwrap()
+        .stats()
+        .unwrap();
+    assert!(stats.in_flight <= runs, "{stats:?}");
+    assert_eq!(stats.in_flight + stats.ready, 3, "{stats:?}");
+}
+
+#[test]
+fn a_slot_in_migration_costs_a_try_no_more_than_its_deadline() {
+    let cluster = Cluster::start();
+    let c = tight_client(&cluster);
+    // The fence counter exists on the source: while the slot migrates, the acquire script
+    // (lock key absent, fence key present) is refused with TRYAGAIN.
+    let first = c.lock("mig").try_acquire().unwrap().unwrap();
+    let first_fence = first.fence();
+    first.release().unwrap();
+    let lock_key = "redlease:{mig}:lock";
+    let slot = slot_of(&cluster, lock_key);
+    let from = cluster.owner(slot);
+    let to = (from + 1) % 3;
+    let (from_id, to_id) = (cluster.node_id(from), cluster.node_id(to));
+    let mut src = connection(&cluster.nodes()[from]);
+    let mut dst = connection(&cluster.nodes()[to]);
+    let setslot = |conn: &mut redis::Connection, state: &str, id: &str| {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(state)
+            .arg(id)
+            .query(conn)
+            .unwrap();
+    };
+    setslot(&mut dst, "IMPORTING", &from_id);
+    setslot(&mut src, "MIGRATING", &to_id);
+
+    // Trying once: a transient error at once, not a wait for the migration to end.
+    let start = std::time::Instant::now();
+    let got = c.lock("mig").try_acquire();
+    let took = start.elapsed();
+    match &got {
+        // The command did not run: a passing failure that names the server's TRYAGAIN.
+        Err(redlease::Error::Unavailable { last, .. }) => {
+            assert_eq!(last.kind, redlease::FailureKind::NotSent);
+            assert!(last.to_string().contains("TRYAGAIN"), "{last}");
+        }
+        other => panic!(
+            "{:?}",
+            other.as_ref().map(|g| g.as_ref().map(|g| g.fence()))
+        ),
+    }
+    println!("try_acquire on a migrating slot: {took:?}");
+    assert!(took < BOUND, "try_acquire took {took:?}");
+
+    // Waiting: retries inside its own wait, and ends at its deadline.
+    let start = std::time::Instant::now();
+    let got = c
+        .lock("mig")
+        .retry(Duration::from_millis(50), Duration::from_millis(100))
+        .wait(Duration::from_secs(1))
+        .acquire();
+    let took = start.elapsed();
+    assert!(got.is_err(), "the slot is still migrating");
+    println!("a 1 s wait on a migrating slot: {took:?}");
+    assert!(took < BOUND, "a 1 s wait took {took:?}");
+
+    // A waiter that outlives the migration gets the lock once it ends.
+    let c2 = c.clone();
+    let waiter = thread::spawn(move || {
+        c2.lock("mig")
+            .retry(Duration::from_millis(50), Duration::from_millis(100))
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .map(|g| g.fence())
+    });
+    // Let it be refused a few times (TRYAGAIN), then finish the migration.
+    let refused = || {
+        calls(
+            &command_stat(&cluster.nodes()[from], "rejected_calls="),
+            "evalsha",
+        )
+    };
+    let before = refused();
+    await_condition(Duration::from_secs(10), || refused() >= before + 2);
+    let keys: Vec<String> = redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(slot)
+        .arg(100)
+        .query(&mut src)
+        .unwrap();
+    for key in &keys {
+        let _: () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(cluster.nodes()[to].port())
+            .arg(key)
+            .arg(0)
+            .arg(5000)
+            .query(&mut src)
+            .unwrap();
+    }
+    for node in cluster.nodes() {
+        setslot(&mut connection(node), "NODE", &to_id);
+    }
+    let fence = waiter
+        .join()
+        .unwrap()
+        .expect("acquired after the migration");
+    assert!(fence > first_fence, "the fence counter moved with the slot");
+}

@@ -216,7 +216,7 @@ fn max_hold_stops_renewal_and_reports_the_lease_lost() {
         .unwrap();
     let start = Instant::now();
     let reason = guard.lost().recv_timeout(Duration::from_secs(3)).unwrap();
-    assert_eq!(reason, LossReason::Expired);
+    assert_eq!(reason, LossReason::MaxHoldReached);
     let held = start.elapsed();
     assert!(
         held >= Duration::from_millis(400) && held < Duration::from_millis(900),

@@ -181,3 +181,60 @@ fn bad_settings_are_refused() {
         "ttl must be well above the node timeout"
     );
 }
+
+/// Restarts without persistence (the harness's servers keep nothing): a restarted node
+/// stops counting at the next extension, is not written again, and a lease left without a
+/// majority is reported lost instead of showing its old validity.
+#[test]
+fn restarted_nodes_stop_counting_and_a_lost_majority_is_reported_at_renewal() {
+    let mut servers = five();
+    let red = client(&servers);
+    let key = "redlease:{restart}:lock";
+    let holds = |s: &RedisServer| {
+        redis::Client::open(s.url())
+            .unwrap()
+            .get_connection()
+            .unwrap()
+            .exists::<_, bool>(key)
+            .unwrap()
+    };
+    let mut a = red
+        .lock("restart")
+        .ttl(Duration::from_secs(30))
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.granted(), 5);
+
+    // One node restarts empty: still a majority, of 4 nodes, and node 0 stays empty.
+    servers[0].restart().unwrap();
+    a.extend().unwrap();
+    assert_eq!(a.granted(), 4, "the restarted node no longer counts");
+    assert!(!a.is_lost());
+    assert!(!holds(&servers[0]), "extend does not write the key back");
+
+    // Two more restart: 2 of 5 still hold it. A renewal that hears from them reports the
+    // lease lost (one that finds their old connections dead cannot tell yet: it says
+    // NoQuorum with nodes unreachable, and the old validity stands until it hears more).
+    servers[1].restart().unwrap();
+    servers[2].restart().unwrap();
+    for _ in 0..3 {
+        match a.extend() {
+            _ if a.is_lost() => break,
+            Err(Error::NoQuorum { unreachable, .. }) => assert!(unreachable > 0),
+            other => panic!("{other:?} without losing the lease"),
+        }
+    }
+    assert!(a.is_lost(), "granted {}", a.granted());
+    assert_eq!(a.granted(), 2);
+    assert_eq!(a.remaining(), Duration::ZERO);
+
+    // What the holder is told is true: another client now gets a majority.
+    let b = client(&servers)
+        .lock("restart")
+        .ttl(Duration::from_secs(30))
+        .try_acquire()
+        .unwrap()
+        .expect("3 nodes lost A's key");
+    assert_eq!(b.granted(), 3);
+}

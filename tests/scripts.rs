@@ -39,6 +39,7 @@ const DEAD: &str = "t:{s}:q:dead";
 const JOB_HOLDERS: &str = "t:{s}:q:holders";
 const BASES: &str = "t:{s}:q:bases";
 const SETTLED: &str = "t:{s}:q:settled";
+const REASONS: &str = "t:{s}:q:reasons";
 const CHANNEL: &str = "t:{s}:wake";
 const UNDONE: &str = "t:{s}:undone";
 const Q_UNDONE: &str = "t:{s}:q:undone";
@@ -334,8 +335,9 @@ fn rows() -> Vec<Row> {
                 JOB_HOLDERS,
                 BASES,
                 SETTLED,
+                REASONS,
             ],
-            args: &["j", "tok", "0", "5", CHANNEL, "60000"],
+            args: &["j", "tok", "0", "5", CHANNEL, "60000", "why"],
             setup: JOB_IN_FLIGHT,
         },
         Row {
@@ -358,13 +360,13 @@ fn rows() -> Vec<Row> {
         },
         Row {
             script: &queue::DEAD,
-            keys: &[DEAD, PAYLOADS, DELIVERIES],
+            keys: &[DEAD, PAYLOADS, DELIVERIES, REASONS],
             args: &["10"],
             setup: DEAD_JOB,
         },
         Row {
             script: &queue::REQUEUE,
-            keys: &[DEAD, READY, PRIORITIES, SEQ, DELIVERIES, BASES],
+            keys: &[DEAD, READY, PRIORITIES, SEQ, DELIVERIES, BASES, REASONS],
             args: &["j", CHANNEL],
             setup: DEAD_JOB,
         },
@@ -385,7 +387,7 @@ fn rows() -> Vec<Row> {
         },
         Row {
             script: &queue::FORGET,
-            keys: &[DEAD, PAYLOADS, PRIORITIES, DELIVERIES, BASES],
+            keys: &[DEAD, PAYLOADS, PRIORITIES, DELIVERIES, BASES, REASONS],
             args: &["j", "one"],
             setup: DEAD_JOB,
         },

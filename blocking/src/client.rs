@@ -49,6 +49,15 @@ pub(crate) struct Shared {
     pub(crate) io_timeout: Duration,
     /// Where the pub/sub listener connects.
     endpoint: Option<Endpoint>,
+    /// For [`Client::status`].
+    pub(crate) counters: crate::status::Counters,
+}
+
+impl Shared {
+    /// Whether waiters can be woken by a listener (else they poll).
+    pub(crate) fn can_listen(&self) -> bool {
+        self.endpoint.is_some()
+    }
 }
 
 impl std::fmt::Debug for Client {
@@ -61,8 +70,8 @@ impl std::fmt::Debug for Client {
     }
 }
 
-/// Settings of a [`Client`]; made by [`Client::builder`].
-#[derive(Debug, Clone)]
+/// Settings of a [`Client`]; made by [`Client::builder`]. Its `Debug` output hides passwords.
+#[derive(Clone)]
 #[must_use = "a builder does nothing until .build()"]
 pub struct ClientBuilder {
     /// The server's connection settings (or why the URL was refused, password hidden).
@@ -71,6 +80,8 @@ pub struct ClientBuilder {
     sentinel: Option<(Vec<String>, String)>,
     master_username: Option<String>,
     master_password: Option<String>,
+    /// Through Sentinel: ask the Sentinels again after this long without news.
+    sentinel_check: Duration,
     /// Seed nodes when connecting to a Redis Cluster.
     cluster: Vec<String>,
     sharded_pubsub: Option<bool>,
@@ -84,6 +95,31 @@ pub struct ClientBuilder {
     io_timeout: Duration,
     op_timeout: Duration,
     prefix: String,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls = |u: &[String]| u.iter().map(|u| crate::redact::url(u)).collect::<Vec<_>>();
+        f.debug_struct("ClientBuilder")
+            .field("target", &self.target.as_ref().map(shown_target))
+            .field(
+                "sentinel",
+                &self.sentinel.as_ref().map(|(s, n)| (urls(s), n)),
+            )
+            .field("master_username", &self.master_username)
+            .field(
+                "master_password",
+                &crate::redact::secret(&self.master_password),
+            )
+            .field("cluster", &urls(&self.cluster))
+            .field("sharded_pubsub", &self.sharded_pubsub)
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("io_timeout", &self.io_timeout)
+            .field("op_timeout", &self.op_timeout)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
 }
 
 impl ClientBuilder {
@@ -104,7 +140,10 @@ impl ClientBuilder {
 
     /// How long a pooled connection is used before it is closed and replaced (`None`:
     /// forever), so that connections are spread again after a load balancer or proxy
-    /// changes. Defaults to 30 minutes. At least 1 s.
+    /// changes. Defaults to `None`. At least 1 s. Setting it (or
+    /// [`idle_timeout`](Self::idle_timeout)) starts r2d2's reaper: a task every 30 s on the
+    /// pool threads shared by all clients, which r2d2 never cancels (after the client is
+    /// dropped it finds nothing to do).
     pub fn max_lifetime(mut self, d: Option<Duration>) -> Self {
         self.max_lifetime = d;
         self
@@ -112,7 +151,10 @@ impl ClientBuilder {
 
     /// How long a connection may sit idle in the pool before it is closed (`None`: never),
     /// when more than [`min_idle`](Self::min_idle) are idle. Keep it below the server's
-    /// `timeout` setting. Defaults to 10 minutes. At least 1 s.
+    /// `timeout` setting. Defaults to `None`: idle connections stay open (at most
+    /// [`pool_size`](Self::pool_size)) and are PINGed before reuse after a second idle, so a
+    /// connection the server closed is replaced. At least 1 s. See
+    /// [`max_lifetime`](Self::max_lifetime) for its cost.
     pub fn idle_timeout(mut self, d: Option<Duration>) -> Self {
         self.idle_timeout = d;
         self
@@ -197,6 +239,52 @@ impl ClientBuilder {
         self
     }
 
+    /// Through Sentinel: how long a client trusts the master it knows without news. A
+    /// `+switch-master` announcement is followed at once (a thread per client listens for
+    /// it); a connection taken from the pool after this long without news first asks a
+    /// Sentinel which server is the master, so a missed announcement delays noticing a
+    /// switch by at most this (plus one renewal period for a held lease to learn of it).
+    /// Connections to a replaced master are dropped, and what they answered after the switch
+    /// counts as unanswered. Defaults to 1 s; at least 10 ms.
+    pub fn sentinel_check(mut self, every: Duration) -> Self {
+        self.sentinel_check = every;
+        self
+    }
+
+    /// The Sentinel lookup of `build`, with its switch watch (and the thread that listens
+    /// for `+switch-master`).
+    fn sentinel_lookup(
+        &self,
+        sentinels: Vec<redis::Client>,
+        service: &str,
+        tls: bool,
+    ) -> Result<crate::transport::SentinelLookup, Error> {
+        const MIN_CHECK: Duration = Duration::from_millis(10);
+        if self.sentinel_check < MIN_CHECK {
+            return Err(InvalidArgument::Setting(format!(
+                "the Sentinel check interval must be at least {MIN_CHECK:?}, got {:?}",
+                self.sentinel_check
+            ))
+            .into());
+        }
+        let watch = crate::sentinel::SentinelWatch::new(self.sentinel_check);
+        // Detached: it ends by itself once the client (the last holder of `watch`) is gone.
+        let _ = crate::sentinel::spawn_switch_listener(
+            sentinels.clone(),
+            service.to_owned(),
+            self.connect_timeout,
+            Arc::downgrade(&watch),
+        );
+        Ok(crate::transport::SentinelLookup {
+            sentinels,
+            service: service.to_owned(),
+            timeout: self.connect_timeout,
+            master: self.master_auth_info(),
+            tls: tls.then(|| self.tls.clone()),
+            watch,
+        })
+    }
+
     fn master_auth_info(&self) -> redis::RedisConnectionInfo {
         let mut info = redis::RedisConnectionInfo::default();
         if let Some(user) = &self.master_username {
@@ -268,9 +356,14 @@ impl ClientBuilder {
                 self.tls.check(tls).map_err(setting)?;
                 let seed = tls_client(info.clone())?;
                 #[allow(unused_mut)]
+                // No retries inside the `redis` crate: it would send a command again after a
+                // lost reply (a second acquire, a second take) and sleep through TRYAGAIN
+                // past any deadline. Every send is the core's decision; redirections are
+                // followed by the transport within the batch deadline.
                 let mut cluster = redis::cluster::ClusterClientBuilder::new(seeds)
                     .connection_timeout(self.connect_timeout)
-                    .response_timeout(self.io_timeout);
+                    .response_timeout(self.io_timeout)
+                    .retries(0);
                 #[cfg(feature = "tls-rustls")]
                 if tls {
                     crate::connect::install_crypto_provider();
@@ -303,13 +396,7 @@ impl ClientBuilder {
                     .first()
                     .map(|c| c.get_connection_info().clone())
                     .ok_or_else(|| InvalidArgument::Setting("no Sentinel URL given".into()))?;
-                let lookup = crate::transport::SentinelLookup {
-                    sentinels: clients,
-                    service: service.clone(),
-                    timeout: self.connect_timeout,
-                    master: self.master_auth_info(),
-                    tls: tls.then(|| self.tls.clone()),
-                };
+                let lookup = self.sentinel_lookup(clients, service, tls)?;
                 (Source::Sentinel(lookup), info)
             }
         };
@@ -357,6 +444,7 @@ impl ClientBuilder {
                     op_timeout: self.op_timeout,
                     io_timeout: self.io_timeout,
                     endpoint,
+                    counters: Default::default(),
                 }),
                 listener: OnceLock::new(),
                 watchdog: OnceLock::new(),
@@ -421,12 +509,13 @@ impl Client {
             sentinel: None,
             master_username: None,
             master_password: None,
+            sentinel_check: Duration::from_secs(1),
             cluster: Vec::new(),
             sharded_pubsub: None,
             pool_size: 16,
             min_idle: 0,
-            max_lifetime: Some(Duration::from_secs(30 * 60)),
-            idle_timeout: Some(Duration::from_secs(10 * 60)),
+            max_lifetime: None,
+            idle_timeout: None,
             client_name: "redlease".to_owned(),
             tls: TlsSettings::default(),
             connect_timeout: Duration::from_secs(1),
@@ -439,8 +528,10 @@ impl Client {
     /// Settings for a client of the master of `service`, found through the Sentinels at
     /// `sentinels` (`redis://host:port` each). New connections (and the pub/sub listener's
     /// reconnections) ask the Sentinels for the current master, so after a failover the
-    /// client follows the new master; a connection to a demoted master is dropped on its
-    /// first `READONLY` reply.
+    /// client follows the new master. A switch is noticed when a Sentinel announces it
+    /// (`+switch-master`) or, if that message is missed, at the first use of a pooled
+    /// connection after [`ClientBuilder::sentinel_check`]; connections to the demoted master
+    /// are then dropped (also on a `READONLY` reply). See `docs/deployment.md`.
     pub fn sentinel<S: AsRef<str>>(sentinels: &[S], service: &str) -> ClientBuilder {
         let mut b = Client::builder("");
         b.sentinel = Some((
@@ -484,6 +575,16 @@ impl Client {
 
     pub(crate) fn owner(&self) -> Weak<Inner> {
         Arc::downgrade(&self.inner)
+    }
+
+    /// The listener slot (`None`: not started; `Some(None)`: could not be started).
+    pub(crate) fn listeners(&self) -> Option<&Option<Listeners>> {
+        self.inner.listener.get()
+    }
+
+    /// The watchdog if it was started.
+    pub(crate) fn watchdog_if_started(&self) -> Option<&Watchdog> {
+        self.inner.watchdog.get()?.as_ref()
     }
 
     /// The watchdog thread, started on first use (`None` if it could not be spawned).
@@ -555,6 +656,7 @@ pub(crate) fn drive<P: Protocol>(
             }
             Step::Wait(wait) => {
                 kept = None;
+                let _waiting = shared.counters.waiting();
                 let found = wait
                     .wake_on
                     .as_ref()
@@ -564,13 +666,25 @@ pub(crate) fn drive<P: Protocol>(
                         if waiter.as_ref().is_none_or(|w| w.wakes_on() != on) {
                             waiter = listener.register(on, sent_epoch);
                         }
-                        if let Some(w) = &waiter
-                            && w.wait_until(wait.until).is_some()
-                        {
-                            machine.wake(Instant::now());
+                        match &waiter {
+                            Some(w) if w.wait_until(wait.until).is_some() => {
+                                machine.wake(Instant::now())
+                            }
+                            Some(_) => {}
+                            // No listener serves the channel (a cluster node not found): poll
+                            // at the machine's pace, never in a tight loop.
+                            None => {
+                                tracing::debug!(redlease.channel = %on.channel, "no listener for the channel: polling");
+                                sleep_until(wait.until)
+                            }
                         }
                     }
-                    None => sleep_until(wait.until),
+                    None => {
+                        if let Some(on) = &wait.wake_on {
+                            tracing::debug!(redlease.channel = %on.channel, "no listener for the channel: polling");
+                        }
+                        sleep_until(wait.until)
+                    }
                 }
             }
             Step::Awaiting => {
@@ -585,6 +699,26 @@ fn sleep_until(until: Instant) {
     let left = until.saturating_duration_since(Instant::now());
     if !left.is_zero() {
         std::thread::sleep(left);
+    }
+}
+
+/// A connection target as a URL with its password shown as `***`, for `Debug` output.
+fn shown_target(info: &redis::ConnectionInfo) -> String {
+    let redis = info.redis_settings();
+    let auth = match (redis.username(), redis.password()) {
+        (Some(user), Some(_)) => format!("{user}:***@"),
+        (None, Some(_)) => ":***@".to_owned(),
+        (Some(user), None) => format!("{user}@"),
+        (None, None) => String::new(),
+    };
+    let db = redis.db();
+    match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port) => format!("redis://{auth}{host}:{port}/{db}"),
+        redis::ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("rediss://{auth}{host}:{port}/{db}")
+        }
+        redis::ConnectionAddr::Unix(path) => format!("unix://{auth}{}?db={db}", path.display()),
+        other => format!("{auth}{other}/{db}"),
     }
 }
 

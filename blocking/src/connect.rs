@@ -92,53 +92,9 @@ impl ConnectionTarget for (String, u16) {
 }
 
 /// `url` with the password of its user info, and any `pass`/`password` query parameter,
-/// replaced by `<redacted>`.
+/// replaced by `***`.
 pub(crate) fn redact_url(url: &str) -> String {
-    let (scheme, rest) = match url.split_once("://") {
-        Some((s, r)) => (Some(s), r),
-        None => (None, url),
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let authority = match authority.rsplit_once('@') {
-        Some((user_info, host)) => match user_info.split_once(':') {
-            Some((user, _)) => format!("{user}:<redacted>@{host}"),
-            // `redis://secret@host`: the redis crate reads a lone user-info part as a
-            // user name, but people put passwords there too.
-            None => format!("<redacted>@{host}"),
-        },
-        None => authority.to_owned(),
-    };
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let (query, fragment) = match query.split_once('#') {
-                Some((q, f)) => (q, Some(f)),
-                None => (query, None),
-            };
-            let query: Vec<String> = query
-                .split('&')
-                .map(|pair| match pair.split_once('=') {
-                    Some((k, _))
-                        if k.eq_ignore_ascii_case("pass") || k.eq_ignore_ascii_case("password") =>
-                    {
-                        format!("{k}=<redacted>")
-                    }
-                    _ => pair.to_owned(),
-                })
-                .collect();
-            let mut t = format!("{path}?{}", query.join("&"));
-            if let Some(f) = fragment {
-                t.push('#');
-                t.push_str(f);
-            }
-            t
-        }
-        None => tail.to_owned(),
-    };
-    match scheme {
-        Some(s) => format!("{s}://{authority}{tail}"),
-        None => format!("{authority}{tail}"),
-    }
+    crate::redact::url(url)
 }
 
 /// The TLS settings of a client: a CA to trust instead of the platform's trust store, and a
@@ -553,19 +509,13 @@ mod tests {
     fn urls_in_errors_hide_passwords() {
         assert_eq!(
             redact_url("redis://user:s3cret@host:6379/0"),
-            "redis://user:<redacted>@host:6379/0"
+            "redis://user:***@host:6379/0"
         );
-        assert_eq!(
-            redact_url("rediss://:s3cret@host"),
-            "rediss://:<redacted>@host"
-        );
-        assert_eq!(
-            redact_url("redis://s3cret@host/"),
-            "redis://<redacted>@host/"
-        );
+        assert_eq!(redact_url("rediss://:s3cret@host"), "rediss://:***@host");
+        assert_eq!(redact_url("redis://s3cret@host/"), "redis://***@host/");
         assert_eq!(
             redact_url("unix:///run/redis.sock?db=1&pass=s3cret"),
-            "unix:///run/redis.sock?db=1&pass=<redacted>"
+            "unix:///run/redis.sock?db=1&pass=***"
         );
         assert_eq!(redact_url("redis://host:1/"), "redis://host:1/");
         let e = "redis://:s3cret@host:notaport/"

@@ -178,7 +178,13 @@ impl LegacyLockBuilder<'_> {
             now,
             unix_ms()?,
         )?;
-        self.client.run(machine)
+        let (span, started) = (crate::observe::span(&self.name, "legacy"), now);
+        let out = span.in_scope(|| self.client.run(machine));
+        crate::observe::ended(&span, started, &out, |a| match a {
+            LegacyAcquisition::Acquired(lease) => Some((lease.attempts, None)),
+            LegacyAcquisition::Busy { .. } => None,
+        });
+        out
     }
 
     fn guard(&self, lease: LegacyLease) -> LegacyGuard {
@@ -258,7 +264,9 @@ impl LegacyGuard {
         let now = Instant::now();
         let deadline = saturating_add(now, self.shared.op_timeout);
         let machine = LegacyRelease::new(&self.lease, deadline, now, unix_ms()?);
-        drive(&self.shared, None, machine)
+        let out = drive(&self.shared, None, machine);
+        crate::observe::released_as(&self.lease.keys.name, "legacy", &out);
+        out
     }
 }
 
@@ -267,7 +275,8 @@ impl Drop for LegacyGuard {
         if self.done {
             return;
         }
-        // Errors cannot be reported from drop; the lock ends at its expiry at worst.
+        // Errors cannot be returned from drop (they are logged); the lock ends at its expiry
+        // at worst.
         let _ = self.release_now();
     }
 }

@@ -1,7 +1,8 @@
 //! # redlease
 //!
 //! Distributed coordination on Redis for blocking Rust code: leases (locks) with fencing
-//! tokens, renewed by one watchdog thread per client and reported when lost.
+//! tokens, renewed by one watchdog per client (a scheduling thread, and one renewal thread
+//! per Redis node) and reported lost no later than their validity.
 //!
 //! - Locks: [`Client::lock`] (lease), [`Client::reentrant_lock`], [`Client::fair_lock`],
 //!   [`Client::read_lock`] / [`Client::write_lock`], [`Client::run_once`] for fleet-wide cron
@@ -46,6 +47,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! **Watching it**: spans and events through `tracing` (acquisitions, releases, renewal
+//! failures, lost leases, the listener, the pool, queue jobs), and [`Client::status`] for a
+//! snapshot; see `docs/observability.md`. Least-privilege ACLs: `docs/acl.md`.
+//!
 //! **Every blocking call has a deadline**: acquisition waits at most its `wait` (plus one
 //! reply timeout for an attempt in flight), release, extension and inspection at most the
 //! client's op timeout, a pooled connection at most the connect timeout.
@@ -63,11 +68,16 @@ mod listener;
 mod lock;
 #[cfg(feature = "memory")]
 pub mod memory;
+mod observe;
 mod queue;
+mod redact;
 mod redlock;
 // After the primitives: rustdoc lists `Client`'s methods in module order.
 mod machines;
 mod resp;
+mod sentinel;
+mod shards;
+mod status;
 mod transport;
 mod watchdog;
 
@@ -75,11 +85,12 @@ pub use client::{Client, ClientBuilder};
 pub use connect::ConnectionTarget;
 pub use legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
 pub use lock::{LockBuilder, LockGuard};
-pub use queue::{Job, Queue, WorkerReport, Workers};
+pub use queue::{HandlerError, Job, JobError, Queue, Retry, WorkerReport, Workers};
 pub use redlease_core::lease::{LeaseState, LockKind, SemaphoreState};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::{Error, FailureKind, InvalidArgument, LossReason, TransportFailure};
 pub use redlock::{RedLock, RedLockBuilder, RedLockGuard, RedLockLockBuilder};
+pub use status::{ClientStatus, ListenerStatus, PoolStatus};
 
 /// The channel crate of [`LockGuard::lost`] and [`Job::lost`], re-exported so that your
 /// `select!` uses the same version as this crate.

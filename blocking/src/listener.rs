@@ -68,6 +68,8 @@ struct Channel {
 struct State {
     channels: HashMap<String, Channel>,
     next_waiter: u64,
+    /// The last (S)SUBSCRIBE refusal of the current connection (an ACL without the channel).
+    refused: Option<String>,
 }
 
 struct Shared {
@@ -138,8 +140,8 @@ impl Shared {
     }
 }
 
-/// Where the listener connects.
-#[derive(Debug, Clone)]
+/// Where the listener connects. Its `Debug` hides the password.
+#[derive(Clone)]
 pub(crate) struct Endpoint {
     /// Resolved at every (re)connection, so a Sentinel failover is followed.
     pub(crate) source: Arc<crate::transport::Source>,
@@ -150,6 +152,17 @@ pub(crate) struct Endpoint {
     pub(crate) tls: TlsSettings,
     /// Given with `CLIENT SETNAME` after connecting.
     pub(crate) client_name: Option<String>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("source", &self.source)
+            .field("username", &self.username)
+            .field("password", &crate::redact::secret(&self.password))
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
 }
 
 /// The listener thread's handle; dropping it stops and joins the thread.
@@ -321,13 +334,34 @@ fn deliver(entry: &Channel, payload: Option<&[u8]>) {
 fn run(shared: &Shared, endpoint: &Endpoint, stop: &Receiver<()>) {
     let mut pause = Duration::from_millis(50);
     loop {
-        match connect(endpoint) {
-            Ok((reader, writer)) => {
+        // Through Sentinel: the master this connection is for (asked in `connect`).
+        let generation = endpoint.source.master_generation();
+        // Nothing that happens while serving may end the thread: a panic counts as a lost
+        // connection (waiters wait out their own deadlines meanwhile), and it reconnects.
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            connect(endpoint).map(|(reader, writer)| {
+                tracing::info!(redlease.listener = ?endpoint.source, "listener connected");
+                // A Sentinel switch moves the subscriptions to the new master.
+                let current = || endpoint.source.master_generation() == generation;
+                serve(shared, reader, writer, stop, &current)
+            })
+        }));
+        match served {
+            Ok(Ok(())) => {
                 pause = Duration::from_millis(50);
-                serve(shared, reader, writer, stop);
                 disconnect(shared);
+                if let Err(crossbeam_channel::TryRecvError::Disconnected) = stop.try_recv() {
+                    return; // the client is gone: not worth a warning
+                }
+                tracing::warn!(redlease.listener = ?endpoint.source, "listener disconnected; waiters poll until it reconnects");
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "listener could not connect; waiters poll meanwhile");
+                pause = (pause * 2).min(Duration::from_secs(2));
             }
             Err(_) => {
+                tracing::error!(redlease.listener = ?endpoint.source, "listener panicked; reconnecting (waiters poll meanwhile)");
+                disconnect(shared);
                 pause = (pause * 2).min(Duration::from_secs(2));
             }
         }
@@ -363,7 +397,10 @@ fn connect(endpoint: &Endpoint) -> std::io::Result<(ReadHalf, WriteHalf)> {
     }
     if let Some(name) = &endpoint.client_name {
         writer.write_all(&resp::encode(&[b"CLIENT", b"SETNAME", name.as_bytes()]))?;
-        if let Reply::Error(e) = read_frame(&mut reader, &mut buf)? {
+        // Best effort, as for pooled connections: NOPERM leaves the connection unnamed.
+        if let Reply::Error(e) = read_frame(&mut reader, &mut buf)?
+            && !e.is("NOPERM")
+        {
             return Err(std::io::Error::other(format!(
                 "CLIENT SETNAME refused: {e}"
             )));
@@ -390,8 +427,15 @@ fn read_frame(stream: &mut ReadHalf, buf: &mut Vec<u8>) -> std::io::Result<Reply
     }
 }
 
-/// Serves one connection until it breaks or the client is dropped.
-fn serve(shared: &Shared, mut reader: ReadHalf, writer: WriteHalf, stop: &Receiver<()>) {
+/// Serves one connection until it breaks, `current` says its server was replaced (a
+/// Sentinel switch), or the client is dropped.
+fn serve(
+    shared: &Shared,
+    mut reader: ReadHalf,
+    writer: WriteHalf,
+    stop: &Receiver<()>,
+    current: &dyn Fn() -> bool,
+) {
     // Publish the writer and subscribe to every channel someone waits on (or lingers).
     {
         let mut state = shared.state();
@@ -437,6 +481,9 @@ fn serve(shared: &Shared, mut reader: ReadHalf, writer: WriteHalf, stop: &Receiv
             Err(_) => return,
         }
         // Housekeeping, at least every TICK.
+        if !current() {
+            return;
+        }
         let now = Instant::now();
         if let Some(sent) = ping_sent {
             if now.duration_since(sent) > KEEPALIVE {
@@ -470,7 +517,11 @@ fn unsubscribe_idle(shared: &Shared, now: Instant) {
 }
 
 fn route(shared: &Shared, frame: Reply) {
-    let Reply::Array(items) = frame else { return };
+    let items = match frame {
+        Reply::Array(items) => items,
+        Reply::Error(e) => return refused(shared, &e.to_string()),
+        _ => return,
+    };
     let text = |i: usize| match items.get(i) {
         Some(Reply::Bulk(b)) => Some(String::from_utf8_lossy(b).into_owned()),
         _ => None,
@@ -508,12 +559,26 @@ fn route(shared: &Shared, frame: Reply) {
     }
 }
 
+/// The server refused a subscription (Redis 7 ACL users get no channels unless granted):
+/// waiters of that channel poll; say how to fix it, once per connection.
+fn refused(shared: &Shared, message: &str) {
+    let first = shared.state().refused.replace(message.to_owned()).is_none();
+    if first {
+        tracing::error!(
+            error = message,
+            "the listener's SUBSCRIBE was refused, so waiters poll instead of being woken: \
+             grant the Redis user the release channels (`ACL SETUSER <user> &<prefix>:*`, see docs/acl.md)"
+        );
+    }
+}
+
 /// The connection is gone: nothing is subscribed any more.
 fn disconnect(shared: &Shared) {
     if let Some(stream) = shared.writer().take() {
         stream.shutdown();
     }
     let mut state = shared.state();
+    state.refused = None;
     for entry in state.channels.values_mut() {
         entry.requested = false;
         entry.confirmed = None;
@@ -657,5 +722,38 @@ impl Shards {
             .unwrap_or_else(|p| p.into_inner())
             .insert(channel.to_owned(), (node.clone(), Instant::now()));
         Some(node)
+    }
+}
+
+impl Listener {
+    /// `(connected, channels subscribed or lingering, last refusal)`.
+    fn snapshot(&self) -> (bool, usize, Option<String>) {
+        let connected = self.shared.writer().is_some();
+        let state = self.shared.state();
+        (connected, state.channels.len(), state.refused.clone())
+    }
+}
+
+impl Listeners {
+    /// What the listener (or the shard listeners) is doing now.
+    pub(crate) fn status(&self) -> crate::status::ListenerStatus {
+        let mut status = crate::status::ListenerStatus::started();
+        let mut add = |l: &Listener| {
+            let (connected, channels, refused) = l.snapshot();
+            status.connections += 1;
+            status.connected += usize::from(connected);
+            status.channels += channels;
+            status.refused = status.refused.take().or(refused);
+        };
+        match self {
+            Listeners::One(l) => add(l),
+            Listeners::Shards(s) => s
+                .nodes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .for_each(add),
+        }
+        status
     }
 }

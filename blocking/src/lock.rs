@@ -260,7 +260,13 @@ impl<'c> LockBuilder<'c> {
             min_replicas: self.min_replicas,
         };
         let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), Instant::now())?;
-        self.client.run(machine)
+        let (span, started) = (
+            crate::observe::acquire_span(&self.name, self.kind),
+            Instant::now(),
+        );
+        let out = span.in_scope(|| self.client.run(machine));
+        crate::observe::acquired(&span, started, &out);
+        out
     }
 
     fn guard(&self, lease: Lease, policy: Option<RenewalPolicy>) -> LockGuard {
@@ -273,7 +279,16 @@ impl<'c> LockBuilder<'c> {
 ///
 /// While the guard lives, the client's watchdog renews the lease (unless turned off); if the
 /// lease is lost anyway (deleted or taken behind our back, or Redis unreachable until it must
-/// have expired), [`is_lost`](Self::is_lost) turns true and [`lost`](Self::lost) fires.
+/// have expired), [`is_lost`](Self::is_lost) turns true and [`lost`](Self::lost) fires, no
+/// later than [`valid_until`](Self::valid_until) when no renewal was confirmed by then.
+///
+/// **A guard outlives its client's threads, not its pool.** When every handle of the
+/// [`Client`] is dropped (`Client::open(url)?.lock("x").acquire()?` drops its temporary
+/// client at the end of the statement), the watchdog stops: the guard's lease is no longer
+/// renewed and reports [`LossReason::WatchdogStopped`] at once. The guard keeps its share
+/// of the connection pool, though: [`release`](Self::release) and drop still send the
+/// owner-checked release, so the lock is freed at once instead of at its expiry. Keep a
+/// client alive for as long as its guards should be renewed.
 #[must_use = "if unused the lock is released at once"]
 pub struct LockGuard {
     shared: Arc<Shared>,
@@ -306,19 +321,20 @@ impl LockGuard {
     }
 
     fn new(client: &Client, lease: Lease, policy: Option<RenewalPolicy>) -> Self {
-        let (cell, lost_rx) = LeaseCell::new(lease.valid_until);
-        let watched = match (policy, client.watchdog()) {
-            (Some(policy), Some(watchdog)) => {
+        let (cell, lost_rx) = LeaseCell::new(&lease.target.name, lease.valid_until);
+        // The watchdog thread starts with the first lease that needs it, not before.
+        let watched = match policy.map(|p| (p, client.watchdog())) {
+            Some((policy, Some(watchdog))) => {
                 watchdog.watch(lease.clone(), policy, cell.clone());
                 Some(policy)
             }
             // Renewal was asked for, but no watchdog thread could be started: say so
             // rather than let the lease run out silently.
-            (Some(_), None) => {
+            Some((_, None)) => {
                 cell.mark_lost(LossReason::WatchdogStopped);
                 None
             }
-            (None, _) => None,
+            None => None,
         };
         LockGuard {
             shared: client.shared().clone(),
@@ -364,7 +380,9 @@ impl LockGuard {
         self.valid_until().saturating_duration_since(Instant::now())
     }
 
-    /// Whether the lease is known to be lost.
+    /// Whether the lease is known to be lost. A renewed lease whose
+    /// [`valid_until`](Self::valid_until) has passed without a confirmed renewal is lost
+    /// ([`LossReason::RenewalFailed`]), even if a renewal is still in flight.
     pub fn is_lost(&self) -> bool {
         self.cell.lost().is_some()
     }
@@ -472,24 +490,50 @@ impl LockGuard {
 
     /// Releases the lock. `Ok(())` when it was still ours; [`Error::NotOwner`] when it had
     /// expired or another holder had it (nothing is deleted then, and nothing is sent when
-    /// the lease was already known lost); [`Error::Unavailable`] when Redis could not be
-    /// reached (the lease then ends at its expiry).
+    /// Redis already said so); [`Error::Unavailable`] when Redis could not be reached (the
+    /// lease then ends at its expiry).
+    ///
+    /// A lease lost only because nothing renewed it ([`LossReason::WatchdogStopped`]: its
+    /// client was dropped) or because renewals went unanswered
+    /// ([`LossReason::RenewalFailed`]) may still be ours on the server: the owner-checked
+    /// release is sent anyway (it deletes only a key holding our token) and its answer is
+    /// returned.
     pub fn release(mut self) -> Result<(), Error> {
         self.done = true;
         let deadline = self.deadline();
         self.stop_watching(deadline);
-        if let Some(reason) = self.cell.lost() {
+        if let Some(reason) = self.known_not_ours() {
             return Err(self.not_owner(reason));
         }
-        drive(&self.shared, None, ScriptOp::release(&self.lease, deadline))
+        let out = drive(&self.shared, None, ScriptOp::release(&self.lease, deadline));
+        crate::observe::released(&self.lease.target.name, self.lease.kind, &out);
+        out
+    }
+
+    /// The loss reason when the key is not ours any more: Redis said so (expired, taken), or
+    /// the last renewal ended it at the hold limit (it expires on the server then, a drift
+    /// allowance later). A release would find nothing of ours, so none is sent.
+    fn known_not_ours(&self) -> Option<LossReason> {
+        self.cell.lost().filter(|r| {
+            matches!(
+                r,
+                LossReason::Expired | LossReason::Taken | LossReason::MaxHoldReached
+            )
+        })
     }
 
     /// Ends the lease with another owner-checked call than the release (a queue's ack or
     /// nack); the same outcomes as [`release`](Self::release).
-    pub(crate) fn finish_with(
+    pub(crate) fn finish_with(self, call: redlease_core::script::ScriptCall) -> Result<(), Error> {
+        self.finish_op(|lease, deadline| ScriptOp::release_with(lease, call, deadline))
+    }
+
+    /// [`finish_with`](Self::finish_with) for any owner-checked operation (a queue's nack,
+    /// which says whether the job went to the dead list).
+    pub(crate) fn finish_op<K: redlease_core::lease::OpKind>(
         mut self,
-        call: redlease_core::script::ScriptCall,
-    ) -> Result<(), Error> {
+        op: impl FnOnce(&Lease, Instant) -> ScriptOp<K>,
+    ) -> Result<K::Output, Error> {
         self.done = true;
         let deadline = self.deadline();
         if let Some(reason) = self.cell.lost() {
@@ -499,11 +543,7 @@ impl LockGuard {
         // Renewals go on until the answer is in: a job's lease must not run out while its ack
         // is retried after a lost reply (the retry would then find it redelivered). A renewal
         // racing the ack finds the job gone and changes nothing.
-        let outcome = drive(
-            &self.shared,
-            None,
-            ScriptOp::release_with(&self.lease, call, deadline),
-        );
+        let outcome = drive(&self.shared, None, op(&self.lease, deadline));
         self.stop_watching(deadline);
         outcome
     }
@@ -656,21 +696,42 @@ impl Client {
 
     /// Runs `job` on at most one of the hosts that trigger it at about the same time (a cron
     /// job scheduled on a whole fleet). Returns `Ok(Some(result))` on the host that ran it,
-    /// `Ok(None)` on the others.
+    /// `Ok(None)` on the others. The same as `self.lock(name).run_once(at_most_for,
+    /// at_least_for, job)`; see [`LockBuilder::run_once`] (which also takes
+    /// [`min_replicas`](LockBuilder::min_replicas)).
+    pub fn run_once<R>(
+        &self,
+        name: &str,
+        at_most_for: Duration,
+        at_least_for: Duration,
+        job: impl FnOnce() -> R,
+    ) -> Result<Option<R>, Error> {
+        self.lock(name).run_once(at_most_for, at_least_for, job)
+    }
+}
+
+impl LockBuilder<'_> {
+    /// Runs `job` on at most one of the hosts that trigger it at about the same time (a cron
+    /// job scheduled on a whole fleet), under this lease lock's name and settings (its
+    /// [`min_replicas`](Self::min_replicas) and retry settings; the ttl is `at_most_for`, and
+    /// the lock is tried once, not waited for, and not renewed). Returns `Ok(Some(result))`
+    /// on the host that ran it, `Ok(None)` on the others.
     ///
-    /// The lock `name` is held from the start for at least `at_least_for` (so hosts whose
-    /// clocks or schedulers lag by less than that do not run the job again) and at most
-    /// `at_most_for` (so a runner that crashed does not block the next period). After a short
-    /// job the key is left to expire at `start + at_least_for`; after a longer one it is
-    /// deleted. A job that outlives `at_most_for` may have overlapped another run: that is
-    /// reported as [`Error::NotOwner`] (the result is dropped).
+    /// The lock is held from the start for at least `at_least_for` (so hosts whose clocks or
+    /// schedulers lag by less than that do not run the job again) and at most `at_most_for`
+    /// (so a runner that crashed does not block the next period). After a short job the key
+    /// is left to expire at `start + at_least_for`; after a longer one it is deleted. A job
+    /// that outlives `at_most_for` may have overlapped another run: that is reported as
+    /// [`Error::NotOwner`] (the result is dropped).
+    ///
+    /// A job that panics consumes its period exactly like one that returns (the key is kept
+    /// until `start + at_least_for`), then the panic goes on to the caller.
     ///
     /// `at_most_for` is a lease length ([`MIN_TTL`](limits::MIN_TTL) to
     /// [`MAX_DURATION`](limits::MAX_DURATION)); `at_least_for` must not exceed it (a
     /// remainder shorter than `MIN_TTL` is kept for `MIN_TTL`).
     pub fn run_once<R>(
         &self,
-        name: &str,
         at_most_for: Duration,
         at_least_for: Duration,
         job: impl FnOnce() -> R,
@@ -682,8 +743,8 @@ impl Client {
             ))
             .into());
         }
-        let Some(mut guard) = self
-            .lock(name)
+        let Some(guard) = self
+            .clone()
             .ttl(at_most_for)
             .watchdog(false)
             .try_acquire()?
@@ -691,23 +752,37 @@ impl Client {
             return Ok(None);
         };
         let started = guard.lease.acquired_at;
-        let out = job();
-        let keep = at_least_for.saturating_sub(started.elapsed());
-        if keep >= Duration::from_millis(1) {
-            // A lease is at least MIN_TTL: keep the key that much longer rather than refuse.
-            match guard.extend_to(keep.max(limits::MIN_TTL)) {
-                Ok(()) => guard.disarm(),
-                // The job outlived at_most_for: another host may have run it too.
-                Err(e @ Error::NotOwner { .. }) => return Err(e),
-                // Redis unreachable: leave the key to expire (at at_most_for, which is
-                // at least at_least_for), never delete it early; the job did run here.
-                Err(_) => guard.disarm(),
-            }
-        } else {
-            guard.release()?;
+        // The job's outcome, panic included, does not change how the period is consumed.
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+        let finished = finish_period(guard, started, at_least_for);
+        match out {
+            Ok(out) => finished.map(|()| Some(out)),
+            Err(panic) => std::panic::resume_unwind(panic),
         }
-        Ok(Some(out))
     }
+}
+
+/// Ends a run-once period: keeps the key until `started + at_least_for`, or deletes it
+/// when that has passed.
+fn finish_period(
+    mut guard: LockGuard,
+    started: Instant,
+    at_least_for: Duration,
+) -> Result<(), Error> {
+    let keep = at_least_for.saturating_sub(started.elapsed());
+    if keep < Duration::from_millis(1) {
+        return guard.release();
+    }
+    // A lease is at least MIN_TTL: keep the key that much longer rather than refuse.
+    match guard.extend_to(keep.max(limits::MIN_TTL)) {
+        Ok(()) => guard.disarm(),
+        // The job outlived at_most_for: another host may have run it too.
+        Err(e @ Error::NotOwner { .. }) => return Err(e),
+        // Redis unreachable: leave the key to expire (at at_most_for, which is at least
+        // at_least_for), never delete it early; the job did run here.
+        Err(_) => guard.disarm(),
+    }
+    Ok(())
 }
 
 impl Drop for LockGuard {
@@ -718,10 +793,13 @@ impl Drop for LockGuard {
         // One deadline for the whole drop: waiting out a renewal in flight and the release.
         let deadline = self.deadline();
         self.stop_watching(deadline);
-        // A lost lease is not ours: leave the key alone.
-        if self.cell.lost().is_none() {
-            // Errors cannot be reported from drop; the lease ends at its expiry at worst.
-            let _ = drive(&self.shared, None, ScriptOp::release(&self.lease, deadline));
+        // A lease Redis said is not ours: leave the key alone. Any other (even one whose
+        // client is gone) gets the owner-checked release.
+        if self.known_not_ours().is_none() {
+            // Errors cannot be returned from drop (they are logged); the lease ends at its
+            // expiry at worst.
+            let out = drive(&self.shared, None, ScriptOp::release(&self.lease, deadline));
+            crate::observe::released(&self.lease.target.name, self.lease.kind, &out);
         }
     }
 }

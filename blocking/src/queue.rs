@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use redlease_core::backoff::saturating_add;
 use redlease_core::lease::{Acquire, AcquireOptions, Acquisition, Token};
 use redlease_core::limits;
-use redlease_core::queue::{self, DeadJob, NewJob, Pushed, QueueKeys, QueueSettings, QueueStats};
+use redlease_core::queue::{
+    self, DeadJob, Nacked, NewJob, Pushed, QueueKeys, QueueSettings, QueueStats,
+};
 use redlease_core::renewal::RenewalPolicy;
 use redlease_core::{Error, LossReason};
 
@@ -213,7 +215,11 @@ impl Queue {
             min_replicas: None,
         };
         let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), Instant::now())?;
-        match self.client.run(machine)? {
+        let span =
+            crate::observe::acquire_span(&self.keys.name, redlease_core::lease::LockKind::Job);
+        let (started, taken) = (Instant::now(), span.in_scope(|| self.client.run(machine)));
+        crate::observe::acquired(&span, started, &taken);
+        match taken? {
             Acquisition::Acquired(lease) => {
                 let [id, payload] = <[Vec<u8>; 2]>::try_from(lease.data.clone()).map_err(|_| {
                     Error::UnexpectedReply {
@@ -227,6 +233,7 @@ impl Queue {
                 })?;
                 let policy = RenewalPolicy::for_ttl(self.settings.visibility);
                 let guard = LockGuard::from_lease(&self.client, *lease, Some(policy));
+                crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
                 Ok(Some(Job {
                     guard,
                     queue: self.clone(),
@@ -278,14 +285,37 @@ impl Queue {
     }
 
     /// Runs `handler` on `concurrency` threads, each taking jobs one at a time: `Ok` acks the
-    /// job, `Err` nacks it (retried with backoff, dead after max deliveries). Stops when the
+    /// job, `Err` nacks it with the error's message, which a job that goes to the dead list
+    /// keeps ([`DeadJob::reason`]). Any error that implements `Display` is retried with
+    /// backoff (dead after max deliveries); return a [`JobError`] to choose:
+    /// [`JobError::no_retry`] (dead now) or [`JobError::retry_after`]. Stops when the
     /// returned [`Workers`] is stopped or dropped: each thread finishes the job it has, then
     /// returns (an idle thread notices within `poll`; 500 ms here).
     ///
     /// `concurrency` is clamped to 1 to [`MAX_WORKERS`](limits::MAX_WORKERS) (1024), and no
     /// further thread is started once the system refuses one.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redlease::Error> {
+    /// use std::time::Duration;
+    /// use redlease::JobError;
+    ///
+    /// let client = redlease::Client::open("redis://127.0.0.1/")?;
+    /// let workers = client.queue("mail")?.work(4, |job| {
+    ///     let Ok(text) = std::str::from_utf8(job.payload()) else {
+    ///         return Err(JobError::no_retry("the payload is not UTF-8"));
+    ///     };
+    ///     if text.is_empty() {
+    ///         return Err(JobError::retry_after(Duration::from_secs(30), "nothing to send yet"));
+    ///     }
+    ///     Ok(())
+    /// });
+    /// # drop(workers);
+    /// # Ok(()) }
+    /// ```
     pub fn work<E, F>(&self, concurrency: usize, handler: F) -> Workers
     where
+        E: HandlerError,
         F: Fn(&Job) -> Result<(), E> + Send + Sync + 'static,
     {
         let stop = Arc::new(AtomicBool::new(false));
@@ -322,7 +352,7 @@ struct WorkerCounters {
     panicked: AtomicU64,
 }
 
-fn work_loop<E>(
+fn work_loop<E: HandlerError>(
     queue: &Queue,
     stop: &AtomicBool,
     counters: &WorkerCounters,
@@ -346,10 +376,11 @@ fn work_loop<E>(
         let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&job)));
         let outcome = match handled {
             Ok(Ok(())) => job.ack().map(|()| &counters.acked),
-            Ok(Err(_)) => job.nack().map(|()| &counters.nacked),
+            Ok(Err(e)) => job.fail(&e.message(), e.retry()).map(|()| &counters.nacked),
             Err(_) => {
                 counters.panicked.fetch_add(1, Ordering::Relaxed);
-                job.nack().map(|()| &counters.nacked)
+                job.fail("the handler panicked", Retry::Backoff)
+                    .map(|()| &counters.nacked)
             }
         };
         match outcome {
@@ -485,35 +516,148 @@ impl Job {
     pub fn ack(self) -> Result<(), Error> {
         let token = self.guard.lease().token.as_str().to_owned();
         let call = queue::ack_call(&self.queue.keys, &self.id, &token);
-        self.guard.finish_with(call)
+        let out = self.guard.finish_with(call);
+        crate::observe::job(&self.queue.keys.name, &self.id, "ack", None, &out);
+        out
     }
 
     /// Failed: retry after the queue's backoff for this delivery (or go to the dead list
     /// after max deliveries).
     pub fn nack(self) -> Result<(), Error> {
-        let shift = self.delivery().saturating_sub(1).min(30) as u32;
-        let backoff = self
-            .queue
-            .retry_base
-            .saturating_mul(1 << shift)
-            .min(self.queue.retry_max);
-        self.nack_after(backoff)
+        self.fail("", Retry::Backoff)
     }
 
     /// Failed: retry after `backoff` (zero: at once; beyond
     /// [`MAX_DURATION`](limits::MAX_DURATION), 100 years, it counts as that), or go to the
     /// dead list after max deliveries.
     pub fn nack_after(self, backoff: Duration) -> Result<(), Error> {
-        let backoff = backoff.min(limits::MAX_DURATION);
-        let token = self.guard.lease().token.as_str().to_owned();
+        self.fail("", Retry::After(backoff.min(limits::MAX_DURATION)))
+    }
+
+    /// Failed because of `reason` (the handler's error): retried as `retry` says, or on the
+    /// dead list after max deliveries ([`Retry::Never`]: at once), where it keeps `reason`
+    /// ([`DeadJob::reason`]; empty: none).
+    pub fn fail(self, reason: &str, retry: Retry) -> Result<(), Error> {
         let max = self.queue.settings.max_deliveries;
-        let call = queue::nack(&self.queue.keys, &self.id, &token, backoff, max);
-        self.guard.finish_with(call)
+        let (backoff, max) = match retry {
+            Retry::Backoff => (self.backoff(), max),
+            Retry::After(backoff) => (backoff, max),
+            Retry::Never => (Duration::ZERO, 0),
+        };
+        let token = self.guard.lease().token.as_str().to_owned();
+        let call = queue::nack_because(&self.queue.keys, &self.id, &token, backoff, max, reason);
+        let out = self
+            .guard
+            .finish_op(|lease, deadline| queue::nack_op(lease, call, deadline));
+        let (name, id) = (&self.queue.keys.name, &self.id);
+        let why = Some(reason).filter(|r| !r.is_empty());
+        crate::observe::job(name, id, "nack", why, &out);
+        if let Ok(Nacked::Dead) = out {
+            crate::observe::dead(name, id, why);
+        }
+        out.map(|_| ())
+    }
+
+    /// The queue's backoff for this delivery: `base * 2^(delivery - 1)`, at most the maximum.
+    fn backoff(&self) -> Duration {
+        let shift = self.delivery().saturating_sub(1).min(30) as u32;
+        self.queue
+            .retry_base
+            .saturating_mul(1 << shift)
+            .min(self.queue.retry_max)
     }
 
     /// Abandons the handle without acking: the lease is no longer renewed, and the job is
     /// redelivered once it runs out (what happens when a worker dies).
     pub fn abandon(self) {
         self.guard.disarm();
+    }
+}
+
+/// What to do with a job whose handler failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Retry {
+    /// Retry after the queue's backoff for this delivery ([`Queue::retry_backoff`]); dead
+    /// after max deliveries.
+    Backoff,
+    /// Retry after this long (zero: at once); dead after max deliveries.
+    After(Duration),
+    /// No retry: the job goes to the dead list now.
+    Never,
+}
+
+/// A handler's error that says how to retry: return it from a [`Queue::work`] handler.
+///
+/// It deliberately does not implement `Display`, so that every error type that does can be a
+/// handler's error too (see [`HandlerError`]); read it with [`message`](Self::message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobError {
+    message: String,
+    retry: Retry,
+}
+
+impl JobError {
+    /// Failed for `message`: retry with the queue's backoff.
+    pub fn new(message: impl std::fmt::Display) -> Self {
+        JobError {
+            message: message.to_string(),
+            retry: Retry::Backoff,
+        }
+    }
+
+    /// Failed for good: the job goes to the dead list now, keeping `message`.
+    pub fn no_retry(message: impl std::fmt::Display) -> Self {
+        JobError {
+            message: message.to_string(),
+            retry: Retry::Never,
+        }
+    }
+
+    /// Failed for now: retry after `delay` (dead after max deliveries).
+    pub fn retry_after(delay: Duration, message: impl std::fmt::Display) -> Self {
+        JobError {
+            message: message.to_string(),
+            retry: Retry::After(delay),
+        }
+    }
+
+    /// Why the job failed.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// What to do with the job.
+    pub fn retry(&self) -> Retry {
+        self.retry
+    }
+}
+
+/// The error of a [`Queue::work`] handler: its message is kept with a job that dies, and it
+/// may say how to retry. Every `Display` type is one (retried with backoff), and so is
+/// [`JobError`].
+pub trait HandlerError {
+    /// The message recorded with the job (and logged with the nack).
+    fn message(&self) -> String;
+
+    /// What to do with the job. Defaults to [`Retry::Backoff`].
+    fn retry(&self) -> Retry {
+        Retry::Backoff
+    }
+}
+
+impl<E: std::fmt::Display> HandlerError for E {
+    fn message(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl HandlerError for JobError {
+    fn message(&self) -> String {
+        self.message.clone()
+    }
+
+    fn retry(&self) -> Retry {
+        self.retry
     }
 }

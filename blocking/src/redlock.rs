@@ -38,8 +38,9 @@ impl std::fmt::Debug for RedLock {
     }
 }
 
-/// Settings of a [`RedLock`] client; made by [`RedLock::builder`].
-#[derive(Debug, Clone)]
+/// Settings of a [`RedLock`] client; made by [`RedLock::builder`]. Its `Debug` output hides
+/// passwords.
+#[derive(Clone)]
 #[must_use = "a builder does nothing until .build()"]
 pub struct RedLockBuilder {
     urls: Vec<String>,
@@ -48,6 +49,18 @@ pub struct RedLockBuilder {
     prefix: String,
     tls: crate::connect::TlsSettings,
     client_name: String,
+}
+
+impl std::fmt::Debug for RedLockBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|u| crate::redact::url(u)).collect();
+        f.debug_struct("RedLockBuilder")
+            .field("urls", &urls)
+            .field("node_timeout", &self.node_timeout)
+            .field("pool_size", &self.pool_size)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
 }
 
 impl RedLockBuilder {
@@ -339,7 +352,10 @@ impl RedLockLockBuilder<'_> {
             node_timeout: self.client.inner.node_timeout,
         };
         let machine = RedLockAcquire::new(spec, options, u64::from_le_bytes(seed), Instant::now())?;
-        let red = self.client.run(machine)?;
+        let (span, started) = (crate::observe::span(&self.name, "redlock"), Instant::now());
+        let out = span.in_scope(|| self.client.run(machine));
+        crate::observe::ended(&span, started, &out, |r| Some((r.lease.attempts, None)));
+        let red = out?;
         Ok(RedLockGuard {
             client: self.client.clone(),
             red,
@@ -368,21 +384,34 @@ impl RedLockGuard {
         self.red.lease.remaining(Instant::now())
     }
 
-    /// How many nodes granted it.
+    /// On how many nodes the key is ours: the nodes that granted it, then, after each
+    /// [`extend`](Self::extend), the nodes where the key was still ours and was extended. A
+    /// node that restarted empty (or where the key expired) stops counting; an extension
+    /// never writes the key back there (see [`redlease_core::redlock`]).
     pub fn granted(&self) -> u16 {
         self.red.granted
     }
 
-    /// Extends the lease on every node; needs a majority ([`Error::NoQuorum`] otherwise).
+    /// Whether the lease is surely no longer held by a majority: an extension found the key
+    /// ours on too few nodes for a quorum (nodes restarted without persistence, or the
+    /// lease expired), or its validity ran out. [`remaining`](Self::remaining) is then 0.
+    pub fn is_lost(&self) -> bool {
+        self.remaining().is_zero()
+    }
+
+    /// Extends the lease on every node; needs a majority of nodes where the key is still
+    /// ours ([`Error::NoQuorum`] when some did not answer, [`Error::NotOwner`] when too few
+    /// still hold it). Afterwards [`granted`](Self::granted) is the number of nodes
+    /// extended; when a quorum is surely gone the lease ends at once
+    /// ([`is_lost`](Self::is_lost)); when nodes did not answer, the previous validity stands.
     pub fn extend(&mut self) -> Result<(), Error> {
         let op = QuorumOp::new(
             &self.red,
             QuorumAction::Extend(self.red.lease.ttl),
             self.client.inner.node_timeout,
         )?;
-        let valid_until = self.client.run(op)?;
-        self.red.lease.valid_until = valid_until;
-        Ok(())
+        let outcome = self.client.run(op)?;
+        self.red.apply(outcome, Instant::now())
     }
 
     /// Releases on every node. `Ok` if at least one node still held it for us.
@@ -397,7 +426,9 @@ impl RedLockGuard {
             QuorumAction::Release,
             self.client.inner.node_timeout,
         )?;
-        self.client.run(op).map(|_| ())
+        let out = self.client.run(op).and_then(|o| o.result).map(|_| ());
+        crate::observe::released_as(&self.red.lease.target.name, "redlock", &out);
+        out
     }
 }
 

@@ -2,14 +2,18 @@
 //! batch of commands and turns what comes back into core inputs.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
+
+use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
 use redis::{ConnectionLike, Value};
 use redlease_core::{
     Batch, Error, ErrorReply, FailureKind, Input, NodeId, Protocol, Reply, Request, Step,
     TransportFailure,
 };
+
+use crate::sentinel::{SentinelWatch, Tie};
 
 /// The shortest read timeout used for a batch whose deadline is about to pass.
 const MIN_IO_TIMEOUT: Duration = Duration::from_millis(1);
@@ -23,6 +27,15 @@ pub(crate) struct Conn {
     inner: Link,
     broken: bool,
     last_used: Instant,
+    /// Through Sentinel: the master this connection was opened for.
+    tie: Option<Tie>,
+}
+
+impl Conn {
+    /// Whether the Sentinels named another master since this connection was opened.
+    fn is_stale(&self) -> bool {
+        self.tie.as_ref().is_some_and(Tie::is_stale)
+    }
 }
 
 /// A connection to one server, or to a Redis Cluster (which routes every command to the
@@ -107,13 +120,13 @@ pub(crate) struct PoolSettings {
 }
 
 impl PoolSettings {
-    /// `max_size` connections, made on demand, with r2d2's default lifetimes.
+    /// `max_size` connections, made on demand, kept for the client's lifetime (no reaper).
     pub(crate) fn sized(max_size: u32) -> Self {
         PoolSettings {
             max_size,
             min_idle: 0,
-            max_lifetime: Some(Duration::from_secs(30 * 60)),
-            idle_timeout: Some(Duration::from_secs(10 * 60)),
+            max_lifetime: None,
+            idle_timeout: None,
             client_name: None,
         }
     }
@@ -143,6 +156,8 @@ pub(crate) struct SentinelLookup {
     /// `Some`: the Sentinels were given as `rediss://` URLs, so the master is reached
     /// over TLS too, with these settings.
     pub(crate) tls: Option<crate::connect::TlsSettings>,
+    /// Which master the Sentinels named last, and how many switches were seen.
+    pub(crate) watch: Arc<SentinelWatch>,
 }
 
 impl SentinelLookup {
@@ -163,6 +178,7 @@ impl SentinelLookup {
             match asked {
                 Ok(Some((host, port))) => {
                     use redis::IntoConnectionInfo;
+                    self.watch.seen(&host, port);
                     let addr = match &self.tls {
                         None => redis::ConnectionAddr::Tcp(host, port),
                         Some(_) => redis::ConnectionAddr::TcpTls {
@@ -223,6 +239,14 @@ impl Source {
         }
     }
 
+    /// Through Sentinel: how many master switches were seen (`None` for other sources).
+    pub(crate) fn master_generation(&self) -> Option<u64> {
+        match self {
+            Source::Sentinel(s) => Some(s.watch.generation()),
+            _ => None,
+        }
+    }
+
     /// A client for the server to talk to now.
     pub(crate) fn client(&self) -> Result<redis::Client, redis::RedisError> {
         match self {
@@ -259,20 +283,34 @@ impl Manager {
                     c.set_read_timeout(Some(self.io_timeout))?;
                     c.set_write_timeout(Some(self.io_timeout))?;
                     if let Some(name) = &self.client_name {
-                        redis::cmd("CLIENT")
+                        // Best effort: a least-privilege user may not be granted
+                        // `client|setname`; its connections then go unnamed.
+                        let named = redis::cmd("CLIENT")
                             .arg("SETNAME")
                             .arg(name)
-                            .query::<()>(&mut c)?;
+                            .query::<()>(&mut c);
+                        match named {
+                            Err(e) if e.code() == Some("NOPERM") => {
+                                tracing::debug!(error = %e, "CLIENT SETNAME refused; connections stay unnamed");
+                            }
+                            other => other?,
+                        }
                     }
                     Ok(Link::Single(c))
                 };
                 set_up().map_err(|e| (e, Some(client.clone())))?
             }
         };
+        // Tied to the master the Sentinels named just now (asked by `client()` above).
+        let tie = match &*self.source {
+            Source::Sentinel(s) => Some(Tie::now(&s.watch)),
+            _ => None,
+        };
         Ok(Conn {
             inner,
             broken: false,
             last_used: Instant::now(),
+            tie,
         })
     }
 
@@ -404,7 +442,25 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn is_valid(&self, conn: &mut Conn) -> Result<(), redis::RedisError> {
-        if conn.last_used.elapsed() < CHECK_AFTER_IDLE {
+        if let Some(tie) = &conn.tie {
+            // Through Sentinel: ask again after the check interval without news (a missed
+            // +switch-master), and never hand out a connection to a demoted master.
+            if tie.watch().begin_check() {
+                // A Sentinel that cannot be asked leaves the connection in use: the
+                // subscriber thread and the next check still find a switch.
+                let _ = self.source.client();
+            }
+            if conn.is_stale() {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "the Sentinels named another master",
+                )));
+            }
+        }
+        // A cluster connection talks to every master: a PING goes to any one of them, so
+        // one frozen master would fail checkouts meant for the others (and stall their
+        // renewals). Its per-node sockets report their own failures as no reply instead.
+        if conn.last_used.elapsed() < CHECK_AFTER_IDLE || matches!(conn.inner, Link::Cluster(_)) {
             return Ok(());
         }
         conn.inner.ping()?;
@@ -413,9 +469,34 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
-        conn.broken || !conn.inner.is_open()
+        conn.broken || conn.is_stale() || !conn.inner.is_open()
     }
 }
+
+/// The threads r2d2 opens connections on. By default every r2d2 pool starts its own three
+/// (which outlived a dropped client by up to 30 s, waiting for the pool's reaper task);
+/// here every pool of the process shares one set, started with the first pool and stopped
+/// at once (scheduled work discarded) when the last pool is dropped.
+fn shared_thread_pool() -> Arc<ScheduledThreadPool> {
+    static SHARED: Mutex<Weak<ScheduledThreadPool>> = Mutex::new(Weak::new());
+    let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(pool) = shared.upgrade() {
+        return pool;
+    }
+    let pool = Arc::new(
+        ScheduledThreadPool::builder()
+            .num_threads(POOL_THREADS)
+            .thread_name_pattern("redlease-pool-{}")
+            .on_drop_behavior(OnPoolDropBehavior::DiscardPendingScheduled)
+            .build(),
+    );
+    *shared = Arc::downgrade(&pool);
+    pool
+}
+
+/// Threads of the shared pool: connection attempts in progress at once, across clients
+/// (each bounded by its client's connect timeout).
+const POOL_THREADS: usize = 4;
 
 /// The connection pool of one client, and its timeouts.
 pub(crate) struct Transport {
@@ -427,9 +508,21 @@ pub(crate) struct Transport {
     server: String,
     connect_timeout: Duration,
     io_timeout: Duration,
+    /// For a Redis Cluster: which master owns which slot (for per-node renewal batches).
+    nodes: Option<crate::shards::SlotTable>,
 }
 
 impl Transport {
+    /// `(open connections, idle connections, pool size)`.
+    pub(crate) fn pool_state(&self) -> (u32, u32, u32) {
+        let state = self.pool.state();
+        (
+            state.connections,
+            state.idle_connections,
+            self.pool.max_size(),
+        )
+    }
+
     /// A pool with `settings` (checked by the builders: sizes at least 1, `min_idle` at
     /// most `max_size`, lifetimes not zero).
     ///
@@ -444,6 +537,7 @@ impl Transport {
         check_idle: bool,
     ) -> Self {
         let server = source.describe();
+        let nodes = matches!(*source, Source::Cluster(..)).then(crate::shards::SlotTable::default);
         let manager = Manager {
             source,
             connect_timeout,
@@ -453,7 +547,10 @@ impl Transport {
         };
         // By default connections are made on demand (no eager background connecting to a
         // Redis that may be down) and PINGed on checkout only after being idle (see
-        // CHECK_AFTER_IDLE).
+        // CHECK_AFTER_IDLE). The pool's background work runs on threads shared by every
+        // client (see `shared_thread_pool`). r2d2's reaper (closing connections past
+        // `max_lifetime` / `idle_timeout`) is a periodic task it never cancels, so it runs
+        // only when one of those is set (they default to off).
         let pool = r2d2::Pool::builder()
             .max_size(settings.max_size.max(1))
             .min_idle(Some(settings.min_idle.min(settings.max_size)))
@@ -461,6 +558,7 @@ impl Transport {
             .idle_timeout(settings.idle_timeout.filter(|d| !d.is_zero()))
             .test_on_check_out(check_idle)
             .connection_timeout(connect_timeout)
+            .thread_pool(shared_thread_pool())
             .build_unchecked(manager.clone());
         Transport {
             pool,
@@ -468,6 +566,7 @@ impl Transport {
             server,
             connect_timeout,
             io_timeout,
+            nodes,
         }
     }
 
@@ -569,6 +668,43 @@ impl Transport {
         }
     }
 
+    /// Names the node that holds `key` (the master's address on a Cluster, as far as known;
+    /// empty for a single server or when not known yet), to group commands by node.
+    pub(crate) fn node_of(&self, key: &str) -> String {
+        self.nodes
+            .as_ref()
+            .map(|n| n.node_of(key))
+            .unwrap_or_default()
+    }
+
+    /// Whether this is a Cluster client whose slot table is missing or old.
+    pub(crate) fn nodes_stale(&self) -> bool {
+        self.nodes.as_ref().is_some_and(|n| n.is_stale())
+    }
+
+    /// On a Cluster whose slot table is missing or old, asks the master owning `key`'s slot
+    /// for `CLUSTER SLOTS` (bounded by the io timeout). Nothing for a single server.
+    pub(crate) fn refresh_nodes(&self, key: &str) {
+        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        let Some(nodes) = &self.nodes else { return };
+        if !nodes.is_stale() {
+            return;
+        }
+        let Ok(mut conn) = self.pool.get_timeout(self.connect_timeout) else {
+            return;
+        };
+        let Link::Cluster(cluster) = &mut conn.inner else {
+            return;
+        };
+        let route = Route::new(crate::shards::slot(key.as_bytes()), SlotAddr::Master);
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+        match cluster.route_command(redis::cmd("CLUSTER").arg("SLOTS"), routing) {
+            Ok(reply) => nodes.update(&reply),
+            Err(_) => conn.broken = true,
+        }
+        conn.last_used = Instant::now();
+    }
+
     /// Sends `batch` and returns one input per request, in request order.
     pub(crate) fn execute(&self, batch: &Batch) -> Vec<Input> {
         self.execute_keeping(batch, &mut None)
@@ -603,7 +739,12 @@ impl Transport {
                 batch.server_wait,
             ),
             None if batch.same_connection => unreachable_same_connection(batch),
-            _ => self.send(batch.requests.clone(), batch.deadline, batch.server_wait),
+            // The previous connection goes back first: with a pool of one, holding it while
+            // asking for another would wait out the connect timeout.
+            _ => {
+                drop(previous);
+                self.send(batch.requests.clone(), batch.deadline, batch.server_wait)
+            }
         };
         let (inputs, conn) = flight.receive_keeping();
         *kept = conn;
@@ -630,14 +771,17 @@ impl Transport {
             .max(MIN_IO_TIMEOUT);
         match self.pool.get_timeout(remaining.min(self.connect_timeout)) {
             Ok(conn) => self.write(conn, requests, deadline, server_wait),
-            Err(e) => Flight {
-                requests,
-                deadline,
-                state: FlightState::Failed(TransportFailure::not_sent(format!(
-                    "no connection to {}: {e}",
-                    self.server
-                ))),
-            },
+            Err(e) => {
+                crate::observe::no_connection(self.pool.state(), self.pool.max_size(), &e);
+                Flight {
+                    requests,
+                    deadline,
+                    state: FlightState::Failed(TransportFailure::not_sent(format!(
+                        "no connection to {}: {e}",
+                        self.server
+                    ))),
+                }
+            }
         }
     }
 
@@ -681,35 +825,13 @@ impl Transport {
             return fail(requests, TransportFailure::not_sent(format!("socket: {e}")));
         }
         if let Link::Cluster(cluster) = &mut conn.inner {
-            // A cluster connection routes command by command (by each command's first key),
-            // so the batch is sent and answered here, one request after another.
-            let mut inputs = Vec::with_capacity(requests.len());
-            for r in &requests {
-                let mut cmd = redis::Cmd::new();
-                for a in r.command.args() {
-                    cmd.arg(a.as_slice());
-                }
-                match cluster.req_command(&cmd) {
-                    Ok(value) => inputs.push(Input::reply(r.id, to_reply(value))),
-                    Err(e) => match e.code() {
-                        // An error reply from the server.
-                        Some(code) => inputs.push(Input::reply(
-                            r.id,
-                            Reply::Error(ErrorReply::new(code, e.detail().unwrap_or_default())),
-                        )),
-                        None => {
-                            conn.broken = true;
-                            let failure = TransportFailure::no_reply(e.to_string());
-                            inputs.extend(
-                                requests[inputs.len()..]
-                                    .iter()
-                                    .map(|r| Input::failed(r.id, failure.clone())),
-                            );
-                            break;
-                        }
-                    },
-                }
-            }
+            let timeouts = ReadTimeouts {
+                reply: self.io_timeout + server_wait,
+                now: if changed { wanted } else { self.io_timeout },
+                usual: self.io_timeout,
+            };
+            let (inputs, broken) = send_to_cluster(cluster, &requests, deadline, timeouts);
+            conn.broken |= broken;
             return Flight {
                 requests,
                 deadline,
@@ -749,6 +871,169 @@ impl Transport {
             },
         }
     }
+}
+
+/// The read timeouts of a cluster batch.
+#[derive(Debug, Clone, Copy)]
+struct ReadTimeouts {
+    /// The longest wait for one reply (the io timeout plus what the server may hold it).
+    reply: Duration,
+    /// What the sockets are set to now.
+    now: Duration,
+    /// The client's io timeout, put back afterwards.
+    usual: Duration,
+}
+
+/// How many `MOVED`/`ASK` redirections one command follows (a slot moves once per
+/// resharding step; more means the cluster is still converging, and the core decides).
+const MAX_REDIRECTS: usize = 2;
+
+/// Sends `requests` on a cluster connection, one after another (each is routed by its first
+/// key's slot), each exactly once as far as this library can tell: the `redis` crate's own
+/// retries are off (see `ClientBuilder::build`), so a reply that does not come within the
+/// read timeout is a `NoReply` failure for the core, as on a single server.
+///
+/// `MOVED` and `ASK` say that the command did not run and where to send it: they are
+/// followed here (at most [`MAX_REDIRECTS`] times, never past `deadline`). One that cannot be
+/// followed in time becomes a "not sent" failure, which the core retries within the call's
+/// own deadline (or reports as `Unavailable`). `TRYAGAIN` (a multi-key command during a
+/// slot migration) reaches the core as the error reply it is, which treats it as transient.
+///
+/// Every read is bounded by what is left of `deadline` (at most `reply_timeout`), so a batch
+/// never outlives its deadline by more than the connection's own timeouts. Returns the inputs,
+/// and whether the connection must be dropped (a lost reply may still arrive on it, or its
+/// slot map is stale after a `MOVED`).
+fn send_to_cluster(
+    cluster: &mut redis::cluster::ClusterConnection,
+    requests: &[Request],
+    deadline: Instant,
+    timeouts: ReadTimeouts,
+) -> (Vec<Input>, bool) {
+    let ReadTimeouts {
+        reply: reply_timeout,
+        now: mut timeout,
+        usual: io_timeout,
+    } = timeouts;
+    let mut inputs = Vec::with_capacity(requests.len());
+    let mut broken = false;
+    for (i, r) in requests.iter().enumerate() {
+        let fail_rest = |inputs: &mut Vec<Input>, failure: TransportFailure| {
+            inputs.extend(
+                requests[i..]
+                    .iter()
+                    .map(|r| Input::failed(r.id, failure.clone())),
+            );
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            fail_rest(
+                &mut inputs,
+                TransportFailure::not_sent("the batch deadline passed before it was sent"),
+            );
+            break;
+        }
+        let wanted = left.max(MIN_IO_TIMEOUT).min(reply_timeout);
+        if wanted.abs_diff(timeout) > SHORTEN_SLACK {
+            if let Err(e) = cluster.set_read_timeout(Some(wanted)) {
+                broken = true;
+                fail_rest(
+                    &mut inputs,
+                    TransportFailure::not_sent(format!("socket: {e}")),
+                );
+                break;
+            }
+            timeout = wanted;
+        }
+        let mut cmd = redis::Cmd::new();
+        for a in r.command.args() {
+            cmd.arg(a.as_slice());
+        }
+        let (outcome, stale) = cluster_request(cluster, &cmd, deadline);
+        broken |= stale;
+        match outcome {
+            Ok(value) => inputs.push(Input::reply(r.id, to_reply(value))),
+            // An error reply from the server.
+            Err(e) if e.code().is_some() => {
+                let code = e.code().unwrap_or_default();
+                crate::observe::error_reply(code, e.detail());
+                inputs.push(Input::reply(
+                    r.id,
+                    Reply::Error(ErrorReply::new(code, e.detail().unwrap_or_default())),
+                ))
+            }
+            Err(e) if e.detail().is_some_and(|d| d.starts_with(NOT_FOLLOWED)) => {
+                // A redirection not followed: the command did not run.
+                fail_rest(&mut inputs, TransportFailure::not_sent(e.to_string()));
+                break;
+            }
+            Err(e) => {
+                // No reply (or no connection): a reply may still be in flight on it.
+                broken = true;
+                fail_rest(&mut inputs, TransportFailure::no_reply(e.to_string()));
+                break;
+            }
+        }
+    }
+    if timeout != io_timeout && cluster.set_read_timeout(Some(io_timeout)).is_err() {
+        broken = true;
+    }
+    (inputs, broken)
+}
+
+/// The start of the detail of a redirection that was not followed (the command did not run).
+const NOT_FOLLOWED: &str = "redirected, not followed";
+
+/// Sends one command to the node owning its slot, following `MOVED`/`ASK` (see
+/// [`send_to_cluster`]). A redirection that is not followed comes back as an error whose
+/// detail starts with [`NOT_FOLLOWED`] (the command did not run). Also says whether the slot
+/// map proved stale.
+fn cluster_request(
+    cluster: &mut redis::cluster::ClusterConnection,
+    cmd: &redis::Cmd,
+    deadline: Instant,
+) -> (redis::RedisResult<Value>, bool) {
+    let mut result = cluster.req_command(cmd);
+    let mut stale = false;
+    let mut redirects = 0;
+    while let Err(e) = &result
+        && let Some((addr, _slot)) = e.redirect_node()
+    {
+        let ask = e.code() == Some("ASK");
+        // A MOVED slot: this connection's slot map is stale; a new one reads it afresh.
+        stale |= !ask;
+        let target = addr.rsplit_once(':').and_then(|(host, port)| {
+            Some((host.trim_matches(['[', ']']).to_owned(), port.parse().ok()?))
+        });
+        let in_time = redirects < MAX_REDIRECTS && Instant::now() + MIN_IO_TIMEOUT < deadline;
+        let Some((host, port)) = target.filter(|_| in_time) else {
+            let not_followed = format!("{NOT_FOLLOWED}: {e}");
+            return (
+                Err(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "not sent",
+                    not_followed,
+                ))),
+                stale,
+            );
+        };
+        redirects += 1;
+        let routing = || {
+            redis::cluster_routing::RoutingInfo::SingleNode(
+                redis::cluster_routing::SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port,
+                },
+            )
+        };
+        if ask {
+            // ASKING lets the importing node serve the next command of this connection.
+            if let Err(e) = cluster.route_command(&redis::cmd("ASKING"), routing()) {
+                return (Err(e), stale);
+            }
+        }
+        result = cluster.route_command(cmd, routing());
+    }
+    (result, stale)
 }
 
 /// A pooled connection.
@@ -867,6 +1152,20 @@ impl Flight {
         if timeout != io_timeout && conn.inner.set_read_timeout(Some(io_timeout)).is_err() {
             conn.broken = true;
         }
+        if conn.is_stale() {
+            // The Sentinels named another master while (or before) these commands ran: what
+            // the demoted master answered does not hold for the service (its writes are
+            // lost), so the outcome is unknown. The protocols resolve it on the new master.
+            conn.broken = true;
+            let failure =
+                TransportFailure::no_reply("answered by a master the Sentinels have replaced");
+            let inputs = self
+                .requests
+                .iter()
+                .map(|r| Input::failed(r.id, failure.clone()))
+                .collect();
+            return (inputs, None);
+        }
         conn.last_used = Instant::now();
         let keep = (!conn.broken).then_some(conn);
         (inputs, keep)
@@ -875,9 +1174,15 @@ impl Flight {
 
 /// Advances several machines side by side until each is done or asks to wait: in every
 /// round their sends go out together in one pipelined batch. Returns each machine's last step.
+///
+/// `kept`: on a Redis Cluster, the connection the caller keeps between calls (a renewal
+/// thread of one node keeps its own, so that another node's thread, breaking connection
+/// after connection on a frozen master, cannot drain the pool under it). Unused for a
+/// single server, where holding a connection would take one from a pool that may be small.
 pub(crate) fn run_together<P: Protocol>(
     transport: &Transport,
     machines: &mut [P],
+    kept: &mut Option<Pooled>,
 ) -> Vec<Step<P::Output>> {
     let mut last: Vec<Option<Step<P::Output>>> = machines.iter().map(|_| None).collect();
     loop {
@@ -901,7 +1206,17 @@ pub(crate) fn run_together<P: Protocol>(
             }
         }
         let Some(deadline) = deadline else { break };
-        let inputs = transport.execute(&Batch::new(requests, deadline));
+        let batch = Batch::new(requests, deadline);
+        let inputs = match kept.take() {
+            Some(conn) if transport.nodes.is_some() => {
+                let flight = transport.write(*conn, batch.requests, deadline, batch.server_wait);
+                let (inputs, conn) = flight.receive_keeping();
+                *kept = conn;
+                inputs
+            }
+            _ if transport.nodes.is_some() => transport.execute_keeping(&batch, kept),
+            _ => transport.execute(&batch),
+        };
         for (i, input) in owners.into_iter().zip(inputs) {
             if let Some(machine) = machines.get_mut(i) {
                 machine.handle(input, Instant::now());
@@ -941,6 +1256,7 @@ pub(crate) fn to_reply(v: Value) -> Reply {
         Value::BigNumber(n) => Reply::Bulk(redis::ToRedisArgs::to_redis_args(&n).concat()),
         Value::Push { data, .. } => Reply::Array(data.into_iter().map(to_reply).collect()),
         Value::ServerError(e) => {
+            crate::observe::error_reply(e.code(), e.details());
             Reply::Error(ErrorReply::new(e.code(), e.details().unwrap_or_default()))
         }
         // `Value` is non-exhaustive; a future kind reaches the machine as a shape it rejects.

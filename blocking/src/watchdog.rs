@@ -1,8 +1,17 @@
-//! One watchdog thread per client: keeps the leases of live guards alive.
+//! One watchdog per client: keeps the leases of live guards alive.
 //!
 //! The schedule and every decision (when to renew, when a lease is lost) live in the core's
-//! [`Renewals`]; this thread only sleeps until the next deadline, runs the extension machines
-//! it is handed (pipelined in one batch), and tells guards what happened.
+//! [`Renewals`]. The watchdog thread (`redlease-watchdog`) only keeps that schedule: it never
+//! waits on Redis, so it reports every loss at the lease's validity at the latest. The
+//! extensions it hands out go to one renewal thread per Redis node (`redlease-renew`; one
+//! for a single server, one per master of a Cluster that holds watched leases), each
+//! sending its node's batch pipelined and answering by the batch's deadline (never past
+//! the validities it renews): a frozen or slow node delays the renewals of no other node.
+//!
+//! If the watchdog thread ends for any reason (the client was dropped, or something inside
+//! it panicked), every lease it watched, and every lease registered afterwards, is reported
+//! lost ([`LossReason::WatchdogStopped`]); a panic inside one round is caught, its leases
+//! reported lost, and the thread goes on for the leases registered after it.
 //!
 //! Acquiring and releasing a watched lease costs no round trip to this thread:
 //! - a registration is queued, and the thread is woken only when the new lease is due
@@ -12,13 +21,16 @@
 //!   due, or sooner once many have piled up. No renewal is ever sent after the flip.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, TrySendError, at, bounded, never, select_biased};
-use redlease_core::lease::Lease;
+use crossbeam_channel::{
+    Receiver, Sender, TrySendError, at, bounded, never, select_biased, unbounded,
+};
+use redlease_core::lease::{Extend, Lease, ScriptOp};
 use redlease_core::renewal::{Due, RenewalEvent, RenewalPolicy, Renewals, WatchId};
 use redlease_core::{Error, LossReason, Step, TransportFailure};
 
@@ -43,11 +55,16 @@ struct CellState {
     phase: Phase,
     /// Bumped when the lease is registered anew (a new ttl), so the old entry is skipped.
     generation: u64,
+    /// The last renewal ended the lease at its hold limit: reaching `valid_until` is then
+    /// an expiry, not a failure.
+    final_stretch: bool,
 }
 
 /// What a guard and the watchdog share about one lease.
 #[derive(Debug)]
 pub(crate) struct LeaseCell {
+    /// The lock's name, for logs.
+    name: String,
     state: Mutex<CellState>,
     renewal_done: Condvar,
     lost: OnceLock<LossReason>,
@@ -56,13 +73,15 @@ pub(crate) struct LeaseCell {
 
 impl LeaseCell {
     /// A cell and the receiver that fires (once) when the lease is lost.
-    pub(crate) fn new(valid_until: Instant) -> (Arc<LeaseCell>, Receiver<LossReason>) {
+    pub(crate) fn new(name: &str, valid_until: Instant) -> (Arc<LeaseCell>, Receiver<LossReason>) {
         let (signal, rx) = bounded(1);
         let cell = LeaseCell {
+            name: name.to_owned(),
             state: Mutex::new(CellState {
                 valid_until,
                 phase: Phase::Released,
                 generation: 0,
+                final_stretch: false,
             }),
             renewal_done: Condvar::new(),
             lost: OnceLock::new(),
@@ -84,12 +103,32 @@ impl LeaseCell {
         self.state().valid_until = t;
     }
 
+    /// Why the lease is lost, if it is. A watched lease whose validity has passed without a
+    /// confirmed renewal is lost from that instant, whatever the watchdog is doing: this
+    /// marks it so (firing the signal) when the watchdog has not yet.
     pub(crate) fn lost(&self) -> Option<LossReason> {
+        if let Some(reason) = self.lost.get() {
+            return Some(*reason);
+        }
+        let expired = {
+            let state = self.state();
+            (state.phase != Phase::Released && Instant::now() >= state.valid_until).then_some(
+                if state.final_stretch {
+                    LossReason::MaxHoldReached
+                } else {
+                    LossReason::RenewalFailed
+                },
+            )
+        };
+        if let Some(reason) = expired {
+            self.mark_lost(reason);
+        }
         self.lost.get().copied()
     }
 
     pub(crate) fn mark_lost(&self, reason: LossReason) {
         if self.lost.set(reason).is_ok() {
+            crate::observe::lost(&self.name, reason);
             let _ = self.signal.try_send(reason);
         }
     }
@@ -111,6 +150,7 @@ impl LeaseCell {
         let mut state = self.state();
         state.generation += 1;
         state.phase = Phase::Watched;
+        state.final_stretch = false;
         state.generation
     }
 
@@ -132,13 +172,14 @@ impl LeaseCell {
         state.phase != Phase::Released && state.generation == generation
     }
 
-    fn end_renewal(&self, valid_until: Option<Instant>) {
+    fn end_renewal(&self, renewed: Option<(Instant, bool)>) {
         let mut state = self.state();
         if state.phase == Phase::Renewing {
             state.phase = Phase::Watched;
         }
-        if let Some(t) = valid_until {
+        if let Some((t, last)) = renewed {
             state.valid_until = t;
+            state.final_stretch = last;
         }
         drop(state);
         self.renewal_done.notify_all();
@@ -161,6 +202,10 @@ struct Queue {
     next_wakeup: AtomicU64,
     epoch: Instant,
     next_id: AtomicU64,
+    /// The thread has ended: registrations are reported lost at once.
+    stopped: AtomicBool,
+    /// Leases of live guards (watched, not yet released), for `Client::status`.
+    live: AtomicUsize,
 }
 
 impl Queue {
@@ -174,9 +219,20 @@ impl Queue {
                 .unwrap_or(u64::MAX - 1)
         })
     }
+
+    /// Reports every queued registration lost: nothing will renew it.
+    fn fail_pending(&self) {
+        let queued = std::mem::take(&mut *self.pending());
+        for r in queued {
+            if r.cell.is_current(r.generation) {
+                r.cell.mark_lost(LossReason::WatchdogStopped);
+            }
+        }
+    }
 }
 
-/// The watchdog thread's handle; dropping it stops and joins the thread.
+/// The watchdog thread's handle; dropping it stops and joins the thread (and its renewal
+/// threads).
 pub(crate) struct Watchdog {
     queue: Arc<Queue>,
     wake: Option<Sender<()>>,
@@ -191,13 +247,15 @@ impl Watchdog {
             next_wakeup: AtomicU64::new(u64::MAX),
             epoch: Instant::now(),
             next_id: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
+            live: AtomicUsize::new(0),
         });
         let (wake, wakeups) = bounded(1);
         let thread = {
             let queue = queue.clone();
             std::thread::Builder::new()
                 .name("redlease-watchdog".into())
-                .spawn(move || run(&transport, io_timeout, &queue, &wakeups))
+                .spawn(move || run(transport, io_timeout, &queue, &wakeups))
                 .map_err(|_| Error::Driver("could not spawn the watchdog thread"))?
         };
         Ok(Watchdog {
@@ -214,10 +272,12 @@ impl Watchdog {
         }
     }
 
-    /// Starts renewing `lease`, reporting to `cell` (which is armed here).
+    /// Starts renewing `lease`, reporting to `cell` (which is armed here). The first renewal
+    /// is due `policy.every` after the lease's acquisition.
     pub(crate) fn watch(&self, lease: Lease, policy: RenewalPolicy, cell: Arc<LeaseCell>) {
         let generation = cell.arm();
-        let first = Instant::now() + policy.every;
+        self.queue.live.fetch_add(1, Ordering::Relaxed);
+        let first = redlease_core::backoff::saturating_add(lease.acquired_at, policy.every);
         let id = self.queue.next_id.fetch_add(1, Ordering::Relaxed);
         self.queue.pending().push(Registration {
             id,
@@ -226,6 +286,11 @@ impl Watchdog {
             policy,
             cell,
         });
+        if self.queue.stopped.load(Ordering::SeqCst) {
+            // The thread is gone (it sets the flag before failing what is queued).
+            self.queue.fail_pending();
+            return;
+        }
         if self.queue.encode(Some(first)) < self.queue.next_wakeup.load(Ordering::SeqCst) {
             self.nudge();
         }
@@ -233,9 +298,17 @@ impl Watchdog {
 
     /// Notes that a watched lease was released (its cell already says so).
     pub(crate) fn released(&self) {
+        self.queue.live.fetch_sub(1, Ordering::Relaxed);
         if self.queue.released.fetch_add(1, Ordering::Relaxed) + 1 >= COMPACT_AFTER {
             self.nudge();
         }
+    }
+}
+
+impl Watchdog {
+    /// How many leases of live guards are watched.
+    pub(crate) fn watched(&self) -> usize {
+        self.queue.live.load(Ordering::Relaxed)
     }
 }
 
@@ -249,30 +322,237 @@ impl Drop for Watchdog {
 }
 
 struct Watched {
+    /// Renewals failed in a row (only the first is logged as a warning).
+    failures: u32,
     generation: u64,
     cell: Arc<LeaseCell>,
+    /// The lease's first key: it names the node the renewal goes to.
+    key: String,
 }
 
-fn run(transport: &Transport, io_timeout: Duration, queue: &Queue, wakeups: &Receiver<()>) {
-    let mut renewals = Renewals::new();
-    let mut cells: HashMap<WatchId, Watched> = HashMap::new();
-    loop {
-        let registrations = std::mem::take(&mut *queue.pending());
+/// One extension handed to a renewal thread.
+struct Item {
+    id: WatchId,
+    generation: u64,
+    cell: Arc<LeaseCell>,
+    op: ScriptOp<Extend>,
+    key: String,
+}
+
+/// One extension's outcome, back from a renewal thread.
+struct Outcome {
+    id: WatchId,
+    generation: u64,
+    cell: Arc<LeaseCell>,
+    result: Result<Instant, Error>,
+}
+
+/// A batch for one node's renewal thread.
+struct Job {
+    items: Vec<Item>,
+    /// A key on that node: a Cluster's slot table is fetched from the master owning it.
+    key: String,
+}
+
+/// A renewal thread: sends its node's batches one after another.
+struct Worker {
+    jobs: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    /// Disconnected when the thread ends.
+    exited: Receiver<()>,
+    /// How long dropping waits for the thread: its batch in flight ends by then.
+    join_within: Duration,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        drop(self.jobs.take());
+        // A batch answers by its deadline (at most the io timeout), but a Cluster
+        // connection may retry behind it: never wait longer than that deadline for the
+        // thread; a thread still busy then ends on its own when its call returns.
+        if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) =
+            self.exited.recv_timeout(self.join_within)
+            && let Some(thread) = self.thread.take()
+        {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// What a failed or skipped renewal reports: retried by the schedule until the validity.
+fn not_answered(why: &'static str) -> Result<Instant, Error> {
+    Err(Error::Unavailable {
+        attempts: 1,
+        last: TransportFailure::no_reply(why),
+    })
+}
+
+fn failed(items: Vec<Item>, why: &'static str) -> Vec<Outcome> {
+    items
+        .into_iter()
+        .map(|i| Outcome {
+            id: i.id,
+            generation: i.generation,
+            cell: i.cell,
+            result: not_answered(why),
+        })
+        .collect()
+}
+
+/// Ends the renewals of a batch nobody will settle (the watchdog thread is gone), so that
+/// no guard waits for them.
+fn give_back(outcomes: Vec<Outcome>) {
+    for o in outcomes {
+        o.cell.end_renewal(None);
+    }
+}
+
+/// The renewal thread of one node.
+fn work(
+    transport: &Transport,
+    jobs: &Receiver<Job>,
+    done: &Sender<Vec<Outcome>>,
+    stopping: &AtomicBool,
+) {
+    // On a Cluster, this node's own connection between batches (see `run_together`).
+    let mut kept = None;
+    for Job { items, key } in jobs.iter() {
+        if items.is_empty() {
+            // Only asked to learn the slot table (before the first renewals are due).
+            if !stopping.load(Ordering::SeqCst) {
+                let _ = catch_unwind(AssertUnwindSafe(|| transport.refresh_nodes(&key)));
+            }
+            continue;
+        }
+        if stopping.load(Ordering::SeqCst) {
+            // The client is gone: send nothing more, but hand every lease back.
+            if let Err(e) = done.send(failed(items, "the watchdog stopped")) {
+                give_back(e.into_inner());
+                return;
+            }
+            continue;
+        }
+        let (meta, mut machines): (Vec<_>, Vec<_>) = items
+            .into_iter()
+            .map(|i| ((i.id, i.generation, i.cell), i.op))
+            .unzip();
+        // Nothing that happens in one batch may end the thread (its leases would be left
+        // Renewing for ever): a panic counts as no reply.
+        let steps = catch_unwind(AssertUnwindSafe(|| {
+            run_together(transport, &mut machines, &mut kept)
+        }))
+        .unwrap_or_default();
+        let mut steps = steps.into_iter();
+        let outcomes = meta
+            .into_iter()
+            .map(|(id, generation, cell)| {
+                let result = match steps.next() {
+                    Some(Step::Done(result)) => result,
+                    // The machine wants to retry after a transport failure: the schedule
+                    // retries instead, so one unreachable node never stalls the others.
+                    _ => not_answered("renewal not answered"),
+                };
+                Outcome {
+                    id,
+                    generation,
+                    cell,
+                    result,
+                }
+            })
+            .collect();
+        if let Err(e) = done.send(outcomes) {
+            give_back(e.into_inner());
+            return;
+        }
+        // A Cluster client learns which master owns which slot (to batch by node).
+        let _ = catch_unwind(AssertUnwindSafe(|| transport.refresh_nodes(&key)));
+    }
+}
+
+/// The watchdog thread's state. However the thread ends, dropping this reports every lease
+/// it watched (and every one still queued) lost, then stops the renewal threads.
+struct Scheduler<'a> {
+    transport: Arc<Transport>,
+    io_timeout: Duration,
+    queue: &'a Queue,
+    renewals: Renewals,
+    cells: HashMap<WatchId, Watched>,
+    workers: HashMap<String, Worker>,
+    done_tx: Sender<Vec<Outcome>>,
+    done_rx: Receiver<Vec<Outcome>>,
+    stopping: Arc<AtomicBool>,
+    /// When the slot table was last asked for outside a renewal batch.
+    table_asked: Option<Instant>,
+}
+
+impl Drop for Scheduler<'_> {
+    fn drop(&mut self) {
+        self.queue.stopped.store(true, Ordering::SeqCst);
+        self.queue.fail_pending();
+        self.fail_all();
+        // Queued batches are handed back unsent; the ones in flight end by their deadline.
+        self.stopping.store(true, Ordering::SeqCst);
+        self.workers.clear();
+        // Every lease a renewal thread had is back: none is Renewing any more.
+        for outcomes in self.done_rx.try_iter() {
+            for o in outcomes {
+                o.cell.end_renewal(None);
+            }
+        }
+    }
+}
+
+impl Scheduler<'_> {
+    /// Reports every watched lease lost and forgets them all.
+    fn fail_all(&mut self) {
+        for (_, w) in self.cells.drain() {
+            if w.cell.is_current(w.generation) {
+                w.cell.mark_lost(LossReason::WatchdogStopped);
+            }
+        }
+        self.renewals = Renewals::new();
+    }
+
+    fn admit(&mut self) {
+        let registrations = std::mem::take(&mut *self.queue.pending());
         let now = Instant::now();
-        for r in registrations {
-            renewals.insert(r.id, *r.lease, r.policy, now);
-            cells.insert(
-                r.id,
-                Watched {
-                    generation: r.generation,
-                    cell: r.cell,
+        // A Cluster client learns its slot table before the first renewals are due, so
+        // that they already go out in per-node batches.
+        if let Some(r) = registrations.first()
+            && self.transport.nodes_stale()
+            && self
+                .table_asked
+                .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1))
+        {
+            self.table_asked = Some(now);
+            let key = r.lease.target.keys.first().cloned().unwrap_or_default();
+            let node = self.transport.node_of(&key);
+            let _ = self.send_to(
+                node,
+                Job {
+                    items: Vec::new(),
+                    key,
                 },
             );
         }
-        let released = queue.released.load(Ordering::Relaxed);
+        for r in registrations {
+            let key = r.lease.target.keys.first().cloned().unwrap_or_default();
+            self.renewals.insert(r.id, *r.lease, r.policy, now);
+            self.cells.insert(
+                r.id,
+                Watched {
+                    failures: 0,
+                    generation: r.generation,
+                    cell: r.cell,
+                    key,
+                },
+            );
+        }
+        let released = self.queue.released.load(Ordering::Relaxed);
         if released >= COMPACT_AFTER {
-            queue.released.fetch_sub(released, Ordering::Relaxed);
-            cells.retain(|id, w| {
+            self.queue.released.fetch_sub(released, Ordering::Relaxed);
+            let renewals = &mut self.renewals;
+            self.cells.retain(|id, w| {
                 let keep = w.cell.state().phase != Phase::Released;
                 if !keep {
                     renewals.remove(*id);
@@ -280,99 +560,286 @@ fn run(transport: &Transport, io_timeout: Duration, queue: &Queue, wakeups: &Rec
                 keep
             });
         }
-        renew_due(transport, io_timeout, &mut renewals, &mut cells);
+    }
 
-        let next = renewals.next_wakeup();
-        queue
-            .next_wakeup
-            .store(queue.encode(next), Ordering::SeqCst);
-        // A registration that raced the store may not have woken us: look again.
-        if !queue.pending().is_empty() {
-            continue;
+    /// Hands out what is due, by node, and reports what the clock says is lost.
+    fn dispatch(&mut self) {
+        let now = Instant::now();
+        let deadline = redlease_core::backoff::saturating_add(now, self.io_timeout);
+        let Due { renew, lost } = self.renewals.due(now, deadline, BATCH);
+        for (id, reason) in lost {
+            if let Some(w) = self.cells.remove(&id)
+                && w.cell.is_current(w.generation)
+            {
+                w.cell.mark_lost(reason);
+            }
         }
-        let timer = next.map(at).unwrap_or_else(never);
-        select_biased! {
-            recv(wakeups) -> msg => if msg.is_err() {
-                // The client is gone: the leases still watched (or still queued for
-                // watching) will not be renewed.
-                let queued = std::mem::take(&mut *queue.pending());
-                let queued = queued.into_iter().map(|r| (r.generation, r.cell));
-                let watched = cells.into_values().map(|w| (w.generation, w.cell));
-                for (generation, cell) in watched.chain(queued) {
-                    if cell.is_current(generation) {
-                        cell.mark_lost(LossReason::WatchdogStopped);
-                    }
+        let mut by_node: HashMap<String, Vec<Item>> = HashMap::new();
+        for (id, op) in renew {
+            match self.cells.get(&id) {
+                Some(w) if w.cell.lost.get().is_none() && w.cell.begin_renewal(w.generation) => {
+                    let node = self.transport.node_of(&w.key);
+                    by_node.entry(node).or_default().push(Item {
+                        id,
+                        generation: w.generation,
+                        cell: w.cell.clone(),
+                        op,
+                        key: w.key.clone(),
+                    });
                 }
-                return;
-            },
-            recv(timer) -> _ => {}
+                // Released, lost or registered anew: forget it, send nothing.
+                _ => {
+                    self.renewals.remove(id);
+                    self.cells.remove(&id);
+                }
+            }
+        }
+        for (node, items) in by_node {
+            let key = items.first().map(|i| i.key.clone()).unwrap_or_default();
+            if let Err(items) = self.send_to(node, Job { items, key }) {
+                let outcomes = failed(items, "no renewal thread");
+                self.settle(outcomes);
+            }
+        }
+    }
+
+    /// Queues `job` on `node`'s renewal thread (started on first use); gives its items back
+    /// if it cannot.
+    fn send_to(&mut self, node: String, job: Job) -> Result<(), Vec<Item>> {
+        if !self.workers.contains_key(&node) {
+            let (jobs, queued) = unbounded();
+            let (transport, done, stopping) = (
+                self.transport.clone(),
+                self.done_tx.clone(),
+                self.stopping.clone(),
+            );
+            let (exiting, exited) = bounded::<()>(0);
+            let thread = std::thread::Builder::new()
+                .name("redlease-renew".into())
+                .spawn(move || {
+                    let _exiting = exiting;
+                    work(&transport, &queued, &done, &stopping);
+                })
+                .map_err(|_| ())
+                .ok();
+            let Some(thread) = thread else {
+                return Err(job.items);
+            };
+            self.workers.insert(
+                node.clone(),
+                Worker {
+                    jobs: Some(jobs),
+                    thread: Some(thread),
+                    exited,
+                    join_within: self.io_timeout.saturating_add(Duration::from_millis(100)),
+                },
+            );
+        }
+        let jobs = self.workers.get(&node).and_then(|w| w.jobs.as_ref());
+        match jobs {
+            Some(jobs) => jobs.send(job).map_err(|e| {
+                // The thread is gone: start another next time.
+                self.workers.remove(&node);
+                e.into_inner().items
+            }),
+            None => Err(job.items),
+        }
+    }
+
+    /// Takes the outcomes of a batch.
+    fn settle(&mut self, outcomes: Vec<Outcome>) {
+        let now = Instant::now();
+        for o in outcomes {
+            let current = self
+                .cells
+                .get(&o.id)
+                .is_some_and(|w| w.generation == o.generation);
+            // A guard that gave up waiting for this renewal (or registered anew), or a
+            // lease already reported lost: the outcome of this old renewal must not touch
+            // it, and it is not renewed any more.
+            if !current || !o.cell.is_current(o.generation) || o.cell.lost.get().is_some() {
+                o.cell.end_renewal(None);
+                if current {
+                    self.cells.remove(&o.id);
+                    self.renewals.remove(o.id);
+                }
+                continue;
+            }
+            if let Some(w) = self.cells.get_mut(&o.id) {
+                w.failures = crate::observe::renewal(&o.cell.name, &o.result, w.failures);
+            }
+            match self.renewals.renewed(o.id, o.result, now) {
+                RenewalEvent::Renewed { valid_until } => {
+                    let last = self.renewals.is_final(o.id);
+                    o.cell.end_renewal(Some((valid_until, last)));
+                }
+                RenewalEvent::Pending => o.cell.end_renewal(None),
+                RenewalEvent::Lost(reason) => {
+                    o.cell.end_renewal(None);
+                    o.cell.mark_lost(reason);
+                    self.cells.remove(&o.id);
+                }
+            }
         }
     }
 }
 
-fn renew_due(
-    transport: &Transport,
-    io_timeout: Duration,
-    renewals: &mut Renewals,
-    cells: &mut HashMap<WatchId, Watched>,
-) {
-    let now = Instant::now();
-    let Due { renew, lost } = renewals.due(now, now + io_timeout, BATCH);
-    for (id, reason) in lost {
-        if let Some(w) = cells.remove(&id)
-            && w.cell.is_current(w.generation)
-        {
-            w.cell.mark_lost(reason);
+/// What ended a wait of the watchdog thread.
+enum Woken {
+    Timer,
+    Nudged,
+    Outcomes(Vec<Outcome>),
+    Stop,
+}
+
+fn run(transport: Arc<Transport>, io_timeout: Duration, queue: &Queue, wakeups: &Receiver<()>) {
+    let (done_tx, done_rx) = unbounded();
+    let mut s = Scheduler {
+        transport,
+        io_timeout,
+        queue,
+        renewals: Renewals::new(),
+        cells: HashMap::new(),
+        workers: HashMap::new(),
+        done_tx,
+        done_rx,
+        stopping: Arc::new(AtomicBool::new(false)),
+        table_asked: None,
+    };
+    loop {
+        // Nothing that happens in one round may end the thread silently: a panic reports
+        // every lease watched so far lost (its state may be torn), and the thread goes on.
+        let round = catch_unwind(AssertUnwindSafe(|| round(&mut s, wakeups)));
+        match round {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(_) => s.fail_all(),
         }
     }
-    let mut ids = Vec::with_capacity(renew.len());
-    let mut machines = Vec::with_capacity(renew.len());
-    for (id, op) in renew {
-        match cells.get(&id) {
-            Some(w) if w.cell.begin_renewal(w.generation) => {
-                ids.push(id);
-                machines.push(op);
-            }
-            // Released (or registered anew): forget it, send nothing.
-            _ => {
-                renewals.remove(id);
-                cells.remove(&id);
-            }
+}
+
+/// One round of the watchdog thread: admit, dispatch, wait. False when the client is gone.
+fn round(s: &mut Scheduler<'_>, wakeups: &Receiver<()>) -> bool {
+    #[cfg(test)]
+    tests::maybe_panic();
+    s.admit();
+    s.dispatch();
+    let next = s.renewals.next_wakeup();
+    s.queue
+        .next_wakeup
+        .store(s.queue.encode(next), Ordering::SeqCst);
+    // A registration that raced the store may not have woken us: look again.
+    if !s.queue.pending().is_empty() {
+        return true;
+    }
+    let timer = next.map(at).unwrap_or_else(never);
+    let woken = select_biased! {
+        recv(wakeups) -> msg => if msg.is_err() { Woken::Stop } else { Woken::Nudged },
+        recv(s.done_rx) -> outcomes => outcomes.map_or(Woken::Timer, Woken::Outcomes),
+        recv(timer) -> _ => Woken::Timer,
+    };
+    match woken {
+        Woken::Stop => false,
+        Woken::Outcomes(outcomes) => {
+            s.settle(outcomes);
+            true
+        }
+        Woken::Timer | Woken::Nudged => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redlease_core::keys::Keyspace;
+    use redlease_core::lease::{LockSpec, Token, valid_until};
+
+    /// Makes the watchdog thread's next round panic (a fault injected by the test below).
+    static PANIC_NEXT: AtomicBool = AtomicBool::new(false);
+
+    pub(super) fn maybe_panic() {
+        if PANIC_NEXT.swap(false, Ordering::SeqCst) {
+            panic!("injected fault in the watchdog thread");
         }
     }
-    if machines.is_empty() {
-        return;
+
+    fn lease(name: &str, ttl: Duration) -> Lease {
+        let spec =
+            LockSpec::lease(&Keyspace::default(), name, Token::from_random([3; 16]), ttl).unwrap();
+        let now = Instant::now();
+        Lease {
+            kind: spec.kind,
+            target: spec.target,
+            token: spec.token,
+            fence: 1,
+            ttl,
+            acquired_at: now,
+            valid_until: valid_until(now, ttl),
+            attempts: 1,
+            calls: spec.calls,
+            data: Vec::new(),
+        }
     }
-    let steps = run_together(transport, &mut machines);
-    let now = Instant::now();
-    for (id, step) in ids.into_iter().zip(steps) {
-        let outcome = match step {
-            Step::Done(result) => result,
-            // The machine wants to retry after a transport failure: the schedule retries
-            // instead, so one unreachable Redis never stalls the other leases.
-            _ => Err(Error::Unavailable {
-                attempts: 1,
-                last: TransportFailure::no_reply("renewal not answered"),
-            }),
-        };
-        let event = renewals.renewed(id, outcome, now);
-        let Some(w) = cells.get(&id) else { continue };
-        // A guard that gave up waiting for this renewal (or registered anew) owns its
-        // cell again: the outcome of this old renewal must not touch it.
-        if !w.cell.is_current(w.generation) {
-            w.cell.end_renewal(None);
-            cells.remove(&id);
-            renewals.remove(id);
-            continue;
-        }
-        match event {
-            RenewalEvent::Renewed { valid_until } => w.cell.end_renewal(Some(valid_until)),
-            RenewalEvent::Pending => w.cell.end_renewal(None),
-            RenewalEvent::Lost(reason) => {
-                w.cell.end_renewal(None);
-                w.cell.mark_lost(reason);
-                cells.remove(&id);
+
+    fn await_lost(cell: &LeaseCell, limit: Duration) -> Option<LossReason> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(reason) = cell.lost.get() {
+                return Some(*reason);
             }
+            std::thread::sleep(Duration::from_millis(2));
         }
+        None
+    }
+
+    /// A panic inside the watchdog thread reports the leases it watched lost (they will not
+    /// be renewed by the torn state), and the thread goes on serving later leases.
+    #[test]
+    fn a_panic_in_the_watchdog_reports_its_leases_lost_and_the_thread_goes_on() {
+        // Nothing listens there: renewals fail, which this test does not need.
+        let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+        let source = Arc::new(crate::transport::Source::Direct(client));
+        let ms = Duration::from_millis(100);
+        let transport = Arc::new(Transport::with_settings(
+            source,
+            &crate::transport::PoolSettings::sized(1),
+            ms,
+            ms,
+            true,
+        ));
+        let watchdog = Watchdog::start(transport, ms).unwrap();
+        let policy = RenewalPolicy::for_ttl(Duration::from_secs(30));
+
+        let (a, _a_rx) = LeaseCell::new("a", Instant::now() + Duration::from_secs(29));
+        watchdog.watch(lease("a", Duration::from_secs(30)), policy, a.clone());
+        // The thread admits `a`, then sleeps until its first renewal (10 s away).
+        let start = Instant::now();
+        while watchdog.queue.next_wakeup.load(Ordering::SeqCst) == u64::MAX {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "a was never admitted"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        PANIC_NEXT.store(true, Ordering::SeqCst);
+        watchdog.nudge();
+        assert_eq!(
+            await_lost(&a, Duration::from_secs(5)),
+            Some(LossReason::WatchdogStopped)
+        );
+
+        // Still running: a lease registered now is watched (its renewals fail, Redis is
+        // unreachable, so it is reported lost at its validity, not before).
+        let ttl = Duration::from_millis(300);
+        let b_lease = lease("b", ttl);
+        let (b, _b_rx) = LeaseCell::new("b", b_lease.valid_until);
+        let b_valid = b_lease.valid_until;
+        watchdog.watch(b_lease, RenewalPolicy::for_ttl(ttl), b.clone());
+        assert_eq!(
+            await_lost(&b, Duration::from_secs(5)),
+            Some(LossReason::RenewalFailed)
+        );
+        assert!(Instant::now() >= b_valid);
+        assert!(!PANIC_NEXT.load(Ordering::SeqCst));
     }
 }

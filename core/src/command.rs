@@ -74,21 +74,50 @@ impl Command {
     }
 }
 
+/// Shows the command name, the keys and plain numbers and keywords in full, and every other
+/// argument (owner tokens, payloads, scripts) as a short prefix with its length: enough to
+/// tell calls apart in a log, never enough to forge a release.
 impl fmt::Debug for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Command[{}]", self.node.0)?;
-        for a in &self.args {
-            // Scripts are long: show a prefix only.
+        let name = self.name().to_ascii_uppercase();
+        // Shown in full besides the name: for EVAL/EVALSHA the keys (after the script and
+        // the key count), for other commands the first argument (the key or channel).
+        let keys = if matches!(name.as_str(), "EVAL" | "EVALSHA") {
+            let count = self
+                .args
+                .get(2)
+                .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok())
+                .unwrap_or(0);
+            3..count.saturating_add(3)
+        } else {
+            1..2
+        };
+        for (i, a) in self.args.iter().enumerate() {
             let s = String::from_utf8_lossy(a);
-            if s.len() > 48 {
-                let cut = s.char_indices().nth(40).map_or(s.len(), |(i, _)| i);
-                write!(f, " {:?}..", &s[..cut])?;
-            } else {
+            let plain = i == 0 || keys.contains(&i) || is_number_or_keyword(a);
+            if plain && s.len() <= 48 {
                 write!(f, " {s:?}")?;
+            } else {
+                // A prefix only of long values (a quarter at most), so a short secret shows
+                // nothing but its length.
+                let shown = if a.len() >= 24 { 6 } else { 0 };
+                let cut = s.char_indices().nth(shown).map_or(s.len(), |(i, _)| i);
+                write!(f, " {:?}..({} bytes)", &s[..cut], a.len())?;
             }
         }
         Ok(())
     }
+}
+
+/// A decimal number (ttls, counts) or a short upper-case keyword (`NX`, `PX`): nothing secret.
+fn is_number_or_keyword(a: &[u8]) -> bool {
+    let number = {
+        let digits = a.strip_prefix(b"-").unwrap_or(a);
+        !digits.is_empty() && digits.len() <= 20 && digits.iter().all(u8::is_ascii_digit)
+    };
+    let keyword = !a.is_empty() && a.len() <= 8 && a.iter().all(u8::is_ascii_uppercase);
+    number || keyword
 }
 
 /// A command with the id its reply must carry.
@@ -110,5 +139,52 @@ impl RequestIds {
     pub(crate) fn next(&mut self) -> RequestId {
         self.next += 1;
         RequestId(self.next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn debug_hides_owner_tokens_but_shows_keys_and_numbers() {
+        let set = Command::new("SET")
+            .arg("redlease:{a}:lock")
+            .arg(TOKEN)
+            .arg("NX")
+            .arg("PX")
+            .int_arg(30_000);
+        let shown = format!("{set:?}");
+        assert!(!shown.contains(TOKEN), "{shown}");
+        assert!(shown.contains("\"012345\"..(32 bytes)"), "{shown}");
+        assert!(
+            shown.contains("redlease:{a}:lock") && shown.contains("30000"),
+            "{shown}"
+        );
+        assert!(shown.contains("\"NX\" \"PX\""), "{shown}");
+
+        let eval = Command::new("EVALSHA")
+            .arg("e0e1f9fabfc9d4800c877a703b823ac0578ff831")
+            .int_arg(2)
+            .arg("redlease:{a}:lock")
+            .arg("redlease:{a}:fence")
+            .arg(TOKEN)
+            .int_arg(100);
+        let shown = format!("{eval:?}");
+        assert!(!shown.contains(TOKEN), "{shown}");
+        assert!(
+            shown.contains("redlease:{a}:fence") && shown.contains("\"100\""),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn debug_shows_only_the_length_of_short_secrets() {
+        let auth = Command::new("AUTH").arg("app").arg("hunter2secret");
+        let shown = format!("{auth:?}");
+        assert!(!shown.contains("hunter"), "{shown}");
+        assert!(shown.contains("(13 bytes)"), "{shown}");
     }
 }

@@ -147,6 +147,9 @@ pub enum LossReason {
     /// The watchdog stopped because every handle of its client was dropped: nothing renews
     /// the lease any more, so it must not be relied on (it expires at the end of its ttl).
     WatchdogStopped,
+    /// The lock's `max_hold` was reached: the watchdog stopped renewing so that the lease
+    /// ended at the hold limit.
+    MaxHoldReached,
 }
 
 impl std::fmt::Display for LossReason {
@@ -155,6 +158,9 @@ impl std::fmt::Display for LossReason {
             LossReason::Expired => "the lease expired (the key was gone)",
             LossReason::Taken => "another holder owns it now",
             LossReason::WatchdogStopped => "its client was dropped, so nothing renews it any more",
+            LossReason::MaxHoldReached => {
+                "it was held for its max_hold, so it was not renewed further"
+            }
             LossReason::RenewalFailed => {
                 "it could not be renewed before it expired (Redis unreachable or refusing)"
             }

@@ -18,6 +18,20 @@
 //! token that is ordered across nodes (each node's counter advances on its own), so a
 //! resource cannot reject a stale holder; where that matters, use a single-node lease lock
 //! with fencing, and replication safety (`min_replicas`) for failover.
+//!
+//! **Restarts.** The third assumption: a node does not forget a key while its lease runs.
+//! A node that restarts empty (no persistence, or a snapshot older than the key) gives the
+//! same name to the next client, so two restarts of five nodes are enough for a second
+//! holder with a majority. Configure one of: AOF with `appendfsync always` on every node,
+//! or keep a restarted node out of service (not accepting clients) for longer than the
+//! longest ttl in use. What the library adds on top: an extension
+//! ([`QuorumOp`] with [`QuorumAction::Extend`]) counts only the nodes where the key is
+//! still this holder's ([`RedLease::granted`] becomes that count, see [`RedLease::apply`]),
+//! and a lease whose holding plus unanswered nodes fall below the quorum ends at that
+//! renewal. An extension never writes the key back on a node that lost it: while that node
+//! was empty another client may have taken the name there (and with other nodes a
+//! majority), so re-creating it would make a lease that may have been broken look whole.
+//! A lease is only as strong as the nodes that held it without a gap.
 
 use std::time::{Duration, Instant};
 
@@ -74,6 +88,35 @@ pub struct RedLease {
     pub nodes: u16,
     /// How many granted it.
     pub granted: u16,
+}
+
+impl RedLease {
+    /// Takes in what an extension found: [`granted`](Self::granted) becomes the number of
+    /// nodes where the key was still ours and was extended (a node that restarted empty no
+    /// longer counts, and is not written again). On success the validity is the new one; if
+    /// the lease surely no longer holds a majority it ends now (`valid_until = now`); if the
+    /// outcome is unknown (nodes did not answer) the old validity stands, as the nodes that
+    /// did not answer hold the key at most that long. Returns the outcome's result.
+    pub fn apply(&mut self, outcome: QuorumOutcome, now: Instant) -> Result<(), Error> {
+        self.granted = outcome.holding;
+        match outcome.result {
+            Ok(valid_until) => {
+                self.lease.valid_until = valid_until;
+                Ok(())
+            }
+            Err(e) => {
+                if outcome.lost {
+                    self.lease.valid_until = self.lease.valid_until.min(now);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether this lease still counts a majority of its nodes.
+    pub fn has_quorum(&self) -> bool {
+        self.granted > self.nodes / 2
+    }
 }
 
 /// What one node said.
@@ -438,8 +481,27 @@ pub enum QuorumAction {
     Extend(Duration),
 }
 
-/// Release or extend a [`RedLease`] on every node at once, as a [`Protocol`]. Yields the
-/// lease's new `valid_until` (for a release: the instant it ended).
+/// What a [`QuorumOp`] found, node by node, besides its result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuorumOutcome {
+    /// The new `valid_until` of an extension (for a release: the instant it ended), or why
+    /// it failed.
+    pub result: Result<Instant, Error>,
+    /// On how many nodes the key was still this holder's (and was extended, or released).
+    /// A node that lost the key (it restarted empty, or the key expired there) is not
+    /// counted, and an extension never writes the key back on it.
+    pub holding: u16,
+    /// Whether the lease surely no longer holds a majority: the nodes that still hold it
+    /// plus those whose answer is unknown are fewer than the quorum.
+    pub lost: bool,
+}
+
+/// Release or extend a [`RedLease`] on every node at once, as a [`Protocol`]. Yields a
+/// [`QuorumOutcome`]: the new `valid_until` (for a release: the instant it ended) or the
+/// error, and how many nodes still hold the key for this holder.
+///
+/// Apply an extension's outcome with [`RedLease::apply`], which keeps
+/// [`RedLease::granted`] equal to the nodes that were extended.
 #[derive(Debug)]
 pub struct QuorumOp {
     action: QuorumAction,
@@ -480,7 +542,22 @@ impl QuorumOp {
         })
     }
 
-    fn decide(
+    fn decide(&self, answers: &[Result<Reply, TransportFailure>], now: Instant) -> QuorumOutcome {
+        let result = self.result(answers, now);
+        let code = |a: &Result<Reply, TransportFailure>| a.as_ref().ok().and_then(Reply::as_int);
+        let holding = answers.iter().filter(|a| code(a) == Some(1)).count() as u16;
+        let unknown = answers
+            .iter()
+            .filter(|a| !matches!(code(a), Some(-1..=1)))
+            .count() as u16;
+        QuorumOutcome {
+            result,
+            holding,
+            lost: holding.saturating_add(unknown) < self.red.nodes / 2 + 1,
+        }
+    }
+
+    fn result(
         &self,
         answers: &[Result<Reply, TransportFailure>],
         now: Instant,
@@ -536,9 +613,9 @@ impl QuorumOp {
 }
 
 impl Protocol for QuorumOp {
-    type Output = Instant;
+    type Output = QuorumOutcome;
 
-    fn poll(&mut self, now: Instant) -> Step<Instant> {
+    fn poll(&mut self, now: Instant) -> Step<QuorumOutcome> {
         if self.done {
             return Step::Done(Err(Error::Finished));
         }
@@ -552,7 +629,7 @@ impl Protocol for QuorumOp {
             Err(None) => Step::Awaiting,
             Ok(answers) => {
                 self.done = true;
-                Step::Done(self.decide(&answers, now))
+                Step::Done(Ok(self.decide(&answers, now)))
             }
         }
     }
@@ -771,10 +848,12 @@ mod tests {
             t0,
             &[ok.clone(), ok.clone(), gone.clone(), down(), down()],
         );
+        let outcome = ext.poll(t0).outcome();
         assert!(matches!(
-            ext.poll(t0),
-            Step::Done(Err(Error::NoQuorum { granted: 2, .. }))
+            outcome.result,
+            Err(Error::NoQuorum { granted: 2, .. })
         ));
+        assert_eq!((outcome.holding, outcome.lost), (2, false), "2 unknown");
 
         let mut rel =
             QuorumOp::new(&red, QuorumAction::Release, Duration::from_millis(50)).unwrap();
@@ -783,7 +862,7 @@ mod tests {
             t0,
             &[gone.clone(), ok.clone(), down(), down(), down()],
         );
-        assert!(matches!(rel.poll(t0), Step::Done(Ok(_))));
+        assert!(rel.poll(t0).outcome().result.is_ok());
 
         let mut rel =
             QuorumOp::new(&red, QuorumAction::Release, Duration::from_millis(50)).unwrap();
@@ -799,11 +878,11 @@ mod tests {
             ],
         );
         assert!(matches!(
-            rel.poll(t0),
-            Step::Done(Err(Error::NotOwner {
+            rel.poll(t0).outcome().result,
+            Err(Error::NotOwner {
                 reason: LossReason::Taken,
                 ..
-            }))
+            })
         ));
     }
 
@@ -827,15 +906,99 @@ mod tests {
         assert!(RedLockAcquire::new(fair, RedLockOptions::new(3), 1, t0).is_err());
     }
 
-    trait DoneOk {
-        fn done_ok(self) -> Option<Instant>;
+    #[test]
+    fn granted_counts_only_nodes_that_still_hold_the_key() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &vec![granted(); 5]);
+        let Step::Done(Ok(mut red)) = m.poll(t0) else {
+            panic!()
+        };
+        assert_eq!((red.granted, red.has_quorum()), (5, true));
+        let ok = Ok(Reply::Int(1));
+        let gone = Ok(Reply::Int(0));
+        let extend = |red: &RedLease, now: Instant, answers: &[Result<Reply, TransportFailure>]| {
+            let mut ext =
+                QuorumOp::new(red, QuorumAction::Extend(TTL), Duration::from_millis(50)).unwrap();
+            let sent = round(&mut ext, now, answers);
+            // Only the extend script, on every node: nothing writes the key back.
+            assert!(
+                sent.iter().all(|r| r.command.name() == "EVALSHA"),
+                "{sent:?}"
+            );
+            ext.poll(now).outcome()
+        };
+
+        // Node 4 restarted empty: the extension holds (4 of 5) and granted says 4.
+        let t1 = t0 + Duration::from_secs(1);
+        let outcome = extend(
+            &red,
+            t1,
+            &[ok.clone(), ok.clone(), ok.clone(), ok.clone(), gone.clone()],
+        );
+        assert_eq!((outcome.holding, outcome.lost), (4, false));
+        red.apply(outcome, t1).unwrap();
+        assert_eq!(red.granted, 4);
+        assert_eq!(red.lease.valid_until, t1 + TTL - drift(TTL));
+
+        // Two more restarted: 2 of 5 still ours, a quorum is impossible: lost at once.
+        let t2 = t1 + Duration::from_secs(1);
+        let outcome = extend(
+            &red,
+            t2,
+            &[
+                ok.clone(),
+                ok.clone(),
+                gone.clone(),
+                gone.clone(),
+                gone.clone(),
+            ],
+        );
+        assert_eq!((outcome.holding, outcome.lost), (2, true));
+        assert!(red.apply(outcome, t2).is_err());
+        assert_eq!((red.granted, red.has_quorum()), (2, false));
+        assert_eq!(red.lease.remaining(t2), Duration::ZERO, "reported lost now");
     }
 
-    impl DoneOk for Step<Instant> {
+    #[test]
+    fn an_extension_with_unanswered_nodes_keeps_the_old_validity() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &vec![granted(); 5]);
+        let Step::Done(Ok(mut red)) = m.poll(t0) else {
+            panic!()
+        };
+        let before = red.lease.valid_until;
+        let ok = Ok(Reply::Int(1));
+        let gone = Ok(Reply::Int(0));
+        let t1 = t0 + Duration::from_secs(1);
+        let mut ext =
+            QuorumOp::new(&red, QuorumAction::Extend(TTL), Duration::from_millis(50)).unwrap();
+        round(&mut ext, t1, &[ok.clone(), ok, gone, down(), down()]);
+        let outcome = ext.poll(t1).outcome();
+        assert!(!outcome.lost, "2 held + 2 unknown could still be 3");
+        assert!(red.apply(outcome, t1).is_err());
+        assert_eq!(red.granted, 2);
+        assert_eq!(
+            red.lease.valid_until, before,
+            "unknown: the old grant's validity stands"
+        );
+    }
+
+    trait DoneOk {
+        fn done_ok(self) -> Option<Instant>;
+        fn outcome(self) -> QuorumOutcome;
+    }
+
+    impl DoneOk for Step<QuorumOutcome> {
         fn done_ok(self) -> Option<Instant> {
+            self.outcome().result.ok()
+        }
+
+        fn outcome(self) -> QuorumOutcome {
             match self {
-                Step::Done(Ok(t)) => Some(t),
-                _ => None,
+                Step::Done(Ok(outcome)) => outcome,
+                other => panic!("expected an outcome, got {other:?}"),
             }
         }
     }

@@ -3,13 +3,20 @@
 //! watchdog thread runs the extension machines it hands out and reports their outcomes.
 //!
 //! ```text
-//!  insert ──► Scheduled(at = sent + every) ──due──► extension handed out ──► renewed(Ok) ──► Scheduled
+//!  insert ──► Scheduled(at = acquired + every) ──due──► extension handed out ──► renewed(Ok) ──► Scheduled
 //!                 ▲                                       │
 //!                 └──── transient failure: retry soon ◄───┤ (Redis unreachable, error reply)
 //!                                                         ├─ NotOwner / WRONGTYPE ──────► Lost
 //!              no successful renewal before valid_until ──┴──────────────────────────► Lost(RenewalFailed)
-//!  max hold reached: the last extension ends the lease at the hold limit; at valid_until ──► Lost(Expired)
+//!  max hold reached: the last extension ends the lease at the hold limit; at valid_until ──► Lost(MaxHoldReached)
 //! ```
+//!
+//! Two timing rules hold whatever the driver was doing when a lease was inserted or renewed:
+//! - every renewal is scheduled from the lease's acquisition or its last renewal's send time
+//!   (never from when the driver got round to inserting it);
+//! - an extension in flight answers by its lease's validity at the latest (its deadline is
+//!   capped there), and [`Renewals::due`] reports the lease lost at its validity even while
+//!   the extension is still in flight: the loss is never later than the validity.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -133,12 +140,15 @@ impl Renewals {
         self.entries.is_empty()
     }
 
-    /// Starts watching `lease` (acquired at `lease.acquired_at`).
+    /// Starts watching `lease`. Its first renewal is due `policy.every` after
+    /// `lease.acquired_at` (at once if that has passed by `now`), whenever it is inserted.
     pub fn insert(&mut self, id: WatchId, lease: Lease, policy: RenewalPolicy, now: Instant) {
         let hold_until = policy
             .max_hold
             .map(|h| saturating_add(lease.acquired_at, h));
-        let first = saturating_add(now, policy.every).min(lease.valid_until);
+        // A time already past is due at once (the heap hands it out at the next call).
+        let _ = now;
+        let first = saturating_add(lease.acquired_at, policy.every).min(lease.valid_until);
         self.entries.insert(
             id,
             Entry {
@@ -180,8 +190,15 @@ impl Renewals {
         None
     }
 
-    /// Takes what is due at `now`: extension machines to run (each answering by `deadline`)
-    /// and leases found lost by the clock.
+    /// Whether the lease's last extension was its final one (the hold limit is reached): its
+    /// end at [`RenewalEvent::Renewed`]'s `valid_until` is then an expiry, not a failure.
+    pub fn is_final(&self, id: WatchId) -> bool {
+        self.entries.get(&id).is_some_and(|e| e.final_stretch)
+    }
+
+    /// Takes what is due at `now`: extension machines to run (each answering by `deadline`,
+    /// or by its lease's validity if that comes first) and leases found lost by the clock
+    /// (including leases whose extension is still in flight when their validity passes).
     pub fn due(&mut self, now: Instant, deadline: Instant, limit: usize) -> Due {
         let mut work = Vec::new();
         let mut lost = Vec::new();
@@ -198,7 +215,7 @@ impl Renewals {
             };
             if now >= e.lease.valid_until {
                 let reason = if e.final_stretch {
-                    LossReason::Expired
+                    LossReason::MaxHoldReached
                 } else {
                     LossReason::RenewalFailed
                 };
@@ -206,7 +223,7 @@ impl Renewals {
                 lost.push((id, reason));
                 continue;
             }
-            if e.final_stretch {
+            if e.final_stretch || e.in_flight.is_some() {
                 let at = e.lease.valid_until;
                 self.schedule(id, at);
                 continue;
@@ -225,10 +242,15 @@ impl Renewals {
                 self.schedule(id, at);
                 continue;
             }
-            match ScriptOp::extend(&e.lease, ttl, deadline) {
+            // A renewal that answers after the validity it renews is worthless: the lease
+            // is reported lost then, whatever comes back later.
+            let valid_until = e.lease.valid_until;
+            match ScriptOp::extend(&e.lease, ttl, deadline.min(valid_until)) {
                 Ok(op) => {
                     e.in_flight = Some(now);
                     work.push((id, op));
+                    // Checked again at the validity: lost then if still unanswered.
+                    self.schedule(id, valid_until);
                 }
                 // ttl is within 1 ms ..= lease ttl, which was validated at acquisition.
                 Err(_) => {
@@ -453,7 +475,7 @@ mod tests {
                 lost,
             } = r.due(now, now + TTL, 10);
             if let Some((_, reason)) = lost.first() {
-                assert_eq!(*reason, LossReason::Expired);
+                assert_eq!(*reason, LossReason::MaxHoldReached);
                 assert!(now <= t0 + Duration::from_millis(450));
                 break;
             }
@@ -471,6 +493,59 @@ mod tests {
         // The last extension asked only for what was left of the hold time.
         let last: u64 = last_ttl_arg.parse().unwrap();
         assert_eq!(last, 250, "renewed at 200 ms with 250 ms of hold time left");
+    }
+
+    #[test]
+    fn the_first_renewal_is_due_from_the_acquisition_not_the_insertion() {
+        let t0 = origin();
+        let mut r = Renewals::new();
+        // The driver got round to inserting the lease 200 ms after acquiring it.
+        r.insert(
+            1,
+            lease(t0, "a"),
+            RenewalPolicy::for_ttl(TTL),
+            t0 + TTL * 2 / 3,
+        );
+        assert_eq!(r.next_wakeup(), Some(t0 + TTL / 3));
+        // After a renewal, the next one is due an interval after that renewal was sent.
+        let sent = t0 + TTL / 3;
+        let (id, op) = r.due(sent, sent + TTL, 10).renew.pop().unwrap();
+        let outcome = answer(op, Reply::Int(1), sent + Duration::from_millis(40));
+        r.renewed(id, outcome, sent + Duration::from_millis(40));
+        assert_eq!(r.next_wakeup(), Some(sent + TTL / 3));
+    }
+
+    #[test]
+    fn an_unanswered_renewal_is_lost_at_the_validity_and_never_waits_past_it() {
+        let t0 = origin();
+        let mut r = Renewals::new();
+        let l = lease(t0, "a");
+        let valid = l.valid_until;
+        let policy = RenewalPolicy {
+            every: TTL * 4 / 5,
+            max_hold: None,
+        };
+        r.insert(1, l, policy, t0);
+        let now = t0 + TTL * 4 / 5;
+        // The driver offers a deadline a whole second away: the renewal's is the validity.
+        let (id, mut op) = r
+            .due(now, now + Duration::from_secs(1), 10)
+            .renew
+            .pop()
+            .unwrap();
+        let Step::Send(batch) = op.poll(now) else {
+            panic!("expected a send")
+        };
+        assert_eq!(batch.deadline, valid);
+        // Unanswered: the schedule wakes at the validity and reports the loss then.
+        assert_eq!(r.next_wakeup(), Some(valid));
+        let Due { renew, lost } = r.due(valid, valid + Duration::from_secs(1), 10);
+        assert!(renew.is_empty());
+        assert_eq!(lost, vec![(id, LossReason::RenewalFailed)]);
+        // The late answer changes nothing.
+        let late = Ok(valid + TTL);
+        assert_eq!(r.renewed(id, late, valid), RenewalEvent::Pending);
+        assert!(r.is_empty());
     }
 
     #[test]

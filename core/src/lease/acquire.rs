@@ -247,8 +247,11 @@ impl Acquire {
 
     fn on_reply(&mut self, reply: Reply, now: Instant) -> Option<Step<Acquisition>> {
         if let Reply::Error(e) = reply {
-            // During a failover the old master refuses writes: wait for the new one.
-            if e.is_transient() && self.deadline.is_some_and(|d| now < d) {
+            // During a failover (READONLY, MASTERDOWN) or a cluster migration (TRYAGAIN,
+            // CLUSTERDOWN) the command did not run: a waiting acquisition waits for the new
+            // master; trying once reports it as `Unavailable` (a passing failure), not as an
+            // error of the lock.
+            if e.is_transient() && self.deadline.is_none_or(|d| now < d) {
                 return self.on_failure(TransportFailure::not_sent(e.to_string()), now);
             }
             let err = error_from_reply(&self.spec.target, e);

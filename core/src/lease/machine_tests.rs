@@ -7,7 +7,7 @@ use super::*;
 use crate::error::LossReason;
 use crate::keys::Keyspace;
 use crate::protocol::{Protocol, Step};
-use crate::reply::{Input, Reply, TransportFailure};
+use crate::reply::{FailureKind, Input, Reply, TransportFailure};
 use crate::testing::{Scenario, err, ints, origin};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -963,13 +963,20 @@ fn a_readonly_reply_during_a_failover_is_retried_while_waiting() {
     s.sleep_through();
     s.answer(ints(&[1, 2]));
     assert!(matches!(s.expect_done(), Ok(Acquisition::Acquired(_))));
-    // Trying once: reported as it is.
-    let mut s = acquire(None);
-    s.answer(err(
-        "READONLY",
-        "You can't write against a read only replica.",
-    ));
-    assert!(matches!(s.expect_done(), Err(Error::Redis { code, .. }) if code == "READONLY"));
+    // Trying once: a passing failure, with the server's words, and nothing more is sent.
+    for code in ["READONLY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "LOADING"] {
+        let mut s = acquire(None);
+        s.answer(err(code, "the command did not run"));
+        match s.expect_done() {
+            Err(Error::Unavailable { attempts, last }) => {
+                assert_eq!(attempts, 1);
+                assert_eq!(last.kind, FailureKind::NotSent);
+                assert!(last.to_string().contains(code), "{last}");
+            }
+            other => panic!("{code}: {other:?}"),
+        }
+        assert_eq!(s.sent.len(), 1, "{code}");
+    }
     // A one-call operation retries it too.
     let now = origin();
     let lease = lease_at(now);

@@ -133,11 +133,13 @@ impl OpKind for Release {
     const CONTEXT: &'static str = "release";
 
     fn decide(&self, reply: &Reply, _: Instant, in_time: bool) -> Option<Result<(), Error>> {
-        owner_outcome(
-            &self.name,
-            reply.as_int()?,
-            in_time && self.lost_reply_was_ours,
-        )
+        // 2: a queue nack that moved the job to the dead list; 3: a retried nack that found
+        // its own earlier attempt recorded. Done all the same.
+        let code = match reply.as_int()? {
+            2 | 3 => 1,
+            code => code,
+        };
+        owner_outcome(&self.name, code, in_time && self.lost_reply_was_ours)
     }
 }
 

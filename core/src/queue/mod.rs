@@ -46,6 +46,8 @@ pub struct QueueKeys {
     bases: String,
     settled: String,
     undone: String,
+    /// Why each dead job died (the handler's error), by id.
+    reasons: String,
     channel: String,
     notify: String,
 }
@@ -70,6 +72,7 @@ impl QueueKeys {
             bases: k("bases"),
             settled: k("settled"),
             undone: k("undone"),
+            reasons: k("reasons"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
         })
@@ -256,7 +259,7 @@ pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<
             .arg(&max),
         calls: LeaseCalls {
             // The job id is bound as the first argument once known.
-            release: nack_call(keys, t, Duration::ZERO, settings.max_deliveries),
+            release: nack_call(keys, t, Duration::ZERO, settings.max_deliveries, ""),
             extend: ScriptCall::new(&scripts::JOB_EXTEND)
                 .keys(&[&keys.inflight, &keys.leases])
                 .arg(t),
@@ -291,7 +294,13 @@ pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<
     })
 }
 
-fn nack_call(keys: &QueueKeys, token: &str, backoff: Duration, max: u32) -> ScriptCall {
+fn nack_call(
+    keys: &QueueKeys,
+    token: &str,
+    backoff: Duration,
+    max: u32,
+    reason: &str,
+) -> ScriptCall {
     ScriptCall::new(&scripts::NACK)
         .keys(&[
             &keys.inflight,
@@ -305,12 +314,14 @@ fn nack_call(keys: &QueueKeys, token: &str, backoff: Duration, max: u32) -> Scri
             &keys.holders,
             &keys.bases,
             &keys.settled,
+            &keys.reasons,
         ])
         .arg(token)
         .arg(backoff.as_millis().to_string())
         .arg(max.to_string())
         .arg(&keys.notify)
         .arg(SETTLED_KEEP.as_millis().to_string())
+        .arg(reason)
 }
 
 /// The ack of job `id` leased with `token` (run it with [`ScriptOp::release_with`]). It
@@ -342,7 +353,81 @@ pub fn nack(
     backoff: Duration,
     max_deliveries: u32,
 ) -> ScriptCall {
-    nack_call(keys, token, backoff, max_deliveries).prepend_arg(id)
+    nack_because(keys, id, token, backoff, max_deliveries, "")
+}
+
+/// [`nack`] recording why the job failed: if this nack moves it to the dead list, `reason`
+/// is kept with it ([`DeadJob::reason`]). `max_deliveries` 0 moves it there now (no retry).
+/// Run it with [`nack_op`] to learn whether it went to the dead list.
+pub fn nack_because(
+    keys: &QueueKeys,
+    id: &str,
+    token: &str,
+    backoff: Duration,
+    max_deliveries: u32,
+    reason: &str,
+) -> ScriptCall {
+    nack_call(keys, token, backoff, max_deliveries, reason).prepend_arg(id)
+}
+
+/// What a nack did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Nacked {
+    /// The job will be delivered again (after its backoff).
+    Retrying,
+    /// The job went to the dead list.
+    Dead,
+    /// An earlier attempt of this delivery whose reply was lost did it (the script's record of
+    /// settled deliveries says so); whether the job was retried or went dead is not known.
+    Done,
+}
+
+/// Runs a nack call ([`nack_because`]) for the job leased as `lease`.
+#[derive(Debug, Clone)]
+pub struct Nack {
+    name: String,
+}
+
+impl OpKind for Nack {
+    type Output = Nacked;
+    const CONTEXT: &'static str = "queue nack";
+
+    fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<Nacked, Error>> {
+        let outcome = match reply.as_int()? {
+            1 => Nacked::Retrying,
+            2 => Nacked::Dead,
+            3 => Nacked::Done,
+            0 => return Some(Err(self.not_owner(crate::LossReason::Expired))),
+            -1 => return Some(Err(self.not_owner(crate::LossReason::Taken))),
+            _ => return None,
+        };
+        Some(Ok(outcome))
+    }
+}
+
+impl Nack {
+    fn not_owner(&self, reason: crate::LossReason) -> Error {
+        Error::NotOwner {
+            name: self.name.clone(),
+            reason,
+        }
+    }
+}
+
+/// The machine of a nack `call` ([`nack_because`]) of the job leased as `lease`, answering by
+/// `deadline`; owner-checked like a release.
+pub fn nack_op(lease: &crate::lease::Lease, call: ScriptCall, deadline: Instant) -> ScriptOp<Nack> {
+    let kind = Nack {
+        name: lease.target.name.clone(),
+    };
+    ScriptOp::new(
+        kind,
+        call,
+        lease.target.clone(),
+        Some(lease.valid_until),
+        deadline,
+    )
 }
 
 /// Queue counts.
@@ -402,6 +487,9 @@ pub struct DeadJob {
     pub deliveries: u64,
     /// Its payload.
     pub payload: Vec<u8>,
+    /// Why it died: the error its handler gave on the last nack (`None`: none was given, or
+    /// its lease ran out on the last delivery).
+    pub reason: Option<String>,
 }
 
 /// Lists dead jobs.
@@ -414,11 +502,11 @@ impl OpKind for DeadJobs {
 
     fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<Vec<DeadJob>, Error>> {
         let items = reply.as_array()?;
-        if items.len() % 3 != 0 {
+        if items.len() % 4 != 0 {
             return None;
         }
         let out = items
-            .chunks(3)
+            .chunks(4)
             .map(|c| {
                 let bulk = |r: &Reply| match r {
                     Reply::Bulk(b) => Some(b.clone()),
@@ -428,6 +516,8 @@ impl OpKind for DeadJobs {
                     id: String::from_utf8(bulk(&c[0])?).ok()?,
                     deliveries: u64::try_from(c[1].as_int()?).ok()?,
                     payload: bulk(&c[2])?,
+                    reason: Some(String::from_utf8_lossy(&bulk(&c[3])?).into_owned())
+                        .filter(|r| !r.is_empty()),
                 })
             })
             .collect::<Option<Vec<_>>>()?;
@@ -438,7 +528,7 @@ impl OpKind for DeadJobs {
 /// The oldest `limit` dead jobs.
 pub fn dead_jobs(keys: &QueueKeys, limit: usize, deadline: Instant) -> ScriptOp<DeadJobs> {
     let call = ScriptCall::new(&scripts::DEAD)
-        .keys(&[&keys.dead, &keys.payloads, &keys.deliveries])
+        .keys(&[&keys.dead, &keys.payloads, &keys.deliveries, &keys.reasons])
         .arg(limit.max(1).to_string());
     ScriptOp::new(DeadJobs, call, keys.target(), None, deadline)
 }
@@ -477,6 +567,7 @@ pub fn forget_dead(
             &keys.priorities,
             &keys.deliveries,
             &keys.bases,
+            &keys.reasons,
         ])
         .arg(id.unwrap_or(""))
         .arg(if id.is_none() { "all" } else { "one" });
@@ -511,6 +602,7 @@ pub fn requeue(keys: &QueueKeys, id: &str, deadline: Instant) -> ScriptOp<Requeu
             &keys.seq,
             &keys.deliveries,
             &keys.bases,
+            &keys.reasons,
         ])
         .arg(id)
         .arg(&keys.notify);

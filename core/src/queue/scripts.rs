@@ -27,7 +27,7 @@ pub static ACK: Script = Script {
 pub static NACK: Script = Script {
     name: "queue_nack",
     source: include_str!("lua/nack.lua"),
-    sha1: "3466d77b4f1be607993457a51fc5040d21353d1f",
+    sha1: "ae63c468e2baeb75a90fc5beda2775f212cb6a0b",
 };
 
 /// `lua/job_extend.lua`
@@ -55,14 +55,14 @@ pub static STATS: Script = Script {
 pub static DEAD: Script = Script {
     name: "queue_dead",
     source: include_str!("lua/dead.lua"),
-    sha1: "568be6399035d6816501eb5a45ad5b37c81644a2",
+    sha1: "3cc94f2813e4810b1d8d2fed08b8e0be2e24a67f",
 };
 
 /// `lua/requeue.lua`
 pub static REQUEUE: Script = Script {
     name: "queue_requeue",
     source: include_str!("lua/requeue.lua"),
-    sha1: "afcf0a6a3e2f4aad5388c82380e1e4e2705122e9",
+    sha1: "57ff8c3ffd73d7c32b1bb6e26093f1f5f8dfbb16",
 };
 
 /// `lua/untake.lua`
@@ -76,7 +76,7 @@ pub static UNTAKE: Script = Script {
 pub static FORGET: Script = Script {
     name: "queue_forget",
     source: include_str!("lua/forget.lua"),
-    sha1: "1f250d3aabe189a1649d8459015e077bf632b010",
+    sha1: "f67cefa05717571ae9a44c391a92159f6071e4ff",
 };
 
 /// Every queue script.

@@ -26,6 +26,7 @@ const HOLDERS: &str = "redlease:{jobs}:q:holders";
 const BASES: &str = "redlease:{jobs}:q:bases";
 const SETTLED: &str = "redlease:{jobs}:q:settled";
 const UNDONE: &str = "redlease:{jobs}:q:undone";
+const REASONS: &str = "redlease:{jobs}:q:reasons";
 const CHANNEL: &str = "redlease:{jobs}:q:pushed";
 
 fn keys() -> QueueKeys {
@@ -374,9 +375,9 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     assert_eq!(
         call_args(&lease.calls.release),
         strs(&[
-            "EVALSHA", NACK.sha1, "11", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
-            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, "job-1", &t, "0", "4", CHANNEL,
-            "60000",
+            "EVALSHA", NACK.sha1, "12", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, "job-1", &t, "0", "4",
+            CHANNEL, "60000", "",
         ])
     );
     assert_eq!(
@@ -459,8 +460,8 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     let r = rel.answer(Reply::Int(1));
     assert_eq!(args(&r)[1], NACK.sha1);
     assert_eq!(
-        args(&r)[14..],
-        strs(&["job-1", &t, "0", "4", CHANNEL, "60000"])
+        args(&r)[15..],
+        strs(&["job-1", &t, "0", "4", CHANNEL, "60000", ""])
     );
     assert_eq!(rel.expect_done(), Ok(()));
 }
@@ -483,8 +484,9 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
     assert_eq!(
         call_args(&retry),
         strs(&[
-            "EVALSHA", NACK.sha1, "11", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
-            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, "j", &t, "2500", "4", CHANNEL, "60000",
+            "EVALSHA", NACK.sha1, "12", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, "j", &t, "2500", "4", CHANNEL,
+            "60000", "",
         ])
     );
     let now = s.now;
@@ -508,14 +510,58 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
                 (other, loss) => panic!("{other:?} for {loss:?}"),
             }
         }
-        // Another number, or not a number, is not an answer.
-        for shape in [Reply::Int(2), Reply::Nil, ints(&[1])] {
+        // Another number, or not a number, is not an answer (2 is a nack's "dead", 3 its
+        // "this delivery was settled already").
+        for shape in [Reply::Int(4), Reply::Nil, ints(&[1])] {
             let op = ScriptOp::release_with(&lease, call.clone(), deadline(now));
             let mut o = Scenario::new(op, now);
             o.answer(shape);
             assert!(is_unexpected(&o.expect_done()));
         }
     }
+}
+
+#[test]
+fn a_nack_says_whether_the_job_went_to_the_dead_list_and_keeps_the_reason() {
+    let mut s = taking(None);
+    s.answer(job_reply(2, b"j", b"p"));
+    let lease = taken(&mut s);
+    let t = tok();
+    let call = nack_because(&keys(), "j", &t, Duration::ZERO, 0, "bad payload: not JSON");
+    assert_eq!(
+        call_args(&call)[15..],
+        strs(&["j", &t, "0", "0", CHANNEL, "60000", "bad payload: not JSON"])
+    );
+    let now = s.now;
+    let cases = [
+        (Reply::Int(1), Ok(Nacked::Retrying)),
+        (Reply::Int(2), Ok(Nacked::Dead)),
+        (
+            Reply::Int(0),
+            Err(Error::NotOwner {
+                name: "queue jobs job j".into(),
+                reason: LossReason::Expired,
+            }),
+        ),
+        (
+            Reply::Int(-1),
+            Err(Error::NotOwner {
+                name: "queue jobs job j".into(),
+                reason: LossReason::Taken,
+            }),
+        ),
+    ];
+    for (reply, out) in cases {
+        let mut o = Scenario::new(nack_op(&lease, call.clone(), deadline(now)), now);
+        o.answer(reply);
+        assert_eq!(o.expect_done(), out);
+    }
+    let mut o = Scenario::new(nack_op(&lease, call.clone(), deadline(now)), now);
+    o.answer(Reply::Int(3));
+    assert_eq!(o.expect_done(), Ok(Nacked::Done));
+    let mut o = Scenario::new(nack_op(&lease, call, deadline(now)), now);
+    o.answer(Reply::Int(4));
+    assert!(is_unexpected(&o.expect_done()));
 }
 
 #[test]
@@ -849,14 +895,16 @@ fn dead_jobs_are_listed_with_deliveries_and_payload() {
         bulk(b"a"),
         Reply::Int(5),
         bulk(b"\x00\xff"),
+        bulk(b"handler: bad payload"),
         bulk(b"b"),
         Reply::Int(1),
+        bulk(b""),
         bulk(b""),
     ]));
     assert_eq!(
         args(&r),
         strs(&[
-            "EVALSHA", DEAD.sha1, "3", DEAD_LIST, PAYLOADS, DELIVERIES, "25"
+            "EVALSHA", DEAD.sha1, "4", DEAD_LIST, PAYLOADS, DELIVERIES, REASONS, "25"
         ])
     );
     assert_eq!(
@@ -865,19 +913,21 @@ fn dead_jobs_are_listed_with_deliveries_and_payload() {
             DeadJob {
                 id: "a".into(),
                 deliveries: 5,
-                payload: b"\x00\xff".to_vec()
+                payload: b"\x00\xff".to_vec(),
+                reason: Some("handler: bad payload".into()),
             },
             DeadJob {
                 id: "b".into(),
                 deliveries: 1,
-                payload: Vec::new()
+                payload: Vec::new(),
+                reason: None,
             },
         ])
     );
     // An empty list, and a limit of 0 asks for one.
     let mut s = Scenario::new(dead_jobs(&keys(), 0, deadline(now)), now);
     let r = s.answer(Reply::Array(vec![]));
-    assert_eq!(args(&r)[6], "1");
+    assert_eq!(args(&r)[7], "1");
     assert_eq!(s.expect_done(), Ok(vec![]));
 }
 
@@ -887,11 +937,13 @@ fn malformed_dead_lists_are_unexpected() {
         Reply::Nil,
         Reply::Int(0),
         Reply::Array(vec![bulk(b"a"), Reply::Int(1)]),
-        Reply::Array(vec![bulk(b"a"), Reply::Int(-1), bulk(b"p")]),
-        Reply::Array(vec![bulk(b"\xff"), Reply::Int(1), bulk(b"p")]),
-        Reply::Array(vec![Reply::Int(3), Reply::Int(1), bulk(b"p")]),
-        Reply::Array(vec![bulk(b"a"), Reply::Int(1), Reply::Int(9)]),
-        Reply::Array(vec![bulk(b"a"), Reply::Nil, bulk(b"p")]),
+        Reply::Array(vec![bulk(b"a"), Reply::Int(1), bulk(b"p")]),
+        Reply::Array(vec![bulk(b"a"), Reply::Int(1), bulk(b"p"), Reply::Int(2)]),
+        Reply::Array(vec![bulk(b"a"), Reply::Int(-1), bulk(b"p"), bulk(b"")]),
+        Reply::Array(vec![bulk(b"\xff"), Reply::Int(1), bulk(b"p"), bulk(b"")]),
+        Reply::Array(vec![Reply::Int(3), Reply::Int(1), bulk(b"p"), bulk(b"")]),
+        Reply::Array(vec![bulk(b"a"), Reply::Int(1), Reply::Int(9), bulk(b"")]),
+        Reply::Array(vec![bulk(b"a"), Reply::Nil, bulk(b"p"), bulk(b"")]),
     ];
     for shape in shapes {
         let now = origin();
@@ -917,13 +969,14 @@ fn requeue_says_whether_the_job_was_dead() {
             strs(&[
                 "EVALSHA",
                 REQUEUE.sha1,
-                "6",
+                "7",
                 DEAD_LIST,
                 READY,
                 PRIORITIES,
                 SEQ,
                 DELIVERIES,
                 BASES,
+                REASONS,
                 "a",
                 CHANNEL,
             ])

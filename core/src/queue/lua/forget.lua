@@ -1,8 +1,8 @@
 -- Delete dead jobs for good: the one named by ARGV[1], or every dead job when ARGV[2] is
 -- 'all' (never because an id is empty). KEYS: 1 dead, 2 payloads, 3 priorities,
--- 4 deliveries, 5 bases. Returns how many were deleted.
+-- 4 deliveries, 5 bases, 6 reasons. Returns how many were deleted.
 redis.call('LLEN', KEYS[1])
-for i = 2, 5 do
+for i = 2, 6 do
   redis.call('HLEN', KEYS[i])
 end
 local ids
@@ -20,5 +20,6 @@ for _, id in ipairs(ids) do
   redis.call('HDEL', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)
   redis.call('HDEL', KEYS[5], id)
+  redis.call('HDEL', KEYS[6], id)
 end
 return #ids

@@ -1,10 +1,12 @@
 -- Give a job back: retry it after a backoff, or after max deliveries put it on the dead
 -- list. KEYS: 1 in flight, 2 leases, 3 delayed, 4 ready, 5 priorities, 6 sequence counter,
 -- 7 deliveries, 8 dead, 9 holders, 10 bases, 11 settled (zset delivery token -> until when
--- its ack or nack is remembered, ms). ARGV: 1 id, 2 token, 3 backoff ms, 4 max deliveries,
--- 5 channel, 6 how long to remember the settlement (ms).
--- Returns 1 done (or: this very delivery was settled already, so a retry after a lost reply
--- finds its own nack), 0 the lease ran out (or the job is gone), -1 another delivery holds it.
+-- its ack or nack is remembered, ms), 12 reasons. ARGV: 1 id, 2 token, 3 backoff ms,
+-- 4 max deliveries (0: dead now), 5 channel, 6 how long to remember the settlement (ms),
+-- 7 why it failed ('': not said).
+-- Returns 1 retried, 2 dead (the reason kept), 3 this very delivery was settled already (a
+-- retry after a lost reply finds its own nack, retried or dead), 0 the lease ran out (or the
+-- job is gone), -1 another delivery holds it.
 -- Read every key once before writing any (a wrong type fails before any write).
 -- A channel given as '{shard}<name>' is a shard channel (Redis Cluster): SPUBLISH reaches only
 -- the subscribers on this key's shard instead of being broadcast to every node. (No channel
@@ -26,6 +28,7 @@ redis.call('LLEN', KEYS[8])
 redis.call('HLEN', KEYS[9])
 redis.call('HLEN', KEYS[10])
 redis.call('ZCARD', KEYS[11])
+redis.call('HLEN', KEYS[12])
 local seq_now = redis.call('GET', KEYS[6])
 if seq_now and not tonumber(seq_now) then
   return redis.error_reply('ERR the sequence counter ' .. KEYS[6] .. ' is not an integer')
@@ -37,7 +40,7 @@ local holder = redis.call('HGET', KEYS[2], id)
 if holder ~= ARGV[2] then
   local settled = redis.call('ZSCORE', KEYS[11], ARGV[2])
   if settled and tonumber(settled) > now then
-    return 1
+    return 3
   end
   if holder then
     return -1
@@ -60,7 +63,10 @@ end
 local n = tonumber(redis.call('HGET', KEYS[7], id)) or 0
 if n - (tonumber(redis.call('HGET', KEYS[10], id)) or 0) >= tonumber(ARGV[4]) then
   redis.call('RPUSH', KEYS[8], id)
-  return 1
+  if ARGV[7] ~= '' then
+    redis.call('HSET', KEYS[12], id, ARGV[7])
+  end
+  return 2
 end
 local backoff = tonumber(ARGV[3])
 if backoff > 0 then

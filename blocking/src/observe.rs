@@ -1,0 +1,242 @@
+//! What the driver tells `tracing`: one span per acquisition, events for releases, renewals,
+//! lost leases, the listener, the pool and queue jobs. Call sites stay one line; the names
+//! and fields are chosen here (see `docs/observability.md`).
+//!
+//! Span names are constant (`redlease.acquire`, `redlease.queue.take`): the lock or queue
+//! name is a field, so the number of distinct span names stays small. Queue events carry
+//! OpenTelemetry's messaging attributes (`messaging.system`, `messaging.operation.name`,
+//! `messaging.operation.type`, `messaging.destination.name`, `messaging.message.id`).
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redlease_core::lease::{Acquisition, LockKind};
+use redlease_core::{Error, LossReason};
+use tracing::field::Empty;
+use tracing::{Span, debug, info_span, warn};
+
+/// How often a warning that can repeat on every command (a missing ACL right, an exhausted
+/// pool) is logged at WARN; the repeats in between are DEBUG.
+const REPEAT_EVERY: Duration = Duration::from_secs(10);
+
+/// Whether a repeating warning is due: true at most once per [`REPEAT_EVERY`] per `slot`.
+fn due(slot: &AtomicU64) -> bool {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let now = u64::try_from(EPOCH.get_or_init(Instant::now).elapsed().as_millis())
+        .unwrap_or(u64::MAX)
+        .saturating_add(1);
+    let last = slot.load(Ordering::Relaxed);
+    let every = u64::try_from(REPEAT_EVERY.as_millis()).unwrap_or(u64::MAX);
+    (last == 0 || now.saturating_sub(last) >= every)
+        && slot
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+}
+
+/// The `messaging.system` of queue events.
+const SYSTEM: &str = "redlease";
+
+/// A short, stable name for a lock kind (a field value).
+pub(crate) fn kind(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Lease => "lease",
+        LockKind::Reentrant => "reentrant",
+        LockKind::Fair => "fair",
+        LockKind::Read => "read",
+        LockKind::Write => "write",
+        LockKind::Permit => "permit",
+        LockKind::Job => "job",
+    }
+}
+
+/// The span of one acquisition; [`acquired`] fills in how it ended.
+pub(crate) fn acquire_span(name: &str, lock_kind: LockKind) -> Span {
+    span(name, kind(lock_kind))
+}
+
+/// The span of one acquisition of a lock of kind `kind` (`redlock`, `legacy`, ...).
+pub(crate) fn span(name: &str, kind: &'static str) -> Span {
+    info_span!(
+        "redlease.acquire",
+        redlease.lock = name,
+        redlease.kind = kind,
+        redlease.attempts = Empty,
+        redlease.waited_ms = Empty,
+        redlease.outcome = Empty,
+        redlease.fence = Empty,
+    )
+}
+
+/// Records an acquisition's outcome on its span (and an event when it failed).
+pub(crate) fn acquired(span: &Span, started: Instant, out: &Result<Acquisition, Error>) {
+    ended(span, started, out, |a| match a {
+        Acquisition::Acquired(lease) => Some((lease.attempts, Some(lease.fence))),
+        Acquisition::Busy { .. } => None,
+    });
+}
+
+/// Records how an acquisition ended: `granted` gives the attempts and fence of a success
+/// (`None`: busy).
+pub(crate) fn ended<T>(
+    span: &Span,
+    started: Instant,
+    out: &Result<T, Error>,
+    granted: impl Fn(&T) -> Option<(u32, Option<u64>)>,
+) {
+    let waited = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    span.record("redlease.waited_ms", waited);
+    match out.as_ref().map(granted) {
+        Ok(Some((attempts, fence))) => {
+            span.record("redlease.outcome", "acquired");
+            span.record("redlease.attempts", attempts);
+            if let Some(fence) = fence {
+                span.record("redlease.fence", fence);
+            }
+        }
+        Ok(None) => {
+            span.record("redlease.outcome", "busy");
+        }
+        Err(Error::Timeout { attempts, .. }) => {
+            span.record("redlease.outcome", "timeout");
+            span.record("redlease.attempts", attempts);
+        }
+        Err(e) => {
+            span.record("redlease.outcome", "error");
+            span.in_scope(|| warn!(error = %e, "acquisition failed"));
+        }
+    }
+}
+
+/// A release's outcome (explicit, or from a guard's drop).
+pub(crate) fn released(name: &str, lock_kind: LockKind, out: &Result<(), Error>) {
+    released_as(name, kind(lock_kind), out);
+}
+
+/// [`released`] for a lock of kind `k` (`redlock`, `legacy`).
+pub(crate) fn released_as(name: &str, k: &'static str, out: &Result<(), Error>) {
+    match out {
+        Ok(()) => debug!(redlease.lock = name, redlease.kind = k, "released"),
+        Err(Error::NotOwner { reason, .. }) => warn!(
+            redlease.lock = name,
+            redlease.kind = k,
+            redlease.reason = %reason,
+            "release refused: the lease was no longer ours"
+        ),
+        Err(e) => warn!(redlease.lock = name, redlease.kind = k, error = %e, "release failed"),
+    }
+}
+
+/// A renewal's outcome; returns the failures in a row. The first failure of a run is a
+/// warning, the retries that follow (every tenth of the renewal interval) are DEBUG, so an
+/// outage does not flood the log; a loss is reported by [`lost`].
+pub(crate) fn renewal<T>(name: &str, outcome: &Result<T, Error>, failures: u32) -> u32 {
+    match outcome {
+        Ok(_) => 0,
+        Err(Error::NotOwner { .. }) => failures,
+        Err(e) if failures == 0 => {
+            warn!(redlease.lock = name, error = %e, "lease renewal failed; retrying");
+            1
+        }
+        Err(e) => {
+            debug!(redlease.lock = name, error = %e, redlease.failures = failures + 1, "lease renewal failed again; retrying");
+            failures.saturating_add(1)
+        }
+    }
+}
+
+/// A watched lease is lost.
+pub(crate) fn lost(name: &str, reason: LossReason) {
+    warn!(
+        redlease.lock = name,
+        redlease.reason = ?reason,
+        "lease lost: {reason}"
+    );
+}
+
+/// A queue event with the messaging attributes; `error` is the handler's (nack) or Redis's.
+pub(crate) fn job<T>(
+    queue: &str,
+    id: &str,
+    operation: &'static str,
+    error: Option<&str>,
+    outcome: &Result<T, Error>,
+) {
+    let op_type = if operation == "take" {
+        "receive"
+    } else {
+        "settle"
+    };
+    match outcome {
+        Ok(_) => debug!(
+            messaging.system = SYSTEM,
+            messaging.operation.name = operation,
+            messaging.operation.type = op_type,
+            messaging.destination.name = queue,
+            messaging.message.id = id,
+            error.message = error,
+            "job {operation}"
+        ),
+        Err(e) => warn!(
+            messaging.system = SYSTEM,
+            messaging.operation.name = operation,
+            messaging.operation.type = op_type,
+            messaging.destination.name = queue,
+            messaging.message.id = id,
+            error.message = error,
+            redlease.error = %e,
+            "job {operation} failed"
+        ),
+    }
+}
+
+/// A job went to the dead list.
+pub(crate) fn dead(queue: &str, id: &str, reason: Option<&str>) {
+    warn!(
+        messaging.system = SYSTEM,
+        messaging.operation.name = "dead_letter",
+        messaging.operation.type = "settle",
+        messaging.destination.name = queue,
+        messaging.message.id = id,
+        error.message = reason,
+        "job dead-lettered"
+    );
+}
+
+/// An error reply from Redis: a `NOPERM` (the ACL user lacks a command, key or channel
+/// right) is logged with how to grant it, since a guard's drop or a release notification
+/// would otherwise show it nowhere.
+pub(crate) fn error_reply(code: &str, details: Option<&str>) {
+    // Redis 7.0 reports a refusal inside a script as `ERR The user executing the script
+    // can't ...`; elsewhere (and in later versions) the code is NOPERM.
+    let in_script = details.is_some_and(|d| d.contains("The user executing the script can't"));
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    if (code == "NOPERM" || in_script) && !due(&LAST) {
+        debug!(
+            error = details.unwrap_or_default(),
+            "NOPERM again (see the last warning)"
+        );
+    } else if code == "NOPERM" || in_script {
+        warn!(
+            error = details.unwrap_or_default(),
+            "Redis refused a command for lack of ACL permissions (NOPERM): grant the user the \
+             commands, the keys `~<prefix>:*` and the channels `&<prefix>:*` listed in docs/acl.md"
+        );
+    }
+}
+
+/// No pooled connection could be had in time.
+pub(crate) fn no_connection(state: r2d2::State, max: u32, error: &dyn std::fmt::Display) {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    if !due(&LAST) {
+        debug!(error = %error, "no pooled connection again (see the last warning)");
+    } else if state.connections >= max && state.idle_connections == 0 {
+        warn!(
+            redlease.pool.max = max,
+            "connection pool exhausted: all {max} connections busy past the connect timeout \
+             (raise ClientBuilder::pool_size or shorten what holds connections)"
+        );
+    } else {
+        warn!(error = %error, "no connection to Redis within the connect timeout");
+    }
+}

@@ -1,0 +1,125 @@
+//! [`Client::status`]: a cheap snapshot of what a client is doing, for health pages and
+//! debugging. Reading it takes a few uncontended locks and sends nothing to Redis.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::client::Client;
+
+/// What a client is doing now; made by [`Client::status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientStatus {
+    /// The connection pool.
+    pub pool: PoolStatus,
+    /// Leases of live guards (and jobs) that the watchdog renews.
+    pub leases_watched: usize,
+    /// Threads of this client waiting right now between two attempts: acquisitions and
+    /// queue takes waiting for a busy lock or an empty queue (and, briefly, a release or
+    /// extension retrying after a failure).
+    pub waiters: usize,
+    /// The pub/sub listener that wakes waiters.
+    pub listener: ListenerStatus,
+}
+
+/// The connection pool of a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoolStatus {
+    /// Open connections (in use or idle).
+    pub connections: u32,
+    /// Open connections not in use.
+    pub idle: u32,
+    /// The most connections the pool opens ([`ClientBuilder::pool_size`](crate::ClientBuilder::pool_size)).
+    pub max: u32,
+}
+
+/// The pub/sub listener (or, on a cluster, the shard listeners) of a client.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ListenerStatus {
+    /// Whether it was started (on the first wait that names a channel).
+    pub started: bool,
+    /// Whether this client can listen at all (plain TCP; otherwise waiters always poll).
+    pub available: bool,
+    /// Listener connections wanted (1, or one per cluster shard with waiters).
+    pub connections: usize,
+    /// Of those, connected now. Fewer than `connections`: waiters of the others poll.
+    pub connected: usize,
+    /// Channels subscribed (or lingering after their last waiter left).
+    pub channels: usize,
+    /// The server's last refusal of a subscription on the current connection (`NOPERM`: the
+    /// Redis user lacks the channel right, see `docs/acl.md`); waiters of refused channels poll.
+    pub refused: Option<String>,
+}
+
+impl ListenerStatus {
+    pub(crate) fn started() -> Self {
+        ListenerStatus {
+            started: true,
+            available: true,
+            ..Self::default()
+        }
+    }
+}
+
+/// Counters a client keeps for its status.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    waiting: AtomicUsize,
+}
+
+impl Counters {
+    /// Counts the calling thread as waiting until the returned value is dropped.
+    pub(crate) fn waiting(&self) -> Waiting<'_> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        Waiting(&self.waiting)
+    }
+}
+
+/// A thread counted as waiting.
+pub(crate) struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Client {
+    /// A snapshot of the client: its pool, the leases its watchdog renews, the threads
+    /// waiting, and its listener. Cheap (nothing is sent to Redis); for health checks and
+    /// debugging.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redlease::Error> {
+    /// let client = redlease::Client::open("redis://127.0.0.1/")?;
+    /// let status = client.status();
+    /// println!("{} of {} connections idle", status.pool.idle, status.pool.max);
+    /// # Ok(()) }
+    /// ```
+    pub fn status(&self) -> ClientStatus {
+        let shared = self.shared();
+        let (connections, idle, max) = shared.transport.pool_state();
+        let listener = match self.listeners() {
+            Some(Some(l)) => l.status(),
+            Some(None) => ListenerStatus {
+                started: true,
+                ..ListenerStatus::default()
+            },
+            None => ListenerStatus {
+                available: shared.can_listen(),
+                ..ListenerStatus::default()
+            },
+        };
+        ClientStatus {
+            pool: PoolStatus {
+                connections,
+                idle,
+                max,
+            },
+            leases_watched: self.watchdog_if_started().map_or(0, |w| w.watched()),
+            waiters: shared.counters.waiting.load(Ordering::Relaxed),
+            listener,
+        }
+    }
+}

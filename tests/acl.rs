@@ -1,0 +1,408 @@
+//! Least privilege: every primitive runs as a Redis 7 ACL user holding only the rights listed
+//! in docs/acl.md; a key outside the prefix is refused; a missing channel right is reported.
+
+use std::thread;
+use std::time::Duration;
+
+use redlease::{Client, Error, LeaseState, LegacyAlgorithm, RedLock};
+use redlease_suite::RedisServer;
+use redlease_suite::testkit::{await_condition, connection, server};
+
+/// The commands of docs/acl.md ("every primitive" on one server).
+const COMMANDS: &str = "+ping +evalsha +eval +subscribe +unsubscribe +publish \
+    +get +set +del +exists +incr +pexpire +pttl +time \
+    +hget +hset +hsetnx +hdel +hlen +hincrby +hexists \
+    +llen +lindex +lpop +lpos +lrange +lrem +rpush \
+    +zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +zscore \
+    +setnx +getset +wait";
+
+/// Creates user `name` (password `pw`) with the documented commands, keys `~app:*` and, when
+/// `channels`, channels `&app:*`.
+fn create_user(server: &RedisServer, name: &str, channels: bool) {
+    let mut rule = vec![
+        "SETUSER",
+        name,
+        "reset",
+        "on",
+        ">pw",
+        "~app:*",
+        "resetchannels",
+    ];
+    if channels {
+        rule.push("&app:*");
+    }
+    rule.extend(COMMANDS.split_whitespace());
+    let _: () = redis::cmd("ACL")
+        .arg(&rule)
+        .query(&mut connection(server))
+        .unwrap();
+}
+
+fn client_as(server: &RedisServer, user: &str, prefix: &str) -> Client {
+    Client::builder(format!("redis://{user}:pw@127.0.0.1:{}/", server.port()))
+        .key_prefix(prefix)
+        .connect_timeout(Duration::from_millis(500))
+        .io_timeout(Duration::from_millis(500))
+        .op_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+/// A lock held by `holder` while another thread waits for it: the release must wake the
+/// waiter through the listener (which needs the channel right).
+fn contended(client: &Client, name: &str) {
+    let held = client.lock(name).acquire().unwrap();
+    let waiter = {
+        let client = client.clone();
+        let name = name.to_owned();
+        thread::spawn(move || {
+            client
+                .lock(&name)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .and_then(|g| g.release())
+        })
+    };
+    await_condition(Duration::from_secs(10), || client.status().waiters == 1);
+    held.release().unwrap();
+    waiter.join().unwrap().unwrap();
+}
+
+#[test]
+fn a_restricted_user_runs_every_primitive() {
+    let server = server();
+    create_user(&server, "app", true);
+    let client = client_as(&server, "app", "app");
+
+    // Locks of every kind, with contention so the listener subscribes.
+    contended(&client, "lease");
+    let outer = client.reentrant_lock("re").acquire().unwrap();
+    let inner = client.reentrant_lock("re").acquire().unwrap();
+    inner.release().unwrap();
+    outer.release().unwrap();
+    client
+        .fair_lock("fair")
+        .acquire()
+        .unwrap()
+        .release()
+        .unwrap();
+    let r1 = client.read_lock("rw").acquire().unwrap();
+    let r2 = client.read_lock("rw").acquire().unwrap();
+    assert!(client.write_lock("rw").try_acquire().unwrap().is_none());
+    r1.release().unwrap();
+    r2.release().unwrap();
+    client
+        .write_lock("rw")
+        .acquire()
+        .unwrap()
+        .release()
+        .unwrap();
+    let mut g = client.lock("ext").acquire().unwrap();
+    g.extend().unwrap();
+    assert!(matches!(g.inspect().unwrap(), LeaseState::Held { .. }));
+    g.release().unwrap();
+    // WAIT is allowed: with no replica the acquisition fails as it should, not with NOPERM.
+    let err = client
+        .lock("replicated")
+        .min_replicas(1, Duration::from_millis(100))
+        .acquire()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ReplicationFailed {
+                acknowledged: 0,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+
+    // Semaphore.
+    let p = client.semaphore("sem", 2).acquire().unwrap();
+    assert_eq!(client.set_permits("sem", 3).unwrap(), Some(2));
+    let state = client.semaphore_state("sem").unwrap();
+    assert_eq!(state.holders.len(), 1);
+    p.release().unwrap();
+
+    // Run-once.
+    assert_eq!(
+        client
+            .run_once(
+                "cron",
+                Duration::from_secs(5),
+                Duration::from_millis(10),
+                || 7
+            )
+            .unwrap(),
+        Some(7)
+    );
+
+    // Queue: push, take, ack, nack to the dead list, requeue, delete.
+    let q = client.queue("jobs").unwrap().max_deliveries(1);
+    q.push("a").unwrap();
+    q.push_with("later", 3, Duration::from_millis(10)).unwrap();
+    let job = q.take(Duration::from_secs(5)).unwrap().unwrap();
+    job.ack().unwrap();
+    let job = q.take(Duration::from_secs(5)).unwrap().unwrap();
+    let id = job.id().to_owned();
+    job.nack().unwrap();
+    assert_eq!(q.dead_jobs(10).unwrap()[0].id, id);
+    assert!(q.requeue_dead(&id).unwrap());
+    let job = q.take(Duration::from_secs(5)).unwrap().unwrap();
+    job.nack().unwrap();
+    assert!(q.delete_dead(&id).unwrap());
+    assert_eq!(q.purge_dead().unwrap(), 0);
+    assert_eq!(q.stats().unwrap().dead, 0);
+
+    // Legacy locks (no scripts, no pub/sub).
+    for algorithm in [LegacyAlgorithm::GetSet, LegacyAlgorithm::SetNxExpire] {
+        client
+            .legacy_lock("old")
+            .algorithm(algorithm)
+            .acquire()
+            .unwrap()
+            .release()
+            .unwrap();
+    }
+
+    // RedLock over this one server, as the same user.
+    let url = format!("redis://app:pw@127.0.0.1:{}/", server.port());
+    let redlock = RedLock::builder(&[url])
+        .key_prefix("app")
+        .node_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    redlock.lock("red").acquire().unwrap().release().unwrap();
+
+    // The listener subscribed without a refusal.
+    let listener = client.status().listener;
+    assert!(listener.started && listener.connected == 1, "{listener:?}");
+    assert_eq!(listener.refused, None);
+}
+
+#[test]
+fn a_key_outside_the_prefix_is_refused() {
+    let server = server();
+    create_user(&server, "app", true);
+    let client = client_as(&server, "app", "other");
+    let err = client.lock("x").try_acquire().unwrap_err();
+    assert!(refused_key(&err), "{err:?}");
+    let err = client.queue("q").unwrap().push("p").unwrap_err();
+    assert!(refused_key(&err), "{err:?}");
+}
+
+/// A command refused for a key outside the user's patterns: a configuration error that names
+/// NOPERM (it is not retried), or NOPERM itself from inside a script.
+fn refused_key(err: &Error) -> bool {
+    match err {
+        Error::Configuration { problem, .. } => problem.contains("NOPERM"),
+        Error::Redis { code, .. } => code == "NOPERM",
+        _ => false,
+    }
+}
+
+/// Redis 7.0 reports a PUBLISH refused inside a script as `ERR The user executing the script
+/// can't publish to the channel ...`; later versions may say `NOPERM`.
+fn refused_publish(err: &Error) -> bool {
+    matches!(err, Error::Redis { code, message }
+        if code == "NOPERM" || message.contains("can't publish to the channel"))
+}
+
+#[test]
+fn without_the_channel_right_releases_fail_loudly_and_waiters_poll() {
+    let server = server();
+    create_user(&server, "nochan", false);
+    let client = client_as(&server, "nochan", "app");
+
+    // The release deletes the key, then its PUBLISH is refused: the caller gets the NOPERM
+    // (a logged warning says the fix), and the lock is free.
+    let guard = client.lock("l").acquire().unwrap();
+    let err = guard.release().unwrap_err();
+    assert!(refused_publish(&err), "{err:?}");
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("app:{l}:lock")
+        .query(&mut connection(&server))
+        .unwrap();
+    assert!(
+        !exists,
+        "the release took effect before the refused PUBLISH"
+    );
+
+    // A waiter's SUBSCRIBE is refused: the status says so and the waiter polls.
+    let held = client.lock("w").watchdog(false).acquire().unwrap();
+    let waiter = {
+        let client = client.clone();
+        thread::spawn(move || {
+            client
+                .lock("w")
+                .wait(Duration::from_secs(20))
+                .retry(Duration::from_millis(10), Duration::from_millis(100))
+                .acquire()
+                .map(|g| g.fence())
+        })
+    };
+    await_condition(Duration::from_secs(10), || {
+        client.status().listener.refused.is_some()
+    });
+    let refused = client.status().listener.refused.unwrap();
+    assert!(refused.contains("NOPERM"), "{refused}");
+    // The holder's key is deleted by hand (its release would be refused too).
+    let _: () = redis::cmd("DEL")
+        .arg("app:{w}:lock")
+        .query(&mut connection(&server))
+        .unwrap();
+    assert!(waiter.join().unwrap().unwrap() > held.fence());
+    drop(held);
+}
+
+/// docs/acl.md's Redis Cluster rule: the single-server commands with shard pub/sub instead of
+/// plain pub/sub, plus `cluster|slots`, `cluster|keyslot` and `asking`, on every node.
+#[test]
+fn a_restricted_user_runs_on_a_cluster() {
+    let cluster = redlease_suite::RedisCluster::start().expect("a 3-master cluster");
+    let commands = COMMANDS
+        .replace("+subscribe +unsubscribe +publish", "")
+        .to_owned()
+        + " +ssubscribe +sunsubscribe +spublish +cluster|slots +cluster|keyslot +asking +info";
+    for node in cluster.nodes() {
+        let mut rule = vec!["SETUSER", "app", "reset", "on", ">pw", "~app:*", "&app:*"];
+        rule.extend(commands.split_whitespace());
+        let _: () = redis::cmd("ACL")
+            .arg(&rule)
+            .query(&mut connection(node))
+            .unwrap();
+    }
+    let urls: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|n| format!("redis://app:pw@127.0.0.1:{}/", n.port()))
+        .collect();
+    let client = Client::cluster(&urls)
+        .key_prefix("app")
+        .connect_timeout(Duration::from_millis(500))
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    for name in ["a", "b", "c"] {
+        contended(&client, name);
+    }
+    let sem = client.semaphore("sem", 1).acquire().unwrap();
+    sem.release().unwrap();
+    let q = client.queue("jobs").unwrap().max_deliveries(1);
+    q.push("x").unwrap();
+    q.take(Duration::from_secs(5))
+        .unwrap()
+        .unwrap()
+        .nack()
+        .unwrap();
+    assert_eq!(q.dead_jobs(10).unwrap().len(), 1);
+    let listener = client.status().listener;
+    assert!(listener.connected >= 1, "{listener:?}");
+    assert_eq!(listener.refused, None);
+}
+
+/// docs/acl.md's Sentinel rule: a Sentinel user that may only ask for the master's address,
+/// and the single-server rule on the master.
+#[test]
+fn a_restricted_user_runs_through_sentinel() {
+    let master = server();
+    create_user(&master, "app", true);
+    let sentinel = RedisServer::builder().sentinel().start().unwrap();
+    let mut admin = connection(&sentinel);
+    let _: () = redis::cmd("SENTINEL")
+        .arg(&["MONITOR", "svc", "127.0.0.1"])
+        .arg(master.port())
+        .arg(1)
+        .query(&mut admin)
+        .unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "watcher",
+            "reset",
+            "on",
+            ">pw",
+            "+ping",
+            "+sentinel|get-master-addr-by-name",
+        ])
+        .query(&mut admin)
+        .unwrap();
+    let url = format!("redis://watcher:pw@127.0.0.1:{}/", sentinel.port());
+    let client = Client::sentinel(&[url], "svc")
+        .master_auth(Some("app"), "pw")
+        .key_prefix("app")
+        .connect_timeout(Duration::from_millis(500))
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    contended(&client, "lease");
+    let q = client.queue("jobs").unwrap();
+    q.push("x").unwrap();
+    q.take(Duration::from_secs(5))
+        .unwrap()
+        .unwrap()
+        .ack()
+        .unwrap();
+    let listener = client.status().listener;
+    assert_eq!((listener.connected, listener.refused), (1, None));
+}
+
+/// Rejected calls of `command` on `node` (INFO commandstats).
+fn rejected_calls(node: &RedisServer, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut connection(node))
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
+        .and_then(|stats| {
+            stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("rejected_calls="))
+        })
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// When a cluster listener cannot find a channel's node (here: no `cluster|keyslot` right),
+/// waiters poll at their backoff; they must not retry the lookup in a tight loop.
+#[test]
+fn without_a_route_cluster_waiters_poll_instead_of_spinning() {
+    let cluster = redlease_suite::RedisCluster::start().expect("a 3-master cluster");
+    let commands = COMMANDS.replace("+subscribe +unsubscribe +publish", "")
+        + " +ssubscribe +sunsubscribe +spublish +cluster|slots +asking";
+    for node in cluster.nodes() {
+        let mut rule = vec!["SETUSER", "app", "reset", "on", ">pw", "~app:*", "&app:*"];
+        rule.extend(commands.split_whitespace());
+        let _: () = redis::cmd("ACL")
+            .arg(&rule)
+            .query(&mut connection(node))
+            .unwrap();
+    }
+    let urls: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|n| format!("redis://app:pw@127.0.0.1:{}/", n.port()))
+        .collect();
+    let client = Client::cluster(&urls)
+        .key_prefix("app")
+        .sharded_pubsub(true)
+        .connect_timeout(Duration::from_millis(500))
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let held = client.lock("spin").watchdog(false).acquire().unwrap();
+    let err = client
+        .lock("spin")
+        .wait(Duration::from_secs(1))
+        .retry(Duration::from_millis(50), Duration::from_millis(200))
+        .acquire()
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    let lookups = rejected_calls(&cluster.nodes()[0], "cluster|keyslot");
+    assert!(
+        (1..=40).contains(&lookups),
+        "{lookups} route lookups during a 1 s wait with 50-200 ms pauses"
+    );
+    held.release().unwrap();
+}

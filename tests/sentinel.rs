@@ -267,8 +267,10 @@ fn graceful_failover(miss_the_message: bool) {
     };
     // A Sentinel refuses a failover (NOGOODSLAVE) until it has seen the replica in the
     // master's INFO (every 10 s at most): ask again until it accepts.
-    await_condition(Duration::from_secs(30), "a Sentinel accepts FAILOVER", || {
-        match redis::cmd("SENTINEL")
+    await_condition(
+        Duration::from_secs(30),
+        "a Sentinel accepts FAILOVER",
+        || match redis::cmd("SENTINEL")
             .arg("FAILOVER")
             .arg("svc")
             .query::<()>(&mut conn(asked))
@@ -276,8 +278,8 @@ fn graceful_failover(miss_the_message: bool) {
             Ok(()) => true,
             Err(e) if e.code() == Some("NOGOODSLAVE") => false,
             Err(e) => panic!("SENTINEL FAILOVER: {e}"),
-        }
-    });
+        },
+    );
     await_condition(Duration::from_secs(30), "failover to the replica", || {
         master_port(listened) == Some(d.replica.port())
     });

@@ -964,7 +964,13 @@ fn a_readonly_reply_during_a_failover_is_retried_while_waiting() {
     s.answer(ints(&[1, 2]));
     assert!(matches!(s.expect_done(), Ok(Acquisition::Acquired(_))));
     // Trying once: a passing failure, with the server's words, and nothing more is sent.
-    for code in ["READONLY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "LOADING"] {
+    for code in [
+        "READONLY",
+        "TRYAGAIN",
+        "CLUSTERDOWN",
+        "MASTERDOWN",
+        "LOADING",
+    ] {
         let mut s = acquire(None);
         s.answer(err(code, "the command did not run"));
         match s.expect_done() {

@@ -479,3 +479,22 @@ fn script_errors_read_as_redis_7_0_writes_them() {
         )))
     );
 }
+
+#[test]
+fn handles_cross_threads() {
+    fn shareable<T: Send + Sync + Clone>() {}
+    shareable::<MemoryServer>();
+    shareable::<MemoryClock>();
+    fn sendable<T: Send>() {}
+    sendable::<Subscriber>();
+    sendable::<Snapshot>();
+    // Two threads share one server and one clock.
+    let s = MemoryServer::new();
+    let t = {
+        let s = s.clone();
+        std::thread::spawn(move || call(&s, &["INCR", "n"]))
+    };
+    call(&s, &["INCR", "n"]);
+    t.join().unwrap();
+    assert_eq!(call(&s, &["GET", "n"]), bulk("2"));
+}

@@ -51,10 +51,12 @@ use pubsub::PubSub;
 
 /// Why a command got no reply from the in-process server (a fault the test injected).
 ///
-/// To the client each looks like a connection that hung: the reply never comes, so a
-/// driver maps every one to [`FailureKind::NoReply`](redlease_core::FailureKind::NoReply)
-/// (see [`to_transport_failure`](Self::to_transport_failure)); only the test knows whether
-/// the command ran.
+/// To the client all but [`Refused`](Self::Refused) look like a connection that hung: the
+/// reply never comes, so a driver maps them to
+/// [`FailureKind::NoReply`](redlease_core::FailureKind::NoReply) (see
+/// [`to_transport_failure`](Self::to_transport_failure)); only the test knows whether the
+/// command ran. A refused connection is
+/// [`FailureKind::NotSent`](redlease_core::FailureKind::NotSent): nothing ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum MemoryFault {
@@ -64,12 +66,19 @@ pub enum MemoryFault {
     ReplyLost,
     /// The server is paused ([`MemoryServer::pause`]): the command did not run.
     Paused,
+    /// The server refuses connections ([`MemoryServer::refuse_connections`]): the command
+    /// was not sent.
+    Refused,
 }
 
 impl MemoryFault {
-    /// The transport failure a client sees: no reply (the outcome is unknown to it).
+    /// The transport failure a client sees: not sent when refused, otherwise no reply (the
+    /// outcome is unknown to it).
     pub fn to_transport_failure(self) -> TransportFailure {
-        TransportFailure::no_reply(self.to_string())
+        match self {
+            MemoryFault::Refused => TransportFailure::not_sent(self.to_string()),
+            _ => TransportFailure::no_reply(self.to_string()),
+        }
     }
 }
 
@@ -85,6 +94,7 @@ impl fmt::Display for MemoryFault {
             MemoryFault::RequestLost => "in-process server: the request was lost (injected fault)",
             MemoryFault::ReplyLost => "in-process server: the reply was lost (injected fault)",
             MemoryFault::Paused => "in-process server: paused, no reply (injected fault)",
+            MemoryFault::Refused => "in-process server: connection refused (injected fault)",
         })
     }
 }
@@ -120,6 +130,7 @@ pub(crate) struct State {
     lua: Option<LuaEngine>,
     pub(crate) pubsub: PubSub,
     paused: bool,
+    refusing: bool,
     losses: VecDeque<LossRule>,
 }
 
@@ -172,6 +183,7 @@ impl MemoryServer {
                     lua: None,
                     pubsub: PubSub::default(),
                     paused: false,
+                    refusing: false,
                     losses: VecDeque::new(),
                 }),
                 clock,
@@ -188,6 +200,9 @@ impl MemoryServer {
     /// returns Redis' reply, or the injected fault that swallowed it.
     pub fn execute(&self, command: &Command) -> Result<Reply, MemoryFault> {
         let mut state = self.shared.state();
+        if state.refusing {
+            return Err(MemoryFault::Refused);
+        }
         if state.paused {
             return Err(MemoryFault::Paused);
         }
@@ -262,6 +277,17 @@ impl MemoryServer {
     /// Ends a [`pause`](Self::pause).
     pub fn resume(&self) {
         self.shared.state().paused = false;
+    }
+
+    /// Refuses connections (`true`), as a server that is down does, or accepts them again
+    /// (`false`): every command fails with [`MemoryFault::Refused`] without running, and every
+    /// subscriber is cut.
+    pub fn refuse_connections(&self, refuse: bool) {
+        let mut state = self.shared.state();
+        state.refusing = refuse;
+        if refuse {
+            state.pubsub.disconnect_all();
+        }
     }
 
     /// Whether the server is paused.

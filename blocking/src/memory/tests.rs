@@ -414,6 +414,18 @@ fn faults_lose_replies_pause_restart_and_evict() {
     s.clock().advance(Duration::from_millis(200));
     s.restart_from(&snap);
     assert_eq!(call(&s, &["GET", "j"]), Reply::Nil);
+    let sub = s.subscriber();
+    s.refuse_connections(true);
+    assert_eq!(s.call(&["SET", "k", "3"]), Err(MemoryFault::Refused));
+    assert!(!sub.is_connected(), "refusing cuts subscribers");
+    let f: redlease_core::TransportFailure = MemoryFault::Refused.into();
+    assert_eq!(f.kind, redlease_core::FailureKind::NotSent);
+    s.refuse_connections(false);
+    assert_eq!(
+        call(&s, &["GET", "k"]),
+        bulk("1"),
+        "the refused SET did not run"
+    );
     s.pause();
     s.restart_empty();
     assert!(!s.is_paused());

@@ -831,7 +831,9 @@ impl Seq {
             17 => Self::plain(&["SET", &key, &owner, "XX", "GET", "EX", "1"], Cmp::Exact),
             18 => Self::plain(&["SET", &key, &owner, "KEEPTTL"], Cmp::Exact),
             19 => {
-                let opt = *self.rng.pick(&["NX", "XX", "GT", "LT"]);
+                // Not GT or LT: they compare two expiry times, which may fall in one
+                // epoch, where only Redis' milliseconds would decide.
+                let opt = *self.rng.pick(&["NX", "XX"]);
                 Self::plain(&["PEXPIRE", &key, &ttl, opt], Cmp::Exact)
             }
             20 => Self::plain(&["TTL", &key], Cmp::Exact),

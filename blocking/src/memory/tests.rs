@@ -63,6 +63,20 @@ fn strings_set_options_and_expiry() {
         Reply::Int(50),
         "INCR keeps the ttl"
     );
+    assert_eq!(call(&s, &["PEXPIRE", "k", "40", "GT"]), Reply::Int(0));
+    assert_eq!(call(&s, &["PEXPIRE", "k", "60", "GT"]), Reply::Int(1));
+    assert_eq!(call(&s, &["PEXPIRE", "k", "70", "LT"]), Reply::Int(0));
+    assert_eq!(call(&s, &["PEXPIRE", "k", "50", "LT"]), Reply::Int(1));
+    assert_eq!(call(&s, &["PEXPIRE", "k", "10", "NX"]), Reply::Int(0));
+    assert_eq!(call(&s, &["PTTL", "k"]), Reply::Int(50));
+    assert_eq!(call(&s, &["PERSIST", "k"]), Reply::Int(1));
+    assert_eq!(call(&s, &["PEXPIRE", "k", "10", "XX"]), Reply::Int(0));
+    assert_eq!(
+        call(&s, &["PEXPIRE", "k", "10", "GT"]),
+        Reply::Int(0),
+        "no ttl is infinite"
+    );
+    assert_eq!(call(&s, &["PEXPIRE", "k", "10", "LT"]), Reply::Int(1));
     assert_eq!(call(&s, &["PEXPIRE", "k", "0"]), Reply::Int(1));
     assert_eq!(
         call(&s, &["EXISTS", "k"]),

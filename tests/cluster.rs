@@ -269,7 +269,7 @@ fn waiters_on_a_cluster_are_woken_through_their_shard() {
         let fence = holder.fence();
         holder.release().unwrap();
         let (waited, got) = waiter.join().unwrap();
-        assert_eq!(got, fence + 1);
+        assert!(got > fence, "{got} after {fence}");
         assert!(waited < Duration::from_secs(5), "{waited:?}");
         return;
     }
@@ -491,11 +491,15 @@ fn a_frozen_master_gets_each_command_once_and_calls_keep_their_deadline() {
     println!("release with the master frozen: {took:?}");
     assert!(took < BOUND, "release took {took:?}");
     assert!(script_runs(node, 1) <= attempts, "no hidden re-send");
-    await_condition(Duration::from_secs(10), || {
-        !connection(node)
-            .exists::<_, bool>("redlease:{held}:lock")
-            .unwrap()
-    });
+    // A release that says Ok deleted the key; one that gave up (Unavailable) may or may not
+    // have run before the freeze ended: its key then expires with its ttl.
+    if got.is_ok() {
+        await_condition(Duration::from_secs(10), || {
+            !connection(node)
+                .exists::<_, bool>("redlease:{held}:lock")
+                .unwrap()
+        });
+    }
 
     await_cluster_ok(&cluster);
 

@@ -36,7 +36,14 @@ for name in ${MATRIX:-redis-6.2 redis-7.0 valkey-9.1}; do
     version="$("$bin" --version 2>&1 | head -n1)"
     printf '\n==> matrix: %s: REDIS_SERVER=%s\n==> %s\n' "$name" "$bin" "$version"
     start=$SECONDS
-    if REDIS_SERVER="$bin" cargo test --workspace "$@"; then
+    # MemoryServer (tests/memory_diff.rs) answers as Redis 7.0 does, error texts included:
+    # its differential test is a comparison with Redis 7.0, run in that leg only.
+    skip=()
+    if [[ "$name" != redis-7.0 ]]; then
+        skip=(-- --skip memory_server_replies_as_redis_does)
+        echo "==> $name: not running memory_server_replies_as_redis_does (compared with Redis 7.0 only)"
+    fi
+    if REDIS_SERVER="$bin" cargo test --workspace "$@" "${skip[@]}"; then
         summary+=("$name: passed in $((SECONDS - start)) s ($version, $bin)")
     else
         summary+=("$name: FAILED after $((SECONDS - start)) s ($version, $bin)")

@@ -69,6 +69,8 @@ mod connect;
 mod legacy;
 mod listener;
 mod lock;
+#[cfg(feature = "memory")]
+pub mod memory;
 mod observe;
 mod queue;
 mod redact;

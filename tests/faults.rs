@@ -39,9 +39,11 @@ fn hold_after_rounds(c: &Client, kind: &str, name: &str) -> LockGuard {
 }
 
 /// The old holder learns of the loss within one renewal period (a third of the ttl here),
-/// measured from when the server came back; 3x margin for a loaded machine.
+/// measured from when the server came back (about 0.98 s of the 1 s period when measured);
+/// half a period more for a loaded machine.
 fn assert_learns_within_one_renewal_period(holder: &LockGuard, back: Instant, kind: &str) {
     let period = TTL / 3;
+    let bound = period + period / 2;
     await_condition(period * 3, || holder.is_lost());
     // The next holder has the key by then: the renewal finds it taken (or gone).
     assert!(
@@ -54,7 +56,7 @@ fn assert_learns_within_one_renewal_period(holder: &LockGuard, back: Instant, ki
     );
     let learned = back.elapsed();
     println!("{kind}: the old holder learned of the loss {learned:?} after the server came back");
-    assert!(learned < period * 3, "{kind}: learned after {learned:?}");
+    assert!(learned < bound, "{kind}: learned after {learned:?}");
 }
 
 #[test]

@@ -391,6 +391,14 @@ fn core_attempts<T: std::fmt::Debug>(what: &str, got: &Result<T, redlease::Error
 
 /// Once `node` runs again, the scripts (`EVALSHA`/`EVAL`) it carried out, awaited until they
 /// reach `at_least` (every command the client wrote was buffered before the node resumed).
+/// Whether the call's last attempt left the client (its reply was lost): it then runs on
+/// the node once the node answers again. One that found no connection in time (on a loaded
+/// machine) never reaches the node.
+fn was_sent<T>(got: &Result<T, redlease::Error>) -> bool {
+    matches!(got, Err(redlease::Error::Unavailable { last, .. })
+        if last.kind == redlease::FailureKind::NoReply)
+}
+
 fn script_runs(node: &redlease_suite::RedisServer, at_least: u64) -> u64 {
     let runs = || {
         let stats = command_calls(node);
@@ -423,12 +431,15 @@ fn a_frozen_master_gets_each_command_once_and_calls_keep_their_deadline() {
     assert!(took < BOUND, "try_acquire took {took:?}");
     // Trying once resends a lost acquisition once (the script knows our token), no more.
     assert!((1..=2).contains(&attempts), "{attempts}");
-    // At least one attempt reached the node; a retry may have failed to connect (not sent).
-    script_runs(node, 1);
+    // An attempt that was sent runs once the node answers again; one that found no
+    // connection in time (not sent, on a loaded machine) never reaches it.
+    if was_sent(&got) {
+        script_runs(node, 1);
+    }
     await_cluster_ok(&cluster);
     // The core's own sends: its attempts, and the owner-checked undo (a release script)
     // that a lost acquisition sends before giving up; nothing more.
-    let runs = script_runs(node, 1);
+    let runs = script_runs(node, 0);
     assert!(
         runs <= attempts + 1,
         "no hidden re-send: {runs} runs, {attempts} attempts and one undo sent"
@@ -451,9 +462,12 @@ fn a_frozen_master_gets_each_command_once_and_calls_keep_their_deadline() {
     let attempts = core_attempts("legacy try_acquire", &got);
     println!("legacy try_acquire with the master frozen: {took:?}");
     assert!(took < BOUND, "legacy try_acquire took {took:?}");
-    await_condition(Duration::from_secs(10), || {
-        calls(&command_calls(node), "setnx") >= 1
-    });
+    if was_sent(&got) {
+        await_condition(Duration::from_secs(10), || {
+            calls(&command_calls(node), "setnx") >= 1
+        });
+    }
+    await_cluster_ok(&cluster);
     let setnx = calls(&command_calls(node), "setnx");
     assert!(
         setnx <= attempts,
@@ -490,7 +504,11 @@ fn a_frozen_master_gets_each_command_once_and_calls_keep_their_deadline() {
     let attempts = core_attempts("release", &got);
     println!("release with the master frozen: {took:?}");
     assert!(took < BOUND, "release took {took:?}");
-    assert!(script_runs(node, 1) <= attempts, "no hidden re-send");
+    let runs = script_runs(node, u64::from(was_sent(&got)));
+    assert!(
+        runs <= attempts,
+        "no hidden re-send: {runs} runs, {attempts} sent"
+    );
     // A release that says Ok deleted the key; one that gave up (Unavailable) may or may not
     // have run before the freeze ended: its key then expires with its ttl.
     if got.is_ok() {
@@ -517,7 +535,7 @@ fn a_frozen_master_gets_each_command_once_and_calls_keep_their_deadline() {
     assert!(took < BOUND, "try_take took {took:?}");
     // The core's own sends: its attempts, and the owner-checked undo (a release script)
     // that a lost acquisition sends before giving up; nothing more.
-    let runs = script_runs(node, 1);
+    let runs = script_runs(node, u64::from(was_sent(&got)));
     assert!(
         runs <= attempts + 1,
         "no hidden re-send: {runs} runs, {attempts} attempts and one undo sent"

@@ -212,6 +212,33 @@ fn refused_publish(err: &Error) -> bool {
             || message.contains("No permissions to access a channel"))
 }
 
+/// Creates the user `app` (password `pw`, keys and channels `app:*`, `commands`) on every
+/// node of `cluster` (ACL SETUSER is per node); returns the nodes' URLs as that user.
+fn cluster_user(cluster: &redlease_suite::RedisCluster, commands: &str) -> Vec<String> {
+    for node in cluster.nodes() {
+        let mut rule = vec![
+            "SETUSER",
+            "app",
+            "reset",
+            "resetchannels",
+            "on",
+            ">pw",
+            "~app:*",
+            "&app:*",
+        ];
+        rule.extend(commands.split_whitespace());
+        let _: () = redis::cmd("ACL")
+            .arg(&rule)
+            .query(&mut connection(node))
+            .unwrap();
+    }
+    cluster
+        .nodes()
+        .iter()
+        .map(|n| format!("redis://app:pw@127.0.0.1:{}/", n.port()))
+        .collect()
+}
+
 /// The major version of the server behind `node` (sharded pub/sub exists from 7).
 fn major_version(node: &RedisServer) -> u32 {
     let info: String = redis::cmd("INFO")
@@ -297,28 +324,7 @@ fn a_restricted_user_runs_on_a_cluster() {
         &cluster.nodes()[0],
         " +cluster|slots +cluster|keyslot +asking +info",
     );
-    for node in cluster.nodes() {
-        let mut rule = vec![
-            "SETUSER",
-            "app",
-            "reset",
-            "resetchannels",
-            "on",
-            ">pw",
-            "~app:*",
-            "&app:*",
-        ];
-        rule.extend(commands.split_whitespace());
-        let _: () = redis::cmd("ACL")
-            .arg(&rule)
-            .query(&mut connection(node))
-            .unwrap();
-    }
-    let urls: Vec<String> = cluster
-        .nodes()
-        .iter()
-        .map(|n| format!("redis://app:pw@127.0.0.1:{}/", n.port()))
-        .collect();
+    let urls = cluster_user(&cluster, &commands);
     let client = Client::cluster(&urls)
         .key_prefix("app")
         .connect_timeout(Duration::from_millis(500))
@@ -413,28 +419,7 @@ fn without_a_route_cluster_waiters_poll_instead_of_spinning() {
     // Without `cluster|keyslot` a shard channel's node cannot be found. Before Redis 7 there
     // are no shard channels: plain pub/sub needs no route, so there is no lookup at all.
     let (sharded, commands) = cluster_commands(&cluster.nodes()[0], " +cluster|slots +asking");
-    for node in cluster.nodes() {
-        let mut rule = vec![
-            "SETUSER",
-            "app",
-            "reset",
-            "resetchannels",
-            "on",
-            ">pw",
-            "~app:*",
-            "&app:*",
-        ];
-        rule.extend(commands.split_whitespace());
-        let _: () = redis::cmd("ACL")
-            .arg(&rule)
-            .query(&mut connection(node))
-            .unwrap();
-    }
-    let urls: Vec<String> = cluster
-        .nodes()
-        .iter()
-        .map(|n| format!("redis://app:pw@127.0.0.1:{}/", n.port()))
-        .collect();
+    let urls = cluster_user(&cluster, &commands);
     let client = Client::cluster(&urls)
         .key_prefix("app")
         .sharded_pubsub(sharded)

@@ -59,6 +59,27 @@ fn assert_learns_within_one_renewal_period(holder: &LockGuard, back: Instant, ki
     assert!(learned < bound, "{kind}: learned after {learned:?}");
 }
 
+/// After the data loss: the next holder gets a fence above the old holder's, and the old
+/// holder learns of the loss within one renewal period.
+fn next_holder_gets_a_greater_fence(
+    b: &Client,
+    kind: &str,
+    name: &str,
+    held: LockGuard,
+    back: Instant,
+) {
+    let next = builder(b, kind, name).acquire().unwrap();
+    assert!(
+        next.fence() > held.fence(),
+        "{kind}: fence {} after the restart, {} before",
+        next.fence(),
+        held.fence()
+    );
+    assert_learns_within_one_renewal_period(&held, back, kind);
+    drop(held);
+    next.release().unwrap();
+}
+
 #[test]
 fn fences_never_go_backwards_after_a_restart_without_persistence() {
     let mut server = server();
@@ -69,16 +90,7 @@ fn fences_never_go_backwards_after_a_restart_without_persistence() {
         let held = hold_after_rounds(&a, kind, &name);
         server.restart().unwrap();
         let back = Instant::now();
-        let next = builder(&b, kind, &name).acquire().unwrap();
-        assert!(
-            next.fence() > held.fence(),
-            "{kind}: fence {} after the restart, {} before",
-            next.fence(),
-            held.fence()
-        );
-        assert_learns_within_one_renewal_period(&held, back, kind);
-        drop(held);
-        next.release().unwrap();
+        next_holder_gets_a_greater_fence(&b, kind, &name, held, back);
     }
 }
 
@@ -111,16 +123,7 @@ fn fences_never_go_backwards_after_a_restart_from_an_older_snapshot() {
             "{kind}: the snapshot holds an older counter ({restored:?}, held {})",
             held.fence()
         );
-        let next = builder(&b, kind, &name).acquire().unwrap();
-        assert!(
-            next.fence() > held.fence(),
-            "{kind}: fence {} after the restart, {} before",
-            next.fence(),
-            held.fence()
-        );
-        assert_learns_within_one_renewal_period(&held, back, kind);
-        drop(held);
-        next.release().unwrap();
+        next_holder_gets_a_greater_fence(&b, kind, &name, held, back);
     }
 }
 

@@ -1,0 +1,191 @@
+//! What happened in one run, as recorded facts: holds, acquisitions, writes to the fenced
+//! resource, queue events. The checker reads only this.
+
+use redlease_core::lease::LockKind;
+
+/// Which kind of hold, as the checker groups them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldKind {
+    /// A lock of this kind (lease, reentrant, fair, read, write, permit, job).
+    Lock(LockKind),
+    /// A RedLock over several nodes.
+    Red,
+}
+
+impl HoldKind {
+    /// Exclusive with every other hold of the same name but reads and permits.
+    pub fn exclusive(self) -> bool {
+        matches!(
+            self,
+            HoldKind::Lock(
+                LockKind::Lease | LockKind::Reentrant | LockKind::Fair | LockKind::Write
+            ) | HoldKind::Red
+        )
+    }
+}
+
+/// One granted hold of a lock, permit or job. Times are global µs.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    /// Who: client and task.
+    pub client: usize,
+    /// The task.
+    pub task: usize,
+    /// The lock's (or queue's) name.
+    pub name: String,
+    /// What kind.
+    pub kind: HoldKind,
+    /// The fence (delivery number for a job).
+    pub fence: u64,
+    /// When the server ran the command that granted it (for RedLock: when the grant reached
+    /// the client).
+    pub granted: u64,
+    /// When the holder learnt of it.
+    pub received: u64,
+    /// Until when the holder's own clock says it holds (updated by renewals).
+    pub valid_until: u64,
+    /// The validity of the acquisition itself, before any renewal.
+    pub first_valid_until: u64,
+    /// Acquired with `min_replicas`.
+    pub replicated: bool,
+    /// Renewed by its client's watchdog (which reports its loss).
+    pub watched: bool,
+    /// When the holder sent its release (it stops acting on the lease then).
+    pub release_sent: Option<u64>,
+    /// When the holder was told its lease is lost, and why.
+    pub lost: Option<(u64, String)>,
+    /// When the holder's watchdog sent each renewal.
+    pub renewals_sent: Vec<u64>,
+    /// The job id, for a job.
+    pub job: Option<String>,
+}
+
+impl Hold {
+    /// The end of the time the holder may act on it.
+    pub fn end(&self) -> u64 {
+        let mut end = self.valid_until;
+        if let Some(r) = self.release_sent {
+            end = end.min(r);
+        }
+        if let Some((l, _)) = &self.lost {
+            end = end.min(*l);
+        }
+        end
+    }
+}
+
+/// How an acquisition ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcqResult {
+    /// Still running when the run ended.
+    Running,
+    /// Granted: the hold's index.
+    Acquired(usize),
+    /// Busy (trying once), timed out or failed: the error text.
+    Failed(String),
+}
+
+/// One acquisition (a waiting or trying-once call). Times are global µs unless named local.
+#[derive(Debug, Clone)]
+pub struct Acq {
+    /// Who.
+    pub client: usize,
+    /// The task.
+    pub task: usize,
+    /// The lock's name.
+    pub name: String,
+    /// What kind.
+    pub kind: HoldKind,
+    /// When it started, and the wait (µs, local clock), if it waits.
+    pub started: u64,
+    /// Start on the caller's clock.
+    pub started_local: u64,
+    /// How long it may wait (µs), `None`: trying once.
+    pub wait: Option<u64>,
+    /// How long one attempt may wait for its reply (µs).
+    pub reply_timeout: u64,
+    /// A waiter that stops asking for this long loses its place in line (µs).
+    pub waiter_timeout: Option<u64>,
+    /// When each acquisition attempt ran on the server.
+    pub attempts: Vec<u64>,
+    /// When an attempt ran that was granted (its reply may have been lost; a grant takes
+    /// the waiter out of the line).
+    pub grants: Vec<u64>,
+    /// When it ended, on the global and the caller's clock.
+    pub ended: Option<(u64, u64)>,
+    /// The outcome.
+    pub result: AcqResult,
+}
+
+/// A write that reached the fenced resource.
+#[derive(Debug, Clone)]
+pub struct Write {
+    /// When it arrived.
+    pub at: u64,
+    /// The writer's hold.
+    pub hold: usize,
+    /// The fence it carried.
+    pub fence: u64,
+    /// Whether the resource accepted it.
+    pub accepted: bool,
+}
+
+/// A job pushed (its push reply came back `Queued`).
+#[derive(Debug, Clone)]
+pub struct Pushed {
+    /// The id.
+    pub id: String,
+    /// When the push ran on the server.
+    pub ran: u64,
+    /// Its delay (µs): not due before `ran + delay`.
+    pub delay: u64,
+}
+
+/// An ack or nack the worker was told succeeded.
+#[derive(Debug, Clone)]
+pub struct Settled {
+    /// The job's hold (delivery).
+    pub hold: usize,
+    /// When the worker learnt it.
+    pub at: u64,
+    /// Ack (true) or nack.
+    pub ack: bool,
+}
+
+/// Everything recorded in one run.
+#[derive(Debug, Default)]
+pub struct History {
+    /// Human-readable lines `(global µs, text)`, for failure reports.
+    pub log: Vec<(u64, String)>,
+    /// Granted holds.
+    pub holds: Vec<Hold>,
+    /// Acquisitions.
+    pub acqs: Vec<Acq>,
+    /// Writes to the fenced resource.
+    pub writes: Vec<Write>,
+    /// Permit counts in force: `(since, permits)`, in time order.
+    pub permits: Vec<(u64, u64)>,
+    /// When a release of a lock of this name ran on the server and freed it.
+    pub freed: Vec<(String, u64)>,
+    /// Jobs pushed.
+    pub pushed: Vec<Pushed>,
+    /// Pushes whose outcome is unknown (no reply): their ids.
+    pub maybe_pushed: Vec<String>,
+    /// Successful acks and nacks.
+    pub settled: Vec<Settled>,
+    /// Ids on the dead list when the run ended.
+    pub dead: Vec<String>,
+    /// When the run ended (global µs).
+    pub end: u64,
+    /// When the last fault struck (global µs).
+    pub faults_end: u64,
+    /// The run was stopped after too many events (a livelock).
+    pub runaway: bool,
+}
+
+impl History {
+    /// Adds a log line.
+    pub fn note(&mut self, at: u64, text: String) {
+        self.log.push((at, text));
+    }
+}

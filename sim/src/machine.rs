@@ -1,0 +1,75 @@
+//! One object-safe face for every core machine the simulator drives, so that one driver
+//! loop runs them all (as an embedder's driver would).
+
+use std::time::Instant;
+
+use redlease_core::lease::Acquisition;
+use redlease_core::queue::{Nacked, Pushed};
+use redlease_core::redlock::{QuorumOutcome, RedLease};
+use redlease_core::{Error, Input, Protocol, Step};
+
+/// What a finished machine yielded.
+#[derive(Debug)]
+pub enum Outcome {
+    /// A lock, permit or job acquisition.
+    Acquired(Result<Acquisition, Error>),
+    /// A RedLock acquisition.
+    Red(Result<RedLease, Error>),
+    /// A release or an ack.
+    Unit(Result<(), Error>),
+    /// An extension (the new validity).
+    Extended(Result<Instant, Error>),
+    /// A nack.
+    Nacked(Result<Nacked, Error>),
+    /// A push.
+    Pushed(Result<Vec<Pushed>, Error>),
+    /// A permit count change (the previous count).
+    Permits(Result<Option<u64>, Error>),
+    /// A RedLock release or extension.
+    Quorum(Result<QuorumOutcome, Error>),
+}
+
+/// A machine as the driver sees it.
+pub trait Drive {
+    /// [`Protocol::poll`], with the output wrapped.
+    fn poll(&mut self, now: Instant) -> Step<Outcome>;
+    /// [`Protocol::handle`].
+    fn handle(&mut self, input: Input, now: Instant);
+    /// [`Protocol::wake`].
+    fn wake(&mut self, now: Instant);
+}
+
+/// A [`Protocol`] with the function that wraps its output.
+pub struct Wrap<P: Protocol> {
+    machine: P,
+    wrap: fn(Result<P::Output, Error>) -> Outcome,
+}
+
+impl<P: Protocol> Wrap<P> {
+    /// Wraps `machine`.
+    pub fn boxed(machine: P, wrap: fn(Result<P::Output, Error>) -> Outcome) -> Box<dyn Drive>
+    where
+        P: 'static,
+    {
+        Box::new(Wrap { machine, wrap })
+    }
+}
+
+impl<P: Protocol> Drive for Wrap<P> {
+    fn poll(&mut self, now: Instant) -> Step<Outcome> {
+        match self.machine.poll(now) {
+            Step::Send(b) => Step::Send(b),
+            Step::Wait(w) => Step::Wait(w),
+            Step::Awaiting => Step::Awaiting,
+            Step::Done(r) => Step::Done(Ok((self.wrap)(r))),
+        }
+    }
+
+    fn handle(&mut self, input: Input, now: Instant) {
+        self.machine.handle(input, now);
+    }
+
+    fn wake(&mut self, now: Instant) {
+        self.machine.wake(now);
+    }
+}

@@ -1,0 +1,87 @@
+//! Known bugs the checker must catch, planted in the simulation (never in the library): a
+//! script source rewritten on its way into the in-process server, or a flag of the sim's
+//! own driver.
+
+use redlease_core::Command;
+use redlease_core::lease::scripts::{ACQUIRE, RELEASE};
+use redlease_core::script::Script;
+
+/// A planted bug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutation {
+    /// No bug.
+    None,
+    /// The lease release deletes the key whoever holds it (no owner check).
+    ReleaseWithoutOwnerCheck,
+    /// The lease acquire's fence is `counter + 1`, not floored by the server clock: it
+    /// restarts when the counter is lost.
+    FenceRestarts,
+    /// The listener neither re-checks after subscribing nor after reconnecting: a waiter
+    /// that missed the release message sleeps until its next retry.
+    NoRecheckAfterMiss,
+    /// A worker counts an ack whose reply was lost as done.
+    AckTrustsLostReply,
+}
+
+/// A script and the source that replaces it.
+struct Swap {
+    script: &'static Script,
+    from: &'static str,
+    to: &'static str,
+}
+
+const RELEASE_SWAP: Swap = Swap {
+    script: &RELEASE,
+    from: "if holder == ARGV[1] then\n  redis.call('DEL', KEYS[1])",
+    to: "if holder then\n  redis.call('DEL', KEYS[1])",
+};
+
+const FENCE_SWAP: Swap = Swap {
+    script: &ACQUIRE,
+    from: "math.max(counter + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))",
+    to: "counter + 1",
+};
+
+impl Mutation {
+    fn swap(self) -> Option<&'static Swap> {
+        match self {
+            Mutation::ReleaseWithoutOwnerCheck => Some(&RELEASE_SWAP),
+            Mutation::FenceRestarts => Some(&FENCE_SWAP),
+            _ => None,
+        }
+    }
+
+    /// Whether the planted bug is in place (the script text it rewrites is found), so that
+    /// a change of the script cannot silently disarm a mutation test.
+    pub fn armed(self) -> bool {
+        self.swap().is_none_or(|s| s.script.source.contains(s.from))
+    }
+
+    /// The command the server runs instead of `command`: a call of the mutated script is
+    /// sent as `EVAL` of the rewritten source; anything else is unchanged.
+    pub fn rewrite(self, command: &Command) -> Command {
+        let Some(swap) = self.swap() else {
+            return command.clone();
+        };
+        let args = command.args();
+        let name = command.name().to_ascii_uppercase();
+        let hit = match name.as_str() {
+            "EVALSHA" => args
+                .get(1)
+                .is_some_and(|a| a == swap.script.sha1.as_bytes()),
+            "EVAL" => args
+                .get(1)
+                .is_some_and(|a| a == swap.script.source.as_bytes()),
+            _ => false,
+        };
+        if !hit {
+            return command.clone();
+        }
+        let source = swap.script.source.replace(swap.from, swap.to);
+        let mut out = Command::new("EVAL").arg(source).on(command.node());
+        for a in &args[2..] {
+            out = out.arg(a);
+        }
+        out
+    }
+}

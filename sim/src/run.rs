@@ -1,0 +1,185 @@
+//! Running seeds: one run, its report, and many runs over threads.
+
+use std::fmt::Write as _;
+
+use redlease_core::keys::Keyspace;
+
+use crate::check::{Violation, check};
+use crate::faults::{FaultSet, Plan};
+use crate::history::History;
+use crate::mutation::Mutation;
+use crate::scenario::{Primitive, RunSpec, build};
+
+/// One finished run.
+pub struct RunOutcome {
+    /// What ran.
+    pub spec: RunSpec,
+    /// The fault plan.
+    pub plan: Plan,
+    /// How many injections struck.
+    pub injected: u64,
+    /// What was recorded.
+    pub history: History,
+    /// What the checker found.
+    pub violations: Vec<Violation>,
+}
+
+/// Runs one seed; a failing seed is run again with its log on, for the report.
+pub fn run(spec: RunSpec) -> RunOutcome {
+    let o = run_logged(spec, false);
+    if o.violations.is_empty() {
+        o
+    } else {
+        run_logged(spec, true)
+    }
+}
+
+/// Runs one seed, recording a readable log if `log`.
+pub fn run_logged(spec: RunSpec, log: bool) -> RunOutcome {
+    let (mut world, plan) = build(&spec);
+    world.log(log);
+    let dead_key = Keyspace::default()
+        .stem("q")
+        .map(|s| format!("{s}:q:dead"))
+        .unwrap_or_default();
+    let (mut history, injected, server) = world.run_keep();
+    if spec.primitive == Primitive::Queue
+        && let Ok(redlease_core::Reply::Array(items)) =
+            server.call(&["LRANGE", &dead_key, "0", "-1"])
+    {
+        history.dead = items
+            .iter()
+            .filter_map(|r| match r {
+                redlease_core::Reply::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            })
+            .collect();
+    }
+    let violations = check(&history, plan.faults);
+    RunOutcome {
+        spec,
+        plan,
+        injected,
+        history,
+        violations,
+    }
+}
+
+/// The command that replays `spec`.
+pub fn replay_command(spec: &RunSpec) -> String {
+    let mut cmd = format!(
+        "SIM_SEED={} SIM_PRIMITIVE={}",
+        spec.seed,
+        spec.primitive.name()
+    );
+    if spec.mutation != Mutation::None {
+        let _ = write!(cmd, " SIM_MUTATION={:?}", spec.mutation);
+    }
+    if spec.allowed != spec.primitive.faults() {
+        let names: Vec<_> = spec.allowed.iter().map(|f| f.name()).collect();
+        let _ = write!(cmd, " SIM_FAULTS={}", names.join(","));
+    }
+    cmd.push_str(" cargo test -p redlease-sim --test sim replay -- --nocapture");
+    cmd
+}
+
+/// A failure report: the seed, the fault schedule, the history around the first violation
+/// and the replay command.
+pub fn report(o: &RunOutcome) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "simulation {} seed {} violated {} propert{}",
+        o.spec.primitive.name(),
+        o.spec.seed,
+        o.violations.len(),
+        if o.violations.len() == 1 { "y" } else { "ies" }
+    );
+    for v in o.violations.iter().take(5) {
+        let _ = writeln!(s, "  [{}] at {} µs: {}", v.property.name(), v.at, v.what);
+    }
+    let _ = writeln!(s, "faults: {:?}", o.plan.faults);
+    for i in &o.plan.injections {
+        let _ = writeln!(s, "  at {:>9} µs: {:?}", i.at, i.what);
+    }
+    for c in &o.plan.clocks {
+        let _ = writeln!(s, "  client {} clock: {:?}", c.client, c.clock);
+    }
+    if let Some(v) = o.violations.first() {
+        let _ = writeln!(s, "history around {} µs:", v.at);
+        let log = &o.history.log;
+        let centre = log.partition_point(|(t, _)| *t < v.at);
+        let from = centre.saturating_sub(40);
+        let to = (centre + 15).min(log.len());
+        for (t, line) in &log[from..to] {
+            let _ = writeln!(s, "  {t:>9} {line}");
+        }
+    }
+    let _ = writeln!(s, "replay: {}", replay_command(&o.spec));
+    s
+}
+
+/// Totals of many runs of one primitive.
+#[derive(Debug, Default, Clone)]
+pub struct Totals {
+    /// Seeds run.
+    pub seeds: u64,
+    /// Injections that struck.
+    pub faults: u64,
+    /// Runs with violations, with their reports (the first few).
+    pub failures: Vec<String>,
+    /// Number of runs with violations.
+    pub violations: u64,
+}
+
+/// Runs `seeds` (from `first`) of `primitive` on `threads` threads.
+pub fn run_many(
+    primitive: Primitive,
+    first: u64,
+    seeds: u64,
+    mutation: Mutation,
+    allowed: FaultSet,
+    threads: usize,
+) -> Totals {
+    let threads = threads.max(1) as u64;
+    let parts: Vec<Totals> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|k| {
+                s.spawn(move || {
+                    let mut t = Totals::default();
+                    let mut seed = first + k;
+                    while seed < first + seeds {
+                        let o = run(RunSpec {
+                            primitive,
+                            seed,
+                            mutation,
+                            allowed,
+                        });
+                        t.seeds += 1;
+                        t.faults += o.injected;
+                        if !o.violations.is_empty() {
+                            t.violations += 1;
+                            if t.failures.len() < 3 {
+                                t.failures.push(report(&o));
+                            }
+                        }
+                        seed += threads;
+                    }
+                    t
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let mut total = Totals::default();
+    for p in parts {
+        total.seeds += p.seeds;
+        total.faults += p.faults;
+        total.violations += p.violations;
+        total.failures.extend(p.failures);
+    }
+    total
+}

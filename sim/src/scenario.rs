@@ -1,0 +1,328 @@
+//! What one seed runs: the workload of one primitive (clients, tasks, settings) and the
+//! faults, chosen from the seed.
+
+use std::time::Duration;
+
+use redlease_core::backoff::SplitMix64;
+use redlease_core::keys::Keyspace;
+use redlease_core::lease::{AcquireOptions, LockSpec};
+use redlease_core::queue::{NewJob, QueueKeys, QueueSettings};
+use redlease_core::redlock::RedLockOptions;
+
+use crate::faults::{Fault, FaultSet, Plan, Shape};
+use crate::mutation::Mutation;
+use crate::world::{Action, IO_TIMEOUT, World};
+
+/// The primitives the simulation covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Primitive {
+    /// The exclusive lease lock.
+    Lease,
+    /// The reentrant lock.
+    Reentrant,
+    /// The fair lock.
+    Fair,
+    /// The read-write lock (readers and writers).
+    ReadWrite,
+    /// The fair counting semaphore.
+    Semaphore,
+    /// The reliable queue.
+    Queue,
+    /// RedLock over three or five masters.
+    RedLock,
+}
+
+impl Primitive {
+    /// Every primitive.
+    pub const ALL: [Primitive; 7] = [
+        Primitive::Lease,
+        Primitive::Reentrant,
+        Primitive::Fair,
+        Primitive::ReadWrite,
+        Primitive::Semaphore,
+        Primitive::Queue,
+        Primitive::RedLock,
+    ];
+
+    /// Its name in reports and in `SIM_PRIMITIVE`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Primitive::Lease => "lease",
+            Primitive::Reentrant => "reentrant",
+            Primitive::Fair => "fair",
+            Primitive::ReadWrite => "rwlock",
+            Primitive::Semaphore => "semaphore",
+            Primitive::Queue => "queue",
+            Primitive::RedLock => "redlock",
+        }
+    }
+
+    /// The primitive named `name`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The faults a run of this primitive may draw.
+    pub fn faults(self) -> FaultSet {
+        let mut all = FaultSet::all();
+        if self == Primitive::RedLock {
+            // Independent masters: no replicas to fail over to.
+            all = FaultSet::of(
+                &Fault::ALL
+                    .into_iter()
+                    .filter(|f| !matches!(f, Fault::Failover | Fault::FailoverMinReplicas))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        all
+    }
+}
+
+/// One run's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct RunSpec {
+    /// Which primitive.
+    pub primitive: Primitive,
+    /// The seed.
+    pub seed: u64,
+    /// A planted bug, if any.
+    pub mutation: Mutation,
+    /// The faults the plan may draw from.
+    pub allowed: FaultSet,
+}
+
+fn between(rng: &mut SplitMix64, lo: u64, hi: u64) -> u64 {
+    lo + rng.next_u64() % hi.saturating_sub(lo).max(1)
+}
+
+fn chance(rng: &mut SplitMix64, percent: u64) -> bool {
+    rng.next_u64() % 100 < percent
+}
+
+/// How long a fair-lock, write-lock or semaphore waiter keeps its place without asking.
+pub const WAITER_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// Builds the world of `spec` and its fault plan.
+pub fn build(spec: &RunSpec) -> (World, Plan) {
+    let salt = Primitive::ALL
+        .iter()
+        .position(|p| *p == spec.primitive)
+        .unwrap_or(0) as u64;
+    let mut rng =
+        SplitMix64::new(spec.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (salt << 56) ^ 0xd1b5);
+    let p = spec.primitive;
+    let ttl = between(&mut rng, 100_000, 400_000);
+    let clients = between(&mut rng, 2, 4) as usize;
+    let nodes: u16 = match p {
+        Primitive::RedLock => {
+            if chance(&mut rng, 50) {
+                3
+            } else {
+                5
+            }
+        }
+        _ => 1,
+    };
+    let window = between(&mut rng, 300_000, 1_500_000);
+    let shape = Shape {
+        clients,
+        nodes,
+        window,
+        ttl,
+    };
+    let plan = Plan::choose(&mut rng, spec.allowed, shape);
+    let mut world = World::new(spec.seed, nodes, clients, plan.clone(), spec.mutation);
+    let ks = Keyspace::default();
+    let ttl_d = Duration::from_micros(ttl);
+    let min_replicas = plan
+        .faults
+        .has(Fault::FailoverMinReplicas)
+        .then_some((1, Duration::from_millis(20)));
+    match p {
+        Primitive::Queue => queue(&mut world, &mut rng, clients, window, ttl_d),
+        Primitive::Semaphore => {
+            let permits = between(&mut rng, 1, 4);
+            world.initial_permits(permits);
+            let base = LockSpec::permit(&ks, "s", world.token(), ttl_d, permits, WAITER_TIMEOUT)
+                .unwrap_or_else(|e| panic!("{e}"));
+            if chance(&mut rng, 50) {
+                let at = between(&mut rng, 0, window);
+                let to = between(&mut rng, 1, 5);
+                world.add_task(
+                    0,
+                    at,
+                    vec![Action::SetPermits {
+                        spec: base,
+                        permits: to,
+                    }],
+                );
+            }
+            lock_tasks(
+                &mut world,
+                &mut rng,
+                clients,
+                window,
+                ttl_d,
+                min_replicas,
+                |w, _, _| {
+                    LockSpec::permit(&ks, "s", w.token(), ttl_d, permits, WAITER_TIMEOUT)
+                        .unwrap_or_else(|e| panic!("{e}"))
+                },
+            );
+        }
+        Primitive::RedLock => {
+            let tasks = clients * 2;
+            for t in 0..tasks {
+                let c = t % clients;
+                let start = between(&mut rng, 0, window);
+                let mut actions = Vec::new();
+                for _ in 0..between(&mut rng, 1, 3) {
+                    let spec = LockSpec::lease(&ks, "red", world.token(), ttl_d)
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    let mut options = RedLockOptions::new(nodes);
+                    options.node_timeout = Duration::from_millis(10);
+                    options.retry_max = Duration::from_millis(50);
+                    if chance(&mut rng, 70) {
+                        options.wait =
+                            Some(Duration::from_micros(between(&mut rng, 100_000, 800_000)));
+                    }
+                    actions.push(Action::RedAcquire { spec, options });
+                    actions.push(Action::Sleep(between(&mut rng, 0, ttl / 2)));
+                    actions.push(Action::Write);
+                    actions.push(Action::Sleep(between(&mut rng, 0, ttl)));
+                    actions.push(Action::Write);
+                    actions.push(Action::Release);
+                    actions.push(Action::Sleep(between(&mut rng, 0, 50_000)));
+                }
+                world.add_task(c, start, actions);
+            }
+        }
+        _ => {
+            lock_tasks(
+                &mut world,
+                &mut rng,
+                clients,
+                window,
+                ttl_d,
+                min_replicas,
+                |w, rng, task| {
+                    let token = w.token();
+                    match p {
+                        Primitive::Lease => LockSpec::lease(&ks, "l", token, ttl_d),
+                        Primitive::Reentrant => {
+                            LockSpec::reentrant(&ks, "l", &format!("owner-{task}"), token, ttl_d)
+                        }
+                        Primitive::Fair => LockSpec::fair(&ks, "l", token, ttl_d, WAITER_TIMEOUT),
+                        _ => {
+                            if chance(rng, 50) {
+                                LockSpec::read(&ks, "l", token, ttl_d)
+                            } else {
+                                LockSpec::write(&ks, "l", token, ttl_d, WAITER_TIMEOUT)
+                            }
+                        }
+                    }
+                    .unwrap_or_else(|e| panic!("{e}"))
+                },
+            );
+        }
+    }
+    (world, plan)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn lock_tasks(
+    world: &mut World,
+    rng: &mut SplitMix64,
+    clients: usize,
+    window: u64,
+    ttl: Duration,
+    min_replicas: Option<(u32, Duration)>,
+    mut spec: impl FnMut(&mut World, &mut SplitMix64, usize) -> LockSpec,
+) {
+    let ttl_us = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
+    let tasks = clients + between(rng, 1, clients as u64 + 1) as usize;
+    for t in 0..tasks {
+        let c = t % clients;
+        let start = between(rng, 0, window / 2);
+        let mut actions = Vec::new();
+        for _ in 0..between(rng, 1, 3) {
+            let watch = chance(rng, 70);
+            let options = AcquireOptions {
+                wait: chance(rng, 80)
+                    .then(|| Duration::from_micros(between(rng, 200_000, 1_500_000))),
+                retry_max: Duration::from_secs(2),
+                reply_timeout: Duration::from_micros(IO_TIMEOUT),
+                min_replicas,
+                ..AcquireOptions::default()
+            };
+            // A holder without a watchdog sometimes works past its lease (and must find its
+            // write refused, its release answered "expired").
+            let hold = if watch {
+                between(rng, 0, ttl_us * 2)
+            } else {
+                between(rng, 0, ttl_us * 3 / 2)
+            };
+            actions.push(Action::Acquire {
+                spec: spec(world, rng, t),
+                options,
+                watch,
+            });
+            actions.push(Action::Write);
+            actions.push(Action::Sleep(hold));
+            actions.push(Action::Write);
+            actions.push(Action::Release);
+            actions.push(Action::Sleep(between(rng, 0, 100_000)));
+        }
+        world.add_task(c, start, actions);
+    }
+}
+
+fn queue(world: &mut World, rng: &mut SplitMix64, clients: usize, window: u64, ttl: Duration) {
+    let keys = QueueKeys::new(&Keyspace::default(), "q").unwrap_or_else(|e| panic!("{e}"));
+    let settings = QueueSettings {
+        visibility: ttl,
+        max_deliveries: 3,
+    };
+    let mut actions = Vec::new();
+    let mut n = 0;
+    for _ in 0..between(rng, 1, 4) {
+        let jobs: Vec<NewJob> = (0..between(rng, 1, 4))
+            .map(|_| {
+                n += 1;
+                NewJob {
+                    id: format!("j{n}"),
+                    payload: vec![b'x'],
+                }
+            })
+            .collect();
+        let delay = if chance(rng, 40) {
+            Duration::from_micros(between(rng, 1_000, 300_000))
+        } else {
+            Duration::ZERO
+        };
+        actions.push(Action::Push {
+            keys: keys.clone(),
+            jobs,
+            delay,
+        });
+        actions.push(Action::Sleep(between(rng, 0, window / 3)));
+    }
+    world.add_task(0, 0, actions);
+    let ttl_us = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
+    // Workers go on well past the faults: every job is then acked or dead.
+    let until = window * 2 + 10 * ttl_us + 2_000_000;
+    for w in 0..between(rng, 1, 3) as usize {
+        let watch = chance(rng, 60);
+        world.add_task(
+            (w + 1) % clients,
+            between(rng, 0, 50_000),
+            vec![Action::Work {
+                keys: keys.clone(),
+                settings,
+                work: if watch { ttl_us * 2 } else { ttl_us * 3 / 2 },
+                until,
+                watch,
+            }],
+        );
+    }
+}

@@ -1,0 +1,1691 @@
+//! The simulated world: server nodes, clients (each with its own clock, tasks, watchdog and
+//! pub/sub listener) and the network between them, on one seeded virtual timeline.
+//!
+//! Every step is an event on a queue ordered by (time, a seeded tie-break, insertion order):
+//! the seed decides network delays and the order of simultaneous deliveries, so one seed
+//! is one schedule, replayed exactly.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use redlease::memory::{MemoryClock, MemoryServer, Snapshot, Subscriber};
+use redlease_core::backoff::SplitMix64;
+use redlease_core::lease::{
+    Acquire, AcquireOptions, Acquisition, Lease, LockKind, LockSpec, ScriptOp,
+};
+use redlease_core::queue::{self, NewJob, QueueKeys, QueueSettings};
+use redlease_core::redlock::{QuorumAction, QuorumOp, RedLease, RedLockAcquire, RedLockOptions};
+use redlease_core::renewal::{RenewalEvent, RenewalPolicy, Renewals, WatchId};
+use redlease_core::{
+    Error, FailureKind, Input, Reply, Request, RequestId, Step, TransportFailure, WakeOn,
+};
+
+use crate::clock::LocalClock;
+use crate::faults::{Inject, Plan};
+use crate::history::{Acq, AcqResult, History, Hold, HoldKind, Pushed, Settled, Write};
+use crate::machine::{Drive, Outcome, Wrap};
+use crate::mutation::Mutation;
+
+/// A run that takes more events than this is stopped and reported (a livelock).
+pub const MAX_STEPS: u64 = 1_000_000;
+
+/// How long a client waits for a reply before it counts as lost (µs).
+pub const IO_TIMEOUT: u64 = 50_000;
+
+/// What a task does next.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Sleep this long on the task's clock (µs).
+    Sleep(u64),
+    /// Acquire a lock (keeping it renewed by the client's watchdog if `watch`).
+    Acquire {
+        /// The lock.
+        spec: LockSpec,
+        /// Wait or try once, timeouts, `min_replicas`.
+        options: AcquireOptions,
+        /// Renew it while held.
+        watch: bool,
+    },
+    /// Acquire a RedLock.
+    RedAcquire {
+        /// The lock (a lease lock's spec).
+        spec: LockSpec,
+        /// Nodes, wait, timeouts.
+        options: RedLockOptions,
+    },
+    /// Write to the fenced resource, if the held lease is valid by the task's clock.
+    Write,
+    /// Release what the task holds.
+    Release,
+    /// Set a semaphore's permit count.
+    SetPermits {
+        /// The semaphore.
+        spec: LockSpec,
+        /// The new count.
+        permits: u64,
+    },
+    /// Push jobs.
+    Push {
+        /// The queue.
+        keys: QueueKeys,
+        /// The jobs.
+        jobs: Vec<NewJob>,
+        /// Their delay.
+        delay: Duration,
+    },
+    /// Take a job, work on it, ack or nack it; again until global time `until`.
+    Work {
+        /// The queue.
+        keys: QueueKeys,
+        /// Visibility and max deliveries.
+        settings: QueueSettings,
+        /// Longest work time per job (µs).
+        work: u64,
+        /// Stop taking jobs at this global time.
+        until: u64,
+        /// Renew the job's lease while working.
+        watch: bool,
+    },
+    /// Ack (true) or nack the job held.
+    Settle {
+        /// The queue.
+        keys: QueueKeys,
+        /// Ack or nack.
+        ack: bool,
+        /// Max deliveries (for the nack).
+        max: u32,
+    },
+}
+
+enum Ev {
+    Arrive {
+        runner: usize,
+        client: usize,
+        node: u16,
+        epoch: u64,
+        req: Request,
+    },
+    Reply {
+        runner: usize,
+        client: usize,
+        node: u16,
+        epoch: u64,
+        id: RequestId,
+        result: Result<Reply, TransportFailure>,
+        ran: Option<u64>,
+    },
+    Timeout {
+        runner: usize,
+        batch: u64,
+    },
+    Timer {
+        runner: usize,
+        generation: u64,
+    },
+    TaskNext {
+        task: usize,
+    },
+    ResourceWrite {
+        client: usize,
+        hold: usize,
+    },
+    Watchdog {
+        client: usize,
+        generation: u64,
+    },
+    Message {
+        client: usize,
+        sub_epoch: u64,
+        channel: String,
+        payload: String,
+    },
+    Subscribed {
+        client: usize,
+        sub_epoch: u64,
+        channel: String,
+    },
+    Reconnect {
+        client: usize,
+    },
+    Inject(usize),
+    ServerResume {
+        node: u16,
+    },
+    Persist,
+}
+
+impl Ev {
+    fn client(&self) -> Option<usize> {
+        match self {
+            Ev::Reply { client, .. }
+            | Ev::ResourceWrite { client, .. }
+            | Ev::Watchdog { client, .. }
+            | Ev::Message { client, .. }
+            | Ev::Subscribed { client, .. }
+            | Ev::Reconnect { client } => Some(*client),
+            Ev::Timeout { .. } | Ev::Timer { .. } | Ev::TaskNext { .. } => None,
+            _ => None,
+        }
+    }
+}
+
+struct Queued {
+    key: (u64, u64, u64),
+    ev: Ev,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, o: &Self) -> bool {
+        self.key == o.key
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Queued {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.key.cmp(&o.key)
+    }
+}
+
+struct Node {
+    server: MemoryServer,
+    down_until: u64,
+    paused_until: u64,
+    held_back: Vec<Ev>,
+    persisted: Snapshot,
+    replica: Snapshot,
+    replica_stalled: bool,
+}
+
+struct Client {
+    clock: LocalClock,
+    pauses: Vec<(u64, u64)>,
+    epochs: Vec<u64>,
+    renewals: Renewals,
+    watches: HashMap<WatchId, usize>,
+    next_watch: WatchId,
+    watchdog_gen: u64,
+    watchdog_at: Option<u64>,
+    sub: Option<Subscriber>,
+    sub_epoch: u64,
+    channels: BTreeSet<String>,
+    waiters: Vec<(usize, WakeOn)>,
+}
+
+enum Owner {
+    Task(usize),
+    Watch(WatchId),
+}
+
+struct Runner {
+    client: usize,
+    owner: Owner,
+    machine: Box<dyn Drive>,
+    outstanding: Vec<(RequestId, u16, u64)>,
+    batch: u64,
+    timer: u64,
+    ran: Vec<u64>,
+    last_ran: Option<u64>,
+    acq: Option<usize>,
+    acquire_script: Option<&'static redlease_core::script::Script>,
+}
+
+struct Held {
+    hold: usize,
+    lease: Option<Lease>,
+    red: Option<RedLease>,
+    watch: Option<WatchId>,
+    /// The job's queue and id, for a job.
+    job: Option<String>,
+}
+
+struct Task {
+    client: usize,
+    actions: VecDeque<Action>,
+    held: Option<Held>,
+    /// The options of the acquisition running.
+    pending: Option<(bool, bool)>,
+}
+
+/// One run's world.
+pub struct World {
+    now: u64,
+    seq: u64,
+    events: BinaryHeap<Reverse<Queued>>,
+    rng: SplitMix64,
+    clock: MemoryClock,
+    base: Instant,
+    nodes: Vec<Node>,
+    clients: Vec<Client>,
+    tasks: Vec<Task>,
+    runners: Vec<Option<Runner>>,
+    plan: Plan,
+    mutation: Mutation,
+    resource: HashMap<String, u64>,
+    /// The history being recorded.
+    pub history: History,
+    /// How many injections struck.
+    pub injected: u64,
+    /// Stop here (global µs) whatever is left.
+    pub hard_end: u64,
+    persist_every: u64,
+    steps: u64,
+    logging: bool,
+    /// Runner -> (hold, is an ack) for releases, acks and nacks.
+    releases: HashMap<usize, (usize, bool)>,
+    /// Runner -> (job ids, delay µs) for pushes.
+    pushes: HashMap<usize, (Vec<String>, u64)>,
+    /// Runner -> permit count for `set_permits`.
+    permit_sets: HashMap<usize, u64>,
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+impl World {
+    /// A world with `nodes` servers and `clients` clients, faults from `plan`.
+    pub fn new(seed: u64, nodes: u16, clients: usize, plan: Plan, mutation: Mutation) -> World {
+        let clock = MemoryClock::new();
+        let nodes = (0..nodes)
+            .map(|_| {
+                let server = MemoryServer::with_clock(clock.clone());
+                let snap = server.snapshot();
+                Node {
+                    server,
+                    down_until: 0,
+                    paused_until: 0,
+                    held_back: Vec::new(),
+                    persisted: snap.clone(),
+                    replica: snap,
+                    replica_stalled: false,
+                }
+            })
+            .collect::<Vec<_>>();
+        let clients = (0..clients)
+            .map(|c| {
+                let clock = plan
+                    .clocks
+                    .iter()
+                    .find(|p| p.client == c)
+                    .map(|p| p.clock)
+                    .unwrap_or_default();
+                Client {
+                    clock,
+                    pauses: Vec::new(),
+                    epochs: vec![0; nodes.len()],
+                    renewals: Renewals::new(),
+                    watches: HashMap::new(),
+                    next_watch: 0,
+                    watchdog_gen: 0,
+                    watchdog_at: None,
+                    sub: Some(nodes[0].server.subscriber()),
+                    sub_epoch: 0,
+                    channels: BTreeSet::new(),
+                    waiters: Vec::new(),
+                }
+            })
+            .collect();
+        let mut w = World {
+            now: 0,
+            seq: 0,
+            events: BinaryHeap::new(),
+            rng: SplitMix64::new(seed ^ 0x5eed_0f_517e),
+            clock,
+            base: Instant::now(),
+            nodes,
+            clients,
+            tasks: Vec::new(),
+            runners: Vec::new(),
+            plan,
+            mutation,
+            resource: HashMap::new(),
+            history: History::default(),
+            injected: 0,
+            hard_end: 120_000_000,
+            persist_every: 0,
+            steps: 0,
+            logging: false,
+            releases: HashMap::new(),
+            pushes: HashMap::new(),
+            permit_sets: HashMap::new(),
+        };
+        w.persist_every = 20_000 + w.rand(200_000);
+        for i in 0..w.plan.injections.len() {
+            let at = w.plan.injections[i].at;
+            w.history.faults_end = w.history.faults_end.max(at);
+            w.push(at, Ev::Inject(i));
+        }
+        let first = w.persist_every;
+        w.push(first, Ev::Persist);
+        w
+    }
+
+    /// Records a readable log of the run in [`History::log`] (slower).
+    pub fn log(&mut self, on: bool) {
+        self.logging = on;
+    }
+
+    /// Adds a task for `client`; it starts at global time `at`.
+    pub fn add_task(&mut self, client: usize, at: u64, actions: Vec<Action>) {
+        let task = self.tasks.len();
+        self.tasks.push(Task {
+            client,
+            actions: actions.into(),
+            held: None,
+            pending: None,
+        });
+        self.push(at, Ev::TaskNext { task });
+    }
+
+    /// Sets the permit count the checker starts from.
+    pub fn initial_permits(&mut self, permits: u64) {
+        self.history.permits.push((0, permits));
+    }
+
+    /// A random number below `n` from the run's generator.
+    pub fn rand(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.rng.next_u64() % n }
+    }
+
+    fn push(&mut self, at: u64, ev: Ev) {
+        let tie = self.rng.next_u64();
+        self.push_tied(at, tie, ev);
+    }
+
+    fn push_tied(&mut self, at: u64, tie: u64, ev: Ev) {
+        self.seq += 1;
+        self.events.push(Reverse(Queued {
+            key: (at.max(self.now), tie, self.seq),
+            ev,
+        }));
+    }
+
+    fn net_delay(&mut self) -> u64 {
+        50 + self.rand(1_500)
+    }
+
+    /// Logs a line, when logging is on (a failing seed is run again with it).
+    fn note(&mut self, text: impl FnOnce() -> String) {
+        if self.logging && self.history.log.len() < 50_000 {
+            let line = text();
+            self.history.log.push((self.now, line));
+        }
+    }
+
+    fn local_now(&self, c: usize) -> u64 {
+        self.clients[c].clock.local(self.now)
+    }
+
+    fn instant(&self, c: usize) -> Instant {
+        self.base + Duration::from_micros(self.local_now(c))
+    }
+
+    fn to_global(&self, c: usize, at: Instant) -> u64 {
+        // Rounded up: the timer must not fire before the instant the machine named.
+        let local = u64::try_from(
+            at.saturating_duration_since(self.base)
+                .as_nanos()
+                .div_ceil(1_000),
+        )
+        .unwrap_or(u64::MAX);
+        self.clients[c].clock.global_at(local).min(u64::MAX / 4)
+    }
+
+    fn paused_until(&self, c: usize) -> Option<u64> {
+        self.clients[c]
+            .pauses
+            .iter()
+            .find(|(s, e)| *s <= self.now && self.now < *e)
+            .map(|(_, e)| *e)
+    }
+
+    fn window(&mut self, pick: impl Fn(&Inject) -> Option<(u64, u64)>) -> Option<u64> {
+        let now = self.now;
+        let hit = self.plan.injections.iter().find_map(|i| {
+            let (until, extra) = pick(&i.what)?;
+            (i.at <= now && now < until).then_some(extra)
+        });
+        hit
+    }
+
+    /// Runs until nothing is left to do or the hard end; returns the history, the number
+    /// of injections and node 0's server (to read its final state).
+    pub fn run_keep(mut self) -> (History, u64, MemoryServer) {
+        while let Some(Reverse(q)) = self.events.pop() {
+            let at = q.key.0;
+            if at > self.hard_end {
+                break;
+            }
+            if at > self.now {
+                self.clock.advance(Duration::from_micros(at - self.now));
+                self.now = at;
+            }
+            self.steps += 1;
+            if self.steps > MAX_STEPS {
+                self.history.runaway = true;
+                break;
+            }
+            // A paused client does nothing until it resumes: its events wait.
+            if let Some(c) = q.ev.client().or_else(|| self.owner_client(&q.ev))
+                && let Some(until) = self.paused_until(c)
+            {
+                self.push_tied(until, q.key.1, q.ev);
+                continue;
+            }
+            self.dispatch(q.ev);
+        }
+        self.history.end = self.now;
+        let server = self.nodes[0].server.clone();
+        (self.history, self.injected, server)
+    }
+
+    fn owner_client(&self, ev: &Ev) -> Option<usize> {
+        match ev {
+            Ev::Timeout { runner, .. } | Ev::Timer { runner, .. } => {
+                self.runners.get(*runner)?.as_ref().map(|r| r.client)
+            }
+            Ev::TaskNext { task } => Some(self.tasks[*task].client),
+            _ => None,
+        }
+    }
+
+    fn dispatch(&mut self, ev: Ev) {
+        match ev {
+            Ev::Arrive {
+                runner,
+                client,
+                node,
+                epoch,
+                req,
+            } => self.arrive(runner, client, node, epoch, req),
+            Ev::Reply {
+                runner,
+                client,
+                node,
+                epoch,
+                id,
+                result,
+                ran,
+            } => {
+                if self.clients[client].epochs[usize::from(node)] != epoch {
+                    return;
+                }
+                self.feed(runner, id, result, ran);
+            }
+            Ev::Timeout { runner, batch } => self.timeout(runner, batch),
+            Ev::Timer { runner, generation } => {
+                let Some(r) = self.runners.get(runner).and_then(|r| r.as_ref()) else {
+                    return;
+                };
+                if r.timer == generation {
+                    self.poll(runner);
+                }
+            }
+            Ev::TaskNext { task } => self.task_next(task),
+            Ev::ResourceWrite { hold, .. } => self.resource_write(hold),
+            Ev::Watchdog { client, generation } => {
+                if self.clients[client].watchdog_gen == generation {
+                    self.clients[client].watchdog_at = None;
+                    self.watchdog(client);
+                }
+            }
+            Ev::Message {
+                client,
+                sub_epoch,
+                channel,
+                payload,
+            } => {
+                if self.clients[client].sub_epoch == sub_epoch {
+                    self.route(client, &channel, &payload);
+                }
+            }
+            Ev::Subscribed {
+                client,
+                sub_epoch,
+                channel,
+            } => {
+                let c = &self.clients[client];
+                if c.sub_epoch != sub_epoch {
+                    return;
+                }
+                if let Some(sub) = &c.sub
+                    && sub.subscribe(&[channel.as_str()])
+                    && self.mutation != Mutation::NoRecheckAfterMiss
+                {
+                    // Re-check after the subscription took effect: a release published
+                    // before it was missed.
+                    self.wake_all(client, &channel);
+                }
+            }
+            Ev::Reconnect { client } => self.reconnect(client),
+            Ev::Inject(i) => self.inject(i),
+            Ev::ServerResume { node } => {
+                let n = &mut self.nodes[usize::from(node)];
+                if n.paused_until > self.now {
+                    return;
+                }
+                let held = std::mem::take(&mut n.held_back);
+                for ev in held {
+                    self.dispatch(ev);
+                }
+            }
+            Ev::Persist => {
+                for n in &mut self.nodes {
+                    n.persisted = n.server.snapshot();
+                    if !n.replica_stalled {
+                        n.replica = n.persisted.clone();
+                    }
+                }
+                if self.now < self.history.faults_end {
+                    let at = self.now + self.persist_every;
+                    self.push(at, Ev::Persist);
+                }
+            }
+        }
+    }
+
+    // ---- network and servers ----
+
+    fn send(&mut self, runner: usize, requests: Vec<Request>) {
+        let client = self.runners[runner].as_ref().map_or(0, |r| r.client);
+        let mut delay = self.net_delay();
+        if let Some(by) = self.window(|w| match w {
+            Inject::Delay { until, percent, by } => Some((*until, percent * 1_000_000 + by)),
+            _ => None,
+        }) {
+            let (percent, by) = (by / 1_000_000, by % 1_000_000);
+            if self.rand(100) < percent {
+                delay += self.rand(by);
+            }
+        }
+        let tie = self.rng.next_u64();
+        for req in requests {
+            let node = req.command.node().0;
+            let lost = self.window(|w| match w {
+                Inject::LoseRequests { until, percent } => Some((*until, *percent)),
+                _ => None,
+            });
+            if let Some(p) = lost
+                && self.rand(100) < p
+            {
+                self.note(|| format!("c{client} request {:?} lost", req.command));
+                continue;
+            }
+            let epoch = self.clients[client].epochs[usize::from(node)];
+            self.push_tied(
+                self.now + delay,
+                tie,
+                Ev::Arrive {
+                    runner,
+                    client,
+                    node,
+                    epoch,
+                    req,
+                },
+            );
+        }
+    }
+
+    fn arrive(&mut self, runner: usize, client: usize, node: u16, epoch: u64, req: Request) {
+        let n = usize::from(node);
+        if self.nodes[n].down_until > self.now {
+            let at = self.now + self.net_delay();
+            self.push(
+                at,
+                Ev::Reply {
+                    runner,
+                    client,
+                    node,
+                    epoch,
+                    id: req.id,
+                    result: Err(TransportFailure::not_sent("connection refused")),
+                    ran: None,
+                },
+            );
+            return;
+        }
+        if self.nodes[n].paused_until > self.now {
+            self.nodes[n].held_back.push(Ev::Arrive {
+                runner,
+                client,
+                node,
+                epoch,
+                req,
+            });
+            return;
+        }
+        let cut = self.clients[client].epochs[n] != epoch;
+        if cut && self.rand(2) == 0 {
+            // Cut before the server read it.
+            return;
+        }
+        let command = self.mutation.rewrite(&req.command);
+        let reply = if command.name().eq_ignore_ascii_case("WAIT") {
+            self.wait_for_replica(n)
+        } else {
+            self.nodes[n].server.execute(&command).unwrap_or_else(|f| {
+                Reply::Error(redlease_core::ErrorReply::new("ERR", &f.to_string()))
+            })
+        };
+        self.note(|| {
+            format!(
+                "n{node} ran c{client}/r{runner} {:?} -> {}",
+                req.command,
+                reply.describe()
+            )
+        });
+        if let Some(r) = self.runners.get_mut(runner).and_then(|r| r.as_mut()) {
+            r.ran.push(self.now);
+            // A NOSCRIPT answer ran nothing: not an attempt.
+            let noscript = matches!(&reply, Reply::Error(e) if e.is("NOSCRIPT"));
+            let is_attempt = !noscript
+                && r.acquire_script.is_some_and(|s| {
+                    let a = req.command.args();
+                    a.len() > 1 && (a[1] == s.sha1.as_bytes() || a[1] == s.source.as_bytes())
+                });
+            if is_attempt && let Some(acq) = r.acq {
+                self.history.acqs[acq].attempts.push(self.now);
+                let granted = reply
+                    .as_array()
+                    .and_then(|a| a.first())
+                    .and_then(Reply::as_int)
+                    == Some(1);
+                if granted {
+                    self.history.acqs[acq].grants.push(self.now);
+                }
+            }
+        }
+        if n == 0 {
+            self.drain_messages();
+        }
+        if cut {
+            return;
+        }
+        let lost = self.window(|w| match w {
+            Inject::LoseReplies { until, percent } => Some((*until, *percent)),
+            _ => None,
+        });
+        if let Some(p) = lost
+            && self.rand(100) < p
+        {
+            self.note(|| format!("c{client}/r{runner} reply lost"));
+            return;
+        }
+        let mut delay = self.net_delay();
+        if let Some(by) = self.window(|w| match w {
+            Inject::Delay { until, percent, by } => Some((*until, percent * 1_000_000 + by)),
+            _ => None,
+        }) {
+            let (percent, by) = (by / 1_000_000, by % 1_000_000);
+            if self.rand(100) < percent {
+                delay += self.rand(by);
+            }
+        }
+        self.push(
+            self.now + delay,
+            Ev::Reply {
+                runner,
+                client,
+                node,
+                epoch,
+                id: req.id,
+                result: Ok(reply),
+                ran: Some(self.now),
+            },
+        );
+    }
+
+    /// `WAIT 1`: a replica that keeps up has everything up to now; a stalled one nothing new.
+    fn wait_for_replica(&mut self, n: usize) -> Reply {
+        let node = &mut self.nodes[n];
+        if node.replica_stalled {
+            Reply::Int(0)
+        } else {
+            node.replica = node.server.snapshot();
+            Reply::Int(1)
+        }
+    }
+
+    fn drain_messages(&mut self) {
+        for c in 0..self.clients.len() {
+            let mut got = Vec::new();
+            if let Some(sub) = &self.clients[c].sub {
+                while let Some(m) = sub.try_recv() {
+                    got.push(m);
+                }
+            }
+            for m in got {
+                let at = self.now + self.net_delay();
+                let sub_epoch = self.clients[c].sub_epoch;
+                self.push(
+                    at,
+                    Ev::Message {
+                        client: c,
+                        sub_epoch,
+                        channel: String::from_utf8_lossy(&m.channel).into_owned(),
+                        payload: String::from_utf8_lossy(&m.payload).into_owned(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn cut(&mut self, client: usize, node: usize) {
+        self.clients[client].epochs[node] += 1;
+        let mine: Vec<usize> = (0..self.runners.len())
+            .filter(|r| {
+                self.runners[*r].as_ref().is_some_and(|x| {
+                    x.client == client && x.outstanding.iter().any(|o| usize::from(o.1) == node)
+                })
+            })
+            .collect();
+        for r in mine {
+            let ids: Vec<RequestId> = self.runners[r]
+                .as_ref()
+                .map(|x| {
+                    x.outstanding
+                        .iter()
+                        .filter(|o| usize::from(o.1) == node)
+                        .map(|o| o.0)
+                        .collect()
+                })
+                .unwrap_or_default();
+            for id in ids {
+                self.feed(
+                    r,
+                    id,
+                    Err(TransportFailure::no_reply("connection reset")),
+                    None,
+                );
+            }
+        }
+    }
+
+    fn inject(&mut self, i: usize) {
+        let what = self.plan.injections[i].what.clone();
+        self.injected += 1;
+        self.note(|| format!("FAULT {what:?}"));
+        match what {
+            Inject::LoseRequests { .. } | Inject::LoseReplies { .. } | Inject::Delay { .. } => {}
+            Inject::Cut { client } => {
+                for n in 0..self.nodes.len() {
+                    self.cut(client, n);
+                }
+            }
+            Inject::PauseServer { node, dur } => {
+                let n = &mut self.nodes[usize::from(node)];
+                n.paused_until = n.paused_until.max(self.now + dur);
+                let at = n.paused_until;
+                self.push(at, Ev::ServerResume { node });
+            }
+            Inject::RestartEmpty { node, down } => self.restart(node, down, None),
+            Inject::RestartSnapshot { node, down } => {
+                let snap = self.nodes[usize::from(node)].persisted.clone();
+                self.restart(node, down, Some(snap));
+            }
+            Inject::ReplicaStalls { node } => {
+                self.nodes[usize::from(node)].replica_stalled = true;
+            }
+            Inject::Failover { node, down } => {
+                let snap = self.nodes[usize::from(node)].replica.clone();
+                self.restart(node, down, Some(snap));
+                self.nodes[usize::from(node)].replica_stalled = false;
+            }
+            Inject::PauseClient { client, dur } => {
+                self.clients[client].pauses.push((self.now, self.now + dur));
+            }
+            Inject::CutPubSub { client, dur } => {
+                let c = &mut self.clients[client];
+                c.sub = None;
+                c.sub_epoch += 1;
+                self.push(self.now + dur, Ev::Reconnect { client });
+            }
+            Inject::Evict { node, pick } => {
+                let server = &self.nodes[usize::from(node)].server;
+                let keys = server.keys();
+                if !keys.is_empty() {
+                    let key = keys[(pick % keys.len() as u64) as usize].clone();
+                    server.evict(&key);
+                    self.note(|| format!("evicted {}", String::from_utf8_lossy(&key)));
+                }
+            }
+        }
+    }
+
+    fn restart(&mut self, node: u16, down: u64, snap: Option<Snapshot>) {
+        let n = usize::from(node);
+        for c in 0..self.clients.len() {
+            self.cut(c, n);
+        }
+        let nd = &mut self.nodes[n];
+        match &snap {
+            Some(s) => nd.server.restart_from(s),
+            None => nd.server.restart_empty(),
+        }
+        nd.held_back.clear();
+        nd.paused_until = 0;
+        nd.down_until = self.now + down;
+        if n == 0 {
+            for c in 0..self.clients.len() {
+                if self.clients[c].sub.take().is_some() {
+                    self.clients[c].sub_epoch += 1;
+                    let at = self.now + down + 1_000 + self.rand(20_000);
+                    self.push(at, Ev::Reconnect { client: c });
+                }
+            }
+        }
+    }
+
+    fn reconnect(&mut self, client: usize) {
+        if self.clients[client].sub.is_some() {
+            return;
+        }
+        if self.nodes[0].down_until > self.now {
+            let at = self.nodes[0].down_until + 1_000;
+            self.push(at, Ev::Reconnect { client });
+            return;
+        }
+        let sub = self.nodes[0].server.subscriber();
+        let channels: Vec<String> = self.clients[client].channels.iter().cloned().collect();
+        sub.subscribe(&channels);
+        let c = &mut self.clients[client];
+        c.sub = Some(sub);
+        c.sub_epoch += 1;
+        self.note(|| format!("c{client} listener reconnected"));
+        if self.mutation != Mutation::NoRecheckAfterMiss {
+            // Messages published while disconnected are lost: every waiter checks again.
+            for ch in channels {
+                self.wake_all(client, &ch);
+            }
+        }
+    }
+
+    // ---- runners (one machine each) ----
+
+    fn spawn(&mut self, client: usize, owner: Owner, machine: Box<dyn Drive>) -> usize {
+        let id = self.runners.len();
+        self.runners.push(Some(Runner {
+            client,
+            owner,
+            machine,
+            outstanding: Vec::new(),
+            batch: 0,
+            timer: 0,
+            ran: Vec::new(),
+            last_ran: None,
+            acq: None,
+            acquire_script: None,
+        }));
+        id
+    }
+
+    fn start(&mut self, runner: usize) {
+        self.poll(runner);
+    }
+
+    fn feed(
+        &mut self,
+        runner: usize,
+        id: RequestId,
+        result: Result<Reply, TransportFailure>,
+        ran: Option<u64>,
+    ) {
+        let now_i;
+        {
+            let Some(r) = self.runners.get(runner).and_then(|r| r.as_ref()) else {
+                return;
+            };
+            now_i = self.instant(r.client);
+        }
+        let Some(r) = self.runners.get_mut(runner).and_then(|r| r.as_mut()) else {
+            return;
+        };
+        let Some(pos) = r.outstanding.iter().position(|o| o.0 == id) else {
+            // A late reply to a request the machine gave up on: it must ignore it.
+            r.machine.handle(Input { id, result }, now_i);
+            return;
+        };
+        r.outstanding.remove(pos);
+        if ran.is_some() {
+            r.last_ran = ran;
+        }
+        r.machine.handle(Input { id, result }, now_i);
+        self.poll(runner);
+    }
+
+    fn timeout(&mut self, runner: usize, batch: u64) {
+        let Some(r) = self.runners.get(runner).and_then(|r| r.as_ref()) else {
+            return;
+        };
+        let ids: Vec<RequestId> = r
+            .outstanding
+            .iter()
+            .filter(|o| o.2 == batch)
+            .map(|o| o.0)
+            .collect();
+        for id in ids {
+            self.feed(
+                runner,
+                id,
+                Err(TransportFailure::no_reply("timed out")),
+                None,
+            );
+        }
+    }
+
+    fn poll(&mut self, runner: usize) {
+        let Some(client) = self
+            .runners
+            .get(runner)
+            .and_then(|r| r.as_ref())
+            .map(|r| r.client)
+        else {
+            return;
+        };
+        self.clients[client].waiters.retain(|w| w.0 != runner);
+        let now_i = self.instant(client);
+        let step = match self.runners[runner].as_mut() {
+            Some(r) => {
+                r.timer += 1;
+                r.machine.poll(now_i)
+            }
+            None => return,
+        };
+        match step {
+            Step::Send(batch) => {
+                let limit = batch
+                    .deadline
+                    .min(now_i + Duration::from_micros(IO_TIMEOUT) + batch.server_wait);
+                let at = self.to_global(client, limit).max(self.now);
+                let generation = {
+                    let r = self.runners[runner]
+                        .as_mut()
+                        .unwrap_or_else(|| unreachable!());
+                    r.batch += 1;
+                    for req in &batch.requests {
+                        r.outstanding.push((req.id, req.command.node().0, r.batch));
+                    }
+                    r.batch
+                };
+                self.send(runner, batch.requests);
+                self.push(
+                    at,
+                    Ev::Timeout {
+                        runner,
+                        batch: generation,
+                    },
+                );
+            }
+            Step::Awaiting => {}
+            Step::Wait(w) => {
+                let at = self.to_global(client, w.until).max(self.now);
+                let generation = self.runners[runner].as_ref().map_or(0, |r| r.timer);
+                self.push(at, Ev::Timer { runner, generation });
+                if let Some(on) = w.wake_on {
+                    self.listen(client, runner, on);
+                }
+            }
+            Step::Done(outcome) => {
+                let r = self.runners[runner]
+                    .take()
+                    .unwrap_or_else(|| unreachable!());
+                match outcome {
+                    Ok(o) => self.finished(runner, r, o),
+                    Err(e) => self.note(|| format!("r{runner} ended: {e}")),
+                }
+            }
+        }
+    }
+
+    // ---- pub/sub listener ----
+
+    fn listen(&mut self, client: usize, runner: usize, on: WakeOn) {
+        let c = &mut self.clients[client];
+        let channel = on.channel.clone();
+        c.waiters.push((runner, on));
+        if c.channels.insert(channel.clone()) && c.sub.is_some() {
+            let sub_epoch = c.sub_epoch;
+            let at = self.now + self.net_delay();
+            self.push(
+                at,
+                Ev::Subscribed {
+                    client,
+                    sub_epoch,
+                    channel,
+                },
+            );
+        }
+    }
+
+    fn wake_all(&mut self, client: usize, channel: &str) {
+        let woken: Vec<usize> = self.clients[client]
+            .waiters
+            .iter()
+            .filter(|w| w.1.channel == channel)
+            .map(|w| w.0)
+            .collect();
+        for r in woken {
+            self.wake(r);
+        }
+    }
+
+    fn wake(&mut self, runner: usize) {
+        let Some(client) = self
+            .runners
+            .get(runner)
+            .and_then(|r| r.as_ref())
+            .map(|r| r.client)
+        else {
+            return;
+        };
+        let now_i = self.instant(client);
+        if let Some(r) = self.runners[runner].as_mut() {
+            r.machine.wake(now_i);
+        }
+        self.poll(runner);
+    }
+
+    fn route(&mut self, client: usize, channel: &str, payload: &str) {
+        let waiters: Vec<(usize, Option<String>)> = self.clients[client]
+            .waiters
+            .iter()
+            .filter(|w| w.1.channel == channel)
+            .map(|w| (w.0, w.1.tag.clone()))
+            .collect();
+        if payload == WakeOn::ALL {
+            for (r, _) in waiters {
+                self.wake(r);
+            }
+            return;
+        }
+        if let Some((r, _)) = waiters.iter().find(|w| w.1.as_deref() == Some(payload)) {
+            self.wake(*r);
+            return;
+        }
+        // Any other payload wakes the longest-waiting untagged waiter.
+        if let Some((r, _)) = waiters.iter().find(|w| w.1.is_none()) {
+            self.wake(*r);
+        }
+    }
+
+    // ---- watchdog ----
+
+    fn arm_watchdog(&mut self, client: usize) {
+        let Some(next) = self.clients[client].renewals.next_wakeup() else {
+            return;
+        };
+        let at = self.to_global(client, next).max(self.now);
+        let c = &mut self.clients[client];
+        if c.watchdog_at.is_some_and(|a| a <= at) {
+            return;
+        }
+        c.watchdog_gen += 1;
+        c.watchdog_at = Some(at);
+        let generation = c.watchdog_gen;
+        self.push(at, Ev::Watchdog { client, generation });
+    }
+
+    fn watchdog(&mut self, client: usize) {
+        let now_i = self.instant(client);
+        let deadline = now_i + Duration::from_micros(IO_TIMEOUT);
+        let due = self.clients[client].renewals.due(now_i, deadline, 64);
+        for (wid, reason) in due.lost {
+            self.lost(client, wid, &format!("{reason:?}"));
+        }
+        for (wid, op) in due.renew {
+            if let Some(task) = self.clients[client].watches.get(&wid).copied()
+                && let Some(h) = self.tasks[task].held.as_ref()
+            {
+                self.history.holds[h.hold].renewals_sent.push(self.now);
+            }
+            let r = self.spawn(
+                client,
+                Owner::Watch(wid),
+                Wrap::boxed(op, Outcome::Extended),
+            );
+            self.start(r);
+        }
+        self.arm_watchdog(client);
+    }
+
+    fn lost(&mut self, client: usize, wid: WatchId, why: &str) {
+        if let Some(task) = self.clients[client].watches.remove(&wid)
+            && let Some(h) = self.tasks[task].held.as_mut()
+        {
+            h.watch = None;
+            let hold = h.hold;
+            let hd = &mut self.history.holds[hold];
+            if hd.lost.is_none() {
+                hd.lost = Some((self.now, why.to_owned()));
+            }
+            self.note(|| format!("c{client} t{task} told its lease is lost: {why}"));
+        }
+    }
+
+    // ---- tasks ----
+
+    fn task_next(&mut self, task: usize) {
+        let Some(action) = self.tasks[task].actions.pop_front() else {
+            return;
+        };
+        let client = self.tasks[task].client;
+        let now_i = self.instant(client);
+        match action {
+            Action::Sleep(us) => {
+                let at = self.clients[client]
+                    .clock
+                    .global_at(self.local_now(client) + us);
+                self.push(at, Ev::TaskNext { task });
+            }
+            Action::Acquire {
+                spec,
+                options,
+                watch,
+            } => {
+                let seed = self.rng.next_u64();
+                let kind = spec.kind;
+                let name = spec.target.name.clone();
+                let script = spec.acquire.script();
+                let waiter_timeout = match kind {
+                    LockKind::Fair | LockKind::Permit | LockKind::Write => Some(300_000),
+                    _ => None,
+                };
+                let min_replicas = options.min_replicas.is_some();
+                match Acquire::new(spec, &options, seed, now_i) {
+                    Ok(m) => {
+                        let acq = self.history.acqs.len();
+                        self.history.acqs.push(Acq {
+                            client,
+                            task,
+                            name,
+                            kind: HoldKind::Lock(kind),
+                            started: self.now,
+                            started_local: self.local_now(client),
+                            wait: options.wait.map(micros),
+                            reply_timeout: micros(options.reply_timeout),
+                            waiter_timeout,
+                            attempts: Vec::new(),
+                            grants: Vec::new(),
+                            ended: None,
+                            result: AcqResult::Running,
+                        });
+                        self.tasks[task].pending = Some((watch, min_replicas));
+                        let r = self.spawn(
+                            client,
+                            Owner::Task(task),
+                            Wrap::boxed(m, Outcome::Acquired),
+                        );
+                        if let Some(x) = self.runners[r].as_mut() {
+                            x.acq = Some(acq);
+                            x.acquire_script = Some(script);
+                        }
+                        self.start(r);
+                    }
+                    Err(e) => {
+                        self.note(|| format!("t{task} bad acquisition: {e}"));
+                        self.push(self.now, Ev::TaskNext { task });
+                    }
+                }
+            }
+            Action::RedAcquire { spec, options } => {
+                let seed = self.rng.next_u64();
+                let name = spec.target.name.clone();
+                let wait = options.wait.map(micros);
+                let reply = micros(options.node_timeout);
+                match RedLockAcquire::new(spec, options, seed, now_i) {
+                    Ok(m) => {
+                        let acq = self.history.acqs.len();
+                        self.history.acqs.push(Acq {
+                            client,
+                            task,
+                            name,
+                            kind: HoldKind::Red,
+                            started: self.now,
+                            started_local: self.local_now(client),
+                            wait,
+                            reply_timeout: reply,
+                            waiter_timeout: None,
+                            attempts: Vec::new(),
+                            grants: Vec::new(),
+                            ended: None,
+                            result: AcqResult::Running,
+                        });
+                        let r = self.spawn(client, Owner::Task(task), Wrap::boxed(m, Outcome::Red));
+                        if let Some(x) = self.runners[r].as_mut() {
+                            x.acq = Some(acq);
+                        }
+                        self.start(r);
+                    }
+                    Err(e) => {
+                        self.note(|| format!("t{task} bad RedLock: {e}"));
+                        self.push(self.now, Ev::TaskNext { task });
+                    }
+                }
+            }
+            Action::Write => {
+                let valid = self.tasks[task].held.as_ref().and_then(|h| {
+                    let until = h
+                        .lease
+                        .as_ref()
+                        .map(|l| l.valid_until)
+                        .or(h.red.as_ref().map(|r| r.lease.valid_until))?;
+                    let lost = self.history.holds[h.hold].lost.is_some();
+                    (!lost && now_i < until).then_some(h.hold)
+                });
+                if let Some(hold) = valid {
+                    // The write travels; a pause of this process before it leaves delays it.
+                    let at = self.now + self.rand(3_000);
+                    self.push(at, Ev::ResourceWrite { client, hold });
+                }
+                self.push(self.now, Ev::TaskNext { task });
+            }
+            Action::Release => self.release(task, None),
+            Action::Settle { keys, ack, max } => self.release(task, Some((keys, ack, max))),
+            Action::SetPermits { spec, permits } => {
+                let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
+                match ScriptOp::set_permits(&spec, permits, deadline) {
+                    Ok(op) => {
+                        let r = self.spawn(
+                            client,
+                            Owner::Task(task),
+                            Wrap::boxed(op, Outcome::Permits),
+                        );
+                        self.permit_sets.insert(r, permits);
+                        self.start(r);
+                    }
+                    Err(e) => {
+                        self.note(|| format!("t{task} bad set_permits: {e}"));
+                        self.push(self.now, Ev::TaskNext { task });
+                    }
+                }
+            }
+            Action::Push { keys, jobs, delay } => {
+                let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
+                let ids: Vec<String> = jobs.iter().map(|j| j.id.clone()).collect();
+                match queue::push(&keys, &jobs, 0, delay, deadline) {
+                    Ok(op) => {
+                        let r =
+                            self.spawn(client, Owner::Task(task), Wrap::boxed(op, Outcome::Pushed));
+                        // The server counts the delay in whole milliseconds.
+                        self.pushes.insert(r, (ids, micros(delay) / 1_000 * 1_000));
+                        self.start(r);
+                    }
+                    Err(e) => {
+                        self.note(|| format!("t{task} bad push: {e}"));
+                        self.push(self.now, Ev::TaskNext { task });
+                    }
+                }
+            }
+            Action::Work {
+                keys,
+                settings,
+                work,
+                until,
+                watch,
+            } => {
+                if self.now >= until {
+                    self.push(self.now, Ev::TaskNext { task });
+                    return;
+                }
+                let token = self.token();
+                let wait = Duration::from_micros((until - self.now).clamp(10_000, 1_000_000));
+                let ack = self.rand(4) != 0;
+                let spent = self.rand(work);
+                match queue::take(&keys, token, &settings) {
+                    Ok(spec) => {
+                        let options = AcquireOptions {
+                            wait: Some(wait),
+                            reply_timeout: Duration::from_micros(IO_TIMEOUT),
+                            ..AcquireOptions::default()
+                        };
+                        let t = &mut self.tasks[task];
+                        t.actions.push_front(Action::Work {
+                            keys: keys.clone(),
+                            settings,
+                            work,
+                            until,
+                            watch,
+                        });
+                        t.actions.push_front(Action::Settle {
+                            keys,
+                            ack,
+                            max: settings.max_deliveries,
+                        });
+                        t.actions.push_front(Action::Sleep(spent));
+                        t.actions.push_front(Action::Acquire {
+                            spec,
+                            options,
+                            watch,
+                        });
+                    }
+                    Err(e) => self.note(|| format!("t{task} bad take: {e}")),
+                }
+                self.push(self.now, Ev::TaskNext { task });
+            }
+        }
+    }
+
+    /// A fresh owner token from the run's generator.
+    pub fn token(&mut self) -> redlease_core::lease::Token {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&self.rng.next_u64().to_le_bytes());
+        b[8..].copy_from_slice(&self.rng.next_u64().to_le_bytes());
+        redlease_core::lease::Token::from_random(b)
+    }
+
+    fn release(&mut self, task: usize, settle: Option<(QueueKeys, bool, u32)>) {
+        let client = self.tasks[task].client;
+        let now_i = self.instant(client);
+        let Some(held) = self.tasks[task].held.take() else {
+            self.push(self.now, Ev::TaskNext { task });
+            return;
+        };
+        if let Some(w) = held.watch {
+            self.clients[client].renewals.remove(w);
+            self.clients[client].watches.remove(&w);
+        }
+        let hd = &mut self.history.holds[held.hold];
+        if hd.release_sent.is_none() {
+            hd.release_sent = Some(self.now);
+        }
+        let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
+        let machine: Box<dyn Drive> = if let Some(red) = &held.red {
+            match QuorumOp::new(
+                red,
+                QuorumAction::Release,
+                Duration::from_micros(IO_TIMEOUT),
+            ) {
+                Ok(op) => Wrap::boxed(op, Outcome::Quorum),
+                Err(e) => {
+                    self.note(|| format!("t{task} bad release: {e}"));
+                    self.push(self.now, Ev::TaskNext { task });
+                    return;
+                }
+            }
+        } else if let Some(lease) = &held.lease {
+            match (&settle, &held.job) {
+                (Some((keys, true, _)), Some(id)) => Wrap::boxed(
+                    ScriptOp::release_with(
+                        lease,
+                        queue::ack_call(keys, id, lease.token.as_str()),
+                        deadline,
+                    ),
+                    Outcome::Unit,
+                ),
+                (Some((keys, false, max)), Some(id)) => Wrap::boxed(
+                    queue::nack_op(
+                        lease,
+                        queue::nack(
+                            keys,
+                            id,
+                            lease.token.as_str(),
+                            Duration::from_millis(20),
+                            *max,
+                        ),
+                        deadline,
+                    ),
+                    Outcome::Nacked,
+                ),
+                _ => Wrap::boxed(ScriptOp::release(lease, deadline), Outcome::Unit),
+            }
+        } else {
+            self.push(self.now, Ev::TaskNext { task });
+            return;
+        };
+        let ack = matches!(settle, Some((_, true, _)));
+        self.releases.insert(self.runners.len(), (held.hold, ack));
+        let r = self.spawn(client, Owner::Task(task), machine);
+        self.start(r);
+    }
+
+    fn resource_write(&mut self, hold: usize) {
+        let h = &self.history.holds[hold];
+        let (name, fence) = (h.name.clone(), h.fence);
+        let top = self.resource.entry(name).or_insert(0);
+        let accepted = fence >= *top;
+        if accepted {
+            *top = fence;
+        }
+        self.history.writes.push(Write {
+            at: self.now,
+            hold,
+            fence,
+            accepted,
+        });
+        self.note(|| format!("resource: write fence {fence} from hold {hold} accepted={accepted}"));
+    }
+
+    fn finished(&mut self, id: usize, r: Runner, outcome: Outcome) {
+        let client = r.client;
+        match r.owner {
+            Owner::Watch(wid) => {
+                let Outcome::Extended(result) = outcome else {
+                    return;
+                };
+                let now_i = self.instant(client);
+                let ev = self.clients[client].renewals.renewed(wid, result, now_i);
+                match ev {
+                    RenewalEvent::Renewed { valid_until } => {
+                        let g = self.to_global(client, valid_until);
+                        if let Some(task) = self.clients[client].watches.get(&wid).copied()
+                            && let Some(h) = self.tasks[task].held.as_mut()
+                        {
+                            if let Some(l) = h.lease.as_mut() {
+                                l.valid_until = valid_until;
+                            }
+                            let hold = h.hold;
+                            self.history.holds[hold].valid_until = g;
+                        }
+                    }
+                    RenewalEvent::Lost(reason) => self.lost(client, wid, &format!("{reason:?}")),
+                    RenewalEvent::Pending => {}
+                }
+                self.arm_watchdog(client);
+            }
+            Owner::Task(task) => {
+                self.task_done(task, id, &r, outcome);
+                self.push(self.now, Ev::TaskNext { task });
+            }
+        }
+    }
+
+    fn task_done(&mut self, task: usize, id: usize, r: &Runner, outcome: Outcome) {
+        let client = r.client;
+        let now_i = self.instant(client);
+        let ended = (self.now, self.local_now(client));
+        match outcome {
+            Outcome::Acquired(result) => {
+                let (watch, min_replicas) = self.tasks[task].pending.take().unwrap_or_default();
+                let Some(acq) = r.acq else { return };
+                self.history.acqs[acq].ended = Some(ended);
+                match result {
+                    Ok(Acquisition::Acquired(lease)) => {
+                        let hold = self.history.holds.len();
+                        let valid = self.to_global(client, lease.valid_until);
+                        let job = (lease.kind == LockKind::Job)
+                            .then(|| String::from_utf8_lossy(&lease.data[0]).into_owned());
+                        self.history.holds.push(Hold {
+                            client,
+                            task,
+                            name: self.history.acqs[acq].name.clone(),
+                            kind: HoldKind::Lock(lease.kind),
+                            fence: lease.fence,
+                            granted: self.history.acqs[acq]
+                                .attempts
+                                .last()
+                                .copied()
+                                .or(r.last_ran)
+                                .unwrap_or(self.now),
+                            received: self.now,
+                            valid_until: valid,
+                            first_valid_until: valid,
+                            replicated: min_replicas,
+                            watched: watch,
+                            release_sent: None,
+                            lost: None,
+                            renewals_sent: Vec::new(),
+                            job: job.clone(),
+                        });
+                        self.history.acqs[acq].result = AcqResult::Acquired(hold);
+                        self.note(|| {
+                            format!(
+                                "c{client} t{task} acquired {:?} fence {} valid until {valid}",
+                                lease.kind, lease.fence
+                            )
+                        });
+                        let watch_id = if watch {
+                            let c = &mut self.clients[client];
+                            c.next_watch += 1;
+                            let wid = c.next_watch;
+                            c.renewals.insert(
+                                wid,
+                                (*lease).clone(),
+                                RenewalPolicy::for_ttl(lease.ttl),
+                                now_i,
+                            );
+                            c.watches.insert(wid, task);
+                            Some(wid)
+                        } else {
+                            None
+                        };
+                        self.tasks[task].held = Some(Held {
+                            hold,
+                            lease: Some(*lease),
+                            red: None,
+                            watch: watch_id,
+                            job,
+                        });
+                        self.arm_watchdog(client);
+                    }
+                    Ok(Acquisition::Busy { .. }) => {
+                        self.history.acqs[acq].result = AcqResult::Failed("busy".into());
+                    }
+                    Err(e) => {
+                        self.note(|| format!("c{client} t{task} acquisition failed: {e}"));
+                        self.history.acqs[acq].result = AcqResult::Failed(e.to_string());
+                    }
+                }
+            }
+            Outcome::Red(result) => {
+                let Some(acq) = r.acq else { return };
+                self.history.acqs[acq].ended = Some(ended);
+                match result {
+                    Ok(red) => {
+                        let hold = self.history.holds.len();
+                        let valid = self.to_global(client, red.lease.valid_until);
+                        self.history.holds.push(Hold {
+                            client,
+                            task,
+                            name: self.history.acqs[acq].name.clone(),
+                            kind: HoldKind::Red,
+                            fence: 0,
+                            granted: self.now,
+                            received: self.now,
+                            valid_until: valid,
+                            first_valid_until: valid,
+                            replicated: false,
+                            watched: false,
+                            release_sent: None,
+                            lost: None,
+                            renewals_sent: Vec::new(),
+                            job: None,
+                        });
+                        self.history.acqs[acq].result = AcqResult::Acquired(hold);
+                        self.note(|| {
+                            format!("c{client} t{task} RedLock acquired, valid until {valid}")
+                        });
+                        self.tasks[task].held = Some(Held {
+                            hold,
+                            lease: None,
+                            red: Some(red),
+                            watch: None,
+                            job: None,
+                        });
+                    }
+                    Err(e) => {
+                        self.note(|| format!("c{client} t{task} RedLock failed: {e}"));
+                        self.history.acqs[acq].result = AcqResult::Failed(e.to_string());
+                    }
+                }
+            }
+            Outcome::Unit(result) => {
+                let Some((hold, ack)) = self.releases.remove(&id) else {
+                    return;
+                };
+                let trusted = ack
+                    && self.mutation == Mutation::AckTrustsLostReply
+                    && matches!(&result, Err(Error::Unavailable { last, .. }) if last.kind == FailureKind::NoReply);
+                self.note(|| {
+                    format!(
+                        "c{client} t{task} {} hold {hold}: {result:?}",
+                        if ack { "ack" } else { "release" }
+                    )
+                });
+                if ack && (result.is_ok() || trusted) {
+                    self.history.settled.push(Settled {
+                        hold,
+                        at: self.now,
+                        ack: true,
+                    });
+                }
+                let h = &self.history.holds[hold];
+                if !ack
+                    && result.is_ok()
+                    && matches!(
+                        h.kind,
+                        HoldKind::Lock(LockKind::Lease | LockKind::Reentrant)
+                    )
+                {
+                    let at = r.ran.first().copied().unwrap_or(self.now);
+                    self.history.freed.push((h.name.clone(), at));
+                }
+            }
+            Outcome::Nacked(result) => {
+                let Some((hold, _)) = self.releases.remove(&id) else {
+                    return;
+                };
+                self.note(|| format!("c{client} t{task} nack hold {hold}: {result:?}"));
+                if result.is_ok() {
+                    self.history.settled.push(Settled {
+                        hold,
+                        at: self.now,
+                        ack: false,
+                    });
+                }
+            }
+            Outcome::Pushed(result) => {
+                let Some((ids, delay)) = self.pushes.remove(&id) else {
+                    return;
+                };
+                self.note(|| format!("c{client} t{task} push {ids:?}: {result:?}"));
+                // What counts is whether the push ran, which the simulator knows.
+                if let Some(ran) = r.ran.first().copied() {
+                    for id in ids {
+                        self.history.pushed.push(Pushed { id, ran, delay });
+                    }
+                }
+            }
+            Outcome::Permits(result) => {
+                let Some(permits) = self.permit_sets.remove(&id) else {
+                    return;
+                };
+                self.note(|| format!("c{client} t{task} set_permits({permits}): {result:?}"));
+                if let Some(ran) = r.ran.first().copied() {
+                    self.history.permits.push((ran, permits));
+                }
+            }
+            Outcome::Quorum(result) => {
+                self.releases.remove(&id);
+                self.note(|| format!("c{client} t{task} RedLock release: {result:?}"));
+            }
+            Outcome::Extended(_) => {}
+        }
+        let _ = now_i;
+    }
+}

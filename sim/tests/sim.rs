@@ -1,0 +1,134 @@
+//! The simulation in the test command: seeded schedules of every primitive with faults,
+//! checked by the history checker; the checker's own mutation tests; replay of one seed.
+//!
+//! `SIM_SEEDS=<n>` sets the seeds per primitive (default 15,000: 105,000 in all);
+//! `SIM_SECS=<s>` runs each primitive for that long instead (a soak). A failing seed prints
+//! its report and a one-line replay command.
+
+use std::time::{Duration, Instant};
+
+use redlease_sim::faults::{Fault, FaultSet};
+use redlease_sim::mutation::Mutation;
+use redlease_sim::run::{RunOutcome, report, run_many};
+use redlease_sim::scenario::{Primitive, RunSpec};
+
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok()?.parse().ok()
+}
+
+#[test]
+fn simulation() {
+    let seeds = env_u64("SIM_SEEDS").unwrap_or(15_000);
+    let soak = env_u64("SIM_SECS").map(Duration::from_secs);
+    let first = env_u64("SIM_FIRST_SEED").unwrap_or(0);
+    let mut lines = Vec::new();
+    let mut failures = Vec::new();
+    let started = Instant::now();
+    for p in Primitive::ALL {
+        let mut totals = redlease_sim::run::Totals::default();
+        let t0 = Instant::now();
+        let mut next = first;
+        loop {
+            let chunk = if soak.is_some() { 2_000 } else { seeds };
+            let t = run_many(p, next, chunk, Mutation::None, p.faults(), threads());
+            next += chunk;
+            totals.seeds += t.seeds;
+            totals.faults += t.faults;
+            totals.violations += t.violations;
+            failures.extend(t.failures);
+            match soak {
+                Some(d) if t0.elapsed() < d => continue,
+                _ => break,
+            }
+        }
+        lines.push(format!(
+            "simulation {} seeds={} faults={} violations={}",
+            p.name(),
+            totals.seeds,
+            totals.faults,
+            totals.violations
+        ));
+    }
+    for f in &failures {
+        eprintln!("{f}");
+    }
+    eprintln!(
+        "simulation: {:.1} s on {} threads",
+        started.elapsed().as_secs_f64(),
+        threads()
+    );
+    for l in &lines {
+        eprintln!("{l}");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failing seeds (reports above)",
+        failures.len()
+    );
+}
+
+fn spec_from_env() -> Option<RunSpec> {
+    let seed = env_u64("SIM_SEED")?;
+    let primitive = std::env::var("SIM_PRIMITIVE")
+        .ok()
+        .and_then(|p| Primitive::from_name(&p))
+        .unwrap_or(Primitive::Lease);
+    let mutation = match std::env::var("SIM_MUTATION").as_deref() {
+        Ok("ReleaseWithoutOwnerCheck") => Mutation::ReleaseWithoutOwnerCheck,
+        Ok("FenceRestarts") => Mutation::FenceRestarts,
+        Ok("NoRecheckAfterMiss") => Mutation::NoRecheckAfterMiss,
+        Ok("AckTrustsLostReply") => Mutation::AckTrustsLostReply,
+        _ => Mutation::None,
+    };
+    let allowed = match std::env::var("SIM_FAULTS") {
+        Ok(list) => FaultSet::of(
+            &list
+                .split(',')
+                .filter_map(|n| Fault::ALL.into_iter().find(|f| f.name() == n))
+                .collect::<Vec<_>>(),
+        ),
+        Err(_) => primitive.faults(),
+    };
+    Some(RunSpec {
+        primitive,
+        seed,
+        mutation,
+        allowed,
+    })
+}
+
+/// Replays `SIM_SEED` (with `SIM_PRIMITIVE`, `SIM_MUTATION`, `SIM_FAULTS`) and prints its
+/// whole history; without `SIM_SEED` it does nothing.
+#[test]
+fn replay() {
+    let Some(spec) = spec_from_env() else { return };
+    let o = redlease_sim::run::run_logged(spec, true);
+    for (t, line) in &o.history.log {
+        eprintln!("{t:>9} {line}");
+    }
+    eprintln!("{}", report(&o));
+    assert!(o.violations.is_empty());
+}
+
+#[test]
+fn a_seed_replays_exactly() {
+    for p in Primitive::ALL {
+        for seed in [1, 7, 12_345] {
+            let spec = RunSpec {
+                primitive: p,
+                seed,
+                mutation: Mutation::None,
+                allowed: p.faults(),
+            };
+            let (a, b): (RunOutcome, RunOutcome) = (
+                redlease_sim::run::run_logged(spec, true),
+                redlease_sim::run::run_logged(spec, true),
+            );
+            assert_eq!(a.history.log, b.history.log, "{} seed {seed}", p.name());
+        }
+    }
+}

@@ -297,7 +297,7 @@ impl Plan {
             },
             Fault::PubSubLost => Inject::CutPubSub {
                 client,
-                dur: between(rng, 1_000, 50_000),
+                dur: between(rng, 1_000, shape.ttl),
             },
             Fault::KeyEvicted => Inject::Evict {
                 node,

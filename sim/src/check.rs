@@ -556,3 +556,80 @@ fn liveness(h: &History, out: &mut Out<'_>) {
         }
     }
 }
+
+impl Property {
+    /// What the property says, for docs/simulation.md.
+    pub fn statement(self) -> &'static str {
+        match self {
+            Property::Exclusion => {
+                "No two holders of an exclusive lock (lease, reentrant, fair, write, RedLock), nor a writer and a reader, hold at once, each lease counted from its grant to the end of its validity by the holder's own clock (or its release)"
+            }
+            Property::FenceOrder => {
+                "Fences of exclusive locks strictly increase in the order the server granted them, across restarts, failovers and evictions"
+            }
+            Property::FencedResource => {
+                "A resource that accepts a write only with a fence at least the highest it has seen never accepts a write of a holder granted before the holder of an earlier accepted write"
+            }
+            Property::Permits => {
+                "A permit is never granted while the permits in force (including a `set_permits` change) are all held"
+            }
+            Property::Fifo => {
+                "Fair lock and semaphore: a grant never overtakes a live waiter (one that asked again within its waiter timeout) that joined the line earlier, unless there was a permit for both"
+            }
+            Property::JobSettled => {
+                "Every pushed job (every push that ran, whatever its reply) is acked or on the dead list once the workers are done"
+            }
+            Property::SingleAck => "Never two successful acks of one job",
+            Property::DeliveryUnique => "A job's delivery numbers never repeat",
+            Property::NotBeforeDue => {
+                "A delayed job is never delivered before it is due (server clock, ms)"
+            }
+            Property::WaiterDeadline => {
+                "A waiting acquisition ends by its wait plus 4 reply timeouts and the replica wait (late attempt, NOSCRIPT resend, `WAIT`, cleanup)"
+            }
+            Property::NoRenewalAfterRelease => {
+                "The watchdog never sends a renewal after the lease's release"
+            }
+            Property::LossInTime => {
+                "A watched holder is told of its loss no later than its local validity"
+            }
+            Property::WakeWhenFree => {
+                "A waiter of a lease or reentrant lock is not left asleep while the lock is free for longer than 150 ms (release message, re-subscription or reconnection, one attempt)"
+            }
+            Property::Progress => "The run settles: no machine and driver spin at one instant",
+        }
+    }
+}
+
+/// The property table of docs/simulation.md (between its `table:start` and `table:end`
+/// markers), rendered from the checker's own excuses so that the two cannot drift apart.
+pub fn table_markdown() -> String {
+    let mut s = String::from(
+        "| property | holds | holds under | not checked under (documented not to hold) |\n|---|---|---|---|\n",
+    );
+    for p in Property::ALL {
+        let excused = p.excused_by();
+        let holds: Vec<_> = Fault::ALL
+            .into_iter()
+            .filter(|f| !excused.has(*f))
+            .map(Fault::name)
+            .collect();
+        let not: Vec<_> = excused.iter().map(Fault::name).collect();
+        s.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            p.name(),
+            p.statement(),
+            if not.is_empty() {
+                "every fault".to_owned()
+            } else {
+                holds.join(", ")
+            },
+            if not.is_empty() {
+                "—".to_owned()
+            } else {
+                not.join(", ")
+            },
+        ));
+    }
+    s
+}

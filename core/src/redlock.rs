@@ -38,9 +38,9 @@ use std::time::{Duration, Instant};
 use crate::backoff::{SplitMix64, saturating_add};
 use crate::command::{Command, NodeId, Request, RequestId, RequestIds};
 use crate::error::{Error, InvalidArgument, LossReason};
-use crate::lease::{Lease, LockKind, LockSpec, drift};
+use crate::lease::{Lease, LeaseKind, LockKind, LockSpec, drift};
 use crate::protocol::{Batch, Protocol, Step, Wait};
-use crate::reply::{Input, Reply, TransportFailure};
+use crate::reply::{Reply, Response, TransportFailure};
 use crate::script::{Exchange, Progress, ScriptCall};
 
 /// The most nodes one RedLock spans.
@@ -205,7 +205,7 @@ impl RedLockAcquire {
         seed: u64,
         now: Instant,
     ) -> Result<Self, Error> {
-        if spec.kind != LockKind::Lease {
+        if spec.kind != LeaseKind::Lock(LockKind::Lease) {
             return Err(InvalidArgument::Setting("RedLock spans lease locks only".into()).into());
         }
         if options.nodes == 0 || options.nodes > MAX_NODES {
@@ -333,7 +333,7 @@ impl RedLockAcquire {
         let validity = ttl.saturating_sub(elapsed).saturating_sub(drift(ttl));
         if granted >= self.options.quorum() && !validity.is_zero() {
             let lease = Lease {
-                kind: LockKind::Lease,
+                kind: LeaseKind::Lock(LockKind::Lease),
                 target: self.spec.target.clone(),
                 token: self.spec.token.clone(),
                 fence: 0,
@@ -459,7 +459,7 @@ impl Protocol for RedLockAcquire {
         }
     }
 
-    fn handle(&mut self, input: Input, _now: Instant) {
+    fn handle(&mut self, input: Response, _now: Instant) {
         if let Some((_, answer)) = self.round.iter_mut().find(|(id, _)| *id == input.id) {
             *answer = Some(input.result);
             return;
@@ -634,7 +634,7 @@ impl Protocol for QuorumOp {
         }
     }
 
-    fn handle(&mut self, input: Input, _now: Instant) {
+    fn handle(&mut self, input: Response, _now: Instant) {
         for e in &mut self.exchanges {
             if e.handle(input.clone()) {
                 return;
@@ -683,7 +683,7 @@ mod tests {
         for r in &batch.requests {
             let answer = answers[usize::from(r.command.node().0)].clone();
             m.handle(
-                Input {
+                Response {
                     id: r.id,
                     result: answer,
                 },
@@ -1034,7 +1034,7 @@ mod token_tests {
             };
             tokens.push(String::from_utf8(b.requests[0].command.args()[2].clone()).unwrap());
             for r in &b.requests {
-                m.handle(Input::reply(r.id, Reply::Nil), now);
+                m.handle(Response::reply(r.id, Reply::Nil), now);
             }
             let Step::Send(rel) = m.poll(now) else {
                 panic!("release")
@@ -1045,7 +1045,7 @@ mod token_tests {
                 tokens[round]
             );
             for r in &rel.requests {
-                m.handle(Input::reply(r.id, Reply::Int(0)), now);
+                m.handle(Response::reply(r.id, Reply::Int(0)), now);
             }
             let Step::Wait(w) = m.poll(now) else {
                 panic!("pause")

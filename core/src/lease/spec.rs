@@ -26,12 +26,26 @@ pub enum LockKind {
     Read,
     /// The exclusive side of a read-write lock; waiting writers hold back new readers.
     Write,
-    /// A permit of a fair counting semaphore.
+}
+
+/// What a lease is held on. The acquisition machine ([`Acquire`](super::Acquire)) and the
+/// one-call operations ([`ScriptOp`](super::ScriptOp)) serve all three.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseKind {
+    /// A lock of the given kind.
+    Lock(LockKind),
+    /// A permit of a fair counting semaphore (see [`crate::semaphore`]).
     Permit,
-    /// A job taken from a reliable queue: its lease is the visibility timeout. The
-    /// acquisition returns the job id and payload; the calls get the id bound as their
-    /// first argument.
+    /// A job taken from a reliable queue (see [`crate::queue`]): its lease is the visibility
+    /// timeout. The acquisition returns the job id and payload; the calls get the id bound as
+    /// their first argument.
     Job,
+}
+
+impl From<LockKind> for LeaseKind {
+    fn from(kind: LockKind) -> Self {
+        LeaseKind::Lock(kind)
+    }
 }
 
 /// The primitive an operation is about, for error messages.
@@ -57,8 +71,8 @@ pub struct LeaseCalls {
 /// Everything an acquisition of one lock needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockSpec {
-    /// Which kind of lock.
-    pub kind: LockKind,
+    /// What the lease is held on.
+    pub kind: LeaseKind,
     /// Name and keys.
     pub target: Target,
     /// The owner token (for a reentrant lock, this acquisition's op id).
@@ -87,13 +101,13 @@ pub struct LockSpec {
     pub notify: String,
 }
 
-fn ms(d: Duration) -> String {
+pub(crate) fn ms(d: Duration) -> String {
     d.as_millis().to_string()
 }
 
 /// The undo of an acquisition: `call` plus the set of undone acquisitions (its last key) and
 /// how long to remember this one (its last argument).
-fn undoing(call: ScriptCall, undone: &str) -> ScriptCall {
+pub(crate) fn undoing(call: ScriptCall, undone: &str) -> ScriptCall {
     call.key(undone).arg(ms(UNDONE_KEEP))
 }
 
@@ -121,7 +135,7 @@ impl LockSpec {
         let undone = format!("{}:undone", keyspace.stem(name)?);
         let t = token.as_str();
         Ok(LockSpec {
-            kind: LockKind::Lease,
+            kind: LeaseKind::Lock(LockKind::Lease),
             acquire: ScriptCall::new(&ACQUIRE)
                 .keys(&[&keys.lock, &keys.fence, &undone])
                 .arg(t)
@@ -175,7 +189,7 @@ impl LockSpec {
         let notify = keyspace.notify_arg(&channel);
         let release_op = format!("r{}", op.as_str());
         Ok(LockSpec {
-            kind: LockKind::Reentrant,
+            kind: LeaseKind::Lock(LockKind::Reentrant),
             acquire: ScriptCall::new(&REENTRANT_ACQUIRE)
                 .keys(&[&hash, &fence, &undone])
                 .arg(owner)
@@ -239,7 +253,7 @@ impl LockSpec {
                 .arg(&notify)
         };
         Ok(LockSpec {
-            kind: LockKind::Fair,
+            kind: LeaseKind::Lock(LockKind::Fair),
             acquire: ScriptCall::new(&FAIR_ACQUIRE)
                 .keys(&[&lock, &queue, &timeouts, &fence, &undone])
                 .arg(t)
@@ -265,13 +279,10 @@ impl LockSpec {
         })
     }
 
-    /// A permit of the fair counting semaphore `name` (1 to
-    /// [`MAX_PERMITS`](crate::limits::MAX_PERMITS) permits): holders are entries of
-    /// `<stem>:sem:holders` with their own expiry (server time), waiters line up in
-    /// `<stem>:sem:waiters` (dropped after `waiter_timeout` without an attempt), and
-    /// `<stem>:sem:permits` holds the permit count (set to `permits` by the first
-    /// acquisition if unset; see [`ScriptOp::set_permits`](super::ScriptOp::set_permits)).
-    /// A permit's fence is 0: permits are not exclusive.
+    /// The spec of one permit of semaphore `name`; see
+    /// [`SemaphoreKeys::permit`](crate::semaphore::SemaphoreKeys::permit).
+    // TODO(rename): remove after merge
+    #[doc(hidden)]
     pub fn permit(
         keyspace: &Keyspace,
         name: &str,
@@ -280,50 +291,12 @@ impl LockSpec {
         permits: u64,
         waiter_timeout: Duration,
     ) -> Result<Self, Error> {
-        validate_ttl("permit timeout", ttl)?;
-        validate_ttl("waiter timeout", waiter_timeout)?;
-        crate::limits::permits(permits)?;
-        let stem = keyspace.stem(name)?;
-        let holders = format!("{stem}:sem:holders");
-        let waiters = format!("{stem}:sem:waiters");
-        let timeouts = format!("{stem}:sem:timeouts");
-        let count = format!("{stem}:sem:permits");
-        let undone = format!("{stem}:undone");
-        let channel = format!("{stem}:sem:wake");
-        let notify = keyspace.notify_arg(&channel);
-        let t = token.as_str();
-        let four = |script| {
-            ScriptCall::new(script)
-                .keys(&[&holders, &waiters, &timeouts, &count])
-                .arg(t)
-                .arg(&notify)
-        };
-        Ok(LockSpec {
-            kind: LockKind::Permit,
-            acquire: ScriptCall::new(&PERMIT_ACQUIRE)
-                .keys(&[&holders, &waiters, &timeouts, &count, &undone])
-                .arg(t)
-                .arg(ms(ttl))
-                .arg(ms(waiter_timeout))
-                .arg(permits.to_string())
-                .arg("1"),
-            calls: LeaseCalls {
-                release: four(&PERMIT_RELEASE),
-                extend: ScriptCall::new(&READ_EXTEND).key(&holders).arg(t),
-                inspect: ScriptCall::new(&READ_INSPECT).key(&holders).arg(t),
-            },
-            cancel: Some(four(&PERMIT_CANCEL)),
-            undo: Some(undoing(four(&PERMIT_RELEASE), &undone)),
-            queued: true,
-            wake: WakeOn::tagged(&channel, t),
-            notify: notify.clone(),
-            target: Target {
-                name: name.to_owned(),
-                keys: vec![holders, waiters, timeouts, count],
-            },
+        crate::semaphore::SemaphoreKeys::new(keyspace, name)?.permit(
             token,
             ttl,
-        })
+            permits,
+            waiter_timeout,
+        )
     }
 
     fn rw_keys(keyspace: &Keyspace, name: &str) -> Result<[String; 6], Error> {
@@ -351,7 +324,7 @@ impl LockSpec {
         let notify = keyspace.notify_arg(&channel);
         let t = token.as_str();
         Ok(LockSpec {
-            kind: LockKind::Read,
+            kind: LeaseKind::Lock(LockKind::Read),
             acquire: ScriptCall::new(&READ_ACQUIRE)
                 .keys(&[&writer, &readers, &waiting, &fence, &undone])
                 .arg(t)
@@ -400,7 +373,7 @@ impl LockSpec {
         let notify = keyspace.notify_arg(&channel);
         let t = token.as_str();
         Ok(LockSpec {
-            kind: LockKind::Write,
+            kind: LeaseKind::Lock(LockKind::Write),
             acquire: ScriptCall::new(&WRITE_ACQUIRE)
                 .keys(&[&writer, &readers, &waiting, &fence, &undone])
                 .arg(t)

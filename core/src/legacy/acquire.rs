@@ -11,7 +11,7 @@ use crate::command::{Command, Request};
 use crate::error::Error;
 use crate::lease::{Token, drift, valid_until, validate_ttl};
 use crate::protocol::{Batch, Protocol, Step, Wait};
-use crate::reply::{FailureKind, Input, Reply, TransportFailure};
+use crate::reply::{FailureKind, Reply, Response, TransportFailure};
 
 /// How many `SETNX` are sent in a row, without a pause, when the key keeps vanishing between
 /// the `SETNX` that found it and the read that follows (a lock released at that moment).
@@ -657,7 +657,7 @@ impl Protocol for LegacyAcquire {
         }
     }
 
-    fn handle(&mut self, input: Input, now: Instant) {
+    fn handle(&mut self, input: Response, now: Instant) {
         match &mut self.phase {
             Phase::CleaningUp { release, .. } => release.handle(input, now),
             _ => self.inflight.handle(input),

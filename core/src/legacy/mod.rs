@@ -98,7 +98,7 @@ use crate::command::{Request, RequestId, RequestIds};
 use crate::error::Error;
 use crate::keys::Keyspace;
 use crate::lease::Token;
-use crate::reply::{ErrorReply, Input, Reply, TransportFailure};
+use crate::reply::{ErrorReply, Reply, Response, TransportFailure};
 
 /// Which legacy algorithm a lock uses. All users of one lock name must use the same one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -280,7 +280,7 @@ impl InFlight {
 
     /// Takes the outcome of one request (ignored unless it belongs to the current step and is
     /// the first answer to it).
-    fn handle(&mut self, input: Input) {
+    fn handle(&mut self, input: Response) {
         if let Some((_, slot)) = self
             .slots
             .iter_mut()

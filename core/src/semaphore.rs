@@ -5,7 +5,7 @@
 //! A permit is a lease of kind [`LeaseKind::Permit`]: it is acquired by the shared
 //! acquisition machine ([`Acquire`](crate::lease::Acquire)) from the spec
 //! [`SemaphoreKeys::permit`] makes, and released, extended or inspected with
-//! [`ScriptOp`](crate::lease::ScriptOp) like any lease. The count itself is read and set with
+//! [`ScriptOp`] like any lease. The count itself is read and set with
 //! [`read`] and [`set_permits`].
 //!
 //! ```text

@@ -16,7 +16,11 @@
 //! reply: a retried acquisition finds its own token and returns the fence it was issued.
 
 mod acquire;
+pub mod exclusive;
+pub mod fair;
 mod ops;
+pub mod read_write;
+pub mod reentrant;
 pub mod scripts;
 pub(crate) mod spec;
 

@@ -436,9 +436,10 @@ fn redis_going_away_gives_errors_within_deadlines_then_recovers() {
         .acquire()
         .unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
-    // The wait plus at most one connect timeout for the attempt in flight.
+    // The wait plus at most one connect timeout for the attempt in flight; twice that for
+    // a loaded machine.
     assert!(
-        start.elapsed() < Duration::from_millis(500 + 300 + 500),
+        start.elapsed() < Duration::from_millis(500 + 300) * 2,
         "{:?}",
         start.elapsed()
     );

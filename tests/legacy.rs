@@ -350,7 +350,8 @@ fn getset_a_stale_holder_cannot_release_the_lock_it_lost() {
     let mut conn = raw(&server);
     let old = a
         .legacy_lock("report")
-        .ttl(Duration::from_millis(100))
+        // Long enough to still be held at the check below on a loaded machine.
+        .ttl(Duration::from_secs(1))
         .try_acquire()
         .unwrap()
         .expect("free lock");

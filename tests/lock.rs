@@ -71,7 +71,8 @@ fn an_expired_holder_loses_to_the_next_and_cannot_release_its_lock() {
     let b = client(&server);
     let old = a
         .lock("report")
-        .ttl(Duration::from_millis(150))
+        // Long enough to still be held at the check below on a loaded machine.
+        .ttl(Duration::from_secs(1))
         .watchdog(false)
         .try_acquire()
         .unwrap()

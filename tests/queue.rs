@@ -513,11 +513,11 @@ fn an_ack_after_the_lease_ran_out_is_refused_and_the_job_redelivered() {
     let qa = a
         .queue("expiry")
         .unwrap()
-        .visibility(Duration::from_millis(300));
+        .visibility(Duration::from_secs(1));
     let qb = b
         .queue("expiry")
         .unwrap()
-        .visibility(Duration::from_millis(300));
+        .visibility(Duration::from_secs(1));
     let id = qa.push("work").unwrap();
     let first = qa.try_take().unwrap().expect("the job");
     assert_eq!((first.id(), first.delivery()), (id.as_str(), 1));

@@ -878,7 +878,8 @@ fn bad_names_settings_and_ids_are_refused_before_anything_is_written() {
 #[test]
 fn payloads_are_binary_safe_up_to_ten_megabytes() {
     let server = server();
-    let c = client(&server);
+    // Moving 10 MB through a script takes well over the usual 500 ms on a loaded machine.
+    let c = testkit::client(&server, Duration::from_secs(10));
     let mut conn = raw(&server);
     let q = c.queue("bytes").unwrap();
     let mut binary: Vec<u8> = (0..=255u8).collect();

@@ -3,12 +3,14 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Lease, LockKind, LockSpec, error_from_reply, int_pair_and_data, pttl, valid_until};
+use super::{
+    Lease, LeaseKind, LockKind, LockSpec, error_from_reply, int_pair_and_data, pttl, valid_until,
+};
 use crate::backoff::{Backoff, saturating_add};
 use crate::command::{Command, Request, RequestId, RequestIds};
 use crate::error::{Error, InvalidArgument};
-use crate::protocol::{Batch, Protocol, Step, Wait};
-use crate::reply::{FailureKind, Input, Reply, TransportFailure};
+use crate::protocol::{Batch, Outstanding, Protocol, Step, Wait};
+use crate::reply::{FailureKind, Reply, Response, TransportFailure};
 use crate::script::{Exchange, Progress};
 
 /// The longest a `min_replicas` check may wait for acknowledgements.
@@ -99,6 +101,8 @@ enum State {
 /// joined ([`LockSpec::cancel`]).
 #[derive(Debug)]
 pub struct Acquire {
+    /// The deadline of the batch in flight.
+    outstanding: Outstanding,
     spec: LockSpec,
     started: Instant,
     deadline: Option<Instant>,
@@ -167,6 +171,7 @@ impl Acquire {
         let mut exchange = Exchange::new(spec.acquire.clone());
         exchange.start();
         Ok(Acquire {
+            outstanding: Outstanding::default(),
             deadline: options.wait.map(|w| saturating_add(now, w)),
             started: now,
             reply_timeout: options.reply_timeout,
@@ -260,11 +265,11 @@ impl Acquire {
         // Exclusive holds are issued fences from 1; a read hold reports the last writer's
         // fence, 0 before the first writer; a permit's fence is 0.
         let min_fence = match self.spec.kind {
-            LockKind::Read | LockKind::Permit => 0,
+            LeaseKind::Lock(LockKind::Read) | LeaseKind::Permit => 0,
             _ => 1,
         };
         // Only a job carries data (its id and payload), and it always does.
-        let wants_data = self.spec.kind == LockKind::Job;
+        let wants_data = self.spec.kind == LeaseKind::Job;
         match int_pair_and_data(&reply) {
             Some((1, fence, data)) if fence >= min_fence && wants_data == (data.len() == 2) => {
                 if now >= valid_until(self.sent_at, self.spec.ttl) {
@@ -422,7 +427,7 @@ impl Acquire {
             return self.batch(requests, now);
         }
         if awaiting {
-            return Step::Awaiting;
+            return self.outstanding.step(now);
         }
         match std::mem::replace(&mut self.state, State::Done) {
             State::CleaningUp { result } => Step::Done(result),
@@ -431,10 +436,9 @@ impl Acquire {
     }
 }
 
-impl Protocol for Acquire {
-    type Output = Acquisition;
-
-    fn poll(&mut self, now: Instant) -> Step<Acquisition> {
+impl Acquire {
+    /// What [`poll`](Protocol::poll) yields, before it notes a batch's deadline.
+    fn next_step(&mut self, now: Instant) -> Step<Acquisition> {
         loop {
             match &self.state {
                 State::Done => return Step::Done(Err(Error::Finished)),
@@ -450,7 +454,7 @@ impl Protocol for Acquire {
                     request: Some(_),
                     answer: None,
                     ..
-                } => return Step::Awaiting,
+                } => return self.outstanding.step(now),
                 State::Replicating { request: None, .. } => {
                     let (count, timeout) = self.min_replicas.unwrap_or((0, Duration::ZERO));
                     let id = self.ids.next();
@@ -483,7 +487,7 @@ impl Protocol for Acquire {
                             self.sent_at = now;
                             return self.batch(vec![request], now);
                         }
-                        Progress::Awaiting => return Step::Awaiting,
+                        Progress::Awaiting => return self.outstanding.step(now),
                         Progress::Answered(Ok(reply)) => self.on_reply(reply, now),
                         Progress::Answered(Err(failure)) => self.on_failure(failure, now),
                         Progress::Idle => self.finish(Err(Error::Finished)),
@@ -495,6 +499,16 @@ impl Protocol for Acquire {
             }
         }
     }
+}
+
+impl Protocol for Acquire {
+    type Output = Acquisition;
+
+    fn poll(&mut self, now: Instant) -> Step<Acquisition> {
+        let step = self.next_step(now);
+        self.outstanding.track(&step);
+        step
+    }
 
     fn wake(&mut self, _now: Instant) {
         if let State::Waiting { .. } = self.state {
@@ -503,7 +517,7 @@ impl Protocol for Acquire {
         }
     }
 
-    fn handle(&mut self, input: Input, _now: Instant) {
+    fn handle(&mut self, input: Response, _now: Instant) {
         if let State::Replicating {
             request: Some(id),
             answer,

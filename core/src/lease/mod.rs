@@ -14,21 +14,57 @@
 //!
 //! Every script compares the caller's token, so every call can be retried after a lost
 //! reply: a retried acquisition finds its own token and returns the fence it was issued.
+//!
+//! Each kind of lock has its own module with its graph ([`exclusive`], [`reentrant`],
+//! [`fair`], [`read_write`]; a semaphore permit: [`crate::semaphore`]; a queue job:
+//! [`crate::queue`]); all run on [`Acquire`] and [`ScriptOp`].
+//!
+//! A walk through the failure side of that graph: trying once, the acquisition's reply is
+//! lost twice; the acquisition may have taken the lock, so it undoes it (owner-checked)
+//! before it reports `Unavailable`.
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use redlease_core::{Error, FailureKind, Protocol, Reply, Response, Step, TransportFailure};
+//! use redlease_core::keys::Keyspace;
+//! use redlease_core::lease::{Acquire, AcquireOptions, LockSpec, Token};
+//!
+//! let ttl = Duration::from_secs(30);
+//! let spec = LockSpec::lease(&Keyspace::default(), "billing", Token::from_random([8; 16]), ttl).unwrap();
+//! let now = Instant::now();
+//! let mut acquire = Acquire::new(spec, &AcquireOptions::default(), 1, now).unwrap();
+//! for _ in 0..2 {
+//!     let Step::Send(batch) = acquire.poll(now) else { unreachable!() };
+//!     let lost = TransportFailure::no_reply("read timed out");
+//!     acquire.handle(Response::failed(batch.requests[0].id, lost), now);
+//! }
+//! // Cleanup: the owner-checked undo of what a lost attempt may have taken.
+//! let Step::Send(undo) = acquire.poll(now) else { unreachable!() };
+//! acquire.handle(Response::reply(undo.requests[0].id, Reply::Int(1)), now);
+//! let Step::Done(Err(Error::Unavailable { attempts, last })) = acquire.poll(now)
+//! else { unreachable!() };
+//! assert_eq!((attempts, last.kind), (2, FailureKind::NoReply));
+//! ```
 
 mod acquire;
+pub mod exclusive;
+pub mod fair;
 mod ops;
+pub mod read_write;
+pub mod reentrant;
 pub mod scripts;
-mod spec;
+pub(crate) mod spec;
 
 use std::time::{Duration, Instant};
 
 pub use acquire::{Acquire, AcquireOptions, Acquisition};
-pub use ops::{
-    Extend, Inspect, LeaseState, OpKind, ReadSemaphore, Release, ScriptOp, SemaphoreState,
-    SetPermits,
-};
+pub use ops::{Extend, Inspect, LeaseState, OpKind, Release, ScriptOp};
 pub use scripts::ALL as SCRIPTS;
-pub use spec::{LeaseCalls, LockKind, LockSpec, Target};
+pub use spec::{LeaseCalls, LeaseKind, LockKind, LockSpec, Target};
+
+// TODO(rename): remove after merge (the semaphore's types moved to `crate::semaphore`).
+#[doc(hidden)]
+pub use crate::semaphore::{ReadSemaphore, SemaphoreState, SetPermits};
 
 use crate::backoff::saturating_add;
 use crate::error::{Error, InvalidArgument};
@@ -93,8 +129,8 @@ impl std::fmt::Debug for Token {
 /// A lease we were granted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
-    /// Which kind of lock.
-    pub kind: LockKind,
+    /// What the lease is held on (a lock of some kind, a permit, a job).
+    pub kind: LeaseKind,
     /// The lock's name and keys.
     pub target: Target,
     /// Our owner token (for a reentrant lock, the acquisition's op id).

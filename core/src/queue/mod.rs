@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  push ──► ready (zset: priority, then FIFO) ◄── due ── delayed (zset: due time)
-//!             │ dequeue: lease for `visibility` (renewed by the watchdog while held)
+//!             │ take: lease for `visibility` (renewed by the watchdog while held)
 //!             ▼
 //!           in flight (zset: lease expiry) ──ack──► forgotten
 //!             │  nack ──► delayed (backoff) or ready      │ lease ran out ──► ready again
@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Every step is one script on the server's clock. Taking a job is an acquisition of a lease
-//! of kind [`LockKind::Job`], so it runs on the same machine as
+//! of kind [`LeaseKind::Job`], so it runs on the same machine as
 //! every lock ([`Acquire`](crate::lease::Acquire)): an idle worker waits until the earliest
 //! due time or lease expiry, or until a push wakes it; there is no polling interval. Its
 //! "fence" is the delivery number of the job (1 on first delivery), which a worker can pass
@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, InvalidArgument};
 use crate::keys::Keyspace;
-use crate::lease::{LeaseCalls, LockKind, LockSpec, OpKind, ScriptOp, Target, Token, validate_ttl};
+use crate::lease::{
+    LeaseCalls, LeaseKind, LockSpec, OpKind, ScriptOp, Target, Token, validate_ttl,
+};
 use crate::protocol::WakeOn;
 use crate::reply::Reply;
 use crate::script::ScriptCall;
@@ -231,14 +233,14 @@ pub fn push(
     Ok(ScriptOp::new(kind, call, keys.target(), None, deadline))
 }
 
-/// What taking a job from `keys` needs: acquire it as a lease of kind [`LockKind::Job`].
+/// What taking a job from `keys` needs: acquire it as a lease of kind [`LeaseKind::Job`].
 /// Dropping the lease without an ack returns the job at once (a nack without backoff).
 pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<LockSpec, Error> {
     let visibility_ms = settings.validate()?;
     let t = token.as_str();
     let max = settings.max_deliveries.to_string();
     Ok(LockSpec {
-        kind: LockKind::Job,
+        kind: LeaseKind::Job,
         acquire: ScriptCall::new(&scripts::DEQUEUE)
             .keys(&[
                 &keys.ready,
@@ -535,9 +537,14 @@ pub fn dead_jobs(keys: &QueueKeys, limit: usize, deadline: Instant) -> ScriptOp<
 
 /// Deletes dead jobs for good. Yields how many were deleted.
 #[derive(Debug, Clone, Copy)]
-pub struct Forget;
+pub struct DeleteDead;
 
-impl OpKind for Forget {
+/// The old name of [`DeleteDead`].
+// TODO(rename): remove after merge
+#[doc(hidden)]
+pub type Forget = DeleteDead;
+
+impl OpKind for DeleteDead {
     type Output = u64;
     const CONTEXT: &'static str = "dead-letter deletion";
 
@@ -549,11 +556,11 @@ impl OpKind for Forget {
 /// Deletes dead job `id` (`None`: every dead job) with its payload, so the dead list does
 /// not grow without bound and the id may be pushed again. An empty id is refused with
 /// [`InvalidArgument`] (no job has one: [`push`] refuses it), so that only `None` purges.
-pub fn forget_dead(
+pub fn delete_dead(
     keys: &QueueKeys,
     id: Option<&str>,
     deadline: Instant,
-) -> Result<ScriptOp<Forget>, Error> {
+) -> Result<ScriptOp<DeleteDead>, Error> {
     if id.is_some_and(str::is_empty) {
         return Err(InvalidArgument::Setting(format!(
             "a dead job id must be 1 to {MAX_ID_LEN} bytes, got 0 (purge every dead job with purge_dead)"
@@ -571,8 +578,18 @@ pub fn forget_dead(
         ])
         .arg(id.unwrap_or(""))
         .arg(if id.is_none() { "all" } else { "one" });
-    Ok(ScriptOp::new(Forget, call, keys.target(), None, deadline))
+    Ok(ScriptOp::new(
+        DeleteDead,
+        call,
+        keys.target(),
+        None,
+        deadline,
+    ))
 }
+
+// TODO(rename): remove after merge
+#[doc(hidden)]
+pub use self::delete_dead as forget_dead;
 
 /// Moves a dead job back to ready.
 #[derive(Debug, Clone, Copy)]

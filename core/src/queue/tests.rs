@@ -305,7 +305,7 @@ fn taken(s: &mut Scenario<Acquire>) -> Lease {
 #[test]
 fn take_spec_is_a_job_lease_woken_by_pushes() {
     let spec = take(&keys(), token(), &settings()).unwrap();
-    assert_eq!(spec.kind, LockKind::Job);
+    assert_eq!(spec.kind, LeaseKind::Job);
     assert_eq!(spec.ttl, Duration::from_millis(1500));
     assert_eq!(spec.token, token());
     assert_eq!(spec.wake, WakeOn::any(CHANNEL));
@@ -347,7 +347,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
         ])
     );
     let lease = taken(&mut s);
-    assert_eq!(lease.kind, LockKind::Job);
+    assert_eq!(lease.kind, LeaseKind::Job);
     assert_eq!(lease.fence, 3);
     assert_eq!(
         lease.data,
@@ -799,7 +799,7 @@ fn giving_up_after_lost_take_replies_sends_no_nack_with_the_token_as_job_id() {
                         "the cleanup nacks the job whose id is the lease token: {a:?}"
                     );
                     s.machine
-                        .handle(crate::reply::Input::reply(r.id, Reply::Int(0)), s.now);
+                        .handle(crate::reply::Response::reply(r.id, Reply::Int(0)), s.now);
                 }
             }
             Step::Done(out) => {
@@ -1095,14 +1095,14 @@ fn a_push_whose_reply_was_lost_is_not_sent_again() {
 fn forgetting_a_dead_job_with_an_empty_id_is_refused_and_only_none_purges() {
     let now = origin();
     assert!(matches!(
-        forget_dead(&keys(), Some(""), deadline(now)),
+        delete_dead(&keys(), Some(""), deadline(now)),
         Err(Error::InvalidArgument(_))
     ));
-    let mut one = Scenario::new(forget_dead(&keys(), Some("j"), deadline(now)).unwrap(), now);
+    let mut one = Scenario::new(delete_dead(&keys(), Some("j"), deadline(now)).unwrap(), now);
     let r = one.answer(Reply::Int(1));
     assert_eq!(args(&r)[args(&r).len() - 2..], strs(&["j", "one"]));
     assert_eq!(one.expect_done(), Ok(1));
-    let mut all = Scenario::new(forget_dead(&keys(), None, deadline(now)).unwrap(), now);
+    let mut all = Scenario::new(delete_dead(&keys(), None, deadline(now)).unwrap(), now);
     let r = all.answer(Reply::Int(3));
     assert_eq!(args(&r)[args(&r).len() - 2..], strs(&["", "all"]));
     assert_eq!(all.expect_done(), Ok(3));

@@ -3,8 +3,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use redlease_core::lease::LockKind;
-
 use crate::faults::{Fault, FaultSet};
 use crate::history::{AcqResult, History, HoldKind};
 
@@ -169,6 +167,13 @@ pub fn check(h: &History, faults: FaultSet) -> Vec<Violation> {
     semaphores(h, &mut out);
     jobs(h, &mut out);
     liveness(h, &mut out);
+    for (at, what) in &h.broken {
+        out.push(
+            Property::Progress,
+            *at,
+            format!("a machine ended with: {what}"),
+        );
+    }
     if h.runaway {
         out.push(
             Property::Progress,
@@ -196,7 +201,7 @@ fn exclusion(h: &History, out: &mut Out<'_>) {
     if !out.on(Property::Exclusion) {
         return;
     }
-    let reader = |k: HoldKind| k == HoldKind::Lock(LockKind::Read);
+    let reader = |k: HoldKind| k == HoldKind::Read;
     for (i, a) in h.holds.iter().enumerate() {
         if !(a.kind.exclusive() || reader(a.kind)) {
             continue;
@@ -241,9 +246,8 @@ fn fences(h: &History, out: &mut Out<'_>) {
                 let (a, b) = (&h.holds[w[0]], &h.holds[w[1]]);
                 // A reentrant owner whose earlier hold is still on the server (its release
                 // failed) re-enters it: the same hold, the same fence.
-                let reentry = a.kind == HoldKind::Lock(LockKind::Reentrant)
-                    && a.task == b.task
-                    && a.fence == b.fence;
+                let reentry =
+                    a.kind == HoldKind::Reentrant && a.task == b.task && a.fence == b.fence;
                 if b.fence <= a.fence && !reentry {
                     out.push(
                         Property::FenceOrder,
@@ -347,7 +351,7 @@ fn semaphores(h: &History, out: &mut Out<'_>) {
             continue;
         };
         let kind = acq.kind;
-        if !matches!(kind, HoldKind::Lock(LockKind::Permit | LockKind::Fair)) {
+        if !matches!(kind, HoldKind::Permit | HoldKind::Fair) {
             continue;
         }
         let g = h.holds[hb].granted;
@@ -359,15 +363,12 @@ fn semaphores(h: &History, out: &mut Out<'_>) {
                 *i != hb && x.name == acq.name && x.kind == kind && x.granted < g && g < x.end()
             })
             .count() as u64;
-        let permits = if kind == HoldKind::Lock(LockKind::Permit) {
+        let permits = if kind == HoldKind::Permit {
             permits_at(h, g)
         } else {
             1
         };
-        if kind == HoldKind::Lock(LockKind::Permit)
-            && out.on(Property::Permits)
-            && holders + 1 > permits
-        {
+        if kind == HoldKind::Permit && out.on(Property::Permits) && holders + 1 > permits {
             out.push(
                 Property::Permits,
                 g,
@@ -535,10 +536,7 @@ fn liveness(h: &History, out: &mut Out<'_>) {
             for (i, a) in h.acqs.iter().enumerate() {
                 if &a.name != name
                     || a.wait.is_none()
-                    || !matches!(
-                        a.kind,
-                        HoldKind::Lock(LockKind::Lease | LockKind::Reentrant)
-                    )
+                    || !matches!(a.kind, HoldKind::Lease | HoldKind::Reentrant)
                 {
                     continue;
                 }
@@ -596,7 +594,9 @@ impl Property {
             Property::WakeWhenFree => {
                 "A waiter of a lease or reentrant lock is not left asleep while the lock is free for longer than 150 ms (release message, re-subscription or reconnection, one attempt)"
             }
-            Property::Progress => "The run settles: no machine and driver spin at one instant",
+            Property::Progress => {
+                "The run settles: no machine and driver spin at one instant, and no machine reports a broken protocol contract"
+            }
         }
     }
 }

@@ -63,7 +63,8 @@ mod tests {
             jump_by: 200_000,
         };
         assert_eq!(c.local(100_000), 95_000);
-        assert_eq!(c.global_at(95_000), 100_000);
+        let g = c.global_at(95_000);
+        assert!(c.local(g) >= 95_000 && c.local(g - 1) < 95_000 && g <= 100_000);
         // Local readings skipped by the jump are reached at the jump.
         assert_eq!(c.global_at(1_000_000), 1_000_000);
         assert_eq!(c.local(1_000_000), 1_150_000);

@@ -1,15 +1,41 @@
 //! What happened in one run, as recorded facts: holds, acquisitions, writes to the fenced
 //! resource, queue events. The checker reads only this.
 
-use redlease_core::lease::LockKind;
+use redlease_core::lease::{LeaseKind, LockKind};
 
 /// Which kind of hold, as the checker groups them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HoldKind {
-    /// A lock of this kind (lease, reentrant, fair, read, write, permit, job).
-    Lock(LockKind),
+    /// An exclusive lease lock.
+    Lease,
+    /// A reentrant lock.
+    Reentrant,
+    /// A fair lock.
+    Fair,
+    /// The read side of a read-write lock.
+    Read,
+    /// The write side of a read-write lock.
+    Write,
+    /// A semaphore permit.
+    Permit,
+    /// A job taken from a queue.
+    Job,
     /// A RedLock over several nodes.
     Red,
+}
+
+impl From<LeaseKind> for HoldKind {
+    fn from(k: LeaseKind) -> Self {
+        match k {
+            LeaseKind::Lock(LockKind::Lease) => HoldKind::Lease,
+            LeaseKind::Lock(LockKind::Reentrant) => HoldKind::Reentrant,
+            LeaseKind::Lock(LockKind::Fair) => HoldKind::Fair,
+            LeaseKind::Lock(LockKind::Read) => HoldKind::Read,
+            LeaseKind::Lock(LockKind::Write) => HoldKind::Write,
+            LeaseKind::Permit => HoldKind::Permit,
+            LeaseKind::Job => HoldKind::Job,
+        }
+    }
 }
 
 impl HoldKind {
@@ -17,9 +43,11 @@ impl HoldKind {
     pub fn exclusive(self) -> bool {
         matches!(
             self,
-            HoldKind::Lock(
-                LockKind::Lease | LockKind::Reentrant | LockKind::Fair | LockKind::Write
-            ) | HoldKind::Red
+            HoldKind::Lease
+                | HoldKind::Reentrant
+                | HoldKind::Fair
+                | HoldKind::Write
+                | HoldKind::Red
         )
     }
 }
@@ -181,6 +209,8 @@ pub struct History {
     pub faults_end: u64,
     /// The run was stopped after too many events (a livelock).
     pub runaway: bool,
+    /// Machines that ended reporting a broken protocol contract: (when, what).
+    pub broken: Vec<(u64, String)>,
 }
 
 impl History {

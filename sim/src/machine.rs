@@ -29,6 +29,25 @@ pub enum Outcome {
     Quorum(Result<QuorumOutcome, Error>),
 }
 
+impl Outcome {
+    /// The machine's complaint that the driver broke the protocol contract, if that is how
+    /// it ended (a bug of the simulator's driver, or of the machine's contract).
+    pub fn contract_broken(&self) -> Option<String> {
+        let e = match self {
+            Outcome::Acquired(Err(e))
+            | Outcome::Red(Err(e))
+            | Outcome::Unit(Err(e))
+            | Outcome::Extended(Err(e))
+            | Outcome::Nacked(Err(e))
+            | Outcome::Pushed(Err(e))
+            | Outcome::Permits(Err(e))
+            | Outcome::Quorum(Err(e)) => e,
+            _ => return None,
+        };
+        matches!(e, Error::Driver(_)).then(|| e.to_string())
+    }
+}
+
 /// A machine as the driver sees it.
 pub trait Drive {
     /// [`Protocol::poll`], with the output wrapped.

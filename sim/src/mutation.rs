@@ -38,8 +38,8 @@ const RELEASE_SWAP: Swap = Swap {
 
 const FENCE_SWAP: Swap = Swap {
     script: &ACQUIRE,
-    from: "math.max(counter + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))",
-    to: "counter + 1",
+    from: "local fence = math.max(counter + 1, us)",
+    to: "local fence = counter + 1",
 };
 
 impl Mutation {

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use redlease::memory::{MemoryClock, MemoryServer, Snapshot, Subscriber};
 use redlease_core::backoff::SplitMix64;
 use redlease_core::lease::{
-    Acquire, AcquireOptions, Acquisition, Lease, LockKind, LockSpec, ScriptOp,
+    Acquire, AcquireOptions, Acquisition, Lease, LeaseKind, LockKind, LockSpec, ScriptOp,
 };
 use redlease_core::queue::{self, NewJob, QueueKeys, QueueSettings};
 use redlease_core::redlock::{QuorumAction, QuorumOp, RedLease, RedLockAcquire, RedLockOptions};
@@ -226,7 +226,8 @@ struct Runner {
     client: usize,
     owner: Owner,
     machine: Box<dyn Drive>,
-    outstanding: Vec<(RequestId, u16, u64)>,
+    /// Requests awaiting an outcome: id, node, batch, when they time out (global µs).
+    outstanding: Vec<(RequestId, u16, u64, u64)>,
     batch: u64,
     timer: u64,
     ran: Vec<u64>,
@@ -990,6 +991,27 @@ impl World {
         };
         self.clients[client].waiters.retain(|w| w.0 != runner);
         let now_i = self.instant(client);
+        // Requests past their batch's deadline are answered (timed out) before the machine
+        // is polled: the contract owes it an outcome for each.
+        if let Some(r) = self.runners[runner].as_mut() {
+            let now = self.now;
+            let expired: Vec<RequestId> = r
+                .outstanding
+                .iter()
+                .filter(|o| o.3 <= now)
+                .map(|o| o.0)
+                .collect();
+            r.outstanding.retain(|o| o.3 > now);
+            for id in expired {
+                r.machine.handle(
+                    Input {
+                        id,
+                        result: Err(TransportFailure::no_reply("timed out")),
+                    },
+                    now_i,
+                );
+            }
+        }
         let step = match self.runners[runner].as_mut() {
             Some(r) => {
                 r.timer += 1;
@@ -1009,7 +1031,8 @@ impl World {
                         .unwrap_or_else(|| unreachable!());
                     r.batch += 1;
                     for req in &batch.requests {
-                        r.outstanding.push((req.id, req.command.node().0, r.batch));
+                        r.outstanding
+                            .push((req.id, req.command.node().0, r.batch, at));
                     }
                     r.batch
                 };
@@ -1036,8 +1059,16 @@ impl World {
                     .take()
                     .unwrap_or_else(|| unreachable!());
                 match outcome {
-                    Ok(o) => self.finished(runner, r, o),
-                    Err(e) => self.note(|| format!("r{runner} ended: {e}")),
+                    Ok(o) => {
+                        if let Some(e) = o.contract_broken() {
+                            self.history.broken.push((self.now, e));
+                        }
+                        self.finished(runner, r, o)
+                    }
+                    Err(e) => {
+                        self.history.broken.push((self.now, e.to_string()));
+                        self.note(|| format!("r{runner} ended: {e}"));
+                    }
                 }
             }
         }
@@ -1193,7 +1224,9 @@ impl World {
                 let name = spec.target.name.clone();
                 let script = spec.acquire.script();
                 let waiter_timeout = match kind {
-                    LockKind::Fair | LockKind::Permit | LockKind::Write => Some(300_000),
+                    LeaseKind::Lock(LockKind::Fair | LockKind::Write) | LeaseKind::Permit => {
+                        Some(300_000)
+                    }
                     _ => None,
                 };
                 let min_replicas = options.min_replicas.is_some();
@@ -1204,7 +1237,7 @@ impl World {
                             client,
                             task,
                             name,
-                            kind: HoldKind::Lock(kind),
+                            kind: HoldKind::from(kind),
                             started: self.now,
                             started_local: self.local_now(client),
                             wait: options.wait.map(micros),
@@ -1508,13 +1541,13 @@ impl World {
                     Ok(Acquisition::Acquired(lease)) => {
                         let hold = self.history.holds.len();
                         let valid = self.to_global(client, lease.valid_until);
-                        let job = (lease.kind == LockKind::Job)
+                        let job = (lease.kind == LeaseKind::Job)
                             .then(|| String::from_utf8_lossy(&lease.data[0]).into_owned());
                         self.history.holds.push(Hold {
                             client,
                             task,
                             name: self.history.acqs[acq].name.clone(),
-                            kind: HoldKind::Lock(lease.kind),
+                            kind: HoldKind::from(lease.kind),
                             fence: lease.fence,
                             granted: self.history.acqs[acq]
                                 .attempts
@@ -1635,12 +1668,7 @@ impl World {
                     });
                 }
                 let h = &self.history.holds[hold];
-                if !ack
-                    && result.is_ok()
-                    && matches!(
-                        h.kind,
-                        HoldKind::Lock(LockKind::Lease | LockKind::Reentrant)
-                    )
+                if !ack && result.is_ok() && matches!(h.kind, HoldKind::Lease | HoldKind::Reentrant)
                 {
                     let at = r.ran.first().copied().unwrap_or(self.now);
                     self.history.freed.push((h.name.clone(), at));
@@ -1682,7 +1710,12 @@ impl World {
             }
             Outcome::Quorum(result) => {
                 self.releases.remove(&id);
-                self.note(|| format!("c{client} t{task} RedLock release: {result:?}"));
+                let summary = result
+                    .as_ref()
+                    .map(|o| (o.result.is_ok(), o.holding, o.lost));
+                self.note(|| {
+                    format!("c{client} t{task} RedLock release (ok, holding, lost): {summary:?}")
+                });
             }
             Outcome::Extended(_) => {}
         }

@@ -111,7 +111,9 @@ impl Property {
             Property::SingleAck | Property::DeliveryUnique => {
                 FaultSet::of(&[RestartSnapshot, Failover, FailoverMinReplicas, KeyEvicted])
             }
-            Property::WaiterDeadline | Property::LossInTime => FaultSet::of(&[ClientPaused]),
+            // A clock that jumps forward during a call counts the jump as time waited.
+            Property::WaiterDeadline => FaultSet::of(&[ClientPaused, ClockJump]),
+            Property::LossInTime => FaultSet::of(&[ClientPaused]),
             Property::NoRenewalAfterRelease | Property::Progress => FaultSet::NONE,
             Property::WakeWhenFree => FaultSet::of(&[
                 RequestLost,
@@ -242,22 +244,34 @@ fn fences(h: &History, out: &mut Out<'_>) {
     if out.on(Property::FenceOrder) {
         for list in by_name.values_mut() {
             list.sort_by_key(|i| h.holds[*i].granted);
-            for w in list.windows(2) {
-                let (a, b) = (&h.holds[w[0]], &h.holds[w[1]]);
-                // A reentrant owner whose earlier hold is still on the server (its release
-                // failed) re-enters it: the same hold, the same fence.
-                let reentry =
-                    a.kind == HoldKind::Reentrant && a.task == b.task && a.fence == b.fence;
-                if b.fence <= a.fence && !reentry {
-                    out.push(
-                        Property::FenceOrder,
-                        b.granted,
-                        format!(
-                            "hold {} granted at {} got fence {} after hold {} granted at {} got fence {}",
-                            w[1], b.granted, b.fence, w[0], a.granted, a.fence
-                        ),
-                    );
+            let mut prev: Option<usize> = None;
+            for (k, &j) in list.iter().enumerate() {
+                let b = &h.holds[j];
+                // A reentrant owner re-enters the hold it still has on the server (its
+                // release failed, or the hold came back with an older snapshot or replica):
+                // the same hold, with the same fence, not a new acquisition.
+                let reentry = b.kind == HoldKind::Reentrant
+                    && list[..k].iter().any(|&i| {
+                        let a = &h.holds[i];
+                        a.task == b.task && a.fence == b.fence
+                    });
+                if reentry {
+                    continue;
                 }
+                if let Some(i) = prev {
+                    let a = &h.holds[i];
+                    if b.fence <= a.fence {
+                        out.push(
+                            Property::FenceOrder,
+                            b.granted,
+                            format!(
+                                "hold {j} granted at {} got fence {} after hold {i} granted at {} got fence {}",
+                                b.granted, b.fence, a.granted, a.fence
+                            ),
+                        );
+                    }
+                }
+                prev = Some(j);
             }
         }
     }
@@ -452,8 +466,14 @@ fn jobs(h: &History, out: &mut Out<'_>) {
         }
     }
     if out.on(Property::JobSettled) {
+        let ran: HashSet<&str> = h
+            .acks_ran
+            .iter()
+            .filter_map(|i| h.holds[*i].job.as_deref())
+            .collect();
         for p in &h.pushed {
-            if !acks.contains_key(p.id.as_str()) && !h.dead.contains(&p.id) {
+            let acked = acks.contains_key(p.id.as_str()) || ran.contains(p.id.as_str());
+            if !acked && !h.dead.contains(&p.id) {
                 out.push(
                     Property::JobSettled,
                     h.end,

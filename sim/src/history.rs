@@ -199,8 +199,10 @@ pub struct History {
     pub pushed: Vec<Pushed>,
     /// Pushes whose outcome is unknown (no reply): their ids.
     pub maybe_pushed: Vec<String>,
-    /// Successful acks and nacks.
+    /// Successful acks and nacks (as the worker was told).
     pub settled: Vec<Settled>,
+    /// Deliveries (holds) whose ack ran on the server and removed the job.
+    pub acks_ran: Vec<usize>,
     /// Ids on the dead list when the run ended.
     pub dead: Vec<String>,
     /// When the run ended (global µs).

@@ -6,7 +6,7 @@
 //! is one schedule, replayed exactly.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use redlease::memory::{MemoryClock, MemoryServer, Snapshot, Subscriber};
@@ -123,6 +123,10 @@ enum Ev {
         runner: usize,
         generation: u64,
     },
+    Wake {
+        runner: usize,
+        generation: u64,
+    },
     TaskNext {
         task: usize,
     },
@@ -213,7 +217,11 @@ struct Client {
     watchdog_at: Option<u64>,
     sub: Option<Subscriber>,
     sub_epoch: u64,
-    channels: BTreeSet<String>,
+    /// Channels listened to: when the subscription was confirmed (listener epoch, `None`:
+    /// not yet, or the connection dropped) and the epoch of the last message on it.
+    channels: BTreeMap<String, (Option<u64>, u64)>,
+    /// Bumped by every confirmation and every message (the blocking listener's epoch).
+    epoch: u64,
     waiters: Vec<(usize, WakeOn)>,
 }
 
@@ -234,6 +242,8 @@ struct Runner {
     last_ran: Option<u64>,
     acq: Option<usize>,
     acquire_script: Option<&'static redlease_core::script::Script>,
+    /// The client's listener epoch when the last batch was sent.
+    sent_epoch: u64,
 }
 
 struct Held {
@@ -327,7 +337,8 @@ impl World {
                     watchdog_at: None,
                     sub: Some(nodes[0].server.subscriber()),
                     sub_epoch: 0,
-                    channels: BTreeSet::new(),
+                    channels: BTreeMap::new(),
+                    epoch: 0,
                     waiters: Vec::new(),
                 }
             })
@@ -488,7 +499,7 @@ impl World {
 
     fn owner_client(&self, ev: &Ev) -> Option<usize> {
         match ev {
-            Ev::Timeout { runner, .. } | Ev::Timer { runner, .. } => {
+            Ev::Timeout { runner, .. } | Ev::Timer { runner, .. } | Ev::Wake { runner, .. } => {
                 self.runners.get(*runner)?.as_ref().map(|r| r.client)
             }
             Ev::TaskNext { task } => Some(self.tasks[*task].client),
@@ -528,6 +539,14 @@ impl World {
                     self.poll(runner);
                 }
             }
+            Ev::Wake { runner, generation } => {
+                let Some(r) = self.runners.get(runner).and_then(|r| r.as_ref()) else {
+                    return;
+                };
+                if r.timer == generation {
+                    self.wake(runner);
+                }
+            }
             Ev::TaskNext { task } => self.task_next(task),
             Ev::ResourceWrite { hold, .. } => self.resource_write(hold),
             Ev::Watchdog { client, generation } => {
@@ -555,10 +574,17 @@ impl World {
                 if c.sub_epoch != sub_epoch {
                     return;
                 }
-                if let Some(sub) = &c.sub
-                    && sub.subscribe(&[channel.as_str()])
-                    && self.mutation != Mutation::NoRecheckAfterMiss
-                {
+                let Some(sub) = &c.sub else { return };
+                if !sub.subscribe(&[channel.as_str()]) {
+                    return;
+                }
+                let c = &mut self.clients[client];
+                c.epoch += 1;
+                let epoch = c.epoch;
+                if let Some(state) = c.channels.get_mut(&channel) {
+                    state.0 = Some(epoch);
+                }
+                if self.mutation != Mutation::NoRecheckAfterMiss {
                     // Re-check after the subscription took effect: a release published
                     // before it was missed.
                     self.wake_all(client, &channel);
@@ -682,9 +708,11 @@ impl World {
             )
         });
         if let Some(r) = self.runners.get_mut(runner).and_then(|r| r.as_mut()) {
-            r.ran.push(self.now);
-            // A NOSCRIPT answer ran nothing: not an attempt.
+            // A NOSCRIPT answer ran nothing: not a run, not an attempt.
             let noscript = matches!(&reply, Reply::Error(e) if e.is("NOSCRIPT"));
+            if !noscript {
+                r.ran.push(self.now);
+            }
             let is_attempt = !noscript
                 && r.acquire_script.is_some_and(|s| {
                     let a = req.command.args();
@@ -701,6 +729,12 @@ impl World {
                     self.history.acqs[acq].grants.push(self.now);
                 }
             }
+        }
+        if let Some(&(hold, true)) = self.releases.get(&runner)
+            && reply == Reply::Int(1)
+        {
+            // The ack ran and removed the job, whether or not its reply reaches the worker.
+            self.history.acks_ran.push(hold);
         }
         if n == 0 {
             self.drain_messages();
@@ -845,6 +879,9 @@ impl World {
                 let c = &mut self.clients[client];
                 c.sub = None;
                 c.sub_epoch += 1;
+                for state in c.channels.values_mut() {
+                    state.0 = None;
+                }
                 self.push(self.now + dur, Ev::Reconnect { client });
             }
             Inject::Evict { node, pick } => {
@@ -876,6 +913,9 @@ impl World {
             for c in 0..self.clients.len() {
                 if self.clients[c].sub.take().is_some() {
                     self.clients[c].sub_epoch += 1;
+                    for state in self.clients[c].channels.values_mut() {
+                        state.0 = None;
+                    }
                     let at = self.now + down + 1_000 + self.rand(20_000);
                     self.push(at, Ev::Reconnect { client: c });
                 }
@@ -893,11 +933,16 @@ impl World {
             return;
         }
         let sub = self.nodes[0].server.subscriber();
-        let channels: Vec<String> = self.clients[client].channels.iter().cloned().collect();
+        let channels: Vec<String> = self.clients[client].channels.keys().cloned().collect();
         sub.subscribe(&channels);
         let c = &mut self.clients[client];
         c.sub = Some(sub);
         c.sub_epoch += 1;
+        c.epoch += 1;
+        let epoch = c.epoch;
+        for state in c.channels.values_mut() {
+            state.0 = Some(epoch);
+        }
         self.note(|| format!("c{client} listener reconnected"));
         if self.mutation != Mutation::NoRecheckAfterMiss {
             // Messages published while disconnected are lost: every waiter checks again.
@@ -922,6 +967,7 @@ impl World {
             last_ran: None,
             acq: None,
             acquire_script: None,
+            sent_epoch: 0,
         }));
         id
     }
@@ -1025,10 +1071,12 @@ impl World {
                     .deadline
                     .min(now_i + Duration::from_micros(IO_TIMEOUT) + batch.server_wait);
                 let at = self.to_global(client, limit).max(self.now);
+                let epoch = self.clients[client].epoch;
                 let generation = {
                     let r = self.runners[runner]
                         .as_mut()
                         .unwrap_or_else(|| unreachable!());
+                    r.sent_epoch = epoch;
                     r.batch += 1;
                     for req in &batch.requests {
                         r.outstanding
@@ -1077,10 +1125,24 @@ impl World {
     // ---- pub/sub listener ----
 
     fn listen(&mut self, client: usize, runner: usize, on: WakeOn) {
+        let sent = self.runners[runner].as_ref().map_or(0, |r| r.sent_epoch);
+        let generation = self.runners[runner].as_ref().map_or(0, |r| r.timer);
+        let recheck = self.mutation != Mutation::NoRecheckAfterMiss;
         let c = &mut self.clients[client];
         let channel = on.channel.clone();
         c.waiters.push((runner, on));
-        if c.channels.insert(channel.clone()) && c.sub.is_some() {
+        // The blocking listener's "no gap" rule: a waiter whose channel was confirmed after
+        // its attempt was sent, or had a message since, may have missed a release: it tries
+        // again at once. One not yet confirmed is woken by the confirmation.
+        if let Some(&(Some(confirmed), last)) = c.channels.get(&channel) {
+            if recheck && (confirmed > sent || last > sent) {
+                self.push(self.now, Ev::Wake { runner, generation });
+            }
+            return;
+        }
+        let fresh = !c.channels.contains_key(&channel);
+        c.channels.entry(channel.clone()).or_insert((None, 0));
+        if fresh && c.sub.is_some() {
             let sub_epoch = c.sub_epoch;
             let at = self.now + self.net_delay();
             self.push(
@@ -1123,6 +1185,12 @@ impl World {
     }
 
     fn route(&mut self, client: usize, channel: &str, payload: &str) {
+        let c = &mut self.clients[client];
+        c.epoch += 1;
+        let epoch = c.epoch;
+        if let Some(state) = c.channels.get_mut(channel) {
+            state.1 = epoch;
+        }
         let waiters: Vec<(usize, Option<String>)> = self.clients[client]
             .waiters
             .iter()

@@ -132,3 +132,39 @@ fn a_seed_replays_exactly() {
         }
     }
 }
+
+/// Seeds that once failed, each kept with what it found.
+#[test]
+fn regression_seeds() {
+    let seeds: [(Primitive, u64, &str); 8] = [
+        // The sim's driver polled a RedLock machine past its batch deadline before feeding
+        // the timeouts; the core now reports that as a broken contract.
+        (
+            Primitive::RedLock,
+            1,
+            "contract: time out requests before polling",
+        ),
+        // A release message that arrived while the waiter's attempt was in flight was lost
+        // to it: the listener's "no gap" epoch rule (as the blocking listener has) wakes it.
+        (Primitive::Lease, 3570, "no-gap rule of the listener"),
+        (Primitive::Fair, 1152, "no-gap rule of the listener"),
+        // A reentrant owner re-enters its hold restored by a failover, with its old fence.
+        (Primitive::Reentrant, 2180, "re-entry of a restored hold"),
+        (Primitive::Reentrant, 1398, "re-entry of a restored hold"),
+        // An ack that ran but whose replies were all lost settled the job all the same.
+        (Primitive::Queue, 1311, "ack ran, reply lost"),
+        // A NOSCRIPT answer ran nothing (set_permits took effect at the EVAL after it).
+        (Primitive::Semaphore, 1134, "NOSCRIPT is not a run"),
+        // Due times count in whole milliseconds of the server clock.
+        (Primitive::Queue, 225, "due times in ms"),
+    ];
+    for (primitive, seed, what) in seeds {
+        let o = redlease_sim::run::run(RunSpec {
+            primitive,
+            seed,
+            mutation: Mutation::None,
+            allowed: primitive.faults(),
+        });
+        assert!(o.violations.is_empty(), "{what}:\n{}", report(&o));
+    }
+}

@@ -14,7 +14,7 @@ pub enum Outcome {
     /// A lock, permit or job acquisition.
     Acquired(Result<Acquisition, Error>),
     /// A RedLock acquisition.
-    Red(Result<RedLease, Error>),
+    Red(Result<Box<RedLease>, Error>),
     /// A release or an ack.
     Unit(Result<(), Error>),
     /// An extension (the new validity).

@@ -347,7 +347,7 @@ impl World {
             now: 0,
             seq: 0,
             events: BinaryHeap::new(),
-            rng: SplitMix64::new(seed ^ 0x5eed_0f_517e),
+            rng: SplitMix64::new(seed ^ 0x005e_ed0f_517e),
             clock,
             base: Instant::now(),
             nodes,
@@ -459,11 +459,10 @@ impl World {
 
     fn window(&mut self, pick: impl Fn(&Inject) -> Option<(u64, u64)>) -> Option<u64> {
         let now = self.now;
-        let hit = self.plan.injections.iter().find_map(|i| {
+        self.plan.injections.iter().find_map(|i| {
             let (until, extra) = pick(&i.what)?;
             (i.at <= now && now < until).then_some(extra)
-        });
-        hit
+        })
     }
 
     /// Runs until nothing is left to do or the hard end; returns the history, the number
@@ -1357,7 +1356,11 @@ impl World {
                             ended: None,
                             result: AcqResult::Running,
                         });
-                        let r = self.spawn(client, Owner::Task(task), Wrap::boxed(m, Outcome::Red));
+                        let r = self.spawn(
+                            client,
+                            Owner::Task(task),
+                            Wrap::boxed(m, |r| Outcome::Red(r.map(Box::new))),
+                        );
                         if let Some(x) = self.runners[r].as_mut() {
                             x.acq = Some(acq);
                         }
@@ -1704,7 +1707,7 @@ impl World {
                         self.tasks[task].held = Some(Held {
                             hold,
                             lease: None,
-                            red: Some(red),
+                            red: Some(*red),
                             watch: None,
                             job: None,
                         });

@@ -136,7 +136,15 @@ fn a_seed_replays_exactly() {
 /// Seeds that once failed, each kept with what it found.
 #[test]
 fn regression_seeds() {
-    let seeds: [(Primitive, u64, &str); 8] = [
+    let seeds: [(Primitive, u64, &str); 9] = [
+        // LIBRARY FIX: a reentrant release delayed past its retries and past the same
+        // owner's next acquisition ended that new hold (the release was counted by owner,
+        // not by hold): another client took the lock while the owner still held it.
+        (
+            Primitive::Reentrant,
+            4646,
+            "reentrant release counted per hold",
+        ),
         // The sim's driver polled a RedLock machine past its batch deadline before feeding
         // the timeouts; the core now reports that as a broken contract.
         (

@@ -16,9 +16,11 @@ if bad then
   return bad
 end
 if count then
-  if redis.call('HGET', KEYS[1], owner .. ':op') ~= op then
+  -- Each hold is recorded by its op id (`<owner>:h:<op>`): a retried acquisition finds its
+  -- own and is not counted twice, and only that hold's release (or undo) takes it back.
+  if redis.call('HEXISTS', KEYS[1], owner .. ':h:' .. op) == 0 then
     redis.call('HINCRBY', KEYS[1], owner, 1)
-    redis.call('HSET', KEYS[1], owner .. ':op', op)
+    redis.call('HSET', KEYS[1], owner .. ':h:' .. op, '1')
   end
   -- Never shorten: an outer hold may have asked for a longer lease.
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
@@ -30,6 +32,6 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 local fence, text = issue_fence(KEYS[2], counter, now_us())
-redis.call('HSET', KEYS[1], owner, 1, owner .. ':op', op, 'fence', text)
+redis.call('HSET', KEYS[1], owner, 1, owner .. ':h:' .. op, '1', 'fence', text)
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {1, fence}

@@ -1,7 +1,10 @@
 -- Release one hold of a reentrant lock; the last hold deletes the hash and announces it.
 -- KEYS[1] lock hash; ARGV[1] owner, ARGV[2] op id, ARGV[3] release channel.
--- Returns 1 released (a retried release with the same op id is not counted twice),
--- 0 the lock was gone (expired), -1 another owner holds it.
+-- Returns 1 released (also for this very release sent again while the owner still holds
+-- the lock: `<owner>:r` keeps the last release's op id), 0 this hold was gone (expired, or
+-- released: a delayed copy of a release is never counted twice, so it never ends another
+-- hold of the same owner), -1 another owner holds it. The op id is 'r' followed by the op id of the
+-- acquisition whose hold it ends (recorded as `<owner>:h:<op>` by the acquire script).
 local owner, op = ARGV[1], ARGV[2]
 local count = redis.call('HGET', KEYS[1], owner)
 if not count then
@@ -10,8 +13,12 @@ if not count then
   end
   return 0
 end
-if redis.call('HGET', KEYS[1], owner .. ':op') == op then
-  return 1
+local hold = owner .. ':h:' .. string.sub(op, 2)
+if redis.call('HEXISTS', KEYS[1], hold) == 0 then
+  if redis.call('HGET', KEYS[1], owner .. ':r') == op then
+    return 1
+  end
+  return 0
 end
 if tonumber(count) <= 1 then
   redis.call('DEL', KEYS[1])
@@ -19,5 +26,6 @@ if tonumber(count) <= 1 then
   return 1
 end
 redis.call('HINCRBY', KEYS[1], owner, -1)
-redis.call('HSET', KEYS[1], owner .. ':op', op)
+redis.call('HDEL', KEYS[1], hold)
+redis.call('HSET', KEYS[1], owner .. ':r', op)
 return 1

@@ -4,7 +4,8 @@
 -- ARGV[2] op id of the acquisition, ARGV[3] channel, ARGV[4] how long to remember the op id.
 -- Returns 1 undone, 0 the acquisition had not been counted (nothing to undo).
 local owner, op = ARGV[1], ARGV[2]
-local last_op = redis.call('HGET', KEYS[1], owner .. ':op')
+local hold = owner .. ':h:' .. op
+local counted = redis.call('HEXISTS', KEYS[1], hold) == 1
 if KEYS[2] then
   redis.call('ZCARD', KEYS[2])
 end
@@ -13,7 +14,7 @@ end
 if KEYS[2] then
   remember(KEYS[2], op, now_ms(), tonumber(ARGV[4]))
 end
-if last_op ~= op then
+if not counted then
   return 0
 end
 local count = tonumber(redis.call('HGET', KEYS[1], owner)) or 0
@@ -23,5 +24,5 @@ if count <= 1 then
   return 1
 end
 redis.call('HINCRBY', KEYS[1], owner, -1)
-redis.call('HSET', KEYS[1], owner .. ':op', 'u' .. op)
+redis.call('HDEL', KEYS[1], hold)
 return 1

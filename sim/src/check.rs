@@ -241,6 +241,15 @@ fn fences(h: &History, out: &mut Out<'_>) {
             by_name.entry(&x.name).or_default().push(i);
         }
     }
+    let acq_of: HashMap<usize, usize> = h
+        .acqs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| match a.result {
+            AcqResult::Acquired(hold) => Some((hold, i)),
+            _ => None,
+        })
+        .collect();
     if out.on(Property::FenceOrder) {
         for list in by_name.values_mut() {
             list.sort_by_key(|i| h.holds[*i].granted);
@@ -255,7 +264,16 @@ fn fences(h: &History, out: &mut Out<'_>) {
                         let a = &h.holds[i];
                         a.task == b.task && a.fence == b.fence
                     });
-                if reentry {
+                // A retried acquisition that finds its own token returns the fence its first
+                // grant was issued (documented), even when that grant came back with an
+                // older snapshot or replica after fences were issued to others.
+                let regrant = acq_of.get(&j).is_some_and(|&a| {
+                    h.acqs[a]
+                        .grants
+                        .iter()
+                        .any(|&(t, f)| t < b.granted && f == b.fence)
+                });
+                if reentry || regrant {
                     continue;
                 }
                 if let Some(i) = prev {
@@ -328,7 +346,7 @@ fn live_ahead(h: &History, b: usize, g: u64) -> Vec<usize> {
         }
         // A grant (even one whose reply was lost) takes a waiter out of the line: it joins
         // again with its next attempt.
-        let since = a.grants.iter().copied().filter(|t| *t < g).max();
+        let since = a.grants.iter().map(|x| x.0).filter(|t| *t < g).max();
         let mut attempts = a
             .attempts
             .iter()

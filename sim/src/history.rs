@@ -136,9 +136,9 @@ pub struct Acq {
     pub waiter_timeout: Option<u64>,
     /// When each acquisition attempt ran on the server.
     pub attempts: Vec<u64>,
-    /// When an attempt ran that was granted (its reply may have been lost; a grant takes
-    /// the waiter out of the line).
-    pub grants: Vec<u64>,
+    /// When an attempt ran that was granted, and the fence it returned (its reply may have
+    /// been lost; a grant takes the waiter out of the line).
+    pub grants: Vec<(u64, u64)>,
     /// When it ended, on the global and the caller's clock.
     pub ended: Option<(u64, u64)>,
     /// The outcome.

@@ -725,7 +725,13 @@ impl World {
                     .and_then(Reply::as_int)
                     == Some(1);
                 if granted {
-                    self.history.acqs[acq].grants.push(self.now);
+                    let fence = reply
+                        .as_array()
+                        .and_then(|a| a.get(1))
+                        .and_then(Reply::as_int)
+                        .and_then(|f| u64::try_from(f).ok())
+                        .unwrap_or(0);
+                    self.history.acqs[acq].grants.push((self.now, fence));
                 }
             }
         }
@@ -1475,6 +1481,22 @@ impl World {
         }
     }
 
+    /// When the hold an acquisition ended with began: the first of the granted attempts at
+    /// the end of its attempts (a retry that finds its own grant renews it, it does not
+    /// start it).
+    fn first_of_last_grants(&self, acq: usize) -> Option<u64> {
+        let a = &self.history.acqs[acq];
+        let mut first = None;
+        for t in a.attempts.iter().rev() {
+            if a.grants.iter().any(|g| g.0 == *t) {
+                first = Some(*t);
+            } else {
+                break;
+            }
+        }
+        first
+    }
+
     /// A fresh owner token from the run's generator.
     pub fn token(&mut self) -> redlease_core::lease::Token {
         let mut b = [0u8; 16];
@@ -1620,12 +1642,7 @@ impl World {
                             name: self.history.acqs[acq].name.clone(),
                             kind: HoldKind::from(lease.kind),
                             fence: lease.fence,
-                            granted: self.history.acqs[acq]
-                                .attempts
-                                .last()
-                                .copied()
-                                .or(r.last_ran)
-                                .unwrap_or(self.now),
+                            granted: self.first_of_last_grants(acq).or(r.last_ran).unwrap_or(self.now),
                             received: self.now,
                             valid_until: valid,
                             first_valid_until: valid,
@@ -1719,7 +1736,8 @@ impl World {
                 }
             }
             Outcome::Unit(result) => {
-                let Some((hold, ack)) = self.releases.remove(&id) else {
+                // Kept: a copy of the call may still run later (a paused server, a delay).
+                let Some((hold, ack)) = self.releases.get(&id).copied() else {
                     return;
                 };
                 let trusted = ack
@@ -1746,7 +1764,7 @@ impl World {
                 }
             }
             Outcome::Nacked(result) => {
-                let Some((hold, _)) = self.releases.remove(&id) else {
+                let Some((hold, _)) = self.releases.get(&id).copied() else {
                     return;
                 };
                 self.note(|| format!("c{client} t{task} nack hold {hold}: {result:?}"));

@@ -365,12 +365,14 @@ fn live_ahead(h: &History, b: usize, g: u64) -> Vec<usize> {
             if t > g {
                 break;
             }
-            if t - last >= wt {
+            // The server keeps a waiter's place until its last call plus the waiter
+            // timeout, counted in whole milliseconds of its clock.
+            if t / 1_000 - last / 1_000 >= wt / 1_000 {
                 live = false;
             }
             last = t;
         }
-        if live && g - last < wt {
+        if live && g / 1_000 - last / 1_000 < wt / 1_000 {
             ahead.push(i);
         }
     }

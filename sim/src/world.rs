@@ -735,6 +735,26 @@ impl World {
                 }
             }
         }
+        // Record what a call did when it runs, not when its caller hears of it: a delayed
+        // copy may run after the caller gave up.
+        if let Some(&permits) = self.permit_sets.get(&runner)
+            && matches!(reply, Reply::Int(_) | Reply::Nil)
+        {
+            self.history.permits.push((self.now, permits));
+        }
+        if let Some((ids, delay)) = self.pushes.get(&runner)
+            && matches!(reply, Reply::Array(_))
+        {
+            for id in ids {
+                if !self.history.pushed.iter().any(|p| &p.id == id) {
+                    self.history.pushed.push(Pushed {
+                        id: id.clone(),
+                        ran: self.now,
+                        delay: *delay,
+                    });
+                }
+            }
+        }
         if let Some(&(hold, true)) = self.releases.get(&runner)
             && reply == Reply::Int(1)
         {
@@ -1642,7 +1662,10 @@ impl World {
                             name: self.history.acqs[acq].name.clone(),
                             kind: HoldKind::from(lease.kind),
                             fence: lease.fence,
-                            granted: self.first_of_last_grants(acq).or(r.last_ran).unwrap_or(self.now),
+                            granted: self
+                                .first_of_last_grants(acq)
+                                .or(r.last_ran)
+                                .unwrap_or(self.now),
                             received: self.now,
                             valid_until: valid,
                             first_valid_until: valid,
@@ -1777,25 +1800,19 @@ impl World {
                 }
             }
             Outcome::Pushed(result) => {
-                let Some((ids, delay)) = self.pushes.remove(&id) else {
+                let Some((ids, delay)) = self.pushes.get(&id).cloned() else {
                     return;
                 };
                 self.note(|| format!("c{client} t{task} push {ids:?}: {result:?}"));
-                // What counts is whether the push ran, which the simulator knows.
-                if let Some(ran) = r.ran.first().copied() {
-                    for id in ids {
-                        self.history.pushed.push(Pushed { id, ran, delay });
-                    }
-                }
+                // What counts is whether the push ran: recorded when it ran.
+                let _ = delay;
             }
             Outcome::Permits(result) => {
-                let Some(permits) = self.permit_sets.remove(&id) else {
+                let Some(permits) = self.permit_sets.get(&id).copied() else {
                     return;
                 };
                 self.note(|| format!("c{client} t{task} set_permits({permits}): {result:?}"));
-                if let Some(ran) = r.ran.first().copied() {
-                    self.history.permits.push((ran, permits));
-                }
+                // Recorded when it ran.
             }
             Outcome::Quorum(result) => {
                 self.releases.remove(&id);

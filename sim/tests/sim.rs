@@ -136,7 +136,20 @@ fn a_seed_replays_exactly() {
 /// Seeds that once failed, each kept with what it found.
 #[test]
 fn regression_seeds() {
-    let seeds: [(Primitive, u64, &str); 9] = [
+    let seeds: [(Primitive, u64, &str); 14] = [
+        // A waiter's place lasts its waiter timeout in whole milliseconds of the server.
+        (Primitive::Fair, 6274, "waiter timeout in ms"),
+        // A retry finding its own grant (held back by a paused server) renews, not starts.
+        (
+            Primitive::Semaphore,
+            8787,
+            "a hold starts at its first grant",
+        ),
+        // A retried acquisition's own fence after a failover restored its grant.
+        (Primitive::Fair, 11535, "re-grant keeps its fence"),
+        // Calls recorded when they run: an ack or set_permits delayed past its caller.
+        (Primitive::Queue, 825, "late ack ran"),
+        (Primitive::Semaphore, 6248, "late set_permits ran"),
         // LIBRARY FIX: a reentrant release delayed past its retries and past the same
         // owner's next acquisition ended that new hold (the release was counted by owner,
         // not by hold): another client took the lock while the owner still held it.

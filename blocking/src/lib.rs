@@ -64,6 +64,7 @@
 )]
 
 pub mod adapter;
+mod backend;
 mod client;
 mod connect;
 mod legacy;

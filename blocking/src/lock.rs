@@ -259,7 +259,8 @@ impl<'c> LockBuilder<'c> {
             reply_timeout: self.client.shared().io_timeout,
             min_replicas: self.min_replicas,
         };
-        let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), Instant::now())?;
+        let now = self.client.shared().time.now();
+        let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), now)?;
         let (span, started) = (
             crate::observe::acquire_span(&self.name, self.kind),
             Instant::now(),
@@ -321,7 +322,11 @@ impl LockGuard {
     }
 
     fn new(client: &Client, lease: Lease, policy: Option<RenewalPolicy>) -> Self {
-        let (cell, lost_rx) = LeaseCell::new(&lease.target.name, lease.valid_until);
+        let (cell, lost_rx) = LeaseCell::new(
+            &lease.target.name,
+            lease.valid_until,
+            client.shared().time.clone(),
+        );
         // The watchdog thread starts with the first lease that needs it, not before.
         let watched = match policy.map(|p| (p, client.watchdog())) {
             Some((policy, Some(watchdog))) => {
@@ -377,7 +382,8 @@ impl LockGuard {
 
     /// Time left before [`valid_until`](Self::valid_until).
     pub fn remaining(&self) -> Duration {
-        self.valid_until().saturating_duration_since(Instant::now())
+        self.valid_until()
+            .saturating_duration_since(self.shared.time.now())
     }
 
     /// Whether the lease is known to be lost. A renewed lease whose
@@ -562,7 +568,7 @@ impl LockGuard {
             return;
         }
         self.cell
-            .release(deadline.saturating_duration_since(Instant::now()));
+            .release(deadline.saturating_duration_since(self.shared.time.now()));
         if let Some(owner) = self.owner.upgrade()
             && let Some(Some(watchdog)) = owner.watchdog.get()
         {
@@ -571,7 +577,7 @@ impl LockGuard {
     }
 
     fn deadline(&self) -> Instant {
-        saturating_add(Instant::now(), self.shared.op_timeout)
+        saturating_add(self.shared.time.now(), self.shared.op_timeout)
     }
 }
 
@@ -655,7 +661,7 @@ impl Client {
     /// until the holders are under the count.
     pub fn set_permits(&self, name: &str, permits: u64) -> Result<Option<u64>, Error> {
         let spec = self.semaphore_spec(name)?;
-        let deadline = saturating_add(Instant::now(), self.shared().op_timeout);
+        let deadline = saturating_add(self.shared().time.now(), self.shared().op_timeout);
         self.run(ScriptOp::set_permits(&spec, permits, deadline)?)
     }
 
@@ -690,7 +696,7 @@ impl Client {
     /// The permit count, live holders and live waiters of semaphore `name`.
     pub fn semaphore_state(&self, name: &str) -> Result<SemaphoreState, Error> {
         let spec = self.semaphore_spec(name)?;
-        let deadline = saturating_add(Instant::now(), self.shared().op_timeout);
+        let deadline = saturating_add(self.shared().time.now(), self.shared().op_timeout);
         self.run(ScriptOp::read_semaphore(&spec, deadline)?)
     }
 

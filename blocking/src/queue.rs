@@ -107,7 +107,8 @@ impl Queue {
     }
 
     fn deadline(&self) -> Instant {
-        saturating_add(Instant::now(), self.client.shared().op_timeout)
+        let shared = self.client.shared();
+        saturating_add(shared.time.now(), shared.op_timeout)
     }
 
     /// Pushes jobs in one round trip, ready after `delay` (zero: at once), served by
@@ -214,7 +215,8 @@ impl Queue {
             reply_timeout: self.client.shared().io_timeout,
             min_replicas: None,
         };
-        let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), Instant::now())?;
+        let now = self.client.shared().time.now();
+        let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), now)?;
         let span =
             crate::observe::acquire_span(&self.keys.name, redlease_core::lease::LockKind::Job);
         let (started, taken) = (Instant::now(), span.in_scope(|| self.client.run(machine)));
@@ -331,7 +333,7 @@ impl Queue {
                 );
                 std::thread::Builder::new()
                     .name(format!("redlease-worker-{i}"))
-                    .spawn(move || work_loop(&queue, &stop, &counters, &*handler))
+                    .spawn(move || work_loop(&queue, stop, &counters, &*handler))
                     .ok()
             })
             .collect();
@@ -339,6 +341,7 @@ impl Queue {
             stop,
             counters,
             threads,
+            time: self.client.shared().time.clone(),
         }
     }
 }
@@ -354,19 +357,28 @@ struct WorkerCounters {
 
 fn work_loop<E: HandlerError>(
     queue: &Queue,
-    stop: &AtomicBool,
+    stop: Arc<AtomicBool>,
     counters: &WorkerCounters,
     handler: &dyn Fn(&Job) -> Result<(), E>,
 ) {
+    let time = queue.client.shared().time.clone();
+    // On a test clock, a worker waits for the test to move time (it never moves it itself),
+    // and stopping the pool ends its wait.
+    #[cfg(feature = "memory")]
+    if time.memory().is_some() {
+        crate::memory::MemoryClock::set_passive_thread();
+        crate::backend::cancel_waits_on(stop.clone());
+    }
     let mut pause = Duration::from_millis(10);
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.load(Ordering::SeqCst) {
         let job = match queue.take(Duration::from_millis(500)) {
             Ok(Some(job)) => job,
             Ok(None) => continue,
+            Err(_) if stop.load(Ordering::SeqCst) => break,
             Err(_) => {
                 // Redis unreachable: back off, but keep noticing the stop signal.
                 counters.errors.fetch_add(1, Ordering::Relaxed);
-                std::thread::sleep(pause);
+                let _ = time.sleep_until(saturating_add(time.now(), pause));
                 pause = (pause * 2).min(Duration::from_secs(1));
                 continue;
             }
@@ -415,6 +427,9 @@ pub struct Workers {
     stop: Arc<AtomicBool>,
     counters: Arc<WorkerCounters>,
     threads: Vec<JoinHandle<()>>,
+    /// The client's clock (a test clock's waits are woken to see the stop).
+    #[cfg_attr(not(feature = "memory"), allow(dead_code))]
+    time: crate::backend::Time,
 }
 
 /// What a worker pool did.
@@ -454,7 +469,11 @@ impl Workers {
     }
 
     fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::SeqCst);
+        #[cfg(feature = "memory")]
+        if let Some(clock) = self.time.memory() {
+            clock.kick();
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

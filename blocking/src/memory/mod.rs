@@ -27,7 +27,7 @@
 //! assert_eq!(server.call(&["GET", "k"]).unwrap(), Reply::Nil);
 //! ```
 
-mod clock;
+pub(crate) mod clock;
 mod commands;
 mod keyspace;
 mod lua;
@@ -191,6 +191,11 @@ impl MemoryServer {
         }
     }
 
+    /// Whether two handles are the same server.
+    pub fn same_server(&self, other: &MemoryServer) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// The server's clock (a clone: advancing it advances the server).
     pub fn clock(&self) -> MemoryClock {
         self.shared.clock.clone()
@@ -232,6 +237,16 @@ impl MemoryServer {
             command = command.arg(a);
         }
         self.execute(&command)
+    }
+
+    /// A client of this server with default settings: the whole blocking API (every lock,
+    /// RedLock through [`RedLock::in_memory`](crate::RedLock::in_memory), the semaphore, the
+    /// queue, `run_once`, the watchdog), no socket, every timer on this server's
+    /// [`clock`](Self::clock). Call it again for another client (another process, as far as
+    /// the locks can tell). For other settings (key prefix, timeouts):
+    /// [`ClientBuilder::build_in_memory`](crate::ClientBuilder::build_in_memory).
+    pub fn client(&self) -> crate::Client {
+        crate::Client::in_memory(self)
     }
 
     /// A new subscriber connection.

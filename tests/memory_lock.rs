@@ -1,0 +1,98 @@
+//! The lock family on the in-process server (feature `memory`): no redis-server, every timer
+//! on the server's clock. Real time is bounded loosely (each test runs in milliseconds; the
+//! assertions are about virtual time).
+
+use std::time::{Duration, Instant};
+
+use redlease::memory::{Loss, MemoryServer};
+use redlease::{Error, LossReason};
+
+const S: Duration = Duration::from_secs(1);
+
+#[test]
+fn a_lock_is_exclusive_and_fenced_across_clients_of_one_server() {
+    let server = MemoryServer::new();
+    let (a, b) = (server.client(), server.client());
+    let g = a.lock("invoice").watchdog(false).acquire().unwrap();
+    assert!(b.lock("invoice").try_acquire().unwrap().is_none());
+    let first = g.fence();
+    g.release().unwrap();
+    let g2 = b.lock("invoice").try_acquire().unwrap().unwrap();
+    assert!(g2.fence() > first);
+}
+
+#[test]
+fn a_30_s_lease_expires_when_the_clock_passes_it() {
+    let server = MemoryServer::new();
+    let (a, b) = (server.client(), server.client());
+    let g = a.lock("l").ttl(30 * S).watchdog(false).acquire().unwrap();
+    server.clock().advance(29 * S);
+    assert!(!g.is_lost());
+    assert!(b.lock("l").try_acquire().unwrap().is_none());
+    server.clock().advance(2 * S);
+    assert_eq!(g.remaining(), Duration::ZERO);
+    let g2 = b.lock("l").try_acquire().unwrap().expect("expired: free");
+    assert!(g2.fence() > g.fence());
+    assert!(matches!(g.release(), Err(Error::NotOwner { .. })));
+}
+
+#[test]
+fn a_waiter_times_out_after_10_s_of_virtual_time_in_no_real_time() {
+    let server = MemoryServer::new();
+    let (a, b) = (server.client(), server.client());
+    let _g = a.lock("l").ttl(60 * S).watchdog(false).acquire().unwrap();
+    let (real, virt) = (Instant::now(), server.clock().elapsed());
+    let err = b.lock("l").wait(10 * S).acquire().unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    let waited = server.clock().elapsed() - virt;
+    assert!(waited >= 10 * S && waited < 11 * S, "{waited:?}");
+    assert!(real.elapsed() < 5 * S, "{:?}", real.elapsed());
+}
+
+#[test]
+fn a_waiter_gets_the_lock_when_the_lease_expires() {
+    let server = MemoryServer::new();
+    let (a, b) = (server.client(), server.client());
+    let g = a.lock("l").ttl(5 * S).watchdog(false).acquire().unwrap();
+    let t0 = server.clock().elapsed();
+    let g2 = b.lock("l").wait(10 * S).acquire().unwrap();
+    let waited = server.clock().elapsed() - t0;
+    assert!(waited >= 5 * S && waited < 6 * S, "{waited:?}");
+    assert!(g2.fence() > g.fence());
+}
+
+#[test]
+fn the_watchdog_renews_on_the_virtual_clock_and_reports_a_deleted_key_lost() {
+    let server = MemoryServer::new();
+    let a = server.client();
+    let g = a.lock("w").ttl(30 * S).acquire().unwrap();
+    server.clock().advance(95 * S);
+    assert!(!g.is_lost(), "renewed every 10 s");
+    assert!(g.remaining() > 15 * S, "{:?}", g.remaining());
+    assert!(server.evict("redlease:{w}:lock"));
+    server.clock().advance(11 * S);
+    assert!(g.is_lost());
+    assert!(g.lost().try_recv().is_ok());
+}
+
+#[test]
+fn a_paused_server_makes_the_watchdog_report_the_lease_lost_at_its_validity() {
+    let server = MemoryServer::new();
+    let a = server.client();
+    let g = a.lock("p").ttl(30 * S).acquire().unwrap();
+    server.pause();
+    server.clock().advance(29 * S);
+    assert!(!g.is_lost());
+    server.clock().advance(2 * S);
+    assert_eq!(g.lost_reason(), Some(LossReason::RenewalFailed));
+}
+
+#[test]
+fn a_lost_release_reply_is_retried_and_the_lock_is_free() {
+    let server = MemoryServer::new();
+    let (a, b) = (server.client(), server.client());
+    let g = a.lock("r").watchdog(false).acquire().unwrap();
+    server.lose_next_reply(Loss::AfterRun);
+    g.release().unwrap();
+    assert!(b.lock("r").try_acquire().unwrap().is_some());
+}

@@ -509,3 +509,81 @@ fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Input> {
         })
         .collect()
 }
+
+#[cfg(all(test, feature = "memory"))]
+mod tests {
+    use super::*;
+    use redlease_core::{Command, RequestId};
+
+    /// Sends `rounds` PINGs, waiting 1 s (of the clock) between them, then ends with the
+    /// number of replies it got.
+    struct Pinger {
+        rounds: u32,
+        replies: u32,
+        next_at: Option<Instant>,
+        in_flight: bool,
+    }
+
+    impl Protocol for Pinger {
+        type Output = u32;
+        fn poll(&mut self, now: Instant) -> Step<u32> {
+            if self.in_flight {
+                return Step::Awaiting;
+            }
+            if self.replies == self.rounds {
+                return Step::Done(Ok(self.replies));
+            }
+            if let Some(at) = self.next_at.filter(|at| now < *at) {
+                return Step::Wait(Wait {
+                    until: at,
+                    wake_on: None,
+                });
+            }
+            self.in_flight = true;
+            let request = Request {
+                id: RequestId(u64::from(self.replies)),
+                command: Command::new("PING"),
+            };
+            Step::Send(Batch::new(vec![request], now + Duration::from_secs(1)))
+        }
+        fn handle(&mut self, input: Input, now: Instant) {
+            self.in_flight = false;
+            if input.result.is_ok() {
+                self.replies += 1;
+            }
+            self.next_at = Some(now + Duration::from_secs(1));
+        }
+    }
+
+    /// A machine of a set that waits between its sends runs to its end (the watchdog's
+    /// renewals retry within their round), beside one that ends at once.
+    #[test]
+    fn a_set_runs_every_machine_through_its_waits() {
+        let server = crate::memory::MemoryServer::new();
+        let clock = server.clock();
+        let nodes = [Node::Memory {
+            server,
+            io_timeout: Duration::from_secs(1),
+        }];
+        let time = Time::Memory(clock.clone());
+        let route = Route::new(&nodes, &time);
+        let mut machines = [
+            Pinger {
+                rounds: 1,
+                replies: 0,
+                next_at: None,
+                in_flight: false,
+            },
+            Pinger {
+                rounds: 3,
+                replies: 0,
+                next_at: None,
+                in_flight: false,
+            },
+        ];
+        let mut out = [None, None];
+        drive_set(&route, &mut machines, &mut out, &mut None);
+        assert_eq!(out, [Some(Ok(1)), Some(Ok(3))]);
+        assert_eq!(clock.elapsed(), Duration::from_secs(2), "two waits of 1 s");
+    }
+}

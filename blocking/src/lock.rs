@@ -775,7 +775,8 @@ fn finish_period(
     started: Instant,
     at_least_for: Duration,
 ) -> Result<(), Error> {
-    let keep = at_least_for.saturating_sub(started.elapsed());
+    let ran = guard.shared.time.now().saturating_duration_since(started);
+    let keep = at_least_for.saturating_sub(ran);
     if keep < Duration::from_millis(1) {
         return guard.release();
     }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use redlease::memory::{Loss, MemoryServer};
 use redlease::{Error, LossReason};
+use redlease_suite::testkit::await_condition;
 
 const S: Duration = Duration::from_secs(1);
 
@@ -95,4 +96,40 @@ fn a_lost_release_reply_is_retried_and_the_lock_is_free() {
     server.lose_next_reply(Loss::AfterRun);
     g.release().unwrap();
     assert!(b.lock("r").try_acquire().unwrap().is_some());
+}
+
+#[test]
+fn a_release_wakes_a_waiter_without_moving_the_clock() {
+    let server = MemoryServer::new();
+    // Two threads make calls at once: time moves only when the test says.
+    server.clock().set_auto_advance(false);
+    let (a, b) = (server.client(), server.client());
+    let g = a.lock("l").ttl(60 * S).watchdog(false).acquire().unwrap();
+    let waiter = std::thread::spawn(move || b.lock("l").wait(10 * S).acquire().map(|g| g.fence()));
+    await_condition(30 * S, || server.clock().sleepers() == 1);
+    let first = g.fence();
+    g.release().unwrap();
+    let fence = waiter.join().unwrap().unwrap();
+    assert!(fence > first);
+    assert_eq!(
+        server.clock().elapsed(),
+        Duration::ZERO,
+        "woken by the release"
+    );
+}
+
+#[test]
+fn with_auto_advance_off_a_waiter_times_out_when_the_test_advances_the_clock() {
+    let server = MemoryServer::new();
+    server.clock().set_auto_advance(false);
+    let (a, b) = (server.client(), server.client());
+    let _g = a.lock("l").ttl(60 * S).watchdog(false).acquire().unwrap();
+    let waiter = std::thread::spawn(move || b.lock("l").wait(10 * S).acquire().map(|_| ()));
+    await_condition(30 * S, || server.clock().sleepers() == 1);
+    server.clock().advance(5 * S);
+    // Still waiting (it retried, and sleeps again): 5 s is not its 10 s.
+    await_condition(30 * S, || server.clock().sleepers() == 1);
+    assert!(!waiter.is_finished());
+    server.clock().advance(6 * S);
+    assert!(matches!(waiter.join().unwrap(), Err(Error::Timeout { .. })));
 }

@@ -197,6 +197,16 @@ impl Sends {
     }
 }
 
+/// What wakes a lone waiting machine, kept across its waits.
+#[derive(Default)]
+struct Waiting {
+    /// Registered with the client's listener (Redis).
+    waiter: Option<Waiter>,
+    /// Subscribed to the in-process server, with the channel.
+    #[cfg(feature = "memory")]
+    subscriber: Option<(String, crate::memory::Subscriber)>,
+}
+
 /// How a wait ended.
 enum Waited {
     Deadline,
@@ -215,7 +225,7 @@ pub(crate) fn drive_set<P: Protocol>(
     out: &mut [Option<Result<P::Output, Error>>],
     kept: &mut Option<Pooled>,
 ) {
-    let mut waiter: Option<Waiter> = None;
+    let mut wakeups = Waiting::default();
     let mut sent_epoch: Option<u64> = None;
     loop {
         let now = route.time.now();
@@ -276,7 +286,7 @@ pub(crate) fn drive_set<P: Protocol>(
             // No connection is held while waiting.
             *kept = None;
         }
-        match wait_for(route, &wait, waiting == 1, &mut waiter, sent_epoch) {
+        match wait_for(route, &wait, waiting == 1, &mut wakeups, sent_epoch) {
             Waited::Deadline => {}
             Waited::Woken => machines[i].wake(route.time.now()),
             Waited::Cancelled => {
@@ -295,26 +305,35 @@ fn wait_for(
     route: &Route<'_>,
     wait: &Wait,
     lone: bool,
-    waiter: &mut Option<Waiter>,
+    waiting: &mut Waiting,
     sent_epoch: Option<u64>,
 ) -> Waited {
-    let _waiting = route.counters.map(Counters::waiting);
+    let _counted = route.counters.map(Counters::waiting);
     let on = wait.wake_on.as_ref().filter(|_| lone);
     #[cfg(feature = "memory")]
     if let (Some(clock), [Node::Memory { server, .. }]) = (route.time.memory(), route.nodes) {
-        // The in-process server's own subscribers carry the release messages.
-        let subscriber = on.map(|on| {
+        // The in-process server's own subscribers carry the release messages. No gap: a
+        // subscription made after the attempt was sent may have missed its release, so the
+        // first wait on a channel ends at once (the machine tries again, now subscribed);
+        // the next ones sleep.
+        if let Some(on) = on
+            && waiting
+                .subscriber
+                .as_ref()
+                .is_none_or(|(c, _)| *c != on.channel)
+        {
             let s = server.subscriber();
             s.subscribe(&[on.channel.as_bytes()]);
-            s
-        });
+            s.ssubscribe(&[on.channel.as_bytes()]);
+            waiting.subscriber = Some((on.channel.clone(), s));
+            return Waited::Woken;
+        }
+        let receiver = on
+            .and(waiting.subscriber.as_ref())
+            .map(|(_, s)| s.receiver());
         return CANCEL.with(|c| {
             let cancel = c.borrow();
-            match clock.wait_until(
-                wait.until,
-                subscriber.as_ref().map(|s| s.receiver()),
-                cancel.as_deref(),
-            ) {
+            match clock.wait_until(wait.until, receiver, cancel.as_deref()) {
                 crate::memory::clock::Woke::Deadline => Waited::Deadline,
                 crate::memory::clock::Woke::Message => Waited::Woken,
                 crate::memory::clock::Woke::Cancelled => Waited::Cancelled,
@@ -324,10 +343,10 @@ fn wait_for(
     let listener = on.and_then(|on| Some((on, route.listening.as_ref()?.start()?)));
     match listener {
         Some((on, listener)) => {
-            if waiter.as_ref().is_none_or(|w| w.wakes_on() != on) {
-                *waiter = listener.register(on, sent_epoch);
+            if waiting.waiter.as_ref().is_none_or(|w| w.wakes_on() != on) {
+                waiting.waiter = listener.register(on, sent_epoch);
             }
-            match waiter {
+            match &waiting.waiter {
                 Some(w) if w.wait_until(wait.until).is_some() => Waited::Woken,
                 Some(_) => Waited::Deadline,
                 // No listener serves the channel (a cluster node not found): poll at the

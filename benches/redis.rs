@@ -107,6 +107,7 @@ type Scenario = (&'static str, fn(&Ctx) -> Measurement);
 const SCENARIOS: &[Scenario] = &[
     (BASELINE, raw_baseline),
     (UNCONTENDED, lock_uncontended),
+    ("memory_lock_uncontended", memory_lock_uncontended),
     ("lock_contended", lock_contended),
     ("lock_8keys", lock_8keys),
     ("cluster_8keys", cluster_8keys),
@@ -759,6 +760,25 @@ fn lock_uncontended(ctx: &Ctx) -> Measurement {
             .expect("bench: uncontended lock was busy");
         black_box(guard.fence());
         guard.release().expect("bench: uncontended release failed");
+    });
+    m
+}
+
+/// `lock_uncontended` on the in-process server (feature `memory`): the same client, machines
+/// and Lua scripts with no socket (the server runs on the caller's thread, on its own
+/// clock). Its ratio is over the raw Redis baseline like the others: above 1 means a cycle
+/// in-process is faster than one raw Redis round trip.
+fn memory_lock_uncontended(ctx: &Ctx) -> Measurement {
+    let server = redlease::memory::MemoryServer::new();
+    let client = server.client();
+    let lock = client.lock("bench-m");
+    let (m, _) = measure_single(ctx, || {
+        let guard = lock
+            .try_acquire()
+            .expect("bench: in-process try_acquire failed")
+            .expect("bench: in-process lock was busy");
+        black_box(guard.fence());
+        guard.release().expect("bench: in-process release failed");
     });
     m
 }

@@ -178,9 +178,10 @@ impl LegacyLockBuilder<'_> {
             now,
             unix_ms(&shared.time)?,
         )?;
-        let (span, started) = (crate::observe::span(&self.name, "legacy"), now);
+        let span = crate::observe::span(&self.name, "legacy");
         let out = span.in_scope(|| self.client.run(machine));
-        crate::observe::ended(&span, started, &out, |a| match a {
+        let waited = shared.time.now().saturating_duration_since(now);
+        crate::observe::ended(&span, waited, &out, |a| match a {
             LegacyAcquisition::Acquired(lease) => Some((lease.attempts, None)),
             LegacyAcquisition::Busy { .. } => None,
         });

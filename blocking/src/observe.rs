@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use redlease_core::lease::{Acquisition, LockKind};
+use redlease_core::lease::{Acquisition, LeaseKind, LockKind};
 use redlease_core::{Error, LossReason};
 use tracing::field::Empty;
 use tracing::{Span, debug, info_span, warn};
@@ -37,21 +37,21 @@ fn due(slot: &AtomicU64) -> bool {
 /// The `messaging.system` of queue events.
 const SYSTEM: &str = "redlease";
 
-/// A short, stable name for a lock kind (a field value).
-pub(crate) fn kind(kind: LockKind) -> &'static str {
+/// A short, stable name for what a lease is held on (a field value).
+pub(crate) fn kind(kind: LeaseKind) -> &'static str {
     match kind {
-        LockKind::Lease => "lease",
-        LockKind::Reentrant => "reentrant",
-        LockKind::Fair => "fair",
-        LockKind::Read => "read",
-        LockKind::Write => "write",
-        LockKind::Permit => "permit",
-        LockKind::Job => "job",
+        LeaseKind::Lock(LockKind::Lease) => "lease",
+        LeaseKind::Lock(LockKind::Reentrant) => "reentrant",
+        LeaseKind::Lock(LockKind::Fair) => "fair",
+        LeaseKind::Lock(LockKind::Read) => "read",
+        LeaseKind::Lock(LockKind::Write) => "write",
+        LeaseKind::Permit => "permit",
+        LeaseKind::Job => "job",
     }
 }
 
 /// The span of one acquisition; [`acquired`] fills in how it ended.
-pub(crate) fn acquire_span(name: &str, lock_kind: LockKind) -> Span {
+pub(crate) fn acquire_span(name: &str, lock_kind: LeaseKind) -> Span {
     span(name, kind(lock_kind))
 }
 
@@ -68,9 +68,10 @@ pub(crate) fn span(name: &str, kind: &'static str) -> Span {
     )
 }
 
-/// Records an acquisition's outcome on its span (and an event when it failed).
-pub(crate) fn acquired(span: &Span, started: Instant, out: &Result<Acquisition, Error>) {
-    ended(span, started, out, |a| match a {
+/// Records an acquisition's outcome on its span (and an event when it failed); `waited`:
+/// how long it took, on the client's clock.
+pub(crate) fn acquired(span: &Span, waited: Duration, out: &Result<Acquisition, Error>) {
+    ended(span, waited, out, |a| match a {
         Acquisition::Acquired(lease) => Some((lease.attempts, Some(lease.fence))),
         Acquisition::Busy { .. } => None,
     });
@@ -80,11 +81,11 @@ pub(crate) fn acquired(span: &Span, started: Instant, out: &Result<Acquisition, 
 /// (`None`: busy).
 pub(crate) fn ended<T>(
     span: &Span,
-    started: Instant,
+    waited: Duration,
     out: &Result<T, Error>,
     granted: impl Fn(&T) -> Option<(u32, Option<u64>)>,
 ) {
-    let waited = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let waited = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
     span.record("redlease.waited_ms", waited);
     match out.as_ref().map(granted) {
         Ok(Some((attempts, fence))) => {
@@ -109,7 +110,7 @@ pub(crate) fn ended<T>(
 }
 
 /// A release's outcome (explicit, or from a guard's drop).
-pub(crate) fn released(name: &str, lock_kind: LockKind, out: &Result<(), Error>) {
+pub(crate) fn released(name: &str, lock_kind: LeaseKind, out: &Result<(), Error>) {
     released_as(name, kind(lock_kind), out);
 }
 

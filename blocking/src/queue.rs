@@ -218,9 +218,15 @@ impl Queue {
         let now = self.client.shared().time.now();
         let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), now)?;
         let span =
-            crate::observe::acquire_span(&self.keys.name, redlease_core::lease::LockKind::Job);
-        let (started, taken) = (Instant::now(), span.in_scope(|| self.client.run(machine)));
-        crate::observe::acquired(&span, started, &taken);
+            crate::observe::acquire_span(&self.keys.name, redlease_core::lease::LeaseKind::Job);
+        let taken = span.in_scope(|| self.client.run(machine));
+        let waited = self
+            .client
+            .shared()
+            .time
+            .now()
+            .saturating_duration_since(now);
+        crate::observe::acquired(&span, waited, &taken);
         match taken? {
             Acquisition::Acquired(lease) => {
                 let [id, payload] = <[Vec<u8>; 2]>::try_from(lease.data.clone()).map_err(|_| {

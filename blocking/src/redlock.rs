@@ -362,11 +362,12 @@ impl RedLockLockBuilder<'_> {
             retry_max: self.retry_max,
             node_timeout: self.client.inner.node_timeout,
         };
-        let machine =
-            RedLockAcquire::new(spec, options, u64::from_le_bytes(seed), self.client.now())?;
-        let (span, started) = (crate::observe::span(&self.name, "redlock"), Instant::now());
+        let started = self.client.now();
+        let machine = RedLockAcquire::new(spec, options, u64::from_le_bytes(seed), started)?;
+        let span = crate::observe::span(&self.name, "redlock");
         let out = span.in_scope(|| self.client.run(machine));
-        crate::observe::ended(&span, started, &out, |r| Some((r.lease.attempts, None)));
+        let waited = self.client.now().saturating_duration_since(started);
+        crate::observe::ended(&span, waited, &out, |r| Some((r.lease.attempts, None)));
         let red = out?;
         Ok(RedLockGuard {
             client: self.client.clone(),

@@ -19,6 +19,9 @@
 //!   ([`set_auto_advance(false)`](MemoryClock::set_auto_advance)); waits then block until the
 //!   test calls [`advance`](MemoryClock::advance) (or a release message wakes them), and
 //!   [`sleepers`](MemoryClock::sleepers) says how many threads are waiting on the clock.
+//!   Move the clock while those threads wait, not while one is in the middle of a call: a
+//!   reply that comes after a jump is, to the client, a reply that took that long (a lease
+//!   acquired that way is already past its validity, as it would be on a real network).
 //!
 //! The clock's `Instant`s (what the client's machines are given as "now") are an origin
 //! taken once when the clock is made, plus how far it was advanced: two runs see the same

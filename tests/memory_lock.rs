@@ -133,3 +133,34 @@ fn with_auto_advance_off_a_waiter_times_out_when_the_test_advances_the_clock() {
     server.clock().advance(6 * S);
     assert!(matches!(waiter.join().unwrap(), Err(Error::Timeout { .. })));
 }
+
+#[test]
+fn a_restart_without_data_is_reported_to_the_holder_and_fences_still_increase() {
+    let server = MemoryServer::new();
+    let (a, b) = (server.client(), server.client());
+    let g = a.lock("r").ttl(30 * S).acquire().unwrap();
+    server.restart_empty(); // nothing persisted; the script cache is empty too
+    // The next renewal (10 s in) finds the key gone: the holder learns it at once.
+    server.clock().advance(10 * S);
+    assert!(g.is_lost(), "{:?}", g.lost_reason());
+    // A new holder gets a greater fence although the counter was lost (EVALSHA falls back
+    // to EVAL after the restart).
+    let next = b
+        .lock("r")
+        .try_acquire()
+        .unwrap()
+        .expect("free after the restart");
+    assert!(next.fence() > g.fence());
+}
+
+#[test]
+fn dropping_the_client_stops_its_watchdog_and_the_guard_says_so() {
+    let server = MemoryServer::new();
+    let a = server.client();
+    let g = a.lock("d").ttl(30 * S).acquire().unwrap();
+    drop(a);
+    assert_eq!(g.lost_reason(), Some(LossReason::WatchdogStopped));
+    // Its release is still sent (owner-checked): the lock is free at once.
+    g.release().unwrap();
+    assert!(server.client().lock("d").try_acquire().unwrap().is_some());
+}

@@ -49,6 +49,11 @@
 //! # Ok(()) }
 //! ```
 //!
+//! **Testing without Redis** (cargo feature `memory`, for dev-dependencies):
+//! [`memory::MemoryServer::client`] runs this whole API on an in-process server that
+//! executes the same Lua scripts, every timer on a clock the test moves; see the README's
+//! "Testing your code".
+//!
 //! **Watching it**: spans and events through `tracing` (acquisitions, releases, renewal
 //! failures, lost leases, the listener, the pool, queue jobs), and [`Client::status`] for a
 //! snapshot; see `docs/observability.md`. Least-privilege ACLs: `docs/acl.md`.

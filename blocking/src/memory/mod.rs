@@ -3,7 +3,30 @@
 //! [`MemoryClock`] the test advances, with faults a test can inject. Behind the cargo feature
 //! `memory` (off by default; meant for dev-dependencies).
 //!
-//! It speaks the core's own types: a [`Command`] in, a [`Reply`] out (or a
+//! [`MemoryServer::client`] (or [`Client::in_memory`](crate::Client::in_memory)) is a
+//! [`Client`](crate::Client) of it: the whole blocking API with no socket, every timer of
+//! the client (ttls, waits, backoff, the watchdog's renewals) on the server's
+//! [`MemoryClock`] (see [`clock`] for how time moves), release messages through the
+//! server's own subscribers. Several clients of one server play several processes;
+//! [`RedLock::in_memory`](crate::RedLock::in_memory) runs RedLock over several servers.
+//!
+//! ```
+//! use std::time::Duration;
+//! use redlease::memory::MemoryServer;
+//!
+//! # fn main() -> Result<(), redlease::Error> {
+//! let server = MemoryServer::new();
+//! let (a, b) = (server.client(), server.client());
+//! let held = a.lock("report").ttl(Duration::from_secs(30)).acquire()?;
+//! // b waits 10 s of the server's clock, then gives up (in microseconds of real time).
+//! assert!(b.lock("report").wait(Duration::from_secs(10)).acquire().is_err());
+//! // a's watchdog renewed the lease meanwhile; an hour later it still holds.
+//! server.clock().advance(Duration::from_secs(3600));
+//! assert!(!held.is_lost());
+//! # Ok(()) }
+//! ```
+//!
+//! The server speaks the core's own types: a [`Command`] in, a [`Reply`] out (or a
 //! [`MemoryFault`] that a driver maps to a [`TransportFailure`]). Its behaviour is checked
 //! against a real redis-server by the differential test `tests/memory_diff.rs`.
 //!
@@ -27,7 +50,7 @@
 //! assert_eq!(server.call(&["GET", "k"]).unwrap(), Reply::Nil);
 //! ```
 
-pub(crate) mod clock;
+pub mod clock;
 mod commands;
 mod keyspace;
 mod lua;

@@ -357,3 +357,91 @@ impl MemoryClock {
         UNIX_EPOCH + self.now()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn advance_fires_timers_in_time_order_each_at_its_instant() {
+        let clock = MemoryClock::new();
+        let t0 = clock.instant();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        for secs in [20, 5, 10] {
+            let (c, seen) = (clock.clone(), seen.clone());
+            clock.at(t0 + secs * S, move || {
+                seen.lock().unwrap().push((secs, c.elapsed()));
+            });
+        }
+        clock.advance(12 * S);
+        assert_eq!(*seen.lock().unwrap(), [(5, 5 * S), (10, 10 * S)]);
+        assert_eq!(clock.elapsed(), 12 * S);
+        clock.advance(8 * S);
+        assert_eq!(seen.lock().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn a_timer_set_inside_a_timer_fires_in_the_same_advance() {
+        let clock = MemoryClock::new();
+        let fired = Arc::new(AtomicU32::new(0));
+        fn rearm(clock: &MemoryClock, fired: &Arc<AtomicU32>) {
+            let (c, f) = (clock.clone(), fired.clone());
+            clock.at(clock.instant() + 10 * S, move || {
+                f.fetch_add(1, Ordering::SeqCst);
+                rearm(&c, &f);
+            });
+        }
+        rearm(&clock, &fired);
+        clock.advance(35 * S);
+        assert_eq!(fired.load(Ordering::SeqCst), 3, "at 10, 20 and 30 s");
+    }
+
+    #[test]
+    fn a_callers_wait_jumps_the_clock_and_fires_timers_on_the_way() {
+        let clock = MemoryClock::new();
+        let fired = Arc::new(AtomicU32::new(0));
+        let f = fired.clone();
+        clock.at(clock.instant() + 3 * S, move || {
+            f.fetch_add(1, Ordering::SeqCst);
+        });
+        let until = clock.instant() + 10 * S;
+        assert_eq!(clock.wait_until(until, None, None), Woke::Deadline);
+        assert_eq!(clock.elapsed(), 10 * S);
+        assert_eq!(fired.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn without_auto_advance_a_wait_lasts_until_the_clock_is_moved_or_cancelled() {
+        let clock = MemoryClock::new();
+        clock.set_auto_advance(false);
+        let until = clock.instant() + 10 * S;
+        let c = clock.clone();
+        let waiter = std::thread::spawn(move || c.wait_until(until, None, None));
+        let start = Instant::now();
+        while clock.sleepers() == 0 {
+            assert!(start.elapsed() < 30 * S, "the waiter never waited");
+            std::thread::yield_now();
+        }
+        clock.advance(9 * S);
+        assert!(!waiter.is_finished(), "9 s is not its 10 s");
+        clock.advance(S);
+        assert_eq!(waiter.join().unwrap(), Woke::Deadline);
+        assert_eq!(clock.elapsed(), 10 * S);
+
+        let cancel = Arc::new(AtomicBool::new(false));
+        let (c, flag) = (clock.clone(), cancel.clone());
+        let until = clock.instant() + 10 * S;
+        let waiter = std::thread::spawn(move || c.wait_until(until, None, Some(&flag)));
+        while clock.sleepers() == 0 {
+            assert!(start.elapsed() < 30 * S, "the waiter never waited");
+            std::thread::yield_now();
+        }
+        cancel.store(true, Ordering::SeqCst);
+        clock.kick();
+        assert_eq!(waiter.join().unwrap(), Woke::Cancelled);
+        assert_eq!(clock.elapsed(), 10 * S, "a cancelled wait moves nothing");
+    }
+}

@@ -7,6 +7,14 @@
 //! for a single server, one per master of a Cluster that holds watched leases), each
 //! sending its node's batch pipelined and answering by the batch's deadline (never past
 //! the validities it renews): a frozen or slow node delays the renewals of no other node.
+//! A batch goes through the driver loop every primitive uses ([`crate::backend`]), so an
+//! extension's own retries (a connection not available at once, `NOSCRIPT`) run within
+//! that deadline.
+//!
+//! On a test clock (a client of an in-process server, feature `memory`) there are no
+//! threads: a registration runs a round at once, and each round sets a timer on the clock
+//! for the next, so renewals and losses happen as the test moves the clock, each at its
+//! own instant.
 //!
 //! If the watchdog thread ends for any reason (the client was dropped, or something inside
 //! it panicked), every lease it watched, and every lease registered afterwards, is reported

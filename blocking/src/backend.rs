@@ -64,6 +64,41 @@ impl Node {
     }
 }
 
+/// Where a client's randomness (tokens, retry jitter seeds, job ids) comes from.
+pub(crate) enum Entropy {
+    /// The operating system.
+    Os,
+    /// A generator seeded by the in-process server: the same test draws the same tokens and
+    /// the same jitter every run.
+    #[cfg(feature = "memory")]
+    Seeded(std::sync::Mutex<u64>),
+}
+
+impl Entropy {
+    /// `N` random bytes.
+    #[inline]
+    pub(crate) fn bytes<const N: usize>(&self) -> Result<[u8; N], Error> {
+        match self {
+            Entropy::Os => crate::client::random_bytes::<N>(),
+            #[cfg(feature = "memory")]
+            Entropy::Seeded(state) => {
+                let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut out = [0u8; N];
+                for chunk in out.chunks_mut(8) {
+                    // splitmix64
+                    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                    let mut z = *state;
+                    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                    z ^= z >> 31;
+                    chunk.copy_from_slice(&z.to_le_bytes()[..chunk.len()]);
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
 /// The clock a driver reads and sleeps on.
 #[derive(Clone, Debug)]
 pub(crate) enum Time {

@@ -7,7 +7,7 @@ use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
 use redlease_core::limits;
 use redlease_core::{Error, InvalidArgument, Protocol};
 
-use crate::backend::{Node, Route, Time};
+use crate::backend::{Entropy, Node, Route, Time};
 use crate::connect::{ConnectionTarget, TlsSettings, is_tls};
 use crate::listener::{Endpoint, Listeners};
 use crate::transport::{PoolSettings, Source, Transport};
@@ -48,6 +48,8 @@ pub(crate) struct Shared {
     pub(crate) node: Node,
     /// The clock every timer of this client reads.
     pub(crate) time: Time,
+    /// Tokens, jitter seeds and job ids come from here.
+    pub(crate) entropy: Entropy,
     pub(crate) keyspace: Keyspace,
     pub(crate) op_timeout: Duration,
     pub(crate) io_timeout: Duration,
@@ -445,6 +447,7 @@ impl ClientBuilder {
                         .collect(),
                     node: Node::Redis(Arc::new(transport)),
                     time: Time::Real,
+                    entropy: Entropy::Os,
                     keyspace,
                     op_timeout: self.op_timeout,
                     io_timeout: self.io_timeout,
@@ -622,8 +625,9 @@ impl Client {
         io_timeout: Duration,
         op_timeout: Duration,
     ) -> Client {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // The n-th client of a server draws the same tokens and jitter in every run.
+        let n = server.next_client();
+        let seed = n.wrapping_mul(0xA076_1D64_78BD_642F) ^ 0xE703_7ED1_A0B4_28DB;
         Client {
             inner: Arc::new(Inner {
                 shared: Arc::new(Shared {
@@ -633,6 +637,7 @@ impl Client {
                         io_timeout,
                     },
                     time: Time::Memory(server.clock()),
+                    entropy: Entropy::Seeded(std::sync::Mutex::new(seed)),
                     keyspace,
                     op_timeout,
                     io_timeout,

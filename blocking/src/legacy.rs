@@ -14,7 +14,7 @@ use redlease_core::legacy::{
 };
 use redlease_core::{Error, InvalidArgument};
 
-use crate::client::{Client, Shared, drive, random_bytes};
+use crate::client::{Client, Shared, drive};
 
 pub use redlease_core::legacy::LegacyAlgorithm;
 
@@ -156,7 +156,7 @@ impl LegacyLockBuilder<'_> {
     fn run(&self, wait: Option<Duration>) -> Result<LegacyAcquisition, Error> {
         let shared = self.client.shared();
         let keys = LegacyKeys::new(&shared.keyspace, &self.name)?;
-        let random: [u8; 24] = random_bytes()?;
+        let random: [u8; 24] = shared.entropy.bytes()?;
         let mut token = [0u8; 16];
         token.copy_from_slice(&random[..16]);
         let mut seed = [0u8; 8];

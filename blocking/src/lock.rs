@@ -14,7 +14,7 @@ use redlease_core::renewal::RenewalPolicy;
 use redlease_core::semaphore::{self, SemaphoreKeys, SemaphoreState};
 use redlease_core::{Error, InvalidArgument, LossReason, backoff::saturating_add};
 
-use crate::client::{Client, Inner, Shared, drive, random_bytes};
+use crate::client::{Client, Inner, Shared, drive};
 use crate::watchdog::LeaseCell;
 
 /// Settings of one lock acquisition; made by [`Client::lock`], [`Client::reentrant_lock`],
@@ -272,7 +272,7 @@ impl<'c> LockBuilder<'c> {
     }
 
     fn run(&self, wait: Option<Duration>) -> Result<Acquisition, Error> {
-        let random: [u8; 24] = random_bytes()?;
+        let random: [u8; 24] = self.client.shared().entropy.bytes()?;
         let mut token = [0u8; 16];
         token.copy_from_slice(&random[..16]);
         let mut seed = [0u8; 8];

@@ -16,7 +16,7 @@ use redlease_core::queue::{
 use redlease_core::renewal::RenewalPolicy;
 use redlease_core::{Error, LossReason};
 
-use crate::client::{Client, random_bytes};
+use crate::client::Client;
 use crate::lock::LockGuard;
 
 /// A queue named `name`; made by [`Client::queue`]. Cheap to clone.
@@ -44,8 +44,11 @@ impl Client {
     }
 }
 
-fn random_id() -> Result<String, Error> {
-    Ok(random_bytes::<16>()?
+fn random_id(client: &Client) -> Result<String, Error> {
+    Ok(client
+        .shared()
+        .entropy
+        .bytes::<16>()?
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect())
@@ -143,7 +146,7 @@ impl Queue {
         delay: Duration,
     ) -> Result<String, Error> {
         let job = NewJob {
-            id: random_id()?,
+            id: random_id(&self.client)?,
             payload: payload.into(),
         };
         let id = job.id.clone();
@@ -174,7 +177,7 @@ impl Queue {
             .into_iter()
             .map(|p| {
                 Ok(NewJob {
-                    id: random_id()?,
+                    id: random_id(&self.client)?,
                     payload: p.into(),
                 })
             })
@@ -201,7 +204,7 @@ impl Queue {
 
     fn take_inner(&self, wait: Option<Duration>) -> Result<Option<Job>, Error> {
         self.check()?;
-        let random: [u8; 24] = random_bytes()?;
+        let random: [u8; 24] = self.client.shared().entropy.bytes()?;
         let mut token = [0u8; 16];
         token.copy_from_slice(&random[..16]);
         let mut seed = [0u8; 8];

@@ -14,8 +14,7 @@ use redlease_core::limits;
 use redlease_core::redlock::{QuorumAction, QuorumOp, RedLease, RedLockAcquire, RedLockOptions};
 use redlease_core::{Error, InvalidArgument, Protocol};
 
-use crate::backend::{Node, Route, Time};
-use crate::client::random_bytes;
+use crate::backend::{Entropy, Node, Route, Time};
 use crate::transport::Transport;
 
 /// A client of N independent masters for RedLock; cheap to clone.
@@ -28,6 +27,8 @@ struct Inner {
     nodes: Vec<Node>,
     /// The clock of the nodes (real, or the test's).
     time: Time,
+    /// Tokens and jitter seeds.
+    entropy: Entropy,
     keyspace: Keyspace,
     node_timeout: Duration,
 }
@@ -182,6 +183,7 @@ impl RedLockBuilder {
             inner: Arc::new(Inner {
                 nodes,
                 time: Time::Real,
+                entropy: Entropy::Os,
                 keyspace,
                 node_timeout: self.node_timeout,
             }),
@@ -260,6 +262,9 @@ impl RedLock {
                     })
                     .collect(),
                 time: Time::Memory(clock),
+                entropy: Entropy::Seeded(std::sync::Mutex::new(
+                    first.next_client().wrapping_mul(0xA076_1D64_78BD_642F) ^ 0x5EED,
+                )),
                 keyspace: Keyspace::default(),
                 node_timeout,
             }),
@@ -351,7 +356,7 @@ impl QuorumLockBuilder<'_> {
     }
 
     fn run(&self, wait: Option<Duration>) -> Result<RedLockGuard, Error> {
-        let random: [u8; 24] = random_bytes()?;
+        let random: [u8; 24] = self.client.inner.entropy.bytes()?;
         let mut token = [0u8; 16];
         token.copy_from_slice(&random[..16]);
         let mut seed = [0u8; 8];

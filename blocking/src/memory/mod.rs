@@ -160,6 +160,8 @@ pub(crate) struct State {
 pub(crate) struct Shared {
     state: Mutex<State>,
     clock: MemoryClock,
+    /// Clients made so far (each seeds its randomness with its number).
+    clients: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -210,8 +212,17 @@ impl MemoryServer {
                     losses: VecDeque::new(),
                 }),
                 clock,
+                clients: std::sync::atomic::AtomicU64::new(0),
             }),
         }
+    }
+
+    /// The number of the next client of this server (1, 2, ...).
+    pub(crate) fn next_client(&self) -> u64 {
+        self.shared
+            .clients
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1
     }
 
     /// Whether two handles are the same server.

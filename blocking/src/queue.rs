@@ -8,10 +8,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use redlease_core::backoff::saturating_add;
-use redlease_core::lease::{Acquire, AcquireOptions, Acquisition, Token};
+use redlease_core::lease::{AcquireOptions, Token};
 use redlease_core::limits;
 use redlease_core::queue::{
-    self, DeadJob, Nacked, NewJob, Pushed, QueueKeys, QueueSettings, QueueStats,
+    self, DeadJob, Nacked, NewJob, Pushed, QueueKeys, QueueSettings, QueueStats, Take, TakeJob,
+    TakenJob,
 };
 use redlease_core::renewal::RenewalPolicy;
 use redlease_core::{Error, LossReason};
@@ -206,7 +207,6 @@ impl Queue {
         let mut seed = [0u8; 8];
         seed.copy_from_slice(&random[16..]);
         let token = Token::from_random(token);
-        let spec = queue::take(&self.keys, token, &self.settings)?;
         let options = AcquireOptions {
             wait,
             retry_initial: Duration::from_millis(50).min(self.idle_check),
@@ -214,34 +214,41 @@ impl Queue {
             reply_timeout: self.client.shared().io_timeout,
             min_replicas: None,
         };
-        let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), Instant::now())?;
+        let machine = TakeJob::new(
+            &self.keys,
+            token,
+            &self.settings,
+            &options,
+            u64::from_le_bytes(seed),
+            Instant::now(),
+        )?;
         let span =
             crate::observe::acquire_span(&self.keys.name, redlease_core::lease::LockKind::Job);
         let (started, taken) = (Instant::now(), span.in_scope(|| self.client.run(machine)));
-        crate::observe::acquired(&span, started, &taken);
+        crate::observe::ended(&span, started, &taken, |t| match t {
+            Take::Taken(job) => Some((job.lease.attempts, Some(job.delivery))),
+            _ => None,
+        });
         match taken? {
-            Acquisition::Acquired(lease) => {
-                let [id, payload] = <[Vec<u8>; 2]>::try_from(lease.data.clone()).map_err(|_| {
-                    Error::UnexpectedReply {
-                        context: "queue take",
-                        reply: "no job id and payload".into(),
-                    }
-                })?;
-                let id = String::from_utf8(id).map_err(|_| Error::UnexpectedReply {
-                    context: "queue take",
-                    reply: "a job id that is not UTF-8".into(),
-                })?;
-                let policy = RenewalPolicy::for_ttl(self.settings.visibility);
-                let guard = LockGuard::from_lease(&self.client, *lease, Some(policy));
-                crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
-                Ok(Some(Job {
-                    guard,
-                    queue: self.clone(),
-                    id,
-                    payload,
-                }))
-            }
-            Acquisition::Busy { .. } => Ok(None),
+            Take::Taken(job) => Ok(Some(self.job(*job))),
+            // `Take` may grow outcomes; none of them is a job.
+            _ => Ok(None),
+        }
+    }
+
+    /// The handle of a job just taken: its lease is renewed by the watchdog from now on.
+    fn job(&self, taken: TakenJob) -> Job {
+        let TakenJob {
+            id, payload, lease, ..
+        } = taken;
+        let policy = RenewalPolicy::for_ttl(self.settings.visibility);
+        let guard = LockGuard::from_lease(&self.client, lease, Some(policy));
+        crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
+        Job {
+            guard,
+            queue: self.clone(),
+            id,
+            payload,
         }
     }
 

@@ -18,6 +18,9 @@
 //! to the systems it writes to, so that a redelivered job's writes win over a stale worker's.
 
 pub mod scripts;
+mod take;
+
+pub use take::{Take, TakeJob, TakenJob};
 
 use std::time::{Duration, Instant};
 

@@ -1107,3 +1107,127 @@ fn forgetting_a_dead_job_with_an_empty_id_is_refused_and_only_none_purges() {
     assert_eq!(args(&r)[args(&r).len() - 2..], strs(&["", "all"]));
     assert_eq!(all.expect_done(), Ok(3));
 }
+
+// ---------------------------------------------------------------------------------------
+// Named take outcomes
+
+fn take_job(wait: Option<Duration>) -> Scenario<TakeJob> {
+    let now = origin();
+    let machine = TakeJob::new(&keys(), token(), &settings(), &take_opts(wait), 5, now).unwrap();
+    Scenario::new(machine, now)
+}
+
+fn taken_job(s: &mut Scenario<TakeJob>) -> TakenJob {
+    match s.expect_done() {
+        Ok(Take::Taken(job)) => *job,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_take_names_the_job_its_payload_and_its_delivery() {
+    let mut s = take_job(None);
+    let start = s.now;
+    let r = s.answer(job_reply(3, b"job-1", b"\x00payload\xff"));
+    assert_eq!(args(&r)[..2], strs(&["EVALSHA", DEQUEUE.sha1]));
+    let job = taken_job(&mut s);
+    assert_eq!(job.id, "job-1");
+    assert_eq!(job.payload, b"\x00payload\xff");
+    assert_eq!(job.delivery, 3);
+    // The lease is the job's visibility timeout; its data moved into the named fields.
+    assert_eq!(job.lease.fence, 3);
+    assert_eq!(job.lease.token, token());
+    assert!(job.lease.data.is_empty());
+    assert_eq!(
+        job.lease.valid_until,
+        start + Duration::from_millis(1500 - 15 - 2)
+    );
+    assert_eq!(s.expect_done(), Err(Error::Finished));
+}
+
+#[test]
+fn an_empty_take_says_when_the_next_job_is_due() {
+    let mut s = take_job(None);
+    s.answer(ints(&[0, 40]));
+    assert_eq!(
+        s.expect_done(),
+        Ok(Take::Empty {
+            next_due_in: Some(Duration::from_millis(40))
+        })
+    );
+    let mut s = take_job(None);
+    s.answer(ints(&[0, -2]));
+    assert_eq!(s.expect_done(), Ok(Take::Empty { next_due_in: None }));
+}
+
+#[test]
+fn a_waiting_take_sleeps_until_the_due_time_woken_by_a_push() {
+    let mut s = take_job(Some(Duration::from_secs(5)));
+    s.answer(ints(&[0, 40]));
+    let w = s.expect_wait();
+    assert!(w.until <= s.now + Duration::from_millis(40), "{w:?}");
+    assert_eq!(w.wake_on, Some(WakeOn::any(CHANNEL)));
+    s.machine.wake(s.now);
+    s.answer(job_reply(1, b"j", b"p"));
+    assert_eq!(taken_job(&mut s).id, "j");
+}
+
+#[test]
+fn a_job_id_that_is_not_utf8_is_an_unexpected_reply() {
+    let mut s = take_job(None);
+    s.answer(job_reply(1, b"\xff\xfe", b"p"));
+    assert!(is_unexpected(&s.expect_done()));
+}
+
+#[test]
+fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
+    let mut s = take_job(None);
+    s.answer(job_reply(2, b"job-9", b"p"));
+    let job = taken_job(&mut s);
+    let now = s.now;
+    let mut ack = Scenario::new(job.ack(&keys(), deadline(now)), now);
+    let r = ack.answer(Reply::Int(1));
+    let a = args(&r);
+    assert_eq!(a[..3], strs(&["EVALSHA", ACK.sha1, "8"]));
+    assert_eq!(a[11..13], strs(&["job-9", &tok()]));
+    assert_eq!(ack.expect_done(), Ok(()));
+
+    let mut nack = Scenario::new(
+        job.nack(&keys(), Duration::from_secs(2), 4, "boom", deadline(now)),
+        now,
+    );
+    let r = nack.answer(Reply::Int(2));
+    let a = args(&r);
+    assert_eq!(a[..2], strs(&["EVALSHA", NACK.sha1]));
+    assert_eq!(a[15..19], strs(&["job-9", &tok(), "2000", "4"]));
+    assert_eq!(a.last().map(String::as_str), Some("boom"));
+    assert_eq!(nack.expect_done(), Ok(Nacked::Dead));
+
+    // Giving back is a nack now: no backoff, no reason.
+    let mut back = Scenario::new(job.give_back(deadline(now)), now);
+    let r = back.answer(Reply::Int(1));
+    let a = args(&r);
+    assert_eq!(a[..2], strs(&["EVALSHA", NACK.sha1]));
+    assert_eq!(a[15..18], strs(&["job-9", &tok(), "0"]));
+    assert_eq!(back.expect_done(), Ok(()));
+
+    let mut extend = Scenario::new(
+        job.extend(Duration::from_secs(3), deadline(now)).unwrap(),
+        now,
+    );
+    let r = extend.answer(Reply::Int(1));
+    assert_eq!(
+        args(&r)[..],
+        strs(&[
+            "EVALSHA",
+            JOB_EXTEND.sha1,
+            "2",
+            INFLIGHT,
+            LEASES,
+            "job-9",
+            &tok(),
+            "3000"
+        ])
+    );
+    assert!(extend.expect_done().is_ok());
+}

@@ -17,9 +17,11 @@
 //! "fence" is the delivery number of the job (1 on first delivery), which a worker can pass
 //! to the systems it writes to, so that a redelivered job's writes win over a stale worker's.
 
+mod ack_take;
 pub mod scripts;
 mod take;
 
+pub use ack_take::{AckAndTake, AckTakeCall, AckedAndTaken, Untake, ack_and_take};
 pub use take::{Take, TakeJob, TakenJob};
 
 use std::time::{Duration, Instant};
@@ -79,6 +81,25 @@ impl QueueKeys {
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
         })
+    }
+
+    /// The keys of the combined ack and take, in its script's order.
+    fn ack_take_keys(&self) -> [&str; 13] {
+        [
+            &self.ready,
+            &self.delayed,
+            &self.payloads,
+            &self.priorities,
+            &self.seq,
+            &self.inflight,
+            &self.leases,
+            &self.deliveries,
+            &self.dead,
+            &self.holders,
+            &self.bases,
+            &self.settled,
+            &self.undone,
+        ]
     }
 
     fn target(&self) -> Target {

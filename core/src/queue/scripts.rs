@@ -79,8 +79,15 @@ pub static FORGET: Script = Script {
     sha1: "f67cefa05717571ae9a44c391a92159f6071e4ff",
 };
 
+/// `lua/ack_take.lua`
+pub static ACK_TAKE: Script = Script {
+    name: "queue_ack_take",
+    source: include_str!("lua/ack_take.lua"),
+    sha1: "c1588ababa93a2953172b5bedb503b067912e87c",
+};
+
 /// Every queue script.
-pub static ALL: [&Script; 11] = [
+pub static ALL: [&Script; 12] = [
     &PUSH,
     &DEQUEUE,
     &ACK,
@@ -92,6 +99,7 @@ pub static ALL: [&Script; 11] = [
     &REQUEUE,
     &UNTAKE,
     &FORGET,
+    &ACK_TAKE,
 ];
 
 #[cfg(test)]

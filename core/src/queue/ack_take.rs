@@ -140,12 +140,14 @@ impl OpKind for Untake {
     }
 }
 
+// The large variant is the one in use for almost the whole life of the machine.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum State {
-    Calling(Box<ScriptOp<AckTakeCall>>),
+    Calling(ScriptOp<AckTakeCall>),
     /// Giving back what the next token may hold, then finishing with `result`.
     Undoing {
-        op: ScriptOp<Untake>,
+        op: Box<ScriptOp<Untake>>,
         result: Result<AckedAndTaken, Error>,
     },
     Done,
@@ -173,7 +175,7 @@ impl AckAndTake {
             Some(call) => {
                 // The call may have used up the deadline: the untake gets its own time.
                 let deadline = self.deadline.max(saturating_add(now, UNDO_TIME));
-                let op = ScriptOp::new(Untake, call, self.target(), None, deadline);
+                let op = Box::new(ScriptOp::new(Untake, call, self.target(), None, deadline));
                 self.state = State::Undoing { op, result };
                 None
             }
@@ -305,7 +307,7 @@ pub fn ack_and_take(
         deadline,
     );
     Ok(AckAndTake {
-        state: State::Calling(Box::new(op)),
+        state: State::Calling(op),
         undo,
         deadline,
         lost_reply: false,

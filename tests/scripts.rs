@@ -430,11 +430,14 @@ fn set_up(conn: &mut Connection, setup: &[Step]) {
         .unwrap()
         .as_millis()
         + 100_000;
+    let past = far - 200_000;
     for step in setup {
         let mut cmd = redis::cmd(step[0]);
         for a in &step[1..] {
             if *a == "{far}" {
                 cmd.arg(far.to_string());
+            } else if *a == "{past}" {
+                cmd.arg(past.to_string());
             } else {
                 cmd.arg(*a);
             }
@@ -533,4 +536,1476 @@ fn foreign_counters_are_refused_before_anything_is_written() {
             "{name}: changed a key"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Each script on its own: what its header says it does, case by case (issue 15). A case
+// sets keys up, runs the script once (as EVAL, the full generated source with its prelude),
+// and checks the reply, the keys afterwards and what was published on CHANNEL.
+// In expected text, `*` stands for one or more digits (no sign), and `~lo..hi` for an
+// integer in that range (a ttl, which the loaded machine may have eaten into).
+
+const PAST: &str = "{past}";
+const FAR: &str = "{far}";
+
+struct Case {
+    script: &'static Script,
+    what: &'static str,
+    keys: &'static [&'static str],
+    args: &'static [&'static str],
+    setup: &'static [Step],
+    reply: &'static str,
+    /// Commands run afterwards, with their expected reply.
+    after: &'static [(&'static [&'static str], &'static str)],
+    /// Messages published on CHANNEL, in order.
+    published: &'static [&'static str],
+}
+
+const L3: &[&str] = &[LOCK, FENCE, UNDONE];
+const FAIR: &[&str] = &[LOCK, QUEUE, TIMEOUTS, FENCE, UNDONE];
+const FAIR3: &[&str] = &[LOCK, QUEUE, TIMEOUTS];
+const RW: &[&str] = &[WRITER, READERS, WAITING, FENCE, UNDONE];
+const SEM: &[&str] = &[HOLDERS, WAITERS, WAIT_TIMES, PERMITS];
+const SEM5: &[&str] = &[HOLDERS, WAITERS, WAIT_TIMES, PERMITS, UNDONE];
+const TAKE: &[&str] = &[
+    READY,
+    DELAYED,
+    PAYLOADS,
+    PRIORITIES,
+    SEQ,
+    INFLIGHT,
+    LEASES,
+    DELIVERIES,
+    DEAD,
+    JOB_HOLDERS,
+    BASES,
+    Q_UNDONE,
+];
+const ACK_KEYS: &[&str] = &[
+    INFLIGHT,
+    LEASES,
+    PAYLOADS,
+    PRIORITIES,
+    DELIVERIES,
+    JOB_HOLDERS,
+    BASES,
+    SETTLED,
+];
+const NACK_KEYS: &[&str] = &[
+    INFLIGHT,
+    LEASES,
+    DELAYED,
+    READY,
+    PRIORITIES,
+    SEQ,
+    DELIVERIES,
+    DEAD,
+    JOB_HOLDERS,
+    BASES,
+    SETTLED,
+    REASONS,
+];
+const PUSH_KEYS: &[&str] = &[READY, DELAYED, PAYLOADS, PRIORITIES, SEQ];
+const UNTAKE_KEYS: &[&str] = &[
+    INFLIGHT,
+    LEASES,
+    READY,
+    PRIORITIES,
+    SEQ,
+    DELIVERIES,
+    JOB_HOLDERS,
+    Q_UNDONE,
+];
+const DEAD_KEYS: &[&str] = &[DEAD, PAYLOADS, PRIORITIES, DELIVERIES, BASES, REASONS];
+const HELD: &[Step] = &[&["SET", LOCK, "tok", "PX", "10000"]];
+const HELD_BY_OTHER: &[Step] = &[&["SET", LOCK, "other", "PX", "10000"]];
+const HELD_TWICE: &[Step] = &[
+    &["HSET", HASH, "me", "2", "me:op", "op1", "fence", "5"],
+    &["PEXPIRE", HASH, "10000"],
+];
+const HASH_OF_OTHER: &[Step] = &[
+    &["HSET", HASH, "you", "1", "you:op", "op1", "fence", "5"],
+    &["PEXPIRE", HASH, "10000"],
+];
+const ONE_PERMIT_HELD: &[Step] = &[&["ZADD", HOLDERS, FAR, "a"], &["SET", PERMITS, "1"]];
+
+fn cases() -> Vec<Case> {
+    vec![
+        // acquire
+        Case {
+            script: &lease::ACQUIRE,
+            what: "a free lock: held, with a fence from the clock floor",
+            keys: L3,
+            args: &["tok", "30000"],
+            setup: &[&["SET", FENCE, "3"]],
+            reply: "[1,****************]",
+            after: &[(&["GET", LOCK], "tok"), (&["PTTL", LOCK], "~15000..30000")],
+            published: &[],
+        },
+        Case {
+            script: &lease::ACQUIRE,
+            what: "a counter ahead of the clock: counter + 1",
+            keys: L3,
+            args: &["tok", "30000"],
+            setup: &[&["SET", FENCE, "9007199254740000"]],
+            reply: "[1,9007199254740001]",
+            after: &[(&["GET", FENCE], "9007199254740001")],
+            published: &[],
+        },
+        Case {
+            script: &lease::ACQUIRE,
+            what: "a retry by the holder: the same fence, ttl renewed",
+            keys: L3,
+            args: &["tok", "30000"],
+            setup: &[&["SET", LOCK, "tok", "PX", "10000"], &["SET", FENCE, "9"]],
+            reply: "[1,9]",
+            after: &[(&["PTTL", LOCK], "~15000..30000"), (&["GET", FENCE], "9")],
+            published: &[],
+        },
+        Case {
+            script: &lease::ACQUIRE,
+            what: "held by another: busy with its pttl",
+            keys: L3,
+            args: &["tok", "30000"],
+            setup: HELD_BY_OTHER,
+            reply: "[0,****]",
+            after: &[(&["GET", LOCK], "other"), (&["EXISTS", FENCE], "0")],
+            published: &[],
+        },
+        Case {
+            script: &lease::ACQUIRE,
+            what: "an undone acquisition arriving late takes nothing",
+            keys: L3,
+            args: &["tok", "30000"],
+            setup: &[&["ZADD", UNDONE, FAR, "tok"]],
+            reply: "[0,-2]",
+            after: &[(&["EXISTS", LOCK], "0"), (&["EXISTS", FENCE], "0")],
+            published: &[],
+        },
+        Case {
+            script: &lease::ACQUIRE,
+            what: "an undo that has run out no longer blocks",
+            keys: L3,
+            args: &["tok", "30000"],
+            setup: &[&["ZADD", UNDONE, PAST, "tok"]],
+            reply: "[1,****************]",
+            after: &[(&["GET", LOCK], "tok")],
+            published: &[],
+        },
+        // release
+        Case {
+            script: &lease::RELEASE,
+            what: "by the holder: deleted and announced",
+            keys: &[LOCK],
+            args: &["tok", CHANNEL],
+            setup: HELD,
+            reply: "1",
+            after: &[(&["EXISTS", LOCK], "0")],
+            published: &["1"],
+        },
+        Case {
+            script: &lease::RELEASE,
+            what: "held by another: refused, nothing announced",
+            keys: &[LOCK],
+            args: &["tok", CHANNEL],
+            setup: HELD_BY_OTHER,
+            reply: "-1",
+            after: &[(&["GET", LOCK], "other")],
+            published: &[],
+        },
+        Case {
+            script: &lease::RELEASE,
+            what: "gone",
+            keys: &[LOCK],
+            args: &["tok", CHANNEL],
+            setup: &[],
+            reply: "0",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &lease::RELEASE,
+            what: "as an undo: the token is remembered",
+            keys: &[LOCK, UNDONE],
+            args: &["tok", CHANNEL, "600000"],
+            setup: &[&["ZADD", UNDONE, PAST, "stale"]],
+            reply: "0",
+            after: &[
+                (&["ZSCORE", UNDONE, "tok"], "*"),
+                (&["ZSCORE", UNDONE, "stale"], "nil"),
+                (&["PTTL", UNDONE], "~300000..600000"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::RELEASE,
+            what: "a shard channel goes out with SPUBLISH, not PUBLISH",
+            keys: &[LOCK],
+            args: &["tok", "{shard}t:{s}:wake"],
+            setup: HELD,
+            reply: "1",
+            after: &[(&["EXISTS", LOCK], "0")],
+            published: &[],
+        },
+        // extend, inspect
+        Case {
+            script: &lease::EXTEND,
+            what: "by the holder",
+            keys: &[LOCK],
+            args: &["tok", "30000"],
+            setup: HELD,
+            reply: "1",
+            after: &[(&["PTTL", LOCK], "~15000..30000")],
+            published: &[],
+        },
+        Case {
+            script: &lease::EXTEND,
+            what: "held by another",
+            keys: &[LOCK],
+            args: &["tok", "30000"],
+            setup: HELD_BY_OTHER,
+            reply: "-1",
+            after: &[(&["PTTL", LOCK], "****")],
+            published: &[],
+        },
+        Case {
+            script: &lease::EXTEND,
+            what: "gone",
+            keys: &[LOCK],
+            args: &["tok", "30000"],
+            setup: &[],
+            reply: "0",
+            after: &[(&["EXISTS", LOCK], "0")],
+            published: &[],
+        },
+        Case {
+            script: &lease::INSPECT,
+            what: "ours",
+            keys: &[LOCK],
+            args: &["tok"],
+            setup: HELD,
+            reply: "[1,****]",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &lease::INSPECT,
+            what: "another's",
+            keys: &[LOCK],
+            args: &["tok"],
+            setup: HELD_BY_OTHER,
+            reply: "[-1,****]",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &lease::INSPECT,
+            what: "gone",
+            keys: &[LOCK],
+            args: &["tok"],
+            setup: &[],
+            reply: "[0,-2]",
+            after: &[],
+            published: &[],
+        },
+        // reentrant
+        Case {
+            script: &lease::REENTRANT_ACQUIRE,
+            what: "free: first hold with a fence",
+            keys: &[HASH, FENCE, UNDONE],
+            args: &["me", "op1", "30000"],
+            setup: &[],
+            reply: "[1,****************]",
+            after: &[
+                (&["HGET", HASH, "me"], "1"),
+                (&["PTTL", HASH], "~15000..30000"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_ACQUIRE,
+            what: "nested: counted, same fence",
+            keys: &[HASH, FENCE, UNDONE],
+            args: &["me", "op2", "30000"],
+            setup: HELD_HASH,
+            reply: "[1,5]",
+            after: &[
+                (&["HGET", HASH, "me"], "2"),
+                (&["HGET", HASH, "me:op"], "op2"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_ACQUIRE,
+            what: "a retry of the same op is not counted twice",
+            keys: &[HASH, FENCE, UNDONE],
+            args: &["me", "op1", "30000"],
+            setup: HELD_HASH,
+            reply: "[1,5]",
+            after: &[(&["HGET", HASH, "me"], "1")],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_ACQUIRE,
+            what: "held by another owner",
+            keys: &[HASH, FENCE, UNDONE],
+            args: &["me", "op1", "30000"],
+            setup: HASH_OF_OTHER,
+            reply: "[0,****]",
+            after: &[(&["HEXISTS", HASH, "me"], "0")],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_ACQUIRE,
+            what: "undone op arriving late",
+            keys: &[HASH, FENCE, UNDONE],
+            args: &["me", "op1", "30000"],
+            setup: &[&["ZADD", UNDONE, FAR, "op1"]],
+            reply: "[0,-2]",
+            after: &[(&["EXISTS", HASH], "0")],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_RELEASE,
+            what: "the last hold: deleted and announced",
+            keys: &[HASH],
+            args: &["me", "op2", CHANNEL],
+            setup: HELD_HASH,
+            reply: "1",
+            after: &[(&["EXISTS", HASH], "0")],
+            published: &["1"],
+        },
+        Case {
+            script: &lease::REENTRANT_RELEASE,
+            what: "one of two holds: counted down, silent",
+            keys: &[HASH],
+            args: &["me", "op2", CHANNEL],
+            setup: HELD_TWICE,
+            reply: "1",
+            after: &[(&["HGET", HASH, "me"], "1")],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_RELEASE,
+            what: "a retry of the same op is not counted twice",
+            keys: &[HASH],
+            args: &["me", "op1", CHANNEL],
+            setup: HELD_TWICE,
+            reply: "1",
+            after: &[(&["HGET", HASH, "me"], "2")],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_RELEASE,
+            what: "another owner's",
+            keys: &[HASH],
+            args: &["me", "op2", CHANNEL],
+            setup: HASH_OF_OTHER,
+            reply: "-1",
+            after: &[(&["HGET", HASH, "you"], "1")],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_RELEASE,
+            what: "gone",
+            keys: &[HASH],
+            args: &["me", "op2", CHANNEL],
+            setup: &[],
+            reply: "0",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_EXTEND,
+            what: "shorter on request when held once",
+            keys: &[HASH],
+            args: &["me", "5000", "1"],
+            setup: HELD_HASH,
+            reply: "1",
+            after: &[(&["PTTL", HASH], "~1..5000")],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_EXTEND,
+            what: "never shorter otherwise",
+            keys: &[HASH],
+            args: &["me", "5000", "0"],
+            setup: HELD_HASH,
+            reply: "1",
+            after: &[(&["PTTL", HASH], "~5001..10000")],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_EXTEND,
+            what: "another owner's",
+            keys: &[HASH],
+            args: &["me", "30000", "0"],
+            setup: HASH_OF_OTHER,
+            reply: "-1",
+            after: &[(&["PTTL", HASH], "~5001..10000")],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_EXTEND,
+            what: "gone",
+            keys: &[HASH],
+            args: &["me", "30000", "0"],
+            setup: &[],
+            reply: "0",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_INSPECT,
+            what: "ours",
+            keys: &[HASH],
+            args: &["me"],
+            setup: HELD_HASH,
+            reply: "[1,****]",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_INSPECT,
+            what: "another's",
+            keys: &[HASH],
+            args: &["me"],
+            setup: HASH_OF_OTHER,
+            reply: "[-1,****]",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_INSPECT,
+            what: "gone",
+            keys: &[HASH],
+            args: &["me"],
+            setup: &[],
+            reply: "[0,-2]",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_UNDO,
+            what: "the counted op: undone, announced, remembered",
+            keys: &[HASH, UNDONE],
+            args: &["me", "op1", CHANNEL, "600000"],
+            setup: HELD_HASH,
+            reply: "1",
+            after: &[(&["EXISTS", HASH], "0"), (&["ZSCORE", UNDONE, "op1"], "*")],
+            published: &["1"],
+        },
+        Case {
+            script: &lease::REENTRANT_UNDO,
+            what: "one of two holds: counted down, marked undone",
+            keys: &[HASH, UNDONE],
+            args: &["me", "op1", CHANNEL, "600000"],
+            setup: HELD_TWICE,
+            reply: "1",
+            after: &[
+                (&["HGET", HASH, "me"], "1"),
+                (&["HGET", HASH, "me:op"], "uop1"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::REENTRANT_UNDO,
+            what: "an op never counted: nothing to undo, still remembered",
+            keys: &[HASH, UNDONE],
+            args: &["me", "op9", CHANNEL, "600000"],
+            setup: HELD_HASH,
+            reply: "0",
+            after: &[
+                (&["HGET", HASH, "me"], "1"),
+                (&["ZSCORE", UNDONE, "op9"], "*"),
+            ],
+            published: &[],
+        },
+        // fair lock
+        Case {
+            script: &lease::FAIR_ACQUIRE,
+            what: "free, nobody in line",
+            keys: FAIR,
+            args: &["tok", "30000", "5000", "1"],
+            setup: &[],
+            reply: "[1,****************]",
+            after: &[(&["GET", LOCK], "tok"), (&["EXISTS", QUEUE], "0")],
+            published: &[],
+        },
+        Case {
+            script: &lease::FAIR_ACQUIRE,
+            what: "free but another live waiter is first: in line behind it",
+            keys: FAIR,
+            args: &["tok", "30000", "5000", "1"],
+            setup: &[&["RPUSH", QUEUE, "w"], &["ZADD", TIMEOUTS, FAR, "w"]],
+            reply: "[0,-2]",
+            after: &[
+                (&["LRANGE", QUEUE, "0", "-1"], "[w,tok]"),
+                (&["ZSCORE", TIMEOUTS, "tok"], "*"),
+                (&["PTTL", QUEUE], "*"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::FAIR_ACQUIRE,
+            what: "a dead waiter first is dropped; the caller at the head takes it",
+            keys: FAIR,
+            args: &["tok", "30000", "5000", "1"],
+            setup: &[
+                &["RPUSH", QUEUE, "dead", "tok"],
+                &["ZADD", TIMEOUTS, PAST, "dead", FAR, "tok"],
+            ],
+            reply: "[1,****************]",
+            after: &[(&["GET", LOCK], "tok"), (&["LLEN", QUEUE], "0")],
+            published: &[],
+        },
+        Case {
+            script: &lease::FAIR_ACQUIRE,
+            what: "held, trying once: not in line",
+            keys: FAIR,
+            args: &["tok", "30000", "5000", "0"],
+            setup: HELD_BY_OTHER,
+            reply: "[0,****]",
+            after: &[(&["EXISTS", QUEUE], "0")],
+            published: &[],
+        },
+        Case {
+            script: &lease::FAIR_ACQUIRE,
+            what: "held, waiting: in line",
+            keys: FAIR,
+            args: &["tok", "30000", "5000", "1"],
+            setup: HELD_BY_OTHER,
+            reply: "[0,****]",
+            after: &[(&["LRANGE", QUEUE, "0", "-1"], "[tok]")],
+            published: &[],
+        },
+        Case {
+            script: &lease::FAIR_RELEASE,
+            what: "by the holder: the next live waiter is woken, dead ones dropped",
+            keys: FAIR3,
+            args: &["tok", CHANNEL],
+            setup: &[
+                &["SET", LOCK, "tok", "PX", "10000"],
+                &["RPUSH", QUEUE, "dead", "w"],
+                &["ZADD", TIMEOUTS, PAST, "dead", FAR, "w"],
+            ],
+            reply: "1",
+            after: &[
+                (&["EXISTS", LOCK], "0"),
+                (&["LRANGE", QUEUE, "0", "-1"], "[w]"),
+            ],
+            published: &["w"],
+        },
+        Case {
+            script: &lease::FAIR_RELEASE,
+            what: "another's",
+            keys: FAIR3,
+            args: &["tok", CHANNEL],
+            setup: HELD_BY_OTHER,
+            reply: "-1",
+            after: &[(&["GET", LOCK], "other")],
+            published: &[],
+        },
+        Case {
+            script: &lease::FAIR_RELEASE,
+            what: "as an undo of a lost acquisition: remembered",
+            keys: &[LOCK, QUEUE, TIMEOUTS, UNDONE],
+            args: &["tok", CHANNEL, "600000"],
+            setup: &[],
+            reply: "0",
+            after: &[(&["ZSCORE", UNDONE, "tok"], "*")],
+            published: &[],
+        },
+        Case {
+            script: &lease::FAIR_CANCEL,
+            what: "leaving the head of the line of a free lock wakes the next",
+            keys: FAIR3,
+            args: &["tok", CHANNEL],
+            setup: &[
+                &["RPUSH", QUEUE, "tok", "w"],
+                &["ZADD", TIMEOUTS, FAR, "tok", FAR, "w"],
+            ],
+            reply: "1",
+            after: &[
+                (&["LRANGE", QUEUE, "0", "-1"], "[w]"),
+                (&["ZSCORE", TIMEOUTS, "tok"], "nil"),
+            ],
+            published: &["w"],
+        },
+        Case {
+            script: &lease::FAIR_CANCEL,
+            what: "a held lock: nobody to wake",
+            keys: FAIR3,
+            args: &["tok", CHANNEL],
+            setup: &[
+                &["SET", LOCK, "other", "PX", "10000"],
+                &["RPUSH", QUEUE, "tok", "w"],
+                &["ZADD", TIMEOUTS, FAR, "tok", FAR, "w"],
+            ],
+            reply: "1",
+            after: &[(&["LRANGE", QUEUE, "0", "-1"], "[w]")],
+            published: &[],
+        },
+        // read-write lock
+        Case {
+            script: &lease::READ_ACQUIRE,
+            what: "free: shared, with the last writer's fence",
+            keys: RW,
+            args: &["tok", "30000"],
+            setup: &[&["SET", FENCE, "3"], &["ZADD", READERS, FAR, "r"]],
+            reply: "[1,3]",
+            after: &[(&["ZCARD", READERS], "2"), (&["PTTL", READERS], "*")],
+            published: &[],
+        },
+        Case {
+            script: &lease::READ_ACQUIRE,
+            what: "a writer holds it",
+            keys: RW,
+            args: &["tok", "30000"],
+            setup: &[&["SET", WRITER, "w", "PX", "10000"]],
+            reply: "[0,****]",
+            after: &[(&["EXISTS", READERS], "0")],
+            published: &[],
+        },
+        Case {
+            script: &lease::READ_ACQUIRE,
+            what: "a writer waits: new readers wait too",
+            keys: RW,
+            args: &["tok", "30000"],
+            setup: &[&["ZADD", WAITING, FAR, "w"]],
+            reply: "[0,-2]",
+            after: &[(&["EXISTS", READERS], "0")],
+            published: &[],
+        },
+        Case {
+            script: &lease::READ_ACQUIRE,
+            what: "undone, arriving late",
+            keys: RW,
+            args: &["tok", "30000"],
+            setup: &[&["ZADD", UNDONE, FAR, "tok"]],
+            reply: "[0,-2]",
+            after: &[(&["EXISTS", READERS], "0")],
+            published: &[],
+        },
+        Case {
+            script: &lease::READ_RELEASE,
+            what: "the last reader out wakes the writers",
+            keys: &[READERS],
+            args: &["tok", CHANNEL],
+            setup: &[&["ZADD", READERS, FAR, "tok", PAST, "expired"]],
+            reply: "1",
+            after: &[(&["EXISTS", READERS], "0")],
+            published: &["w"],
+        },
+        Case {
+            script: &lease::READ_RELEASE,
+            what: "other readers remain: silent",
+            keys: &[READERS],
+            args: &["tok", CHANNEL],
+            setup: &[&["ZADD", READERS, FAR, "tok", FAR, "r"]],
+            reply: "1",
+            after: &[(&["ZRANGE", READERS, "0", "-1"], "[r]")],
+            published: &[],
+        },
+        Case {
+            script: &lease::READ_RELEASE,
+            what: "an expired hold",
+            keys: &[READERS],
+            args: &["tok", CHANNEL],
+            setup: &[&["ZADD", READERS, PAST, "tok", FAR, "r"]],
+            reply: "0",
+            after: &[(&["ZRANGE", READERS, "0", "-1"], "[r]")],
+            published: &[],
+        },
+        Case {
+            script: &lease::READ_EXTEND,
+            what: "held",
+            keys: &[READERS],
+            args: &["tok", "30000"],
+            setup: &[&["ZADD", READERS, FAR, "tok"]],
+            reply: "1",
+            after: &[(&["PTTL", READERS], "*")],
+            published: &[],
+        },
+        Case {
+            script: &lease::READ_EXTEND,
+            what: "expired",
+            keys: &[READERS],
+            args: &["tok", "30000"],
+            setup: &[&["ZADD", READERS, PAST, "tok"]],
+            reply: "0",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &lease::READ_INSPECT,
+            what: "held",
+            keys: &[READERS],
+            args: &["tok"],
+            setup: &[&["ZADD", READERS, FAR, "tok"]],
+            reply: "[1,*]",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &lease::READ_INSPECT,
+            what: "gone",
+            keys: &[READERS],
+            args: &["tok"],
+            setup: &[],
+            reply: "[0,-2]",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &lease::WRITE_ACQUIRE,
+            what: "free: held with a fence, no longer waiting",
+            keys: RW,
+            args: &["tok", "30000", "5000", "1"],
+            setup: &[&["ZADD", WAITING, FAR, "tok"]],
+            reply: "[1,****************]",
+            after: &[
+                (&["GET", WRITER], "tok"),
+                (&["ZSCORE", WAITING, "tok"], "nil"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::WRITE_ACQUIRE,
+            what: "readers hold it: noted as waiting",
+            keys: RW,
+            args: &["tok", "30000", "5000", "1"],
+            setup: &[&["ZADD", READERS, FAR, "r"]],
+            reply: "[0,-2]",
+            after: &[
+                (&["ZSCORE", WAITING, "tok"], "*"),
+                (&["EXISTS", WRITER], "0"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::WRITE_ACQUIRE,
+            what: "a retry by the writer: the same fence",
+            keys: RW,
+            args: &["tok", "30000", "5000", "1"],
+            setup: &[&["SET", WRITER, "tok", "PX", "10000"], &["SET", FENCE, "3"]],
+            reply: "[1,3]",
+            after: &[(&["PTTL", WRITER], "~15000..30000")],
+            published: &[],
+        },
+        Case {
+            script: &lease::WRITE_RELEASE,
+            what: "by the writer: everyone woken",
+            keys: &[WRITER],
+            args: &["tok", CHANNEL],
+            setup: &[&["SET", WRITER, "tok", "PX", "10000"]],
+            reply: "1",
+            after: &[(&["EXISTS", WRITER], "0")],
+            published: &["*"],
+        },
+        Case {
+            script: &lease::WRITE_RELEASE,
+            what: "another's",
+            keys: &[WRITER],
+            args: &["tok", CHANNEL],
+            setup: &[&["SET", WRITER, "w", "PX", "10000"]],
+            reply: "-1",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &lease::WRITE_CANCEL,
+            what: "the last waiting writer gives up: readers woken",
+            keys: &[WAITING],
+            args: &["tok", CHANNEL],
+            setup: &[&["ZADD", WAITING, FAR, "tok"]],
+            reply: "1",
+            after: &[(&["EXISTS", WAITING], "0")],
+            published: &["*"],
+        },
+        Case {
+            script: &lease::WRITE_CANCEL,
+            what: "another writer still waits: silent",
+            keys: &[WAITING],
+            args: &["tok", CHANNEL],
+            setup: &[&["ZADD", WAITING, FAR, "tok", FAR, "w"]],
+            reply: "1",
+            after: &[(&["ZRANGE", WAITING, "0", "-1"], "[w]")],
+            published: &[],
+        },
+        // semaphore
+        Case {
+            script: &lease::PERMIT_ACQUIRE,
+            what: "a new semaphore: the count is set, a permit taken",
+            keys: SEM5,
+            args: &["w", "30000", "5000", "2", "1"],
+            setup: &[],
+            reply: "[1,0]",
+            after: &[(&["GET", PERMITS], "2"), (&["ZSCORE", HOLDERS, "w"], "*")],
+            published: &[],
+        },
+        Case {
+            script: &lease::PERMIT_ACQUIRE,
+            what: "none free, waiting: in line, told when the first permit expires",
+            keys: SEM5,
+            args: &["w", "30000", "5000", "2", "1"],
+            setup: ONE_PERMIT_HELD,
+            reply: "[0,*]",
+            after: &[
+                (&["LRANGE", WAITERS, "0", "-1"], "[w]"),
+                (&["ZSCORE", HOLDERS, "w"], "nil"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::PERMIT_ACQUIRE,
+            what: "none free, trying once: not in line",
+            keys: SEM5,
+            args: &["w", "30000", "5000", "2", "0"],
+            setup: ONE_PERMIT_HELD,
+            reply: "[0,*]",
+            after: &[(&["EXISTS", WAITERS], "0")],
+            published: &[],
+        },
+        Case {
+            script: &lease::PERMIT_ACQUIRE,
+            what: "an expired holder's permit is reclaimed",
+            keys: SEM5,
+            args: &["w", "30000", "5000", "2", "1"],
+            setup: &[&["ZADD", HOLDERS, PAST, "a"], &["SET", PERMITS, "1"]],
+            reply: "[1,0]",
+            after: &[(&["ZRANGE", HOLDERS, "0", "-1"], "[w]")],
+            published: &[],
+        },
+        Case {
+            script: &lease::PERMIT_ACQUIRE,
+            what: "a free permit goes to the first in line, not a newcomer",
+            keys: SEM5,
+            args: &["w", "30000", "5000", "2", "1"],
+            setup: &[
+                &["SET", PERMITS, "1"],
+                &["RPUSH", WAITERS, "first"],
+                &["ZADD", WAIT_TIMES, FAR, "first"],
+            ],
+            reply: "[0,-2]",
+            after: &[(&["LRANGE", WAITERS, "0", "-1"], "[first,w]")],
+            published: &[],
+        },
+        Case {
+            script: &lease::PERMIT_ACQUIRE,
+            what: "a retry by a holder finds its permit",
+            keys: SEM5,
+            args: &["a", "30000", "5000", "2", "1"],
+            setup: ONE_PERMIT_HELD,
+            reply: "[1,0]",
+            after: &[(&["ZCARD", HOLDERS], "1")],
+            published: &[],
+        },
+        Case {
+            script: &lease::PERMIT_RELEASE,
+            what: "by a holder: the first waiter is woken",
+            keys: SEM,
+            args: &["a", CHANNEL],
+            setup: &[
+                &["ZADD", HOLDERS, FAR, "a"],
+                &["SET", PERMITS, "1"],
+                &["RPUSH", WAITERS, "w", "x"],
+                &["ZADD", WAIT_TIMES, FAR, "w", FAR, "x"],
+            ],
+            reply: "1",
+            after: &[(&["EXISTS", HOLDERS], "0")],
+            published: &["w"],
+        },
+        Case {
+            script: &lease::PERMIT_RELEASE,
+            what: "not held",
+            keys: SEM,
+            args: &["b", CHANNEL],
+            setup: ONE_PERMIT_HELD,
+            reply: "0",
+            after: &[(&["ZCARD", HOLDERS], "1")],
+            published: &[],
+        },
+        Case {
+            script: &lease::PERMIT_CANCEL,
+            what: "leaving the line lets the next waiter take the free permit",
+            keys: SEM,
+            args: &["w", CHANNEL],
+            setup: &[
+                &["SET", PERMITS, "1"],
+                &["RPUSH", WAITERS, "w", "x"],
+                &["ZADD", WAIT_TIMES, FAR, "w", FAR, "x"],
+            ],
+            reply: "1",
+            after: &[(&["LRANGE", WAITERS, "0", "-1"], "[x]")],
+            published: &["x"],
+        },
+        Case {
+            script: &lease::SEMAPHORE_SET,
+            what: "a larger count wakes as many waiters as it frees",
+            keys: &[HOLDERS, WAITERS, PERMITS],
+            args: &["3", CHANNEL],
+            setup: &[
+                &["ZADD", HOLDERS, FAR, "a"],
+                &["SET", PERMITS, "1"],
+                &["RPUSH", WAITERS, "w", "x", "y"],
+            ],
+            reply: "1",
+            after: &[(&["GET", PERMITS], "3")],
+            published: &["w", "x"],
+        },
+        Case {
+            script: &lease::SEMAPHORE_SET,
+            what: "the first count: -1 before",
+            keys: &[HOLDERS, WAITERS, PERMITS],
+            args: &["2", CHANNEL],
+            setup: &[],
+            reply: "-1",
+            after: &[(&["GET", PERMITS], "2")],
+            published: &[],
+        },
+        Case {
+            script: &lease::SEMAPHORE_STATE,
+            what: "live holders and waiters only",
+            keys: SEM,
+            args: &[],
+            setup: &[
+                &["ZADD", HOLDERS, FAR, "a", PAST, "gone"],
+                &["SET", PERMITS, "2"],
+                &["RPUSH", WAITERS, "dead", "w"],
+                &["ZADD", WAIT_TIMES, PAST, "dead", FAR, "w"],
+            ],
+            reply: "[2,[a,*],[w]]",
+            after: &[],
+            published: &[],
+        },
+        // queue
+        Case {
+            script: &queue::PUSH,
+            what: "one job: ready, one taker woken",
+            keys: PUSH_KEYS,
+            args: &["0", "0", CHANNEL, "j", "p"],
+            setup: &[],
+            reply: "[1,j]",
+            after: &[(&["ZCARD", READY], "1"), (&["HGET", PAYLOADS, "j"], "p")],
+            published: &["1"],
+        },
+        Case {
+            script: &queue::PUSH,
+            what: "a batch wakes every taker; a duplicate is refused",
+            keys: PUSH_KEYS,
+            args: &["0", "0", CHANNEL, "j", "new", "k", "p", "l", "p"],
+            setup: &[&["HSET", PAYLOADS, "j", "old"]],
+            reply: "[0,j,1,k,1,l]",
+            after: &[(&["HGET", PAYLOADS, "j"], "old"), (&["ZCARD", READY], "2")],
+            published: &["*"],
+        },
+        Case {
+            script: &queue::PUSH,
+            what: "higher priority first; due delayed jobs keep their place",
+            keys: PUSH_KEYS,
+            args: &["0", "9", CHANNEL, "hi", "p"],
+            setup: &[
+                &["ZADD", DELAYED, "1", "due"],
+                &["HSET", PRIORITIES, "due", "0"],
+                &["ZADD", READY, "280375465082880", "lo"],
+            ],
+            reply: "[1,hi]",
+            after: &[(&["ZRANGE", READY, "0", "-1"], "[hi,lo,due]")],
+            published: &["1"],
+        },
+        Case {
+            script: &queue::PUSH,
+            what: "delayed: due later, one taker woken to sleep less",
+            keys: PUSH_KEYS,
+            args: &["5000", "0", CHANNEL, "j", "p"],
+            setup: &[],
+            reply: "[1,j]",
+            after: &[(&["ZCARD", READY], "0"), (&["ZSCORE", DELAYED, "j"], "*")],
+            published: &["1"],
+        },
+        Case {
+            script: &queue::DEQUEUE,
+            what: "a ready job is leased",
+            keys: TAKE,
+            args: &["tok", "30000", "5"],
+            setup: &[&["ZADD", READY, "1", "j"], &["HSET", PAYLOADS, "j", "p"]],
+            reply: "[1,1,j,p]",
+            after: &[
+                (&["HGET", LEASES, "j"], "tok"),
+                (&["HGET", JOB_HOLDERS, "tok"], "j"),
+                (&["ZSCORE", INFLIGHT, "j"], "*"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &queue::DEQUEUE,
+            what: "a retry with the same token gets the same job",
+            keys: TAKE,
+            args: &["tok", "30000", "5"],
+            setup: &[
+                &["ZADD", INFLIGHT, FAR, "j"],
+                &["HSET", LEASES, "j", "tok"],
+                &["HSET", JOB_HOLDERS, "tok", "j"],
+                &["HSET", DELIVERIES, "j", "1"],
+                &["HSET", PAYLOADS, "j", "p"],
+                &["ZADD", READY, "1", "k"],
+            ],
+            reply: "[1,1,j,p]",
+            after: &[(&["ZCARD", READY], "1")],
+            published: &[],
+        },
+        Case {
+            script: &queue::DEQUEUE,
+            what: "empty: -2",
+            keys: TAKE,
+            args: &["tok", "30000", "5"],
+            setup: &[],
+            reply: "[0,-2]",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &queue::DEQUEUE,
+            what: "only a delayed job: ms until it is due",
+            keys: TAKE,
+            args: &["tok", "30000", "5"],
+            setup: &[&["ZADD", DELAYED, FAR, "j"]],
+            reply: "[0,*]",
+            after: &[(&["ZCARD", DELAYED], "1")],
+            published: &[],
+        },
+        Case {
+            script: &queue::DEQUEUE,
+            what: "an undone take arriving late takes nothing",
+            keys: TAKE,
+            args: &["tok", "30000", "5"],
+            setup: &[&["ZADD", READY, "1", "j"], &["ZADD", Q_UNDONE, FAR, "tok"]],
+            reply: "[0,-2]",
+            after: &[(&["ZCARD", READY], "1")],
+            published: &[],
+        },
+        Case {
+            script: &queue::DEQUEUE,
+            what: "a lease run out at max deliveries: the job goes dead",
+            keys: TAKE,
+            args: &["tok2", "30000", "1"],
+            setup: &[
+                &["ZADD", INFLIGHT, PAST, "j"],
+                &["HSET", LEASES, "j", "tok"],
+                &["HSET", JOB_HOLDERS, "tok", "j"],
+                &["HSET", DELIVERIES, "j", "1"],
+            ],
+            reply: "[0,-2]",
+            after: &[
+                (&["LRANGE", DEAD, "0", "-1"], "[j]"),
+                (&["HEXISTS", JOB_HOLDERS, "tok"], "0"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &queue::DEQUEUE,
+            what: "a lease run out below max: redelivered, second delivery",
+            keys: TAKE,
+            args: &["tok2", "30000", "5"],
+            setup: &[
+                &["ZADD", INFLIGHT, PAST, "j"],
+                &["HSET", LEASES, "j", "tok"],
+                &["HSET", JOB_HOLDERS, "tok", "j"],
+                &["HSET", DELIVERIES, "j", "1"],
+                &["HSET", PAYLOADS, "j", "p"],
+            ],
+            reply: "[1,2,j,p]",
+            after: &[(&["HGET", LEASES, "j"], "tok2")],
+            published: &[],
+        },
+        Case {
+            script: &queue::ACK,
+            what: "by the lease holder: forgotten, settlement remembered",
+            keys: ACK_KEYS,
+            args: &["j", "tok", "60000"],
+            setup: JOB_IN_FLIGHT,
+            reply: "1",
+            after: &[
+                (&["HEXISTS", PAYLOADS, "j"], "0"),
+                (&["ZCARD", INFLIGHT], "0"),
+                (&["ZSCORE", SETTLED, "tok"], "*"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &queue::ACK,
+            what: "a retry after a lost reply finds its own ack",
+            keys: ACK_KEYS,
+            args: &["j", "tok", "60000"],
+            setup: &[&["ZADD", SETTLED, FAR, "tok"]],
+            reply: "1",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &queue::ACK,
+            what: "another delivery holds it",
+            keys: ACK_KEYS,
+            args: &["j", "old", "60000"],
+            setup: JOB_IN_FLIGHT,
+            reply: "-1",
+            after: &[(&["HEXISTS", PAYLOADS, "j"], "1")],
+            published: &[],
+        },
+        Case {
+            script: &queue::ACK,
+            what: "the lease ran out",
+            keys: ACK_KEYS,
+            args: &["j", "tok", "60000"],
+            setup: &[
+                &["ZADD", INFLIGHT, PAST, "j"],
+                &["HSET", LEASES, "j", "tok"],
+            ],
+            reply: "0",
+            after: &[(&["ZCARD", INFLIGHT], "1")],
+            published: &[],
+        },
+        Case {
+            script: &queue::NACK,
+            what: "retried now: ready again, a taker woken",
+            keys: NACK_KEYS,
+            args: &["j", "tok", "0", "5", CHANNEL, "60000", "why"],
+            setup: JOB_IN_FLIGHT,
+            reply: "1",
+            after: &[(&["ZCARD", READY], "1"), (&["ZSCORE", SETTLED, "tok"], "*")],
+            published: &["1"],
+        },
+        Case {
+            script: &queue::NACK,
+            what: "retried after a backoff: delayed",
+            keys: NACK_KEYS,
+            args: &["j", "tok", "5000", "5", CHANNEL, "60000", ""],
+            setup: JOB_IN_FLIGHT,
+            reply: "1",
+            after: &[(&["ZSCORE", DELAYED, "j"], "*"), (&["ZCARD", READY], "0")],
+            published: &["1"],
+        },
+        Case {
+            script: &queue::NACK,
+            what: "at max deliveries: dead with its reason",
+            keys: NACK_KEYS,
+            args: &["j", "tok", "0", "1", CHANNEL, "60000", "why"],
+            setup: JOB_IN_FLIGHT,
+            reply: "2",
+            after: &[
+                (&["LRANGE", DEAD, "0", "-1"], "[j]"),
+                (&["HGET", REASONS, "j"], "why"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &queue::NACK,
+            what: "a retry after a lost reply: settled already",
+            keys: NACK_KEYS,
+            args: &["j", "tok", "0", "5", CHANNEL, "60000", ""],
+            setup: &[&["ZADD", SETTLED, FAR, "tok"]],
+            reply: "3",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &queue::JOB_EXTEND,
+            what: "by the holder",
+            keys: &[INFLIGHT, LEASES],
+            args: &["j", "tok", "30000"],
+            setup: JOB_IN_FLIGHT,
+            reply: "1",
+            after: &[(&["ZSCORE", INFLIGHT, "j"], "*")],
+            published: &[],
+        },
+        Case {
+            script: &queue::JOB_EXTEND,
+            what: "another delivery's",
+            keys: &[INFLIGHT, LEASES],
+            args: &["j", "old", "30000"],
+            setup: JOB_IN_FLIGHT,
+            reply: "-1",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &queue::JOB_EXTEND,
+            what: "ran out",
+            keys: &[INFLIGHT, LEASES],
+            args: &["j", "tok", "30000"],
+            setup: &[
+                &["ZADD", INFLIGHT, PAST, "j"],
+                &["HSET", LEASES, "j", "tok"],
+            ],
+            reply: "0",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &queue::JOB_INSPECT,
+            what: "ours",
+            keys: &[INFLIGHT, LEASES],
+            args: &["j", "tok"],
+            setup: JOB_IN_FLIGHT,
+            reply: "[1,*]",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &queue::JOB_INSPECT,
+            what: "another delivery's",
+            keys: &[INFLIGHT, LEASES],
+            args: &["j", "old"],
+            setup: JOB_IN_FLIGHT,
+            reply: "[-1,*]",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &queue::JOB_INSPECT,
+            what: "gone",
+            keys: &[INFLIGHT, LEASES],
+            args: &["j", "tok"],
+            setup: &[],
+            reply: "[0,-2]",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &queue::STATS,
+            what: "counts",
+            keys: &[READY, DELAYED, INFLIGHT, DEAD],
+            args: &[],
+            setup: &[
+                &["ZADD", READY, "1", "a", "2", "b"],
+                &["ZADD", INFLIGHT, FAR, "j"],
+                &["RPUSH", DEAD, "d"],
+            ],
+            reply: "[2,0,1,1]",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &queue::DEAD,
+            what: "dead jobs with deliveries, payload and reason",
+            keys: &[DEAD, PAYLOADS, DELIVERIES, REASONS],
+            args: &["10"],
+            setup: DEAD_JOB,
+            reply: "[j,5,p,]",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &queue::REQUEUE,
+            what: "a dead job: ready again, deliveries counted afresh",
+            keys: &[DEAD, READY, PRIORITIES, SEQ, DELIVERIES, BASES, REASONS],
+            args: &["j", CHANNEL],
+            setup: DEAD_JOB,
+            reply: "1",
+            after: &[
+                (&["ZCARD", READY], "1"),
+                (&["HGET", BASES, "j"], "5"),
+                (&["LLEN", DEAD], "0"),
+            ],
+            published: &["1"],
+        },
+        Case {
+            script: &queue::REQUEUE,
+            what: "not dead",
+            keys: &[DEAD, READY, PRIORITIES, SEQ, DELIVERIES, BASES, REASONS],
+            args: &["j", CHANNEL],
+            setup: &[],
+            reply: "0",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &queue::UNTAKE,
+            what: "an unanswered take: back to ready, delivery not counted",
+            keys: UNTAKE_KEYS,
+            args: &["tok", CHANNEL, "600000"],
+            setup: JOB_IN_FLIGHT,
+            reply: "1",
+            after: &[
+                (&["ZCARD", READY], "1"),
+                (&["HGET", DELIVERIES, "j"], "0"),
+                (&["ZSCORE", Q_UNDONE, "tok"], "*"),
+            ],
+            published: &["1"],
+        },
+        Case {
+            script: &queue::UNTAKE,
+            what: "nothing leased to the token: remembered all the same",
+            keys: UNTAKE_KEYS,
+            args: &["tok9", CHANNEL, "600000"],
+            setup: JOB_IN_FLIGHT,
+            reply: "0",
+            after: &[
+                (&["ZSCORE", Q_UNDONE, "tok9"], "*"),
+                (&["ZCARD", READY], "0"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &queue::FORGET,
+            what: "one dead job",
+            keys: DEAD_KEYS,
+            args: &["j", "one"],
+            setup: DEAD_JOB,
+            reply: "1",
+            after: &[(&["LLEN", DEAD], "0"), (&["HEXISTS", PAYLOADS, "j"], "0")],
+            published: &[],
+        },
+        Case {
+            script: &queue::FORGET,
+            what: "every dead job",
+            keys: DEAD_KEYS,
+            args: &["", "all"],
+            setup: &[
+                &["RPUSH", DEAD, "a", "b"],
+                &["HSET", PAYLOADS, "a", "p", "b", "p"],
+            ],
+            reply: "2",
+            after: &[(&["EXISTS", DEAD], "0"), (&["HLEN", PAYLOADS], "0")],
+            published: &[],
+        },
+        Case {
+            script: &queue::FORGET,
+            what: "an empty id forgets nothing",
+            keys: DEAD_KEYS,
+            args: &["", "one"],
+            setup: &[&["RPUSH", DEAD, "a"]],
+            reply: "0",
+            after: &[(&["LLEN", DEAD], "1")],
+            published: &[],
+        },
+    ]
+}
+
+/// A reply as text: integers, bulk strings raw, arrays as `[a,b]`, `nil`, errors as
+/// `!<message>`.
+fn render(value: &redis::Value) -> String {
+    match value {
+        redis::Value::Nil => "nil".into(),
+        redis::Value::Int(n) => n.to_string(),
+        redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        redis::Value::SimpleString(s) => s.clone(),
+        redis::Value::Okay => "OK".into(),
+        redis::Value::Array(items) => {
+            let inner: Vec<String> = items.iter().map(render).collect();
+            format!("[{}]", inner.join(","))
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+/// Whether `text` matches `pattern`, where `*` stands for one or more digits and a whole
+/// pattern `~lo..hi` for an integer from `lo` to `hi`.
+fn matches(pattern: &str, text: &str) -> bool {
+    if let Some((lo, hi)) = pattern.strip_prefix('~').and_then(|r| r.split_once("..")) {
+        let (lo, hi): (i64, i64) = (lo.parse().unwrap(), hi.parse().unwrap());
+        return text.parse::<i64>().is_ok_and(|n| (lo..=hi).contains(&n));
+    }
+    match pattern.split_once('*') {
+        None => pattern == text,
+        Some((head, tail)) => {
+            let Some(rest) = text.strip_prefix(head) else {
+                return false;
+            };
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            (1..=digits).any(|n| matches(tail, &rest[n..]))
+        }
+    }
+}
+
+fn query(conn: &mut Connection, args: &[&str]) -> String {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    match cmd.query::<redis::Value>(conn) {
+        Ok(v) => render(&v),
+        Err(e) => format!("!{e}"),
+    }
+}
+
+#[test]
+fn the_pattern_matcher_means_what_the_table_assumes() {
+    assert!(matches("[1,*]", "[1,42]"));
+    assert!(!matches("[1,*]", "[1,-2]"));
+    assert!(!matches("[1,*]", "[1,]"));
+    assert!(matches("2****", "29999"));
+    assert!(!matches("2****", "9999"));
+    assert!(matches("[2,[a,*],[w]]", "[2,[a,99990],[w]]"));
+    assert!(matches("~1..30000", "30000"));
+    assert!(!matches("~1..30000", "-1"));
+    assert!(!matches("~1..30000", "30001"));
+}
+
+#[test]
+fn every_script_does_what_its_header_says() {
+    let server = server();
+    let mut conn = connection(&server);
+    let mut listener = connection(&server);
+    let mut pubsub = listener.as_pubsub();
+    pubsub.subscribe(CHANNEL).unwrap();
+    pubsub
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let cases = cases();
+    let covered: BTreeSet<&str> = cases.iter().map(|c| c.script.name).collect();
+    let all: BTreeSet<&str> = lease::ALL
+        .iter()
+        .chain(queue::ALL.iter())
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(covered, all, "every script has cases");
+    let mut failures = Vec::new();
+    for case in &cases {
+        let name = format!("{} ({})", case.script.name, case.what);
+        let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+        set_up(&mut conn, case.setup);
+        let row = Row {
+            script: case.script,
+            keys: case.keys,
+            args: case.args,
+            setup: case.setup,
+        };
+        let reply = match run(&mut conn, &row) {
+            Ok(v) => render(&v),
+            Err(e) => format!("!{e}"),
+        };
+        if !matches(case.reply, &reply) {
+            failures.push(format!("{name}: replied {reply}, expected {}", case.reply));
+        }
+        for (command, expected) in case.after {
+            let got = query(&mut conn, command);
+            if !matches(expected, &got) {
+                failures.push(format!("{name}: {command:?} -> {got}, expected {expected}"));
+            }
+        }
+        // What the script published, up to a marker published after it.
+        let _: () = redis::cmd("PUBLISH")
+            .arg(CHANNEL)
+            .arg("--end--")
+            .query(&mut conn)
+            .unwrap();
+        let mut published = Vec::new();
+        loop {
+            let message = pubsub.get_message().unwrap();
+            let payload: String = message.get_payload().unwrap();
+            if payload == "--end--" {
+                break;
+            }
+            published.push(payload);
+        }
+        if published != case.published {
+            failures.push(format!(
+                "{name}: published {published:?}, expected {:?}",
+                case.published
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
 }

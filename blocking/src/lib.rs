@@ -88,9 +88,12 @@ pub use client::{Client, ClientBuilder};
 pub use connect::ConnectionTarget;
 pub use legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
 pub use lock::{LockBuilder, LockGuard};
-pub use queue::{AckedAndNext, HandlerError, Job, JobError, Queue, Retry, WorkerReport, Workers};
-pub use redlease_core::lease::{LeaseState, LockKind, SemaphoreState};
+pub use queue::{
+    AckedAndNext, HandlerError, Job, JobError, Queue, Retry, WorkerReport, Workers,
+};
+pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
+pub use redlease_core::semaphore::SemaphoreState;
 pub use redlease_core::{Error, FailureKind, InvalidArgument, LossReason, TransportFailure};
 pub use redlock::{RedLock, RedLockBuilder, RedLockGuard, RedLockLockBuilder};
 pub use status::{ClientStatus, ListenerStatus, PoolStatus};

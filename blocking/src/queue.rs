@@ -228,7 +228,7 @@ impl Queue {
             Instant::now(),
         )?;
         let span =
-            crate::observe::acquire_span(&self.keys.name, redlease_core::lease::LockKind::Job);
+            crate::observe::acquire_span(&self.keys.name, redlease_core::lease::LeaseKind::Job);
         let (started, taken) = (Instant::now(), span.in_scope(|| self.client.run(machine)));
         crate::observe::ended(&span, started, &taken, |t| match t {
             Take::Taken(job) => Some((job.lease.attempts, Some(job.delivery))),

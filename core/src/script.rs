@@ -6,8 +6,10 @@ use crate::reply::{Input, Reply, TransportFailure};
 
 /// A Lua script and its SHA-1 (hex, lower case).
 ///
-/// The digests are written out as constants so that the core needs no hashing code; a unit
-/// test recomputes every digest.
+/// Scripts are built at compile time by [`script!`](crate::script!): the parts of the shared
+/// [`prelude`] a script uses, then its own body, and the digest of the whole computed by a
+/// `const fn` SHA-1 ([`sha1_hex`]). Nothing is hashed or loaded at run time: a call is sent
+/// as `EVALSHA` and resent as `EVAL` when the server answers `NOSCRIPT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Script {
     /// A short name for diagnostics.
@@ -16,6 +18,204 @@ pub struct Script {
     pub source: &'static str,
     /// SHA-1 of `source`, as Redis computes it for `EVALSHA`.
     pub sha1: &'static str,
+}
+
+/// The Lua prelude shared by the scripts: each part defines local functions, and a script
+/// is its parts (in the order given to [`script!`](crate::script!)) followed by its body.
+/// Only the parts a script calls are included (a unit test checks both ways), so that no
+/// script pays for closures it never uses.
+pub mod prelude {
+    /// `notify(channel, message)`: `PUBLISH`, or `SPUBLISH` for a channel given as
+    /// `{shard}<name>` (Redis Cluster shard channels).
+    pub const NOTIFY: &str = include_str!("lua/prelude/notify.lua");
+    /// `now_ms()`: the server's clock (`TIME`) in milliseconds since the epoch.
+    pub const NOW_MS: &str = include_str!("lua/prelude/now_ms.lua");
+    /// `now_us()`: the server's clock (`TIME`) in microseconds since the epoch.
+    pub const NOW_US: &str = include_str!("lua/prelude/now_us.lua");
+    /// `fence_counter(key, text)` (the counter's value, or an error reply to return) and
+    /// `issue_fence(key, counter, us)`: the fence floor `max(counter + 1, server µs)`.
+    pub const FENCE: &str = include_str!("lua/prelude/fence.lua");
+    /// `undone(key, token)`: whether an acquisition was undone after its reply was lost.
+    /// Needs [`NOW_MS`] before it.
+    pub const UNDONE: &str = include_str!("lua/prelude/undone.lua");
+    /// `remember(key, member, now, keep)`: a zset of members remembered for `keep` ms
+    /// (undone acquisitions, settled deliveries).
+    pub const REMEMBER: &str = include_str!("lua/prelude/remember.lua");
+    /// `bad_sequence(key)` (an error reply when the queue's sequence counter is not an
+    /// integer) and `ready_score(priority, seq_key)`: the ready set's score, higher
+    /// priorities first, then first in first out.
+    pub const READY: &str = include_str!("lua/prelude/ready.lua");
+}
+
+/// The length of `parts` joined (for [`script!`](crate::script!)).
+#[doc(hidden)]
+pub const fn joined_len(parts: &[&str]) -> usize {
+    let mut len = 0;
+    let mut i = 0;
+    while i < parts.len() {
+        len += parts[i].len();
+        i += 1;
+    }
+    len
+}
+
+/// `parts` joined, as bytes (for [`script!`](crate::script!)); `N` is their total length.
+#[doc(hidden)]
+pub const fn join<const N: usize>(parts: &[&str]) -> [u8; N] {
+    let mut out = [0u8; N];
+    let mut at = 0;
+    let mut i = 0;
+    while i < parts.len() {
+        let bytes = parts[i].as_bytes();
+        let mut j = 0;
+        while j < bytes.len() && at < N {
+            out[at] = bytes[j];
+            at += 1;
+            j += 1;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Text built at compile time from valid UTF-8 (joined `&str`s, or hex digits).
+#[doc(hidden)]
+#[allow(clippy::panic)] // Evaluated in constants only: a failure is a compile error.
+pub const fn utf8(bytes: &'static [u8]) -> &'static str {
+    match core::str::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(_) => panic!("script text is not UTF-8"),
+    }
+}
+
+/// The SHA-1 of `data` in lower-case hex, as Redis names a script for `EVALSHA`; a
+/// `const fn`, so that script digests are computed when the crate is compiled.
+pub const fn sha1_hex(data: &[u8]) -> [u8; 40] {
+    let digest = sha1(data);
+    let mut out = [0u8; 40];
+    let mut i = 0;
+    while i < 20 {
+        out[2 * i] = hex_digit(digest[i] >> 4);
+        out[2 * i + 1] = hex_digit(digest[i] & 0xf);
+        i += 1;
+    }
+    out
+}
+
+const fn hex_digit(n: u8) -> u8 {
+    if n < 10 { b'0' + n } else { b'a' + n - 10 }
+}
+
+/// SHA-1 (FIPS 180-4) of `data`.
+const fn sha1(data: &[u8]) -> [u8; 20] {
+    let mut h: [u32; 5] = [
+        0x6745_2301,
+        0xEFCD_AB89,
+        0x98BA_DCFE,
+        0x1032_5476,
+        0xC3D2_E1F0,
+    ];
+    let len = data.len();
+    // The message, a 0x80 byte, zeros, then the length in bits (8 bytes): whole blocks.
+    let total = (len + 9).div_ceil(64) * 64;
+    let bits = (len as u64).wrapping_mul(8);
+    let mut block = 0;
+    while block < total {
+        let mut w = [0u32; 80];
+        let mut t = 0;
+        while t < 16 {
+            let mut word = 0u32;
+            let mut b = 0;
+            while b < 4 {
+                let at = block + 4 * t + b;
+                let byte = if at < len {
+                    data[at]
+                } else if at == len {
+                    0x80
+                } else if at >= total - 8 {
+                    (bits >> (8 * (total - 1 - at))) as u8
+                } else {
+                    0
+                };
+                word = (word << 8) | byte as u32;
+                b += 1;
+            }
+            w[t] = word;
+            t += 1;
+        }
+        while t < 80 {
+            w[t] = (w[t - 3] ^ w[t - 8] ^ w[t - 14] ^ w[t - 16]).rotate_left(1);
+            t += 1;
+        }
+        let (mut a, mut b, mut c, mut d, mut e) = (h[0], h[1], h[2], h[3], h[4]);
+        t = 0;
+        while t < 80 {
+            let (f, k) = if t < 20 {
+                ((b & c) | (!b & d), 0x5A82_7999)
+            } else if t < 40 {
+                (b ^ c ^ d, 0x6ED9_EBA1)
+            } else if t < 60 {
+                ((b & c) | (b & d) | (c & d), 0x8F1B_BCDC)
+            } else {
+                (b ^ c ^ d, 0xCA62_C1D6)
+            };
+            let temp = a
+                .rotate_left(5)
+                .wrapping_add(f)
+                .wrapping_add(e)
+                .wrapping_add(k)
+                .wrapping_add(w[t]);
+            e = d;
+            d = c;
+            c = b.rotate_left(30);
+            b = a;
+            a = temp;
+            t += 1;
+        }
+        h[0] = h[0].wrapping_add(a);
+        h[1] = h[1].wrapping_add(b);
+        h[2] = h[2].wrapping_add(c);
+        h[3] = h[3].wrapping_add(d);
+        h[4] = h[4].wrapping_add(e);
+        block += 64;
+    }
+    let mut out = [0u8; 20];
+    let mut i = 0;
+    while i < 5 {
+        let bytes = h[i].to_be_bytes();
+        out[4 * i] = bytes[0];
+        out[4 * i + 1] = bytes[1];
+        out[4 * i + 2] = bytes[2];
+        out[4 * i + 3] = bytes[3];
+        i += 1;
+    }
+    out
+}
+
+/// Builds a [`Script`] at compile time: `script!(name, [prelude parts...], body)`, where
+/// the parts are constants of [`prelude`] and the body is usually
+/// `include_str!("lua/<name>.lua")`. The source is the parts then the body; the SHA-1 is
+/// computed from it by [`sha1_hex`].
+///
+/// ```
+/// use redlease_core::script::{prelude::NOW_MS, Script};
+/// static NOW: Script = redlease_core::script!("now", [NOW_MS], "return now_ms()\n");
+/// assert!(NOW.source.starts_with(NOW_MS) && NOW.source.ends_with("return now_ms()\n"));
+/// assert_eq!(NOW.sha1.len(), 40);
+/// ```
+#[macro_export]
+macro_rules! script {
+    ($name:expr, [$($part:expr),* $(,)?], $body:expr $(,)?) => {{
+        const PARTS: &[&str] = &[$($part,)* $body];
+        const LEN: usize = $crate::script::joined_len(PARTS);
+        const SOURCE: [u8; LEN] = $crate::script::join::<LEN>(PARTS);
+        const SHA1: [u8; 40] = $crate::script::sha1_hex(&SOURCE);
+        $crate::script::Script {
+            name: $name,
+            source: $crate::script::utf8(&SOURCE),
+            sha1: $crate::script::utf8(&SHA1),
+        }
+    }};
 }
 
 /// One invocation of a script: keys and arguments, on one node.
@@ -204,9 +404,96 @@ impl Exchange {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::reply::ErrorReply;
+
+    /// Every prelude part and the functions it defines.
+    const PARTS: [(&str, &[&str]); 7] = [
+        (prelude::NOTIFY, &["notify"]),
+        (prelude::NOW_MS, &["now_ms"]),
+        (prelude::NOW_US, &["now_us"]),
+        (prelude::FENCE, &["fence_counter", "issue_fence"]),
+        (prelude::UNDONE, &["undone"]),
+        (prelude::REMEMBER, &["remember"]),
+        (prelude::READY, &["bad_sequence", "ready_score"]),
+    ];
+
+    /// Whether `text` calls `function` (a call, not a longer name ending the same way).
+    fn calls(text: &str, function: &str) -> bool {
+        let call = format!("{function}(");
+        text.match_indices(&call).any(|(at, _)| {
+            let before = text[..at].chars().next_back();
+            !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+                && !text[..at].ends_with("local function ")
+        })
+    }
+
+    /// A script defines each prelude function at most once, only if it calls it, and
+    /// before the code that calls it (the body, or a later part).
+    pub(crate) fn check_prelude(script: &Script) {
+        let source = script.source;
+        for (part, functions) in PARTS {
+            let Some(function) = functions.first() else {
+                continue;
+            };
+            let defined = source
+                .matches(&format!("local function {function}("))
+                .count();
+            assert!(
+                defined <= 1,
+                "{}: {function} defined {defined} times",
+                script.name
+            );
+            let Some(at) = source.find(part) else {
+                assert_eq!(
+                    defined, 0,
+                    "{}: {function} defined outside its part",
+                    script.name
+                );
+                for f in functions {
+                    assert!(
+                        !calls(source, f),
+                        "{} calls {f} without its prelude part",
+                        script.name
+                    );
+                }
+                continue;
+            };
+            let after = &source[at + part.len()..];
+            assert!(
+                functions.iter().any(|f| calls(after, f)),
+                "{} includes the part defining {functions:?} but never calls it",
+                script.name
+            );
+            assert!(
+                functions.iter().all(|f| !calls(&source[..at], f)),
+                "{} calls one of {functions:?} before its definition",
+                script.name
+            );
+        }
+    }
+
+    #[test]
+    fn sha1_matches_a_reference_at_every_padding_boundary() {
+        for len in [0, 1, 3, 55, 56, 57, 63, 64, 65, 119, 120, 128, 1000, 4099] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            let expected = sha1_smol::Sha1::from(&data).digest().to_string();
+            assert_eq!(sha1_hex(&data), expected.as_bytes(), "length {len}");
+        }
+    }
+
+    #[test]
+    fn the_prelude_check_catches_a_missing_and_an_unused_part() {
+        static MISSING: Script = crate::script!("missing", [], "return now_ms()\n");
+        static UNUSED: Script = crate::script!("unused", [prelude::NOTIFY], "return 1\n");
+        static GOOD: Script = crate::script!("good", [prelude::NOW_MS], "return now_ms()\n");
+        check_prelude(&GOOD);
+        for bad in [&MISSING, &UNUSED] {
+            let caught = std::panic::catch_unwind(|| check_prelude(bad));
+            assert!(caught.is_err(), "{} passed", bad.name);
+        }
+    }
 
     static ECHO: Script = Script {
         name: "echo",

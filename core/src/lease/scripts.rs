@@ -1,4 +1,5 @@
-//! Every Lua script of the lock family, with its SHA-1 (checked by a unit test).
+//! Every Lua script of the lock family, built from the shared
+//! [prelude](crate::script::prelude) with its SHA-1 at compile time (see [`script!`](crate::script!)).
 //!
 //! Reply conventions shared by all kinds, so that one acquisition machine and one
 //! owner-checked operation machine serve them all:
@@ -6,177 +7,166 @@
 //! - release and extend: `1` done, `0` gone (expired), `-1` another holder has it;
 //! - inspect: `{1, ms left}` ours, `{0, -2}` gone, `{-1, ms left}` another's.
 
+use crate::script;
 use crate::script::Script;
+use crate::script::prelude::*;
 
 /// `lua/acquire.lua`
-pub static ACQUIRE: Script = Script {
-    name: "lease_acquire",
-    source: include_str!("lua/acquire.lua"),
-    sha1: "07e7dd6c2f4e8b7fb53a0876f2af5e1cd9706d3c",
-};
+pub static ACQUIRE: Script = script!(
+    "lease_acquire",
+    [NOW_MS, NOW_US, FENCE, UNDONE],
+    include_str!("lua/acquire.lua")
+);
 
 /// `lua/release.lua`
-pub static RELEASE: Script = Script {
-    name: "lease_release",
-    source: include_str!("lua/release.lua"),
-    sha1: "66f55b3ff81012aee76c0f60b0ba89c73651b2db",
-};
+pub static RELEASE: Script = script!(
+    "lease_release",
+    [NOW_MS, REMEMBER, NOTIFY],
+    include_str!("lua/release.lua")
+);
 
 /// `lua/extend.lua`
-pub static EXTEND: Script = Script {
-    name: "lease_extend",
-    source: include_str!("lua/extend.lua"),
-    sha1: "8573b6279b1ed8fb8a9bf258c8d48ab06f8c8a5e",
-};
+pub static EXTEND: Script = script!("lease_extend", [], include_str!("lua/extend.lua"));
 
 /// `lua/inspect.lua`
-pub static INSPECT: Script = Script {
-    name: "lease_inspect",
-    source: include_str!("lua/inspect.lua"),
-    sha1: "376257f2611e8e27f2c99f007a474fecedf66d3e",
-};
+pub static INSPECT: Script = script!("lease_inspect", [], include_str!("lua/inspect.lua"));
 
 /// `lua/reentrant_acquire.lua`
-pub static REENTRANT_ACQUIRE: Script = Script {
-    name: "reentrant_acquire",
-    source: include_str!("lua/reentrant_acquire.lua"),
-    sha1: "260ec6b882e86d8a5b5d661a1202c352cc2c6c67",
-};
+pub static REENTRANT_ACQUIRE: Script = script!(
+    "reentrant_acquire",
+    [NOW_MS, NOW_US, FENCE, UNDONE],
+    include_str!("lua/reentrant_acquire.lua")
+);
 
 /// `lua/reentrant_release.lua`
-pub static REENTRANT_RELEASE: Script = Script {
-    name: "reentrant_release",
-    source: include_str!("lua/reentrant_release.lua"),
-    sha1: "ad9b4cc1d909f35090a0e0be2c4d6a5254aa1f1c",
-};
+pub static REENTRANT_RELEASE: Script = script!(
+    "reentrant_release",
+    [NOTIFY],
+    include_str!("lua/reentrant_release.lua")
+);
 
 /// `lua/reentrant_extend.lua`
-pub static REENTRANT_EXTEND: Script = Script {
-    name: "reentrant_extend",
-    source: include_str!("lua/reentrant_extend.lua"),
-    sha1: "4bd7f2582e5f144168ea03b6326863a391471adf",
-};
+pub static REENTRANT_EXTEND: Script = script!(
+    "reentrant_extend",
+    [],
+    include_str!("lua/reentrant_extend.lua")
+);
 
 /// `lua/reentrant_inspect.lua`
-pub static REENTRANT_INSPECT: Script = Script {
-    name: "reentrant_inspect",
-    source: include_str!("lua/reentrant_inspect.lua"),
-    sha1: "d2f974a4efdd8ea3a59a37b516e9663f77845b15",
-};
+pub static REENTRANT_INSPECT: Script = script!(
+    "reentrant_inspect",
+    [],
+    include_str!("lua/reentrant_inspect.lua")
+);
 
 /// `lua/reentrant_undo.lua`
-pub static REENTRANT_UNDO: Script = Script {
-    name: "reentrant_undo",
-    source: include_str!("lua/reentrant_undo.lua"),
-    sha1: "db4bc98a5330d27691846e45b923e0509f4c937d",
-};
+pub static REENTRANT_UNDO: Script = script!(
+    "reentrant_undo",
+    [NOW_MS, REMEMBER, NOTIFY],
+    include_str!("lua/reentrant_undo.lua")
+);
 
 /// `lua/fair_acquire.lua`
-pub static FAIR_ACQUIRE: Script = Script {
-    name: "fair_acquire",
-    source: include_str!("lua/fair_acquire.lua"),
-    sha1: "9eed879b4828774938fb6819f002562c36989ca2",
-};
+pub static FAIR_ACQUIRE: Script = script!(
+    "fair_acquire",
+    [NOW_MS, NOW_US, FENCE, UNDONE],
+    include_str!("lua/fair_acquire.lua")
+);
 
 /// `lua/fair_release.lua`
-pub static FAIR_RELEASE: Script = Script {
-    name: "fair_release",
-    source: include_str!("lua/fair_release.lua"),
-    sha1: "04b357ea94edc997893eac4c60ad1e1601792a6e",
-};
+pub static FAIR_RELEASE: Script = script!(
+    "fair_release",
+    [NOW_MS, REMEMBER, NOTIFY],
+    include_str!("lua/fair_release.lua")
+);
 
 /// `lua/fair_cancel.lua`
-pub static FAIR_CANCEL: Script = Script {
-    name: "fair_cancel",
-    source: include_str!("lua/fair_cancel.lua"),
-    sha1: "555bce5cced135429a1bdfd32f7d7f69ea9fb3e2",
-};
+pub static FAIR_CANCEL: Script =
+    script!("fair_cancel", [NOTIFY], include_str!("lua/fair_cancel.lua"));
 
 /// `lua/read_acquire.lua`
-pub static READ_ACQUIRE: Script = Script {
-    name: "read_acquire",
-    source: include_str!("lua/read_acquire.lua"),
-    sha1: "d5b8967c59c5293d2405eab1f47f1892f8203bf0",
-};
+pub static READ_ACQUIRE: Script = script!(
+    "read_acquire",
+    [NOW_MS, UNDONE],
+    include_str!("lua/read_acquire.lua")
+);
 
 /// `lua/read_release.lua`
-pub static READ_RELEASE: Script = Script {
-    name: "read_release",
-    source: include_str!("lua/read_release.lua"),
-    sha1: "fef803b451082f0999accd70201ae5bfd052ea36",
-};
+pub static READ_RELEASE: Script = script!(
+    "read_release",
+    [NOW_MS, REMEMBER, NOTIFY],
+    include_str!("lua/read_release.lua")
+);
 
 /// `lua/read_extend.lua`
-pub static READ_EXTEND: Script = Script {
-    name: "read_extend",
-    source: include_str!("lua/read_extend.lua"),
-    sha1: "6a51e123cd93262a10c32a21b52949c0a043c5c4",
-};
+pub static READ_EXTEND: Script =
+    script!("read_extend", [NOW_MS], include_str!("lua/read_extend.lua"));
 
 /// `lua/read_inspect.lua`
-pub static READ_INSPECT: Script = Script {
-    name: "read_inspect",
-    source: include_str!("lua/read_inspect.lua"),
-    sha1: "ca786807ff4f3ab70a5e21800617046d72c16655",
-};
+pub static READ_INSPECT: Script = script!(
+    "read_inspect",
+    [NOW_MS],
+    include_str!("lua/read_inspect.lua")
+);
 
 /// `lua/write_acquire.lua`
-pub static WRITE_ACQUIRE: Script = Script {
-    name: "write_acquire",
-    source: include_str!("lua/write_acquire.lua"),
-    sha1: "8609dee82d969990f31e47ef12b2492411e9cbf5",
-};
+pub static WRITE_ACQUIRE: Script = script!(
+    "write_acquire",
+    [NOW_MS, NOW_US, FENCE, UNDONE],
+    include_str!("lua/write_acquire.lua")
+);
 
 /// `lua/write_release.lua`
-pub static WRITE_RELEASE: Script = Script {
-    name: "write_release",
-    source: include_str!("lua/write_release.lua"),
-    sha1: "e45918d48dfaee339ea82f1d0311cf9b73ddfceb",
-};
+pub static WRITE_RELEASE: Script = script!(
+    "write_release",
+    [NOW_MS, REMEMBER, NOTIFY],
+    include_str!("lua/write_release.lua")
+);
 
 /// `lua/write_cancel.lua`
-pub static WRITE_CANCEL: Script = Script {
-    name: "write_cancel",
-    source: include_str!("lua/write_cancel.lua"),
-    sha1: "ca897752025950291d2794afc60a97d4dcb928fe",
-};
+pub static WRITE_CANCEL: Script = script!(
+    "write_cancel",
+    [NOTIFY],
+    include_str!("lua/write_cancel.lua")
+);
 
 /// `lua/permit_acquire.lua`
-pub static PERMIT_ACQUIRE: Script = Script {
-    name: "permit_acquire",
-    source: include_str!("lua/permit_acquire.lua"),
-    sha1: "071da3f6c45f7472e942d712d92a84101bcaac61",
-};
+pub static PERMIT_ACQUIRE: Script = script!(
+    "permit_acquire",
+    [NOW_MS, UNDONE],
+    include_str!("lua/permit_acquire.lua")
+);
 
 /// `lua/permit_release.lua`
-pub static PERMIT_RELEASE: Script = Script {
-    name: "permit_release",
-    source: include_str!("lua/permit_release.lua"),
-    sha1: "677e3514eacac0e4452fbfbab1accf854ff9afaa",
-};
+pub static PERMIT_RELEASE: Script = script!(
+    "permit_release",
+    [NOW_MS, REMEMBER, NOTIFY],
+    include_str!("lua/permit_release.lua")
+);
 
 /// `lua/permit_cancel.lua`
-pub static PERMIT_CANCEL: Script = Script {
-    name: "permit_cancel",
-    source: include_str!("lua/permit_cancel.lua"),
-    sha1: "f5c4bc356534b63ddbeae1b7b20c61427f86907f",
-};
+pub static PERMIT_CANCEL: Script = script!(
+    "permit_cancel",
+    [NOTIFY],
+    include_str!("lua/permit_cancel.lua")
+);
 
 /// `lua/semaphore_set.lua`
-pub static SEMAPHORE_SET: Script = Script {
-    name: "semaphore_set",
-    source: include_str!("lua/semaphore_set.lua"),
-    sha1: "0898a0aa653aa2480a249b16737fe26602f68088",
-};
+pub static SEMAPHORE_SET: Script = script!(
+    "semaphore_set",
+    [NOTIFY],
+    include_str!("lua/semaphore_set.lua")
+);
 
 /// `lua/semaphore_state.lua`
-pub static SEMAPHORE_STATE: Script = Script {
-    name: "semaphore_state",
-    source: include_str!("lua/semaphore_state.lua"),
-    sha1: "392e2e5bf3cfdf8d10c99d9e89456ce7d5acd139",
-};
+pub static SEMAPHORE_STATE: Script = script!(
+    "semaphore_state",
+    [NOW_MS],
+    include_str!("lua/semaphore_state.lua")
+);
 
-/// Every script, for `SCRIPT LOAD` at start-up and for tests.
+/// Every script (for tests and for tools that preload them; the driver loads none: a call
+/// goes out as `EVALSHA` and is resent as `EVAL` on `NOSCRIPT`).
 pub static ALL: [&Script; 24] = [
     &ACQUIRE,
     &RELEASE,
@@ -211,6 +201,13 @@ mod tests {
         for s in super::ALL {
             let digest = sha1_smol::Sha1::from(s.source).digest().to_string();
             assert_eq!(digest, s.sha1, "digest of {}", s.name);
+        }
+    }
+
+    #[test]
+    fn scripts_include_exactly_the_prelude_they_call() {
+        for s in super::ALL {
+            crate::script::tests::check_prelude(s);
         }
     }
 }

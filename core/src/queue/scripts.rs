@@ -1,90 +1,77 @@
-//! The queue's Lua scripts, with their SHA-1 (checked by a unit test).
+//! The queue's Lua scripts, built from the shared
+//! [prelude](crate::script::prelude) with their SHA-1 at compile time (see [`script!`](crate::script!)).
 
+use crate::script;
 use crate::script::Script;
+use crate::script::prelude::*;
 
 /// `lua/push.lua`
-pub static PUSH: Script = Script {
-    name: "queue_push",
-    source: include_str!("lua/push.lua"),
-    sha1: "7521af6261467005f554b5c142569357d783a3b3",
-};
+pub static PUSH: Script = script!(
+    "queue_push",
+    [NOW_MS, READY, NOTIFY],
+    include_str!("lua/push.lua")
+);
 
 /// `lua/dequeue.lua`
-pub static DEQUEUE: Script = Script {
-    name: "queue_dequeue",
-    source: include_str!("lua/dequeue.lua"),
-    sha1: "6cac11ff7c0216a92a31e452f878fed24bc6e972",
-};
+pub static DEQUEUE: Script = script!(
+    "queue_dequeue",
+    [NOW_MS, READY],
+    include_str!("lua/dequeue.lua")
+);
 
 /// `lua/ack.lua`
-pub static ACK: Script = Script {
-    name: "queue_ack",
-    source: include_str!("lua/ack.lua"),
-    sha1: "2d114ef9767d21416a01427fae4892fea4b2a2f6",
-};
+pub static ACK: Script = script!("queue_ack", [NOW_MS, REMEMBER], include_str!("lua/ack.lua"));
 
 /// `lua/nack.lua`
-pub static NACK: Script = Script {
-    name: "queue_nack",
-    source: include_str!("lua/nack.lua"),
-    sha1: "ae63c468e2baeb75a90fc5beda2775f212cb6a0b",
-};
+pub static NACK: Script = script!(
+    "queue_nack",
+    [NOW_MS, REMEMBER, READY, NOTIFY],
+    include_str!("lua/nack.lua")
+);
 
 /// `lua/job_extend.lua`
-pub static JOB_EXTEND: Script = Script {
-    name: "queue_job_extend",
-    source: include_str!("lua/job_extend.lua"),
-    sha1: "857474e160947870b13e449bc87d1217138bc1da",
-};
+pub static JOB_EXTEND: Script = script!(
+    "queue_job_extend",
+    [NOW_MS],
+    include_str!("lua/job_extend.lua")
+);
 
 /// `lua/job_inspect.lua`
-pub static JOB_INSPECT: Script = Script {
-    name: "queue_job_inspect",
-    source: include_str!("lua/job_inspect.lua"),
-    sha1: "3b183888f85cc85bdad4f53128a276d91eeb345a",
-};
+pub static JOB_INSPECT: Script = script!(
+    "queue_job_inspect",
+    [NOW_MS],
+    include_str!("lua/job_inspect.lua")
+);
 
 /// `lua/stats.lua`
-pub static STATS: Script = Script {
-    name: "queue_stats",
-    source: include_str!("lua/stats.lua"),
-    sha1: "451fa0ea08660def687b574a1ccd5b30976c46e2",
-};
+pub static STATS: Script = script!("queue_stats", [], include_str!("lua/stats.lua"));
 
 /// `lua/dead.lua`
-pub static DEAD: Script = Script {
-    name: "queue_dead",
-    source: include_str!("lua/dead.lua"),
-    sha1: "3cc94f2813e4810b1d8d2fed08b8e0be2e24a67f",
-};
+pub static DEAD: Script = script!("queue_dead", [], include_str!("lua/dead.lua"));
 
 /// `lua/requeue.lua`
-pub static REQUEUE: Script = Script {
-    name: "queue_requeue",
-    source: include_str!("lua/requeue.lua"),
-    sha1: "57ff8c3ffd73d7c32b1bb6e26093f1f5f8dfbb16",
-};
+pub static REQUEUE: Script = script!(
+    "queue_requeue",
+    [READY, NOTIFY],
+    include_str!("lua/requeue.lua")
+);
 
 /// `lua/untake.lua`
-pub static UNTAKE: Script = Script {
-    name: "queue_untake",
-    source: include_str!("lua/untake.lua"),
-    sha1: "3794514bc178251c29ff2ca8842dc9aae313b7bc",
-};
+pub static UNTAKE: Script = script!(
+    "queue_untake",
+    [NOW_MS, REMEMBER, READY, NOTIFY],
+    include_str!("lua/untake.lua")
+);
 
 /// `lua/forget.lua`
-pub static FORGET: Script = Script {
-    name: "queue_forget",
-    source: include_str!("lua/forget.lua"),
-    sha1: "f67cefa05717571ae9a44c391a92159f6071e4ff",
-};
+pub static FORGET: Script = script!("queue_forget", [], include_str!("lua/forget.lua"));
 
 /// `lua/ack_take.lua`
-pub static ACK_TAKE: Script = Script {
-    name: "queue_ack_take",
-    source: include_str!("lua/ack_take.lua"),
-    sha1: "c1588ababa93a2953172b5bedb503b067912e87c",
-};
+pub static ACK_TAKE: Script = script!(
+    "queue_ack_take",
+    [NOW_MS, READY],
+    include_str!("lua/ack_take.lua")
+);
 
 /// Every queue script.
 pub static ALL: [&Script; 12] = [
@@ -109,6 +96,13 @@ mod tests {
         for s in super::ALL {
             let digest = sha1_smol::Sha1::from(s.source).digest().to_string();
             assert_eq!(digest, s.sha1, "digest of {}", s.name);
+        }
+    }
+
+    #[test]
+    fn scripts_include_exactly_the_prelude_they_call() {
+        for s in super::ALL {
+            crate::script::tests::check_prelude(s);
         }
     }
 }

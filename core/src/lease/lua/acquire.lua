@@ -10,21 +10,12 @@
 -- Read every key once before writing any (a wrong type fails before any write).
 local holder = redis.call('GET', KEYS[1])
 local last = redis.call('GET', KEYS[2])
--- An acquisition undone after its reply was lost must not take effect if it arrives late
--- (delayed, overtaken by its undo on another connection): its token is in the undone set.
-local undone = redis.call('ZSCORE', KEYS[3], ARGV[1])
-if undone then
-  local tu = redis.call('TIME')
-  if tonumber(undone) > tonumber(tu[1]) * 1000 + math.floor(tonumber(tu[2]) / 1000) then
-    return {0, -2}
-  end
+if undone(KEYS[3], ARGV[1]) then
+  return {0, -2}
 end
-local counter = 0
-if last then
-  counter = tonumber(last)
-  if (not counter) or counter ~= math.floor(counter) or counter >= 9007199254740991 then
-    return redis.error_reply('ERR the fence counter ' .. KEYS[2] .. ' does not hold an integer below 2^53 - 1')
-  end
+local counter, bad = fence_counter(KEYS[2], last)
+if bad then
+  return bad
 end
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -33,8 +24,6 @@ end
 if holder then
   return {0, redis.call('PTTL', KEYS[1])}
 end
-local t = redis.call('TIME')
-local fence = math.max(counter + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-redis.call('SET', KEYS[2], string.format('%.0f', fence))
+local fence = issue_fence(KEYS[2], counter, now_us())
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {1, fence}

@@ -6,30 +6,21 @@
 -- Returns {1, fence} acquired (or already ours), {0, pttl of the holder or -2} waiting.
 -- A waiter stays in line only while it keeps calling (each call refreshes its timeout);
 -- a waiter that stopped (died) is dropped once its timeout passes, by the server's clock.
--- A fence is max(counter + 1, server clock in microseconds), as in acquire.lua.
+-- A fence is max(counter + 1, server clock in microseconds): issue_fence in the prelude.
 -- Read every key once before writing any (a wrong type fails before any write).
 redis.call('GET', KEYS[1])
 redis.call('LLEN', KEYS[2])
 redis.call('ZCARD', KEYS[3])
 local last = redis.call('GET', KEYS[4])
--- An acquisition undone after its reply was lost must not take effect if it arrives late
--- (delayed, overtaken by its undo on another connection): its token is in the undone set.
-local undone = redis.call('ZSCORE', KEYS[5], ARGV[1])
-if undone then
-  local tu = redis.call('TIME')
-  if tonumber(undone) > tonumber(tu[1]) * 1000 + math.floor(tonumber(tu[2]) / 1000) then
-    return {0, -2}
-  end
+if undone(KEYS[5], ARGV[1]) then
+  return {0, -2}
 end
-local counter = 0
-if last then
-  counter = tonumber(last)
-  if (not counter) or counter ~= math.floor(counter) or counter >= 9007199254740991 then
-    return redis.error_reply('ERR the fence counter ' .. KEYS[4] .. ' does not hold an integer below 2^53 - 1')
-  end
+local counter, bad = fence_counter(KEYS[4], last)
+if bad then
+  return bad
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local us = now_us()
+local now = math.floor(us / 1000)
 while true do
   local head = redis.call('LINDEX', KEYS[2], 0)
   if not head then break end
@@ -46,8 +37,7 @@ end
 if not holder then
   local head = redis.call('LINDEX', KEYS[2], 0)
   if (not head) or head == ARGV[1] then
-    local fence = math.max(counter + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-    redis.call('SET', KEYS[4], string.format('%.0f', fence))
+    local fence = issue_fence(KEYS[4], counter, us)
     if head then
       redis.call('LPOP', KEYS[2])
       redis.call('ZREM', KEYS[3], ARGV[1])

@@ -3,16 +3,6 @@
 -- undo of an acquisition: KEYS[4] undone acquisitions, ARGV[3] how long to remember the
 -- token (ms).
 -- Returns 1 released, 0 gone (expired), -1 another holder owns it.
--- A channel given as '{shard}<name>' is a shard channel (Redis Cluster): SPUBLISH reaches only
--- the subscribers on this key's shard instead of being broadcast to every node. (No channel
--- of ours starts with '{': prefixes may not contain braces.)
-local function notify(channel, message)
-  if string.sub(channel, 1, 7) == '{shard}' then
-    redis.call('SPUBLISH', string.sub(channel, 8), message)
-  else
-    redis.call('PUBLISH', channel, message)
-  end
-end
 -- Read every key once before writing any (a wrong type fails before any write).
 local holder = redis.call('GET', KEYS[1])
 redis.call('LLEN', KEYS[2])
@@ -23,14 +13,7 @@ end
 -- Undoing an acquisition whose reply was lost (KEYS[4] given): remember its token, so
 -- that the acquisition, if it was only delayed and arrives after this, takes no effect.
 if KEYS[4] then
-  local tt = redis.call('TIME')
-  local tnow = tonumber(tt[1]) * 1000 + math.floor(tonumber(tt[2]) / 1000)
-  local keep = tonumber(ARGV[3])
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', tnow)
-  redis.call('ZADD', KEYS[4], tnow + keep, ARGV[1])
-  if redis.call('PTTL', KEYS[4]) < keep then
-    redis.call('PEXPIRE', KEYS[4], keep)
-  end
+  remember(KEYS[4], ARGV[1], now_ms(), tonumber(ARGV[3]))
 end
 if holder ~= ARGV[1] then
   if holder then
@@ -39,8 +22,7 @@ if holder ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 while true do
   local head = redis.call('LINDEX', KEYS[2], 0)
   if not head then break end

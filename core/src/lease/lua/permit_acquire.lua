@@ -13,17 +13,10 @@ redis.call('ZCARD', KEYS[1])
 redis.call('LLEN', KEYS[2])
 redis.call('ZCARD', KEYS[3])
 redis.call('GET', KEYS[4])
--- An acquisition undone after its reply was lost must not take effect if it arrives late
--- (delayed, overtaken by its undo on another connection): its token is in the undone set.
-local undone = redis.call('ZSCORE', KEYS[5], ARGV[1])
-if undone then
-  local tu = redis.call('TIME')
-  if tonumber(undone) > tonumber(tu[1]) * 1000 + math.floor(tonumber(tu[2]) / 1000) then
-    return {0, -2}
-  end
+if undone(KEYS[5], ARGV[1]) then
+  return {0, -2}
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local count = redis.call('GET', KEYS[4])
 local permits = tonumber(count)
 if count and not permits then

@@ -1,16 +1,6 @@
 -- A waiter gives up: leave the line, and wake whoever that lets take a free permit.
 -- KEYS[1] holders, KEYS[2] waiters, KEYS[3] waiter timeouts, KEYS[4] permit count;
 -- ARGV[1] token, ARGV[2] channel.
--- A channel given as '{shard}<name>' is a shard channel (Redis Cluster): SPUBLISH reaches only
--- the subscribers on this key's shard instead of being broadcast to every node. (No channel
--- of ours starts with '{': prefixes may not contain braces.)
-local function notify(channel, message)
-  if string.sub(channel, 1, 7) == '{shard}' then
-    redis.call('SPUBLISH', string.sub(channel, 8), message)
-  else
-    redis.call('PUBLISH', channel, message)
-  end
-end
 -- Read every key once before writing any (a wrong type fails before any write).
 redis.call('ZCARD', KEYS[1])
 redis.call('LLEN', KEYS[2])

@@ -1,7 +1,6 @@
 -- Extend a read hold to ARGV[2] ms from now (server time).
 -- KEYS[1] readers; ARGV[1] token. Returns 1 extended, 0 gone (expired).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local ttl = tonumber(ARGV[2])
 local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if (not expiry) or tonumber(expiry) <= now then

@@ -2,16 +2,6 @@
 -- KEYS[1] lock hash; ARGV[1] owner, ARGV[2] op id, ARGV[3] release channel.
 -- Returns 1 released (a retried release with the same op id is not counted twice),
 -- 0 the lock was gone (expired), -1 another owner holds it.
--- A channel given as '{shard}<name>' is a shard channel (Redis Cluster): SPUBLISH reaches only
--- the subscribers on this key's shard instead of being broadcast to every node. (No channel
--- of ours starts with '{': prefixes may not contain braces.)
-local function notify(channel, message)
-  if string.sub(channel, 1, 7) == '{shard}' then
-    redis.call('SPUBLISH', string.sub(channel, 8), message)
-  else
-    redis.call('PUBLISH', channel, message)
-  end
-end
 local owner, op = ARGV[1], ARGV[2]
 local count = redis.call('HGET', KEYS[1], owner)
 if not count then

@@ -3,16 +3,6 @@
 -- A larger count wakes the waiters that may now proceed.
 -- KEYS[1] holders, KEYS[2] waiters, KEYS[3] permit count; ARGV[1] permits, ARGV[2] channel.
 -- Returns the previous count (-1: none was set).
--- A channel given as '{shard}<name>' is a shard channel (Redis Cluster): SPUBLISH reaches only
--- the subscribers on this key's shard instead of being broadcast to every node. (No channel
--- of ours starts with '{': prefixes may not contain braces.)
-local function notify(channel, message)
-  if string.sub(channel, 1, 7) == '{shard}' then
-    redis.call('SPUBLISH', string.sub(channel, 8), message)
-  else
-    redis.call('PUBLISH', channel, message)
-  end
-end
 -- Read every key once before writing any (a wrong type fails before any write).
 local held = redis.call('ZCARD', KEYS[1])
 redis.call('LLEN', KEYS[2])

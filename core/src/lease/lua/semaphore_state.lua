@@ -3,8 +3,7 @@
 -- KEYS[1] holders, KEYS[2] waiters, KEYS[3] waiter timeouts, KEYS[4] permit count.
 -- Every key is read (a wrong type is an error, whatever the contents).
 redis.call('ZCARD', KEYS[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local holders = {}
 local entries = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
 for i = 1, #entries, 2 do

@@ -1,15 +1,5 @@
 -- A waiting writer gives up: stop holding back readers, and wake them if it was the last.
 -- KEYS[1] waiting writers; ARGV[1] token, ARGV[2] channel.
--- A channel given as '{shard}<name>' is a shard channel (Redis Cluster): SPUBLISH reaches only
--- the subscribers on this key's shard instead of being broadcast to every node. (No channel
--- of ours starts with '{': prefixes may not contain braces.)
-local function notify(channel, message)
-  if string.sub(channel, 1, 7) == '{shard}' then
-    redis.call('SPUBLISH', string.sub(channel, 8), message)
-  else
-    redis.call('PUBLISH', channel, message)
-  end
-end
 redis.call('ZREM', KEYS[1], ARGV[1])
 if redis.call('ZCARD', KEYS[1]) == 0 then
   notify(ARGV[2], '*')

@@ -12,8 +12,7 @@ for i = 2, 7 do
   redis.call('HLEN', KEYS[i])
 end
 redis.call('ZCARD', KEYS[8])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local holder = redis.call('HGET', KEYS[2], ARGV[1])
 if holder ~= ARGV[2] then
   local settled = redis.call('ZSCORE', KEYS[8], ARGV[2])
@@ -36,10 +35,5 @@ redis.call('HDEL', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[5], ARGV[1])
 redis.call('HDEL', KEYS[6], ARGV[2])
 redis.call('HDEL', KEYS[7], ARGV[1])
-local keep = tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now)
-redis.call('ZADD', KEYS[8], now + keep, ARGV[2])
-if redis.call('PTTL', KEYS[8]) < keep then
-  redis.call('PEXPIRE', KEYS[8], keep)
-end
+remember(KEYS[8], ARGV[2], now, tonumber(ARGV[3]))
 return 1

@@ -21,12 +21,11 @@ redis.call('LLEN', KEYS[9])
 redis.call('HLEN', KEYS[10])
 redis.call('HLEN', KEYS[11])
 local undone = redis.call('ZSCORE', KEYS[12], ARGV[1])
-local seq_now = redis.call('GET', KEYS[5])
-if seq_now and not tonumber(seq_now) then
-  return redis.error_reply('ERR the sequence counter ' .. KEYS[5] .. ' is not an integer')
+local bad = bad_sequence(KEYS[5])
+if bad then
+  return bad
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 if undone and tonumber(undone) > now then
   return {0, -2}
 end
@@ -38,8 +37,7 @@ if mine and redis.call('HGET', KEYS[7], mine) == ARGV[1]
 end
 local function make_ready(id)
   local priority = tonumber(redis.call('HGET', KEYS[4], id)) or 0
-  local seq = redis.call('INCR', KEYS[5])
-  redis.call('ZADD', KEYS[1], (255 - priority) * 1099511627776 + seq, id)
+  redis.call('ZADD', KEYS[1], ready_score(priority, KEYS[5]), id)
 end
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)) do
   redis.call('ZREM', KEYS[2], id)

@@ -1,7 +1,6 @@
 -- Extend a job's lease. KEYS: 1 in flight, 2 leases. ARGV: 1 id, 2 token, 3 ms.
 -- Returns 1 extended, 0 the lease ran out, -1 another delivery holds it.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
 local holder = redis.call('HGET', KEYS[2], ARGV[1])
 if holder ~= ARGV[2] then
   if holder then

@@ -1,0 +1,6 @@
+-- now_ms(): the server's clock in milliseconds since the epoch (never the client's: no
+-- client clock skew).
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end

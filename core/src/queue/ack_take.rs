@@ -321,12 +321,24 @@ fn ack_take_call(
     next: &LockSpec,
     settings: &QueueSettings,
 ) -> ScriptCall {
+    ack_and_take_call(keys, id, token, next.token.as_str(), settings)
+}
+
+/// The script call of [`ack_and_take`]: ack job `id` leased with `token`, take the next
+/// for `next_token` (for a driver that runs its own machine, or a test).
+pub fn ack_and_take_call(
+    keys: &QueueKeys,
+    id: &str,
+    token: &str,
+    next_token: &str,
+    settings: &QueueSettings,
+) -> ScriptCall {
     ScriptCall::new(&scripts::ACK_TAKE)
         .keys(&keys.ack_take_keys())
         .arg(id)
         .arg(token)
         .arg(SETTLED_KEEP.as_millis().to_string())
-        .arg(next.token.as_str())
+        .arg(next_token)
         .arg(settings.visibility.as_millis().to_string())
         .arg(settings.max_deliveries.to_string())
 }

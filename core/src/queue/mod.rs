@@ -21,7 +21,9 @@ mod ack_take;
 pub mod scripts;
 mod take;
 
-pub use ack_take::{AckAndTake, AckTakeCall, AckedAndTaken, Untake, ack_and_take};
+pub use ack_take::{
+    AckAndTake, AckTakeCall, AckedAndTaken, Untake, ack_and_take, ack_and_take_call,
+};
 pub use take::{Take, TakeJob, TakenJob};
 
 use std::time::{Duration, Instant};

@@ -25,7 +25,11 @@ if holder ~= token then
 else
   redis.call('ZCARD', KEYS[12])
 end
-redis.call('HLEN', KEYS[3])
+-- The next job's payload, read now (read again below if jobs are made ready first).
+local payload = top[1] and redis.call('HGET', KEYS[3], top[1])
+if not top[1] then
+  redis.call('HLEN', KEYS[3])
+end
 redis.call('HLEN', KEYS[4])
 redis.call('HLEN', KEYS[8])
 redis.call('HLEN', KEYS[11])
@@ -96,6 +100,7 @@ if #due > 0 or #expired > 0 then
     end
   end
   top = redis.call('ZRANGE', KEYS[1], 0, 0)
+  payload = top[1] and redis.call('HGET', KEYS[3], top[1])
 end
 if top[1] then
   local j = top[1]
@@ -104,7 +109,7 @@ if top[1] then
   redis.call('ZADD', KEYS[6], now + tonumber(ARGV[5]), j)
   redis.call('HSET', KEYS[7], j, next_token)
   redis.call('HSET', KEYS[10], next_token, j)
-  return {ack, 1, n, j, redis.call('HGET', KEYS[3], j) or ''}
+  return {ack, 1, n, j, payload or ''}
 end
 local next_due = -2
 for _, k in ipairs({KEYS[2], KEYS[6]}) do

@@ -1725,6 +1725,28 @@ fn cases() -> Vec<Case> {
         },
         Case {
             script: &queue::ACK_TAKE,
+            what: "an acked job's priority and base are forgotten with it",
+            keys: ACK_TAKE_KEYS,
+            args: &["j", "tok", "60000", "tok2", "30000", "5"],
+            setup: &[
+                &["ZADD", INFLIGHT, FAR, "j"],
+                &["HSET", LEASES, "j", "tok"],
+                &["HSET", PAYLOADS, "j", "p"],
+                &["HSET", PRIORITIES, "j", "9", "k", "3"],
+                &["HSET", BASES, "j", "2", "k", "1"],
+                &["HSET", DELIVERIES, "j", "3"],
+                &["HSET", JOB_HOLDERS, "tok", "j"],
+            ],
+            reply: "[1,0,-2]",
+            after: &[
+                (&["HKEYS", PRIORITIES], "[k]"),
+                (&["HKEYS", BASES], "[k]"),
+                (&["EXISTS", DELIVERIES], "0"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &queue::ACK_TAKE,
             what: "a retry after a lost reply: its own ack, the same next job",
             keys: ACK_TAKE_KEYS,
             args: &["j", "tok", "60000", "tok2", "30000", "5"],

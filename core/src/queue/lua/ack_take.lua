@@ -30,9 +30,10 @@ local payload = top[1] and redis.call('HGET', KEYS[3], top[1])
 if not top[1] then
   redis.call('HLEN', KEYS[3])
 end
-redis.call('HLEN', KEYS[4])
+-- The acked job's priority and base, if it has any (most have neither: nothing to delete).
+local has_priority = redis.call('HEXISTS', KEYS[4], id) == 1
 redis.call('HLEN', KEYS[8])
-redis.call('HLEN', KEYS[11])
+local has_base = redis.call('HEXISTS', KEYS[11], id) == 1
 if #due > 0 or #expired > 0 then
   redis.call('LLEN', KEYS[9])
   local bad = bad_sequence(KEYS[5])
@@ -56,13 +57,21 @@ else
   redis.call('ZREM', KEYS[6], id)
   redis.call('HDEL', KEYS[7], id)
   redis.call('HDEL', KEYS[3], id)
-  redis.call('HDEL', KEYS[4], id)
+  if has_priority then
+    redis.call('HDEL', KEYS[4], id)
+  end
   redis.call('HDEL', KEYS[8], id)
   redis.call('HDEL', KEYS[10], token)
-  redis.call('HDEL', KEYS[11], id)
-  -- Remembered for ARGV[3] ms; the key lives as long as its latest member.
+  if has_base then
+    redis.call('HDEL', KEYS[11], id)
+  end
+  -- Remembered for ARGV[3] ms; the key lives as long as its latest member. Members whose
+  -- time has passed count for nothing; they are dropped on one ack in 8 (by the clock), so
+  -- that a busy queue does not pay for it on every job.
   local keep = tonumber(ARGV[3])
-  redis.call('ZREMRANGEBYSCORE', KEYS[12], '-inf', now)
+  if now % 8 == 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[12], '-inf', now)
+  end
   redis.call('ZADD', KEYS[12], now + keep, token)
   redis.call('PEXPIRE', KEYS[12], keep)
   ack = 1

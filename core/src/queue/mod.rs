@@ -6,6 +6,7 @@
 //!             │ dequeue: lease for `visibility` (renewed by the watchdog while held)
 //!             ▼
 //!           in flight (zset: lease expiry) ──ack──► forgotten
+//!             │  ack_and_take: the ack, and the next ready job leased, in one call
 //!             │  nack ──► delayed (backoff) or ready      │ lease ran out ──► ready again
 //!             └── after max deliveries (nack or lease ran out) ──► dead (list) ──requeue──► ready
 //! ```
@@ -16,6 +17,11 @@
 //! due time or lease expiry, or until a push wakes it; there is no polling interval. Its
 //! "fence" is the delivery number of the job (1 on first delivery), which a worker can pass
 //! to the systems it writes to, so that a redelivered job's writes win over a stale worker's.
+//!
+//! What a take yields is named: [`TakeJob`] gives [`Take::Taken`] (a [`TakenJob`]: id,
+//! payload, delivery, lease) or [`Take::Empty`] (with the time until the next job is due). A
+//! busy worker acks and is handed the next job in one round trip ([`AckAndTake`]), as safely
+//! as an ack followed by a take.
 
 mod ack_take;
 pub mod scripts;

@@ -31,7 +31,7 @@ use crate::backoff::saturating_add;
 use crate::error::{Error, LossReason};
 use crate::lease::{Lease, LockSpec, OpKind, ScriptOp, Token, valid_until};
 use crate::protocol::{Protocol, Step};
-use crate::reply::{FailureKind, Input, Reply};
+use crate::reply::{FailureKind, Reply, Response};
 use crate::script::ScriptCall;
 
 /// How long the untake of an unanswered call may take at least (past the call's deadline).
@@ -246,14 +246,16 @@ impl Protocol for AckAndTake {
                     }
                     Step::Send(b) => return Step::Send(b),
                     Step::Wait(w) => return Step::Wait(w),
-                    Step::Awaiting => return Step::Awaiting,
+                    // No other step is ever returned.
+                    #[allow(unreachable_patterns)]
+                    _ => return Step::Done(Err(Error::Finished)),
                 },
                 State::Done => return Step::Done(Err(Error::Finished)),
             }
         }
     }
 
-    fn handle(&mut self, input: Input, now: Instant) {
+    fn handle(&mut self, input: Response, now: Instant) {
         match &mut self.state {
             State::Calling(op) => {
                 if matches!(&input.result, Err(f) if f.kind == FailureKind::NoReply) {

@@ -18,7 +18,7 @@ use super::{Nack, QueueKeys, QueueSettings, ack_call, nack_because, nack_op, tak
 use crate::error::Error;
 use crate::lease::{Acquire, AcquireOptions, Acquisition, Extend, Lease, Release, ScriptOp, Token};
 use crate::protocol::{Protocol, Step};
-use crate::reply::Input;
+use crate::reply::Response;
 
 /// What a take found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,11 +161,13 @@ impl Protocol for TakeJob {
             Step::Done(Err(e)) => Step::Done(Err(e)),
             Step::Send(batch) => Step::Send(batch),
             Step::Wait(wait) => Step::Wait(wait),
-            Step::Awaiting => Step::Awaiting,
+            // No other step is ever returned.
+            #[allow(unreachable_patterns)]
+            _ => Step::Done(Err(Error::Finished)),
         }
     }
 
-    fn handle(&mut self, input: Input, now: Instant) {
+    fn handle(&mut self, input: Response, now: Instant) {
         self.acquire.handle(input, now);
     }
 

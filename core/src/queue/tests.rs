@@ -10,7 +10,7 @@ use crate::command::Request;
 use crate::error::LossReason;
 use crate::lease::{Acquire, AcquireOptions, Acquisition, Lease, LeaseState};
 use crate::protocol::{Protocol, Step};
-use crate::reply::{Input, TransportFailure};
+use crate::reply::{Response, TransportFailure};
 use crate::testing::{Scenario, err, ints, origin};
 
 const READY: &str = "redlease:{jobs}:q:ready";
@@ -1373,10 +1373,11 @@ fn giving_up_after_lost_replies_gives_back_what_the_next_token_may_hold() {
                 s.sent.push(r.clone());
                 let failure = TransportFailure::no_reply("timed out");
                 if args(r)[1] == UNTAKE.sha1 {
-                    s.machine.handle(Input::reply(r.id, Reply::Int(1)), s.now);
+                    s.machine
+                        .handle(Response::reply(r.id, Reply::Int(1)), s.now);
                 } else {
                     calls += 1;
-                    s.machine.handle(Input::failed(r.id, failure), s.now);
+                    s.machine.handle(Response::failed(r.id, failure), s.now);
                 }
             }
             Step::Wait(w) => s.now = w.until,
@@ -1384,7 +1385,8 @@ fn giving_up_after_lost_replies_gives_back_what_the_next_token_may_hold() {
                 assert!(matches!(out, Err(Error::Unavailable { .. })), "{out:?}");
                 break;
             }
-            Step::Awaiting => panic!("awaiting"),
+            #[allow(unreachable_patterns)]
+            other => panic!("{other:?}"),
         }
     }
     assert!(calls >= 2, "{calls}");
@@ -1407,14 +1409,15 @@ fn an_ack_and_take_never_sent_or_refused_by_redis_undoes_nothing() {
                     "no untake after not-sent failures"
                 );
                 let failure = TransportFailure::not_sent("refused");
-                s.machine.handle(Input::failed(r.id, failure), s.now);
+                s.machine.handle(Response::failed(r.id, failure), s.now);
             }
             Step::Wait(w) => s.now = w.until,
             Step::Done(out) => {
                 assert!(matches!(out, Err(Error::Unavailable { .. })), "{out:?}");
                 break;
             }
-            Step::Awaiting => panic!("awaiting"),
+            #[allow(unreachable_patterns)]
+            other => panic!("{other:?}"),
         }
     }
     let (_, mut s) = acking_and_taking();
@@ -1452,7 +1455,7 @@ fn a_next_job_handed_over_after_its_validity_is_given_back() {
     let r = s.expect_send();
     s.now += Duration::from_millis(1500);
     s.machine.handle(
-        Input::reply(r.id, acked_and(1, handed(1, b"n", b""))),
+        Response::reply(r.id, acked_and(1, handed(1, b"n", b""))),
         s.now,
     );
     let untake = s.answer(Reply::Int(1));

@@ -50,7 +50,7 @@ pub struct AckedAndTaken {
 
 /// The combined call's reading of a reply.
 #[derive(Debug)]
-pub struct AckTakeCall {
+pub(crate) struct AckTakeCall {
     acked: String,
     next: LockSpec,
 }
@@ -129,7 +129,7 @@ impl AckTakeCall {
 
 /// The untake of the next token: any int answer is fine (1 given back, 0 nothing held).
 #[derive(Debug, Clone, Copy)]
-pub struct Untake;
+pub(crate) struct Untake;
 
 impl OpKind for Untake {
     type Output = ();

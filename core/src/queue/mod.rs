@@ -27,9 +27,7 @@ mod ack_take;
 pub mod scripts;
 mod take;
 
-pub use ack_take::{
-    AckAndTake, AckTakeCall, AckedAndTaken, Untake, ack_and_take, ack_and_take_call,
-};
+pub use ack_take::{AckAndTake, AckedAndTaken, ack_and_take, ack_and_take_call};
 pub use take::{Take, TakeJob, TakenJob};
 
 use std::time::{Duration, Instant};

@@ -319,6 +319,8 @@ enum Cmp {
     Inspect,
     /// A take: `{1, delivery, id, payload}` equal, or `{0, ms}` within tolerance.
     Take,
+    /// An ack and take: `{ack, ...}`, the ack equal and the rest compared as a take.
+    AckTake,
     /// A remaining time in whole seconds (`TTL`): exact on the base time scale. On a larger
     /// one the epochs no longer keep Redis' rounding point (half a second) `Q / 3` away
     /// from every remaining time, so the two may round apart: within a second.
@@ -413,6 +415,12 @@ fn same(cmp: Cmp, r: &Reply, m: &Reply, fences: &mut Fences) -> bool {
         Cmp::Take => match pair(r, m) {
             Some((a, b)) if a.len() == 2 && a[0] == b[0] && a[0] == Reply::Int(0) => {
                 close(&a[1], &b[1])
+            }
+            _ => r == m,
+        },
+        Cmp::AckTake => match pair(r, m) {
+            Some((a, b)) if a.len() == 3 && a[..2] == b[..2] && a[1] == Reply::Int(0) => {
+                close(&a[2], &b[2])
             }
             _ => r == m,
         },
@@ -797,7 +805,19 @@ impl Seq {
             }
             9..=10 if !self.taken.is_empty() => {
                 let (id, token) = self.rng.pick(&self.taken).clone();
-                self.script_op(&queue::ack_call(&keys, &id, &token), Cmp::Exact)
+                if self.rng.chance(50) {
+                    self.script_op(&queue::ack_call(&keys, &id, &token), Cmp::Exact)
+                } else {
+                    // Ack and take the next job, for a fresh token (or, now and then, a
+                    // token that took before: its retry).
+                    let next = if self.rng.chance(20) {
+                        self.rng.pick(&self.taken).1.clone()
+                    } else {
+                        self.fresh("tk")
+                    };
+                    let call = queue::ack_and_take_call(&keys, &id, &token, &next, &settings);
+                    self.script_op(&call, Cmp::AckTake)
+                }
             }
             11..=12 if !self.taken.is_empty() => {
                 let (id, token) = self.rng.pick(&self.taken).clone();
@@ -1021,6 +1041,13 @@ impl Seq {
             && let [Reply::Int(1), _, Reply::Bulk(id), _] = items
         {
             let token = String::from_utf8_lossy(&op.command.args()[15]).into_owned();
+            self.taken
+                .push((String::from_utf8_lossy(id).into_owned(), token));
+        }
+        if is(&queue::scripts::ACK_TAKE)
+            && let [_, Reply::Int(1), _, Reply::Bulk(id), _] = items
+        {
+            let token = String::from_utf8_lossy(&op.command.args()[19]).into_owned();
             self.taken
                 .push((String::from_utf8_lossy(id).into_owned(), token));
         }

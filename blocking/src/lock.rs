@@ -565,10 +565,10 @@ impl LockGuard {
 
     /// [`finish_with`](Self::finish_with) for any owner-checked operation (a queue's nack,
     /// which says whether the job went to the dead list).
-    pub(crate) fn finish_op<K: redlease_core::lease::OpKind>(
+    pub(crate) fn finish_op<P: redlease_core::Protocol>(
         mut self,
-        op: impl FnOnce(&Lease, Instant) -> ScriptOp<K>,
-    ) -> Result<K::Output, Error> {
+        op: impl FnOnce(&Lease, Instant) -> P,
+    ) -> Result<P::Output, Error> {
         self.done = true;
         let deadline = self.deadline();
         if let Some(reason) = self.cell.lost() {

@@ -8,10 +8,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use redlease_core::backoff::saturating_add;
-use redlease_core::lease::{Acquire, AcquireOptions, Acquisition, Token};
+use redlease_core::lease::{AcquireOptions, Token};
 use redlease_core::limits;
 use redlease_core::queue::{
-    self, DeadJob, Nacked, NewJob, Pushed, QueueKeys, QueueSettings, QueueStats,
+    self, AckedAndTaken, DeadJob, Nacked, NewJob, Pushed, QueueKeys, QueueSettings, QueueStats,
+    Take, TakeJob, TakenJob,
 };
 use redlease_core::renewal::RenewalPolicy;
 use redlease_core::{Error, LossReason};
@@ -42,6 +43,16 @@ impl Client {
             idle_check: Duration::from_secs(2),
         })
     }
+}
+
+/// A fresh owner token for a take, and a seed for its retry jitter.
+fn fresh_token(client: &Client) -> Result<(Token, u64), Error> {
+    let random: [u8; 24] = client.shared().entropy.bytes()?;
+    let mut token = [0u8; 16];
+    token.copy_from_slice(&random[..16]);
+    let mut seed = [0u8; 8];
+    seed.copy_from_slice(&random[16..]);
+    Ok((Token::from_random(token), u64::from_le_bytes(seed)))
 }
 
 fn random_id(client: &Client) -> Result<String, Error> {
@@ -204,13 +215,7 @@ impl Queue {
 
     fn take_inner(&self, wait: Option<Duration>) -> Result<Option<Job>, Error> {
         self.check()?;
-        let random: [u8; 24] = self.client.shared().entropy.bytes()?;
-        let mut token = [0u8; 16];
-        token.copy_from_slice(&random[..16]);
-        let mut seed = [0u8; 8];
-        seed.copy_from_slice(&random[16..]);
-        let token = Token::from_random(token);
-        let spec = queue::take(&self.keys, token, &self.settings)?;
+        let (token, seed) = fresh_token(&self.client)?;
         let options = AcquireOptions {
             wait,
             retry_initial: Duration::from_millis(50).min(self.idle_check),
@@ -219,7 +224,7 @@ impl Queue {
             min_replicas: None,
         };
         let now = self.client.shared().time.now();
-        let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), now)?;
+        let machine = TakeJob::new(&self.keys, token, &self.settings, &options, seed, now)?;
         let span =
             crate::observe::acquire_span(&self.keys.name, redlease_core::lease::LeaseKind::Job);
         let taken = span.in_scope(|| self.client.run(machine));
@@ -229,30 +234,30 @@ impl Queue {
             .time
             .now()
             .saturating_duration_since(now);
-        crate::observe::acquired(&span, waited, &taken);
+        crate::observe::ended(&span, waited, &taken, |t| match t {
+            Take::Taken(job) => Some((job.lease.attempts, Some(job.delivery))),
+            _ => None,
+        });
         match taken? {
-            Acquisition::Acquired(lease) => {
-                let [id, payload] = <[Vec<u8>; 2]>::try_from(lease.data.clone()).map_err(|_| {
-                    Error::UnexpectedReply {
-                        context: "queue take",
-                        reply: "no job id and payload".into(),
-                    }
-                })?;
-                let id = String::from_utf8(id).map_err(|_| Error::UnexpectedReply {
-                    context: "queue take",
-                    reply: "a job id that is not UTF-8".into(),
-                })?;
-                let policy = RenewalPolicy::for_ttl(self.settings.visibility);
-                let guard = LockGuard::from_lease(&self.client, *lease, Some(policy));
-                crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
-                Ok(Some(Job {
-                    guard,
-                    queue: self.clone(),
-                    id,
-                    payload,
-                }))
-            }
-            Acquisition::Busy { .. } => Ok(None),
+            Take::Taken(job) => Ok(Some(self.job(*job))),
+            // `Take` may grow outcomes; none of them is a job.
+            _ => Ok(None),
+        }
+    }
+
+    /// The handle of a job just taken: its lease is renewed by the watchdog from now on.
+    fn job(&self, taken: TakenJob) -> Job {
+        let TakenJob {
+            id, payload, lease, ..
+        } = taken;
+        let policy = RenewalPolicy::for_ttl(self.settings.visibility);
+        let guard = LockGuard::from_lease(&self.client, lease, Some(policy));
+        crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
+        Job {
+            guard,
+            queue: self.clone(),
+            id,
+            payload,
         }
     }
 
@@ -379,23 +384,35 @@ fn work_loop<E: HandlerError>(
         crate::backend::cancel_waits_on(stop.clone());
     }
     let mut pause = Duration::from_millis(10);
-    while !stop.load(Ordering::SeqCst) {
-        let job = match queue.take(Duration::from_millis(500)) {
-            Ok(Some(job)) => job,
-            Ok(None) => continue,
-            Err(_) if stop.load(Ordering::SeqCst) => break,
-            Err(_) => {
-                // Redis unreachable: back off, but keep noticing the stop signal.
-                counters.errors.fetch_add(1, Ordering::Relaxed);
-                let _ = time.sleep_until(saturating_add(time.now(), pause));
-                pause = (pause * 2).min(Duration::from_secs(1));
-                continue;
-            }
+    // The job handed over with the last ack, if any: finished even after a stop signal.
+    let mut next: Option<Job> = None;
+    loop {
+        let job = match next.take() {
+            Some(job) => job,
+            None if stop.load(Ordering::SeqCst) => break,
+            None => match queue.take(Duration::from_millis(500)) {
+                Ok(Some(job)) => job,
+                Ok(None) => continue,
+                Err(_) if stop.load(Ordering::SeqCst) => break,
+                Err(_) => {
+                    // Redis unreachable: back off, but keep noticing the stop signal.
+                    counters.errors.fetch_add(1, Ordering::Relaxed);
+                    let _ = time.sleep_until(saturating_add(time.now(), pause));
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+            },
         };
         pause = Duration::from_millis(10);
         // A panicking handler is a failed job (nacked with backoff), not a dead worker.
         let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&job)));
         let outcome = match handled {
+            // While jobs are waiting, one round trip acks this one and hands over the next.
+            Ok(Ok(())) if !stop.load(Ordering::Relaxed) => {
+                let AckedAndNext { ack, next: handed } = job.ack_and_take();
+                next = handed;
+                ack.map(|()| &counters.acked)
+            }
             Ok(Ok(())) => job.ack().map(|()| &counters.acked),
             Ok(Err(e)) => job.fail(&e.message(), e.retry()).map(|()| &counters.nacked),
             Err(_) => {
@@ -549,6 +566,48 @@ impl Job {
         out
     }
 
+    /// Done, and the next job if one is ready, in one round trip: [`ack`](Self::ack) then
+    /// [`Queue::try_take`] with the same promises. The ack's outcome is
+    /// [`AckedAndNext::ack`] (as [`ack`](Self::ack) would say); the next job, leased from
+    /// the moment it is handed over, is [`AckedAndNext::next`] (`None`: nothing ready now, or
+    /// the call failed: see `ack`). A lost reply is retried: the server recognises both the
+    /// settled ack and the job handed to this call, so nothing happens twice; when no attempt
+    /// is answered, whatever job it may have been handed is given back at once (its delivery
+    /// not counted).
+    pub fn ack_and_take(self) -> AckedAndNext {
+        let queue = self.queue.clone();
+        let (keys, settings) = (&queue.keys, &queue.settings);
+        let machine = queue
+            .check()
+            .and_then(|()| fresh_token(&queue.client))
+            .and_then(|(token, _)| {
+                let lease = self.guard.lease();
+                queue::ack_and_take(keys, &self.id, lease, token, settings, queue.deadline())
+            });
+        let machine = match machine {
+            Ok(machine) => machine,
+            // No token (the OS refused randomness): the plain ack still settles this job.
+            Err(_) => {
+                return AckedAndNext {
+                    ack: self.ack(),
+                    next: None,
+                };
+            }
+        };
+        let id = self.id;
+        let out = self.guard.finish_op(|_, _| machine);
+        let (ack, next) = match out {
+            Ok(AckedAndTaken { ack, next, .. }) => (ack, next),
+            Err(e) => (Err(e), Take::Empty { next_due_in: None }),
+        };
+        crate::observe::job(&keys.name, &id, "ack", None, &ack);
+        let next = match next {
+            Take::Taken(job) => Some(queue.job(*job)),
+            _ => None,
+        };
+        AckedAndNext { ack, next }
+    }
+
     /// Failed: retry after the queue's backoff for this delivery (or go to the dead list
     /// after max deliveries).
     pub fn nack(self) -> Result<(), Error> {
@@ -600,6 +659,20 @@ impl Job {
     pub fn abandon(self) {
         self.guard.disarm();
     }
+}
+
+/// What [`Job::ack_and_take`] did.
+#[derive(Debug)]
+#[non_exhaustive]
+#[must_use = "the next job goes back to the queue if dropped"]
+pub struct AckedAndNext {
+    /// The ack: `Ok`, or [`Error::NotOwner`] if the job's lease had run out (it is
+    /// redelivered to another worker, so this worker's ack must not count), or another
+    /// error when Redis could not be reached (the job is then redelivered once its lease
+    /// runs out, as after a failed [`Job::ack`]).
+    pub ack: Result<(), Error>,
+    /// The next job, already leased to this worker (`None`: none was ready).
+    pub next: Option<Job>,
 }
 
 /// What to do with a job whose handler failed.

@@ -54,9 +54,9 @@ use redlease_suite::testkit::server;
 /// The largest time scale (epochs of 960 ms).
 const MAX_SCALE: u64 = 16;
 
-/// The time grid of a run: 1 on a quiet machine; doubled (between sequences, never during
-/// one) while most pipelines miss their window on a loaded one, so the test slows down
-/// instead of proving nothing. A sequence keeps the grid it was generated on, and every
+/// The time grid of a run: scale 1 on a quiet machine; doubled (between sequences, never
+/// during one) while more than [`LATE_PER_40`] of the last 40 pipelines miss their window
+/// on a loaded one, so the test slows down instead of proving nothing. A sequence keeps the grid it was generated on, and every
 /// comparison of its replies uses that grid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Grid {
@@ -386,8 +386,6 @@ fn close(r: &Reply, m: &Reply, tolerance: i64) -> bool {
     }
 }
 
-/// Whether Redis' reply `r` and the in-process server's `m` agree, for a command run on
-/// `grid` (its tolerance, not the one of the grid the run has reached since).
 /// Whether Redis' `TTL` reply `r` and the in-process server's `m` agree, where `exact` is
 /// the in-process server's `PTTL` of the key at the same instant: `m` is `exact` rounded
 /// as Redis rounds it, and `r` is some remaining time within the tolerance of `exact`
@@ -1360,7 +1358,7 @@ impl Hold {
     }
 }
 
-/// One run at a time: the two tests of this file share the machine's timing.
+/// One run at a time: the tests of this file share the machine's timing.
 static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]

@@ -134,6 +134,8 @@ pub struct Acq {
     pub reply_timeout: u64,
     /// A waiter that stops asking for this long loses its place in line (µs).
     pub waiter_timeout: Option<u64>,
+    /// The lease length (µs; 0 for RedLock).
+    pub ttl: u64,
     /// When each acquisition attempt ran on the server.
     pub attempts: Vec<u64>,
     /// When an attempt ran that was granted, and the fence it returned (its reply may have

@@ -1323,6 +1323,7 @@ impl World {
                     _ => None,
                 };
                 let min_replicas = options.min_replicas.is_some();
+                let ttl = spec.ttl;
                 match Acquire::new(spec, &options, seed, now_i) {
                     Ok(m) => {
                         let acq = self.history.acqs.len();
@@ -1336,6 +1337,7 @@ impl World {
                             wait: options.wait.map(micros),
                             reply_timeout: micros(options.reply_timeout),
                             waiter_timeout,
+                            ttl: micros(ttl),
                             attempts: Vec::new(),
                             grants: Vec::new(),
                             ended: None,
@@ -1377,6 +1379,7 @@ impl World {
                             wait,
                             reply_timeout: reply,
                             waiter_timeout: None,
+                            ttl: 0,
                             attempts: Vec::new(),
                             grants: Vec::new(),
                             ended: None,
@@ -1506,15 +1509,18 @@ impl World {
     /// start it).
     fn first_of_last_grants(&self, acq: usize) -> Option<u64> {
         let a = &self.history.acqs[acq];
-        let mut first = None;
-        for t in a.attempts.iter().rev() {
-            if a.grants.iter().any(|g| g.0 == *t) {
-                first = Some(*t);
-            } else {
-                break;
+        let grant = |t: u64| a.grants.iter().find(|g| g.0 == t).map(|g| g.1);
+        let mut attempts = a.attempts.iter().rev().copied();
+        let mut first = attempts.next()?;
+        let fence = grant(first)?;
+        // Earlier grants of the same hold: the same fence, each renewed before it expired.
+        for t in attempts {
+            match grant(t) {
+                Some(f) if f == fence && first - t < a.ttl => first = t,
+                _ => break,
             }
         }
-        first
+        Some(first)
     }
 
     /// A fresh owner token from the run's generator.

@@ -563,11 +563,14 @@ fn liveness(h: &History, out: &mut Out<'_>) {
     }
     if out.on(Property::WakeWhenFree) {
         for (name, at) in &h.freed {
+            // Taken again by any grant, including one whose holder never learnt of it (its
+            // reply was lost or came too late): the lock was not free then.
             let next = h
-                .holds
+                .acqs
                 .iter()
-                .filter(|x| &x.name == name && x.kind.exclusive() && x.granted > *at)
-                .map(|x| x.granted)
+                .filter(|a| &a.name == name && a.kind.exclusive())
+                .flat_map(|a| a.grants.iter().map(|g| g.0))
+                .filter(|t| t > at)
                 .min()
                 .unwrap_or(h.end);
             if next <= at + WAKE_BOUND {

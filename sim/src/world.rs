@@ -1512,6 +1512,10 @@ impl World {
         let grant = |t: u64| a.grants.iter().find(|g| g.0 == t).map(|g| g.1);
         let mut attempts = a.attempts.iter().rev().copied();
         let mut first = attempts.next()?;
+        if a.kind == HoldKind::Job {
+            // Each grant of a take may be another job: never one hold.
+            return Some(first);
+        }
         let fence = grant(first)?;
         // Earlier grants of the same hold: the same fence, each renewed before it expired.
         for t in attempts {

@@ -136,7 +136,20 @@ fn a_seed_replays_exactly() {
 /// Seeds that once failed, each kept with what it found.
 #[test]
 fn regression_seeds() {
-    let seeds: [(Primitive, u64, &str); 14] = [
+    let seeds: [(Primitive, u64, &str); 16] = [
+        // A grant whose holder never learnt of it (its reply came after its validity: a
+        // clock jump) still takes the lock.
+        (
+            Primitive::Reentrant,
+            14035,
+            "unacknowledged grants take the lock",
+        ),
+        // Each grant of a take may be another job.
+        (
+            Primitive::Queue,
+            9949,
+            "a take's grants are separate deliveries",
+        ),
         // A waiter's place lasts its waiter timeout in whole milliseconds of the server.
         (Primitive::Fair, 6274, "waiter timeout in ms"),
         // A retry finding its own grant (held back by a paused server) renews, not starts.

@@ -84,7 +84,7 @@ const WORKERS: usize = 2;
 /// The longest a buyer waits for a lock: far above the whole sale; reaching it is an error.
 const LOCK_WAIT: Duration = Duration::from_secs(60);
 /// The longest the example waits for the orders to be processed.
-const ORDERS_WAIT: Duration = Duration::from_secs(10);
+const ORDERS_WAIT: Duration = Duration::from_secs(30);
 
 /// Key prefix of the client, and of the plain keys (stock, processed-order counter).
 const PREFIX: &str = "flash-sale";

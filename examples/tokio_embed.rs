@@ -24,7 +24,7 @@ use redlease::adapter;
 use redlease::core::keys::Keyspace;
 use redlease::core::lease::{Acquire, AcquireOptions, Acquisition, LockSpec, ScriptOp, Token};
 use redlease::core::queue::{self, NewJob, Pushed, QueueKeys, QueueSettings};
-use redlease::core::{Input, NodeId, Protocol, Step, TransportFailure, WakeOn};
+use redlease::core::{NodeId, Protocol, Response, Step, TransportFailure, WakeOn};
 
 /// The lease of the example lock.
 const TTL: Duration = Duration::from_secs(30);
@@ -313,21 +313,21 @@ async fn drive<P: Protocol>(
 
 /// Sends `batch` and returns one input per request, in order: each command bounded by the
 /// batch's deadline (a timeout is "no reply": the command may have run).
-async fn send(conn: &MultiplexedConnection, batch: &redlease::core::Batch) -> Vec<Input> {
+async fn send(conn: &MultiplexedConnection, batch: &redlease::core::Batch) -> Vec<Response> {
     let mut conn = conn.clone();
     let deadline = tokio::time::Instant::from_std(batch.deadline);
     let mut inputs = Vec::with_capacity(batch.requests.len());
     for r in &batch.requests {
         if r.command.node() != NodeId::PRIMARY {
             let failure = TransportFailure::not_sent("this driver talks to one node");
-            inputs.push(Input::failed(r.id, failure));
+            inputs.push(Response::failed(r.id, failure));
             continue;
         }
         let cmd = adapter::command(&r.command);
         let sent = tokio::time::timeout_at(deadline, conn.req_packed_command(&cmd)).await;
         inputs.push(match sent {
-            Ok(outcome) => adapter::input(r.id, outcome),
-            Err(_) => Input::failed(
+            Ok(outcome) => adapter::response(r.id, outcome),
+            Err(_) => Response::failed(
                 r.id,
                 TransportFailure::no_reply("the batch deadline passed"),
             ),

@@ -12,8 +12,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// How long a freshly spawned `redis-server` gets to answer `PING`.
-const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a freshly spawned `redis-server` gets to answer `PING` (it takes milliseconds;
+/// the rest is room for a loaded machine).
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// How many fresh ports [`RedisServer::start`] tries before giving up.
 const START_ATTEMPTS: u32 = 5;
 /// How long [`RedisServer::restart`] keeps retrying the same port.
@@ -150,7 +151,7 @@ impl RedisServer {
     ///
     /// [`HarnessError::NotFound`] if there is no `redis-server` binary (run `scripts/test.sh`,
     /// which installs it), [`HarnessError::Startup`] (with the end of the server log) if it
-    /// does not come up within 10 seconds or fails on 5 different ports,
+    /// does not come up within 20 seconds or fails on 5 different ports,
     /// [`HarnessError::Io`] if the temporary directory or the process cannot be created.
     pub fn start() -> Result<RedisServer, HarnessError> {
         RedisServer::builder().start()
@@ -543,9 +544,46 @@ fn log_tail(path: &Path, from: u64) -> String {
     lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
 }
 
-/// Asks the kernel for a free loopback port. The listener is dropped before `redis-server`
-/// binds, so another process may grab the port in between; callers retry.
+/// The lowest port [`free_port`] picks.
+const PORT_FLOOR: u32 = 20_000;
+/// One above the highest port [`free_port`] picks: a Cluster node's bus port is its port
+/// + 10000, which must stay a valid port (redis-server refuses to start otherwise).
+const PORT_CEILING: u32 = 55_536;
+/// How many random ports [`free_port`] tries before asking the kernel.
+const PORT_PICKS: u32 = 64;
+
+static NEXT_PICK: AtomicUsize = AtomicUsize::new(0);
+
+/// A free loopback port, picked at random outside the kernel's ephemeral range (read from
+/// `/proc/sys/net/ipv4/ip_local_port_range`) and below 55536. Outside the ephemeral range no
+/// outgoing connection ever has the port as its local port: such a connection would keep a
+/// killed server from binding its port again on [`RedisServer::restart`], and a client
+/// reconnecting to a killed server could even connect to itself. When the ephemeral range
+/// leaves no room, the kernel picks (`bind` to port 0). The listener is dropped before
+/// `redis-server` binds, so another process may grab the port in between; callers retry.
 fn free_port() -> Result<u16, HarnessError> {
+    let ranges = ports_outside(ephemeral_range());
+    let total: u32 = ranges.iter().map(|(lo, hi)| hi - lo).sum();
+    if total > 0 {
+        let mut seed = pick_seed();
+        for _ in 0..PORT_PICKS {
+            // xorshift: a few random picks need no crate.
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let mut n = (seed % u64::from(total)) as u32;
+            for &(lo, hi) in &ranges {
+                if n < hi - lo {
+                    let port = u16::try_from(lo + n).unwrap_or(0);
+                    if port != 0 && TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+                        return Ok(port);
+                    }
+                    break;
+                }
+                n -= hi - lo;
+            }
+        }
+    }
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())
@@ -553,6 +591,44 @@ fn free_port() -> Result<u16, HarnessError> {
             context: "cannot bind 127.0.0.1:0 to pick a free port".to_owned(),
             source,
         })
+}
+
+/// The kernel's ephemeral port range, inclusive; the Linux default if it cannot be read.
+fn ephemeral_range() -> (u32, u32) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| {
+            let mut words = text.split_whitespace().map(str::parse::<u32>);
+            match (words.next(), words.next()) {
+                (Some(Ok(lo)), Some(Ok(hi))) if lo <= hi => Some((lo, hi)),
+                _ => None,
+            }
+        })
+        .unwrap_or((32_768, 60_999))
+}
+
+/// The half-open port ranges within `[PORT_FLOOR, PORT_CEILING)` that avoid the inclusive
+/// ephemeral range `(lo, hi)`.
+fn ports_outside((lo, hi): (u32, u32)) -> Vec<(u32, u32)> {
+    [
+        (PORT_FLOOR, lo.min(PORT_CEILING)),
+        ((hi + 1).max(PORT_FLOOR), PORT_CEILING),
+    ]
+    .into_iter()
+    .filter(|(a, b)| a < b)
+    .collect()
+}
+
+/// A seed that differs between processes, calls and moments (never zero).
+fn pick_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    hasher.write_usize(NEXT_PICK.fetch_add(1, Ordering::Relaxed));
+    if let Ok(since) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        hasher.write_u128(since.as_nanos());
+    }
+    hasher.finish() | 1
 }
 
 /// Creates `<temp dir>/redlease-test-<pid>-<counter>`, replacing a stale one.
@@ -770,6 +846,31 @@ mod tests {
         );
         assert!(!server.is_running());
         Ok(())
+    }
+
+    #[test]
+    fn free_ports_avoid_the_ephemeral_range_and_leave_room_for_a_cluster_bus() -> TestResult {
+        let (lo, hi) = ephemeral_range();
+        let room = !ports_outside((lo, hi)).is_empty();
+        for _ in 0..50 {
+            let port = u32::from(free_port()?);
+            if room {
+                assert!(!(lo..=hi).contains(&port), "{port} in {lo}-{hi}");
+                assert!((PORT_FLOOR..PORT_CEILING).contains(&port), "{port}");
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn port_ranges_outside_the_ephemeral_range() {
+        assert_eq!(ports_outside((32_768, 60_999)), vec![(20_000, 32_768)]);
+        assert_eq!(
+            ports_outside((40_000, 50_000)),
+            vec![(20_000, 40_000), (50_001, 55_536)]
+        );
+        assert_eq!(ports_outside((1_024, 65_535)), vec![]);
+        assert_eq!(ports_outside((10_000, 19_999)), vec![(20_000, 55_536)]);
     }
 
     #[test]

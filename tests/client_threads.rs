@@ -67,7 +67,7 @@ fn dropped_clients_leave_no_thread_behind_and_share_their_pools_threads() {
 
     let dropped = Instant::now();
     drop(clients);
-    let left = settles_to(baseline, Duration::from_secs(1));
+    let left = settles_to(baseline, Duration::from_secs(10));
     assert!(
         left <= baseline,
         "{} threads still alive {:?} after the clients were dropped",

@@ -91,8 +91,10 @@ fn a_frozen_master_stalls_no_renewal_on_the_other_masters() {
         let (at, reason) = seen.unwrap_or_else(|| panic!("{} never reported lost", g.name()));
         assert_eq!(reason, LossReason::RenewalFailed);
         let late = at.saturating_duration_since(g.valid_until());
+        // The promise is "by the validity": the bound is room for the watchdog and this
+        // polling thread to be scheduled on a loaded machine.
         assert!(
-            late < Duration::from_millis(150),
+            late < Duration::from_millis(300),
             "{} reported lost {late:?} after its validity",
             g.name()
         );

@@ -39,12 +39,13 @@ fn hold_after_rounds(c: &Client, kind: &str, name: &str) -> LockGuard {
 }
 
 /// The old holder learns of the loss within one renewal period (a third of the ttl here),
-/// measured from when the server came back (about 0.98 s of the 1 s period when measured);
-/// half a period more for a loaded machine.
+/// measured from when the server came back (about 0.98 s of the 1 s period when measured).
+/// The bound is the promise with a 2x margin for a loaded machine; a holder that learned
+/// only from its lease running out would take the whole ttl (three periods).
 fn assert_learns_within_one_renewal_period(holder: &LockGuard, back: Instant, kind: &str) {
     let period = TTL / 3;
-    let bound = period + period / 2;
-    await_condition(period * 3, || holder.is_lost());
+    let bound = period * 2;
+    await_condition(TTL * 2, || holder.is_lost());
     // The next holder has the key by then: the renewal finds it taken (or gone).
     assert!(
         matches!(
@@ -320,6 +321,9 @@ fn max_hold_frees_the_key_at_the_hold_limit_for_every_kind() {
     let server = server();
     let b = client(&server);
     let hold = Duration::from_millis(1200);
+    // A ttl far above the hold limit, so that the key freed at the limit cannot be
+    // mistaken for one that ran out its ttl.
+    let ttl = Duration::from_secs(10);
     for kind in ["lease", "reentrant", "fair", "read", "write", "permit"] {
         // A fresh client (and watchdog) per kind, renewing often: the last renewal before
         // the hold limit comes well before it.
@@ -327,7 +331,7 @@ fn max_hold_frees_the_key_at_the_hold_limit_for_every_kind() {
         let name = format!("hold-{kind}");
         let (holder, contender) = holder_and_contender(kind, &a, &b, &name);
         let guard = holder
-            .ttl(TTL)
+            .ttl(ttl)
             .renew_every(Duration::from_millis(200))
             .max_hold(hold)
             .try_acquire()
@@ -341,17 +345,15 @@ fn max_hold_frees_the_key_at_the_hold_limit_for_every_kind() {
             .acquire()
             .unwrap();
         let after = start.elapsed();
-        // Not before the hold limit (less the drift allowance), and well before the ttl
-        // (3 s) that the key would otherwise have kept.
+        // Not before the hold limit (less the drift allowance), and by the hold limit: 3x
+        // for a loaded machine, still far below the ttl (10 s) the key would otherwise
+        // have kept.
         assert!(
             after >= hold - Duration::from_millis(100),
             "{kind}: {after:?}"
         );
-        assert!(
-            after < TTL - Duration::from_millis(500),
-            "{kind}: {after:?}"
-        );
-        await_condition(Duration::from_secs(2), || guard.is_lost());
+        assert!(after < hold * 3, "{kind}: {after:?}");
+        await_condition(Duration::from_secs(5), || guard.is_lost());
         got.release().unwrap();
         drop(guard);
     }
@@ -406,14 +408,18 @@ fn extend_to_a_shorter_ttl_never_leaves_remaining_above_the_server_ttl() {
     // so the server keeps the key 400 ms, and the late renewal reply must not say 3 s here.
     proxy.delay_replies(Duration::ZERO);
     g.extend_to(Duration::from_millis(400)).unwrap();
-    let remaining = g.remaining();
+    // The server's ttl first, then the guard's view: the guard's is read later, so it may
+    // only be smaller, however long the machine takes in between (no margin for that).
     let pttl: i64 = redis::cmd("PTTL")
         .arg("redlease:{shorten}:lock")
         .query(&mut conn)
         .unwrap();
+    let remaining = g.remaining();
     let pttl = Duration::from_millis(u64::try_from(pttl).unwrap_or(0));
+    // 20 ms: millisecond rounding on the server, and its wall clock against our monotonic
+    // one. A late renewal reply taken for the truth would leave about 2.5 s here.
     assert!(
-        remaining <= pttl + Duration::from_millis(50),
+        remaining <= pttl + Duration::from_millis(20),
         "remaining {remaining:?}, the server keeps the key {pttl:?}"
     );
     let _ = g.release();

@@ -332,8 +332,9 @@ fn max_hold_is_its_own_loss_reason() {
     let client = client(&server);
     let guard = client
         .lock("obs-hold")
-        .ttl(Duration::from_millis(300))
-        .max_hold(Duration::from_millis(500))
+        // A 1 s lease: a renewal delayed on a loaded machine does not lose it first.
+        .ttl(Duration::from_secs(1))
+        .max_hold(Duration::from_millis(1500))
         .acquire()
         .unwrap();
     let reason = guard.lost().recv_timeout(Duration::from_secs(10)).unwrap();

@@ -329,7 +329,11 @@ fn delayed_jobs_come_out_in_due_order_and_never_early() {
         "delayed-job lateness over {n} jobs: min {} µs, p50 {p50} µs, p99 {p99} µs, max {max} µs",
         lateness[0]
     );
-    assert!(p99 < 100_000, "p99 lateness {p99} µs");
+    // Order and never early are the promise here (the wake at the due time is held by
+    // a_delayed_push_wakes_an_idle_taker_at_its_due_time). Lateness is a figure: a taker
+    // starved on a loaded machine measured p99 504 ms; 1 s still catches one that sleeps
+    // through due times for its 2 s idle check.
+    assert!(p99 < 1_000_000, "p99 lateness {p99} µs");
     assert_eq!(q.stats().unwrap(), zero());
 }
 
@@ -352,9 +356,9 @@ fn a_delayed_push_wakes_an_idle_taker_at_its_due_time() {
             (job.map(|j| (j.payload().to_vec(), j.ack())), at)
         })
     };
-    // The taker's pauses double from 50 ms: after its sixth check the next pause is drawn
-    // from a 1.6 s step (at least 800 ms). Push right after that check.
-    for _ in 0..6 {
+    // The taker's pauses double from 50 ms: after its seventh check the next pause is drawn
+    // from a 3.2 s step (at least 1.6 s). Push right after that check.
+    for _ in 0..7 {
         monitor.await_command(DEQUEUE.sha1, Duration::from_secs(5));
     }
     let delay = Duration::from_millis(100);
@@ -365,8 +369,10 @@ fn a_delayed_push_wakes_an_idle_taker_at_its_due_time() {
     assert_eq!(payload, b"soon");
     ack.unwrap();
     let late = at.saturating_duration_since(sent + delay);
+    // Room for a starved thread on a loaded machine; sleeping through the push would make
+    // it at least 1.5 s late.
     assert!(
-        late < Duration::from_millis(100),
+        late < Duration::from_millis(800),
         "a job due in {delay:?} was taken {late:?} late: the taker slept through its push"
     );
 }
@@ -478,7 +484,7 @@ fn a_blocked_taker_is_quiet_and_woken_at_once_by_a_push() {
     assert!(rx.try_recv().is_err(), "the taker gave up early");
 
     // Push right after one of its checks: its pauses are at least 1 s by now (half its
-    // 2 s idle check), so only the push notification can wake it within 100 ms.
+    // 2 s idle check), so only the push notification can wake it within 500 ms.
     monitor.await_command(DEQUEUE.sha1, Duration::from_secs(3));
     let pushed = Instant::now();
     q.push("wake up").unwrap();
@@ -487,7 +493,8 @@ fn a_blocked_taker_is_quiet_and_woken_at_once_by_a_push() {
         .expect("the taker returns");
     let latency = woke.saturating_duration_since(pushed);
     println!("a push reached the blocked taker in {latency:?}");
-    assert!(latency < Duration::from_millis(100), "{latency:?}");
+    // Room for a starved thread on a loaded machine, still half the shortest pause.
+    assert!(latency < Duration::from_millis(500), "{latency:?}");
     let (payload, ack) = taker.join().unwrap().unwrap().expect("the pushed job");
     assert_eq!(payload, b"wake up");
     ack.unwrap();
@@ -506,11 +513,11 @@ fn an_ack_after_the_lease_ran_out_is_refused_and_the_job_redelivered() {
     let qa = a
         .queue("expiry")
         .unwrap()
-        .visibility(Duration::from_millis(300));
+        .visibility(Duration::from_secs(1));
     let qb = b
         .queue("expiry")
         .unwrap()
-        .visibility(Duration::from_millis(300));
+        .visibility(Duration::from_secs(1));
     let id = qa.push("work").unwrap();
     let first = qa.try_take().unwrap().expect("the job");
     assert_eq!((first.id(), first.delivery()), (id.as_str(), 1));
@@ -630,7 +637,8 @@ fn a_long_jobs_lease_is_extended_while_its_handle_lives() {
     let server = server();
     let a = client(&server);
     let b = client(&server);
-    let visibility = Duration::from_millis(300);
+    // 1 s: the renewal (every third) has ~650 ms to land on a loaded machine.
+    let visibility = Duration::from_secs(1);
     let qa = a.queue("long").unwrap().visibility(visibility);
     let qb = b.queue("long").unwrap().visibility(visibility);
     qa.push("slow work").unwrap();
@@ -870,7 +878,8 @@ fn bad_names_settings_and_ids_are_refused_before_anything_is_written() {
 #[test]
 fn payloads_are_binary_safe_up_to_ten_megabytes() {
     let server = server();
-    let c = client(&server);
+    // Moving 10 MB through a script takes well over the usual 500 ms on a loaded machine.
+    let c = testkit::client(&server, Duration::from_secs(10));
     let mut conn = raw(&server);
     let q = c.queue("bytes").unwrap();
     let mut binary: Vec<u8> = (0..=255u8).collect();
@@ -1058,8 +1067,9 @@ fn a_redis_restart_mid_job_gives_typed_errors_in_time_then_the_queue_works_again
     let r = q.take(Duration::from_millis(500));
     let took = t.elapsed();
     assert!(unavailable(&r), "{r:?}");
-    // The wait, plus at most one connect timeout for an attempt in flight.
-    assert!(took < Duration::from_millis(1200), "{took:?}");
+    // The wait, plus at most one connect timeout for an attempt in flight; twice that for
+    // a loaded machine.
+    assert!(took < Duration::from_millis(500 + 300) * 2, "{took:?}");
     let t = Instant::now();
     let r = q.try_take();
     assert!(unavailable(&r), "{r:?}");

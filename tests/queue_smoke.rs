@@ -54,8 +54,9 @@ fn push_take_ack_nack_dead_and_delayed() {
         .unwrap()
         .expect("delayed job");
     let waited = start.elapsed();
+    // Not before its due time; by its due time, with a 3x margin for a loaded machine.
     assert!(
-        waited >= Duration::from_millis(190) && waited < Duration::from_millis(400),
+        waited >= Duration::from_millis(190) && waited < Duration::from_millis(600),
         "{waited:?}"
     );
     j.ack().unwrap();

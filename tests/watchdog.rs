@@ -7,13 +7,13 @@ use redis::Commands;
 use redlease::{Client, Error, LossReason};
 use redlease_suite::testkit::{self, await_condition, connection as raw, server};
 
-/// Issue 11.3: with the server paused, a renewal in flight (its io timeout is 1 s, longer
+/// Issue 11.3: with the server paused, a renewal in flight (its io timeout is 2 s, far longer
 /// than the lease) must not postpone the loss: `lost()` fires by the lease's validity, and
 /// `is_lost()` is true as soon as `remaining()` is zero.
 #[test]
 fn the_lost_signal_is_never_later_than_the_validity() {
     let server = server();
-    let client = testkit::client(&server, Duration::from_secs(1));
+    let client = testkit::client(&server, Duration::from_secs(2));
     let ttl = Duration::from_millis(300);
     let a = client.lock("a").ttl(ttl).try_acquire().unwrap().unwrap();
     let b = client.lock("b").ttl(ttl).try_acquire().unwrap().unwrap();
@@ -27,8 +27,11 @@ fn the_lost_signal_is_never_later_than_the_validity() {
     let valid_until = a.valid_until();
     assert_eq!(heard, Ok(LossReason::RenewalFailed));
     let late = heard_at.saturating_duration_since(valid_until);
+    // The promise is "at the validity": the bound is only room for two threads to be
+    // scheduled on a loaded machine. Waiting for the renewal in flight would make it
+    // about 1.8 s late.
     assert!(
-        late < Duration::from_millis(150),
+        late < Duration::from_millis(500),
         "lost() fired {late:?} after the validity"
     );
     assert!(a.is_lost());
@@ -54,12 +57,14 @@ fn the_lost_signal_is_never_later_than_the_validity() {
 /// Issue 11.4: each renewal is scheduled from the lease's acquisition (or last renewal),
 /// whatever the watchdog thread was doing when the lease was registered. 1,000 leases
 /// acquired one after another with `renew_every` at 0.8 x ttl, on a healthy server, must
-/// all stay held.
+/// all stay held. (A 2.5 s ttl leaves each renewal ~470 ms to be confirmed, room for a
+/// loaded machine; a first renewal scheduled from the watchdog's wake-up instead of the
+/// acquisition is late by most of a renewal interval, 2 s.)
 #[test]
 fn a_thousand_leases_renewed_at_four_fifths_of_the_ttl_are_never_lost() {
     let server = server();
     let client = testkit::client(&server, Duration::from_millis(500));
-    let ttl = Duration::from_millis(1500);
+    let ttl = Duration::from_millis(2500);
     let every = ttl * 4 / 5;
     // Five waves of 200, 300 ms apart: leases registered while the watchdog thread sleeps
     // until an earlier lease's renewal (the case that made first renewals late).

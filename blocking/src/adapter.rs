@@ -11,7 +11,7 @@
 //! - [`failure`]: a `RedisError` that is not an error reply, as a [`TransportFailure`]:
 //!   "not sent" only when the connection was refused, otherwise "no reply" (the command may
 //!   have run). This is the rule that keeps a retried release or ack safe.
-//! - [`input`]: all of the above for one request's outcome, ready for
+//! - [`response`]: all of the above for one request's outcome, ready for
 //!   [`Protocol::handle`](redlease_core::Protocol::handle).
 //! - [`refusal`]: an error reply that says the client is misconfigured (a missing or wrong
 //!   password, an ACL user without permissions): retrying cannot help.
@@ -25,14 +25,14 @@
 //!
 //! // What `conn.req_packed_command(&cmd).await` returned, fed back to the machine:
 //! let outcome: redis::RedisResult<redis::Value> = Ok(redis::Value::Okay);
-//! let input = adapter::input(RequestId(1), outcome);
-//! assert_eq!(input.result, Ok(Reply::Status("OK".to_owned())));
+//! let response = adapter::response(RequestId(1), outcome);
+//! assert_eq!(response.result, Ok(Reply::Status("OK".to_owned())));
 //! ```
 //!
 //! `docs/embedding.md` walks through a whole driver; `examples/tokio_embed.rs` is one.
 
 use redis::{RedisError, Value};
-use redlease_core::{Command, ErrorReply, Input, Reply, RequestId, TransportFailure};
+use redlease_core::{Command, ErrorReply, Reply, RequestId, Response, TransportFailure};
 
 /// `command` as a [`redis::Cmd`], every argument as bytes, in order. Which node it goes to
 /// ([`Command::node`]) is for the driver to honour: the `Cmd` does not carry it.
@@ -115,18 +115,23 @@ pub fn failure(e: &RedisError) -> TransportFailure {
     }
 }
 
-/// The outcome of request `id` as the machine's [`Input`]: a reply (an error reply
+/// The outcome of request `id` as the machine's [`Response`]: a reply (an error reply
 /// included, whether it came as `Ok(Value::ServerError)` or as an `Err` carrying a code),
 /// or a [`failure`].
-pub fn input(id: RequestId, outcome: redis::RedisResult<Value>) -> Input {
+pub fn response(id: RequestId, outcome: redis::RedisResult<Value>) -> Response {
     match outcome {
-        Ok(value) => Input::reply(id, to_reply(value)),
+        Ok(value) => Response::reply(id, to_reply(value)),
         Err(e) => match error_reply(&e) {
-            Some(reply) => Input::reply(id, Reply::Error(reply)),
-            None => Input::failed(id, failure(&e)),
+            Some(reply) => Response::reply(id, Reply::Error(reply)),
+            None => Response::failed(id, failure(&e)),
         },
     }
 }
+
+/// The old name of [`response`].
+// TODO(rename): remove after merge
+#[doc(hidden)]
+pub use self::response as input;
 
 /// An error reply that says the client is misconfigured rather than the command failing:
 /// what to fix, in words, or `None` for any other error reply. `NOAUTH` (and the protocol
@@ -232,10 +237,10 @@ mod tests {
         let err = value.extract_error().unwrap_err();
         assert_eq!(error_reply(&err), Some(e.clone()));
         assert_eq!(
-            input(RequestId(3), Err(err)),
-            Input::reply(RequestId(3), Reply::Error(e))
+            response(RequestId(3), Err(err)),
+            Response::reply(RequestId(3), Reply::Error(e))
         );
-        let nos = input(RequestId(4), Ok(parse("-NOSCRIPT No matching script.\r\n")));
+        let nos = response(RequestId(4), Ok(parse("-NOSCRIPT No matching script.\r\n")));
         assert!(
             matches!(&nos.result, Ok(Reply::Error(e)) if e.is("NOSCRIPT")),
             "{nos:?}"
@@ -273,7 +278,7 @@ mod tests {
             let e = io(kind);
             assert_eq!(error_reply(&e), None, "{kind:?}");
             assert_eq!(failure(&e).kind, FailureKind::NoReply, "{kind:?}");
-            let i = input(RequestId(9), Err(e));
+            let i = response(RequestId(9), Err(e));
             assert!(
                 matches!(&i.result, Err(f) if f.kind == FailureKind::NoReply),
                 "{i:?}"
@@ -282,7 +287,7 @@ mod tests {
         let client_side = RedisError::from((redis::ErrorKind::Client, "dropped"));
         assert_eq!(error_reply(&client_side), None);
         assert_eq!(failure(&client_side).kind, FailureKind::NoReply);
-        let refused_input = input(RequestId(1), Err(refused));
+        let refused_input = response(RequestId(1), Err(refused));
         assert!(
             matches!(&refused_input.result, Err(f) if f.kind == FailureKind::NotSent),
             "{refused_input:?}"

@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use redlease_core::lease::{
-    Acquire, AcquireOptions, Acquisition, Lease, LeaseState, LockKind, LockSpec, ScriptOp,
-    SemaphoreState, Token,
+    Acquire, AcquireOptions, Acquisition, Lease, LeaseKind, LeaseState, LockKind, LockSpec,
+    ScriptOp, Token,
 };
 use redlease_core::limits;
 use redlease_core::renewal::RenewalPolicy;
+use redlease_core::semaphore::{self, SemaphoreKeys, SemaphoreState};
 use redlease_core::{Error, InvalidArgument, LossReason, backoff::saturating_add};
 
 use crate::client::{Client, Inner, Shared, drive, random_bytes};
@@ -23,7 +24,7 @@ use crate::watchdog::LeaseCell;
 pub struct LockBuilder<'c> {
     client: &'c Client,
     name: String,
-    kind: LockKind,
+    kind: Acquires,
     waiter_timeout: Duration,
     permits: u64,
     ttl: Duration,
@@ -36,8 +37,36 @@ pub struct LockBuilder<'c> {
     max_hold: Option<Duration>,
 }
 
+/// What a [`LockBuilder`] acquires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Acquires {
+    /// A lock of this kind.
+    Lock(LockKind),
+    /// A permit of a semaphore.
+    Permit,
+}
+
+impl From<Acquires> for LeaseKind {
+    fn from(kind: Acquires) -> Self {
+        match kind {
+            Acquires::Lock(kind) => LeaseKind::Lock(kind),
+            Acquires::Permit => LeaseKind::Permit,
+        }
+    }
+}
+
+impl Acquires {
+    /// Whether a waiter takes a place in a line (and so needs a waiter timeout).
+    fn queues(self) -> bool {
+        matches!(
+            self,
+            Acquires::Lock(LockKind::Fair | LockKind::Write) | Acquires::Permit
+        )
+    }
+}
+
 impl<'c> LockBuilder<'c> {
-    pub(crate) fn new(client: &'c Client, name: &str, kind: LockKind) -> Self {
+    fn new(client: &'c Client, name: &str, kind: Acquires) -> Self {
         let defaults = AcquireOptions::default();
         LockBuilder {
             client,
@@ -170,19 +199,16 @@ impl<'c> LockBuilder<'c> {
     /// Every setting within its range (see [`limits`]), before anything is sent.
     fn check(&self) -> Result<(), Error> {
         let ttl_name = match self.kind {
-            LockKind::Permit => "permit timeout",
-            _ => "ttl",
+            Acquires::Permit => "permit timeout",
+            Acquires::Lock(_) => "ttl",
         };
         limits::ttl(ttl_name, self.ttl)?;
         limits::span("wait", self.wait)?;
         limits::retry("retry", self.retry_initial, self.retry_max)?;
-        if matches!(
-            self.kind,
-            LockKind::Fair | LockKind::Write | LockKind::Permit
-        ) {
+        if self.kind.queues() {
             limits::ttl("waiter timeout", self.waiter_timeout)?;
         }
-        if self.kind == LockKind::Permit {
+        if self.kind == Acquires::Permit {
             limits::permits(self.permits)?;
         }
         Ok(())
@@ -215,18 +241,25 @@ impl<'c> LockBuilder<'c> {
         // A waiter refreshes its place with every attempt: at least once per retry maximum
         // plus one reply. A shorter waiter timeout would drop live waiters from the line.
         let refresh = self.retry_max.saturating_add(shared.io_timeout);
-        if matches!(
-            self.kind,
-            LockKind::Fair | LockKind::Write | LockKind::Permit
-        ) && self.waiter_timeout <= refresh
-        {
+        if self.kind.queues() && self.waiter_timeout <= refresh {
             return Err(InvalidArgument::Setting(format!(
                 "the waiter timeout ({:?}) must exceed the retry maximum plus the io timeout ({refresh:?}): waiters refresh their place once per retry",
                 self.waiter_timeout
             ))
             .into());
         }
-        match self.kind {
+        let kind = match self.kind {
+            Acquires::Lock(kind) => kind,
+            Acquires::Permit => {
+                return SemaphoreKeys::new(ks, name)?.permit(
+                    token,
+                    ttl,
+                    self.permits,
+                    self.waiter_timeout,
+                );
+            }
+        };
+        match kind {
             LockKind::Lease => LockSpec::lease(ks, name, token, ttl),
             LockKind::Reentrant => {
                 let owner = format!("{}:{}", shared.client_id, thread_number());
@@ -235,13 +268,6 @@ impl<'c> LockBuilder<'c> {
             LockKind::Fair => LockSpec::fair(ks, name, token, ttl, self.waiter_timeout),
             LockKind::Read => LockSpec::read(ks, name, token, ttl),
             LockKind::Write => LockSpec::write(ks, name, token, ttl, self.waiter_timeout),
-            LockKind::Permit => {
-                LockSpec::permit(ks, name, token, ttl, self.permits, self.waiter_timeout)
-            }
-            // No builder makes one: jobs come from Queue::take.
-            LockKind::Job => {
-                Err(InvalidArgument::Setting("jobs are taken from a queue".into()).into())
-            }
         }
     }
 
@@ -261,7 +287,7 @@ impl<'c> LockBuilder<'c> {
         };
         let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), Instant::now())?;
         let (span, started) = (
-            crate::observe::acquire_span(&self.name, self.kind),
+            crate::observe::acquire_span(&self.name, self.kind.into()),
             Instant::now(),
         );
         let out = span.in_scope(|| self.client.run(machine));
@@ -594,32 +620,32 @@ impl Client {
     /// acquisitions by one of 8 contending threads have been seen). Use
     /// [`fair_lock`](Client::fair_lock) when waiters must be served first come, first served.
     pub fn lock(&self, name: &str) -> LockBuilder<'_> {
-        LockBuilder::new(self, name, LockKind::Lease)
+        LockBuilder::new(self, name, Acquires::Lock(LockKind::Lease))
     }
 
     /// A reentrant lock: the same owner (this client and the calling thread) may acquire it
     /// again while holding it, and must release as often; another thread of the same client
     /// is another owner. Each nested acquisition is its own guard.
     pub fn reentrant_lock(&self, name: &str) -> LockBuilder<'_> {
-        LockBuilder::new(self, name, LockKind::Reentrant)
+        LockBuilder::new(self, name, Acquires::Lock(LockKind::Reentrant))
     }
 
     /// A fair lock: waiters get it in the order they started waiting, and a release wakes
     /// only the next one. A waiter that dies loses its place after the
     /// [waiter timeout](LockBuilder::waiter_timeout).
     pub fn fair_lock(&self, name: &str) -> LockBuilder<'_> {
-        LockBuilder::new(self, name, LockKind::Fair)
+        LockBuilder::new(self, name, Acquires::Lock(LockKind::Fair))
     }
 
     /// The shared side of the read-write lock `name`: many readers at once, never with a
     /// writer. New readers wait while a writer waits, so writers are not starved.
     pub fn read_lock(&self, name: &str) -> LockBuilder<'_> {
-        LockBuilder::new(self, name, LockKind::Read)
+        LockBuilder::new(self, name, Acquires::Lock(LockKind::Read))
     }
 
     /// The exclusive side of the read-write lock `name`: no readers, no other writer.
     pub fn write_lock(&self, name: &str) -> LockBuilder<'_> {
-        LockBuilder::new(self, name, LockKind::Write)
+        LockBuilder::new(self, name, Acquires::Lock(LockKind::Write))
     }
 
     /// A fair counting semaphore: at most `permits` holders at once, across every process.
@@ -637,15 +663,13 @@ impl Client {
     /// [`declare_semaphore`](Client::declare_semaphore) (an error on a mismatch), change it with
     /// [`set_permits`](Client::set_permits). The count key never expires.
     pub fn semaphore(&self, name: &str, permits: u64) -> LockBuilder<'_> {
-        let mut b = LockBuilder::new(self, name, LockKind::Permit);
+        let mut b = LockBuilder::new(self, name, Acquires::Permit);
         b.permits = permits;
         b
     }
 
-    fn semaphore_spec(&self, name: &str) -> Result<LockSpec, Error> {
-        let token = Token::new("-")?;
-        let second = Duration::from_secs(1);
-        LockSpec::permit(&self.shared().keyspace, name, token, second, 1, second)
+    fn semaphore_keys(&self, name: &str) -> Result<SemaphoreKeys, Error> {
+        SemaphoreKeys::new(&self.shared().keyspace, name)
     }
 
     /// Sets the permit count of semaphore `name` (1 to [`MAX_PERMITS`](limits::MAX_PERMITS);
@@ -654,9 +678,9 @@ impl Client {
     /// beyond the count keep their permits until they release, and no new permit is granted
     /// until the holders are under the count.
     pub fn set_permits(&self, name: &str, permits: u64) -> Result<Option<u64>, Error> {
-        let spec = self.semaphore_spec(name)?;
+        let keys = self.semaphore_keys(name)?;
         let deadline = saturating_add(Instant::now(), self.shared().op_timeout);
-        self.run(ScriptOp::set_permits(&spec, permits, deadline)?)
+        self.run(semaphore::set_permits(&keys, permits, deadline)?)
     }
 
     /// Makes sure semaphore `name` has `permits` permits: sets the count when none is stored
@@ -689,9 +713,9 @@ impl Client {
 
     /// The permit count, live holders and live waiters of semaphore `name`.
     pub fn semaphore_state(&self, name: &str) -> Result<SemaphoreState, Error> {
-        let spec = self.semaphore_spec(name)?;
+        let keys = self.semaphore_keys(name)?;
         let deadline = saturating_add(Instant::now(), self.shared().op_timeout);
-        self.run(ScriptOp::read_semaphore(&spec, deadline)?)
+        self.run(semaphore::read(&keys, deadline))
     }
 
     /// Runs `job` on at most one of the hosts that trigger it at about the same time (a cron

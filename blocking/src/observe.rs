@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use redlease_core::lease::{Acquisition, LockKind};
+use redlease_core::lease::{Acquisition, LeaseKind, LockKind};
 use redlease_core::{Error, LossReason};
 use tracing::field::Empty;
 use tracing::{Span, debug, info_span, warn};
@@ -37,21 +37,21 @@ fn due(slot: &AtomicU64) -> bool {
 /// The `messaging.system` of queue events.
 const SYSTEM: &str = "redlease";
 
-/// A short, stable name for a lock kind (a field value).
-pub(crate) fn kind(kind: LockKind) -> &'static str {
+/// A short, stable name for what a lease is held on (a field value).
+pub(crate) fn kind(kind: LeaseKind) -> &'static str {
     match kind {
-        LockKind::Lease => "lease",
-        LockKind::Reentrant => "reentrant",
-        LockKind::Fair => "fair",
-        LockKind::Read => "read",
-        LockKind::Write => "write",
-        LockKind::Permit => "permit",
-        LockKind::Job => "job",
+        LeaseKind::Lock(LockKind::Lease) => "lease",
+        LeaseKind::Lock(LockKind::Reentrant) => "reentrant",
+        LeaseKind::Lock(LockKind::Fair) => "fair",
+        LeaseKind::Lock(LockKind::Read) => "read",
+        LeaseKind::Lock(LockKind::Write) => "write",
+        LeaseKind::Permit => "permit",
+        LeaseKind::Job => "job",
     }
 }
 
 /// The span of one acquisition; [`acquired`] fills in how it ended.
-pub(crate) fn acquire_span(name: &str, lock_kind: LockKind) -> Span {
+pub(crate) fn acquire_span(name: &str, lock_kind: LeaseKind) -> Span {
     span(name, kind(lock_kind))
 }
 
@@ -109,7 +109,7 @@ pub(crate) fn ended<T>(
 }
 
 /// A release's outcome (explicit, or from a guard's drop).
-pub(crate) fn released(name: &str, lock_kind: LockKind, out: &Result<(), Error>) {
+pub(crate) fn released(name: &str, lock_kind: LeaseKind, out: &Result<(), Error>) {
     released_as(name, kind(lock_kind), out);
 }
 

@@ -216,7 +216,7 @@ impl Queue {
         };
         let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), Instant::now())?;
         let span =
-            crate::observe::acquire_span(&self.keys.name, redlease_core::lease::LockKind::Job);
+            crate::observe::acquire_span(&self.keys.name, redlease_core::lease::LeaseKind::Job);
         let (started, taken) = (Instant::now(), span.in_scope(|| self.client.run(machine)));
         crate::observe::acquired(&span, started, &taken);
         match taken? {

@@ -18,7 +18,7 @@
 //!
 //! ```
 //! use std::time::{Duration, Instant};
-//! use redlease_core::{Input, Protocol, Reply, Step};
+//! use redlease_core::{Response, Protocol, Reply, Step};
 //! use redlease_core::keys::Keyspace;
 //! use redlease_core::lease::{Acquire, AcquireOptions, Acquisition, LockSpec, Token};
 //!
@@ -33,7 +33,7 @@
 //! assert_eq!(batch.requests[0].command.name(), "EVALSHA");
 //! // ... and we answer as Redis would: acquired, fencing token 1.
 //! let reply = Reply::Array(vec![Reply::Int(1), Reply::Int(1)]);
-//! acquire.handle(Input::reply(batch.requests[0].id, reply), start);
+//! acquire.handle(Response::reply(batch.requests[0].id, reply), start);
 //! let Step::Done(Ok(Acquisition::Acquired(lease))) = acquire.poll(start) else { unreachable!() };
 //! assert_eq!(lease.fence, 1);
 //! ```
@@ -57,6 +57,7 @@ pub mod redlock;
 pub mod renewal;
 pub mod reply;
 pub mod script;
+pub mod semaphore;
 
 #[cfg(test)]
 pub(crate) mod testing;
@@ -64,4 +65,7 @@ pub(crate) mod testing;
 pub use command::{Command, NodeId, Request, RequestId};
 pub use error::{Error, InvalidArgument, LossReason};
 pub use protocol::{Batch, Protocol, Step, Wait, WakeOn};
-pub use reply::{ErrorReply, FailureKind, Input, Reply, TransportFailure};
+pub use reply::{ErrorReply, FailureKind, Reply, Response, TransportFailure};
+// TODO(rename): remove after merge
+#[doc(hidden)]
+pub use reply::Input;

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use crate::command::Request;
 use crate::error::Error;
-use crate::reply::Input;
+use crate::reply::Response;
 
 /// A sans-IO protocol: a value driven by its caller.
 ///
@@ -32,7 +32,7 @@ pub trait Protocol {
     fn poll(&mut self, now: Instant) -> Step<Self::Output>;
 
     /// Feeds the outcome of one request sent after a [`Step::Send`].
-    fn handle(&mut self, input: Input, now: Instant);
+    fn handle(&mut self, response: Response, now: Instant);
 
     /// Tells the machine that a message arrived on the channel its last [`Step::Wait`]
     /// named (or that one may have been missed): it should act now rather than at `until`.
@@ -46,7 +46,7 @@ pub trait Protocol {
 #[derive(Debug)]
 #[must_use = "a step must be carried out for the machine to make progress"]
 pub enum Step<T> {
-    /// Send these requests, then feed back one [`Input`] for each.
+    /// Send these requests, then feed back one [`Response`] for each.
     Send(Batch),
     /// Nothing to send until `until` (or a message on `wake_on`).
     Wait(Wait),

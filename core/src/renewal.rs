@@ -312,7 +312,7 @@ mod tests {
     use crate::keys::Keyspace;
     use crate::lease::{LockSpec, Token, valid_until};
     use crate::protocol::{Protocol, Step};
-    use crate::reply::{Input, Reply};
+    use crate::reply::{Reply, Response};
     use crate::testing::origin;
 
     const TTL: Duration = Duration::from_millis(300);
@@ -339,7 +339,7 @@ mod tests {
         let Step::Send(batch) = op.poll(now) else {
             panic!("expected a send")
         };
-        op.handle(Input::reply(batch.requests[0].id, reply), now);
+        op.handle(Response::reply(batch.requests[0].id, reply), now);
         match op.poll(now) {
             Step::Done(r) => r,
             other => panic!("{other:?}"),
@@ -484,7 +484,7 @@ mod tests {
                 panic!()
             };
             last_ttl_arg = String::from_utf8(b.requests[0].command.args()[5].clone()).unwrap();
-            op.handle(Input::reply(b.requests[0].id, Reply::Int(1)), now);
+            op.handle(Response::reply(b.requests[0].id, Reply::Int(1)), now);
             let Step::Done(outcome) = op.poll(now) else {
                 panic!()
             };

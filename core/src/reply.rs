@@ -198,19 +198,20 @@ impl fmt::Display for TransportFailure {
     }
 }
 
-/// What a driver feeds back to a machine: the outcome of one request.
+/// What a driver feeds back to a machine: the outcome of one request, a reply (error
+/// replies included) or the [`TransportFailure`] that stands in for one.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Input {
+pub struct Response {
     /// The request this answers.
     pub id: RequestId,
     /// The reply, or why there is none.
     pub result: Result<Reply, TransportFailure>,
 }
 
-impl Input {
+impl Response {
     /// A reply to request `id`.
     pub fn reply(id: RequestId, reply: Reply) -> Self {
-        Input {
+        Response {
             id,
             result: Ok(reply),
         }
@@ -218,12 +219,17 @@ impl Input {
 
     /// A transport failure of request `id`.
     pub fn failed(id: RequestId, failure: TransportFailure) -> Self {
-        Input {
+        Response {
             id,
             result: Err(failure),
         }
     }
 }
+
+/// The old name of [`Response`].
+// TODO(rename): remove after merge
+#[doc(hidden)]
+pub type Input = Response;
 
 #[cfg(test)]
 mod wrapped_script_error_tests {

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use crate::command::Request;
 use crate::protocol::{Protocol, Step, Wait};
-use crate::reply::{ErrorReply, Input, Reply, TransportFailure};
+use crate::reply::{ErrorReply, Reply, Response, TransportFailure};
 
 /// An arbitrary origin for virtual time (the only clock read in the core's tests).
 #[allow(clippy::disallowed_methods)]
@@ -63,13 +63,14 @@ where
     /// Sends and answers one request.
     pub fn answer(&mut self, reply: Reply) -> Request {
         let r = self.expect_send();
-        self.machine.handle(Input::reply(r.id, reply), self.now);
+        self.machine.handle(Response::reply(r.id, reply), self.now);
         r
     }
 
     pub fn fail(&mut self, failure: TransportFailure) -> Request {
         let r = self.expect_send();
-        self.machine.handle(Input::failed(r.id, failure), self.now);
+        self.machine
+            .handle(Response::failed(r.id, failure), self.now);
         r
     }
 

@@ -3,12 +3,14 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Lease, LockKind, LockSpec, error_from_reply, int_pair_and_data, pttl, valid_until};
+use super::{
+    Lease, LeaseKind, LockKind, LockSpec, error_from_reply, int_pair_and_data, pttl, valid_until,
+};
 use crate::backoff::{Backoff, saturating_add};
 use crate::command::{Command, Request, RequestId, RequestIds};
 use crate::error::{Error, InvalidArgument};
 use crate::protocol::{Batch, Protocol, Step, Wait};
-use crate::reply::{FailureKind, Input, Reply, TransportFailure};
+use crate::reply::{FailureKind, Reply, Response, TransportFailure};
 use crate::script::{Exchange, Progress};
 
 /// The longest a `min_replicas` check may wait for acknowledgements.
@@ -260,11 +262,11 @@ impl Acquire {
         // Exclusive holds are issued fences from 1; a read hold reports the last writer's
         // fence, 0 before the first writer; a permit's fence is 0.
         let min_fence = match self.spec.kind {
-            LockKind::Read | LockKind::Permit => 0,
+            LeaseKind::Lock(LockKind::Read) | LeaseKind::Permit => 0,
             _ => 1,
         };
         // Only a job carries data (its id and payload), and it always does.
-        let wants_data = self.spec.kind == LockKind::Job;
+        let wants_data = self.spec.kind == LeaseKind::Job;
         match int_pair_and_data(&reply) {
             Some((1, fence, data)) if fence >= min_fence && wants_data == (data.len() == 2) => {
                 if now >= valid_until(self.sent_at, self.spec.ttl) {
@@ -503,7 +505,7 @@ impl Protocol for Acquire {
         }
     }
 
-    fn handle(&mut self, input: Input, _now: Instant) {
+    fn handle(&mut self, input: Response, _now: Instant) {
         if let State::Replicating {
             request: Some(id),
             answer,

@@ -7,7 +7,7 @@ use super::*;
 use crate::error::LossReason;
 use crate::keys::Keyspace;
 use crate::protocol::{Protocol, Step};
-use crate::reply::{FailureKind, Input, Reply, TransportFailure};
+use crate::reply::{FailureKind, Reply, Response, TransportFailure};
 use crate::testing::{Scenario, err, ints, origin};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -342,13 +342,15 @@ fn stale_and_unknown_replies_are_ignored() {
     let mut s = acquire(None);
     let r = s.expect_send();
     s.machine.handle(
-        Input::reply(crate::RequestId(r.id.0 + 100), ints(&[0, 1])),
+        Response::reply(crate::RequestId(r.id.0 + 100), ints(&[0, 1])),
         s.now,
     );
     assert!(matches!(s.machine.poll(s.now), Step::Awaiting));
-    s.machine.handle(Input::reply(r.id, ints(&[1, 2])), s.now);
+    s.machine
+        .handle(Response::reply(r.id, ints(&[1, 2])), s.now);
     // A duplicate of the answer changes nothing.
-    s.machine.handle(Input::reply(r.id, ints(&[0, 1])), s.now);
+    s.machine
+        .handle(Response::reply(r.id, ints(&[0, 1])), s.now);
     assert!(matches!(s.expect_done(), Ok(Acquisition::Acquired(_))));
 }
 
@@ -607,7 +609,7 @@ fn run_to_end<P: Protocol>(mut m: P, script: &[Result<Reply, TransportFailure>])
                     // After the scripted replies, the server answers "busy" forever.
                     let result = script.get(fed).cloned().unwrap_or(Ok(ints(&[0, 10])));
                     fed += 1;
-                    m.handle(Input { id: r.id, result }, now);
+                    m.handle(Response { id: r.id, result }, now);
                 }
             }
             Step::Wait(w) => {
@@ -651,11 +653,12 @@ fn a_fair_waiter_is_woken_by_its_own_token_and_leaves_the_line_when_it_gives_up(
                 let r = &b.requests[0];
                 if args(r)[1] == super::scripts::FAIR_CANCEL.sha1 {
                     // ... so the waiter leaves the line before reporting the timeout.
-                    s.machine.handle(Input::reply(r.id, Reply::Int(1)), s.now);
+                    s.machine
+                        .handle(Response::reply(r.id, Reply::Int(1)), s.now);
                     break;
                 }
                 s.machine
-                    .handle(Input::reply(r.id, ints(&[0, 4000])), s.now);
+                    .handle(Response::reply(r.id, ints(&[0, 4000])), s.now);
             }
             other => panic!("{other:?}"),
         }
@@ -671,7 +674,10 @@ fn trying_a_busy_fair_write_or_permit_lock_once_takes_no_place_in_line() {
     for spec in [
         LockSpec::fair(&ks, "q", token(), TTL, w).unwrap(),
         LockSpec::write(&ks, "q", token(), TTL, w).unwrap(),
-        LockSpec::permit(&ks, "q", token(), TTL, 2, w).unwrap(),
+        crate::semaphore::SemaphoreKeys::new(&ks, "q")
+            .unwrap()
+            .permit(token(), TTL, 2, w)
+            .unwrap(),
     ] {
         let kind = spec.kind;
         let mut s = Scenario::new(
@@ -763,7 +769,7 @@ fn reentrant_calls_carry_owner_and_op_and_release_with_its_own_op() {
     let Ok(Acquisition::Acquired(lease)) = s.expect_done() else {
         panic!()
     };
-    assert_eq!(lease.kind, LockKind::Reentrant);
+    assert_eq!(lease.kind, LeaseKind::Lock(LockKind::Reentrant));
     let mut rel = Scenario::new(ScriptOp::release(&lease, now + Duration::from_secs(1)), now);
     let r = rel.answer(Reply::Int(1));
     assert_eq!(args(&r)[4], "c1:7");
@@ -779,7 +785,7 @@ fn a_read_hold_may_carry_fence_zero_but_exclusive_holds_may_not() {
     let mut s = Scenario::new(Acquire::new(read, &opts(None), 3, now).unwrap(), now);
     s.answer(ints(&[1, 0]));
     assert!(
-        matches!(s.expect_done(), Ok(Acquisition::Acquired(l)) if l.fence == 0 && l.kind == LockKind::Read)
+        matches!(s.expect_done(), Ok(Acquisition::Acquired(l)) if l.fence == 0 && l.kind == LeaseKind::Lock(LockKind::Read))
     );
     let write = LockSpec::write(&ks, "rw", token(), TTL, Duration::from_secs(5)).unwrap();
     let mut s = Scenario::new(Acquire::new(write, &opts(None), 3, now).unwrap(), now);
@@ -794,15 +800,10 @@ fn a_read_hold_may_carry_fence_zero_but_exclusive_holds_may_not() {
 }
 
 fn permit_spec() -> LockSpec {
-    LockSpec::permit(
-        &Keyspace::default(),
-        "api",
-        token(),
-        TTL,
-        3,
-        Duration::from_secs(5),
-    )
-    .unwrap()
+    crate::semaphore::SemaphoreKeys::new(&Keyspace::default(), "api")
+        .unwrap()
+        .permit(token(), TTL, 3, Duration::from_secs(5))
+        .unwrap()
 }
 
 /// The semaphore decides on the server's clock: client times hours apart send the same
@@ -846,10 +847,10 @@ fn client_clock_skew_changes_nothing_a_semaphore_sends_or_decides() {
 #[test]
 fn semaphore_state_and_permit_count_replies_are_parsed_or_rejected() {
     let now = origin();
-    let spec = permit_spec();
+    let keys = crate::semaphore::SemaphoreKeys::new(&Keyspace::default(), "api").unwrap();
     let state = |reply: Reply| {
         let mut s = Scenario::new(
-            ScriptOp::read_semaphore(&spec, now + Duration::from_secs(1)).unwrap(),
+            crate::semaphore::read(&keys, now + Duration::from_secs(1)),
             now,
         );
         s.answer(reply);
@@ -884,32 +885,17 @@ fn semaphore_state_and_permit_count_replies_are_parsed_or_rejected() {
     ] {
         assert!(matches!(state(bad), Err(Error::UnexpectedReply { .. })));
     }
-    assert!(ScriptOp::set_permits(&spec, 0, now).is_err());
-    assert!(
-        ScriptOp::set_permits(&spec_for_lease(), 3, now).is_err(),
-        "not a semaphore"
-    );
+    assert!(crate::semaphore::set_permits(&keys, 0, now).is_err());
     let mut s = Scenario::new(
-        ScriptOp::set_permits(&spec, 5, now + Duration::from_secs(1)).unwrap(),
+        crate::semaphore::set_permits(&keys, 5, now + Duration::from_secs(1)).unwrap(),
         now,
     );
     s.answer(Reply::Int(-1));
     assert_eq!(s.expect_done(), Ok(None));
     assert!(
-        LockSpec::permit(
-            &Keyspace::default(),
-            "api",
-            token(),
-            TTL,
-            0,
-            Duration::from_secs(5)
-        )
-        .is_err()
+        keys.permit(token(), TTL, 0, Duration::from_secs(5))
+            .is_err()
     );
-}
-
-fn spec_for_lease() -> LockSpec {
-    spec()
 }
 
 #[test]
@@ -1002,7 +988,8 @@ fn the_wait_follows_the_acquisitions_connection_and_must_end_within_the_lease() 
     };
     let mut s = Scenario::new(Acquire::new(spec(), &o, 1, now).unwrap(), now);
     let first = s.expect_send();
-    s.machine.handle(Input::reply(first.id, ints(&[1, 4])), now);
+    s.machine
+        .handle(Response::reply(first.id, ints(&[1, 4])), now);
     let Step::Send(wait) = s.machine.poll(now) else {
         panic!("the WAIT")
     };
@@ -1014,7 +1001,7 @@ fn the_wait_follows_the_acquisitions_connection_and_must_end_within_the_lease() 
     // Acknowledged, but only after the lease ran out: not handed out, and given back.
     let late = now + TTL;
     s.machine
-        .handle(Input::reply(wait.requests[0].id, Reply::Int(1)), late);
+        .handle(Response::reply(wait.requests[0].id, Reply::Int(1)), late);
     s.now = late;
     let undo = s.answer(Reply::Int(0));
     assert_eq!(args(&undo)[1], RELEASE.sha1);
@@ -1068,7 +1055,7 @@ fn a_grant_that_arrives_after_the_validity_is_not_a_lease() {
     let sent = s.expect_send();
     s.now += TTL;
     s.machine
-        .handle(Input::reply(sent.id, ints(&[1, 7])), s.now);
+        .handle(Response::reply(sent.id, ints(&[1, 7])), s.now);
     let undo = s.answer(Reply::Int(1));
     assert_eq!(args(&undo)[1], RELEASE.sha1);
     assert!(matches!(
@@ -1080,7 +1067,7 @@ fn a_grant_that_arrives_after_the_validity_is_not_a_lease() {
     let sent = s.expect_send();
     s.now += TTL;
     s.machine
-        .handle(Input::reply(sent.id, ints(&[1, 7])), s.now);
+        .handle(Response::reply(sent.id, ints(&[1, 7])), s.now);
     let again = s.answer(ints(&[1, 7]));
     assert_eq!(args(&again), args(&sent));
     match s.expect_done() {

@@ -16,19 +16,24 @@
 //! reply: a retried acquisition finds its own token and returns the fence it was issued.
 
 mod acquire;
+pub mod exclusive;
+pub mod fair;
 mod ops;
+pub mod read_write;
+pub mod reentrant;
 pub mod scripts;
-mod spec;
+pub(crate) mod spec;
 
 use std::time::{Duration, Instant};
 
 pub use acquire::{Acquire, AcquireOptions, Acquisition};
-pub use ops::{
-    Extend, Inspect, LeaseState, OpKind, ReadSemaphore, Release, ScriptOp, SemaphoreState,
-    SetPermits,
-};
+pub use ops::{Extend, Inspect, LeaseState, OpKind, Release, ScriptOp};
 pub use scripts::ALL as SCRIPTS;
-pub use spec::{LeaseCalls, LockKind, LockSpec, Target};
+pub use spec::{LeaseCalls, LeaseKind, LockKind, LockSpec, Target};
+
+// TODO(rename): remove after merge (the semaphore's types moved to `crate::semaphore`).
+#[doc(hidden)]
+pub use crate::semaphore::{ReadSemaphore, SemaphoreState, SetPermits};
 
 use crate::backoff::saturating_add;
 use crate::error::{Error, InvalidArgument};
@@ -93,8 +98,8 @@ impl std::fmt::Debug for Token {
 /// A lease we were granted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
-    /// Which kind of lock.
-    pub kind: LockKind,
+    /// What the lease is held on (a lock of some kind, a permit, a job).
+    pub kind: LeaseKind,
     /// The lock's name and keys.
     pub target: Target,
     /// Our owner token (for a reentrant lock, the acquisition's op id).

@@ -7,12 +7,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::scripts::{SEMAPHORE_SET, SEMAPHORE_STATE};
 use super::{Lease, Target, error_from_reply, int_pair, pttl, valid_until};
 use crate::command::RequestIds;
-use crate::error::{Error, InvalidArgument, LossReason};
+use crate::error::{Error, LossReason};
 use crate::protocol::{Batch, Protocol, Step, Wait};
-use crate::reply::{FailureKind, Input, Reply, TransportFailure};
+use crate::reply::{FailureKind, Reply, Response, TransportFailure};
 use crate::script::{Exchange, Progress, ScriptCall};
 
 /// How many times a one-call operation is sent before it gives up.
@@ -92,26 +91,6 @@ pub enum LeaseState {
     },
 }
 
-/// Set a semaphore's permit count. Yields the previous count (`None`: none was set).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SetPermits;
-
-/// Read a semaphore. Yields a [`SemaphoreState`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ReadSemaphore;
-
-/// A semaphore as Redis sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SemaphoreState {
-    /// The permit count (`None`: not set yet; the first acquisition sets it).
-    pub permits: Option<u64>,
-    /// Live holders: their token and the time left on their permit.
-    pub holders: Vec<(String, Duration)>,
-    /// Live waiters, in the order they will be served.
-    pub waiters: Vec<String>,
-}
-
 fn owner_outcome(name: &str, code: i64, lost_in_time: bool) -> Option<Result<(), Error>> {
     let reason = match code {
         1 => return Some(Ok(())),
@@ -172,53 +151,6 @@ impl OpKind for Inspect {
     }
 }
 
-impl OpKind for SetPermits {
-    type Output = Option<u64>;
-    const CONTEXT: &'static str = "semaphore permit count";
-
-    fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<Option<u64>, Error>> {
-        let before = reply.as_int()?;
-        Some(Ok(u64::try_from(before).ok()))
-    }
-}
-
-fn text(r: &Reply) -> Option<String> {
-    match r {
-        Reply::Bulk(b) => String::from_utf8(b.clone()).ok(),
-        Reply::Status(s) => Some(s.clone()),
-        _ => None,
-    }
-}
-
-impl OpKind for ReadSemaphore {
-    type Output = SemaphoreState;
-    const CONTEXT: &'static str = "semaphore state";
-
-    fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<SemaphoreState, Error>> {
-        let [permits, holders, waiters] = reply.as_array()? else {
-            return None;
-        };
-        let holders = holders
-            .as_array()?
-            .chunks(2)
-            .map(|pair| match pair {
-                [token, ms] => Some((text(token)?, pttl(ms.as_int()?)?)),
-                _ => None,
-            })
-            .collect::<Option<Vec<_>>>()?;
-        let waiters = waiters
-            .as_array()?
-            .iter()
-            .map(text)
-            .collect::<Option<Vec<_>>>()?;
-        Some(Ok(SemaphoreState {
-            permits: u64::try_from(permits.as_int()?).ok(),
-            holders,
-            waiters,
-        }))
-    }
-}
-
 /// One idempotent script call, as a [`Protocol`].
 #[derive(Debug)]
 pub struct ScriptOp<K: OpKind> {
@@ -243,7 +175,7 @@ impl ScriptOp<Release> {
         let kind = Release {
             name: lease.target.name.clone(),
             // A job's release is a nack: it answers for its own lost replies.
-            lost_reply_was_ours: lease.kind != super::LockKind::Job,
+            lost_reply_was_ours: lease.kind != super::LeaseKind::Job,
         };
         Self::new(
             kind,
@@ -289,7 +221,7 @@ impl ScriptOp<Extend> {
             ttl,
         };
         let mut call = lease.calls.extend.clone().arg(ttl_ms.to_string());
-        if lease.kind == super::LockKind::Reentrant {
+        if lease.kind == super::LeaseKind::Lock(super::LockKind::Reentrant) {
             call = call.arg(if ttl < lease.ttl { "1" } else { "0" });
         }
         Ok(Self::new(
@@ -312,60 +244,6 @@ impl ScriptOp<Inspect> {
             None,
             deadline,
         )
-    }
-}
-
-impl ScriptOp<SetPermits> {
-    /// Sets the permit count of the semaphore `spec` names (a [`LockSpec::permit`] spec,
-    /// whose token is not used), giving up at `deadline`.
-    ///
-    /// [`LockSpec::permit`]: super::LockSpec::permit
-    pub fn set_permits(
-        spec: &super::LockSpec,
-        permits: u64,
-        deadline: Instant,
-    ) -> Result<Self, Error> {
-        let [holders, waiters, _, count] = semaphore_keys(spec)?;
-        crate::limits::permits(permits)?;
-        let call = ScriptCall::new(&SEMAPHORE_SET)
-            .key(holders)
-            .key(waiters)
-            .key(count)
-            .arg(permits.to_string())
-            .arg(&spec.notify);
-        Ok(Self::new(
-            SetPermits,
-            call,
-            spec.target.clone(),
-            None,
-            deadline,
-        ))
-    }
-}
-
-impl ScriptOp<ReadSemaphore> {
-    /// Reads the semaphore `spec` names, giving up at `deadline`.
-    pub fn read_semaphore(spec: &super::LockSpec, deadline: Instant) -> Result<Self, Error> {
-        let [holders, waiters, timeouts, count] = semaphore_keys(spec)?;
-        let call = ScriptCall::new(&SEMAPHORE_STATE)
-            .key(holders)
-            .key(waiters)
-            .key(timeouts)
-            .key(count);
-        Ok(Self::new(
-            ReadSemaphore,
-            call,
-            spec.target.clone(),
-            None,
-            deadline,
-        ))
-    }
-}
-
-fn semaphore_keys(spec: &super::LockSpec) -> Result<[&str; 4], Error> {
-    match (spec.kind, spec.target.keys.as_slice()) {
-        (super::LockKind::Permit, [h, w, t, c]) => Ok([h, w, t, c]),
-        _ => Err(InvalidArgument::Setting("not a semaphore".into()).into()),
     }
 }
 
@@ -478,7 +356,7 @@ impl<K: OpKind> Protocol for ScriptOp<K> {
         }
     }
 
-    fn handle(&mut self, input: Input, _now: Instant) {
+    fn handle(&mut self, input: Response, _now: Instant) {
         self.exchange.handle(input);
     }
 }

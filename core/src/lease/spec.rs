@@ -1,14 +1,16 @@
 //! What differs between the kinds of lock: their keys, and the script calls that acquire,
-//! release, extend, inspect and give up. Every kind follows the reply conventions of
+//! release, extend, inspect and give up. The spec is shared; each kind makes its own in its
+//! module ([`exclusive`](super::exclusive), [`reentrant`](super::reentrant),
+//! [`fair`](super::fair), [`read_write`](super::read_write), and
+//! [`semaphore`](crate::semaphore) for a permit). Every kind follows the reply conventions of
 //! [`scripts`](super::scripts), so [`Acquire`](super::Acquire) and
 //! [`ScriptOp`](super::ScriptOp) run them all.
 
 use std::time::Duration;
 
-use super::scripts::*;
-use super::{Token, UNDONE_KEEP, validate_ttl};
+use super::{Token, UNDONE_KEEP};
 use crate::error::Error;
-use crate::keys::{Keyspace, LockKeys};
+use crate::keys::Keyspace;
 use crate::protocol::WakeOn;
 use crate::script::ScriptCall;
 
@@ -26,12 +28,26 @@ pub enum LockKind {
     Read,
     /// The exclusive side of a read-write lock; waiting writers hold back new readers.
     Write,
-    /// A permit of a fair counting semaphore.
+}
+
+/// What a lease is held on. The acquisition machine ([`Acquire`](super::Acquire)) and the
+/// one-call operations ([`ScriptOp`](super::ScriptOp)) serve all three.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseKind {
+    /// A lock of the given kind.
+    Lock(LockKind),
+    /// A permit of a fair counting semaphore (see [`crate::semaphore`]).
     Permit,
-    /// A job taken from a reliable queue: its lease is the visibility timeout. The
-    /// acquisition returns the job id and payload; the calls get the id bound as their
-    /// first argument.
+    /// A job taken from a reliable queue (see [`crate::queue`]): its lease is the visibility
+    /// timeout. The acquisition returns the job id and payload; the calls get the id bound as
+    /// their first argument.
     Job,
+}
+
+impl From<LockKind> for LeaseKind {
+    fn from(kind: LockKind) -> Self {
+        LeaseKind::Lock(kind)
+    }
 }
 
 /// The primitive an operation is about, for error messages.
@@ -57,8 +73,8 @@ pub struct LeaseCalls {
 /// Everything an acquisition of one lock needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockSpec {
-    /// Which kind of lock.
-    pub kind: LockKind,
+    /// What the lease is held on.
+    pub kind: LeaseKind,
     /// Name and keys.
     pub target: Target,
     /// The owner token (for a reentrant lock, this acquisition's op id).
@@ -87,13 +103,13 @@ pub struct LockSpec {
     pub notify: String,
 }
 
-fn ms(d: Duration) -> String {
+pub(crate) fn ms(d: Duration) -> String {
     d.as_millis().to_string()
 }
 
 /// The undo of an acquisition: `call` plus the set of undone acquisitions (its last key) and
 /// how long to remember this one (its last argument).
-fn undoing(call: ScriptCall, undone: &str) -> ScriptCall {
+pub(crate) fn undoing(call: ScriptCall, undone: &str) -> ScriptCall {
     call.key(undone).arg(ms(UNDONE_KEEP))
 }
 
@@ -109,169 +125,10 @@ impl LockSpec {
         self
     }
 
-    /// An exclusive lease lock: `<stem>:lock` holds the token, `<stem>:fence` the counter.
-    pub fn lease(
-        keyspace: &Keyspace,
-        name: &str,
-        token: Token,
-        ttl: Duration,
-    ) -> Result<Self, Error> {
-        validate_ttl("ttl", ttl)?;
-        let keys = LockKeys::new(keyspace, name)?;
-        let undone = format!("{}:undone", keyspace.stem(name)?);
-        let t = token.as_str();
-        Ok(LockSpec {
-            kind: LockKind::Lease,
-            acquire: ScriptCall::new(&ACQUIRE)
-                .keys(&[&keys.lock, &keys.fence, &undone])
-                .arg(t)
-                .arg(ms(ttl)),
-            calls: LeaseCalls {
-                release: ScriptCall::new(&RELEASE)
-                    .key(&keys.lock)
-                    .arg(t)
-                    .arg(&keys.notify),
-                extend: ScriptCall::new(&EXTEND).key(&keys.lock).arg(t),
-                inspect: ScriptCall::new(&INSPECT).key(&keys.lock).arg(t),
-            },
-            cancel: None,
-            undo: Some(undoing(
-                ScriptCall::new(&RELEASE)
-                    .key(&keys.lock)
-                    .arg(t)
-                    .arg(&keys.notify),
-                &undone,
-            )),
-            queued: false,
-            wake: WakeOn::any(&keys.channel),
-            notify: keys.notify.clone(),
-            target: Target {
-                name: keys.name.clone(),
-                keys: vec![keys.lock, keys.fence],
-            },
-            token,
-            ttl,
-        })
-    }
-
-    /// A reentrant lock held by `owner` (client id + thread): `<stem>:reentrant` is a hash
-    /// of owner -> hold count. `op` identifies this acquisition (and its release), so a retry
-    /// after a lost reply is not counted twice.
-    pub fn reentrant(
-        keyspace: &Keyspace,
-        name: &str,
-        owner: &str,
-        op: Token,
-        ttl: Duration,
-    ) -> Result<Self, Error> {
-        validate_ttl("ttl", ttl)?;
-        let stem = keyspace.stem(name)?;
-        let (hash, fence, channel, undone) = (
-            format!("{stem}:reentrant"),
-            format!("{stem}:fence"),
-            format!("{stem}:reentrant:released"),
-            format!("{stem}:undone"),
-        );
-        let notify = keyspace.notify_arg(&channel);
-        let release_op = format!("r{}", op.as_str());
-        Ok(LockSpec {
-            kind: LockKind::Reentrant,
-            acquire: ScriptCall::new(&REENTRANT_ACQUIRE)
-                .keys(&[&hash, &fence, &undone])
-                .arg(owner)
-                .arg(op.as_str())
-                .arg(ms(ttl)),
-            calls: LeaseCalls {
-                release: ScriptCall::new(&REENTRANT_RELEASE)
-                    .key(&hash)
-                    .arg(owner)
-                    .arg(release_op)
-                    .arg(&notify),
-                extend: ScriptCall::new(&REENTRANT_EXTEND).key(&hash).arg(owner),
-                inspect: ScriptCall::new(&REENTRANT_INSPECT).key(&hash).arg(owner),
-            },
-            cancel: None,
-            undo: Some(undoing(
-                ScriptCall::new(&REENTRANT_UNDO)
-                    .key(&hash)
-                    .arg(owner)
-                    .arg(op.as_str())
-                    .arg(&notify),
-                &undone,
-            )),
-            queued: false,
-            wake: WakeOn::any(&channel),
-            notify: notify.clone(),
-            target: Target {
-                name: name.to_owned(),
-                keys: vec![hash, fence],
-            },
-            token: op,
-            ttl,
-        })
-    }
-
-    /// A fair lock: `<stem>:fair` holds the token, `<stem>:fair:queue` lists the waiters in
-    /// order and `<stem>:fair:timeouts` drops a waiter that stopped asking for
-    /// `waiter_timeout`. A release wakes only the next waiter.
-    pub fn fair(
-        keyspace: &Keyspace,
-        name: &str,
-        token: Token,
-        ttl: Duration,
-        waiter_timeout: Duration,
-    ) -> Result<Self, Error> {
-        validate_ttl("ttl", ttl)?;
-        validate_ttl("waiter timeout", waiter_timeout)?;
-        let stem = keyspace.stem(name)?;
-        let lock = format!("{stem}:fair");
-        let queue = format!("{stem}:fair:queue");
-        let timeouts = format!("{stem}:fair:timeouts");
-        let fence = format!("{stem}:fence");
-        let undone = format!("{stem}:undone");
-        let channel = format!("{stem}:fair:wake");
-        let notify = keyspace.notify_arg(&channel);
-        let t = token.as_str();
-        let three = |script| {
-            ScriptCall::new(script)
-                .keys(&[&lock, &queue, &timeouts])
-                .arg(t)
-                .arg(&notify)
-        };
-        Ok(LockSpec {
-            kind: LockKind::Fair,
-            acquire: ScriptCall::new(&FAIR_ACQUIRE)
-                .keys(&[&lock, &queue, &timeouts, &fence, &undone])
-                .arg(t)
-                .arg(ms(ttl))
-                .arg(ms(waiter_timeout))
-                .arg("1"),
-            calls: LeaseCalls {
-                release: three(&FAIR_RELEASE),
-                extend: ScriptCall::new(&EXTEND).key(&lock).arg(t),
-                inspect: ScriptCall::new(&INSPECT).key(&lock).arg(t),
-            },
-            cancel: Some(three(&FAIR_CANCEL)),
-            undo: Some(undoing(three(&FAIR_RELEASE), &undone)),
-            queued: true,
-            wake: WakeOn::tagged(&channel, t),
-            notify: notify.clone(),
-            target: Target {
-                name: name.to_owned(),
-                keys: vec![lock, queue, timeouts, fence],
-            },
-            token,
-            ttl,
-        })
-    }
-
-    /// A permit of the fair counting semaphore `name` (1 to
-    /// [`MAX_PERMITS`](crate::limits::MAX_PERMITS) permits): holders are entries of
-    /// `<stem>:sem:holders` with their own expiry (server time), waiters line up in
-    /// `<stem>:sem:waiters` (dropped after `waiter_timeout` without an attempt), and
-    /// `<stem>:sem:permits` holds the permit count (set to `permits` by the first
-    /// acquisition if unset; see [`ScriptOp::set_permits`](super::ScriptOp::set_permits)).
-    /// A permit's fence is 0: permits are not exclusive.
+    /// The spec of one permit of semaphore `name`; see
+    /// [`SemaphoreKeys::permit`](crate::semaphore::SemaphoreKeys::permit).
+    // TODO(rename): remove after merge
+    #[doc(hidden)]
     pub fn permit(
         keyspace: &Keyspace,
         name: &str,
@@ -280,163 +137,11 @@ impl LockSpec {
         permits: u64,
         waiter_timeout: Duration,
     ) -> Result<Self, Error> {
-        validate_ttl("permit timeout", ttl)?;
-        validate_ttl("waiter timeout", waiter_timeout)?;
-        crate::limits::permits(permits)?;
-        let stem = keyspace.stem(name)?;
-        let holders = format!("{stem}:sem:holders");
-        let waiters = format!("{stem}:sem:waiters");
-        let timeouts = format!("{stem}:sem:timeouts");
-        let count = format!("{stem}:sem:permits");
-        let undone = format!("{stem}:undone");
-        let channel = format!("{stem}:sem:wake");
-        let notify = keyspace.notify_arg(&channel);
-        let t = token.as_str();
-        let four = |script| {
-            ScriptCall::new(script)
-                .keys(&[&holders, &waiters, &timeouts, &count])
-                .arg(t)
-                .arg(&notify)
-        };
-        Ok(LockSpec {
-            kind: LockKind::Permit,
-            acquire: ScriptCall::new(&PERMIT_ACQUIRE)
-                .keys(&[&holders, &waiters, &timeouts, &count, &undone])
-                .arg(t)
-                .arg(ms(ttl))
-                .arg(ms(waiter_timeout))
-                .arg(permits.to_string())
-                .arg("1"),
-            calls: LeaseCalls {
-                release: four(&PERMIT_RELEASE),
-                extend: ScriptCall::new(&READ_EXTEND).key(&holders).arg(t),
-                inspect: ScriptCall::new(&READ_INSPECT).key(&holders).arg(t),
-            },
-            cancel: Some(four(&PERMIT_CANCEL)),
-            undo: Some(undoing(four(&PERMIT_RELEASE), &undone)),
-            queued: true,
-            wake: WakeOn::tagged(&channel, t),
-            notify: notify.clone(),
-            target: Target {
-                name: name.to_owned(),
-                keys: vec![holders, waiters, timeouts, count],
-            },
+        crate::semaphore::SemaphoreKeys::new(keyspace, name)?.permit(
             token,
             ttl,
-        })
-    }
-
-    fn rw_keys(keyspace: &Keyspace, name: &str) -> Result<[String; 6], Error> {
-        let stem = keyspace.stem(name)?;
-        Ok([
-            format!("{stem}:rw:writer"),
-            format!("{stem}:rw:readers"),
-            format!("{stem}:rw:writers-waiting"),
-            format!("{stem}:fence"),
-            format!("{stem}:rw:released"),
-            format!("{stem}:undone"),
-        ])
-    }
-
-    /// The read side of a read-write lock: readers are entries of `<stem>:rw:readers`, each
-    /// with its own expiry (server time). A reader's fence is the fence of the last writer.
-    pub fn read(
-        keyspace: &Keyspace,
-        name: &str,
-        token: Token,
-        ttl: Duration,
-    ) -> Result<Self, Error> {
-        validate_ttl("ttl", ttl)?;
-        let [writer, readers, waiting, fence, channel, undone] = Self::rw_keys(keyspace, name)?;
-        let notify = keyspace.notify_arg(&channel);
-        let t = token.as_str();
-        Ok(LockSpec {
-            kind: LockKind::Read,
-            acquire: ScriptCall::new(&READ_ACQUIRE)
-                .keys(&[&writer, &readers, &waiting, &fence, &undone])
-                .arg(t)
-                .arg(ms(ttl)),
-            calls: LeaseCalls {
-                release: ScriptCall::new(&READ_RELEASE)
-                    .key(&readers)
-                    .arg(t)
-                    .arg(&notify),
-                extend: ScriptCall::new(&READ_EXTEND).key(&readers).arg(t),
-                inspect: ScriptCall::new(&READ_INSPECT).key(&readers).arg(t),
-            },
-            cancel: None,
-            undo: Some(undoing(
-                ScriptCall::new(&READ_RELEASE)
-                    .key(&readers)
-                    .arg(t)
-                    .arg(&notify),
-                &undone,
-            )),
-            queued: false,
-            wake: WakeOn::any(&channel),
-            notify: notify.clone(),
-            target: Target {
-                name: name.to_owned(),
-                keys: vec![writer, readers, waiting, fence],
-            },
-            token,
-            ttl,
-        })
-    }
-
-    /// The write side of a read-write lock: `<stem>:rw:writer` holds the token; a writer
-    /// that has to wait is noted in `<stem>:rw:writers-waiting` (for `waiter_timeout` after
-    /// its last attempt), which holds back new readers.
-    pub fn write(
-        keyspace: &Keyspace,
-        name: &str,
-        token: Token,
-        ttl: Duration,
-        waiter_timeout: Duration,
-    ) -> Result<Self, Error> {
-        validate_ttl("ttl", ttl)?;
-        validate_ttl("waiter timeout", waiter_timeout)?;
-        let [writer, readers, waiting, fence, channel, undone] = Self::rw_keys(keyspace, name)?;
-        let notify = keyspace.notify_arg(&channel);
-        let t = token.as_str();
-        Ok(LockSpec {
-            kind: LockKind::Write,
-            acquire: ScriptCall::new(&WRITE_ACQUIRE)
-                .keys(&[&writer, &readers, &waiting, &fence, &undone])
-                .arg(t)
-                .arg(ms(ttl))
-                .arg(ms(waiter_timeout))
-                .arg("1"),
-            calls: LeaseCalls {
-                release: ScriptCall::new(&WRITE_RELEASE)
-                    .key(&writer)
-                    .arg(t)
-                    .arg(&notify),
-                extend: ScriptCall::new(&EXTEND).key(&writer).arg(t),
-                inspect: ScriptCall::new(&INSPECT).key(&writer).arg(t),
-            },
-            cancel: Some(
-                ScriptCall::new(&WRITE_CANCEL)
-                    .key(&waiting)
-                    .arg(t)
-                    .arg(&notify),
-            ),
-            undo: Some(undoing(
-                ScriptCall::new(&WRITE_RELEASE)
-                    .key(&writer)
-                    .arg(t)
-                    .arg(&notify),
-                &undone,
-            )),
-            queued: true,
-            wake: WakeOn::tagged(&channel, "w"),
-            notify: notify.clone(),
-            target: Target {
-                name: name.to_owned(),
-                keys: vec![writer, readers, waiting, fence],
-            },
-            token,
-            ttl,
-        })
+            permits,
+            waiter_timeout,
+        )
     }
 }

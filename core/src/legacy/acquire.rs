@@ -1,17 +1,21 @@
-//! Acquiring a legacy lock: try once, or wait with backoff until a deadline.
+//! Acquiring a legacy lock: try once, or wait with backoff until a deadline. What the two
+//! algorithms do once `SETNX` found the key taken is in [`getset`] and [`setnx_expire`].
+
+mod getset;
+mod setnx_expire;
 
 use std::time::{Duration, Instant};
 
 use super::{
     InFlight, LegacyAlgorithm, LegacyKeys, LegacyLease, LegacyRelease, WallClock, error_from_reply,
-    getset_expiry, getset_value,
+    getset_value,
 };
 use crate::backoff::{Backoff, saturating_add};
 use crate::command::{Command, Request};
 use crate::error::Error;
-use crate::lease::{Token, drift, valid_until, validate_ttl};
+use crate::lease::{Token, valid_until, validate_ttl};
 use crate::protocol::{Batch, Protocol, Step, Wait};
-use crate::reply::{FailureKind, Input, Reply, TransportFailure};
+use crate::reply::{FailureKind, Reply, Response, TransportFailure};
 
 /// How many `SETNX` are sent in a row, without a pause, when the key keeps vanishing between
 /// the `SETNX` that found it and the read that follows (a lock released at that moment).
@@ -463,140 +467,6 @@ impl LegacyAcquire {
             }
         }
     }
-
-    /// GetSet: the value of a key that `SETNX` found taken.
-    fn on_get(
-        &mut self,
-        reply: Reply,
-        _sent_at: Instant,
-        now: Instant,
-    ) -> Option<Step<LegacyAcquisition>> {
-        let read = match reply {
-            Reply::Nil => return self.again(now),
-            Reply::Bulk(read) => read,
-            other => return self.unexpected("legacy lock read (GET)", &other, now),
-        };
-        let Some(expiry) = getset_expiry(&read) else {
-            return self.unexpected("legacy lock value (GET)", &Reply::Bulk(read), now);
-        };
-        let wall = self.clock.unix_ms_at(now);
-        // Written by one of our SETNX whose reply was lost: SETNX only writes a free key,
-        // so the lock is ours (while its time lasts).
-        let ours = self
-            .unconfirmed
-            .iter()
-            .find(|(v, _)| v.as_bytes() == read.as_slice())
-            .map(|(v, sent)| (v.clone(), *sent));
-        if let Some((value, sent_at)) = ours {
-            let valid = valid_until(sent_at, self.ttl);
-            if expiry > wall && valid > now {
-                return Some(self.acquired(value, sent_at, valid));
-            }
-        }
-        if expiry > wall {
-            return self.busy(Some(Duration::from_millis(expiry - wall)), now);
-        }
-        // Expired: take it over. We own the lock only if GETSET returns what we read.
-        let value = self.value_at(now);
-        let getset = self.command("GETSET").arg(&value);
-        Some(self.send(
-            Phase::TakeOver {
-                read,
-                value,
-                sent_at: now,
-            },
-            vec![getset],
-            now,
-        ))
-    }
-
-    /// GetSet: the old value returned by our takeover.
-    fn on_getset(
-        &mut self,
-        reply: Reply,
-        read: Vec<u8>,
-        value: String,
-        sent_at: Instant,
-        now: Instant,
-    ) -> Option<Step<LegacyAcquisition>> {
-        let won = match &reply {
-            // The key was deleted after our GET: our GETSET created it, nobody else holds it.
-            Reply::Nil => true,
-            Reply::Bulk(old) => {
-                *old == read
-                    || self
-                        .unconfirmed
-                        .iter()
-                        .any(|(v, _)| v.as_bytes() == old.as_slice())
-            }
-            _ => return self.unexpected("legacy lock takeover (GETSET)", &reply, now),
-        };
-        if won {
-            return Some(self.acquired(value, sent_at, valid_until(sent_at, self.ttl)));
-        }
-        // Another waiter took it over first, and we have just overwritten its value with ours
-        // (the documented flaw). The key now shows our value, so the lock stays blocked until
-        // our timestamp passes; we must never claim it.
-        if let Reply::Bulk(old) = &reply
-            && getset_expiry(old).is_none()
-        {
-            return self.unexpected("legacy lock value (GETSET)", &reply, now);
-        }
-        let ours_until = getset_expiry(value.as_bytes()).unwrap_or(0);
-        let wall = self.clock.unix_ms_at(now);
-        self.busy(
-            Some(Duration::from_millis(ours_until.saturating_sub(wall))),
-            now,
-        )
-    }
-
-    /// SetNxExpire: the value and ttl of a key that `SETNX` found taken.
-    fn on_get_pttl(
-        &mut self,
-        get: Reply,
-        pttl: Reply,
-        sent_at: Instant,
-        now: Instant,
-    ) -> Option<Step<LegacyAcquisition>> {
-        let Some(ms) = pttl.as_int() else {
-            return self.unexpected("legacy lock ttl (PTTL)", &pttl, now);
-        };
-        let value = match get {
-            Reply::Nil => return self.again(now),
-            Reply::Bulk(value) => value,
-            other => return self.unexpected("legacy lock read (GET)", &other, now),
-        };
-        let ours = value == self.token.as_str().as_bytes();
-        match ms {
-            // Gone between the GET and the PTTL.
-            -2 => self.again(now),
-            // No expiry. Ours (a SETNX whose reply, or whose PEXPIRE, was lost): set it now.
-            // Another holder's (it died between SETNX and PEXPIRE): repair it, so it cannot
-            // block the lock forever.
-            -1 => {
-                let pexpire = self.pexpire();
-                let phase = if ours {
-                    Phase::Expire { from: now }
-                } else {
-                    Phase::Repair
-                };
-                Some(self.send(phase, vec![pexpire], now))
-            }
-            ms if ms > 0 => {
-                let left = Duration::from_millis(ms.unsigned_abs());
-                if ours {
-                    let valid = saturating_add(sent_at, left.saturating_sub(drift(self.ttl)));
-                    if valid > now {
-                        return Some(self.acquired(self.token.as_str().to_owned(), sent_at, valid));
-                    }
-                }
-                self.busy(Some(left), now)
-            }
-            // PTTL 0 does not occur (an expiring key reports at least 1 ms); treat it as gone.
-            0 => self.again(now),
-            _ => self.unexpected("legacy lock ttl (PTTL)", &pttl, now),
-        }
-    }
 }
 
 impl Protocol for LegacyAcquire {
@@ -657,7 +527,7 @@ impl Protocol for LegacyAcquire {
         }
     }
 
-    fn handle(&mut self, input: Input, now: Instant) {
+    fn handle(&mut self, input: Response, now: Instant) {
         match &mut self.phase {
             Phase::CleaningUp { release, .. } => release.handle(input, now),
             _ => self.inflight.handle(input),

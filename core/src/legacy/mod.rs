@@ -54,6 +54,47 @@
 //!               our value, expired (GetSet) ──► NotOwner(Expired), not deleted
 //! ```
 //!
+//! A walk through the `GetSet` graph with scripted replies: the key holds a lock that expired
+//! a second ago, we take it over with `GETSET`, then release it.
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use redlease_core::{Batch, Protocol, Reply, Response, Step};
+//! use redlease_core::keys::Keyspace;
+//! use redlease_core::lease::Token;
+//! use redlease_core::legacy::*;
+//!
+//! // Answers the one request of `batch` as Redis would, and polls again.
+//! fn feed<P: Protocol>(m: &mut P, batch: &Batch, reply: Reply, now: Instant) -> Step<P::Output> {
+//!     m.handle(Response::reply(batch.requests[0].id, reply), now);
+//!     m.poll(now)
+//! }
+//! let keys = LegacyKeys::new(&Keyspace::default(), "nightly").unwrap();
+//! let (now, unix_ms) = (Instant::now(), 1_800_000_000_000);
+//! let token = Token::from_random([9; 16]);
+//! let mut acquire =
+//!     LegacyAcquire::new(keys, token.clone(), &LegacyOptions::default(), 1, now, unix_ms).unwrap();
+//! let expired = getset_value(unix_ms - 1000, &Token::new("old-holder").unwrap());
+//!
+//! let Step::Send(setnx) = acquire.poll(now) else { unreachable!() };
+//! assert_eq!(setnx.requests[0].command.name(), "SETNX");
+//! let Step::Send(get) = feed(&mut acquire, &setnx, Reply::Int(0), now) else { unreachable!() };
+//! let Step::Send(getset) = feed(&mut acquire, &get, Reply::Bulk(expired.clone().into()), now)
+//! else { unreachable!() };
+//! assert_eq!(getset.requests[0].command.name(), "GETSET");
+//! let Step::Done(Ok(LegacyAcquisition::Acquired(lease))) =
+//!     feed(&mut acquire, &getset, Reply::Bulk(expired.into()), now)
+//! else { unreachable!() };
+//! assert_eq!(lease.value, getset_value(unix_ms + 30_000, &token));
+//!
+//! let mut release = LegacyRelease::new(&lease, now + Duration::from_secs(1), now, unix_ms);
+//! let Step::Send(get) = release.poll(now) else { unreachable!() };
+//! let Step::Send(del) = feed(&mut release, &get, Reply::Bulk(lease.value.clone().into()), now)
+//! else { unreachable!() };
+//! assert_eq!(del.requests[0].command.name(), "DEL");
+//! assert!(matches!(feed(&mut release, &del, Reply::Int(1), now), Step::Done(Ok(()))));
+//! ```
+//!
 //! # What these algorithms cannot guarantee
 //!
 //! - **Clock agreement (GetSet).** Expiry is judged by each contender's wall clock against the
@@ -98,7 +139,7 @@ use crate::command::{Request, RequestId, RequestIds};
 use crate::error::Error;
 use crate::keys::Keyspace;
 use crate::lease::Token;
-use crate::reply::{ErrorReply, Input, Reply, TransportFailure};
+use crate::reply::{ErrorReply, Reply, Response, TransportFailure};
 
 /// Which legacy algorithm a lock uses. All users of one lock name must use the same one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -280,7 +321,7 @@ impl InFlight {
 
     /// Takes the outcome of one request (ignored unless it belongs to the current step and is
     /// the first answer to it).
-    fn handle(&mut self, input: Input) {
+    fn handle(&mut self, input: Response) {
         if let Some((_, slot)) = self
             .slots
             .iter_mut()

@@ -9,7 +9,7 @@ use crate::backoff::saturating_add;
 use crate::command::{Command, RequestIds};
 use crate::error::{Error, LossReason};
 use crate::protocol::{Batch, Protocol, Step, Wait};
-use crate::reply::{FailureKind, Input, Reply, TransportFailure};
+use crate::reply::{FailureKind, Reply, Response, TransportFailure};
 
 /// How many times the `GET` of a release is sent before it gives up.
 pub(crate) const MAX_ATTEMPTS: u32 = 3;
@@ -216,7 +216,7 @@ impl Protocol for LegacyRelease {
         }
     }
 
-    fn handle(&mut self, input: Input, _now: Instant) {
+    fn handle(&mut self, input: Response, _now: Instant) {
         self.inflight.handle(input);
     }
 }

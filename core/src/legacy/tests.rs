@@ -7,7 +7,7 @@ use super::*;
 use crate::command::Request;
 use crate::error::{InvalidArgument, LossReason};
 use crate::protocol::{Protocol, Step};
-use crate::reply::{FailureKind, Input, Reply, TransportFailure};
+use crate::reply::{FailureKind, Reply, Response, TransportFailure};
 use crate::testing::{Scenario, err, origin};
 
 /// The Unix time at the start of every scenario.
@@ -87,7 +87,7 @@ where
     let requests = expect_batch(s);
     assert_eq!(requests.len(), replies.len(), "{requests:?}");
     for (r, reply) in requests.iter().zip(replies) {
-        s.machine.handle(Input::reply(r.id, reply), s.now);
+        s.machine.handle(Response::reply(r.id, reply), s.now);
     }
     requests
 }
@@ -380,10 +380,10 @@ fn getset_giving_up_after_a_lost_setnx_releases_what_we_may_hold() {
     assert!(get.id > second.id, "the cleanup numbers its requests on");
     // A late reply to a SETNX is not taken for the cleanup's answer.
     s.machine
-        .handle(Input::reply(first.id, Reply::Int(1)), s.now);
+        .handle(Response::reply(first.id, Reply::Int(1)), s.now);
     assert!(matches!(s.machine.poll(s.now), Step::Awaiting));
     s.machine
-        .handle(Input::reply(get.id, bulk(&args(&first)[2])), s.now);
+        .handle(Response::reply(get.id, bulk(&args(&first)[2])), s.now);
     let del = s.answer(Reply::Int(1));
     assert_eq!(args(&del), ["DEL", "redlease:{job}:legacy"]);
     match s.expect_done() {
@@ -781,18 +781,18 @@ fn stale_and_unknown_replies_are_ignored() {
     s.answer(Reply::Int(0));
     let rs = expect_batch(&mut s);
     s.machine
-        .handle(Input::reply(rs[0].id, bulk("someone")), s.now);
+        .handle(Response::reply(rs[0].id, bulk("someone")), s.now);
     s.machine
-        .handle(Input::reply(crate::RequestId(999), Reply::Int(1)), s.now);
+        .handle(Response::reply(crate::RequestId(999), Reply::Int(1)), s.now);
     assert!(
         matches!(s.machine.poll(s.now), Step::Awaiting),
         "PTTL still owed"
     );
     // A duplicate answer to the GET changes nothing.
     s.machine
-        .handle(Input::reply(rs[0].id, bulk(token().as_str())), s.now);
+        .handle(Response::reply(rs[0].id, bulk(token().as_str())), s.now);
     s.machine
-        .handle(Input::reply(rs[1].id, Reply::Int(700)), s.now);
+        .handle(Response::reply(rs[1].id, Reply::Int(700)), s.now);
     assert_eq!(
         s.expect_done(),
         Ok(LegacyAcquisition::Busy {
@@ -1007,7 +1007,7 @@ fn run_to_end<P: Protocol>(mut m: P, start: Instant, script: &[Result<Reply, Tra
                     // After the scripted replies, the lock stays busy forever.
                     let result = script.get(fed).cloned().unwrap_or(Ok(Reply::Int(0)));
                     fed += 1;
-                    m.handle(Input { id: r.id, result }, now);
+                    m.handle(Response { id: r.id, result }, now);
                 }
             }
             Step::Wait(w) => {

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Every step is one script on the server's clock. Taking a job is an acquisition of a lease
-//! of kind [`LockKind::Job`], so it runs on the same machine as
+//! of kind [`LeaseKind::Job`], so it runs on the same machine as
 //! every lock ([`Acquire`](crate::lease::Acquire)): an idle worker waits until the earliest
 //! due time or lease expiry, or until a push wakes it; there is no polling interval. Its
 //! "fence" is the delivery number of the job (1 on first delivery), which a worker can pass
@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, InvalidArgument};
 use crate::keys::Keyspace;
-use crate::lease::{LeaseCalls, LockKind, LockSpec, OpKind, ScriptOp, Target, Token, validate_ttl};
+use crate::lease::{
+    LeaseCalls, LeaseKind, LockSpec, OpKind, ScriptOp, Target, Token, validate_ttl,
+};
 use crate::protocol::WakeOn;
 use crate::reply::Reply;
 use crate::script::ScriptCall;
@@ -231,14 +233,14 @@ pub fn push(
     Ok(ScriptOp::new(kind, call, keys.target(), None, deadline))
 }
 
-/// What taking a job from `keys` needs: acquire it as a lease of kind [`LockKind::Job`].
+/// What taking a job from `keys` needs: acquire it as a lease of kind [`LeaseKind::Job`].
 /// Dropping the lease without an ack returns the job at once (a nack without backoff).
 pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<LockSpec, Error> {
     let visibility_ms = settings.validate()?;
     let t = token.as_str();
     let max = settings.max_deliveries.to_string();
     Ok(LockSpec {
-        kind: LockKind::Job,
+        kind: LeaseKind::Job,
         acquire: ScriptCall::new(&scripts::DEQUEUE)
             .keys(&[
                 &keys.ready,

@@ -305,7 +305,7 @@ fn taken(s: &mut Scenario<Acquire>) -> Lease {
 #[test]
 fn take_spec_is_a_job_lease_woken_by_pushes() {
     let spec = take(&keys(), token(), &settings()).unwrap();
-    assert_eq!(spec.kind, LockKind::Job);
+    assert_eq!(spec.kind, LeaseKind::Job);
     assert_eq!(spec.ttl, Duration::from_millis(1500));
     assert_eq!(spec.token, token());
     assert_eq!(spec.wake, WakeOn::any(CHANNEL));
@@ -347,7 +347,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
         ])
     );
     let lease = taken(&mut s);
-    assert_eq!(lease.kind, LockKind::Job);
+    assert_eq!(lease.kind, LeaseKind::Job);
     assert_eq!(lease.fence, 3);
     assert_eq!(
         lease.data,
@@ -799,7 +799,7 @@ fn giving_up_after_lost_take_replies_sends_no_nack_with_the_token_as_job_id() {
                         "the cleanup nacks the job whose id is the lease token: {a:?}"
                     );
                     s.machine
-                        .handle(crate::reply::Input::reply(r.id, Reply::Int(0)), s.now);
+                        .handle(crate::reply::Response::reply(r.id, Reply::Int(0)), s.now);
                 }
             }
             Step::Done(out) => {

@@ -1,0 +1,340 @@
+//! Scenarios of the lease lock, RedLock, the legacy lock and the lock family (reentrant, fair,
+//! read-write, semaphore).
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use redlease_core::keys::Keyspace;
+use redlease_suite::RedisServer;
+
+/// The dedicated, continuous run of the baseline cycle (see [`RawCycle`]); it also warms up
+/// the connection every scenario's interleaved baseline slices use.
+pub fn raw_baseline(ctx: &Ctx) -> Measurement {
+    dedicated_run(ctx, &ctx.baseline)
+}
+
+/// `try_acquire` (must succeed) + `release` of one key, one thread.
+pub fn lock_uncontended(ctx: &Ctx) -> Measurement {
+    ctx.clear_lock("bench-u");
+    let lock = ctx.client.lock("bench-u");
+    let (m, _) = measure_single(ctx, || {
+        let guard = lock
+            .try_acquire()
+            .expect("bench: uncontended try_acquire failed")
+            .expect("bench: uncontended lock was busy");
+        black_box(guard.fence());
+        guard.release().expect("bench: uncontended release failed");
+    });
+    m
+}
+
+/// RedLock acquire + release cycles over `n` extra local redis-servers (started here), one
+/// thread. Its ratio is against the single-node raw baseline: every node is asked in the
+/// same round, so the cost should stay near one round trip, not `n`.
+fn redlock_cycle(ctx: &Ctx, n: usize) -> Measurement {
+    let servers: Vec<RedisServer> = (0..n)
+        .map(|_| RedisServer::start().expect("bench: cannot start a RedLock node"))
+        .collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let red = redlease::RedLock::builder(&urls)
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .expect("bench: cannot build the RedLock client");
+    let lock = red.lock("bench-red").ttl(Duration::from_secs(10));
+    let (mut m, _) = measure_single(ctx, || {
+        let guard = lock
+            .try_acquire()
+            .expect("bench: RedLock try_acquire failed")
+            .expect("bench: RedLock lock was busy");
+        black_box(guard.granted());
+        guard.release().expect("bench: RedLock release failed");
+    });
+    m.extra.push(("nodes", n.to_string()));
+    drop(servers);
+    m
+}
+
+pub fn redlock3(ctx: &Ctx) -> Measurement {
+    redlock_cycle(ctx, 3)
+}
+
+pub fn redlock5(ctx: &Ctx) -> Measurement {
+    redlock_cycle(ctx, 5)
+}
+
+/// `try_acquire` (must succeed) + `release` of one legacy lock (the default SETNX + GETSET
+/// algorithm, no scripts), one thread: three round trips (SETNX; GET, DEL).
+pub fn legacy_uncontended(ctx: &Ctx) -> Measurement {
+    const NAME: &str = "bench-legacy";
+    let keys = redlease_core::legacy::LegacyKeys::new(&Keyspace::default(), NAME)
+        .expect("bench: bad lock name");
+    let _: i64 = redis::cmd("DEL")
+        .arg(&keys.lock)
+        .query(&mut ctx.raw_connection())
+        .expect("bench: DEL of a leftover legacy lock key failed");
+    let lock = ctx.client.legacy_lock(NAME);
+    let (mut m, _) = measure_single(ctx, || {
+        let guard = lock
+            .try_acquire()
+            .expect("bench: legacy try_acquire failed")
+            .expect("bench: legacy lock was busy");
+        black_box(guard.valid_until());
+        guard.release().expect("bench: legacy release failed");
+    });
+    m.extra.push(("algorithm", "getset".to_string()));
+    m
+}
+
+/// `try_acquire` (must succeed) + `release` of one lock of the family, one thread; the name
+/// is fresh per run (these kinds keep more than one key).
+fn family_uncontended(ctx: &Ctx, lock: redlease::LockBuilder<'_>) -> Measurement {
+    let (m, _) = measure_single(ctx, || {
+        let guard = lock
+            .try_acquire()
+            .expect("bench: uncontended try_acquire failed")
+            .expect("bench: uncontended lock was busy");
+        black_box(guard.fence());
+        guard.release().expect("bench: uncontended release failed");
+    });
+    m
+}
+
+fn fresh(prefix: &str) -> String {
+    format!("{prefix}-{}", std::process::id())
+}
+
+/// A reentrant lock's uncontended cycle (hash of owner -> count).
+pub fn reentrant_uncontended(ctx: &Ctx) -> Measurement {
+    family_uncontended(ctx, ctx.client.reentrant_lock(&fresh("bench-re")))
+}
+
+/// A fair lock's uncontended cycle (queue and timeouts checked on every acquisition).
+pub fn fair_uncontended(ctx: &Ctx) -> Measurement {
+    family_uncontended(ctx, ctx.client.fair_lock(&fresh("bench-fair")))
+}
+
+/// The read side of a read-write lock, uncontended.
+pub fn rwlock_read_uncontended(ctx: &Ctx) -> Measurement {
+    family_uncontended(ctx, ctx.client.read_lock(&fresh("bench-rw")))
+}
+
+/// One permit of a 2-permit semaphore, acquired and released by one thread.
+pub fn semaphore_uncontended(ctx: &Ctx) -> Measurement {
+    family_uncontended(ctx, ctx.client.semaphore(&fresh("bench-sem-u"), 2))
+}
+
+/// 8 threads sharing a 2-permit semaphore; one op is one permit held and released, its
+/// latency the wait.
+pub fn semaphore_contended(ctx: &Ctx) -> Measurement {
+    let name = fresh("bench-sem-c");
+    let (mut m, samples) = measure_threads(
+        ctx,
+        THREADS,
+        || {},
+        |_| {
+            let permit = ctx.client.semaphore(&name, 2).wait(CONTENDED_WAIT);
+            move || {
+                let t = Instant::now();
+                let guard = permit
+                    .acquire()
+                    .unwrap_or_else(|e| panic!("bench: semaphore acquire failed: {e}"));
+                let waited = t.elapsed();
+                let attempts = guard.attempts();
+                guard
+                    .release()
+                    .unwrap_or_else(|e| panic!("bench: semaphore release failed: {e}"));
+                Waited {
+                    waited,
+                    attempts,
+                    handoff: None,
+                }
+            }
+        },
+    );
+    m.extra.push((
+        "attempts_per_permit",
+        format!("{:.2}", mean_attempts(&samples, false)),
+    ));
+    m.extra.push(("permits", "2".to_string()));
+    m.push_thread_spread();
+    m
+}
+
+/// 8 threads waiting for one key; one op is one critical section, its latency the wait.
+/// `attempts_per_cs` is the mean of `LockGuard::attempts()` (1 = got it at the first try).
+pub fn lock_contended(ctx: &Ctx) -> Measurement {
+    ctx.clear_lock("bench-c");
+    let (mut m, samples) = measure_threads(
+        ctx,
+        THREADS,
+        || {},
+        |_| {
+            let lock = ctx.client.lock("bench-c").wait(CONTENDED_WAIT);
+            move || {
+                let t = Instant::now();
+                let guard = lock
+                    .acquire()
+                    .unwrap_or_else(|e| panic!("bench: contended acquire failed: {e}"));
+                let waited = t.elapsed();
+                black_box(guard.fence());
+                let attempts = guard.attempts();
+                guard
+                    .release()
+                    .unwrap_or_else(|e| panic!("bench: contended release failed: {e}"));
+                Waited {
+                    waited,
+                    attempts,
+                    handoff: None,
+                }
+            }
+        },
+    );
+    m.extra.push((
+        "attempts_per_cs",
+        format!("{:.2}", mean_attempts(&samples, false)),
+    ));
+    m.push_thread_spread();
+    m
+}
+
+/// 8 threads, thread `i` doing `try_acquire` + `release` cycles on its own key `bench-k{i}`.
+pub fn lock_8keys(ctx: &Ctx) -> Measurement {
+    let names: Vec<String> = (0..THREADS).map(|i| format!("bench-k{i}")).collect();
+    for name in &names {
+        ctx.clear_lock(name);
+    }
+    let (m, _) = measure_threads(
+        ctx,
+        THREADS,
+        || {},
+        |i| {
+            let name = names[i].as_str();
+            let lock = ctx.client.lock(name);
+            move || {
+                let guard = lock
+                    .try_acquire()
+                    .expect("bench: try_acquire failed")
+                    .unwrap_or_else(|| panic!("bench: lock {name} was busy"));
+                black_box(guard.fence());
+                guard.release().expect("bench: release failed");
+            }
+        },
+    );
+    m
+}
+
+/// `lock_8keys` on a local 3-master Redis Cluster (started here): 8 threads, thread `i` on
+/// lock `bench-k{i}` (the names spread over the masters), through one cluster client. Its
+/// ratio is against the single-node raw baseline.
+pub fn cluster_8keys(ctx: &Ctx) -> Measurement {
+    let cluster = redlease_suite::RedisCluster::start().expect("bench: cannot start a cluster");
+    let client = redlease::Client::cluster(&cluster.urls())
+        .pool_size(THREADS as u32)
+        .build()
+        .expect("bench: cannot build the cluster client");
+    let names: Vec<String> = (0..THREADS).map(|i| format!("bench-k{i}")).collect();
+    let (mut m, _) = measure_threads(
+        ctx,
+        THREADS,
+        || {},
+        |i| {
+            let name = names[i].as_str();
+            let lock = client.lock(name);
+            move || {
+                let guard = lock
+                    .try_acquire()
+                    .expect("bench: cluster try_acquire failed")
+                    .unwrap_or_else(|| panic!("bench: lock {name} was busy"));
+                black_box(guard.fence());
+                guard.release().expect("bench: cluster release failed");
+            }
+        },
+    );
+    m.extra.push(("masters", "3".to_string()));
+    drop(cluster);
+    m
+}
+
+/// 8 threads on one lock (one shared client), each looping: `acquire()`, `release()` (an
+/// empty critical section), one `PING` on the thread's own plain connection (work outside the
+/// lock). One op is one critical section, its latency the wait in `acquire()`.
+///
+/// Extra fields, over the measured critical sections of all slices:
+/// - `handoffs`: critical sections whose previous one (in the same slice) was another thread's;
+/// - `handoff_p50_us`, `handoff_p99_us`: for those, the time from just before the previous
+///   holder called `release()` to just after this `acquire()` returned;
+/// - `max_wait_us`: the longest `acquire()` (cut at about one slice, see the module docs);
+/// - `failed_attempts_per_cs`: the mean of `LockGuard::attempts() - 1`;
+/// - `vs_uncontended`: its ops/s over `lock_uncontended`'s ops/s in this run, when that ran.
+///   (Not the quotient of the two ratios: the interleaved baseline picks up the state the
+///   scenario leaves the machine in, which differs between one thread and eight.)
+pub fn lock_handoff(ctx: &Ctx) -> Measurement {
+    const NAME: &str = "bench-h";
+    /// `last_holder` at the start of a slice: the first critical section is no handoff.
+    const NOBODY: u64 = u64::MAX;
+    ctx.clear_lock(NAME);
+    let origin = Instant::now();
+    let stamp = move |at: Instant| u64::try_from((at - origin).as_nanos()).unwrap_or(u64::MAX);
+    // The thread that acquired last, and when (ns since `origin`) the holder began releasing.
+    let last_holder = AtomicU64::new(NOBODY);
+    let released_at = AtomicU64::new(0);
+    let (mut m, samples) = measure_threads(
+        ctx,
+        THREADS,
+        || last_holder.store(NOBODY, Ordering::SeqCst),
+        |i| {
+            let me = i as u64;
+            let mut con = ctx.raw_connection();
+            let lock = ctx.client.lock(NAME).wait(CONTENDED_WAIT);
+            let (last_holder, released_at) = (&last_holder, &released_at);
+            move || {
+                let t = Instant::now();
+                let guard = lock
+                    .acquire()
+                    .unwrap_or_else(|e| panic!("bench: handoff acquire failed: {e}"));
+                let acquired = Instant::now();
+                let previous = last_holder.swap(me, Ordering::SeqCst);
+                let handoff = (previous != me && previous != NOBODY).then(|| {
+                    let released = released_at.load(Ordering::SeqCst);
+                    Duration::from_nanos(stamp(acquired).saturating_sub(released))
+                });
+                black_box(guard.fence());
+                let attempts = guard.attempts();
+                released_at.store(stamp(Instant::now()), Ordering::SeqCst);
+                guard
+                    .release()
+                    .unwrap_or_else(|e| panic!("bench: handoff release failed: {e}"));
+                let pong: String = redis::cmd("PING")
+                    .query(&mut con)
+                    .expect("bench: PING failed");
+                black_box(pong);
+                Waited {
+                    waited: acquired - t,
+                    attempts,
+                    handoff,
+                }
+            }
+        },
+    );
+    let mut handoffs: Vec<u32> = samples
+        .iter()
+        .filter_map(|s| s.handoff.map(micros))
+        .collect();
+    handoffs.sort_unstable();
+    let max_wait = samples.iter().map(|s| s.waited).max().unwrap_or_default();
+    m.extra.push(("handoffs", handoffs.len().to_string()));
+    m.extra
+        .push(("handoff_p50_us", percentile(&handoffs, 50.0).to_string()));
+    m.extra
+        .push(("handoff_p99_us", percentile(&handoffs, 99.0).to_string()));
+    m.extra.push(("max_wait_us", micros(max_wait).to_string()));
+    m.extra.push((
+        "failed_attempts_per_cs",
+        format!("{:.2}", mean_attempts(&samples, true)),
+    ));
+    m.push_thread_spread();
+    m.relative_to = Some(("vs_uncontended", UNCONTENDED));
+    m
+}

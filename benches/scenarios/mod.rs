@@ -1,0 +1,6 @@
+//! The scenarios, by area. A scenario is a `fn(&Ctx) -> Measurement` listed in `SCENARIOS`
+//! (benches/redis.rs).
+
+pub mod lock;
+pub mod queue;
+pub mod watchdog;

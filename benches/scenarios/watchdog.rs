@@ -1,0 +1,109 @@
+//! The watchdog: many watched leases renewed by one thread.
+
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+/// How many leases `watchdog_10k` keeps alive.
+const WATCHED: usize = 10_000;
+/// Their ttl: renewed every second, so 10,000 renewals/s are needed.
+const WATCHED_TTL: Duration = Duration::from_secs(3);
+
+/// Calls of EVALSHA the server has served so far.
+fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(conn)
+        .expect("bench: INFO commandstats failed");
+    stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| l.split("calls=").nth(1))
+        .and_then(|s| s.split(',').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Resident memory of this process, in bytes.
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// One client holds 10,000 watched leases (3 s ttl, renewed every second by its one
+/// watchdog thread). `ops_per_s` is renewals per second, counted by the server during the
+/// scenario's slices (only the watchdog sends EVALSHA then); `ratio` is that over the
+/// baseline's cycles per second (renewals are pipelined 512 to a batch). p50/p99 do not
+/// apply (0). `lost=` must be 0; `bytes_per_lease=` is the process's resident memory growth
+/// per held lease (guard, watchdog entry, lease copy).
+pub fn watchdog_10k(ctx: &Ctx) -> Measurement {
+    let client = redlease::Client::builder(&ctx.url)
+        .pool_size(THREADS as u32)
+        .build()
+        .expect("bench: cannot build the watchdog client");
+    let rss_before = rss_bytes();
+    let guards: Vec<redlease::LockGuard> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let client = &client;
+                s.spawn(move || {
+                    (t..WATCHED)
+                        .step_by(THREADS)
+                        .map(|i| {
+                            let name = format!("bench-w{i}");
+                            client
+                                .lock(&name)
+                                .ttl(WATCHED_TTL)
+                                .try_acquire()
+                                .expect("bench: watched try_acquire failed")
+                                .expect(
+                                    "bench: watched lock was busy (leftover from an aborted run?)",
+                                )
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("bench: acquiring thread panicked"))
+            .collect()
+    });
+    let bytes_per_lease = rss_bytes().saturating_sub(rss_before) / WATCHED as u64;
+    let mut conn = ctx.raw_connection();
+    let pairs = interleave(ctx, |length, _| {
+        let before = evalsha_calls(&mut conn);
+        let start = Instant::now();
+        std::thread::sleep(length);
+        let elapsed = start.elapsed();
+        Slice {
+            ops: evalsha_calls(&mut conn).saturating_sub(before),
+            elapsed,
+        }
+    });
+    let lost = guards.iter().filter(|g| g.is_lost()).count();
+    let min_remaining = guards
+        .iter()
+        .map(|g| g.remaining())
+        .min()
+        .unwrap_or_default();
+    let mut m = Measurement::interleaved(&pairs);
+    m.extra.push(("leases", WATCHED.to_string()));
+    m.extra
+        .push(("ttl_ms", WATCHED_TTL.as_millis().to_string()));
+    m.extra.push(("lost", lost.to_string()));
+    m.extra
+        .push(("min_remaining_ms", min_remaining.as_millis().to_string()));
+    m.extra
+        .push(("bytes_per_lease", bytes_per_lease.to_string()));
+    m.extra.push(("watchdog_threads", "1".to_string()));
+    drop(guards);
+    m
+}

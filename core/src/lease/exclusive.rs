@@ -1,0 +1,101 @@
+//! The lease lock ([`LockKind::Lease`]): exclusive, `SET NX PX` semantics, with a fencing
+//! token issued in the same script. `<stem>:lock` holds the owner's token, `<stem>:fence` the
+//! counter.
+//!
+//! ```text
+//!   Acquire ──acquire.lua──► {1,fence} ─────────────────► Done(Acquired(lease))
+//!      ▲                       {0,pttl}: try once ─────────► Done(Busy { holder_ttl })
+//!      │                       {0,pttl}: waiting ─► Wait(backoff, at most the holder's ttl;
+//!      └──── wake (any message on <stem>:released) or until ◄┘  one waiter per message)
+//!   held: ScriptOp<Extend> (extend.lua, owner-checked) · ScriptOp<Release> (release.lua:
+//!         owner-checked DEL + PUBLISH <stem>:released)
+//! ```
+//!
+//! A walk through it: the lock is held by someone else, the waiter is woken by its release,
+//! gets fence 8, and releases.
+//!
+//! ```
+//! # use std::time::{Duration, Instant};
+//! # use redlease_core::{Protocol, Reply, Response, Step};
+//! # use redlease_core::keys::Keyspace;
+//! # use redlease_core::lease::{Acquire, AcquireOptions, Acquisition, LockSpec, ScriptOp, Token};
+//! // Answers the one request the machine sends as Redis would, and polls again.
+//! fn answer<P: Protocol>(m: &mut P, now: Instant, reply: Reply) -> Step<P::Output> {
+//!     let Step::Send(batch) = m.poll(now) else { panic!("expected a send") };
+//!     m.handle(Response::reply(batch.requests[0].id, reply), now);
+//!     m.poll(now)
+//! }
+//! let pair = |a, b| Reply::Array(vec![Reply::Int(a), Reply::Int(b)]);
+//! let ks = Keyspace::default();
+//! let spec = LockSpec::lease(&ks, "reports", Token::from_random([3; 16]), Duration::from_secs(30)).unwrap();
+//! let options = AcquireOptions { wait: Some(Duration::from_secs(5)), ..Default::default() };
+//! let now = Instant::now();
+//! let mut acquire = Acquire::new(spec, &options, 1, now).unwrap();
+//!
+//! let Step::Wait(wait) = answer(&mut acquire, now, pair(0, 1200)) else { unreachable!() };
+//! assert_eq!(wait.wake_on.unwrap().channel, "redlease:{reports}:released");
+//! acquire.wake(now);
+//! let Step::Done(Ok(Acquisition::Acquired(lease))) = answer(&mut acquire, now, pair(1, 8))
+//! else { unreachable!() };
+//! assert_eq!((lease.fence, lease.attempts), (8, 2));
+//!
+//! let mut release = ScriptOp::release(&lease, now + Duration::from_secs(1));
+//! assert!(matches!(answer(&mut release, now, Reply::Int(1)), Step::Done(Ok(()))));
+//! ```
+
+use std::time::Duration;
+
+use super::scripts::*;
+use super::spec::{ms, undoing};
+use super::{LeaseCalls, LeaseKind, LockKind, LockSpec, Target, Token, validate_ttl};
+use crate::error::Error;
+use crate::keys::{Keyspace, LockKeys};
+use crate::protocol::WakeOn;
+use crate::script::ScriptCall;
+
+impl LockSpec {
+    /// An exclusive lease lock: `<stem>:lock` holds the token, `<stem>:fence` the counter.
+    pub fn lease(
+        keyspace: &Keyspace,
+        name: &str,
+        token: Token,
+        ttl: Duration,
+    ) -> Result<Self, Error> {
+        validate_ttl("ttl", ttl)?;
+        let keys = LockKeys::new(keyspace, name)?;
+        let undone = format!("{}:undone", keyspace.stem(name)?);
+        let t = token.as_str();
+        Ok(LockSpec {
+            kind: LeaseKind::Lock(LockKind::Lease),
+            acquire: ScriptCall::new(&ACQUIRE)
+                .keys(&[&keys.lock, &keys.fence, &undone])
+                .arg(t)
+                .arg(ms(ttl)),
+            calls: LeaseCalls {
+                release: ScriptCall::new(&RELEASE)
+                    .key(&keys.lock)
+                    .arg(t)
+                    .arg(&keys.notify),
+                extend: ScriptCall::new(&EXTEND).key(&keys.lock).arg(t),
+                inspect: ScriptCall::new(&INSPECT).key(&keys.lock).arg(t),
+            },
+            cancel: None,
+            undo: Some(undoing(
+                ScriptCall::new(&RELEASE)
+                    .key(&keys.lock)
+                    .arg(t)
+                    .arg(&keys.notify),
+                &undone,
+            )),
+            queued: false,
+            wake: WakeOn::any(&keys.channel),
+            notify: keys.notify.clone(),
+            target: Target {
+                name: keys.name.clone(),
+                keys: vec![keys.lock, keys.fence],
+            },
+            token,
+            ttl,
+        })
+    }
+}

@@ -1,0 +1,422 @@
+//! RedLock acquisition, quorum operations and tokens, on scripted replies.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::command::Request;
+use crate::error::{Error, LossReason};
+use crate::lease::{LockSpec, drift};
+use crate::protocol::{Protocol, Step};
+use crate::reply::{Reply, Response, TransportFailure};
+
+mod acquisition {
+    use super::*;
+    use crate::keys::Keyspace;
+    use crate::lease::Token;
+    use crate::reply::ErrorReply;
+    use crate::testing::origin;
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn spec() -> LockSpec {
+        LockSpec::lease(
+            &Keyspace::default(),
+            "red",
+            Token::from_random([3; 16]),
+            TTL,
+        )
+        .unwrap()
+    }
+
+    fn machine(wait: Option<Duration>, now: Instant) -> RedLockAcquire {
+        let options = RedLockOptions {
+            wait,
+            ..RedLockOptions::new(5)
+        };
+        RedLockAcquire::new(spec(), options, 11, now).unwrap()
+    }
+
+    /// Sends one round and answers node i with `answers[i]`.
+    fn round<P: Protocol>(
+        m: &mut P,
+        now: Instant,
+        answers: &[Result<Reply, TransportFailure>],
+    ) -> Vec<Request> {
+        let Step::Send(batch) = m.poll(now) else {
+            panic!("expected a batch")
+        };
+        for r in &batch.requests {
+            let answer = answers[usize::from(r.command.node().0)].clone();
+            m.handle(
+                Response {
+                    id: r.id,
+                    result: answer,
+                },
+                now,
+            );
+        }
+        batch.requests
+    }
+
+    fn granted() -> Result<Reply, TransportFailure> {
+        Ok(Reply::Status("OK".into()))
+    }
+
+    fn busy() -> Result<Reply, TransportFailure> {
+        Ok(Reply::Nil)
+    }
+
+    fn down() -> Result<Reply, TransportFailure> {
+        Err(TransportFailure::not_sent("refused"))
+    }
+
+    #[test]
+    fn a_majority_grants_it_with_validity_from_the_send_time() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        let sent = round(
+            &mut m,
+            t0,
+            &[granted(), granted(), granted(), down(), down()],
+        );
+        assert_eq!(sent.len(), 5);
+        let nodes: Vec<u16> = sent.iter().map(|r| r.command.node().0).collect();
+        assert_eq!(nodes, [0, 1, 2, 3, 4], "one request per node, in one batch");
+        let later = t0 + Duration::from_millis(30);
+        let Step::Done(Ok(red)) = m.poll(later) else {
+            panic!("acquired")
+        };
+        assert_eq!(red.granted, 3);
+        assert_eq!(red.lease.fence, 0, "no fence across nodes");
+        assert_eq!(red.lease.valid_until, t0 + TTL - drift(TTL));
+    }
+
+    #[test]
+    fn without_a_majority_it_releases_everywhere_and_says_why() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &[granted(), granted(), down(), down(), down()]);
+        let releases = round(&mut m, t0, &vec![Ok(Reply::Int(1)); 5]);
+        assert_eq!(
+            releases.len(),
+            5,
+            "released on every node, also where it failed"
+        );
+        assert!(
+            releases
+                .iter()
+                .all(|r| r.command.args()[1] == crate::lease::scripts::RELEASE.sha1.as_bytes())
+        );
+        match m.poll(t0) {
+            Step::Done(Err(Error::NoQuorum {
+                nodes,
+                needed,
+                granted,
+                busy,
+                unreachable,
+                ..
+            })) => assert_eq!((nodes, needed, granted, busy, unreachable), (5, 3, 2, 0, 3)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn held_elsewhere_is_a_timeout_and_slow_quorums_are_not_trusted() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &[busy(), busy(), busy(), granted(), down()]);
+        round(&mut m, t0, &vec![Ok(Reply::Int(1)); 5]);
+        assert!(matches!(m.poll(t0), Step::Done(Err(Error::Timeout { .. }))));
+
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &vec![granted(); 5]);
+        // The answers came after the whole ttl: nothing left to hold.
+        let late = t0 + TTL;
+        round(&mut m, late, &vec![Ok(Reply::Int(1)); 5]);
+        assert!(matches!(
+            m.poll(late),
+            Step::Done(Err(Error::Unavailable { .. }))
+        ));
+    }
+
+    #[test]
+    fn waiting_retries_after_a_random_delay_until_a_majority_grants_it() {
+        let t0 = origin();
+        let mut m = machine(Some(Duration::from_secs(1)), t0);
+        round(&mut m, t0, &[busy(), busy(), busy(), granted(), granted()]);
+        round(&mut m, t0, &vec![Ok(Reply::Int(1)); 5]);
+        let Step::Wait(w) = m.poll(t0) else {
+            panic!("a pause")
+        };
+        assert!(w.until <= t0 + Duration::from_millis(100));
+        let now = w.until;
+        round(
+            &mut m,
+            now,
+            &[granted(), granted(), granted(), busy(), busy()],
+        );
+        assert!(matches!(m.poll(now), Step::Done(Ok(_))));
+    }
+
+    #[test]
+    fn acquisition_is_a_plain_set_nx_px_and_a_release_noscript_goes_to_its_node_only() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        let sent = round(&mut m, t0, &[busy(), busy(), busy(), granted(), granted()]);
+        let args: Vec<String> = sent[0]
+            .command
+            .args()
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        assert_eq!(args[0], "SET");
+        assert_eq!(args[3..], ["NX", "PX", "10000"]);
+        let noscript = Ok(Reply::Error(ErrorReply::new("NOSCRIPT", "x")));
+        let ok = Ok(Reply::Int(1));
+        round(
+            &mut m,
+            t0,
+            &[ok.clone(), noscript, ok.clone(), ok.clone(), ok.clone()],
+        );
+        let again = round(&mut m, t0, &vec![ok; 5]);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].command.node(), NodeId(1));
+        assert_eq!(again[0].command.name(), "EVAL");
+        assert!(matches!(m.poll(t0), Step::Done(Err(Error::Timeout { .. }))));
+    }
+
+    #[test]
+    fn quorum_extension_and_release() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &vec![granted(); 5]);
+        let Step::Done(Ok(red)) = m.poll(t0) else {
+            panic!()
+        };
+        let ok = Ok(Reply::Int(1));
+        let gone = Ok(Reply::Int(0));
+        let taken = Ok(Reply::Int(-1));
+
+        let mut ext =
+            QuorumOp::new(&red, QuorumAction::Extend(TTL), Duration::from_millis(50)).unwrap();
+        round(
+            &mut ext,
+            t0,
+            &[ok.clone(), ok.clone(), ok.clone(), gone.clone(), down()],
+        );
+        assert_eq!(ext.poll(t0).done_ok(), Some(t0 + TTL - drift(TTL)));
+
+        let mut ext =
+            QuorumOp::new(&red, QuorumAction::Extend(TTL), Duration::from_millis(50)).unwrap();
+        round(
+            &mut ext,
+            t0,
+            &[ok.clone(), ok.clone(), gone.clone(), down(), down()],
+        );
+        let outcome = ext.poll(t0).outcome();
+        assert!(matches!(
+            outcome.result,
+            Err(Error::NoQuorum { granted: 2, .. })
+        ));
+        assert_eq!((outcome.holding, outcome.lost), (2, false), "2 unknown");
+
+        let mut rel =
+            QuorumOp::new(&red, QuorumAction::Release, Duration::from_millis(50)).unwrap();
+        round(
+            &mut rel,
+            t0,
+            &[gone.clone(), ok.clone(), down(), down(), down()],
+        );
+        assert!(rel.poll(t0).outcome().result.is_ok());
+
+        let mut rel =
+            QuorumOp::new(&red, QuorumAction::Release, Duration::from_millis(50)).unwrap();
+        round(
+            &mut rel,
+            t0,
+            &[
+                taken.clone(),
+                gone.clone(),
+                gone.clone(),
+                gone.clone(),
+                gone,
+            ],
+        );
+        assert!(matches!(
+            rel.poll(t0).outcome().result,
+            Err(Error::NotOwner {
+                reason: LossReason::Taken,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        let t0 = origin();
+        assert!(RedLockAcquire::new(spec(), RedLockOptions::new(0), 1, t0).is_err());
+        let slow = RedLockOptions {
+            node_timeout: TTL,
+            ..RedLockOptions::new(3)
+        };
+        assert!(RedLockAcquire::new(spec(), slow, 1, t0).is_err());
+        let fair = LockSpec::fair(
+            &Keyspace::default(),
+            "f",
+            Token::from_random([1; 16]),
+            TTL,
+            TTL,
+        )
+        .unwrap();
+        assert!(RedLockAcquire::new(fair, RedLockOptions::new(3), 1, t0).is_err());
+    }
+
+    #[test]
+    fn granted_counts_only_nodes_that_still_hold_the_key() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &vec![granted(); 5]);
+        let Step::Done(Ok(mut red)) = m.poll(t0) else {
+            panic!()
+        };
+        assert_eq!((red.granted, red.has_quorum()), (5, true));
+        let ok = Ok(Reply::Int(1));
+        let gone = Ok(Reply::Int(0));
+        let extend = |red: &RedLease, now: Instant, answers: &[Result<Reply, TransportFailure>]| {
+            let mut ext =
+                QuorumOp::new(red, QuorumAction::Extend(TTL), Duration::from_millis(50)).unwrap();
+            let sent = round(&mut ext, now, answers);
+            // Only the extend script, on every node: nothing writes the key back.
+            assert!(
+                sent.iter().all(|r| r.command.name() == "EVALSHA"),
+                "{sent:?}"
+            );
+            ext.poll(now).outcome()
+        };
+
+        // Node 4 restarted empty: the extension holds (4 of 5) and granted says 4.
+        let t1 = t0 + Duration::from_secs(1);
+        let outcome = extend(
+            &red,
+            t1,
+            &[ok.clone(), ok.clone(), ok.clone(), ok.clone(), gone.clone()],
+        );
+        assert_eq!((outcome.holding, outcome.lost), (4, false));
+        red.apply(outcome, t1).unwrap();
+        assert_eq!(red.granted, 4);
+        assert_eq!(red.lease.valid_until, t1 + TTL - drift(TTL));
+
+        // Two more restarted: 2 of 5 still ours, a quorum is impossible: lost at once.
+        let t2 = t1 + Duration::from_secs(1);
+        let outcome = extend(
+            &red,
+            t2,
+            &[
+                ok.clone(),
+                ok.clone(),
+                gone.clone(),
+                gone.clone(),
+                gone.clone(),
+            ],
+        );
+        assert_eq!((outcome.holding, outcome.lost), (2, true));
+        assert!(red.apply(outcome, t2).is_err());
+        assert_eq!((red.granted, red.has_quorum()), (2, false));
+        assert_eq!(red.lease.remaining(t2), Duration::ZERO, "reported lost now");
+    }
+
+    #[test]
+    fn an_extension_with_unanswered_nodes_keeps_the_old_validity() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &vec![granted(); 5]);
+        let Step::Done(Ok(mut red)) = m.poll(t0) else {
+            panic!()
+        };
+        let before = red.lease.valid_until;
+        let ok = Ok(Reply::Int(1));
+        let gone = Ok(Reply::Int(0));
+        let t1 = t0 + Duration::from_secs(1);
+        let mut ext =
+            QuorumOp::new(&red, QuorumAction::Extend(TTL), Duration::from_millis(50)).unwrap();
+        round(&mut ext, t1, &[ok.clone(), ok, gone, down(), down()]);
+        let outcome = ext.poll(t1).outcome();
+        assert!(!outcome.lost, "2 held + 2 unknown could still be 3");
+        assert!(red.apply(outcome, t1).is_err());
+        assert_eq!(red.granted, 2);
+        assert_eq!(
+            red.lease.valid_until, before,
+            "unknown: the old grant's validity stands"
+        );
+    }
+
+    trait DoneOk {
+        fn done_ok(self) -> Option<Instant>;
+        fn outcome(self) -> QuorumOutcome;
+    }
+
+    impl DoneOk for Step<QuorumOutcome> {
+        fn done_ok(self) -> Option<Instant> {
+            self.outcome().result.ok()
+        }
+
+        fn outcome(self) -> QuorumOutcome {
+            match self {
+                Step::Done(Ok(outcome)) => outcome,
+                other => panic!("expected an outcome, got {other:?}"),
+            }
+        }
+    }
+}
+
+mod token_tests {
+    use super::*;
+    use crate::keys::Keyspace;
+    use crate::lease::Token;
+    use crate::testing::origin;
+
+    #[test]
+    fn each_attempt_after_a_full_release_uses_a_new_token() {
+        let t0 = origin();
+        let spec = LockSpec::lease(
+            &Keyspace::default(),
+            "t",
+            Token::from_random([5; 16]),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        let options = RedLockOptions {
+            wait: Some(Duration::from_secs(1)),
+            ..RedLockOptions::new(3)
+        };
+        let mut m = RedLockAcquire::new(spec, options, 1, t0).unwrap();
+        let mut tokens = Vec::new();
+        let mut now = t0;
+        for round in 0..2 {
+            let Step::Send(b) = m.poll(now) else {
+                panic!("acquire")
+            };
+            tokens.push(String::from_utf8(b.requests[0].command.args()[2].clone()).unwrap());
+            for r in &b.requests {
+                m.handle(Response::reply(r.id, Reply::Nil), now);
+            }
+            let Step::Send(rel) = m.poll(now) else {
+                panic!("release")
+            };
+            // The release names the same token as its attempt.
+            assert_eq!(
+                String::from_utf8(rel.requests[0].command.args()[4].clone()).unwrap(),
+                tokens[round]
+            );
+            for r in &rel.requests {
+                m.handle(Response::reply(r.id, Reply::Int(0)), now);
+            }
+            let Step::Wait(w) = m.poll(now) else {
+                panic!("pause")
+            };
+            now = w.until;
+        }
+        assert_ne!(tokens[0], tokens[1]);
+        assert!(tokens[1].starts_with(&tokens[0]));
+    }
+}

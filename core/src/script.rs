@@ -1,6 +1,8 @@
 //! Lua scripts as constants with their SHA-1, and the EVALSHA call that falls back to EVAL
 //! when the server does not know the script (after a restart, a failover or `SCRIPT FLUSH`).
 
+use std::sync::Arc;
+
 use crate::command::{Command, NodeId, Request, RequestId, RequestIds};
 use crate::reply::{Input, Reply, TransportFailure};
 
@@ -219,12 +221,21 @@ macro_rules! script {
 }
 
 /// One invocation of a script: keys and arguments, on one node.
+///
+/// Cloning is cheap (the keys and arguments are shared, copied only when a clone is changed):
+/// a lock's calls are cloned into its lease and into each operation on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScriptCall {
     script: &'static Script,
+    parts: Arc<Parts>,
+    node: NodeId,
+}
+
+/// The keys and arguments of a [`ScriptCall`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Parts {
     keys: Vec<String>,
     args: Vec<Vec<u8>>,
-    node: NodeId,
 }
 
 impl ScriptCall {
@@ -232,48 +243,53 @@ impl ScriptCall {
     pub fn new(script: &'static Script) -> Self {
         ScriptCall {
             script,
-            keys: Vec::new(),
-            args: Vec::new(),
+            parts: Arc::default(),
             node: NodeId::PRIMARY,
         }
     }
 
+    fn parts(&mut self) -> &mut Parts {
+        Arc::make_mut(&mut self.parts)
+    }
+
     /// Adds a key.
     pub fn key(mut self, key: &str) -> Self {
-        self.keys.push(key.to_owned());
+        self.parts().keys.push(key.to_owned());
         self
     }
 
     /// Adds keys, in order.
     pub fn keys(mut self, keys: &[&str]) -> Self {
-        self.keys.extend(keys.iter().map(|k| (*k).to_owned()));
+        let parts = self.parts();
+        parts.keys.reserve_exact(keys.len());
+        parts.keys.extend(keys.iter().map(|k| (*k).to_owned()));
         self
     }
 
     /// Adds an argument.
     pub fn arg(mut self, arg: impl AsRef<[u8]>) -> Self {
-        self.args.push(arg.as_ref().to_vec());
+        self.parts().args.push(arg.as_ref().to_vec());
         self
     }
 
     /// Inserts an argument before the others (binds a value known only later, such as the
     /// id of a job taken from a queue).
     pub fn prepend_arg(mut self, arg: impl AsRef<[u8]>) -> Self {
-        self.args.insert(0, arg.as_ref().to_vec());
+        self.parts().args.insert(0, arg.as_ref().to_vec());
         self
     }
 
     /// Replaces argument `index` (0: the first after the keys), if there is one.
     pub fn with_arg(mut self, index: usize, arg: impl AsRef<[u8]>) -> Self {
-        if let Some(a) = self.args.get_mut(index) {
-            *a = arg.as_ref().to_vec();
+        if index < self.parts.args.len() {
+            self.parts().args[index] = arg.as_ref().to_vec();
         }
         self
     }
 
     /// Replaces the last argument.
     pub fn with_last_arg(mut self, arg: impl AsRef<[u8]>) -> Self {
-        if let Some(last) = self.args.last_mut() {
+        if let Some(last) = self.parts().args.last_mut() {
             *last = arg.as_ref().to_vec();
         }
         self
@@ -291,14 +307,15 @@ impl ScriptCall {
     }
 
     fn command(&self, verb: &str, body: &str) -> Command {
-        let mut cmd = Command::new(verb)
+        let Parts { keys, args } = &*self.parts;
+        let mut cmd = Command::with_capacity(verb, 2 + keys.len() + args.len())
             .arg(body)
-            .arg(self.keys.len().to_string())
+            .arg(keys.len().to_string())
             .on(self.node);
-        for k in &self.keys {
+        for k in keys {
             cmd = cmd.arg(k);
         }
-        for a in &self.args {
+        for a in args {
             cmd = cmd.arg(a);
         }
         cmd
@@ -500,6 +517,20 @@ pub(crate) mod tests {
         source: "return ARGV[1]",
         sha1: "0000000000000000000000000000000000000000",
     };
+
+    #[test]
+    fn clones_share_their_arguments_until_one_is_changed() {
+        let a = ScriptCall::new(&ECHO).keys(&["k1", "k2"]).arg("v");
+        let b = a.clone();
+        assert!(Arc::ptr_eq(&a.parts, &b.parts), "a clone copies nothing");
+        let c = b.clone().prepend_arg("id").with_last_arg("w");
+        assert!(!Arc::ptr_eq(&a.parts, &c.parts));
+        let tail = |call: &ScriptCall| call.evalsha().args()[2..].to_vec();
+        let bytes = |v: &[&str]| v.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
+        assert_eq!(tail(&a), bytes(&["2", "k1", "k2", "v"]));
+        assert_eq!(tail(&b), tail(&a));
+        assert_eq!(tail(&c), bytes(&["2", "k1", "k2", "id", "w"]));
+    }
 
     #[test]
     fn noscript_is_answered_by_one_eval() {

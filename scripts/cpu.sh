@@ -140,6 +140,8 @@ if [[ $mode == all || $mode == server ]]; then
         --hz 1 --dir "$work" --logfile "$work/grind.log" &
     grind_pid=$!
     await_port "$grind_port"
+    # The start-up's instructions go to a first dump of their own.
+    callgrind_control --dump "$grind_pid" >/dev/null
     # Server instructions of one client run of `scenario` with `cycles` cycles.
     server_instructions() {
         REDIS_URL="redis://127.0.0.1:$grind_port/" CPU_SCENARIO=$1 CPU_CYCLES=$2 "$bin" >/dev/null

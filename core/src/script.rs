@@ -231,11 +231,52 @@ pub struct ScriptCall {
     node: NodeId,
 }
 
-/// The keys and arguments of a [`ScriptCall`].
+/// The keys and arguments of a [`ScriptCall`], in one buffer: item `i` is
+/// `bytes[ends[i - 1]..ends[i]]` (from 0 for the first); the first `keys` items are the keys.
+/// A call is built for every acquisition, five at a time: one buffer instead of one
+/// allocation per key and argument.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct Parts {
-    keys: Vec<String>,
-    args: Vec<Vec<u8>>,
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+    keys: usize,
+}
+
+impl Parts {
+    fn start(&self, i: usize) -> usize {
+        if i == 0 { 0 } else { self.ends[i - 1] }
+    }
+
+    fn item(&self, i: usize) -> &[u8] {
+        &self.bytes[self.start(i)..self.ends[i]]
+    }
+
+    /// Inserts `value` as item `i` (0 ..= len).
+    fn insert(&mut self, i: usize, value: &[u8]) {
+        if self.bytes.capacity() == 0 {
+            self.bytes.reserve(128);
+            self.ends.reserve(8);
+        }
+        let at = self.start(i);
+        self.bytes.splice(at..at, value.iter().copied());
+        self.ends.insert(i, at);
+        for end in &mut self.ends[i..] {
+            *end += value.len();
+        }
+    }
+
+    /// Replaces item `i` (< len) with `value`.
+    fn replace(&mut self, i: usize, value: &[u8]) {
+        let (start, end) = (self.start(i), self.ends[i]);
+        self.bytes.splice(start..end, value.iter().copied());
+        for e in &mut self.ends[i..] {
+            *e = *e - (end - start) + value.len();
+        }
+    }
+
+    fn args(&self) -> usize {
+        self.ends.len() - self.keys
+    }
 }
 
 impl ScriptCall {
@@ -254,43 +295,49 @@ impl ScriptCall {
 
     /// Adds a key.
     pub fn key(mut self, key: &str) -> Self {
-        self.parts().keys.push(key.to_owned());
+        let parts = self.parts();
+        parts.insert(parts.keys, key.as_bytes());
+        parts.keys += 1;
         self
     }
 
     /// Adds keys, in order.
     pub fn keys(mut self, keys: &[&str]) -> Self {
-        let parts = self.parts();
-        parts.keys.reserve_exact(keys.len());
-        parts.keys.extend(keys.iter().map(|k| (*k).to_owned()));
+        for key in keys {
+            self = self.key(key);
+        }
         self
     }
 
     /// Adds an argument.
     pub fn arg(mut self, arg: impl AsRef<[u8]>) -> Self {
-        self.parts().args.push(arg.as_ref().to_vec());
+        let parts = self.parts();
+        parts.insert(parts.ends.len(), arg.as_ref());
         self
     }
 
     /// Inserts an argument before the others (binds a value known only later, such as the
     /// id of a job taken from a queue).
     pub fn prepend_arg(mut self, arg: impl AsRef<[u8]>) -> Self {
-        self.parts().args.insert(0, arg.as_ref().to_vec());
+        let parts = self.parts();
+        parts.insert(parts.keys, arg.as_ref());
         self
     }
 
     /// Replaces argument `index` (0: the first after the keys), if there is one.
     pub fn with_arg(mut self, index: usize, arg: impl AsRef<[u8]>) -> Self {
-        if index < self.parts.args.len() {
-            self.parts().args[index] = arg.as_ref().to_vec();
+        if index < self.parts.args() {
+            let parts = self.parts();
+            parts.replace(parts.keys + index, arg.as_ref());
         }
         self
     }
 
     /// Replaces the last argument.
     pub fn with_last_arg(mut self, arg: impl AsRef<[u8]>) -> Self {
-        if let Some(last) = self.parts().args.last_mut() {
-            *last = arg.as_ref().to_vec();
+        if self.parts.args() > 0 {
+            let parts = self.parts();
+            parts.replace(parts.ends.len() - 1, arg.as_ref());
         }
         self
     }
@@ -307,16 +354,13 @@ impl ScriptCall {
     }
 
     fn command(&self, verb: &str, body: &str) -> Command {
-        let Parts { keys, args } = &*self.parts;
-        let mut cmd = Command::with_capacity(verb, 2 + keys.len() + args.len())
+        let parts = &*self.parts;
+        let mut cmd = Command::with_capacity(verb, 2 + parts.ends.len())
             .arg(body)
-            .arg(keys.len().to_string())
+            .arg(parts.keys.to_string())
             .on(self.node);
-        for k in keys {
-            cmd = cmd.arg(k);
-        }
-        for a in args {
-            cmd = cmd.arg(a);
+        for i in 0..parts.ends.len() {
+            cmd = cmd.arg(parts.item(i));
         }
         cmd
     }
@@ -530,6 +574,23 @@ pub(crate) mod tests {
         assert_eq!(tail(&a), bytes(&["2", "k1", "k2", "v"]));
         assert_eq!(tail(&b), tail(&a));
         assert_eq!(tail(&c), bytes(&["2", "k1", "k2", "id", "w"]));
+        // Keys added after arguments still go before them; replacing resizes in place.
+        let d = a
+            .clone()
+            .key("k3")
+            .with_arg(0, "longer value")
+            .with_arg(9, "none")
+            .arg("");
+        assert_eq!(
+            tail(&d),
+            bytes(&["3", "k1", "k2", "k3", "longer value", ""])
+        );
+        let e = d.with_arg(0, "v").with_last_arg("last");
+        assert_eq!(tail(&e), bytes(&["3", "k1", "k2", "k3", "v", "last"]));
+        assert_eq!(
+            tail(&ScriptCall::new(&ECHO).with_last_arg("x")),
+            bytes(&["0"])
+        );
     }
 
     #[test]

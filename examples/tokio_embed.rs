@@ -275,8 +275,8 @@ async fn drive<P: Protocol>(
             Step::Send(batch) => {
                 // One multiplexed connection: every batch goes on the same connection, so
                 // `batch.same_connection` holds by construction.
-                for input in send(conn, &batch).await {
-                    machine.handle(input, Instant::now());
+                for response in send(conn, &batch).await {
+                    machine.handle(response, Instant::now());
                 }
             }
             Step::Wait(wait) => {
@@ -300,32 +300,28 @@ async fn drive<P: Protocol>(
                 }
             }
             Step::Done(result) => return result,
-            // Every request of the last batch was answered above, so this cannot happen.
-            Step::Awaiting => {
-                return Err(redlease::core::Error::UnexpectedReply {
-                    context: "driver",
-                    reply: "the machine still awaits replies the driver fed".into(),
-                });
-            }
+            // Never returned by a machine (a hidden variant kept for compatibility).
+            // TODO(rename): remove after merge (with the variant)
+            Step::Awaiting => return Err(redlease::core::Error::Driver("Step::Awaiting")),
         }
     }
 }
 
-/// Sends `batch` and returns one input per request, in order: each command bounded by the
+/// Sends `batch` and returns one response per request, in order: each command bounded by the
 /// batch's deadline (a timeout is "no reply": the command may have run).
 async fn send(conn: &MultiplexedConnection, batch: &redlease::core::Batch) -> Vec<Response> {
     let mut conn = conn.clone();
     let deadline = tokio::time::Instant::from_std(batch.deadline);
-    let mut inputs = Vec::with_capacity(batch.requests.len());
+    let mut responses = Vec::with_capacity(batch.requests.len());
     for r in &batch.requests {
         if r.command.node() != NodeId::PRIMARY {
             let failure = TransportFailure::not_sent("this driver talks to one node");
-            inputs.push(Response::failed(r.id, failure));
+            responses.push(Response::failed(r.id, failure));
             continue;
         }
         let cmd = adapter::command(&r.command);
         let sent = tokio::time::timeout_at(deadline, conn.req_packed_command(&cmd)).await;
-        inputs.push(match sent {
+        responses.push(match sent {
             Ok(outcome) => adapter::response(r.id, outcome),
             Err(_) => Response::failed(
                 r.id,
@@ -333,7 +329,7 @@ async fn send(conn: &MultiplexedConnection, batch: &redlease::core::Batch) -> Ve
             ),
         });
     }
-    inputs
+    responses
 }
 
 /// A pub/sub subscription to one release channel.

@@ -33,9 +33,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use redlease::core::keys::Keyspace;
-use redlease::core::lease::{LockSpec, ScriptOp, Token};
+use redlease::core::lease::{LockSpec, Token};
 use redlease::core::queue::{self, NewJob, QueueKeys, QueueSettings};
 use redlease::core::script::{Script, ScriptCall};
+use redlease::core::semaphore::{self, SemaphoreKeys};
 use redlease::core::{Command, ErrorReply, Protocol, Reply, Step};
 use redlease::memory::MemoryServer;
 use redlease_suite::testkit::server;
@@ -532,7 +533,7 @@ impl Seq {
             Family::Reentrant => LockSpec::reentrant(ks, "r", "x", t, d).unwrap().notify,
             Family::Fair => LockSpec::fair(ks, "r", t, d, d).unwrap().notify,
             Family::ReadWrite => LockSpec::read(ks, "r", t, d).unwrap().notify,
-            Family::Semaphore => LockSpec::permit(ks, "r", t, d, 2, d).unwrap().notify,
+            Family::Semaphore => SemaphoreKeys::new(ks, "r").unwrap().notify,
             Family::Queue => {
                 let keys = QueueKeys::new(ks, "r").unwrap();
                 queue::take(&keys, t, &QueueSettings::default())
@@ -684,16 +685,17 @@ impl Seq {
             }
             Family::Semaphore => {
                 let permits = 2;
-                let spec = LockSpec::permit(&ks, "r", self.token(owner), ttl, permits, wt).unwrap();
+                let sem = SemaphoreKeys::new(&ks, "r").unwrap();
+                let spec = sem.permit(self.token(owner), ttl, permits, wt).unwrap();
                 let keys = Self::all_keys(&spec, &[undone]);
                 match self.rng.below(10) {
                     0 => {
                         let n = 1 + self.rng.below(3) as u64;
-                        let op = ScriptOp::set_permits(&spec, n, Instant::now()).unwrap();
+                        let op = semaphore::set_permits(&sem, n, Instant::now()).unwrap();
                         self.machine_op(op, Cmp::Exact)
                     }
                     1 => {
-                        let op = ScriptOp::read_semaphore(&spec, Instant::now()).unwrap();
+                        let op = semaphore::read(&sem, Instant::now());
                         self.machine_op(op, Cmp::Semaphore)
                     }
                     _ => self.lock_ops(spec, &keys),
@@ -813,7 +815,7 @@ impl Seq {
                 if self.rng.chance(50) {
                     self.machine_op(queue::requeue(&keys, &id, now), Cmp::Exact)
                 } else {
-                    let op = queue::forget_dead(&keys, Some(&id), now).unwrap();
+                    let op = queue::delete_dead(&keys, Some(&id), now).unwrap();
                     self.machine_op(op, Cmp::Exact)
                 }
             }

@@ -93,7 +93,10 @@ pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::semaphore::SemaphoreState;
 pub use redlease_core::{Error, FailureKind, InvalidArgument, LossReason, TransportFailure};
-pub use redlock::{RedLock, RedLockBuilder, RedLockGuard, RedLockLockBuilder};
+pub use redlock::{QuorumLockBuilder, RedLock, RedLockBuilder, RedLockGuard};
+// TODO(rename): remove after merge
+#[doc(hidden)]
+pub use redlock::RedLockLockBuilder;
 pub use status::{ClientStatus, ListenerStatus, PoolStatus};
 
 /// The channel crate of [`LockGuard::lost`] and [`Job::lost`], re-exported so that your

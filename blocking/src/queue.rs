@@ -274,14 +274,14 @@ impl Queue {
     pub fn delete_dead(&self, id: &str) -> Result<bool, Error> {
         let n = self
             .client
-            .run(queue::forget_dead(&self.keys, Some(id), self.deadline())?)?;
+            .run(queue::delete_dead(&self.keys, Some(id), self.deadline())?)?;
         Ok(n > 0)
     }
 
     /// Deletes every dead job for good; returns how many there were.
     pub fn purge_dead(&self) -> Result<u64, Error> {
         self.client
-            .run(queue::forget_dead(&self.keys, None, self.deadline())?)
+            .run(queue::delete_dead(&self.keys, None, self.deadline())?)
     }
 
     /// Runs `handler` on `concurrency` threads, each taking jobs one at a time: `Ok` acks the

@@ -204,8 +204,8 @@ impl RedLock {
     }
 
     /// The lock `name`, to configure and acquire.
-    pub fn lock(&self, name: &str) -> RedLockLockBuilder<'_> {
-        RedLockLockBuilder {
+    pub fn lock(&self, name: &str) -> QuorumLockBuilder<'_> {
+        QuorumLockBuilder {
             client: self,
             name: name.to_owned(),
             ttl: Duration::from_secs(10),
@@ -286,10 +286,11 @@ impl RedLock {
     }
 }
 
-/// Settings of one RedLock acquisition; made by [`RedLock::lock`].
+/// Settings of one acquisition of a RedLock (a lock held by a majority of the nodes); made
+/// by [`RedLock::lock`].
 #[derive(Debug, Clone)]
 #[must_use = "a lock builder does nothing until try_acquire() or acquire()"]
-pub struct RedLockLockBuilder<'c> {
+pub struct QuorumLockBuilder<'c> {
     client: &'c RedLock,
     name: String,
     ttl: Duration,
@@ -297,7 +298,12 @@ pub struct RedLockLockBuilder<'c> {
     retry_max: Duration,
 }
 
-impl RedLockLockBuilder<'_> {
+/// The old name of [`QuorumLockBuilder`].
+// TODO(rename): remove after merge
+#[doc(hidden)]
+pub type RedLockLockBuilder<'c> = QuorumLockBuilder<'c>;
+
+impl QuorumLockBuilder<'_> {
     /// The lease length on every node: [`MIN_TTL`](limits::MIN_TTL) (10 ms) to
     /// [`MAX_DURATION`](limits::MAX_DURATION), and more than twice the node timeout.
     /// Defaults to 10 s.

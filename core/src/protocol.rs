@@ -20,6 +20,10 @@ use crate::reply::Response;
 /// 4. On [`Step::Done`], the machine is finished; polling it again yields
 ///    [`Error::Finished`].
 ///
+/// There is no other case. Polling before every request of the last batch got its response
+/// is a driver bug; the machine then asks to wait until the batch's deadline, and polled at or
+/// after that deadline it ends with [`Error::Driver`].
+///
 /// Replies with an id the machine no longer waits for are ignored, so a driver may
 /// deliver a late reply without harm. Nothing inside a machine reads a clock, touches the
 /// network, sleeps or draws random numbers: time is the `now` argument, randomness is
@@ -45,12 +49,18 @@ pub trait Protocol {
 /// What a machine wants next.
 #[derive(Debug)]
 #[must_use = "a step must be carried out for the machine to make progress"]
+// TODO(rename): remove after merge (with the hidden variant `Awaiting`)
+#[allow(clippy::manual_non_exhaustive)]
 pub enum Step<T> {
     /// Send these requests, then feed back one [`Response`] for each.
     Send(Batch),
     /// Nothing to send until `until` (or a message on `wake_on`).
     Wait(Wait),
-    /// Requests of an earlier batch are still unanswered: feed their outcomes.
+    /// Never returned. (A machine polled while requests of its last batch are unanswered
+    /// yields a [`Step::Wait`] until that batch's deadline, and past it
+    /// `Done(Err(Error::Driver(..)))`; see [`Protocol::poll`].)
+    // TODO(rename): remove after merge (kept so that drivers matching on it still compile)
+    #[doc(hidden)]
     Awaiting,
     /// The machine is finished.
     Done(Result<T, Error>),
@@ -137,6 +147,38 @@ impl WakeOn {
         WakeOn {
             channel: channel.to_owned(),
             tag: Some(tag.to_owned()),
+        }
+    }
+}
+
+/// What a machine says when it is polled while requests of its last batch are unanswered
+/// (the driver should have fed every response first): wait until that batch's deadline,
+/// by which every request must have its response; polled at or after it, the machine ends
+/// with [`Error::Driver`]. So no poll ever yields a state a driver cannot act on.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Outstanding {
+    /// The deadline of the last batch sent.
+    deadline: Option<Instant>,
+}
+
+impl Outstanding {
+    /// Notes the deadline of a batch the machine is about to yield.
+    pub(crate) fn track<T>(&mut self, step: &Step<T>) {
+        if let Step::Send(batch) = step {
+            self.deadline = Some(batch.deadline);
+        }
+    }
+
+    /// The step for a poll that found requests unanswered.
+    pub(crate) fn step<T>(&self, now: Instant) -> Step<T> {
+        match self.deadline {
+            Some(until) if now < until => Step::Wait(Wait {
+                until,
+                wake_on: None,
+            }),
+            _ => Step::Done(Err(Error::Driver(
+                "polled after the batch deadline with requests still unanswered: every request needs a response",
+            ))),
         }
     }
 }

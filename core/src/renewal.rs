@@ -17,6 +17,50 @@
 //! - an extension in flight answers by its lease's validity at the latest (its deadline is
 //!   capped there), and [`Renewals::due`] reports the lease lost at its validity even while
 //!   the extension is still in flight: the loss is never later than the validity.
+//!
+//! A walk through the graph with scripted replies: a 30 s lease is renewed after 10 s; at the
+//! next renewal the key is gone (it expired, or was evicted), so the lease is lost.
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use redlease_core::{LossReason, Protocol, Reply, Response, Step};
+//! use redlease_core::keys::Keyspace;
+//! use redlease_core::lease::{Acquire, AcquireOptions, Acquisition, LockSpec, Token};
+//! use redlease_core::renewal::{Due, RenewalEvent, RenewalPolicy, Renewals};
+//!
+//! // Answers the one request the machine sends as Redis would, and polls again.
+//! fn answer<P: Protocol>(m: &mut P, now: Instant, reply: Reply) -> Step<P::Output> {
+//!     let Step::Send(batch) = m.poll(now) else { panic!("expected a send") };
+//!     m.handle(Response::reply(batch.requests[0].id, reply), now);
+//!     m.poll(now)
+//! }
+//! let ttl = Duration::from_secs(30);
+//! let spec = LockSpec::lease(&Keyspace::default(), "etl", Token::from_random([2; 16]), ttl).unwrap();
+//! let t0 = Instant::now();
+//! let mut acquire = Acquire::new(spec, &AcquireOptions::default(), 1, t0).unwrap();
+//! let pair = Reply::Array(vec![Reply::Int(1), Reply::Int(12)]);
+//! let Step::Done(Ok(Acquisition::Acquired(lease))) = answer(&mut acquire, t0, pair)
+//! else { unreachable!() };
+//!
+//! let mut renewals = Renewals::new();
+//! renewals.insert(7, *lease, RenewalPolicy::for_ttl(ttl), t0);
+//! let at = renewals.next_wakeup().unwrap();
+//! assert_eq!(at, t0 + ttl / 3);
+//!
+//! // Due: one extension handed out; the key is still ours (1).
+//! let Due { mut renew, .. } = renewals.due(at, at + Duration::from_secs(1), 16);
+//! let (id, mut extend) = renew.pop().unwrap();
+//! let Step::Done(outcome) = answer(&mut extend, at, Reply::Int(1)) else { unreachable!() };
+//! assert!(matches!(renewals.renewed(id, outcome, at), RenewalEvent::Renewed { .. }));
+//!
+//! // Next time the key is gone (0): lost, and forgotten.
+//! let at = renewals.next_wakeup().unwrap();
+//! let Due { mut renew, .. } = renewals.due(at, at + Duration::from_secs(1), 16);
+//! let (id, mut extend) = renew.pop().unwrap();
+//! let Step::Done(outcome) = answer(&mut extend, at, Reply::Int(0)) else { unreachable!() };
+//! assert_eq!(renewals.renewed(id, outcome, at), RenewalEvent::Lost(LossReason::Expired));
+//! assert!(renewals.is_empty());
+//! ```
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};

@@ -16,7 +16,7 @@
 //!      └── Wait(retry, wake on <stem>:sem:wake tagged       (permit_release: wakes the
 //!           with our token) ◄─────────────┘                  next waiter by its token)
 //!   deadline passed: permit_cancel (leave the line) then Timeout.
-//!   trying once ([`LockSpec::trying_once`]): never joins the line; Busy at once.
+//!   trying once (LockSpec::trying_once): never joins the line; Busy at once.
 //! ```
 //!
 //! A walk through that graph with scripted replies: the semaphore is full, the waiter is woken

@@ -9,7 +9,7 @@ use super::{
 use crate::backoff::{Backoff, saturating_add};
 use crate::command::{Command, Request, RequestId, RequestIds};
 use crate::error::{Error, InvalidArgument};
-use crate::protocol::{Batch, Protocol, Step, Wait};
+use crate::protocol::{Batch, Outstanding, Protocol, Step, Wait};
 use crate::reply::{FailureKind, Reply, Response, TransportFailure};
 use crate::script::{Exchange, Progress};
 
@@ -101,6 +101,8 @@ enum State {
 /// joined ([`LockSpec::cancel`]).
 #[derive(Debug)]
 pub struct Acquire {
+    /// The deadline of the batch in flight.
+    outstanding: Outstanding,
     spec: LockSpec,
     started: Instant,
     deadline: Option<Instant>,
@@ -169,6 +171,7 @@ impl Acquire {
         let mut exchange = Exchange::new(spec.acquire.clone());
         exchange.start();
         Ok(Acquire {
+            outstanding: Outstanding::default(),
             deadline: options.wait.map(|w| saturating_add(now, w)),
             started: now,
             reply_timeout: options.reply_timeout,
@@ -424,7 +427,7 @@ impl Acquire {
             return self.batch(requests, now);
         }
         if awaiting {
-            return Step::Awaiting;
+            return self.outstanding.step(now);
         }
         match std::mem::replace(&mut self.state, State::Done) {
             State::CleaningUp { result } => Step::Done(result),
@@ -433,10 +436,9 @@ impl Acquire {
     }
 }
 
-impl Protocol for Acquire {
-    type Output = Acquisition;
-
-    fn poll(&mut self, now: Instant) -> Step<Acquisition> {
+impl Acquire {
+    /// What [`poll`](Protocol::poll) yields, before it notes a batch's deadline.
+    fn next_step(&mut self, now: Instant) -> Step<Acquisition> {
         loop {
             match &self.state {
                 State::Done => return Step::Done(Err(Error::Finished)),
@@ -452,7 +454,7 @@ impl Protocol for Acquire {
                     request: Some(_),
                     answer: None,
                     ..
-                } => return Step::Awaiting,
+                } => return self.outstanding.step(now),
                 State::Replicating { request: None, .. } => {
                     let (count, timeout) = self.min_replicas.unwrap_or((0, Duration::ZERO));
                     let id = self.ids.next();
@@ -485,7 +487,7 @@ impl Protocol for Acquire {
                             self.sent_at = now;
                             return self.batch(vec![request], now);
                         }
-                        Progress::Awaiting => return Step::Awaiting,
+                        Progress::Awaiting => return self.outstanding.step(now),
                         Progress::Answered(Ok(reply)) => self.on_reply(reply, now),
                         Progress::Answered(Err(failure)) => self.on_failure(failure, now),
                         Progress::Idle => self.finish(Err(Error::Finished)),
@@ -496,6 +498,16 @@ impl Protocol for Acquire {
                 }
             }
         }
+    }
+}
+
+impl Protocol for Acquire {
+    type Output = Acquisition;
+
+    fn poll(&mut self, now: Instant) -> Step<Acquisition> {
+        let step = self.next_step(now);
+        self.outstanding.track(&step);
+        step
     }
 
     fn wake(&mut self, _now: Instant) {

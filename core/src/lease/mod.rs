@@ -14,6 +14,37 @@
 //!
 //! Every script compares the caller's token, so every call can be retried after a lost
 //! reply: a retried acquisition finds its own token and returns the fence it was issued.
+//!
+//! Each kind of lock has its own module with its graph ([`exclusive`], [`reentrant`],
+//! [`fair`], [`read_write`]; a semaphore permit: [`crate::semaphore`]; a queue job:
+//! [`crate::queue`]); all run on [`Acquire`] and [`ScriptOp`].
+//!
+//! A walk through the failure side of that graph: trying once, the acquisition's reply is
+//! lost twice; the acquisition may have taken the lock, so it undoes it (owner-checked)
+//! before it reports `Unavailable`.
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use redlease_core::{Error, FailureKind, Protocol, Reply, Response, Step, TransportFailure};
+//! use redlease_core::keys::Keyspace;
+//! use redlease_core::lease::{Acquire, AcquireOptions, LockSpec, Token};
+//!
+//! let ttl = Duration::from_secs(30);
+//! let spec = LockSpec::lease(&Keyspace::default(), "billing", Token::from_random([8; 16]), ttl).unwrap();
+//! let now = Instant::now();
+//! let mut acquire = Acquire::new(spec, &AcquireOptions::default(), 1, now).unwrap();
+//! for _ in 0..2 {
+//!     let Step::Send(batch) = acquire.poll(now) else { unreachable!() };
+//!     let lost = TransportFailure::no_reply("read timed out");
+//!     acquire.handle(Response::failed(batch.requests[0].id, lost), now);
+//! }
+//! // Cleanup: the owner-checked undo of what a lost attempt may have taken.
+//! let Step::Send(undo) = acquire.poll(now) else { unreachable!() };
+//! acquire.handle(Response::reply(undo.requests[0].id, Reply::Int(1)), now);
+//! let Step::Done(Err(Error::Unavailable { attempts, last })) = acquire.poll(now)
+//! else { unreachable!() };
+//! assert_eq!((attempts, last.kind), (2, FailureKind::NoReply));
+//! ```
 
 mod acquire;
 pub mod exclusive;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use super::{Lease, Target, error_from_reply, int_pair, pttl, valid_until};
 use crate::command::RequestIds;
 use crate::error::{Error, LossReason};
-use crate::protocol::{Batch, Protocol, Step, Wait};
+use crate::protocol::{Batch, Outstanding, Protocol, Step, Wait};
 use crate::reply::{FailureKind, Reply, Response, TransportFailure};
 use crate::script::{Exchange, Progress, ScriptCall};
 
@@ -154,6 +154,8 @@ impl OpKind for Inspect {
 /// One idempotent script call, as a [`Protocol`].
 #[derive(Debug)]
 pub struct ScriptOp<K: OpKind> {
+    /// The deadline of the batch in flight.
+    outstanding: Outstanding,
     kind: K,
     target: Target,
     /// Until when the lease the call is about was valid (for [`Release`]'s lost-reply rule).
@@ -259,6 +261,7 @@ impl<K: OpKind> ScriptOp<K> {
         exchange.start();
         ScriptOp {
             kind,
+            outstanding: Outstanding::default(),
             target,
             valid_until,
             deadline,
@@ -302,10 +305,9 @@ impl<K: OpKind> ScriptOp<K> {
     }
 }
 
-impl<K: OpKind> Protocol for ScriptOp<K> {
-    type Output = K::Output;
-
-    fn poll(&mut self, now: Instant) -> Step<K::Output> {
+impl<K: OpKind> ScriptOp<K> {
+    /// What [`poll`](Protocol::poll) yields, before it notes a batch's deadline.
+    fn next_step(&mut self, now: Instant) -> Step<K::Output> {
         if self.done {
             return Step::Done(Err(Error::Finished));
         }
@@ -327,7 +329,7 @@ impl<K: OpKind> Protocol for ScriptOp<K> {
                 self.sent_at = Some(now);
                 Step::Send(Batch::new(vec![request], self.deadline))
             }
-            Progress::Awaiting => Step::Awaiting,
+            Progress::Awaiting => self.outstanding.step(now),
             Progress::Answered(Err(failure)) => self.on_failure(failure, now),
             // Refused for a passing reason (a failover): it did not run; try again.
             Progress::Answered(Ok(Reply::Error(e))) if e.is_transient() => {
@@ -354,6 +356,16 @@ impl<K: OpKind> Protocol for ScriptOp<K> {
             // not done; answer as if finished rather than spin.
             Progress::Idle => self.finish(Err(Error::Finished)),
         }
+    }
+}
+
+impl<K: OpKind> Protocol for ScriptOp<K> {
+    type Output = K::Output;
+
+    fn poll(&mut self, now: Instant) -> Step<K::Output> {
+        let step = self.next_step(now);
+        self.outstanding.track(&step);
+        step
     }
 
     fn handle(&mut self, input: Response, _now: Instant) {

@@ -14,7 +14,7 @@ use crate::backoff::{Backoff, saturating_add};
 use crate::command::{Command, Request};
 use crate::error::Error;
 use crate::lease::{Token, valid_until, validate_ttl};
-use crate::protocol::{Batch, Protocol, Step, Wait};
+use crate::protocol::{Batch, Outstanding, Protocol, Step, Wait};
 use crate::reply::{FailureKind, Reply, Response, TransportFailure};
 
 /// How many `SETNX` are sent in a row, without a pause, when the key keeps vanishing between
@@ -116,6 +116,8 @@ enum Phase {
 /// (owner-checked, best effort) so that it does not block the lock.
 #[derive(Debug)]
 pub struct LegacyAcquire {
+    /// The deadline of the batch in flight.
+    outstanding: Outstanding,
     keys: LegacyKeys,
     token: Token,
     algorithm: LegacyAlgorithm,
@@ -158,6 +160,7 @@ impl LegacyAcquire {
             crate::limits::span("wait", wait)?;
         }
         Ok(LegacyAcquire {
+            outstanding: Outstanding::default(),
             keys,
             token,
             algorithm: options.algorithm,
@@ -469,10 +472,9 @@ impl LegacyAcquire {
     }
 }
 
-impl Protocol for LegacyAcquire {
-    type Output = LegacyAcquisition;
-
-    fn poll(&mut self, now: Instant) -> Step<LegacyAcquisition> {
+impl LegacyAcquire {
+    /// What [`poll`](Protocol::poll) yields, before it notes a batch's deadline.
+    fn next_step(&mut self, now: Instant) -> Step<LegacyAcquisition> {
         loop {
             match std::mem::replace(&mut self.phase, Phase::Done) {
                 Phase::Done => return Step::Done(Err(Error::Finished)),
@@ -508,14 +510,14 @@ impl Protocol for LegacyAcquire {
                         return match step {
                             Step::Send(batch) => Step::Send(batch),
                             Step::Wait(wait) => Step::Wait(wait),
-                            _ => Step::Awaiting,
+                            _ => self.outstanding.step(now),
                         };
                     }
                 },
                 phase => match self.inflight.take() {
                     None => {
                         self.phase = phase;
-                        return Step::Awaiting;
+                        return self.outstanding.step(now);
                     }
                     Some(results) => {
                         if let Some(step) = self.on_outcome(phase, results, now) {
@@ -525,6 +527,16 @@ impl Protocol for LegacyAcquire {
                 },
             }
         }
+    }
+}
+
+impl Protocol for LegacyAcquire {
+    type Output = LegacyAcquisition;
+
+    fn poll(&mut self, now: Instant) -> Step<LegacyAcquisition> {
+        let step = self.next_step(now);
+        self.outstanding.track(&step);
+        step
     }
 
     fn handle(&mut self, input: Response, now: Instant) {

@@ -8,7 +8,7 @@ use super::{
 use crate::backoff::saturating_add;
 use crate::command::{Command, RequestIds};
 use crate::error::{Error, LossReason};
-use crate::protocol::{Batch, Protocol, Step, Wait};
+use crate::protocol::{Batch, Outstanding, Protocol, Step, Wait};
 use crate::reply::{FailureKind, Reply, Response, TransportFailure};
 
 /// How many times the `GET` of a release is sent before it gives up.
@@ -47,6 +47,8 @@ enum Phase {
 /// re-taken) as released: that `DEL` was sent while the key held our live value.
 #[derive(Debug)]
 pub struct LegacyRelease {
+    /// The deadline of the batch in flight.
+    outstanding: Outstanding,
     keys: LegacyKeys,
     algorithm: LegacyAlgorithm,
     /// The values that are ours (one for a lease; the unconfirmed writes for a cleanup).
@@ -87,6 +89,7 @@ impl LegacyRelease {
     ) -> Self {
         LegacyRelease {
             keys,
+            outstanding: Outstanding::default(),
             algorithm,
             ours,
             clock,
@@ -174,10 +177,9 @@ impl LegacyRelease {
     }
 }
 
-impl Protocol for LegacyRelease {
-    type Output = ();
-
-    fn poll(&mut self, now: Instant) -> Step<()> {
+impl LegacyRelease {
+    /// What [`poll`](Protocol::poll) yields, before it notes a batch's deadline.
+    fn next_step(&mut self, now: Instant) -> Step<()> {
         match std::mem::replace(&mut self.phase, Phase::Done) {
             Phase::Done => Step::Done(Err(Error::Finished)),
             Phase::Waiting { until } if now < until => {
@@ -194,7 +196,7 @@ impl Protocol for LegacyRelease {
             phase @ (Phase::Get | Phase::Del) => {
                 let Some(mut results) = self.inflight.take() else {
                     self.phase = phase;
-                    return Step::Awaiting;
+                    return self.outstanding.step(now);
                 };
                 let was_del = matches!(phase, Phase::Del);
                 match results.pop() {
@@ -214,6 +216,16 @@ impl Protocol for LegacyRelease {
                 }
             }
         }
+    }
+}
+
+impl Protocol for LegacyRelease {
+    type Output = ();
+
+    fn poll(&mut self, now: Instant) -> Step<()> {
+        let step = self.next_step(now);
+        self.outstanding.track(&step);
+        step
     }
 
     fn handle(&mut self, input: Response, _now: Instant) {

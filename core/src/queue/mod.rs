@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  push ──► ready (zset: priority, then FIFO) ◄── due ── delayed (zset: due time)
-//!             │ dequeue: lease for `visibility` (renewed by the watchdog while held)
+//!             │ take: lease for `visibility` (renewed by the watchdog while held)
 //!             ▼
 //!           in flight (zset: lease expiry) ──ack──► forgotten
 //!             │  nack ──► delayed (backoff) or ready      │ lease ran out ──► ready again
@@ -537,9 +537,14 @@ pub fn dead_jobs(keys: &QueueKeys, limit: usize, deadline: Instant) -> ScriptOp<
 
 /// Deletes dead jobs for good. Yields how many were deleted.
 #[derive(Debug, Clone, Copy)]
-pub struct Forget;
+pub struct DeleteDead;
 
-impl OpKind for Forget {
+/// The old name of [`DeleteDead`].
+// TODO(rename): remove after merge
+#[doc(hidden)]
+pub type Forget = DeleteDead;
+
+impl OpKind for DeleteDead {
     type Output = u64;
     const CONTEXT: &'static str = "dead-letter deletion";
 
@@ -551,11 +556,11 @@ impl OpKind for Forget {
 /// Deletes dead job `id` (`None`: every dead job) with its payload, so the dead list does
 /// not grow without bound and the id may be pushed again. An empty id is refused with
 /// [`InvalidArgument`] (no job has one: [`push`] refuses it), so that only `None` purges.
-pub fn forget_dead(
+pub fn delete_dead(
     keys: &QueueKeys,
     id: Option<&str>,
     deadline: Instant,
-) -> Result<ScriptOp<Forget>, Error> {
+) -> Result<ScriptOp<DeleteDead>, Error> {
     if id.is_some_and(str::is_empty) {
         return Err(InvalidArgument::Setting(format!(
             "a dead job id must be 1 to {MAX_ID_LEN} bytes, got 0 (purge every dead job with purge_dead)"
@@ -573,8 +578,18 @@ pub fn forget_dead(
         ])
         .arg(id.unwrap_or(""))
         .arg(if id.is_none() { "all" } else { "one" });
-    Ok(ScriptOp::new(Forget, call, keys.target(), None, deadline))
+    Ok(ScriptOp::new(
+        DeleteDead,
+        call,
+        keys.target(),
+        None,
+        deadline,
+    ))
 }
+
+// TODO(rename): remove after merge
+#[doc(hidden)]
+pub use self::delete_dead as forget_dead;
 
 /// Moves a dead job back to ready.
 #[derive(Debug, Clone, Copy)]

@@ -6,7 +6,7 @@ use crate::backoff::{SplitMix64, saturating_add};
 use crate::command::{Command, NodeId, Request, RequestId, RequestIds};
 use crate::error::{Error, InvalidArgument};
 use crate::lease::{Lease, LeaseKind, LockKind, LockSpec, drift};
-use crate::protocol::{Batch, Protocol, Step, Wait};
+use crate::protocol::{Batch, Outstanding, Protocol, Step, Wait};
 use crate::reply::{Reply, Response, TransportFailure};
 use crate::script::Exchange;
 
@@ -23,6 +23,8 @@ enum State {
 /// The acquisition of a RedLock, as a [`Protocol`].
 #[derive(Debug)]
 pub struct RedLockAcquire {
+    /// The deadline of the batch in flight.
+    outstanding: Outstanding,
     spec: LockSpec,
     options: RedLockOptions,
     started: Instant,
@@ -76,6 +78,7 @@ impl RedLockAcquire {
             .into());
         }
         let mut machine = RedLockAcquire {
+            outstanding: Outstanding::default(),
             deadline: options.wait.map(|w| saturating_add(now, w)),
             exchanges: Vec::new(),
             round: Vec::new(),
@@ -251,10 +254,9 @@ impl RedLockAcquire {
     }
 }
 
-impl Protocol for RedLockAcquire {
-    type Output = RedLease;
-
-    fn poll(&mut self, now: Instant) -> Step<RedLease> {
+impl RedLockAcquire {
+    /// What [`poll`](Protocol::poll) yields, before it notes a batch's deadline.
+    fn next_step(&mut self, now: Instant) -> Step<RedLease> {
         loop {
             match &self.state {
                 State::Done => return Step::Done(Err(Error::Finished)),
@@ -276,7 +278,7 @@ impl Protocol for RedLockAcquire {
                         return self.batch(requests, now);
                     }
                     if self.round.iter().any(|(_, a)| a.is_none()) {
-                        return Step::Awaiting;
+                        return self.outstanding.step(now);
                     }
                     let answers = std::mem::take(&mut self.round)
                         .into_iter()
@@ -288,7 +290,7 @@ impl Protocol for RedLockAcquire {
                 }
                 State::Releasing { .. } => match poll_all(&mut self.exchanges, &mut self.ids) {
                     Err(Some(requests)) => return self.batch(requests, now),
-                    Err(None) => return Step::Awaiting,
+                    Err(None) => return self.outstanding.step(now),
                     Ok(_) => {
                         let State::Releasing { then } =
                             std::mem::replace(&mut self.state, State::Done)
@@ -300,6 +302,16 @@ impl Protocol for RedLockAcquire {
                 },
             }
         }
+    }
+}
+
+impl Protocol for RedLockAcquire {
+    type Output = RedLease;
+
+    fn poll(&mut self, now: Instant) -> Step<RedLease> {
+        let step = self.next_step(now);
+        self.outstanding.track(&step);
+        step
     }
 
     fn handle(&mut self, input: Response, _now: Instant) {

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use crate::backoff::saturating_add;
 use crate::command::RequestIds;
 use crate::error::{Error, LossReason};
-use crate::protocol::{Batch, Protocol, Step};
+use crate::protocol::{Batch, Outstanding, Protocol, Step};
 use crate::reply::{Reply, Response, TransportFailure};
 use crate::script::Exchange;
 
@@ -43,6 +43,8 @@ pub struct QuorumOutcome {
 /// [`RedLease::granted`] equal to the nodes that were extended.
 #[derive(Debug)]
 pub struct QuorumOp {
+    /// The deadline of the batch in flight.
+    outstanding: Outstanding,
     action: QuorumAction,
     red: RedLease,
     node_timeout: Duration,
@@ -71,6 +73,7 @@ impl QuorumOp {
             e.start();
         }
         Ok(QuorumOp {
+            outstanding: Outstanding::default(),
             action,
             red: red.clone(),
             node_timeout,
@@ -151,10 +154,9 @@ impl QuorumOp {
     }
 }
 
-impl Protocol for QuorumOp {
-    type Output = QuorumOutcome;
-
-    fn poll(&mut self, now: Instant) -> Step<QuorumOutcome> {
+impl QuorumOp {
+    /// What [`poll`](Protocol::poll) yields, before it notes a batch's deadline.
+    fn next_step(&mut self, now: Instant) -> Step<QuorumOutcome> {
         if self.done {
             return Step::Done(Err(Error::Finished));
         }
@@ -165,12 +167,22 @@ impl Protocol for QuorumOp {
                 }
                 Step::Send(Batch::new(requests, saturating_add(now, self.node_timeout)))
             }
-            Err(None) => Step::Awaiting,
+            Err(None) => self.outstanding.step(now),
             Ok(answers) => {
                 self.done = true;
                 Step::Done(Ok(self.decide(&answers, now)))
             }
         }
+    }
+}
+
+impl Protocol for QuorumOp {
+    type Output = QuorumOutcome;
+
+    fn poll(&mut self, now: Instant) -> Step<QuorumOutcome> {
+        let step = self.next_step(now);
+        self.outstanding.track(&step);
+        step
     }
 
     fn handle(&mut self, input: Response, _now: Instant) {

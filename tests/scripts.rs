@@ -639,7 +639,12 @@ fn cases() -> Vec<Case> {
             args: &["tok", "30000"],
             setup: &[&["SET", FENCE, "3"]],
             reply: "[1,****************]",
-            after: &[(&["GET", LOCK], "tok"), (&["PTTL", LOCK], "~15000..30000")],
+            after: &[
+                (&["GET", LOCK], "tok"),
+                (&["PTTL", LOCK], "~15000..30000"),
+                // The counter holds the fence as plain digits.
+                (&["GET", FENCE], "****************"),
+            ],
             published: &[],
         },
         Case {
@@ -819,6 +824,8 @@ fn cases() -> Vec<Case> {
             after: &[
                 (&["HGET", HASH, "me"], "1"),
                 (&["PTTL", HASH], "~15000..30000"),
+                (&["HGET", HASH, "fence"], "****************"),
+                (&["GET", FENCE], "****************"),
             ],
             published: &[],
         },

@@ -257,20 +257,39 @@ impl Parts {
             self.bytes.reserve(128);
             self.ends.reserve(8);
         }
+        let n = value.len();
+        if i == self.ends.len() {
+            // Appending: the usual case.
+            self.bytes.extend_from_slice(value);
+            self.ends.push(self.bytes.len());
+            return;
+        }
         let at = self.start(i);
-        self.bytes.splice(at..at, value.iter().copied());
+        let len = self.bytes.len();
+        self.bytes.resize(len + n, 0);
+        self.bytes.copy_within(at..len, at + n);
+        self.bytes[at..at + n].copy_from_slice(value);
         self.ends.insert(i, at);
         for end in &mut self.ends[i..] {
-            *end += value.len();
+            *end += n;
         }
     }
 
     /// Replaces item `i` (< len) with `value`.
     fn replace(&mut self, i: usize, value: &[u8]) {
         let (start, end) = (self.start(i), self.ends[i]);
-        self.bytes.splice(start..end, value.iter().copied());
+        let (old, new) = (end - start, value.len());
+        let len = self.bytes.len();
+        if new > old {
+            self.bytes.resize(len + new - old, 0);
+            self.bytes.copy_within(end..len, start + new);
+        } else if new < old {
+            self.bytes.copy_within(end..len, start + new);
+            self.bytes.truncate(len - (old - new));
+        }
+        self.bytes[start..start + new].copy_from_slice(value);
         for e in &mut self.ends[i..] {
-            *e = *e - (end - start) + value.len();
+            *e = *e - old + new;
         }
     }
 

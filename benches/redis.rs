@@ -36,9 +36,13 @@
 //!
 //! over those pairs only; the denominator is printed as `baseline_ops_per_s`.
 //!
-//! The queue scenarios (`queue_*`) have their own baseline, `queue_baseline`: `LPUSH` of one
-//! payload + `RPOP` on one plain connection. It gets its own dedicated line (whenever a
-//! `queue_*` scenario runs), and it is what their slices are interleaved with, in the same way.
+//! The queue scenarios (`queue_*`) have their own baselines: `queue_baseline`, `LPUSH` of one
+//! payload + `RPOP` on one plain connection (for `queue_batch_push`), and `reliable_baseline`,
+//! a hand-written reliable list (`LPUSH` + `BLMOVE` to a processing list + `LREM`: a job is
+//! not lost when its worker dies), for the workers (`queue_1worker`, `queue_4workers`). Each
+//! gets its own dedicated line whenever a `queue_*` scenario runs, and is what those slices
+//! are interleaved with, in the same way. `queue_commands` counts the commands per job inside
+//! Redis and `queue_1m` the cost at a million jobs held; neither has a ratio.
 //! `delayed_lateness` measures latency against the clock, not throughput: it runs without a
 //! baseline and its ratio is 1. Drift slower than
 //! a slice hits both sides alike and cancels. `ratio_se` is the standard error of the ratio
@@ -70,18 +74,21 @@
 mod common;
 mod scenarios;
 
-use common::{BASELINE, QUEUE_BASELINE, Scenario, UNCONTENDED};
-use scenarios::{lock::*, queue::*, watchdog::*};
+use common::{BASELINE, QUEUE_BASELINE, RELIABLE_BASELINE, Scenario, UNCONTENDED};
+use scenarios::{lock::*, memory::*, queue::*, watchdog::*};
 
 /// Every scenario, in run order (the first is the baseline).
 const SCENARIOS: &[Scenario] = &[
     (BASELINE, raw_baseline),
     (UNCONTENDED, lock_uncontended),
+    ("memory_lock_uncontended", memory_lock_uncontended),
     ("lock_contended", lock_contended),
     ("lock_8keys", lock_8keys),
     ("cluster_8keys", cluster_8keys),
     ("lock_handoff", lock_handoff),
+    ("lock_herd_1000", lock_herd_1000),
     ("watchdog_10k", watchdog_10k),
+    ("watchdog_100k", watchdog_100k),
     ("redlock3", redlock3),
     ("redlock5", redlock5),
     ("legacy_uncontended", legacy_uncontended),
@@ -91,8 +98,11 @@ const SCENARIOS: &[Scenario] = &[
     ("semaphore_uncontended", semaphore_uncontended),
     ("semaphore_contended", semaphore_contended),
     (QUEUE_BASELINE, queue_baseline),
+    (RELIABLE_BASELINE, reliable_baseline),
     ("queue_1worker", queue_1worker),
     ("queue_4workers", queue_4workers),
+    ("queue_commands", queue_commands),
+    ("queue_1m", queue_1m),
     ("queue_batch_push", queue_batch_push),
     ("delayed_lateness", delayed_lateness),
 ];

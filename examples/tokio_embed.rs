@@ -23,7 +23,7 @@ use redis::aio::{ConnectionLike, MultiplexedConnection, PubSubStream};
 use redlease::adapter;
 use redlease::core::keys::Keyspace;
 use redlease::core::lease::{Acquire, AcquireOptions, Acquisition, LockSpec, ScriptOp, Token};
-use redlease::core::queue::{self, NewJob, Pushed, QueueKeys, QueueSettings};
+use redlease::core::queue::{self, NewJob, Pushed, QueueKeys, QueueSettings, Take, TakeJob};
 use redlease::core::{NodeId, Protocol, Response, Step, TransportFailure, WakeOn};
 
 /// The lease of the example lock.
@@ -166,8 +166,8 @@ async fn lock(
     Ok(())
 }
 
-/// The queue: push a job, take it (its id and payload are the lease's data, its fence the
-/// delivery number), renew its lease, ack it; then a take finds the queue empty.
+/// The queue: push a job, take it (a `Take::Taken` names its id, payload and delivery
+/// number), renew its lease, ack it; then a take finds the queue `Take::Empty`.
 async fn jobs(conn: &MultiplexedConnection, keyspace: &Keyspace) -> Result<(), BoxError> {
     let keys = QueueKeys::new(keyspace, "emails")?;
     let settings = QueueSettings::default();
@@ -187,58 +187,37 @@ async fn jobs(conn: &MultiplexedConnection, keyspace: &Keyspace) -> Result<(), B
         return Err(format!("push answered {pushed:?}").into());
     }
 
-    let taken = acquire(
-        conn,
-        queue::take(&keys, token(), &settings)?,
-        &AcquireOptions::default(),
-        None,
-    )
-    .await?;
-    let Acquisition::Acquired(lease) = taken else {
+    let take = |options: &AcquireOptions| {
+        TakeJob::new(&keys, token(), &settings, options, seed(), Instant::now())
+    };
+    let taken = drive(conn, take(&AcquireOptions::default())?, None, None).await?;
+    let Take::Taken(job) = taken else {
         return Err("the queue was empty right after a push".into());
     };
-    let (taken_id, payload) = match lease.data.as_slice() {
-        [id, payload] => (String::from_utf8_lossy(id).into_owned(), payload.clone()),
-        other => return Err(format!("a taken job carries {} values, not 2", other.len()).into()),
-    };
     println!(
-        "tokio_embed: took job {taken_id:?} ({:?}), delivery {}",
-        String::from_utf8_lossy(&payload),
-        lease.fence
+        "tokio_embed: took job {:?} ({:?}), delivery {}",
+        job.id,
+        String::from_utf8_lossy(&job.payload),
+        job.delivery
     );
-    if taken_id != id || payload != b"hello" || lease.fence != 1 {
-        return Err(format!("took {taken_id:?} delivery {}, pushed {id:?}", lease.fence).into());
+    if job.id != id || job.payload != b"hello" || job.delivery != 1 {
+        return Err(format!("took {:?} delivery {}, pushed {id:?}", job.id, job.delivery).into());
     }
     // A long job renews its lease (its visibility timeout) like a lock.
     drive(
         conn,
-        ScriptOp::extend(&lease, settings.visibility, deadline())?,
+        job.extend(settings.visibility, deadline())?,
         None,
         None,
     )
     .await?;
-    // The ack is the job's own release call; a plain release would be a nack without backoff.
-    let ack = queue::ack_call(&keys, &taken_id, lease.token.as_str());
-    drive(
-        conn,
-        ScriptOp::release_with(&lease, ack, deadline()),
-        None,
-        None,
-    )
-    .await?;
-    println!("tokio_embed: acked {taken_id:?}");
+    drive(conn, job.ack(&keys, deadline()), None, None).await?;
+    println!("tokio_embed: acked {:?}", job.id);
 
-    // Empty: a take that tries once is `Busy`; its `holder_ttl` is the time until the next
-    // delayed job or lease expiry (`None`: nothing at all is scheduled).
-    let again = acquire(
-        conn,
-        queue::take(&keys, token(), &settings)?,
-        &AcquireOptions::default(),
-        None,
-    )
-    .await?;
-    match again {
-        Acquisition::Busy { holder_ttl: None } => Ok(()),
+    // Empty: a take that tries once says when the next job is due (`None`: nothing at all
+    // is scheduled, neither a delayed job nor another lease).
+    match drive(conn, take(&AcquireOptions::default())?, None, None).await? {
+        Take::Empty { next_due_in: None } => Ok(()),
         other => Err(format!("after the ack the queue should be empty, got {other:?}").into()),
     }
 }

@@ -21,7 +21,10 @@ impl RedisCluster {
                 RedisServer::builder()
                     .config("cluster-enabled", "yes")
                     .config("cluster-config-file", "nodes.conf")
-                    .config("cluster-node-timeout", "2000")
+                    // A node silent this long is marked failing (and, by a majority,
+                    // failed: its slots stop being served). Long enough that a node
+                    // starved for a moment on a loaded machine is not.
+                    .config("cluster-node-timeout", "5000")
                     .start()
             })
             .collect::<Result<Vec<_>, _>>()?;

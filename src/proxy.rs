@@ -272,14 +272,17 @@ mod tests {
     }
 
     fn connect(proxy: &Proxy) -> TcpStream {
-        let s = TcpStream::connect((Ipv4Addr::LOCALHOST, proxy.port())).unwrap();
-        s.set_read_timeout(Some(Duration::from_millis(300)))
-            .unwrap();
-        s
+        TcpStream::connect((Ipv4Addr::LOCALHOST, proxy.port())).unwrap()
     }
 
-    /// What comes back for `msg`, or `None` within the read timeout.
-    fn round_trip(s: &mut TcpStream, msg: &[u8]) -> Option<Vec<u8>> {
+    /// How long a reply that must come back may take (a loaded machine).
+    const ANSWERED: Duration = Duration::from_secs(5);
+    /// How long to watch for a reply that must not come back.
+    const SILENT: Duration = Duration::from_millis(300);
+
+    /// What comes back for `msg` within `limit`, or `None`.
+    fn round_trip(s: &mut TcpStream, msg: &[u8], limit: Duration) -> Option<Vec<u8>> {
+        s.set_read_timeout(Some(limit)).unwrap();
         s.write_all(msg).unwrap();
         let mut buf = [0u8; 64];
         match s.read(&mut buf) {
@@ -295,29 +298,45 @@ mod tests {
         let (port, echo) = echo(2);
         let proxy = Proxy::start(port).unwrap();
         let mut s = connect(&proxy);
-        assert_eq!(round_trip(&mut s, b"a").as_deref(), Some(&b"a"[..]));
+        assert_eq!(
+            round_trip(&mut s, b"a", ANSWERED).as_deref(),
+            Some(&b"a"[..])
+        );
 
         proxy.drop_next_reply();
-        assert_eq!(round_trip(&mut s, b"b"), None, "the reply was dropped");
+        assert_eq!(
+            round_trip(&mut s, b"b", SILENT),
+            None,
+            "the reply was dropped"
+        );
         assert_eq!(proxy.dropped(), 1);
-        assert_eq!(round_trip(&mut s, b"c").as_deref(), Some(&b"c"[..]));
+        assert_eq!(
+            round_trip(&mut s, b"c", ANSWERED).as_deref(),
+            Some(&b"c"[..])
+        );
 
         proxy.blackhole(true);
-        assert_eq!(round_trip(&mut s, b"d"), None);
+        assert_eq!(round_trip(&mut s, b"d", SILENT), None);
         proxy.blackhole(false);
         // Swallowed, not queued: only what is sent now comes back.
-        assert_eq!(round_trip(&mut s, b"e").as_deref(), Some(&b"e"[..]));
+        assert_eq!(
+            round_trip(&mut s, b"e", ANSWERED).as_deref(),
+            Some(&b"e"[..])
+        );
 
-        proxy.delay_requests(Duration::from_millis(150));
+        // Held long enough to be seen held on a loaded machine.
+        proxy.delay_requests(Duration::from_secs(1));
         s.write_all(b"f").unwrap();
-        let mut held = false;
-        for _ in 0..100 {
-            held |= proxy.held() > 0;
+        let watching = std::time::Instant::now();
+        while proxy.held() == 0 {
+            assert!(
+                watching.elapsed() < Duration::from_secs(1),
+                "the request was not held back"
+            );
             thread::sleep(Duration::from_millis(1));
         }
-        assert!(held, "the request was held back");
         let mut buf = [0u8; 8];
-        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        s.set_read_timeout(Some(ANSWERED)).unwrap();
         assert_eq!(
             s.read(&mut buf).unwrap(),
             1,
@@ -332,7 +351,10 @@ mod tests {
             "the connection was closed"
         );
         let mut again = connect(&proxy);
-        assert_eq!(round_trip(&mut again, b"g").as_deref(), Some(&b"g"[..]));
+        assert_eq!(
+            round_trip(&mut again, b"g", ANSWERED).as_deref(),
+            Some(&b"g"[..])
+        );
         drop(again);
         drop(proxy);
         // Every proxy thread was joined, and every upstream connection closed with it.

@@ -809,8 +809,18 @@ mod tests {
         let port = server.port();
         server.kill();
         let squatter = TcpListener::bind((Ipv4Addr::LOCALHOST, port))?;
+        let log_path = server.log_path().to_path_buf();
         let release = thread::spawn(move || {
-            thread::sleep(Duration::from_millis(500));
+            // Held until two attempts failed on it (however long a loaded machine takes to
+            // spawn them), within the restart's own 3 s.
+            let deadline = Instant::now() + Duration::from_secs(2);
+            let failures = || {
+                fs::read_to_string(&log_path)
+                    .map_or(0, |log| log.matches("Address already in use").count())
+            };
+            while failures() < 2 && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(5));
+            }
             drop(squatter);
         });
         let restarted = server.restart();

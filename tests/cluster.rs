@@ -340,8 +340,8 @@ fn tight_client(cluster: &Cluster) -> Client {
 }
 
 /// How long a master stays frozen: past every deadline under test (a call that answers only
-/// once the master runs again had a hidden re-send), yet under the cluster's node timeout
-/// (2 s), so the cluster does not mark the master failed and refuse what it then runs.
+/// once the master runs again had a hidden re-send), yet well under the cluster's node
+/// timeout (5 s), so the cluster does not mark the master failed and refuse what it then runs.
 const FREEZE: Duration = Duration::from_millis(1500);
 
 /// The bound under test: no call outlives its deadline (op_timeout 1 s) by more than one

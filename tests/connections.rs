@@ -321,7 +321,7 @@ fn tls_on_a_cluster() {
             tls_server_with(&certs, |b, _| {
                 b.config("cluster-enabled", "yes")
                     .config("cluster-config-file", "nodes.conf")
-                    .config("cluster-node-timeout", "2000")
+                    .config("cluster-node-timeout", "5000")
                     .config_args(&["cluster-port", &free_port().to_string()])
                     .config_args(&["tls-cluster", "yes"])
                     .config_args(&["tls-replication", "yes"])

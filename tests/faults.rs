@@ -365,9 +365,10 @@ fn a_grant_that_arrives_after_the_lease_validity_is_not_returned_as_held() {
     let proxy = Proxy::start(server.port()).unwrap();
     let c = proxied(&proxy, Duration::from_secs(2));
     let mut conn = connection(&server);
-    // Warm the pool (and the script cache) before replies are slowed down.
+    // Warm the pool (and the script cache) before replies are slowed down (a long lease:
+    // released at once, but not lost first on a loaded machine).
     c.lock("late")
-        .ttl(Duration::from_millis(200))
+        .ttl(TTL)
         .try_acquire()
         .unwrap()
         .unwrap()

@@ -144,7 +144,7 @@ fn extend_keeps_the_lease_and_fails_once_lost() {
     let c = client(&server);
     let mut guard = c
         .lock("long")
-        .ttl(Duration::from_millis(300))
+        .ttl(Duration::from_secs(1))
         .try_acquire()
         .unwrap()
         .unwrap();

@@ -1204,3 +1204,190 @@ fn a_panicking_handler_nacks_its_job_and_keeps_the_pool_alive() {
     );
     assert_eq!(q.dead_jobs(10).unwrap()[0].id, "boom");
 }
+
+// ---------------------------------------------------------------------------------------
+// Ack and take in one round trip
+
+/// How many `EVALSHA` calls `server` has run (INFO commandstats).
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut raw(server))
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[test]
+fn the_worker_pool_acks_and_takes_the_next_job_in_one_round_trip() {
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("one-trip").unwrap();
+    let total = 200;
+    let ids = q.push_many((0..total).map(|i| format!("job {i}"))).unwrap();
+    let runs: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let before = evalsha_calls(&server);
+    let workers = q.work(1, {
+        let runs = runs.clone();
+        move |job: &Job| -> Result<(), String> {
+            *runs.lock().unwrap().entry(job.id().to_owned()).or_default() += 1;
+            Ok(())
+        }
+    });
+    await_condition(Duration::from_secs(20), || {
+        workers.report().acked == total as u64
+    });
+    let calls = evalsha_calls(&server) - before;
+    let report = workers.stop();
+    assert_eq!(report.acked, total as u64, "{report:?}");
+    assert_eq!((report.errors, report.refused), (0, 0), "{report:?}");
+    // One script call per job (a take, then ack-and-take each), plus the idle takes of
+    // the empty queue before the count was read; a take and an ack apiece would be 400.
+    println!("{calls} script calls for {total} jobs");
+    assert!(
+        calls <= total as u64 + 20,
+        "{calls} script calls for {total} jobs"
+    );
+    let runs = runs.lock().unwrap();
+    for id in &ids {
+        assert_eq!(runs.get(id), Some(&1), "{id}");
+    }
+    assert_eq!(q.stats().unwrap(), zero());
+}
+
+fn proxied(proxy: &redlease_suite::Proxy) -> Client {
+    Client::builder(proxy.url())
+        .connect_timeout(Duration::from_millis(500))
+        .io_timeout(Duration::from_millis(300))
+        .op_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// How often a one-call operation is sent before it gives up (the core's `MAX_ATTEMPTS`).
+const ATTEMPTS: u64 = 3;
+
+/// Takes job "0", then acks it and takes the next job in one call, so that the server knows
+/// the combined script (a `NOSCRIPT` reply is not the reply a test means to lose).
+fn load_ack_take(q: &Queue) -> Job {
+    let zero = q.take(Duration::from_secs(2)).unwrap().unwrap();
+    assert_eq!(zero.id(), "0");
+    let out = zero.ack_and_take();
+    assert_eq!(out.ack, Ok(()));
+    out.next.expect("the next job")
+}
+
+/// `HGET deliveries id` of queue `name`.
+fn deliveries(server: &RedisServer, name: &str, id: &str) -> Option<u64> {
+    redis::cmd("HGET")
+        .arg(key(name, "deliveries"))
+        .arg(id)
+        .query(&mut raw(server))
+        .unwrap()
+}
+
+#[test]
+fn an_ack_and_take_whose_reply_was_lost_acks_once_and_hands_over_one_job() {
+    let server = server();
+    let proxy = redlease_suite::Proxy::start(server.port()).unwrap();
+    let c = proxied(&proxy);
+    // A long visibility: no renewal reply is in flight to be dropped instead.
+    let q = c.queue("lost-ack-take").unwrap();
+    for id in ["0", "a", "b", "c"] {
+        q.push_unique(id, "p").unwrap();
+    }
+    let first = load_ack_take(&q);
+    assert_eq!(first.id(), "a");
+    let dropped = proxy.dropped();
+    proxy.drop_next_reply();
+    let out = first.ack_and_take();
+    assert_eq!(proxy.dropped(), dropped + 1, "the first reply was lost");
+    assert_eq!(out.ack, Ok(()));
+    let next = out.next.expect("the next job");
+    assert_eq!((next.id(), next.delivery()), ("b", 1));
+    // The retry found the job the lost attempt had leased: one job in flight, one delivery.
+    assert_eq!(
+        q.stats().unwrap(),
+        with!(QueueStats {
+            ready: 1,
+            in_flight: 1
+        })
+    );
+    assert_eq!(deliveries(&server, "lost-ack-take", "b"), Some(1));
+    let out = next.ack_and_take();
+    assert_eq!(out.ack, Ok(()));
+    let last = out.next.expect("the last job");
+    assert_eq!(last.id(), "c");
+    let out = last.ack_and_take();
+    assert_eq!(out.ack, Ok(()));
+    assert!(out.next.is_none());
+    assert_eq!(q.stats().unwrap(), zero());
+}
+
+#[test]
+fn an_ack_and_take_never_answered_gives_the_next_job_back_uncounted() {
+    let server = server();
+    let proxy = redlease_suite::Proxy::start(server.port()).unwrap();
+    let c = proxied(&proxy);
+    let q = c.queue("unanswered").unwrap();
+    for id in ["0", "a", "b"] {
+        q.push_unique(id, "p").unwrap();
+    }
+    let first = load_ack_take(&q);
+    // Every attempt of the combined call runs, but no reply comes back; the untake that
+    // follows gets through.
+    let dropped = proxy.dropped();
+    for _ in 0..ATTEMPTS {
+        proxy.drop_next_reply();
+    }
+    let out = first.ack_and_take();
+    assert_eq!(proxy.dropped(), dropped + ATTEMPTS);
+    assert!(unavailable(&out.ack), "{:?}", out.ack);
+    assert!(out.next.is_none());
+    // The first attempt acked "a" and leased "b"; the retries found both done; the untake
+    // gave "b" back with its delivery not counted. Nothing lost, nothing run twice.
+    assert_eq!(
+        q.stats().unwrap(),
+        with!(QueueStats { ready: 1 }),
+        "\"a\" acked, \"b\" ready again"
+    );
+    assert_eq!(deliveries(&server, "unanswered", "b"), Some(0));
+    let again = q.try_take().unwrap().expect("\"b\" again");
+    assert_eq!((again.id(), again.delivery()), ("b", 1));
+    again.ack().unwrap();
+    assert_eq!(q.stats().unwrap(), zero());
+}
+
+#[test]
+fn a_worker_killed_between_ack_and_next_job_loses_nothing() {
+    let server = server();
+    let c = client(&server);
+    let q = c
+        .queue("killed-between")
+        .unwrap()
+        .visibility(Duration::from_millis(300));
+    for id in ["a", "b"] {
+        q.push_unique(id, "p").unwrap();
+    }
+    let first = q.take(Duration::from_secs(2)).unwrap().unwrap();
+    let out = first.ack_and_take();
+    assert_eq!(out.ack, Ok(()));
+    let handed = out.next.expect("\"b\" handed over");
+    assert_eq!(handed.id(), "b");
+    // The worker dies right after the hand-over: nobody renews or acks "b".
+    handed.abandon();
+    let other = c.clone();
+    let again = other
+        .queue("killed-between")
+        .unwrap()
+        .take(Duration::from_secs(5))
+        .unwrap()
+        .expect("\"b\" redelivered once its lease ran out");
+    assert_eq!((again.id(), again.delivery()), ("b", 2));
+    again.ack().unwrap();
+    // "a" was acked by the combined call: it never comes back.
+    assert_eq!(q.stats().unwrap(), zero());
+    assert!(q.try_take().unwrap().is_none());
+}

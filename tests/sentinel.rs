@@ -84,8 +84,10 @@ fn deployment(password: Option<&str>) -> Deployment {
             .arg(2)
             .query(&mut c)
             .unwrap();
+        // A master that misses PINGs this long is down: long enough that one starved for
+        // a moment on a loaded machine is not failed over behind the tests' backs.
         let mut settings = vec![
-            ("down-after-milliseconds", "400"),
+            ("down-after-milliseconds", "1500"),
             ("failover-timeout", "2000"),
         ];
         if let Some(p) = password {

@@ -33,6 +33,10 @@ pub const UNCONTENDED: &str = "lock_uncontended";
 pub const QUEUE_BASELINE: &str = "queue_baseline";
 /// The list of the queue baseline.
 pub const RAW_QUEUE_KEY: &str = "bench-raw-queue";
+/// The name of the reliable-list baseline (`LPUSH` + `BLMOVE` + `LREM`).
+pub const RELIABLE_BASELINE: &str = "reliable_baseline";
+/// The processing list of the reliable-list baseline.
+pub const RAW_PROCESSING_KEY: &str = "bench-raw-processing";
 /// The payload of every job (and of the queue baseline's element).
 pub const JOB_PAYLOAD: &[u8] = b"bench-job-payload-0123456789abcd";
 
@@ -47,8 +51,10 @@ pub struct Ctx {
     /// The baseline cycle, run by the main thread between the slices of every scenario
     /// (except the queue scenarios).
     pub baseline: Mutex<RawCycle>,
-    /// The queue baseline cycle, run between the slices of the queue scenarios.
+    /// The queue baseline cycle, run between the slices of the queue batch push.
     pub queue_baseline: Mutex<QueueCycle>,
+    /// The reliable-list baseline, run between the slices of the queue workers' scenarios.
+    pub reliable_baseline: Mutex<ReliableCycle>,
 }
 
 impl Ctx {
@@ -107,6 +113,8 @@ pub enum Against {
     Lock,
     /// The queue baseline ([`QueueCycle`]).
     Queue,
+    /// The reliable-list baseline ([`ReliableCycle`]).
+    Reliable,
     /// None: the scenario is not a throughput to compare (its ratio is 1 by definition).
     Nothing,
 }
@@ -185,6 +193,59 @@ impl Cycle for QueueCycle {
             Some(JOB_PAYLOAD),
             "bench: raw RPOP returned something else"
         );
+    }
+}
+
+/// The reliable-list baseline: what a hand-written reliable queue does per job on one plain
+/// connection: `LPUSH list payload`, `BLMOVE list processing RIGHT LEFT 1` (the job is kept
+/// in a processing list while it runs, so a crashed worker's job is not lost) and
+/// `LREM processing 1 payload` (the ack). Three round trips.
+pub struct ReliableCycle {
+    pub con: redis::Connection,
+}
+
+impl ReliableCycle {
+    pub fn new(url: &str) -> Self {
+        let mut con = connect(url);
+        let _: i64 = redis::cmd("DEL")
+            .arg(RAW_QUEUE_KEY)
+            .arg(RAW_PROCESSING_KEY)
+            .query(&mut con)
+            .expect("bench: DEL failed");
+        ReliableCycle { con }
+    }
+}
+
+impl Cycle for ReliableCycle {
+    const AGAINST: Against = Against::Reliable;
+
+    fn op(&mut self) {
+        let len: i64 = redis::cmd("LPUSH")
+            .arg(RAW_QUEUE_KEY)
+            .arg(JOB_PAYLOAD)
+            .query(&mut self.con)
+            .expect("bench: raw LPUSH failed");
+        assert_eq!(len, 1, "bench: the raw queue was not empty");
+        let moved: Option<Vec<u8>> = redis::cmd("BLMOVE")
+            .arg(RAW_QUEUE_KEY)
+            .arg(RAW_PROCESSING_KEY)
+            .arg("RIGHT")
+            .arg("LEFT")
+            .arg(1)
+            .query(&mut self.con)
+            .expect("bench: raw BLMOVE failed");
+        assert_eq!(
+            moved.as_deref(),
+            Some(JOB_PAYLOAD),
+            "bench: raw BLMOVE returned something else"
+        );
+        let removed: i64 = redis::cmd("LREM")
+            .arg(RAW_PROCESSING_KEY)
+            .arg(1)
+            .arg(JOB_PAYLOAD)
+            .query(&mut self.con)
+            .expect("bench: raw LREM failed");
+        assert_eq!(removed, 1, "bench: raw LREM removed nothing");
     }
 }
 
@@ -741,12 +802,14 @@ pub fn run(scenarios: &[Scenario]) {
         .expect("bench: cannot build the redlease client");
     let baseline = Mutex::new(RawCycle::new(&url));
     let queue_baseline = Mutex::new(QueueCycle::new(&url));
+    let reliable_baseline = Mutex::new(ReliableCycle::new(&url));
     let ctx = Ctx {
         url,
         time,
         client,
         baseline,
         queue_baseline,
+        reliable_baseline,
     };
 
     let matches = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
@@ -757,7 +820,9 @@ pub fn run(scenarios: &[Scenario]) {
     let selected: Vec<_> = scenarios
         .iter()
         .filter(|(name, _)| {
-            *name == BASELINE || (*name == QUEUE_BASELINE && queue_selected) || matches(name)
+            *name == BASELINE
+                || ((*name == QUEUE_BASELINE || *name == RELIABLE_BASELINE) && queue_selected)
+                || matches(name)
         })
         .collect();
     if let Some(f) = &filter
@@ -771,6 +836,8 @@ pub fn run(scenarios: &[Scenario]) {
     let mut interleaved_baselines = Vec::new();
     let mut queue_dedicated = None;
     let mut queue_interleaved = Vec::new();
+    let mut reliable_dedicated = None;
+    let mut reliable_interleaved = Vec::new();
     let mut ratios: Vec<(&str, f64)> = Vec::new();
     let mut throughputs: Vec<(&str, f64)> = Vec::new();
     for (name, scenario) in &selected {
@@ -787,6 +854,8 @@ pub fn run(scenarios: &[Scenario]) {
             (Against::Lock, Some(b)) => interleaved_baselines.push(b.ops_per_s()),
             (Against::Queue, None) => queue_dedicated = Some(m.ops_per_s()),
             (Against::Queue, Some(b)) => queue_interleaved.push(b.ops_per_s()),
+            (Against::Reliable, None) => reliable_dedicated = Some(m.ops_per_s()),
+            (Against::Reliable, Some(b)) => reliable_interleaved.push(b.ops_per_s()),
             (Against::Nothing, _) => {}
         }
         if m.against != Against::Nothing {
@@ -809,7 +878,8 @@ pub fn run(scenarios: &[Scenario]) {
         _ => String::new(),
     };
     let drift = drift("", dedicated, &interleaved_baselines)
-        + &drift("queue ", queue_dedicated, &queue_interleaved);
+        + &drift("queue ", queue_dedicated, &queue_interleaved)
+        + &drift("reliable-list ", reliable_dedicated, &reliable_interleaved);
     let summary: Vec<String> = ratios.iter().map(|(n, r)| format!("{n}={r:.3}")).collect();
     eprintln!(
         "bench summary: {} scenario(s) in {:.1} s ({:.1} s each, in {} slices of {} ms interleaved with as many baseline slices); ratios: {}{drift}",

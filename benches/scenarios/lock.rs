@@ -338,3 +338,117 @@ pub fn lock_handoff(ctx: &Ctx) -> Measurement {
     m.relative_to = Some(("vs_uncontended", UNCONTENDED));
     m
 }
+
+/// Scale: 1,000 threads wait on one lock (one client, woken by the release message; their
+/// own retry pause is a minute, so only a wake-up makes them try again), then the lock is
+/// handed from each to the next: every thread acquires once and releases at once.
+/// `ops_per_s` is handoffs per second; no ratio. Extras: `wakeups_per_release` (attempts
+/// after each thread's first, per release: 1.0 means each release woke exactly one waiter,
+/// no herd), `handoff_p50_us`/`handoff_p99_us` (from a release to the next acquisition) and
+/// `max_attempts` (of one thread).
+pub fn lock_herd_1000(ctx: &Ctx) -> Measurement {
+    const WAITERS: usize = 1_000;
+    const NAME: &str = "bench-herd";
+    ctx.clear_lock(NAME);
+    let client = redlease::Client::builder(&ctx.url)
+        .pool_size(32)
+        .op_timeout(Duration::from_secs(30))
+        .build()
+        .expect("bench: cannot build the herd client");
+    let mut conn = ctx.raw_connection();
+    let first = client
+        .lock(NAME)
+        .try_acquire()
+        .expect("bench: herd try_acquire failed")
+        .expect("bench: the herd lock was busy");
+    let calls_before = evalsha_calls(&mut conn);
+    // (attempts, acquired, released) per thread.
+    let (times, elapsed) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..WAITERS)
+            .map(|_| {
+                let client = &client;
+                std::thread::Builder::new()
+                    .stack_size(256 * 1024)
+                    .spawn_scoped(s, move || {
+                        let guard = client
+                            .lock(NAME)
+                            .wait(Duration::from_secs(120))
+                            .retry(Duration::from_secs(60), Duration::from_secs(60))
+                            .acquire()
+                            .unwrap_or_else(|e| panic!("bench: herd acquire failed: {e}"));
+                        let acquired = Instant::now();
+                        let attempts = guard.attempts();
+                        let released = Instant::now();
+                        guard.release().expect("bench: herd release failed");
+                        (attempts, acquired, released)
+                    })
+                    .expect("bench: cannot start a herd thread")
+            })
+            .collect();
+        // Every thread has made its first attempt (found the lock busy) and waits.
+        let start = Instant::now();
+        while evalsha_calls(&mut conn) < calls_before + WAITERS as u64 {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "bench: the herd threads did not all try within 120 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let started = Instant::now();
+        let first_released = Instant::now();
+        first.release().expect("bench: herd first release failed");
+        let mut times: Vec<(u32, Instant, Instant)> = handles
+            .into_iter()
+            .map(|h| h.join().expect("bench: a herd thread panicked"))
+            .collect();
+        times.push((0, started, first_released));
+        (times, started.elapsed())
+    });
+    let mut times = times;
+    times.sort_by_key(|t| t.1);
+    let attempts: u64 = times.iter().map(|t| u64::from(t.0)).sum();
+    let max_attempts = times.iter().map(|t| t.0).max().unwrap_or(0);
+    let mut handoffs: Vec<u32> = times
+        .windows(2)
+        .map(|w| micros(w[1].1.saturating_duration_since(w[0].2)))
+        .collect();
+    handoffs.sort_unstable();
+    let releases = WAITERS as f64;
+    let mut m = Measurement {
+        total: Slice {
+            ops: WAITERS as u64,
+            elapsed,
+        },
+        against: Against::Nothing,
+        ..Measurement::default()
+    };
+    m.per_thread = vec![m.total.ops];
+    m.latencies = handoffs.clone();
+    m.extra.push(("waiters", WAITERS.to_string()));
+    m.extra.push((
+        "wakeups_per_release",
+        format!("{:.3}", (attempts - WAITERS as u64) as f64 / releases),
+    ));
+    m.extra.push(("max_attempts", max_attempts.to_string()));
+    m.extra
+        .push(("handoff_p50_us", percentile(&handoffs, 50.0).to_string()));
+    m.extra
+        .push(("handoff_p99_us", percentile(&handoffs, 99.0).to_string()));
+    m
+}
+
+/// Calls of EVALSHA the server has served so far.
+fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(conn)
+        .expect("bench: INFO commandstats failed");
+    stats
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| l.split("calls=").nth(1))
+        .and_then(|s| s.split(',').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}

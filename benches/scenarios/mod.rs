@@ -2,5 +2,6 @@
 //! (benches/redis.rs).
 
 pub mod lock;
+pub mod memory;
 pub mod queue;
 pub mod watchdog;

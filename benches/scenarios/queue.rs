@@ -19,6 +19,61 @@ fn fresh_queue(ctx: &Ctx, prefix: &str) -> redlease::Queue {
         .expect("bench: bad queue name")
 }
 
+/// The dedicated, continuous run of the reliable-list baseline (see [`ReliableCycle`]); the
+/// workers' scenarios are interleaved with it.
+pub fn reliable_baseline(ctx: &Ctx) -> Measurement {
+    dedicated_run(ctx, &ctx.reliable_baseline)
+}
+
+/// One job through a queue the way a busy worker of the pool (`Queue::work`) does it: push
+/// it, then ack the job in hand and be handed the next in one round trip
+/// (`Job::ack_and_take`; a plain take when no job is in hand, as at the start or when
+/// another worker got the job). Two round trips per job, against the baseline's three.
+fn push_and_work(queue: &redlease::Queue, held: &mut Option<redlease::Job>) {
+    queue.push(JOB_PAYLOAD).expect("bench: queue push failed");
+    *held = match held.take() {
+        Some(job) => {
+            black_box(job.payload());
+            let out = job.ack_and_take();
+            out.ack.expect("bench: queue ack failed");
+            out.next
+        }
+        None => queue.try_take().expect("bench: queue take failed"),
+    };
+}
+
+/// Push + process of one job, one thread, as the worker pool does it (push, then ack and
+/// take the next in one call); the ratio is over the reliable-list baseline (`LPUSH` +
+/// `BLMOVE` + `LREM`).
+pub fn queue_1worker(ctx: &Ctx) -> Measurement {
+    let queue = fresh_queue(ctx, "bench-q1");
+    let mut held = None;
+    let (m, _) = measure_single_with(ctx, &ctx.reliable_baseline, || {
+        push_and_work(&queue, &mut held)
+    });
+    m
+}
+
+/// 4 threads, each looping push + process on one shared queue (a thread may be handed
+/// another's job); over the reliable-list baseline.
+pub fn queue_4workers(ctx: &Ctx) -> Measurement {
+    const WORKERS: usize = 4;
+    let queue = fresh_queue(ctx, "bench-q4");
+    let (mut m, _) = measure_threads_with(
+        ctx,
+        &ctx.reliable_baseline,
+        WORKERS,
+        || {},
+        |_| {
+            let queue = queue.clone();
+            let mut held = None;
+            move || push_and_work(&queue, &mut held)
+        },
+    );
+    m.push_thread_spread();
+    m
+}
+
 /// One job through a queue: push, take (there must be one), ack.
 fn push_take_ack(queue: &redlease::Queue) {
     queue.push(JOB_PAYLOAD).expect("bench: queue push failed");
@@ -30,29 +85,170 @@ fn push_take_ack(queue: &redlease::Queue) {
     job.ack().expect("bench: queue ack failed");
 }
 
-/// Push + take + ack of one job, one thread (three round trips, each a script).
-pub fn queue_1worker(ctx: &Ctx) -> Measurement {
-    let queue = fresh_queue(ctx, "bench-q1");
-    let (m, _) = measure_single_with(ctx, &ctx.queue_baseline, || push_take_ack(&queue));
+/// Every command Redis has run so far (`INFO commandstats`: scripts' inner calls included),
+/// and the microseconds spent in `EVALSHA` (the scripts with their inner calls).
+fn server_counts(conn: &mut redis::Connection) -> (u64, u64) {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(conn)
+        .expect("bench: INFO commandstats failed");
+    let field = |line: &str, name: &str| -> u64 {
+        line.split(&format!("{name}="))
+            .nth(1)
+            .and_then(|s| s.split(',').next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    };
+    let mut calls = 0;
+    let mut evalsha_usec = 0;
+    for line in stats.lines().filter(|l| l.starts_with("cmdstat_")) {
+        // The INFO itself is not the queue's.
+        if !line.starts_with("cmdstat_info:") {
+            calls += field(line, "calls");
+        }
+        if line.starts_with("cmdstat_evalsha:") {
+            evalsha_usec = field(line, "usec");
+        }
+    }
+    (calls, evalsha_usec)
+}
+
+/// Commands per job inside Redis (`INFO commandstats`, scripts' inner calls included, as
+/// bullmq's 32 were counted): 2,000 jobs pushed one by one, then processed by one busy
+/// worker as the pool does it (ack and take in one call). `ops_per_s` is jobs processed
+/// per second; extras: `commands_per_job` (push + processing), `push_commands`,
+/// `processing_commands`, and `script_us_per_job` (server time in the scripts).
+pub fn queue_commands(ctx: &Ctx) -> Measurement {
+    const JOBS: u64 = 2_000;
+    let queue = fresh_queue(ctx, "bench-qc");
+    // Load the scripts (a NOSCRIPT round would count twice).
+    let mut held = None;
+    push_and_work(&queue, &mut held);
+    push_and_work(&queue, &mut held);
+    let mut conn = ctx.raw_connection();
+    let (c0, u0) = server_counts(&mut conn);
+    for _ in 0..JOBS {
+        queue.push(JOB_PAYLOAD).expect("bench: queue push failed");
+    }
+    let (c1, u1) = server_counts(&mut conn);
+    let started = Instant::now();
+    let mut done = 0;
+    while let Some(job) = held.take() {
+        let out = job.ack_and_take();
+        out.ack.expect("bench: queue ack failed");
+        held = out.next;
+        done += 1;
+    }
+    let elapsed = started.elapsed();
+    let (c2, u2) = server_counts(&mut conn);
+    assert!(done > JOBS, "bench: only {done} jobs processed");
+    let per = |n: u64| n as f64 / JOBS as f64;
+    let mut m = Measurement {
+        total: Slice { ops: done, elapsed },
+        against: Against::Nothing,
+        ..Measurement::default()
+    };
+    m.per_thread = vec![done];
+    let (push, work) = (c1 - c0, c2 - c1);
+    m.extra
+        .push(("commands_per_job", format!("{:.1}", per(push + work))));
+    m.extra.push(("push_commands", format!("{:.1}", per(push))));
+    m.extra
+        .push(("processing_commands", format!("{:.1}", per(work))));
+    m.extra.push((
+        "script_us_per_job",
+        format!("{:.1}", per((u1 - u0) + (u2 - u1))),
+    ));
     m
 }
 
-/// 4 threads, each looping push + take + ack on one shared queue (a thread may take another's
-/// job; the queue is never empty when a thread takes, since every taker pushed first).
-pub fn queue_4workers(ctx: &Ctx) -> Measurement {
-    const WORKERS: usize = 4;
-    let queue = fresh_queue(ctx, "bench-q4");
-    let (mut m, _) = measure_threads_with(
-        ctx,
-        &ctx.queue_baseline,
-        WORKERS,
-        || {},
-        |_| {
-            let queue = queue.clone();
-            move || push_take_ack(&queue)
+/// Server time (µs in `EVALSHA`) and wall time per job of push + ack-and-take on a queue
+/// holding `held` other jobs, over `cycles` cycles.
+fn cycle_cost(queue: &redlease::Queue, conn: &mut redis::Connection, cycles: u64) -> (f64, f64) {
+    let mut held = None;
+    for _ in 0..100 {
+        push_and_work(queue, &mut held);
+    }
+    let (_, u0) = server_counts(conn);
+    let started = Instant::now();
+    for _ in 0..cycles {
+        push_and_work(queue, &mut held);
+    }
+    let wall = started.elapsed().as_secs_f64() * 1e6 / cycles as f64;
+    let (_, u1) = server_counts(conn);
+    ((u1 - u0) as f64 / cycles as f64, wall)
+}
+
+/// Scale: push + ack-and-take on a queue holding 1,000 jobs, then on one holding 1,000,000
+/// (half ready, half delayed by an hour), filled with `push_many` in batches of 1,000.
+/// `ops_per_s` is the cycles per second at 1,000,000; `ratio` is not a throughput ratio
+/// (1); extras: `server_us_1k`/`server_us_1m` (µs in the scripts per job), `server_cost_ratio`
+/// (1m over 1k: the goal is at most 1.2), the same for wall time, and `fill_s`.
+pub fn queue_1m(ctx: &Ctx) -> Measurement {
+    const CYCLES: u64 = 5_000;
+    const BATCH: usize = 1_000;
+    let mut conn = ctx.raw_connection();
+    let fill = |queue: &redlease::Queue, jobs: usize| {
+        let delayed = jobs / 2;
+        let mut n = 0;
+        while n < jobs {
+            let batch: Vec<redlease::NewJob> = (n..(n + BATCH).min(jobs))
+                .map(|i| redlease::NewJob {
+                    id: format!("j{i}"),
+                    payload: JOB_PAYLOAD.to_vec(),
+                })
+                .collect();
+            let delay = if n < delayed {
+                Duration::from_secs(3600)
+            } else {
+                Duration::ZERO
+            };
+            queue
+                .push_batch(&batch, 0, delay)
+                .expect("bench: filling push failed");
+            n += batch.len();
+        }
+    };
+    let small = fresh_queue(ctx, "bench-q1k");
+    fill(&small, 1_000);
+    let (server_1k, wall_1k) = cycle_cost(&small, &mut conn, CYCLES);
+    let big = fresh_queue(ctx, "bench-q1m");
+    let filling = Instant::now();
+    fill(&big, 1_000_000);
+    let fill_s = filling.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let (server_1m, wall_1m) = cycle_cost(&big, &mut conn, CYCLES);
+    let elapsed = started.elapsed();
+    let stats = big.stats().expect("bench: stats failed");
+    for name in [small.name(), big.name()] {
+        let keys = queue_keys(name);
+        let _: i64 = redis::cmd("UNLINK")
+            .arg(&keys)
+            .query(&mut conn)
+            .expect("bench: UNLINK failed");
+    }
+    let mut m = Measurement {
+        total: Slice {
+            ops: CYCLES + 100,
+            elapsed,
         },
-    );
-    m.push_thread_spread();
+        against: Against::Nothing,
+        ..Measurement::default()
+    };
+    m.per_thread = vec![m.total.ops];
+    m.extra.push((
+        "jobs_held",
+        (stats.ready + stats.delayed + stats.in_flight).to_string(),
+    ));
+    m.extra.push(("server_us_1k", format!("{server_1k:.1}")));
+    m.extra.push(("server_us_1m", format!("{server_1m:.1}")));
+    m.extra
+        .push(("server_cost_ratio", format!("{:.3}", server_1m / server_1k)));
+    m.extra.push(("wall_us_1k", format!("{wall_1k:.1}")));
+    m.extra.push(("wall_us_1m", format!("{wall_1m:.1}")));
+    m.extra
+        .push(("wall_cost_ratio", format!("{:.3}", wall_1m / wall_1k)));
+    m.extra.push(("fill_s", format!("{fill_s:.1}")));
     m
 }
 
@@ -71,6 +267,11 @@ fn queue_keys(name: &str) -> Vec<String> {
         "leases",
         "deliveries",
         "dead",
+        "holders",
+        "bases",
+        "settled",
+        "undone",
+        "reasons",
     ]
     .iter()
     .map(|part| format!("{stem}:q:{part}"))

@@ -107,3 +107,78 @@ pub fn watchdog_10k(ctx: &Ctx) -> Measurement {
     drop(guards);
     m
 }
+
+/// Scale: one client holds 100,000 watched leases (15 s ttl, renewed every 5 s by its one
+/// watchdog thread: 20,000 renewals a second), held for 17 s (more than a ttl, so every
+/// lease is renewed at least once). No interleaved baseline (`ratio` 1): `ops_per_s` is
+/// renewals per second counted by the server while they were held. Extras: `lost=` (must be
+/// 0), `renewed=` (EVALSHA calls while held: at least `leases`), `min_remaining_ms` at the
+/// end, and `bytes_per_lease`: the process's resident memory growth per held lease (guard,
+/// watchdog entry, lease copy, pooled buffers), over 100,000 leases.
+pub fn watchdog_100k(ctx: &Ctx) -> Measurement {
+    const LEASES: usize = 100_000;
+    const TTL: Duration = Duration::from_secs(15);
+    const HOLD: Duration = Duration::from_secs(17);
+    let client = redlease::Client::builder(&ctx.url)
+        .pool_size(THREADS as u32)
+        .build()
+        .expect("bench: cannot build the watchdog client");
+    let rss_before = rss_bytes();
+    let guards: Vec<redlease::LockGuard> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let client = &client;
+                s.spawn(move || {
+                    (t..LEASES)
+                        .step_by(THREADS)
+                        .map(|i| {
+                            client
+                                .lock(&format!("bench-wk{i}"))
+                                .ttl(TTL)
+                                .try_acquire()
+                                .expect("bench: watched try_acquire failed")
+                                .expect("bench: watched lock was busy (leftover?)")
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("bench: acquiring thread panicked"))
+            .collect()
+    });
+    let bytes_per_lease = rss_bytes().saturating_sub(rss_before) / LEASES as u64;
+    let mut conn = ctx.raw_connection();
+    let before = evalsha_calls(&mut conn);
+    let start = Instant::now();
+    std::thread::sleep(HOLD);
+    let elapsed = start.elapsed();
+    let renewed = evalsha_calls(&mut conn).saturating_sub(before);
+    let lost = guards.iter().filter(|g| g.is_lost()).count();
+    let min_remaining = guards
+        .iter()
+        .map(|g| g.remaining())
+        .min()
+        .unwrap_or_default();
+    let mut m = Measurement {
+        total: Slice {
+            ops: renewed,
+            elapsed,
+        },
+        against: Against::Nothing,
+        ..Measurement::default()
+    };
+    m.per_thread = vec![renewed];
+    m.extra.push(("leases", LEASES.to_string()));
+    m.extra.push(("ttl_ms", TTL.as_millis().to_string()));
+    m.extra.push(("renewed", renewed.to_string()));
+    m.extra.push(("lost", lost.to_string()));
+    m.extra
+        .push(("min_remaining_ms", min_remaining.as_millis().to_string()));
+    m.extra
+        .push(("bytes_per_lease", bytes_per_lease.to_string()));
+    m.extra.push(("watchdog_threads", "1".to_string()));
+    drop(guards);
+    m
+}

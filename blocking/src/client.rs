@@ -1,14 +1,15 @@
 //! The client: a connection pool, settings, and the one loop that runs any core machine.
 
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
 use redlease_core::limits;
-use redlease_core::{Error, InvalidArgument, Protocol, Step};
+use redlease_core::{Error, InvalidArgument, Protocol};
 
+use crate::backend::{Entropy, Node, Route, Time};
 use crate::connect::{ConnectionTarget, TlsSettings, is_tls};
-use crate::listener::{Endpoint, Listeners, Waiter};
+use crate::listener::{Endpoint, Listeners};
 use crate::transport::{PoolSettings, Source, Transport};
 use crate::watchdog::Watchdog;
 
@@ -43,7 +44,12 @@ pub(crate) struct Inner {
 pub(crate) struct Shared {
     /// Random, per client: part of reentrant owner ids.
     pub(crate) client_id: String,
-    pub(crate) transport: Arc<Transport>,
+    /// Where commands go: the pool, or an in-process server.
+    pub(crate) node: Node,
+    /// The clock every timer of this client reads.
+    pub(crate) time: Time,
+    /// Tokens, jitter seeds and job ids come from here.
+    pub(crate) entropy: Entropy,
     pub(crate) keyspace: Keyspace,
     pub(crate) op_timeout: Duration,
     pub(crate) io_timeout: Duration,
@@ -439,7 +445,9 @@ impl ClientBuilder {
                         .iter()
                         .map(|b| format!("{b:02x}"))
                         .collect(),
-                    transport: Arc::new(transport),
+                    node: Node::Redis(Arc::new(transport)),
+                    time: Time::Real,
+                    entropy: Entropy::Os,
                     keyspace,
                     op_timeout: self.op_timeout,
                     io_timeout: self.io_timeout,
@@ -450,6 +458,24 @@ impl ClientBuilder {
                 watchdog: OnceLock::new(),
             }),
         })
+    }
+}
+
+#[cfg(feature = "memory")]
+impl ClientBuilder {
+    /// Makes a client of the in-process `server` (feature `memory`) with these settings'
+    /// key prefix, io timeout (what a reply swallowed by an injected fault costs) and op
+    /// timeout; the connection settings are not used. Its every timer (ttl, waits, backoff,
+    /// the watchdog's schedule) runs on the server's [`MemoryClock`](crate::memory::MemoryClock).
+    pub fn build_in_memory(self, server: &crate::memory::MemoryServer) -> Result<Client, Error> {
+        let keyspace = Keyspace::new(&self.prefix)?;
+        self.check_ranges()?;
+        Ok(Client::on_server(
+            server,
+            keyspace,
+            self.io_timeout,
+            self.op_timeout,
+        ))
     }
 }
 
@@ -566,7 +592,62 @@ impl Client {
     /// it cannot be reached. Call it at start-up to fail fast; the locks and queues retry
     /// transient failures until their deadlines, but never a refused configuration.
     pub fn ping(&self) -> Result<Duration, Error> {
-        self.inner.shared.transport.ping()
+        match &self.inner.shared.node {
+            Node::Redis(transport) => transport.ping(),
+            #[cfg(feature = "memory")]
+            Node::Memory { server, .. } => match server.call(&["PING"]) {
+                Ok(_) => Ok(Duration::ZERO),
+                Err(fault) => Err(Error::Unavailable {
+                    attempts: 1,
+                    last: fault.into(),
+                }),
+            },
+        }
+    }
+
+    /// A client of the in-process `server` with default settings (feature `memory`): the
+    /// whole API, no socket, on the server's clock. Several clients of one server play
+    /// several processes. Same as [`MemoryServer::client`](crate::memory::MemoryServer::client).
+    #[cfg(feature = "memory")]
+    pub fn in_memory(server: &crate::memory::MemoryServer) -> Client {
+        Client::on_server(
+            server,
+            Keyspace::default(),
+            Duration::from_secs(1),
+            Duration::from_secs(3),
+        )
+    }
+
+    #[cfg(feature = "memory")]
+    fn on_server(
+        server: &crate::memory::MemoryServer,
+        keyspace: Keyspace,
+        io_timeout: Duration,
+        op_timeout: Duration,
+    ) -> Client {
+        // The n-th client of a server draws the same tokens and jitter in every run.
+        let n = server.next_client();
+        let seed = n.wrapping_mul(0xA076_1D64_78BD_642F) ^ 0xE703_7ED1_A0B4_28DB;
+        Client {
+            inner: Arc::new(Inner {
+                shared: Arc::new(Shared {
+                    client_id: format!("mem{n:014x}"),
+                    node: Node::Memory {
+                        server: server.clone(),
+                        io_timeout,
+                    },
+                    time: Time::Memory(server.clock()),
+                    entropy: Entropy::Seeded(std::sync::Mutex::new(seed)),
+                    keyspace,
+                    op_timeout,
+                    io_timeout,
+                    endpoint: None,
+                    counters: Default::default(),
+                }),
+                listener: OnceLock::new(),
+                watchdog: OnceLock::new(),
+            }),
+        }
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
@@ -592,7 +673,9 @@ impl Client {
         let shared = &self.inner.shared;
         self.inner
             .watchdog
-            .get_or_init(|| Watchdog::start(shared.transport.clone(), shared.io_timeout).ok())
+            .get_or_init(|| {
+                Watchdog::start(shared.node.clone(), shared.time.clone(), shared.io_timeout).ok()
+            })
             .as_ref()
     }
 
@@ -616,11 +699,11 @@ pub(crate) struct Listening<'a> {
 }
 
 impl Listening<'_> {
-    fn current(&self) -> Option<&Listeners> {
+    pub(crate) fn current(&self) -> Option<&Listeners> {
         self.slot.get()?.as_ref()
     }
 
-    fn start(&self) -> Option<&Listeners> {
+    pub(crate) fn start(&self) -> Option<&Listeners> {
         self.slot
             .get_or_init(|| {
                 self.endpoint
@@ -630,76 +713,22 @@ impl Listening<'_> {
     }
 }
 
-/// The driver loop, for a client (with its listener) or a guard (`None`: waits sleep).
+/// The driver loop (see [`crate::backend::drive`]) for a client (with its listener) or a
+/// guard (`None`: waits sleep).
 pub(crate) fn drive<P: Protocol>(
     shared: &Shared,
     listening: Option<Listening<'_>>,
-    mut machine: P,
+    machine: P,
 ) -> Result<P::Output, Error> {
-    let mut waiter: Option<Waiter> = None;
-    let mut sent_epoch: Option<u64> = None;
-    // The last batch's connection, for a batch that must follow it (a WAIT); given back to
-    // the pool before any wait and at the end.
-    let mut kept = None;
-    loop {
-        match machine.poll(Instant::now()) {
-            Step::Send(batch) => {
-                sent_epoch = listening
-                    .as_ref()
-                    .and_then(Listening::current)
-                    .map(Listeners::epoch);
-                // A refused configuration (wrong password, ...) ends the machine at once:
-                // nothing was carried out, and no retry can succeed.
-                for input in shared.transport.execute_checked(&batch, &mut kept)? {
-                    machine.handle(input, Instant::now());
-                }
-            }
-            Step::Wait(wait) => {
-                kept = None;
-                let _waiting = shared.counters.waiting();
-                let found = wait
-                    .wake_on
-                    .as_ref()
-                    .and_then(|on| Some((on, listening.as_ref()?.start()?)));
-                match found {
-                    Some((on, listener)) => {
-                        if waiter.as_ref().is_none_or(|w| w.wakes_on() != on) {
-                            waiter = listener.register(on, sent_epoch);
-                        }
-                        match &waiter {
-                            Some(w) if w.wait_until(wait.until).is_some() => {
-                                machine.wake(Instant::now())
-                            }
-                            Some(_) => {}
-                            // No listener serves the channel (a cluster node not found): poll
-                            // at the machine's pace, never in a tight loop.
-                            None => {
-                                tracing::debug!(redlease.channel = %on.channel, "no listener for the channel: polling");
-                                sleep_until(wait.until)
-                            }
-                        }
-                    }
-                    None => {
-                        if let Some(on) = &wait.wake_on {
-                            tracing::debug!(redlease.channel = %on.channel, "no listener for the channel: polling");
-                        }
-                        sleep_until(wait.until)
-                    }
-                }
-            }
-            Step::Awaiting => {
-                return Err(Error::Driver("every reply of the batch was delivered"));
-            }
-            Step::Done(result) => return result,
-        }
-    }
-}
-
-fn sleep_until(until: Instant) {
-    let left = until.saturating_duration_since(Instant::now());
-    if !left.is_zero() {
-        std::thread::sleep(left);
-    }
+    let route = Route {
+        nodes: std::slice::from_ref(&shared.node),
+        time: &shared.time,
+        listening,
+        counters: Some(&shared.counters),
+        checked: true,
+        hold: false,
+    };
+    crate::backend::drive(&route, machine)
 }
 
 /// A connection target as a URL with its password shown as `***`, for `Debug` output.

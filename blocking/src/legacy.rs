@@ -14,7 +14,7 @@ use redlease_core::legacy::{
 };
 use redlease_core::{Error, InvalidArgument};
 
-use crate::client::{Client, Shared, drive, random_bytes};
+use crate::client::{Client, Shared, drive};
 
 pub use redlease_core::legacy::LegacyAlgorithm;
 
@@ -156,7 +156,7 @@ impl LegacyLockBuilder<'_> {
     fn run(&self, wait: Option<Duration>) -> Result<LegacyAcquisition, Error> {
         let shared = self.client.shared();
         let keys = LegacyKeys::new(&shared.keyspace, &self.name)?;
-        let random: [u8; 24] = random_bytes()?;
+        let random: [u8; 24] = shared.entropy.bytes()?;
         let mut token = [0u8; 16];
         token.copy_from_slice(&random[..16]);
         let mut seed = [0u8; 8];
@@ -169,18 +169,19 @@ impl LegacyLockBuilder<'_> {
             retry_max: self.retry_max,
             reply_timeout: shared.io_timeout,
         };
-        let now = Instant::now();
+        let now = shared.time.now();
         let machine = LegacyAcquire::new(
             keys,
             Token::from_random(token),
             &options,
             u64::from_le_bytes(seed),
             now,
-            unix_ms()?,
+            unix_ms(&shared.time)?,
         )?;
-        let (span, started) = (crate::observe::span(&self.name, "legacy"), now);
+        let span = crate::observe::span(&self.name, "legacy");
         let out = span.in_scope(|| self.client.run(machine));
-        crate::observe::ended(&span, started, &out, |a| match a {
+        let waited = shared.time.now().saturating_duration_since(now);
+        crate::observe::ended(&span, waited, &out, |a| match a {
             LegacyAcquisition::Acquired(lease) => Some((lease.attempts, None)),
             LegacyAcquisition::Busy { .. } => None,
         });
@@ -238,7 +239,7 @@ impl LegacyGuard {
 
     /// Time left before [`valid_until`](Self::valid_until).
     pub fn remaining(&self) -> Duration {
-        self.lease.remaining(Instant::now())
+        self.lease.remaining(self.shared.time.now())
     }
 
     /// How many `SETNX` attempts it took (1 when the lock was free at once).
@@ -261,9 +262,9 @@ impl LegacyGuard {
     }
 
     fn release_now(&self) -> Result<(), Error> {
-        let now = Instant::now();
+        let now = self.shared.time.now();
         let deadline = saturating_add(now, self.shared.op_timeout);
-        let machine = LegacyRelease::new(&self.lease, deadline, now, unix_ms()?);
+        let machine = LegacyRelease::new(&self.lease, deadline, now, unix_ms(&self.shared.time)?);
         let out = drive(&self.shared, None, machine);
         crate::observe::released_as(&self.lease.keys.name, "legacy", &out);
         out
@@ -282,7 +283,12 @@ impl Drop for LegacyGuard {
 }
 
 /// The wall clock in Unix milliseconds.
-fn unix_ms() -> Result<u64, Error> {
+fn unix_ms(time: &crate::backend::Time) -> Result<u64, Error> {
+    #[cfg(feature = "memory")]
+    if let Some(clock) = time.memory() {
+        return Ok(u64::try_from(clock.unix_ms()).unwrap_or(0));
+    }
+    let _ = time;
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_err(|_| InvalidArgument::Setting("the system clock is set before 1970".to_owned()))?;

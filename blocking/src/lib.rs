@@ -49,6 +49,11 @@
 //! # Ok(()) }
 //! ```
 //!
+//! **Testing without Redis** (cargo feature `memory`, for dev-dependencies):
+//! [`memory::MemoryServer::client`] runs this whole API on an in-process server that
+//! executes the same Lua scripts, every timer on a clock the test moves; see the README's
+//! "Testing your code".
+//!
 //! **Watching it**: spans and events through `tracing` (acquisitions, releases, renewal
 //! failures, lost leases, the listener, the pool, queue jobs), and [`Client::status`] for a
 //! snapshot; see `docs/observability.md`. Least-privilege ACLs: `docs/acl.md`.
@@ -64,6 +69,7 @@
 )]
 
 pub mod adapter;
+mod backend;
 mod client;
 mod connect;
 mod legacy;
@@ -88,7 +94,7 @@ pub use client::{Client, ClientBuilder};
 pub use connect::ConnectionTarget;
 pub use legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
 pub use lock::{LockBuilder, LockGuard};
-pub use queue::{HandlerError, Job, JobError, Queue, Retry, WorkerReport, Workers};
+pub use queue::{AckedAndNext, HandlerError, Job, JobError, Queue, Retry, WorkerReport, Workers};
 pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::semaphore::SemaphoreState;

@@ -14,7 +14,7 @@ use redlease_core::renewal::RenewalPolicy;
 use redlease_core::semaphore::{self, SemaphoreKeys, SemaphoreState};
 use redlease_core::{Error, InvalidArgument, LossReason, backoff::saturating_add};
 
-use crate::client::{Client, Inner, Shared, drive, random_bytes};
+use crate::client::{Client, Inner, Shared, drive};
 use crate::watchdog::LeaseCell;
 
 /// Settings of one lock acquisition; made by [`Client::lock`], [`Client::reentrant_lock`],
@@ -272,7 +272,7 @@ impl<'c> LockBuilder<'c> {
     }
 
     fn run(&self, wait: Option<Duration>) -> Result<Acquisition, Error> {
-        let random: [u8; 24] = random_bytes()?;
+        let random: [u8; 24] = self.client.shared().entropy.bytes()?;
         let mut token = [0u8; 16];
         token.copy_from_slice(&random[..16]);
         let mut seed = [0u8; 8];
@@ -285,13 +285,17 @@ impl<'c> LockBuilder<'c> {
             reply_timeout: self.client.shared().io_timeout,
             min_replicas: self.min_replicas,
         };
-        let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), Instant::now())?;
-        let (span, started) = (
-            crate::observe::acquire_span(&self.name, self.kind.into()),
-            Instant::now(),
-        );
+        let now = self.client.shared().time.now();
+        let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), now)?;
+        let span = crate::observe::acquire_span(&self.name, self.kind.into());
         let out = span.in_scope(|| self.client.run(machine));
-        crate::observe::acquired(&span, started, &out);
+        let waited = self
+            .client
+            .shared()
+            .time
+            .now()
+            .saturating_duration_since(now);
+        crate::observe::acquired(&span, waited, &out);
         out
     }
 
@@ -347,7 +351,11 @@ impl LockGuard {
     }
 
     fn new(client: &Client, lease: Lease, policy: Option<RenewalPolicy>) -> Self {
-        let (cell, lost_rx) = LeaseCell::new(&lease.target.name, lease.valid_until);
+        let (cell, lost_rx) = LeaseCell::new(
+            &lease.target.name,
+            lease.valid_until,
+            client.shared().time.clone(),
+        );
         // The watchdog thread starts with the first lease that needs it, not before.
         let watched = match policy.map(|p| (p, client.watchdog())) {
             Some((policy, Some(watchdog))) => {
@@ -403,7 +411,8 @@ impl LockGuard {
 
     /// Time left before [`valid_until`](Self::valid_until).
     pub fn remaining(&self) -> Duration {
-        self.valid_until().saturating_duration_since(Instant::now())
+        self.valid_until()
+            .saturating_duration_since(self.shared.time.now())
     }
 
     /// Whether the lease is known to be lost. A renewed lease whose
@@ -556,10 +565,10 @@ impl LockGuard {
 
     /// [`finish_with`](Self::finish_with) for any owner-checked operation (a queue's nack,
     /// which says whether the job went to the dead list).
-    pub(crate) fn finish_op<K: redlease_core::lease::OpKind>(
+    pub(crate) fn finish_op<P: redlease_core::Protocol>(
         mut self,
-        op: impl FnOnce(&Lease, Instant) -> ScriptOp<K>,
-    ) -> Result<K::Output, Error> {
+        op: impl FnOnce(&Lease, Instant) -> P,
+    ) -> Result<P::Output, Error> {
         self.done = true;
         let deadline = self.deadline();
         if let Some(reason) = self.cell.lost() {
@@ -588,7 +597,7 @@ impl LockGuard {
             return;
         }
         self.cell
-            .release(deadline.saturating_duration_since(Instant::now()));
+            .release(deadline.saturating_duration_since(self.shared.time.now()));
         if let Some(owner) = self.owner.upgrade()
             && let Some(Some(watchdog)) = owner.watchdog.get()
         {
@@ -597,7 +606,7 @@ impl LockGuard {
     }
 
     fn deadline(&self) -> Instant {
-        saturating_add(Instant::now(), self.shared.op_timeout)
+        saturating_add(self.shared.time.now(), self.shared.op_timeout)
     }
 }
 
@@ -679,7 +688,7 @@ impl Client {
     /// until the holders are under the count.
     pub fn set_permits(&self, name: &str, permits: u64) -> Result<Option<u64>, Error> {
         let keys = self.semaphore_keys(name)?;
-        let deadline = saturating_add(Instant::now(), self.shared().op_timeout);
+        let deadline = saturating_add(self.shared().time.now(), self.shared().op_timeout);
         self.run(semaphore::set_permits(&keys, permits, deadline)?)
     }
 
@@ -714,7 +723,7 @@ impl Client {
     /// The permit count, live holders and live waiters of semaphore `name`.
     pub fn semaphore_state(&self, name: &str) -> Result<SemaphoreState, Error> {
         let keys = self.semaphore_keys(name)?;
-        let deadline = saturating_add(Instant::now(), self.shared().op_timeout);
+        let deadline = saturating_add(self.shared().time.now(), self.shared().op_timeout);
         self.run(semaphore::read(&keys, deadline))
     }
 
@@ -793,7 +802,8 @@ fn finish_period(
     started: Instant,
     at_least_for: Duration,
 ) -> Result<(), Error> {
-    let keep = at_least_for.saturating_sub(started.elapsed());
+    let ran = guard.shared.time.now().saturating_duration_since(started);
+    let keep = at_least_for.saturating_sub(ran);
     if keep < Duration::from_millis(1) {
         return guard.release();
     }

@@ -68,9 +68,10 @@ pub(crate) fn span(name: &str, kind: &'static str) -> Span {
     )
 }
 
-/// Records an acquisition's outcome on its span (and an event when it failed).
-pub(crate) fn acquired(span: &Span, started: Instant, out: &Result<Acquisition, Error>) {
-    ended(span, started, out, |a| match a {
+/// Records an acquisition's outcome on its span (and an event when it failed); `waited`:
+/// how long it took, on the client's clock.
+pub(crate) fn acquired(span: &Span, waited: Duration, out: &Result<Acquisition, Error>) {
+    ended(span, waited, out, |a| match a {
         Acquisition::Acquired(lease) => Some((lease.attempts, Some(lease.fence))),
         Acquisition::Busy { .. } => None,
     });
@@ -80,11 +81,11 @@ pub(crate) fn acquired(span: &Span, started: Instant, out: &Result<Acquisition, 
 /// (`None`: busy).
 pub(crate) fn ended<T>(
     span: &Span,
-    started: Instant,
+    waited: Duration,
     out: &Result<T, Error>,
     granted: impl Fn(&T) -> Option<(u32, Option<u64>)>,
 ) {
-    let waited = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let waited = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
     span.record("redlease.waited_ms", waited);
     match out.as_ref().map(granted) {
         Ok(Some((attempts, fence))) => {

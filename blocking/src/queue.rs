@@ -8,15 +8,16 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use redlease_core::backoff::saturating_add;
-use redlease_core::lease::{Acquire, AcquireOptions, Acquisition, Token};
+use redlease_core::lease::{AcquireOptions, Token};
 use redlease_core::limits;
 use redlease_core::queue::{
-    self, DeadJob, Nacked, NewJob, Pushed, QueueKeys, QueueSettings, QueueStats,
+    self, AckedAndTaken, DeadJob, Nacked, NewJob, Pushed, QueueKeys, QueueSettings, QueueStats,
+    Take, TakeJob, TakenJob,
 };
 use redlease_core::renewal::RenewalPolicy;
 use redlease_core::{Error, LossReason};
 
-use crate::client::{Client, random_bytes};
+use crate::client::Client;
 use crate::lock::LockGuard;
 
 /// A queue named `name`; made by [`Client::queue`]. Cheap to clone.
@@ -44,8 +45,21 @@ impl Client {
     }
 }
 
-fn random_id() -> Result<String, Error> {
-    Ok(random_bytes::<16>()?
+/// A fresh owner token for a take, and a seed for its retry jitter.
+fn fresh_token(client: &Client) -> Result<(Token, u64), Error> {
+    let random: [u8; 24] = client.shared().entropy.bytes()?;
+    let mut token = [0u8; 16];
+    token.copy_from_slice(&random[..16]);
+    let mut seed = [0u8; 8];
+    seed.copy_from_slice(&random[16..]);
+    Ok((Token::from_random(token), u64::from_le_bytes(seed)))
+}
+
+fn random_id(client: &Client) -> Result<String, Error> {
+    Ok(client
+        .shared()
+        .entropy
+        .bytes::<16>()?
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect())
@@ -107,7 +121,8 @@ impl Queue {
     }
 
     fn deadline(&self) -> Instant {
-        saturating_add(Instant::now(), self.client.shared().op_timeout)
+        let shared = self.client.shared();
+        saturating_add(shared.time.now(), shared.op_timeout)
     }
 
     /// Pushes jobs in one round trip, ready after `delay` (zero: at once), served by
@@ -142,7 +157,7 @@ impl Queue {
         delay: Duration,
     ) -> Result<String, Error> {
         let job = NewJob {
-            id: random_id()?,
+            id: random_id(&self.client)?,
             payload: payload.into(),
         };
         let id = job.id.clone();
@@ -173,7 +188,7 @@ impl Queue {
             .into_iter()
             .map(|p| {
                 Ok(NewJob {
-                    id: random_id()?,
+                    id: random_id(&self.client)?,
                     payload: p.into(),
                 })
             })
@@ -200,13 +215,7 @@ impl Queue {
 
     fn take_inner(&self, wait: Option<Duration>) -> Result<Option<Job>, Error> {
         self.check()?;
-        let random: [u8; 24] = random_bytes()?;
-        let mut token = [0u8; 16];
-        token.copy_from_slice(&random[..16]);
-        let mut seed = [0u8; 8];
-        seed.copy_from_slice(&random[16..]);
-        let token = Token::from_random(token);
-        let spec = queue::take(&self.keys, token, &self.settings)?;
+        let (token, seed) = fresh_token(&self.client)?;
         let options = AcquireOptions {
             wait,
             retry_initial: Duration::from_millis(50).min(self.idle_check),
@@ -214,34 +223,41 @@ impl Queue {
             reply_timeout: self.client.shared().io_timeout,
             min_replicas: None,
         };
-        let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), Instant::now())?;
+        let now = self.client.shared().time.now();
+        let machine = TakeJob::new(&self.keys, token, &self.settings, &options, seed, now)?;
         let span =
             crate::observe::acquire_span(&self.keys.name, redlease_core::lease::LeaseKind::Job);
-        let (started, taken) = (Instant::now(), span.in_scope(|| self.client.run(machine)));
-        crate::observe::acquired(&span, started, &taken);
+        let taken = span.in_scope(|| self.client.run(machine));
+        let waited = self
+            .client
+            .shared()
+            .time
+            .now()
+            .saturating_duration_since(now);
+        crate::observe::ended(&span, waited, &taken, |t| match t {
+            Take::Taken(job) => Some((job.lease.attempts, Some(job.delivery))),
+            _ => None,
+        });
         match taken? {
-            Acquisition::Acquired(lease) => {
-                let [id, payload] = <[Vec<u8>; 2]>::try_from(lease.data.clone()).map_err(|_| {
-                    Error::UnexpectedReply {
-                        context: "queue take",
-                        reply: "no job id and payload".into(),
-                    }
-                })?;
-                let id = String::from_utf8(id).map_err(|_| Error::UnexpectedReply {
-                    context: "queue take",
-                    reply: "a job id that is not UTF-8".into(),
-                })?;
-                let policy = RenewalPolicy::for_ttl(self.settings.visibility);
-                let guard = LockGuard::from_lease(&self.client, *lease, Some(policy));
-                crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
-                Ok(Some(Job {
-                    guard,
-                    queue: self.clone(),
-                    id,
-                    payload,
-                }))
-            }
-            Acquisition::Busy { .. } => Ok(None),
+            Take::Taken(job) => Ok(Some(self.job(*job))),
+            // `Take` may grow outcomes; none of them is a job.
+            _ => Ok(None),
+        }
+    }
+
+    /// The handle of a job just taken: its lease is renewed by the watchdog from now on.
+    fn job(&self, taken: TakenJob) -> Job {
+        let TakenJob {
+            id, payload, lease, ..
+        } = taken;
+        let policy = RenewalPolicy::for_ttl(self.settings.visibility);
+        let guard = LockGuard::from_lease(&self.client, lease, Some(policy));
+        crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
+        Job {
+            guard,
+            queue: self.clone(),
+            id,
+            payload,
         }
     }
 
@@ -331,7 +347,7 @@ impl Queue {
                 );
                 std::thread::Builder::new()
                     .name(format!("redlease-worker-{i}"))
-                    .spawn(move || work_loop(&queue, &stop, &counters, &*handler))
+                    .spawn(move || work_loop(&queue, stop, &counters, &*handler))
                     .ok()
             })
             .collect();
@@ -339,6 +355,7 @@ impl Queue {
             stop,
             counters,
             threads,
+            time: self.client.shared().time.clone(),
         }
     }
 }
@@ -354,27 +371,48 @@ struct WorkerCounters {
 
 fn work_loop<E: HandlerError>(
     queue: &Queue,
-    stop: &AtomicBool,
+    stop: Arc<AtomicBool>,
     counters: &WorkerCounters,
     handler: &dyn Fn(&Job) -> Result<(), E>,
 ) {
+    let time = queue.client.shared().time.clone();
+    // On a test clock, a worker waits for the test to move time (it never moves it itself),
+    // and stopping the pool ends its wait.
+    #[cfg(feature = "memory")]
+    if time.memory().is_some() {
+        crate::memory::MemoryClock::set_passive_thread();
+        crate::backend::cancel_waits_on(stop.clone());
+    }
     let mut pause = Duration::from_millis(10);
-    while !stop.load(Ordering::Relaxed) {
-        let job = match queue.take(Duration::from_millis(500)) {
-            Ok(Some(job)) => job,
-            Ok(None) => continue,
-            Err(_) => {
-                // Redis unreachable: back off, but keep noticing the stop signal.
-                counters.errors.fetch_add(1, Ordering::Relaxed);
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_secs(1));
-                continue;
-            }
+    // The job handed over with the last ack, if any: finished even after a stop signal.
+    let mut next: Option<Job> = None;
+    loop {
+        let job = match next.take() {
+            Some(job) => job,
+            None if stop.load(Ordering::SeqCst) => break,
+            None => match queue.take(Duration::from_millis(500)) {
+                Ok(Some(job)) => job,
+                Ok(None) => continue,
+                Err(_) if stop.load(Ordering::SeqCst) => break,
+                Err(_) => {
+                    // Redis unreachable: back off, but keep noticing the stop signal.
+                    counters.errors.fetch_add(1, Ordering::Relaxed);
+                    let _ = time.sleep_until(saturating_add(time.now(), pause));
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+            },
         };
         pause = Duration::from_millis(10);
         // A panicking handler is a failed job (nacked with backoff), not a dead worker.
         let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&job)));
         let outcome = match handled {
+            // While jobs are waiting, one round trip acks this one and hands over the next.
+            Ok(Ok(())) if !stop.load(Ordering::Relaxed) => {
+                let AckedAndNext { ack, next: handed } = job.ack_and_take();
+                next = handed;
+                ack.map(|()| &counters.acked)
+            }
             Ok(Ok(())) => job.ack().map(|()| &counters.acked),
             Ok(Err(e)) => job.fail(&e.message(), e.retry()).map(|()| &counters.nacked),
             Err(_) => {
@@ -415,6 +453,9 @@ pub struct Workers {
     stop: Arc<AtomicBool>,
     counters: Arc<WorkerCounters>,
     threads: Vec<JoinHandle<()>>,
+    /// The client's clock (a test clock's waits are woken to see the stop).
+    #[cfg_attr(not(feature = "memory"), allow(dead_code))]
+    time: crate::backend::Time,
 }
 
 /// What a worker pool did.
@@ -454,7 +495,11 @@ impl Workers {
     }
 
     fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::SeqCst);
+        #[cfg(feature = "memory")]
+        if let Some(clock) = self.time.memory() {
+            clock.kick();
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -521,6 +566,48 @@ impl Job {
         out
     }
 
+    /// Done, and the next job if one is ready, in one round trip: [`ack`](Self::ack) then
+    /// [`Queue::try_take`] with the same promises. The ack's outcome is
+    /// [`AckedAndNext::ack`] (as [`ack`](Self::ack) would say); the next job, leased from
+    /// the moment it is handed over, is [`AckedAndNext::next`] (`None`: nothing ready now, or
+    /// the call failed: see `ack`). A lost reply is retried: the server recognises both the
+    /// settled ack and the job handed to this call, so nothing happens twice; when no attempt
+    /// is answered, whatever job it may have been handed is given back at once (its delivery
+    /// not counted).
+    pub fn ack_and_take(self) -> AckedAndNext {
+        let queue = self.queue.clone();
+        let (keys, settings) = (&queue.keys, &queue.settings);
+        let machine = queue
+            .check()
+            .and_then(|()| fresh_token(&queue.client))
+            .and_then(|(token, _)| {
+                let lease = self.guard.lease();
+                queue::ack_and_take(keys, &self.id, lease, token, settings, queue.deadline())
+            });
+        let machine = match machine {
+            Ok(machine) => machine,
+            // No token (the OS refused randomness): the plain ack still settles this job.
+            Err(_) => {
+                return AckedAndNext {
+                    ack: self.ack(),
+                    next: None,
+                };
+            }
+        };
+        let id = self.id;
+        let out = self.guard.finish_op(|_, _| machine);
+        let (ack, next) = match out {
+            Ok(AckedAndTaken { ack, next, .. }) => (ack, next),
+            Err(e) => (Err(e), Take::Empty { next_due_in: None }),
+        };
+        crate::observe::job(&keys.name, &id, "ack", None, &ack);
+        let next = match next {
+            Take::Taken(job) => Some(queue.job(*job)),
+            _ => None,
+        };
+        AckedAndNext { ack, next }
+    }
+
     /// Failed: retry after the queue's backoff for this delivery (or go to the dead list
     /// after max deliveries).
     pub fn nack(self) -> Result<(), Error> {
@@ -572,6 +659,20 @@ impl Job {
     pub fn abandon(self) {
         self.guard.disarm();
     }
+}
+
+/// What [`Job::ack_and_take`] did.
+#[derive(Debug)]
+#[non_exhaustive]
+#[must_use = "the next job goes back to the queue if dropped"]
+pub struct AckedAndNext {
+    /// The ack: `Ok`, or [`Error::NotOwner`] if the job's lease had run out (it is
+    /// redelivered to another worker, so this worker's ack must not count), or another
+    /// error when Redis could not be reached (the job is then redelivered once its lease
+    /// runs out, as after a failed [`Job::ack`]).
+    pub ack: Result<(), Error>,
+    /// The next job, already leased to this worker (`None`: none was ready).
+    pub next: Option<Job>,
 }
 
 /// What to do with a job whose handler failed.

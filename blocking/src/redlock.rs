@@ -12,9 +12,9 @@ use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
 use redlease_core::lease::{LockSpec, Token};
 use redlease_core::limits;
 use redlease_core::redlock::{QuorumAction, QuorumOp, RedLease, RedLockAcquire, RedLockOptions};
-use redlease_core::{Error, InvalidArgument, Protocol, Step};
+use redlease_core::{Error, InvalidArgument, Protocol};
 
-use crate::client::random_bytes;
+use crate::backend::{Entropy, Node, Route, Time};
 use crate::transport::Transport;
 
 /// A client of N independent masters for RedLock; cheap to clone.
@@ -24,7 +24,11 @@ pub struct RedLock {
 }
 
 struct Inner {
-    nodes: Vec<Transport>,
+    nodes: Vec<Node>,
+    /// The clock of the nodes (real, or the test's).
+    time: Time,
+    /// Tokens and jitter seeds.
+    entropy: Entropy,
     keyspace: Keyspace,
     node_timeout: Duration,
 }
@@ -166,18 +170,20 @@ impl RedLockBuilder {
                 })?;
                 let mut settings = crate::transport::PoolSettings::sized(self.pool_size);
                 settings.client_name = Some(self.client_name.clone());
-                Ok(Transport::with_settings(
+                Ok(Node::Redis(Arc::new(Transport::with_settings(
                     std::sync::Arc::new(crate::transport::Source::Direct(redis)),
                     &settings,
                     self.node_timeout,
                     self.node_timeout,
                     false,
-                ))
+                ))))
             })
             .collect::<Result<Vec<_>, Error>>()?;
         Ok(RedLock {
             inner: Arc::new(Inner {
                 nodes,
+                time: Time::Real,
+                entropy: Entropy::Os,
                 keyspace,
                 node_timeout: self.node_timeout,
             }),
@@ -198,6 +204,73 @@ impl RedLock {
         }
     }
 
+    /// A RedLock client of in-process servers (feature `memory`), one node each, with the
+    /// default settings (50 ms node timeout, key prefix `redlease`). The servers must share
+    /// one clock ([`MemoryServer::with_clock`](crate::memory::MemoryServer::with_clock)), and
+    /// be distinct servers (1 to 16 of them): otherwise [`InvalidArgument`].
+    ///
+    /// ```
+    /// use redlease::memory::{MemoryClock, MemoryServer};
+    ///
+    /// # fn main() -> Result<(), redlease::Error> {
+    /// let clock = MemoryClock::new();
+    /// let nodes: Vec<_> = (0..3).map(|_| MemoryServer::with_clock(clock.clone())).collect();
+    /// let red = redlease::RedLock::in_memory(&[&nodes[0], &nodes[1], &nodes[2]])?;
+    /// nodes[2].pause(); // one node down: a majority still grants it
+    /// let guard = red.lock("job").try_acquire()?.expect("two of three nodes grant it");
+    /// assert_eq!(guard.granted(), 2);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "memory")]
+    pub fn in_memory(servers: &[&crate::memory::MemoryServer]) -> Result<RedLock, Error> {
+        let Some(first) = servers.first() else {
+            return Err(
+                InvalidArgument::Setting("RedLock needs 1 to 16 nodes, got 0".into()).into(),
+            );
+        };
+        if servers.len() > usize::from(redlease_core::redlock::MAX_NODES) {
+            return Err(InvalidArgument::Setting(format!(
+                "RedLock needs 1 to {} nodes, got {}",
+                redlease_core::redlock::MAX_NODES,
+                servers.len()
+            ))
+            .into());
+        }
+        let clock = first.clock();
+        for (i, s) in servers.iter().enumerate() {
+            if !s.clock().same_as(&clock) {
+                return Err(InvalidArgument::Setting(format!(
+                    "RedLock's in-process nodes must share one clock: node {i} has its own"
+                ))
+                .into());
+            }
+            if servers[..i].iter().any(|o| o.same_server(s)) {
+                return Err(InvalidArgument::Setting(format!(
+                    "RedLock nodes must be distinct servers: node {i} is given twice"
+                ))
+                .into());
+            }
+        }
+        let node_timeout = Duration::from_millis(50);
+        Ok(RedLock {
+            inner: Arc::new(Inner {
+                nodes: servers
+                    .iter()
+                    .map(|s| Node::Memory {
+                        server: (*s).clone(),
+                        io_timeout: node_timeout,
+                    })
+                    .collect(),
+                time: Time::Memory(clock),
+                entropy: Entropy::Seeded(std::sync::Mutex::new(
+                    first.next_client().wrapping_mul(0xA076_1D64_78BD_642F) ^ 0x5EED,
+                )),
+                keyspace: Keyspace::default(),
+                node_timeout,
+            }),
+        })
+    }
+
     /// How many nodes.
     pub fn nodes(&self) -> usize {
         self.inner.nodes.len()
@@ -215,74 +288,17 @@ impl RedLock {
     }
 
     /// Runs a multi-node machine: each batch is written to every node it names before any
-    /// reply is read.
-    pub fn run<P: Protocol>(&self, mut machine: P) -> Result<P::Output, Error> {
-        loop {
-            match machine.poll(Instant::now()) {
-                Step::Send(batch) => {
-                    let mut per_node: Vec<Vec<_>> = vec![Vec::new(); self.inner.nodes.len()];
-                    let mut unknown = Vec::new();
-                    for r in batch.requests {
-                        match per_node.get_mut(usize::from(r.command.node().0)) {
-                            Some(v) => v.push(r),
-                            None => unknown.push(r),
-                        }
-                    }
-                    // Nodes with an idle connection are written at once; the others (cold,
-                    // or down: a connection attempt may take the whole node timeout) each
-                    // get a thread, so no node's connection attempt delays another node.
-                    let (deadline, wait) = (batch.deadline, batch.server_wait);
-                    let mut flights = Vec::new();
-                    let mut cold = Vec::new();
-                    for (reqs, node) in per_node.into_iter().zip(&self.inner.nodes) {
-                        if reqs.is_empty() {
-                            continue;
-                        }
-                        match node.try_send(reqs, deadline, wait) {
-                            Ok(flight) => flights.push(flight),
-                            Err(reqs) => cold.push((node, reqs)),
-                        }
-                    }
-                    if !cold.is_empty() {
-                        std::thread::scope(|s| {
-                            let handles: Vec<_> = cold
-                                .into_iter()
-                                .map(|(node, reqs)| {
-                                    s.spawn(move || node.send(reqs, deadline, wait))
-                                })
-                                .collect();
-                            for h in handles {
-                                // A send never panics; were one to, its node counts as
-                                // unanswered (its requests get no input and the machine
-                                // reports the driver contract broken rather than hang).
-                                if let Ok(flight) = h.join() {
-                                    flights.push(flight);
-                                }
-                            }
-                        });
-                    }
-                    for flight in flights {
-                        for input in flight.receive() {
-                            machine.handle(input, Instant::now());
-                        }
-                    }
-                    for r in unknown {
-                        let failure = redlease_core::TransportFailure::not_sent("no such node");
-                        machine.handle(redlease_core::Input::failed(r.id, failure), Instant::now());
-                    }
-                }
-                Step::Wait(wait) => {
-                    let left = wait.until.saturating_duration_since(Instant::now());
-                    if !left.is_zero() {
-                        std::thread::sleep(left);
-                    }
-                }
-                Step::Awaiting => {
-                    return Err(Error::Driver("every reply of the batch was delivered"));
-                }
-                Step::Done(result) => return result,
-            }
-        }
+    /// reply is read (the one driver loop every primitive uses, fanned out by node).
+    pub fn run<P: Protocol>(&self, machine: P) -> Result<P::Output, Error> {
+        let route = Route {
+            checked: false,
+            ..Route::new(&self.inner.nodes, &self.inner.time)
+        };
+        crate::backend::drive(&route, machine)
+    }
+
+    fn now(&self) -> Instant {
+        self.inner.time.now()
     }
 }
 
@@ -340,7 +356,7 @@ impl QuorumLockBuilder<'_> {
     }
 
     fn run(&self, wait: Option<Duration>) -> Result<RedLockGuard, Error> {
-        let random: [u8; 24] = random_bytes()?;
+        let random: [u8; 24] = self.client.inner.entropy.bytes()?;
         let mut token = [0u8; 16];
         token.copy_from_slice(&random[..16]);
         let mut seed = [0u8; 8];
@@ -357,10 +373,12 @@ impl QuorumLockBuilder<'_> {
             retry_max: self.retry_max,
             node_timeout: self.client.inner.node_timeout,
         };
-        let machine = RedLockAcquire::new(spec, options, u64::from_le_bytes(seed), Instant::now())?;
-        let (span, started) = (crate::observe::span(&self.name, "redlock"), Instant::now());
+        let started = self.client.now();
+        let machine = RedLockAcquire::new(spec, options, u64::from_le_bytes(seed), started)?;
+        let span = crate::observe::span(&self.name, "redlock");
         let out = span.in_scope(|| self.client.run(machine));
-        crate::observe::ended(&span, started, &out, |r| Some((r.lease.attempts, None)));
+        let waited = self.client.now().saturating_duration_since(started);
+        crate::observe::ended(&span, waited, &out, |r| Some((r.lease.attempts, None)));
         let red = out?;
         Ok(RedLockGuard {
             client: self.client.clone(),
@@ -387,7 +405,7 @@ impl RedLockGuard {
 
     /// Time left before [`valid_until`](Self::valid_until).
     pub fn remaining(&self) -> Duration {
-        self.red.lease.remaining(Instant::now())
+        self.red.lease.remaining(self.client.now())
     }
 
     /// On how many nodes the key is ours: the nodes that granted it, then, after each
@@ -417,7 +435,7 @@ impl RedLockGuard {
             self.client.inner.node_timeout,
         )?;
         let outcome = self.client.run(op)?;
-        self.red.apply(outcome, Instant::now())
+        self.red.apply(outcome, self.client.now())
     }
 
     /// Releases on every node. `Ok` if at least one node still held it for us.

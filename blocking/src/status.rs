@@ -99,7 +99,12 @@ impl Client {
     /// ```
     pub fn status(&self) -> ClientStatus {
         let shared = self.shared();
-        let (connections, idle, max) = shared.transport.pool_state();
+        let (connections, idle, max) = match &shared.node {
+            crate::backend::Node::Redis(transport) => transport.pool_state(),
+            // An in-process server needs no connection.
+            #[cfg(feature = "memory")]
+            crate::backend::Node::Memory { .. } => (0, 0, 0),
+        };
         let listener = match self.listeners() {
             Some(Some(l)) => l.status(),
             Some(None) => ListenerStatus {

@@ -8,9 +8,7 @@ use std::time::{Duration, Instant};
 use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
 use redis::{ConnectionLike, Value};
-use redlease_core::{
-    Batch, Error, FailureKind, Input, NodeId, Protocol, Reply, Request, Step, TransportFailure,
-};
+use redlease_core::{Batch, Error, FailureKind, Input, NodeId, Reply, Request, TransportFailure};
 
 use crate::adapter;
 use crate::sentinel::{SentinelWatch, Tie};
@@ -678,6 +676,32 @@ impl Transport {
         conn.last_used = Instant::now();
     }
 
+    /// Whether this is a Redis Cluster client.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.nodes.is_some()
+    }
+
+    /// Like [`execute_keeping`](Self::execute_keeping), but on the connection in `kept`
+    /// whenever there is one (a Cluster renewal thread keeps its own connection between
+    /// batches, so that another node's thread, breaking connection after connection on a
+    /// frozen master, cannot drain the pool under it).
+    pub(crate) fn execute_held(&self, batch: &Batch, kept: &mut Option<Pooled>) -> Vec<Input> {
+        match kept.take() {
+            Some(conn) => {
+                let flight = self.write(
+                    *conn,
+                    batch.requests.clone(),
+                    batch.deadline,
+                    batch.server_wait,
+                );
+                let (inputs, conn) = flight.receive_keeping();
+                *kept = conn;
+                inputs
+            }
+            None => self.execute_keeping(batch, kept),
+        }
+    }
+
     /// Sends `batch` and returns one input per request, in request order.
     pub(crate) fn execute(&self, batch: &Batch) -> Vec<Input> {
         self.execute_keeping(batch, &mut None)
@@ -1129,62 +1153,6 @@ impl Flight {
         let keep = (!conn.broken).then_some(conn);
         (inputs, keep)
     }
-}
-
-/// Advances several machines side by side until each is done or asks to wait: in every
-/// round their sends go out together in one pipelined batch. Returns each machine's last step.
-///
-/// `kept`: on a Redis Cluster, the connection the caller keeps between calls (a renewal
-/// thread of one node keeps its own, so that another node's thread, breaking connection
-/// after connection on a frozen master, cannot drain the pool under it). Unused for a
-/// single server, where holding a connection would take one from a pool that may be small.
-pub(crate) fn run_together<P: Protocol>(
-    transport: &Transport,
-    machines: &mut [P],
-    kept: &mut Option<Pooled>,
-) -> Vec<Step<P::Output>> {
-    let mut last: Vec<Option<Step<P::Output>>> = machines.iter().map(|_| None).collect();
-    loop {
-        let now = Instant::now();
-        let mut requests = Vec::new();
-        let mut owners = Vec::new();
-        let mut deadline: Option<Instant> = None;
-        for (i, machine) in machines.iter_mut().enumerate() {
-            if last[i].is_some() {
-                continue;
-            }
-            match machine.poll(now) {
-                Step::Send(batch) => {
-                    deadline = Some(deadline.map_or(batch.deadline, |d| d.min(batch.deadline)));
-                    for r in batch.requests {
-                        owners.push(i);
-                        requests.push(r);
-                    }
-                }
-                other => last[i] = Some(other),
-            }
-        }
-        let Some(deadline) = deadline else { break };
-        let batch = Batch::new(requests, deadline);
-        let inputs = match kept.take() {
-            Some(conn) if transport.nodes.is_some() => {
-                let flight = transport.write(*conn, batch.requests, deadline, batch.server_wait);
-                let (inputs, conn) = flight.receive_keeping();
-                *kept = conn;
-                inputs
-            }
-            _ if transport.nodes.is_some() => transport.execute_keeping(&batch, kept),
-            _ => transport.execute(&batch),
-        };
-        for (i, input) in owners.into_iter().zip(inputs) {
-            if let Some(machine) = machines.get_mut(i) {
-                machine.handle(input, Instant::now());
-            }
-        }
-    }
-    last.into_iter()
-        .map(|s| s.unwrap_or(Step::Awaiting))
-        .collect()
 }
 
 /// [`adapter::to_reply`], noting an error reply for the diagnostics (a `NOPERM` warns).

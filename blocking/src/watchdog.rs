@@ -7,6 +7,14 @@
 //! for a single server, one per master of a Cluster that holds watched leases), each
 //! sending its node's batch pipelined and answering by the batch's deadline (never past
 //! the validities it renews): a frozen or slow node delays the renewals of no other node.
+//! A batch goes through the driver loop every primitive uses ([`crate::backend`]), so an
+//! extension's own retries (a connection not available at once, `NOSCRIPT`) run within
+//! that deadline.
+//!
+//! On a test clock (a client of an in-process server, feature `memory`) there are no
+//! threads: a registration runs a round at once, and each round sets a timer on the clock
+//! for the next, so renewals and losses happen as the test moves the clock, each at its
+//! own instant.
 //!
 //! If the watchdog thread ends for any reason (the client was dropped, or something inside
 //! it panicked), every lease it watched, and every lease registered afterwards, is reported
@@ -32,9 +40,10 @@ use crossbeam_channel::{
 };
 use redlease_core::lease::{Extend, Lease, ScriptOp};
 use redlease_core::renewal::{Due, RenewalEvent, RenewalPolicy, Renewals, WatchId};
-use redlease_core::{Error, LossReason, Step, TransportFailure};
+use redlease_core::{Error, LossReason, TransportFailure};
 
-use crate::transport::{Transport, run_together};
+use crate::backend::{Node, Route, Time, drive_set};
+use crate::transport::Pooled;
 
 /// The most extensions sent in one pipelined batch.
 const BATCH: usize = 512;
@@ -69,11 +78,17 @@ pub(crate) struct LeaseCell {
     renewal_done: Condvar,
     lost: OnceLock<LossReason>,
     signal: Sender<LossReason>,
+    /// The client's clock (a lease past its validity is lost by it).
+    time: Time,
 }
 
 impl LeaseCell {
     /// A cell and the receiver that fires (once) when the lease is lost.
-    pub(crate) fn new(name: &str, valid_until: Instant) -> (Arc<LeaseCell>, Receiver<LossReason>) {
+    pub(crate) fn new(
+        name: &str,
+        valid_until: Instant,
+        time: Time,
+    ) -> (Arc<LeaseCell>, Receiver<LossReason>) {
         let (signal, rx) = bounded(1);
         let cell = LeaseCell {
             name: name.to_owned(),
@@ -86,6 +101,7 @@ impl LeaseCell {
             renewal_done: Condvar::new(),
             lost: OnceLock::new(),
             signal,
+            time,
         };
         (Arc::new(cell), rx)
     }
@@ -112,7 +128,7 @@ impl LeaseCell {
         }
         let expired = {
             let state = self.state();
-            (state.phase != Phase::Released && Instant::now() >= state.valid_until).then_some(
+            (state.phase != Phase::Released && self.time.now() >= state.valid_until).then_some(
                 if state.final_stretch {
                     LossReason::MaxHoldReached
                 } else {
@@ -237,31 +253,50 @@ pub(crate) struct Watchdog {
     queue: Arc<Queue>,
     wake: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    /// On a test clock: no threads; the rounds run on the clock's timers.
+    #[cfg(feature = "memory")]
+    inline: Option<Arc<Inline>>,
 }
 
 impl Watchdog {
-    pub(crate) fn start(transport: Arc<Transport>, io_timeout: Duration) -> Result<Self, Error> {
+    pub(crate) fn start(node: Node, time: Time, io_timeout: Duration) -> Result<Self, Error> {
         let queue = Arc::new(Queue {
             pending: Mutex::new(Vec::new()),
             released: AtomicUsize::new(0),
             next_wakeup: AtomicU64::new(u64::MAX),
-            epoch: Instant::now(),
+            epoch: time.now(),
             next_id: AtomicU64::new(0),
             stopped: AtomicBool::new(false),
             live: AtomicUsize::new(0),
         });
+        #[cfg(feature = "memory")]
+        if let Some(clock) = time.memory().cloned() {
+            let scheduler = Scheduler::new(node, time, io_timeout, queue.clone(), true);
+            return Ok(Watchdog {
+                queue,
+                wake: None,
+                thread: None,
+                inline: Some(Arc::new(Inline {
+                    scheduler: Mutex::new(scheduler),
+                    clock,
+                    armed: Mutex::new(None),
+                })),
+            });
+        }
         let (wake, wakeups) = bounded(1);
         let thread = {
             let queue = queue.clone();
             std::thread::Builder::new()
                 .name("redlease-watchdog".into())
-                .spawn(move || run(transport, io_timeout, &queue, &wakeups))
+                .spawn(move || run(node, time, io_timeout, queue, &wakeups))
                 .map_err(|_| Error::Driver("could not spawn the watchdog thread"))?
         };
         Ok(Watchdog {
             queue,
             wake: Some(wake),
             thread: Some(thread),
+            #[cfg(feature = "memory")]
+            inline: None,
         })
     }
 
@@ -289,6 +324,11 @@ impl Watchdog {
         if self.queue.stopped.load(Ordering::SeqCst) {
             // The thread is gone (it sets the flag before failing what is queued).
             self.queue.fail_pending();
+            return;
+        }
+        #[cfg(feature = "memory")]
+        if let Some(inline) = &self.inline {
+            Inline::round(inline);
             return;
         }
         if self.queue.encode(Some(first)) < self.queue.next_wakeup.load(Ordering::SeqCst) {
@@ -407,9 +447,47 @@ fn give_back(outcomes: Vec<Outcome>) {
     }
 }
 
+/// Sends one batch of extensions through the driver loop (each extension's own retries
+/// run, within its deadline) and collects their outcomes.
+fn renew_batch(
+    node: &Node,
+    time: &Time,
+    items: Vec<Item>,
+    kept: &mut Option<Pooled>,
+) -> Vec<Outcome> {
+    let (meta, mut machines): (Vec<_>, Vec<_>) = items
+        .into_iter()
+        .map(|i| ((i.id, i.generation, i.cell), i.op))
+        .unzip();
+    let mut results: Vec<Option<Result<Instant, Error>>> = machines.iter().map(|_| None).collect();
+    let route = Route {
+        nodes: std::slice::from_ref(node),
+        time,
+        listening: None,
+        counters: None,
+        checked: false,
+        hold: true,
+    };
+    // Nothing that happens in one batch may end the thread (its leases would be left
+    // Renewing for ever): a panic counts as no reply.
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        drive_set(&route, &mut machines, &mut results, kept)
+    }));
+    meta.into_iter()
+        .zip(results)
+        .map(|((id, generation, cell), result)| Outcome {
+            id,
+            generation,
+            cell,
+            result: result.unwrap_or_else(|| not_answered("renewal not answered")),
+        })
+        .collect()
+}
+
 /// The renewal thread of one node.
 fn work(
-    transport: &Transport,
+    node: &Node,
+    time: &Time,
     jobs: &Receiver<Job>,
     done: &Sender<Vec<Outcome>>,
     stopping: &AtomicBool,
@@ -420,7 +498,7 @@ fn work(
         if items.is_empty() {
             // Only asked to learn the slot table (before the first renewals are due).
             if !stopping.load(Ordering::SeqCst) {
-                let _ = catch_unwind(AssertUnwindSafe(|| transport.refresh_nodes(&key)));
+                let _ = catch_unwind(AssertUnwindSafe(|| node.refresh_nodes(&key)));
             }
             continue;
         }
@@ -432,49 +510,25 @@ fn work(
             }
             continue;
         }
-        let (meta, mut machines): (Vec<_>, Vec<_>) = items
-            .into_iter()
-            .map(|i| ((i.id, i.generation, i.cell), i.op))
-            .unzip();
-        // Nothing that happens in one batch may end the thread (its leases would be left
-        // Renewing for ever): a panic counts as no reply.
-        let steps = catch_unwind(AssertUnwindSafe(|| {
-            run_together(transport, &mut machines, &mut kept)
-        }))
-        .unwrap_or_default();
-        let mut steps = steps.into_iter();
-        let outcomes = meta
-            .into_iter()
-            .map(|(id, generation, cell)| {
-                let result = match steps.next() {
-                    Some(Step::Done(result)) => result,
-                    // The machine wants to retry after a transport failure: the schedule
-                    // retries instead, so one unreachable node never stalls the others.
-                    _ => not_answered("renewal not answered"),
-                };
-                Outcome {
-                    id,
-                    generation,
-                    cell,
-                    result,
-                }
-            })
-            .collect();
+        let outcomes = renew_batch(node, time, items, &mut kept);
         if let Err(e) = done.send(outcomes) {
             give_back(e.into_inner());
             return;
         }
         // A Cluster client learns which master owns which slot (to batch by node).
-        let _ = catch_unwind(AssertUnwindSafe(|| transport.refresh_nodes(&key)));
+        let _ = catch_unwind(AssertUnwindSafe(|| node.refresh_nodes(&key)));
     }
 }
 
 /// The watchdog thread's state. However the thread ends, dropping this reports every lease
 /// it watched (and every one still queued) lost, then stops the renewal threads.
-struct Scheduler<'a> {
-    transport: Arc<Transport>,
+struct Scheduler {
+    node: Node,
+    time: Time,
     io_timeout: Duration,
-    queue: &'a Queue,
+    queue: Arc<Queue>,
+    /// Renewals run on the calling thread (a test clock's timer), not on renewal threads.
+    inline: bool,
     renewals: Renewals,
     cells: HashMap<WatchId, Watched>,
     workers: HashMap<String, Worker>,
@@ -485,7 +539,7 @@ struct Scheduler<'a> {
     table_asked: Option<Instant>,
 }
 
-impl Drop for Scheduler<'_> {
+impl Drop for Scheduler {
     fn drop(&mut self) {
         self.queue.stopped.store(true, Ordering::SeqCst);
         self.queue.fail_pending();
@@ -502,7 +556,7 @@ impl Drop for Scheduler<'_> {
     }
 }
 
-impl Scheduler<'_> {
+impl Scheduler {
     /// Reports every watched lease lost and forgets them all.
     fn fail_all(&mut self) {
         for (_, w) in self.cells.drain() {
@@ -515,18 +569,18 @@ impl Scheduler<'_> {
 
     fn admit(&mut self) {
         let registrations = std::mem::take(&mut *self.queue.pending());
-        let now = Instant::now();
+        let now = self.time.now();
         // A Cluster client learns its slot table before the first renewals are due, so
         // that they already go out in per-node batches.
         if let Some(r) = registrations.first()
-            && self.transport.nodes_stale()
+            && self.node.nodes_stale()
             && self
                 .table_asked
                 .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1))
         {
             self.table_asked = Some(now);
             let key = r.lease.target.keys.first().cloned().unwrap_or_default();
-            let node = self.transport.node_of(&key);
+            let node = self.node.node_of(&key);
             let _ = self.send_to(
                 node,
                 Job {
@@ -564,7 +618,7 @@ impl Scheduler<'_> {
 
     /// Hands out what is due, by node, and reports what the clock says is lost.
     fn dispatch(&mut self) {
-        let now = Instant::now();
+        let now = self.time.now();
         let deadline = redlease_core::backoff::saturating_add(now, self.io_timeout);
         let Due { renew, lost } = self.renewals.due(now, deadline, BATCH);
         for (id, reason) in lost {
@@ -578,7 +632,7 @@ impl Scheduler<'_> {
         for (id, op) in renew {
             match self.cells.get(&id) {
                 Some(w) if w.cell.lost.get().is_none() && w.cell.begin_renewal(w.generation) => {
-                    let node = self.transport.node_of(&w.key);
+                    let node = self.node.node_of(&w.key);
                     by_node.entry(node).or_default().push(Item {
                         id,
                         generation: w.generation,
@@ -595,6 +649,11 @@ impl Scheduler<'_> {
             }
         }
         for (node, items) in by_node {
+            if self.inline {
+                let outcomes = renew_batch(&self.node, &self.time, items, &mut None);
+                self.settle(outcomes);
+                continue;
+            }
             let key = items.first().map(|i| i.key.clone()).unwrap_or_default();
             if let Err(items) = self.send_to(node, Job { items, key }) {
                 let outcomes = failed(items, "no renewal thread");
@@ -608,8 +667,9 @@ impl Scheduler<'_> {
     fn send_to(&mut self, node: String, job: Job) -> Result<(), Vec<Item>> {
         if !self.workers.contains_key(&node) {
             let (jobs, queued) = unbounded();
-            let (transport, done, stopping) = (
-                self.transport.clone(),
+            let (backend, time, done, stopping) = (
+                self.node.clone(),
+                self.time.clone(),
                 self.done_tx.clone(),
                 self.stopping.clone(),
             );
@@ -618,7 +678,7 @@ impl Scheduler<'_> {
                 .name("redlease-renew".into())
                 .spawn(move || {
                     let _exiting = exiting;
-                    work(&transport, &queued, &done, &stopping);
+                    work(&backend, &time, &queued, &done, &stopping);
                 })
                 .map_err(|_| ())
                 .ok();
@@ -648,7 +708,7 @@ impl Scheduler<'_> {
 
     /// Takes the outcomes of a batch.
     fn settle(&mut self, outcomes: Vec<Outcome>) {
-        let now = Instant::now();
+        let now = self.time.now();
         for o in outcomes {
             let current = self
                 .cells
@@ -692,20 +752,74 @@ enum Woken {
     Stop,
 }
 
-fn run(transport: Arc<Transport>, io_timeout: Duration, queue: &Queue, wakeups: &Receiver<()>) {
-    let (done_tx, done_rx) = unbounded();
-    let mut s = Scheduler {
-        transport,
-        io_timeout,
-        queue,
-        renewals: Renewals::new(),
-        cells: HashMap::new(),
-        workers: HashMap::new(),
-        done_tx,
-        done_rx,
-        stopping: Arc::new(AtomicBool::new(false)),
-        table_asked: None,
-    };
+impl Scheduler {
+    fn new(node: Node, time: Time, io_timeout: Duration, queue: Arc<Queue>, inline: bool) -> Self {
+        let (done_tx, done_rx) = unbounded();
+        Scheduler {
+            node,
+            time,
+            io_timeout,
+            queue,
+            inline,
+            renewals: Renewals::new(),
+            cells: HashMap::new(),
+            workers: HashMap::new(),
+            done_tx,
+            done_rx,
+            stopping: Arc::new(AtomicBool::new(false)),
+            table_asked: None,
+        }
+    }
+}
+
+/// The watchdog of a client on a test clock: no threads. A registration runs a round at
+/// once; each round sets a timer on the clock for the next one, so renewals (and losses)
+/// happen as the clock moves, each at its own instant, on the thread that moves it.
+#[cfg(feature = "memory")]
+struct Inline {
+    scheduler: Mutex<Scheduler>,
+    clock: crate::memory::MemoryClock,
+    /// The earliest round a timer is set for.
+    armed: Mutex<Option<Instant>>,
+}
+
+#[cfg(feature = "memory")]
+impl Inline {
+    fn round(this: &Arc<Inline>) {
+        let next = this.clock.without_timers(|| {
+            let mut s = this.scheduler.lock().unwrap_or_else(|p| p.into_inner());
+            s.admit();
+            s.dispatch();
+            let next = s.renewals.next_wakeup();
+            s.queue
+                .next_wakeup
+                .store(s.queue.encode(next), Ordering::SeqCst);
+            next
+        });
+        let Some(next) = next else { return };
+        let mut armed = this.armed.lock().unwrap_or_else(|p| p.into_inner());
+        if armed.is_some_and(|a| a <= next && a > this.clock.instant()) {
+            return; // a timer fires by then anyway
+        }
+        *armed = Some(next);
+        drop(armed);
+        let weak = Arc::downgrade(this);
+        this.clock.at(next, move || {
+            if let Some(inline) = weak.upgrade() {
+                {
+                    let mut armed = inline.armed.lock().unwrap_or_else(|p| p.into_inner());
+                    if *armed == Some(next) {
+                        *armed = None;
+                    }
+                }
+                Inline::round(&inline);
+            }
+        });
+    }
+}
+
+fn run(node: Node, time: Time, io_timeout: Duration, queue: Arc<Queue>, wakeups: &Receiver<()>) {
+    let mut s = Scheduler::new(node, time, io_timeout, queue, false);
     loop {
         // Nothing that happens in one round may end the thread silently: a panic reports
         // every lease watched so far lost (its state may be torn), and the thread goes on.
@@ -719,7 +833,7 @@ fn run(transport: Arc<Transport>, io_timeout: Duration, queue: &Queue, wakeups: 
 }
 
 /// One round of the watchdog thread: admit, dispatch, wait. False when the client is gone.
-fn round(s: &mut Scheduler<'_>, wakeups: &Receiver<()>) -> bool {
+fn round(s: &mut Scheduler, wakeups: &Receiver<()>) -> bool {
     #[cfg(test)]
     tests::maybe_panic();
     s.admit();
@@ -800,17 +914,17 @@ mod tests {
         let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
         let source = Arc::new(crate::transport::Source::Direct(client));
         let ms = Duration::from_millis(100);
-        let transport = Arc::new(Transport::with_settings(
+        let transport = Arc::new(crate::transport::Transport::with_settings(
             source,
             &crate::transport::PoolSettings::sized(1),
             ms,
             ms,
             true,
         ));
-        let watchdog = Watchdog::start(transport, ms).unwrap();
+        let watchdog = Watchdog::start(Node::Redis(transport), Time::Real, ms).unwrap();
         let policy = RenewalPolicy::for_ttl(Duration::from_secs(30));
 
-        let (a, _a_rx) = LeaseCell::new("a", Instant::now() + Duration::from_secs(29));
+        let (a, _a_rx) = LeaseCell::new("a", Instant::now() + Duration::from_secs(29), Time::Real);
         watchdog.watch(lease("a", Duration::from_secs(30)), policy, a.clone());
         // The thread admits `a`, then sleeps until its first renewal (10 s away).
         let start = Instant::now();
@@ -832,7 +946,7 @@ mod tests {
         // unreachable, so it is reported lost at its validity, not before).
         let ttl = Duration::from_millis(300);
         let b_lease = lease("b", ttl);
-        let (b, _b_rx) = LeaseCell::new("b", b_lease.valid_until);
+        let (b, _b_rx) = LeaseCell::new("b", b_lease.valid_until, Time::Real);
         let b_valid = b_lease.valid_until;
         watchdog.watch(b_lease, RenewalPolicy::for_ttl(ttl), b.clone());
         assert_eq!(

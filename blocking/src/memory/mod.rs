@@ -3,7 +3,30 @@
 //! [`MemoryClock`] the test advances, with faults a test can inject. Behind the cargo feature
 //! `memory` (off by default; meant for dev-dependencies).
 //!
-//! It speaks the core's own types: a [`Command`] in, a [`Reply`] out (or a
+//! [`MemoryServer::client`] (or [`Client::in_memory`](crate::Client::in_memory)) is a
+//! [`Client`](crate::Client) of it: the whole blocking API with no socket, every timer of
+//! the client (ttls, waits, backoff, the watchdog's renewals) on the server's
+//! [`MemoryClock`] (see [`clock`] for how time moves), release messages through the
+//! server's own subscribers. Several clients of one server play several processes;
+//! [`RedLock::in_memory`](crate::RedLock::in_memory) runs RedLock over several servers.
+//!
+//! ```
+//! use std::time::Duration;
+//! use redlease::memory::MemoryServer;
+//!
+//! # fn main() -> Result<(), redlease::Error> {
+//! let server = MemoryServer::new();
+//! let (a, b) = (server.client(), server.client());
+//! let held = a.lock("report").ttl(Duration::from_secs(30)).acquire()?;
+//! // b waits 10 s of the server's clock, then gives up (in microseconds of real time).
+//! assert!(b.lock("report").wait(Duration::from_secs(10)).acquire().is_err());
+//! // a's watchdog renewed the lease meanwhile; an hour later it still holds.
+//! server.clock().advance(Duration::from_secs(3600));
+//! assert!(!held.is_lost());
+//! # Ok(()) }
+//! ```
+//!
+//! The server speaks the core's own types: a [`Command`] in, a [`Reply`] out (or a
 //! [`MemoryFault`] that a driver maps to a [`TransportFailure`]). Its behaviour is checked
 //! against a real redis-server by the differential test `tests/memory_diff.rs`.
 //!
@@ -27,7 +50,7 @@
 //! assert_eq!(server.call(&["GET", "k"]).unwrap(), Reply::Nil);
 //! ```
 
-mod clock;
+pub mod clock;
 mod commands;
 mod keyspace;
 mod lua;
@@ -137,6 +160,8 @@ pub(crate) struct State {
 pub(crate) struct Shared {
     state: Mutex<State>,
     clock: MemoryClock,
+    /// Clients made so far (each seeds its randomness with its number).
+    clients: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -187,8 +212,22 @@ impl MemoryServer {
                     losses: VecDeque::new(),
                 }),
                 clock,
+                clients: std::sync::atomic::AtomicU64::new(0),
             }),
         }
+    }
+
+    /// The number of the next client of this server (1, 2, ...).
+    pub(crate) fn next_client(&self) -> u64 {
+        self.shared
+            .clients
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1
+    }
+
+    /// Whether two handles are the same server.
+    pub fn same_server(&self, other: &MemoryServer) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     /// The server's clock (a clone: advancing it advances the server).
@@ -232,6 +271,16 @@ impl MemoryServer {
             command = command.arg(a);
         }
         self.execute(&command)
+    }
+
+    /// A client of this server with default settings: the whole blocking API (every lock,
+    /// RedLock through [`RedLock::in_memory`](crate::RedLock::in_memory), the semaphore, the
+    /// queue, `run_once`, the watchdog), no socket, every timer on this server's
+    /// [`clock`](Self::clock). Call it again for another client (another process, as far as
+    /// the locks can tell). For other settings (key prefix, timeouts):
+    /// [`ClientBuilder::build_in_memory`](crate::ClientBuilder::build_in_memory).
+    pub fn client(&self) -> crate::Client {
+        crate::Client::in_memory(self)
     }
 
     /// A new subscriber connection.

@@ -6,6 +6,7 @@
 //!             │ take: lease for `visibility` (renewed by the watchdog while held)
 //!             ▼
 //!           in flight (zset: lease expiry) ──ack──► forgotten
+//!             │  ack_and_take: the ack, and the next ready job leased, in one call
 //!             │  nack ──► delayed (backoff) or ready      │ lease ran out ──► ready again
 //!             └── after max deliveries (nack or lease ran out) ──► dead (list) ──requeue──► ready
 //! ```
@@ -16,8 +17,18 @@
 //! due time or lease expiry, or until a push wakes it; there is no polling interval. Its
 //! "fence" is the delivery number of the job (1 on first delivery), which a worker can pass
 //! to the systems it writes to, so that a redelivered job's writes win over a stale worker's.
+//!
+//! What a take yields is named: [`TakeJob`] gives [`Take::Taken`] (a [`TakenJob`]: id,
+//! payload, delivery, lease) or [`Take::Empty`] (with the time until the next job is due). A
+//! busy worker acks and is handed the next job in one round trip ([`AckAndTake`]), as safely
+//! as an ack followed by a take.
 
+mod ack_take;
 pub mod scripts;
+mod take;
+
+pub use ack_take::{AckAndTake, AckedAndTaken, ack_and_take, ack_and_take_call};
+pub use take::{Take, TakeJob, TakenJob};
 
 use std::time::{Duration, Instant};
 
@@ -78,6 +89,25 @@ impl QueueKeys {
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
         })
+    }
+
+    /// The keys of the combined ack and take, in its script's order.
+    fn ack_take_keys(&self) -> [&str; 13] {
+        [
+            &self.ready,
+            &self.delayed,
+            &self.payloads,
+            &self.priorities,
+            &self.seq,
+            &self.inflight,
+            &self.leases,
+            &self.deliveries,
+            &self.dead,
+            &self.holders,
+            &self.bases,
+            &self.settled,
+            &self.undone,
+        ]
     }
 
     fn target(&self) -> Target {

@@ -66,8 +66,15 @@ pub static UNTAKE: Script = script!(
 /// `lua/forget.lua`
 pub static FORGET: Script = script!("queue_forget", [], include_str!("lua/forget.lua"));
 
+/// `lua/ack_take.lua`
+pub static ACK_TAKE: Script = script!(
+    "queue_ack_take",
+    [NOW_MS, READY],
+    include_str!("lua/ack_take.lua")
+);
+
 /// Every queue script.
-pub static ALL: [&Script; 11] = [
+pub static ALL: [&Script; 12] = [
     &PUSH,
     &DEQUEUE,
     &ACK,
@@ -79,6 +86,7 @@ pub static ALL: [&Script; 11] = [
     &REQUEUE,
     &UNTAKE,
     &FORGET,
+    &ACK_TAKE,
 ];
 
 #[cfg(test)]

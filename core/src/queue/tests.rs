@@ -3,14 +3,14 @@
 use std::time::{Duration, Instant};
 
 use super::scripts::{
-    ACK, DEAD, DEQUEUE, JOB_EXTEND, JOB_INSPECT, NACK, PUSH, REQUEUE, STATS, UNTAKE,
+    ACK, ACK_TAKE, DEAD, DEQUEUE, JOB_EXTEND, JOB_INSPECT, NACK, PUSH, REQUEUE, STATS, UNTAKE,
 };
 use super::*;
 use crate::command::Request;
 use crate::error::LossReason;
 use crate::lease::{Acquire, AcquireOptions, Acquisition, Lease, LeaseState};
 use crate::protocol::{Protocol, Step};
-use crate::reply::TransportFailure;
+use crate::reply::{Response, TransportFailure};
 use crate::testing::{Scenario, err, ints, origin};
 
 const READY: &str = "redlease:{jobs}:q:ready";
@@ -1106,4 +1106,366 @@ fn forgetting_a_dead_job_with_an_empty_id_is_refused_and_only_none_purges() {
     let r = all.answer(Reply::Int(3));
     assert_eq!(args(&r)[args(&r).len() - 2..], strs(&["", "all"]));
     assert_eq!(all.expect_done(), Ok(3));
+}
+
+// ---------------------------------------------------------------------------------------
+// Named take outcomes
+
+fn take_job(wait: Option<Duration>) -> Scenario<TakeJob> {
+    let now = origin();
+    let machine = TakeJob::new(&keys(), token(), &settings(), &take_opts(wait), 5, now).unwrap();
+    Scenario::new(machine, now)
+}
+
+fn taken_job(s: &mut Scenario<TakeJob>) -> TakenJob {
+    match s.expect_done() {
+        Ok(Take::Taken(job)) => *job,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_take_names_the_job_its_payload_and_its_delivery() {
+    let mut s = take_job(None);
+    let start = s.now;
+    let r = s.answer(job_reply(3, b"job-1", b"\x00payload\xff"));
+    assert_eq!(args(&r)[..2], strs(&["EVALSHA", DEQUEUE.sha1]));
+    let job = taken_job(&mut s);
+    assert_eq!(job.id, "job-1");
+    assert_eq!(job.payload, b"\x00payload\xff");
+    assert_eq!(job.delivery, 3);
+    // The lease is the job's visibility timeout; its data moved into the named fields.
+    assert_eq!(job.lease.fence, 3);
+    assert_eq!(job.lease.token, token());
+    assert!(job.lease.data.is_empty());
+    assert_eq!(
+        job.lease.valid_until,
+        start + Duration::from_millis(1500 - 15 - 2)
+    );
+    assert_eq!(s.expect_done(), Err(Error::Finished));
+}
+
+#[test]
+fn an_empty_take_says_when_the_next_job_is_due() {
+    let mut s = take_job(None);
+    s.answer(ints(&[0, 40]));
+    assert_eq!(
+        s.expect_done(),
+        Ok(Take::Empty {
+            next_due_in: Some(Duration::from_millis(40))
+        })
+    );
+    let mut s = take_job(None);
+    s.answer(ints(&[0, -2]));
+    assert_eq!(s.expect_done(), Ok(Take::Empty { next_due_in: None }));
+}
+
+#[test]
+fn a_waiting_take_sleeps_until_the_due_time_woken_by_a_push() {
+    let mut s = take_job(Some(Duration::from_secs(5)));
+    s.answer(ints(&[0, 40]));
+    let w = s.expect_wait();
+    assert!(w.until <= s.now + Duration::from_millis(40), "{w:?}");
+    assert_eq!(w.wake_on, Some(WakeOn::any(CHANNEL)));
+    s.machine.wake(s.now);
+    s.answer(job_reply(1, b"j", b"p"));
+    assert_eq!(taken_job(&mut s).id, "j");
+}
+
+#[test]
+fn a_job_id_that_is_not_utf8_is_an_unexpected_reply() {
+    let mut s = take_job(None);
+    s.answer(job_reply(1, b"\xff\xfe", b"p"));
+    assert!(is_unexpected(&s.expect_done()));
+}
+
+#[test]
+fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
+    let mut s = take_job(None);
+    s.answer(job_reply(2, b"job-9", b"p"));
+    let job = taken_job(&mut s);
+    let now = s.now;
+    let mut ack = Scenario::new(job.ack(&keys(), deadline(now)), now);
+    let r = ack.answer(Reply::Int(1));
+    let a = args(&r);
+    assert_eq!(a[..3], strs(&["EVALSHA", ACK.sha1, "8"]));
+    assert_eq!(a[11..13], strs(&["job-9", &tok()]));
+    assert_eq!(ack.expect_done(), Ok(()));
+
+    let mut nack = Scenario::new(
+        job.nack(&keys(), Duration::from_secs(2), 4, "boom", deadline(now)),
+        now,
+    );
+    let r = nack.answer(Reply::Int(2));
+    let a = args(&r);
+    assert_eq!(a[..2], strs(&["EVALSHA", NACK.sha1]));
+    assert_eq!(a[15..19], strs(&["job-9", &tok(), "2000", "4"]));
+    assert_eq!(a.last().map(String::as_str), Some("boom"));
+    assert_eq!(nack.expect_done(), Ok(Nacked::Dead));
+
+    // Giving back is a nack now: no backoff, no reason.
+    let mut back = Scenario::new(job.give_back(deadline(now)), now);
+    let r = back.answer(Reply::Int(1));
+    let a = args(&r);
+    assert_eq!(a[..2], strs(&["EVALSHA", NACK.sha1]));
+    assert_eq!(a[15..18], strs(&["job-9", &tok(), "0"]));
+    assert_eq!(back.expect_done(), Ok(()));
+
+    let mut extend = Scenario::new(
+        job.extend(Duration::from_secs(3), deadline(now)).unwrap(),
+        now,
+    );
+    let r = extend.answer(Reply::Int(1));
+    assert_eq!(
+        args(&r)[..],
+        strs(&[
+            "EVALSHA",
+            JOB_EXTEND.sha1,
+            "2",
+            INFLIGHT,
+            LEASES,
+            "job-9",
+            &tok(),
+            "3000"
+        ])
+    );
+    assert!(extend.expect_done().is_ok());
+}
+
+// ---------------------------------------------------------------------------------------
+// Ack and take in one round trip
+
+const NEXT: [u8; 16] = [9; 16];
+
+fn next_tok() -> String {
+    Token::from_random(NEXT).as_str().to_owned()
+}
+
+/// A job taken at `origin()` (delivery 1), and the combined call acking it.
+fn acking_and_taking() -> (TakenJob, Scenario<AckAndTake>) {
+    let mut s = take_job(None);
+    s.answer(job_reply(1, b"done-1", b"p"));
+    let job = taken_job(&mut s);
+    let now = s.now;
+    let op = job
+        .ack_and_take(
+            &keys(),
+            Token::from_random(NEXT),
+            &settings(),
+            deadline(now),
+        )
+        .unwrap();
+    (job, Scenario::new(op, now))
+}
+
+fn acked_and(ack: i64, rest: Vec<Reply>) -> Reply {
+    let mut items = vec![Reply::Int(ack)];
+    items.extend(rest);
+    Reply::Array(items)
+}
+
+fn handed(delivery: i64, id: &[u8], payload: &[u8]) -> Vec<Reply> {
+    vec![Reply::Int(1), Reply::Int(delivery), bulk(id), bulk(payload)]
+}
+
+#[test]
+fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
+    let (_, mut s) = acking_and_taking();
+    let sent_at = s.now;
+    let r = s.answer(acked_and(1, handed(2, b"next-1", b"np")));
+    let a = args(&r);
+    assert_eq!(a[..3], strs(&["EVALSHA", ACK_TAKE.sha1, "13"]));
+    assert_eq!(
+        a[3..16],
+        strs(&[
+            READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, INFLIGHT, LEASES, DELIVERIES, DEAD_LIST,
+            HOLDERS, BASES, SETTLED, UNDONE
+        ])
+    );
+    assert_eq!(
+        a[16..],
+        strs(&["done-1", &tok(), "60000", &next_tok(), "1500", "4"])
+    );
+    let out = s.expect_done().unwrap();
+    assert_eq!(out.ack, Ok(()));
+    let Take::Taken(next) = out.next else {
+        panic!("{:?}", out.next)
+    };
+    assert_eq!(
+        (next.id.as_str(), &next.payload[..]),
+        ("next-1", &b"np"[..])
+    );
+    assert_eq!(next.delivery, 2);
+    // Its lease is the next token's, counted from the send, with the job's own calls.
+    assert_eq!(next.lease.token.as_str(), next_tok());
+    assert_eq!(next.lease.fence, 2);
+    assert_eq!(
+        next.lease.valid_until,
+        sent_at + Duration::from_millis(1500 - 15 - 2)
+    );
+    assert_eq!(next.lease.name(), "queue jobs job next-1");
+    let mut ack = Scenario::new(next.ack(&keys(), deadline(s.now)), s.now);
+    let r = ack.answer(Reply::Int(1));
+    assert_eq!(args(&r)[11..13], strs(&["next-1", &next_tok()]));
+    assert_eq!(s.sent.len(), 1);
+    assert_eq!(s.expect_done(), Err(Error::Finished));
+}
+
+#[test]
+fn ack_and_take_on_an_empty_queue_says_when_the_next_job_is_due() {
+    let (_, mut s) = acking_and_taking();
+    s.answer(acked_and(1, vec![Reply::Int(0), Reply::Int(250)]));
+    let out = s.expect_done().unwrap();
+    assert_eq!(out.ack, Ok(()));
+    assert_eq!(
+        out.next,
+        Take::Empty {
+            next_due_in: Some(Duration::from_millis(250))
+        }
+    );
+    let (_, mut s) = acking_and_taking();
+    s.answer(acked_and(1, vec![Reply::Int(0), Reply::Int(-2)]));
+    assert_eq!(
+        s.expect_done().unwrap().next,
+        Take::Empty { next_due_in: None }
+    );
+}
+
+#[test]
+fn a_refused_ack_still_hands_over_the_next_job() {
+    for (code, reason) in [(0, LossReason::Expired), (-1, LossReason::Taken)] {
+        let (_, mut s) = acking_and_taking();
+        s.answer(acked_and(code, handed(1, b"n", b"")));
+        let out = s.expect_done().unwrap();
+        assert_eq!(
+            out.ack,
+            Err(Error::NotOwner {
+                name: "queue jobs job done-1".into(),
+                reason
+            })
+        );
+        assert!(matches!(out.next, Take::Taken(_)), "{:?}", out.next);
+    }
+}
+
+#[test]
+fn a_lost_reply_of_ack_and_take_is_answered_by_the_same_call_again() {
+    let (_, mut s) = acking_and_taking();
+    let first = s.fail(TransportFailure::no_reply("timed out"));
+    s.sleep_through();
+    // The same call, same tokens: the script finds its settled ack and the job it leased.
+    let again = s.answer(acked_and(1, handed(1, b"next-1", b"np")));
+    assert_eq!(args(&again), args(&first));
+    let out = s.expect_done().unwrap();
+    assert_eq!(out.ack, Ok(()));
+    assert!(matches!(&out.next, Take::Taken(j) if j.id == "next-1"));
+    assert_eq!(s.sent.len(), 2);
+}
+
+#[test]
+fn giving_up_after_lost_replies_gives_back_what_the_next_token_may_hold() {
+    let (_, mut s) = acking_and_taking();
+    let mut calls = 0;
+    loop {
+        match s.machine.poll(s.now) {
+            Step::Send(batch) => {
+                let r = &batch.requests[0];
+                s.sent.push(r.clone());
+                let failure = TransportFailure::no_reply("timed out");
+                if args(r)[1] == UNTAKE.sha1 {
+                    s.machine
+                        .handle(Response::reply(r.id, Reply::Int(1)), s.now);
+                } else {
+                    calls += 1;
+                    s.machine.handle(Response::failed(r.id, failure), s.now);
+                }
+            }
+            Step::Wait(w) => s.now = w.until,
+            Step::Done(out) => {
+                assert!(matches!(out, Err(Error::Unavailable { .. })), "{out:?}");
+                break;
+            }
+            #[allow(unreachable_patterns)]
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(calls >= 2, "{calls}");
+    let untake = s.sent.last().unwrap();
+    assert_eq!(args(untake)[..3], strs(&["EVALSHA", UNTAKE.sha1, "8"]));
+    assert_eq!(args(untake)[11], next_tok());
+    assert_eq!(s.expect_done(), Err(Error::Finished));
+}
+
+#[test]
+fn an_ack_and_take_never_sent_or_refused_by_redis_undoes_nothing() {
+    let (_, mut s) = acking_and_taking();
+    loop {
+        match s.machine.poll(s.now) {
+            Step::Send(batch) => {
+                let r = &batch.requests[0];
+                assert_eq!(
+                    args(r)[1],
+                    ACK_TAKE.sha1,
+                    "no untake after not-sent failures"
+                );
+                let failure = TransportFailure::not_sent("refused");
+                s.machine.handle(Response::failed(r.id, failure), s.now);
+            }
+            Step::Wait(w) => s.now = w.until,
+            Step::Done(out) => {
+                assert!(matches!(out, Err(Error::Unavailable { .. })), "{out:?}");
+                break;
+            }
+            #[allow(unreachable_patterns)]
+            other => panic!("{other:?}"),
+        }
+    }
+    let (_, mut s) = acking_and_taking();
+    s.answer(err(
+        "WRONGTYPE",
+        "Operation against a key holding the wrong kind of value",
+    ));
+    assert!(matches!(s.expect_done(), Err(Error::WrongType { .. })));
+    assert_eq!(s.sent.len(), 1);
+}
+
+#[test]
+fn a_reply_not_understood_gives_back_what_the_next_token_may_hold() {
+    for bad in [
+        ints(&[1]),
+        ints(&[1, 1, 2]),
+        acked_and(7, handed(1, b"n", b"")),
+        acked_and(1, handed(0, b"n", b"")),
+        acked_and(
+            1,
+            vec![Reply::Int(1), Reply::Int(1), bulk(b"\xff"), bulk(b"")],
+        ),
+    ] {
+        let (_, mut s) = acking_and_taking();
+        s.answer(bad.clone());
+        let untake = s.answer(Reply::Int(1));
+        assert_eq!(args(&untake)[1], UNTAKE.sha1, "{bad:?}");
+        assert!(is_unexpected(&s.expect_done()), "{bad:?}");
+    }
+}
+
+#[test]
+fn a_next_job_handed_over_after_its_validity_is_given_back() {
+    let (_, mut s) = acking_and_taking();
+    let r = s.expect_send();
+    s.now += Duration::from_millis(1500);
+    s.machine.handle(
+        Response::reply(r.id, acked_and(1, handed(1, b"n", b""))),
+        s.now,
+    );
+    let untake = s.answer(Reply::Int(1));
+    assert_eq!(args(&untake)[1], UNTAKE.sha1);
+    let out = s.expect_done().unwrap();
+    assert_eq!(out.ack, Ok(()));
+    assert_eq!(
+        out.next,
+        Take::Empty {
+            next_due_in: Some(Duration::ZERO)
+        }
+    );
 }

@@ -3,24 +3,27 @@
 -- ARGV: 1 delay ms, 2 priority (0..255, higher first), 3 channel, then pairs of (id, payload).
 -- Returns a flat list of (1 pushed | 0 duplicate, id) per job. A job id that is queued,
 -- delayed, running or dead is a duplicate: nothing is written for it.
--- Read every key once before writing any: a key of the wrong type fails the call before
--- anything is written (Redis does not roll back a failed script's writes).
+-- Read every key that may be written before writing any: a key of the wrong type fails the
+-- call before anything is written (Redis does not roll back a failed script's writes). The
+-- priority of a job is stored only when it is not the default 0 (a missing one reads as 0).
+local now = now_ms()
+local delay, priority = tonumber(ARGV[1]), tonumber(ARGV[2])
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
 redis.call('ZCARD', KEYS[1])
-redis.call('ZCARD', KEYS[2])
 redis.call('HLEN', KEYS[3])
-redis.call('HLEN', KEYS[4])
+if priority > 0 or #due > 0 then
+  redis.call('HLEN', KEYS[4])
+end
 local bad = bad_sequence(KEYS[5])
 if bad then
   return bad
 end
-local now = now_ms()
-local delay, priority = tonumber(ARGV[1]), tonumber(ARGV[2])
 -- Delayed jobs already due go to ready first, so they keep their place before the jobs
 -- pushed now.
-for _, due in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)) do
-  redis.call('ZREM', KEYS[2], due)
-  local p = tonumber(redis.call('HGET', KEYS[4], due)) or 0
-  redis.call('ZADD', KEYS[1], ready_score(p, KEYS[5]), due)
+for _, id in ipairs(due) do
+  redis.call('ZREM', KEYS[2], id)
+  local p = tonumber(redis.call('HGET', KEYS[4], id)) or 0
+  redis.call('ZADD', KEYS[1], ready_score(p, KEYS[5]), id)
 end
 local out, ready, delayed = {}, 0, 0
 for i = 4, #ARGV, 2 do
@@ -28,7 +31,9 @@ for i = 4, #ARGV, 2 do
   if redis.call('HSETNX', KEYS[3], id, ARGV[i + 1]) == 0 then
     out[#out + 1] = 0
   else
-    redis.call('HSET', KEYS[4], id, priority)
+    if priority > 0 then
+      redis.call('HSET', KEYS[4], id, priority)
+    end
     if delay > 0 then
       redis.call('ZADD', KEYS[2], now + delay, id)
       delayed = delayed + 1

@@ -1,0 +1,643 @@
+//! The backend seam and the one driver loop.
+//!
+//! Every primitive, RedLock and the watchdog run core machines through [`drive`] /
+//! [`drive_set`]: poll the machines, send their batch (fanned out by node), feed the replies
+//! back, wait when they ask to. What a batch is sent to is a [`Node`]: the pooled Redis
+//! connections of a [`Transport`], or (feature `memory`) an in-process
+//! [`MemoryServer`](crate::memory::MemoryServer). Time comes through the same seam
+//! ([`Time`]): the real clock, or the [`MemoryClock`](crate::memory::MemoryClock) a test
+//! moves, so the whole blocking API runs on the test's clock.
+
+use std::sync::Arc;
+#[cfg(feature = "memory")]
+use std::time::Duration;
+use std::time::Instant;
+
+use redlease_core::{Batch, Error, Input, Protocol, Request, Step, TransportFailure, Wait};
+
+use crate::client::Listening;
+use crate::listener::Waiter;
+use crate::status::Counters;
+use crate::transport::{Pooled, Transport};
+
+/// Where a batch's commands go.
+#[derive(Clone)]
+pub(crate) enum Node {
+    /// A Redis deployment behind a connection pool.
+    Redis(Arc<Transport>),
+    /// An in-process server (its replies lost to a fault cost the io timeout, as a silent
+    /// connection does).
+    #[cfg(feature = "memory")]
+    Memory {
+        server: crate::memory::MemoryServer,
+        io_timeout: Duration,
+    },
+}
+
+impl Node {
+    /// Names the node (of a Cluster) that holds `key`, to group renewals by node; empty for
+    /// one server.
+    pub(crate) fn node_of(&self, key: &str) -> String {
+        match self {
+            Node::Redis(t) => t.node_of(key),
+            #[cfg(feature = "memory")]
+            Node::Memory { .. } => String::new(),
+        }
+    }
+
+    /// Whether this is a Cluster client whose slot table is missing or old.
+    pub(crate) fn nodes_stale(&self) -> bool {
+        match self {
+            Node::Redis(t) => t.nodes_stale(),
+            #[cfg(feature = "memory")]
+            Node::Memory { .. } => false,
+        }
+    }
+
+    /// On a Cluster, learns the slot table from the master owning `key`.
+    pub(crate) fn refresh_nodes(&self, key: &str) {
+        match self {
+            Node::Redis(t) => t.refresh_nodes(key),
+            #[cfg(feature = "memory")]
+            Node::Memory { .. } => {}
+        }
+    }
+}
+
+/// Where a client's randomness (tokens, retry jitter seeds, job ids) comes from.
+pub(crate) enum Entropy {
+    /// The operating system.
+    Os,
+    /// A generator seeded by the in-process server: the same test draws the same tokens and
+    /// the same jitter every run.
+    #[cfg(feature = "memory")]
+    Seeded(std::sync::Mutex<u64>),
+}
+
+impl Entropy {
+    /// `N` random bytes.
+    #[inline]
+    pub(crate) fn bytes<const N: usize>(&self) -> Result<[u8; N], Error> {
+        match self {
+            Entropy::Os => crate::client::random_bytes::<N>(),
+            #[cfg(feature = "memory")]
+            Entropy::Seeded(state) => {
+                let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut out = [0u8; N];
+                for chunk in out.chunks_mut(8) {
+                    // splitmix64
+                    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                    let mut z = *state;
+                    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                    z ^= z >> 31;
+                    chunk.copy_from_slice(&z.to_le_bytes()[..chunk.len()]);
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// The clock a driver reads and sleeps on.
+#[derive(Clone, Debug)]
+pub(crate) enum Time {
+    /// Real time.
+    Real,
+    /// A test's clock (never real time).
+    #[cfg(feature = "memory")]
+    Memory(crate::memory::MemoryClock),
+}
+
+thread_local! {
+    /// Set on a thread whose waits on a test clock must end when it is set (a queue worker
+    /// being stopped).
+    static CANCEL: std::cell::RefCell<Option<Arc<std::sync::atomic::AtomicBool>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Marks this thread's waits on a test clock as ended by `flag` (a worker pool's stop).
+#[cfg(feature = "memory")]
+pub(crate) fn cancel_waits_on(flag: Arc<std::sync::atomic::AtomicBool>) {
+    CANCEL.with(|c| *c.borrow_mut() = Some(flag));
+}
+
+/// The error a wait ended by [`cancel_waits_on`] gives.
+const CANCELLED: Error = Error::Driver("the wait was cancelled: the worker pool is stopping");
+
+impl Time {
+    /// Now, on this clock.
+    #[inline]
+    pub(crate) fn now(&self) -> Instant {
+        match self {
+            Time::Real => Instant::now(),
+            #[cfg(feature = "memory")]
+            Time::Memory(clock) => clock.instant(),
+        }
+    }
+
+    /// Sleeps until `until` on this clock. False if the wait was cancelled.
+    pub(crate) fn sleep_until(&self, until: Instant) -> bool {
+        match self {
+            Time::Real => {
+                let left = until.saturating_duration_since(Instant::now());
+                if !left.is_zero() {
+                    std::thread::sleep(left);
+                }
+                true
+            }
+            #[cfg(feature = "memory")]
+            Time::Memory(clock) => CANCEL.with(|c| {
+                let cancel = c.borrow();
+                clock.wait_until(until, None, cancel.as_deref())
+                    != crate::memory::clock::Woke::Cancelled
+            }),
+        }
+    }
+
+    /// The test clock, if this is one.
+    #[cfg(feature = "memory")]
+    pub(crate) fn memory(&self) -> Option<&crate::memory::MemoryClock> {
+        match self {
+            Time::Memory(clock) => Some(clock),
+            Time::Real => None,
+        }
+    }
+}
+
+/// Where and how a driver runs its machines.
+pub(crate) struct Route<'a> {
+    /// The nodes: one for a client, N for RedLock (a command names its node by index).
+    pub(crate) nodes: &'a [Node],
+    pub(crate) time: &'a Time,
+    /// The client's pub/sub listener (Redis), for waits that name a channel.
+    pub(crate) listening: Option<Listening<'a>>,
+    /// Counts waiting threads, for `Client::status`.
+    pub(crate) counters: Option<&'a Counters>,
+    /// End at once with [`Error::Configuration`] when Redis refuses the client's
+    /// configuration.
+    pub(crate) checked: bool,
+    /// Keep the last connection across waits and give it back to the caller (a renewal
+    /// thread's own connection on a Cluster).
+    pub(crate) hold: bool,
+}
+
+impl<'a> Route<'a> {
+    /// A route to `nodes` on `time`, checked, without a listener.
+    pub(crate) fn new(nodes: &'a [Node], time: &'a Time) -> Self {
+        Route {
+            nodes,
+            time,
+            listening: None,
+            counters: None,
+            checked: true,
+            hold: false,
+        }
+    }
+}
+
+/// Runs one machine to its end: the driver loop of every primitive.
+pub(crate) fn drive<P: Protocol>(route: &Route<'_>, mut machine: P) -> Result<P::Output, Error> {
+    let mut out = [None];
+    drive_set(
+        route,
+        std::slice::from_mut(&mut machine),
+        &mut out,
+        &mut None,
+    );
+    let [out] = out;
+    out.unwrap_or(Err(Error::Driver("the machine never finished")))
+}
+
+/// The sends of one round: one machine's batch as it is, or several merged (with the
+/// machine owning each request, in order).
+enum Sends {
+    One(usize, Batch),
+    Many(Vec<usize>, Batch),
+}
+
+impl Sends {
+    fn add(sends: Option<Sends>, i: usize, batch: Batch) -> Sends {
+        let (mut owners, mut all) = match sends {
+            None => return Sends::One(i, batch),
+            Some(Sends::One(j, first)) => (vec![j; first.requests.len()], first),
+            Some(Sends::Many(owners, all)) => (owners, all),
+        };
+        owners.extend(std::iter::repeat_n(i, batch.requests.len()));
+        all.deadline = all.deadline.min(batch.deadline);
+        all.server_wait = all.server_wait.max(batch.server_wait);
+        all.same_connection |= batch.same_connection;
+        all.requests.extend(batch.requests);
+        Sends::Many(owners, all)
+    }
+}
+
+/// What wakes a lone waiting machine, kept across its waits.
+#[derive(Default)]
+struct Waiting {
+    /// Registered with the client's listener (Redis).
+    waiter: Option<Waiter>,
+    /// Subscribed to the in-process server, with the channel.
+    #[cfg(feature = "memory")]
+    subscriber: Option<(String, crate::memory::Subscriber)>,
+}
+
+/// How a wait ended.
+enum Waited {
+    Deadline,
+    Woken,
+    Cancelled,
+}
+
+/// Runs `machines` side by side until each is done, writing each one's result to `out`
+/// (slots already `Some` are skipped). In every round their sends go out together, in one
+/// batch fanned out by node; when none has anything to send, the driver waits for the
+/// earliest of their deadlines (a lone machine waiting on a channel is woken early by a
+/// message on it). `kept`: the connection kept between calls when the route holds one.
+pub(crate) fn drive_set<P: Protocol>(
+    route: &Route<'_>,
+    machines: &mut [P],
+    out: &mut [Option<Result<P::Output, Error>>],
+    kept: &mut Option<Pooled>,
+) {
+    let mut wakeups = Waiting::default();
+    let mut sent_epoch: Option<u64> = None;
+    loop {
+        let now = route.time.now();
+        // The common case (one machine sending) moves its batch as it is.
+        let mut sends: Option<Sends> = None;
+        let mut earliest: Option<(usize, Wait)> = None;
+        let mut waiting = 0usize;
+        for (i, machine) in machines.iter_mut().enumerate() {
+            if out.get(i).is_none_or(Option::is_some) {
+                continue;
+            }
+            match machine.poll(now) {
+                Step::Send(batch) => sends = Some(Sends::add(sends.take(), i, batch)),
+                Step::Wait(wait) => {
+                    waiting += 1;
+                    if earliest.as_ref().is_none_or(|(_, w)| wait.until < w.until) {
+                        earliest = Some((i, wait));
+                    }
+                }
+                Step::Awaiting => {
+                    out[i] = Some(Err(Error::Driver("every reply of the batch was delivered")));
+                }
+                Step::Done(result) => out[i] = Some(result),
+            }
+        }
+        if let Some(sends) = sends {
+            sent_epoch = route
+                .listening
+                .as_ref()
+                .and_then(Listening::current)
+                .map(crate::listener::Listeners::epoch);
+            match sends {
+                Sends::One(i, batch) => match send(route, &batch, kept) {
+                    Ok(inputs) => {
+                        for input in inputs {
+                            machines[i].handle(input, route.time.now());
+                        }
+                    }
+                    Err(e) => out[i] = Some(Err(e)),
+                },
+                Sends::Many(owners, batch) => match send(route, &batch, kept) {
+                    Ok(inputs) => {
+                        for (i, input) in owners.into_iter().zip(inputs) {
+                            machines[i].handle(input, route.time.now());
+                        }
+                    }
+                    Err(e) => {
+                        for i in owners {
+                            out[i] = Some(Err(e.clone()));
+                        }
+                    }
+                },
+            }
+            continue;
+        }
+        let Some((i, wait)) = earliest else { return };
+        if !route.hold {
+            // No connection is held while waiting.
+            *kept = None;
+        }
+        match wait_for(route, &wait, waiting == 1, &mut wakeups, sent_epoch) {
+            Waited::Deadline => {}
+            Waited::Woken => machines[i].wake(route.time.now()),
+            Waited::Cancelled => {
+                for slot in out.iter_mut().filter(|s| s.is_none()) {
+                    *slot = Some(Err(CANCELLED));
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Waits as `wait` asks: until its deadline, or (`lone`, and it names a channel) until a
+/// message on the channel.
+fn wait_for(
+    route: &Route<'_>,
+    wait: &Wait,
+    lone: bool,
+    waiting: &mut Waiting,
+    sent_epoch: Option<u64>,
+) -> Waited {
+    let _counted = route.counters.map(Counters::waiting);
+    let on = wait.wake_on.as_ref().filter(|_| lone);
+    #[cfg(feature = "memory")]
+    if let (Some(clock), [Node::Memory { server, .. }]) = (route.time.memory(), route.nodes) {
+        // The in-process server's own subscribers carry the release messages. No gap: a
+        // subscription made after the attempt was sent may have missed its release, so the
+        // first wait on a channel ends at once (the machine tries again, now subscribed);
+        // the next ones sleep.
+        if let Some(on) = on
+            && waiting
+                .subscriber
+                .as_ref()
+                .is_none_or(|(c, _)| *c != on.channel)
+        {
+            let s = server.subscriber();
+            s.subscribe(&[on.channel.as_bytes()]);
+            s.ssubscribe(&[on.channel.as_bytes()]);
+            waiting.subscriber = Some((on.channel.clone(), s));
+            return Waited::Woken;
+        }
+        let receiver = on
+            .and(waiting.subscriber.as_ref())
+            .map(|(_, s)| s.receiver());
+        return CANCEL.with(|c| {
+            let cancel = c.borrow();
+            match clock.wait_until(wait.until, receiver, cancel.as_deref()) {
+                crate::memory::clock::Woke::Deadline => Waited::Deadline,
+                crate::memory::clock::Woke::Message => Waited::Woken,
+                crate::memory::clock::Woke::Cancelled => Waited::Cancelled,
+            }
+        });
+    }
+    let listener = on.and_then(|on| Some((on, route.listening.as_ref()?.start()?)));
+    match listener {
+        Some((on, listener)) => {
+            if waiting.waiter.as_ref().is_none_or(|w| w.wakes_on() != on) {
+                waiting.waiter = listener.register(on, sent_epoch);
+            }
+            match &waiting.waiter {
+                Some(w) if w.wait_until(wait.until).is_some() => Waited::Woken,
+                Some(_) => Waited::Deadline,
+                // No listener serves the channel (a cluster node not found): poll at the
+                // machine's pace, never in a tight loop.
+                None => {
+                    tracing::debug!(redlease.channel = %on.channel, "no listener for the channel: polling");
+                    sleep(route.time, wait.until)
+                }
+            }
+        }
+        None => {
+            if let Some(on) = &wait.wake_on {
+                tracing::debug!(redlease.channel = %on.channel, "no listener for the channel: polling");
+            }
+            sleep(route.time, wait.until)
+        }
+    }
+}
+
+fn sleep(time: &Time, until: Instant) -> Waited {
+    if time.sleep_until(until) {
+        Waited::Deadline
+    } else {
+        Waited::Cancelled
+    }
+}
+
+/// Sends `batch` to the node(s) it names: one input per request, in request order.
+fn send(route: &Route<'_>, batch: &Batch, kept: &mut Option<Pooled>) -> Result<Vec<Input>, Error> {
+    match route.nodes {
+        [Node::Redis(transport)] => {
+            if route.hold && transport.is_cluster() {
+                Ok(transport.execute_held(batch, kept))
+            } else if route.checked {
+                // A refused configuration (wrong password, ...) ends the machine at once:
+                // nothing was carried out, and no retry can succeed.
+                transport.execute_checked(batch, kept)
+            } else {
+                Ok(transport.execute(batch))
+            }
+        }
+        #[cfg(feature = "memory")]
+        [Node::Memory { server, io_timeout }] => {
+            let (inputs, silent) = execute_in_memory(server, &batch.requests, 0);
+            if silent {
+                wait_out_reply(route.time, *io_timeout, batch);
+            }
+            Ok(inputs)
+        }
+        nodes => Ok(fan_out(route.time, nodes, batch)),
+    }
+}
+
+/// Runs `requests` (all for node `node`) on an in-process server, in order; also whether a
+/// fault swallowed a reply.
+#[cfg(feature = "memory")]
+fn execute_in_memory(
+    server: &crate::memory::MemoryServer,
+    requests: &[Request],
+    node: u16,
+) -> (Vec<Input>, bool) {
+    let mut silent = false;
+    let inputs = requests
+        .iter()
+        .map(|r| {
+            if r.command.node().0 != node {
+                return Input::failed(r.id, TransportFailure::not_sent("no such node"));
+            }
+            match server.execute(&r.command) {
+                Ok(reply) => Input::reply(r.id, reply),
+                Err(fault) => {
+                    silent |= fault != crate::memory::MemoryFault::Refused;
+                    Input::failed(r.id, fault.into())
+                }
+            }
+        })
+        .collect();
+    (inputs, silent)
+}
+
+/// A reply swallowed by a fault costs what a silent connection costs: the wait for it, until
+/// the io timeout (plus what the server may hold it) or the batch deadline.
+#[cfg(feature = "memory")]
+fn wait_out_reply(time: &Time, io_timeout: Duration, batch: &Batch) {
+    let now = time.now();
+    let until = redlease_core::backoff::saturating_add(now, io_timeout + batch.server_wait)
+        .min(batch.deadline.max(now));
+    let _ = time.sleep_until(until);
+}
+
+/// Sends a batch that names several nodes: every node is written before any reply is read,
+/// so a round costs about one round trip (the slowest node's), not N. Nodes with an idle
+/// connection are written at once; the others (cold, or down: a connection attempt may take
+/// the whole node timeout) each get a thread, so no node's connection attempt delays another.
+#[cfg_attr(not(feature = "memory"), allow(unused_variables))]
+fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Input> {
+    let mut per_node: Vec<Vec<(usize, Request)>> = (0..nodes.len()).map(|_| Vec::new()).collect();
+    let mut slots: Vec<Option<Input>> = (0..batch.requests.len()).map(|_| None).collect();
+    for (i, r) in batch.requests.iter().enumerate() {
+        match per_node.get_mut(usize::from(r.command.node().0)) {
+            Some(v) => v.push((i, r.clone())),
+            None => {
+                slots[i] = Some(Input::failed(
+                    r.id,
+                    TransportFailure::not_sent("no such node"),
+                ));
+            }
+        }
+    }
+    let (deadline, wait) = (batch.deadline, batch.server_wait);
+    let mut flights = Vec::new();
+    let mut cold = Vec::new();
+    #[cfg(feature = "memory")]
+    let mut in_memory = Vec::new();
+    for (n, (reqs, node)) in per_node.into_iter().zip(nodes).enumerate() {
+        if reqs.is_empty() {
+            continue;
+        }
+        let (index, reqs): (Vec<usize>, Vec<Request>) = reqs.into_iter().unzip();
+        match node {
+            Node::Redis(t) => match t.try_send(reqs, deadline, wait) {
+                Ok(flight) => flights.push((index, flight)),
+                Err(reqs) => cold.push((index, t, reqs)),
+            },
+            #[cfg(feature = "memory")]
+            Node::Memory { server, io_timeout } => {
+                let n = u16::try_from(n).unwrap_or(u16::MAX);
+                in_memory.push((n, index, server, *io_timeout, reqs));
+            }
+        }
+    }
+    if !cold.is_empty() {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = cold
+                .into_iter()
+                .map(|(index, node, reqs)| {
+                    (index, s.spawn(move || node.send(reqs, deadline, wait)))
+                })
+                .collect();
+            for (index, h) in handles {
+                // A send never panics; were one to, its node counts as unanswered (its
+                // requests get a failure below).
+                if let Ok(flight) = h.join() {
+                    flights.push((index, flight));
+                }
+            }
+        });
+    }
+    #[cfg(feature = "memory")]
+    {
+        // In-process nodes answer in turn; replies lost to faults cost the io timeout once
+        // for the round (the nodes are asked at once).
+        let mut silent: Option<Duration> = None;
+        for (n, index, server, io_timeout, reqs) in in_memory {
+            let (inputs, lost) = execute_in_memory(server, &reqs, n);
+            if lost {
+                silent = Some(silent.map_or(io_timeout, |s| s.max(io_timeout)));
+            }
+            for (i, input) in index.into_iter().zip(inputs) {
+                slots[i] = Some(input);
+            }
+        }
+        if let Some(io_timeout) = silent {
+            wait_out_reply(time, io_timeout, batch);
+        }
+    }
+    for (index, flight) in flights {
+        for (i, input) in index.into_iter().zip(flight.receive()) {
+            slots[i] = Some(input);
+        }
+    }
+    slots
+        .into_iter()
+        .zip(&batch.requests)
+        .map(|(slot, r)| {
+            slot.unwrap_or_else(|| {
+                Input::failed(r.id, TransportFailure::no_reply("the node's sender ended"))
+            })
+        })
+        .collect()
+}
+
+#[cfg(all(test, feature = "memory"))]
+mod tests {
+    use super::*;
+    use redlease_core::{Command, RequestId};
+
+    /// Sends `rounds` PINGs, waiting 1 s (of the clock) between them, then ends with the
+    /// number of replies it got.
+    struct Pinger {
+        rounds: u32,
+        replies: u32,
+        next_at: Option<Instant>,
+        in_flight: bool,
+    }
+
+    impl Protocol for Pinger {
+        type Output = u32;
+        fn poll(&mut self, now: Instant) -> Step<u32> {
+            if self.in_flight {
+                return Step::Awaiting;
+            }
+            if self.replies == self.rounds {
+                return Step::Done(Ok(self.replies));
+            }
+            if let Some(at) = self.next_at.filter(|at| now < *at) {
+                return Step::Wait(Wait {
+                    until: at,
+                    wake_on: None,
+                });
+            }
+            self.in_flight = true;
+            let request = Request {
+                id: RequestId(u64::from(self.replies)),
+                command: Command::new("PING"),
+            };
+            Step::Send(Batch::new(vec![request], now + Duration::from_secs(1)))
+        }
+        fn handle(&mut self, input: Input, now: Instant) {
+            self.in_flight = false;
+            if input.result.is_ok() {
+                self.replies += 1;
+            }
+            self.next_at = Some(now + Duration::from_secs(1));
+        }
+    }
+
+    /// A machine of a set that waits between its sends runs to its end (the watchdog's
+    /// renewals retry within their round), beside one that ends at once.
+    #[test]
+    fn a_set_runs_every_machine_through_its_waits() {
+        let server = crate::memory::MemoryServer::new();
+        let clock = server.clock();
+        let nodes = [Node::Memory {
+            server,
+            io_timeout: Duration::from_secs(1),
+        }];
+        let time = Time::Memory(clock.clone());
+        let route = Route::new(&nodes, &time);
+        let mut machines = [
+            Pinger {
+                rounds: 1,
+                replies: 0,
+                next_at: None,
+                in_flight: false,
+            },
+            Pinger {
+                rounds: 3,
+                replies: 0,
+                next_at: None,
+                in_flight: false,
+            },
+        ];
+        let mut out = [None, None];
+        drive_set(&route, &mut machines, &mut out, &mut None);
+        assert_eq!(out, [Some(Ok(1)), Some(Ok(3))]);
+        assert_eq!(clock.elapsed(), Duration::from_secs(2), "two waits of 1 s");
+    }
+}

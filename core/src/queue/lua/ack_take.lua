@@ -1,0 +1,133 @@
+-- Ack one job and take the next, in one round trip (a busy worker between two jobs).
+-- KEYS: 1 ready, 2 delayed, 3 payloads, 4 priorities, 5 sequence counter, 6 in flight,
+-- 7 leases, 8 deliveries, 9 dead, 10 holders, 11 bases, 12 settled, 13 undone takes.
+-- ARGV: 1 id acked, 2 its token, 3 how long to remember the settlement (ms), 4 the next
+-- token, 5 visibility timeout ms, 6 max deliveries.
+-- Returns {ack, 1, delivery, id, payload} or {ack, 0, ms until a delayed job is due or a
+-- lease runs out, or -2}; ack is 1 acked (or this delivery's settlement found: a retry),
+-- 0 the lease ran out (or the job is gone), -1 another delivery holds it. The take part is
+-- the take script's: a retry with the same next token gets the job leased to it.
+-- Every key is read before any is written (a wrong type fails before any write): by the
+-- reads the work needs where there are some, by a type-checking read otherwise. Jobs due
+-- or whose lease ran out (rare on a busy queue) are read for in full first.
+local now = now_ms()
+local id, token, next_token = ARGV[1], ARGV[2], ARGV[4]
+local holder = redis.call('HGET', KEYS[7], id)
+local expiry = redis.call('ZSCORE', KEYS[6], id)
+local mine = redis.call('HGET', KEYS[10], next_token)
+local was_undone = redis.call('ZSCORE', KEYS[13], next_token)
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 1000)
+local top = redis.call('ZRANGE', KEYS[1], 0, 0)
+local settled
+if holder ~= token then
+  settled = redis.call('ZSCORE', KEYS[12], token)
+else
+  redis.call('ZCARD', KEYS[12])
+end
+-- The next job's payload, read now (read again below if jobs are made ready first).
+local payload = top[1] and redis.call('HGET', KEYS[3], top[1])
+if not top[1] then
+  redis.call('HLEN', KEYS[3])
+end
+-- The acked job's priority and base, if it has any (most have neither: nothing to delete).
+local has_priority = redis.call('HEXISTS', KEYS[4], id) == 1
+redis.call('HLEN', KEYS[8])
+local has_base = redis.call('HEXISTS', KEYS[11], id) == 1
+if #due > 0 or #expired > 0 then
+  redis.call('LLEN', KEYS[9])
+  local bad = bad_sequence(KEYS[5])
+  if bad then
+    return bad
+  end
+end
+-- The ack.
+local ack
+if holder ~= token then
+  if settled and tonumber(settled) > now then
+    ack = 1
+  elseif holder then
+    ack = -1
+  else
+    ack = 0
+  end
+elseif (not expiry) or tonumber(expiry) <= now then
+  ack = 0
+else
+  redis.call('ZREM', KEYS[6], id)
+  redis.call('HDEL', KEYS[7], id)
+  redis.call('HDEL', KEYS[3], id)
+  if has_priority then
+    redis.call('HDEL', KEYS[4], id)
+  end
+  redis.call('HDEL', KEYS[8], id)
+  redis.call('HDEL', KEYS[10], token)
+  if has_base then
+    redis.call('HDEL', KEYS[11], id)
+  end
+  -- Remembered for ARGV[3] ms; the key lives as long as its latest member. Members whose
+  -- time has passed count for nothing; they are dropped on one ack in 8 (by the clock), so
+  -- that a busy queue does not pay for it on every job.
+  local keep = tonumber(ARGV[3])
+  if now % 8 == 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[12], '-inf', now)
+  end
+  redis.call('ZADD', KEYS[12], now + keep, token)
+  redis.call('PEXPIRE', KEYS[12], keep)
+  ack = 1
+end
+-- The take.
+if was_undone and tonumber(was_undone) > now then
+  return {ack, 0, -2}
+end
+if mine and redis.call('HGET', KEYS[7], mine) == next_token
+    and tonumber(redis.call('ZSCORE', KEYS[6], mine) or '0') > now then
+  return {ack, 1, tonumber(redis.call('HGET', KEYS[8], mine)) or 1, mine, redis.call('HGET', KEYS[3], mine) or ''}
+end
+if #due > 0 or #expired > 0 then
+  local max = tonumber(ARGV[6])
+  local function make_ready(j)
+    local priority = tonumber(redis.call('HGET', KEYS[4], j)) or 0
+    redis.call('ZADD', KEYS[1], ready_score(priority, KEYS[5]), j)
+  end
+  for _, j in ipairs(due) do
+    redis.call('ZREM', KEYS[2], j)
+    make_ready(j)
+  end
+  for _, j in ipairs(expired) do
+    redis.call('ZREM', KEYS[6], j)
+    local tok = redis.call('HGET', KEYS[7], j)
+    if tok then
+      redis.call('HDEL', KEYS[10], tok)
+    end
+    redis.call('HDEL', KEYS[7], j)
+    local n = tonumber(redis.call('HGET', KEYS[8], j)) or 0
+    if n - (tonumber(redis.call('HGET', KEYS[11], j)) or 0) >= max then
+      redis.call('RPUSH', KEYS[9], j)
+    else
+      make_ready(j)
+    end
+  end
+  top = redis.call('ZRANGE', KEYS[1], 0, 0)
+  payload = top[1] and redis.call('HGET', KEYS[3], top[1])
+end
+if top[1] then
+  local j = top[1]
+  redis.call('ZREM', KEYS[1], j)
+  local n = redis.call('HINCRBY', KEYS[8], j, 1)
+  redis.call('ZADD', KEYS[6], now + tonumber(ARGV[5]), j)
+  redis.call('HSET', KEYS[7], j, next_token)
+  redis.call('HSET', KEYS[10], next_token, j)
+  return {ack, 1, n, j, payload or ''}
+end
+local next_due = -2
+for _, k in ipairs({KEYS[2], KEYS[6]}) do
+  local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+  if first[2] then
+    local ms = math.max(tonumber(first[2]) - now, 1)
+    if next_due < 0 or ms < next_due then
+      next_due = ms
+    end
+  end
+end
+return {ack, 0, next_due}

@@ -25,7 +25,9 @@ pub struct Script {
 /// The Lua prelude shared by the scripts: each part defines local functions, and a script
 /// is its parts (in the order given to [`script!`](crate::script!)) followed by its body.
 /// Only the parts a script calls are included (a unit test checks both ways), so that no
-/// script pays for closures it never uses.
+/// script pays for closures it never uses: each local function is created on every call
+/// (measured on Redis 7.0 with `scripts/cpu.sh`-style callgrind runs: the prelude costs the
+/// lease acquire script about 2,500 server instructions of 45,000, its release about 600).
 pub mod prelude {
     /// `notify(channel, message)`: `PUBLISH`, or `SPUBLISH` for a channel given as
     /// `{shard}<name>` (Redis Cluster shard channels).

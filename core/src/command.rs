@@ -37,6 +37,17 @@ impl Command {
         }
     }
 
+    /// A command named `name` with room for `args` arguments after the name (saves the
+    /// reallocations of a long command built one argument at a time).
+    pub fn with_capacity(name: &str, args: usize) -> Self {
+        let mut all = Vec::with_capacity(1 + args);
+        all.push(name.as_bytes().to_vec());
+        Command {
+            node: NodeId::PRIMARY,
+            args: all,
+        }
+    }
+
     /// Appends one argument.
     pub fn arg(mut self, arg: impl AsRef<[u8]>) -> Self {
         self.args.push(arg.as_ref().to_vec());

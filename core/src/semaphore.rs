@@ -66,7 +66,7 @@
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
-use crate::keys::Keyspace;
+use crate::keys::{Keyspace, cat};
 use crate::lease::scripts::{
     PERMIT_ACQUIRE, PERMIT_CANCEL, PERMIT_RELEASE, READ_EXTEND, READ_INSPECT, SEMAPHORE_SET,
     SEMAPHORE_STATE,
@@ -107,14 +107,14 @@ impl SemaphoreKeys {
     /// The keys of semaphore `name` (an empty or too long name is refused).
     pub fn new(keyspace: &Keyspace, name: &str) -> Result<Self, Error> {
         let stem = keyspace.stem(name)?;
-        let channel = format!("{stem}:sem:wake");
+        let channel = cat(&[&stem, ":sem:wake"]);
         Ok(SemaphoreKeys {
             name: name.to_owned(),
-            holders: format!("{stem}:sem:holders"),
-            waiters: format!("{stem}:sem:waiters"),
-            timeouts: format!("{stem}:sem:timeouts"),
-            count: format!("{stem}:sem:permits"),
-            undone: format!("{stem}:undone"),
+            holders: cat(&[&stem, ":sem:holders"]),
+            waiters: cat(&[&stem, ":sem:waiters"]),
+            timeouts: cat(&[&stem, ":sem:timeouts"]),
+            count: cat(&[&stem, ":sem:permits"]),
+            undone: cat(&[&stem, ":undone"]),
             notify: keyspace.notify_arg(&channel),
             channel,
         })

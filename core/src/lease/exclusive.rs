@@ -63,7 +63,7 @@ impl LockSpec {
     ) -> Result<Self, Error> {
         validate_ttl("ttl", ttl)?;
         let keys = LockKeys::new(keyspace, name)?;
-        let undone = format!("{}:undone", keyspace.stem(name)?);
+        let undone = crate::keys::cat(&[&keyspace.stem(name)?, ":undone"]);
         let t = token.as_str();
         Ok(LockSpec {
             kind: LeaseKind::Lock(LockKind::Lease),

@@ -9,15 +9,15 @@
 -- expires, or -2} waiting. Permits of holders that stopped renewing expire; waiters that
 -- stopped asking lose their place; the first N live waiters may take the N free permits.
 -- Read every key once before writing any (a wrong type fails before any write).
-redis.call('ZCARD', KEYS[1])
-redis.call('LLEN', KEYS[2])
-redis.call('ZCARD', KEYS[3])
-redis.call('GET', KEYS[4])
+-- (Their counts spare later calls: the uncontended path makes no call on an empty line.)
+local held = redis.call('ZCARD', KEYS[1])
+local waiting = redis.call('LLEN', KEYS[2])
+local timed = redis.call('ZCARD', KEYS[3])
+local count = redis.call('GET', KEYS[4])
 if undone(KEYS[5], ARGV[1]) then
   return {0, -2}
 end
 local now = now_ms()
-local count = redis.call('GET', KEYS[4])
 local permits = tonumber(count)
 if count and not permits then
   return redis.error_reply('ERR the permit count ' .. KEYS[4] .. ' is not a number')
@@ -26,10 +26,12 @@ if not permits then
   permits = tonumber(ARGV[4])
   redis.call('SET', KEYS[4], ARGV[4])
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
-  redis.call('LREM', KEYS[2], 0, dead)
-  redis.call('ZREM', KEYS[3], dead)
+held = held - redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if timed > 0 then
+  for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
+    redis.call('LREM', KEYS[2], 0, dead)
+    redis.call('ZREM', KEYS[3], dead)
+  end
 end
 local ttl = tonumber(ARGV[2])
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
@@ -39,15 +41,24 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   end
   return {1, 0}
 end
-local free = permits - redis.call('ZCARD', KEYS[1])
+local free = permits - held
 if free > 0 then
-  local ahead = redis.call('LPOS', KEYS[2], ARGV[1])
-  if ahead == false then
-    ahead = redis.call('LLEN', KEYS[2])
+  -- Our place in line (the line's length when we are not in it).
+  local ahead, queued = 0, false
+  if waiting > 0 then
+    ahead = redis.call('LPOS', KEYS[2], ARGV[1])
+    queued = ahead ~= false
+    if not queued then
+      ahead = redis.call('LLEN', KEYS[2])
+    end
   end
   if ahead < free then
-    redis.call('LREM', KEYS[2], 0, ARGV[1])
-    redis.call('ZREM', KEYS[3], ARGV[1])
+    if queued then
+      redis.call('LREM', KEYS[2], 0, ARGV[1])
+    end
+    if timed > 0 then
+      redis.call('ZREM', KEYS[3], ARGV[1])
+    end
     redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
     if redis.call('PTTL', KEYS[1]) < ttl then
       redis.call('PEXPIRE', KEYS[1], ttl)

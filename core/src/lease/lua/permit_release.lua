@@ -4,8 +4,8 @@
 -- ARGV[3] how long to remember the token (ms).
 -- Returns 1 released, 0 the permit was gone (it had expired).
 -- Read every key once before writing any (a wrong type fails before any write).
-redis.call('ZCARD', KEYS[1])
-redis.call('LLEN', KEYS[2])
+local held = redis.call('ZCARD', KEYS[1])
+local waiting = redis.call('LLEN', KEYS[2])
 redis.call('ZCARD', KEYS[3])
 local permits = tonumber(redis.call('GET', KEYS[4])) or 0
 if KEYS[5] then
@@ -22,9 +22,9 @@ if not expiry then
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local free = permits - redis.call('ZCARD', KEYS[1])
-if free > 0 then
+held = held - 1 - redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local free = permits - held
+if free > 0 and waiting > 0 then
   for _, next in ipairs(redis.call('LRANGE', KEYS[2], 0, free - 1)) do
     notify(ARGV[2], next)
   end

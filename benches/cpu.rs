@@ -1,0 +1,219 @@
+//! Work per operation, for `scripts/cpu.sh` (issue 18): one scenario's cycles on one thread,
+//! against a server the caller started. Not a throughput benchmark (`harness = false`; it
+//! prints one line and exits).
+//!
+//! ```text
+//! REDIS_URL=redis://127.0.0.1:6379/ CPU_SCENARIO=lock CPU_CYCLES=2000 target/release/deps/cpu-<hash>
+//! ```
+//!
+//! `CPU_SCENARIO` is one of
+//! - `lock`: `try_acquire` + `release` of one lease lock (default client, default ttl);
+//! - `lock_raw`: `SET key token NX PX 30000` + `EVAL <compare-and-delete>` on one plain
+//!   connection (the baseline of `lock` and `semaphore`, as issue 18 defines it;
+//!   `benches/redis.rs` sends the same script as `EVALSHA`);
+//! - `semaphore`: `try_acquire` + `release` of one permit of a 2-permit semaphore;
+//! - `queue`: `push` + `try_take` + `ack` of one job;
+//! - `queue_raw`: `LPUSH` + `RPOP` of one payload (the baseline of `queue`).
+//!
+//! The run: the client and connections are set up, `CPU_WARMUP` cycles (default 200) run
+//! untimed, then `CONFIG RESETSTAT`, then `CPU_CYCLES` cycles (default 1000), then the
+//! server's `INFO commandstats` and `INFO cpu` are read. It prints
+//!
+//! ```text
+//! cycles <scenario> n=<cycles> server_usec=<n> server_cpu_usec=<n> [<command>=<calls>:<usec> ...]
+//! ```
+//!
+//! `server_usec` is the time the server spent executing the commands the client sent, from
+//! `INFO commandstats`: `EVAL`/`EVALSHA` (whose time includes the commands their script
+//! calls, which commandstats also lists on their own lines: those are not added again) and
+//! the plain commands of the scenario (`SET` for `lock_raw`, `LPUSH`/`RPOP` for `queue_raw`,
+//! the native compare-and-delete commands `DELIFEQ`/`DELEX` that no script calls).
+//! `server_cpu_usec` is the server main thread's CPU time over the same cycles (`INFO cpu`:
+//! user + system; parsing, replies and pub/sub included; coarser).
+//!
+//! Instructions come from running the whole process under `valgrind --tool=callgrind` twice
+//! with different `CPU_CYCLES`: the difference over the difference in cycles is the cost of
+//! one cycle, set-up and warm-up cancelled (the script does this).
+
+use std::hint::black_box;
+
+/// The compare-and-delete script of the raw lock cycle (the same as `benches/redis.rs`).
+const RAW_RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+/// The payload of every job (and of the raw queue's element), as in `benches/redis.rs`.
+const JOB_PAYLOAD: &[u8] = b"bench-job-payload-0123456789abcd";
+
+fn env_number(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("cpu: {name}={v} is not a number")),
+        Err(_) => default,
+    }
+}
+
+fn main() {
+    let url = std::env::var("REDIS_URL").expect("cpu: set REDIS_URL (scripts/cpu.sh does)");
+    let scenario = std::env::var("CPU_SCENARIO").expect("cpu: set CPU_SCENARIO");
+    let warmup = env_number("CPU_WARMUP", 200);
+    let cycles = env_number("CPU_CYCLES", 1000);
+    let mut admin = redis::Client::open(url.as_str())
+        .and_then(|c| c.get_connection())
+        .expect("cpu: cannot connect");
+    let name = format!("cpu-{scenario}-{}", std::process::id());
+    let mut cycle: Box<dyn FnMut()> = match scenario.as_str() {
+        "lock" | "semaphore" => {
+            let client = redlease::Client::builder(&url)
+                .build()
+                .expect("cpu: cannot build the client");
+            let client: &'static redlease::Client = Box::leak(Box::new(client));
+            let lock = if scenario == "lock" {
+                client.lock(&name)
+            } else {
+                client.semaphore(&name, 2)
+            };
+            Box::new(move || {
+                let guard = lock
+                    .try_acquire()
+                    .expect("cpu: try_acquire failed")
+                    .expect("cpu: the lock was busy");
+                black_box(guard.fence());
+                guard.release().expect("cpu: release failed");
+            })
+        }
+        "queue" => {
+            let client = redlease::Client::builder(&url)
+                .build()
+                .expect("cpu: cannot build the client");
+            let queue = client.queue(&name).expect("cpu: bad queue name");
+            Box::new(move || {
+                queue.push(JOB_PAYLOAD).expect("cpu: push failed");
+                let job = queue
+                    .try_take()
+                    .expect("cpu: take failed")
+                    .expect("cpu: the queue was empty right after a push");
+                black_box(job.payload());
+                job.ack().expect("cpu: ack failed");
+            })
+        }
+        "lock_raw" => {
+            let mut con = redis::Client::open(url.as_str())
+                .and_then(|c| c.get_connection())
+                .expect("cpu: cannot connect");
+            let mut n = 0u64;
+            Box::new(move || {
+                n += 1;
+                let token = format!("raw-{n}");
+                let set: Option<String> = redis::cmd("SET")
+                    .arg(&name)
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query(&mut con)
+                    .expect("cpu: SET NX failed");
+                assert_eq!(set.as_deref(), Some("OK"), "cpu: the raw key was taken");
+                let deleted: i64 = redis::cmd("EVAL")
+                    .arg(RAW_RELEASE_SCRIPT)
+                    .arg(1)
+                    .arg(&name)
+                    .arg(&token)
+                    .query(&mut con)
+                    .expect("cpu: EVAL failed");
+                assert_eq!(deleted, 1, "cpu: compare-and-delete did not delete");
+            })
+        }
+        "queue_raw" => {
+            let mut con = redis::Client::open(url.as_str())
+                .and_then(|c| c.get_connection())
+                .expect("cpu: cannot connect");
+            Box::new(move || {
+                let len: i64 = redis::cmd("LPUSH")
+                    .arg(&name)
+                    .arg(JOB_PAYLOAD)
+                    .query(&mut con)
+                    .expect("cpu: LPUSH failed");
+                assert_eq!(len, 1, "cpu: the raw queue was not empty");
+                let popped: Option<Vec<u8>> = redis::cmd("RPOP")
+                    .arg(&name)
+                    .query(&mut con)
+                    .expect("cpu: RPOP failed");
+                assert_eq!(popped.as_deref(), Some(JOB_PAYLOAD), "cpu: RPOP mismatch");
+            })
+        }
+        other => panic!("cpu: unknown CPU_SCENARIO {other}"),
+    };
+    for _ in 0..warmup {
+        cycle();
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut admin)
+        .expect("cpu: CONFIG RESETSTAT failed");
+    let cpu_before = server_cpu_usec(&mut admin);
+    for _ in 0..cycles {
+        cycle();
+    }
+    let cpu_after = server_cpu_usec(&mut admin);
+    // The commands the client sends itself (besides scripts).
+    let direct: &[&str] = match scenario.as_str() {
+        "lock_raw" => &["set"],
+        "queue_raw" => &["lpush", "rpop"],
+        _ => &["delifeq", "delex"],
+    };
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut admin)
+        .expect("cpu: INFO commandstats failed");
+    // Lines look like `cmdstat_evalsha:calls=2000,usec=13100,usec_per_call=6.55,...`.
+    let mut total_usec = 0u64;
+    let mut detail = Vec::new();
+    for line in info.lines() {
+        let Some((command, stats)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        // The measurement's own commands.
+        if command == "info" || command.starts_with("config") {
+            continue;
+        }
+        let field = |key: &str| -> u64 {
+            stats
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        let (calls, usec) = (field("calls"), field("usec"));
+        if command.starts_with("eval") || direct.contains(&command) {
+            total_usec += usec;
+        }
+        detail.push(format!("{command}={calls}:{usec}"));
+    }
+    println!(
+        "cycles {scenario} n={cycles} server_usec={total_usec} server_cpu_usec={} {}",
+        cpu_after.saturating_sub(cpu_before),
+        detail.join(" ")
+    );
+}
+
+/// The server main thread's CPU time (user + system), in microseconds.
+fn server_cpu_usec(admin: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query(admin)
+        .expect("cpu: INFO cpu failed");
+    let seconds = |key: &str| -> f64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    // Redis 6.2+ and Valkey report the main thread on its own; older servers the process.
+    let main = seconds("used_cpu_user_main_thread") + seconds("used_cpu_sys_main_thread");
+    let process = seconds("used_cpu_user") + seconds("used_cpu_sys");
+    let s = if main > 0.0 { main } else { process };
+    (s * 1e6).round() as u64
+}

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Work per operation (issue 18): client instructions per cycle under callgrind, and server
+# time per cycle from INFO commandstats, each against a raw `redis`-crate baseline.
+#
+#   scripts/cpu.sh            # both
+#   scripts/cpu.sh instr      # client instructions only
+#   scripts/cpu.sh server     # server time and instructions only
+#
+# Client: each scenario of benches/cpu.rs (a small release binary) runs twice under
+# `valgrind --tool=callgrind` (whole process: the caller, the watchdog and listener threads),
+# with CPU_CYCLES=$N1 and $N2 after the same warm-up; (instructions₂ - instructions₁) /
+# (N2 - N1) is the cost of one cycle with set-up and warm-up cancelled. Prints
+#   cpu <scenario> instr_per_op=<n> raw_instr_per_op=<n> ratio=<r>
+# Server: each scenario runs natively with SERVER_CYCLES cycles; prints
+#   server <scenario> usec_per_op=<n> raw_usec_per_op=<n> ratio=<r> cpu_usec_per_op=<n> raw_cpu_usec_per_op=<n>
+# (usec: commandstats time of the commands the client sent, scripts' inner calls counted once
+# inside their script; cpu: the server main thread's CPU time, networking included), and
+#   server_instr <scenario> instr_per_op=<n> raw_instr_per_op=<n> ratio=<r>
+# from a second redis-server run under callgrind (hz 1), dumped after runs of SERVER_N1 and
+# SERVER_N2 cycles: the server's instructions per cycle, which the machine's load does not
+# blur as it blurs microseconds.
+#
+# The lock and semaphore cycles are compared with SET NX PX + EVAL compare-and-delete, the
+# queue's push + take + ack with LPUSH + RPOP (the baselines issue 18 names).
+# Environment: REDIS_SERVER (default: redis-server on PATH), N1/N2 (default 300/1300),
+# SERVER_CYCLES (default 20000), SERVER_N1/SERVER_N2 (default 200/1200).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+mode=${1:-all}
+n1=${N1:-300}
+n2=${N2:-1300}
+server_cycles=${SERVER_CYCLES:-20000}
+server_bin=${REDIS_SERVER:-redis-server}
+server_n1=${SERVER_N1:-200}
+server_n2=${SERVER_N2:-1200}
+
+command -v valgrind >/dev/null 2>&1 || {
+    echo "cpu.sh: valgrind is needed (apt-get install valgrind)" >&2
+    exit 1
+}
+
+cargo build --quiet --release --bench cpu
+bin=$(cargo build --release --bench cpu --message-format=json 2>/dev/null |
+    python3 -c 'import sys, json
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "cpu" and m.get("executable"):
+        print(m["executable"])')
+[[ -x $bin ]] || { echo "cpu.sh: cannot find the cpu bench binary" >&2; exit 1; }
+
+work=$(mktemp -d)
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$server_bin" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
+    --logfile "$work/server.log" &
+server_pid=$!
+grind_pid=
+cleanup() {
+    for pid in $server_pid $grind_pid; do
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$work"
+}
+trap cleanup EXIT
+await_port() {
+    for _ in $(seq 600); do
+        if python3 -c "import socket; socket.create_connection(('127.0.0.1', $1), 0.1)" 2>/dev/null; then
+            return
+        fi
+        sleep 0.05
+    done
+    echo "cpu.sh: no server on port $1" >&2
+    exit 1
+}
+export REDIS_URL="redis://127.0.0.1:$port/"
+await_port "$port"
+
+# Total instructions of one run of `scenario` with `cycles` measured cycles.
+instructions() {
+    local scenario=$1 cycles=$2 out="$work/callgrind.$1.$2"
+    CPU_SCENARIO=$scenario CPU_CYCLES=$cycles valgrind --tool=callgrind --quiet \
+        --callgrind-out-file="$out" "$bin" >/dev/null
+    # `summary:` (or `totals:`) is the sum over every thread of the process.
+    awk '/^(summary|totals):/ { print $2; exit }' "$out"
+}
+
+per_op() {
+    local scenario=$1 a b
+    a=$(instructions "$scenario" "$n1")
+    b=$(instructions "$scenario" "$n2")
+    echo $(((b - a) / (n2 - n1)))
+}
+
+ratio() {
+    python3 -c "print(f'{$1 / $2:.2f}')"
+}
+
+if [[ $mode == all || $mode == instr ]]; then
+    raw_lock=$(per_op lock_raw)
+    raw_queue=$(per_op queue_raw)
+    for pair in lock:$raw_lock semaphore:$raw_lock queue:$raw_queue; do
+        scenario=${pair%%:*}
+        raw=${pair#*:}
+        n=$(per_op "$scenario")
+        echo "cpu $scenario instr_per_op=$n raw_instr_per_op=$raw ratio=$(ratio "$n" "$raw")"
+    done
+fi
+
+# `field` of the `cycles` line of one native run of `scenario`, per cycle.
+server_run() {
+    CPU_SCENARIO=$1 CPU_CYCLES=$server_cycles "$bin"
+}
+field() {
+    sed -n "s/.* $2=\([0-9]*\).*/\1/p" <<<"$1"
+}
+
+if [[ $mode == all || $mode == server ]]; then
+    raw_lock_line=$(server_run lock_raw)
+    raw_queue_line=$(server_run queue_raw)
+    for pair in lock:lock_raw semaphore:lock_raw queue:queue_raw; do
+        scenario=${pair%%:*}
+        if [[ ${pair#*:} == lock_raw ]]; then raw_line=$raw_lock_line; else raw_line=$raw_queue_line; fi
+        line=$(server_run "$scenario")
+        usec=$(python3 -c "print(f'{$(field "$line" server_usec) / $server_cycles:.2f}')")
+        raw_usec=$(python3 -c "print(f'{$(field "$raw_line" server_usec) / $server_cycles:.2f}')")
+        cpu=$(python3 -c "print(f'{$(field "$line" server_cpu_usec) / $server_cycles:.2f}')")
+        raw_cpu=$(python3 -c "print(f'{$(field "$raw_line" server_cpu_usec) / $server_cycles:.2f}')")
+        echo "server $scenario usec_per_op=$usec raw_usec_per_op=$raw_usec ratio=$(ratio "$usec" "$raw_usec") cpu_usec_per_op=$cpu raw_cpu_usec_per_op=$raw_cpu"
+        echo "  detail: ${line#cycles }" >&2
+    done
+fi
+
+# Server instructions: a redis-server under callgrind; each client run is followed by a dump
+# (which also zeroes the counters), so each dump holds one run.
+if [[ $mode == all || $mode == server ]]; then
+    grind_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    valgrind --tool=callgrind --quiet --callgrind-out-file="$work/server.grind" \
+        "$server_bin" --port "$grind_port" --bind 127.0.0.1 --save '' --appendonly no \
+        --hz 1 --dir "$work" --logfile "$work/grind.log" &
+    grind_pid=$!
+    await_port "$grind_port"
+    # The start-up's instructions go to a first dump of their own.
+    callgrind_control --dump "$grind_pid" >/dev/null
+    # Server instructions of one client run of `scenario` with `cycles` cycles.
+    server_instructions() {
+        REDIS_URL="redis://127.0.0.1:$grind_port/" CPU_SCENARIO=$1 CPU_CYCLES=$2 "$bin" >/dev/null
+        callgrind_control --dump "$grind_pid" >/dev/null
+        # The newest dump (this runs in a subshell: no counter survives it).
+        awk '/^(summary|totals):/ { print $2; exit }' "$(ls -v "$work"/server.grind.* | tail -n 1)"
+    }
+    server_per_op() {
+        local a b
+        a=$(server_instructions "$1" "$server_n1")
+        b=$(server_instructions "$1" "$server_n2")
+        echo $(((b - a) / (server_n2 - server_n1)))
+    }
+    raw_lock=$(server_per_op lock_raw)
+    raw_queue=$(server_per_op queue_raw)
+    for pair in lock:$raw_lock semaphore:$raw_lock queue:$raw_queue; do
+        scenario=${pair%%:*}
+        raw=${pair#*:}
+        n=$(server_per_op "$scenario")
+        echo "server_instr $scenario instr_per_op=$n raw_instr_per_op=$raw ratio=$(ratio "$n" "$raw")"
+    done
+fi

@@ -279,9 +279,6 @@ async fn drive<P: Protocol>(
                 }
             }
             Step::Done(result) => return result,
-            // Never returned by a machine (a hidden variant kept for compatibility).
-            // TODO(rename): remove after merge (with the variant)
-            Step::Awaiting => return Err(redlease::core::Error::Driver("Step::Awaiting")),
         }
     }
 }

@@ -128,11 +128,6 @@ pub fn response(id: RequestId, outcome: redis::RedisResult<Value>) -> Response {
     }
 }
 
-/// The old name of [`response`].
-// TODO(rename): remove after merge
-#[doc(hidden)]
-pub use self::response as input;
-
 /// An error reply that says the client is misconfigured rather than the command failing:
 /// what to fix, in words, or `None` for any other error reply. `NOAUTH` (and the protocol
 /// error Redis sends an unauthenticated client for a large command), `WRONGPASS` and

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 
-use redlease_core::{Batch, Error, Input, Protocol, Request, Step, TransportFailure, Wait};
+use redlease_core::{Batch, Error, Protocol, Request, Response, Step, TransportFailure, Wait};
 
 use crate::client::Listening;
 use crate::listener::Waiter;
@@ -280,9 +280,6 @@ pub(crate) fn drive_set<P: Protocol>(
                         earliest = Some((i, wait));
                     }
                 }
-                Step::Awaiting => {
-                    out[i] = Some(Err(Error::Driver("every reply of the batch was delivered")));
-                }
                 Step::Done(result) => out[i] = Some(result),
             }
         }
@@ -410,7 +407,11 @@ fn sleep(time: &Time, until: Instant) -> Waited {
 }
 
 /// Sends `batch` to the node(s) it names: one input per request, in request order.
-fn send(route: &Route<'_>, batch: &Batch, kept: &mut Option<Pooled>) -> Result<Vec<Input>, Error> {
+fn send(
+    route: &Route<'_>,
+    batch: &Batch,
+    kept: &mut Option<Pooled>,
+) -> Result<Vec<Response>, Error> {
     match route.nodes {
         [Node::Redis(transport)] => {
             if route.hold && transport.is_cluster() {
@@ -442,19 +443,19 @@ fn execute_in_memory(
     server: &crate::memory::MemoryServer,
     requests: &[Request],
     node: u16,
-) -> (Vec<Input>, bool) {
+) -> (Vec<Response>, bool) {
     let mut silent = false;
     let inputs = requests
         .iter()
         .map(|r| {
             if r.command.node().0 != node {
-                return Input::failed(r.id, TransportFailure::not_sent("no such node"));
+                return Response::failed(r.id, TransportFailure::not_sent("no such node"));
             }
             match server.execute(&r.command) {
-                Ok(reply) => Input::reply(r.id, reply),
+                Ok(reply) => Response::reply(r.id, reply),
                 Err(fault) => {
                     silent |= fault != crate::memory::MemoryFault::Refused;
-                    Input::failed(r.id, fault.into())
+                    Response::failed(r.id, fault.into())
                 }
             }
         })
@@ -477,14 +478,14 @@ fn wait_out_reply(time: &Time, io_timeout: Duration, batch: &Batch) {
 /// connection are written at once; the others (cold, or down: a connection attempt may take
 /// the whole node timeout) each get a thread, so no node's connection attempt delays another.
 #[cfg_attr(not(feature = "memory"), allow(unused_variables))]
-fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Input> {
+fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Response> {
     let mut per_node: Vec<Vec<(usize, Request)>> = (0..nodes.len()).map(|_| Vec::new()).collect();
-    let mut slots: Vec<Option<Input>> = (0..batch.requests.len()).map(|_| None).collect();
+    let mut slots: Vec<Option<Response>> = (0..batch.requests.len()).map(|_| None).collect();
     for (i, r) in batch.requests.iter().enumerate() {
         match per_node.get_mut(usize::from(r.command.node().0)) {
             Some(v) => v.push((i, r.clone())),
             None => {
-                slots[i] = Some(Input::failed(
+                slots[i] = Some(Response::failed(
                     r.id,
                     TransportFailure::not_sent("no such node"),
                 ));
@@ -558,7 +559,7 @@ fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Input> {
         .zip(&batch.requests)
         .map(|(slot, r)| {
             slot.unwrap_or_else(|| {
-                Input::failed(r.id, TransportFailure::no_reply("the node's sender ended"))
+                Response::failed(r.id, TransportFailure::no_reply("the node's sender ended"))
             })
         })
         .collect()
@@ -582,7 +583,10 @@ mod tests {
         type Output = u32;
         fn poll(&mut self, now: Instant) -> Step<u32> {
             if self.in_flight {
-                return Step::Awaiting;
+                // The driver answers every request before it polls again.
+                return Step::Done(Err(redlease_core::Error::Driver(
+                    "polled with a PING unanswered",
+                )));
             }
             if self.replies == self.rounds {
                 return Step::Done(Ok(self.replies));
@@ -600,7 +604,7 @@ mod tests {
             };
             Step::Send(Batch::new(vec![request], now + Duration::from_secs(1)))
         }
-        fn handle(&mut self, input: Input, now: Instant) {
+        fn handle(&mut self, input: Response, now: Instant) {
             self.in_flight = false;
             if input.result.is_ok() {
                 self.replies += 1;

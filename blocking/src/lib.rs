@@ -100,9 +100,6 @@ pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::semaphore::SemaphoreState;
 pub use redlease_core::{Error, FailureKind, InvalidArgument, LossReason, TransportFailure};
 pub use redlock::{QuorumLockBuilder, RedLock, RedLockBuilder, RedLockGuard};
-// TODO(rename): remove after merge
-#[doc(hidden)]
-pub use redlock::RedLockLockBuilder;
 pub use status::{ClientStatus, ListenerStatus, PoolStatus};
 
 /// The channel crate of [`LockGuard::lost`] and [`Job::lost`], re-exported so that your

@@ -314,11 +314,6 @@ pub struct QuorumLockBuilder<'c> {
     retry_max: Duration,
 }
 
-/// The old name of [`QuorumLockBuilder`].
-// TODO(rename): remove after merge
-#[doc(hidden)]
-pub type RedLockLockBuilder<'c> = QuorumLockBuilder<'c>;
-
 impl QuorumLockBuilder<'_> {
     /// The lease length on every node: [`MIN_TTL`](limits::MIN_TTL) (10 ms) to
     /// [`MAX_DURATION`](limits::MAX_DURATION), and more than twice the node timeout.

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
 use redis::{ConnectionLike, Value};
-use redlease_core::{Batch, Error, FailureKind, Input, NodeId, Reply, Request, TransportFailure};
+use redlease_core::{
+    Batch, Error, FailureKind, NodeId, Reply, Request, Response, TransportFailure,
+};
 
 use crate::adapter;
 use crate::sentinel::{SentinelWatch, Tie};
@@ -549,7 +551,7 @@ impl Transport {
         &self,
         batch: &Batch,
         kept: &mut Option<Pooled>,
-    ) -> Result<Vec<Input>, Error> {
+    ) -> Result<Vec<Response>, Error> {
         let inputs = self.execute_keeping(batch, kept);
         let not_sent = inputs
             .iter()
@@ -685,7 +687,7 @@ impl Transport {
     /// whenever there is one (a Cluster renewal thread keeps its own connection between
     /// batches, so that another node's thread, breaking connection after connection on a
     /// frozen master, cannot drain the pool under it).
-    pub(crate) fn execute_held(&self, batch: &Batch, kept: &mut Option<Pooled>) -> Vec<Input> {
+    pub(crate) fn execute_held(&self, batch: &Batch, kept: &mut Option<Pooled>) -> Vec<Response> {
         match kept.take() {
             Some(conn) => {
                 let flight = self.write(
@@ -703,7 +705,7 @@ impl Transport {
     }
 
     /// Sends `batch` and returns one input per request, in request order.
-    pub(crate) fn execute(&self, batch: &Batch) -> Vec<Input> {
+    pub(crate) fn execute(&self, batch: &Batch) -> Vec<Response> {
         self.execute_keeping(batch, &mut None)
     }
 
@@ -711,7 +713,11 @@ impl Transport {
     /// following batch that asks for [`Batch::same_connection`] (a `WAIT`, which only
     /// covers the writes of its own connection) is sent on it. Dropping `kept` returns the
     /// connection to the pool.
-    pub(crate) fn execute_keeping(&self, batch: &Batch, kept: &mut Option<Pooled>) -> Vec<Input> {
+    pub(crate) fn execute_keeping(
+        &self,
+        batch: &Batch,
+        kept: &mut Option<Pooled>,
+    ) -> Vec<Response> {
         if let Some(r) = batch
             .requests
             .iter()
@@ -724,7 +730,7 @@ impl Transport {
             return batch
                 .requests
                 .iter()
-                .map(|r| Input::failed(r.id, failure.clone()))
+                .map(|r| Response::failed(r.id, failure.clone()))
                 .collect();
         }
         let previous = kept.take();
@@ -896,7 +902,7 @@ fn send_to_cluster(
     requests: &[Request],
     deadline: Instant,
     timeouts: ReadTimeouts,
-) -> (Vec<Input>, bool) {
+) -> (Vec<Response>, bool) {
     let ReadTimeouts {
         reply: reply_timeout,
         now: mut timeout,
@@ -905,11 +911,11 @@ fn send_to_cluster(
     let mut inputs = Vec::with_capacity(requests.len());
     let mut broken = false;
     for (i, r) in requests.iter().enumerate() {
-        let fail_rest = |inputs: &mut Vec<Input>, failure: TransportFailure| {
+        let fail_rest = |inputs: &mut Vec<Response>, failure: TransportFailure| {
             inputs.extend(
                 requests[i..]
                     .iter()
-                    .map(|r| Input::failed(r.id, failure.clone())),
+                    .map(|r| Response::failed(r.id, failure.clone())),
             );
         };
         let left = deadline.saturating_duration_since(Instant::now());
@@ -936,10 +942,10 @@ fn send_to_cluster(
         let (outcome, stale) = cluster_request(cluster, &cmd, deadline);
         broken |= stale;
         match outcome {
-            Ok(value) => inputs.push(Input::reply(r.id, reply_of(value))),
+            Ok(value) => inputs.push(Response::reply(r.id, reply_of(value))),
             // An error reply from the server.
             Err(e) if e.code().is_some() => {
-                let input = adapter::input(r.id, Err(e));
+                let input = adapter::response(r.id, Err(e));
                 if let Ok(Reply::Error(e)) = &input.result {
                     crate::observe::error_reply(&e.code, Some(&e.message));
                 }
@@ -1053,7 +1059,7 @@ enum FlightState {
     Failed(TransportFailure),
     /// Already answered (a cluster connection sends and reads each request in turn).
     Answered {
-        inputs: Vec<Input>,
+        inputs: Vec<Response>,
         conn: Pooled,
     },
 }
@@ -1061,18 +1067,18 @@ enum FlightState {
 impl Flight {
     /// Reads one reply per request, in order (a transport failure stands in for each reply
     /// that did not come).
-    pub(crate) fn receive(self) -> Vec<Input> {
+    pub(crate) fn receive(self) -> Vec<Response> {
         self.receive_keeping().0
     }
 
     /// [`receive`](Self::receive), also handing back the connection unless it broke.
-    pub(crate) fn receive_keeping(self) -> (Vec<Input>, Option<Pooled>) {
+    pub(crate) fn receive_keeping(self) -> (Vec<Response>, Option<Pooled>) {
         let (mut conn, mut timeout, io_timeout) = match self.state {
             FlightState::Failed(failure) => {
                 let inputs = self
                     .requests
                     .iter()
-                    .map(|r| Input::failed(r.id, failure.clone()))
+                    .map(|r| Response::failed(r.id, failure.clone()))
                     .collect();
                 return (inputs, None);
             }
@@ -1116,7 +1122,7 @@ impl Flight {
                     {
                         conn.broken = true;
                     }
-                    inputs.push(Input::reply(r.id, reply));
+                    inputs.push(Response::reply(r.id, reply));
                 }
                 Err(e) => {
                     // A reply may still be in flight: this connection must never be reused.
@@ -1126,7 +1132,7 @@ impl Flight {
                     inputs.extend(
                         self.requests[inputs.len()..]
                             .iter()
-                            .map(|r| Input::failed(r.id, failure.clone())),
+                            .map(|r| Response::failed(r.id, failure.clone())),
                     );
                     return (inputs, None);
                 }
@@ -1145,7 +1151,7 @@ impl Flight {
             let inputs = self
                 .requests
                 .iter()
-                .map(|r| Input::failed(r.id, failure.clone()))
+                .map(|r| Response::failed(r.id, failure.clone()))
                 .collect();
             return (inputs, None);
         }

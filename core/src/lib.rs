@@ -66,6 +66,3 @@ pub use command::{Command, NodeId, Request, RequestId};
 pub use error::{Error, InvalidArgument, LossReason};
 pub use protocol::{Batch, Protocol, Step, Wait, WakeOn};
 pub use reply::{ErrorReply, FailureKind, Reply, Response, TransportFailure};
-// TODO(rename): remove after merge
-#[doc(hidden)]
-pub use reply::Input;

@@ -49,19 +49,11 @@ pub trait Protocol {
 /// What a machine wants next.
 #[derive(Debug)]
 #[must_use = "a step must be carried out for the machine to make progress"]
-// TODO(rename): remove after merge (with the hidden variant `Awaiting`)
-#[allow(clippy::manual_non_exhaustive)]
 pub enum Step<T> {
     /// Send these requests, then feed back one [`Response`] for each.
     Send(Batch),
     /// Nothing to send until `until` (or a message on `wake_on`).
     Wait(Wait),
-    /// Never returned. (A machine polled while requests of its last batch are unanswered
-    /// yields a [`Step::Wait`] until that batch's deadline, and past it
-    /// `Done(Err(Error::Driver(..)))`; see [`Protocol::poll`].)
-    // TODO(rename): remove after merge (kept so that drivers matching on it still compile)
-    #[doc(hidden)]
-    Awaiting,
     /// The machine is finished.
     Done(Result<T, Error>),
 }

@@ -226,11 +226,6 @@ impl Response {
     }
 }
 
-/// The old name of [`Response`].
-// TODO(rename): remove after merge
-#[doc(hidden)]
-pub type Input = Response;
-
 #[cfg(test)]
 mod wrapped_script_error_tests {
     use super::*;

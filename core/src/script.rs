@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::command::{Command, NodeId, Request, RequestId, RequestIds};
-use crate::reply::{Input, Reply, TransportFailure};
+use crate::reply::{Reply, Response, TransportFailure};
 
 /// A Lua script and its SHA-1 (hex, lower case).
 ///
@@ -470,7 +470,7 @@ impl Exchange {
     }
 
     /// Takes the outcome of a request; returns whether it was the one in flight.
-    pub(crate) fn handle(&mut self, input: Input) -> bool {
+    pub(crate) fn handle(&mut self, input: Response) -> bool {
         let State::Sent { id, eval } = self.state else {
             return false;
         };
@@ -634,7 +634,7 @@ pub(crate) mod tests {
             ]
         );
         assert_eq!(ex.poll(&mut ids), Progress::Awaiting);
-        assert!(ex.handle(Input::reply(
+        assert!(ex.handle(Response::reply(
             first.id,
             Reply::Error(ErrorReply::new("NOSCRIPT", "No matching script."))
         )));
@@ -644,9 +644,9 @@ pub(crate) mod tests {
         assert_eq!(second.command.name(), "EVAL");
         assert_eq!(second.command.args()[1], b"return ARGV[1]".to_vec());
         // A late duplicate of the first reply is ignored.
-        assert!(!ex.handle(Input::reply(first.id, Reply::Nil)));
+        assert!(!ex.handle(Response::reply(first.id, Reply::Nil)));
         // A NOSCRIPT to the EVAL itself is an answer, not a loop.
-        assert!(ex.handle(Input::reply(
+        assert!(ex.handle(Response::reply(
             second.id,
             Reply::Error(ErrorReply::new("NOSCRIPT", "again"))
         )));

@@ -299,39 +299,3 @@ pub fn read(keys: &SemaphoreKeys, deadline: Instant) -> ScriptOp<ReadSemaphore> 
         .key(&keys.count);
     ScriptOp::new(ReadSemaphore, call, keys.target(), None, deadline)
 }
-
-/// The keys of the semaphore a permit spec names.
-// TODO(rename): remove after merge (with the two methods below).
-fn keys_of(spec: &LockSpec) -> Result<SemaphoreKeys, Error> {
-    match (spec.kind, spec.target.keys.as_slice()) {
-        (LeaseKind::Permit, [holders, waiters, timeouts, count]) => Ok(SemaphoreKeys {
-            name: spec.target.name.clone(),
-            holders: holders.clone(),
-            waiters: waiters.clone(),
-            timeouts: timeouts.clone(),
-            count: count.clone(),
-            undone: String::new(),
-            channel: spec.wake.channel.clone(),
-            notify: spec.notify.clone(),
-        }),
-        _ => Err(crate::error::InvalidArgument::Setting("not a semaphore".into()).into()),
-    }
-}
-
-impl ScriptOp<SetPermits> {
-    /// The old form of [`set_permits`], from a permit spec.
-    // TODO(rename): remove after merge
-    #[doc(hidden)]
-    pub fn set_permits(spec: &LockSpec, permits: u64, deadline: Instant) -> Result<Self, Error> {
-        set_permits(&keys_of(spec)?, permits, deadline)
-    }
-}
-
-impl ScriptOp<ReadSemaphore> {
-    /// The old form of [`read`], from a permit spec.
-    // TODO(rename): remove after merge
-    #[doc(hidden)]
-    pub fn read_semaphore(spec: &LockSpec, deadline: Instant) -> Result<Self, Error> {
-        Ok(read(&keys_of(spec)?, deadline))
-    }
-}

@@ -8,6 +8,7 @@ use crate::error::LossReason;
 use crate::keys::Keyspace;
 use crate::protocol::{Protocol, Step};
 use crate::reply::{FailureKind, Reply, Response, TransportFailure};
+use crate::semaphore::SemaphoreState;
 use crate::testing::{Scenario, err, ints, origin};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -657,8 +658,6 @@ fn run_to_end<P: Protocol>(mut m: P, script: &[Result<Reply, TransportFailure>])
                 assert!(w.until >= now);
                 now = w.until;
             }
-            // TODO(rename): remove after merge (with the variant)
-            Step::Awaiting => panic!("every request was answered"),
             Step::Done(_) => {
                 assert!(matches!(m.poll(now), Step::Done(Err(Error::Finished))));
                 return;

@@ -62,10 +62,6 @@ pub use ops::{Extend, Inspect, LeaseState, OpKind, Release, ScriptOp};
 pub use scripts::ALL as SCRIPTS;
 pub use spec::{LeaseCalls, LeaseKind, LockKind, LockSpec, Target};
 
-// TODO(rename): remove after merge (the semaphore's types moved to `crate::semaphore`).
-#[doc(hidden)]
-pub use crate::semaphore::{ReadSemaphore, SemaphoreState, SetPermits};
-
 use crate::backoff::saturating_add;
 use crate::error::{Error, InvalidArgument};
 use crate::reply::{ErrorReply, Reply};

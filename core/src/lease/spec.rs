@@ -9,8 +9,6 @@
 use std::time::Duration;
 
 use super::{Token, UNDONE_KEEP};
-use crate::error::Error;
-use crate::keys::Keyspace;
 use crate::protocol::WakeOn;
 use crate::script::ScriptCall;
 
@@ -123,25 +121,5 @@ impl LockSpec {
             self.cancel = None;
         }
         self
-    }
-
-    /// The spec of one permit of semaphore `name`; see
-    /// [`SemaphoreKeys::permit`](crate::semaphore::SemaphoreKeys::permit).
-    // TODO(rename): remove after merge
-    #[doc(hidden)]
-    pub fn permit(
-        keyspace: &Keyspace,
-        name: &str,
-        token: Token,
-        ttl: Duration,
-        permits: u64,
-        waiter_timeout: Duration,
-    ) -> Result<Self, Error> {
-        crate::semaphore::SemaphoreKeys::new(keyspace, name)?.permit(
-            token,
-            ttl,
-            permits,
-            waiter_timeout,
-        )
     }
 }

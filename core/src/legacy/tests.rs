@@ -1018,8 +1018,6 @@ fn run_to_end<P: Protocol>(mut m: P, start: Instant, script: &[Result<Reply, Tra
                 assert_eq!(w.wake_on, None);
                 now = w.until;
             }
-            // TODO(rename): remove after merge (with the variant)
-            Step::Awaiting => panic!("every request was answered"),
             Step::Done(_) => {
                 assert!(matches!(m.poll(now), Step::Done(Err(Error::Finished))));
                 return;

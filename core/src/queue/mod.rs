@@ -569,11 +569,6 @@ pub fn dead_jobs(keys: &QueueKeys, limit: usize, deadline: Instant) -> ScriptOp<
 #[derive(Debug, Clone, Copy)]
 pub struct DeleteDead;
 
-/// The old name of [`DeleteDead`].
-// TODO(rename): remove after merge
-#[doc(hidden)]
-pub type Forget = DeleteDead;
-
 impl OpKind for DeleteDead {
     type Output = u64;
     const CONTEXT: &'static str = "dead-letter deletion";
@@ -616,10 +611,6 @@ pub fn delete_dead(
         deadline,
     ))
 }
-
-// TODO(rename): remove after merge
-#[doc(hidden)]
-pub use self::delete_dead as forget_dead;
 
 /// Moves a dead job back to ready.
 #[derive(Debug, Clone, Copy)]

@@ -6,7 +6,7 @@ use std::time::Instant;
 use redlease_core::lease::Acquisition;
 use redlease_core::queue::{Nacked, Pushed};
 use redlease_core::redlock::{QuorumOutcome, RedLease};
-use redlease_core::{Error, Input, Protocol, Step};
+use redlease_core::{Error, Protocol, Response, Step};
 
 /// What a finished machine yielded.
 #[derive(Debug)]
@@ -53,7 +53,7 @@ pub trait Drive {
     /// [`Protocol::poll`], with the output wrapped.
     fn poll(&mut self, now: Instant) -> Step<Outcome>;
     /// [`Protocol::handle`].
-    fn handle(&mut self, input: Input, now: Instant);
+    fn handle(&mut self, input: Response, now: Instant);
     /// [`Protocol::wake`].
     fn wake(&mut self, now: Instant);
 }
@@ -79,12 +79,11 @@ impl<P: Protocol> Drive for Wrap<P> {
         match self.machine.poll(now) {
             Step::Send(b) => Step::Send(b),
             Step::Wait(w) => Step::Wait(w),
-            Step::Awaiting => Step::Awaiting,
             Step::Done(r) => Step::Done(Ok((self.wrap)(r))),
         }
     }
 
-    fn handle(&mut self, input: Input, now: Instant) {
+    fn handle(&mut self, input: Response, now: Instant) {
         self.machine.handle(input, now);
     }
 

@@ -8,6 +8,7 @@ use redlease_core::keys::Keyspace;
 use redlease_core::lease::{AcquireOptions, LockSpec};
 use redlease_core::queue::{NewJob, QueueKeys, QueueSettings};
 use redlease_core::redlock::RedLockOptions;
+use redlease_core::semaphore::SemaphoreKeys;
 
 use crate::faults::{Fault, FaultSet, Plan, Shape};
 use crate::mutation::Mutation;
@@ -143,8 +144,7 @@ pub fn build(spec: &RunSpec) -> (World, Plan) {
         Primitive::Semaphore => {
             let permits = between(&mut rng, 1, 4);
             world.initial_permits(permits);
-            let base = LockSpec::permit(&ks, "s", world.token(), ttl_d, permits, WAITER_TIMEOUT)
-                .unwrap_or_else(|e| panic!("{e}"));
+            let keys = SemaphoreKeys::new(&ks, "s").unwrap_or_else(|e| panic!("{e}"));
             if chance(&mut rng, 50) {
                 let at = between(&mut rng, 0, window);
                 let to = between(&mut rng, 1, 5);
@@ -152,7 +152,7 @@ pub fn build(spec: &RunSpec) -> (World, Plan) {
                     0,
                     at,
                     vec![Action::SetPermits {
-                        spec: base,
+                        keys: keys.clone(),
                         permits: to,
                     }],
                 );
@@ -165,7 +165,7 @@ pub fn build(spec: &RunSpec) -> (World, Plan) {
                 ttl_d,
                 min_replicas,
                 |w, _, _| {
-                    LockSpec::permit(&ks, "s", w.token(), ttl_d, permits, WAITER_TIMEOUT)
+                    keys.permit(w.token(), ttl_d, permits, WAITER_TIMEOUT)
                         .unwrap_or_else(|e| panic!("{e}"))
                 },
             );

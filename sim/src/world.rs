@@ -17,8 +17,9 @@ use redlease_core::lease::{
 use redlease_core::queue::{self, NewJob, QueueKeys, QueueSettings};
 use redlease_core::redlock::{QuorumAction, QuorumOp, RedLease, RedLockAcquire, RedLockOptions};
 use redlease_core::renewal::{RenewalEvent, RenewalPolicy, Renewals, WatchId};
+use redlease_core::semaphore::SemaphoreKeys;
 use redlease_core::{
-    Error, FailureKind, Input, Reply, Request, RequestId, Step, TransportFailure, WakeOn,
+    Error, FailureKind, Reply, Request, RequestId, Response, Step, TransportFailure, WakeOn,
 };
 
 use crate::clock::LocalClock;
@@ -61,7 +62,7 @@ pub enum Action {
     /// Set a semaphore's permit count.
     SetPermits {
         /// The semaphore.
-        spec: LockSpec,
+        keys: SemaphoreKeys,
         /// The new count.
         permits: u64,
     },
@@ -1020,14 +1021,14 @@ impl World {
         };
         let Some(pos) = r.outstanding.iter().position(|o| o.0 == id) else {
             // A late reply to a request the machine gave up on: it must ignore it.
-            r.machine.handle(Input { id, result }, now_i);
+            r.machine.handle(Response { id, result }, now_i);
             return;
         };
         r.outstanding.remove(pos);
         if ran.is_some() {
             r.last_ran = ran;
         }
-        r.machine.handle(Input { id, result }, now_i);
+        r.machine.handle(Response { id, result }, now_i);
         self.poll(runner);
     }
 
@@ -1075,7 +1076,7 @@ impl World {
             r.outstanding.retain(|o| o.3 > now);
             for id in expired {
                 r.machine.handle(
-                    Input {
+                    Response {
                         id,
                         result: Err(TransportFailure::no_reply("timed out")),
                     },
@@ -1118,7 +1119,6 @@ impl World {
                     },
                 );
             }
-            Step::Awaiting => {}
             Step::Wait(w) => {
                 let at = self.to_global(client, w.until).max(self.now);
                 let generation = self.runners[runner].as_ref().map_or(0, |r| r.timer);
@@ -1420,9 +1420,9 @@ impl World {
             }
             Action::Release => self.release(task, None),
             Action::Settle { keys, ack, max } => self.release(task, Some((keys, ack, max))),
-            Action::SetPermits { spec, permits } => {
+            Action::SetPermits { keys, permits } => {
                 let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
-                match ScriptOp::set_permits(&spec, permits, deadline) {
+                match redlease_core::semaphore::set_permits(&keys, permits, deadline) {
                     Ok(op) => {
                         let r = self.spawn(
                             client,

@@ -58,6 +58,7 @@ pub mod renewal;
 pub mod reply;
 pub mod script;
 pub mod semaphore;
+pub mod wake;
 
 #[cfg(test)]
 pub(crate) mod testing;

@@ -1,0 +1,326 @@
+//! The wake rules on virtual time: instants are built from one base, never read.
+
+use std::time::{Duration, Instant};
+
+use super::*;
+
+fn on(channel: &str, tag: Option<&str>) -> WakeOn {
+    WakeOn {
+        channel: channel.to_owned(),
+        tag: tag.map(str::to_owned),
+    }
+}
+
+const CH: &str = "rl:{a}:released";
+
+/// A registry whose channel `CH` is subscribed and confirmed at epoch 1.
+fn subscribed() -> Registry {
+    let mut r = Registry::new();
+    let first = r.register(&on(CH, None), None);
+    assert_eq!(first.subscribe.as_deref(), Some(CH));
+    assert_eq!(r.confirmed(CH, 1), vec![(first.id, Wake::Subscribed)]);
+    assert_eq!(r.take(CH, first.id), Some(Wake::Subscribed));
+    r.unregister(CH, first.id, Instant::now());
+    r
+}
+
+#[test]
+fn first_waiter_subscribes_and_confirmation_wakes_it() {
+    let mut r = Registry::new();
+    let a = r.register(&on(CH, None), Some(0));
+    assert!(!a.wake_now, "not subscribed yet: the confirmation wakes it");
+    assert_eq!(a.subscribe.as_deref(), Some(CH));
+    let b = r.register(&on(CH, None), Some(0));
+    assert_eq!(
+        b.subscribe, None,
+        "one SUBSCRIBE per channel and connection"
+    );
+    let woken = r.confirmed(CH, 1);
+    assert_eq!(
+        woken,
+        vec![(a.id, Wake::Subscribed), (b.id, Wake::Subscribed)]
+    );
+}
+
+#[test]
+fn register_after_attempt_sent_after_confirmation_sleeps() {
+    let mut r = subscribed();
+    let w = r.register(&on(CH, None), Some(1));
+    assert!(
+        !w.wake_now,
+        "subscribed before the attempt, no message since"
+    );
+    assert_eq!(w.subscribe, None);
+    assert_eq!(r.take(CH, w.id), None);
+}
+
+#[test]
+fn register_after_attempt_racing_a_message_rechecks_at_once() {
+    let mut r = subscribed();
+    // The attempt was sent at epoch 1; a release message arrives (epoch 2) before the
+    // waiter registers: nobody to wake then, so the waiter must re-check.
+    assert!(r.message(CH, None, 2).is_empty());
+    let w = r.register(&on(CH, None), Some(1));
+    assert!(w.wake_now);
+    assert_eq!(r.take(CH, w.id), Some(Wake::Message));
+}
+
+#[test]
+fn register_with_unknown_epoch_rechecks_when_subscribed() {
+    let mut r = subscribed();
+    assert!(r.register(&on(CH, None), None).wake_now);
+}
+
+#[test]
+fn attempt_sent_before_confirmation_rechecks() {
+    let mut r = subscribed();
+    // Attempt at epoch 0, confirmation at 1: a release between them may have been missed.
+    assert!(r.register(&on(CH, None), Some(0)).wake_now);
+}
+
+#[test]
+fn plain_release_wakes_one_untagged_waiter_longest_first() {
+    let mut r = subscribed();
+    let a = r.register(&on(CH, None), Some(1)).id;
+    let b = r.register(&on(CH, None), Some(1)).id;
+    let t = r.register(&on(CH, Some("tok-1")), Some(1)).id;
+    assert_eq!(r.message(CH, Some(b"unrelated"), 2), vec![a]);
+    // `a` has not taken its wake yet: the next message goes to `b`, never to the tagged.
+    assert_eq!(r.message(CH, None, 3), vec![b]);
+    assert!(r.message(CH, None, 4).is_empty());
+    assert_eq!(r.take(CH, t), None);
+    assert_eq!(r.take(CH, a), Some(Wake::Message));
+    assert_eq!(r.message(CH, None, 5), vec![a]);
+}
+
+#[test]
+fn fair_wake_by_token_wakes_exactly_that_waiter() {
+    let mut r = subscribed();
+    let plain = r.register(&on(CH, None), Some(1)).id;
+    let t1 = r.register(&on(CH, Some("tok-1")), Some(1)).id;
+    let t2 = r.register(&on(CH, Some("tok-2")), Some(1)).id;
+    assert_eq!(r.message(CH, Some(b"tok-2"), 2), vec![t2]);
+    assert_eq!(r.take(CH, t1), None);
+    assert_eq!(r.take(CH, plain), None);
+    assert_eq!(r.take(CH, t2), Some(Wake::Message));
+}
+
+#[test]
+fn broadcast_wakes_everyone() {
+    let mut r = subscribed();
+    let ids: Vec<WaiterId> = [None, Some("tok-1"), Some("tok-2"), None]
+        .into_iter()
+        .map(|t| r.register(&on(CH, t), Some(1)).id)
+        .collect();
+    assert_eq!(r.message(CH, Some(WakeOn::ALL.as_bytes()), 2), ids);
+}
+
+#[test]
+fn messages_on_other_channels_wake_nobody() {
+    let mut r = subscribed();
+    let w = r.register(&on(CH, None), Some(1)).id;
+    assert!(r.message("rl:{b}:released", None, 2).is_empty());
+    assert_eq!(r.take(CH, w), None);
+}
+
+#[test]
+fn reconnect_resubscribes_and_wakes_waiters_of_the_old_epoch() {
+    let mut r = subscribed();
+    let w = r.register(&on(CH, None), Some(1));
+    assert!(!w.wake_now);
+    r.disconnected();
+    // While down, a new waiter finds its channel unsubscribed: it waits for the confirmation.
+    let late = r.register(&on(CH, None), Some(1));
+    assert!(!late.wake_now);
+    assert_eq!(
+        late.subscribe.as_deref(),
+        Some(CH),
+        "nothing requested since the drop"
+    );
+    assert_eq!(r.connected(), vec![CH.to_owned()]);
+    // The new confirmation (a newer epoch) wakes everyone: messages may have been missed.
+    assert_eq!(
+        r.confirmed(CH, 7),
+        vec![(w.id, Wake::Subscribed), (late.id, Wake::Subscribed)]
+    );
+    // An attempt sent in the old epoch re-checks; one sent after the confirmation sleeps.
+    assert!(r.register(&on(CH, None), Some(3)).wake_now);
+    assert!(!r.register(&on(CH, None), Some(7)).wake_now);
+}
+
+#[test]
+fn connected_requests_every_channel_so_registering_sends_nothing_more() {
+    let mut r = subscribed();
+    r.disconnected();
+    r.connected();
+    assert_eq!(r.register(&on(CH, None), Some(1)).subscribe, None);
+}
+
+#[test]
+fn unsubscribe_confirmation_forgets_the_subscription() {
+    let mut r = subscribed();
+    r.unsubscribed(CH);
+    assert!(!r.register(&on(CH, None), Some(5)).wake_now);
+}
+
+#[test]
+fn unregister_on_timeout_passes_an_untaken_wake_on() {
+    let mut r = subscribed();
+    let now = Instant::now();
+    let a = r.register(&on(CH, None), Some(1)).id;
+    let b = r.register(&on(CH, None), Some(1)).id;
+    assert_eq!(r.message(CH, None, 2), vec![a]);
+    // `a` times out before taking its wake: `b` gets it.
+    assert_eq!(r.unregister(CH, a, now), Some(b));
+    assert_eq!(r.take(CH, b), Some(Wake::Message));
+    // A taken wake is not passed on.
+    assert_eq!(r.unregister(CH, b, now), None);
+}
+
+#[test]
+fn tagged_and_subscribed_wakes_are_not_passed_on() {
+    let mut r = Registry::new();
+    let now = Instant::now();
+    let a = r.register(&on(CH, None), None).id;
+    let b = r.register(&on(CH, None), None).id;
+    r.confirmed(CH, 1);
+    assert_eq!(r.take(CH, b), Some(Wake::Subscribed));
+    assert_eq!(
+        r.unregister(CH, a, now),
+        None,
+        "a Subscribed wake is not a release"
+    );
+    let t = r.register(&on(CH, Some("tok")), Some(1)).id;
+    assert_eq!(r.message(CH, Some(b"tok"), 2), vec![t]);
+    assert_eq!(
+        r.unregister(CH, t, now),
+        None,
+        "a tagged wake was meant for that waiter"
+    );
+    assert_eq!(r.take(CH, b), None);
+}
+
+#[test]
+fn no_wake_for_a_dead_waiter() {
+    let mut r = subscribed();
+    let now = Instant::now();
+    let a = r.register(&on(CH, None), Some(1)).id;
+    let t = r.register(&on(CH, Some("tok")), Some(1)).id;
+    r.unregister(CH, a, now);
+    r.unregister(CH, t, now);
+    assert!(r.message(CH, None, 2).is_empty());
+    assert!(r.message(CH, Some(b"tok"), 3).is_empty());
+    assert!(r.message(CH, Some(b"*"), 4).is_empty());
+    assert!(r.confirmed(CH, 5).is_empty());
+    assert_eq!(r.take(CH, a), None);
+    assert_eq!(
+        r.unregister(CH, a, now),
+        None,
+        "unregistering twice is harmless"
+    );
+}
+
+#[test]
+fn idle_channels_linger_then_unsubscribe() {
+    let linger = Duration::from_secs(10);
+    let t0 = Instant::now();
+    let mut r = Registry::new();
+    let w = r.register(&on(CH, None), None).id;
+    assert!(
+        r.idle(t0 + linger * 5, linger).is_empty(),
+        "a waiter keeps it"
+    );
+    r.unregister(CH, w, t0);
+    assert!(r.idle(t0 + linger, linger).is_empty(), "still lingering");
+    assert_eq!(r.channels(), 1);
+    // A waiter coming back within the linger keeps the subscription (no churn).
+    let again = r.register(&on(CH, None), None);
+    assert_eq!(again.subscribe, None);
+    r.unregister(CH, again.id, t0 + linger);
+    assert!(r.idle(t0 + linger * 2, linger).is_empty());
+    assert_eq!(
+        r.idle(t0 + linger * 2 + Duration::from_millis(1), linger),
+        vec![CH]
+    );
+    assert_eq!(r.channels(), 0);
+    // Gone: the next waiter subscribes again.
+    assert_eq!(
+        r.register(&on(CH, None), None).subscribe.as_deref(),
+        Some(CH)
+    );
+}
+
+#[test]
+fn subscription_commands_one_per_shard_channel() {
+    let chans = vec!["a".to_owned(), "b".to_owned()];
+    assert_eq!(
+        subscription_commands(false, true, &chans),
+        vec![vec!["SUBSCRIBE", "a", "b"]]
+    );
+    assert_eq!(
+        subscription_commands(true, true, &chans),
+        vec![vec!["SSUBSCRIBE", "a"], vec!["SSUBSCRIBE", "b"]]
+    );
+    assert_eq!(
+        subscription_commands(true, false, &chans),
+        vec![vec!["SUNSUBSCRIBE", "a"], vec!["SUNSUBSCRIBE", "b"]]
+    );
+    assert_eq!(
+        subscription_commands(false, false, &chans),
+        vec![vec!["UNSUBSCRIBE", "a", "b"]]
+    );
+    assert!(subscription_commands(true, true, &[]).is_empty());
+}
+
+#[test]
+fn shard_routing_picks_the_master_of_the_slot() {
+    let ranges = vec![
+        SlotRange {
+            lo: 0,
+            hi: 5460,
+            master: ("10.0.0.1".into(), 7000),
+        },
+        SlotRange {
+            lo: 5461,
+            hi: 10922,
+            master: ("10.0.0.2".into(), 7001),
+        },
+        SlotRange {
+            lo: 10923,
+            hi: 16383,
+            master: ("10.0.0.3".into(), 7002),
+        },
+    ];
+    assert_eq!(node_for_slot(0, &ranges), Some(("10.0.0.1".into(), 7000)));
+    assert_eq!(
+        node_for_slot(5461, &ranges),
+        Some(("10.0.0.2".into(), 7001))
+    );
+    assert_eq!(
+        node_for_slot(16383, &ranges),
+        Some(("10.0.0.3".into(), 7002))
+    );
+    assert_eq!(node_for_slot(16384, &ranges), None);
+    assert_eq!(node_for_slot(5, &[]), None);
+}
+
+#[test]
+fn routes_expire_after_their_ttl() {
+    let ttl = Duration::from_secs(5);
+    let t0 = Instant::now();
+    let mut cache = RouteCache::new(ttl);
+    assert_eq!(cache.get(CH, t0), None);
+    cache.learn(CH, ("n1".into(), 7000), t0);
+    assert_eq!(
+        cache.get(CH, t0 + ttl - Duration::from_millis(1)),
+        Some(("n1".into(), 7000))
+    );
+    assert_eq!(
+        cache.get(CH, t0 + ttl),
+        None,
+        "a resharded slot is looked up again"
+    );
+    cache.learn(CH, ("n2".into(), 7001), t0 + ttl);
+    assert_eq!(cache.get(CH, t0 + ttl), Some(("n2".into(), 7001)));
+    assert_eq!(cache.get("other", t0), None);
+}

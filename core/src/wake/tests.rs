@@ -1,8 +1,9 @@
 //! The wake rules on virtual time: instants are built from one base, never read.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::*;
+use crate::testing::origin;
 
 fn on(channel: &str, tag: Option<&str>) -> WakeOn {
     WakeOn {
@@ -20,7 +21,7 @@ fn subscribed() -> Registry {
     assert_eq!(first.subscribe.as_deref(), Some(CH));
     assert_eq!(r.confirmed(CH, 1), vec![(first.id, Wake::Subscribed)]);
     assert_eq!(r.take(CH, first.id), Some(Wake::Subscribed));
-    r.unregister(CH, first.id, Instant::now());
+    r.unregister(CH, first.id, origin());
     r
 }
 
@@ -166,7 +167,7 @@ fn unsubscribe_confirmation_forgets_the_subscription() {
 #[test]
 fn unregister_on_timeout_passes_an_untaken_wake_on() {
     let mut r = subscribed();
-    let now = Instant::now();
+    let now = origin();
     let a = r.register(&on(CH, None), Some(1)).id;
     let b = r.register(&on(CH, None), Some(1)).id;
     assert_eq!(r.message(CH, None, 2), vec![a]);
@@ -180,7 +181,7 @@ fn unregister_on_timeout_passes_an_untaken_wake_on() {
 #[test]
 fn tagged_and_subscribed_wakes_are_not_passed_on() {
     let mut r = Registry::new();
-    let now = Instant::now();
+    let now = origin();
     let a = r.register(&on(CH, None), None).id;
     let b = r.register(&on(CH, None), None).id;
     r.confirmed(CH, 1);
@@ -203,7 +204,7 @@ fn tagged_and_subscribed_wakes_are_not_passed_on() {
 #[test]
 fn no_wake_for_a_dead_waiter() {
     let mut r = subscribed();
-    let now = Instant::now();
+    let now = origin();
     let a = r.register(&on(CH, None), Some(1)).id;
     let t = r.register(&on(CH, Some("tok")), Some(1)).id;
     r.unregister(CH, a, now);
@@ -223,7 +224,7 @@ fn no_wake_for_a_dead_waiter() {
 #[test]
 fn idle_channels_linger_then_unsubscribe() {
     let linger = Duration::from_secs(10);
-    let t0 = Instant::now();
+    let t0 = origin();
     let mut r = Registry::new();
     let w = r.register(&on(CH, None), None).id;
     assert!(
@@ -307,7 +308,7 @@ fn shard_routing_picks_the_master_of_the_slot() {
 #[test]
 fn routes_expire_after_their_ttl() {
     let ttl = Duration::from_secs(5);
-    let t0 = Instant::now();
+    let t0 = origin();
     let mut cache = RouteCache::new(ttl);
     assert_eq!(cache.get(CH, t0), None);
     cache.learn(CH, ("n1".into(), 7000), t0);

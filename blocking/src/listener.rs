@@ -1,5 +1,7 @@
 //! One pub/sub listener thread per client: one subscriber connection, release notifications
-//! routed to the threads waiting for them.
+//! routed to the threads waiting for them. The rules (which waiter a message wakes, the
+//! epochs, lingering, shard routing) are the core's [`redlease_core::wake`]; this module
+//! does the I/O around them.
 //!
 //! Waiting never depends on a message arriving: a waiter always has its own deadline (the
 //! retry time its machine asked for), and while the connection is down waiters simply wait
@@ -17,7 +19,7 @@
 //! - Subscriptions linger after their last waiter leaves (repeated contention on one lock does
 //!   not churn SUBSCRIBE/UNSUBSCRIBE) and are dropped after [`LINGER`] idle.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,6 +27,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
+use redlease_core::wake::{
+    NodeAddr, Registry, RouteCache, SlotRange, WaiterId, node_for_slot, subscription_commands,
+};
 use redlease_core::{Reply, WakeOn};
 
 use crate::connect::{ReadHalf, TlsSettings, WriteHalf, open_split};
@@ -37,39 +42,30 @@ const TICK: Duration = Duration::from_millis(500);
 /// A silent connection is PINGed after this long, and dropped if the PING goes unanswered.
 const KEEPALIVE: Duration = Duration::from_secs(5);
 
-/// Why a waiter woke.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wake {
-    /// A release message (or a missed one: retry now).
-    Message,
-    /// The subscription is confirmed; from now on no message is missed.
-    Subscribed,
-}
-
-struct Slot {
-    id: u64,
-    tag: Option<String>,
-    tx: Sender<Wake>,
-}
-
-#[derive(Default)]
-struct Channel {
-    waiters: VecDeque<Slot>,
-    /// SUBSCRIBE was sent on the current connection.
-    requested: bool,
-    /// Epoch of the confirmation on the current connection (`None`: not subscribed).
-    confirmed: Option<u64>,
-    /// Epoch of the last message.
-    last_message: u64,
-    idle_since: Option<Instant>,
-}
+pub(crate) use redlease_core::wake::Wake;
 
 #[derive(Default)]
 struct State {
-    channels: HashMap<String, Channel>,
-    next_waiter: u64,
+    /// The wake rules' state: waiters by channel, subscriptions, epochs.
+    wake: Registry,
+    /// How to ring each registered waiter (a wake decided by `wake` is sent here).
+    doorbells: HashMap<WaiterId, Sender<Wake>>,
     /// The last (S)SUBSCRIBE refusal of the current connection (an ACL without the channel).
     refused: Option<String>,
+}
+
+impl State {
+    fn ring(&self, id: WaiterId, why: Wake) {
+        if let Some(tx) = self.doorbells.get(&id) {
+            let _ = tx.try_send(why);
+        }
+    }
+
+    fn ring_all(&self, ids: impl IntoIterator<Item = WaiterId>, why: Wake) {
+        for id in ids {
+            self.ring(id, why);
+        }
+    }
 }
 
 struct Shared {
@@ -82,35 +78,10 @@ struct Shared {
 }
 
 impl Shared {
-    fn subscribe_cmd(&self) -> &'static [u8] {
-        if self.sharded {
-            b"SSUBSCRIBE"
-        } else {
-            b"SUBSCRIBE"
-        }
-    }
-
-    fn unsubscribe_cmd(&self) -> &'static [u8] {
-        if self.sharded {
-            b"SUNSUBSCRIBE"
-        } else {
-            b"UNSUBSCRIBE"
-        }
-    }
-
-    /// Sends one (un)subscription per command when sharded (shard channels of different
-    /// slots cannot share one), else all in one.
-    fn send_each(&self, cmd: &'static [u8], channels: &[String]) {
-        if channels.is_empty() {
-            return;
-        }
-        if self.sharded {
-            for c in channels {
-                self.send(&[cmd, c.as_bytes()]);
-            }
-        } else {
-            let mut args: Vec<&[u8]> = vec![cmd];
-            args.extend(channels.iter().map(|c| c.as_bytes()));
+    /// Sends the (un)subscriptions of `channels` (see [`subscription_commands`]).
+    fn send_each(&self, subscribe: bool, channels: &[String]) {
+        for cmd in subscription_commands(self.sharded, subscribe, channels) {
+            let args: Vec<&[u8]> = cmd.iter().map(|a| a.as_bytes()).collect();
             self.send(&args);
         }
     }
@@ -213,31 +184,15 @@ impl Listener {
     pub(crate) fn register(&self, on: &WakeOn, sent_epoch: Option<u64>) -> Waiter {
         let (tx, rx) = bounded(1);
         let mut state = self.shared.state();
-        state.next_waiter += 1;
-        let id = state.next_waiter;
-        let entry = state.channels.entry(on.channel.clone()).or_default();
-        entry.idle_since = None;
-        match (entry.confirmed, sent_epoch) {
-            // Subscribed before the attempt, and no message since: nothing was missed.
-            (Some(c), Some(s)) if c <= s && entry.last_message <= s => {}
-            // Subscribed, but the attempt may have raced a release: retry once now.
-            (Some(_), _) => {
-                let _ = tx.try_send(Wake::Message);
-            }
-            // Not subscribed yet: the confirmation wakes this waiter.
-            (None, _) => {}
+        let registered = state.wake.register(on, sent_epoch);
+        let id = registered.id;
+        if registered.wake_now {
+            let _ = tx.try_send(Wake::Message);
         }
-        entry.waiters.push_back(Slot {
-            id,
-            tag: on.tag.clone(),
-            tx,
-        });
-        let subscribe = !entry.requested;
-        entry.requested = true;
+        state.doorbells.insert(id, tx);
         drop(state);
-        if subscribe {
-            self.shared
-                .send(&[self.shared.subscribe_cmd(), on.channel.as_bytes()]);
+        if let Some(channel) = registered.subscribe {
+            self.shared.send_each(true, &[channel]);
         }
         Waiter {
             shared: self.shared.clone(),
@@ -264,7 +219,7 @@ impl Drop for Listener {
 pub(crate) struct Waiter {
     shared: Arc<Shared>,
     on: WakeOn,
-    id: u64,
+    id: WaiterId,
     rx: Receiver<Wake>,
 }
 
@@ -275,58 +230,24 @@ impl Waiter {
 
     /// Blocks until woken or until `until`; returns why it woke (`None`: the deadline).
     pub(crate) fn wait_until(&self, until: Instant) -> Option<Wake> {
-        self.rx.recv_deadline(until).ok()
+        let rung = self.rx.recv_deadline(until).ok()?;
+        // The wake is consumed: from now on this waiter may be woken again.
+        let pending = self.shared.state().wake.take(&self.on.channel, self.id);
+        Some(pending.unwrap_or(rung))
     }
 }
 
 impl Drop for Waiter {
     fn drop(&mut self) {
-        let unconsumed = matches!(self.rx.try_recv(), Ok(Wake::Message));
         let mut state = self.shared.state();
-        if let Some(entry) = state.channels.get_mut(&self.on.channel) {
-            entry.waiters.retain(|s| s.id != self.id);
-            if unconsumed && self.on.tag.is_none() {
-                wake_one(entry);
-            }
-            if entry.waiters.is_empty() {
-                entry.idle_since = Some(Instant::now());
-            }
-        }
-    }
-}
-
-/// Wakes the longest-waiting untagged waiter that is not already woken.
-fn wake_one(entry: &Channel) {
-    for slot in entry.waiters.iter().filter(|s| s.tag.is_none()) {
-        if slot.tx.try_send(Wake::Message).is_ok() {
-            return;
-        }
-    }
-}
-
-/// Routes a message by its payload (see the module doc).
-fn deliver(entry: &Channel, payload: Option<&[u8]>) {
-    match payload {
-        Some(p) if p == WakeOn::ALL.as_bytes() => {
-            for slot in &entry.waiters {
-                let _ = slot.tx.try_send(Wake::Message);
-            }
-        }
-        Some(p)
-            if entry
-                .waiters
-                .iter()
-                .any(|s| s.tag.as_deref().map(str::as_bytes) == Some(p)) =>
+        state.doorbells.remove(&self.id);
+        // An untaken release wake passes to the next waiter.
+        if let Some(next) = state
+            .wake
+            .unregister(&self.on.channel, self.id, Instant::now())
         {
-            for slot in entry
-                .waiters
-                .iter()
-                .filter(|s| s.tag.as_deref().map(str::as_bytes) == Some(p))
-            {
-                let _ = slot.tx.try_send(Wake::Message);
-            }
+            state.ring(next, Wake::Message);
         }
-        _ => wake_one(entry),
     }
 }
 
@@ -439,14 +360,10 @@ fn serve(
     // Publish the writer and subscribe to every channel someone waits on (or lingers).
     {
         let mut state = shared.state();
-        let channels: Vec<String> = state.channels.keys().cloned().collect();
-        for entry in state.channels.values_mut() {
-            entry.requested = true;
-            entry.confirmed = None;
-        }
+        let channels = state.wake.connected();
         *shared.writer() = Some(writer);
         drop(state);
-        shared.send_each(shared.subscribe_cmd(), &channels);
+        shared.send_each(true, &channels);
     }
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut chunk = vec![0u8; 16 * 1024];
@@ -499,20 +416,10 @@ fn serve(
 
 fn unsubscribe_idle(shared: &Shared, now: Instant) {
     let mut state = shared.state();
-    let idle: Vec<String> = state
-        .channels
-        .iter()
-        .filter(|(_, c)| {
-            c.waiters.is_empty() && c.idle_since.is_some_and(|t| now.duration_since(t) > LINGER)
-        })
-        .map(|(name, _)| name.clone())
-        .collect();
-    for name in &idle {
-        state.channels.remove(name);
-    }
+    let idle = state.wake.idle(now, LINGER);
     // Sent while the state is locked, so a waiter re-registering one of these channels
     // sends its SUBSCRIBE after this UNSUBSCRIBE, never before.
-    shared.send_each(shared.unsubscribe_cmd(), &idle);
+    shared.send_each(false, &idle);
     drop(state);
 }
 
@@ -532,28 +439,20 @@ fn route(shared: &Shared, frame: Reply) {
     let mut state = shared.state();
     match kind.as_str() {
         "subscribe" | "ssubscribe" => {
-            if let Some(entry) = state.channels.get_mut(&channel) {
-                entry.confirmed = Some(shared.bump());
-                for slot in &entry.waiters {
-                    let _ = slot.tx.try_send(Wake::Subscribed);
-                }
+            let woken = state.wake.confirmed(&channel, shared.bump());
+            for (id, why) in woken {
+                state.ring(id, why);
             }
         }
-        "unsubscribe" | "sunsubscribe" => {
-            if let Some(entry) = state.channels.get_mut(&channel) {
-                // Re-requested while the UNSUBSCRIBE was in flight: its SUBSCRIBE follows.
-                entry.confirmed = None;
-            }
-        }
+        // Re-requested while the UNSUBSCRIBE was in flight: its SUBSCRIBE follows.
+        "unsubscribe" | "sunsubscribe" => state.wake.unsubscribed(&channel),
         "message" | "smessage" => {
-            if let Some(entry) = state.channels.get_mut(&channel) {
-                entry.last_message = shared.bump();
-                let payload = match items.get(2) {
-                    Some(Reply::Bulk(b)) => Some(b.as_slice()),
-                    _ => None,
-                };
-                deliver(entry, payload);
-            }
+            let payload = match items.get(2) {
+                Some(Reply::Bulk(b)) => Some(b.as_slice()),
+                _ => None,
+            };
+            let woken = state.wake.message(&channel, payload, shared.bump());
+            state.ring_all(woken, Wake::Message);
         }
         _ => {}
     }
@@ -579,10 +478,7 @@ fn disconnect(shared: &Shared) {
     }
     let mut state = shared.state();
     state.refused = None;
-    for entry in state.channels.values_mut() {
-        entry.requested = false;
-        entry.confirmed = None;
-    }
+    state.wake.disconnected();
     // Waiters keep waiting on their own deadlines; the next confirmation wakes them.
 }
 
@@ -603,7 +499,7 @@ impl Listeners {
                 seed: endpoint,
                 epoch: Arc::new(AtomicU64::new(0)),
                 nodes: Mutex::new(HashMap::new()),
-                routes: Mutex::new(HashMap::new()),
+                routes: Mutex::new(RouteCache::new(ROUTE_TTL)),
             }))
         } else {
             Listeners::One(Listener::start(endpoint))
@@ -627,9 +523,6 @@ impl Listeners {
     }
 }
 
-/// A cluster node's host and port.
-type NodeAddr = (String, u16);
-
 /// How long a learned channel -> node route is trusted (after a resharding, waiters of a
 /// moved slot re-check on their backoff until this has passed).
 const ROUTE_TTL: Duration = Duration::from_secs(5);
@@ -639,10 +532,10 @@ pub(crate) struct Shards {
     seed: Endpoint,
     epoch: Arc<AtomicU64>,
     /// `host:port` -> that node's listener.
-    nodes: Mutex<HashMap<(String, u16), Listener>>,
+    nodes: Mutex<HashMap<NodeAddr, Listener>>,
     /// Channel -> the node serving its slot, and when that was learned: looked up again
     /// after [`ROUTE_TTL`], so a resharded slot's waiters move to its new node.
-    routes: Mutex<HashMap<String, (NodeAddr, Instant)>>,
+    routes: Mutex<RouteCache>,
 }
 
 impl Shards {
@@ -672,15 +565,14 @@ impl Shards {
 
     /// The node serving `channel`'s slot: `CLUSTER KEYSLOT` and `CLUSTER SLOTS` on a seed
     /// node, each bounded by the connect timeout.
-    fn route(&self, channel: &str) -> Option<(String, u16)> {
-        if let Some((r, at)) = self
+    fn route(&self, channel: &str) -> Option<NodeAddr> {
+        if let Some(r) = self
             .routes
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(channel)
-            && at.elapsed() < ROUTE_TTL
+            .get(channel, Instant::now())
         {
-            return Some(r.clone());
+            return Some(r);
         }
         let client = self.seed.source.client().ok()?;
         let timeout = self.seed.connect_timeout;
@@ -692,37 +584,43 @@ impl Shards {
             .query(&mut conn)
             .ok()?;
         let ranges: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn).ok()?;
-        let node = ranges.iter().find_map(|range| {
-            let redis::Value::Array(items) = range else {
-                return None;
-            };
-            let (
-                Some(redis::Value::Int(lo)),
-                Some(redis::Value::Int(hi)),
-                Some(redis::Value::Array(master)),
-            ) = (items.first(), items.get(1), items.get(2))
-            else {
-                return None;
-            };
-            if !(*lo..=*hi).contains(&slot) {
-                return None;
-            }
-            let host = match master.first()? {
-                redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
-                _ => return None,
-            };
-            let port = match master.get(1)? {
-                redis::Value::Int(p) => u16::try_from(*p).ok()?,
-                _ => return None,
-            };
-            Some((host, port))
-        })?;
-        self.routes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(channel.to_owned(), (node.clone(), Instant::now()));
+        let ranges: Vec<SlotRange> = ranges.iter().filter_map(slot_range).collect();
+        let node = node_for_slot(slot, &ranges)?;
+        self.routes.lock().unwrap_or_else(|p| p.into_inner()).learn(
+            channel,
+            node.clone(),
+            Instant::now(),
+        );
         Some(node)
     }
+}
+
+/// One `CLUSTER SLOTS` entry (`[lo, hi, [host, port, ..], ..]`), if well-formed.
+fn slot_range(range: &redis::Value) -> Option<SlotRange> {
+    let redis::Value::Array(items) = range else {
+        return None;
+    };
+    let (
+        Some(redis::Value::Int(lo)),
+        Some(redis::Value::Int(hi)),
+        Some(redis::Value::Array(master)),
+    ) = (items.first(), items.get(1), items.get(2))
+    else {
+        return None;
+    };
+    let host = match master.first()? {
+        redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok()?,
+        _ => return None,
+    };
+    let port = match master.get(1)? {
+        redis::Value::Int(p) => u16::try_from(*p).ok()?,
+        _ => return None,
+    };
+    Some(SlotRange {
+        lo: *lo,
+        hi: *hi,
+        master: (host, port),
+    })
 }
 
 impl Listener {
@@ -730,7 +628,7 @@ impl Listener {
     fn snapshot(&self) -> (bool, usize, Option<String>) {
         let connected = self.shared.writer().is_some();
         let state = self.shared.state();
-        (connected, state.channels.len(), state.refused.clone())
+        (connected, state.wake.channels(), state.refused.clone())
     }
 }
 

@@ -7,17 +7,12 @@
 //! retry time its machine asked for), and while the connection is down waiters simply wait
 //! out that deadline (backoff polling) until the listener is back.
 //!
-//! - **Wake one.** A message on a channel wakes the longest-waiting untagged local waiter that
-//!   is not already woken, so a release wakes one thread per client, not a herd. A waiter that
-//!   leaves with an unconsumed wake passes it on. A message whose payload is a waiter's tag
-//!   wakes exactly that waiter (the next in a fair queue); the payload `*` wakes everyone (a
-//!   writer's release lets every reader in).
-//! - **No gap.** Every subscription confirmation and message bumps an epoch. The driver notes
-//!   the epoch when it sends an attempt; a waiter registering afterwards is woken at once if
-//!   its channel was not confirmed before that attempt or had a message since (a release it
-//!   could have missed), and only then sleeps.
-//! - Subscriptions linger after their last waiter leaves (repeated contention on one lock does
-//!   not churn SUBSCRIBE/UNSUBSCRIBE) and are dropped after [`LINGER`] idle.
+//! The listener keeps a [`Registry`] under its state lock and feeds it what the connection
+//! sees: every confirmation and message bumps the epoch (shared by a cluster's shard
+//! listeners) and is passed to the registry, which names the waiters to wake; each waiter has
+//! a doorbell (a one-slot channel) that the listener rings. A waiter that woke takes its wake
+//! from the registry, so it can be woken again; one that leaves unregisters (an untaken
+//! release wake passes on). Subscriptions linger [`LINGER`] after their last waiter leaves.
 
 use std::collections::HashMap;
 use std::io::ErrorKind;

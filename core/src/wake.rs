@@ -40,6 +40,29 @@
 //! - **Shard routing.** On a cluster each channel is served by the node owning its slot
 //!   ([`node_for_slot`], cached by [`RouteCache`]); shard channels are subscribed one
 //!   per command ([`subscription_commands`]).
+//!
+//! # Example
+//!
+//! ```
+//! use redlease_core::WakeOn;
+//! use redlease_core::wake::{Registry, Wake};
+//!
+//! let on = WakeOn { channel: "rl:{jobs}:released".into(), tag: None };
+//! let mut epoch = 0; // the driver's counter, bumped on every confirmation and message
+//! let mut registry = Registry::new();
+//!
+//! // An attempt found the lock held (sent at `epoch`); its waiter registers.
+//! let w = registry.register(&on, Some(epoch));
+//! assert_eq!(w.subscribe.as_deref(), Some("rl:{jobs}:released")); // send SUBSCRIBE
+//! assert!(!w.wake_now);
+//! // The confirmation wakes it: a release before the SUBSCRIBE took effect was missed.
+//! epoch += 1;
+//! assert_eq!(registry.confirmed(&on.channel, epoch), vec![(w.id, Wake::Subscribed)]);
+//! assert_eq!(registry.take(&on.channel, w.id), Some(Wake::Subscribed));
+//! // The retry finds the lock still held (sent at `epoch`): the waiter sleeps until a release.
+//! epoch += 1;
+//! assert_eq!(registry.message(&on.channel, None, epoch), vec![w.id]);
+//! ```
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};

@@ -50,7 +50,7 @@
 //! ```
 //!
 //! **Testing without Redis** (cargo feature `memory`, for dev-dependencies):
-//! [`memory::MemoryServer::client`] runs this whole API on an in-process server that
+//! `memory::MemoryServer::client` runs this whole API on an in-process server that
 //! executes the same Lua scripts, every timer on a clock the test moves; see the README's
 //! "Testing your code".
 //!

@@ -97,7 +97,7 @@ pub struct LockSpec {
     pub(crate) queued: bool,
     /// Which release messages wake a waiter.
     pub wake: WakeOn,
-    /// The release channel as passed to scripts (see [`Keyspace::notify_arg`]).
+    /// The release channel as passed to scripts (see [`Keyspace::notify_arg`](crate::keys::Keyspace::notify_arg)).
     pub notify: String,
 }
 

@@ -111,11 +111,15 @@ MATRIX="redis-6.2 valkey-9.1" bash scripts/matrix.sh --exclude redlease-sim
 # Both crates package (metadata, license files, readme) and build from their packages.
 step "cargo package -p redlease-core -p redlease"
 # Cargo verifies redlease against the redlease-core it just packaged, served from a local
-# registry: registry crates are taken as immutable, so a build of an earlier run's packaged
-# core (same name, version and source) would be reused instead of today's. Verify in a target
-# dir of its own and forget the packaged crates' builds there first (their dependencies stay).
+# registry. Registry crates are taken as immutable, so for the same name and version cargo
+# reuses what an earlier run left: the sources it unpacked under
+# $CARGO_HOME/registry/src/-<hash>/, and its build of them. Forget both first: the unpacked
+# packaged crates, and their builds in a target dir kept for this step (dependencies stay).
 verify_dir=target/package-verify
-rm -rf "$verify_dir"/debug/.fingerprint/redlease-* "$verify_dir"/debug/deps/*redlease*
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/redlease-core-0.* \
+    "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/redlease-0.*
+rm -rf "$verify_dir"/debug/.fingerprint/redlease-* "$verify_dir"/debug/deps/*redlease* \
+    "$verify_dir"/debug/libredlease* "$verify_dir"/debug/incremental/redlease*
 cargo package --quiet --allow-dirty --target-dir "$verify_dir" -p redlease-core -p redlease
 
 # Every example must run to success, not only compile: each starts its own throwaway

@@ -520,3 +520,37 @@ fn a_release_after_a_restart_that_lost_the_key_says_expired() {
         other => panic!("the key was lost with the restart: {other:?}"),
     }
 }
+
+/// One builder serves many acquisitions (it keeps the lock's keys and script calls after the
+/// first): each still gets its own owner token, and a changed setting takes effect.
+#[test]
+fn a_reused_builder_gives_each_acquisition_its_own_token_and_its_settings() {
+    let server = server();
+    let client = client(&server);
+    let mut conn = raw(&server);
+    let lock = client.lock("reused");
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let guard = lock.try_acquire().unwrap().expect("free");
+        let stored: String = conn.get("redlease:{reused}:lock").unwrap();
+        assert_eq!(stored, guard.lease().token.as_str());
+        tokens.push(stored);
+        guard.release().unwrap();
+    }
+    tokens.dedup();
+    assert_eq!(tokens.len(), 3, "every acquisition has its own token");
+    // A clone with another ttl acquires with that ttl, not the cached one.
+    let short = lock.clone().ttl(Duration::from_secs(5));
+    let guard = short.acquire().unwrap();
+    let pttl: i64 = conn.pttl("redlease:{reused}:lock").unwrap();
+    assert!(pttl > 0 && pttl <= 5_000, "pttl {pttl}");
+    guard.release().unwrap();
+
+    // A semaphore builder reused while its permits are held: two distinct holders, then full.
+    let sem = client.semaphore("reused", 2);
+    let a = sem.try_acquire().unwrap().expect("a permit");
+    let b = sem.try_acquire().unwrap().expect("a second permit");
+    assert_ne!(a.lease().token, b.lease().token);
+    assert!(sem.try_acquire().unwrap().is_none(), "two permits, two holders");
+    assert_eq!(client.semaphore_state("reused").unwrap().holders.len(), 2);
+}

@@ -1,7 +1,7 @@
 //! Every kind of lock (lease, reentrant, fair, read, write): one builder, one guard, the
 //! closure form, and run-once. What differs between kinds is the core's [`LockSpec`].
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -35,6 +35,10 @@ pub struct LockBuilder<'c> {
     min_replicas: Option<(u32, Duration)>,
     renew_every: Option<Duration>,
     max_hold: Option<Duration>,
+    /// The spec of the first acquisition, waiting ([0]) and trying once ([1]): later
+    /// acquisitions bind their token to it ([`LockSpec::with_token`]) instead of building
+    /// the keys and script calls again. Reset by every setting that changes the spec.
+    specs: [OnceLock<LockSpec>; 2],
 }
 
 /// What a [`LockBuilder`] acquires.
@@ -84,6 +88,7 @@ impl<'c> LockBuilder<'c> {
             min_replicas: None,
             renew_every: None,
             max_hold: None,
+            specs: Default::default(),
         }
     }
 
@@ -93,6 +98,7 @@ impl<'c> LockBuilder<'c> {
     /// (100 years): a shorter lease would be mostly drift allowance. Defaults to 30 s.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
+        self.specs = Default::default();
         self
     }
 
@@ -153,6 +159,7 @@ impl<'c> LockBuilder<'c> {
     /// [`MAX_DURATION`](limits::MAX_DURATION). Defaults to 5 s.
     pub fn waiter_timeout(mut self, timeout: Duration) -> Self {
         self.waiter_timeout = timeout;
+        self.specs = Default::default();
         self
     }
 
@@ -234,13 +241,30 @@ impl<'c> LockBuilder<'c> {
         Ok(Some(policy))
     }
 
-    fn spec(&self, token: Token) -> Result<LockSpec, Error> {
-        let shared = self.client.shared();
-        let ks = &shared.keyspace;
-        let (name, ttl) = (self.name.as_str(), self.ttl);
-        // A waiter refreshes its place with every attempt: at least once per retry maximum
-        // plus one reply. A shorter waiter timeout would drop live waiters from the line.
-        let refresh = self.retry_max.saturating_add(shared.io_timeout);
+    /// The spec of one acquisition with `token`: the cached one rebound to it, or built (and
+    /// cached) on the first acquisition. A reentrant lock's spec names the calling thread,
+    /// so it is built every time.
+    fn spec(&self, token: Token, waiting: bool) -> Result<LockSpec, Error> {
+        self.check_waiter_timeout()?;
+        let cache = &self.specs[usize::from(!waiting)];
+        if let Some(spec) = cache.get().and_then(|s| s.with_token(token.clone())) {
+            return Ok(spec);
+        }
+        let spec = self.build_spec(token)?;
+        // Trying once never takes a place in a line: cache it in that form.
+        let spec = if waiting { spec } else { spec.trying_once() };
+        if spec.with_token(spec.token.clone()).is_some() {
+            let _ = cache.set(spec.clone());
+        }
+        Ok(spec)
+    }
+
+    /// A waiter refreshes its place with every attempt: at least once per retry maximum
+    /// plus one reply. A shorter waiter timeout would drop live waiters from the line.
+    fn check_waiter_timeout(&self) -> Result<(), Error> {
+        let refresh = self
+            .retry_max
+            .saturating_add(self.client.shared().io_timeout);
         if self.kind.queues() && self.waiter_timeout <= refresh {
             return Err(InvalidArgument::Setting(format!(
                 "the waiter timeout ({:?}) must exceed the retry maximum plus the io timeout ({refresh:?}): waiters refresh their place once per retry",
@@ -248,6 +272,13 @@ impl<'c> LockBuilder<'c> {
             ))
             .into());
         }
+        Ok(())
+    }
+
+    fn build_spec(&self, token: Token) -> Result<LockSpec, Error> {
+        let shared = self.client.shared();
+        let ks = &shared.keyspace;
+        let (name, ttl) = (self.name.as_str(), self.ttl);
         let kind = match self.kind {
             Acquires::Lock(kind) => kind,
             Acquires::Permit => {
@@ -277,7 +308,7 @@ impl<'c> LockBuilder<'c> {
         token.copy_from_slice(&random[..16]);
         let mut seed = [0u8; 8];
         seed.copy_from_slice(&random[16..]);
-        let spec = self.spec(Token::from_random(token))?;
+        let spec = self.spec(Token::from_random(token), wait.is_some())?;
         let options = AcquireOptions {
             wait,
             retry_initial: self.retry_initial,

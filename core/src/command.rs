@@ -76,6 +76,13 @@ impl Command {
         &self.args
     }
 
+    /// Whether the command is `name` (ASCII case ignored).
+    pub fn is(&self, name: &str) -> bool {
+        self.args
+            .first()
+            .is_some_and(|a| a.eq_ignore_ascii_case(name.as_bytes()))
+    }
+
     /// The command name (`SET`, `EVALSHA`, ...), lossily decoded.
     pub fn name(&self) -> String {
         self.args

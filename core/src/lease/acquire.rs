@@ -481,7 +481,7 @@ impl Acquire {
                 State::Trying => {
                     let step = match self.exchange.poll(&mut self.ids) {
                         Progress::Send(request) => {
-                            if request.command.name() == "EVALSHA" {
+                            if request.command.is("EVALSHA") {
                                 self.attempts += 1;
                             }
                             self.sent_at = now;

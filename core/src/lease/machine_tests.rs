@@ -1120,3 +1120,64 @@ fn a_grant_that_arrives_after_the_validity_is_not_a_lease() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_spec_rebound_to_another_token_equals_one_built_for_it() {
+    let ks = Keyspace::default();
+    let w = Duration::from_secs(5);
+    let sem = crate::semaphore::SemaphoreKeys::new(&ks, "job").unwrap();
+    type Make = Box<dyn Fn(Token) -> LockSpec>;
+    let kinds: Vec<(&str, Make)> = vec![
+        (
+            "lease",
+            Box::new(|t| LockSpec::lease(&Keyspace::default(), "job", t, TTL).unwrap()),
+        ),
+        (
+            "fair",
+            Box::new(move |t| LockSpec::fair(&Keyspace::default(), "job", t, TTL, w).unwrap()),
+        ),
+        (
+            "read",
+            Box::new(|t| LockSpec::read(&Keyspace::default(), "job", t, TTL).unwrap()),
+        ),
+        (
+            "write",
+            Box::new(move |t| LockSpec::write(&Keyspace::default(), "job", t, TTL, w).unwrap()),
+        ),
+        (
+            "permit",
+            Box::new(move |t| sem.permit(t, TTL, 3, w).unwrap()),
+        ),
+    ];
+    let (a, b) = (
+        Token::from_random([0xaa; 16]),
+        Token::from_random([0xbb; 16]),
+    );
+    for (kind, make) in &kinds {
+        for once in [false, true] {
+            let built = |t: Token| {
+                let s = make(t);
+                if once { s.trying_once() } else { s }
+            };
+            let rebound = built(a.clone()).with_token(b.clone()).unwrap();
+            assert_eq!(rebound, built(b.clone()), "{kind}, trying once: {once}");
+            // What goes on the wire names the new token, never the old one.
+            let mut calls = vec![rebound.acquire.clone(), rebound.calls.release.clone()];
+            calls.extend([rebound.calls.extend.clone(), rebound.calls.inspect.clone()]);
+            calls.extend(rebound.cancel.clone());
+            calls.extend(rebound.undo.clone());
+            for call in calls {
+                let wire = format!("{:?}", call.evalsha().args());
+                let (old, new) = (
+                    format!("{:?}", a.as_str().as_bytes()),
+                    format!("{:?}", b.as_str().as_bytes()),
+                );
+                assert!(!wire.contains(&old[1..old.len() - 1]), "{kind}: {wire}");
+                assert!(wire.contains(&new[1..new.len() - 1]), "{kind}: {wire}");
+            }
+        }
+    }
+    // A reentrant lock's calls carry op ids derived from the token: not rebindable.
+    let reentrant = LockSpec::reentrant(&ks, "job", "c1:7", a, TTL).unwrap();
+    assert_eq!(reentrant.with_token(b), None);
+}

@@ -551,6 +551,9 @@ fn a_reused_builder_gives_each_acquisition_its_own_token_and_its_settings() {
     let a = sem.try_acquire().unwrap().expect("a permit");
     let b = sem.try_acquire().unwrap().expect("a second permit");
     assert_ne!(a.lease().token, b.lease().token);
-    assert!(sem.try_acquire().unwrap().is_none(), "two permits, two holders");
+    assert!(
+        sem.try_acquire().unwrap().is_none(),
+        "two permits, two holders"
+    );
     assert_eq!(client.semaphore_state("reused").unwrap().holders.len(), 2);
 }

@@ -39,7 +39,7 @@ use redlease_core::{Command, ErrorReply, Reply, RequestId, Response, TransportFa
 pub fn command(command: &Command) -> redis::Cmd {
     let mut cmd = redis::Cmd::new();
     for a in command.args() {
-        cmd.arg(a.as_slice());
+        cmd.arg(a);
     }
     cmd
 }

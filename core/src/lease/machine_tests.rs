@@ -122,7 +122,7 @@ fn noscript_falls_back_to_eval() {
     s.answer(err("NOSCRIPT", "No matching script. Please use EVAL."));
     let r = s.answer(ints(&[1, 1]));
     assert_eq!(r.command.name(), "EVAL");
-    assert_eq!(r.command.args()[1], ACQUIRE.source.as_bytes());
+    assert_eq!(&r.command.args()[1], ACQUIRE.source.as_bytes());
     assert!(matches!(s.expect_done(), Ok(Acquisition::Acquired(_))));
 }
 
@@ -1167,13 +1167,9 @@ fn a_spec_rebound_to_another_token_equals_one_built_for_it() {
             calls.extend(rebound.cancel.clone());
             calls.extend(rebound.undo.clone());
             for call in calls {
-                let wire = format!("{:?}", call.evalsha().args());
-                let (old, new) = (
-                    format!("{:?}", a.as_str().as_bytes()),
-                    format!("{:?}", b.as_str().as_bytes()),
-                );
-                assert!(!wire.contains(&old[1..old.len() - 1]), "{kind}: {wire}");
-                assert!(wire.contains(&new[1..new.len() - 1]), "{kind}: {wire}");
+                let cmd = call.evalsha();
+                let has = |t: &Token| cmd.args().any(|x| x == t.as_str().as_bytes());
+                assert!(!has(&a) && has(&b), "{kind}: {:?}", cmd.args());
             }
         }
     }

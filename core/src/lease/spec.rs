@@ -49,7 +49,7 @@ impl From<LockKind> for LeaseKind {
 }
 
 /// The primitive an operation is about, for error messages.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Target {
     /// The name the caller gave.
     pub name: String,

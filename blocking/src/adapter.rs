@@ -39,7 +39,8 @@ use redlease_core::{Command, ErrorReply, Reply, RequestId, Response, TransportFa
 pub fn command(command: &Command) -> redis::Cmd {
     let mut cmd = redis::Cmd::new();
     for a in command.args() {
-        cmd.arg(a.as_slice());
+        let a: &[u8] = a.as_ref();
+        cmd.arg(a);
     }
     cmd
 }

@@ -18,10 +18,18 @@ pub(crate) fn encode(args: &[&[u8]]) -> Vec<u8> {
 /// `redis` crate packs for the same arguments (so a batch is written without building a
 /// `redis::Cmd` per command).
 pub(crate) fn encode_command(out: &mut Vec<u8>, command: &Command) {
+    let mut size = 16;
+    for a in command.args() {
+        let a: &[u8] = a.as_ref();
+        size += a.len() + 16;
+    }
+    out.reserve(size);
     push_header(out, b'*', command.args().len());
     for a in command.args() {
         let a: &[u8] = a.as_ref();
-        push_bulk(out, a);
+        push_header(out, b'$', a.len());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
     }
 }
 
@@ -33,18 +41,31 @@ fn push_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// `<kind><n>\r\n`, the number in decimal (without formatting machinery or allocation).
-fn push_header(out: &mut Vec<u8>, kind: u8, mut n: usize) {
+/// `<kind><n>\r\n`, the number in decimal (without formatting machinery or allocation;
+/// one and two digits, the common lengths, without a loop).
+fn push_header(out: &mut Vec<u8>, kind: u8, n: usize) {
+    // The casts below take values below 10.
+    if n < 10 {
+        out.extend_from_slice(&[kind, b'0' + n as u8, b'\r', b'\n']);
+        return;
+    }
+    if n < 100 {
+        out.extend_from_slice(&[
+            kind,
+            b'0' + (n / 10) as u8,
+            b'0' + (n % 10) as u8,
+            b'\r',
+            b'\n',
+        ]);
+        return;
+    }
     let mut digits = [0u8; 24];
     let mut at = digits.len();
-    loop {
+    let mut n = n;
+    while n > 0 {
         at -= 1;
-        // `n % 10` is below 10: the cast keeps it.
         digits[at] = b'0' + (n % 10) as u8;
         n /= 10;
-        if n == 0 {
-            break;
-        }
     }
     out.push(kind);
     out.extend_from_slice(&digits[at..]);

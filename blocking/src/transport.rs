@@ -47,8 +47,11 @@ impl Conn {
 
 /// A connection to one server, or to a Redis Cluster (which routes every command to the
 /// node owning its first key's slot, and follows MOVED and ASK redirections).
+///
+/// Both are boxed so that a pooled connection is a few words: it moves into and out of the
+/// pool on every checkout, and a move of the whole `redis::Connection` is a large copy.
 pub(crate) enum Link {
-    Single(redis::Connection),
+    Single(Box<redis::Connection>),
     Cluster(Box<redis::cluster::ClusterConnection>),
 }
 
@@ -69,7 +72,7 @@ impl Link {
 
     fn ping(&mut self) -> redis::RedisResult<()> {
         match self {
-            Link::Single(c) => redis::cmd("PING").query(c),
+            Link::Single(c) => redis::cmd("PING").query(c.as_mut()),
             Link::Cluster(c) => redis::cmd("PING").query(c.as_mut()),
         }
     }
@@ -303,7 +306,7 @@ impl Manager {
                             other => other?,
                         }
                     }
-                    Ok(Link::Single(c))
+                    Ok(Link::Single(Box::new(c)))
                 };
                 set_up().map_err(|e| (e, Some(client.clone())))?
             }

@@ -324,7 +324,8 @@ pub struct LockGuard {
     shared: Arc<Shared>,
     /// The client's threads; a guard does not keep them alive.
     owner: Weak<Inner>,
-    lease: Lease,
+    /// Shared with the watchdog while it renews the lease.
+    lease: Arc<Lease>,
     cell: Arc<LeaseCell>,
     lost_rx: Receiver<LossReason>,
     /// The renewal policy while the watchdog renews the lease.
@@ -351,11 +352,8 @@ impl LockGuard {
     }
 
     fn new(client: &Client, lease: Lease, policy: Option<RenewalPolicy>) -> Self {
-        let (cell, lost_rx) = LeaseCell::new(
-            &lease.target.name,
-            lease.valid_until,
-            client.shared().time.clone(),
-        );
+        let lease = Arc::new(lease);
+        let (cell, lost_rx) = LeaseCell::new(lease.clone(), client.shared().time.clone());
         // The watchdog thread starts with the first lease that needs it, not before.
         let watched = match policy.map(|p| (p, client.watchdog())) {
             Some((policy, Some(watchdog))) => {
@@ -471,8 +469,10 @@ impl LockGuard {
         match &outcome {
             Ok(valid_until) => {
                 self.cell.set_valid_until(*valid_until);
-                self.lease.valid_until = *valid_until;
-                self.lease.ttl = ttl;
+                // A copy of its own if the watchdog still holds the old one.
+                let lease = Arc::make_mut(&mut self.lease);
+                lease.valid_until = *valid_until;
+                lease.ttl = ttl;
             }
             Err(Error::NotOwner { reason, .. }) => self.cell.mark_lost(*reason),
             Err(_) => {}

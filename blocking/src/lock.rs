@@ -327,7 +327,6 @@ pub struct LockGuard {
     /// Shared with the watchdog while it renews the lease.
     lease: Arc<Lease>,
     cell: Arc<LeaseCell>,
-    lost_rx: Receiver<LossReason>,
     /// The renewal policy while the watchdog renews the lease.
     watched: Option<RenewalPolicy>,
     done: bool,
@@ -353,7 +352,7 @@ impl LockGuard {
 
     fn new(client: &Client, lease: Lease, policy: Option<RenewalPolicy>) -> Self {
         let lease = Arc::new(lease);
-        let (cell, lost_rx) = LeaseCell::new(lease.clone(), client.shared().time.clone());
+        let cell = LeaseCell::new(lease.clone(), client.shared().time.clone());
         // The watchdog thread starts with the first lease that needs it, not before.
         let watched = match policy.map(|p| (p, client.watchdog())) {
             Some((policy, Some(watchdog))) => {
@@ -373,7 +372,6 @@ impl LockGuard {
             owner: client.owner(),
             lease,
             cell,
-            lost_rx,
             watched,
             done: false,
         }
@@ -428,7 +426,7 @@ impl LockGuard {
     /// A receiver that yields the loss reason once the lease is lost: block on it, or
     /// `select!` over it next to your work (`crossbeam_channel`).
     pub fn lost(&self) -> &Receiver<LossReason> {
-        &self.lost_rx
+        self.cell.signal()
     }
 
     /// Whether the watchdog renews this lease.

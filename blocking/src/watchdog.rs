@@ -77,15 +77,18 @@ pub(crate) struct LeaseCell {
     state: Mutex<CellState>,
     renewal_done: Condvar,
     lost: OnceLock<LossReason>,
-    signal: Sender<LossReason>,
+    /// The loss signal, made when the guard first asks for it (most guards never do): it
+    /// fires once the lease is lost and the signal exists, whichever came first.
+    signal: OnceLock<(Sender<LossReason>, Receiver<LossReason>)>,
+    /// The signal has fired.
+    signalled: AtomicBool,
     /// The client's clock (a lease past its validity is lost by it).
     time: Time,
 }
 
 impl LeaseCell {
-    /// A cell and the receiver that fires (once) when the lease is lost.
-    pub(crate) fn new(lease: Arc<Lease>, time: Time) -> (Arc<LeaseCell>, Receiver<LossReason>) {
-        let (signal, rx) = bounded(1);
+    /// A cell for `lease`, not lost.
+    pub(crate) fn new(lease: Arc<Lease>, time: Time) -> Arc<LeaseCell> {
         let cell = LeaseCell {
             state: Mutex::new(CellState {
                 valid_until: lease.valid_until,
@@ -95,11 +98,35 @@ impl LeaseCell {
             }),
             renewal_done: Condvar::new(),
             lost: OnceLock::new(),
-            signal,
+            signal: OnceLock::new(),
+            signalled: AtomicBool::new(false),
             time,
             lease,
         };
-        (Arc::new(cell), rx)
+        Arc::new(cell)
+    }
+
+    /// The receiver that yields the loss reason once the lease is lost (made on first use).
+    pub(crate) fn signal(&self) -> &Receiver<LossReason> {
+        let (_, rx) = self.signal.get_or_init(|| bounded(1));
+        // Made after the loss was marked: send it now (see `fire`).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if let Some(reason) = self.lost.get() {
+            self.fire(*reason);
+        }
+        rx
+    }
+
+    /// Sends the loss reason on the signal, if the signal exists, once. The loss is marked
+    /// and the signal made on two threads at once at worst: each side writes its part, then
+    /// (after a SeqCst fence) looks for the other's, so at least one of them sees both and
+    /// fires; `signalled` keeps it to one message.
+    fn fire(&self, reason: LossReason) {
+        if let Some((tx, _)) = self.signal.get()
+            && !self.signalled.swap(true, Ordering::SeqCst)
+        {
+            let _ = tx.try_send(reason);
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, CellState> {
@@ -141,7 +168,8 @@ impl LeaseCell {
     pub(crate) fn mark_lost(&self, reason: LossReason) {
         if self.lost.set(reason).is_ok() {
             crate::observe::lost(&self.lease.target.name, reason);
-            let _ = self.signal.try_send(reason);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            self.fire(reason);
         }
     }
 
@@ -996,15 +1024,15 @@ mod tests {
         let ttl = Duration::from_secs(3);
         let policy = RenewalPolicy::for_ttl(ttl);
         let held = lease("held", ttl);
-        let (held_cell, _held_rx) = LeaseCell::new(held.clone(), Time::Real);
+        let held_cell = LeaseCell::new(held.clone(), Time::Real);
         let first = queue.register(held.clone(), policy, held_cell.clone());
         let mut released = Vec::new();
         for i in 0..100 {
             let short = lease(&format!("short-{i}"), ttl);
-            let (cell, rx) = LeaseCell::new(short.clone(), Time::Real);
+            let cell = LeaseCell::new(short.clone(), Time::Real);
             queue.register(short, policy, cell.clone());
             cell.release(Duration::ZERO);
-            released.push((cell, rx));
+            released.push(cell);
         }
         s.admit();
         assert_eq!(s.renewals.len(), 0, "nothing is due yet: nothing scheduled");
@@ -1020,11 +1048,45 @@ mod tests {
         assert!(s.nursery.is_empty());
         assert!(s.next_wakeup().is_some_and(|t| t <= Instant::now()));
         assert!(s.cells.contains_key(&0));
-        for (cell, rx) in released {
+        for cell in released {
             assert_eq!(cell.lost(), None);
-            assert!(rx.try_recv().is_err());
+            assert!(cell.signal().try_recv().is_err());
         }
         held_cell.release(Duration::ZERO);
+    }
+
+    /// The loss signal fires exactly once, whether it is made before the loss, after it,
+    /// or at the same moment on another thread.
+    #[test]
+    fn the_loss_signal_fires_once_whenever_it_is_made() {
+        let ttl = Duration::from_secs(30);
+        let before = LeaseCell::new(lease("before", ttl), Time::Real);
+        let rx = before.signal().clone();
+        assert!(rx.try_recv().is_err());
+        before.mark_lost(LossReason::Taken);
+        before.mark_lost(LossReason::Expired);
+        assert_eq!(rx.try_recv(), Ok(LossReason::Taken));
+        assert!(before.signal().try_recv().is_err(), "fired once");
+
+        let after = LeaseCell::new(lease("after", ttl), Time::Real);
+        after.mark_lost(LossReason::Expired);
+        assert_eq!(after.signal().try_recv(), Ok(LossReason::Expired));
+        assert!(after.signal().try_recv().is_err(), "fired once");
+
+        for _ in 0..200 {
+            let cell = LeaseCell::new(lease("race", ttl), Time::Real);
+            let marker = {
+                let cell = cell.clone();
+                std::thread::spawn(move || cell.mark_lost(LossReason::Taken))
+            };
+            let rx = cell.signal().clone();
+            marker.join().unwrap();
+            assert_eq!(
+                rx.recv_timeout(Duration::from_secs(5)),
+                Ok(LossReason::Taken)
+            );
+            assert!(rx.try_recv().is_err(), "fired once");
+        }
     }
 
     fn await_lost(cell: &LeaseCell, limit: Duration) -> Option<LossReason> {
@@ -1057,7 +1119,7 @@ mod tests {
         let policy = RenewalPolicy::for_ttl(Duration::from_secs(30));
 
         let a_lease = lease("a", Duration::from_secs(30));
-        let (a, _a_rx) = LeaseCell::new(a_lease.clone(), Time::Real);
+        let a = LeaseCell::new(a_lease.clone(), Time::Real);
         watchdog.watch(a_lease, policy, a.clone());
         // The thread admits `a`, then sleeps until its first renewal (10 s away).
         let start = Instant::now();
@@ -1079,7 +1141,7 @@ mod tests {
         // unreachable, so it is reported lost at its validity, not before).
         let ttl = Duration::from_millis(300);
         let b_lease = lease("b", ttl);
-        let (b, _b_rx) = LeaseCell::new(b_lease.clone(), Time::Real);
+        let b = LeaseCell::new(b_lease.clone(), Time::Real);
         let b_valid = b_lease.valid_until;
         watchdog.watch(b_lease, RenewalPolicy::for_ttl(ttl), b.clone());
         assert_eq!(

@@ -487,11 +487,11 @@ impl LockGuard {
         if self.watched.is_none() {
             return false;
         }
-        self.cell.release(self.shared.op_timeout);
-        if let Some(owner) = self.owner.upgrade()
+        if let Some(scheduled) = self.cell.release(self.shared.op_timeout)
+            && let Some(owner) = self.owner.upgrade()
             && let Some(Some(watchdog)) = owner.watchdog.get()
         {
-            watchdog.released();
+            watchdog.released(scheduled);
         }
         true
     }
@@ -594,12 +594,14 @@ impl LockGuard {
         if self.watched.take().is_none() {
             return;
         }
-        self.cell
-            .release(deadline.saturating_duration_since(self.shared.time.now()));
-        if let Some(owner) = self.owner.upgrade()
+        // Counted once: a pause whose extension failed already released it.
+        if let Some(scheduled) = self
+            .cell
+            .release(deadline.saturating_duration_since(self.shared.time.now()))
+            && let Some(owner) = self.owner.upgrade()
             && let Some(Some(watchdog)) = owner.watchdog.get()
         {
-            watchdog.released();
+            watchdog.released(scheduled);
         }
     }
 

@@ -67,6 +67,9 @@ struct CellState {
     /// The last renewal ended the lease at its hold limit: reaching `valid_until` is then
     /// an expiry, not a failure.
     final_stretch: bool,
+    /// The watchdog thread took this registration into its schedule (a lease released
+    /// before never was).
+    scheduled: bool,
 }
 
 /// What a guard and the watchdog share about one lease.
@@ -95,6 +98,7 @@ impl LeaseCell {
                 phase: Phase::Released,
                 generation: 0,
                 final_stretch: false,
+                scheduled: false,
             }),
             renewal_done: Condvar::new(),
             lost: OnceLock::new(),
@@ -174,14 +178,20 @@ impl LeaseCell {
     }
 
     /// Waits (at most `limit`) for a renewal in flight to finish, then marks the lease
-    /// released: from now on the watchdog sends nothing for it.
-    pub(crate) fn release(&self, limit: Duration) {
+    /// released: from now on the watchdog sends nothing for it. What it ended: `None` when
+    /// it was released already, else whether the watchdog thread had taken it into its
+    /// schedule (see [`Watchdog::released`]).
+    pub(crate) fn release(&self, limit: Duration) -> Option<bool> {
         let state = self.state();
         let (mut state, _) = self
             .renewal_done
             .wait_timeout_while(state, limit, |s| s.phase == Phase::Renewing)
             .unwrap_or_else(|p| p.into_inner());
+        if state.phase == Phase::Released {
+            return None;
+        }
         state.phase = Phase::Released;
+        Some(state.scheduled)
     }
 
     /// Marks the lease watched under a new generation (after [`release`](Self::release) or
@@ -191,6 +201,7 @@ impl LeaseCell {
         state.generation += 1;
         state.phase = Phase::Watched;
         state.final_stretch = false;
+        state.scheduled = false;
         state.generation
     }
 
@@ -204,6 +215,15 @@ impl LeaseCell {
         } else {
             false
         }
+    }
+
+    /// The thread takes the registration of `generation` into its schedule; false when it
+    /// is not the live one any more.
+    fn enter_schedule(&self, generation: u64) -> bool {
+        let mut state = self.state();
+        let current = state.phase != Phase::Released && state.generation == generation;
+        state.scheduled |= current;
+        current
     }
 
     /// Whether the registration of `generation` is the live one.
@@ -255,7 +275,11 @@ fn key_of(lease: &Lease) -> &str {
 /// What the guards and the thread share.
 struct Queue {
     pending: Mutex<Vec<Registration>>,
+    /// Leases released after they entered the schedule, not yet forgotten by it.
     released: AtomicUsize,
+    /// Leases released before they entered the schedule (waiting in the queue or the
+    /// nursery), not yet forgotten.
+    released_early: AtomicUsize,
     /// The thread's next wake-up, in nanoseconds after `epoch` (`u64::MAX`: none).
     next_wakeup: AtomicU64,
     epoch: Instant,
@@ -319,6 +343,7 @@ impl Watchdog {
         let queue = Arc::new(Queue {
             pending: Mutex::new(Vec::new()),
             released: AtomicUsize::new(0),
+            released_early: AtomicUsize::new(0),
             next_wakeup: AtomicU64::new(u64::MAX),
             epoch: time.now(),
             next_id: AtomicU64::new(0),
@@ -385,10 +410,17 @@ impl Watchdog {
         }
     }
 
-    /// Notes that a watched lease was released (its cell already says so).
-    pub(crate) fn released(&self) {
+    /// Notes that a watched lease was released (its cell already says so; `scheduled`:
+    /// what [`LeaseCell::release`] answered). Only leases the schedule holds count towards
+    /// scanning the schedule, so a stream of short holds costs nothing per long-held lease.
+    pub(crate) fn released(&self, scheduled: bool) {
         self.queue.live.fetch_sub(1, Ordering::Relaxed);
-        if self.queue.released.fetch_add(1, Ordering::Relaxed) + 1 >= COMPACT_AFTER {
+        let counter = if scheduled {
+            &self.queue.released
+        } else {
+            &self.queue.released_early
+        };
+        if counter.fetch_add(1, Ordering::Relaxed) + 1 >= COMPACT_AFTER {
             self.nudge();
         }
     }
@@ -668,16 +700,17 @@ impl Scheduler {
                 self.nursery.push(r);
             }
         }
-        let released = self.queue.released.load(Ordering::Relaxed);
-        let compact = released >= COMPACT_AFTER;
-        if compact {
-            self.queue.released.fetch_sub(released, Ordering::Relaxed);
+        let early = self.queue.released_early.load(Ordering::Relaxed);
+        if early >= COMPACT_AFTER {
+            self.queue
+                .released_early
+                .fetch_sub(early, Ordering::Relaxed);
             self.nursery.retain(|r| r.cell.is_current(r.generation));
         }
         if self.nursery_due.is_some_and(|t| t <= now) {
             self.nursery_due = None;
             for r in self.nursery.drain(..) {
-                if !r.cell.is_current(r.generation) {
+                if !r.cell.enter_schedule(r.generation) {
                     continue;
                 }
                 self.renewals.insert(r.id, r.lease.clone(), r.policy, now);
@@ -692,7 +725,9 @@ impl Scheduler {
                 );
             }
         }
-        if compact {
+        let released = self.queue.released.load(Ordering::Relaxed);
+        if released >= COMPACT_AFTER {
+            self.queue.released.fetch_sub(released, Ordering::Relaxed);
             let renewals = &mut self.renewals;
             self.cells.retain(|id, w| {
                 let keep = w.cell.state().phase != Phase::Released;
@@ -1005,6 +1040,7 @@ mod tests {
         let queue = Arc::new(Queue {
             pending: Mutex::new(Vec::new()),
             released: AtomicUsize::new(0),
+            released_early: AtomicUsize::new(0),
             next_wakeup: AtomicU64::new(u64::MAX),
             epoch: Instant::now(),
             next_id: AtomicU64::new(0),
@@ -1031,7 +1067,7 @@ mod tests {
             let short = lease(&format!("short-{i}"), ttl);
             let cell = LeaseCell::new(short.clone(), Time::Real);
             queue.register(short, policy, cell.clone());
-            cell.release(Duration::ZERO);
+            assert_eq!(cell.release(Duration::ZERO), Some(false), "never scheduled");
             released.push(cell);
         }
         s.admit();
@@ -1052,7 +1088,8 @@ mod tests {
             assert_eq!(cell.lost(), None);
             assert!(cell.signal().try_recv().is_err());
         }
-        held_cell.release(Duration::ZERO);
+        assert_eq!(held_cell.release(Duration::ZERO), Some(true), "scheduled");
+        assert_eq!(held_cell.release(Duration::ZERO), None, "released once");
     }
 
     /// The loss signal fires exactly once, whether it is made before the loss, after it,

@@ -355,9 +355,9 @@ pub struct LockGuard {
     shared: Arc<Shared>,
     /// The client's threads; a guard does not keep them alive.
     owner: Weak<Inner>,
-    lease: Lease,
+    /// Shared with the watchdog while it renews the lease.
+    lease: Arc<Lease>,
     cell: Arc<LeaseCell>,
-    lost_rx: Receiver<LossReason>,
     /// The renewal policy while the watchdog renews the lease.
     watched: Option<RenewalPolicy>,
     done: bool,
@@ -382,11 +382,8 @@ impl LockGuard {
     }
 
     fn new(client: &Client, lease: Lease, policy: Option<RenewalPolicy>) -> Self {
-        let (cell, lost_rx) = LeaseCell::new(
-            &lease.target.name,
-            lease.valid_until,
-            client.shared().time.clone(),
-        );
+        let lease = Arc::new(lease);
+        let cell = LeaseCell::new(lease.clone(), client.shared().time.clone());
         // The watchdog thread starts with the first lease that needs it, not before.
         let watched = match policy.map(|p| (p, client.watchdog())) {
             Some((policy, Some(watchdog))) => {
@@ -406,7 +403,6 @@ impl LockGuard {
             owner: client.owner(),
             lease,
             cell,
-            lost_rx,
             watched,
             done: false,
         }
@@ -461,7 +457,7 @@ impl LockGuard {
     /// A receiver that yields the loss reason once the lease is lost: block on it, or
     /// `select!` over it next to your work (`crossbeam_channel`).
     pub fn lost(&self) -> &Receiver<LossReason> {
-        &self.lost_rx
+        self.cell.signal()
     }
 
     /// Whether the watchdog renews this lease.
@@ -502,8 +498,10 @@ impl LockGuard {
         match &outcome {
             Ok(valid_until) => {
                 self.cell.set_valid_until(*valid_until);
-                self.lease.valid_until = *valid_until;
-                self.lease.ttl = ttl;
+                // A copy of its own if the watchdog still holds the old one.
+                let lease = Arc::make_mut(&mut self.lease);
+                lease.valid_until = *valid_until;
+                lease.ttl = ttl;
             }
             Err(Error::NotOwner { reason, .. }) => self.cell.mark_lost(*reason),
             Err(_) => {}
@@ -520,11 +518,11 @@ impl LockGuard {
         if self.watched.is_none() {
             return false;
         }
-        self.cell.release(self.shared.op_timeout);
-        if let Some(owner) = self.owner.upgrade()
+        if let Some(scheduled) = self.cell.release(self.shared.op_timeout)
+            && let Some(owner) = self.owner.upgrade()
             && let Some(Some(watchdog)) = owner.watchdog.get()
         {
-            watchdog.released();
+            watchdog.released(scheduled);
         }
         true
     }
@@ -627,12 +625,14 @@ impl LockGuard {
         if self.watched.take().is_none() {
             return;
         }
-        self.cell
-            .release(deadline.saturating_duration_since(self.shared.time.now()));
-        if let Some(owner) = self.owner.upgrade()
+        // Counted once: a pause whose extension failed already released it.
+        if let Some(scheduled) = self
+            .cell
+            .release(deadline.saturating_duration_since(self.shared.time.now()))
+            && let Some(owner) = self.owner.upgrade()
             && let Some(Some(watchdog)) = owner.watchdog.get()
         {
-            watchdog.released();
+            watchdog.released(scheduled);
         }
     }
 

@@ -299,11 +299,14 @@ fn rows() -> Vec<Row> {
                 Q_UNDONE,
             ],
             args: &["tok2", "30000", "5"],
+            // A due delayed job and a lease run out: every key is used.
             setup: &[
                 &["ZADD", READY, "1", "r"],
                 &["HSET", PAYLOADS, "r", "p"],
                 &["HSET", PRIORITIES, "r", "0"],
                 &["SET", SEQ, "7"],
+                &["ZADD", DELAYED, "1", "due"],
+                &["ZADD", INFLIGHT, "1", "gone"],
             ],
         },
         Row {
@@ -517,6 +520,132 @@ fn every_script_reads_each_key_before_its_first_write() {
                     "{name}, key {i} ({key}): changed an expiry {ttl_before:?} -> {ttl_after:?}"
                 ));
             }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// The queue's busy paths (nothing due, no lease run out: the scripts read only what the
+/// work needs, and let the first write check its own key): a key of the wrong type is never
+/// written, and a call it fails writes nothing.
+#[test]
+fn busy_queue_paths_never_write_past_a_wrong_type() {
+    let server = server();
+    let mut conn = connection(&server);
+    let rows = [
+        Row {
+            script: &queue::PUSH,
+            keys: &[READY, DELAYED, PAYLOADS, PRIORITIES, SEQ],
+            args: &["0", "0", CHANNEL, "new", "payload"],
+            setup: &[&["SET", SEQ, "7"]],
+        },
+        Row {
+            script: &queue::PUSH,
+            keys: &[READY, DELAYED, PAYLOADS, PRIORITIES, SEQ],
+            args: &["5000", "3", CHANNEL, "new", "payload"],
+            setup: &[&["SET", SEQ, "7"]],
+        },
+        Row {
+            script: &queue::DEQUEUE,
+            keys: &[
+                READY,
+                DELAYED,
+                PAYLOADS,
+                PRIORITIES,
+                SEQ,
+                INFLIGHT,
+                LEASES,
+                DELIVERIES,
+                DEAD,
+                JOB_HOLDERS,
+                BASES,
+                Q_UNDONE,
+            ],
+            args: &["tok2", "30000", "5"],
+            setup: &[&["ZADD", READY, "1", "r"], &["HSET", PAYLOADS, "r", "p"]],
+        },
+        Row {
+            script: &queue::ACK_TAKE,
+            keys: ACK_TAKE_KEYS,
+            args: &["j", "tok", "60000", "tok2", "30000", "5"],
+            setup: &[
+                &["ZADD", INFLIGHT, "{far}", "j"],
+                &["HSET", LEASES, "j", "tok"],
+                &["HSET", PAYLOADS, "j", "p", "r", "p2"],
+                &["HSET", DELIVERIES, "j", "1"],
+                &["HSET", JOB_HOLDERS, "tok", "j"],
+                &["ZADD", READY, "1", "r"],
+            ],
+        },
+        Row {
+            // An ack refused (another delivery holds it): the take alone writes.
+            script: &queue::ACK_TAKE,
+            keys: ACK_TAKE_KEYS,
+            args: &["j", "old", "60000", "tok2", "30000", "5"],
+            setup: &[
+                &["ZADD", INFLIGHT, "{far}", "j"],
+                &["HSET", LEASES, "j", "tok"],
+                &["HSET", PAYLOADS, "j", "p", "r", "p2"],
+                &["HSET", DELIVERIES, "j", "1"],
+                &["HSET", JOB_HOLDERS, "tok", "j"],
+                &["ZADD", READY, "1", "r"],
+            ],
+        },
+        Row {
+            script: &queue::ACK,
+            keys: ACK_KEYS,
+            args: &["j", "tok", "60000"],
+            setup: &[
+                &["ZADD", INFLIGHT, "{far}", "j"],
+                &["HSET", LEASES, "j", "tok"],
+                &["HSET", PAYLOADS, "j", "p"],
+                &["HSET", DELIVERIES, "j", "1"],
+                &["HSET", JOB_HOLDERS, "tok", "j"],
+            ],
+        },
+    ];
+    let mut failures = Vec::new();
+    for row in &rows {
+        let name = row.script.name;
+        let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+        set_up(&mut conn, row.setup);
+        let clean = run(&mut conn, row);
+        if !matches!(clean, Ok(redis::Value::Array(ref a)) if !a.is_empty())
+            && !matches!(clean, Ok(redis::Value::Int(1)))
+        {
+            failures.push(format!("{name}: without a wrong type: {clean:?}"));
+        }
+        let mut refused = 0;
+        for (i, key) in row.keys.iter().enumerate() {
+            let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+            set_up(&mut conn, row.setup);
+            let _: () = redis::cmd("DEL").arg(*key).query(&mut conn).unwrap();
+            let _: () = redis::cmd("SADD")
+                .arg(*key)
+                .arg("planted")
+                .query(&mut conn)
+                .unwrap();
+            let before = snapshot(&mut conn, row.keys);
+            let outcome = run(&mut conn, row);
+            let after = snapshot(&mut conn, row.keys);
+            match outcome {
+                Err(e) if e.to_string().contains("WRONGTYPE") => {
+                    refused += 1;
+                    if before != after {
+                        failures.push(format!("{name}, key {i} ({key}): failed half-written"));
+                    }
+                }
+                Err(e) => failures.push(format!("{name}, key {i} ({key}): {e}")),
+                Ok(_) => {
+                    if before[i] != after[i] {
+                        failures.push(format!("{name}, key {i} ({key}): wrote a wrong type"));
+                    }
+                }
+            }
+        }
+        // The keys the busy path writes are among those refused.
+        if refused < 3 {
+            failures.push(format!("{name}: only {refused} keys refused"));
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");

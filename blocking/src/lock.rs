@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use redlease_core::lease::{
     Acquire, AcquireOptions, Acquisition, Lease, LeaseKind, LeaseState, LockKind, LockSpec,
-    ScriptOp, Token,
+    NativeRelease, ScriptOp, Token,
 };
 use redlease_core::limits;
 use redlease_core::renewal::RenewalPolicy;
@@ -540,7 +540,7 @@ impl LockGuard {
         if let Some(reason) = self.known_not_ours() {
             return Err(self.not_owner(reason));
         }
-        let out = drive(&self.shared, None, ScriptOp::release(&self.lease, deadline));
+        let out = release_lease(&self.shared, &self.lease, deadline);
         crate::observe::released(&self.lease.target.name, self.lease.kind, &out);
         out
     }
@@ -832,8 +832,24 @@ impl Drop for LockGuard {
         if self.known_not_ours().is_none() {
             // Errors cannot be returned from drop (they are logged); the lease ends at its
             // expiry at worst.
-            let out = drive(&self.shared, None, ScriptOp::release(&self.lease, deadline));
+            let out = release_lease(&self.shared, &self.lease, deadline);
             crate::observe::released(&self.lease.target.name, self.lease.kind, &out);
         }
     }
+}
+
+/// Releases `lease` by the server's native compare-and-delete where the server has one and
+/// the lease is a plain lock ([`NativeRelease`]), else by its release script.
+fn release_lease(shared: &Shared, lease: &Lease, deadline: Instant) -> Result<(), Error> {
+    let native = match &shared.node {
+        crate::backend::Node::Redis(transport) => transport
+            .server_kind()
+            .and_then(crate::connect::ServerKind::compare_and_delete),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    };
+    if let Some(machine) = native.and_then(|how| NativeRelease::new(lease, how, deadline)) {
+        return drive(shared, None, machine);
+    }
+    drive(shared, None, ScriptOp::release(lease, deadline))
 }

@@ -93,6 +93,8 @@ struct Setup {
     refused: Mutex<Option<String>>,
     /// A thread is setting up a connection outside the pool to learn its outcome now.
     probing: AtomicBool,
+    /// Which server the newest connection reached (not asked on a cluster: scripts there).
+    server: crate::connect::ServerNote,
 }
 
 impl Setup {
@@ -296,6 +298,8 @@ impl Manager {
                             other => other?,
                         }
                     }
+                    let kind = crate::connect::ask_server_kind(&mut c)?;
+                    self.setup.server.set(kind);
                     Ok(Link::Single(c))
                 };
                 set_up().map_err(|e| (e, Some(client.clone())))?
@@ -486,6 +490,12 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
+    /// Which server the newest pooled connection reached (`None`: not known, or a cluster),
+    /// for the steps that have a native command on some servers.
+    pub(crate) fn server_kind(&self) -> Option<crate::connect::ServerKind> {
+        self.manager.setup.server.get()
+    }
+
     /// `(open connections, idle connections, pool size)`.
     pub(crate) fn pool_state(&self) -> (u32, u32, u32) {
         let state = self.pool.state();

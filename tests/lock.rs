@@ -592,3 +592,44 @@ fn a_release_uses_the_servers_compare_and_delete_where_it_has_one() {
     }
     other.release().unwrap();
 }
+
+/// `rejected_calls` of `command` in `server`'s `INFO commandstats` (0 when it has no line).
+fn rejected_calls(server: &RedisServer, command: &str) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut raw(server))
+        .unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("rejected_calls=")))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+#[test]
+fn a_user_not_granted_the_native_delete_releases_by_script_after_one_refusal() {
+    let server = server();
+    let native = has_compare_and_delete(&server);
+    // May ask INFO (so the client learns the server) but not run DELIFEQ / DELEX.
+    let mut rule = vec!["SETUSER", "app", "reset", "on", ">pw", "~*", "&*", "+@all"];
+    let denied = native.map(|c| format!("-{}", c.to_lowercase()));
+    rule.extend(denied.as_deref());
+    let _: () = redis::cmd("ACL")
+        .arg(&rule)
+        .query(&mut raw(&server))
+        .unwrap();
+    let client = Client::builder(format!("redis://app:pw@127.0.0.1:{}/", server.port()))
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        let guard = client.lock("granted").acquire().unwrap();
+        guard.release().unwrap();
+    }
+    let mut conn = raw(&server);
+    assert!(!conn.exists::<_, bool>("redlease:{granted}:lock").unwrap());
+    if let Some(command) = native {
+        // Refused once; the later releases went straight to the script.
+        assert_eq!(rejected_calls(&server, &command.to_lowercase()), 1);
+    }
+}

@@ -841,15 +841,40 @@ impl Drop for LockGuard {
 /// Releases `lease` by the server's native compare-and-delete where the server has one and
 /// the lease is a plain lock ([`NativeRelease`]), else by its release script.
 fn release_lease(shared: &Shared, lease: &Lease, deadline: Instant) -> Result<(), Error> {
-    let native = match &shared.node {
-        crate::backend::Node::Redis(transport) => transport
-            .server_kind()
-            .and_then(crate::connect::ServerKind::compare_and_delete),
+    let transport = match &shared.node {
+        crate::backend::Node::Redis(transport) => Some(transport),
         #[allow(unreachable_patterns)]
         _ => None,
     };
-    if let Some(machine) = native.and_then(|how| NativeRelease::new(lease, how, deadline)) {
-        return drive(shared, None, machine);
+    let native = transport
+        .and_then(|t| t.server_kind())
+        .and_then(crate::connect::ServerKind::compare_and_delete)
+        .and_then(|how| NativeRelease::new(lease, how, deadline));
+    match (native, transport) {
+        (Some(machine), Some(transport)) => drive(shared, None, Noting { machine, transport }),
+        _ => drive(shared, None, ScriptOp::release(lease, deadline)),
     }
-    drive(shared, None, ScriptOp::release(lease, deadline))
+}
+
+/// A [`NativeRelease`] that, when the server refuses the native command (not granted, or
+/// gone after a failover), tells the transport to stop choosing it until the next connection
+/// set-up learns the server again.
+struct Noting<'a> {
+    machine: NativeRelease,
+    transport: &'a crate::transport::Transport,
+}
+
+impl redlease_core::Protocol for Noting<'_> {
+    type Output = ();
+
+    fn poll(&mut self, now: Instant) -> redlease_core::Step<()> {
+        self.machine.poll(now)
+    }
+
+    fn handle(&mut self, response: redlease_core::Response, now: Instant) {
+        self.machine.handle(response, now);
+        if self.machine.refused_natively() {
+            self.transport.forget_server_kind();
+        }
+    }
 }

@@ -471,6 +471,19 @@ fn shared_thread_pool() -> Arc<ScheduledThreadPool> {
     pool
 }
 
+/// Whether `input` answers a native command that stands in for a script (a lock release's
+/// `DELIFEQ` / `DELEX`): a user not granted it is no misconfiguration, since the machine
+/// falls back to the script (and the driver stops choosing the native command).
+fn is_native_step(batch: &Batch, input: &Response) -> bool {
+    batch.requests.iter().any(|r| {
+        r.id == input.id
+            && matches!(
+                r.command.args().first().map(Vec::as_slice),
+                Some(b"DELIFEQ" | b"DELEX")
+            )
+    })
+}
+
 /// Threads of the shared pool: connection attempts in progress at once, across clients
 /// (each bounded by its client's connect timeout).
 const POOL_THREADS: usize = 4;
@@ -494,6 +507,12 @@ impl Transport {
     /// for the steps that have a native command on some servers.
     pub(crate) fn server_kind(&self) -> Option<crate::connect::ServerKind> {
         self.manager.setup.server.get()
+    }
+
+    /// Forgets the server's kind (it refused a native command): scripts only, until the
+    /// next connection set-up asks again.
+    pub(crate) fn forget_server_kind(&self) {
+        self.manager.setup.server.set(None);
     }
 
     /// `(open connections, idle connections, pool size)`.
@@ -572,6 +591,7 @@ impl Transport {
         for input in &inputs {
             if let Ok(Reply::Error(e)) = &input.result
                 && let Some(problem) = adapter::refusal(e)
+                && !is_native_step(batch, input)
             {
                 *kept = None;
                 return Err(self.configuration(problem));

@@ -54,6 +54,8 @@ pub struct NativeRelease {
     /// The release script: after a `0`, an error reply or a failure, it decides.
     script: ScriptOp<Release>,
     on_script: bool,
+    /// The server refused the native command itself (no such command, or not granted).
+    refused: bool,
 }
 
 impl NativeRelease {
@@ -105,7 +107,15 @@ impl NativeRelease {
             outstanding: Outstanding::default(),
             script: ScriptOp::release(lease, deadline),
             on_script: false,
+            refused: false,
         })
+    }
+
+    /// Whether the server refused the native command itself: it does not have it (a
+    /// failover to an older server) or the user may not run it (ACL). The driver should stop
+    /// choosing this machine for that server: each such release costs a second round trip.
+    pub fn refused_natively(&self) -> bool {
+        self.refused
     }
 
     fn next_step(&mut self, now: Instant) -> Step<()> {
@@ -156,7 +166,13 @@ impl Protocol for NativeRelease {
             return self.script.handle(input, now);
         }
         match input.id {
-            DELETE if self.deleted.is_none() => self.deleted = Some(input.result),
+            DELETE if self.deleted.is_none() => {
+                if let Ok(Reply::Error(e)) = &input.result {
+                    self.refused =
+                        e.is("NOPERM") || (e.is("ERR") && e.message.contains("unknown command"));
+                }
+                self.deleted = Some(input.result);
+            }
             ANNOUNCE => self.announced = true,
             _ => {}
         }
@@ -260,6 +276,7 @@ mod tests {
         let mut m = NativeRelease::new(&lease, NativeDelete::DelIfEq, now + TTL).unwrap();
         first_batch(&mut m, now);
         answer(&mut m, now, Ok(Reply::Int(0)));
+        assert!(!m.refused_natively());
         let Step::Send(batch) = m.poll(now) else {
             panic!("the script")
         };
@@ -281,8 +298,9 @@ mod tests {
         let lease = lock(&Keyspace::default(), now);
         let mut m = NativeRelease::new(&lease, NativeDelete::DelIfEq, now + TTL).unwrap();
         first_batch(&mut m, now);
-        let unknown = ErrorReply::parse("ERR unknown command 'DELIFEQ'");
+        let unknown = ErrorReply::parse("ERR unknown command 'DELIFEQ', with args beginning with:");
         answer(&mut m, now, Ok(Reply::Error(unknown)));
+        assert!(m.refused_natively());
         let Step::Send(batch) = m.poll(now) else {
             panic!("the script")
         };

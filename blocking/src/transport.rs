@@ -486,13 +486,10 @@ fn shared_thread_pool() -> Arc<ScheduledThreadPool> {
 /// `DELIFEQ` / `DELEX`): a user not granted it is no misconfiguration, since the machine
 /// falls back to the script (and the driver stops choosing the native command).
 fn is_native_step(batch: &Batch, input: &Response) -> bool {
-    batch.requests.iter().any(|r| {
-        r.id == input.id
-            && matches!(
-                r.command.args().get(0),
-                Some(b"DELIFEQ" | b"DELEX")
-            )
-    })
+    batch
+        .requests
+        .iter()
+        .any(|r| r.id == input.id && matches!(r.command.args().get(0), Some(b"DELIFEQ" | b"DELEX")))
 }
 
 /// Threads of the shared pool: connection attempts in progress at once, across clients

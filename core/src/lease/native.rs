@@ -69,13 +69,14 @@ impl NativeRelease {
         }
         // EVALSHA sha 1 key token channel.
         let call = lease.calls.release.evalsha();
-        let args: Vec<&[u8]> = call.args().collect();
-        let [_, _, numkeys, key, token, channel] = args.as_slice() else {
-            return None;
-        };
-        if *numkeys != b"1" {
+        let args = call.args();
+        if args.len() != 6 || args.get(2) != Some(b"1".as_slice()) {
             return None;
         }
+        let (Some(key), Some(token), Some(channel)) = (args.get(3), args.get(4), args.get(5))
+        else {
+            return None;
+        };
         let delete = match how {
             NativeDelete::DelIfEq => Command::with_capacity("DELIFEQ", 2).arg(key).arg(token),
             NativeDelete::DelExIfEq => Command::with_capacity("DELEX", 3)
@@ -88,7 +89,7 @@ impl NativeRelease {
             Some(shard) => Command::with_capacity("SPUBLISH", 2).arg(shard).arg("1"),
             None => Command::with_capacity("PUBLISH", 2).arg(channel).arg("1"),
         };
-        let node = lease.calls.release.evalsha().node();
+        let node = call.node();
         Some(NativeRelease {
             batch: Some(vec![
                 Request {

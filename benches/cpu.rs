@@ -13,7 +13,11 @@
 //!   `benches/redis.rs` sends the same script as `EVALSHA`);
 //! - `semaphore`: `try_acquire` + `release` of one permit of a 2-permit semaphore;
 //! - `queue`: `push` + `try_take` + `ack` of one job;
-//! - `queue_raw`: `LPUSH` + `RPOP` of one payload (the baseline of `queue`).
+//! - `queue_raw`: `LPUSH` + `RPOP` of one payload (the baseline of `queue`);
+//! - `redlock`: `try_acquire` + `release` of one RedLock over `CPU_REDLOCK_NODES` (default
+//!   5) redis-servers this program starts (the `redlock5` bench's cycle; its baseline is
+//!   `lock_raw`, one single-node cycle; the server at `REDIS_URL` only serves the
+//!   commandstats).
 //!
 //! The run: the client and connections are set up, `CPU_WARMUP` cycles (default 200) run
 //! untimed, then `CONFIG RESETSTAT`, then `CPU_CYCLES` cycles (default 1000), then the
@@ -61,6 +65,8 @@ fn main() {
         .and_then(|c| c.get_connection())
         .expect("cpu: cannot connect");
     let name = format!("cpu-{scenario}-{}", std::process::id());
+    // Servers started for a scenario (RedLock's nodes), stopped when `main` ends.
+    let mut nodes_kept: Vec<redlease_suite::RedisServer> = Vec::new();
     let mut cycle: Box<dyn FnMut()> = match scenario.as_str() {
         "lock" | "semaphore" => {
             let client = redlease::Client::builder(&url)
@@ -79,6 +85,32 @@ fn main() {
                     .expect("cpu: the lock was busy");
                 black_box(guard.fence());
                 guard.release().expect("cpu: release failed");
+            })
+        }
+        "redlock" => {
+            let nodes = env_number("CPU_REDLOCK_NODES", 5);
+            let servers: Vec<redlease_suite::RedisServer> = (0..nodes)
+                .map(|_| redlease_suite::RedisServer::start().expect("cpu: cannot start a node"))
+                .collect();
+            let urls: Vec<String> = servers
+                .iter()
+                .map(redlease_suite::RedisServer::url)
+                .collect();
+            let red = redlease::RedLock::builder(&urls)
+                .node_timeout(std::time::Duration::from_millis(200))
+                .build()
+                .expect("cpu: cannot build the RedLock client");
+            // The servers stop at the end of `main`.
+            nodes_kept = servers;
+            let red: &'static redlease::RedLock = Box::leak(Box::new(red));
+            let lock = red.lock(&name).ttl(std::time::Duration::from_secs(10));
+            Box::new(move || {
+                let guard = lock
+                    .try_acquire()
+                    .expect("cpu: RedLock try_acquire failed")
+                    .expect("cpu: the RedLock was busy");
+                black_box(guard.granted());
+                guard.release().expect("cpu: RedLock release failed");
             })
         }
         "queue" => {
@@ -197,6 +229,8 @@ fn main() {
         cpu_after.saturating_sub(cpu_before),
         detail.join(" ")
     );
+    drop(cycle);
+    drop(nodes_kept);
 }
 
 /// The server main thread's CPU time (user + system), in microseconds.

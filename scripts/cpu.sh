@@ -21,7 +21,9 @@
 # blur as it blurs microseconds.
 #
 # The lock and semaphore cycles are compared with SET NX PX + EVAL compare-and-delete, the
-# queue's push + take + ack with LPUSH + RPOP (the baselines issue 18 names).
+# queue's push + take + ack with LPUSH + RPOP (the baselines issue 18 names); `redlock` (client
+# instructions only: one acquire + release over 5 redis-servers the bench binary starts) with
+# the single-node SET NX PX + EVAL cycle, as the `redlock5` bench.
 # Environment: REDIS_SERVER (default: redis-server on PATH), N1/N2 (default 300/1300),
 # SERVER_CYCLES (default 20000), SERVER_N1/SERVER_N2 (default 200/1200).
 set -euo pipefail
@@ -99,7 +101,7 @@ ratio() {
 if [[ $mode == all || $mode == instr ]]; then
     raw_lock=$(per_op lock_raw)
     raw_queue=$(per_op queue_raw)
-    for pair in lock:$raw_lock semaphore:$raw_lock queue:$raw_queue; do
+    for pair in lock:$raw_lock semaphore:$raw_lock queue:$raw_queue redlock:$raw_lock; do
         scenario=${pair%%:*}
         raw=${pair#*:}
         n=$(per_op "$scenario")

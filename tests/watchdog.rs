@@ -219,3 +219,30 @@ fn run_once_can_require_replicas() {
             .unwrap()
     );
 }
+
+/// An extension that finds the lease gone leaves the guard unwatched: dropping the guard
+/// then must not count the lease as released a second time (`leases_watched` would wrap
+/// below zero), and leases acquired afterwards are counted from zero.
+#[test]
+fn a_failed_extension_then_a_drop_counts_the_lease_released_once() {
+    let server = server();
+    let client = testkit::client(&server, Duration::from_secs(2));
+    let mut guard = client.lock("gone").try_acquire().unwrap().unwrap();
+    assert_eq!(client.status().leases_watched, 1);
+    let mut conn = raw(&server);
+    let deleted: i64 = conn.del("redlease:{gone}:lock").unwrap();
+    assert_eq!(deleted, 1, "the lock key is where the test expects it");
+    assert!(matches!(
+        guard.extend(),
+        Err(Error::NotOwner {
+            reason: LossReason::Expired,
+            ..
+        })
+    ));
+    drop(guard);
+    assert_eq!(client.status().leases_watched, 0);
+    let again = client.lock("again").try_acquire().unwrap().unwrap();
+    assert_eq!(client.status().leases_watched, 1);
+    drop(again);
+    assert_eq!(client.status().leases_watched, 0);
+}

@@ -67,43 +67,70 @@ struct CellState {
     /// The last renewal ended the lease at its hold limit: reaching `valid_until` is then
     /// an expiry, not a failure.
     final_stretch: bool,
+    /// The watchdog thread took this registration into its schedule (a lease released
+    /// before never was).
+    scheduled: bool,
 }
 
 /// What a guard and the watchdog share about one lease.
 #[derive(Debug)]
 pub(crate) struct LeaseCell {
-    /// The lock's name, for logs.
-    name: String,
+    /// The lease as acquired, shared with its guard (for its name, in logs).
+    lease: Arc<Lease>,
     state: Mutex<CellState>,
     renewal_done: Condvar,
     lost: OnceLock<LossReason>,
-    signal: Sender<LossReason>,
+    /// The loss signal, made when the guard first asks for it (most guards never do): it
+    /// fires once the lease is lost and the signal exists, whichever came first.
+    signal: OnceLock<(Sender<LossReason>, Receiver<LossReason>)>,
+    /// The signal has fired.
+    signalled: AtomicBool,
     /// The client's clock (a lease past its validity is lost by it).
     time: Time,
 }
 
 impl LeaseCell {
-    /// A cell and the receiver that fires (once) when the lease is lost.
-    pub(crate) fn new(
-        name: &str,
-        valid_until: Instant,
-        time: Time,
-    ) -> (Arc<LeaseCell>, Receiver<LossReason>) {
-        let (signal, rx) = bounded(1);
+    /// A cell for `lease`, not lost.
+    pub(crate) fn new(lease: Arc<Lease>, time: Time) -> Arc<LeaseCell> {
         let cell = LeaseCell {
-            name: name.to_owned(),
             state: Mutex::new(CellState {
-                valid_until,
+                valid_until: lease.valid_until,
                 phase: Phase::Released,
                 generation: 0,
                 final_stretch: false,
+                scheduled: false,
             }),
             renewal_done: Condvar::new(),
             lost: OnceLock::new(),
-            signal,
+            signal: OnceLock::new(),
+            signalled: AtomicBool::new(false),
             time,
+            lease,
         };
-        (Arc::new(cell), rx)
+        Arc::new(cell)
+    }
+
+    /// The receiver that yields the loss reason once the lease is lost (made on first use).
+    pub(crate) fn signal(&self) -> &Receiver<LossReason> {
+        let (_, rx) = self.signal.get_or_init(|| bounded(1));
+        // Made after the loss was marked: send it now (see `fire`).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if let Some(reason) = self.lost.get() {
+            self.fire(*reason);
+        }
+        rx
+    }
+
+    /// Sends the loss reason on the signal, if the signal exists, once. The loss is marked
+    /// and the signal made on two threads at once at worst: each side writes its part, then
+    /// (after a SeqCst fence) looks for the other's, so at least one of them sees both and
+    /// fires; `signalled` keeps it to one message.
+    fn fire(&self, reason: LossReason) {
+        if let Some((tx, _)) = self.signal.get()
+            && !self.signalled.swap(true, Ordering::SeqCst)
+        {
+            let _ = tx.try_send(reason);
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, CellState> {
@@ -144,20 +171,27 @@ impl LeaseCell {
 
     pub(crate) fn mark_lost(&self, reason: LossReason) {
         if self.lost.set(reason).is_ok() {
-            crate::observe::lost(&self.name, reason);
-            let _ = self.signal.try_send(reason);
+            crate::observe::lost(&self.lease.target.name, reason);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            self.fire(reason);
         }
     }
 
     /// Waits (at most `limit`) for a renewal in flight to finish, then marks the lease
-    /// released: from now on the watchdog sends nothing for it.
-    pub(crate) fn release(&self, limit: Duration) {
+    /// released: from now on the watchdog sends nothing for it. What it ended: `None` when
+    /// it was released already, else whether the watchdog thread had taken it into its
+    /// schedule (see [`Watchdog::released`]).
+    pub(crate) fn release(&self, limit: Duration) -> Option<bool> {
         let state = self.state();
         let (mut state, _) = self
             .renewal_done
             .wait_timeout_while(state, limit, |s| s.phase == Phase::Renewing)
             .unwrap_or_else(|p| p.into_inner());
+        if state.phase == Phase::Released {
+            return None;
+        }
         state.phase = Phase::Released;
+        Some(state.scheduled)
     }
 
     /// Marks the lease watched under a new generation (after [`release`](Self::release) or
@@ -167,6 +201,7 @@ impl LeaseCell {
         state.generation += 1;
         state.phase = Phase::Watched;
         state.final_stretch = false;
+        state.scheduled = false;
         state.generation
     }
 
@@ -180,6 +215,15 @@ impl LeaseCell {
         } else {
             false
         }
+    }
+
+    /// The thread takes the registration of `generation` into its schedule; false when it
+    /// is not the live one any more.
+    fn enter_schedule(&self, generation: u64) -> bool {
+        let mut state = self.state();
+        let current = state.phase != Phase::Released && state.generation == generation;
+        state.scheduled |= current;
+        current
     }
 
     /// Whether the registration of `generation` is the live one.
@@ -205,15 +249,37 @@ impl LeaseCell {
 struct Registration {
     id: WatchId,
     generation: u64,
-    lease: Box<Lease>,
+    /// Shared with the guard: registering copies nothing.
+    lease: Arc<Lease>,
     policy: RenewalPolicy,
     cell: Arc<LeaseCell>,
+    /// When the first renewal is due.
+    first: Instant,
+}
+
+impl Registration {
+    /// Reports the lease lost if this registration is still the live one: nothing will
+    /// renew it.
+    fn fail(self) {
+        if self.cell.is_current(self.generation) {
+            self.cell.mark_lost(LossReason::WatchdogStopped);
+        }
+    }
+}
+
+/// The first key of `lease`: it names the node its renewals go to.
+fn key_of(lease: &Lease) -> &str {
+    lease.target.keys.first().map_or("", String::as_str)
 }
 
 /// What the guards and the thread share.
 struct Queue {
     pending: Mutex<Vec<Registration>>,
+    /// Leases released after they entered the schedule, not yet forgotten by it.
     released: AtomicUsize,
+    /// Leases released before they entered the schedule (waiting in the queue or the
+    /// nursery), not yet forgotten.
+    released_early: AtomicUsize,
     /// The thread's next wake-up, in nanoseconds after `epoch` (`u64::MAX`: none).
     next_wakeup: AtomicU64,
     epoch: Instant,
@@ -236,14 +302,28 @@ impl Queue {
         })
     }
 
+    /// Queues `lease` for the thread, arming `cell`; returns when its first renewal is due.
+    fn register(&self, lease: Arc<Lease>, policy: RenewalPolicy, cell: Arc<LeaseCell>) -> Instant {
+        let generation = cell.arm();
+        self.live.fetch_add(1, Ordering::Relaxed);
+        let first = redlease_core::backoff::saturating_add(lease.acquired_at, policy.every)
+            .min(lease.valid_until);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.pending().push(Registration {
+            id,
+            generation,
+            lease,
+            policy,
+            cell,
+            first,
+        });
+        first
+    }
+
     /// Reports every queued registration lost: nothing will renew it.
     fn fail_pending(&self) {
         let queued = std::mem::take(&mut *self.pending());
-        for r in queued {
-            if r.cell.is_current(r.generation) {
-                r.cell.mark_lost(LossReason::WatchdogStopped);
-            }
-        }
+        queued.into_iter().for_each(Registration::fail);
     }
 }
 
@@ -263,6 +343,7 @@ impl Watchdog {
         let queue = Arc::new(Queue {
             pending: Mutex::new(Vec::new()),
             released: AtomicUsize::new(0),
+            released_early: AtomicUsize::new(0),
             next_wakeup: AtomicU64::new(u64::MAX),
             epoch: time.now(),
             next_id: AtomicU64::new(0),
@@ -307,20 +388,13 @@ impl Watchdog {
         }
     }
 
-    /// Starts renewing `lease`, reporting to `cell` (which is armed here). The first renewal
-    /// is due `policy.every` after the lease's acquisition.
-    pub(crate) fn watch(&self, lease: Lease, policy: RenewalPolicy, cell: Arc<LeaseCell>) {
-        let generation = cell.arm();
-        self.queue.live.fetch_add(1, Ordering::Relaxed);
-        let first = redlease_core::backoff::saturating_add(lease.acquired_at, policy.every);
-        let id = self.queue.next_id.fetch_add(1, Ordering::Relaxed);
-        self.queue.pending().push(Registration {
-            id,
-            generation,
-            lease: Box::new(lease),
-            policy,
-            cell,
-        });
+    /// Starts renewing `lease` (shared with its guard), reporting to `cell` (which is armed
+    /// here). The first renewal is due `policy.every` after the lease's acquisition.
+    ///
+    /// This only queues the lease: the thread takes it into its schedule when its first
+    /// renewal comes due, and forgets it unseen if it was released by then.
+    pub(crate) fn watch(&self, lease: Arc<Lease>, policy: RenewalPolicy, cell: Arc<LeaseCell>) {
+        let first = self.queue.register(lease, policy, cell);
         if self.queue.stopped.load(Ordering::SeqCst) {
             // The thread is gone (it sets the flag before failing what is queued).
             self.queue.fail_pending();
@@ -336,10 +410,17 @@ impl Watchdog {
         }
     }
 
-    /// Notes that a watched lease was released (its cell already says so).
-    pub(crate) fn released(&self) {
+    /// Notes that a watched lease was released (its cell already says so; `scheduled`:
+    /// what [`LeaseCell::release`] answered). Only leases the schedule holds count towards
+    /// scanning the schedule, so a stream of short holds costs nothing per long-held lease.
+    pub(crate) fn released(&self, scheduled: bool) {
         self.queue.live.fetch_sub(1, Ordering::Relaxed);
-        if self.queue.released.fetch_add(1, Ordering::Relaxed) + 1 >= COMPACT_AFTER {
+        let counter = if scheduled {
+            &self.queue.released
+        } else {
+            &self.queue.released_early
+        };
+        if counter.fetch_add(1, Ordering::Relaxed) + 1 >= COMPACT_AFTER {
             self.nudge();
         }
     }
@@ -366,8 +447,8 @@ struct Watched {
     failures: u32,
     generation: u64,
     cell: Arc<LeaseCell>,
-    /// The lease's first key: it names the node the renewal goes to.
-    key: String,
+    /// The lease renewed (its first key names the node the renewals go to).
+    lease: Arc<Lease>,
 }
 
 /// One extension handed to a renewal thread.
@@ -376,7 +457,7 @@ struct Item {
     generation: u64,
     cell: Arc<LeaseCell>,
     op: ScriptOp<Extend>,
-    key: String,
+    lease: Arc<Lease>,
 }
 
 /// One extension's outcome, back from a renewal thread.
@@ -531,6 +612,15 @@ struct Scheduler {
     inline: bool,
     renewals: Renewals,
     cells: HashMap<WatchId, Watched>,
+    /// Registrations taken from the queue whose first renewal is not due yet: they enter
+    /// the schedule only when it is (a lease released before costs the schedule nothing).
+    nursery: Vec<Registration>,
+    /// When the nursery enters the schedule: the earliest first renewal of the
+    /// registrations taken since it last did, released ones included. Keeping a released
+    /// lease's time costs one spurious round at most, and spares a client that acquires and
+    /// releases in a loop a wake-up of this thread for each lease (each new lease's first
+    /// renewal then comes after this time, so it need not wake the thread).
+    nursery_due: Option<Instant>,
     workers: HashMap<String, Worker>,
     done_tx: Sender<Vec<Outcome>>,
     done_rx: Receiver<Vec<Outcome>>,
@@ -564,9 +654,23 @@ impl Scheduler {
                 w.cell.mark_lost(LossReason::WatchdogStopped);
             }
         }
+        self.nursery.drain(..).for_each(Registration::fail);
+        self.nursery_due = None;
         self.renewals = Renewals::new();
     }
 
+    /// When the thread must next run a round: the schedule's next renewal or loss, or the
+    /// first renewal of a lease not yet in it.
+    fn next_wakeup(&mut self) -> Option<Instant> {
+        match (self.renewals.next_wakeup(), self.nursery_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Takes the queued registrations: released ones are forgotten, the others wait in the
+    /// nursery until the first of them is due, then all enter the schedule (which renews
+    /// each at its own time).
     fn admit(&mut self) {
         let registrations = std::mem::take(&mut *self.queue.pending());
         let now = self.time.now();
@@ -579,7 +683,7 @@ impl Scheduler {
                 .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1))
         {
             self.table_asked = Some(now);
-            let key = r.lease.target.keys.first().cloned().unwrap_or_default();
+            let key = key_of(&r.lease).to_owned();
             let node = self.node.node_of(&key);
             let _ = self.send_to(
                 node,
@@ -590,17 +694,36 @@ impl Scheduler {
             );
         }
         for r in registrations {
-            let key = r.lease.target.keys.first().cloned().unwrap_or_default();
-            self.renewals.insert(r.id, *r.lease, r.policy, now);
-            self.cells.insert(
-                r.id,
-                Watched {
-                    failures: 0,
-                    generation: r.generation,
-                    cell: r.cell,
-                    key,
-                },
-            );
+            self.nursery_due = Some(self.nursery_due.map_or(r.first, |t| t.min(r.first)));
+            // Released (or registered anew) before its first renewal: nothing to do.
+            if r.cell.is_current(r.generation) {
+                self.nursery.push(r);
+            }
+        }
+        let early = self.queue.released_early.load(Ordering::Relaxed);
+        if early >= COMPACT_AFTER {
+            self.queue
+                .released_early
+                .fetch_sub(early, Ordering::Relaxed);
+            self.nursery.retain(|r| r.cell.is_current(r.generation));
+        }
+        if self.nursery_due.is_some_and(|t| t <= now) {
+            self.nursery_due = None;
+            for r in self.nursery.drain(..) {
+                if !r.cell.enter_schedule(r.generation) {
+                    continue;
+                }
+                self.renewals.insert(r.id, r.lease.clone(), r.policy, now);
+                self.cells.insert(
+                    r.id,
+                    Watched {
+                        failures: 0,
+                        generation: r.generation,
+                        cell: r.cell,
+                        lease: r.lease,
+                    },
+                );
+            }
         }
         let released = self.queue.released.load(Ordering::Relaxed);
         if released >= COMPACT_AFTER {
@@ -632,13 +755,13 @@ impl Scheduler {
         for (id, op) in renew {
             match self.cells.get(&id) {
                 Some(w) if w.cell.lost.get().is_none() && w.cell.begin_renewal(w.generation) => {
-                    let node = self.node.node_of(&w.key);
+                    let node = self.node.node_of(key_of(&w.lease));
                     by_node.entry(node).or_default().push(Item {
                         id,
                         generation: w.generation,
                         cell: w.cell.clone(),
                         op,
-                        key: w.key.clone(),
+                        lease: w.lease.clone(),
                     });
                 }
                 // Released, lost or registered anew: forget it, send nothing.
@@ -654,7 +777,10 @@ impl Scheduler {
                 self.settle(outcomes);
                 continue;
             }
-            let key = items.first().map(|i| i.key.clone()).unwrap_or_default();
+            let key = items
+                .first()
+                .map(|i| key_of(&i.lease).to_owned())
+                .unwrap_or_default();
             if let Err(items) = self.send_to(node, Job { items, key }) {
                 let outcomes = failed(items, "no renewal thread");
                 self.settle(outcomes);
@@ -726,7 +852,8 @@ impl Scheduler {
                 continue;
             }
             if let Some(w) = self.cells.get_mut(&o.id) {
-                w.failures = crate::observe::renewal(&o.cell.name, &o.result, w.failures);
+                w.failures =
+                    crate::observe::renewal(&o.cell.lease.target.name, &o.result, w.failures);
             }
             match self.renewals.renewed(o.id, o.result, now) {
                 RenewalEvent::Renewed { valid_until } => {
@@ -763,6 +890,8 @@ impl Scheduler {
             inline,
             renewals: Renewals::new(),
             cells: HashMap::new(),
+            nursery: Vec::new(),
+            nursery_due: None,
             workers: HashMap::new(),
             done_tx,
             done_rx,
@@ -790,7 +919,7 @@ impl Inline {
             let mut s = this.scheduler.lock().unwrap_or_else(|p| p.into_inner());
             s.admit();
             s.dispatch();
-            let next = s.renewals.next_wakeup();
+            let next = s.next_wakeup();
             s.queue
                 .next_wakeup
                 .store(s.queue.encode(next), Ordering::SeqCst);
@@ -838,7 +967,7 @@ fn round(s: &mut Scheduler, wakeups: &Receiver<()>) -> bool {
     tests::maybe_panic();
     s.admit();
     s.dispatch();
-    let next = s.renewals.next_wakeup();
+    let next = s.next_wakeup();
     s.queue
         .next_wakeup
         .store(s.queue.encode(next), Ordering::SeqCst);
@@ -877,11 +1006,11 @@ mod tests {
         }
     }
 
-    fn lease(name: &str, ttl: Duration) -> Lease {
+    fn lease(name: &str, ttl: Duration) -> Arc<Lease> {
         let spec =
             LockSpec::lease(&Keyspace::default(), name, Token::from_random([3; 16]), ttl).unwrap();
         let now = Instant::now();
-        Lease {
+        Arc::new(Lease {
             kind: spec.kind,
             target: spec.target,
             token: spec.token,
@@ -892,6 +1021,108 @@ mod tests {
             attempts: 1,
             calls: spec.calls,
             data: Vec::new(),
+        })
+    }
+
+    /// A watchdog's state without its thread (rounds run by the test), on a server that
+    /// does not answer.
+    fn scheduler() -> (Scheduler, Arc<Queue>) {
+        let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+        let source = Arc::new(crate::transport::Source::Direct(client));
+        let ms = Duration::from_millis(100);
+        let transport = Arc::new(crate::transport::Transport::with_settings(
+            source,
+            &crate::transport::PoolSettings::sized(1),
+            ms,
+            ms,
+            true,
+        ));
+        let queue = Arc::new(Queue {
+            pending: Mutex::new(Vec::new()),
+            released: AtomicUsize::new(0),
+            released_early: AtomicUsize::new(0),
+            next_wakeup: AtomicU64::new(u64::MAX),
+            epoch: Instant::now(),
+            next_id: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
+            live: AtomicUsize::new(0),
+        });
+        let s = Scheduler::new(Node::Redis(transport), Time::Real, ms, queue.clone(), false);
+        (s, queue)
+    }
+
+    /// A lease released before its first renewal is due never enters the schedule (a short
+    /// hold costs the watchdog thread nothing but the queue), and does not wake the thread
+    /// for a round of its own; a lease still held then enters it on time.
+    #[test]
+    fn a_lease_released_before_its_first_renewal_never_enters_the_schedule() {
+        let (mut s, queue) = scheduler();
+        let ttl = Duration::from_secs(3);
+        let policy = RenewalPolicy::for_ttl(ttl);
+        let held = lease("held", ttl);
+        let held_cell = LeaseCell::new(held.clone(), Time::Real);
+        let first = queue.register(held.clone(), policy, held_cell.clone());
+        let mut released = Vec::new();
+        for i in 0..100 {
+            let short = lease(&format!("short-{i}"), ttl);
+            let cell = LeaseCell::new(short.clone(), Time::Real);
+            queue.register(short, policy, cell.clone());
+            assert_eq!(cell.release(Duration::ZERO), Some(false), "never scheduled");
+            released.push(cell);
+        }
+        s.admit();
+        assert_eq!(s.renewals.len(), 0, "nothing is due yet: nothing scheduled");
+        assert_eq!(s.nursery.len(), 1, "only the held lease is kept");
+        assert_eq!(s.next_wakeup(), Some(first));
+
+        // Its first renewal comes due: it enters the schedule, due at once.
+        while Instant::now() < first {
+            std::thread::sleep(first.saturating_duration_since(Instant::now()));
+        }
+        s.admit();
+        assert_eq!(s.renewals.len(), 1);
+        assert!(s.nursery.is_empty());
+        assert!(s.next_wakeup().is_some_and(|t| t <= Instant::now()));
+        assert!(s.cells.contains_key(&0));
+        for cell in released {
+            assert_eq!(cell.lost(), None);
+            assert!(cell.signal().try_recv().is_err());
+        }
+        assert_eq!(held_cell.release(Duration::ZERO), Some(true), "scheduled");
+        assert_eq!(held_cell.release(Duration::ZERO), None, "released once");
+    }
+
+    /// The loss signal fires exactly once, whether it is made before the loss, after it,
+    /// or at the same moment on another thread.
+    #[test]
+    fn the_loss_signal_fires_once_whenever_it_is_made() {
+        let ttl = Duration::from_secs(30);
+        let before = LeaseCell::new(lease("before", ttl), Time::Real);
+        let rx = before.signal().clone();
+        assert!(rx.try_recv().is_err());
+        before.mark_lost(LossReason::Taken);
+        before.mark_lost(LossReason::Expired);
+        assert_eq!(rx.try_recv(), Ok(LossReason::Taken));
+        assert!(before.signal().try_recv().is_err(), "fired once");
+
+        let after = LeaseCell::new(lease("after", ttl), Time::Real);
+        after.mark_lost(LossReason::Expired);
+        assert_eq!(after.signal().try_recv(), Ok(LossReason::Expired));
+        assert!(after.signal().try_recv().is_err(), "fired once");
+
+        for _ in 0..200 {
+            let cell = LeaseCell::new(lease("race", ttl), Time::Real);
+            let marker = {
+                let cell = cell.clone();
+                std::thread::spawn(move || cell.mark_lost(LossReason::Taken))
+            };
+            let rx = cell.signal().clone();
+            marker.join().unwrap();
+            assert_eq!(
+                rx.recv_timeout(Duration::from_secs(5)),
+                Ok(LossReason::Taken)
+            );
+            assert!(rx.try_recv().is_err(), "fired once");
         }
     }
 
@@ -924,8 +1155,9 @@ mod tests {
         let watchdog = Watchdog::start(Node::Redis(transport), Time::Real, ms).unwrap();
         let policy = RenewalPolicy::for_ttl(Duration::from_secs(30));
 
-        let (a, _a_rx) = LeaseCell::new("a", Instant::now() + Duration::from_secs(29), Time::Real);
-        watchdog.watch(lease("a", Duration::from_secs(30)), policy, a.clone());
+        let a_lease = lease("a", Duration::from_secs(30));
+        let a = LeaseCell::new(a_lease.clone(), Time::Real);
+        watchdog.watch(a_lease, policy, a.clone());
         // The thread admits `a`, then sleeps until its first renewal (10 s away).
         let start = Instant::now();
         while watchdog.queue.next_wakeup.load(Ordering::SeqCst) == u64::MAX {
@@ -946,7 +1178,7 @@ mod tests {
         // unreachable, so it is reported lost at its validity, not before).
         let ttl = Duration::from_millis(300);
         let b_lease = lease("b", ttl);
-        let (b, _b_rx) = LeaseCell::new("b", b_lease.valid_until, Time::Real);
+        let b = LeaseCell::new(b_lease.clone(), Time::Real);
         let b_valid = b_lease.valid_until;
         watchdog.watch(b_lease, RenewalPolicy::for_ttl(ttl), b.clone());
         assert_eq!(

@@ -64,6 +64,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backoff::saturating_add;
@@ -137,7 +138,11 @@ pub enum RenewalEvent {
 
 #[derive(Debug)]
 struct Entry {
-    lease: Lease,
+    /// Shared with its holder (a driver's guard): the schedule never changes it, it keeps
+    /// the validity it confirmed in `valid_until`.
+    lease: Arc<Lease>,
+    /// Until when the lease is safely ours: `lease.valid_until`, then each renewal's.
+    valid_until: Instant,
     policy: RenewalPolicy,
     hold_until: Option<Instant>,
     /// Bumped whenever the entry is rescheduled, so stale heap items are skipped.
@@ -184,9 +189,18 @@ impl Renewals {
         self.entries.is_empty()
     }
 
-    /// Starts watching `lease`. Its first renewal is due `policy.every` after
-    /// `lease.acquired_at` (at once if that has passed by `now`), whenever it is inserted.
-    pub fn insert(&mut self, id: WatchId, lease: Lease, policy: RenewalPolicy, now: Instant) {
+    /// Starts watching `lease` (by value, or shared with its holder: the schedule only reads
+    /// it). Its first renewal is due `policy.every` after `lease.acquired_at` (at once if
+    /// that has passed by `now`), whenever it is inserted; each renewal extends it to
+    /// `lease.ttl`.
+    pub fn insert(
+        &mut self,
+        id: WatchId,
+        lease: impl Into<Arc<Lease>>,
+        policy: RenewalPolicy,
+        now: Instant,
+    ) {
+        let lease = lease.into();
         let hold_until = policy
             .max_hold
             .map(|h| saturating_add(lease.acquired_at, h));
@@ -196,6 +210,7 @@ impl Renewals {
         self.entries.insert(
             id,
             Entry {
+                valid_until: lease.valid_until,
                 lease,
                 policy,
                 hold_until,
@@ -257,7 +272,7 @@ impl Renewals {
             let Some(e) = self.entries.get_mut(&id) else {
                 continue;
             };
-            if now >= e.lease.valid_until {
+            if now >= e.valid_until {
                 let reason = if e.final_stretch {
                     LossReason::MaxHoldReached
                 } else {
@@ -268,7 +283,7 @@ impl Renewals {
                 continue;
             }
             if e.final_stretch || e.in_flight.is_some() {
-                let at = e.lease.valid_until;
+                let at = e.valid_until;
                 self.schedule(id, at);
                 continue;
             }
@@ -282,13 +297,13 @@ impl Renewals {
                 }
             }
             if ttl < Duration::from_millis(1) {
-                let at = e.lease.valid_until;
+                let at = e.valid_until;
                 self.schedule(id, at);
                 continue;
             }
             // A renewal that answers after the validity it renews is worthless: the lease
             // is reported lost then, whatever comes back later.
-            let valid_until = e.lease.valid_until;
+            let valid_until = e.valid_until;
             match ScriptOp::extend(&e.lease, ttl, deadline.min(valid_until)) {
                 Ok(op) => {
                     e.in_flight = Some(now);
@@ -319,7 +334,7 @@ impl Renewals {
         let sent = e.in_flight.take().unwrap_or(now);
         match outcome {
             Ok(valid_until) => {
-                e.lease.valid_until = valid_until;
+                e.valid_until = valid_until;
                 let next = if e.final_stretch {
                     valid_until
                 } else {
@@ -337,12 +352,12 @@ impl Renewals {
                 RenewalEvent::Lost(LossReason::Taken)
             }
             Err(_) => {
-                if now >= e.lease.valid_until {
+                if now >= e.valid_until {
                     self.entries.remove(&id);
                     return RenewalEvent::Lost(LossReason::RenewalFailed);
                 }
                 e.final_stretch = false;
-                let at = saturating_add(now, retry_pause(&e.policy)).min(e.lease.valid_until);
+                let at = saturating_add(now, retry_pause(&e.policy)).min(e.valid_until);
                 self.schedule(id, at);
                 RenewalEvent::Pending
             }
@@ -527,7 +542,7 @@ mod tests {
             let Step::Send(b) = op.poll(now) else {
                 panic!()
             };
-            last_ttl_arg = String::from_utf8(b.requests[0].command.args()[5].clone()).unwrap();
+            last_ttl_arg = String::from_utf8(b.requests[0].command.args()[5].to_vec()).unwrap();
             op.handle(Response::reply(b.requests[0].id, Reply::Int(1)), now);
             let Step::Done(outcome) = op.poll(now) else {
                 panic!()

@@ -118,24 +118,38 @@ impl RedLockAcquire {
         self.round.clear();
     }
 
-    /// The acquisition requests, one per node.
+    /// The acquisition requests, one per node: one command, built once, copied to each.
     fn acquisition_round(&mut self) -> Vec<Request> {
-        let key = self.spec.target.keys.first().cloned().unwrap_or_default();
+        let key = self.spec.target.keys.first().map_or("", String::as_str);
         let ttl_ms = u64::try_from(self.spec.ttl.as_millis()).unwrap_or(u64::MAX);
-        (0..self.options.nodes)
-            .map(|i| {
-                let id = self.ids.next();
-                self.round.push((id, None));
-                let command = Command::new("SET")
-                    .arg(&key)
-                    .arg(self.spec.token.as_str())
-                    .arg("NX")
-                    .arg("PX")
-                    .int_arg(ttl_ms)
-                    .on(NodeId(i));
-                Request { id, command }
-            })
-            .collect()
+        let mut set = Some(
+            Command::with_capacity("SET", 5)
+                .arg(key)
+                .arg(self.spec.token.as_str())
+                .arg("NX")
+                .arg("PX")
+                .int_arg(ttl_ms),
+        );
+        let nodes = self.options.nodes;
+        self.round.reserve(usize::from(nodes));
+        let mut requests = Vec::with_capacity(usize::from(nodes));
+        for i in 0..nodes {
+            let id = self.ids.next();
+            self.round.push((id, None));
+            // The last node takes the original.
+            let command = if i + 1 == nodes {
+                set.take()
+            } else {
+                set.clone()
+            };
+            if let Some(command) = command {
+                requests.push(Request {
+                    id,
+                    command: command.on(NodeId(i)),
+                });
+            }
+        }
+        requests
     }
 
     fn release_everywhere(&mut self, then: Result<(), Error>) {
@@ -178,9 +192,17 @@ impl RedLockAcquire {
         let elapsed = now.saturating_duration_since(self.sent_at);
         let validity = ttl.saturating_sub(elapsed).saturating_sub(drift(ttl));
         if granted >= self.options.quorum() && !validity.is_zero() {
+            // The spec is not used again: its target moves into the lease.
+            let target = std::mem::replace(
+                &mut self.spec.target,
+                crate::lease::Target {
+                    name: String::new(),
+                    keys: Vec::new(),
+                },
+            );
             let lease = Lease {
                 kind: LeaseKind::Lock(LockKind::Lease),
-                target: self.spec.target.clone(),
+                target,
                 token: self.spec.token.clone(),
                 fence: 0,
                 ttl,

@@ -46,7 +46,10 @@ pub struct QuorumOp {
     /// The deadline of the batch in flight.
     outstanding: Outstanding,
     action: QuorumAction,
-    red: RedLease,
+    /// The lock's name (for errors).
+    name: String,
+    /// How many nodes the lock spans.
+    nodes: u16,
     node_timeout: Duration,
     ids: RequestIds,
     exchanges: Vec<Exchange>,
@@ -75,7 +78,8 @@ impl QuorumOp {
         Ok(QuorumOp {
             outstanding: Outstanding::default(),
             action,
-            red: red.clone(),
+            name: red.lease.target.name.clone(),
+            nodes: red.nodes,
             node_timeout,
             ids: RequestIds::default(),
             exchanges,
@@ -95,7 +99,7 @@ impl QuorumOp {
         QuorumOutcome {
             result,
             holding,
-            lost: holding.saturating_add(unknown) < self.red.nodes / 2 + 1,
+            lost: holding.saturating_add(unknown) < self.nodes / 2 + 1,
         }
     }
 
@@ -111,20 +115,21 @@ impl QuorumOp {
             .iter()
             .filter(|a| !matches!(code(a), Some(-1..=1)))
             .count() as u16;
-        let name = self.red.lease.target.name.clone();
-        let quorum = self.red.nodes / 2 + 1;
+        // Cloned only for an error.
+        let name = || self.name.clone();
+        let quorum = self.nodes / 2 + 1;
         match self.action {
             QuorumAction::Release if done > 0 => Ok(now),
-            QuorumAction::Release if failed == self.red.nodes => Err(Error::NoQuorum {
-                name,
-                nodes: self.red.nodes,
+            QuorumAction::Release if failed == self.nodes => Err(Error::NoQuorum {
+                name: name(),
+                nodes: self.nodes,
                 needed: quorum,
                 granted: 0,
                 busy: taken,
                 unreachable: failed,
             }),
             QuorumAction::Release => Err(Error::NotOwner {
-                name,
+                name: name(),
                 reason: if taken > 0 {
                     LossReason::Taken
                 } else {
@@ -135,15 +140,15 @@ impl QuorumOp {
                 Ok(crate::lease::valid_until(self.sent_at.unwrap_or(now), ttl))
             }
             QuorumAction::Extend(_) if failed > 0 => Err(Error::NoQuorum {
-                name,
-                nodes: self.red.nodes,
+                name: name(),
+                nodes: self.nodes,
                 needed: quorum,
                 granted: done,
                 busy: taken,
                 unreachable: failed,
             }),
             QuorumAction::Extend(_) => Err(Error::NotOwner {
-                name,
+                name: name(),
                 reason: if taken > 0 {
                     LossReason::Taken
                 } else {

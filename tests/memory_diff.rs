@@ -672,7 +672,7 @@ impl Seq {
             .expect("a known script");
         let command = if self.loaded.insert(script.sha1) {
             let mut c = Command::new("EVAL").arg(script.source);
-            for a in &cmd.args()[2..] {
+            for a in cmd.args().skip(2) {
                 c = c.arg(a);
             }
             c
@@ -1272,7 +1272,7 @@ fn memory_side(rx: mpsc::Receiver<ToMemory>, out: mpsc::Sender<Mismatch>) -> Tal
                     // What TTL rounded, read at the same instant (PTTL changes nothing).
                     let exact = (cmp == Cmp::Secs).then(|| {
                         let key = &command.args()[1];
-                        let pttl = Command::new("PTTL").arg(key.as_slice());
+                        let pttl = Command::new("PTTL").arg(key);
                         s.server.execute(&pttl).expect("no fault injected")
                     });
                     s.log.push(format!(

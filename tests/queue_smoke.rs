@@ -15,6 +15,13 @@ fn push_take_ack_nack_dead_and_delayed() {
         .max_deliveries(2)
         .retry_backoff(Duration::ZERO, Duration::ZERO);
     let id = q.push(b"hello".to_vec()).unwrap();
+    // A generated id is 16 random bytes in lowercase hex, fresh per push.
+    assert_eq!(id.len(), 32, "{id}");
+    assert!(
+        id.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+        "{id}"
+    );
     let job = q.try_take().unwrap().expect("a job");
     assert_eq!(job.id(), id);
     assert_eq!(job.payload(), b"hello");

@@ -299,11 +299,14 @@ fn rows() -> Vec<Row> {
                 Q_UNDONE,
             ],
             args: &["tok2", "30000", "5"],
+            // A due delayed job and a lease run out: every key is used.
             setup: &[
                 &["ZADD", READY, "1", "r"],
                 &["HSET", PAYLOADS, "r", "p"],
                 &["HSET", PRIORITIES, "r", "0"],
                 &["SET", SEQ, "7"],
+                &["ZADD", DELAYED, "1", "due"],
+                &["ZADD", INFLIGHT, "1", "gone"],
             ],
         },
         Row {
@@ -522,6 +525,132 @@ fn every_script_reads_each_key_before_its_first_write() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
+/// The queue's busy paths (nothing due, no lease run out: the scripts read only what the
+/// work needs, and let the first write check its own key): a key of the wrong type is never
+/// written, and a call it fails writes nothing.
+#[test]
+fn busy_queue_paths_never_write_past_a_wrong_type() {
+    let server = server();
+    let mut conn = connection(&server);
+    let rows = [
+        Row {
+            script: &queue::PUSH,
+            keys: &[READY, DELAYED, PAYLOADS, PRIORITIES, SEQ],
+            args: &["0", "0", CHANNEL, "new", "payload"],
+            setup: &[&["SET", SEQ, "7"]],
+        },
+        Row {
+            script: &queue::PUSH,
+            keys: &[READY, DELAYED, PAYLOADS, PRIORITIES, SEQ],
+            args: &["5000", "3", CHANNEL, "new", "payload"],
+            setup: &[&["SET", SEQ, "7"]],
+        },
+        Row {
+            script: &queue::DEQUEUE,
+            keys: &[
+                READY,
+                DELAYED,
+                PAYLOADS,
+                PRIORITIES,
+                SEQ,
+                INFLIGHT,
+                LEASES,
+                DELIVERIES,
+                DEAD,
+                JOB_HOLDERS,
+                BASES,
+                Q_UNDONE,
+            ],
+            args: &["tok2", "30000", "5"],
+            setup: &[&["ZADD", READY, "1", "r"], &["HSET", PAYLOADS, "r", "p"]],
+        },
+        Row {
+            script: &queue::ACK_TAKE,
+            keys: ACK_TAKE_KEYS,
+            args: &["j", "tok", "60000", "tok2", "30000", "5"],
+            setup: &[
+                &["ZADD", INFLIGHT, "{far}", "j"],
+                &["HSET", LEASES, "j", "tok"],
+                &["HSET", PAYLOADS, "j", "p", "r", "p2"],
+                &["HSET", DELIVERIES, "j", "1"],
+                &["HSET", JOB_HOLDERS, "tok", "j"],
+                &["ZADD", READY, "1", "r"],
+            ],
+        },
+        Row {
+            // An ack refused (another delivery holds it): the take alone writes.
+            script: &queue::ACK_TAKE,
+            keys: ACK_TAKE_KEYS,
+            args: &["j", "old", "60000", "tok2", "30000", "5"],
+            setup: &[
+                &["ZADD", INFLIGHT, "{far}", "j"],
+                &["HSET", LEASES, "j", "tok"],
+                &["HSET", PAYLOADS, "j", "p", "r", "p2"],
+                &["HSET", DELIVERIES, "j", "1"],
+                &["HSET", JOB_HOLDERS, "tok", "j"],
+                &["ZADD", READY, "1", "r"],
+            ],
+        },
+        Row {
+            script: &queue::ACK,
+            keys: ACK_KEYS,
+            args: &["j", "tok", "60000"],
+            setup: &[
+                &["ZADD", INFLIGHT, "{far}", "j"],
+                &["HSET", LEASES, "j", "tok"],
+                &["HSET", PAYLOADS, "j", "p"],
+                &["HSET", DELIVERIES, "j", "1"],
+                &["HSET", JOB_HOLDERS, "tok", "j"],
+            ],
+        },
+    ];
+    let mut failures = Vec::new();
+    for row in &rows {
+        let name = row.script.name;
+        let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+        set_up(&mut conn, row.setup);
+        let clean = run(&mut conn, row);
+        if !matches!(clean, Ok(redis::Value::Array(ref a)) if !a.is_empty())
+            && !matches!(clean, Ok(redis::Value::Int(1)))
+        {
+            failures.push(format!("{name}: without a wrong type: {clean:?}"));
+        }
+        let mut refused = 0;
+        for (i, key) in row.keys.iter().enumerate() {
+            let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+            set_up(&mut conn, row.setup);
+            let _: () = redis::cmd("DEL").arg(*key).query(&mut conn).unwrap();
+            let _: () = redis::cmd("SADD")
+                .arg(*key)
+                .arg("planted")
+                .query(&mut conn)
+                .unwrap();
+            let before = snapshot(&mut conn, row.keys);
+            let outcome = run(&mut conn, row);
+            let after = snapshot(&mut conn, row.keys);
+            match outcome {
+                Err(e) if e.to_string().contains("WRONGTYPE") => {
+                    refused += 1;
+                    if before != after {
+                        failures.push(format!("{name}, key {i} ({key}): failed half-written"));
+                    }
+                }
+                Err(e) => failures.push(format!("{name}, key {i} ({key}): {e}")),
+                Ok(_) => {
+                    if before[i] != after[i] {
+                        failures.push(format!("{name}, key {i} ({key}): wrote a wrong type"));
+                    }
+                }
+            }
+        }
+        // The keys the busy path writes are among those refused.
+        if refused < 3 {
+            failures.push(format!("{name}: only {refused} keys refused"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
 #[test]
 fn foreign_counters_are_refused_before_anything_is_written() {
     let server = server();
@@ -708,6 +837,19 @@ fn cases() -> Vec<Case> {
             setup: HELD_BY_OTHER,
             reply: "[0,****]",
             after: &[(&["GET", LOCK], "other"), (&["EXISTS", FENCE], "0")],
+            published: &[],
+        },
+        Case {
+            script: &lease::ACQUIRE,
+            what: "held by another, a foreign counter: busy (the busy path reads nothing more)",
+            keys: L3,
+            args: &["tok", "30000"],
+            setup: &[
+                &["SET", LOCK, "other", "PX", "10000"],
+                &["SET", FENCE, "abc"],
+            ],
+            reply: "[0,****]",
+            after: &[(&["GET", LOCK], "other"), (&["GET", FENCE], "abc")],
             published: &[],
         },
         Case {
@@ -1419,6 +1561,33 @@ fn cases() -> Vec<Case> {
         },
         Case {
             script: &lease::PERMIT_ACQUIRE,
+            what: "the first holder: the holders' key expires with its permit",
+            keys: SEM5,
+            args: &["w", "30000", "5000", "2", "1"],
+            setup: &[&["SET", PERMITS, "2"]],
+            reply: "[1,0]",
+            after: &[(&["PTTL", HOLDERS], "~15000..30000")],
+            published: &[],
+        },
+        Case {
+            script: &lease::PERMIT_ACQUIRE,
+            what: "a second holder with a shorter timeout leaves the longer expiry",
+            keys: SEM5,
+            args: &["w", "1000", "5000", "2", "1"],
+            setup: &[
+                &["ZADD", HOLDERS, FAR, "a"],
+                &["PEXPIRE", HOLDERS, "60000"],
+                &["SET", PERMITS, "2"],
+            ],
+            reply: "[1,0]",
+            after: &[
+                (&["ZCARD", HOLDERS], "2"),
+                (&["PTTL", HOLDERS], "~30000..60000"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::PERMIT_ACQUIRE,
             what: "an expired holder's permit is reclaimed",
             keys: SEM5,
             args: &["w", "30000", "5000", "2", "1"],
@@ -1509,6 +1678,19 @@ fn cases() -> Vec<Case> {
             ],
             reply: "1",
             after: &[(&["ZRANGE", HOLDERS, "0", "-1"], "[b]")],
+            published: &[],
+        },
+        Case {
+            script: &lease::PERMIT_RELEASE,
+            what: "nobody in line: an expired holder is left to the next acquire",
+            keys: SEM,
+            args: &["a", CHANNEL],
+            setup: &[
+                &["ZADD", HOLDERS, FAR, "a", PAST, "gone"],
+                &["SET", PERMITS, "2"],
+            ],
+            reply: "1",
+            after: &[(&["ZRANGE", HOLDERS, "0", "-1"], "[gone]")],
             published: &[],
         },
         Case {

@@ -1,6 +1,7 @@
 //! The bridge between the [`redis`] crate and the sans-IO core, for writing your own driver
 //! (async, an event loop) over `redis` connections. The blocking driver of this crate uses
-//! these same functions.
+//! these same functions, except that on a single server it packs a batch's commands into
+//! RESP itself (the same bytes [`command`] packs to, without a `redis::Cmd` per command).
 //!
 //! - [`command`]: a core [`Command`] as a [`redis::Cmd`] (its node is yours to route).
 //! - [`to_reply`]: a [`redis::Value`] as a core [`Reply`]; an error reply inside it
@@ -39,7 +40,7 @@ use redlease_core::{Command, ErrorReply, Reply, RequestId, Response, TransportFa
 pub fn command(command: &Command) -> redis::Cmd {
     let mut cmd = redis::Cmd::new();
     for a in command.args() {
-        cmd.arg(a.as_slice());
+        cmd.arg(a);
     }
     cmd
 }

@@ -473,17 +473,28 @@ fn wait_out_reply(time: &Time, io_timeout: Duration, batch: &Batch) {
     let _ = time.sleep_until(until);
 }
 
+/// The requests at the positions `index` lists, in that order (a flight's `i`-th request is
+/// the batch's `index[i]`-th).
+fn picked<'a>(
+    requests: &'a [Request],
+    index: &'a [usize],
+) -> impl ExactSizeIterator<Item = &'a Request> + Clone + 'a {
+    // Every position was taken from an enumeration of `requests`.
+    index.iter().map(move |&i| &requests[i])
+}
+
 /// Sends a batch that names several nodes: every node is written before any reply is read,
 /// so a round costs about one round trip (the slowest node's), not N. Nodes with an idle
 /// connection are written at once; the others (cold, or down: a connection attempt may take
 /// the whole node timeout) each get a thread, so no node's connection attempt delays another.
 #[cfg_attr(not(feature = "memory"), allow(unused_variables))]
 fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Response> {
-    let mut per_node: Vec<Vec<(usize, Request)>> = (0..nodes.len()).map(|_| Vec::new()).collect();
+    // Each node's requests, as positions in the batch (the requests are borrowed, not copied).
+    let mut per_node: Vec<Vec<usize>> = (0..nodes.len()).map(|_| Vec::new()).collect();
     let mut slots: Vec<Option<Response>> = (0..batch.requests.len()).map(|_| None).collect();
     for (i, r) in batch.requests.iter().enumerate() {
         match per_node.get_mut(usize::from(r.command.node().0)) {
-            Some(v) => v.push((i, r.clone())),
+            Some(v) => v.push(i),
             None => {
                 slots[i] = Some(Response::failed(
                     r.id,
@@ -497,19 +508,20 @@ fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Response> {
     let mut cold = Vec::new();
     #[cfg(feature = "memory")]
     let mut in_memory = Vec::new();
-    for (n, (reqs, node)) in per_node.into_iter().zip(nodes).enumerate() {
-        if reqs.is_empty() {
+    let requests = &batch.requests;
+    for (n, (index, node)) in per_node.into_iter().zip(nodes).enumerate() {
+        if index.is_empty() {
             continue;
         }
-        let (index, reqs): (Vec<usize>, Vec<Request>) = reqs.into_iter().unzip();
         match node {
-            Node::Redis(t) => match t.try_send(reqs, deadline, wait) {
-                Ok(flight) => flights.push((index, flight)),
-                Err(reqs) => cold.push((index, t, reqs)),
+            Node::Redis(t) => match t.try_send(picked(requests, &index), deadline, wait) {
+                Some(flight) => flights.push((index, flight)),
+                None => cold.push((index, t)),
             },
             #[cfg(feature = "memory")]
             Node::Memory { server, io_timeout } => {
                 let n = u16::try_from(n).unwrap_or(u16::MAX);
+                let reqs: Vec<Request> = picked(requests, &index).cloned().collect();
                 in_memory.push((n, index, server, *io_timeout, reqs));
             }
         }
@@ -518,15 +530,18 @@ fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Response> {
         std::thread::scope(|s| {
             let handles: Vec<_> = cold
                 .into_iter()
-                .map(|(index, node, reqs)| {
-                    (index, s.spawn(move || node.send(reqs, deadline, wait)))
+                .map(|(index, node)| {
+                    s.spawn(move || {
+                        let flight = node.send(picked(requests, &index), deadline, wait);
+                        (index, flight)
+                    })
                 })
                 .collect();
-            for (index, h) in handles {
+            for h in handles {
                 // A send never panics; were one to, its node counts as unanswered (its
                 // requests get a failure below).
-                if let Ok(flight) = h.join() {
-                    flights.push((index, flight));
+                if let Ok(sent) = h.join() {
+                    flights.push(sent);
                 }
             }
         });
@@ -550,7 +565,8 @@ fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Response> {
         }
     }
     for (index, flight) in flights {
-        for (i, input) in index.into_iter().zip(flight.receive()) {
+        let inputs = flight.receive(|k| requests[index[k]].id);
+        for (i, input) in index.into_iter().zip(inputs) {
             slots[i] = Some(input);
         }
     }

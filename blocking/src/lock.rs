@@ -1,13 +1,13 @@
 //! Every kind of lock (lease, reentrant, fair, read, write): one builder, one guard, the
 //! closure form, and run-once. What differs between kinds is the core's [`LockSpec`].
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 use redlease_core::lease::{
     Acquire, AcquireOptions, Acquisition, Lease, LeaseKind, LeaseState, LockKind, LockSpec,
-    ScriptOp, Token,
+    NativeRelease, ScriptOp, Token,
 };
 use redlease_core::limits;
 use redlease_core::renewal::RenewalPolicy;
@@ -35,6 +35,10 @@ pub struct LockBuilder<'c> {
     min_replicas: Option<(u32, Duration)>,
     renew_every: Option<Duration>,
     max_hold: Option<Duration>,
+    /// The spec of the first acquisition, waiting ([0]) and trying once ([1]): later
+    /// acquisitions bind their token to it ([`LockSpec::with_token`]) instead of building
+    /// the keys and script calls again. Reset by every setting that changes the spec.
+    specs: [OnceLock<LockSpec>; 2],
 }
 
 /// What a [`LockBuilder`] acquires.
@@ -84,6 +88,7 @@ impl<'c> LockBuilder<'c> {
             min_replicas: None,
             renew_every: None,
             max_hold: None,
+            specs: Default::default(),
         }
     }
 
@@ -93,6 +98,7 @@ impl<'c> LockBuilder<'c> {
     /// (100 years): a shorter lease would be mostly drift allowance. Defaults to 30 s.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
+        self.specs = Default::default();
         self
     }
 
@@ -153,6 +159,7 @@ impl<'c> LockBuilder<'c> {
     /// [`MAX_DURATION`](limits::MAX_DURATION). Defaults to 5 s.
     pub fn waiter_timeout(mut self, timeout: Duration) -> Self {
         self.waiter_timeout = timeout;
+        self.specs = Default::default();
         self
     }
 
@@ -234,13 +241,30 @@ impl<'c> LockBuilder<'c> {
         Ok(Some(policy))
     }
 
-    fn spec(&self, token: Token) -> Result<LockSpec, Error> {
-        let shared = self.client.shared();
-        let ks = &shared.keyspace;
-        let (name, ttl) = (self.name.as_str(), self.ttl);
-        // A waiter refreshes its place with every attempt: at least once per retry maximum
-        // plus one reply. A shorter waiter timeout would drop live waiters from the line.
-        let refresh = self.retry_max.saturating_add(shared.io_timeout);
+    /// The spec of one acquisition with `token`: the cached one rebound to it, or built (and
+    /// cached) on the first acquisition. A reentrant lock's spec names the calling thread,
+    /// so it is built every time.
+    fn spec(&self, token: Token, waiting: bool) -> Result<LockSpec, Error> {
+        self.check_waiter_timeout()?;
+        let cache = &self.specs[usize::from(!waiting)];
+        if let Some(spec) = cache.get().and_then(|s| s.with_token(token.clone())) {
+            return Ok(spec);
+        }
+        let spec = self.build_spec(token)?;
+        // Trying once never takes a place in a line: cache it in that form.
+        let spec = if waiting { spec } else { spec.trying_once() };
+        if spec.with_token(spec.token.clone()).is_some() {
+            let _ = cache.set(spec.clone());
+        }
+        Ok(spec)
+    }
+
+    /// A waiter refreshes its place with every attempt: at least once per retry maximum
+    /// plus one reply. A shorter waiter timeout would drop live waiters from the line.
+    fn check_waiter_timeout(&self) -> Result<(), Error> {
+        let refresh = self
+            .retry_max
+            .saturating_add(self.client.shared().io_timeout);
         if self.kind.queues() && self.waiter_timeout <= refresh {
             return Err(InvalidArgument::Setting(format!(
                 "the waiter timeout ({:?}) must exceed the retry maximum plus the io timeout ({refresh:?}): waiters refresh their place once per retry",
@@ -248,6 +272,13 @@ impl<'c> LockBuilder<'c> {
             ))
             .into());
         }
+        Ok(())
+    }
+
+    fn build_spec(&self, token: Token) -> Result<LockSpec, Error> {
+        let shared = self.client.shared();
+        let ks = &shared.keyspace;
+        let (name, ttl) = (self.name.as_str(), self.ttl);
         let kind = match self.kind {
             Acquires::Lock(kind) => kind,
             Acquires::Permit => {
@@ -277,7 +308,7 @@ impl<'c> LockBuilder<'c> {
         token.copy_from_slice(&random[..16]);
         let mut seed = [0u8; 8];
         seed.copy_from_slice(&random[16..]);
-        let spec = self.spec(Token::from_random(token))?;
+        let spec = self.spec(Token::from_random(token), wait.is_some())?;
         let options = AcquireOptions {
             wait,
             retry_initial: self.retry_initial,
@@ -538,7 +569,7 @@ impl LockGuard {
         if let Some(reason) = self.known_not_ours() {
             return Err(self.not_owner(reason));
         }
-        let out = drive(&self.shared, None, ScriptOp::release(&self.lease, deadline));
+        let out = release_lease(&self.shared, &self.lease, deadline);
         crate::observe::released(&self.lease.target.name, self.lease.kind, &out);
         out
     }
@@ -832,8 +863,49 @@ impl Drop for LockGuard {
         if self.known_not_ours().is_none() {
             // Errors cannot be returned from drop (they are logged); the lease ends at its
             // expiry at worst.
-            let out = drive(&self.shared, None, ScriptOp::release(&self.lease, deadline));
+            let out = release_lease(&self.shared, &self.lease, deadline);
             crate::observe::released(&self.lease.target.name, self.lease.kind, &out);
+        }
+    }
+}
+
+/// Releases `lease` by the server's native compare-and-delete where the server has one and
+/// the lease is a plain lock ([`NativeRelease`]), else by its release script.
+fn release_lease(shared: &Shared, lease: &Lease, deadline: Instant) -> Result<(), Error> {
+    let transport = match &shared.node {
+        crate::backend::Node::Redis(transport) => Some(transport),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    };
+    let native = transport
+        .and_then(|t| t.server_kind())
+        .and_then(crate::connect::ServerKind::compare_and_delete)
+        .and_then(|how| NativeRelease::new(lease, how, deadline));
+    match (native, transport) {
+        (Some(machine), Some(transport)) => drive(shared, None, Noting { machine, transport }),
+        _ => drive(shared, None, ScriptOp::release(lease, deadline)),
+    }
+}
+
+/// A [`NativeRelease`] that, when the server refuses the native command (not granted, or
+/// gone after a failover), tells the transport to stop choosing it until the next connection
+/// set-up learns the server again.
+struct Noting<'a> {
+    machine: NativeRelease,
+    transport: &'a crate::transport::Transport,
+}
+
+impl redlease_core::Protocol for Noting<'_> {
+    type Output = ();
+
+    fn poll(&mut self, now: Instant) -> redlease_core::Step<()> {
+        self.machine.poll(now)
+    }
+
+    fn handle(&mut self, response: redlease_core::Response, now: Instant) {
+        self.machine.handle(response, now);
+        if self.machine.refused_natively() {
+            self.transport.forget_server_kind();
         }
     }
 }

@@ -85,6 +85,15 @@ pub(crate) fn ended<T>(
     out: &Result<T, Error>,
     granted: impl Fn(&T) -> Option<(u32, Option<u64>)>,
 ) {
+    if span.is_disabled() {
+        // No subscriber listens to the span: only a failure's event may still be wanted.
+        if let Err(e) = out
+            && !matches!(e, Error::Timeout { .. })
+        {
+            warn!(error = %e, "acquisition failed");
+        }
+        return;
+    }
     let waited = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
     span.record("redlease.waited_ms", waited);
     match out.as_ref().map(granted) {
@@ -242,5 +251,59 @@ pub(crate) fn no_connection(state: r2d2::State, max: u32, error: &dyn std::fmt::
         );
     } else {
         warn!(error = %error, "no connection to Redis within the connect timeout");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    /// Listens to WARN and above only; counts the spans it is asked to make and the events.
+    #[derive(Default)]
+    struct WarnOnly {
+        spans: AtomicUsize,
+        events: AtomicUsize,
+    }
+
+    impl Subscriber for &'static WarnOnly {
+        fn enabled(&self, m: &Metadata<'_>) -> bool {
+            *m.level() <= Level::WARN
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1 + self.spans.fetch_add(1, Ordering::Relaxed) as u64)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, _: &Event<'_>) {
+            self.events.fetch_add(1, Ordering::Relaxed);
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    /// Under a subscriber that does not listen to INFO, the acquisition span is never built
+    /// and its fields are not recorded, yet a failed acquisition still reaches it as a
+    /// warning (a busy or granted one sends nothing).
+    #[test]
+    fn a_span_nobody_listens_to_costs_nothing_but_failures_still_warn() {
+        let warn_only: &'static WarnOnly = Box::leak(Box::default());
+        tracing::subscriber::with_default(warn_only, || {
+            let s = span("orders", "lease");
+            assert!(s.is_disabled());
+            let granted = |_: &()| Some((1, Some(7)));
+            ended(&s, Duration::from_millis(3), &Ok(()), granted);
+            ended(&s, Duration::ZERO, &Ok(()), |_: &()| None);
+            assert_eq!(warn_only.events.load(Ordering::Relaxed), 0);
+            ended::<()>(&s, Duration::ZERO, &Err(Error::Driver("boom")), granted);
+            assert_eq!(warn_only.events.load(Ordering::Relaxed), 1);
+        });
+        assert_eq!(
+            warn_only.spans.load(Ordering::Relaxed),
+            0,
+            "no span was built"
+        );
     }
 }

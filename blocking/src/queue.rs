@@ -55,14 +55,16 @@ fn fresh_token(client: &Client) -> Result<(Token, u64), Error> {
     Ok((Token::from_random(token), u64::from_le_bytes(seed)))
 }
 
+/// A fresh job id: 16 random bytes in lowercase hex (one allocation).
 fn random_id(client: &Client) -> Result<String, Error> {
-    Ok(client
-        .shared()
-        .entropy
-        .bytes::<16>()?
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = client.shared().entropy.bytes::<16>()?;
+    let mut id = String::with_capacity(32);
+    for b in bytes {
+        id.push(char::from(HEX[usize::from(b >> 4)]));
+        id.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    Ok(id)
 }
 
 impl Queue {

@@ -9,7 +9,7 @@ use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
 use redis::{ConnectionLike, Value};
 use redlease_core::{
-    Batch, Error, FailureKind, NodeId, Reply, Request, Response, TransportFailure,
+    Batch, Error, FailureKind, NodeId, Reply, Request, RequestId, Response, TransportFailure,
 };
 
 use crate::adapter;
@@ -29,7 +29,14 @@ pub(crate) struct Conn {
     last_used: Instant,
     /// Through Sentinel: the master this connection was opened for.
     tie: Option<Tie>,
+    /// The bytes of the last batch written on a single server's connection, kept so the
+    /// next batch is encoded without allocating (see [`KEEP_OUT`]).
+    out: Vec<u8>,
 }
+
+/// A connection keeps its write buffer between batches up to this capacity; a larger one
+/// (a batch of large values) is given back after its write.
+const KEEP_OUT: usize = 16 * 1024;
 
 impl Conn {
     /// Whether the Sentinels named another master since this connection was opened.
@@ -40,8 +47,11 @@ impl Conn {
 
 /// A connection to one server, or to a Redis Cluster (which routes every command to the
 /// node owning its first key's slot, and follows MOVED and ASK redirections).
+///
+/// Both are boxed so that a pooled connection is a few words: it moves into and out of the
+/// pool on every checkout, and a move of the whole `redis::Connection` is a large copy.
 pub(crate) enum Link {
-    Single(redis::Connection),
+    Single(Box<redis::Connection>),
     Cluster(Box<redis::cluster::ClusterConnection>),
 }
 
@@ -62,7 +72,7 @@ impl Link {
 
     fn ping(&mut self) -> redis::RedisResult<()> {
         match self {
-            Link::Single(c) => redis::cmd("PING").query(c),
+            Link::Single(c) => redis::cmd("PING").query(c.as_mut()),
             Link::Cluster(c) => redis::cmd("PING").query(c.as_mut()),
         }
     }
@@ -93,6 +103,8 @@ struct Setup {
     refused: Mutex<Option<String>>,
     /// A thread is setting up a connection outside the pool to learn its outcome now.
     probing: AtomicBool,
+    /// Which server the newest connection reached (not asked on a cluster: scripts there).
+    server: crate::connect::ServerNote,
 }
 
 impl Setup {
@@ -296,7 +308,9 @@ impl Manager {
                             other => other?,
                         }
                     }
-                    Ok(Link::Single(c))
+                    let kind = crate::connect::ask_server_kind(&mut c)?;
+                    self.setup.server.set(kind);
+                    Ok(Link::Single(Box::new(c)))
                 };
                 set_up().map_err(|e| (e, Some(client.clone())))?
             }
@@ -311,6 +325,7 @@ impl Manager {
             broken: false,
             last_used: Instant::now(),
             tie,
+            out: Vec::new(),
         })
     }
 
@@ -467,6 +482,16 @@ fn shared_thread_pool() -> Arc<ScheduledThreadPool> {
     pool
 }
 
+/// Whether `input` answers a native command that stands in for a script (a lock release's
+/// `DELIFEQ` / `DELEX`): a user not granted it is no misconfiguration, since the machine
+/// falls back to the script (and the driver stops choosing the native command).
+fn is_native_step(batch: &Batch, input: &Response) -> bool {
+    batch
+        .requests
+        .iter()
+        .any(|r| r.id == input.id && matches!(r.command.args().get(0), Some(b"DELIFEQ" | b"DELEX")))
+}
+
 /// Threads of the shared pool: connection attempts in progress at once, across clients
 /// (each bounded by its client's connect timeout).
 const POOL_THREADS: usize = 4;
@@ -486,6 +511,18 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
+    /// Which server the newest pooled connection reached (`None`: not known, or a cluster),
+    /// for the steps that have a native command on some servers.
+    pub(crate) fn server_kind(&self) -> Option<crate::connect::ServerKind> {
+        self.manager.setup.server.get()
+    }
+
+    /// Forgets the server's kind (it refused a native command): scripts only, until the
+    /// next connection set-up asks again.
+    pub(crate) fn forget_server_kind(&self) {
+        self.manager.setup.server.set(None);
+    }
+
     /// `(open connections, idle connections, pool size)`.
     pub(crate) fn pool_state(&self) -> (u32, u32, u32) {
         let state = self.pool.state();
@@ -562,6 +599,7 @@ impl Transport {
         for input in &inputs {
             if let Ok(Reply::Error(e)) = &input.result
                 && let Some(problem) = adapter::refusal(e)
+                && !is_native_step(batch, input)
             {
                 *kept = None;
                 return Err(self.configuration(problem));
@@ -691,12 +729,12 @@ impl Transport {
         match kept.take() {
             Some(conn) => {
                 let flight = self.write(
-                    *conn,
-                    batch.requests.clone(),
+                    conn,
+                    batch.requests.iter(),
                     batch.deadline,
                     batch.server_wait,
                 );
-                let (inputs, conn) = flight.receive_keeping();
+                let (inputs, conn) = flight.receive_keeping(ids_of(&batch.requests));
                 *kept = conn;
                 inputs
             }
@@ -736,8 +774,8 @@ impl Transport {
         let previous = kept.take();
         let flight = match previous {
             Some(conn) if batch.same_connection => self.write(
-                *conn,
-                batch.requests.clone(),
+                conn,
+                batch.requests.iter(),
                 batch.deadline,
                 batch.server_wait,
             ),
@@ -746,25 +784,25 @@ impl Transport {
             // asking for another would wait out the connect timeout.
             _ => {
                 drop(previous);
-                self.send(batch.requests.clone(), batch.deadline, batch.server_wait)
+                self.send(batch.requests.iter(), batch.deadline, batch.server_wait)
             }
         };
-        let (inputs, conn) = flight.receive_keeping();
+        let (inputs, conn) = flight.receive_keeping(ids_of(&batch.requests));
         *kept = conn;
         inputs
     }
 
     /// Writes `requests` (pipelined, whatever node they name) without waiting for the
     /// replies, so that several nodes can be asked at once; [`Flight::receive`] reads them.
-    pub(crate) fn send(
+    pub(crate) fn send<'a>(
         &self,
-        requests: Vec<Request>,
+        requests: impl ExactSizeIterator<Item = &'a Request> + Clone,
         deadline: Instant,
         server_wait: Duration,
     ) -> Flight {
         if let Some(failure) = self.probe(deadline) {
             return Flight {
-                requests,
+                count: requests.len(),
                 deadline,
                 state: FlightState::Failed(failure),
             };
@@ -777,7 +815,7 @@ impl Transport {
             Err(e) => {
                 crate::observe::no_connection(self.pool.state(), self.pool.max_size(), &e);
                 Flight {
-                    requests,
+                    count: requests.len(),
                     deadline,
                     state: FlightState::Failed(TransportFailure::not_sent(format!(
                         "no connection to {}: {e}",
@@ -789,29 +827,31 @@ impl Transport {
     }
 
     /// Like [`send`](Self::send), but only on an idle pooled connection: gives the requests
-    /// back at once when there is none (so a caller asking several nodes never waits on one
-    /// node's connection attempt before writing to the others).
-    pub(crate) fn try_send(
+    /// `None` at once when there is none, nothing sent (so a caller asking several nodes
+    /// never waits on one node's connection attempt before writing to the others).
+    pub(crate) fn try_send<'a>(
         &self,
-        requests: Vec<Request>,
+        requests: impl ExactSizeIterator<Item = &'a Request> + Clone,
         deadline: Instant,
         server_wait: Duration,
-    ) -> Result<Flight, Vec<Request>> {
-        match self.pool.try_get() {
-            Some(conn) => Ok(self.write(conn, requests, deadline, server_wait)),
-            None => Err(requests),
-        }
+    ) -> Option<Flight> {
+        let conn = self.pool.try_get()?;
+        Some(self.write(conn, requests, deadline, server_wait))
     }
 
-    fn write(
+    /// Writes `requests` on `conn`: a single server's as one pipeline, encoded straight from
+    /// the core commands into the connection's own buffer; a cluster's one by one (each
+    /// routed by its key, replies read at once).
+    fn write<'a>(
         &self,
         mut conn: r2d2::PooledConnection<Manager>,
-        requests: Vec<Request>,
+        requests: impl ExactSizeIterator<Item = &'a Request> + Clone,
         deadline: Instant,
         server_wait: Duration,
     ) -> Flight {
-        let fail = |requests: Vec<Request>, failure: TransportFailure| Flight {
-            requests,
+        let count = requests.len();
+        let fail = |failure: TransportFailure| Flight {
+            count,
             deadline,
             state: FlightState::Failed(failure),
         };
@@ -825,9 +865,10 @@ impl Transport {
         let changed = wanted.abs_diff(self.io_timeout) > SHORTEN_SLACK;
         if changed && let Err(e) = conn.inner.set_read_timeout(Some(wanted)) {
             conn.broken = true;
-            return fail(requests, TransportFailure::not_sent(format!("socket: {e}")));
+            return fail(TransportFailure::not_sent(format!("socket: {e}")));
         }
         if let Link::Cluster(cluster) = &mut conn.inner {
+            let requests: Vec<&Request> = requests.collect();
             let timeouts = ReadTimeouts {
                 reply: self.io_timeout + server_wait,
                 now: if changed { wanted } else { self.io_timeout },
@@ -836,30 +877,34 @@ impl Transport {
             let (inputs, broken) = send_to_cluster(cluster, &requests, deadline, timeouts);
             conn.broken |= broken;
             return Flight {
-                requests,
+                count,
                 deadline,
-                state: FlightState::Answered {
-                    inputs,
-                    conn: Box::new(conn),
-                },
+                state: FlightState::Answered { inputs, conn },
             };
         }
-        let Link::Single(single) = &mut conn.inner else {
-            return fail(requests, TransportFailure::not_sent("no connection"));
+        let Conn {
+            inner, out, broken, ..
+        } = &mut *conn;
+        let Link::Single(single) = inner else {
+            return fail(TransportFailure::not_sent("no connection"));
         };
-        let mut pipe = redis::pipe();
-        for r in &requests {
-            pipe.add_command(adapter::command(&r.command));
+        out.clear();
+        for r in requests {
+            crate::resp::encode_command(out, &r.command);
         }
-        if let Err(e) = single.send_packed_command(&pipe.get_packed_pipeline()) {
-            conn.broken = true;
-            return fail(requests, adapter::failure(&e));
+        let sent = single.send_packed_command(out);
+        if out.capacity() > KEEP_OUT {
+            *out = Vec::new();
+        }
+        if let Err(e) = sent {
+            *broken = true;
+            return fail(adapter::failure(&e));
         }
         Flight {
-            requests,
+            count,
             deadline,
             state: FlightState::Sent {
-                conn: Box::new(conn),
+                conn,
                 timeout: if changed { wanted } else { self.io_timeout },
                 io_timeout: self.io_timeout,
             },
@@ -899,7 +944,7 @@ const MAX_REDIRECTS: usize = 2;
 /// slot map is stale after a `MOVED`).
 fn send_to_cluster(
     cluster: &mut redis::cluster::ClusterConnection,
-    requests: &[Request],
+    requests: &[&Request],
     deadline: Instant,
     timeouts: ReadTimeouts,
 ) -> (Vec<Response>, bool) {
@@ -1026,14 +1071,14 @@ fn cluster_request(
     (result, stale)
 }
 
-/// A pooled connection.
-pub(crate) type Pooled = Box<r2d2::PooledConnection<Manager>>;
+/// A pooled connection (moved, not boxed: a move costs less than an allocation per batch).
+pub(crate) type Pooled = r2d2::PooledConnection<Manager>;
 
 /// A batch that must follow its predecessor's connection, without one to follow: its
 /// commands are not sent (a `WAIT` elsewhere would vouch for writes it cannot see).
 fn unreachable_same_connection(batch: &Batch) -> Flight {
     Flight {
-        requests: batch.requests.clone(),
+        count: batch.requests.len(),
         deadline: batch.deadline,
         state: FlightState::Failed(TransportFailure::not_sent(
             "the connection of the previous batch is gone",
@@ -1041,9 +1086,16 @@ fn unreachable_same_connection(batch: &Batch) -> Flight {
     }
 }
 
-/// Requests written to one connection, their replies not yet read.
+/// The id of each request of `requests`, by position (for [`Flight::receive`]).
+pub(crate) fn ids_of(requests: &[Request]) -> impl Fn(usize) -> RequestId + '_ {
+    // A flight asks only for positions below its count, the number of requests written.
+    |i| requests[i].id
+}
+
+/// Requests written to one connection, their replies not yet read. The flight keeps only
+/// how many there are: whoever reads it names each request's id by its position.
 pub(crate) struct Flight {
-    requests: Vec<Request>,
+    count: usize,
     deadline: Instant,
     state: FlightState,
 }
@@ -1066,21 +1118,25 @@ enum FlightState {
 
 impl Flight {
     /// Reads one reply per request, in order (a transport failure stands in for each reply
-    /// that did not come).
-    pub(crate) fn receive(self) -> Vec<Response> {
-        self.receive_keeping().0
+    /// that did not come); `id(i)` is the id of the `i`-th request written.
+    pub(crate) fn receive(self, id: impl Fn(usize) -> RequestId) -> Vec<Response> {
+        self.receive_keeping(id).0
     }
 
     /// [`receive`](Self::receive), also handing back the connection unless it broke.
-    pub(crate) fn receive_keeping(self) -> (Vec<Response>, Option<Pooled>) {
+    pub(crate) fn receive_keeping(
+        self,
+        id: impl Fn(usize) -> RequestId,
+    ) -> (Vec<Response>, Option<Pooled>) {
+        let count = self.count;
+        let failed_from = |first: usize, failure: &TransportFailure| -> Vec<Response> {
+            (first..count)
+                .map(|i| Response::failed(id(i), failure.clone()))
+                .collect()
+        };
         let (mut conn, mut timeout, io_timeout) = match self.state {
             FlightState::Failed(failure) => {
-                let inputs = self
-                    .requests
-                    .iter()
-                    .map(|r| Response::failed(r.id, failure.clone()))
-                    .collect();
-                return (inputs, None);
+                return (failed_from(0, &failure), None);
             }
             FlightState::Sent {
                 conn,
@@ -1093,8 +1149,8 @@ impl Flight {
                 return (inputs, keep);
             }
         };
-        let mut inputs = Vec::with_capacity(self.requests.len());
-        for r in &self.requests {
+        let mut inputs = Vec::with_capacity(count);
+        for i in 0..count {
             // Never read past the batch deadline, however long the earlier reads (or other
             // nodes' reads) took.
             let left = self
@@ -1122,18 +1178,14 @@ impl Flight {
                     {
                         conn.broken = true;
                     }
-                    inputs.push(Response::reply(r.id, reply));
+                    inputs.push(Response::reply(id(i), reply));
                 }
                 Err(e) => {
                     // A reply may still be in flight: this connection must never be reused.
                     // Written already, so never "not sent", whatever the error.
                     conn.broken = true;
                     let failure = TransportFailure::no_reply(e.to_string());
-                    inputs.extend(
-                        self.requests[inputs.len()..]
-                            .iter()
-                            .map(|r| Response::failed(r.id, failure.clone())),
-                    );
+                    inputs.extend(failed_from(i, &failure));
                     return (inputs, None);
                 }
             }
@@ -1148,12 +1200,7 @@ impl Flight {
             conn.broken = true;
             let failure =
                 TransportFailure::no_reply("answered by a master the Sentinels have replaced");
-            let inputs = self
-                .requests
-                .iter()
-                .map(|r| Response::failed(r.id, failure.clone()))
-                .collect();
-            return (inputs, None);
+            return (failed_from(0, &failure), None);
         }
         conn.last_used = Instant::now();
         let keep = (!conn.broken).then_some(conn);

@@ -22,42 +22,63 @@ impl NodeId {
 pub struct RequestId(pub u64);
 
 /// One Redis command: its arguments as bytes (the first is the command name) and the node it targets.
+///
+/// The arguments live in one buffer (each as a 4-byte length then its bytes), so building a
+/// command costs one allocation however many arguments it has.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Command {
     node: NodeId,
-    args: Vec<Vec<u8>>,
+    /// Each argument as its length (`u32`, little-endian) then its bytes.
+    bytes: Vec<u8>,
+    /// How many arguments `bytes` holds.
+    count: usize,
 }
+
+/// The bytes of the length prefix of each argument in [`Command`]'s buffer.
+const LEN: usize = 4;
 
 impl Command {
     /// A command named `name` for the primary node, with no arguments yet.
     pub fn new(name: &str) -> Self {
-        Command {
-            node: NodeId::PRIMARY,
-            args: vec![name.as_bytes().to_vec()],
-        }
+        Self::with_capacity(name, 4)
     }
 
     /// A command named `name` with room for `args` arguments after the name (saves the
     /// reallocations of a long command built one argument at a time).
     pub fn with_capacity(name: &str, args: usize) -> Self {
-        let mut all = Vec::with_capacity(1 + args);
-        all.push(name.as_bytes().to_vec());
-        Command {
+        Self::with_bytes(name, args, args * 24)
+    }
+
+    /// A command named `name` with room for `args` arguments of `bytes` bytes in all.
+    pub(crate) fn with_bytes(name: &str, args: usize, bytes: usize) -> Self {
+        let mut cmd = Command {
             node: NodeId::PRIMARY,
-            args: all,
-        }
+            bytes: Vec::with_capacity(LEN * (1 + args) + name.len() + bytes),
+            count: 0,
+        };
+        cmd.push(name.as_bytes());
+        cmd
+    }
+
+    fn push(&mut self, arg: &[u8]) {
+        // An argument is at most 512 MB (Redis's proto-max-bulk-len): always fits.
+        let len = u32::try_from(arg.len()).unwrap_or(u32::MAX);
+        self.bytes.extend_from_slice(&len.to_le_bytes());
+        self.bytes.extend_from_slice(arg);
+        self.count += 1;
     }
 
     /// Appends one argument.
     pub fn arg(mut self, arg: impl AsRef<[u8]>) -> Self {
-        self.args.push(arg.as_ref().to_vec());
+        self.push(arg.as_ref());
         self
     }
 
     /// Appends an integer argument in its decimal form.
-    pub fn int_arg(self, n: impl Into<i128>) -> Self {
-        let n: i128 = n.into();
-        self.arg(n.to_string())
+    pub fn int_arg(mut self, n: impl Into<i128>) -> Self {
+        let mut buf = [0u8; 40];
+        self.push(decimal(n.into(), &mut buf));
+        self
     }
 
     /// Targets `node` instead of the primary node.
@@ -72,16 +93,114 @@ impl Command {
     }
 
     /// All arguments, the command name first.
-    pub fn args(&self) -> &[Vec<u8>] {
-        &self.args
+    pub fn args(&self) -> Args<'_> {
+        Args {
+            rest: &self.bytes,
+            count: self.count,
+        }
+    }
+
+    /// Whether the command is `name` (ASCII case ignored).
+    pub fn is(&self, name: &str) -> bool {
+        self.args()
+            .next()
+            .is_some_and(|a| a.eq_ignore_ascii_case(name.as_bytes()))
     }
 
     /// The command name (`SET`, `EVALSHA`, ...), lossily decoded.
     pub fn name(&self) -> String {
-        self.args
-            .first()
+        self.args()
+            .next()
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .unwrap_or_default()
+    }
+}
+
+/// `n` in decimal, written at the end of `buf` (40 bytes hold every `i128`).
+fn decimal(n: i128, buf: &mut [u8; 40]) -> &[u8] {
+    let mut v = n.unsigned_abs();
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    &buf[at..]
+}
+
+/// The arguments of a [`Command`], in order, the command name first: an iterator of
+/// `&[u8]` that knows its length, and can be indexed (`args[i]`, by walking the buffer).
+#[derive(Clone, Copy)]
+pub struct Args<'a> {
+    rest: &'a [u8],
+    count: usize,
+}
+
+impl<'a> Args<'a> {
+    /// The arguments left.
+    pub fn iter(&self) -> Args<'a> {
+        *self
+    }
+
+    /// Argument `i` of those left, if there is one.
+    pub fn get(&self, i: usize) -> Option<&'a [u8]> {
+        self.iter().nth(i)
+    }
+
+    /// The arguments left, each copied.
+    pub fn to_vec(&self) -> Vec<Vec<u8>> {
+        self.iter().map(<[u8]>::to_vec).collect()
+    }
+}
+
+impl<'a> Iterator for Args<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.count == 0 {
+            return None;
+        }
+        let (len, rest) = self.rest.split_first_chunk::<LEN>()?;
+        let len = u32::from_le_bytes(*len) as usize;
+        let (arg, rest) = rest.split_at_checked(len)?;
+        self.rest = rest;
+        self.count -= 1;
+        Some(arg)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.count, Some(self.count))
+    }
+}
+
+impl ExactSizeIterator for Args<'_> {}
+
+impl std::ops::Index<usize> for Args<'_> {
+    type Output = [u8];
+
+    /// Argument `i`; panics when there is none, as a slice does (use
+    /// [`get`](Args::get) for a checked look-up).
+    #[allow(clippy::panic)] // The contract of `Index`, as for slices.
+    fn index(&self, i: usize) -> &[u8] {
+        match self.get(i) {
+            Some(arg) => arg,
+            None => panic!("argument {i} of a command with {} arguments", self.count),
+        }
+    }
+}
+
+impl fmt::Debug for Args<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.iter().map(String::from_utf8_lossy))
+            .finish()
     }
 }
 
@@ -96,7 +215,7 @@ impl fmt::Debug for Command {
         // the key count), for other commands the first argument (the key or channel).
         let keys = if matches!(name.as_str(), "EVAL" | "EVALSHA") {
             let count = self
-                .args
+                .args()
                 .get(2)
                 .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok())
                 .unwrap_or(0);
@@ -104,7 +223,7 @@ impl fmt::Debug for Command {
         } else {
             1..2
         };
-        for (i, a) in self.args.iter().enumerate() {
+        for (i, a) in self.args().enumerate() {
             let s = String::from_utf8_lossy(a);
             let plain = i == 0 || keys.contains(&i) || is_number_or_keyword(a);
             if plain && s.len() <= 48 {
@@ -197,5 +316,44 @@ mod tests {
         let shown = format!("{auth:?}");
         assert!(!shown.contains("hunter"), "{shown}");
         assert!(shown.contains("(13 bytes)"), "{shown}");
+    }
+
+    #[test]
+    fn arguments_come_back_in_order_with_their_count() {
+        let cmd = Command::new("SET")
+            .arg("k")
+            .arg(b"\x00\xff bin")
+            .arg("")
+            .int_arg(0)
+            .int_arg(-7)
+            .int_arg(i128::MIN)
+            .int_arg(u64::MAX);
+        let args = cmd.args();
+        assert_eq!(args.len(), 8);
+        let all: Vec<&[u8]> = args.collect();
+        let expected: [&[u8]; 8] = [
+            b"SET",
+            b"k",
+            b"\x00\xff bin",
+            b"",
+            b"0",
+            b"-7",
+            b"-170141183460469231731687303715884105728",
+            b"18446744073709551615",
+        ];
+        assert_eq!(all, expected);
+        // As the transport reads them: each as bytes, and the count up front.
+        let mut n = 0;
+        for a in cmd.args() {
+            #[allow(clippy::useless_asref)] // The transport's own words: it must compile.
+            let a: &[u8] = a.as_ref();
+            assert_eq!(a, expected[n]);
+            n += 1;
+        }
+        assert_eq!(n, cmd.args().len());
+        assert_eq!(&cmd.args()[6], expected[6]);
+        assert_eq!(cmd.args().get(8), None);
+        assert!(cmd.is("set") && !cmd.is("SETNX"));
+        assert_eq!(cmd.args().skip(7).len(), 1);
     }
 }

@@ -542,7 +542,7 @@ mod tests {
             let Step::Send(b) = op.poll(now) else {
                 panic!()
             };
-            last_ttl_arg = String::from_utf8(b.requests[0].command.args()[5].clone()).unwrap();
+            last_ttl_arg = String::from_utf8(b.requests[0].command.args()[5].to_vec()).unwrap();
             op.handle(Response::reply(b.requests[0].id, Reply::Int(1)), now);
             let Step::Done(outcome) = op.poll(now) else {
                 panic!()

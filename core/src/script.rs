@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::command::{Command, NodeId, Request, RequestId, RequestIds};
+use crate::lease::Token;
 use crate::reply::{Reply, Response, TransportFailure};
 
 /// A Lua script and its SHA-1 (hex, lower case).
@@ -225,23 +226,44 @@ macro_rules! script {
 /// One invocation of a script: keys and arguments, on one node.
 ///
 /// Cloning is cheap (the keys and arguments are shared, copied only when a clone is changed):
-/// a lock's calls are cloned into its lease and into each operation on it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// a lock's calls are cloned into its lease and into each operation on it. The owner token
+/// may be held apart from the shared arguments ([`owner_arg`](Self::owner_arg)), so that the
+/// calls of one lock are built once and bound to each acquisition's token without copying
+/// ([`LockSpec::with_token`](crate::lease::LockSpec::with_token)).
+#[derive(Debug, Clone)]
 pub struct ScriptCall {
     script: &'static Script,
     parts: Arc<Parts>,
+    /// The value of the owner-token argument ([`Parts::slot`]), if the call has one.
+    token: Option<Token>,
     node: NodeId,
 }
 
+/// Calls are equal when they call the same script on the same node with the same keys and
+/// arguments, however those were put together.
+impl PartialEq for ScriptCall {
+    fn eq(&self, other: &Self) -> bool {
+        self.script == other.script
+            && self.node == other.node
+            && self.parts.keys == other.parts.keys
+            && self.parts.ends.len() == other.parts.ends.len()
+            && (0..self.parts.ends.len()).all(|i| self.item(i) == other.item(i))
+    }
+}
+
+impl Eq for ScriptCall {}
+
 /// The keys and arguments of a [`ScriptCall`], in one buffer: item `i` is
 /// `bytes[ends[i - 1]..ends[i]]` (from 0 for the first); the first `keys` items are the keys.
-/// A call is built for every acquisition, five at a time: one buffer instead of one
+/// A lock's calls are built once and shared by its acquisitions: one buffer instead of one
 /// allocation per key and argument.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct Parts {
     bytes: Vec<u8>,
     ends: Vec<usize>,
     keys: usize,
+    /// The item that is the owner token: empty in `bytes`, its value is the call's `token`.
+    slot: Option<usize>,
 }
 
 impl Parts {
@@ -258,6 +280,11 @@ impl Parts {
         if self.bytes.capacity() == 0 {
             self.bytes.reserve(128);
             self.ends.reserve(8);
+        }
+        if let Some(slot) = &mut self.slot
+            && *slot >= i
+        {
+            *slot += 1;
         }
         let n = value.len();
         if i == self.ends.len() {
@@ -277,8 +304,11 @@ impl Parts {
         }
     }
 
-    /// Replaces item `i` (< len) with `value`.
+    /// Replaces item `i` (< len) with `value` (the token slot becomes a plain argument).
     fn replace(&mut self, i: usize, value: &[u8]) {
+        if self.slot == Some(i) {
+            self.slot = None;
+        }
         let (start, end) = (self.start(i), self.ends[i]);
         let (old, new) = (end - start, value.len());
         let len = self.bytes.len();
@@ -306,12 +336,21 @@ impl ScriptCall {
         ScriptCall {
             script,
             parts: Arc::default(),
+            token: None,
             node: NodeId::PRIMARY,
         }
     }
 
     fn parts(&mut self) -> &mut Parts {
         Arc::make_mut(&mut self.parts)
+    }
+
+    /// Item `i` (a key, then the arguments), the owner token in its slot.
+    fn item(&self, i: usize) -> &[u8] {
+        match &self.token {
+            Some(token) if self.parts.slot == Some(i) => token.as_str().as_bytes(),
+            _ => self.parts.item(i),
+        }
     }
 
     /// Adds a key.
@@ -337,6 +376,35 @@ impl ScriptCall {
         self
     }
 
+    /// Adds the owner token as an argument, held apart from the others so that
+    /// [`with_token`](Self::with_token) can bind another without copying the call. A call
+    /// has at most one: a second one is added as a plain argument.
+    pub fn owner_arg(mut self, token: &Token) -> Self {
+        if self.parts.slot.is_some() {
+            return self.arg(token.as_str());
+        }
+        let parts = self.parts();
+        let at = parts.ends.len();
+        parts.insert(at, b"");
+        parts.slot = Some(at);
+        self.token = Some(token.clone());
+        self
+    }
+
+    /// The same call with `token` in place of the one its [`owner_arg`](Self::owner_arg)
+    /// added (nothing is copied); unchanged if it has none.
+    pub fn with_token(mut self, token: &Token) -> Self {
+        if self.parts.slot.is_some() {
+            self.token = Some(token.clone());
+        }
+        self
+    }
+
+    /// Whether the call has an owner-token argument added by [`owner_arg`](Self::owner_arg).
+    pub fn has_owner_arg(&self) -> bool {
+        self.parts.slot.is_some()
+    }
+
     /// Inserts an argument before the others (binds a value known only later, such as the
     /// id of a job taken from a queue).
     pub fn prepend_arg(mut self, arg: impl AsRef<[u8]>) -> Self {
@@ -348,8 +416,11 @@ impl ScriptCall {
     /// Replaces argument `index` (0: the first after the keys), if there is one.
     pub fn with_arg(mut self, index: usize, arg: impl AsRef<[u8]>) -> Self {
         if index < self.parts.args() {
-            let parts = self.parts();
-            parts.replace(parts.keys + index, arg.as_ref());
+            let i = self.parts.keys + index;
+            if self.parts.slot != Some(i) && self.parts.item(i) == arg.as_ref() {
+                return self;
+            }
+            self.parts().replace(i, arg.as_ref());
         }
         self
     }
@@ -357,8 +428,12 @@ impl ScriptCall {
     /// Replaces the last argument.
     pub fn with_last_arg(mut self, arg: impl AsRef<[u8]>) -> Self {
         if self.parts.args() > 0 {
-            let parts = self.parts();
-            parts.replace(parts.ends.len() - 1, arg.as_ref());
+            let i = self.parts.ends.len() - 1;
+            if self.parts.slot != Some(i) && self.parts.item(i) == arg.as_ref() {
+                // Already so: keep sharing the arguments.
+                return self;
+            }
+            self.parts().replace(i, arg.as_ref());
         }
         self
     }
@@ -376,12 +451,14 @@ impl ScriptCall {
 
     fn command(&self, verb: &str, body: &str) -> Command {
         let parts = &*self.parts;
-        let mut cmd = Command::with_capacity(verb, 2 + parts.ends.len())
+        let token = self.token.as_ref().map_or(0, |t| t.as_str().len());
+        let bytes = body.len() + 4 + parts.bytes.len() + token;
+        let mut cmd = Command::with_bytes(verb, 2 + parts.ends.len(), bytes)
             .arg(body)
-            .arg(parts.keys.to_string())
+            .int_arg(parts.keys as u64)
             .on(self.node);
         for i in 0..parts.ends.len() {
-            cmd = cmd.arg(parts.item(i));
+            cmd = cmd.arg(self.item(i));
         }
         cmd
     }
@@ -590,7 +667,13 @@ pub(crate) mod tests {
         assert!(Arc::ptr_eq(&a.parts, &b.parts), "a clone copies nothing");
         let c = b.clone().prepend_arg("id").with_last_arg("w");
         assert!(!Arc::ptr_eq(&a.parts, &c.parts));
-        let tail = |call: &ScriptCall| call.evalsha().args()[2..].to_vec();
+        let tail = |call: &ScriptCall| {
+            call.evalsha()
+                .args()
+                .skip(2)
+                .map(<[u8]>::to_vec)
+                .collect::<Vec<_>>()
+        };
         let bytes = |v: &[&str]| v.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
         assert_eq!(tail(&a), bytes(&["2", "k1", "k2", "v"]));
         assert_eq!(tail(&b), tail(&a));
@@ -625,7 +708,7 @@ pub(crate) mod tests {
         };
         assert_eq!(first.command.name(), "EVALSHA");
         assert_eq!(
-            first.command.args()[1..],
+            first.command.args().to_vec()[1..],
             [
                 b"0000000000000000000000000000000000000000".to_vec(),
                 b"1".to_vec(),
@@ -642,7 +725,7 @@ pub(crate) mod tests {
             panic!("expected the EVAL")
         };
         assert_eq!(second.command.name(), "EVAL");
-        assert_eq!(second.command.args()[1], b"return ARGV[1]".to_vec());
+        assert_eq!(&second.command.args()[1], b"return ARGV[1]");
         // A late duplicate of the first reply is ignored.
         assert!(!ex.handle(Response::reply(first.id, Reply::Nil)));
         // A NOSCRIPT to the EVAL itself is an answer, not a loop.
@@ -655,5 +738,56 @@ pub(crate) mod tests {
             Progress::Answered(Ok(Reply::Error(_)))
         ));
         assert_eq!(ex.poll(&mut ids), Progress::Idle);
+    }
+}
+
+#[cfg(test)]
+mod owner_arg_tests {
+    use super::*;
+
+    static ECHO: Script = Script {
+        name: "echo",
+        source: "return ARGV[1]",
+        sha1: "0000000000000000000000000000000000000000",
+    };
+
+    fn wire(call: &ScriptCall) -> Vec<String> {
+        call.evalsha()
+            .args()
+            .skip(2)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_owner_token_keeps_its_place_through_edits_and_rebinding() {
+        let (a, b) = (Token::new("tok-a").unwrap(), Token::new("tok-b").unwrap());
+        let call = ScriptCall::new(&ECHO).key("k1").owner_arg(&a).arg("x");
+        assert_eq!(wire(&call), ["1", "k1", "tok-a", "x"]);
+        // Keys and prepended arguments move the slot along.
+        let moved = call.clone().key("k2").prepend_arg("id").with_token(&b);
+        assert_eq!(wire(&moved), ["2", "k1", "k2", "id", "tok-b", "x"]);
+        assert!(Arc::ptr_eq(&call.parts, &call.clone().with_token(&b).parts));
+        // Equal to the same call built with the token as a plain argument.
+        assert_eq!(
+            moved,
+            ScriptCall::new(&ECHO)
+                .keys(&["k1", "k2"])
+                .arg("id")
+                .arg("tok-b")
+                .arg("x")
+        );
+        // Replacing the slot makes it a plain argument that rebinding leaves alone.
+        let replaced = call.clone().with_arg(0, "plain").with_token(&b);
+        assert_eq!(wire(&replaced), ["1", "k1", "plain", "x"]);
+        assert!(!replaced.has_owner_arg());
+        // A second owner argument is a plain one; a call without one ignores a token.
+        let twice = call.clone().owner_arg(&b).with_token(&b);
+        assert_eq!(wire(&twice), ["1", "k1", "tok-b", "x", "tok-b"]);
+        let none = ScriptCall::new(&ECHO).arg("v").with_token(&b);
+        assert_eq!(wire(&none), ["0", "v"]);
+        // An unchanged last argument keeps the arguments shared.
+        let same = call.clone().with_last_arg("x");
+        assert!(Arc::ptr_eq(&call.parts, &same.parts));
     }
 }

@@ -145,31 +145,32 @@ impl SemaphoreKeys {
             channel,
             notify,
         } = self;
-        let t = token.as_str();
         let four = |script| {
             ScriptCall::new(script)
                 .keys(&[holders, waiters, timeouts, count])
-                .arg(t)
+                .owner_arg(&token)
                 .arg(notify)
         };
         Ok(LockSpec {
             kind: LeaseKind::Permit,
             acquire: ScriptCall::new(&PERMIT_ACQUIRE)
                 .keys(&[holders, waiters, timeouts, count, undone])
-                .arg(t)
+                .owner_arg(&token)
                 .arg(ms(ttl))
                 .arg(ms(waiter_timeout))
                 .arg(permits.to_string())
                 .arg("1"),
             calls: LeaseCalls {
                 release: four(&PERMIT_RELEASE),
-                extend: ScriptCall::new(&READ_EXTEND).key(holders).arg(t),
-                inspect: ScriptCall::new(&READ_INSPECT).key(holders).arg(t),
+                extend: ScriptCall::new(&READ_EXTEND).key(holders).owner_arg(&token),
+                inspect: ScriptCall::new(&READ_INSPECT)
+                    .key(holders)
+                    .owner_arg(&token),
             },
             cancel: Some(four(&PERMIT_CANCEL)),
             undo: Some(undoing(four(&PERMIT_RELEASE), undone)),
             queued: true,
-            wake: WakeOn::tagged(channel, t),
+            wake: WakeOn::tagged(channel, token.as_str()),
             notify: notify.clone(),
             target: Target {
                 name: name.clone(),

@@ -79,7 +79,7 @@ impl Mutation {
         }
         let source = swap.script.source.replace(swap.from, swap.to);
         let mut out = Command::new("EVAL").arg(source).on(command.node());
-        for a in &args[2..] {
+        for a in args.skip(2) {
             out = out.arg(a);
         }
         out

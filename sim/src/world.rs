@@ -716,7 +716,7 @@ impl World {
             let is_attempt = !noscript
                 && r.acquire_script.is_some_and(|s| {
                     let a = req.command.args();
-                    a.len() > 1 && (a[1] == s.sha1.as_bytes() || a[1] == s.source.as_bytes())
+                    a.len() > 1 && (&a[1] == s.sha1.as_bytes() || &a[1] == s.source.as_bytes())
                 });
             if is_attempt && let Some(acq) = r.acq {
                 self.history.acqs[acq].attempts.push(self.now);

@@ -254,7 +254,7 @@ impl MemoryServer {
         if loss == Some(Loss::BeforeRun) {
             return Err(MemoryFault::RequestLost);
         }
-        let reply = state.run(command.args(), self.shared.clock.unix_micros());
+        let reply = state.run(&command.args().to_vec(), self.shared.clock.unix_micros());
         match loss {
             Some(_) => Err(MemoryFault::ReplyLost),
             None => Ok(reply),

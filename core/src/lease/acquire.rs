@@ -191,7 +191,8 @@ impl Acquire {
         })
     }
 
-    /// The lock being acquired.
+    /// The lock being acquired. Once the acquisition succeeded, its
+    /// [`target`](LockSpec::target) has moved into the [`Lease`] (and is empty here).
     pub fn spec(&self) -> &LockSpec {
         &self.spec
     }
@@ -289,7 +290,13 @@ impl Acquire {
                     }));
                 }
                 let mut calls = self.spec.calls.clone();
-                let mut target = self.spec.target.clone();
+                // The lease takes the target, unless a replication check may still need it
+                // for an error.
+                let mut target = if self.min_replicas.is_none() {
+                    std::mem::take(&mut self.spec.target)
+                } else {
+                    self.spec.target.clone()
+                };
                 if let Some(id) = data.first().filter(|_| wants_data) {
                     calls.release = calls.release.prepend_arg(id);
                     calls.extend = calls.extend.prepend_arg(id);
@@ -481,7 +488,7 @@ impl Acquire {
                 State::Trying => {
                     let step = match self.exchange.poll(&mut self.ids) {
                         Progress::Send(request) => {
-                            if request.command.name() == "EVALSHA" {
+                            if request.command.is("EVALSHA") {
                                 self.attempts += 1;
                             }
                             self.sent_at = now;

@@ -64,26 +64,25 @@ impl LockSpec {
         validate_ttl("ttl", ttl)?;
         let keys = LockKeys::new(keyspace, name)?;
         let undone = crate::keys::cat(&[&keyspace.stem(name)?, ":undone"]);
-        let t = token.as_str();
         Ok(LockSpec {
             kind: LeaseKind::Lock(LockKind::Lease),
             acquire: ScriptCall::new(&ACQUIRE)
                 .keys(&[&keys.lock, &keys.fence, &undone])
-                .arg(t)
+                .owner_arg(&token)
                 .arg(ms(ttl)),
             calls: LeaseCalls {
                 release: ScriptCall::new(&RELEASE)
                     .key(&keys.lock)
-                    .arg(t)
+                    .owner_arg(&token)
                     .arg(&keys.notify),
-                extend: ScriptCall::new(&EXTEND).key(&keys.lock).arg(t),
-                inspect: ScriptCall::new(&INSPECT).key(&keys.lock).arg(t),
+                extend: ScriptCall::new(&EXTEND).key(&keys.lock).owner_arg(&token),
+                inspect: ScriptCall::new(&INSPECT).key(&keys.lock).owner_arg(&token),
             },
             cancel: None,
             undo: Some(undoing(
                 ScriptCall::new(&RELEASE)
                     .key(&keys.lock)
-                    .arg(t)
+                    .owner_arg(&token)
                     .arg(&keys.notify),
                 &undone,
             )),

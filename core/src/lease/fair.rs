@@ -75,30 +75,29 @@ impl LockSpec {
         let undone = format!("{stem}:undone");
         let channel = format!("{stem}:fair:wake");
         let notify = keyspace.notify_arg(&channel);
-        let t = token.as_str();
         let three = |script| {
             ScriptCall::new(script)
                 .keys(&[&lock, &queue, &timeouts])
-                .arg(t)
+                .owner_arg(&token)
                 .arg(&notify)
         };
         Ok(LockSpec {
             kind: LeaseKind::Lock(LockKind::Fair),
             acquire: ScriptCall::new(&FAIR_ACQUIRE)
                 .keys(&[&lock, &queue, &timeouts, &fence, &undone])
-                .arg(t)
+                .owner_arg(&token)
                 .arg(ms(ttl))
                 .arg(ms(waiter_timeout))
                 .arg("1"),
             calls: LeaseCalls {
                 release: three(&FAIR_RELEASE),
-                extend: ScriptCall::new(&EXTEND).key(&lock).arg(t),
-                inspect: ScriptCall::new(&INSPECT).key(&lock).arg(t),
+                extend: ScriptCall::new(&EXTEND).key(&lock).owner_arg(&token),
+                inspect: ScriptCall::new(&INSPECT).key(&lock).owner_arg(&token),
             },
             cancel: Some(three(&FAIR_CANCEL)),
             undo: Some(undoing(three(&FAIR_RELEASE), &undone)),
             queued: true,
-            wake: WakeOn::tagged(&channel, t),
+            wake: WakeOn::tagged(&channel, token.as_str()),
             notify: notify.clone(),
             target: Target {
                 name: name.to_owned(),

@@ -92,6 +92,11 @@ fn acquire_free_lock_issues_fence_and_lease() {
         panic!("not acquired")
     };
     assert_eq!(lease.fence, 41);
+    assert_eq!(
+        lease.target,
+        spec().target,
+        "the lease names its lock and keys"
+    );
     assert_eq!(lease.acquired_at, start);
     assert_eq!(
         lease.valid_until,
@@ -122,7 +127,7 @@ fn noscript_falls_back_to_eval() {
     s.answer(err("NOSCRIPT", "No matching script. Please use EVAL."));
     let r = s.answer(ints(&[1, 1]));
     assert_eq!(r.command.name(), "EVAL");
-    assert_eq!(r.command.args()[1], ACQUIRE.source.as_bytes());
+    assert_eq!(&r.command.args()[1], ACQUIRE.source.as_bytes());
     assert!(matches!(s.expect_done(), Ok(Acquisition::Acquired(_))));
 }
 
@@ -1119,4 +1124,61 @@ fn a_grant_that_arrives_after_the_validity_is_not_a_lease() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_spec_rebound_to_another_token_equals_one_built_for_it() {
+    let ks = Keyspace::default();
+    let w = Duration::from_secs(5);
+    let sem = crate::semaphore::SemaphoreKeys::new(&ks, "job").unwrap();
+    type Make = Box<dyn Fn(Token) -> LockSpec>;
+    let kinds: Vec<(&str, Make)> = vec![
+        (
+            "lease",
+            Box::new(|t| LockSpec::lease(&Keyspace::default(), "job", t, TTL).unwrap()),
+        ),
+        (
+            "fair",
+            Box::new(move |t| LockSpec::fair(&Keyspace::default(), "job", t, TTL, w).unwrap()),
+        ),
+        (
+            "read",
+            Box::new(|t| LockSpec::read(&Keyspace::default(), "job", t, TTL).unwrap()),
+        ),
+        (
+            "write",
+            Box::new(move |t| LockSpec::write(&Keyspace::default(), "job", t, TTL, w).unwrap()),
+        ),
+        (
+            "permit",
+            Box::new(move |t| sem.permit(t, TTL, 3, w).unwrap()),
+        ),
+    ];
+    let (a, b) = (
+        Token::from_random([0xaa; 16]),
+        Token::from_random([0xbb; 16]),
+    );
+    for (kind, make) in &kinds {
+        for once in [false, true] {
+            let built = |t: Token| {
+                let s = make(t);
+                if once { s.trying_once() } else { s }
+            };
+            let rebound = built(a.clone()).with_token(b.clone()).unwrap();
+            assert_eq!(rebound, built(b.clone()), "{kind}, trying once: {once}");
+            // What goes on the wire names the new token, never the old one.
+            let mut calls = vec![rebound.acquire.clone(), rebound.calls.release.clone()];
+            calls.extend([rebound.calls.extend.clone(), rebound.calls.inspect.clone()]);
+            calls.extend(rebound.cancel.clone());
+            calls.extend(rebound.undo.clone());
+            for call in calls {
+                let cmd = call.evalsha();
+                let has = |t: &Token| cmd.args().any(|x| x == t.as_str().as_bytes());
+                assert!(!has(&a) && has(&b), "{kind}: {:?}", cmd.args());
+            }
+        }
+    }
+    // A reentrant lock's calls carry op ids derived from the token: not rebindable.
+    let reentrant = LockSpec::reentrant(&ks, "job", "c1:7", a, TTL).unwrap();
+    assert_eq!(reentrant.with_token(b), None);
 }

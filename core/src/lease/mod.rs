@@ -49,15 +49,18 @@
 mod acquire;
 pub mod exclusive;
 pub mod fair;
+pub mod native;
 mod ops;
 pub mod read_write;
 pub mod reentrant;
 pub mod scripts;
 pub(crate) mod spec;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use acquire::{Acquire, AcquireOptions, Acquisition};
+pub use native::{NativeDelete, NativeRelease};
 pub use ops::{Extend, Inspect, LeaseState, OpKind, Release, ScriptOp};
 pub use scripts::ALL as SCRIPTS;
 pub use spec::{LeaseCalls, LeaseKind, LockKind, LockSpec, Target};
@@ -80,19 +83,21 @@ pub const UNDONE_KEEP: Duration = Duration::from_secs(600);
 pub const MAX_TOKEN_LEN: usize = 256;
 
 /// The secret that proves ownership of a lease: random bytes supplied by the driver,
-/// hex-encoded.
+/// hex-encoded. Cloning it copies nothing (a lease's calls each hold it).
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Token(String);
+pub struct Token(Arc<str>);
 
 impl Token {
     /// A token from random bytes (the driver draws 16 from the OS).
     pub fn from_random(bytes: [u8; 16]) -> Self {
-        let mut s = String::with_capacity(32);
-        for b in bytes {
-            s.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
-            s.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut s = [0u8; 32];
+        for (i, b) in bytes.into_iter().enumerate() {
+            s[2 * i] = HEX[usize::from(b >> 4)];
+            s[2 * i + 1] = HEX[usize::from(b & 0xf)];
         }
-        Token(s)
+        // Hex digits only: always UTF-8.
+        Token(Arc::from(std::str::from_utf8(&s).unwrap_or_default()))
     }
 
     /// A token chosen by the caller (1 to [`MAX_TOKEN_LEN`] bytes).
@@ -105,7 +110,7 @@ impl Token {
             }
             .into());
         }
-        Ok(Token(token))
+        Ok(Token(Arc::from(token)))
     }
 
     /// The token as stored in Redis.

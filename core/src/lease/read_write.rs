@@ -81,26 +81,29 @@ impl LockSpec {
         validate_ttl("ttl", ttl)?;
         let [writer, readers, waiting, fence, channel, undone] = Self::rw_keys(keyspace, name)?;
         let notify = keyspace.notify_arg(&channel);
-        let t = token.as_str();
         Ok(LockSpec {
             kind: LeaseKind::Lock(LockKind::Read),
             acquire: ScriptCall::new(&READ_ACQUIRE)
                 .keys(&[&writer, &readers, &waiting, &fence, &undone])
-                .arg(t)
+                .owner_arg(&token)
                 .arg(ms(ttl)),
             calls: LeaseCalls {
                 release: ScriptCall::new(&READ_RELEASE)
                     .key(&readers)
-                    .arg(t)
+                    .owner_arg(&token)
                     .arg(&notify),
-                extend: ScriptCall::new(&READ_EXTEND).key(&readers).arg(t),
-                inspect: ScriptCall::new(&READ_INSPECT).key(&readers).arg(t),
+                extend: ScriptCall::new(&READ_EXTEND)
+                    .key(&readers)
+                    .owner_arg(&token),
+                inspect: ScriptCall::new(&READ_INSPECT)
+                    .key(&readers)
+                    .owner_arg(&token),
             },
             cancel: None,
             undo: Some(undoing(
                 ScriptCall::new(&READ_RELEASE)
                     .key(&readers)
-                    .arg(t)
+                    .owner_arg(&token)
                     .arg(&notify),
                 &undone,
             )),
@@ -130,33 +133,32 @@ impl LockSpec {
         validate_ttl("waiter timeout", waiter_timeout)?;
         let [writer, readers, waiting, fence, channel, undone] = Self::rw_keys(keyspace, name)?;
         let notify = keyspace.notify_arg(&channel);
-        let t = token.as_str();
         Ok(LockSpec {
             kind: LeaseKind::Lock(LockKind::Write),
             acquire: ScriptCall::new(&WRITE_ACQUIRE)
                 .keys(&[&writer, &readers, &waiting, &fence, &undone])
-                .arg(t)
+                .owner_arg(&token)
                 .arg(ms(ttl))
                 .arg(ms(waiter_timeout))
                 .arg("1"),
             calls: LeaseCalls {
                 release: ScriptCall::new(&WRITE_RELEASE)
                     .key(&writer)
-                    .arg(t)
+                    .owner_arg(&token)
                     .arg(&notify),
-                extend: ScriptCall::new(&EXTEND).key(&writer).arg(t),
-                inspect: ScriptCall::new(&INSPECT).key(&writer).arg(t),
+                extend: ScriptCall::new(&EXTEND).key(&writer).owner_arg(&token),
+                inspect: ScriptCall::new(&INSPECT).key(&writer).owner_arg(&token),
             },
             cancel: Some(
                 ScriptCall::new(&WRITE_CANCEL)
                     .key(&waiting)
-                    .arg(t)
+                    .owner_arg(&token)
                     .arg(&notify),
             ),
             undo: Some(undoing(
                 ScriptCall::new(&WRITE_RELEASE)
                     .key(&writer)
-                    .arg(t)
+                    .owner_arg(&token)
                     .arg(&notify),
                 &undone,
             )),

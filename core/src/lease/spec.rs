@@ -49,7 +49,7 @@ impl From<LockKind> for LeaseKind {
 }
 
 /// The primitive an operation is about, for error messages.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Target {
     /// The name the caller gave.
     pub name: String,
@@ -112,6 +112,46 @@ pub(crate) fn undoing(call: ScriptCall, undone: &str) -> ScriptCall {
 }
 
 impl LockSpec {
+    /// The same lock for another owner `token`: its script calls share their keys and
+    /// arguments with this spec's (built once per lock, see
+    /// [`ScriptCall::owner_arg`]), and only the token differs. `None` for a spec whose
+    /// calls carry the token in another form (a reentrant lock's op ids, a queue's job).
+    pub fn with_token(&self, token: Token) -> Option<LockSpec> {
+        let rebindable = matches!(
+            self.kind,
+            LeaseKind::Lock(LockKind::Lease | LockKind::Fair | LockKind::Read | LockKind::Write)
+                | LeaseKind::Permit
+        ) && self.acquire.has_owner_arg();
+        if !rebindable {
+            return None;
+        }
+        let bind = |call: &ScriptCall| call.clone().with_token(&token);
+        let wake = match &self.wake.tag {
+            // A waiter woken by its own token (fair lock, semaphore).
+            Some(tag) if tag == self.token.as_str() => {
+                WakeOn::tagged(&self.wake.channel, token.as_str())
+            }
+            _ => self.wake.clone(),
+        };
+        Some(LockSpec {
+            kind: self.kind,
+            target: self.target.clone(),
+            acquire: bind(&self.acquire),
+            calls: LeaseCalls {
+                release: bind(&self.calls.release),
+                extend: bind(&self.calls.extend),
+                inspect: bind(&self.calls.inspect),
+            },
+            cancel: self.cancel.as_ref().map(bind),
+            undo: self.undo.as_ref().map(bind),
+            queued: self.queued,
+            wake,
+            notify: self.notify.clone(),
+            token,
+            ttl: self.ttl,
+        })
+    }
+
     /// The same lock for an acquisition that tries once: it does not take a place in a line
     /// (fair queue, waiting writers, semaphore waiters), so a failed try leaves nothing behind
     /// and wakes nobody.

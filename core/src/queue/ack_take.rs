@@ -26,7 +26,7 @@
 use std::time::{Duration, Instant};
 
 use super::take::{Take, TakenJob};
-use super::{QueueKeys, QueueSettings, SETTLED_KEEP, scripts, take};
+use super::{QueueKeys, QueueSettings, SETTLED_KEEP, take};
 use crate::backoff::saturating_add;
 use crate::error::{Error, LossReason};
 use crate::lease::{Lease, LockSpec, OpKind, ScriptOp, Token, valid_until};
@@ -335,8 +335,9 @@ pub fn ack_and_take_call(
     next_token: &str,
     settings: &QueueSettings,
 ) -> ScriptCall {
-    ScriptCall::new(&scripts::ACK_TAKE)
-        .keys(&keys.ack_take_keys())
+    keys.calls
+        .ack_take
+        .clone()
         .arg(id)
         .arg(token)
         .arg(SETTLED_KEEP.as_millis().to_string())

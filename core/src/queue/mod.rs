@@ -63,6 +63,100 @@ pub struct QueueKeys {
     reasons: String,
     channel: String,
     notify: String,
+    /// The calls every job makes, with their keys bound once per queue (a clone shares
+    /// them: each job adds only its arguments).
+    calls: KeyedCalls,
+}
+
+/// The queue's script calls with their keys and no arguments, built once per queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct KeyedCalls {
+    push: ScriptCall,
+    dequeue: ScriptCall,
+    nack: ScriptCall,
+    ack: ScriptCall,
+    ack_take: ScriptCall,
+    extend: ScriptCall,
+    inspect: ScriptCall,
+    untake: ScriptCall,
+    target: Target,
+}
+
+impl KeyedCalls {
+    fn new(k: &QueueKeys) -> Self {
+        KeyedCalls {
+            push: ScriptCall::new(&scripts::PUSH).keys(&[
+                &k.ready,
+                &k.delayed,
+                &k.payloads,
+                &k.priorities,
+                &k.seq,
+            ]),
+            dequeue: ScriptCall::new(&scripts::DEQUEUE).keys(&[
+                &k.ready,
+                &k.delayed,
+                &k.payloads,
+                &k.priorities,
+                &k.seq,
+                &k.inflight,
+                &k.leases,
+                &k.deliveries,
+                &k.dead,
+                &k.holders,
+                &k.bases,
+                &k.undone,
+            ]),
+            nack: ScriptCall::new(&scripts::NACK).keys(&[
+                &k.inflight,
+                &k.leases,
+                &k.delayed,
+                &k.ready,
+                &k.priorities,
+                &k.seq,
+                &k.deliveries,
+                &k.dead,
+                &k.holders,
+                &k.bases,
+                &k.settled,
+                &k.reasons,
+            ]),
+            ack: ScriptCall::new(&scripts::ACK).keys(&[
+                &k.inflight,
+                &k.leases,
+                &k.payloads,
+                &k.priorities,
+                &k.deliveries,
+                &k.holders,
+                &k.bases,
+                &k.settled,
+            ]),
+            ack_take: ScriptCall::new(&scripts::ACK_TAKE).keys(&k.ack_take_keys()),
+            extend: ScriptCall::new(&scripts::JOB_EXTEND).keys(&[&k.inflight, &k.leases]),
+            inspect: ScriptCall::new(&scripts::JOB_INSPECT).keys(&[&k.inflight, &k.leases]),
+            untake: ScriptCall::new(&scripts::UNTAKE).keys(&[
+                &k.inflight,
+                &k.leases,
+                &k.ready,
+                &k.priorities,
+                &k.seq,
+                &k.deliveries,
+                &k.holders,
+                &k.undone,
+            ]),
+            target: Target {
+                name: format!("queue {}", k.name),
+                keys: vec![
+                    k.ready.clone(),
+                    k.delayed.clone(),
+                    k.payloads.clone(),
+                    k.inflight.clone(),
+                    k.leases.clone(),
+                    k.deliveries.clone(),
+                    k.dead.clone(),
+                ],
+            },
+        }
+    }
 }
 
 impl QueueKeys {
@@ -70,7 +164,7 @@ impl QueueKeys {
     pub fn new(keyspace: &Keyspace, name: &str) -> Result<Self, Error> {
         let stem = keyspace.stem(name)?;
         let k = |part: &str| format!("{stem}:q:{part}");
-        Ok(QueueKeys {
+        let mut keys = QueueKeys {
             name: name.to_owned(),
             ready: k("ready"),
             delayed: k("delayed"),
@@ -88,7 +182,23 @@ impl QueueKeys {
             reasons: k("reasons"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
-        })
+            calls: KeyedCalls {
+                push: ScriptCall::new(&scripts::PUSH),
+                dequeue: ScriptCall::new(&scripts::DEQUEUE),
+                nack: ScriptCall::new(&scripts::NACK),
+                ack: ScriptCall::new(&scripts::ACK),
+                ack_take: ScriptCall::new(&scripts::ACK_TAKE),
+                extend: ScriptCall::new(&scripts::JOB_EXTEND),
+                inspect: ScriptCall::new(&scripts::JOB_INSPECT),
+                untake: ScriptCall::new(&scripts::UNTAKE),
+                target: Target {
+                    name: String::new(),
+                    keys: Vec::new(),
+                },
+            },
+        };
+        keys.calls = KeyedCalls::new(&keys);
+        Ok(keys)
     }
 
     /// The keys of the combined ack and take, in its script's order.
@@ -111,18 +221,7 @@ impl QueueKeys {
     }
 
     fn target(&self) -> Target {
-        Target {
-            name: format!("queue {}", self.name),
-            keys: vec![
-                self.ready.clone(),
-                self.delayed.clone(),
-                self.payloads.clone(),
-                self.inflight.clone(),
-                self.leases.clone(),
-                self.deliveries.clone(),
-                self.dead.clone(),
-            ],
-        }
+        self.calls.target.clone()
     }
 }
 
@@ -238,14 +337,10 @@ pub fn push(
     if jobs.is_empty() {
         return Err(InvalidArgument::Setting("nothing to push".into()).into());
     }
-    let mut call = ScriptCall::new(&scripts::PUSH)
-        .keys(&[
-            &keys.ready,
-            &keys.delayed,
-            &keys.payloads,
-            &keys.priorities,
-            &keys.seq,
-        ])
+    let mut call = keys
+        .calls
+        .push
+        .clone()
         .arg(delay.as_millis().to_string())
         .arg(priority.to_string())
         .arg(&keys.notify);
@@ -271,48 +366,25 @@ pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<
     let max = settings.max_deliveries.to_string();
     Ok(LockSpec {
         kind: LeaseKind::Job,
-        acquire: ScriptCall::new(&scripts::DEQUEUE)
-            .keys(&[
-                &keys.ready,
-                &keys.delayed,
-                &keys.payloads,
-                &keys.priorities,
-                &keys.seq,
-                &keys.inflight,
-                &keys.leases,
-                &keys.deliveries,
-                &keys.dead,
-                &keys.holders,
-                &keys.bases,
-                &keys.undone,
-            ])
+        acquire: keys
+            .calls
+            .dequeue
+            .clone()
             .arg(t)
             .arg(visibility_ms.to_string())
             .arg(&max),
         calls: LeaseCalls {
             // The job id is bound as the first argument once known.
             release: nack_call(keys, t, Duration::ZERO, settings.max_deliveries, ""),
-            extend: ScriptCall::new(&scripts::JOB_EXTEND)
-                .keys(&[&keys.inflight, &keys.leases])
-                .arg(t),
-            inspect: ScriptCall::new(&scripts::JOB_INSPECT)
-                .keys(&[&keys.inflight, &keys.leases])
-                .arg(t),
+            extend: keys.calls.extend.clone().arg(t),
+            inspect: keys.calls.inspect.clone().arg(t),
         },
         cancel: None,
         // A take whose reply was lost: give back whatever job was leased to this token.
         undo: Some(
-            ScriptCall::new(&scripts::UNTAKE)
-                .keys(&[
-                    &keys.inflight,
-                    &keys.leases,
-                    &keys.ready,
-                    &keys.priorities,
-                    &keys.seq,
-                    &keys.deliveries,
-                    &keys.holders,
-                    &keys.undone,
-                ])
+            keys.calls
+                .untake
+                .clone()
                 .arg(t)
                 .arg(&keys.notify)
                 .arg(crate::lease::UNDONE_KEEP.as_millis().to_string()),
@@ -333,21 +405,9 @@ fn nack_call(
     max: u32,
     reason: &str,
 ) -> ScriptCall {
-    ScriptCall::new(&scripts::NACK)
-        .keys(&[
-            &keys.inflight,
-            &keys.leases,
-            &keys.delayed,
-            &keys.ready,
-            &keys.priorities,
-            &keys.seq,
-            &keys.deliveries,
-            &keys.dead,
-            &keys.holders,
-            &keys.bases,
-            &keys.settled,
-            &keys.reasons,
-        ])
+    keys.calls
+        .nack
+        .clone()
         .arg(token)
         .arg(backoff.as_millis().to_string())
         .arg(max.to_string())
@@ -360,17 +420,9 @@ fn nack_call(
 /// records the settled delivery for [`SETTLED_KEEP`], so a retry after a lost reply returns
 /// `Ok` only if this delivery's own ack removed the job.
 pub fn ack_call(keys: &QueueKeys, id: &str, token: &str) -> ScriptCall {
-    ScriptCall::new(&scripts::ACK)
-        .keys(&[
-            &keys.inflight,
-            &keys.leases,
-            &keys.payloads,
-            &keys.priorities,
-            &keys.deliveries,
-            &keys.holders,
-            &keys.bases,
-            &keys.settled,
-        ])
+    keys.calls
+        .ack
+        .clone()
         .arg(id)
         .arg(token)
         .arg(SETTLED_KEEP.as_millis().to_string())

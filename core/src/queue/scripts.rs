@@ -5,6 +5,10 @@ use crate::script;
 use crate::script::Script;
 use crate::script::prelude::*;
 
+/// `lua/reclaim.lua`: the take scripts' shared part (after [`READY`], whose functions it
+/// calls): `overdue`, `reclaim`, `lease_next` and `next_wait`, on the take scripts' keys.
+pub const RECLAIM: &str = include_str!("lua/reclaim.lua");
+
 /// `lua/push.lua`
 pub static PUSH: Script = script!(
     "queue_push",
@@ -15,7 +19,7 @@ pub static PUSH: Script = script!(
 /// `lua/dequeue.lua`
 pub static DEQUEUE: Script = script!(
     "queue_dequeue",
-    [NOW_MS, READY],
+    [NOW_MS, READY, RECLAIM],
     include_str!("lua/dequeue.lua")
 );
 
@@ -69,7 +73,7 @@ pub static FORGET: Script = script!("queue_forget", [], include_str!("lua/forget
 /// `lua/ack_take.lua`
 pub static ACK_TAKE: Script = script!(
     "queue_ack_take",
-    [NOW_MS, READY],
+    [NOW_MS, READY, RECLAIM],
     include_str!("lua/ack_take.lua")
 );
 

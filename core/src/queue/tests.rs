@@ -739,7 +739,7 @@ fn malformed_take_replies_are_unexpected() {
             s.answer(shape.clone());
             // The script ran: whatever it leased to our token is given back first.
             let undo = s.answer(Reply::Int(0));
-            assert_eq!(undo.command.args()[1], UNTAKE.sha1.as_bytes(), "{shape:?}");
+            assert_eq!(&undo.command.args()[1], UNTAKE.sha1.as_bytes(), "{shape:?}");
             let out = s.expect_done();
             match &out {
                 Err(Error::UnexpectedReply { context, .. }) => {
@@ -773,7 +773,7 @@ fn take_wrongtype_is_typed_and_noscript_falls_back_to_eval() {
     let second = s.answer(job_reply(1, b"j", b"p"));
     assert_eq!(first.command.name(), "EVALSHA");
     assert_eq!(second.command.name(), "EVAL");
-    assert_eq!(second.command.args()[1], DEQUEUE.source.as_bytes());
+    assert_eq!(&second.command.args()[1], DEQUEUE.source.as_bytes());
     assert_eq!(args(&first)[2..], args(&second)[2..]);
     assert_eq!(taken(&mut s).data[0], b"j");
 }
@@ -878,7 +878,7 @@ fn stats_falls_back_to_eval_on_noscript() {
     s.answer(err("NOSCRIPT", "No matching script. Please use EVAL."));
     let r = s.answer(ints(&[0, 0, 0, 7]));
     assert_eq!(r.command.name(), "EVAL");
-    assert_eq!(r.command.args()[1], STATS.source.as_bytes());
+    assert_eq!(&r.command.args()[1], STATS.source.as_bytes());
     assert_eq!(
         args(&r)[2..],
         strs(&["4", READY, DELAYED, INFLIGHT, DEAD_LIST])

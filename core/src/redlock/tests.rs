@@ -105,7 +105,7 @@ mod acquisition {
         assert!(
             releases
                 .iter()
-                .all(|r| r.command.args()[1] == crate::lease::scripts::RELEASE.sha1.as_bytes())
+                .all(|r| &r.command.args()[1] == crate::lease::scripts::RELEASE.sha1.as_bytes())
         );
         match m.poll(t0) {
             Step::Done(Err(Error::NoQuorum {
@@ -396,7 +396,7 @@ mod token_tests {
             let Step::Send(b) = m.poll(now) else {
                 panic!("acquire")
             };
-            tokens.push(String::from_utf8(b.requests[0].command.args()[2].clone()).unwrap());
+            tokens.push(String::from_utf8(b.requests[0].command.args()[2].to_vec()).unwrap());
             for r in &b.requests {
                 m.handle(Response::reply(r.id, Reply::Nil), now);
             }
@@ -405,7 +405,7 @@ mod token_tests {
             };
             // The release names the same token as its attempt.
             assert_eq!(
-                String::from_utf8(rel.requests[0].command.args()[4].clone()).unwrap(),
+                String::from_utf8(rel.requests[0].command.args()[4].to_vec()).unwrap(),
                 tokens[round]
             );
             for r in &rel.requests {

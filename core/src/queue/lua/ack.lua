@@ -6,16 +6,13 @@
 -- Returns 1 acked (or: this very delivery was settled already, so a retry after a lost
 -- reply finds its own ack), 0 the lease ran out (or the job is gone), -1 another delivery
 -- holds it.
--- Read every key once before writing any (a wrong type fails before any write).
-redis.call('ZCARD', KEYS[1])
-for i = 2, 7 do
-  redis.call('HLEN', KEYS[i])
-end
-redis.call('ZCARD', KEYS[8])
+-- Every key is read before any is written (a wrong type fails before any write), the
+-- deliveries by the first write (HDEL fails on a wrong type before anything is written).
 local now = now_ms()
-local holder = redis.call('HGET', KEYS[2], ARGV[1])
-if holder ~= ARGV[2] then
-  local settled = redis.call('ZSCORE', KEYS[8], ARGV[2])
+local id, token = ARGV[1], ARGV[2]
+local holder = redis.call('HGET', KEYS[2], id)
+if holder ~= token then
+  local settled = redis.call('ZSCORE', KEYS[8], token)
   if settled and tonumber(settled) > now then
     return 1
   end
@@ -24,16 +21,25 @@ if holder ~= ARGV[2] then
   end
   return 0
 end
-local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local expiry = redis.call('ZSCORE', KEYS[1], id)
 if (not expiry) or tonumber(expiry) <= now then
   return 0
 end
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('HDEL', KEYS[4], ARGV[1])
-redis.call('HDEL', KEYS[5], ARGV[1])
-redis.call('HDEL', KEYS[6], ARGV[2])
-redis.call('HDEL', KEYS[7], ARGV[1])
-remember(KEYS[8], ARGV[2], now, tonumber(ARGV[3]))
+redis.call('HLEN', KEYS[3])
+local has_priority = redis.call('HEXISTS', KEYS[4], id) == 1
+redis.call('HLEN', KEYS[6])
+local has_base = redis.call('HEXISTS', KEYS[7], id) == 1
+redis.call('ZCARD', KEYS[8])
+redis.call('HDEL', KEYS[5], id)
+redis.call('ZREM', KEYS[1], id)
+redis.call('HDEL', KEYS[2], id)
+redis.call('HDEL', KEYS[3], id)
+if has_priority then
+  redis.call('HDEL', KEYS[4], id)
+end
+redis.call('HDEL', KEYS[6], token)
+if has_base then
+  redis.call('HDEL', KEYS[7], id)
+end
+remember(KEYS[8], token, now, tonumber(ARGV[3]))
 return 1

@@ -8,33 +8,57 @@
 -- 0 the lease ran out (or the job is gone), -1 another delivery holds it. The take part is
 -- the take script's: a retry with the same next token gets the job leased to it.
 -- Every key is read before any is written (a wrong type fails before any write): by the
--- reads the work needs where there are some, by a type-checking read otherwise. Jobs due
--- or whose lease ran out (rare on a busy queue) are read for in full first.
+-- reads the work needs where there are some, by a type-checking read otherwise, except the
+-- deliveries when a write to them is the script's first (the ack's HDEL, or the lease's
+-- HINCRBY when nothing was acked or reclaimed): that write fails on a wrong type before
+-- anything is written. Jobs due or whose lease ran out (rare on a busy queue) are read for
+-- in full first.
 local now = now_ms()
 local id, token, next_token = ARGV[1], ARGV[2], ARGV[4]
 local holder = redis.call('HGET', KEYS[7], id)
-local expiry = redis.call('ZSCORE', KEYS[6], id)
 local mine = redis.call('HGET', KEYS[10], next_token)
 local was_undone = redis.call('ZSCORE', KEYS[13], next_token)
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
-local expired = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 1000)
+local due, expired = overdue(now)
 local top = redis.call('ZRANGE', KEYS[1], 0, 0)
-local settled
-if holder ~= token then
-  settled = redis.call('ZSCORE', KEYS[12], token)
+local reclaiming = #due > 0 or #expired > 0
+-- The ack's verdict. A job leased to this token is in flight; its lease ran out when it is
+-- among the expired (read in full below 1,000 of them, asked for otherwise).
+local acking, settled = false, nil
+if holder == token then
+  if #expired < 1000 then
+    acking = true
+    for _, j in ipairs(expired) do
+      if j == id then
+        acking = false
+        break
+      end
+    end
+  else
+    local expiry = redis.call('ZSCORE', KEYS[6], id)
+    acking = expiry ~= false and tonumber(expiry) > now
+  end
 else
-  redis.call('ZCARD', KEYS[12])
+  settled = redis.call('ZSCORE', KEYS[12], token)
 end
 -- The next job's payload, read now (read again below if jobs are made ready first).
 local payload = top[1] and redis.call('HGET', KEYS[3], top[1])
 if not top[1] then
   redis.call('HLEN', KEYS[3])
 end
--- The acked job's priority and base, if it has any (most have neither: nothing to delete).
-local has_priority = redis.call('HEXISTS', KEYS[4], id) == 1
-redis.call('HLEN', KEYS[8])
-local has_base = redis.call('HEXISTS', KEYS[11], id) == 1
-if #due > 0 or #expired > 0 then
+local has_priority, has_base = false, false
+if acking then
+  -- The acked job's priority and base, if it has any (most have neither: nothing to
+  -- delete); the settlements, added to.
+  has_priority = redis.call('HEXISTS', KEYS[4], id) == 1
+  has_base = redis.call('HEXISTS', KEYS[11], id) == 1
+  redis.call('ZCARD', KEYS[12])
+end
+if reclaiming then
+  if not acking then
+    redis.call('HLEN', KEYS[4])
+    redis.call('HLEN', KEYS[8])
+    redis.call('HLEN', KEYS[11])
+  end
   redis.call('LLEN', KEYS[9])
   local bad = bad_sequence(KEYS[5])
   if bad then
@@ -43,38 +67,34 @@ if #due > 0 or #expired > 0 then
 end
 -- The ack.
 local ack
-if holder ~= token then
-  if settled and tonumber(settled) > now then
-    ack = 1
-  elseif holder then
-    ack = -1
-  else
-    ack = 0
-  end
-elseif (not expiry) or tonumber(expiry) <= now then
-  ack = 0
-else
+if acking then
+  redis.call('HDEL', KEYS[8], id)
   redis.call('ZREM', KEYS[6], id)
   redis.call('HDEL', KEYS[7], id)
   redis.call('HDEL', KEYS[3], id)
   if has_priority then
     redis.call('HDEL', KEYS[4], id)
   end
-  redis.call('HDEL', KEYS[8], id)
   redis.call('HDEL', KEYS[10], token)
   if has_base then
     redis.call('HDEL', KEYS[11], id)
   end
   -- Remembered for ARGV[3] ms; the key lives as long as its latest member. Members whose
-  -- time has passed count for nothing; they are dropped on one ack in 8 (by the clock), so
-  -- that a busy queue does not pay for it on every job.
+  -- time has passed count for nothing; they are dropped on the acks of one millisecond in
+  -- 64 (by the clock), so that a busy queue does not pay for it on every job.
   local keep = tonumber(ARGV[3])
-  if now % 8 == 0 then
+  if now % 64 == 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[12], '-inf', now)
   end
   redis.call('ZADD', KEYS[12], now + keep, token)
   redis.call('PEXPIRE', KEYS[12], keep)
   ack = 1
+elseif settled and tonumber(settled) > now then
+  ack = 1
+elseif holder and holder ~= token then
+  ack = -1
+else
+  ack = 0
 end
 -- The take.
 if was_undone and tonumber(was_undone) > now then
@@ -84,50 +104,13 @@ if mine and redis.call('HGET', KEYS[7], mine) == next_token
     and tonumber(redis.call('ZSCORE', KEYS[6], mine) or '0') > now then
   return {ack, 1, tonumber(redis.call('HGET', KEYS[8], mine)) or 1, mine, redis.call('HGET', KEYS[3], mine) or ''}
 end
-if #due > 0 or #expired > 0 then
-  local max = tonumber(ARGV[6])
-  local function make_ready(j)
-    local priority = tonumber(redis.call('HGET', KEYS[4], j)) or 0
-    redis.call('ZADD', KEYS[1], ready_score(priority, KEYS[5]), j)
-  end
-  for _, j in ipairs(due) do
-    redis.call('ZREM', KEYS[2], j)
-    make_ready(j)
-  end
-  for _, j in ipairs(expired) do
-    redis.call('ZREM', KEYS[6], j)
-    local tok = redis.call('HGET', KEYS[7], j)
-    if tok then
-      redis.call('HDEL', KEYS[10], tok)
-    end
-    redis.call('HDEL', KEYS[7], j)
-    local n = tonumber(redis.call('HGET', KEYS[8], j)) or 0
-    if n - (tonumber(redis.call('HGET', KEYS[11], j)) or 0) >= max then
-      redis.call('RPUSH', KEYS[9], j)
-    else
-      make_ready(j)
-    end
-  end
+if reclaiming then
+  reclaim(due, expired, tonumber(ARGV[6]))
   top = redis.call('ZRANGE', KEYS[1], 0, 0)
   payload = top[1] and redis.call('HGET', KEYS[3], top[1])
 end
 if top[1] then
-  local j = top[1]
-  redis.call('ZREM', KEYS[1], j)
-  local n = redis.call('HINCRBY', KEYS[8], j, 1)
-  redis.call('ZADD', KEYS[6], now + tonumber(ARGV[5]), j)
-  redis.call('HSET', KEYS[7], j, next_token)
-  redis.call('HSET', KEYS[10], next_token, j)
-  return {ack, 1, n, j, payload or ''}
+  local n = lease_next(top[1], next_token, now, tonumber(ARGV[5]))
+  return {ack, 1, n, top[1], payload or ''}
 end
-local next_due = -2
-for _, k in ipairs({KEYS[2], KEYS[6]}) do
-  local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
-  if first[2] then
-    local ms = math.max(tonumber(first[2]) - now, 1)
-    if next_due < 0 or ms < next_due then
-      next_due = ms
-    end
-  end
-end
-return {ack, 0, next_due}
+return {ack, 0, next_wait(now)}

@@ -3,20 +3,30 @@
 -- ARGV: 1 delay ms, 2 priority (0..255, higher first), 3 channel, then pairs of (id, payload).
 -- Returns a flat list of (1 pushed | 0 duplicate, id) per job. A job id that is queued,
 -- delayed, running or dead is a duplicate: nothing is written for it.
--- Read every key that may be written before writing any: a key of the wrong type fails the
--- call before anything is written (Redis does not roll back a failed script's writes). The
--- priority of a job is stored only when it is not the default 0 (a missing one reads as 0).
-local now = now_ms()
+-- Every key that may be written is read before any is written: a key of the wrong type
+-- fails the call before anything is written (Redis does not roll back a failed script's
+-- writes). The payloads are read by the first write when nothing comes before it (HSETNX
+-- fails on a wrong type before anything is written). The server's clock is read only when
+-- it is needed: for a delay, or when delayed jobs wait. The priority of a job is stored
+-- only when it is not the default 0 (a missing one reads as 0).
 local delay, priority = tonumber(ARGV[1]), tonumber(ARGV[2])
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
-redis.call('ZCARD', KEYS[1])
-redis.call('HLEN', KEYS[3])
+local now, due = 0, {}
+if delay > 0 or redis.call('ZCARD', KEYS[2]) > 0 then
+  now = now_ms()
+  due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
+end
+if delay == 0 or #due > 0 then
+  redis.call('ZCARD', KEYS[1])
+  local bad = bad_sequence(KEYS[5])
+  if bad then
+    return bad
+  end
+end
+if #due > 0 then
+  redis.call('HLEN', KEYS[3])
+end
 if priority > 0 or #due > 0 then
   redis.call('HLEN', KEYS[4])
-end
-local bad = bad_sequence(KEYS[5])
-if bad then
-  return bad
 end
 -- Delayed jobs already due go to ready first, so they keep their place before the jobs
 -- pushed now.

@@ -92,7 +92,11 @@ fn acquire_free_lock_issues_fence_and_lease() {
         panic!("not acquired")
     };
     assert_eq!(lease.fence, 41);
-    assert_eq!(lease.target, spec().target, "the lease names its lock and keys");
+    assert_eq!(
+        lease.target,
+        spec().target,
+        "the lease names its lock and keys"
+    );
     assert_eq!(lease.acquired_at, start);
     assert_eq!(
         lease.valid_until,

@@ -557,3 +557,116 @@ fn a_reused_builder_gives_each_acquisition_its_own_token_and_its_settings() {
     );
     assert_eq!(client.semaphore_state("reused").unwrap().holders.len(), 2);
 }
+
+/// Whether `server` has a native compare-and-delete (Valkey 9.0+ `DELIFEQ`, Redis 8.4+
+/// `DELEX ... IFEQ`), from its `INFO server`.
+fn has_compare_and_delete(server: &RedisServer) -> Option<&'static str> {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut raw(server))
+        .unwrap();
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| {
+                let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+                (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+            })
+    };
+    match field("valkey_version") {
+        Some(v) if v >= (9, 0) => Some("DELIFEQ"),
+        Some(_) => None,
+        None => field("redis_version")
+            .filter(|v| *v >= (8, 4))
+            .map(|_| "DELEX"),
+    }
+}
+
+#[test]
+fn a_release_uses_the_servers_compare_and_delete_where_it_has_one() {
+    let release_sha = redlease::core::lease::scripts::RELEASE.sha1;
+    let server = server();
+    let client = client(&server);
+    let native = has_compare_and_delete(&server);
+    let guard = client.lock("native").acquire().unwrap();
+    let mut monitor = testkit::Monitor::start(&server);
+    guard.release().unwrap();
+    // The release's commands, up to its announcement (the native batch's second command)
+    // or its script (which announces inside).
+    let mut sent = Vec::new();
+    while !sent
+        .last()
+        .is_some_and(|c: &String| c.contains("PUBLISH") || c.contains(release_sha))
+    {
+        let c = monitor
+            .next_command(Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("the release's commands: {sent:#?}"));
+        sent.push(c);
+    }
+    match native {
+        Some(command) => {
+            assert!(sent.iter().any(|c| c.contains(command)), "{sent:#?}");
+            assert!(!sent.iter().any(|c| c.contains(release_sha)), "{sent:#?}");
+        }
+        None => assert!(sent.iter().any(|c| c.contains(release_sha)), "{sent:#?}"),
+    }
+    let mut conn = raw(&server);
+    assert!(!conn.exists::<_, bool>("redlease:{native}:lock").unwrap());
+    // Not ours any more: the outcome says why, natively or not (the script explains a 0).
+    let guard = client
+        .lock("native")
+        .ttl(Duration::from_millis(50))
+        .watchdog(false)
+        .acquire()
+        .unwrap();
+    await_condition(Duration::from_secs(5), || {
+        !conn.exists::<_, bool>("redlease:{native}:lock").unwrap()
+    });
+    let other = client.lock("native").acquire().unwrap();
+    match guard.release() {
+        Err(Error::NotOwner { reason, .. }) => assert_eq!(reason, LossReason::Taken),
+        other => panic!("{other:?}"),
+    }
+    other.release().unwrap();
+}
+
+/// `rejected_calls` of `command` in `server`'s `INFO commandstats` (0 when it has no line).
+fn rejected_calls(server: &RedisServer, command: &str) -> u64 {
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut raw(server))
+        .unwrap();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:")))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("rejected_calls=")))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+#[test]
+fn a_user_not_granted_the_native_delete_releases_by_script_after_one_refusal() {
+    let server = server();
+    let native = has_compare_and_delete(&server);
+    // May ask INFO (so the client learns the server) but not run DELIFEQ / DELEX.
+    let mut rule = vec!["SETUSER", "app", "reset", "on", ">pw", "~*", "&*", "+@all"];
+    let denied = native.map(|c| format!("-{}", c.to_lowercase()));
+    rule.extend(denied.as_deref());
+    let _: () = redis::cmd("ACL")
+        .arg(&rule)
+        .query(&mut raw(&server))
+        .unwrap();
+    let client = Client::builder(format!("redis://app:pw@127.0.0.1:{}/", server.port()))
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    for _ in 0..3 {
+        let guard = client.lock("granted").acquire().unwrap();
+        guard.release().unwrap();
+    }
+    let mut conn = raw(&server);
+    assert!(!conn.exists::<_, bool>("redlease:{granted}:lock").unwrap());
+    if let Some(command) = native {
+        // Refused once; the later releases went straight to the script.
+        assert_eq!(rejected_calls(&server, &command.to_lowercase()), 1);
+    }
+}

@@ -841,6 +841,19 @@ fn cases() -> Vec<Case> {
         },
         Case {
             script: &lease::ACQUIRE,
+            what: "held by another, a foreign counter: busy (the busy path reads nothing more)",
+            keys: L3,
+            args: &["tok", "30000"],
+            setup: &[
+                &["SET", LOCK, "other", "PX", "10000"],
+                &["SET", FENCE, "abc"],
+            ],
+            reply: "[0,****]",
+            after: &[(&["GET", LOCK], "other"), (&["GET", FENCE], "abc")],
+            published: &[],
+        },
+        Case {
+            script: &lease::ACQUIRE,
             what: "an undone acquisition arriving late takes nothing",
             keys: L3,
             args: &["tok", "30000"],
@@ -1548,6 +1561,33 @@ fn cases() -> Vec<Case> {
         },
         Case {
             script: &lease::PERMIT_ACQUIRE,
+            what: "the first holder: the holders' key expires with its permit",
+            keys: SEM5,
+            args: &["w", "30000", "5000", "2", "1"],
+            setup: &[&["SET", PERMITS, "2"]],
+            reply: "[1,0]",
+            after: &[(&["PTTL", HOLDERS], "~15000..30000")],
+            published: &[],
+        },
+        Case {
+            script: &lease::PERMIT_ACQUIRE,
+            what: "a second holder with a shorter timeout leaves the longer expiry",
+            keys: SEM5,
+            args: &["w", "1000", "5000", "2", "1"],
+            setup: &[
+                &["ZADD", HOLDERS, FAR, "a"],
+                &["PEXPIRE", HOLDERS, "60000"],
+                &["SET", PERMITS, "2"],
+            ],
+            reply: "[1,0]",
+            after: &[
+                (&["ZCARD", HOLDERS], "2"),
+                (&["PTTL", HOLDERS], "~30000..60000"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::PERMIT_ACQUIRE,
             what: "an expired holder's permit is reclaimed",
             keys: SEM5,
             args: &["w", "30000", "5000", "2", "1"],
@@ -1638,6 +1678,19 @@ fn cases() -> Vec<Case> {
             ],
             reply: "1",
             after: &[(&["ZRANGE", HOLDERS, "0", "-1"], "[b]")],
+            published: &[],
+        },
+        Case {
+            script: &lease::PERMIT_RELEASE,
+            what: "nobody in line: an expired holder is left to the next acquire",
+            keys: SEM,
+            args: &["a", CHANNEL],
+            setup: &[
+                &["ZADD", HOLDERS, FAR, "a", PAST, "gone"],
+                &["SET", PERMITS, "2"],
+            ],
+            reply: "1",
+            after: &[(&["ZRANGE", HOLDERS, "0", "-1"], "[gone]")],
             published: &[],
         },
         Case {

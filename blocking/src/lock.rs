@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use redlease_core::lease::{
     Acquire, AcquireOptions, Acquisition, Lease, LeaseKind, LeaseState, LockKind, LockSpec,
-    ScriptOp, Token,
+    NativeRelease, ScriptOp, Token,
 };
 use redlease_core::limits;
 use redlease_core::renewal::RenewalPolicy;
@@ -569,7 +569,7 @@ impl LockGuard {
         if let Some(reason) = self.known_not_ours() {
             return Err(self.not_owner(reason));
         }
-        let out = drive(&self.shared, None, ScriptOp::release(&self.lease, deadline));
+        let out = release_lease(&self.shared, &self.lease, deadline);
         crate::observe::released(&self.lease.target.name, self.lease.kind, &out);
         out
     }
@@ -863,8 +863,49 @@ impl Drop for LockGuard {
         if self.known_not_ours().is_none() {
             // Errors cannot be returned from drop (they are logged); the lease ends at its
             // expiry at worst.
-            let out = drive(&self.shared, None, ScriptOp::release(&self.lease, deadline));
+            let out = release_lease(&self.shared, &self.lease, deadline);
             crate::observe::released(&self.lease.target.name, self.lease.kind, &out);
+        }
+    }
+}
+
+/// Releases `lease` by the server's native compare-and-delete where the server has one and
+/// the lease is a plain lock ([`NativeRelease`]), else by its release script.
+fn release_lease(shared: &Shared, lease: &Lease, deadline: Instant) -> Result<(), Error> {
+    let transport = match &shared.node {
+        crate::backend::Node::Redis(transport) => Some(transport),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    };
+    let native = transport
+        .and_then(|t| t.server_kind())
+        .and_then(crate::connect::ServerKind::compare_and_delete)
+        .and_then(|how| NativeRelease::new(lease, how, deadline));
+    match (native, transport) {
+        (Some(machine), Some(transport)) => drive(shared, None, Noting { machine, transport }),
+        _ => drive(shared, None, ScriptOp::release(lease, deadline)),
+    }
+}
+
+/// A [`NativeRelease`] that, when the server refuses the native command (not granted, or
+/// gone after a failover), tells the transport to stop choosing it until the next connection
+/// set-up learns the server again.
+struct Noting<'a> {
+    machine: NativeRelease,
+    transport: &'a crate::transport::Transport,
+}
+
+impl redlease_core::Protocol for Noting<'_> {
+    type Output = ();
+
+    fn poll(&mut self, now: Instant) -> redlease_core::Step<()> {
+        self.machine.poll(now)
+    }
+
+    fn handle(&mut self, response: redlease_core::Response, now: Instant) {
+        self.machine.handle(response, now);
+        if self.machine.refused_natively() {
+            self.transport.forget_server_kind();
         }
     }
 }

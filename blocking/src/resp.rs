@@ -20,13 +20,11 @@ pub(crate) fn encode(args: &[&[u8]]) -> Vec<u8> {
 pub(crate) fn encode_command(out: &mut Vec<u8>, command: &Command) {
     let mut size = 16;
     for a in command.args() {
-        let a: &[u8] = a;
         size += a.len() + 16;
     }
     out.reserve(size);
     push_header(out, b'*', command.args().len());
     for a in command.args() {
-        let a: &[u8] = a;
         push_header(out, b'$', a.len());
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");

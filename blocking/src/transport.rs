@@ -103,6 +103,8 @@ struct Setup {
     refused: Mutex<Option<String>>,
     /// A thread is setting up a connection outside the pool to learn its outcome now.
     probing: AtomicBool,
+    /// Which server the newest connection reached (not asked on a cluster: scripts there).
+    server: crate::connect::ServerNote,
 }
 
 impl Setup {
@@ -306,6 +308,8 @@ impl Manager {
                             other => other?,
                         }
                     }
+                    let kind = crate::connect::ask_server_kind(&mut c)?;
+                    self.setup.server.set(kind);
                     Ok(Link::Single(Box::new(c)))
                 };
                 set_up().map_err(|e| (e, Some(client.clone())))?
@@ -478,6 +482,16 @@ fn shared_thread_pool() -> Arc<ScheduledThreadPool> {
     pool
 }
 
+/// Whether `input` answers a native command that stands in for a script (a lock release's
+/// `DELIFEQ` / `DELEX`): a user not granted it is no misconfiguration, since the machine
+/// falls back to the script (and the driver stops choosing the native command).
+fn is_native_step(batch: &Batch, input: &Response) -> bool {
+    batch
+        .requests
+        .iter()
+        .any(|r| r.id == input.id && matches!(r.command.args().get(0), Some(b"DELIFEQ" | b"DELEX")))
+}
+
 /// Threads of the shared pool: connection attempts in progress at once, across clients
 /// (each bounded by its client's connect timeout).
 const POOL_THREADS: usize = 4;
@@ -497,6 +511,18 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
+    /// Which server the newest pooled connection reached (`None`: not known, or a cluster),
+    /// for the steps that have a native command on some servers.
+    pub(crate) fn server_kind(&self) -> Option<crate::connect::ServerKind> {
+        self.manager.setup.server.get()
+    }
+
+    /// Forgets the server's kind (it refused a native command): scripts only, until the
+    /// next connection set-up asks again.
+    pub(crate) fn forget_server_kind(&self) {
+        self.manager.setup.server.set(None);
+    }
+
     /// `(open connections, idle connections, pool size)`.
     pub(crate) fn pool_state(&self) -> (u32, u32, u32) {
         let state = self.pool.state();
@@ -573,6 +599,7 @@ impl Transport {
         for input in &inputs {
             if let Ok(Reply::Error(e)) = &input.result
                 && let Some(problem) = adapter::refusal(e)
+                && !is_native_step(batch, input)
             {
                 *kept = None;
                 return Err(self.configuration(problem));

@@ -49,6 +49,7 @@
 mod acquire;
 pub mod exclusive;
 pub mod fair;
+pub mod native;
 mod ops;
 pub mod read_write;
 pub mod reentrant;
@@ -59,6 +60,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use acquire::{Acquire, AcquireOptions, Acquisition};
+pub use native::{NativeDelete, NativeRelease};
 pub use ops::{Extend, Inspect, LeaseState, OpKind, Release, ScriptOp};
 pub use scripts::ALL as SCRIPTS;
 pub use spec::{LeaseCalls, LeaseKind, LockKind, LockSpec, Target};

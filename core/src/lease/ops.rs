@@ -276,6 +276,12 @@ impl<K: OpKind> ScriptOp<K> {
         }
     }
 
+    /// Notes that an earlier attempt of the same call, by other means (a native command
+    /// instead of the script), was sent while the lease was valid and its reply was lost.
+    pub(crate) fn note_lost_in_time(&mut self) {
+        self.lost_in_time = true;
+    }
+
     fn finish(&mut self, result: Result<K::Output, Error>) -> Step<K::Output> {
         self.done = true;
         Step::Done(result)

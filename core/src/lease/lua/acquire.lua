@@ -9,6 +9,11 @@
 -- it did when those were issued. Fences stay exact integers (below 2^53) until about 2255.
 -- Read every key once before writing any (a wrong type fails before any write).
 local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then
+  -- Another holder's: this path writes nothing, so it reads nothing more (a waiter's
+  -- retry costs two calls).
+  return {0, redis.call('PTTL', KEYS[1])}
+end
 local last = redis.call('GET', KEYS[2])
 if undone(KEYS[3], ARGV[1]) then
   return {0, -2}
@@ -17,12 +22,9 @@ local counter, bad = fence_counter(KEYS[2], last)
 if bad then
   return bad
 end
-if holder == ARGV[1] then
+if holder then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, counter}
-end
-if holder then
-  return {0, redis.call('PTTL', KEYS[1])}
 end
 local fence = issue_fence(KEYS[2], counter, now_us())
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])

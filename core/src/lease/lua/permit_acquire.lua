@@ -26,7 +26,12 @@ if not permits then
   permits = tonumber(ARGV[4])
   redis.call('SET', KEYS[4], ARGV[4])
 end
-held = held - redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+-- No holder (held 0): no key, so nothing to expire, no permit of ours to find again, and
+-- the key made below gets its expiry without asking for the one it has.
+local fresh = held == 0
+if not fresh then
+  held = held - redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+end
 if timed > 0 then
   for _, dead in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
     redis.call('LREM', KEYS[2], 0, dead)
@@ -34,11 +39,16 @@ if timed > 0 then
   end
 end
 local ttl = tonumber(ARGV[2])
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+-- The holders' expiry only grows: a holder with a shorter timeout must not cut it short
+-- for one with a longer timeout.
+local function hold()
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-  if redis.call('PTTL', KEYS[1]) < ttl then
+  if fresh or redis.call('PTTL', KEYS[1]) < ttl then
     redis.call('PEXPIRE', KEYS[1], ttl)
   end
+end
+if not fresh and redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  hold()
   return {1, 0}
 end
 local free = permits - held
@@ -59,10 +69,7 @@ if free > 0 then
     if timed > 0 then
       redis.call('ZREM', KEYS[3], ARGV[1])
     end
-    redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-    if redis.call('PTTL', KEYS[1]) < ttl then
-      redis.call('PEXPIRE', KEYS[1], ttl)
-    end
+    hold()
     return {1, 0}
   end
 end

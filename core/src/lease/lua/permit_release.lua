@@ -3,30 +3,32 @@
 -- ARGV[1] token, ARGV[2] channel. As the undo of an acquisition: KEYS[5] undone acquisitions,
 -- ARGV[3] how long to remember the token (ms).
 -- Returns 1 released, 0 the permit was gone (it had expired).
--- Read every key once before writing any (a wrong type fails before any write).
-local held = redis.call('ZCARD', KEYS[1])
+-- Read every key once before writing any (a wrong type fails before any write; KEYS[5] is
+-- first read by its first write, before any other).
+local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local waiting = redis.call('LLEN', KEYS[2])
 redis.call('ZCARD', KEYS[3])
-local permits = tonumber(redis.call('GET', KEYS[4])) or 0
-if KEYS[5] then
-  redis.call('ZCARD', KEYS[5])
-end
+local count = redis.call('GET', KEYS[4])
+local now = now_ms()
 -- Undoing an acquisition whose reply was lost (KEYS[5] given): remember its token, so
 -- that the acquisition, if it was only delayed and arrives after this, takes no effect.
 if KEYS[5] then
-  remember(KEYS[5], ARGV[1], now_ms(), tonumber(ARGV[3]))
+  remember(KEYS[5], ARGV[1], now, tonumber(ARGV[3]))
 end
-local now = now_ms()
-local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not expiry then
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-held = held - 1 - redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local free = permits - held
-if free > 0 and waiting > 0 then
-  for _, next in ipairs(redis.call('LRANGE', KEYS[2], 0, free - 1)) do
-    notify(ARGV[2], next)
+-- With nobody in line, nobody to wake: the expired holders are left to the next acquire.
+if waiting > 0 then
+  local permits = tonumber(count) or 0
+  local held = redis.call('ZCARD', KEYS[1])
+  held = held - redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  local free = permits - held
+  if free > 0 then
+    for _, next in ipairs(redis.call('LRANGE', KEYS[2], 0, free - 1)) do
+      notify(ARGV[2], next)
+    end
   end
 end
 if tonumber(expiry) <= now then

@@ -3,11 +3,9 @@
 -- acquisition: KEYS[2] undone acquisitions, ARGV[3] how long to remember the token (ms).
 -- Returns 1 released, 0 the key was gone (expired), -1 another holder owns it.
 local holder = redis.call('GET', KEYS[1])
-if KEYS[2] then
-  redis.call('ZCARD', KEYS[2])
-end
 -- Undoing an acquisition whose reply was lost (KEYS[2] given): remember its token, so
 -- that the acquisition, if it was only delayed and arrives after this, takes no effect.
+-- (The first write, and to KEYS[2] itself: a wrong type there fails before any write.)
 if KEYS[2] then
   remember(KEYS[2], ARGV[1], now_ms(), tonumber(ARGV[3]))
 end

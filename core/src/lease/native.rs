@@ -1,0 +1,340 @@
+//! A lock release by the server's own compare-and-delete instead of a script, where the
+//! server has one (Valkey 9.0+ `DELIFEQ`, Redis 8.4+ `DELEX key IFEQ`): cheaper for the
+//! server than an `EVALSHA`, with the same outcomes as [`ScriptOp::release`].
+//!
+//! ```text
+//!  send [compare-and-delete, PUBLISH] ──► 1: released
+//!               │
+//!               └── 0 (not ours), an error reply (no such command, a wrong type), a
+//!                   failure ──► the release script (ScriptOp::release), which says why
+//! ```
+//!
+//! The announcement cannot ride in the same command: a `PUBLISH` (`SPUBLISH` for a shard
+//! channel) goes in the same batch. When the delete finds the lock not ours, that message
+//! wakes a waiter for nothing: it retries, as after any wake-up. A `0` is ambiguous (gone,
+//! or another holder's), so the release script then runs as well: it changes nothing on a
+//! lock that is not ours and answers which of the two it was. A reply lost after the delete
+//! was sent in time counts as ours, as for the script ([`Release`]).
+
+use std::time::Instant;
+
+use super::scripts::RELEASE;
+use super::{Lease, LeaseKind, LockKind, Release, ScriptOp};
+use crate::command::{Command, Request, RequestId};
+use crate::protocol::{Batch, Outstanding, Protocol, Step};
+use crate::reply::{FailureKind, Reply, Response, TransportFailure};
+
+/// A server's native compare-and-delete command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NativeDelete {
+    /// Valkey 9.0+: `DELIFEQ key value`.
+    DelIfEq,
+    /// Redis 8.4+: `DELEX key IFEQ value`.
+    DelExIfEq,
+}
+
+/// The ids of the native batch's two requests (the release script's own ids count up from
+/// 0, so they never meet these).
+const DELETE: RequestId = RequestId(u64::MAX - 1);
+const ANNOUNCE: RequestId = RequestId(u64::MAX);
+
+/// A lock release by a native compare-and-delete, falling back to the release script (see
+/// the [module](self)).
+#[derive(Debug)]
+pub struct NativeRelease {
+    /// The batch to send (taken when sent).
+    batch: Option<Vec<Request>>,
+    deadline: Instant,
+    valid_until: Instant,
+    sent_at: Option<Instant>,
+    deleted: Option<Result<Reply, TransportFailure>>,
+    announced: bool,
+    outstanding: Outstanding,
+    /// The release script: after a `0`, an error reply or a failure, it decides.
+    script: ScriptOp<Release>,
+    on_script: bool,
+    /// The server refused the native command itself (no such command, or not granted).
+    refused: bool,
+}
+
+impl NativeRelease {
+    /// Releases `lease` with `how`, giving up at `deadline`; `None` when the lease is not an
+    /// exclusive lock released by the plain release script (other kinds keep their scripts).
+    pub fn new(lease: &Lease, how: NativeDelete, deadline: Instant) -> Option<Self> {
+        if lease.kind != LeaseKind::Lock(LockKind::Lease)
+            || !std::ptr::eq(lease.calls.release.script(), &RELEASE)
+        {
+            return None;
+        }
+        // EVALSHA sha 1 key token channel.
+        let call = lease.calls.release.evalsha();
+        let args: Vec<&[u8]> = call.args().collect();
+        let [_, _, numkeys, key, token, channel] = args.as_slice() else {
+            return None;
+        };
+        if *numkeys != b"1" {
+            return None;
+        }
+        let delete = match how {
+            NativeDelete::DelIfEq => Command::with_capacity("DELIFEQ", 2).arg(key).arg(token),
+            NativeDelete::DelExIfEq => Command::with_capacity("DELEX", 3)
+                .arg(key)
+                .arg("IFEQ")
+                .arg(token),
+        };
+        // As the script's notify(): '{shard}<name>' is a shard channel.
+        let announce = match channel.strip_prefix(b"{shard}".as_slice()) {
+            Some(shard) => Command::with_capacity("SPUBLISH", 2).arg(shard).arg("1"),
+            None => Command::with_capacity("PUBLISH", 2).arg(channel).arg("1"),
+        };
+        let node = lease.calls.release.evalsha().node();
+        Some(NativeRelease {
+            batch: Some(vec![
+                Request {
+                    id: DELETE,
+                    command: delete.on(node),
+                },
+                Request {
+                    id: ANNOUNCE,
+                    command: announce.on(node),
+                },
+            ]),
+            deadline,
+            valid_until: lease.valid_until,
+            sent_at: None,
+            deleted: None,
+            announced: false,
+            outstanding: Outstanding::default(),
+            script: ScriptOp::release(lease, deadline),
+            on_script: false,
+            refused: false,
+        })
+    }
+
+    /// Whether the server refused the native command itself: it does not have it (a
+    /// failover to an older server) or the user may not run it (ACL). The driver should stop
+    /// choosing this machine for that server: each such release costs a second round trip.
+    pub fn refused_natively(&self) -> bool {
+        self.refused
+    }
+
+    fn next_step(&mut self, now: Instant) -> Step<()> {
+        if self.on_script {
+            return self.script.poll(now);
+        }
+        if let Some(requests) = self.batch.take() {
+            self.sent_at = Some(now);
+            return Step::Send(Batch::new(requests, self.deadline));
+        }
+        if !self.announced {
+            return self.outstanding.step(now);
+        }
+        match self.deleted.take() {
+            None => self.outstanding.step(now),
+            Some(Ok(Reply::Int(1))) => Step::Done(Ok(())),
+            Some(other) => {
+                // Not ours (or the reply was lost, or the server refused the command): the
+                // script says exactly what happened.
+                if let Err(TransportFailure {
+                    kind: FailureKind::NoReply,
+                    ..
+                }) = other
+                    && self.sent_at.is_some_and(|sent| sent < self.valid_until)
+                {
+                    self.script.note_lost_in_time();
+                }
+                self.on_script = true;
+                self.script.poll(now)
+            }
+        }
+    }
+}
+
+impl Protocol for NativeRelease {
+    type Output = ();
+
+    fn poll(&mut self, now: Instant) -> Step<()> {
+        let step = self.next_step(now);
+        if !self.on_script {
+            self.outstanding.track(&step);
+        }
+        step
+    }
+
+    fn handle(&mut self, input: Response, now: Instant) {
+        if self.on_script {
+            return self.script.handle(input, now);
+        }
+        match input.id {
+            DELETE if self.deleted.is_none() => {
+                if let Ok(Reply::Error(e)) = &input.result {
+                    self.refused =
+                        e.is("NOPERM") || (e.is("ERR") && e.message.contains("unknown command"));
+                }
+                self.deleted = Some(input.result);
+            }
+            ANNOUNCE => self.announced = true,
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::error::{Error, LossReason};
+    use crate::keys::Keyspace;
+    use crate::lease::{LockSpec, Token, valid_until};
+    use crate::reply::ErrorReply;
+    use crate::testing::origin;
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn lease(spec: LockSpec, now: Instant) -> Lease {
+        Lease {
+            kind: spec.kind,
+            target: spec.target,
+            token: spec.token,
+            fence: 3,
+            ttl: TTL,
+            acquired_at: now,
+            valid_until: valid_until(now, TTL),
+            attempts: 1,
+            calls: spec.calls,
+            data: Vec::new(),
+        }
+    }
+
+    fn lock(keyspace: &Keyspace, now: Instant) -> Lease {
+        let token = Token::from_random([1; 16]);
+        lease(LockSpec::lease(keyspace, "job", token, TTL).unwrap(), now)
+    }
+
+    fn args(c: &Command) -> Vec<String> {
+        c.args()
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect()
+    }
+
+    /// The batch the machine sends first.
+    fn first_batch(m: &mut NativeRelease, now: Instant) -> Vec<Request> {
+        match m.poll(now) {
+            Step::Send(batch) => batch.requests,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn answer(m: &mut NativeRelease, now: Instant, delete: Result<Reply, TransportFailure>) {
+        m.handle(
+            Response {
+                id: DELETE,
+                result: delete,
+            },
+            now,
+        );
+        m.handle(Response::reply(ANNOUNCE, Reply::Int(0)), now);
+    }
+
+    #[test]
+    fn deletes_and_announces_in_one_batch() {
+        let now = origin();
+        let lease = lock(&Keyspace::default(), now);
+        let mut m = NativeRelease::new(&lease, NativeDelete::DelIfEq, now + TTL).unwrap();
+        let sent = first_batch(&mut m, now);
+        let token = lease.token.as_str().to_owned();
+        assert_eq!(args(&sent[0].command)[0], "DELIFEQ");
+        assert_eq!(args(&sent[0].command)[2], token);
+        assert_eq!(args(&sent[1].command)[0], "PUBLISH");
+        assert_eq!(args(&sent[1].command)[2], "1");
+        // Waiting for both answers.
+        m.handle(Response::reply(DELETE, Reply::Int(1)), now);
+        assert!(matches!(m.poll(now), Step::Wait(_)));
+        m.handle(Response::reply(ANNOUNCE, Reply::Int(0)), now);
+        assert!(matches!(m.poll(now), Step::Done(Ok(()))));
+    }
+
+    #[test]
+    fn redis_uses_delex_and_shard_channels_spublish() {
+        let now = origin();
+        let ks = Keyspace::default().with_sharded_pubsub(true);
+        let lease = lock(&ks, now);
+        let mut m = NativeRelease::new(&lease, NativeDelete::DelExIfEq, now + TTL).unwrap();
+        let sent = first_batch(&mut m, now);
+        assert_eq!(args(&sent[0].command)[0], "DELEX");
+        assert_eq!(args(&sent[0].command)[2], "IFEQ");
+        assert_eq!(args(&sent[1].command)[0], "SPUBLISH");
+        assert!(!args(&sent[1].command)[1].starts_with('{'));
+    }
+
+    #[test]
+    fn not_ours_asks_the_script_why() {
+        let now = origin();
+        let lease = lock(&Keyspace::default(), now);
+        let mut m = NativeRelease::new(&lease, NativeDelete::DelIfEq, now + TTL).unwrap();
+        first_batch(&mut m, now);
+        answer(&mut m, now, Ok(Reply::Int(0)));
+        assert!(!m.refused_natively());
+        let Step::Send(batch) = m.poll(now) else {
+            panic!("the script")
+        };
+        let call = &batch.requests[0];
+        assert_eq!(args(&call.command)[0], "EVALSHA");
+        assert_eq!(args(&call.command)[1], RELEASE.sha1);
+        m.handle(Response::reply(call.id, Reply::Int(-1)), now);
+        match m.poll(now) {
+            Step::Done(Err(Error::NotOwner { reason, .. })) => {
+                assert_eq!(reason, LossReason::Taken)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_server_without_the_command_gets_the_script() {
+        let now = origin();
+        let lease = lock(&Keyspace::default(), now);
+        let mut m = NativeRelease::new(&lease, NativeDelete::DelIfEq, now + TTL).unwrap();
+        first_batch(&mut m, now);
+        let unknown = ErrorReply::parse("ERR unknown command 'DELIFEQ', with args beginning with:");
+        answer(&mut m, now, Ok(Reply::Error(unknown)));
+        assert!(m.refused_natively());
+        let Step::Send(batch) = m.poll(now) else {
+            panic!("the script")
+        };
+        let call = &batch.requests[0];
+        assert_eq!(args(&call.command)[1], RELEASE.sha1);
+        m.handle(Response::reply(call.id, Reply::Int(1)), now);
+        assert!(matches!(m.poll(now), Step::Done(Ok(()))));
+    }
+
+    #[test]
+    fn a_lost_reply_sent_in_time_counts_as_released() {
+        let now = origin();
+        let lease = lock(&Keyspace::default(), now);
+        let mut m = NativeRelease::new(&lease, NativeDelete::DelIfEq, now + TTL).unwrap();
+        first_batch(&mut m, now);
+        answer(&mut m, now, Err(TransportFailure::no_reply("timed out")));
+        let Step::Send(batch) = m.poll(now) else {
+            panic!("the script")
+        };
+        let call = &batch.requests[0];
+        // The retry finds the key gone: our lost delete did it.
+        m.handle(Response::reply(call.id, Reply::Int(0)), now);
+        assert!(matches!(m.poll(now), Step::Done(Ok(()))));
+    }
+
+    #[test]
+    fn only_plain_leases_are_released_natively() {
+        let now = origin();
+        let ks = Keyspace::default();
+        let token = Token::from_random([2; 16]);
+        let reentrant = LockSpec::reentrant(&ks, "job", "c1:7", token.clone(), TTL).unwrap();
+        assert!(NativeRelease::new(&lease(reentrant, now), NativeDelete::DelIfEq, now).is_none());
+        let fair = LockSpec::fair(&ks, "job", token, TTL, TTL).unwrap();
+        assert!(NativeRelease::new(&lease(fair, now), NativeDelete::DelIfEq, now).is_none());
+    }
+}

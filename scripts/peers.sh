@@ -12,4 +12,4 @@
 # peer's crates, and a quiet machine to mean anything.
 set -euo pipefail
 cd "$(dirname "$0")/../peers/bullmq-bench"
-exec cargo run --release --quiet
+exec cargo run --release --quiet --bin bullmq-bench

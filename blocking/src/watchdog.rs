@@ -21,9 +21,12 @@
 //! lost ([`LossReason::WatchdogStopped`]); a panic inside one round is caught, its leases
 //! reported lost, and the thread goes on for the leases registered after it.
 //!
-//! Acquiring and releasing a watched lease costs no round trip to this thread:
+//! Acquiring and releasing a watched lease costs no round trip to this thread, and the
+//! guard and the thread share the lease (one `Arc`, nothing copied):
 //! - a registration is queued, and the thread is woken only when the new lease is due
 //!   before the thread's next wake-up anyway;
+//! - the thread takes a lease into its schedule only when its first renewal is due: one
+//!   released before (a short hold) is dropped from the queue unseen;
 //! - a release flips the lease's cell to `Released` (waiting only if a renewal of that very
 //!   lease is in flight), and the thread skips and forgets released leases when they come
 //!   due, or sooner once many have piled up. No renewal is ever sent after the flip.

@@ -738,7 +738,7 @@ impl Seq {
     }
 
     fn all_keys(spec: &LockSpec, extra: &[String]) -> Vec<String> {
-        let mut k = spec.target.keys.clone();
+        let mut k = spec.target.keys.to_vec();
         k.extend_from_slice(extra);
         k
     }

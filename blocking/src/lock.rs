@@ -252,7 +252,7 @@ impl<'c> LockBuilder<'c> {
         }
         let spec = self.build_spec(token)?;
         // Trying once never takes a place in a line: cache it in that form.
-        let spec = if waiting { spec } else { spec.trying_once() };
+        let spec = if waiting { spec } else { spec.trying_once() }.compact();
         if spec.with_token(spec.token.clone()).is_some() {
             let _ = cache.set(spec.clone());
         }
@@ -472,7 +472,7 @@ impl LockGuard {
 
     fn not_owner(&self, reason: LossReason) -> Error {
         Error::NotOwner {
-            name: self.lease.target.name.clone(),
+            name: self.lease.target.name.to_string(),
             reason,
         }
     }

@@ -236,6 +236,9 @@ pub struct ScriptCall {
     parts: Arc<Parts>,
     /// The value of the owner-token argument ([`Parts::slot`]), if the call has one.
     token: Option<Token>,
+    /// The value of the subject argument ([`Parts::subject`]), if the call has one and it
+    /// is bound.
+    subject: Option<Arc<Vec<u8>>>,
     node: NodeId,
 }
 
@@ -264,6 +267,9 @@ struct Parts {
     keys: usize,
     /// The item that is the owner token: empty in `bytes`, its value is the call's `token`.
     slot: Option<usize>,
+    /// The item bound per use (a job's id, [`ScriptCall::subject_arg`]): empty in `bytes`,
+    /// its value is the call's `subject`.
+    subject: Option<usize>,
 }
 
 impl Parts {
@@ -281,10 +287,10 @@ impl Parts {
             self.bytes.reserve(128);
             self.ends.reserve(8);
         }
-        if let Some(slot) = &mut self.slot
-            && *slot >= i
-        {
-            *slot += 1;
+        for slot in [&mut self.slot, &mut self.subject].into_iter().flatten() {
+            if *slot >= i {
+                *slot += 1;
+            }
         }
         let n = value.len();
         if i == self.ends.len() {
@@ -308,6 +314,9 @@ impl Parts {
     fn replace(&mut self, i: usize, value: &[u8]) {
         if self.slot == Some(i) {
             self.slot = None;
+        }
+        if self.subject == Some(i) {
+            self.subject = None;
         }
         let (start, end) = (self.start(i), self.ends[i]);
         let (old, new) = (end - start, value.len());
@@ -337,6 +346,7 @@ impl ScriptCall {
             script,
             parts: Arc::default(),
             token: None,
+            subject: None,
             node: NodeId::PRIMARY,
         }
     }
@@ -347,8 +357,9 @@ impl ScriptCall {
 
     /// Item `i` (a key, then the arguments), the owner token in its slot.
     fn item(&self, i: usize) -> &[u8] {
-        match &self.token {
-            Some(token) if self.parts.slot == Some(i) => token.as_str().as_bytes(),
+        match (&self.token, &self.subject) {
+            (Some(token), _) if self.parts.slot == Some(i) => token.as_str().as_bytes(),
+            (_, Some(subject)) if self.parts.subject == Some(i) => subject,
             _ => self.parts.item(i),
         }
     }
@@ -405,6 +416,35 @@ impl ScriptCall {
         self.parts.slot.is_some()
     }
 
+    /// Adds an argument whose value is bound per use with
+    /// [`with_subject`](Self::with_subject) (a job's id, known once the job is taken), held
+    /// apart from the shared arguments so that binding it copies nothing. Empty until bound.
+    /// A call has at most one: a second call of this adds nothing.
+    pub fn subject_arg(mut self) -> Self {
+        if self.parts.subject.is_some() {
+            return self;
+        }
+        let parts = self.parts();
+        let at = parts.ends.len();
+        parts.insert(at, b"");
+        parts.subject = Some(at);
+        self
+    }
+
+    /// The same call with `subject` as the argument its [`subject_arg`](Self::subject_arg)
+    /// added (nothing is copied); unchanged if it has none.
+    pub fn with_subject(mut self, subject: &Arc<Vec<u8>>) -> Self {
+        if self.parts.subject.is_some() {
+            self.subject = Some(Arc::clone(subject));
+        }
+        self
+    }
+
+    /// Whether the call has an argument added by [`subject_arg`](Self::subject_arg).
+    pub fn has_subject_arg(&self) -> bool {
+        self.parts.subject.is_some()
+    }
+
     /// Inserts an argument before the others (binds a value known only later, such as the
     /// id of a job taken from a queue).
     pub fn prepend_arg(mut self, arg: impl AsRef<[u8]>) -> Self {
@@ -417,7 +457,10 @@ impl ScriptCall {
     pub fn with_arg(mut self, index: usize, arg: impl AsRef<[u8]>) -> Self {
         if index < self.parts.args() {
             let i = self.parts.keys + index;
-            if self.parts.slot != Some(i) && self.parts.item(i) == arg.as_ref() {
+            if self.parts.slot != Some(i)
+                && self.parts.subject != Some(i)
+                && self.parts.item(i) == arg.as_ref()
+            {
                 return self;
             }
             self.parts().replace(i, arg.as_ref());
@@ -429,7 +472,10 @@ impl ScriptCall {
     pub fn with_last_arg(mut self, arg: impl AsRef<[u8]>) -> Self {
         if self.parts.args() > 0 {
             let i = self.parts.ends.len() - 1;
-            if self.parts.slot != Some(i) && self.parts.item(i) == arg.as_ref() {
+            if self.parts.slot != Some(i)
+                && self.parts.subject != Some(i)
+                && self.parts.item(i) == arg.as_ref()
+            {
                 // Already so: keep sharing the arguments.
                 return self;
             }
@@ -444,6 +490,22 @@ impl ScriptCall {
         self
     }
 
+    /// The same call with no spare capacity in its keys and arguments, if nothing else
+    /// shares them (a call kept for long, such as a held lease's, costs only its bytes).
+    pub fn compact(mut self) -> Self {
+        if let Some(parts) = Arc::get_mut(&mut self.parts) {
+            parts.bytes.shrink_to_fit();
+            parts.ends.shrink_to_fit();
+        }
+        self
+    }
+
+    /// Whether `self` and `other` share their keys and arguments (nothing was copied).
+    #[cfg(test)]
+    pub(crate) fn shares_parts_with(&self, other: &ScriptCall) -> bool {
+        Arc::ptr_eq(&self.parts, &other.parts)
+    }
+
     /// The script called.
     pub fn script(&self) -> &'static Script {
         self.script
@@ -452,7 +514,8 @@ impl ScriptCall {
     fn command(&self, verb: &str, body: &str) -> Command {
         let parts = &*self.parts;
         let token = self.token.as_ref().map_or(0, |t| t.as_str().len());
-        let bytes = body.len() + 4 + parts.bytes.len() + token;
+        let subject = self.subject.as_ref().map_or(0, |s| s.len());
+        let bytes = body.len() + 4 + parts.bytes.len() + token + subject;
         let mut cmd = Command::with_bytes(verb, 2 + parts.ends.len(), bytes)
             .arg(body)
             .int_arg(parts.keys as u64)
@@ -757,6 +820,59 @@ mod owner_arg_tests {
             .skip(2)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect()
+    }
+
+    #[test]
+    fn the_subject_is_bound_without_copying_and_reads_as_a_prepended_argument() {
+        let (a, b) = (Token::new("tok-a").unwrap(), Token::new("tok-b").unwrap());
+        let template = ScriptCall::new(&ECHO)
+            .key("k1")
+            .subject_arg()
+            .owner_arg(&a)
+            .arg("x");
+        assert!(template.has_subject_arg() && template.has_owner_arg());
+        let id = Arc::new(b"job-7".to_vec());
+        let bound = template.clone().with_token(&b).with_subject(&id);
+        assert!(
+            Arc::ptr_eq(&template.parts, &bound.parts),
+            "binding copies nothing"
+        );
+        assert_eq!(wire(&bound), ["1", "k1", "job-7", "tok-b", "x"]);
+        assert_eq!(
+            bound,
+            ScriptCall::new(&ECHO)
+                .key("k1")
+                .owner_arg(&b)
+                .arg("x")
+                .prepend_arg("job-7")
+        );
+        // Appending after binding keeps both slots.
+        let extended = bound.clone().arg("ttl");
+        assert_eq!(wire(&extended), ["1", "k1", "job-7", "tok-b", "x", "ttl"]);
+        // A key added later moves the subject slot along.
+        let moved = bound.key("k2");
+        assert_eq!(wire(&moved), ["2", "k1", "k2", "job-7", "tok-b", "x"]);
+        // Replacing the slot makes it a plain argument.
+        let replaced = template.with_subject(&id).with_arg(0, "plain");
+        assert!(!replaced.has_subject_arg());
+        assert_eq!(wire(&replaced), ["1", "k1", "plain", "tok-a", "x"]);
+    }
+
+    #[test]
+    fn a_compacted_call_keeps_no_spare_capacity_unless_shared() {
+        let call = ScriptCall::new(&ECHO).key("k1").arg("x");
+        assert!(call.parts.bytes.capacity() > call.parts.bytes.len());
+        let same = call.clone().compact();
+        assert!(
+            Arc::ptr_eq(&call.parts, &same.parts),
+            "a shared call is left alone"
+        );
+        assert!(same.parts.bytes.capacity() > same.parts.bytes.len());
+        drop(call);
+        let compact = same.compact();
+        assert_eq!(compact.parts.bytes.capacity(), compact.parts.bytes.len());
+        assert_eq!(compact.parts.ends.capacity(), compact.parts.ends.len());
+        assert_eq!(wire(&compact), ["1", "k1", "x"]);
     }
 
     #[test]

@@ -173,13 +173,14 @@ impl SemaphoreKeys {
             wake: WakeOn::tagged(channel, token.as_str()),
             notify: notify.clone(),
             target: Target {
-                name: name.clone(),
+                name: name.clone().into(),
                 keys: vec![
                     holders.clone(),
                     waiters.clone(),
                     timeouts.clone(),
                     count.clone(),
-                ],
+                ]
+                .into(),
             },
             token,
             ttl,
@@ -188,13 +189,14 @@ impl SemaphoreKeys {
 
     fn target(&self) -> Target {
         Target {
-            name: self.name.clone(),
+            name: self.name.clone().into(),
             keys: vec![
                 self.holders.clone(),
                 self.waiters.clone(),
                 self.timeouts.clone(),
                 self.count.clone(),
-            ],
+            ]
+            .into(),
         }
     }
 }

@@ -1314,7 +1314,7 @@ impl World {
             } => {
                 let seed = self.rng.next_u64();
                 let kind = spec.kind;
-                let name = spec.target.name.clone();
+                let name = spec.target.name.to_string();
                 let script = spec.acquire.script();
                 let waiter_timeout = match kind {
                     LeaseKind::Lock(LockKind::Fair | LockKind::Write) | LeaseKind::Permit => {
@@ -1363,7 +1363,7 @@ impl World {
             }
             Action::RedAcquire { spec, options } => {
                 let seed = self.rng.next_u64();
-                let name = spec.target.name.clone();
+                let name = spec.target.name.to_string();
                 let wait = options.wait.map(micros);
                 let reply = micros(options.node_timeout);
                 match RedLockAcquire::new(spec, options, seed, now_i) {

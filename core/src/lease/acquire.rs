@@ -298,10 +298,9 @@ impl Acquire {
                     self.spec.target.clone()
                 };
                 if let Some(id) = data.first().filter(|_| wants_data) {
-                    calls.release = calls.release.prepend_arg(id);
-                    calls.extend = calls.extend.prepend_arg(id);
-                    calls.inspect = calls.inspect.prepend_arg(id);
-                    target.name = format!("{} job {}", target.name, String::from_utf8_lossy(id));
+                    calls = calls.for_job(id);
+                    target.name =
+                        format!("{} job {}", target.name, String::from_utf8_lossy(id)).into();
                 }
                 let lease = Box::new(Lease {
                     kind: self.spec.kind,
@@ -334,7 +333,7 @@ impl Acquire {
                     None => self.finish(Ok(Acquisition::Busy { holder_ttl })),
                     Some(deadline) if now >= deadline => {
                         let err = Error::Timeout {
-                            name: self.spec.target.name.clone(),
+                            name: self.spec.target.name.to_string(),
                             waited: now.saturating_duration_since(self.started),
                             attempts: self.attempts,
                         };
@@ -400,7 +399,7 @@ impl Acquire {
                 ),
             }),
             Ok(Reply::Int(n)) => Err(Error::ReplicationFailed {
-                name: self.spec.target.name.clone(),
+                name: self.spec.target.name.to_string(),
                 acknowledged: u32::try_from(n).unwrap_or(0),
                 required,
                 timeout,

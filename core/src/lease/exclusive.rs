@@ -90,8 +90,8 @@ impl LockSpec {
             wake: WakeOn::any(&keys.channel),
             notify: keys.notify.clone(),
             target: Target {
-                name: keys.name.clone(),
-                keys: vec![keys.lock, keys.fence],
+                name: keys.name.clone().into(),
+                keys: vec![keys.lock, keys.fence].into(),
             },
             token,
             ttl,

@@ -100,8 +100,8 @@ impl LockSpec {
             wake: WakeOn::tagged(&channel, token.as_str()),
             notify: notify.clone(),
             target: Target {
-                name: name.to_owned(),
-                keys: vec![lock, queue, timeouts, fence],
+                name: name.to_owned().into(),
+                keys: vec![lock, queue, timeouts, fence].into(),
             },
             token,
             ttl,

@@ -194,7 +194,7 @@ pub fn validate_ttl(what: &'static str, ttl: Duration) -> Result<u64, Error> {
 pub(crate) fn error_from_reply(target: &Target, e: ErrorReply) -> Error {
     if e.is("WRONGTYPE") {
         Error::WrongType {
-            name: target.name.clone(),
+            name: target.name.to_string(),
             keys: target.keys.join(", "),
             message: e.message,
         }

@@ -175,7 +175,7 @@ impl ScriptOp<Release> {
     /// Releases `lease`, giving up at `deadline`.
     pub fn release(lease: &Lease, deadline: Instant) -> Self {
         let kind = Release {
-            name: lease.target.name.clone(),
+            name: lease.target.name.to_string(),
             // A job's release is a nack: it answers for its own lost replies.
             lost_reply_was_ours: lease.kind != super::LeaseKind::Job,
         };
@@ -196,7 +196,7 @@ impl ScriptOp<Release> {
     /// settled), never the lock's lost-reply rule.
     pub fn release_with(lease: &Lease, call: ScriptCall, deadline: Instant) -> Self {
         let kind = Release {
-            name: lease.target.name.clone(),
+            name: lease.target.name.to_string(),
             lost_reply_was_ours: false,
         };
         Self::new(
@@ -219,7 +219,7 @@ impl ScriptOp<Extend> {
     pub fn extend(lease: &Lease, ttl: Duration, deadline: Instant) -> Result<Self, Error> {
         let ttl_ms = super::validate_ttl("ttl", ttl)?;
         let kind = Extend {
-            name: lease.target.name.clone(),
+            name: lease.target.name.to_string(),
             ttl,
         };
         let mut call = lease.calls.extend.clone().arg(ttl_ms.to_string());

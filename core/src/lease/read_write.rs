@@ -111,8 +111,8 @@ impl LockSpec {
             wake: WakeOn::any(&channel),
             notify: notify.clone(),
             target: Target {
-                name: name.to_owned(),
-                keys: vec![writer, readers, waiting, fence],
+                name: name.to_owned().into(),
+                keys: vec![writer, readers, waiting, fence].into(),
             },
             token,
             ttl,
@@ -166,8 +166,8 @@ impl LockSpec {
             wake: WakeOn::tagged(&channel, "w"),
             notify: notify.clone(),
             target: Target {
-                name: name.to_owned(),
-                keys: vec![writer, readers, waiting, fence],
+                name: name.to_owned().into(),
+                keys: vec![writer, readers, waiting, fence].into(),
             },
             token,
             ttl,

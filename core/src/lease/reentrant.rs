@@ -104,8 +104,8 @@ impl LockSpec {
             wake: WakeOn::any(&channel),
             notify: notify.clone(),
             target: Target {
-                name: name.to_owned(),
-                keys: vec![hash, fence],
+                name: name.to_owned().into(),
+                keys: vec![hash, fence].into(),
             },
             token: op,
             ttl,

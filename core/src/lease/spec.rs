@@ -6,6 +6,7 @@
 //! [`scripts`](super::scripts), so [`Acquire`](super::Acquire) and
 //! [`ScriptOp`](super::ScriptOp) run them all.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Token, UNDONE_KEEP};
@@ -48,13 +49,24 @@ impl From<LockKind> for LeaseKind {
     }
 }
 
-/// The primitive an operation is about, for error messages.
+/// The primitive an operation is about, for error messages. Cloning it copies nothing (a
+/// lease and each operation on it hold one).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Target {
     /// The name the caller gave.
-    pub name: String,
+    pub name: Arc<str>,
     /// Its keys.
-    pub keys: Vec<String>,
+    pub keys: Arc<[String]>,
+}
+
+impl Target {
+    /// A target named `name` on `keys`.
+    pub fn new(name: impl Into<Arc<str>>, keys: impl Into<Arc<[String]>>) -> Self {
+        Target {
+            name: name.into(),
+            keys: keys.into(),
+        }
+    }
 }
 
 /// The owner-checked calls on a held lease.
@@ -66,6 +78,27 @@ pub struct LeaseCalls {
     pub extend: ScriptCall,
     /// Reports whether the lease is ours and its time left.
     pub inspect: ScriptCall,
+}
+
+impl LeaseCalls {
+    /// The calls on a job's lease, with the job `id` bound as their first argument: held in
+    /// the subject slot of calls built with one (a queue's take, copying nothing), inserted
+    /// in the others.
+    pub(crate) fn for_job(&self, id: &[u8]) -> LeaseCalls {
+        let shared = Arc::new(id.to_vec());
+        let bind = |call: &ScriptCall| {
+            if call.has_subject_arg() {
+                call.clone().with_subject(&shared)
+            } else {
+                call.clone().prepend_arg(id)
+            }
+        };
+        LeaseCalls {
+            release: bind(&self.release),
+            extend: bind(&self.extend),
+            inspect: bind(&self.inspect),
+        }
+    }
 }
 
 /// Everything an acquisition of one lock needs.
@@ -115,13 +148,27 @@ impl LockSpec {
     /// The same lock for another owner `token`: its script calls share their keys and
     /// arguments with this spec's (built once per lock, see
     /// [`ScriptCall::owner_arg`]), and only the token differs. `None` for a spec whose
-    /// calls carry the token in another form (a reentrant lock's op ids, a queue's job).
+    /// calls carry the token in another form (a reentrant lock's op ids, a queue's take spec
+    /// not built by [`queue::take`](crate::queue::take)).
     pub fn with_token(&self, token: Token) -> Option<LockSpec> {
-        let rebindable = matches!(
-            self.kind,
-            LeaseKind::Lock(LockKind::Lease | LockKind::Fair | LockKind::Read | LockKind::Write)
-                | LeaseKind::Permit
-        ) && self.acquire.has_owner_arg();
+        let rebindable = match self.kind {
+            LeaseKind::Lock(
+                LockKind::Lease | LockKind::Fair | LockKind::Read | LockKind::Write,
+            )
+            | LeaseKind::Permit => self.acquire.has_owner_arg(),
+            // A job's calls must all hold the token in its slot (and the id in theirs).
+            LeaseKind::Job => {
+                let calls = &self.calls;
+                [&self.acquire, &calls.release, &calls.extend, &calls.inspect]
+                    .into_iter()
+                    .chain(&self.undo)
+                    .all(ScriptCall::has_owner_arg)
+                    && [&calls.release, &calls.extend, &calls.inspect]
+                        .into_iter()
+                        .all(ScriptCall::has_subject_arg)
+            }
+            LeaseKind::Lock(LockKind::Reentrant) => false,
+        };
         if !rebindable {
             return None;
         }
@@ -150,6 +197,21 @@ impl LockSpec {
             token,
             ttl: self.ttl,
         })
+    }
+
+    /// The same spec with no spare capacity in its calls' keys and arguments
+    /// ([`ScriptCall::compact`]): for a spec kept and bound to many acquisitions, whose
+    /// leases then hold its calls.
+    pub fn compact(mut self) -> Self {
+        self.acquire = self.acquire.compact();
+        self.calls = LeaseCalls {
+            release: self.calls.release.compact(),
+            extend: self.calls.extend.compact(),
+            inspect: self.calls.inspect.compact(),
+        };
+        self.cancel = self.cancel.map(ScriptCall::compact);
+        self.undo = self.undo.map(ScriptCall::compact);
+        self
     }
 
     /// The same lock for an acquisition that tries once: it does not take a place in a line

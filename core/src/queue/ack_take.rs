@@ -106,12 +106,9 @@ impl AckTakeCall {
     /// The lease of the job handed to the next token, as a take would have made it.
     fn lease(&self, id: &[u8], delivery: u64, payload: &[u8], sent_at: Instant) -> Lease {
         let spec = &self.next;
-        let mut calls = spec.calls.clone();
-        calls.release = calls.release.prepend_arg(id);
-        calls.extend = calls.extend.prepend_arg(id);
-        calls.inspect = calls.inspect.prepend_arg(id);
+        let calls = spec.calls.for_job(id);
         let mut target = spec.target.clone();
-        target.name = format!("{} job {}", target.name, String::from_utf8_lossy(id));
+        target.name = format!("{} job {}", target.name, String::from_utf8_lossy(id)).into();
         Lease {
             kind: spec.kind,
             target,
@@ -189,7 +186,7 @@ impl AckAndTake {
     fn target(&self) -> crate::lease::Target {
         crate::lease::Target {
             name: "queue untake".into(),
-            keys: Vec::new(),
+            keys: Vec::new().into(),
         }
     }
 }
@@ -298,7 +295,7 @@ pub fn ack_and_take(
     let call = ack_take_call(keys, id, lease.token.as_str(), &next, settings);
     let undo = next.undo.clone();
     let kind = AckTakeCall {
-        acked: lease.target.name.clone(),
+        acked: lease.target.name.to_string(),
         next,
     };
     let op = ScriptOp::new(

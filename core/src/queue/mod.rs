@@ -80,7 +80,25 @@ struct KeyedCalls {
     inspect: ScriptCall,
     untake: ScriptCall,
     target: Target,
+    /// The take spec for the settings of the first take, bound to each later take's token
+    /// ([`take`]).
+    take: TakeTemplate,
 }
+
+/// A queue's take spec, built by its first take and shared by the takes with the same
+/// settings (a queue's takes usually share them): each binds its token (and, once taken,
+/// the job's id) without copying the keys.
+#[derive(Debug, Clone, Default)]
+struct TakeTemplate(std::sync::OnceLock<(QueueSettings, LockSpec)>);
+
+/// A cache: it does not make two queues' keys differ.
+impl PartialEq for TakeTemplate {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for TakeTemplate {}
 
 impl KeyedCalls {
     fn new(k: &QueueKeys) -> Self {
@@ -144,7 +162,7 @@ impl KeyedCalls {
                 &k.undone,
             ]),
             target: Target {
-                name: format!("queue {}", k.name),
+                name: format!("queue {}", k.name).into(),
                 keys: vec![
                     k.ready.clone(),
                     k.delayed.clone(),
@@ -153,8 +171,10 @@ impl KeyedCalls {
                     k.leases.clone(),
                     k.deliveries.clone(),
                     k.dead.clone(),
-                ],
+                ]
+                .into(),
             },
+            take: TakeTemplate::default(),
         }
     }
 }
@@ -191,10 +211,8 @@ impl QueueKeys {
                 extend: ScriptCall::new(&scripts::JOB_EXTEND),
                 inspect: ScriptCall::new(&scripts::JOB_INSPECT),
                 untake: ScriptCall::new(&scripts::UNTAKE),
-                target: Target {
-                    name: String::new(),
-                    keys: Vec::new(),
-                },
+                target: Target::default(),
+                take: TakeTemplate::default(),
             },
         };
         keys.calls = KeyedCalls::new(&keys);
@@ -362,30 +380,62 @@ pub fn push(
 /// Dropping the lease without an ack returns the job at once (a nack without backoff).
 pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<LockSpec, Error> {
     let visibility_ms = settings.validate()?;
-    let t = token.as_str();
+    let cache = &keys.calls.take.0;
+    if let Some((cached, template)) = cache.get()
+        && cached == settings
+        && let Some(spec) = template.with_token(token.clone())
+    {
+        return Ok(spec);
+    }
+    let spec = take_spec(keys, token, settings, visibility_ms).compact();
+    // Only the first take's settings are kept: a queue's takes usually share them.
+    if cache.get().is_none() {
+        let _ = cache.set((*settings, spec.clone()));
+    }
+    Ok(spec)
+}
+
+/// The take spec, its calls built with the token in their owner slot and, on the lease's
+/// calls, a slot for the job id bound once the job is taken ([`LeaseCalls::for_job`]'s
+/// first argument), so that later takes rebind both without copying
+/// ([`LockSpec::with_token`]).
+fn take_spec(
+    keys: &QueueKeys,
+    token: Token,
+    settings: &QueueSettings,
+    visibility_ms: u64,
+) -> LockSpec {
     let max = settings.max_deliveries.to_string();
-    Ok(LockSpec {
+    let c = &keys.calls;
+    LockSpec {
         kind: LeaseKind::Job,
-        acquire: keys
-            .calls
+        acquire: c
             .dequeue
             .clone()
-            .arg(t)
+            .owner_arg(&token)
             .arg(visibility_ms.to_string())
             .arg(&max),
         calls: LeaseCalls {
-            // The job id is bound as the first argument once known.
-            release: nack_call(keys, t, Duration::ZERO, settings.max_deliveries, ""),
-            extend: keys.calls.extend.clone().arg(t),
-            inspect: keys.calls.inspect.clone().arg(t),
+            // A plain release gives the job back at once: a nack without backoff or reason.
+            release: c
+                .nack
+                .clone()
+                .subject_arg()
+                .owner_arg(&token)
+                .arg("0")
+                .arg(&max)
+                .arg(&keys.notify)
+                .arg(SETTLED_KEEP.as_millis().to_string())
+                .arg(""),
+            extend: c.extend.clone().subject_arg().owner_arg(&token),
+            inspect: c.inspect.clone().subject_arg().owner_arg(&token),
         },
         cancel: None,
         // A take whose reply was lost: give back whatever job was leased to this token.
         undo: Some(
-            keys.calls
-                .untake
+            c.untake
                 .clone()
-                .arg(t)
+                .owner_arg(&token)
                 .arg(&keys.notify)
                 .arg(crate::lease::UNDONE_KEEP.as_millis().to_string()),
         ),
@@ -395,7 +445,7 @@ pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<
         target: keys.target(),
         token,
         ttl: settings.visibility,
-    })
+    }
 }
 
 fn nack_call(
@@ -503,7 +553,7 @@ impl Nack {
 /// `deadline`; owner-checked like a release.
 pub fn nack_op(lease: &crate::lease::Lease, call: ScriptCall, deadline: Instant) -> ScriptOp<Nack> {
     let kind = Nack {
-        name: lease.target.name.clone(),
+        name: lease.target.name.to_string(),
     };
     ScriptOp::new(
         kind,

@@ -1,5 +1,6 @@
 //! The queue's calls and machines driven by scripted replies on virtual time.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::scripts::{
@@ -310,11 +311,63 @@ fn take_spec_is_a_job_lease_woken_by_pushes() {
     assert_eq!(spec.token, token());
     assert_eq!(spec.wake, WakeOn::any(CHANNEL));
     assert_eq!(spec.cancel, None);
-    assert_eq!(spec.target.name, "queue jobs");
+    assert_eq!(&*spec.target.name, "queue jobs");
     for k in [
         READY, DELAYED, PAYLOADS, INFLIGHT, LEASES, DELIVERIES, DEAD_LIST,
     ] {
         assert!(spec.target.keys.iter().any(|t| t == k), "{k}");
+    }
+}
+
+#[test]
+fn a_queues_takes_share_one_spec_bound_to_each_token_and_job() {
+    let keys = keys();
+    let first = take(&keys, token(), &settings()).unwrap();
+    let other = Token::new("other-token").unwrap();
+    let second = take(&keys, other.clone(), &settings()).unwrap();
+    // Bound to its own token, copying neither the calls' keys nor the target's.
+    assert_eq!(second.token, other);
+    for (a, b) in [
+        (&first.acquire, &second.acquire),
+        (&first.calls.release, &second.calls.release),
+        (&first.calls.extend, &second.calls.extend),
+        (&first.calls.inspect, &second.calls.inspect),
+        (first.undo.as_ref().unwrap(), second.undo.as_ref().unwrap()),
+    ] {
+        assert!(a.shares_parts_with(b), "{b:?}");
+    }
+    assert!(Arc::ptr_eq(&first.target.keys, &second.target.keys));
+    // The same calls a spec built afresh for that token has.
+    assert_eq!(
+        second,
+        take(
+            &super::QueueKeys::new(&Keyspace::default(), "jobs").unwrap(),
+            other.clone(),
+            &settings()
+        )
+        .unwrap()
+    );
+    // Other settings: a spec of their own.
+    let longer = QueueSettings {
+        visibility: Duration::from_secs(9),
+        ..settings()
+    };
+    let third = take(&keys, other.clone(), &longer).unwrap();
+    assert_eq!(third.ttl, Duration::from_secs(9));
+    assert!(!third.acquire.shares_parts_with(&first.acquire));
+    // A job's calls hold its id in their slot: as if it had been prepended, without a copy.
+    let calls = second.calls.for_job(b"job-1");
+    assert!(calls.release.shares_parts_with(&second.calls.release));
+    let t = other.as_str();
+    assert_eq!(
+        calls.release,
+        nack(&keys, "job-1", t, Duration::ZERO, settings().max_deliveries)
+    );
+    for call in [&calls.extend, &calls.inspect] {
+        assert_eq!(
+            call_args(call)[2..],
+            strs(&["2", INFLIGHT, LEASES, "job-1", t])
+        );
     }
 }
 

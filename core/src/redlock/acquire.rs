@@ -196,8 +196,8 @@ impl RedLockAcquire {
             let target = std::mem::replace(
                 &mut self.spec.target,
                 crate::lease::Target {
-                    name: String::new(),
-                    keys: Vec::new(),
+                    name: String::new().into(),
+                    keys: Vec::new().into(),
                 },
             );
             let lease = Lease {
@@ -219,7 +219,7 @@ impl RedLockAcquire {
                 granted,
             })));
         }
-        let name = self.spec.target.name.clone();
+        let name = self.spec.target.name.to_string();
         self.last = Some(if granted >= self.options.quorum() {
             // A majority granted it, but so slowly that no validity was left.
             Error::Unavailable {

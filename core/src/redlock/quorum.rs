@@ -78,7 +78,7 @@ impl QuorumOp {
         Ok(QuorumOp {
             outstanding: Outstanding::default(),
             action,
-            name: red.lease.target.name.clone(),
+            name: red.lease.target.name.to_string(),
             nodes: red.nodes,
             node_timeout,
             ids: RequestIds::default(),

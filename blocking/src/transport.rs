@@ -482,14 +482,14 @@ fn shared_thread_pool() -> Arc<ScheduledThreadPool> {
     pool
 }
 
-/// Whether `input` answers a native command that stands in for a script (a lock release's
-/// `DELIFEQ` / `DELEX`): a user not granted it is no misconfiguration, since the machine
-/// falls back to the script (and the driver stops choosing the native command).
+/// Whether `input` answers a request of a batch holding a native command that stands in for
+/// a script (a lock release's `DELIFEQ` / `DELEX`, and the `PUBLISH` beside it): a user not
+/// granted the delete is no misconfiguration, since the machine falls back to the script
+/// (and the driver stops choosing the native command); a refused announcement fails the
+/// release as the script's refused `PUBLISH` does (`Error::Redis`, with the ACL warning).
 fn is_native_step(batch: &Batch, input: &Response) -> bool {
-    batch
-        .requests
-        .iter()
-        .any(|r| r.id == input.id && matches!(r.command.args().get(0), Some(b"DELIFEQ" | b"DELEX")))
+    let native = |r: &Request| matches!(r.command.args().get(0), Some(b"DELIFEQ" | b"DELEX"));
+    batch.requests.iter().any(native) && batch.requests.iter().any(|r| r.id == input.id)
 }
 
 /// Threads of the shared pool: connection attempts in progress at once, across clients

@@ -50,6 +50,9 @@ pub struct NativeRelease {
     sent_at: Option<Instant>,
     deleted: Option<Result<Reply, TransportFailure>>,
     announced: bool,
+    /// The announcement's error reply (e.g. `NOPERM` for a user without the channel): the
+    /// release happened, and fails as the script would (whose `PUBLISH` raises it).
+    announce_error: Option<crate::reply::ErrorReply>,
     outstanding: Outstanding,
     /// The release script: after a `0`, an error reply or a failure, it decides.
     script: ScriptOp<Release>,
@@ -106,6 +109,7 @@ impl NativeRelease {
             sent_at: None,
             deleted: None,
             announced: false,
+            announce_error: None,
             outstanding: Outstanding::default(),
             script: ScriptOp::release(lease, deadline),
             on_script: false,
@@ -133,7 +137,13 @@ impl NativeRelease {
         }
         match self.deleted.take() {
             None => self.outstanding.step(now),
-            Some(Ok(Reply::Int(1))) => Step::Done(Ok(())),
+            Some(Ok(Reply::Int(1))) => match self.announce_error.take() {
+                None => Step::Done(Ok(())),
+                Some(e) => Step::Done(Err(crate::error::Error::Redis {
+                    code: e.code,
+                    message: e.message,
+                })),
+            },
             Some(other) => {
                 // Not ours (or the reply was lost, or the server refused the command): the
                 // script says exactly what happened.
@@ -175,7 +185,12 @@ impl Protocol for NativeRelease {
                 }
                 self.deleted = Some(input.result);
             }
-            ANNOUNCE => self.announced = true,
+            ANNOUNCE => {
+                if let Ok(Reply::Error(e)) = input.result {
+                    self.announce_error = Some(e);
+                }
+                self.announced = true;
+            }
             _ => {}
         }
     }
@@ -256,6 +271,24 @@ mod tests {
         assert!(matches!(m.poll(now), Step::Wait(_)));
         m.handle(Response::reply(ANNOUNCE, Reply::Int(0)), now);
         assert!(matches!(m.poll(now), Step::Done(Ok(()))));
+    }
+
+    /// A user without the channel: the lock is released, and the release fails as the
+    /// script's refused `PUBLISH` makes it fail (an error reply, not success).
+    #[test]
+    fn a_refused_announcement_fails_the_release_after_the_delete() {
+        let now = origin();
+        let lease = lock(&Keyspace::default(), now);
+        let mut m = NativeRelease::new(&lease, NativeDelete::DelIfEq, now + TTL).unwrap();
+        first_batch(&mut m, now);
+        m.handle(Response::reply(DELETE, Reply::Int(1)), now);
+        let refused = ErrorReply::parse("NOPERM No permissions to access a channel");
+        m.handle(Response::reply(ANNOUNCE, Reply::Error(refused)), now);
+        match m.poll(now) {
+            Step::Done(Err(Error::Redis { code, .. })) => assert_eq!(code, "NOPERM"),
+            other => panic!("{other:?}"),
+        }
+        assert!(!m.refused_natively(), "the delete itself was granted");
     }
 
     #[test]

@@ -1027,9 +1027,9 @@ mod tests {
         })
     }
 
-    /// A watchdog's state without its thread (rounds run by the test), on a server that
-    /// does not answer.
-    fn scheduler() -> (Scheduler, Arc<Queue>) {
+    /// A transport to a port nothing listens on, with 100 ms timeouts (renewals fail, which
+    /// the tests using it do not need), and those timeouts.
+    fn unanswered_transport() -> (Arc<crate::transport::Transport>, Duration) {
         let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
         let source = Arc::new(crate::transport::Source::Direct(client));
         let ms = Duration::from_millis(100);
@@ -1040,6 +1040,13 @@ mod tests {
             ms,
             true,
         ));
+        (transport, ms)
+    }
+
+    /// A watchdog's state without its thread (rounds run by the test), on a server that
+    /// does not answer.
+    fn scheduler() -> (Scheduler, Arc<Queue>) {
+        let (transport, ms) = unanswered_transport();
         let queue = Arc::new(Queue {
             pending: Mutex::new(Vec::new()),
             released: AtomicUsize::new(0),
@@ -1144,17 +1151,7 @@ mod tests {
     /// be renewed by the torn state), and the thread goes on serving later leases.
     #[test]
     fn a_panic_in_the_watchdog_reports_its_leases_lost_and_the_thread_goes_on() {
-        // Nothing listens there: renewals fail, which this test does not need.
-        let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
-        let source = Arc::new(crate::transport::Source::Direct(client));
-        let ms = Duration::from_millis(100);
-        let transport = Arc::new(crate::transport::Transport::with_settings(
-            source,
-            &crate::transport::PoolSettings::sized(1),
-            ms,
-            ms,
-            true,
-        ));
+        let (transport, ms) = unanswered_transport();
         let watchdog = Watchdog::start(Node::Redis(transport), Time::Real, ms).unwrap();
         let policy = RenewalPolicy::for_ttl(Duration::from_secs(30));
 

@@ -674,6 +674,12 @@ impl Exchange {
         }
     }
 
+    /// Whether `id` is the request in flight (so that a caller with several exchanges
+    /// hands a response to its own without copying it for the others).
+    pub(crate) fn awaits(&self, id: RequestId) -> bool {
+        matches!(self.state, State::Sent { id: sent, .. } if sent == id)
+    }
+
     /// Takes the outcome of a request; returns whether it was the one in flight.
     pub(crate) fn handle(&mut self, input: Response) -> bool {
         let State::Sent { id, eval } = self.state else {

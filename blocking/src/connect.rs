@@ -376,6 +376,21 @@ pub(crate) fn ask_server_kind(
     }
 }
 
+/// [`ask_server_kind`] on the pool's own connection.
+pub(crate) fn ask_server_kind_on(
+    wire: &mut crate::wire::Wire,
+) -> redis::RedisResult<Option<ServerKind>> {
+    match wire.request(&[b"INFO", b"server"])? {
+        redlease_core::Reply::Bulk(info) => {
+            Ok(ServerKind::from_info(&String::from_utf8_lossy(&info)))
+        }
+        other => {
+            tracing::debug!(reply = %other.describe(), "INFO server refused; the scripts serve every step");
+            Ok(None)
+        }
+    }
+}
+
 /// The reading half of the listener's connection.
 pub(crate) struct ReadHalf(Stream);
 
@@ -587,7 +602,9 @@ pub(crate) fn open_split(
     }
 }
 
-fn connect_tcp(host: &str, port: u16, timeout: Duration) -> io::Result<TcpStream> {
+/// Connects to `host:port` (each address it resolves to in turn, `timeout` for each), with
+/// TCP_NODELAY, reads and writes timing out after `timeout` until the caller changes it.
+pub(crate) fn connect_tcp(host: &str, port: u16, timeout: Duration) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
     for addr in (host, port).to_socket_addrs()? {
         match TcpStream::connect_timeout(&addr, timeout) {

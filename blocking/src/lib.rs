@@ -89,6 +89,7 @@ mod shards;
 mod status;
 mod transport;
 mod watchdog;
+mod wire;
 
 pub use client::{Client, ClientBuilder};
 pub use connect::ConnectionTarget;

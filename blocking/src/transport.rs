@@ -51,6 +51,9 @@ impl Conn {
 /// Both are boxed so that a pooled connection is a few words: it moves into and out of the
 /// pool on every checkout, and a move of the whole `redis::Connection` is a large copy.
 pub(crate) enum Link {
+    /// Our own connection (plain TCP or Unix socket, RESP2): see [`crate::wire`].
+    Own(Box<crate::wire::Wire>),
+    /// The `redis` crate's (TLS, or RESP3 asked for in the URL).
     Single(Box<redis::Connection>),
     Cluster(Box<redis::cluster::ClusterConnection>),
 }
@@ -58,6 +61,7 @@ pub(crate) enum Link {
 impl Link {
     fn set_read_timeout(&self, d: Option<Duration>) -> redis::RedisResult<()> {
         match self {
+            Link::Own(w) => Ok(w.set_read_timeout(d)?),
             Link::Single(c) => c.set_read_timeout(d),
             Link::Cluster(c) => c.set_read_timeout(d),
         }
@@ -65,6 +69,7 @@ impl Link {
 
     fn is_open(&self) -> bool {
         match self {
+            Link::Own(w) => w.is_open(),
             Link::Single(c) => c.is_open(),
             Link::Cluster(c) => c.is_open(),
         }
@@ -72,6 +77,10 @@ impl Link {
 
     fn ping(&mut self) -> redis::RedisResult<()> {
         match self {
+            Link::Own(w) => match w.request(&[b"PING"])? {
+                Reply::Error(e) => Err(redis::make_extension_error(e.code, Some(e.message))),
+                _ => Ok(()),
+            },
             Link::Single(c) => redis::cmd("PING").query(c.as_mut()),
             Link::Cluster(c) => redis::cmd("PING").query(c.as_mut()),
         }
@@ -291,6 +300,10 @@ impl Manager {
             _ => {
                 let client = self.source.client().map_err(|e| (e, None))?;
                 let set_up = || -> redis::RedisResult<Link> {
+                    let info = client.get_connection_info();
+                    if crate::wire::Wire::serves(info) {
+                        return self.set_up_own(info, connect_timeout);
+                    }
                     let mut c = client.get_connection_with_timeout(connect_timeout)?;
                     c.set_read_timeout(Some(self.io_timeout))?;
                     c.set_write_timeout(Some(self.io_timeout))?;
@@ -327,6 +340,34 @@ impl Manager {
             tie,
             out: Vec::new(),
         })
+    }
+
+    /// Opens our own connection to `info` (see [`set_up`](Self::set_up)): connected,
+    /// authenticated and its database selected within `connect_timeout`, then named and
+    /// asked which server it reached, bounded by the io timeout.
+    fn set_up_own(
+        &self,
+        info: &redis::ConnectionInfo,
+        connect_timeout: Duration,
+    ) -> redis::RedisResult<Link> {
+        let mut w = crate::wire::Wire::open(info, connect_timeout)?;
+        w.set_read_timeout(Some(self.io_timeout))?;
+        w.set_write_timeout(Some(self.io_timeout))?;
+        if let Some(name) = &self.client_name {
+            // Best effort, as on the `redis` crate's connections (see `set_up`).
+            match w.request(&[b"CLIENT", b"SETNAME", name.as_bytes()])? {
+                Reply::Error(e) if e.is("NOPERM") => {
+                    tracing::debug!(error = %e.message, "CLIENT SETNAME refused; connections stay unnamed");
+                }
+                Reply::Error(e) => {
+                    return Err(redis::make_extension_error(e.code, Some(e.message)));
+                }
+                _ => {}
+            }
+        }
+        let kind = crate::connect::ask_server_kind_on(&mut w)?;
+        self.setup.server.set(kind);
+        Ok(Link::Own(Box::new(w)))
     }
 
     /// [`set_up`](Self::set_up) within `connect_timeout`, noting whether a failure was a
@@ -885,14 +926,15 @@ impl Transport {
         let Conn {
             inner, out, broken, ..
         } = &mut *conn;
-        let Link::Single(single) = inner else {
-            return fail(TransportFailure::not_sent("no connection"));
-        };
         out.clear();
         for r in requests {
             crate::resp::encode_command(out, &r.command);
         }
-        let sent = single.send_packed_command(out);
+        let sent = match inner {
+            Link::Own(wire) => wire.write_all(out).map_err(redis::RedisError::from),
+            Link::Single(single) => single.send_packed_command(out),
+            Link::Cluster(_) => return fail(TransportFailure::not_sent("no connection")),
+        };
         if out.capacity() > KEEP_OUT {
             *out = Vec::new();
         }
@@ -1163,12 +1205,17 @@ impl Flight {
                 }
                 timeout = left;
             }
-            let Link::Single(single) = &mut conn.inner else {
-                break;
+            let received = match &mut conn.inner {
+                Link::Own(wire) => wire.read_reply().map_err(|e| e.to_string()),
+                Link::Single(single) => single
+                    .recv_response()
+                    .map(adapter::to_reply)
+                    .map_err(|e| e.to_string()),
+                Link::Cluster(_) => break,
             };
-            match single.recv_response() {
-                Ok(value) => {
-                    let reply = reply_of(value);
+            match received {
+                Ok(reply) => {
+                    let reply = noted(reply);
                     // A master demoted by a failover answers READONLY: reconnect (through
                     // the Sentinels, to the new master) next time.
                     // An unauthenticated connection (NOAUTH) must not be reused either: Redis
@@ -1184,7 +1231,7 @@ impl Flight {
                     // A reply may still be in flight: this connection must never be reused.
                     // Written already, so never "not sent", whatever the error.
                     conn.broken = true;
-                    let failure = TransportFailure::no_reply(e.to_string());
+                    let failure = TransportFailure::no_reply(e);
                     inputs.extend(failed_from(i, &failure));
                     return (inputs, None);
                 }
@@ -1210,7 +1257,11 @@ impl Flight {
 
 /// [`adapter::to_reply`], noting an error reply for the diagnostics (a `NOPERM` warns).
 fn reply_of(value: Value) -> Reply {
-    let reply = adapter::to_reply(value);
+    noted(adapter::to_reply(value))
+}
+
+/// `reply`, an error reply noted for the diagnostics (a `NOPERM` warns).
+fn noted(reply: Reply) -> Reply {
     if let Reply::Error(e) = &reply {
         crate::observe::error_reply(&e.code, Some(&e.message));
     }

@@ -201,11 +201,11 @@ pub(crate) fn install_crypto_provider() {
     }
 }
 
-/// The rustls configuration the listener uses, equal to the one the `redis` crate builds
-/// for the pool: the given CA (else the platform's trust store, or webpki-roots with that
-/// feature) and the client certificate if any.
+/// The rustls configuration of the listener and the pool's own TLS connections, equal to
+/// the one the `redis` crate builds for a client: the given CA (else the platform's trust
+/// store, or webpki-roots with that feature) and the client certificate if any.
 #[cfg(feature = "tls-rustls")]
-fn rustls_config(tls: &TlsSettings) -> io::Result<rustls::ClientConfig> {
+pub(crate) fn rustls_config(tls: &TlsSettings) -> io::Result<rustls::ClientConfig> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 

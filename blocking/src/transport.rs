@@ -101,6 +101,10 @@ pub(crate) struct Manager {
     setup: Arc<Setup>,
     /// Given to every new connection with `CLIENT SETNAME`.
     client_name: Option<String>,
+    /// The client's TLS settings, for our own TLS connections (`None`: the `redis`
+    /// crate's), and the configuration made from them.
+    tls: Option<crate::connect::TlsSettings>,
+    tls_config: Arc<crate::wire::TlsConfig>,
 }
 
 /// What the last connection set-up said about the client's configuration, shared by the
@@ -138,6 +142,9 @@ pub(crate) struct PoolSettings {
     pub(crate) max_lifetime: Option<Duration>,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) client_name: Option<String>,
+    /// The client's TLS settings (`None`: TLS connections are the `redis` crate's, made
+    /// with the settings its client holds).
+    pub(crate) tls: Option<crate::connect::TlsSettings>,
 }
 
 impl PoolSettings {
@@ -149,6 +156,7 @@ impl PoolSettings {
             max_lifetime: None,
             idle_timeout: None,
             client_name: None,
+            tls: None,
         }
     }
 }
@@ -301,7 +309,7 @@ impl Manager {
                 let client = self.source.client().map_err(|e| (e, None))?;
                 let set_up = || -> redis::RedisResult<Link> {
                     let info = client.get_connection_info();
-                    if crate::wire::Wire::serves(info) {
+                    if crate::wire::Wire::serves(info, self.tls.as_ref()) {
                         return self.set_up_own(info, connect_timeout);
                     }
                     let mut c = client.get_connection_with_timeout(connect_timeout)?;
@@ -350,7 +358,8 @@ impl Manager {
         info: &redis::ConnectionInfo,
         connect_timeout: Duration,
     ) -> redis::RedisResult<Link> {
-        let mut w = crate::wire::Wire::open(info, connect_timeout)?;
+        let mut w =
+            crate::wire::Wire::open(info, self.tls.as_ref(), &self.tls_config, connect_timeout)?;
         w.set_read_timeout(Some(self.io_timeout))?;
         w.set_write_timeout(Some(self.io_timeout))?;
         if let Some(name) = &self.client_name {
@@ -595,6 +604,8 @@ impl Transport {
             io_timeout,
             setup: Arc::default(),
             client_name: settings.client_name.clone(),
+            tls: settings.tls.clone(),
+            tls_config: Arc::default(),
         };
         // By default connections are made on demand (no eager background connecting to a
         // Redis that may be down) and PINGed on checkout only after being idle (see

@@ -1,10 +1,11 @@
-//! The pool's own connection to a single server (plain TCP or a Unix socket): one socket,
+//! The pool's own connection to a single server (TCP, TLS or a Unix socket): one socket,
 //! one read buffer zeroed once when the connection is made and reused for every reply, and
 //! replies parsed straight into core [`Reply`]s by [`crate::resp::parse`]. It does the
 //! set-up the `redis` crate did for the pool (AUTH, SELECT), speaking RESP2.
 //!
-//! TLS, RESP3 (`?protocol=resp3`) and Redis Cluster connections stay on the `redis` crate
-//! (see `transport::Link`).
+//! RESP3 (`?protocol=resp3`) and Redis Cluster connections stay on the `redis` crate (see
+//! `transport::Link`), and so does TLS when the pool was not given the client's TLS
+//! settings.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -67,6 +68,43 @@ enum Socket {
     Tcp(TcpStream),
     #[cfg(unix)]
     Unix(UnixStream),
+    /// Boxed: the TLS state is large, and a connection moves in and out of the pool.
+    #[cfg(feature = "tls-rustls")]
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+/// The TLS configuration of a pool's connections, made from the client's TLS settings on
+/// the first TLS connection (loading the platform's trust store once, not per connection).
+#[derive(Default)]
+pub(crate) struct TlsConfig {
+    #[cfg(feature = "tls-rustls")]
+    made: std::sync::OnceLock<std::sync::Arc<rustls::ClientConfig>>,
+}
+
+impl std::fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsConfig")
+    }
+}
+
+#[cfg(feature = "tls-rustls")]
+impl TlsConfig {
+    fn get(
+        &self,
+        tls: &crate::connect::TlsSettings,
+    ) -> Result<std::sync::Arc<rustls::ClientConfig>, RedisError> {
+        if let Some(made) = self.made.get() {
+            return Ok(made.clone());
+        }
+        let made = crate::connect::rustls_config(tls).map_err(|e| {
+            RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "bad TLS settings",
+                e.to_string(),
+            ))
+        })?;
+        Ok(self.made.get_or_init(|| std::sync::Arc::new(made)).clone())
+    }
 }
 
 /// A connection to one server, with its read buffer.
@@ -84,25 +122,77 @@ pub(crate) struct Wire {
 impl Wire {
     /// Whether the pool's connection to `info` can be one of these (a plain TCP or Unix
     /// socket address, RESP2); otherwise it is the `redis` crate's.
-    pub(crate) fn serves(info: &ConnectionInfo) -> bool {
-        let plain = match info.addr() {
+    ///
+    /// `tls`: the client's TLS settings, `None` when the pool was not given them (TLS then
+    /// stays the `redis` crate's).
+    pub(crate) fn serves(info: &ConnectionInfo, tls: Option<&crate::connect::TlsSettings>) -> bool {
+        let ours = match info.addr() {
             ConnectionAddr::Tcp(..) => true,
             #[cfg(unix)]
             ConnectionAddr::Unix(_) => true,
+            #[cfg(feature = "tls-rustls")]
+            ConnectionAddr::TcpTls {
+                insecure: false, ..
+            } => tls.is_some(),
             _ => false,
         };
-        plain && !info.redis_settings().protocol().supports_resp3()
+        let _ = tls;
+        ours && !info.redis_settings().protocol().supports_resp3()
     }
 
     /// Connects to `info`'s address and authenticates and selects its database, all
     /// within `timeout` (as the `redis` crate's `get_connection_with_timeout`). Errors are
     /// the `redis` crate's for the same failure: `AuthenticationFailed` for a refused
     /// password, "refused to switch database" for a refused SELECT.
-    pub(crate) fn open(info: &ConnectionInfo, timeout: Duration) -> Result<Wire, RedisError> {
+    ///
+    /// A TLS address is reached with `tls` (the client's settings) and the configuration
+    /// made from them once per pool (`config`).
+    pub(crate) fn open(
+        info: &ConnectionInfo,
+        tls: Option<&crate::connect::TlsSettings>,
+        config: &TlsConfig,
+        timeout: Duration,
+    ) -> Result<Wire, RedisError> {
         let deadline = Instant::now() + timeout;
+        let _ = (tls, config);
         let socket = match info.addr() {
             ConnectionAddr::Tcp(host, port) => {
                 Socket::Tcp(crate::connect::connect_tcp(host, *port, timeout)?)
+            }
+            #[cfg(feature = "tls-rustls")]
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                ..
+            } if tls.is_some() => {
+                let settings = tls.cloned().unwrap_or_default();
+                let config = config.get(&settings)?;
+                let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| {
+                    RedisError::from((
+                        ErrorKind::InvalidClientConfig,
+                        "bad TLS server name",
+                        format!("{host:?}: {e}"),
+                    ))
+                })?;
+                let conn = rustls::ClientConnection::new(config, name)
+                    .map_err(|e| RedisError::from(io::Error::new(io::ErrorKind::InvalidData, e)))?;
+                let sock = crate::connect::connect_tcp(host, *port, timeout)?;
+                let mut stream = rustls::StreamOwned::new(conn, sock);
+                // Each step bounded by what is left of the connect timeout.
+                while stream.conn.is_handshaking() {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(RedisError::from(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "TLS handshake timed out",
+                        )));
+                    }
+                    stream.sock.set_read_timeout(Some(left.max(MIN_TIMEOUT)))?;
+                    stream.sock.set_write_timeout(Some(left.max(MIN_TIMEOUT)))?;
+                    stream.conn.complete_io(&mut stream.sock)?;
+                }
+                Socket::Tls(Box::new(stream))
             }
             #[cfg(unix)]
             ConnectionAddr::Unix(path) => Socket::Unix(UnixStream::connect(path)?),
@@ -199,6 +289,8 @@ impl Wire {
             Socket::Tcp(s) => s.set_read_timeout(d),
             #[cfg(unix)]
             Socket::Unix(s) => s.set_read_timeout(d),
+            #[cfg(feature = "tls-rustls")]
+            Socket::Tls(s) => s.sock.set_read_timeout(d),
         }
     }
 
@@ -208,6 +300,8 @@ impl Wire {
             Socket::Tcp(s) => s.set_write_timeout(d),
             #[cfg(unix)]
             Socket::Unix(s) => s.set_write_timeout(d),
+            #[cfg(feature = "tls-rustls")]
+            Socket::Tls(s) => s.sock.set_write_timeout(d),
         }
     }
 
@@ -217,6 +311,10 @@ impl Wire {
             Socket::Tcp(s) => s.write_all(bytes),
             #[cfg(unix)]
             Socket::Unix(s) => s.write_all(bytes),
+            // rustls' stream ignores a failure to send what it encrypted in `write`;
+            // `flush` sends it, or reports the failure.
+            #[cfg(feature = "tls-rustls")]
+            Socket::Tls(s) => s.write_all(bytes).and_then(|()| s.flush()),
         };
         if written.is_err() {
             self.open = false;
@@ -255,6 +353,8 @@ impl Wire {
                 Socket::Tcp(s) => s.read(&mut self.buf[self.end..]),
                 #[cfg(unix)]
                 Socket::Unix(s) => s.read(&mut self.buf[self.end..]),
+                #[cfg(feature = "tls-rustls")]
+                Socket::Tls(s) => s.read(&mut self.buf[self.end..]),
             };
             match n {
                 Ok(0) => return Err(WireError::Closed),
@@ -310,7 +410,7 @@ mod tests {
 
     fn wire_to(port: u16) -> Wire {
         let info = redis::IntoConnectionInfo::into_connection_info(("127.0.0.1", port)).unwrap();
-        let w = Wire::open(&info, Duration::from_secs(5)).unwrap();
+        let w = Wire::open(&info, None, &TlsConfig::default(), Duration::from_secs(5)).unwrap();
         w.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         w
     }

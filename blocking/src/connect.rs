@@ -233,7 +233,11 @@ pub(crate) fn rustls_config(tls: &TlsSettings) -> io::Result<rustls::ClientConfi
             }
         }
     }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    // The application's process-wide provider if it installed one (as the `redis` crate's
+    // TLS connections did), else `ring`.
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| std::sync::Arc::new(rustls::crypto::ring::default_provider()));
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(io::Error::other)?

@@ -1,6 +1,8 @@
-//! A minimal RESP reader and writer for the pub/sub connection, which needs what the `redis`
-//! crate's blocking `PubSub` does not offer: subscribing from other threads while one thread
-//! reads, and read timeouts that never lose half a message (bytes are buffered here).
+//! A minimal RESP2 reader and writer: for the pub/sub connection, which needs what the
+//! `redis` crate's blocking `PubSub` does not offer (subscribing from other threads while one
+//! thread reads, and read timeouts that never lose half a message: bytes are buffered by the
+//! caller), and for the pool's own connections (`crate::wire`), where replies are read
+//! straight into core [`Reply`]s.
 
 use redlease_core::{Command, ErrorReply, Reply};
 

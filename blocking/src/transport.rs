@@ -1251,6 +1251,12 @@ impl Flight {
         if timeout != io_timeout && conn.inner.set_read_timeout(Some(io_timeout)).is_err() {
             conn.broken = true;
         }
+        if let Link::Own(wire) = &conn.inner
+            && wire.has_unread()
+        {
+            // More came than was asked for: the next batch would read it as its reply.
+            conn.broken = true;
+        }
         if conn.is_stale() {
             // The Sentinels named another master while (or before) these commands ran: what
             // the demoted master answered does not hold for the service (its writes are
@@ -1277,4 +1283,96 @@ fn noted(reply: Reply) -> Reply {
         crate::observe::error_reply(&e.code, Some(&e.message));
     }
     reply
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    /// A scripted server (not Redis: it answers `INFO` with a bulk string naming no version,
+    /// and every other request with `extra`), on every connection it is given, until the
+    /// test ends.
+    fn scripted(extra: &'static [u8]) -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for s in listener.incoming() {
+                let Ok(mut s) = s else { return };
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = s.read(&mut buf)
+                        && n > 0
+                    {
+                        let asked = &buf[..n];
+                        let answer: &[u8] = if asked.windows(4).any(|w| w == b"INFO") {
+                            b"$7\r\nunknown\r\n"
+                        } else {
+                            extra
+                        };
+                        if s.write_all(answer).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    fn transport_to(port: u16) -> Transport {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+        let secs = Duration::from_secs(5);
+        Transport::with_settings(
+            Arc::new(Source::Direct(client)),
+            &PoolSettings::sized(1),
+            secs,
+            secs,
+            false,
+        )
+    }
+
+    fn ping_batch() -> Batch {
+        let request = Request {
+            id: RequestId(7),
+            command: redlease_core::Command::new("PING"),
+        };
+        Batch::new(vec![request], Instant::now() + Duration::from_secs(5))
+    }
+
+    /// A connection on which more replies came than requests were sent is never handed out
+    /// again: the next batch would take the extra reply for its own.
+    #[test]
+    fn a_connection_with_an_unasked_reply_is_not_reused() {
+        let transport = transport_to(scripted(b":1\r\n:2\r\n"));
+        let inputs = transport.execute(&ping_batch());
+        assert_eq!(inputs, vec![Response::reply(RequestId(7), Reply::Int(1))]);
+        assert_eq!(transport.pool_state().0, 0, "the connection was dropped");
+    }
+
+    /// The same server answering one reply per request keeps its connection pooled (the
+    /// test above fails for the reason it names).
+    #[test]
+    fn a_connection_in_step_is_reused() {
+        let transport = transport_to(scripted(b":1\r\n"));
+        for _ in 0..3 {
+            let inputs = transport.execute(&ping_batch());
+            assert_eq!(inputs, vec![Response::reply(RequestId(7), Reply::Int(1))]);
+        }
+        assert_eq!(transport.pool_state(), (1, 1, 1));
+    }
+
+    /// Bytes that are not RESP: the request has no reply (its outcome is unknown, never
+    /// "not sent") and the connection is dropped.
+    #[test]
+    fn a_protocol_error_is_no_reply_and_drops_the_connection() {
+        let transport = transport_to(scripted(b"!garbage\r\n"));
+        let inputs = transport.execute(&ping_batch());
+        assert!(
+            matches!(&inputs[..], [Response { result: Err(f), .. }] if f.kind == FailureKind::NoReply),
+            "{inputs:?}"
+        );
+        assert_eq!(transport.pool_state().0, 0);
+    }
 }

@@ -283,6 +283,12 @@ impl Wire {
         self.open
     }
 
+    /// Whether bytes arrived that no request asked for (after every reply of a batch was
+    /// read): the connection is out of step with its requests and must not be used again.
+    pub(crate) fn has_unread(&self) -> bool {
+        self.start < self.end
+    }
+
     /// Sets how long one read may block (`None`: forever).
     pub(crate) fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
         match &self.socket {
@@ -435,6 +441,7 @@ mod tests {
             Reply::Array(vec![Reply::Bulk(b"a".to_vec()), Reply::Nil])
         );
         assert!(w.is_open());
+        assert!(!w.has_unread());
         // The big reply's buffer was given back once drained.
         assert_eq!(w.buf.len(), READ_BUF);
         drop(w);
@@ -446,6 +453,7 @@ mod tests {
         let (server, port) = serve(vec![b"+OK\r\n?what\r\n".to_vec()]);
         let mut w = wire_to(port);
         assert_eq!(w.read_reply().unwrap(), Reply::Status("OK".into()));
+        assert!(w.has_unread(), "the garbage arrived with the reply");
         assert!(matches!(w.read_reply(), Err(WireError::Protocol(_))));
         assert!(!w.is_open());
         drop(w);

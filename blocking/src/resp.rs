@@ -20,14 +20,26 @@ pub(crate) fn encode(args: &[&[u8]]) -> Vec<u8> {
 /// `redis` crate packs for the same arguments (so a batch is written without building a
 /// `redis::Cmd` per command).
 pub(crate) fn encode_command(out: &mut Vec<u8>, command: &Command) {
+    let args = command.args();
     let mut size = 16;
-    for a in command.args() {
+    for a in args.iter() {
         size += a.len() + 16;
     }
     out.reserve(size);
-    push_header(out, b'*', command.args().len());
-    for a in command.args() {
-        push_header(out, b'$', a.len());
+    push_header(out, b'*', args.len());
+    for a in args {
+        // The common case, a length below 100, in one store: `$<len>\r\n`.
+        match a.len() {
+            n @ 0..10 => out.extend_from_slice(&[b'$', b'0' + n as u8, b'\r', b'\n']),
+            n @ 10..100 => out.extend_from_slice(&[
+                b'$',
+                b'0' + (n / 10) as u8,
+                b'0' + (n % 10) as u8,
+                b'\r',
+                b'\n',
+            ]),
+            n => push_header(out, b'$', n),
+        }
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
     }

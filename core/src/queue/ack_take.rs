@@ -2,7 +2,7 @@
 //! jobs.
 //!
 //! ```text
-//!   AckAndTake ──EVALSHA ack_take──► {ack, 1, delivery, id, payload} ──► Done { ack, Taken(next) }
+//!   AckAndTake ──EVALSHA ack_take──► {ack, delivery, id, payload} ─────► Done { ack, Taken(next) }
 //!     │    ▲                         {ack, 0, ms | -2} ────────────────► Done { ack, Empty }
 //!     │    └── no reply: send again (same tokens: the script finds the settled ack and
 //!     │        the job already leased to the next token, so nothing happens twice)
@@ -86,15 +86,12 @@ impl OpKind for AckTakeCall {
             _ => return None,
         };
         let next = match rest {
-            [
-                Reply::Int(1),
-                Reply::Int(delivery),
-                Reply::Bulk(id),
-                Reply::Bulk(payload),
-            ] if *delivery >= 1 => match self.job(id, *delivery as u64, payload, sent_at) {
-                Ok(job) => Take::Taken(Box::new(job)),
-                Err(e) => return Some(Err(e)),
-            },
+            [Reply::Int(delivery), Reply::Bulk(id), Reply::Bulk(payload)] if *delivery >= 1 => {
+                match self.job(id, *delivery as u64, payload, sent_at) {
+                    Ok(job) => Take::Taken(Box::new(job)),
+                    Err(e) => return Some(Err(e)),
+                }
+            }
             [Reply::Int(0), Reply::Int(ms)] => Take::Empty {
                 next_due_in: u64::try_from(*ms).ok().map(Duration::from_millis),
             },

@@ -409,16 +409,13 @@ impl OpKind for Push {
     const RETRY_LOST_REPLY: bool = false;
 
     fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<Vec<Pushed>, Error>> {
-        let flags = reply.as_array()?;
-        if flags.len() != self.ids.len() {
-            return None;
-        }
+        let flags = pushed_flags(reply, self.ids.len())?;
         let out = flags
             .iter()
             .zip(&self.ids)
-            .map(|(flag, id)| match flag.as_int()? {
-                1 => Some(Pushed::Queued(id.clone())),
-                0 => Some(Pushed::Duplicate(id.clone())),
+            .map(|(flag, id)| match flag {
+                b'1' => Some(Pushed::Queued(id.clone())),
+                b'0' => Some(Pushed::Duplicate(id.clone())),
                 _ => None,
             })
             .collect::<Option<Vec<_>>>()?;
@@ -472,14 +469,20 @@ impl OpKind for PushNew {
     const RETRY_LOST_REPLY: bool = false;
 
     fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<bool, Error>> {
-        match reply.as_array()? {
-            [flag] => match flag.as_int()? {
-                1 => Some(Ok(true)),
-                0 => Some(Ok(false)),
-                _ => None,
-            },
+        match pushed_flags(reply, 1)? {
+            b"1" => Some(Ok(true)),
+            b"0" => Some(Ok(false)),
             _ => None,
         }
+    }
+}
+
+/// The push script's answer for `count` jobs: one character per job (`1` pushed, `0`
+/// duplicate); `None` for any other reply.
+fn pushed_flags(reply: &Reply, count: usize) -> Option<&[u8]> {
+    match reply {
+        Reply::Bulk(flags) if flags.len() == count => Some(flags),
+        _ => None,
     }
 }
 

@@ -111,7 +111,7 @@ fn push_sends_keys_then_delay_priority_channel_and_id_payload_pairs() {
     .unwrap();
     let mut s = Scenario::new(op, now);
     // One flag per job, in order: the ids are the client's.
-    let r = s.answer(ints(&[1, 0]));
+    let r = s.answer(bulk(b"10"));
     let a = args(&r);
     assert_eq!(
         a[..11],
@@ -140,7 +140,7 @@ fn push_without_delay_sends_zero_and_the_default_priority() {
     let now = origin();
     let op = push(&keys(), &[job("x", b"")], 0, Duration::ZERO, deadline(now)).unwrap();
     let mut s = Scenario::new(op, now);
-    let r = s.answer(ints(&[1]));
+    let r = s.answer(bulk(b"1"));
     assert_eq!(args(&r)[8..], strs(&["0", "0", CHANNEL, "x", ""]));
     assert_eq!(s.expect_done(), Ok(vec![Pushed::Queued("x".into())]));
     // The highest priority and a sub-millisecond delay (rounded down to whole ms).
@@ -153,7 +153,7 @@ fn push_without_delay_sends_zero_and_the_default_priority() {
     )
     .unwrap();
     let mut s = Scenario::new(op, now);
-    let r = s.answer(ints(&[1]));
+    let r = s.answer(bulk(b"1"));
     assert_eq!(args(&r)[8..10], strs(&["2", "255"]));
 }
 
@@ -164,15 +164,16 @@ fn push_replies_of_the_wrong_shape_are_unexpected() {
         Reply::Int(1),
         Reply::Status("OK".into()),
         // One flag for two jobs, three flags for two jobs; the flags and ids of the script
-        // before it stopped echoing the ids.
-        ints(&[1]),
-        ints(&[1, 1, 1]),
+        // before it stopped echoing the ids, a list of flags.
+        bulk(b"1"),
+        bulk(b"111"),
         Reply::Array(vec![Reply::Int(1), bulk(b"a"), Reply::Int(1), bulk(b"b")]),
-        // An outcome other than 0 or 1, or not a number.
-        ints(&[2, 1]),
-        ints(&[1, -1]),
-        Reply::Array(vec![Reply::Nil, Reply::Int(1)]),
-        Reply::Array(vec![Reply::Status("OK".into()), Reply::Int(1)]),
+        ints(&[1, 1]),
+        // An outcome other than 0 or 1.
+        bulk(b"21"),
+        bulk(b"1 "),
+        bulk(b""),
+        Reply::Status("11".into()),
     ];
     for shape in shapes {
         let now = origin();
@@ -203,11 +204,11 @@ fn push_new_sends_what_a_push_of_one_ready_job_sends_and_reads_its_flag() {
         deadline(now),
     )
     .unwrap();
-    let expected = args(&Scenario::new(plain, now).answer(ints(&[1])));
-    for (flag, queued) in [(1, true), (0, false)] {
+    let expected = args(&Scenario::new(plain, now).answer(bulk(b"1")));
+    for (flag, queued) in [(b"1", true), (b"0", false)] {
         let op = push_new(&keys(), &id, payload.clone(), deadline(now));
         let mut s = Scenario::new(op, now);
-        let r = s.answer(ints(&[flag]));
+        let r = s.answer(bulk(flag));
         assert_eq!(args(&r), expected);
         assert_eq!(r.command.args()[12], payload);
         assert_eq!(s.expect_done(), Ok(queued));
@@ -215,8 +216,9 @@ fn push_new_sends_what_a_push_of_one_ready_job_sends_and_reads_its_flag() {
     // Other shapes are not an answer.
     for shape in [
         Reply::Int(1),
-        ints(&[1, 1]),
-        ints(&[2]),
+        ints(&[1]),
+        bulk(b"11"),
+        bulk(b"2"),
         Reply::Array(vec![Reply::Int(1), bulk(id.as_str().as_bytes())]),
         Reply::Nil,
     ] {
@@ -1164,7 +1166,7 @@ fn a_push_whose_reply_was_lost_is_not_sent_again() {
     let mut s = Scenario::new(op, now);
     s.fail(TransportFailure::not_sent("refused"));
     s.sleep_through();
-    s.answer(ints(&[1]));
+    s.answer(bulk(b"1"));
     assert_eq!(s.expect_done(), Ok(vec![Pushed::Queued("once".into())]));
 }
 
@@ -1342,7 +1344,7 @@ fn acked_and(ack: i64, rest: Vec<Reply>) -> Reply {
 }
 
 fn handed(delivery: i64, id: &[u8], payload: &[u8]) -> Vec<Reply> {
-    vec![Reply::Int(1), Reply::Int(delivery), bulk(id), bulk(payload)]
+    vec![Reply::Int(delivery), bulk(id), bulk(payload)]
 }
 
 #[test]
@@ -1522,10 +1524,9 @@ fn a_reply_not_understood_gives_back_what_the_next_token_may_hold() {
         ints(&[1, 1, 2]),
         acked_and(7, handed(1, b"n", b"")),
         acked_and(1, handed(0, b"n", b"")),
-        acked_and(
-            1,
-            vec![Reply::Int(1), Reply::Int(1), bulk(b"\xff"), bulk(b"")],
-        ),
+        acked_and(1, handed(1, b"\xff", b"")),
+        // The shape of the script before it dropped the "taken" flag.
+        acked_and(1, vec![Reply::Int(1), Reply::Int(1), bulk(b"n"), bulk(b"")]),
     ] {
         let (_, mut s) = acking_and_taking();
         s.answer(bad.clone());

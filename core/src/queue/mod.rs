@@ -315,9 +315,20 @@ impl QueueKeys {
     }
 }
 
-/// The name of the lease of job `id`, `prefix` being `queue <name> job ` (in errors about it).
+/// The name of the lease of job `id`, `prefix` being `queue <name> job ` (in errors about it):
+/// put together on the stack when it is short, so that it costs one allocation.
 fn job_name(prefix: &str, id: &str) -> std::sync::Arc<str> {
-    let mut name = String::with_capacity(prefix.len() + id.len());
+    let mut buf = [0u8; 160];
+    let len = prefix.len() + id.len();
+    if let Some(name) = buf.get_mut(..len) {
+        let (head, tail) = name.split_at_mut(prefix.len());
+        head.copy_from_slice(prefix.as_bytes());
+        tail.copy_from_slice(id.as_bytes());
+        if let Ok(name) = std::str::from_utf8(name) {
+            return name.into();
+        }
+    }
+    let mut name = String::with_capacity(len);
     name.push_str(prefix);
     name.push_str(id);
     name.into()

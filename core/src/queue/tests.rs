@@ -1599,3 +1599,14 @@ fn ack_and_take_binds_tokens_of_any_length_and_the_settings_of_each_call() {
     let r = Scenario::new(op, now).answer(acked_and(1, handed(1, b"n", b"")));
     assert_eq!(args(&r), call_args(&call));
 }
+
+#[test]
+fn a_job_leases_name_is_the_queue_then_the_id_however_long() {
+    let long = "é".repeat(MAX_ID_LEN / 2);
+    for id in ["j", "x".repeat(140).as_str(), long.as_str()] {
+        assert_eq!(
+            &*job_name("queue jobs job ", id),
+            format!("queue jobs job {id}")
+        );
+    }
+}

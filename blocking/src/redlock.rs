@@ -170,6 +170,7 @@ impl RedLockBuilder {
                 })?;
                 let mut settings = crate::transport::PoolSettings::sized(self.pool_size);
                 settings.client_name = Some(self.client_name.clone());
+                settings.tls = Some(self.tls.clone());
                 Ok(Node::Redis(Arc::new(Transport::with_settings(
                     std::sync::Arc::new(crate::transport::Source::Direct(redis)),
                     &settings,

@@ -24,11 +24,16 @@ pub struct Script {
 }
 
 /// The Lua prelude shared by the scripts: each part defines local functions, and a script
-/// is its parts (in the order given to [`script!`](crate::script!)) followed by its body.
+/// is its parts (in the order given to [`script!`](crate::script!)) followed by its body, or
+/// its body with the parts spliced in after a line `--@prelude` ([`PRELUDE_MARK`]).
 /// Only the parts a script calls are included (a unit test checks both ways), so that no
 /// script pays for closures it never uses: each local function is created on every call
-/// (measured on Redis 7.0 with `scripts/cpu.sh`-style callgrind runs: the prelude costs the
+/// (measured on Redis 7.0 with `scripts/cpu.sh`-style callgrind runs: the prelude cost the
 /// lease acquire script about 2,500 server instructions of 45,000, its release about 600).
+/// That is why a script whose fast path needs none of them puts the mark inside the branch
+/// that does (Lua scopes the functions to that block), and why the hottest scripts (the
+/// lease acquire, the permit acquire) spell their few helper steps out in their body
+/// instead (`tests/scripts.rs` holds both forms to the same table of cases).
 pub mod prelude {
     /// `notify(channel, message)`: `PUBLISH`, or `SPUBLISH` for a channel given as
     /// `{shard}<name>` (Redis Cluster shard channels).
@@ -52,6 +57,61 @@ pub mod prelude {
     pub const READY: &str = include_str!("lua/prelude/ready.lua");
 }
 
+/// The line after which [`script!`](crate::script!) splices a script's prelude parts into its
+/// body (a Lua comment, kept in the source); without it the parts come first.
+pub const PRELUDE_MARK: &str = "--@prelude\n";
+
+/// Where the prelude parts go in `body`: just after [`PRELUDE_MARK`], else at 0.
+#[doc(hidden)]
+pub const fn splice_at(body: &str) -> usize {
+    let (b, m) = (body.as_bytes(), PRELUDE_MARK.as_bytes());
+    let mut at = 0;
+    while at + m.len() <= b.len() {
+        let mut j = 0;
+        while j < m.len() && b[at + j] == m[j] {
+            j += 1;
+        }
+        if j == m.len() && (at == 0 || b[at - 1] == b'\n') {
+            return at + m.len();
+        }
+        at += 1;
+    }
+    0
+}
+
+/// `body` with `parts` joined and spliced in at [`splice_at`] (for [`script!`](crate::script!));
+/// `N` is their total length.
+#[doc(hidden)]
+pub const fn assemble<const N: usize>(parts: &[&str], body: &str) -> [u8; N] {
+    let at = splice_at(body);
+    let b = body.as_bytes();
+    let mut out = [0u8; N];
+    let mut n = 0;
+    let mut i = 0;
+    while i < at && n < N {
+        out[n] = b[i];
+        n += 1;
+        i += 1;
+    }
+    let mut p = 0;
+    while p < parts.len() {
+        let bytes = parts[p].as_bytes();
+        let mut j = 0;
+        while j < bytes.len() && n < N {
+            out[n] = bytes[j];
+            n += 1;
+            j += 1;
+        }
+        p += 1;
+    }
+    while i < b.len() && n < N {
+        out[n] = b[i];
+        n += 1;
+        i += 1;
+    }
+    out
+}
+
 /// The length of `parts` joined (for [`script!`](crate::script!)).
 #[doc(hidden)]
 pub const fn joined_len(parts: &[&str]) -> usize {
@@ -62,25 +122,6 @@ pub const fn joined_len(parts: &[&str]) -> usize {
         i += 1;
     }
     len
-}
-
-/// `parts` joined, as bytes (for [`script!`](crate::script!)); `N` is their total length.
-#[doc(hidden)]
-pub const fn join<const N: usize>(parts: &[&str]) -> [u8; N] {
-    let mut out = [0u8; N];
-    let mut at = 0;
-    let mut i = 0;
-    while i < parts.len() {
-        let bytes = parts[i].as_bytes();
-        let mut j = 0;
-        while j < bytes.len() && at < N {
-            out[at] = bytes[j];
-            at += 1;
-            j += 1;
-        }
-        i += 1;
-    }
-    out
 }
 
 /// Text built at compile time from valid UTF-8 (joined `&str`s, or hex digits).
@@ -199,21 +240,33 @@ const fn sha1(data: &[u8]) -> [u8; 20] {
 
 /// Builds a [`Script`] at compile time: `script!(name, [prelude parts...], body)`, where
 /// the parts are constants of [`prelude`] and the body is usually
-/// `include_str!("lua/<name>.lua")`. The source is the parts then the body; the SHA-1 is
-/// computed from it by [`sha1_hex`].
+/// `include_str!("lua/<name>.lua")`. The source is the parts then the body, or, when the
+/// body has a line `--@prelude` ([`PRELUDE_MARK`]), the body with the parts spliced in
+/// after that line (so that only the branch that needs them creates their closures); the
+/// SHA-1 is computed from it by [`sha1_hex`].
 ///
 /// ```
 /// use redlease_core::script::{prelude::NOW_MS, Script};
 /// static NOW: Script = redlease_core::script!("now", [NOW_MS], "return now_ms()\n");
 /// assert!(NOW.source.starts_with(NOW_MS) && NOW.source.ends_with("return now_ms()\n"));
 /// assert_eq!(NOW.sha1.len(), 40);
+/// static LATE: Script = redlease_core::script!(
+///     "late",
+///     [NOW_MS],
+///     "if ARGV[1] then\n--@prelude\nreturn now_ms()\nend\nreturn 0\n"
+/// );
+/// assert_eq!(
+///     LATE.source,
+///     format!("if ARGV[1] then\n--@prelude\n{NOW_MS}return now_ms()\nend\nreturn 0\n")
+/// );
 /// ```
 #[macro_export]
 macro_rules! script {
     ($name:expr, [$($part:expr),* $(,)?], $body:expr $(,)?) => {{
-        const PARTS: &[&str] = &[$($part,)* $body];
-        const LEN: usize = $crate::script::joined_len(PARTS);
-        const SOURCE: [u8; LEN] = $crate::script::join::<LEN>(PARTS);
+        const PARTS: &[&str] = &[$($part,)*];
+        const BODY: &str = $body;
+        const LEN: usize = $crate::script::joined_len(PARTS) + BODY.len();
+        const SOURCE: [u8; LEN] = $crate::script::assemble::<LEN>(PARTS, BODY);
         const SHA1: [u8; 40] = $crate::script::sha1_hex(&SOURCE);
         $crate::script::Script {
             name: $name,

@@ -411,20 +411,43 @@ impl ScriptCall {
     /// three. `args` beyond this call's arguments takes them all.
     pub fn sharing(&self, script: &'static Script, args: usize) -> ScriptCall {
         let len = self.parts.keys.saturating_add(args).min(self.len());
-        let view = if len == self.parts.ends.len() {
-            None
-        } else {
-            // More than u16::MAX items: share them all rather than lose some.
-            u16::try_from(len).ok()
-        };
-        ScriptCall {
+        let mut call = ScriptCall {
             script,
             parts: Arc::clone(&self.parts),
             token: self.token.clone(),
             subject: self.subject.clone(),
             node: self.node,
-            view,
+            view: None,
+        };
+        if len < self.parts.ends.len() {
+            match u16::try_from(len) {
+                Ok(len) => call.view = Some(len),
+                // Too many items to count in a view: a copy of the prefix.
+                Err(_) => call.own_prefix(len),
+            }
         }
+        call
+    }
+
+    /// Makes the first `len` items the call's own (copied), dropping the others.
+    fn own_prefix(&mut self, len: usize) {
+        let end = if len == 0 {
+            0
+        } else {
+            self.parts.ends[len - 1]
+        };
+        let mut bytes = Vec::with_capacity(end + 64);
+        bytes.extend_from_slice(&self.parts.bytes[..end]);
+        let mut ends = Vec::with_capacity(len + 4);
+        ends.extend_from_slice(&self.parts.ends[..len]);
+        self.parts = Arc::new(Parts {
+            bytes,
+            ends,
+            keys: self.parts.keys,
+            slot: self.parts.slot.filter(|&i| i < len),
+            subject: self.parts.subject.filter(|&i| i < len),
+        });
+        self.view = None;
     }
 
     /// How many items (keys, then arguments) the call has.
@@ -449,24 +472,8 @@ impl ScriptCall {
 
     /// The items to change, copied first if shared (only the call's own, for a prefix).
     fn parts(&mut self) -> &mut Parts {
-        if let Some(len) = self.view.take() {
-            let len = usize::from(len);
-            let end = if len == 0 {
-                0
-            } else {
-                self.parts.ends[len - 1]
-            };
-            let mut bytes = Vec::with_capacity(end + 64);
-            bytes.extend_from_slice(&self.parts.bytes[..end]);
-            let mut ends = Vec::with_capacity(len + 4);
-            ends.extend_from_slice(&self.parts.ends[..len]);
-            self.parts = Arc::new(Parts {
-                bytes,
-                ends,
-                keys: self.parts.keys,
-                slot: self.parts.slot.filter(|&i| i < len),
-                subject: self.parts.subject.filter(|&i| i < len),
-            });
+        if let Some(len) = self.view {
+            self.own_prefix(usize::from(len));
         }
         Arc::make_mut(&mut self.parts)
     }

@@ -315,23 +315,33 @@ impl QueueKeys {
     }
 }
 
-/// The name of the lease of job `id`, `prefix` being `queue <name> job ` (in errors about it):
-/// put together on the stack when it is short, so that it costs one allocation.
+/// The name of the lease of job `id`, `prefix` being `queue <name> job ` (in errors about it).
 fn job_name(prefix: &str, id: &str) -> std::sync::Arc<str> {
+    joined(&[prefix, id])
+}
+
+/// The name of the lease of job `id` taken from the queue named `queue` (`queue <name>`, the
+/// take's target): `queue <name> job <id>`.
+pub(crate) fn lease_name(queue: &str, id: &[u8]) -> std::sync::Arc<str> {
+    joined(&[queue, " job ", &String::from_utf8_lossy(id)])
+}
+
+/// `parts` joined, put together on the stack when short, so that it costs one allocation.
+fn joined(parts: &[&str]) -> std::sync::Arc<str> {
     let mut buf = [0u8; 160];
-    let len = prefix.len() + id.len();
-    if let Some(name) = buf.get_mut(..len) {
-        let (head, tail) = name.split_at_mut(prefix.len());
-        head.copy_from_slice(prefix.as_bytes());
-        tail.copy_from_slice(id.as_bytes());
-        if let Ok(name) = std::str::from_utf8(name) {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    if len <= buf.len() {
+        let mut at = 0;
+        for part in parts {
+            buf[at..at + part.len()].copy_from_slice(part.as_bytes());
+            at += part.len();
+        }
+        // Whole strings, one after another: UTF-8.
+        if let Ok(name) = std::str::from_utf8(&buf[..len]) {
             return name.into();
         }
     }
-    let mut name = String::with_capacity(len);
-    name.push_str(prefix);
-    name.push_str(id);
-    name.into()
+    parts.concat().into()
 }
 
 /// The token held in the owner slot of a call template until a real one is bound: a random

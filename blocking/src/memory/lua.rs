@@ -18,11 +18,14 @@ use redlease_core::{ErrorReply, Reply};
 use super::commands::{self, Ctx, err, format_g17};
 
 /// Redis' sandbox: no file access, globals read-only, reading an unknown global an error,
-/// `redis.error_reply` / `redis.status_reply` as Redis 7.0 defines them.
+/// `redis.error_reply` / `redis.status_reply` and `redis.REDIS_VERSION(_NUM)` as Redis 7.0
+/// defines them (scripts may take a path only 7.0+ has: `SET NX GET`).
 const PRELUDE: &str = r#"
 dofile = nil
 loadfile = nil
 redis = {}
+redis.REDIS_VERSION = '7.0.0'
+redis.REDIS_VERSION_NUM = 0x070000
 redis.status_reply = function(s)
   return {ok = s}
 end

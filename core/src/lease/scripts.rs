@@ -12,16 +12,12 @@ use crate::script::Script;
 use crate::script::prelude::*;
 
 /// `lua/acquire.lua`
-pub static ACQUIRE: Script = script!(
-    "lease_acquire",
-    [NOW_MS, NOW_US, FENCE, UNDONE],
-    include_str!("lua/acquire.lua")
-);
+pub static ACQUIRE: Script = script!("lease_acquire", [], include_str!("lua/acquire.lua"));
 
 /// `lua/release.lua`
 pub static RELEASE: Script = script!(
     "lease_release",
-    [NOW_MS, REMEMBER, NOTIFY],
+    [NOW_MS, REMEMBER],
     include_str!("lua/release.lua")
 );
 

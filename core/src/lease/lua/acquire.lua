@@ -7,25 +7,81 @@
 -- (restart without persistence, an older snapshot, failover to a lagging replica) cannot
 -- issue a fence at or below one issued before, as long as the server clock reads later than
 -- it did when those were issued. Fences stay exact integers (below 2^53) until about 2255.
--- Read every key once before writing any (a wrong type fails before any write).
-local holder = redis.call('GET', KEYS[1])
-if holder and holder ~= ARGV[1] then
-  -- Another holder's: this path writes nothing, so it reads nothing more (a waiter's
-  -- retry costs two calls).
-  return {0, redis.call('PTTL', KEYS[1])}
+-- Nothing is changed unless the lock is granted: a wrong type in any key, a foreign counter
+-- or an undone acquisition leave every key as it was.
+-- The hottest script: the prelude's undone, fence_counter and issue_fence steps are spelled
+-- out here (a helper costs a closure per call), with one TIME at most.
+local holder, last, undone
+local set_get = redis.REDIS_VERSION_NUM ~= nil
+if set_get then
+  -- Redis 7.0+ (SET NX GET): one call takes a free lock and reads the holder (a wrong type
+  -- fails it before it writes). The keys read after it undo that write when they fail.
+  holder = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'GET', 'PX', ARGV[2])
+  if holder and holder ~= ARGV[1] then
+    -- Another holder's: this path wrote nothing, so it reads nothing more (a waiter's
+    -- retry costs two calls).
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
+  -- (A reply of redis.pcall is an error when it has an `err` field: a string's is nil.)
+  last = redis.pcall('GET', KEYS[2])
+  local failed = last and last.err and last
+  if not failed then
+    undone = redis.pcall('ZSCORE', KEYS[3], ARGV[1])
+    failed = undone and undone.err and undone
+  end
+  if failed then
+    if not holder then
+      redis.call('DEL', KEYS[1])
+    end
+    return failed
+  end
+else
+  -- Older servers: read every key once before writing any.
+  holder = redis.call('GET', KEYS[1])
+  if holder and holder ~= ARGV[1] then
+    return {0, redis.call('PTTL', KEYS[1])}
+  end
+  last = redis.call('GET', KEYS[2])
+  undone = redis.call('ZSCORE', KEYS[3], ARGV[1])
 end
-local last = redis.call('GET', KEYS[2])
-if undone(KEYS[3], ARGV[1]) then
+-- Past here `holder` is false when the lock was free (on 7.0+ it is ours already: a
+-- refusal below deletes it again), else our own token (a retry).
+-- Undone after its reply was lost: if it arrives late, it takes no effect.
+local t
+if undone or not holder then
+  t = redis.call('TIME')
+end
+if undone and tonumber(undone) > t[1] * 1000 + math.floor(t[2] / 1000) then
+  if set_get and not holder then
+    redis.call('DEL', KEYS[1])
+  end
   return {0, -2}
 end
-local counter, bad = fence_counter(KEYS[2], last)
-if bad then
-  return bad
+local counter = 0
+if last then
+  counter = tonumber(last)
+  if (not counter) or counter % 1 ~= 0 or counter >= 9007199254740991 then
+    if set_get and not holder then
+      redis.call('DEL', KEYS[1])
+    end
+    return redis.error_reply('ERR the fence counter ' .. KEYS[2] .. ' does not hold an integer below 2^53 - 1')
+  end
 end
 if holder then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1, counter}
 end
-local fence = issue_fence(KEYS[2], counter, now_us())
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local us = t[1] * 1000000 + t[2]
+local fence, text
+if counter < us then
+  -- The clock: its digits are TIME's own (seconds, then microseconds padded to 6).
+  fence, text = us, t[1] .. string.sub('00000', #t[2]) .. t[2]
+else
+  fence = counter + 1
+  text = string.format('%.0f', fence)
+end
+redis.call('SET', KEYS[2], text)
+if not set_get then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
 return {1, fence}

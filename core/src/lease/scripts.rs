@@ -127,16 +127,13 @@ pub static WRITE_CANCEL: Script = script!(
 );
 
 /// `lua/permit_acquire.lua`
-pub static PERMIT_ACQUIRE: Script = script!(
-    "permit_acquire",
-    [NOW_MS, UNDONE],
-    include_str!("lua/permit_acquire.lua")
-);
+pub static PERMIT_ACQUIRE: Script =
+    script!("permit_acquire", [], include_str!("lua/permit_acquire.lua"));
 
 /// `lua/permit_release.lua`
 pub static PERMIT_RELEASE: Script = script!(
     "permit_release",
-    [NOW_MS, REMEMBER, NOTIFY],
+    [REMEMBER],
     include_str!("lua/permit_release.lua")
 );
 

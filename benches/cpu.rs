@@ -12,7 +12,10 @@
 //!   connection (the baseline of `lock` and `semaphore`, as issue 18 defines it;
 //!   `benches/redis.rs` sends the same script as `EVALSHA`);
 //! - `semaphore`: `try_acquire` + `release` of one permit of a 2-permit semaphore;
-//! - `queue`: `push` + `try_take` + `ack` of one job;
+//! - `queue`: `push` + `try_take` + `ack` of one job (three round trips);
+//! - `queue_worker`: a busy worker's steady state, `push` of one job + `ack_and_take` of the
+//!   job held (the ack that hands over the job just pushed): two round trips, as the
+//!   baseline's;
 //! - `queue_raw`: `LPUSH` + `RPOP` of one payload (the baseline of `queue`);
 //! - `redlock`: `try_acquire` + `release` of one RedLock over `CPU_REDLOCK_NODES` (default
 //!   5) redis-servers this program starts (the `redlock5` bench's cycle; its baseline is
@@ -126,6 +129,30 @@ fn main() {
                     .expect("cpu: the queue was empty right after a push");
                 black_box(job.payload());
                 job.ack().expect("cpu: ack failed");
+            })
+        }
+        "queue_worker" => {
+            let client = redlease::Client::builder(&url)
+                .build()
+                .expect("cpu: cannot build the client");
+            let queue = client.queue(&name).expect("cpu: bad queue name");
+            queue.push(JOB_PAYLOAD).expect("cpu: push failed");
+            let first = queue
+                .try_take()
+                .expect("cpu: take failed")
+                .expect("cpu: the queue was empty right after a push");
+            // Kept in an `Option` so that the cycle can move the job into its ack.
+            let mut held = Some(first);
+            Box::new(move || {
+                queue.push(JOB_PAYLOAD).expect("cpu: push failed");
+                let job = held.take().expect("cpu: no job held");
+                let out = job.ack_and_take();
+                out.ack.expect("cpu: ack failed");
+                let next = out
+                    .next
+                    .expect("cpu: nothing handed over right after a push");
+                black_box(next.payload());
+                held = Some(next);
             })
         }
         "lock_raw" => {

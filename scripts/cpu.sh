@@ -21,7 +21,8 @@
 # blur as it blurs microseconds.
 #
 # The lock and semaphore cycles are compared with SET NX PX + EVAL compare-and-delete, the
-# queue's push + take + ack with LPUSH + RPOP (the baselines issue 18 names); `redlock` (client
+# queue's push + take + ack, and a busy worker's push + ack_and_take (`queue_worker`, client
+# instructions only), with LPUSH + RPOP (the baselines issue 18 names); `redlock` (client
 # instructions only: one acquire + release over 5 redis-servers the bench binary starts) with
 # the single-node SET NX PX + EVAL cycle, as the `redlock5` bench.
 # Environment: REDIS_SERVER (default: redis-server on PATH), N1/N2 (default 300/1300),
@@ -101,7 +102,7 @@ ratio() {
 if [[ $mode == all || $mode == instr ]]; then
     raw_lock=$(per_op lock_raw)
     raw_queue=$(per_op queue_raw)
-    for pair in lock:$raw_lock semaphore:$raw_lock queue:$raw_queue redlock:$raw_lock; do
+    for pair in lock:$raw_lock semaphore:$raw_lock queue:$raw_queue queue_worker:$raw_queue redlock:$raw_lock; do
         scenario=${pair%%:*}
         raw=${pair#*:}
         n=$(per_op "$scenario")

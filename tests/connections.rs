@@ -471,6 +471,37 @@ fn unix_sockets_for_the_pool_and_the_listener() {
     let _ = std::fs::remove_file(&path);
 }
 
+// ---------------------------------------------------------------- RESP3
+
+/// A URL asking for RESP3 (`?protocol=resp3`) keeps working as it did: the pool's
+/// connections speak RESP3 (the `redis` crate's connections; the plain ones are the
+/// library's own RESP2 connections), locks are taken, waited for and released.
+#[test]
+fn a_resp3_url_keeps_working() {
+    let server = server();
+    let url = format!("redis://127.0.0.1:{}/?protocol=resp3", server.port());
+    let a = Client::builder(url.as_str())
+        .client_name("resp3-pool")
+        .build()
+        .unwrap();
+    let b = Client::open(url.as_str()).unwrap();
+    contend(&a, &b, "resp3", || {});
+    a.semaphore("resp3-permits", 2)
+        .acquire()
+        .unwrap()
+        .release()
+        .unwrap();
+    let pool: Vec<_> = client_list(&server)
+        .into_iter()
+        .filter(|c| c.get("name").is_some_and(|n| n == "resp3-pool"))
+        .collect();
+    assert!(!pool.is_empty());
+    assert!(
+        pool.iter().all(|c| c.get("resp").is_some_and(|r| r == "3")),
+        "{pool:?}"
+    );
+}
+
 // ---------------------------------------------------------------- settings
 
 #[test]

@@ -251,3 +251,56 @@ fn restarted_nodes_stop_counting_and_a_lost_majority_is_reported_at_renewal() {
         .expect("3 nodes lost A's key");
     assert_eq!(b.granted(), 3);
 }
+
+/// One lock builder acquiring again binds a fresh token to the calls it built for its first
+/// acquisition: each acquisition writes its own token on every node, and the release of an
+/// earlier holder (whose key vanished, as after an expiry) leaves the new holder's keys alone.
+#[test]
+fn a_builder_used_again_gives_each_acquisition_its_own_token() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let red = client(&servers);
+    let mut conns: Vec<redis::Connection> = servers
+        .iter()
+        .map(|s| {
+            redis::Client::open(s.url())
+                .unwrap()
+                .get_connection()
+                .unwrap()
+        })
+        .collect();
+    let key = "redlease:{rebind}:lock";
+    let mut tokens = |conns: &mut Vec<redis::Connection>| -> Vec<Option<String>> {
+        conns.iter_mut().map(|c| c.get(key).unwrap()).collect()
+    };
+    let lock = red.lock("rebind").ttl(Duration::from_secs(30));
+    let first = lock.try_acquire().unwrap().expect("free");
+    let first_tokens = tokens(&mut conns);
+    assert!(
+        first_tokens
+            .iter()
+            .all(|t| t.is_some() && *t == first_tokens[0])
+    );
+    // The key vanishes everywhere (as at its expiry): the same builder takes it again.
+    for c in &mut conns {
+        let _: () = c.del(key).unwrap();
+    }
+    let second = lock.try_acquire().unwrap().expect("free again");
+    let second_tokens = tokens(&mut conns);
+    assert!(
+        second_tokens
+            .iter()
+            .all(|t| t.is_some() && *t == second_tokens[0])
+    );
+    assert_ne!(first_tokens[0], second_tokens[0], "a token of its own");
+    assert!(
+        matches!(first.release(), Err(Error::NotOwner { .. })),
+        "the earlier holder's release finds another token"
+    );
+    assert_eq!(
+        tokens(&mut conns),
+        second_tokens,
+        "the new holder keeps its keys"
+    );
+    second.release().unwrap();
+    assert!(tokens(&mut conns).iter().all(Option::is_none));
+}

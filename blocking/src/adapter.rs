@@ -1,7 +1,9 @@
 //! The bridge between the [`redis`] crate and the sans-IO core, for writing your own driver
 //! (async, an event loop) over `redis` connections. The blocking driver of this crate uses
-//! these same functions, except that on a single server it packs a batch's commands into
-//! RESP itself (the same bytes [`command`] packs to, without a `redis::Cmd` per command).
+//! these same functions on Redis Cluster connections (and on RESP3 ones); on a single server
+//! it has its own connections, packing a batch's commands into RESP itself (the same bytes
+//! [`command`] packs to) and reading replies straight into [`Reply`]s, with the same rules
+//! ([`failure`], [`refusal`]).
 //!
 //! - [`command`]: a core [`Command`] as a [`redis::Cmd`] (its node is yours to route).
 //! - [`to_reply`]: a [`redis::Value`] as a core [`Reply`]; an error reply inside it

@@ -513,6 +513,7 @@ impl ClientBuilder {
             max_lifetime: self.max_lifetime,
             idle_timeout: self.idle_timeout,
             client_name: Some(self.client_name.clone()),
+            tls: Some(self.tls.clone()),
         }
     }
 }

@@ -201,11 +201,11 @@ pub(crate) fn install_crypto_provider() {
     }
 }
 
-/// The rustls configuration the listener uses, equal to the one the `redis` crate builds
-/// for the pool: the given CA (else the platform's trust store, or webpki-roots with that
-/// feature) and the client certificate if any.
+/// The rustls configuration of the listener and the pool's own TLS connections, equal to
+/// the one the `redis` crate builds for a client: the given CA (else the platform's trust
+/// store, or webpki-roots with that feature) and the client certificate if any.
 #[cfg(feature = "tls-rustls")]
-fn rustls_config(tls: &TlsSettings) -> io::Result<rustls::ClientConfig> {
+pub(crate) fn rustls_config(tls: &TlsSettings) -> io::Result<rustls::ClientConfig> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -233,7 +233,11 @@ fn rustls_config(tls: &TlsSettings) -> io::Result<rustls::ClientConfig> {
             }
         }
     }
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    // The application's process-wide provider if it installed one (as the `redis` crate's
+    // TLS connections did), else `ring`.
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| std::sync::Arc::new(rustls::crypto::ring::default_provider()));
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(io::Error::other)?
@@ -371,6 +375,21 @@ pub(crate) fn ask_server_kind(
         Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => Err(e),
         Err(e) => {
             tracing::debug!(error = %e, "INFO server refused; the scripts serve every step");
+            Ok(None)
+        }
+    }
+}
+
+/// [`ask_server_kind`] on the pool's own connection.
+pub(crate) fn ask_server_kind_on(
+    wire: &mut crate::wire::Wire,
+) -> redis::RedisResult<Option<ServerKind>> {
+    match wire.request(&[b"INFO", b"server"])? {
+        redlease_core::Reply::Bulk(info) => {
+            Ok(ServerKind::from_info(&String::from_utf8_lossy(&info)))
+        }
+        other => {
+            tracing::debug!(reply = %other.describe(), "INFO server refused; the scripts serve every step");
             Ok(None)
         }
     }
@@ -587,7 +606,9 @@ pub(crate) fn open_split(
     }
 }
 
-fn connect_tcp(host: &str, port: u16, timeout: Duration) -> io::Result<TcpStream> {
+/// Connects to `host:port` (each address it resolves to in turn, `timeout` for each), with
+/// TCP_NODELAY, reads and writes timing out after `timeout` until the caller changes it.
+pub(crate) fn connect_tcp(host: &str, port: u16, timeout: Duration) -> io::Result<TcpStream> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
     for addr in (host, port).to_socket_addrs()? {
         match TcpStream::connect_timeout(&addr, timeout) {

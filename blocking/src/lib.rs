@@ -18,7 +18,8 @@
 //!   (`unix://`) everywhere; see [`ConnectionTarget`] for what a client can be opened with.
 //!
 //! This crate is a thin driver: it runs the protocol machines of
-//! [`redlease_core`] over an `r2d2` pool of `redis` connections. Everything a protocol
+//! [`redlease_core`] over an `r2d2` pool of connections (its own RESP connections to a
+//! single server; the `redis` crate's for Redis Cluster). Everything a protocol
 //! decides (what to send, how to read a reply, when to retry) lives in the core and is
 //! unit-tested there with scripted replies; this crate only moves bytes, reads the clock,
 //! sleeps and draws random tokens. To drive the core from another runtime (async, an event
@@ -89,6 +90,7 @@ mod shards;
 mod status;
 mod transport;
 mod watchdog;
+mod wire;
 
 pub use client::{Client, ClientBuilder};
 pub use connect::ConnectionTarget;

@@ -55,16 +55,10 @@ fn fresh_token(client: &Client) -> Result<(Token, u64), Error> {
     Ok((Token::from_random(token), u64::from_le_bytes(seed)))
 }
 
-/// A fresh job id: 16 random bytes in lowercase hex (one allocation).
-fn random_id(client: &Client) -> Result<String, Error> {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bytes = client.shared().entropy.bytes::<16>()?;
-    let mut id = String::with_capacity(32);
-    for b in bytes {
-        id.push(char::from(HEX[usize::from(b >> 4)]));
-        id.push(char::from(HEX[usize::from(b & 0xf)]));
-    }
-    Ok(id)
+/// A fresh job id: 16 random bytes in lowercase hex, made as a token is
+/// ([`Token::from_random`]; its text is the id).
+fn random_id(client: &Client) -> Result<Token, Error> {
+    Ok(Token::from_random(client.shared().entropy.bytes::<16>()?))
 }
 
 impl Queue {
@@ -158,13 +152,23 @@ impl Queue {
         priority: u8,
         delay: Duration,
     ) -> Result<String, Error> {
+        let id = random_id(&self.client)?;
+        if priority == 0 && delay.is_zero() {
+            // A fresh random id is never a duplicate: the outcome says nothing more.
+            let _queued: bool = self.client.run(queue::push_new(
+                &self.keys,
+                &id,
+                payload.into(),
+                self.deadline(),
+            ))?;
+            return Ok(id.as_str().to_owned());
+        }
         let job = NewJob {
-            id: random_id(&self.client)?,
+            id: id.as_str().to_owned(),
             payload: payload.into(),
         };
-        let id = job.id.clone();
         self.push_batch(&[job], priority, delay)?;
-        Ok(id)
+        Ok(id.as_str().to_owned())
     }
 
     /// Pushes a job under a caller-given id: [`Pushed::Duplicate`] (and nothing written) if a
@@ -190,7 +194,7 @@ impl Queue {
             .into_iter()
             .map(|p| {
                 Ok(NewJob {
-                    id: random_id(&self.client)?,
+                    id: random_id(&self.client)?.as_str().to_owned(),
                     payload: p.into(),
                 })
             })
@@ -561,8 +565,7 @@ impl Job {
     /// remembers settled deliveries for [`SETTLED_KEEP`](redlease_core::queue::SETTLED_KEEP)),
     /// never a second success for the same job; the same holds for the nacks.
     pub fn ack(self) -> Result<(), Error> {
-        let token = self.guard.lease().token.as_str().to_owned();
-        let call = queue::ack_call(&self.queue.keys, &self.id, &token);
+        let call = queue::ack_lease_call(&self.queue.keys, &self.id, &self.guard.lease().token);
         let out = self.guard.finish_with(call);
         crate::observe::job(&self.queue.keys.name, &self.id, "ack", None, &out);
         out

@@ -5,7 +5,7 @@
 //! by the node timeout), not N. See [`redlease_core::redlock`] for what RedLock can and
 //! cannot promise.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
@@ -170,6 +170,7 @@ impl RedLockBuilder {
                 })?;
                 let mut settings = crate::transport::PoolSettings::sized(self.pool_size);
                 settings.client_name = Some(self.client_name.clone());
+                settings.tls = Some(self.tls.clone());
                 Ok(Node::Redis(Arc::new(Transport::with_settings(
                     std::sync::Arc::new(crate::transport::Source::Direct(redis)),
                     &settings,
@@ -284,6 +285,7 @@ impl RedLock {
             ttl: Duration::from_secs(10),
             wait: Duration::from_secs(10),
             retry_max: Duration::from_millis(100),
+            spec: OnceLock::new(),
         }
     }
 
@@ -312,6 +314,10 @@ pub struct QuorumLockBuilder<'c> {
     ttl: Duration,
     wait: Duration,
     retry_max: Duration,
+    /// The spec of the first acquisition: later ones bind their token to it
+    /// ([`LockSpec::with_token`]) instead of building the keys and script calls again.
+    /// Reset by [`ttl`](Self::ttl).
+    spec: OnceLock<LockSpec>,
 }
 
 impl QuorumLockBuilder<'_> {
@@ -320,6 +326,7 @@ impl QuorumLockBuilder<'_> {
     /// Defaults to 10 s.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
+        self.spec = OnceLock::new();
         self
     }
 
@@ -350,18 +357,25 @@ impl QuorumLockBuilder<'_> {
         self.run(Some(self.wait))
     }
 
+    /// The spec of one acquisition with `token`: the cached one rebound to it, or built (and
+    /// cached) on the first acquisition.
+    fn spec(&self, token: Token) -> Result<LockSpec, Error> {
+        if let Some(spec) = self.spec.get().and_then(|s| s.with_token(token.clone())) {
+            return Ok(spec);
+        }
+        let spec =
+            LockSpec::lease(&self.client.inner.keyspace, &self.name, token, self.ttl)?.compact();
+        let _ = self.spec.set(spec.clone());
+        Ok(spec)
+    }
+
     fn run(&self, wait: Option<Duration>) -> Result<RedLockGuard, Error> {
         let random: [u8; 24] = self.client.inner.entropy.bytes()?;
         let mut token = [0u8; 16];
         token.copy_from_slice(&random[..16]);
         let mut seed = [0u8; 8];
         seed.copy_from_slice(&random[16..]);
-        let spec = LockSpec::lease(
-            &self.client.inner.keyspace,
-            &self.name,
-            Token::from_random(token),
-            self.ttl,
-        )?;
+        let spec = self.spec(Token::from_random(token))?;
         let options = RedLockOptions {
             nodes: u16::try_from(self.client.nodes()).unwrap_or(u16::MAX),
             wait,

@@ -1,6 +1,8 @@
-//! A minimal RESP reader and writer for the pub/sub connection, which needs what the `redis`
-//! crate's blocking `PubSub` does not offer: subscribing from other threads while one thread
-//! reads, and read timeouts that never lose half a message (bytes are buffered here).
+//! A minimal RESP2 reader and writer: for the pub/sub connection, which needs what the
+//! `redis` crate's blocking `PubSub` does not offer (subscribing from other threads while one
+//! thread reads, and read timeouts that never lose half a message: bytes are buffered by the
+//! caller), and for the pool's own connections (`crate::wire`), where replies are read
+//! straight into core [`Reply`]s.
 
 use redlease_core::{Command, ErrorReply, Reply};
 
@@ -18,14 +20,26 @@ pub(crate) fn encode(args: &[&[u8]]) -> Vec<u8> {
 /// `redis` crate packs for the same arguments (so a batch is written without building a
 /// `redis::Cmd` per command).
 pub(crate) fn encode_command(out: &mut Vec<u8>, command: &Command) {
+    let args = command.args();
     let mut size = 16;
-    for a in command.args() {
+    for a in args.iter() {
         size += a.len() + 16;
     }
     out.reserve(size);
-    push_header(out, b'*', command.args().len());
-    for a in command.args() {
-        push_header(out, b'$', a.len());
+    push_header(out, b'*', args.len());
+    for a in args {
+        // The common case, a length below 100, in one store: `$<len>\r\n`.
+        match a.len() {
+            n @ 0..10 => out.extend_from_slice(&[b'$', b'0' + n as u8, b'\r', b'\n']),
+            n @ 10..100 => out.extend_from_slice(&[
+                b'$',
+                b'0' + (n / 10) as u8,
+                b'0' + (n % 10) as u8,
+                b'\r',
+                b'\n',
+            ]),
+            n => push_header(out, b'$', n),
+        }
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");
     }
@@ -80,20 +94,56 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Option<(Reply, usize)>, ProtocolError>
     parse_at(buf, 0, 0)
 }
 
-const MAX_DEPTH: usize = 8;
+/// How deep arrays may nest (our scripts' replies nest two or three levels).
+const MAX_DEPTH: usize = 16;
+/// The longest bulk string accepted (Redis' own `proto-max-bulk-len` default).
 const MAX_LEN: i64 = 512 * 1024 * 1024;
+/// The most elements an array may announce.
+const MAX_ITEMS: i64 = 1024 * 1024;
 
+/// The line starting at `at` (without its CRLF) and where the next one starts; `None`
+/// until the CRLF has arrived. A CR not followed by LF is not a line end (RESP2 lines of
+/// status and error replies never hold one; such a frame then fails elsewhere or waits).
+#[inline]
 fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
     let rest = buf.get(at..)?;
-    let end = rest.windows(2).position(|w| w == b"\r\n")?;
-    Some((&rest[..end], at + end + 2))
+    let mut from = 0;
+    loop {
+        let cr = rest.get(from..)?.iter().position(|&b| b == b'\r')? + from;
+        match rest.get(cr + 1) {
+            Some(b'\n') => return Some((&rest[..cr], at + cr + 2)),
+            Some(_) => from = cr + 1,
+            None => return None,
+        }
+    }
 }
 
+/// A decimal integer (an optional `-`, then 1 to 19 digits), without UTF-8 checks or
+/// `str::parse`.
+#[inline]
 fn number(bytes: &[u8]) -> Result<i64, ProtocolError> {
-    std::str::from_utf8(bytes)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| ProtocolError(format!("bad number {:?}", String::from_utf8_lossy(bytes))))
+    let bad = || ProtocolError(format!("bad number {:?}", String::from_utf8_lossy(bytes)));
+    let (negative, digits) = match bytes {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, bytes),
+    };
+    if digits.is_empty() || digits.len() > 19 {
+        return Err(bad());
+    }
+    // 19 digits always fit a u64.
+    let mut n: u64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return Err(bad());
+        }
+        n = n * 10 + u64::from(d - b'0');
+    }
+    let n = if negative {
+        0i64.checked_sub_unsigned(n)
+    } else {
+        i64::try_from(n).ok()
+    };
+    n.ok_or_else(bad)
 }
 
 fn parse_at(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usize)>, ProtocolError> {
@@ -103,14 +153,18 @@ fn parse_at(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usize)
     let Some(&kind) = buf.get(at) else {
         return Ok(None);
     };
+    if !matches!(kind, b'+' | b'-' | b':' | b'$' | b'*' | b'>') {
+        // Known at once, without waiting for a line end that may never come.
+        return Err(ProtocolError(format!(
+            "unknown frame type {:?}",
+            kind as char
+        )));
+    }
     let Some((body, next)) = line(buf, at + 1) else {
         return Ok(None);
     };
     match kind {
-        b'+' => Ok(Some((
-            Reply::Status(String::from_utf8_lossy(body).into_owned()),
-            next,
-        ))),
+        b'+' => Ok(Some((Reply::Status(status(body)), next))),
         b'-' => Ok(Some((
             Reply::Error(ErrorReply::parse(&String::from_utf8_lossy(body))),
             next,
@@ -124,25 +178,28 @@ fn parse_at(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usize)
             if len > MAX_LEN {
                 return Err(ProtocolError(format!("bulk string of {len} bytes")));
             }
-            let len = len as usize;
-            let end = next + len;
-            if buf.len() < end + 2 {
+            // At most MAX_LEN: fits a usize on every platform Rust supports with std.
+            let end = next + len as usize;
+            let Some(tail) = buf.get(end..end + 2) else {
                 return Ok(None);
-            }
-            if &buf[end..end + 2] != b"\r\n" {
+            };
+            if tail != b"\r\n" {
                 return Err(ProtocolError("bulk string not terminated".into()));
             }
             Ok(Some((Reply::Bulk(buf[next..end].to_vec()), end + 2)))
         }
-        b'*' | b'>' => {
+        _ => {
             let n = number(body)?;
             if n < 0 {
                 return Ok(Some((Reply::Nil, next)));
             }
-            if n > 1024 * 1024 {
+            if n > MAX_ITEMS {
                 return Err(ProtocolError(format!("array of {n} elements")));
             }
-            let mut items = Vec::with_capacity(n as usize);
+            // Every element takes at least 3 bytes: reserve no more than what has arrived
+            // can hold (a huge announced length allocates nothing up front).
+            let room = buf.len().saturating_sub(next) / 3;
+            let mut items = Vec::with_capacity((n as usize).min(room));
             let mut pos = next;
             for _ in 0..n {
                 match parse_at(buf, pos, depth + 1)? {
@@ -155,10 +212,16 @@ fn parse_at(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usize)
             }
             Ok(Some((Reply::Array(items), pos)))
         }
-        other => Err(ProtocolError(format!(
-            "unknown frame type {:?}",
-            other as char
-        ))),
+    }
+}
+
+/// A status line as text (`OK` and `QUEUED` without a UTF-8 check).
+#[inline]
+fn status(body: &[u8]) -> String {
+    match body {
+        b"OK" => "OK".to_owned(),
+        b"QUEUED" => "QUEUED".to_owned(),
+        _ => String::from_utf8_lossy(body).into_owned(),
     }
 }
 
@@ -233,8 +296,119 @@ mod tests {
         );
     }
 
+    /// Every frame kind, alone and in a pipeline, cut at every byte offset: incomplete
+    /// until its last byte, then exactly one frame of the expected length.
+    #[test]
+    fn every_frame_kind_split_at_every_offset() {
+        let frames: [(&[u8], Reply); 11] = [
+            (b"+OK\r\n", Reply::Status("OK".into())),
+            (b"+QUEUED\r\n", Reply::Status("QUEUED".into())),
+            (b"+caf\xc3\xa9\r\n", Reply::Status("caf\u{e9}".into())),
+            (
+                b"-NOSCRIPT No matching script\r\n",
+                Reply::Error(ErrorReply::new("NOSCRIPT", "No matching script")),
+            ),
+            (b":-9223372036854775808\r\n", Reply::Int(i64::MIN)),
+            (b":9223372036854775807\r\n", Reply::Int(i64::MAX)),
+            (b"$0\r\n\r\n", Reply::Bulk(Vec::new())),
+            (b"$4\r\na\r\nb\r\n", Reply::Bulk(b"a\r\nb".to_vec())),
+            (b"$-1\r\n", Reply::Nil),
+            (b"*-1\r\n", Reply::Nil),
+            (
+                b"*3\r\n:1\r\n*2\r\n+a\r\n$-1\r\n*0\r\n",
+                Reply::Array(vec![
+                    Reply::Int(1),
+                    Reply::Array(vec![Reply::Status("a".into()), Reply::Nil]),
+                    Reply::Array(Vec::new()),
+                ]),
+            ),
+        ];
+        let mut all = Vec::new();
+        for (bytes, expected) in &frames {
+            for cut in 0..bytes.len() {
+                assert_eq!(parse(&bytes[..cut]), Ok(None), "{bytes:?} cut at {cut}");
+            }
+            assert_eq!(parse(bytes), Ok(Some((expected.clone(), bytes.len()))));
+            all.extend_from_slice(bytes);
+        }
+        // One after another, as a pipeline's replies arrive.
+        let mut at = 0;
+        for (_, expected) in &frames {
+            let (reply, used) = parse(&all[at..]).unwrap().unwrap();
+            assert_eq!(&reply, expected);
+            at += used;
+        }
+        assert_eq!(at, all.len());
+    }
+
+    #[test]
+    fn numbers_are_checked() {
+        for bad in [
+            &b":\r\n"[..],
+            b":-\r\n",
+            b":+1\r\n",
+            b": 1\r\n",
+            b":1.5\r\n",
+            b":9223372036854775808\r\n",
+            b":99999999999999999999\r\n",
+            b"$-\r\n",
+            b"*x\r\n",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse(b":-0\r\n").unwrap().unwrap().0, Reply::Int(0));
+        assert_eq!(parse(b":007\r\n").unwrap().unwrap().0, Reply::Int(7));
+    }
+
+    #[test]
+    fn huge_lengths_and_deep_nesting_are_refused_without_allocating() {
+        assert!(parse(b"$536870913\r\n").is_err());
+        assert!(parse(b"*1048577\r\n").is_err());
+        // Announced but not arrived: waits, reserving nothing for the missing elements.
+        assert_eq!(parse(b"*1048576\r\n:1\r\n"), Ok(None));
+        assert_eq!(parse(b"$536870912\r\nabc"), Ok(None));
+        let deep = |n: usize| {
+            let mut f = b"*1\r\n".repeat(n);
+            f.extend_from_slice(b":1\r\n");
+            f
+        };
+        assert!(parse(&deep(MAX_DEPTH)).unwrap().is_some());
+        assert!(parse(&deep(MAX_DEPTH + 1)).is_err());
+        assert!(parse(&deep(100_000)).is_err(), "no stack overflow");
+    }
+
+    /// No byte sequence panics: every prefix of frames with one byte changed to each of a
+    /// set of troublesome values, and a run of pseudo-random bytes.
+    #[test]
+    fn no_input_panics() {
+        let base = b"*3\r\n$5\r\nhello\r\n:-12\r\n*1\r\n+OK\r\n";
+        for i in 0..base.len() {
+            for b in [0u8, b'\r', b'\n', b'*', b'$', b'-', b':', b'+', b'9', 0xff] {
+                let mut f = base.to_vec();
+                f[i] = b;
+                for cut in 0..=f.len() {
+                    let _ = parse(&f[..cut]);
+                }
+            }
+        }
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut noise = Vec::with_capacity(64 * 1024);
+        for _ in 0..64 * 1024 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            noise.push(b"*$:+-\r\n0123456789x"[(x % 18) as usize]);
+        }
+        for start in 0..2048 {
+            let _ = parse(&noise[start..]);
+        }
+    }
+
     #[test]
     fn rejects_garbage() {
+        // An unknown first byte is refused at once, before any line end arrives.
+        assert!(parse(b"?").is_err());
+        assert!(parse(b"$3\r\nabc\r").is_ok_and(|p| p.is_none()));
         assert!(parse(b"?x\r\n").is_err());
         assert!(parse(b":abc\r\n").is_err());
         assert!(parse(b"$3\r\nabcXY").is_err());

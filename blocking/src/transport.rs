@@ -51,6 +51,9 @@ impl Conn {
 /// Both are boxed so that a pooled connection is a few words: it moves into and out of the
 /// pool on every checkout, and a move of the whole `redis::Connection` is a large copy.
 pub(crate) enum Link {
+    /// Our own connection (plain TCP or Unix socket, RESP2): see [`crate::wire`].
+    Own(Box<crate::wire::Wire>),
+    /// The `redis` crate's (TLS, or RESP3 asked for in the URL).
     Single(Box<redis::Connection>),
     Cluster(Box<redis::cluster::ClusterConnection>),
 }
@@ -58,6 +61,7 @@ pub(crate) enum Link {
 impl Link {
     fn set_read_timeout(&self, d: Option<Duration>) -> redis::RedisResult<()> {
         match self {
+            Link::Own(w) => Ok(w.set_read_timeout(d)?),
             Link::Single(c) => c.set_read_timeout(d),
             Link::Cluster(c) => c.set_read_timeout(d),
         }
@@ -65,6 +69,7 @@ impl Link {
 
     fn is_open(&self) -> bool {
         match self {
+            Link::Own(w) => w.is_open(),
             Link::Single(c) => c.is_open(),
             Link::Cluster(c) => c.is_open(),
         }
@@ -72,6 +77,10 @@ impl Link {
 
     fn ping(&mut self) -> redis::RedisResult<()> {
         match self {
+            Link::Own(w) => match w.request(&[b"PING"])? {
+                Reply::Error(e) => Err(redis::make_extension_error(e.code, Some(e.message))),
+                _ => Ok(()),
+            },
             Link::Single(c) => redis::cmd("PING").query(c.as_mut()),
             Link::Cluster(c) => redis::cmd("PING").query(c.as_mut()),
         }
@@ -92,6 +101,10 @@ pub(crate) struct Manager {
     setup: Arc<Setup>,
     /// Given to every new connection with `CLIENT SETNAME`.
     client_name: Option<String>,
+    /// The client's TLS settings, for our own TLS connections (`None`: the `redis`
+    /// crate's), and the configuration made from them.
+    tls: Option<crate::connect::TlsSettings>,
+    tls_config: Arc<crate::wire::TlsConfig>,
 }
 
 /// What the last connection set-up said about the client's configuration, shared by the
@@ -129,6 +142,9 @@ pub(crate) struct PoolSettings {
     pub(crate) max_lifetime: Option<Duration>,
     pub(crate) idle_timeout: Option<Duration>,
     pub(crate) client_name: Option<String>,
+    /// The client's TLS settings (`None`: TLS connections are the `redis` crate's, made
+    /// with the settings its client holds).
+    pub(crate) tls: Option<crate::connect::TlsSettings>,
 }
 
 impl PoolSettings {
@@ -140,6 +156,7 @@ impl PoolSettings {
             max_lifetime: None,
             idle_timeout: None,
             client_name: None,
+            tls: None,
         }
     }
 }
@@ -291,6 +308,10 @@ impl Manager {
             _ => {
                 let client = self.source.client().map_err(|e| (e, None))?;
                 let set_up = || -> redis::RedisResult<Link> {
+                    let info = client.get_connection_info();
+                    if crate::wire::Wire::serves(info, self.tls.as_ref()) {
+                        return self.set_up_own(info, connect_timeout);
+                    }
                     let mut c = client.get_connection_with_timeout(connect_timeout)?;
                     c.set_read_timeout(Some(self.io_timeout))?;
                     c.set_write_timeout(Some(self.io_timeout))?;
@@ -327,6 +348,35 @@ impl Manager {
             tie,
             out: Vec::new(),
         })
+    }
+
+    /// Opens our own connection to `info` (see [`set_up`](Self::set_up)): connected,
+    /// authenticated and its database selected within `connect_timeout`, then named and
+    /// asked which server it reached, bounded by the io timeout.
+    fn set_up_own(
+        &self,
+        info: &redis::ConnectionInfo,
+        connect_timeout: Duration,
+    ) -> redis::RedisResult<Link> {
+        let mut w =
+            crate::wire::Wire::open(info, self.tls.as_ref(), &self.tls_config, connect_timeout)?;
+        w.set_read_timeout(Some(self.io_timeout))?;
+        w.set_write_timeout(Some(self.io_timeout))?;
+        if let Some(name) = &self.client_name {
+            // Best effort, as on the `redis` crate's connections (see `set_up`).
+            match w.request(&[b"CLIENT", b"SETNAME", name.as_bytes()])? {
+                Reply::Error(e) if e.is("NOPERM") => {
+                    tracing::debug!(error = %e.message, "CLIENT SETNAME refused; connections stay unnamed");
+                }
+                Reply::Error(e) => {
+                    return Err(redis::make_extension_error(e.code, Some(e.message)));
+                }
+                _ => {}
+            }
+        }
+        let kind = crate::connect::ask_server_kind_on(&mut w)?;
+        self.setup.server.set(kind);
+        Ok(Link::Own(Box::new(w)))
     }
 
     /// [`set_up`](Self::set_up) within `connect_timeout`, noting whether a failure was a
@@ -554,6 +604,8 @@ impl Transport {
             io_timeout,
             setup: Arc::default(),
             client_name: settings.client_name.clone(),
+            tls: settings.tls.clone(),
+            tls_config: Arc::default(),
         };
         // By default connections are made on demand (no eager background connecting to a
         // Redis that may be down) and PINGed on checkout only after being idle (see
@@ -885,14 +937,15 @@ impl Transport {
         let Conn {
             inner, out, broken, ..
         } = &mut *conn;
-        let Link::Single(single) = inner else {
-            return fail(TransportFailure::not_sent("no connection"));
-        };
         out.clear();
         for r in requests {
             crate::resp::encode_command(out, &r.command);
         }
-        let sent = single.send_packed_command(out);
+        let sent = match inner {
+            Link::Own(wire) => wire.write_all(out).map_err(redis::RedisError::from),
+            Link::Single(single) => single.send_packed_command(out),
+            Link::Cluster(_) => return fail(TransportFailure::not_sent("no connection")),
+        };
         if out.capacity() > KEEP_OUT {
             *out = Vec::new();
         }
@@ -1163,12 +1216,17 @@ impl Flight {
                 }
                 timeout = left;
             }
-            let Link::Single(single) = &mut conn.inner else {
-                break;
+            let received = match &mut conn.inner {
+                Link::Own(wire) => wire.read_reply().map_err(|e| e.to_string()),
+                Link::Single(single) => single
+                    .recv_response()
+                    .map(adapter::to_reply)
+                    .map_err(|e| e.to_string()),
+                Link::Cluster(_) => break,
             };
-            match single.recv_response() {
-                Ok(value) => {
-                    let reply = reply_of(value);
+            match received {
+                Ok(reply) => {
+                    let reply = noted(reply);
                     // A master demoted by a failover answers READONLY: reconnect (through
                     // the Sentinels, to the new master) next time.
                     // An unauthenticated connection (NOAUTH) must not be reused either: Redis
@@ -1184,13 +1242,19 @@ impl Flight {
                     // A reply may still be in flight: this connection must never be reused.
                     // Written already, so never "not sent", whatever the error.
                     conn.broken = true;
-                    let failure = TransportFailure::no_reply(e.to_string());
+                    let failure = TransportFailure::no_reply(e);
                     inputs.extend(failed_from(i, &failure));
                     return (inputs, None);
                 }
             }
         }
         if timeout != io_timeout && conn.inner.set_read_timeout(Some(io_timeout)).is_err() {
+            conn.broken = true;
+        }
+        if let Link::Own(wire) = &conn.inner
+            && wire.has_unread()
+        {
+            // More came than was asked for: the next batch would read it as its reply.
             conn.broken = true;
         }
         if conn.is_stale() {
@@ -1210,9 +1274,105 @@ impl Flight {
 
 /// [`adapter::to_reply`], noting an error reply for the diagnostics (a `NOPERM` warns).
 fn reply_of(value: Value) -> Reply {
-    let reply = adapter::to_reply(value);
+    noted(adapter::to_reply(value))
+}
+
+/// `reply`, an error reply noted for the diagnostics (a `NOPERM` warns).
+fn noted(reply: Reply) -> Reply {
     if let Reply::Error(e) = &reply {
         crate::observe::error_reply(&e.code, Some(&e.message));
     }
     reply
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    /// A scripted server (not Redis: it answers `INFO` with a bulk string naming no version,
+    /// and every other request with `extra`), on every connection it is given, until the
+    /// test ends.
+    fn scripted(extra: &'static [u8]) -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for s in listener.incoming() {
+                let Ok(mut s) = s else { return };
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = s.read(&mut buf)
+                        && n > 0
+                    {
+                        let asked = &buf[..n];
+                        let answer: &[u8] = if asked.windows(4).any(|w| w == b"INFO") {
+                            b"$7\r\nunknown\r\n"
+                        } else {
+                            extra
+                        };
+                        if s.write_all(answer).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        port
+    }
+
+    fn transport_to(port: u16) -> Transport {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+        let secs = Duration::from_secs(5);
+        Transport::with_settings(
+            Arc::new(Source::Direct(client)),
+            &PoolSettings::sized(1),
+            secs,
+            secs,
+            false,
+        )
+    }
+
+    fn ping_batch() -> Batch {
+        let request = Request {
+            id: RequestId(7),
+            command: redlease_core::Command::new("PING"),
+        };
+        Batch::new(vec![request], Instant::now() + Duration::from_secs(5))
+    }
+
+    /// A connection on which more replies came than requests were sent is never handed out
+    /// again: the next batch would take the extra reply for its own.
+    #[test]
+    fn a_connection_with_an_unasked_reply_is_not_reused() {
+        let transport = transport_to(scripted(b":1\r\n:2\r\n"));
+        let inputs = transport.execute(&ping_batch());
+        assert_eq!(inputs, vec![Response::reply(RequestId(7), Reply::Int(1))]);
+        assert_eq!(transport.pool_state().0, 0, "the connection was dropped");
+    }
+
+    /// The same server answering one reply per request keeps its connection pooled (the
+    /// test above fails for the reason it names).
+    #[test]
+    fn a_connection_in_step_is_reused() {
+        let transport = transport_to(scripted(b":1\r\n"));
+        for _ in 0..3 {
+            let inputs = transport.execute(&ping_batch());
+            assert_eq!(inputs, vec![Response::reply(RequestId(7), Reply::Int(1))]);
+        }
+        assert_eq!(transport.pool_state(), (1, 1, 1));
+    }
+
+    /// Bytes that are not RESP: the request has no reply (its outcome is unknown, never
+    /// "not sent") and the connection is dropped.
+    #[test]
+    fn a_protocol_error_is_no_reply_and_drops_the_connection() {
+        let transport = transport_to(scripted(b"!garbage\r\n"));
+        let inputs = transport.execute(&ping_batch());
+        assert!(
+            matches!(&inputs[..], [Response { result: Err(f), .. }] if f.kind == FailureKind::NoReply),
+            "{inputs:?}"
+        );
+        assert_eq!(transport.pool_state().0, 0);
+    }
 }

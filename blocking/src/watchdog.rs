@@ -54,6 +54,9 @@ const BATCH: usize = 512;
 /// Released leases that may pile up before the thread is woken to forget them.
 const COMPACT_AFTER: usize = 1024;
 
+/// The room the nursery keeps once emptied (more is given back).
+const NURSERY_KEEP: usize = 256;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Watched,
@@ -449,9 +452,8 @@ struct Watched {
     /// Renewals failed in a row (only the first is logged as a warning).
     failures: u32,
     generation: u64,
+    /// Its lease's first key names the node the renewals go to.
     cell: Arc<LeaseCell>,
-    /// The lease renewed (its first key names the node the renewals go to).
-    lease: Arc<Lease>,
 }
 
 /// One extension handed to a renewal thread.
@@ -460,7 +462,6 @@ struct Item {
     generation: u64,
     cell: Arc<LeaseCell>,
     op: ScriptOp<Extend>,
-    lease: Arc<Lease>,
 }
 
 /// One extension's outcome, back from a renewal thread.
@@ -716,16 +717,20 @@ impl Scheduler {
                 if !r.cell.enter_schedule(r.generation) {
                     continue;
                 }
-                self.renewals.insert(r.id, r.lease.clone(), r.policy, now);
+                self.renewals.insert(r.id, r.lease, r.policy, now);
                 self.cells.insert(
                     r.id,
                     Watched {
                         failures: 0,
                         generation: r.generation,
                         cell: r.cell,
-                        lease: r.lease,
                     },
                 );
+            }
+            // Many leases acquired within one renewal interval passed through here at once:
+            // do not keep their room.
+            if self.nursery.capacity() > NURSERY_KEEP {
+                self.nursery = Vec::new();
             }
         }
         let released = self.queue.released.load(Ordering::Relaxed);
@@ -758,13 +763,12 @@ impl Scheduler {
         for (id, op) in renew {
             match self.cells.get(&id) {
                 Some(w) if w.cell.lost.get().is_none() && w.cell.begin_renewal(w.generation) => {
-                    let node = self.node.node_of(key_of(&w.lease));
+                    let node = self.node.node_of(key_of(&w.cell.lease));
                     by_node.entry(node).or_default().push(Item {
                         id,
                         generation: w.generation,
                         cell: w.cell.clone(),
                         op,
-                        lease: w.lease.clone(),
                     });
                 }
                 // Released, lost or registered anew: forget it, send nothing.
@@ -782,7 +786,7 @@ impl Scheduler {
             }
             let key = items
                 .first()
-                .map(|i| key_of(&i.lease).to_owned())
+                .map(|i| key_of(&i.cell.lease).to_owned())
                 .unwrap_or_default();
             if let Err(items) = self.send_to(node, Job { items, key }) {
                 let outcomes = failed(items, "no renewal thread");

@@ -293,6 +293,9 @@ pub struct ScriptCall {
     /// is bound.
     subject: Option<Arc<Vec<u8>>>,
     node: NodeId,
+    /// How many of the shared items this call uses, when fewer than all: a call made by
+    /// [`sharing`](Self::sharing) reads a prefix of another call's keys and arguments.
+    view: Option<u16>,
 }
 
 /// Calls are equal when they call the same script on the same node with the same keys and
@@ -302,8 +305,8 @@ impl PartialEq for ScriptCall {
         self.script == other.script
             && self.node == other.node
             && self.parts.keys == other.parts.keys
-            && self.parts.ends.len() == other.parts.ends.len()
-            && (0..self.parts.ends.len()).all(|i| self.item(i) == other.item(i))
+            && self.len() == other.len()
+            && (0..self.len()).all(|i| self.item(i) == other.item(i))
     }
 }
 
@@ -386,10 +389,6 @@ impl Parts {
             *e = *e - old + new;
         }
     }
-
-    fn args(&self) -> usize {
-        self.ends.len() - self.keys
-    }
 }
 
 impl ScriptCall {
@@ -401,18 +400,82 @@ impl ScriptCall {
             token: None,
             subject: None,
             node: NodeId::PRIMARY,
+            view: None,
         }
     }
 
+    /// A call of `script` on the first `args` arguments of this one (and all its keys, its
+    /// bound token and subject), sharing them: nothing is copied until one of the two is
+    /// changed. A lock's release, extend and inspect calls differ only in their script and
+    /// in the release's trailing arguments, so a held lease keeps one set of keys for the
+    /// three. `args` beyond this call's arguments takes them all.
+    pub fn sharing(&self, script: &'static Script, args: usize) -> ScriptCall {
+        let len = self.parts.keys.saturating_add(args).min(self.len());
+        let view = if len == self.parts.ends.len() {
+            None
+        } else {
+            // More than u16::MAX items: share them all rather than lose some.
+            u16::try_from(len).ok()
+        };
+        ScriptCall {
+            script,
+            parts: Arc::clone(&self.parts),
+            token: self.token.clone(),
+            subject: self.subject.clone(),
+            node: self.node,
+            view,
+        }
+    }
+
+    /// How many items (keys, then arguments) the call has.
+    fn len(&self) -> usize {
+        self.view.map_or(self.parts.ends.len(), usize::from)
+    }
+
+    /// How many arguments the call has.
+    fn arg_count(&self) -> usize {
+        self.len() - self.parts.keys
+    }
+
+    /// The owner-token slot, if within the call's items.
+    fn slot(&self) -> Option<usize> {
+        self.parts.slot.filter(|&i| i < self.len())
+    }
+
+    /// The subject slot, if within the call's items.
+    fn subject_slot(&self) -> Option<usize> {
+        self.parts.subject.filter(|&i| i < self.len())
+    }
+
+    /// The items to change, copied first if shared (only the call's own, for a prefix).
     fn parts(&mut self) -> &mut Parts {
+        if let Some(len) = self.view.take() {
+            let len = usize::from(len);
+            let end = if len == 0 {
+                0
+            } else {
+                self.parts.ends[len - 1]
+            };
+            let mut bytes = Vec::with_capacity(end + 64);
+            bytes.extend_from_slice(&self.parts.bytes[..end]);
+            let mut ends = Vec::with_capacity(len + 4);
+            ends.extend_from_slice(&self.parts.ends[..len]);
+            self.parts = Arc::new(Parts {
+                bytes,
+                ends,
+                keys: self.parts.keys,
+                slot: self.parts.slot.filter(|&i| i < len),
+                subject: self.parts.subject.filter(|&i| i < len),
+            });
+        }
         Arc::make_mut(&mut self.parts)
     }
 
     /// Item `i` (a key, then the arguments), the owner token in its slot.
     fn item(&self, i: usize) -> &[u8] {
         match (&self.token, &self.subject) {
-            (Some(token), _) if self.parts.slot == Some(i) => token.as_str().as_bytes(),
-            (_, Some(subject)) if self.parts.subject == Some(i) => subject,
+            (Some(token), _) if self.slot() == Some(i) => token.as_str().as_bytes(),
+            (_, Some(subject)) if self.subject_slot() == Some(i) => subject,
             _ => self.parts.item(i),
         }
     }
@@ -444,7 +507,7 @@ impl ScriptCall {
     /// [`with_token`](Self::with_token) can bind another without copying the call. A call
     /// has at most one: a second one is added as a plain argument.
     pub fn owner_arg(mut self, token: &Token) -> Self {
-        if self.parts.slot.is_some() {
+        if self.has_owner_arg() {
             return self.arg(token.as_str());
         }
         let parts = self.parts();
@@ -458,7 +521,7 @@ impl ScriptCall {
     /// The same call with `token` in place of the one its [`owner_arg`](Self::owner_arg)
     /// added (nothing is copied); unchanged if it has none.
     pub fn with_token(mut self, token: &Token) -> Self {
-        if self.parts.slot.is_some() {
+        if self.has_owner_arg() {
             self.token = Some(token.clone());
         }
         self
@@ -466,7 +529,7 @@ impl ScriptCall {
 
     /// Whether the call has an owner-token argument added by [`owner_arg`](Self::owner_arg).
     pub fn has_owner_arg(&self) -> bool {
-        self.parts.slot.is_some()
+        self.slot().is_some()
     }
 
     /// Adds an argument whose value is bound per use with
@@ -474,7 +537,7 @@ impl ScriptCall {
     /// apart from the shared arguments so that binding it copies nothing. Empty until bound.
     /// A call has at most one: a second call of this adds nothing.
     pub fn subject_arg(mut self) -> Self {
-        if self.parts.subject.is_some() {
+        if self.has_subject_arg() {
             return self;
         }
         let parts = self.parts();
@@ -487,7 +550,7 @@ impl ScriptCall {
     /// The same call with `subject` as the argument its [`subject_arg`](Self::subject_arg)
     /// added (nothing is copied); unchanged if it has none.
     pub fn with_subject(mut self, subject: &Arc<Vec<u8>>) -> Self {
-        if self.parts.subject.is_some() {
+        if self.has_subject_arg() {
             self.subject = Some(Arc::clone(subject));
         }
         self
@@ -495,7 +558,7 @@ impl ScriptCall {
 
     /// Whether the call has an argument added by [`subject_arg`](Self::subject_arg).
     pub fn has_subject_arg(&self) -> bool {
-        self.parts.subject.is_some()
+        self.subject_slot().is_some()
     }
 
     /// Inserts an argument before the others (binds a value known only later, such as the
@@ -508,10 +571,10 @@ impl ScriptCall {
 
     /// Replaces argument `index` (0: the first after the keys), if there is one.
     pub fn with_arg(mut self, index: usize, arg: impl AsRef<[u8]>) -> Self {
-        if index < self.parts.args() {
+        if index < self.arg_count() {
             let i = self.parts.keys + index;
-            if self.parts.slot != Some(i)
-                && self.parts.subject != Some(i)
+            if self.slot() != Some(i)
+                && self.subject_slot() != Some(i)
                 && self.parts.item(i) == arg.as_ref()
             {
                 return self;
@@ -523,10 +586,10 @@ impl ScriptCall {
 
     /// Replaces the last argument.
     pub fn with_last_arg(mut self, arg: impl AsRef<[u8]>) -> Self {
-        if self.parts.args() > 0 {
-            let i = self.parts.ends.len() - 1;
-            if self.parts.slot != Some(i)
-                && self.parts.subject != Some(i)
+        if self.arg_count() > 0 {
+            let i = self.len() - 1;
+            if self.slot() != Some(i)
+                && self.subject_slot() != Some(i)
                 && self.parts.item(i) == arg.as_ref()
             {
                 // Already so: keep sharing the arguments.
@@ -566,14 +629,16 @@ impl ScriptCall {
 
     fn command(&self, verb: &str, body: &str) -> Command {
         let parts = &*self.parts;
+        let len = self.len();
         let token = self.token.as_ref().map_or(0, |t| t.as_str().len());
         let subject = self.subject.as_ref().map_or(0, |s| s.len());
-        let bytes = body.len() + 4 + parts.bytes.len() + token + subject;
-        let mut cmd = Command::with_bytes(verb, 2 + parts.ends.len(), bytes)
+        let shared = if len == 0 { 0 } else { parts.ends[len - 1] };
+        let bytes = body.len() + 4 + shared + token + subject;
+        let mut cmd = Command::with_bytes(verb, 2 + len, bytes)
             .arg(body)
             .int_arg(parts.keys as u64)
             .on(self.node);
-        for i in 0..parts.ends.len() {
+        for i in 0..len {
             cmd = cmd.arg(self.item(i));
         }
         cmd
@@ -660,6 +725,12 @@ impl Exchange {
         if self.state == State::Idle {
             self.state = State::Answered(answer);
         }
+    }
+
+    /// Whether `id` is the request in flight (so that a caller with several exchanges
+    /// hands a response to its own without copying it for the others).
+    pub(crate) fn awaits(&self, id: RequestId) -> bool {
+        matches!(self.state, State::Sent { id: sent, .. } if sent == id)
     }
 
     /// Takes the outcome of a request; returns whether it was the one in flight.
@@ -909,6 +980,56 @@ mod owner_arg_tests {
         let replaced = template.with_subject(&id).with_arg(0, "plain");
         assert!(!replaced.has_subject_arg());
         assert_eq!(wire(&replaced), ["1", "k1", "plain", "tok-a", "x"]);
+    }
+
+    #[test]
+    fn a_sharing_call_reads_a_prefix_and_copies_only_when_changed() {
+        let (a, b) = (Token::new("tok-a").unwrap(), Token::new("tok-b").unwrap());
+        static OTHER: Script = Script {
+            name: "other",
+            source: "return 2",
+            sha1: "1111111111111111111111111111111111111111",
+        };
+        let full = ScriptCall::new(&ECHO)
+            .key("k1")
+            .owner_arg(&a)
+            .arg("notify")
+            .compact();
+        let short = full.sharing(&OTHER, 1);
+        assert!(short.shares_parts_with(&full), "sharing copies nothing");
+        assert_eq!(short.script().name, "other");
+        assert_eq!(wire(&short), ["1", "k1", "tok-a"]);
+        assert_eq!(wire(&full), ["1", "k1", "tok-a", "notify"]);
+        assert!(short.has_owner_arg());
+        assert_eq!(
+            short,
+            ScriptCall::new(&OTHER).key("k1").owner_arg(&a),
+            "equal to the same call built on its own"
+        );
+        assert_ne!(short.clone().with_token(&b), short);
+        // Rebinding keeps sharing; the token stays in its slot.
+        let rebound = short.clone().with_token(&b);
+        assert!(rebound.shares_parts_with(&full));
+        assert_eq!(wire(&rebound), ["1", "k1", "tok-b"]);
+        // An argument appended to the prefix goes after it, in a copy of the prefix only.
+        let extended = rebound.arg("30000");
+        assert!(!extended.shares_parts_with(&full));
+        assert_eq!(wire(&extended), ["1", "k1", "tok-b", "30000"]);
+        assert_eq!(
+            wire(&full),
+            ["1", "k1", "tok-a", "notify"],
+            "the source is untouched"
+        );
+        // The last argument of a prefix is its own; a prefix without the token slot has none.
+        assert_eq!(wire(&short.clone().with_last_arg("x")), ["1", "k1", "x"]);
+        let keys_only = full.sharing(&OTHER, 0);
+        assert!(!keys_only.has_owner_arg());
+        assert_eq!(wire(&keys_only.clone().with_token(&b)), ["1", "k1"]);
+        assert_eq!(wire(&keys_only.owner_arg(&b)), ["1", "k1", "tok-b"]);
+        // Asking for more arguments than there are shares them all.
+        assert_eq!(wire(&full.sharing(&OTHER, 9)), wire(&full));
+        // Keys added to a prefix still go before its arguments.
+        assert_eq!(wire(&short.key("k2")), ["2", "k1", "k2", "tok-a"]);
     }
 
     #[test]

@@ -64,6 +64,13 @@ impl LockSpec {
         validate_ttl("ttl", ttl)?;
         let keys = LockKeys::new(keyspace, name)?;
         let undone = crate::keys::cat(&[&keyspace.stem(name)?, ":undone"]);
+        // The three calls on a held lease share one set of keys and arguments: extend and
+        // inspect take the release's key and token, without its channel.
+        let release = ScriptCall::new(&RELEASE)
+            .key(&keys.lock)
+            .owner_arg(&token)
+            .arg(&keys.notify)
+            .compact();
         Ok(LockSpec {
             kind: LeaseKind::Lock(LockKind::Lease),
             acquire: ScriptCall::new(&ACQUIRE)
@@ -71,21 +78,12 @@ impl LockSpec {
                 .owner_arg(&token)
                 .arg(ms(ttl)),
             calls: LeaseCalls {
-                release: ScriptCall::new(&RELEASE)
-                    .key(&keys.lock)
-                    .owner_arg(&token)
-                    .arg(&keys.notify),
-                extend: ScriptCall::new(&EXTEND).key(&keys.lock).owner_arg(&token),
-                inspect: ScriptCall::new(&INSPECT).key(&keys.lock).owner_arg(&token),
+                extend: release.sharing(&EXTEND, 1),
+                inspect: release.sharing(&INSPECT, 1),
+                release: release.clone(),
             },
             cancel: None,
-            undo: Some(undoing(
-                ScriptCall::new(&RELEASE)
-                    .key(&keys.lock)
-                    .owner_arg(&token)
-                    .arg(&keys.notify),
-                &undone,
-            )),
+            undo: Some(undoing(release, &undone)),
             queued: false,
             wake: WakeOn::any(&keys.channel),
             notify: keys.notify.clone(),
@@ -96,5 +94,46 @@ impl LockSpec {
             token,
             ttl,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A held lease's three calls keep one copy of the lock's key and token between them,
+    /// also once bound to another acquisition's token; each sends what it always sent.
+    #[test]
+    fn the_calls_on_a_lease_share_one_set_of_keys() {
+        let ks = Keyspace::default();
+        let ttl = Duration::from_secs(30);
+        let spec = LockSpec::lease(&ks, "orders", Token::new("tok-a").unwrap(), ttl).unwrap();
+        let bound = spec.with_token(Token::new("tok-b").unwrap()).unwrap();
+        for calls in [&spec.calls, &bound.calls] {
+            assert!(calls.extend.shares_parts_with(&calls.release));
+            assert!(calls.inspect.shares_parts_with(&calls.release));
+        }
+        assert!(bound.calls.release.shares_parts_with(&spec.calls.release));
+        let wire = |call: &ScriptCall| {
+            call.evalsha()
+                .args()
+                .skip(2)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+        };
+        let lock = "redlease:{orders}:lock";
+        assert_eq!(
+            wire(&bound.calls.release),
+            [
+                "1",
+                lock,
+                "tok-b",
+                &ks.notify_arg("redlease:{orders}:released")
+            ]
+        );
+        assert_eq!(wire(&bound.calls.extend), ["1", lock, "tok-b"]);
+        assert_eq!(wire(&bound.calls.inspect), ["1", lock, "tok-b"]);
+        assert_eq!(bound.calls.extend.script().name, EXTEND.name);
+        assert_eq!(bound.calls.inspect.script().name, INSPECT.name);
     }
 }

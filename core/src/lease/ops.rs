@@ -5,6 +5,7 @@
 //! script is idempotent: owner-checked, or a plain read or overwrite) a few times before the
 //! deadline; decide the outcome from the reply.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Lease, Target, error_from_reply, int_pair, pttl, valid_until};
@@ -56,7 +57,8 @@ pub trait OpKind {
 /// settled, and a retry is `Ok` only when it finds that record.
 #[derive(Debug, Clone)]
 pub struct Release {
-    name: String,
+    /// The lock's name (shared with the lease).
+    name: Arc<str>,
     /// Whether a lost reply sent in time means the retry's "gone" was our own doing.
     lost_reply_was_ours: bool,
 }
@@ -65,7 +67,8 @@ pub struct Release {
 /// `valid_until`.
 #[derive(Debug, Clone)]
 pub struct Extend {
-    name: String,
+    /// The lock's name (shared with the lease).
+    name: Arc<str>,
     ttl: Duration,
 }
 
@@ -175,7 +178,7 @@ impl ScriptOp<Release> {
     /// Releases `lease`, giving up at `deadline`.
     pub fn release(lease: &Lease, deadline: Instant) -> Self {
         let kind = Release {
-            name: lease.target.name.to_string(),
+            name: lease.target.name.clone(),
             // A job's release is a nack: it answers for its own lost replies.
             lost_reply_was_ours: lease.kind != super::LeaseKind::Job,
         };
@@ -196,7 +199,7 @@ impl ScriptOp<Release> {
     /// settled), never the lock's lost-reply rule.
     pub fn release_with(lease: &Lease, call: ScriptCall, deadline: Instant) -> Self {
         let kind = Release {
-            name: lease.target.name.to_string(),
+            name: lease.target.name.clone(),
             lost_reply_was_ours: false,
         };
         Self::new(
@@ -219,7 +222,7 @@ impl ScriptOp<Extend> {
     pub fn extend(lease: &Lease, ttl: Duration, deadline: Instant) -> Result<Self, Error> {
         let ttl_ms = super::validate_ttl("ttl", ttl)?;
         let kind = Extend {
-            name: lease.target.name.to_string(),
+            name: lease.target.name.clone(),
             ttl,
         };
         let mut call = lease.calls.extend.clone().arg(ttl_ms.to_string());

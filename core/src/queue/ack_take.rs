@@ -2,7 +2,7 @@
 //! jobs.
 //!
 //! ```text
-//!   AckAndTake ──EVALSHA ack_take──► {ack, 1, delivery, id, payload} ──► Done { ack, Taken(next) }
+//!   AckAndTake ──EVALSHA ack_take──► {ack, delivery, id, payload} ─────► Done { ack, Taken(next) }
 //!     │    ▲                         {ack, 0, ms | -2} ────────────────► Done { ack, Empty }
 //!     │    └── no reply: send again (same tokens: the script finds the settled ack and
 //!     │        the job already leased to the next token, so nothing happens twice)
@@ -25,11 +25,13 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use super::take::{Take, TakenJob};
-use super::{QueueKeys, QueueSettings, SETTLED_KEEP, take};
+use super::{QueueKeys, QueueSettings, SETTLED_KEEP, job_name};
 use crate::backoff::saturating_add;
 use crate::error::{Error, LossReason};
-use crate::lease::{Lease, LockSpec, OpKind, ScriptOp, Token, valid_until};
+use crate::lease::{Lease, LeaseCalls, LeaseKind, OpKind, ScriptOp, Target, Token, valid_until};
 use crate::protocol::{Protocol, Step};
 use crate::reply::{FailureKind, Reply, Response};
 use crate::script::ScriptCall;
@@ -51,8 +53,18 @@ pub struct AckedAndTaken {
 /// The combined call's reading of a reply.
 #[derive(Debug)]
 pub(crate) struct AckTakeCall {
-    acked: String,
-    next: LockSpec,
+    /// The name of the acked job's lease.
+    acked: Arc<str>,
+    /// The calls of the next job's lease, the next token bound (the id is bound once known).
+    calls: LeaseCalls,
+    /// The next token.
+    token: Token,
+    /// The visibility timeout.
+    ttl: Duration,
+    /// The queue.
+    target: Target,
+    /// The start of a job lease's name ([`QueueKeys::job_name`]).
+    job_name: Arc<str>,
 }
 
 impl OpKind for AckTakeCall {
@@ -74,14 +86,8 @@ impl OpKind for AckTakeCall {
             _ => return None,
         };
         let next = match rest {
-            [
-                Reply::Int(1),
-                Reply::Int(delivery),
-                Reply::Bulk(id),
-                Reply::Bulk(payload),
-            ] if *delivery >= 1 => {
-                let lease = self.lease(id, *delivery as u64, payload, sent_at);
-                match TakenJob::from_lease(lease) {
+            [Reply::Int(delivery), Reply::Bulk(id), Reply::Bulk(payload)] if *delivery >= 1 => {
+                match self.job(id, *delivery as u64, payload, sent_at) {
                     Ok(job) => Take::Taken(Box::new(job)),
                     Err(e) => return Some(Err(e)),
                 }
@@ -98,29 +104,46 @@ impl OpKind for AckTakeCall {
 impl AckTakeCall {
     fn not_owner(&self, reason: LossReason) -> Error {
         Error::NotOwner {
-            name: self.acked.clone(),
+            name: self.acked.to_string(),
             reason,
         }
     }
 
-    /// The lease of the job handed to the next token, as a take would have made it.
-    fn lease(&self, id: &[u8], delivery: u64, payload: &[u8], sent_at: Instant) -> Lease {
-        let spec = &self.next;
-        let calls = spec.calls.for_job(id);
-        let mut target = spec.target.clone();
-        target.name = format!("{} job {}", target.name, String::from_utf8_lossy(id)).into();
-        Lease {
-            kind: spec.kind,
-            target,
-            token: spec.token.clone(),
+    /// The job handed to the next token, on the lease a take would have made.
+    fn job(
+        &self,
+        id: &[u8],
+        delivery: u64,
+        payload: &[u8],
+        sent_at: Instant,
+    ) -> Result<TakenJob, Error> {
+        let Ok(text) = std::str::from_utf8(id) else {
+            return Err(Error::UnexpectedReply {
+                context: "queue take",
+                reply: "a job id that is not UTF-8".into(),
+            });
+        };
+        let lease = Lease {
+            kind: LeaseKind::Job,
+            target: Target {
+                name: job_name(&self.job_name, text),
+                keys: self.target.keys.clone(),
+            },
+            token: self.token.clone(),
             fence: delivery,
-            ttl: spec.ttl,
+            ttl: self.ttl,
             acquired_at: sent_at,
-            valid_until: valid_until(sent_at, spec.ttl),
+            valid_until: valid_until(sent_at, self.ttl),
             attempts: 1,
-            calls,
-            data: vec![id.to_vec(), payload.to_vec()],
-        }
+            calls: self.calls.for_job(id),
+            data: Vec::new(),
+        };
+        Ok(TakenJob {
+            id: text.to_owned(),
+            payload: payload.to_vec(),
+            delivery,
+            lease,
+        })
     }
 }
 
@@ -291,12 +314,30 @@ pub fn ack_and_take(
     settings: &QueueSettings,
     deadline: Instant,
 ) -> Result<AckAndTake, Error> {
-    let next = take(keys, next_token, settings)?;
-    let call = ack_take_call(keys, id, lease.token.as_str(), &next, settings);
-    let undo = next.undo.clone();
+    let visibility_ms = settings.validate()?;
+    let bound = keys.bound(settings, visibility_ms);
+    // The call, bound without copying the keys: the id, the next token, and the acked
+    // token in place of the placeholder of the same length.
+    let call = bound
+        .ack_take
+        .clone()
+        .with_subject(&Arc::new(id.as_bytes().to_vec()))
+        .with_token(&next_token)
+        .with_arg(1, lease.token.as_str());
+    let spec = &bound.take;
+    let bind = |call: &ScriptCall| call.clone().with_token(&next_token);
+    let undo = spec.undo.as_ref().map(bind);
     let kind = AckTakeCall {
-        acked: lease.target.name.to_string(),
-        next,
+        acked: lease.target.name.clone(),
+        calls: LeaseCalls {
+            release: bind(&spec.calls.release),
+            extend: bind(&spec.calls.extend),
+            inspect: bind(&spec.calls.inspect),
+        },
+        token: next_token,
+        ttl: settings.visibility,
+        target: spec.target.clone(),
+        job_name: keys.calls.job_name.clone(),
     };
     let op = ScriptOp::new(
         kind,
@@ -313,14 +354,25 @@ pub fn ack_and_take(
     })
 }
 
-fn ack_take_call(
+/// The combined call with the constant arguments for `settings` and slots for the rest:
+/// the acked job's id (subject slot), its token (a plain argument holding `placeholder`, a
+/// token of the same length as the random ones, replaced in place), the next token (owner
+/// slot). The same arguments as [`ack_and_take_call`].
+pub(crate) fn ack_take_template(
     keys: &QueueKeys,
-    id: &str,
-    token: &str,
-    next: &LockSpec,
+    placeholder: &Token,
     settings: &QueueSettings,
 ) -> ScriptCall {
-    ack_and_take_call(keys, id, token, next.token.as_str(), settings)
+    keys.calls
+        .ack_take
+        .clone()
+        .subject_arg()
+        .arg(placeholder.as_str())
+        .arg(SETTLED_KEEP.as_millis().to_string())
+        .owner_arg(placeholder)
+        .arg(settings.visibility.as_millis().to_string())
+        .arg(settings.max_deliveries.to_string())
+        .compact()
 }
 
 /// The script call of [`ack_and_take`]: ack job `id` leased with `token`, take the next

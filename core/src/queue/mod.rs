@@ -68,10 +68,19 @@ pub struct QueueKeys {
     calls: KeyedCalls,
 }
 
-/// The queue's script calls with their keys and no arguments, built once per queue.
+/// The queue's script calls with their keys and no arguments, built once per queue; and
+/// the calls of every job with their constant arguments too and slots for the varying ones
+/// (bound per job without copying the keys).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct KeyedCalls {
     push: ScriptCall,
+    /// The push of one job ready now with the default priority: delay `0`, priority `0`,
+    /// the channel, then the id in the owner slot and the payload in the subject slot.
+    push_now: ScriptCall,
+    /// The ack: the id in the subject slot, the token in the owner slot, [`SETTLED_KEEP`].
+    ack_bound: ScriptCall,
+    /// `queue <name> job `: the start of the name of each job's lease.
+    job_name: std::sync::Arc<str>,
     dequeue: ScriptCall,
     nack: ScriptCall,
     ack: ScriptCall,
@@ -85,11 +94,23 @@ struct KeyedCalls {
     take: TakeTemplate,
 }
 
-/// A queue's take spec, built by its first take and shared by the takes with the same
-/// settings (a queue's takes usually share them): each binds its token (and, once taken,
-/// the job's id) without copying the keys.
+/// A queue's take spec and combined ack-and-take call, built by its first take and shared
+/// by the takes with the same settings (a queue's takes usually share them): each binds its
+/// token (and, once taken, the job's id) without copying the keys.
 #[derive(Debug, Clone, Default)]
-struct TakeTemplate(std::sync::OnceLock<(QueueSettings, LockSpec)>);
+struct TakeTemplate(std::sync::OnceLock<Bound>);
+
+/// What [`TakeTemplate`] keeps.
+#[derive(Debug, Clone)]
+struct Bound {
+    settings: QueueSettings,
+    /// The take spec, its calls' tokens and job ids in slots ([`take_spec`]).
+    take: LockSpec,
+    /// The ack-and-take call: the acked job's id in the subject slot, its token as a plain
+    /// argument of a random token's length (replaced in place), the next token in the owner
+    /// slot ([`ack_take::ack_and_take_call`]).
+    ack_take: ScriptCall,
+}
 
 /// A cache: it does not make two queues' keys differ.
 impl PartialEq for TakeTemplate {
@@ -149,6 +170,30 @@ impl KeyedCalls {
                 &k.settled,
             ]),
             ack_take: ScriptCall::new(&scripts::ACK_TAKE).keys(&k.ack_take_keys()),
+            push_now: ScriptCall::new(&scripts::PUSH)
+                .keys(&[&k.ready, &k.delayed, &k.payloads, &k.priorities, &k.seq])
+                .arg("0")
+                .arg("0")
+                .arg(&k.notify)
+                .owner_arg(&placeholder_token())
+                .subject_arg()
+                .compact(),
+            ack_bound: ScriptCall::new(&scripts::ACK)
+                .keys(&[
+                    &k.inflight,
+                    &k.leases,
+                    &k.payloads,
+                    &k.priorities,
+                    &k.deliveries,
+                    &k.holders,
+                    &k.bases,
+                    &k.settled,
+                ])
+                .subject_arg()
+                .owner_arg(&placeholder_token())
+                .arg(SETTLED_KEEP.as_millis().to_string())
+                .compact(),
+            job_name: format!("queue {} job ", k.name).into(),
             extend: ScriptCall::new(&scripts::JOB_EXTEND).keys(&[&k.inflight, &k.leases]),
             inspect: ScriptCall::new(&scripts::JOB_INSPECT).keys(&[&k.inflight, &k.leases]),
             untake: ScriptCall::new(&scripts::UNTAKE).keys(&[
@@ -208,6 +253,9 @@ impl QueueKeys {
                 nack: ScriptCall::new(&scripts::NACK),
                 ack: ScriptCall::new(&scripts::ACK),
                 ack_take: ScriptCall::new(&scripts::ACK_TAKE),
+                push_now: ScriptCall::new(&scripts::PUSH),
+                ack_bound: ScriptCall::new(&scripts::ACK),
+                job_name: "".into(),
                 extend: ScriptCall::new(&scripts::JOB_EXTEND),
                 inspect: ScriptCall::new(&scripts::JOB_INSPECT),
                 untake: ScriptCall::new(&scripts::UNTAKE),
@@ -241,6 +289,55 @@ impl QueueKeys {
     fn target(&self) -> Target {
         self.calls.target.clone()
     }
+
+    /// The take spec and ack-and-take call for `settings` (validated), bound to nothing:
+    /// the cached ones when `settings` are those of the queue's first take.
+    fn bound(&self, settings: &QueueSettings, visibility_ms: u64) -> std::borrow::Cow<'_, Bound> {
+        let cache = &self.calls.take.0;
+        if let Some(bound) = cache.get()
+            && bound.settings == *settings
+        {
+            return std::borrow::Cow::Borrowed(bound);
+        }
+        let placeholder = placeholder_token();
+        let bound = Bound {
+            settings: *settings,
+            take: take_spec(self, placeholder.clone(), settings, visibility_ms).compact(),
+            ack_take: ack_take::ack_take_template(self, &placeholder, settings),
+        };
+        // Only the first take's settings are kept: a queue's takes usually share them.
+        match cache.set(bound) {
+            // Cached now: found by the first lookup.
+            Ok(()) => self.bound(settings, visibility_ms),
+            // Other settings were cached first (or the same, by another thread just now).
+            Err(bound) => std::borrow::Cow::Owned(bound),
+        }
+    }
+}
+
+/// The name of the lease of job `id`, `prefix` being `queue <name> job ` (in errors about it):
+/// put together on the stack when it is short, so that it costs one allocation.
+fn job_name(prefix: &str, id: &str) -> std::sync::Arc<str> {
+    let mut buf = [0u8; 160];
+    let len = prefix.len() + id.len();
+    if let Some(name) = buf.get_mut(..len) {
+        let (head, tail) = name.split_at_mut(prefix.len());
+        head.copy_from_slice(prefix.as_bytes());
+        tail.copy_from_slice(id.as_bytes());
+        if let Ok(name) = std::str::from_utf8(name) {
+            return name.into();
+        }
+    }
+    let mut name = String::with_capacity(len);
+    name.push_str(prefix);
+    name.push_str(id);
+    name.into()
+}
+
+/// The token held in the owner slot of a call template until a real one is bound: a random
+/// token's length, so that binding the token of a taken job in its place copies nothing.
+fn placeholder_token() -> Token {
+    Token::from_random([0; 16])
 }
 
 /// How jobs are leased.
@@ -310,7 +407,8 @@ pub enum Pushed {
 /// The push of one batch of jobs, in one script call.
 #[derive(Debug, Clone)]
 pub struct Push {
-    count: usize,
+    /// The ids pushed, in order (the script answers one flag per job).
+    ids: Vec<String>,
 }
 
 impl OpKind for Push {
@@ -322,22 +420,14 @@ impl OpKind for Push {
     const RETRY_LOST_REPLY: bool = false;
 
     fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<Vec<Pushed>, Error>> {
-        let items = reply.as_array()?;
-        if items.len() != 2 * self.count {
-            return None;
-        }
-        let out = items
-            .chunks(2)
-            .map(|pair| {
-                let id = match &pair[1] {
-                    Reply::Bulk(b) => String::from_utf8(b.clone()).ok()?,
-                    _ => return None,
-                };
-                match pair[0].as_int()? {
-                    1 => Some(Pushed::Queued(id)),
-                    0 => Some(Pushed::Duplicate(id)),
-                    _ => None,
-                }
+        let flags = pushed_flags(reply, self.ids.len())?;
+        let out = flags
+            .iter()
+            .zip(&self.ids)
+            .map(|(flag, id)| match flag {
+                b'1' => Some(Pushed::Queued(id.clone())),
+                b'0' => Some(Pushed::Duplicate(id.clone())),
+                _ => None,
             })
             .collect::<Option<Vec<_>>>()?;
         Some(Ok(out))
@@ -372,27 +462,70 @@ pub fn push(
         }
         call = call.arg(&job.id).arg(&job.payload);
     }
-    let kind = Push { count: jobs.len() };
+    let kind = Push {
+        ids: jobs.iter().map(|j| j.id.clone()).collect(),
+    };
     Ok(ScriptOp::new(kind, call, keys.target(), None, deadline))
+}
+
+/// The push of one job under a fresh id ([`push_new`]): yields `true` when it was queued,
+/// `false` when a job with its id was already there (nothing written).
+#[derive(Debug, Clone, Copy)]
+pub struct PushNew;
+
+impl OpKind for PushNew {
+    type Output = bool;
+    const CONTEXT: &'static str = "queue push";
+    // As for [`Push`].
+    const RETRY_LOST_REPLY: bool = false;
+
+    fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<bool, Error>> {
+        match pushed_flags(reply, 1)? {
+            b"1" => Some(Ok(true)),
+            b"0" => Some(Ok(false)),
+            _ => None,
+        }
+    }
+}
+
+/// The push script's answer for `count` jobs: one character per job (`1` pushed, `0`
+/// duplicate); `None` for any other reply.
+fn pushed_flags(reply: &Reply, count: usize) -> Option<&[u8]> {
+    match reply {
+        Reply::Bulk(flags) if flags.len() == count => Some(flags),
+        _ => None,
+    }
+}
+
+/// Pushes one job whose id is `id`, a fresh random token ([`Token::from_random`]: its hex
+/// text is the job id), ready now with the default priority 0: [`push`] of one job, built
+/// without copying the payload again (it is moved into the call) and without copying the
+/// queue's keys. `deadline` as for [`push`].
+pub fn push_new(
+    keys: &QueueKeys,
+    id: &Token,
+    payload: Vec<u8>,
+    deadline: Instant,
+) -> ScriptOp<PushNew> {
+    let call = keys
+        .calls
+        .push_now
+        .clone()
+        .with_token(id)
+        .with_subject(&std::sync::Arc::new(payload));
+    ScriptOp::new(PushNew, call, keys.target(), None, deadline)
 }
 
 /// What taking a job from `keys` needs: acquire it as a lease of kind [`LeaseKind::Job`].
 /// Dropping the lease without an ack returns the job at once (a nack without backoff).
 pub fn take(keys: &QueueKeys, token: Token, settings: &QueueSettings) -> Result<LockSpec, Error> {
     let visibility_ms = settings.validate()?;
-    let cache = &keys.calls.take.0;
-    if let Some((cached, template)) = cache.get()
-        && cached == settings
-        && let Some(spec) = template.with_token(token.clone())
-    {
-        return Ok(spec);
+    let bound = keys.bound(settings, visibility_ms);
+    match bound.take.with_token(token.clone()) {
+        Some(spec) => Ok(spec),
+        // Every call of a take spec has its token slot (`take_spec`): not reached.
+        None => Ok(take_spec(keys, token, settings, visibility_ms).compact()),
     }
-    let spec = take_spec(keys, token, settings, visibility_ms).compact();
-    // Only the first take's settings are kept: a queue's takes usually share them.
-    if cache.get().is_none() {
-        let _ = cache.set((*settings, spec.clone()));
-    }
-    Ok(spec)
 }
 
 /// The take spec, its calls built with the token in their owner slot and, on the lease's
@@ -476,6 +609,16 @@ pub fn ack_call(keys: &QueueKeys, id: &str, token: &str) -> ScriptCall {
         .arg(id)
         .arg(token)
         .arg(SETTLED_KEEP.as_millis().to_string())
+}
+
+/// [`ack_call`] for the lease `token` of a taken job: the same call, built without copying
+/// the queue's keys.
+pub fn ack_lease_call(keys: &QueueKeys, id: &str, token: &Token) -> ScriptCall {
+    keys.calls
+        .ack_bound
+        .clone()
+        .with_subject(&std::sync::Arc::new(id.as_bytes().to_vec()))
+        .with_token(token)
 }
 
 /// The nack of job `id` leased with `token`: retry after `backoff` (zero: at once), or after

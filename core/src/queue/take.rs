@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{Nack, QueueKeys, QueueSettings, ack_call, nack_because, nack_op, take};
+use super::{Nack, QueueKeys, QueueSettings, ack_lease_call, nack_because, nack_op, take};
 use crate::error::Error;
 use crate::lease::{Acquire, AcquireOptions, Acquisition, Extend, Lease, Release, ScriptOp, Token};
 use crate::protocol::{Protocol, Step};
@@ -75,7 +75,7 @@ impl TakenJob {
     /// the settled delivery for [`SETTLED_KEEP`](super::SETTLED_KEEP): an ack retried after a
     /// lost reply is `Ok` only if this delivery's own ack removed the job.
     pub fn ack(&self, keys: &QueueKeys, deadline: Instant) -> ScriptOp<Release> {
-        let call = ack_call(keys, &self.id, self.lease.token.as_str());
+        let call = ack_lease_call(keys, &self.id, &self.lease.token);
         ScriptOp::release_with(&self.lease, call, deadline)
     }
 

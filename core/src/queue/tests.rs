@@ -110,12 +110,8 @@ fn push_sends_keys_then_delay_priority_channel_and_id_payload_pairs() {
     )
     .unwrap();
     let mut s = Scenario::new(op, now);
-    let r = s.answer(Reply::Array(vec![
-        Reply::Int(1),
-        bulk(b"a"),
-        Reply::Int(0),
-        bulk(b"b"),
-    ]));
+    // One flag per job, in order: the ids are the client's.
+    let r = s.answer(bulk(b"10"));
     let a = args(&r);
     assert_eq!(
         a[..11],
@@ -144,7 +140,7 @@ fn push_without_delay_sends_zero_and_the_default_priority() {
     let now = origin();
     let op = push(&keys(), &[job("x", b"")], 0, Duration::ZERO, deadline(now)).unwrap();
     let mut s = Scenario::new(op, now);
-    let r = s.answer(Reply::Array(vec![Reply::Int(1), bulk(b"x")]));
+    let r = s.answer(bulk(b"1"));
     assert_eq!(args(&r)[8..], strs(&["0", "0", CHANNEL, "x", ""]));
     assert_eq!(s.expect_done(), Ok(vec![Pushed::Queued("x".into())]));
     // The highest priority and a sub-millisecond delay (rounded down to whole ms).
@@ -157,7 +153,7 @@ fn push_without_delay_sends_zero_and_the_default_priority() {
     )
     .unwrap();
     let mut s = Scenario::new(op, now);
-    let r = s.answer(Reply::Array(vec![Reply::Int(1), bulk(b"y")]));
+    let r = s.answer(bulk(b"1"));
     assert_eq!(args(&r)[8..10], strs(&["2", "255"]));
 }
 
@@ -167,34 +163,17 @@ fn push_replies_of_the_wrong_shape_are_unexpected() {
         Reply::Nil,
         Reply::Int(1),
         Reply::Status("OK".into()),
-        // One pair for two jobs, three pairs for two jobs.
-        Reply::Array(vec![Reply::Int(1), bulk(b"a")]),
-        Reply::Array(vec![
-            Reply::Int(1),
-            bulk(b"a"),
-            Reply::Int(1),
-            bulk(b"b"),
-            Reply::Int(1),
-            bulk(b"c"),
-        ]),
-        // An id that is not a bulk string, or not UTF-8.
-        Reply::Array(vec![
-            Reply::Int(1),
-            Reply::Int(5),
-            Reply::Int(1),
-            bulk(b"b"),
-        ]),
-        Reply::Array(vec![
-            Reply::Int(1),
-            bulk(b"\xff"),
-            Reply::Int(1),
-            bulk(b"b"),
-        ]),
-        // An outcome other than 0 or 1, or not a number.
-        Reply::Array(vec![Reply::Int(2), bulk(b"a"), Reply::Int(1), bulk(b"b")]),
-        Reply::Array(vec![Reply::Int(-1), bulk(b"a"), Reply::Int(1), bulk(b"b")]),
-        Reply::Array(vec![Reply::Nil, bulk(b"a"), Reply::Int(1), bulk(b"b")]),
-        ints(&[1, 1, 1, 1]),
+        // One flag for two jobs, three flags for two jobs; the flags and ids of the script
+        // before it stopped echoing the ids, a list of flags.
+        bulk(b"1"),
+        bulk(b"111"),
+        Reply::Array(vec![Reply::Int(1), bulk(b"a"), Reply::Int(1), bulk(b"b")]),
+        ints(&[1, 1]),
+        // An outcome other than 0 or 1.
+        bulk(b"21"),
+        bulk(b"1 "),
+        bulk(b""),
+        Reply::Status("11".into()),
     ];
     for shape in shapes {
         let now = origin();
@@ -210,6 +189,50 @@ fn push_replies_of_the_wrong_shape_are_unexpected() {
         }
         assert_eq!(s.sent.len(), 1, "nothing more is sent");
     }
+}
+
+#[test]
+fn push_new_sends_what_a_push_of_one_ready_job_sends_and_reads_its_flag() {
+    let now = origin();
+    let id = Token::from_random([3; 16]);
+    let payload = b"\x00 the payload \xff".to_vec();
+    let plain = push(
+        &keys(),
+        &[job(id.as_str(), &payload)],
+        0,
+        Duration::ZERO,
+        deadline(now),
+    )
+    .unwrap();
+    let expected = args(&Scenario::new(plain, now).answer(bulk(b"1")));
+    for (flag, queued) in [(b"1", true), (b"0", false)] {
+        let op = push_new(&keys(), &id, payload.clone(), deadline(now));
+        let mut s = Scenario::new(op, now);
+        let r = s.answer(bulk(flag));
+        assert_eq!(args(&r), expected);
+        assert_eq!(r.command.args()[12], payload);
+        assert_eq!(s.expect_done(), Ok(queued));
+    }
+    // Other shapes are not an answer.
+    for shape in [
+        Reply::Int(1),
+        ints(&[1]),
+        bulk(b"11"),
+        bulk(b"2"),
+        Reply::Array(vec![Reply::Int(1), bulk(id.as_str().as_bytes())]),
+        Reply::Nil,
+    ] {
+        let mut s = Scenario::new(push_new(&keys(), &id, payload.clone(), deadline(now)), now);
+        s.answer(shape.clone());
+        assert!(is_unexpected(&s.expect_done()), "{shape:?}");
+    }
+    // A lost reply is not sent again: the job may have been queued (and taken).
+    let mut s = Scenario::new(push_new(&keys(), &id, payload, deadline(now)), now);
+    s.fail(TransportFailure::no_reply("timeout"));
+    assert!(matches!(
+        s.expect_done(),
+        Err(Error::Unavailable { attempts: 1, .. })
+    ));
 }
 
 #[test]
@@ -532,6 +555,12 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
             "EVALSHA", ACK.sha1, "8", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
             BASES, SETTLED, "j", &t, "60000",
         ])
+    );
+    // Bound from the queue's template: the same call.
+    assert_eq!(ack_lease_call(&keys(), "j", &token()), ack);
+    assert_eq!(
+        call_args(&ack_lease_call(&keys(), "j", &token())),
+        call_args(&ack)
     );
     let retry = nack(&keys(), "j", &t, Duration::from_millis(2500), 4);
     assert_eq!(
@@ -1137,10 +1166,7 @@ fn a_push_whose_reply_was_lost_is_not_sent_again() {
     let mut s = Scenario::new(op, now);
     s.fail(TransportFailure::not_sent("refused"));
     s.sleep_through();
-    s.answer(Reply::Array(vec![
-        Reply::Int(1),
-        Reply::Bulk(b"once".to_vec()),
-    ]));
+    s.answer(bulk(b"1"));
     assert_eq!(s.expect_done(), Ok(vec![Pushed::Queued("once".into())]));
 }
 
@@ -1318,7 +1344,7 @@ fn acked_and(ack: i64, rest: Vec<Reply>) -> Reply {
 }
 
 fn handed(delivery: i64, id: &[u8], payload: &[u8]) -> Vec<Reply> {
-    vec![Reply::Int(1), Reply::Int(delivery), bulk(id), bulk(payload)]
+    vec![Reply::Int(delivery), bulk(id), bulk(payload)]
 }
 
 #[test]
@@ -1360,6 +1386,15 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
     let mut ack = Scenario::new(next.ack(&keys(), deadline(s.now)), s.now);
     let r = ack.answer(Reply::Int(1));
     assert_eq!(args(&r)[11..13], strs(&["next-1", &next_tok()]));
+    // Its give-back and extension name the job and the next token, as a take's would.
+    let mut back = Scenario::new(next.give_back(deadline(s.now)), s.now);
+    let r = back.answer(Reply::Int(1));
+    assert_eq!(args(&r)[15..18], strs(&["next-1", &next_tok(), "0"]));
+    let extend = next
+        .extend(Duration::from_secs(3), deadline(s.now))
+        .unwrap();
+    let r = Scenario::new(extend, s.now).answer(Reply::Int(1));
+    assert_eq!(args(&r)[5..], strs(&["next-1", &next_tok(), "3000"]));
     assert_eq!(s.sent.len(), 1);
     assert_eq!(s.expect_done(), Err(Error::Finished));
 }
@@ -1489,10 +1524,9 @@ fn a_reply_not_understood_gives_back_what_the_next_token_may_hold() {
         ints(&[1, 1, 2]),
         acked_and(7, handed(1, b"n", b"")),
         acked_and(1, handed(0, b"n", b"")),
-        acked_and(
-            1,
-            vec![Reply::Int(1), Reply::Int(1), bulk(b"\xff"), bulk(b"")],
-        ),
+        acked_and(1, handed(1, b"\xff", b"")),
+        // The shape of the script before it dropped the "taken" flag.
+        acked_and(1, vec![Reply::Int(1), Reply::Int(1), bulk(b"n"), bulk(b"")]),
     ] {
         let (_, mut s) = acking_and_taking();
         s.answer(bad.clone());
@@ -1521,4 +1555,58 @@ fn a_next_job_handed_over_after_its_validity_is_given_back() {
             next_due_in: Some(Duration::ZERO)
         }
     );
+}
+
+#[test]
+fn ack_and_take_binds_tokens_of_any_length_and_the_settings_of_each_call() {
+    let now = origin();
+    let mut s = take_job(None);
+    s.answer(job_reply(1, b"done-1", b"p"));
+    let mut job = taken_job(&mut s);
+    // A token of another length than the random ones (a driver's own), and settings other
+    // than those of the queue's first take (which its calls were built for).
+    job.lease.token = Token::new("short").unwrap();
+    let other = QueueSettings {
+        visibility: Duration::from_millis(7000),
+        max_deliveries: 9,
+    };
+    for (settings, vis, max) in [(other, "7000", "9"), (settings(), "1500", "4")] {
+        let op = job
+            .ack_and_take(&keys(), Token::from_random(NEXT), &settings, deadline(now))
+            .unwrap();
+        let mut s = Scenario::new(op, now);
+        let r = s.answer(acked_and(1, handed(1, b"n", b"")));
+        assert_eq!(
+            args(&r)[16..],
+            strs(&["done-1", "short", "60000", &next_tok(), vis, max])
+        );
+        let out = s.expect_done().unwrap();
+        let Take::Taken(next) = out.next else {
+            panic!("{:?}", out.next)
+        };
+        assert_eq!(next.lease.ttl, settings.visibility);
+    }
+    // The script call for a driver's own machine is the same call.
+    let call = ack_and_take_call(&keys(), "done-1", "short", &next_tok(), &settings());
+    let op = job
+        .ack_and_take(
+            &keys(),
+            Token::from_random(NEXT),
+            &settings(),
+            deadline(now),
+        )
+        .unwrap();
+    let r = Scenario::new(op, now).answer(acked_and(1, handed(1, b"n", b"")));
+    assert_eq!(args(&r), call_args(&call));
+}
+
+#[test]
+fn a_job_leases_name_is_the_queue_then_the_id_however_long() {
+    let long = "é".repeat(MAX_ID_LEN / 2);
+    for id in ["j", "x".repeat(140).as_str(), long.as_str()] {
+        assert_eq!(
+            &*job_name("queue jobs job ", id),
+            format!("queue jobs job {id}")
+        );
+    }
 }

@@ -192,14 +192,8 @@ impl RedLockAcquire {
         let elapsed = now.saturating_duration_since(self.sent_at);
         let validity = ttl.saturating_sub(elapsed).saturating_sub(drift(ttl));
         if granted >= self.options.quorum() && !validity.is_zero() {
-            // The spec is not used again: its target moves into the lease.
-            let target = std::mem::replace(
-                &mut self.spec.target,
-                crate::lease::Target {
-                    name: String::new().into(),
-                    keys: Vec::new().into(),
-                },
-            );
+            // Shared, not copied (an empty stand-in would cost two allocations).
+            let target = self.spec.target.clone();
             let lease = Lease {
                 kind: LeaseKind::Lock(LockKind::Lease),
                 target,
@@ -341,10 +335,8 @@ impl Protocol for RedLockAcquire {
             *answer = Some(input.result);
             return;
         }
-        for e in &mut self.exchanges {
-            if e.handle(input.clone()) {
-                return;
-            }
+        if let Some(e) = self.exchanges.iter_mut().find(|e| e.awaits(input.id)) {
+            e.handle(input);
         }
     }
 }

@@ -191,10 +191,8 @@ impl Protocol for QuorumOp {
     }
 
     fn handle(&mut self, input: Response, _now: Instant) {
-        for e in &mut self.exchanges {
-            if e.handle(input.clone()) {
-                return;
-            }
+        if let Some(e) = self.exchanges.iter_mut().find(|e| e.awaits(input.id)) {
+            e.handle(input);
         }
     }
 }

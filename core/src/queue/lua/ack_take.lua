@@ -3,8 +3,8 @@
 -- 7 leases, 8 deliveries, 9 dead, 10 holders, 11 bases, 12 settled, 13 undone takes.
 -- ARGV: 1 id acked, 2 its token, 3 how long to remember the settlement (ms), 4 the next
 -- token, 5 visibility timeout ms, 6 max deliveries.
--- Returns {ack, 1, delivery, id, payload} or {ack, 0, ms until a delayed job is due or a
--- lease runs out, or -2}; ack is 1 acked (or this delivery's settlement found: a retry),
+-- Returns {ack, delivery (1 or more), id, payload} or {ack, 0, ms until a delayed job is
+-- due or a lease runs out, or -2}; ack is 1 acked (or this delivery's settlement found: a retry),
 -- 0 the lease ran out (or the job is gone), -1 another delivery holds it. The take part is
 -- the take script's: a retry with the same next token gets the job leased to it.
 -- Every key is read before any is written (a wrong type fails before any write): by the
@@ -102,7 +102,7 @@ if was_undone and tonumber(was_undone) > now then
 end
 if mine and redis.call('HGET', KEYS[7], mine) == next_token
     and tonumber(redis.call('ZSCORE', KEYS[6], mine) or '0') > now then
-  return {ack, 1, tonumber(redis.call('HGET', KEYS[8], mine)) or 1, mine, redis.call('HGET', KEYS[3], mine) or ''}
+  return {ack, tonumber(redis.call('HGET', KEYS[8], mine)) or 1, mine, redis.call('HGET', KEYS[3], mine) or ''}
 end
 if reclaiming then
   reclaim(due, expired, tonumber(ARGV[6]))
@@ -111,6 +111,6 @@ if reclaiming then
 end
 if top[1] then
   local n = lease_next(top[1], next_token, now, tonumber(ARGV[5]))
-  return {ack, 1, n, top[1], payload or ''}
+  return {ack, n, top[1], payload or ''}
 end
 return {ack, 0, next_wait(now)}

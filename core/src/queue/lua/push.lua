@@ -1,8 +1,9 @@
 -- Push jobs. KEYS: 1 ready (zset id -> score), 2 delayed (zset id -> due ms), 3 payloads
 -- (hash id -> payload), 4 priorities (hash id -> priority), 5 sequence counter.
 -- ARGV: 1 delay ms, 2 priority (0..255, higher first), 3 channel, then pairs of (id, payload).
--- Returns a flat list of (1 pushed | 0 duplicate, id) per job. A job id that is queued,
--- delayed, running or dead is a duplicate: nothing is written for it.
+-- Returns a string of one character per job, in order: '1' pushed, '0' duplicate (the
+-- caller knows the ids; one string is cheaper to read than a list). A job id that is
+-- queued, delayed, running or dead is a duplicate: nothing is written for it.
 -- Every key that may be written is read before any is written: a key of the wrong type
 -- fails the call before anything is written (Redis does not roll back a failed script's
 -- writes). The payloads are read by the first write when nothing comes before it (HSETNX
@@ -39,7 +40,7 @@ local out, ready, delayed = {}, 0, 0
 for i = 4, #ARGV, 2 do
   local id = ARGV[i]
   if redis.call('HSETNX', KEYS[3], id, ARGV[i + 1]) == 0 then
-    out[#out + 1] = 0
+    out[#out + 1] = '0'
   else
     if priority > 0 then
       redis.call('HSET', KEYS[4], id, priority)
@@ -51,9 +52,8 @@ for i = 4, #ARGV, 2 do
       redis.call('ZADD', KEYS[1], ready_score(priority, KEYS[5]), id)
       ready = ready + 1
     end
-    out[#out + 1] = 1
+    out[#out + 1] = '1'
   end
-  out[#out + 1] = id
 end
 -- Wake takers: every idle one for a batch, one for a single job; a delayed job wakes one
 -- too, so that a taker asleep until a later due time sleeps until this one instead.
@@ -62,4 +62,4 @@ if ready > 1 then
 elseif ready + delayed > 0 then
   notify(ARGV[3], '1')
 end
-return out
+return table.concat(out)

@@ -1,0 +1,492 @@
+//! The pool's own connection to a single server (TCP, TLS or a Unix socket): one socket,
+//! one read buffer zeroed once when the connection is made and reused for every reply, and
+//! replies parsed straight into core [`Reply`]s by [`crate::resp::parse`]. It does the
+//! set-up the `redis` crate did for the pool (AUTH, SELECT), speaking RESP2.
+//!
+//! RESP3 (`?protocol=resp3`) and Redis Cluster connections stay on the `redis` crate (see
+//! `transport::Link`), and so does TLS when the pool was not given the client's TLS
+//! settings.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+#[cfg(unix)]
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError};
+use redlease_core::Reply;
+
+use crate::resp::{self, ProtocolError};
+
+/// The read buffer's size, allocated (and zeroed) once per connection: every reply of a
+/// lock, semaphore or queue step fits many times over.
+const READ_BUF: usize = 8 * 1024;
+
+/// A read buffer grown past this for a large reply is given back once it is drained.
+const KEEP_READ_BUF: usize = 64 * 1024;
+
+/// The shortest timeout a set-up step is given (a zero timeout means "none" to the socket).
+const MIN_TIMEOUT: Duration = Duration::from_millis(1);
+
+/// Why a reply could not be read: the connection must not be used again.
+#[derive(Debug)]
+pub(crate) enum WireError {
+    /// The socket failed or timed out (a timeout reads as `WouldBlock` or `TimedOut`).
+    Io(io::Error),
+    /// The server closed the connection.
+    Closed,
+    /// The bytes are not RESP.
+    Protocol(ProtocolError),
+}
+
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WireError::Io(e) => write!(f, "{e}"),
+            WireError::Closed => f.write_str("the server closed the connection"),
+            WireError::Protocol(e) => write!(f, "protocol error: {}", e.0),
+        }
+    }
+}
+
+impl From<WireError> for RedisError {
+    /// As the `redis` crate reports the same failure (so that set-up errors are told apart
+    /// as before: `is_io_error`, `is_timeout`, `is_connection_dropped`).
+    fn from(e: WireError) -> Self {
+        match e {
+            WireError::Io(e) => RedisError::from(e),
+            WireError::Closed => RedisError::from(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the server closed the connection",
+            )),
+            WireError::Protocol(e) => RedisError::from((ErrorKind::Parse, "protocol error", e.0)),
+        }
+    }
+}
+
+enum Socket {
+    Tcp(TcpStream),
+    #[cfg(unix)]
+    Unix(UnixStream),
+    /// Boxed: the TLS state is large, and a connection moves in and out of the pool.
+    #[cfg(feature = "tls-rustls")]
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+/// The TLS configuration of a pool's connections, made from the client's TLS settings on
+/// the first TLS connection (loading the platform's trust store once, not per connection).
+#[derive(Default)]
+pub(crate) struct TlsConfig {
+    #[cfg(feature = "tls-rustls")]
+    made: std::sync::OnceLock<std::sync::Arc<rustls::ClientConfig>>,
+}
+
+impl std::fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsConfig")
+    }
+}
+
+#[cfg(feature = "tls-rustls")]
+impl TlsConfig {
+    fn get(
+        &self,
+        tls: &crate::connect::TlsSettings,
+    ) -> Result<std::sync::Arc<rustls::ClientConfig>, RedisError> {
+        if let Some(made) = self.made.get() {
+            return Ok(made.clone());
+        }
+        let made = crate::connect::rustls_config(tls).map_err(|e| {
+            RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "bad TLS settings",
+                e.to_string(),
+            ))
+        })?;
+        Ok(self.made.get_or_init(|| std::sync::Arc::new(made)).clone())
+    }
+}
+
+/// A connection to one server, with its read buffer.
+pub(crate) struct Wire {
+    socket: Socket,
+    /// Bytes read: `buf[start..end]` is not parsed yet. Zeroed once at creation; reads go
+    /// into `buf[end..]`.
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// Cleared by the first failure (the connection is not used after it).
+    open: bool,
+}
+
+impl Wire {
+    /// Whether the pool's connection to `info` can be one of these (a plain TCP or Unix
+    /// socket address, RESP2); otherwise it is the `redis` crate's.
+    ///
+    /// `tls`: the client's TLS settings, `None` when the pool was not given them (TLS then
+    /// stays the `redis` crate's).
+    pub(crate) fn serves(info: &ConnectionInfo, tls: Option<&crate::connect::TlsSettings>) -> bool {
+        let ours = match info.addr() {
+            ConnectionAddr::Tcp(..) => true,
+            #[cfg(unix)]
+            ConnectionAddr::Unix(_) => true,
+            #[cfg(feature = "tls-rustls")]
+            ConnectionAddr::TcpTls {
+                insecure: false, ..
+            } => tls.is_some(),
+            _ => false,
+        };
+        let _ = tls;
+        ours && !info.redis_settings().protocol().supports_resp3()
+    }
+
+    /// Connects to `info`'s address and authenticates and selects its database, all
+    /// within `timeout` (as the `redis` crate's `get_connection_with_timeout`). Errors are
+    /// the `redis` crate's for the same failure: `AuthenticationFailed` for a refused
+    /// password, "refused to switch database" for a refused SELECT.
+    ///
+    /// A TLS address is reached with `tls` (the client's settings) and the configuration
+    /// made from them once per pool (`config`).
+    pub(crate) fn open(
+        info: &ConnectionInfo,
+        tls: Option<&crate::connect::TlsSettings>,
+        config: &TlsConfig,
+        timeout: Duration,
+    ) -> Result<Wire, RedisError> {
+        let deadline = Instant::now() + timeout;
+        let _ = (tls, config);
+        let socket = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => {
+                Socket::Tcp(crate::connect::connect_tcp(host, *port, timeout)?)
+            }
+            #[cfg(feature = "tls-rustls")]
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                ..
+            } if tls.is_some() => {
+                let settings = tls.cloned().unwrap_or_default();
+                let config = config.get(&settings)?;
+                let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| {
+                    RedisError::from((
+                        ErrorKind::InvalidClientConfig,
+                        "bad TLS server name",
+                        format!("{host:?}: {e}"),
+                    ))
+                })?;
+                let conn = rustls::ClientConnection::new(config, name)
+                    .map_err(|e| RedisError::from(io::Error::new(io::ErrorKind::InvalidData, e)))?;
+                let sock = crate::connect::connect_tcp(host, *port, timeout)?;
+                let mut stream = rustls::StreamOwned::new(conn, sock);
+                // Each step bounded by what is left of the connect timeout.
+                while stream.conn.is_handshaking() {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(RedisError::from(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "TLS handshake timed out",
+                        )));
+                    }
+                    stream.sock.set_read_timeout(Some(left.max(MIN_TIMEOUT)))?;
+                    stream.sock.set_write_timeout(Some(left.max(MIN_TIMEOUT)))?;
+                    stream.conn.complete_io(&mut stream.sock)?;
+                }
+                Socket::Tls(Box::new(stream))
+            }
+            #[cfg(unix)]
+            ConnectionAddr::Unix(path) => Socket::Unix(UnixStream::connect(path)?),
+            other => {
+                return Err(RedisError::from((
+                    ErrorKind::InvalidClientConfig,
+                    "not a plain TCP or Unix socket address",
+                    format!("{other}"),
+                )));
+            }
+        };
+        let mut wire = Wire {
+            socket,
+            buf: vec![0; READ_BUF],
+            start: 0,
+            end: 0,
+            open: true,
+        };
+        let settings = info.redis_settings();
+        if let Some(password) = settings.password() {
+            let mut args: Vec<&[u8]> = vec![b"AUTH"];
+            if let Some(user) = settings.username() {
+                args.push(user.as_bytes());
+            }
+            args.push(password.as_bytes());
+            let mut reply = wire.setup_step(&args, deadline)?;
+            if settings.username().is_some()
+                && matches!(&reply, Reply::Error(e)
+                    if e.message.contains("wrong number of arguments for 'auth' command"))
+            {
+                // A server before ACLs (Redis 5): the password alone.
+                reply = wire.setup_step(&[b"AUTH", password.as_bytes()], deadline)?;
+            }
+            match reply {
+                Reply::Status(s) if s == "OK" => {}
+                Reply::Error(_) => {
+                    return Err(RedisError::from((
+                        ErrorKind::AuthenticationFailed,
+                        "Password authentication failed",
+                    )));
+                }
+                _ => {
+                    return Err(RedisError::from((
+                        ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                        "Redis server refused to authenticate, returns Ok() != Value::Okay",
+                    )));
+                }
+            }
+        }
+        let db = settings.db();
+        if db != 0 {
+            let db = db.to_string();
+            if let Reply::Error(e) = wire.setup_step(&[b"SELECT", db.as_bytes()], deadline)? {
+                return Err(RedisError::from((
+                    ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                    "Redis server refused to switch database",
+                    format!("{} {}", e.code, e.message),
+                )));
+            }
+        }
+        Ok(wire)
+    }
+
+    /// One set-up command, bounded by what is left of `deadline`.
+    fn setup_step(&mut self, args: &[&[u8]], deadline: Instant) -> Result<Reply, RedisError> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(RedisError::from(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "connection set-up timed out",
+            )));
+        }
+        let left = left.max(MIN_TIMEOUT);
+        self.set_read_timeout(Some(left))?;
+        self.set_write_timeout(Some(left))?;
+        Ok(self.request(args)?)
+    }
+
+    /// Sends one command and reads its reply (an error reply is a `Reply::Error`).
+    pub(crate) fn request(&mut self, args: &[&[u8]]) -> Result<Reply, WireError> {
+        let packed = resp::encode(args);
+        self.write_all(&packed).map_err(WireError::Io)?;
+        self.read_reply()
+    }
+
+    /// Whether no failure was seen on this connection.
+    pub(crate) fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// Whether bytes arrived that no request asked for (after every reply of a batch was
+    /// read): the connection is out of step with its requests and must not be used again.
+    pub(crate) fn has_unread(&self) -> bool {
+        self.start < self.end
+    }
+
+    /// Sets how long one read may block (`None`: forever).
+    pub(crate) fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        match &self.socket {
+            Socket::Tcp(s) => s.set_read_timeout(d),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.set_read_timeout(d),
+            #[cfg(feature = "tls-rustls")]
+            Socket::Tls(s) => s.sock.set_read_timeout(d),
+        }
+    }
+
+    /// Sets how long one write may block (`None`: forever).
+    pub(crate) fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        match &self.socket {
+            Socket::Tcp(s) => s.set_write_timeout(d),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.set_write_timeout(d),
+            #[cfg(feature = "tls-rustls")]
+            Socket::Tls(s) => s.sock.set_write_timeout(d),
+        }
+    }
+
+    /// Writes all of `bytes`.
+    pub(crate) fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let written = match &mut self.socket {
+            Socket::Tcp(s) => s.write_all(bytes),
+            #[cfg(unix)]
+            Socket::Unix(s) => s.write_all(bytes),
+            // rustls' stream ignores a failure to send what it encrypted in `write`;
+            // `flush` sends it, or reports the failure.
+            #[cfg(feature = "tls-rustls")]
+            Socket::Tls(s) => s.write_all(bytes).and_then(|()| s.flush()),
+        };
+        if written.is_err() {
+            self.open = false;
+        }
+        written
+    }
+
+    /// Reads the next reply (bytes of the one after it stay buffered).
+    pub(crate) fn read_reply(&mut self) -> Result<Reply, WireError> {
+        let read = self.read_frame();
+        if read.is_err() {
+            self.open = false;
+        }
+        read
+    }
+
+    fn read_frame(&mut self) -> Result<Reply, WireError> {
+        loop {
+            if self.start < self.end {
+                let parsed =
+                    resp::parse(&self.buf[self.start..self.end]).map_err(WireError::Protocol)?;
+                if let Some((reply, used)) = parsed {
+                    self.start += used;
+                    if self.start == self.end {
+                        self.start = 0;
+                        self.end = 0;
+                        if self.buf.len() > KEEP_READ_BUF {
+                            self.buf = vec![0; READ_BUF];
+                        }
+                    }
+                    return Ok(reply);
+                }
+            }
+            self.make_room();
+            let n = match &mut self.socket {
+                Socket::Tcp(s) => s.read(&mut self.buf[self.end..]),
+                #[cfg(unix)]
+                Socket::Unix(s) => s.read(&mut self.buf[self.end..]),
+                #[cfg(feature = "tls-rustls")]
+                Socket::Tls(s) => s.read(&mut self.buf[self.end..]),
+            };
+            match n {
+                Ok(0) => return Err(WireError::Closed),
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(WireError::Io(e)),
+            }
+        }
+    }
+
+    /// Makes room after `end` for the next read: moves the unparsed bytes to the front, or
+    /// doubles the buffer when they fill it (a reply larger than the buffer).
+    fn make_room(&mut self) {
+        if self.end < self.buf.len() {
+            return;
+        }
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        } else {
+            let doubled = self.buf.len() * 2;
+            self.buf.resize(doubled, 0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A server on loopback that answers every connection with `script`'s chunks, each
+    /// written separately (with a flush in between), then keeps the connection open until
+    /// the test ends.
+    fn serve(chunks: Vec<Vec<u8>>) -> (std::thread::JoinHandle<()>, u16) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let handle = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.set_nodelay(true).unwrap();
+            for c in chunks {
+                s.write_all(&c).unwrap();
+                s.flush().unwrap();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let mut sink = [0u8; 64];
+            // Until the client hangs up.
+            while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+        });
+        (handle, port)
+    }
+
+    fn wire_to(port: u16) -> Wire {
+        let info = redis::IntoConnectionInfo::into_connection_info(("127.0.0.1", port)).unwrap();
+        let w = Wire::open(&info, None, &TlsConfig::default(), Duration::from_secs(5)).unwrap();
+        w.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        w
+    }
+
+    #[test]
+    fn replies_split_across_reads_and_larger_than_the_buffer() {
+        let big = vec![b'x'; KEEP_READ_BUF + 7];
+        let mut bytes = b"+OK\r\n:42\r\n".to_vec();
+        bytes.extend(format!("${}\r\n", big.len()).as_bytes());
+        bytes.extend(&big);
+        bytes.extend(b"\r\n*2\r\n$1\r\na\r\n$-1\r\n");
+        // Cut into pieces of 3 bytes for the first 40, then large ones.
+        let mut chunks: Vec<Vec<u8>> = bytes[..40].chunks(3).map(<[u8]>::to_vec).collect();
+        chunks.extend(bytes[40..].chunks(5000).map(<[u8]>::to_vec));
+        let (server, port) = serve(chunks);
+        let mut w = wire_to(port);
+        assert_eq!(w.read_reply().unwrap(), Reply::Status("OK".into()));
+        assert_eq!(w.read_reply().unwrap(), Reply::Int(42));
+        assert_eq!(w.read_reply().unwrap(), Reply::Bulk(big));
+        assert_eq!(
+            w.read_reply().unwrap(),
+            Reply::Array(vec![Reply::Bulk(b"a".to_vec()), Reply::Nil])
+        );
+        assert!(w.is_open());
+        assert!(!w.has_unread());
+        // The big reply's buffer was given back once drained.
+        assert_eq!(w.buf.len(), READ_BUF);
+        drop(w);
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn garbage_and_a_closed_connection_are_errors_that_close_the_wire() {
+        let (server, port) = serve(vec![b"+OK\r\n?what\r\n".to_vec()]);
+        let mut w = wire_to(port);
+        assert_eq!(w.read_reply().unwrap(), Reply::Status("OK".into()));
+        assert!(w.has_unread(), "the garbage arrived with the reply");
+        assert!(matches!(w.read_reply(), Err(WireError::Protocol(_))));
+        assert!(!w.is_open());
+        drop(w);
+        server.join().unwrap();
+
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.write_all(b"$10\r\nabc").unwrap();
+            // Closed in the middle of a reply.
+        });
+        let mut w = wire_to(port);
+        server.join().unwrap();
+        assert!(matches!(w.read_reply(), Err(WireError::Closed)));
+        assert!(!w.is_open());
+    }
+
+    #[test]
+    fn a_read_times_out_and_closes_the_wire() {
+        let (server, port) = serve(vec![b":1\r\n".to_vec()]);
+        let mut w = wire_to(port);
+        assert_eq!(w.read_reply().unwrap(), Reply::Int(1));
+        w.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+        let e = w.read_reply().unwrap_err();
+        assert!(
+            matches!(&e, WireError::Io(e)
+                if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)),
+            "{e:?}"
+        );
+        assert!(!w.is_open());
+        assert!(RedisError::from(e).is_timeout());
+        drop(w);
+        server.join().unwrap();
+    }
+}

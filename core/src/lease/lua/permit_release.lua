@@ -31,7 +31,7 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 if waiting > 0 then
   local permits = tonumber(count) or 0
   local held = redis.call('ZCARD', KEYS[1])
-  held = held - redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now))
+  held = held - redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
   local free = permits - held
   if free > 0 then
     for _, next in ipairs(redis.call('LRANGE', KEYS[2], 0, free - 1)) do

@@ -95,8 +95,7 @@ pub static READ_RELEASE: Script = script!(
 );
 
 /// `lua/read_extend.lua`
-pub static READ_EXTEND: Script =
-    script!("read_extend", [NOW_MS], include_str!("lua/read_extend.lua"));
+pub static READ_EXTEND: Script = script!("read_extend", [], include_str!("lua/read_extend.lua"));
 
 /// `lua/read_inspect.lua`
 pub static READ_INSPECT: Script = script!(

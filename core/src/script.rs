@@ -40,10 +40,12 @@ pub mod prelude {
     pub const NOTIFY: &str = include_str!("lua/prelude/notify.lua");
     /// `now_ms()`: the server's clock (`TIME`) in milliseconds since the epoch.
     pub const NOW_MS: &str = include_str!("lua/prelude/now_ms.lua");
-    /// `now_us()`: the server's clock (`TIME`) in microseconds since the epoch.
+    /// `now_us()`: the server's clock (`TIME`) in microseconds since the epoch, and the
+    /// `TIME` reply it was read from.
     pub const NOW_US: &str = include_str!("lua/prelude/now_us.lua");
     /// `fence_counter(key, text)` (the counter's value, or an error reply to return) and
-    /// `issue_fence(key, counter, us)`: the fence floor `max(counter + 1, server µs)`.
+    /// `issue_fence(key, counter, us, t)`: the fence floor `max(counter + 1, server µs)`
+    /// (`t`: the `TIME` reply of `us`, whose digits spare formatting the fence).
     pub const FENCE: &str = include_str!("lua/prelude/fence.lua");
     /// `undone(key, token)`: whether an acquisition was undone after its reply was lost.
     /// Needs [`NOW_MS`] before it.

@@ -87,8 +87,10 @@ pub(crate) struct LeaseCell {
     renewal_done: Condvar,
     lost: OnceLock<LossReason>,
     /// The loss signal, made when the guard first asks for it (most guards never do): it
-    /// fires once the lease is lost and the signal exists, whichever came first.
-    signal: OnceLock<(Sender<LossReason>, Receiver<LossReason>)>,
+    /// fires once the lease is lost and the signal exists, whichever came first. Boxed: a
+    /// held lease without one keeps a pointer, not the channel's two ends.
+    #[allow(clippy::type_complexity)]
+    signal: OnceLock<Box<(Sender<LossReason>, Receiver<LossReason>)>>,
     /// The signal has fired.
     signalled: AtomicBool,
     /// The client's clock (a lease past its validity is lost by it).
@@ -118,7 +120,7 @@ impl LeaseCell {
 
     /// The receiver that yields the loss reason once the lease is lost (made on first use).
     pub(crate) fn signal(&self) -> &Receiver<LossReason> {
-        let (_, rx) = self.signal.get_or_init(|| bounded(1));
+        let (_, rx) = &**self.signal.get_or_init(|| Box::new(bounded(1)));
         // Made after the loss was marked: send it now (see `fire`).
         std::sync::atomic::fence(Ordering::SeqCst);
         if let Some(reason) = self.lost.get() {
@@ -132,7 +134,7 @@ impl LeaseCell {
     /// (after a SeqCst fence) looks for the other's, so at least one of them sees both and
     /// fires; `signalled` keeps it to one message.
     fn fire(&self, reason: LossReason) {
-        if let Some((tx, _)) = self.signal.get()
+        if let Some((tx, _)) = self.signal.get().map(|pair| &**pair)
             && !self.signalled.swap(true, Ordering::SeqCst)
         {
             let _ = tx.try_send(reason);
@@ -1104,6 +1106,16 @@ mod tests {
         }
         assert_eq!(held_cell.release(Duration::ZERO), Some(true), "scheduled");
         assert_eq!(held_cell.release(Duration::ZERO), None, "released once");
+    }
+
+    /// A held lease's cell stays small: the loss channel is made only when asked for.
+    #[test]
+    fn a_cell_keeps_no_channel_until_asked() {
+        assert!(
+            std::mem::size_of::<LeaseCell>() <= 88,
+            "{} bytes",
+            std::mem::size_of::<LeaseCell>()
+        );
     }
 
     /// The loss signal fires exactly once, whether it is made before the loss, after it,

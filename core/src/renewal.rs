@@ -143,7 +143,8 @@ struct Entry {
     lease: Arc<Lease>,
     /// Until when the lease is safely ours: `lease.valid_until`, then each renewal's.
     valid_until: Instant,
-    policy: RenewalPolicy,
+    /// The renewal interval (the policy's hold limit is `hold_until`).
+    every: Duration,
     hold_until: Option<Instant>,
     /// Bumped whenever the entry is rescheduled, so stale heap items are skipped.
     generation: u64,
@@ -169,8 +170,8 @@ pub struct Renewals {
 }
 
 /// The pause before retrying a failed renewal: a tenth of the interval, at least 10 ms.
-fn retry_pause(policy: &RenewalPolicy) -> Duration {
-    (policy.every / 10).max(Duration::from_millis(10))
+fn retry_pause(every: Duration) -> Duration {
+    (every / 10).max(Duration::from_millis(10))
 }
 
 impl Renewals {
@@ -212,7 +213,7 @@ impl Renewals {
             Entry {
                 valid_until: lease.valid_until,
                 lease,
-                policy,
+                every: policy.every,
                 hold_until,
                 generation: 0,
                 in_flight: None,
@@ -338,7 +339,7 @@ impl Renewals {
                 let next = if e.final_stretch {
                     valid_until
                 } else {
-                    saturating_add(sent, e.policy.every).min(valid_until)
+                    saturating_add(sent, e.every).min(valid_until)
                 };
                 self.schedule(id, next.max(now));
                 RenewalEvent::Renewed { valid_until }
@@ -357,7 +358,7 @@ impl Renewals {
                     return RenewalEvent::Lost(LossReason::RenewalFailed);
                 }
                 e.final_stretch = false;
-                let at = saturating_add(now, retry_pause(&e.policy)).min(e.valid_until);
+                let at = saturating_add(now, retry_pause(e.every)).min(e.valid_until);
                 self.schedule(id, at);
                 RenewalEvent::Pending
             }

@@ -610,8 +610,10 @@ fn busy_queue_paths_never_write_past_a_wrong_type() {
         let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
         set_up(&mut conn, row.setup);
         let clean = run(&mut conn, row);
+        // A list, 1, or the push's flags ("1": pushed).
         if !matches!(clean, Ok(redis::Value::Array(ref a)) if !a.is_empty())
             && !matches!(clean, Ok(redis::Value::Int(1)))
+            && !matches!(clean, Ok(redis::Value::BulkString(ref b)) if b == b"1")
         {
             failures.push(format!("{name}: without a wrong type: {clean:?}"));
         }
@@ -1777,7 +1779,7 @@ fn cases() -> Vec<Case> {
             keys: PUSH_KEYS,
             args: &["0", "0", CHANNEL, "j", "p"],
             setup: &[],
-            reply: "[1,j]",
+            reply: "1",
             after: &[(&["ZCARD", READY], "1"), (&["HGET", PAYLOADS, "j"], "p")],
             published: &["1"],
         },
@@ -1787,7 +1789,7 @@ fn cases() -> Vec<Case> {
             keys: PUSH_KEYS,
             args: &["0", "0", CHANNEL, "j", "new", "k", "p", "l", "p"],
             setup: &[&["HSET", PAYLOADS, "j", "old"]],
-            reply: "[0,j,1,k,1,l]",
+            reply: "011",
             after: &[(&["HGET", PAYLOADS, "j"], "old"), (&["ZCARD", READY], "2")],
             published: &["*"],
         },
@@ -1801,7 +1803,7 @@ fn cases() -> Vec<Case> {
                 &["HSET", PRIORITIES, "due", "0"],
                 &["ZADD", READY, "280375465082880", "lo"],
             ],
-            reply: "[1,hi]",
+            reply: "1",
             after: &[(&["ZRANGE", READY, "0", "-1"], "[hi,lo,due]")],
             published: &["1"],
         },
@@ -1811,7 +1813,7 @@ fn cases() -> Vec<Case> {
             keys: PUSH_KEYS,
             args: &["5000", "0", CHANNEL, "j", "p"],
             setup: &[],
-            reply: "[1,j]",
+            reply: "1",
             after: &[(&["ZCARD", READY], "0"), (&["ZSCORE", DELAYED, "j"], "*")],
             published: &["1"],
         },
@@ -1970,7 +1972,7 @@ fn cases() -> Vec<Case> {
                 &["HSET", JOB_HOLDERS, "tok", "j"],
                 &["ZADD", READY, "1", "k"],
             ],
-            reply: "[1,1,1,k,q]",
+            reply: "[1,1,k,q]",
             after: &[
                 (&["HEXISTS", PAYLOADS, "j"], "0"),
                 (&["HEXISTS", JOB_HOLDERS, "tok"], "0"),
@@ -2019,7 +2021,7 @@ fn cases() -> Vec<Case> {
                 &["HSET", PAYLOADS, "k", "q"],
                 &["ZADD", READY, "2", "l"],
             ],
-            reply: "[1,1,1,k,q]",
+            reply: "[1,1,k,q]",
             after: &[(&["ZCARD", READY], "1"), (&["HGET", DELIVERIES, "k"], "1")],
             published: &[],
         },
@@ -2035,7 +2037,7 @@ fn cases() -> Vec<Case> {
                 &["HSET", DELIVERIES, "j", "1"],
                 &["HSET", PAYLOADS, "j", "p"],
             ],
-            reply: "[0,1,2,j,p]",
+            reply: "[0,2,j,p]",
             after: &[(&["HGET", LEASES, "j"], "tok2")],
             published: &[],
         },
@@ -2063,7 +2065,7 @@ fn cases() -> Vec<Case> {
                 &["HSET", PAYLOADS, "due", "d"],
                 &["SET", SEQ, "7"],
             ],
-            reply: "[0,1,1,due,d]",
+            reply: "[0,1,due,d]",
             after: &[(&["ZCARD", DELAYED], "0"), (&["GET", SEQ], "8")],
             published: &[],
         },

@@ -269,7 +269,7 @@ fn a_builder_used_again_gives_each_acquisition_its_own_token() {
         })
         .collect();
     let key = "redlease:{rebind}:lock";
-    let tokens = |conns: &mut Vec<redis::Connection>| -> Vec<Option<String>> {
+    let tokens = |conns: &mut [redis::Connection]| -> Vec<Option<String>> {
         conns.iter_mut().map(|c| c.get(key).unwrap()).collect()
     };
     let lock = red.lock("rebind").ttl(Duration::from_secs(30));

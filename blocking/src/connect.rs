@@ -325,6 +325,17 @@ impl ServerKind {
         }
     }
 
+    /// Whether a lock extension can compare and set without a script: `SET key value IFEQ
+    /// value PX ttl`, Valkey 8.1+ and Redis 8.4+ (`OK` set, nil not).
+    pub(crate) fn compare_and_set(self) -> bool {
+        let (major, minor, _) = self.version;
+        if self.valkey {
+            (major, minor) >= (8, 1)
+        } else {
+            (major, minor) >= (8, 4)
+        }
+    }
+
     /// The kind as one number (0 is reserved for "unknown"), for [`ServerNote`].
     fn pack(self) -> u64 {
         let (a, b, c) = self.version;
@@ -684,6 +695,12 @@ mod tests {
         assert_eq!(redis84.compare_and_delete(), Some(NativeDelete::DelExIfEq));
         let redis82 = ServerKind::from_info("redis_version:8.2.3\n").unwrap();
         assert_eq!(redis82.compare_and_delete(), None);
+        // SET ... IFEQ: Valkey 8.1+, Redis 8.4+.
+        assert!(kind.compare_and_set() && valkey8.compare_and_set() && redis84.compare_and_set());
+        let valkey80 = ServerKind::from_info("server_name:valkey\nvalkey_version:8.0.2\n").unwrap();
+        assert!(
+            !valkey80.compare_and_set() && !redis82.compare_and_set() && !redis7.compare_and_set()
+        );
         // A Valkey without its own version field is not taken for anything.
         assert_eq!(
             ServerKind::from_info("server_name:valkey\nredis_version:7.2.4\n"),

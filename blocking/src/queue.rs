@@ -55,9 +55,9 @@ fn fresh_token(client: &Client) -> Result<(Token, u64), Error> {
     Ok((Token::from_random(token), u64::from_le_bytes(seed)))
 }
 
-/// A fresh job id: 16 random bytes in lowercase hex, made as a token is
-/// ([`Token::from_random`]; its text is the id).
-fn random_id(client: &Client) -> Result<Token, Error> {
+/// A fresh random token (16 random bytes in lowercase hex, [`Token::from_random`]): the
+/// owner token of a take that needs no retry jitter, or a job's generated id (its text).
+fn random_token(client: &Client) -> Result<Token, Error> {
     Ok(Token::from_random(client.shared().entropy.bytes::<16>()?))
 }
 
@@ -152,7 +152,7 @@ impl Queue {
         priority: u8,
         delay: Duration,
     ) -> Result<String, Error> {
-        let id = random_id(&self.client)?;
+        let id = random_token(&self.client)?;
         if priority == 0 && delay.is_zero() {
             // A fresh random id is never a duplicate: the outcome says nothing more.
             let _queued: bool = self.client.run(queue::push_new(
@@ -194,7 +194,7 @@ impl Queue {
             .into_iter()
             .map(|p| {
                 Ok(NewJob {
-                    id: random_id(&self.client)?.as_str().to_owned(),
+                    id: random_token(&self.client)?.as_str().to_owned(),
                     payload: p.into(),
                 })
             })
@@ -245,14 +245,14 @@ impl Queue {
             _ => None,
         });
         match taken? {
-            Take::Taken(job) => Ok(Some(self.job(*job))),
+            Take::Taken(job) => Ok(Some(self.clone().into_job(*job))),
             // `Take` may grow outcomes; none of them is a job.
             _ => Ok(None),
         }
     }
 
     /// The handle of a job just taken: its lease is renewed by the watchdog from now on.
-    fn job(&self, taken: TakenJob) -> Job {
+    fn into_job(self, taken: TakenJob) -> Job {
         let TakenJob {
             id, payload, lease, ..
         } = taken;
@@ -261,7 +261,7 @@ impl Queue {
         crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
         Job {
             guard,
-            queue: self.clone(),
+            queue: self,
             id,
             payload,
         }
@@ -584,8 +584,8 @@ impl Job {
         let (keys, settings) = (&queue.keys, &queue.settings);
         let machine = queue
             .check()
-            .and_then(|()| fresh_token(&queue.client))
-            .and_then(|(token, _)| {
+            .and_then(|()| random_token(&queue.client))
+            .and_then(|token| {
                 let lease = self.guard.lease();
                 queue::ack_and_take(keys, &self.id, lease, token, settings, queue.deadline())
             });
@@ -607,7 +607,7 @@ impl Job {
         };
         crate::observe::job(&keys.name, &id, "ack", None, &ack);
         let next = match next {
-            Take::Taken(job) => Some(queue.job(*job)),
+            Take::Taken(job) => Some(queue.into_job(*job)),
             _ => None,
         };
         AckedAndNext { ack, next }

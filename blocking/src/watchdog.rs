@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{
     Receiver, Sender, TrySendError, at, bounded, never, select_biased, unbounded,
 };
-use redlease_core::lease::{Extend, Lease, ScriptOp};
-use redlease_core::renewal::{Due, RenewalEvent, RenewalPolicy, Renewals, WatchId};
+use redlease_core::lease::Lease;
+use redlease_core::renewal::{Due, Extension, RenewalEvent, RenewalPolicy, Renewals, WatchId};
 use redlease_core::{Error, LossReason, TransportFailure};
 
 use crate::backend::{Node, Route, Time, drive_set};
@@ -461,7 +461,7 @@ struct Item {
     id: WatchId,
     generation: u64,
     cell: Arc<LeaseCell>,
-    op: ScriptOp<Extend>,
+    op: Extension,
 }
 
 /// One extension's outcome, back from a renewal thread.
@@ -558,6 +558,13 @@ fn renew_batch(
     let _ = catch_unwind(AssertUnwindSafe(|| {
         drive_set(&route, &mut machines, &mut results, kept)
     }));
+    // A server that refused `SET ... IFEQ` (a failover to an older one): scripts only until
+    // the next connection set-up learns the server again.
+    if let Node::Redis(t) = node
+        && machines.iter().any(Extension::refused_natively)
+    {
+        t.forget_server_kind();
+    }
     meta.into_iter()
         .zip(results)
         .map(|((id, generation, cell), result)| Outcome {
@@ -751,6 +758,15 @@ impl Scheduler {
     fn dispatch(&mut self) {
         let now = self.time.now();
         let deadline = redlease_core::backoff::saturating_add(now, self.io_timeout);
+        // Plain locks are extended by `SET ... IFEQ` where the server has it.
+        let native = match &self.node {
+            Node::Redis(t) => t
+                .server_kind()
+                .is_some_and(crate::connect::ServerKind::compare_and_set),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        };
+        self.renewals.set_native_extend(native);
         let Due { renew, lost } = self.renewals.due(now, deadline, BATCH);
         for (id, reason) in lost {
             if let Some(w) = self.cells.remove(&id)

@@ -69,8 +69,11 @@ use std::time::{Duration, Instant};
 
 use crate::backoff::saturating_add;
 use crate::error::{Error, InvalidArgument, LossReason};
+use crate::lease::native::NativeExtend;
 use crate::lease::{Extend, Lease, ScriptOp};
 use crate::limits;
+use crate::protocol::{Protocol, Step};
+use crate::reply::Response;
 
 /// Identifies one watched lease.
 pub type WatchId = u64;
@@ -152,11 +155,57 @@ struct Entry {
     final_stretch: bool,
 }
 
+/// One lease's extension, as [`Renewals::due`] hands it out: the kind's extend script, or,
+/// for a plain lock on a server that has it (see [`Renewals::set_native_extend`]), the
+/// server's compare-and-set ([`NativeExtend`]), which falls back to the script.
+#[derive(Debug)]
+pub enum Extension {
+    /// The extend script.
+    Script(ScriptOp<Extend>),
+    /// `SET key token IFEQ token PX ttl`, then the script if that did not extend.
+    Native(NativeExtend),
+}
+
+impl Extension {
+    /// Extends `lease` to `ttl`, giving up at `deadline`: natively when `native` and the
+    /// lease is a plain lock, else by its script.
+    fn new(lease: &Lease, ttl: Duration, deadline: Instant, native: bool) -> Result<Self, Error> {
+        if native && let Some(m) = NativeExtend::new(lease, ttl, deadline)? {
+            return Ok(Extension::Native(m));
+        }
+        ScriptOp::extend(lease, ttl, deadline).map(Extension::Script)
+    }
+
+    /// Whether the server refused the native command itself (see
+    /// [`NativeExtend::refused_natively`]): the driver should stop asking for it.
+    pub fn refused_natively(&self) -> bool {
+        matches!(self, Extension::Native(m) if m.refused_natively())
+    }
+}
+
+impl Protocol for Extension {
+    type Output = Instant;
+
+    fn poll(&mut self, now: Instant) -> Step<Instant> {
+        match self {
+            Extension::Script(m) => m.poll(now),
+            Extension::Native(m) => m.poll(now),
+        }
+    }
+
+    fn handle(&mut self, response: Response, now: Instant) {
+        match self {
+            Extension::Script(m) => m.handle(response, now),
+            Extension::Native(m) => m.handle(response, now),
+        }
+    }
+}
+
 /// What [`Renewals::due`] hands out.
 #[derive(Debug, Default)]
 pub struct Due {
     /// Extension machines to run, one per lease.
-    pub renew: Vec<(WatchId, ScriptOp<Extend>)>,
+    pub renew: Vec<(WatchId, Extension)>,
     /// Leases found lost by the clock (and forgotten).
     pub lost: Vec<(WatchId, LossReason)>,
 }
@@ -166,6 +215,8 @@ pub struct Due {
 pub struct Renewals {
     entries: HashMap<WatchId, Entry>,
     heap: BinaryHeap<Reverse<(Instant, WatchId, u64)>>,
+    /// Plain locks are extended by the server's compare-and-set ([`NativeExtend`]).
+    native_extend: bool,
 }
 
 /// The pause before retrying a failed renewal: a tenth of the interval, at least 10 ms.
@@ -177,6 +228,15 @@ impl Renewals {
     /// An empty schedule.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Whether plain locks are extended by the server's compare-and-set (`SET key token
+    /// IFEQ token PX ttl`: Valkey 8.1+, Redis 8.4+) instead of the extend script, from the
+    /// next [`due`](Self::due) on. Off by default: the driver turns it on for a server it
+    /// knows has the command, and off again when one refuses it
+    /// ([`Extension::refused_natively`]).
+    pub fn set_native_extend(&mut self, on: bool) {
+        self.native_extend = on;
     }
 
     /// How many leases are watched.
@@ -304,7 +364,7 @@ impl Renewals {
             // A renewal that answers after the validity it renews is worthless: the lease
             // is reported lost then, whatever comes back later.
             let valid_until = e.valid_until;
-            match ScriptOp::extend(&e.lease, ttl, deadline.min(valid_until)) {
+            match Extension::new(&e.lease, ttl, deadline.min(valid_until), self.native_extend) {
                 Ok(op) => {
                     e.in_flight = Some(now);
                     work.push((id, op));
@@ -394,7 +454,7 @@ mod tests {
     }
 
     /// Runs an extension machine against a scripted reply.
-    fn answer(mut op: ScriptOp<Extend>, reply: Reply, now: Instant) -> Result<Instant, Error> {
+    fn answer(mut op: Extension, reply: Reply, now: Instant) -> Result<Instant, Error> {
         let Step::Send(batch) = op.poll(now) else {
             panic!("expected a send")
         };
@@ -431,6 +491,53 @@ mod tests {
         // Five ttls later it is still watched and owned.
         assert!(now >= t0 + TTL * 4);
         assert_eq!(r.len(), 1);
+    }
+
+    /// With the server's compare-and-set on, a plain lock's renewal is `SET ... IFEQ ... PX`
+    /// (renewed on `OK`); off (the default), the extend script.
+    #[test]
+    fn plain_locks_are_renewed_natively_when_the_server_has_it() {
+        let t0 = origin();
+        let mut r = Renewals::new();
+        r.insert(1, lease(t0, "a"), RenewalPolicy::for_ttl(TTL), t0);
+        let first = |r: &mut Renewals, now: Instant| -> (WatchId, Extension) {
+            let Due { mut renew, .. } = r.due(now, now + Duration::from_millis(50), 10);
+            renew.pop().unwrap()
+        };
+        let send = |op: &mut Extension, now: Instant| -> (crate::command::RequestId, Vec<String>) {
+            let Step::Send(batch) = op.poll(now) else {
+                panic!("expected a send")
+            };
+            let request = &batch.requests[0];
+            let args = request.command.args().iter();
+            (
+                request.id,
+                args.map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect(),
+            )
+        };
+        let now = r.next_wakeup().unwrap();
+        let (id, mut op) = first(&mut r, now);
+        assert!(matches!(op, Extension::Script(_)));
+        assert_eq!(send(&mut op, now).1[0], "EVALSHA");
+        r.renewed(id, Ok(valid_until(now, TTL)), now);
+
+        r.set_native_extend(true);
+        let now = r.next_wakeup().unwrap();
+        let (id, mut op) = first(&mut r, now);
+        assert!(matches!(op, Extension::Native(_)));
+        let (request, args) = send(&mut op, now);
+        assert_eq!(args[0], "SET");
+        assert_eq!(args[3..], ["IFEQ", args[2].as_str(), "PX", "300"]);
+        op.handle(Response::reply(request, Reply::Status("OK".into())), now);
+        let Step::Done(outcome) = op.poll(now) else {
+            panic!("expected the outcome")
+        };
+        assert_eq!(outcome, Ok(valid_until(now, TTL)));
+        assert!(matches!(
+            r.renewed(id, outcome, now),
+            RenewalEvent::Renewed { .. }
+        ));
     }
 
     #[test]

@@ -40,10 +40,12 @@ pub mod prelude {
     pub const NOTIFY: &str = include_str!("lua/prelude/notify.lua");
     /// `now_ms()`: the server's clock (`TIME`) in milliseconds since the epoch.
     pub const NOW_MS: &str = include_str!("lua/prelude/now_ms.lua");
-    /// `now_us()`: the server's clock (`TIME`) in microseconds since the epoch.
+    /// `now_us()`: the server's clock (`TIME`) in microseconds since the epoch, and the
+    /// `TIME` reply it was read from.
     pub const NOW_US: &str = include_str!("lua/prelude/now_us.lua");
     /// `fence_counter(key, text)` (the counter's value, or an error reply to return) and
-    /// `issue_fence(key, counter, us)`: the fence floor `max(counter + 1, server µs)`.
+    /// `issue_fence(key, counter, us, t)`: the fence floor `max(counter + 1, server µs)`
+    /// (`t`: the `TIME` reply of `us`, whose digits spare formatting the fence).
     pub const FENCE: &str = include_str!("lua/prelude/fence.lua");
     /// `undone(key, token)`: whether an acquisition was undone after its reply was lost.
     /// Needs [`NOW_MS`] before it.
@@ -411,20 +413,43 @@ impl ScriptCall {
     /// three. `args` beyond this call's arguments takes them all.
     pub fn sharing(&self, script: &'static Script, args: usize) -> ScriptCall {
         let len = self.parts.keys.saturating_add(args).min(self.len());
-        let view = if len == self.parts.ends.len() {
-            None
-        } else {
-            // More than u16::MAX items: share them all rather than lose some.
-            u16::try_from(len).ok()
-        };
-        ScriptCall {
+        let mut call = ScriptCall {
             script,
             parts: Arc::clone(&self.parts),
             token: self.token.clone(),
             subject: self.subject.clone(),
             node: self.node,
-            view,
+            view: None,
+        };
+        if len < self.parts.ends.len() {
+            match u16::try_from(len) {
+                Ok(len) => call.view = Some(len),
+                // Too many items to count in a view: a copy of the prefix.
+                Err(_) => call.own_prefix(len),
+            }
         }
+        call
+    }
+
+    /// Makes the first `len` items the call's own (copied), dropping the others.
+    fn own_prefix(&mut self, len: usize) {
+        let end = if len == 0 {
+            0
+        } else {
+            self.parts.ends[len - 1]
+        };
+        let mut bytes = Vec::with_capacity(end + 64);
+        bytes.extend_from_slice(&self.parts.bytes[..end]);
+        let mut ends = Vec::with_capacity(len + 4);
+        ends.extend_from_slice(&self.parts.ends[..len]);
+        self.parts = Arc::new(Parts {
+            bytes,
+            ends,
+            keys: self.parts.keys,
+            slot: self.parts.slot.filter(|&i| i < len),
+            subject: self.parts.subject.filter(|&i| i < len),
+        });
+        self.view = None;
     }
 
     /// How many items (keys, then arguments) the call has.
@@ -449,24 +474,8 @@ impl ScriptCall {
 
     /// The items to change, copied first if shared (only the call's own, for a prefix).
     fn parts(&mut self) -> &mut Parts {
-        if let Some(len) = self.view.take() {
-            let len = usize::from(len);
-            let end = if len == 0 {
-                0
-            } else {
-                self.parts.ends[len - 1]
-            };
-            let mut bytes = Vec::with_capacity(end + 64);
-            bytes.extend_from_slice(&self.parts.bytes[..end]);
-            let mut ends = Vec::with_capacity(len + 4);
-            ends.extend_from_slice(&self.parts.ends[..len]);
-            self.parts = Arc::new(Parts {
-                bytes,
-                ends,
-                keys: self.parts.keys,
-                slot: self.parts.slot.filter(|&i| i < len),
-                subject: self.parts.subject.filter(|&i| i < len),
-            });
+        if let Some(len) = self.view {
+            self.own_prefix(usize::from(len));
         }
         Arc::make_mut(&mut self.parts)
     }
@@ -717,6 +726,34 @@ impl Exchange {
             }
             State::Answered(result) => Progress::Answered(result),
         }
+    }
+
+    /// [`poll`](Self::poll) for one of several exchanges of the same call on different
+    /// nodes (RedLock): a command built for an earlier exchange of the round (`built`, as
+    /// EVALSHA or EVAL) is copied and re-addressed rather than built again.
+    pub(crate) fn poll_sharing(
+        &mut self,
+        ids: &mut RequestIds,
+        built: &mut Option<(bool, Command)>,
+    ) -> Progress {
+        let State::Ready { eval } = self.state else {
+            return self.poll(ids);
+        };
+        let command = match built {
+            Some((same, command)) if *same == eval => command.clone().on(self.call.node),
+            _ => {
+                let command = if eval {
+                    self.call.eval()
+                } else {
+                    self.call.evalsha()
+                };
+                *built = Some((eval, command.clone()));
+                command
+            }
+        };
+        let id = ids.next();
+        self.state = State::Sent { id, eval };
+        Progress::Send(Request { id, command })
     }
 
     /// Puts back an answer taken by [`poll`](Self::poll) (for a caller that polls several

@@ -299,8 +299,7 @@ impl Acquire {
                 };
                 if let Some(id) = data.first().filter(|_| wants_data) {
                     calls = calls.for_job(id);
-                    target.name =
-                        format!("{} job {}", target.name, String::from_utf8_lossy(id)).into();
+                    target.name = crate::queue::lease_name(&target.name, id);
                 }
                 let lease = Box::new(Lease {
                     kind: self.spec.kind,

@@ -1,6 +1,8 @@
 //! A lock release by the server's own compare-and-delete instead of a script, where the
 //! server has one (Valkey 9.0+ `DELIFEQ`, Redis 8.4+ `DELEX key IFEQ`): cheaper for the
-//! server than an `EVALSHA`, with the same outcomes as [`ScriptOp::release`].
+//! server than an `EVALSHA`, with the same outcomes as [`ScriptOp::release`]. And a lock
+//! extension by its compare-and-set (Valkey 8.1+, Redis 8.4+: `SET key token IFEQ token PX
+//! ttl`), with the same outcomes as [`ScriptOp::extend`] ([`NativeExtend`]).
 //!
 //! ```text
 //!  send [compare-and-delete, PUBLISH] ──► 1: released
@@ -16,10 +18,10 @@
 //! lock that is not ours and answers which of the two it was. A reply lost after the delete
 //! was sent in time counts as ours, as for the script ([`Release`]).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::scripts::RELEASE;
-use super::{Lease, LeaseKind, LockKind, Release, ScriptOp};
+use super::scripts::{EXTEND, RELEASE};
+use super::{Extend, Lease, LeaseKind, LockKind, Release, ScriptOp};
 use crate::command::{Command, Request, RequestId};
 use crate::protocol::{Batch, Outstanding, Protocol, Step};
 use crate::reply::{FailureKind, Reply, Response, TransportFailure};
@@ -192,6 +194,145 @@ impl Protocol for NativeRelease {
                 self.announced = true;
             }
             _ => {}
+        }
+    }
+}
+
+/// The id of the native extension's request (the extend script's own ids count up from 0).
+const SET_IF_EQUAL: RequestId = RequestId(u64::MAX - 2);
+
+/// A lock extension by a native compare-and-set, falling back to the extend script:
+///
+/// ```text
+///  send SET key token IFEQ token PX ttl ──► OK: extended (for ttl from the send)
+///               │
+///               └── nil (not ours: gone, or another holder's), an error reply (no IFEQ, a
+///                   wrong type), a failure ──► the extend script (ScriptOp::extend), which
+///                   says which
+/// ```
+///
+/// Measured on Valkey 9.1 (server instructions per call under callgrind, networking
+/// included): 18,089 for the `SET ... IFEQ`, 35,127 for the extend script's `EVALSHA`. A
+/// `SET` that ran but whose reply was lost is harmless: the script then finds the lease ours
+/// and extends it again.
+#[derive(Debug)]
+pub struct NativeExtend {
+    /// The request to send (taken when sent).
+    request: Option<Request>,
+    deadline: Instant,
+    ttl: Duration,
+    sent_at: Option<Instant>,
+    answer: Option<Result<Reply, TransportFailure>>,
+    outstanding: Outstanding,
+    /// The extend script: after a nil, an error reply or a failure, it decides.
+    script: ScriptOp<Extend>,
+    on_script: bool,
+    /// The server refused the native command itself (no `IFEQ`, or not granted).
+    refused: bool,
+}
+
+impl NativeExtend {
+    /// Extends `lease` to `ttl` from the moment the server runs the command, giving up at
+    /// `deadline` (as [`ScriptOp::extend`], whose errors it returns); `Ok(None)` when the
+    /// lease is not an exclusive lock extended by the plain extend script (other kinds keep
+    /// their scripts).
+    pub fn new(
+        lease: &Lease,
+        ttl: Duration,
+        deadline: Instant,
+    ) -> Result<Option<Self>, crate::error::Error> {
+        let script = ScriptOp::extend(lease, ttl, deadline)?;
+        if lease.kind != LeaseKind::Lock(LockKind::Lease)
+            || !std::ptr::eq(lease.calls.extend.script(), &EXTEND)
+        {
+            return Ok(None);
+        }
+        // EVALSHA sha 1 key token (the ttl is added per extension).
+        let call = lease.calls.extend.evalsha();
+        let args = call.args();
+        if args.len() != 5 || args.get(2) != Some(b"1".as_slice()) {
+            return Ok(None);
+        }
+        let (Some(key), Some(token)) = (args.get(3), args.get(4)) else {
+            return Ok(None);
+        };
+        let ms = super::validate_ttl("ttl", ttl)?;
+        let set = Command::with_capacity("SET", 6)
+            .arg(key)
+            .arg(token)
+            .arg("IFEQ")
+            .arg(token)
+            .arg("PX")
+            .int_arg(ms);
+        Ok(Some(NativeExtend {
+            request: Some(Request {
+                id: SET_IF_EQUAL,
+                command: set.on(call.node()),
+            }),
+            deadline,
+            ttl,
+            sent_at: None,
+            answer: None,
+            outstanding: Outstanding::default(),
+            script,
+            on_script: false,
+            refused: false,
+        }))
+    }
+
+    /// Whether the server refused the native command itself: it lacks `SET ... IFEQ` (a
+    /// failover to an older server) or the user may not run it. The driver should stop
+    /// choosing this machine for that server: each such extension costs a second round trip.
+    pub fn refused_natively(&self) -> bool {
+        self.refused
+    }
+
+    fn next_step(&mut self, now: Instant) -> Step<Instant> {
+        if self.on_script {
+            return self.script.poll(now);
+        }
+        if let Some(request) = self.request.take() {
+            self.sent_at = Some(now);
+            return Step::Send(Batch::new(vec![request], self.deadline));
+        }
+        match self.answer.take() {
+            None => self.outstanding.step(now),
+            Some(Ok(Reply::Status(ok))) if ok == "OK" => Step::Done(Ok(super::valid_until(
+                self.sent_at.unwrap_or(now),
+                self.ttl,
+            ))),
+            Some(_) => {
+                // Not ours (or the reply was lost, or the server refused the command): the
+                // script says exactly what happened.
+                self.on_script = true;
+                self.script.poll(now)
+            }
+        }
+    }
+}
+
+impl Protocol for NativeExtend {
+    type Output = Instant;
+
+    fn poll(&mut self, now: Instant) -> Step<Instant> {
+        let step = self.next_step(now);
+        if !self.on_script {
+            self.outstanding.track(&step);
+        }
+        step
+    }
+
+    fn handle(&mut self, input: Response, now: Instant) {
+        if self.on_script {
+            return self.script.handle(input, now);
+        }
+        if input.id == SET_IF_EQUAL && self.answer.is_none() {
+            if let Ok(Reply::Error(e)) = &input.result {
+                self.refused = e.is("NOPERM")
+                    || (e.is("ERR")
+                        && (e.message.contains("syntax") || e.message.contains("unknown command")));
+            }
+            self.answer = Some(input.result);
         }
     }
 }
@@ -370,5 +511,107 @@ mod tests {
         assert!(NativeRelease::new(&lease(reentrant, now), NativeDelete::DelIfEq, now).is_none());
         let fair = LockSpec::fair(&ks, "job", token, TTL, TTL).unwrap();
         assert!(NativeRelease::new(&lease(fair, now), NativeDelete::DelIfEq, now).is_none());
+    }
+
+    /// The batch a native extension sends first.
+    fn first_request(m: &mut NativeExtend, now: Instant) -> Request {
+        match m.poll(now) {
+            Step::Send(mut batch) => batch.requests.remove(0),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn extends_by_set_if_equal_valid_from_the_send() {
+        let now = origin();
+        let lease = lock(&Keyspace::default(), now);
+        let ttl = Duration::from_secs(30);
+        let mut m = NativeExtend::new(&lease, ttl, now + TTL).unwrap().unwrap();
+        let sent = first_request(&mut m, now);
+        let token = lease.token.as_str().to_owned();
+        let key = args(&lease.calls.extend.evalsha())[3].clone();
+        assert_eq!(
+            args(&sent.command),
+            ["SET", key.as_str(), &token, "IFEQ", &token, "PX", "30000"]
+        );
+        let later = now + Duration::from_millis(5);
+        assert!(matches!(m.poll(later), Step::Wait(_)));
+        m.handle(Response::reply(sent.id, Reply::Status("OK".into())), later);
+        match m.poll(later) {
+            Step::Done(Ok(valid)) => assert_eq!(valid, valid_until(now, ttl)),
+            other => panic!("{other:?}"),
+        }
+        assert!(!m.refused_natively());
+    }
+
+    #[test]
+    fn not_set_asks_the_script_why() {
+        let now = origin();
+        let lease = lock(&Keyspace::default(), now);
+        let mut m = NativeExtend::new(&lease, TTL, now + TTL).unwrap().unwrap();
+        let sent = first_request(&mut m, now);
+        m.handle(Response::reply(sent.id, Reply::Nil), now);
+        let script = first_request(&mut m, now);
+        assert_eq!(args(&script.command)[0], "EVALSHA");
+        assert_eq!(args(&script.command)[1], EXTEND.sha1);
+        m.handle(Response::reply(script.id, Reply::Int(0)), now);
+        match m.poll(now) {
+            Step::Done(Err(Error::NotOwner { reason, .. })) => {
+                assert_eq!(reason, LossReason::Expired)
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!m.refused_natively());
+    }
+
+    #[test]
+    fn a_server_without_ifeq_gets_the_script_and_is_noted() {
+        let now = origin();
+        let lease = lock(&Keyspace::default(), now);
+        let mut m = NativeExtend::new(&lease, TTL, now + TTL).unwrap().unwrap();
+        let sent = first_request(&mut m, now);
+        let refused = ErrorReply::parse("ERR syntax error");
+        m.handle(Response::reply(sent.id, Reply::Error(refused)), now);
+        assert!(m.refused_natively());
+        let script = first_request(&mut m, now);
+        assert_eq!(args(&script.command)[1], EXTEND.sha1);
+        m.handle(Response::reply(script.id, Reply::Int(1)), now);
+        assert!(matches!(m.poll(now), Step::Done(Ok(_))));
+    }
+
+    #[test]
+    fn a_lost_reply_gets_the_script_which_finds_the_lease_ours() {
+        let now = origin();
+        let lease = lock(&Keyspace::default(), now);
+        let mut m = NativeExtend::new(&lease, TTL, now + TTL).unwrap().unwrap();
+        let sent = first_request(&mut m, now);
+        m.handle(
+            Response {
+                id: sent.id,
+                result: Err(TransportFailure::no_reply("timed out")),
+            },
+            now,
+        );
+        let script = first_request(&mut m, now);
+        m.handle(Response::reply(script.id, Reply::Int(1)), now);
+        assert!(matches!(m.poll(now), Step::Done(Ok(_))));
+    }
+
+    #[test]
+    fn only_plain_leases_are_extended_natively_and_a_bad_ttl_is_refused() {
+        let now = origin();
+        let ks = Keyspace::default();
+        let token = Token::from_random([2; 16]);
+        let reentrant = LockSpec::reentrant(&ks, "job", "c1:7", token.clone(), TTL).unwrap();
+        let m = NativeExtend::new(&lease(reentrant, now), TTL, now + TTL).unwrap();
+        assert!(m.is_none());
+        let fair = LockSpec::fair(&ks, "job", token, TTL, TTL).unwrap();
+        assert!(
+            NativeExtend::new(&lease(fair, now), TTL, now)
+                .unwrap()
+                .is_none()
+        );
+        let plain = lock(&ks, now);
+        assert!(NativeExtend::new(&plain, Duration::ZERO, now).is_err());
     }
 }

@@ -95,8 +95,7 @@ pub static READ_RELEASE: Script = script!(
 );
 
 /// `lua/read_extend.lua`
-pub static READ_EXTEND: Script =
-    script!("read_extend", [NOW_MS], include_str!("lua/read_extend.lua"));
+pub static READ_EXTEND: Script = script!("read_extend", [], include_str!("lua/read_extend.lua"));
 
 /// `lua/read_inspect.lua`
 pub static READ_INSPECT: Script = script!(
@@ -127,16 +126,13 @@ pub static WRITE_CANCEL: Script = script!(
 );
 
 /// `lua/permit_acquire.lua`
-pub static PERMIT_ACQUIRE: Script = script!(
-    "permit_acquire",
-    [NOW_MS, UNDONE],
-    include_str!("lua/permit_acquire.lua")
-);
+pub static PERMIT_ACQUIRE: Script =
+    script!("permit_acquire", [], include_str!("lua/permit_acquire.lua"));
 
 /// `lua/permit_release.lua`
 pub static PERMIT_RELEASE: Script = script!(
     "permit_release",
-    [NOW_MS, REMEMBER, NOTIFY],
+    [REMEMBER],
     include_str!("lua/permit_release.lua")
 );
 

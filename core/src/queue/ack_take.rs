@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use super::take::{Take, TakenJob};
-use super::{QueueKeys, QueueSettings, SETTLED_KEEP, job_name};
+use super::{Bound, QueueKeys, QueueSettings, SETTLED_KEEP, job_name};
 use crate::backoff::saturating_add;
 use crate::error::{Error, LossReason};
 use crate::lease::{Lease, LeaseCalls, LeaseKind, OpKind, ScriptOp, Target, Token, valid_until};
@@ -55,16 +55,10 @@ pub struct AckedAndTaken {
 pub(crate) struct AckTakeCall {
     /// The name of the acked job's lease.
     acked: Arc<str>,
-    /// The calls of the next job's lease, the next token bound (the id is bound once known).
-    calls: LeaseCalls,
+    /// The queue's take spec for these settings, whose calls the next job's lease gets.
+    bound: Arc<Bound>,
     /// The next token.
     token: Token,
-    /// The visibility timeout.
-    ttl: Duration,
-    /// The queue.
-    target: Target,
-    /// The start of a job lease's name ([`QueueKeys::job_name`]).
-    job_name: Arc<str>,
 }
 
 impl OpKind for AckTakeCall {
@@ -123,19 +117,28 @@ impl AckTakeCall {
                 reply: "a job id that is not UTF-8".into(),
             });
         };
+        let spec = &self.bound.take;
+        // The take spec's calls, bound to the next token and this job's id (both in slots:
+        // nothing is copied).
+        let subject = Arc::new(id.to_vec());
+        let bind = |call: &ScriptCall| call.clone().with_token(&self.token).with_subject(&subject);
         let lease = Lease {
             kind: LeaseKind::Job,
             target: Target {
-                name: job_name(&self.job_name, text),
-                keys: self.target.keys.clone(),
+                name: job_name(&self.bound.job_name, text),
+                keys: spec.target.keys.clone(),
             },
             token: self.token.clone(),
             fence: delivery,
-            ttl: self.ttl,
+            ttl: spec.ttl,
             acquired_at: sent_at,
-            valid_until: valid_until(sent_at, self.ttl),
+            valid_until: valid_until(sent_at, spec.ttl),
             attempts: 1,
-            calls: self.calls.for_job(id),
+            calls: LeaseCalls {
+                release: bind(&spec.calls.release),
+                extend: bind(&spec.calls.extend),
+                inspect: bind(&spec.calls.inspect),
+            },
             data: Vec::new(),
         };
         Ok(TakenJob {
@@ -179,8 +182,9 @@ enum State {
 #[derive(Debug)]
 pub struct AckAndTake {
     state: State,
-    /// The untake of the next token, sent when the outcome is unknown.
-    undo: Option<ScriptCall>,
+    /// What the untake of the next token is made from, sent when the outcome is unknown
+    /// (`None` once it is known that there is nothing to give back).
+    undo: Option<(Arc<Bound>, Token)>,
     deadline: Instant,
     lost_reply: bool,
 }
@@ -191,7 +195,11 @@ impl AckAndTake {
         result: Result<AckedAndTaken, Error>,
         now: Instant,
     ) -> Option<Step<AckedAndTaken>> {
-        match self.undo.take() {
+        let undo = self.undo.take().and_then(|(bound, token)| {
+            let call = bound.take.undo.as_ref()?;
+            Some(call.clone().with_token(&token))
+        });
+        match undo {
             Some(call) => {
                 // The call may have used up the deadline: the untake gets its own time.
                 let deadline = self.deadline.max(saturating_add(now, UNDO_TIME));
@@ -324,20 +332,11 @@ pub fn ack_and_take(
         .with_subject(&Arc::new(id.as_bytes().to_vec()))
         .with_token(&next_token)
         .with_arg(1, lease.token.as_str());
-    let spec = &bound.take;
-    let bind = |call: &ScriptCall| call.clone().with_token(&next_token);
-    let undo = spec.undo.as_ref().map(bind);
+    let undo = Some((bound.clone(), next_token.clone()));
     let kind = AckTakeCall {
         acked: lease.target.name.clone(),
-        calls: LeaseCalls {
-            release: bind(&spec.calls.release),
-            extend: bind(&spec.calls.extend),
-            inspect: bind(&spec.calls.inspect),
-        },
+        bound,
         token: next_token,
-        ttl: settings.visibility,
-        target: spec.target.clone(),
-        job_name: keys.calls.job_name.clone(),
     };
     let op = ScriptOp::new(
         kind,

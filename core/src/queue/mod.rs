@@ -98,11 +98,11 @@ struct KeyedCalls {
 /// by the takes with the same settings (a queue's takes usually share them): each binds its
 /// token (and, once taken, the job's id) without copying the keys.
 #[derive(Debug, Clone, Default)]
-struct TakeTemplate(std::sync::OnceLock<Bound>);
+struct TakeTemplate(std::sync::OnceLock<std::sync::Arc<Bound>>);
 
-/// What [`TakeTemplate`] keeps.
-#[derive(Debug, Clone)]
-struct Bound {
+/// What [`TakeTemplate`] keeps (shared by the machines that bind it).
+#[derive(Debug)]
+pub(crate) struct Bound {
     settings: QueueSettings,
     /// The take spec, its calls' tokens and job ids in slots ([`take_spec`]).
     take: LockSpec,
@@ -110,6 +110,8 @@ struct Bound {
     /// argument of a random token's length (replaced in place), the next token in the owner
     /// slot ([`ack_take::ack_and_take_call`]).
     ack_take: ScriptCall,
+    /// `queue <name> job `: the start of the name of each job's lease.
+    job_name: std::sync::Arc<str>,
 }
 
 /// A cache: it does not make two queues' keys differ.
@@ -292,46 +294,57 @@ impl QueueKeys {
 
     /// The take spec and ack-and-take call for `settings` (validated), bound to nothing:
     /// the cached ones when `settings` are those of the queue's first take.
-    fn bound(&self, settings: &QueueSettings, visibility_ms: u64) -> std::borrow::Cow<'_, Bound> {
+    fn bound(&self, settings: &QueueSettings, visibility_ms: u64) -> std::sync::Arc<Bound> {
         let cache = &self.calls.take.0;
         if let Some(bound) = cache.get()
             && bound.settings == *settings
         {
-            return std::borrow::Cow::Borrowed(bound);
+            return bound.clone();
         }
         let placeholder = placeholder_token();
-        let bound = Bound {
+        let bound = std::sync::Arc::new(Bound {
             settings: *settings,
             take: take_spec(self, placeholder.clone(), settings, visibility_ms).compact(),
             ack_take: ack_take::ack_take_template(self, &placeholder, settings),
-        };
+            job_name: self.calls.job_name.clone(),
+        });
         // Only the first take's settings are kept: a queue's takes usually share them.
         match cache.set(bound) {
             // Cached now: found by the first lookup.
             Ok(()) => self.bound(settings, visibility_ms),
             // Other settings were cached first (or the same, by another thread just now).
-            Err(bound) => std::borrow::Cow::Owned(bound),
+            Err(bound) => bound,
         }
     }
 }
 
-/// The name of the lease of job `id`, `prefix` being `queue <name> job ` (in errors about it):
-/// put together on the stack when it is short, so that it costs one allocation.
+/// The name of the lease of job `id`, `prefix` being `queue <name> job ` (in errors about it).
 fn job_name(prefix: &str, id: &str) -> std::sync::Arc<str> {
+    joined(&[prefix, id])
+}
+
+/// The name of the lease of job `id` taken from the queue named `queue` (`queue <name>`, the
+/// take's target): `queue <name> job <id>`.
+pub(crate) fn lease_name(queue: &str, id: &[u8]) -> std::sync::Arc<str> {
+    joined(&[queue, " job ", &String::from_utf8_lossy(id)])
+}
+
+/// `parts` joined, put together on the stack when short, so that it costs one allocation.
+fn joined(parts: &[&str]) -> std::sync::Arc<str> {
     let mut buf = [0u8; 160];
-    let len = prefix.len() + id.len();
-    if let Some(name) = buf.get_mut(..len) {
-        let (head, tail) = name.split_at_mut(prefix.len());
-        head.copy_from_slice(prefix.as_bytes());
-        tail.copy_from_slice(id.as_bytes());
-        if let Ok(name) = std::str::from_utf8(name) {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    if len <= buf.len() {
+        let mut at = 0;
+        for part in parts {
+            buf[at..at + part.len()].copy_from_slice(part.as_bytes());
+            at += part.len();
+        }
+        // Whole strings, one after another: UTF-8.
+        if let Ok(name) = std::str::from_utf8(&buf[..len]) {
             return name.into();
         }
     }
-    let mut name = String::with_capacity(len);
-    name.push_str(prefix);
-    name.push_str(id);
-    name.into()
+    parts.concat().into()
 }
 
 /// The token held in the owner slot of a call template until a real one is bound: a random

@@ -1610,3 +1610,17 @@ fn a_job_leases_name_is_the_queue_then_the_id_however_long() {
         );
     }
 }
+
+#[test]
+fn a_taken_jobs_lease_is_named_after_the_queue_and_the_id() {
+    assert_eq!(&*lease_name("queue jobs", b"j-1"), "queue jobs job j-1");
+    let long = "x".repeat(MAX_ID_LEN);
+    assert_eq!(
+        &*lease_name("queue jobs", long.as_bytes()),
+        format!("queue jobs job {long}")
+    );
+    assert_eq!(
+        &*lease_name("queue jobs", b"\xff"),
+        "queue jobs job \u{fffd}"
+    );
+}

@@ -180,19 +180,27 @@ fn node_calls(call: &ScriptCall, nodes: u16) -> Vec<Exchange> {
         .collect()
 }
 
-/// Polls every exchange; returns the requests to send (`Err(Some)`), nothing yet
-/// (`Err(None)`), or every node's answer in node order once all are in.
+/// Polls every exchange (made by [`node_calls`]: one call, one exchange per node, so a
+/// command built for one node is copied for the others); returns the requests to send
+/// (`Err(Some)`), nothing yet (`Err(None)`), or every node's answer in node order once all
+/// are in.
 #[allow(clippy::type_complexity)]
 fn poll_all(
     exchanges: &mut [Exchange],
     ids: &mut RequestIds,
 ) -> Result<Vec<Result<Reply, TransportFailure>>, Option<Vec<Request>>> {
     let mut requests = Vec::new();
-    let mut answers: Vec<Option<Result<Reply, TransportFailure>>> = Vec::new();
+    let mut answers: Vec<Option<Result<Reply, TransportFailure>>> =
+        Vec::with_capacity(exchanges.len());
     let mut pending = false;
+    let mut built = None;
+    let exchanges_len = exchanges.len();
     for e in exchanges.iter_mut() {
-        answers.push(match e.poll(ids) {
+        answers.push(match e.poll_sharing(ids, &mut built) {
             Progress::Send(r) => {
+                if requests.is_empty() {
+                    requests.reserve_exact(exchanges_len);
+                }
                 requests.push(r);
                 None
             }

@@ -185,6 +185,56 @@ mod acquisition {
         assert!(matches!(m.poll(t0), Step::Done(Err(Error::Timeout { .. }))));
     }
 
+    /// The release round sends one command per node, built once and addressed to each:
+    /// the same EVALSHA everywhere, each on its own node with its own request id; nodes that
+    /// answer NOSCRIPT get the same EVAL.
+    #[test]
+    fn a_release_round_sends_the_same_call_to_every_node() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &[busy(), busy(), busy(), granted(), granted()]);
+        let words = |r: &Request| {
+            r.command
+                .args()
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+        };
+        let noscript = Ok(Reply::Error(ErrorReply::new("NOSCRIPT", "x")));
+        let ok = Ok(Reply::Int(1));
+        let sent = round(
+            &mut m,
+            t0,
+            &[
+                ok.clone(),
+                noscript.clone(),
+                ok.clone(),
+                noscript,
+                ok.clone(),
+            ],
+        );
+        assert_eq!(sent.len(), 5);
+        let expected = spec().calls.release.evalsha();
+        for (i, r) in sent.iter().enumerate() {
+            assert_eq!(r.command.node(), NodeId(i as u16));
+            assert_eq!(words(r), words(&sent[0]));
+            assert_eq!(r.command.args().to_vec(), expected.args().to_vec());
+        }
+        let mut ids: Vec<_> = sent.iter().map(|r| r.id).collect();
+        ids.dedup();
+        assert_eq!(ids.len(), 5, "one request id per node");
+        let again = round(&mut m, t0, &vec![ok; 5]);
+        let nodes: Vec<_> = again.iter().map(|r| r.command.node()).collect();
+        assert_eq!(nodes, [NodeId(1), NodeId(3)]);
+        assert_eq!(again[0].command.name(), "EVAL");
+        assert_eq!(words(&again[0]), words(&again[1]));
+        assert_eq!(
+            again[0].command.args().to_vec(),
+            spec().calls.release.eval().args().to_vec()
+        );
+        assert!(matches!(m.poll(t0), Step::Done(Err(Error::Timeout { .. }))));
+    }
+
     #[test]
     fn quorum_extension_and_release() {
         let t0 = origin();

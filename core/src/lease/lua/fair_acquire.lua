@@ -19,7 +19,7 @@ local counter, bad = fence_counter(KEYS[4], last)
 if bad then
   return bad
 end
-local us = now_us()
+local us, t = now_us()
 local now = math.floor(us / 1000)
 while true do
   local head = redis.call('LINDEX', KEYS[2], 0)
@@ -37,7 +37,7 @@ end
 if not holder then
   local head = redis.call('LINDEX', KEYS[2], 0)
   if (not head) or head == ARGV[1] then
-    local fence = issue_fence(KEYS[4], counter, us)
+    local fence = issue_fence(KEYS[4], counter, us, t)
     if head then
       redis.call('LPOP', KEYS[2])
       redis.call('ZREM', KEYS[3], ARGV[1])

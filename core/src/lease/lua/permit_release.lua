@@ -6,13 +6,21 @@
 -- Read every key once before writing any (a wrong type fails before any write; KEYS[5] is
 -- first read by its first write, before any other).
 local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
-local waiting = redis.call('LLEN', KEYS[2])
-redis.call('ZCARD', KEYS[3])
+local waiting = 0
+-- With no line and no timeouts key (nobody waits), one EXISTS reads both (an absent key
+-- holds no wrong type).
+if redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 then
+  waiting = redis.call('LLEN', KEYS[2])
+  redis.call('ZCARD', KEYS[3])
+end
 local count = redis.call('GET', KEYS[4])
-local now = now_ms()
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- Undoing an acquisition whose reply was lost (KEYS[5] given): remember its token, so
 -- that the acquisition, if it was only delayed and arrives after this, takes no effect.
+-- Only this path needs the prelude: it is spliced in here.
 if KEYS[5] then
+--@prelude
   remember(KEYS[5], ARGV[1], now, tonumber(ARGV[3]))
 end
 if not expiry then
@@ -27,7 +35,12 @@ if waiting > 0 then
   local free = permits - held
   if free > 0 then
     for _, next in ipairs(redis.call('LRANGE', KEYS[2], 0, free - 1)) do
-      notify(ARGV[2], next)
+      -- As the prelude's notify ('{shard}<name>' is a shard channel).
+      if string.sub(ARGV[2], 1, 7) == '{shard}' then
+        redis.call('SPUBLISH', string.sub(ARGV[2], 8), next)
+      else
+        redis.call('PUBLISH', ARGV[2], next)
+      end
     end
   end
 end

@@ -19,7 +19,7 @@ local counter, bad = fence_counter(KEYS[4], last)
 if bad then
   return bad
 end
-local us = now_us()
+local us, t = now_us()
 local now = math.floor(us / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
@@ -29,7 +29,7 @@ if writer == ARGV[1] then
   return {1, counter}
 end
 if (not writer) and redis.call('ZCARD', KEYS[2]) == 0 then
-  local fence = issue_fence(KEYS[4], counter, us)
+  local fence = issue_fence(KEYS[4], counter, us, t)
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   redis.call('ZREM', KEYS[3], ARGV[1])
   return {1, fence}

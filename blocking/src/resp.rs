@@ -20,12 +20,9 @@ pub(crate) fn encode(args: &[&[u8]]) -> Vec<u8> {
 /// `redis` crate packs for the same arguments (so a batch is written without building a
 /// `redis::Cmd` per command).
 pub(crate) fn encode_command(out: &mut Vec<u8>, command: &Command) {
+    // No sizing pass: `out` is the connection's buffer, kept between batches, so after the
+    // first batches it has room already (and a large argument reserves its own).
     let args = command.args();
-    let mut size = 16;
-    for a in args.iter() {
-        size += a.len() + 16;
-    }
-    out.reserve(size);
     push_header(out, b'*', args.len());
     for a in args {
         // The common case, a length below 100, in one store: `$<len>\r\n`.

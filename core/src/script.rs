@@ -294,6 +294,8 @@ pub struct ScriptCall {
     /// The value of the subject argument ([`Parts::subject`]), if the call has one and it
     /// is bound.
     subject: Option<Arc<Vec<u8>>>,
+    /// The value of the prior-token argument ([`Parts::prior`]), if the call has one.
+    prior: Option<Token>,
     node: NodeId,
     /// How many of the shared items this call uses, when fewer than all: a call made by
     /// [`sharing`](Self::sharing) reads a prefix of another call's keys and arguments.
@@ -328,6 +330,9 @@ struct Parts {
     /// The item bound per use (a job's id, [`ScriptCall::subject_arg`]): empty in `bytes`,
     /// its value is the call's `subject`.
     subject: Option<usize>,
+    /// The item that is a second token bound per use ([`ScriptCall::prior_arg`]): empty in
+    /// `bytes`, its value is the call's `prior`.
+    prior: Option<usize>,
 }
 
 impl Parts {
@@ -345,7 +350,10 @@ impl Parts {
             self.bytes.reserve(128);
             self.ends.reserve(8);
         }
-        for slot in [&mut self.slot, &mut self.subject].into_iter().flatten() {
+        for slot in [&mut self.slot, &mut self.subject, &mut self.prior]
+            .into_iter()
+            .flatten()
+        {
             if *slot >= i {
                 *slot += 1;
             }
@@ -376,6 +384,9 @@ impl Parts {
         if self.subject == Some(i) {
             self.subject = None;
         }
+        if self.prior == Some(i) {
+            self.prior = None;
+        }
         let (start, end) = (self.start(i), self.ends[i]);
         let (old, new) = (end - start, value.len());
         let len = self.bytes.len();
@@ -401,6 +412,7 @@ impl ScriptCall {
             parts: Arc::default(),
             token: None,
             subject: None,
+            prior: None,
             node: NodeId::PRIMARY,
             view: None,
         }
@@ -418,6 +430,7 @@ impl ScriptCall {
             parts: Arc::clone(&self.parts),
             token: self.token.clone(),
             subject: self.subject.clone(),
+            prior: self.prior.clone(),
             node: self.node,
             view: None,
         };
@@ -448,6 +461,7 @@ impl ScriptCall {
             keys: self.parts.keys,
             slot: self.parts.slot.filter(|&i| i < len),
             subject: self.parts.subject.filter(|&i| i < len),
+            prior: self.parts.prior.filter(|&i| i < len),
         });
         self.view = None;
     }
@@ -472,6 +486,16 @@ impl ScriptCall {
         self.parts.subject.filter(|&i| i < self.len())
     }
 
+    /// The prior-token slot, if within the call's items.
+    fn prior_slot(&self) -> Option<usize> {
+        self.parts.prior.filter(|&i| i < self.len())
+    }
+
+    /// Whether item `i` is one of the slots bound per use.
+    fn is_slot(&self, i: usize) -> bool {
+        self.slot() == Some(i) || self.subject_slot() == Some(i) || self.prior_slot() == Some(i)
+    }
+
     /// The items to change, copied first if shared (only the call's own, for a prefix).
     fn parts(&mut self) -> &mut Parts {
         if let Some(len) = self.view {
@@ -480,11 +504,12 @@ impl ScriptCall {
         Arc::make_mut(&mut self.parts)
     }
 
-    /// Item `i` (a key, then the arguments), the owner token in its slot.
+    /// Item `i` (a key, then the arguments), the bound values in their slots.
     fn item(&self, i: usize) -> &[u8] {
-        match (&self.token, &self.subject) {
-            (Some(token), _) if self.slot() == Some(i) => token.as_str().as_bytes(),
-            (_, Some(subject)) if self.subject_slot() == Some(i) => subject,
+        match (&self.token, &self.subject, &self.prior) {
+            (Some(token), _, _) if self.slot() == Some(i) => token.as_str().as_bytes(),
+            (_, Some(subject), _) if self.subject_slot() == Some(i) => subject,
+            (_, _, Some(prior)) if self.prior_slot() == Some(i) => prior.as_str().as_bytes(),
             _ => self.parts.item(i),
         }
     }
@@ -570,6 +595,37 @@ impl ScriptCall {
         self.subject_slot().is_some()
     }
 
+    /// Adds a second token as an argument, bound per use with
+    /// [`with_prior`](Self::with_prior) like the owner token: the token of a previous holder
+    /// (the finished job's, in an ack that also takes the next job for the owner token), held
+    /// apart from the shared arguments so that binding it copies nothing. A call has at most
+    /// one: a second one is added as a plain argument.
+    pub fn prior_arg(mut self, token: &Token) -> Self {
+        if self.has_prior_arg() {
+            return self.arg(token.as_str());
+        }
+        let parts = self.parts();
+        let at = parts.ends.len();
+        parts.insert(at, b"");
+        parts.prior = Some(at);
+        self.prior = Some(token.clone());
+        self
+    }
+
+    /// The same call with `token` as the argument its [`prior_arg`](Self::prior_arg) added
+    /// (nothing is copied); unchanged if it has none.
+    pub fn with_prior(mut self, token: &Token) -> Self {
+        if self.has_prior_arg() {
+            self.prior = Some(token.clone());
+        }
+        self
+    }
+
+    /// Whether the call has an argument added by [`prior_arg`](Self::prior_arg).
+    pub fn has_prior_arg(&self) -> bool {
+        self.prior_slot().is_some()
+    }
+
     /// Inserts an argument before the others (binds a value known only later, such as the
     /// id of a job taken from a queue).
     pub fn prepend_arg(mut self, arg: impl AsRef<[u8]>) -> Self {
@@ -582,10 +638,7 @@ impl ScriptCall {
     pub fn with_arg(mut self, index: usize, arg: impl AsRef<[u8]>) -> Self {
         if index < self.arg_count() {
             let i = self.parts.keys + index;
-            if self.slot() != Some(i)
-                && self.subject_slot() != Some(i)
-                && self.parts.item(i) == arg.as_ref()
-            {
+            if !self.is_slot(i) && self.parts.item(i) == arg.as_ref() {
                 return self;
             }
             self.parts().replace(i, arg.as_ref());
@@ -597,10 +650,7 @@ impl ScriptCall {
     pub fn with_last_arg(mut self, arg: impl AsRef<[u8]>) -> Self {
         if self.arg_count() > 0 {
             let i = self.len() - 1;
-            if self.slot() != Some(i)
-                && self.subject_slot() != Some(i)
-                && self.parts.item(i) == arg.as_ref()
-            {
+            if !self.is_slot(i) && self.parts.item(i) == arg.as_ref() {
                 // Already so: keep sharing the arguments.
                 return self;
             }
@@ -641,14 +691,32 @@ impl ScriptCall {
         let len = self.len();
         let token = self.token.as_ref().map_or(0, |t| t.as_str().len());
         let subject = self.subject.as_ref().map_or(0, |s| s.len());
+        let prior = self.prior.as_ref().map_or(0, |t| t.as_str().len());
         let shared = if len == 0 { 0 } else { parts.ends[len - 1] };
-        let bytes = body.len() + 4 + shared + token + subject;
+        let bytes = body.len() + 4 + shared + token + subject + prior;
         let mut cmd = Command::with_bytes(verb, 2 + len, bytes)
             .arg(body)
             .int_arg(parts.keys as u64)
             .on(self.node);
-        for i in 0..len {
-            cmd = cmd.arg(self.item(i));
+        // The slots looked up once (not per item, as `item` does).
+        fn token_bytes(t: &Token) -> &[u8] {
+            t.as_str().as_bytes()
+        }
+        let slots = [
+            self.slot().zip(self.token.as_ref().map(token_bytes)),
+            self.subject_slot()
+                .zip(self.subject.as_deref().map(Vec::as_slice)),
+            self.prior_slot().zip(self.prior.as_ref().map(token_bytes)),
+        ];
+        let mut start = 0;
+        for (i, &end) in parts.ends[..len].iter().enumerate() {
+            let value = slots
+                .iter()
+                .flatten()
+                .find(|&&(at, _)| at == i)
+                .map_or(&parts.bytes[start..end], |&(_, value)| value);
+            cmd = cmd.arg(value);
+            start = end;
         }
         cmd
     }
@@ -1017,6 +1085,76 @@ mod owner_arg_tests {
         let replaced = template.with_subject(&id).with_arg(0, "plain");
         assert!(!replaced.has_subject_arg());
         assert_eq!(wire(&replaced), ["1", "k1", "plain", "tok-a", "x"]);
+    }
+
+    #[test]
+    fn the_prior_token_is_a_third_slot_bound_without_copying() {
+        let (p, a, b) = (
+            Token::new("tok-p").unwrap(),
+            Token::new("tok-a").unwrap(),
+            Token::new("tok-b").unwrap(),
+        );
+        let template = ScriptCall::new(&ECHO)
+            .key("k1")
+            .subject_arg()
+            .prior_arg(&p)
+            .arg("keep")
+            .owner_arg(&p)
+            .arg("x");
+        assert!(template.has_prior_arg() && template.has_subject_arg());
+        assert_eq!(
+            wire(&template),
+            ["1", "k1", "", "tok-p", "keep", "tok-p", "x"]
+        );
+        let id = Arc::new(b"job-7".to_vec());
+        let bound = template
+            .clone()
+            .with_subject(&id)
+            .with_token(&b)
+            .with_prior(&a);
+        assert!(bound.shares_parts_with(&template), "binding copies nothing");
+        assert_eq!(
+            wire(&bound),
+            ["1", "k1", "job-7", "tok-a", "keep", "tok-b", "x"]
+        );
+        // The same arguments as a call built plainly.
+        assert_eq!(
+            bound,
+            ScriptCall::new(&ECHO)
+                .key("k1")
+                .arg("job-7")
+                .arg("tok-a")
+                .arg("keep")
+                .arg("tok-b")
+                .arg("x")
+        );
+        // A prefix that ends before the slot neither sends nor reports it.
+        let short = bound.sharing(&ECHO, 1);
+        assert!(!short.has_prior_arg());
+        assert_eq!(wire(&short), ["1", "k1", "job-7"]);
+        assert_eq!(
+            wire(&bound.sharing(&ECHO, 2)),
+            ["1", "k1", "job-7", "tok-a"]
+        );
+        // Edits of the other arguments keep the slot; a key moves it along.
+        let edited = bound.clone().with_arg(2, "kept").key("k2");
+        assert!(edited.has_prior_arg());
+        assert_eq!(
+            wire(&edited.with_prior(&b)),
+            ["2", "k1", "k2", "job-7", "tok-b", "kept", "tok-b", "x"]
+        );
+        // Replacing the slot makes it a plain argument that a later binding leaves alone.
+        let replaced = bound.clone().with_arg(1, "plain");
+        assert!(!replaced.has_prior_arg());
+        assert_eq!(
+            wire(&replaced.with_prior(&p)),
+            ["1", "k1", "job-7", "plain", "keep", "tok-b", "x"]
+        );
+        // A call without the slot is unchanged by a binding; a second slot is a plain argument.
+        let plain = ScriptCall::new(&ECHO).key("k1").arg("x");
+        assert_eq!(plain.clone().with_prior(&a), plain);
+        let twice = ScriptCall::new(&ECHO).prior_arg(&a).prior_arg(&b);
+        assert_eq!(wire(&twice.with_prior(&p)), ["0", "tok-p", "tok-b"]);
     }
 
     #[test]

@@ -324,14 +324,7 @@ pub fn ack_and_take(
 ) -> Result<AckAndTake, Error> {
     let visibility_ms = settings.validate()?;
     let bound = keys.bound(settings, visibility_ms);
-    // The call, bound without copying the keys: the id, the next token, and the acked
-    // token in place of the placeholder of the same length.
-    let call = bound
-        .ack_take
-        .clone()
-        .with_subject(&Arc::new(id.as_bytes().to_vec()))
-        .with_token(&next_token)
-        .with_arg(1, lease.token.as_str());
+    let call = bind_call(&bound, id, &lease.token, &next_token);
     let undo = Some((bound.clone(), next_token.clone()));
     let kind = AckTakeCall {
         acked: lease.target.name.clone(),
@@ -353,10 +346,21 @@ pub fn ack_and_take(
     })
 }
 
+/// The combined call of `bound`, bound without copying its keys or other arguments: the
+/// acked job's `id`, its token `acked` and the `next` token each in its slot.
+pub(crate) fn bind_call(bound: &Bound, id: &str, acked: &Token, next: &Token) -> ScriptCall {
+    bound
+        .ack_take
+        .clone()
+        .with_subject(&Arc::new(id.as_bytes().to_vec()))
+        .with_token(next)
+        .with_prior(acked)
+}
+
 /// The combined call with the constant arguments for `settings` and slots for the rest:
-/// the acked job's id (subject slot), its token (a plain argument holding `placeholder`, a
-/// token of the same length as the random ones, replaced in place), the next token (owner
-/// slot). The same arguments as [`ack_and_take_call`].
+/// the acked job's id (subject slot), its token (prior slot), the next token (owner slot),
+/// the two token slots holding `placeholder` until bound. The same arguments as
+/// [`ack_and_take_call`].
 pub(crate) fn ack_take_template(
     keys: &QueueKeys,
     placeholder: &Token,
@@ -366,7 +370,7 @@ pub(crate) fn ack_take_template(
         .ack_take
         .clone()
         .subject_arg()
-        .arg(placeholder.as_str())
+        .prior_arg(placeholder)
         .arg(SETTLED_KEEP.as_millis().to_string())
         .owner_arg(placeholder)
         .arg(settings.visibility.as_millis().to_string())

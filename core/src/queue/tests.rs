@@ -1624,3 +1624,21 @@ fn a_taken_jobs_lease_is_named_after_the_queue_and_the_id() {
         "queue jobs job \u{fffd}"
     );
 }
+
+#[test]
+fn ack_and_take_binds_its_call_without_copying_the_arguments() {
+    let keys = keys();
+    let settings = settings();
+    let visibility_ms = settings.validate().unwrap();
+    let bound = keys.bound(&settings, visibility_ms);
+    let (acked, next) = (Token::new("short").unwrap(), Token::from_random(NEXT));
+    let call = super::ack_take::bind_call(&bound, "done-1", &acked, &next);
+    assert!(
+        call.shares_parts_with(&bound.ack_take),
+        "the id and both tokens are bound in slots: the 13 keys are not copied"
+    );
+    assert_eq!(
+        call,
+        ack_and_take_call(&keys, "done-1", "short", &next_tok(), &settings)
+    );
+}

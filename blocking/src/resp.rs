@@ -98,50 +98,41 @@ const MAX_LEN: i64 = 512 * 1024 * 1024;
 /// The most elements an array may announce.
 const MAX_ITEMS: i64 = 1024 * 1024;
 
-/// The longest line accepted (a header, a status or an error line) without its CRLF: a
-/// peer streaming bytes without a line end is refused once this many have arrived, rather
-/// than buffered forever.
+/// The longest line a peer may send without its CRLF (a header, a status or an error
+/// line): past this many bytes without a line end, the frame is refused rather than
+/// buffered forever.
 pub(crate) const MAX_LINE: usize = 64 * 1024;
 
-/// The line starting at `at` (without its CRLF) and where the next one starts; `Ok(None)`
-/// until the CRLF has arrived, an error once more than [`MAX_LINE`] bytes came without
-/// one. A CR not followed by LF is not a line end (RESP2 lines of status and error
-/// replies never hold one; such a frame then fails elsewhere or waits).
+/// The line starting at `at` (without its CRLF) and where the next one starts; `None`
+/// until the CRLF has arrived (see [`unended`]). A CR not followed by LF is not a line end
+/// (RESP2 lines of status and error replies never hold one; such a frame then fails
+/// elsewhere or waits).
 #[inline]
-fn line(buf: &[u8], at: usize) -> Result<Option<(&[u8], usize)>, ProtocolError> {
-    let Some(rest) = buf.get(at..) else {
-        return Ok(None);
-    };
+fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    let rest = buf.get(at..)?;
     let mut from = 0;
     loop {
-        let Some(cr) = rest
-            .get(from..)
-            .and_then(|r| r.iter().position(|&b| b == b'\r'))
-        else {
-            return unended(rest.len());
-        };
-        let cr = cr + from;
-        if cr > MAX_LINE {
-            return unended(cr);
-        }
+        let cr = rest.get(from..)?.iter().position(|&b| b == b'\r')? + from;
         match rest.get(cr + 1) {
-            Some(b'\n') => return Ok(Some((&rest[..cr], at + cr + 2))),
+            Some(b'\n') => return Some((&rest[..cr], at + cr + 2)),
             Some(_) => from = cr + 1,
-            None => return unended(rest.len()),
+            None => return None,
         }
     }
 }
 
-/// No line end among the `seen` bytes of a line: wait for more, or refuse a line longer
-/// than [`MAX_LINE`].
+/// No line end among the bytes of `buf` from `at` (a line's first byte): more are
+/// needed, unless more than [`MAX_LINE`] came already (a peer streaming bytes without a
+/// line end is refused, not buffered forever).
 #[cold]
-fn unended(seen: usize) -> Result<Option<(&'static [u8], usize)>, ProtocolError> {
+fn unended(buf: &[u8], at: usize) -> Result<(), ProtocolError> {
+    let seen = buf.len().saturating_sub(at);
     if seen > MAX_LINE {
         return Err(ProtocolError(format!(
             "no line end in {seen} bytes (at most {MAX_LINE} accepted)"
         )));
     }
-    Ok(None)
+    Ok(())
 }
 
 /// A decimal integer (an optional `-`, then 1 to 19 digits), without UTF-8 checks or
@@ -186,7 +177,8 @@ fn parse_at(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usize)
             kind as char
         )));
     }
-    let Some((body, next)) = line(buf, at + 1)? else {
+    let Some((body, next)) = line(buf, at + 1) else {
+        unended(buf, at + 1)?;
         return Ok(None);
     };
     match kind {
@@ -267,15 +259,6 @@ pub(crate) enum Scanned {
     NeedsAtLeast(usize),
 }
 
-impl Scanned {
-    /// The fewest bytes the frame takes, as far as is known.
-    pub(crate) fn needs(self) -> usize {
-        match self {
-            Scanned::Complete(n) | Scanned::NeedsAtLeast(n) => n,
-        }
-    }
-}
-
 impl Scan {
     /// Measures on over `buf` (the frame's bytes from its first, including those already
     /// seen by earlier calls).
@@ -295,7 +278,8 @@ impl Scan {
                     kind as char
                 )));
             }
-            let Some((body, next)) = line(buf, at + 1)? else {
+            let Some((body, next)) = line(buf, at + 1) else {
+                unended(buf, at + 1)?;
                 return more;
             };
             match kind {

@@ -388,7 +388,14 @@ impl Wire {
     /// Writes all of `bytes`.
     pub(crate) fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         let written = match &mut self.socket {
-            Socket::Tcp(s) => s.write_all(bytes),
+            // One `write` takes a batch whole on a healthy socket: `write_all`'s loop only
+            // for the rest.
+            Socket::Tcp(s) => match s.write(bytes) {
+                Ok(n) if n == bytes.len() => Ok(()),
+                Ok(n) => s.write_all(&bytes[n..]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => s.write_all(bytes),
+                Err(e) => Err(e),
+            },
             #[cfg(unix)]
             Socket::Unix(s) => s.write_all(bytes),
             // rustls' stream ignores a failure to send what it encrypted in `write`;
@@ -412,64 +419,77 @@ impl Wire {
     }
 
     fn read_frame(&mut self) -> Result<Reply, WireError> {
-        // The common reply arrives whole in one read and is parsed once. One that does not
-        // is measured as its bytes arrive (`resp::Scan`: each byte looked at once, nothing
-        // built) and parsed once complete: parsing it again from its start after every
-        // read would copy every finished bulk string each time, quadratic in a large
-        // reply's size.
-        let mut scan: Option<resp::Scan> = None;
-        let mut want = 1;
         loop {
             if self.start < self.end {
                 #[cfg(test)]
                 {
-                    self.counts.parses += usize::from(!matches!(scan, Some(_)));
+                    self.counts.parses += 1;
                 }
-                let unparsed = &self.buf[self.start..self.end];
-                let complete = match &mut scan {
-                    None => match resp::parse(unparsed).map_err(WireError::Protocol)? {
-                        Some((reply, used)) => Some((reply, used)),
-                        None => {
-                            let mut s = resp::Scan::default();
-                            want = s.advance(unparsed).map_err(WireError::Protocol)?.needs();
-                            scan = Some(s);
-                            None
-                        }
-                    },
-                    Some(s) => match s.advance(unparsed).map_err(WireError::Protocol)? {
-                        resp::Scanned::Complete(len) => {
-                            #[cfg(test)]
-                            {
-                                self.counts.parses += 1;
-                            }
-                            match resp::parse(&unparsed[..len]).map_err(WireError::Protocol)? {
-                                Some(parsed) => Some(parsed),
-                                None => {
-                                    return Err(WireError::Protocol(ProtocolError(
-                                        "a frame measured complete did not parse".into(),
-                                    )));
-                                }
-                            }
-                        }
-                        needs => {
-                            want = needs.needs();
-                            None
-                        }
-                    },
+                let parsed =
+                    resp::parse(&self.buf[self.start..self.end]).map_err(WireError::Protocol)?;
+                return match parsed {
+                    Some((reply, used)) => Ok(self.consumed(reply, used)),
+                    None => self.read_frame_in_pieces(),
                 };
-                if let Some((reply, used)) = complete {
-                    self.start += used;
-                    if self.start == self.end {
-                        self.start = 0;
-                        self.end = 0;
-                        if self.buf.len() > KEEP_READ_BUF {
-                            self.buf = vec![0; READ_BUF];
-                        }
+            }
+            // Empty: no frame can be cut across the buffer's end, room is made cheaply.
+            self.make_room(1);
+            self.read_more()?;
+        }
+    }
+
+    /// The rest of a reply whose first bytes are buffered but incomplete. The common reply
+    /// arrives whole in one read and is parsed once ([`read_frame`](Self::read_frame)). One
+    /// that does not is measured as its bytes arrive (`resp::Scan`: each byte looked at
+    /// once, nothing built) and parsed once complete: parsing it again from its start after
+    /// every read would copy every finished bulk string each time, quadratic in a large
+    /// reply's size.
+    #[inline(never)]
+    fn read_frame_in_pieces(&mut self) -> Result<Reply, WireError> {
+        let mut scan = resp::Scan::default();
+        loop {
+            let unparsed = &self.buf[self.start..self.end];
+            match scan.advance(unparsed).map_err(WireError::Protocol)? {
+                resp::Scanned::Complete(len) => {
+                    #[cfg(test)]
+                    {
+                        self.counts.parses += 1;
                     }
-                    return Ok(reply);
+                    let unparsed = &self.buf[self.start..self.start + len];
+                    return match resp::parse(unparsed).map_err(WireError::Protocol)? {
+                        Some((reply, used)) => Ok(self.consumed(reply, used)),
+                        None => Err(WireError::Protocol(ProtocolError(
+                            "a frame measured complete did not parse".into(),
+                        ))),
+                    };
+                }
+                resp::Scanned::NeedsAtLeast(want) => {
+                    self.make_room(want);
+                    self.read_more()?;
                 }
             }
-            self.make_room(want);
+        }
+    }
+
+    /// `reply`, taken from the first `used` unparsed bytes; an emptied buffer starts over
+    /// at its front (and one grown for a large reply is given back).
+    #[inline]
+    fn consumed(&mut self, reply: Reply, used: usize) -> Reply {
+        self.start += used;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            if self.buf.len() > KEEP_READ_BUF {
+                self.buf = vec![0; READ_BUF];
+            }
+        }
+        reply
+    }
+
+    /// One read into the buffer after `end` (which has room).
+    #[inline(always)]
+    fn read_more(&mut self) -> Result<(), WireError> {
+        loop {
             let n = match &mut self.socket {
                 Socket::Tcp(s) => s.read(&mut self.buf[self.end..]),
                 #[cfg(unix)]
@@ -477,12 +497,15 @@ impl Wire {
                 #[cfg(feature = "tls-rustls")]
                 Socket::Tls(s) => s.read(&mut self.buf[self.end..]),
             };
-            match n {
-                Ok(0) => return Err(WireError::Closed),
-                Ok(n) => self.end += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(WireError::Io(e)),
-            }
+            return match n {
+                Ok(0) => Err(WireError::Closed),
+                Ok(n) => {
+                    self.end += n;
+                    Ok(())
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => Err(WireError::Io(e)),
+            };
         }
     }
 

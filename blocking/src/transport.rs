@@ -1403,4 +1403,80 @@ mod tests {
         );
         assert_eq!(transport.pool_state().0, 0);
     }
+
+    /// A named connection's set-up sends the library's name and version with its name, in
+    /// one write (no round trip of their own), and an error reply to them (a server before
+    /// Redis 7.2) does not fail the set-up.
+    #[test]
+    fn the_library_is_named_with_the_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (first_read, seen) = std::sync::mpsc::channel::<Vec<Vec<u8>>>();
+        // Every connection it is given (the transport may open more than one), each
+        // reporting the commands of each read.
+        std::thread::spawn(move || {
+            for s in listener.incoming() {
+                let Ok(mut s) = s else { return };
+                let first_read = first_read.clone();
+                std::thread::spawn(move || {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while let Ok(n) = s.read(&mut chunk)
+                        && n > 0
+                    {
+                        buf.extend_from_slice(&chunk[..n]);
+                        let mut commands = Vec::new();
+                        let mut answer = Vec::new();
+                        while let Ok(Some((Reply::Array(args), used))) = crate::resp::parse(&buf) {
+                            buf.drain(..used);
+                            let args: Vec<Vec<u8>> = args
+                                .into_iter()
+                                .map(|a| match a {
+                                    Reply::Bulk(b) => b,
+                                    _ => Vec::new(),
+                                })
+                                .collect();
+                            answer.extend_from_slice(match args[0].as_slice() {
+                                b"INFO" => b"$7\r\nunknown\r\n".as_slice(),
+                                _ if args.get(1).is_some_and(|a| a == b"SETINFO") => {
+                                    b"-ERR unknown subcommand 'SETINFO'\r\n"
+                                }
+                                _ => b"+OK\r\n",
+                            });
+                            commands.push(args.concat());
+                        }
+                        let _ = first_read.send(commands);
+                        if s.write_all(&answer).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+        let settings = PoolSettings {
+            client_name: Some("named".into()),
+            ..PoolSettings::sized(1)
+        };
+        let secs = Duration::from_secs(5);
+        let transport = Transport::with_settings(
+            Arc::new(Source::Direct(client)),
+            &settings,
+            secs,
+            secs,
+            false,
+        );
+        let inputs = transport.execute(&ping_batch());
+        assert_eq!(
+            inputs,
+            vec![Response::reply(RequestId(7), Reply::Status("OK".into()))]
+        );
+        let version = env!("CARGO_PKG_VERSION");
+        let expected: Vec<Vec<u8>> = vec![
+            b"CLIENTSETNAMEnamed".to_vec(),
+            b"CLIENTSETINFOLIB-NAMEredlease".to_vec(),
+            format!("CLIENTSETINFOLIB-VER{version}").into_bytes(),
+        ];
+        assert_eq!(seen.recv_timeout(secs).unwrap(), expected, "one write");
+    }
 }

@@ -1,7 +1,13 @@
 //! The pool's own connection to a single server (TCP, TLS or a Unix socket): one socket,
 //! one read buffer zeroed once when the connection is made and reused for every reply, and
-//! replies parsed straight into core [`Reply`]s by [`crate::resp::parse`]. It does the
-//! set-up the `redis` crate did for the pool (AUTH, SELECT), speaking RESP2.
+//! replies parsed straight into core [`Reply`]s by [`crate::resp::parse`] (a reply that
+//! arrives in pieces is measured by [`crate::resp::Scan`] as they come and parsed once
+//! complete). It does the set-up the `redis` crate did for the pool (AUTH, SELECT),
+//! speaking RESP2. Limits: a line of at most 64 KiB, a bulk string of at most 512 MB
+//! (the buffer grows to an announced length at once); bytes after a request's reply fail
+//! it (the connection is out of step); the TLS handshake ends by the connect deadline. A
+//! Unix socket's connect is not bounded by the connect timeout (as with the `redis`
+//! crate: a local socket connects or fails at once).
 //!
 //! RESP3 (`?protocol=resp3`) and Redis Cluster connections stay on the `redis` crate (see
 //! `transport::Link`), and so does TLS when the pool was not given the client's TLS

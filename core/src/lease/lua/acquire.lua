@@ -69,12 +69,15 @@ if last then
     return redis.error_reply('ERR the fence counter ' .. KEYS[2] .. ' does not hold an integer below 2^53 - 1')
   end
 end
-if holder and last then
+if holder then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, counter}
+  if last then
+    return {1, counter}
+  end
+  -- Ours with the counter gone (evicted, deleted): a fence from the clock floor, as below,
+  -- never 0. It is above the fence the lost reply carried as long as the server clock reads
+  -- later than it did then (the rule for any lost counter, see above).
 end
--- Free, or ours with the counter gone: a fence from the clock floor. For a retry it is at
--- or above the fence its lost reply carried (that one was at most the clock then).
 local us = t[1] * 1000000 + t[2]
 local fence, text
 if counter < us then
@@ -87,7 +90,5 @@ end
 redis.call('SET', KEYS[2], text)
 if not set_get then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-elseif holder then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return {1, fence}

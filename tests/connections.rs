@@ -496,10 +496,14 @@ fn a_resp3_url_keeps_working() {
         .filter(|c| c.get("name").is_some_and(|n| n == "resp3-pool"))
         .collect();
     assert!(!pool.is_empty());
-    assert!(
-        pool.iter().all(|c| c.get("resp").is_some_and(|r| r == "3")),
-        "{pool:?}"
-    );
+    // Redis 7.0+ and Valkey say each connection's protocol in CLIENT LIST; 6.2 does not,
+    // there the locks above taken over the RESP3 URL are what this test shows.
+    if pool.iter().any(|c| c.get("resp").is_some()) {
+        assert!(
+            pool.iter().all(|c| c.get("resp").is_some_and(|r| r == "3")),
+            "{pool:?}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------- settings

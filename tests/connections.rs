@@ -526,6 +526,21 @@ fn connection_info_pool_settings_and_client_name() {
             >= 2
     });
     client.lock("named").acquire().unwrap().release().unwrap();
+    // A server that records the library (Redis 7.2+, Valkey) shows ours on the pool's
+    // connections (`CLIENT SETINFO`, sent with the name).
+    let named: Vec<_> = client_list(&server)
+        .into_iter()
+        .filter(|c| c.get("name").is_some_and(|n| n == "billing-locks"))
+        .collect();
+    if named.iter().any(|c| c.contains_key("lib-name")) {
+        assert!(
+            named
+                .iter()
+                .any(|c| c.get("lib-name").is_some_and(|n| n == "redlease")
+                    && c.get("lib-ver").is_some_and(|v| !v.is_empty())),
+            "{named:?}"
+        );
+    }
 
     let by_pair = Client::open(("127.0.0.1", server.port())).unwrap();
     by_pair.lock("pair").acquire().unwrap().release().unwrap();

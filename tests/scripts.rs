@@ -833,6 +833,22 @@ fn cases() -> Vec<Case> {
         },
         Case {
             script: &lease::ACQUIRE,
+            what: "a retry by the holder after the counter was lost: a fence from the clock floor, stored",
+            keys: L3,
+            args: &["tok", "30000"],
+            // The counter was evicted or deleted while the lock stayed ours: the retry must
+            // not be granted fence 0, below the fences issued before.
+            setup: &[&["SET", LOCK, "tok", "PX", "10000"]],
+            reply: "[1,****************]",
+            after: &[
+                (&["GET", LOCK], "tok"),
+                (&["PTTL", LOCK], "~15000..30000"),
+                (&["GET", FENCE], "****************"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::ACQUIRE,
             what: "held by another: busy with its pttl",
             keys: L3,
             args: &["tok", "30000"],
@@ -1255,6 +1271,30 @@ fn cases() -> Vec<Case> {
         },
         Case {
             script: &lease::FAIR_ACQUIRE,
+            what: "a retry by the holder: the same fence, ttl renewed",
+            keys: FAIR,
+            args: &["tok", "30000", "5000", "1"],
+            setup: &[&["SET", LOCK, "tok", "PX", "10000"], &["SET", FENCE, "9"]],
+            reply: "[1,9]",
+            after: &[(&["PTTL", LOCK], "~15000..30000"), (&["GET", FENCE], "9")],
+            published: &[],
+        },
+        Case {
+            script: &lease::FAIR_ACQUIRE,
+            what: "a retry by the holder after the counter was lost: a fence from the clock floor, stored",
+            keys: FAIR,
+            args: &["tok", "30000", "5000", "1"],
+            setup: &[&["SET", LOCK, "tok", "PX", "10000"]],
+            reply: "[1,****************]",
+            after: &[
+                (&["GET", LOCK], "tok"),
+                (&["PTTL", LOCK], "~15000..30000"),
+                (&["GET", FENCE], "****************"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::FAIR_ACQUIRE,
             what: "held, trying once: not in line",
             keys: FAIR,
             args: &["tok", "30000", "5000", "0"],
@@ -1461,6 +1501,20 @@ fn cases() -> Vec<Case> {
             after: &[
                 (&["GET", WRITER], "tok"),
                 (&["ZSCORE", WAITING, "tok"], "nil"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::WRITE_ACQUIRE,
+            what: "a retry by the holder after the counter was lost: a fence from the clock floor, stored",
+            keys: RW,
+            args: &["tok", "30000", "5000", "1"],
+            setup: &[&["SET", WRITER, "tok", "PX", "10000"]],
+            reply: "[1,****************]",
+            after: &[
+                (&["GET", WRITER], "tok"),
+                (&["PTTL", WRITER], "~15000..30000"),
+                (&["GET", FENCE], "****************"),
             ],
             published: &[],
         },

@@ -98,9 +98,15 @@ const MAX_LEN: i64 = 512 * 1024 * 1024;
 /// The most elements an array may announce.
 const MAX_ITEMS: i64 = 1024 * 1024;
 
+/// The longest line a peer may send without its CRLF (a header, a status or an error
+/// line): past this many bytes without a line end, the frame is refused rather than
+/// buffered forever.
+pub(crate) const MAX_LINE: usize = 64 * 1024;
+
 /// The line starting at `at` (without its CRLF) and where the next one starts; `None`
-/// until the CRLF has arrived. A CR not followed by LF is not a line end (RESP2 lines of
-/// status and error replies never hold one; such a frame then fails elsewhere or waits).
+/// until the CRLF has arrived (see [`unended`]). A CR not followed by LF is not a line end
+/// (RESP2 lines of status and error replies never hold one; such a frame then fails
+/// elsewhere or waits).
 #[inline]
 fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
     let rest = buf.get(at..)?;
@@ -113,6 +119,20 @@ fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
             None => return None,
         }
     }
+}
+
+/// No line end among the bytes of `buf` from `at` (a line's first byte): more are
+/// needed, unless more than [`MAX_LINE`] came already (a peer streaming bytes without a
+/// line end is refused, not buffered forever).
+#[cold]
+fn unended(buf: &[u8], at: usize) -> Result<(), ProtocolError> {
+    let seen = buf.len().saturating_sub(at);
+    if seen > MAX_LINE {
+        return Err(ProtocolError(format!(
+            "no line end in {seen} bytes (at most {MAX_LINE} accepted)"
+        )));
+    }
+    Ok(())
 }
 
 /// A decimal integer (an optional `-`, then 1 to 19 digits), without UTF-8 checks or
@@ -158,6 +178,7 @@ fn parse_at(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usize)
         )));
     }
     let Some((body, next)) = line(buf, at + 1) else {
+        unended(buf, at + 1)?;
         return Ok(None);
     };
     match kind {
@@ -208,6 +229,109 @@ fn parse_at(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usize)
                 }
             }
             Ok(Some((Reply::Array(items), pos)))
+        }
+    }
+}
+
+/// Measures one frame without building it: fed the bytes of a frame as they arrive (always
+/// from the frame's first byte), it says when the frame is complete and how long it is,
+/// resuming where it stopped (every byte is looked at once, nothing is allocated or
+/// copied), so a large reply read in many pieces costs time linear in its size. It accepts
+/// exactly what [`parse`] accepts: once it reports a length, `parse` of that many bytes
+/// builds the frame.
+#[derive(Debug, Default)]
+pub(crate) struct Scan {
+    /// Where the next element not yet measured starts.
+    pos: usize,
+    /// For each array entered and not finished: how many of its elements are still to come.
+    open: Vec<u64>,
+    /// The fewest bytes the frame is known to take so far (a bulk string's announced end).
+    needs: usize,
+}
+
+/// What [`Scan::advance`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scanned {
+    /// The frame is complete and this many bytes long.
+    Complete(usize),
+    /// More bytes are needed: the frame is at least this many bytes long (from what was
+    /// announced so far; more than have arrived).
+    NeedsAtLeast(usize),
+}
+
+impl Scan {
+    /// Measures on over `buf` (the frame's bytes from its first, including those already
+    /// seen by earlier calls).
+    pub(crate) fn advance(&mut self, buf: &[u8]) -> Result<Scanned, ProtocolError> {
+        loop {
+            if self.open.len() > MAX_DEPTH {
+                return Err(ProtocolError("frames nested too deeply".into()));
+            }
+            let at = self.pos;
+            let more = Ok(Scanned::NeedsAtLeast(self.needs.max(buf.len() + 1)));
+            let Some(&kind) = buf.get(at) else {
+                return more;
+            };
+            if !matches!(kind, b'+' | b'-' | b':' | b'$' | b'*' | b'>') {
+                return Err(ProtocolError(format!(
+                    "unknown frame type {:?}",
+                    kind as char
+                )));
+            }
+            let Some((body, next)) = line(buf, at + 1) else {
+                unended(buf, at + 1)?;
+                return more;
+            };
+            match kind {
+                b'+' | b'-' => self.pos = next,
+                b':' => {
+                    number(body)?;
+                    self.pos = next;
+                }
+                b'$' => {
+                    let len = number(body)?;
+                    if len < 0 {
+                        self.pos = next;
+                    } else {
+                        if len > MAX_LEN {
+                            return Err(ProtocolError(format!("bulk string of {len} bytes")));
+                        }
+                        // At most MAX_LEN: fits a usize on every platform Rust supports.
+                        let end = next + len as usize;
+                        let Some(tail) = buf.get(end..end + 2) else {
+                            self.needs = end + 2;
+                            return Ok(Scanned::NeedsAtLeast(end + 2));
+                        };
+                        if tail != b"\r\n" {
+                            return Err(ProtocolError("bulk string not terminated".into()));
+                        }
+                        self.pos = end + 2;
+                    }
+                }
+                _ => {
+                    let n = number(body)?;
+                    if n > MAX_ITEMS {
+                        return Err(ProtocolError(format!("array of {n} elements")));
+                    }
+                    self.pos = next;
+                    if n > 0 {
+                        // Positive and at most MAX_ITEMS.
+                        self.open.push(n as u64);
+                        continue;
+                    }
+                }
+            }
+            // An element ended: so do the arrays it was the last element of.
+            loop {
+                let Some(left) = self.open.last_mut() else {
+                    return Ok(Scanned::Complete(self.pos));
+                };
+                *left -= 1;
+                if *left > 0 {
+                    break;
+                }
+                self.open.pop();
+            }
         }
     }
 }
@@ -410,5 +534,63 @@ mod tests {
         assert!(parse(b":abc\r\n").is_err());
         assert!(parse(b"$3\r\nabcXY").is_err());
         assert!(parse(b"$99999999999\r\n").is_err());
+    }
+
+    /// Fed a frame's bytes as they arrive, `Scan` agrees with `parse` on every prefix:
+    /// incomplete, complete with the same length, or refused; for good frames, for frames
+    /// with one byte changed, and for noise.
+    #[test]
+    fn scan_agrees_with_parse_on_every_prefix() {
+        let base = b"*3\r\n$5\r\nhello\r\n:-12\r\n*2\r\n+OK\r\n*-1\r\n";
+        let mut inputs = vec![base.to_vec(), b"$-1\r\n".to_vec(), b"*0\r\n".to_vec()];
+        for i in 0..base.len() {
+            for b in [
+                0u8, b'\r', b'\n', b'*', b'$', b'-', b':', b'+', b'9', b'0', 0xff,
+            ] {
+                let mut f = base.to_vec();
+                f[i] = b;
+                inputs.push(f);
+            }
+        }
+        let deep = |n: usize| {
+            let mut f = b"*1\r\n".repeat(n);
+            f.extend_from_slice(b":1\r\n");
+            f
+        };
+        inputs.extend([deep(MAX_DEPTH), deep(MAX_DEPTH + 1)]);
+        for f in &inputs {
+            let mut scan = Scan::default();
+            for cut in 0..=f.len() {
+                let parsed = parse(&f[..cut]);
+                let scanned = scan.advance(&f[..cut]);
+                match (&parsed, &scanned) {
+                    (Ok(None), Ok(Scanned::NeedsAtLeast(n))) => assert!(*n > cut),
+                    (Ok(Some((_, used))), Ok(Scanned::Complete(len))) => {
+                        assert_eq!(used, len, "{f:?} cut at {cut}");
+                        break;
+                    }
+                    (Err(_), Err(_)) => break,
+                    _ => panic!("{f:?} cut at {cut}: parse {parsed:?}, scan {scanned:?}"),
+                }
+            }
+        }
+    }
+
+    /// A line (a header, a status or an error) over 64 KiB without its end is refused by
+    /// both; up to that it waits.
+    #[test]
+    fn an_endless_line_is_refused() {
+        for kind in [b'+', b'-', b':', b'$', b'*'] {
+            let mut f = vec![kind];
+            f.extend(std::iter::repeat_n(b'1', MAX_LINE));
+            assert_eq!(parse(&f), Ok(None));
+            assert!(matches!(
+                Scan::default().advance(&f),
+                Ok(Scanned::NeedsAtLeast(_))
+            ));
+            f.push(b'1');
+            assert!(parse(&f).is_err(), "{}", kind as char);
+            assert!(Scan::default().advance(&f).is_err());
+        }
     }
 }

@@ -362,13 +362,23 @@ impl Manager {
             crate::wire::Wire::open(info, self.tls.as_ref(), &self.tls_config, connect_timeout)?;
         w.set_read_timeout(Some(self.io_timeout))?;
         w.set_write_timeout(Some(self.io_timeout))?;
-        if let Some(name) = &self.client_name {
+        // One round trip: the connection's name and the library's name and version (best effort:
+        // servers before Redis 7.2 do not know `CLIENT SETINFO`, and a user may not be
+        // granted it; the `redis` crate ignores its failure too).
+        const VERSION: &str = env!("CARGO_PKG_VERSION");
+        let name = self.client_name.as_deref().unwrap_or_default();
+        let set_name: &[&[u8]] = &[b"CLIENT", b"SETNAME", name.as_bytes()];
+        let lib_name: &[&[u8]] = &[b"CLIENT", b"SETINFO", b"LIB-NAME", b"redlease"];
+        let lib_ver: &[&[u8]] = &[b"CLIENT", b"SETINFO", b"LIB-VER", VERSION.as_bytes()];
+        if self.client_name.is_some() {
+            // Only with the name: alone, the library's would cost a round trip.
+            let replies = w.requests(&[set_name, lib_name, lib_ver])?;
             // Best effort, as on the `redis` crate's connections (see `set_up`).
-            match w.request(&[b"CLIENT", b"SETNAME", name.as_bytes()])? {
-                Reply::Error(e) if e.is("NOPERM") => {
+            match replies.into_iter().next() {
+                Some(Reply::Error(e)) if e.is("NOPERM") => {
                     tracing::debug!(error = %e.message, "CLIENT SETNAME refused; connections stay unnamed");
                 }
-                Reply::Error(e) => {
+                Some(Reply::Error(e)) => {
                     return Err(redis::make_extension_error(e.code, Some(e.message)));
                 }
                 _ => {}
@@ -1295,6 +1305,11 @@ mod tests {
     /// and every other request with `extra`), on every connection it is given, until the
     /// test ends.
     fn scripted(extra: &'static [u8]) -> u16 {
+        scripted_with_info(b"$7\r\nunknown\r\n", extra)
+    }
+
+    /// [`scripted`], answering `INFO` with `info`.
+    fn scripted_with_info(info: &'static [u8], extra: &'static [u8]) -> u16 {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         std::thread::spawn(move || {
@@ -1307,7 +1322,7 @@ mod tests {
                     {
                         let asked = &buf[..n];
                         let answer: &[u8] = if asked.windows(4).any(|w| w == b"INFO") {
-                            b"$7\r\nunknown\r\n"
+                            info
                         } else {
                             extra
                         };
@@ -1374,5 +1389,94 @@ mod tests {
             "{inputs:?}"
         );
         assert_eq!(transport.pool_state().0, 0);
+    }
+
+    /// An unasked reply after a set-up step (here `INFO`) fails the set-up: the batch
+    /// sent next would have read it as its own reply.
+    #[test]
+    fn a_set_up_answered_out_of_step_gives_no_connection() {
+        let transport = transport_to(scripted_with_info(b"$7\r\nunknown\r\n:9\r\n", b":1\r\n"));
+        let inputs = transport.execute(&ping_batch());
+        assert!(
+            matches!(&inputs[..], [Response { result: Err(_), .. }]),
+            "{inputs:?}"
+        );
+        assert_eq!(transport.pool_state().0, 0);
+    }
+
+    /// A named connection's set-up sends the library's name and version with its name, in
+    /// one write (no round trip of their own), and an error reply to them (a server before
+    /// Redis 7.2) does not fail the set-up.
+    #[test]
+    fn the_library_is_named_with_the_connection() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (first_read, seen) = std::sync::mpsc::channel::<Vec<Vec<u8>>>();
+        // Every connection it is given (the transport may open more than one), each
+        // reporting the commands of each read.
+        std::thread::spawn(move || {
+            for s in listener.incoming() {
+                let Ok(mut s) = s else { return };
+                let first_read = first_read.clone();
+                std::thread::spawn(move || {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while let Ok(n) = s.read(&mut chunk)
+                        && n > 0
+                    {
+                        buf.extend_from_slice(&chunk[..n]);
+                        let mut commands = Vec::new();
+                        let mut answer = Vec::new();
+                        while let Ok(Some((Reply::Array(args), used))) = crate::resp::parse(&buf) {
+                            buf.drain(..used);
+                            let args: Vec<Vec<u8>> = args
+                                .into_iter()
+                                .map(|a| match a {
+                                    Reply::Bulk(b) => b,
+                                    _ => Vec::new(),
+                                })
+                                .collect();
+                            answer.extend_from_slice(match args[0].as_slice() {
+                                b"INFO" => b"$7\r\nunknown\r\n".as_slice(),
+                                _ if args.get(1).is_some_and(|a| a == b"SETINFO") => {
+                                    b"-ERR unknown subcommand 'SETINFO'\r\n"
+                                }
+                                _ => b"+OK\r\n",
+                            });
+                            commands.push(args.concat());
+                        }
+                        let _ = first_read.send(commands);
+                        if s.write_all(&answer).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+        let settings = PoolSettings {
+            client_name: Some("named".into()),
+            ..PoolSettings::sized(1)
+        };
+        let secs = Duration::from_secs(5);
+        let transport = Transport::with_settings(
+            Arc::new(Source::Direct(client)),
+            &settings,
+            secs,
+            secs,
+            false,
+        );
+        let inputs = transport.execute(&ping_batch());
+        assert_eq!(
+            inputs,
+            vec![Response::reply(RequestId(7), Reply::Status("OK".into()))]
+        );
+        let version = env!("CARGO_PKG_VERSION");
+        let expected: Vec<Vec<u8>> = vec![
+            b"CLIENTSETNAMEnamed".to_vec(),
+            b"CLIENTSETINFOLIB-NAMEredlease".to_vec(),
+            format!("CLIENTSETINFOLIB-VER{version}").into_bytes(),
+        ];
+        assert_eq!(seen.recv_timeout(secs).unwrap(), expected, "one write");
     }
 }

@@ -1,7 +1,13 @@
 //! The pool's own connection to a single server (TCP, TLS or a Unix socket): one socket,
 //! one read buffer zeroed once when the connection is made and reused for every reply, and
-//! replies parsed straight into core [`Reply`]s by [`crate::resp::parse`]. It does the
-//! set-up the `redis` crate did for the pool (AUTH, SELECT), speaking RESP2.
+//! replies parsed straight into core [`Reply`]s by [`crate::resp::parse`] (a reply that
+//! arrives in pieces is measured by [`crate::resp::Scan`] as they come and parsed once
+//! complete). It does the set-up the `redis` crate did for the pool (AUTH, SELECT),
+//! speaking RESP2. Limits: a line of at most 64 KiB, a bulk string of at most 512 MB
+//! (the buffer grows to an announced length at once); bytes after a request's reply fail
+//! it (the connection is out of step); the TLS handshake ends by the connect deadline. A
+//! Unix socket's connect is not bounded by the connect timeout (as with the `redis`
+//! crate: a local socket connects or fails at once).
 //!
 //! RESP3 (`?protocol=resp3`) and Redis Cluster connections stay on the `redis` crate (see
 //! `transport::Link`), and so does TLS when the pool was not given the client's TLS
@@ -117,6 +123,65 @@ pub(crate) struct Wire {
     end: usize,
     /// Cleared by the first failure (the connection is not used after it).
     open: bool,
+    /// How many times a reply was parsed (built, or tried) and the buffer grown: tests
+    /// check that a large reply is built once and its buffer grown once.
+    #[cfg(test)]
+    counts: Counts,
+}
+
+#[cfg(test)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Counts {
+    parses: usize,
+    grows: usize,
+}
+
+/// Completes `stream`'s TLS handshake by `deadline`: one socket read or write per step,
+/// each bounded by what is left (rustls' `complete_io` loops over reads until the
+/// handshake ends, each within the socket's timeout, so a peer sending a byte at a time
+/// would hold it far past the connect timeout).
+#[cfg(feature = "tls-rustls")]
+fn handshake(
+    stream: &mut rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+    deadline: Instant,
+) -> io::Result<()> {
+    let (conn, sock) = (&mut stream.conn, &mut stream.sock);
+    // Until the handshake is over and its last message (the client's Finished) is sent.
+    while conn.is_handshaking() || conn.wants_write() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "TLS handshake timed out",
+            ));
+        }
+        let left = left.max(MIN_TIMEOUT);
+        if conn.wants_write() {
+            sock.set_write_timeout(Some(left))?;
+            if conn.write_tls(sock)? == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            continue;
+        }
+        sock.set_read_timeout(Some(left))?;
+        match conn.read_tls(sock) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the server closed the connection during the TLS handshake",
+                ));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        if let Err(e) = conn.process_new_packets() {
+            // The alert describing the failure, if one is queued: a last try, unchecked.
+            let _ = conn.write_tls(sock);
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+    }
+    Ok(())
 }
 
 impl Wire {
@@ -179,19 +244,7 @@ impl Wire {
                     .map_err(|e| RedisError::from(io::Error::new(io::ErrorKind::InvalidData, e)))?;
                 let sock = crate::connect::connect_tcp(host, *port, timeout)?;
                 let mut stream = rustls::StreamOwned::new(conn, sock);
-                // Each step bounded by what is left of the connect timeout.
-                while stream.conn.is_handshaking() {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Err(RedisError::from(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            "TLS handshake timed out",
-                        )));
-                    }
-                    stream.sock.set_read_timeout(Some(left.max(MIN_TIMEOUT)))?;
-                    stream.sock.set_write_timeout(Some(left.max(MIN_TIMEOUT)))?;
-                    stream.conn.complete_io(&mut stream.sock)?;
-                }
+                handshake(&mut stream, deadline)?;
                 Socket::Tls(Box::new(stream))
             }
             #[cfg(unix)]
@@ -210,6 +263,8 @@ impl Wire {
             start: 0,
             end: 0,
             open: true,
+            #[cfg(test)]
+            counts: Counts::default(),
         };
         let settings = info.redis_settings();
         if let Some(password) = settings.password() {
@@ -271,11 +326,36 @@ impl Wire {
         Ok(self.request(args)?)
     }
 
-    /// Sends one command and reads its reply (an error reply is a `Reply::Error`).
+    /// Sends one command and reads its reply (an error reply is a `Reply::Error`). Bytes
+    /// that arrived after the reply answer nothing that was asked: the connection is out
+    /// of step (the next request would read them as its reply), so that is an error that
+    /// closes it.
     pub(crate) fn request(&mut self, args: &[&[u8]]) -> Result<Reply, WireError> {
-        let packed = resp::encode(args);
+        self.requests(&[args])?
+            .pop()
+            .ok_or_else(|| WireError::Protocol(ProtocolError("no reply read".into())))
+    }
+
+    /// Sends `commands` in one write and reads their replies, in order (as
+    /// [`request`](Self::request) does for one; an empty list sends nothing).
+    pub(crate) fn requests(&mut self, commands: &[&[&[u8]]]) -> Result<Vec<Reply>, WireError> {
+        let mut packed = Vec::new();
+        for args in commands {
+            packed.extend(resp::encode(args));
+        }
         self.write_all(&packed).map_err(WireError::Io)?;
-        self.read_reply()
+        let replies = commands
+            .iter()
+            .map(|_| self.read_reply())
+            .collect::<Result<Vec<_>, _>>()?;
+        if self.has_unread() {
+            self.open = false;
+            return Err(WireError::Protocol(ProtocolError(format!(
+                "{} bytes arrived that no request asked for",
+                self.end - self.start
+            ))));
+        }
+        Ok(replies)
     }
 
     /// Whether no failure was seen on this connection.
@@ -314,7 +394,14 @@ impl Wire {
     /// Writes all of `bytes`.
     pub(crate) fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         let written = match &mut self.socket {
-            Socket::Tcp(s) => s.write_all(bytes),
+            // One `write` takes a batch whole on a healthy socket: `write_all`'s loop only
+            // for the rest.
+            Socket::Tcp(s) => match s.write(bytes) {
+                Ok(n) if n == bytes.len() => Ok(()),
+                Ok(n) => s.write_all(&bytes[n..]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => s.write_all(bytes),
+                Err(e) => Err(e),
+            },
             #[cfg(unix)]
             Socket::Unix(s) => s.write_all(bytes),
             // rustls' stream ignores a failure to send what it encrypted in `write`;
@@ -340,21 +427,75 @@ impl Wire {
     fn read_frame(&mut self) -> Result<Reply, WireError> {
         loop {
             if self.start < self.end {
+                #[cfg(test)]
+                {
+                    self.counts.parses += 1;
+                }
                 let parsed =
                     resp::parse(&self.buf[self.start..self.end]).map_err(WireError::Protocol)?;
-                if let Some((reply, used)) = parsed {
-                    self.start += used;
-                    if self.start == self.end {
-                        self.start = 0;
-                        self.end = 0;
-                        if self.buf.len() > KEEP_READ_BUF {
-                            self.buf = vec![0; READ_BUF];
-                        }
+                return match parsed {
+                    Some((reply, used)) => Ok(self.consumed(reply, used)),
+                    None => self.read_frame_in_pieces(),
+                };
+            }
+            // Empty: no frame can be cut across the buffer's end, room is made cheaply.
+            self.make_room(1);
+            self.read_more()?;
+        }
+    }
+
+    /// The rest of a reply whose first bytes are buffered but incomplete. The common reply
+    /// arrives whole in one read and is parsed once ([`read_frame`](Self::read_frame)). One
+    /// that does not is measured as its bytes arrive (`resp::Scan`: each byte looked at
+    /// once, nothing built) and parsed once complete: parsing it again from its start after
+    /// every read would copy every finished bulk string each time, quadratic in a large
+    /// reply's size.
+    #[inline(never)]
+    fn read_frame_in_pieces(&mut self) -> Result<Reply, WireError> {
+        let mut scan = resp::Scan::default();
+        loop {
+            let unparsed = &self.buf[self.start..self.end];
+            match scan.advance(unparsed).map_err(WireError::Protocol)? {
+                resp::Scanned::Complete(len) => {
+                    #[cfg(test)]
+                    {
+                        self.counts.parses += 1;
                     }
-                    return Ok(reply);
+                    let unparsed = &self.buf[self.start..self.start + len];
+                    return match resp::parse(unparsed).map_err(WireError::Protocol)? {
+                        Some((reply, used)) => Ok(self.consumed(reply, used)),
+                        None => Err(WireError::Protocol(ProtocolError(
+                            "a frame measured complete did not parse".into(),
+                        ))),
+                    };
+                }
+                resp::Scanned::NeedsAtLeast(want) => {
+                    self.make_room(want);
+                    self.read_more()?;
                 }
             }
-            self.make_room();
+        }
+    }
+
+    /// `reply`, taken from the first `used` unparsed bytes; an emptied buffer starts over
+    /// at its front (and one grown for a large reply is given back).
+    #[inline]
+    fn consumed(&mut self, reply: Reply, used: usize) -> Reply {
+        self.start += used;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+            if self.buf.len() > KEEP_READ_BUF {
+                self.buf = vec![0; READ_BUF];
+            }
+        }
+        reply
+    }
+
+    /// One read into the buffer after `end` (which has room).
+    #[inline(always)]
+    fn read_more(&mut self) -> Result<(), WireError> {
+        loop {
             let n = match &mut self.socket {
                 Socket::Tcp(s) => s.read(&mut self.buf[self.end..]),
                 #[cfg(unix)]
@@ -362,28 +503,41 @@ impl Wire {
                 #[cfg(feature = "tls-rustls")]
                 Socket::Tls(s) => s.read(&mut self.buf[self.end..]),
             };
-            match n {
-                Ok(0) => return Err(WireError::Closed),
-                Ok(n) => self.end += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(WireError::Io(e)),
-            }
+            return match n {
+                Ok(0) => Err(WireError::Closed),
+                Ok(n) => {
+                    self.end += n;
+                    Ok(())
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => Err(WireError::Io(e)),
+            };
         }
     }
 
-    /// Makes room after `end` for the next read: moves the unparsed bytes to the front, or
-    /// doubles the buffer when they fill it (a reply larger than the buffer).
-    fn make_room(&mut self) {
-        if self.end < self.buf.len() {
+    /// Makes room after `end` for the next read, for a frame known to take at least `want`
+    /// bytes from `start`: moves the unparsed bytes to the front when the frame would not
+    /// fit after them, and grows the buffer when it would not fit at all, at once to what
+    /// the frame needs (a large bulk string announces its length: one allocation, not a
+    /// doubling per read), at least doubling it (a frame of many elements grows in few
+    /// steps). `want` is bounded by the parser's limits (a bulk string of at most 512 MB).
+    fn make_room(&mut self, want: usize) {
+        let fits_after_start = self.start + want <= self.buf.len();
+        if self.end < self.buf.len() && fits_after_start {
             return;
         }
         if self.start > 0 {
             self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
-        } else {
-            let doubled = self.buf.len() * 2;
-            self.buf.resize(doubled, 0);
+        }
+        if self.end == self.buf.len() || want > self.buf.len() {
+            #[cfg(test)]
+            {
+                self.counts.grows += 1;
+            }
+            let grown = want.max(self.buf.len() * 2);
+            self.buf.resize(grown, 0);
         }
     }
 }
@@ -403,8 +557,10 @@ mod tests {
             let (mut s, _) = listener.accept().unwrap();
             s.set_nodelay(true).unwrap();
             for c in chunks {
-                s.write_all(&c).unwrap();
-                s.flush().unwrap();
+                // The client may hang up early (a test of a refused reply).
+                if s.write_all(&c).and_then(|()| s.flush()).is_err() {
+                    return;
+                }
                 std::thread::sleep(Duration::from_millis(2));
             }
             let mut sink = [0u8; 64];
@@ -487,6 +643,137 @@ mod tests {
         assert!(!w.is_open());
         assert!(RedisError::from(e).is_timeout());
         drop(w);
+        server.join().unwrap();
+    }
+
+    /// A large array reply arriving in many pieces is measured as it comes and built once
+    /// (it was parsed from its start after every read: quadratic in its size), and its
+    /// buffer grown by what its bulk strings announce, not doubled per read.
+    #[test]
+    fn a_large_reply_in_many_pieces_is_built_once() {
+        let payload = vec![b'p'; 16 * 1024];
+        let mut bytes = b"*64\r\n".to_vec();
+        for _ in 0..64 {
+            bytes.extend(format!("${}\r\n", payload.len()).as_bytes());
+            bytes.extend(&payload);
+            bytes.extend(b"\r\n");
+        }
+        let chunks = bytes.chunks(4000).map(<[u8]>::to_vec).collect();
+        let (server, port) = serve(chunks);
+        let mut w = wire_to(port);
+        let reply = w.read_reply().unwrap();
+        assert_eq!(reply, Reply::Array(vec![Reply::Bulk(payload); 64]));
+        // One attempt on the first piece, one build once complete.
+        assert_eq!(w.counts.parses, 2, "{:?}", w.counts);
+        // 8 KiB to 1 MiB: at least doubling each time, seven steps without a known size.
+        assert!(w.counts.grows <= 8, "{:?}", w.counts);
+        drop(w);
+        server.join().unwrap();
+    }
+
+    /// A bulk string announcing its length grows the buffer once, to that length.
+    #[test]
+    fn a_large_bulk_string_grows_the_buffer_once() {
+        let big = vec![b'x'; 1024 * 1024];
+        let mut bytes = format!("${}\r\n", big.len()).into_bytes();
+        bytes.extend(&big);
+        bytes.extend(b"\r\n");
+        let chunks = bytes.chunks(64 * 1024).map(<[u8]>::to_vec).collect();
+        let (server, port) = serve(chunks);
+        let mut w = wire_to(port);
+        assert_eq!(w.read_reply().unwrap(), Reply::Bulk(big));
+        assert_eq!(
+            w.counts,
+            Counts {
+                parses: 2,
+                grows: 1
+            }
+        );
+        drop(w);
+        server.join().unwrap();
+    }
+
+    /// A peer streaming bytes without a line end is refused once 64 KiB came, instead of
+    /// buffered until the read times out (each read within its timeout: forever).
+    #[test]
+    fn a_header_line_without_an_end_is_refused() {
+        let mut chunks = vec![b"+".to_vec()];
+        chunks.extend((0..20).map(|_| vec![b'x'; 4096]));
+        let (server, port) = serve(chunks);
+        let mut w = wire_to(port);
+        let e = w.read_reply().unwrap_err();
+        assert!(matches!(&e, WireError::Protocol(_)), "{e:?}");
+        assert!(!w.is_open());
+        drop(w);
+        server.join().unwrap();
+    }
+
+    /// Bytes after a request's reply (set-up steps, the idle-checkout PING) answer nothing
+    /// that was asked: an error, and the connection is closed.
+    #[test]
+    fn bytes_after_a_requests_reply_are_an_error() {
+        let (server, port) = serve(vec![b"+PONG\r\n+PONG\r\n".to_vec()]);
+        let mut w = wire_to(port);
+        let e = w.request(&[b"PING"]).unwrap_err();
+        assert!(matches!(&e, WireError::Protocol(_)), "{e:?}");
+        assert!(!w.is_open());
+        drop(w);
+        server.join().unwrap();
+    }
+
+    /// A set-up step (here AUTH) followed by an unasked reply fails the set-up.
+    #[test]
+    fn bytes_after_a_set_up_reply_fail_the_set_up() {
+        let (server, port) = serve(vec![b"+OK\r\n:1\r\n".to_vec()]);
+        let info = redis::IntoConnectionInfo::into_connection_info(format!(
+            "redis://:pw@127.0.0.1:{port}/"
+        ))
+        .unwrap();
+        let opened = Wire::open(&info, None, &TlsConfig::default(), Duration::from_secs(5));
+        assert!(opened.is_err(), "set up out of step");
+        server.join().unwrap();
+    }
+
+    /// A TLS peer sending its handshake a byte at a time cannot hold the connection past
+    /// the connect timeout (rustls' `complete_io` kept reading while each byte came within
+    /// the socket's timeout).
+    #[cfg(feature = "tls-rustls")]
+    #[test]
+    fn a_trickling_tls_handshake_ends_at_the_connect_timeout() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut hello = [0u8; 4096];
+            let _ = s.read(&mut hello);
+            // A handshake record announcing 16 KiB, then a byte every 20 ms for 10 s at
+            // most (or until the client hangs up).
+            if s.write_all(&[0x16, 0x03, 0x03, 0x40, 0x00]).is_err() {
+                return;
+            }
+            for _ in 0..500 {
+                std::thread::sleep(Duration::from_millis(20));
+                if s.write_all(&[0x02]).is_err() {
+                    return;
+                }
+            }
+        });
+        let info =
+            redis::IntoConnectionInfo::into_connection_info(format!("rediss://127.0.0.1:{port}/"))
+                .unwrap();
+        let tls = crate::connect::TlsSettings::default();
+        let started = Instant::now();
+        let opened = Wire::open(
+            &info,
+            Some(&tls),
+            &TlsConfig::default(),
+            Duration::from_millis(300),
+        );
+        let took = started.elapsed();
+        let e = opened.err().expect("no handshake");
+        assert!(e.is_timeout(), "{e:?}");
+        // The bound under test: 300 ms, with a wide margin for a loaded machine.
+        assert!(took < Duration::from_secs(3), "took {took:?}");
         server.join().unwrap();
     }
 }

@@ -265,7 +265,7 @@ fn fences(h: &History, out: &mut Out<'_>) {
                         a.task == b.task && a.fence == b.fence
                     });
                 // A retried acquisition that finds its own token returns the fence its first
-                // grant was issued (documented), even when that grant came back with an
+                // grant was issued (documented; a higher one if the counter was lost), even when that grant came back with an
                 // older snapshot or replica after fences were issued to others.
                 let regrant = acq_of.get(&j).is_some_and(|&a| {
                     h.acqs[a]

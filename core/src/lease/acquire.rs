@@ -96,7 +96,8 @@ enum State {
 /// ```
 ///
 /// Every acquire script recognises its own token, so a retry after a lost reply returns the
-/// fence it was issued rather than a second one; the cleanup after a lost reply releases
+/// fence it was issued rather than a second one (unless the fence counter was lost, evicted
+/// or deleted: then a higher one, from the server clock floor); the cleanup after a lost reply releases
 /// what the lost attempt may have taken, and a waiter that gives up leaves any queue it
 /// joined ([`LockSpec::cancel`]).
 #[derive(Debug)]

@@ -13,7 +13,9 @@
 //! ```
 //!
 //! Every script compares the caller's token, so every call can be retried after a lost
-//! reply: a retried acquisition finds its own token and returns the fence it was issued.
+//! reply: a retried acquisition finds its own token and returns the fence it was issued
+//! (unless the fence counter was lost, evicted or deleted: then a higher one, from the server
+//! clock floor).
 //!
 //! Each kind of lock has its own module with its graph ([`exclusive`], [`reentrant`],
 //! [`fair`], [`read_write`]; a semaphore permit: [`crate::semaphore`]; a queue job:

@@ -2,7 +2,8 @@
 -- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] undone acquisitions (zset token -> until
 -- ms); ARGV[1] owner token, ARGV[2] ttl in ms.
 -- Returns {1, fence} when the caller holds the lock (newly, or already: a retried
--- acquisition gets the fence it was issued before), {0, pttl of the holder} otherwise.
+-- acquisition gets the fence it was issued before, unless the counter was lost (evicted,
+-- deleted), then a higher one from the clock floor), {0, pttl of the holder} otherwise.
 -- A fence is max(counter + 1, server clock in microseconds): a counter lost with the data
 -- (restart without persistence, an older snapshot, failover to a lagging replica) cannot
 -- issue a fence at or below one issued before, as long as the server clock reads later than
@@ -45,10 +46,11 @@ else
   undone = redis.call('ZSCORE', KEYS[3], ARGV[1])
 end
 -- Past here `holder` is false when the lock was free (on 7.0+ it is ours already: a
--- refusal below deletes it again), else our own token (a retry).
+-- refusal below deletes it again), else our own token (a retry). A retry whose counter is
+-- gone issues a fence as a fresh grant does, so it reads the clock too.
 -- Undone after its reply was lost: if it arrives late, it takes no effect.
 local t
-if undone or not holder then
+if undone or not holder or not last then
   t = redis.call('TIME')
 end
 if undone and tonumber(undone) > t[1] * 1000 + math.floor(t[2] / 1000) then
@@ -69,7 +71,12 @@ if last then
 end
 if holder then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, counter}
+  if last then
+    return {1, counter}
+  end
+  -- Ours with the counter gone (evicted, deleted): a fence from the clock floor, as below,
+  -- never 0. It is above the fence the lost reply carried as long as the server clock reads
+  -- later than it did then (the rule for any lost counter, see above).
 end
 local us = t[1] * 1000000 + t[2]
 local fence, text

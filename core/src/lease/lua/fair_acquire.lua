@@ -7,6 +7,8 @@
 -- A waiter stays in line only while it keeps calling (each call refreshes its timeout);
 -- a waiter that stopped (died) is dropped once its timeout passes, by the server's clock.
 -- A fence is max(counter + 1, server clock in microseconds): issue_fence in the prelude.
+-- A retry by the holder gets the fence it was issued before, unless the counter was lost
+-- (evicted, deleted): then a higher one, from the clock floor.
 -- Read every key once before writing any (a wrong type fails before any write).
 redis.call('GET', KEYS[1])
 redis.call('LLEN', KEYS[2])
@@ -32,7 +34,13 @@ end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, counter}
+  if last then
+    -- A retry: the fence it was issued before.
+    return {1, counter}
+  end
+  -- A retry whose counter is gone (evicted, deleted): a fence from the clock floor, at or
+  -- above the one its lost reply carried.
+  return {1, (issue_fence(KEYS[4], counter, us, t))}
 end
 if not holder then
   local head = redis.call('LINDEX', KEYS[2], 0)

@@ -7,6 +7,8 @@
 -- (refreshed on every call, dropped after the timeout if it stops calling), which holds
 -- back new readers.
 -- A fence is max(counter + 1, server clock in microseconds): issue_fence in the prelude.
+-- A retry by the holder gets the fence it was issued before, unless the counter was lost
+-- (evicted, deleted): then a higher one, from the clock floor.
 -- Read every key once before writing any (a wrong type fails before any write).
 redis.call('GET', KEYS[1])
 redis.call('ZCARD', KEYS[2])
@@ -26,7 +28,13 @@ redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local writer = redis.call('GET', KEYS[1])
 if writer == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1, counter}
+  if last then
+    -- A retry: the fence it was issued before.
+    return {1, counter}
+  end
+  -- A retry whose counter is gone (evicted, deleted): a fence from the clock floor, at or
+  -- above the one its lost reply carried.
+  return {1, (issue_fence(KEYS[4], counter, us, t))}
 end
 if (not writer) and redis.call('ZCARD', KEYS[2]) == 0 then
   local fence = issue_fence(KEYS[4], counter, us, t)

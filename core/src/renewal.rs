@@ -146,8 +146,11 @@ struct Entry {
     lease: Arc<Lease>,
     /// Until when the lease is safely ours: `lease.valid_until`, then each renewal's.
     valid_until: Instant,
-    /// The renewal interval (the policy's hold limit is `hold_until`).
-    every: Duration,
+    /// The renewal interval in nanoseconds (the policy's hold limit is `hold_until`): 8
+    /// bytes where a `Duration` takes 16, which keeps the entry (and the map's slot per
+    /// lease) 8 bytes smaller. An interval beyond `u64::MAX` ns (584 years, longer than any
+    /// valid ttl) is cut to that: the next renewal is then at the lease's validity either way.
+    every_ns: u64,
     hold_until: Option<Instant>,
     /// Bumped whenever the entry is rescheduled, so stale heap items are skipped.
     generation: u64,
@@ -221,6 +224,13 @@ pub struct Renewals {
 }
 
 /// The pause before retrying a failed renewal: a tenth of the interval, at least 10 ms.
+impl Entry {
+    /// The renewal interval.
+    fn every(&self) -> Duration {
+        Duration::from_nanos(self.every_ns)
+    }
+}
+
 fn retry_pause(every: Duration) -> Duration {
     (every / 10).max(Duration::from_millis(10))
 }
@@ -273,7 +283,7 @@ impl Renewals {
             Entry {
                 valid_until: lease.valid_until,
                 lease,
-                every: policy.every,
+                every_ns: u64::try_from(policy.every.as_nanos()).unwrap_or(u64::MAX),
                 hold_until,
                 generation: 0,
                 in_flight: None,
@@ -286,13 +296,37 @@ impl Renewals {
     /// Stops watching a lease; returns whether it was watched. No extension for it is handed
     /// out afterwards.
     pub fn remove(&mut self, id: WatchId) -> bool {
-        self.entries.remove(&id).is_some()
+        let removed = self.entries.remove(&id).is_some();
+        self.purge_stale();
+        removed
     }
 
     fn schedule(&mut self, id: WatchId, at: Instant) {
         if let Some(e) = self.entries.get_mut(&id) {
             e.generation += 1;
             self.heap.push(Reverse((at, id, e.generation)));
+            self.purge_stale();
+        }
+    }
+
+    /// Drops the heap's stale items (of leases removed or rescheduled since) once they
+    /// outnumber half the live ones. Each renewal leaves one behind (the check at the
+    /// validity it renewed, a ttl away), so without this the heap held about four items
+    /// per lease (renewing every third of the ttl) and grew to twice that in capacity. The
+    /// live items are one per lease, so a purge removes at least a third of the heap: its
+    /// cost per scheduled item stays constant. A heap left far larger than needed (many
+    /// leases released) gives its memory back.
+    fn purge_stale(&mut self) {
+        let live = self.entries.len();
+        if self.heap.len() <= live + live / 2 + 32 {
+            return;
+        }
+        let entries = &self.entries;
+        self.heap.retain(|Reverse((_, id, generation))| {
+            entries.get(id).is_some_and(|e| e.generation == *generation)
+        });
+        if self.heap.capacity() > 4 * self.heap.len() + 64 {
+            self.heap.shrink_to(2 * self.heap.len() + 32);
         }
     }
 
@@ -399,7 +433,7 @@ impl Renewals {
                 let next = if e.final_stretch {
                     valid_until
                 } else {
-                    saturating_add(sent, e.every).min(valid_until)
+                    saturating_add(sent, e.every()).min(valid_until)
                 };
                 self.schedule(id, next.max(now));
                 RenewalEvent::Renewed { valid_until }
@@ -418,7 +452,7 @@ impl Renewals {
                     return RenewalEvent::Lost(LossReason::RenewalFailed);
                 }
                 e.final_stretch = false;
-                let at = saturating_add(now, retry_pause(e.every)).min(e.valid_until);
+                let at = saturating_add(now, retry_pause(e.every())).min(e.valid_until);
                 self.schedule(id, at);
                 RenewalEvent::Pending
             }
@@ -492,6 +526,65 @@ mod tests {
         // Five ttls later it is still watched and owned.
         assert!(now >= t0 + TTL * 4);
         assert_eq!(r.len(), 1);
+    }
+
+    /// Each renewal leaves a stale item in the heap (the check at the validity it renewed);
+    /// they are purged, so the heap stays within 1.5 items per lease (issue 18: memory per
+    /// held lease), and every lease is still renewed on time.
+    #[test]
+    fn an_entry_keeps_its_interval_in_eight_bytes() {
+        // One per watched lease, in the map with its id (issue 18: memory per held lease).
+        assert!(
+            std::mem::size_of::<Entry>() <= 80,
+            "{}",
+            std::mem::size_of::<Entry>()
+        );
+    }
+
+    #[test]
+    fn stale_heap_items_are_purged_and_renewals_keep_their_times() {
+        const N: usize = 200;
+        let t0 = origin();
+        let mut r = Renewals::new();
+        for i in 0..N {
+            r.insert(
+                i as WatchId,
+                lease(t0, &format!("l{i}")),
+                RenewalPolicy::for_ttl(TTL),
+                t0,
+            );
+        }
+        let bound = N + N / 2 + 32;
+        let mut renewals = 0;
+        let mut now = t0;
+        while now < t0 + TTL * 6 {
+            now = r.next_wakeup().unwrap();
+            let Due { renew, lost } = r.due(now, now + Duration::from_millis(50), N);
+            assert!(lost.is_empty(), "lost at {:?}", now - t0);
+            for (id, op) in renew {
+                let outcome = answer(op, Reply::Int(1), now);
+                assert!(matches!(
+                    r.renewed(id, outcome, now),
+                    RenewalEvent::Renewed { .. }
+                ));
+                renewals += 1;
+                assert!(
+                    r.heap.len() <= bound,
+                    "{} items for {N} leases",
+                    r.heap.len()
+                );
+            }
+        }
+        // Every lease renewed every third of the ttl: 6 ttls, 18 rounds (less the first).
+        assert!(renewals >= N * 17, "{renewals}");
+        assert_eq!(r.len(), N);
+        // Removing every lease empties the heap and gives its memory back.
+        for i in 0..N {
+            assert!(r.remove(i as WatchId));
+        }
+        assert!(r.heap.len() <= 32, "{}", r.heap.len());
+        assert!(r.heap.capacity() <= 4 * 32 + 64, "{}", r.heap.capacity());
+        assert_eq!(r.next_wakeup(), None);
     }
 
     /// With the server's compare-and-set on, a plain lock's renewal is `SET ... IFEQ ... PX`

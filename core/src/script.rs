@@ -1,6 +1,7 @@
 //! Lua scripts as constants with their SHA-1, and the EVALSHA call that falls back to EVAL
 //! when the server does not know the script (after a restart, a failover or `SCRIPT FLUSH`).
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 
 use crate::command::{Command, NodeId, Request, RequestId, RequestIds};
@@ -326,13 +327,57 @@ struct Parts {
     ends: Vec<usize>,
     keys: usize,
     /// The item that is the owner token: empty in `bytes`, its value is the call's `token`.
-    slot: Option<usize>,
+    slot: Pos,
     /// The item bound per use (a job's id, [`ScriptCall::subject_arg`]): empty in `bytes`,
     /// its value is the call's `subject`.
-    subject: Option<usize>,
+    subject: Pos,
     /// The item that is a second token bound per use ([`ScriptCall::prior_arg`]): empty in
     /// `bytes`, its value is the call's `prior`.
-    prior: Option<usize>,
+    prior: Pos,
+}
+
+/// The index of a slot among a call's items, if it has one, in 4 bytes (an
+/// `Option<usize>` takes 16): the three slots of [`Parts`] are kept by every held lease.
+/// An index that does not fit in a `u32` (more than 4 billion items, which no call can
+/// hold in memory) cannot be a slot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Pos(Option<NonZeroU32>);
+
+impl Pos {
+    /// No slot.
+    const NONE: Pos = Pos(None);
+
+    /// The slot at item `i`.
+    fn at(i: usize) -> Pos {
+        Pos(i
+            .checked_add(1)
+            .and_then(|n| u32::try_from(n).ok())
+            .and_then(NonZeroU32::new))
+    }
+
+    /// Its item index, if any.
+    fn get(self) -> Option<usize> {
+        self.0.map(|n| n.get() as usize - 1)
+    }
+
+    /// The slot, if it is among the first `len` items.
+    fn below(self, len: usize) -> Option<usize> {
+        self.get().filter(|&i| i < len)
+    }
+
+    /// Follows an item inserted at `i`: a slot at or after it moves up by one.
+    fn shift_from(&mut self, i: usize) {
+        if let Some(at) = self.get().filter(|&at| at >= i) {
+            *self = Pos::at(at + 1);
+        }
+    }
+
+    /// Clears the slot if it is item `i` (replaced by a plain value).
+    fn clear_at(&mut self, i: usize) {
+        if self.get() == Some(i) {
+            *self = Pos::NONE;
+        }
+    }
 }
 
 impl Parts {
@@ -350,13 +395,8 @@ impl Parts {
             self.bytes.reserve(128);
             self.ends.reserve(8);
         }
-        for slot in [&mut self.slot, &mut self.subject, &mut self.prior]
-            .into_iter()
-            .flatten()
-        {
-            if *slot >= i {
-                *slot += 1;
-            }
+        for slot in [&mut self.slot, &mut self.subject, &mut self.prior] {
+            slot.shift_from(i);
         }
         let n = value.len();
         if i == self.ends.len() {
@@ -378,14 +418,8 @@ impl Parts {
 
     /// Replaces item `i` (< len) with `value` (the token slot becomes a plain argument).
     fn replace(&mut self, i: usize, value: &[u8]) {
-        if self.slot == Some(i) {
-            self.slot = None;
-        }
-        if self.subject == Some(i) {
-            self.subject = None;
-        }
-        if self.prior == Some(i) {
-            self.prior = None;
+        for slot in [&mut self.slot, &mut self.subject, &mut self.prior] {
+            slot.clear_at(i);
         }
         let (start, end) = (self.start(i), self.ends[i]);
         let (old, new) = (end - start, value.len());
@@ -459,9 +493,9 @@ impl ScriptCall {
             bytes,
             ends,
             keys: self.parts.keys,
-            slot: self.parts.slot.filter(|&i| i < len),
-            subject: self.parts.subject.filter(|&i| i < len),
-            prior: self.parts.prior.filter(|&i| i < len),
+            slot: self.parts.slot.below(len).map_or(Pos::NONE, Pos::at),
+            subject: self.parts.subject.below(len).map_or(Pos::NONE, Pos::at),
+            prior: self.parts.prior.below(len).map_or(Pos::NONE, Pos::at),
         });
         self.view = None;
     }
@@ -478,17 +512,17 @@ impl ScriptCall {
 
     /// The owner-token slot, if within the call's items.
     fn slot(&self) -> Option<usize> {
-        self.parts.slot.filter(|&i| i < self.len())
+        self.parts.slot.below(self.len())
     }
 
     /// The subject slot, if within the call's items.
     fn subject_slot(&self) -> Option<usize> {
-        self.parts.subject.filter(|&i| i < self.len())
+        self.parts.subject.below(self.len())
     }
 
     /// The prior-token slot, if within the call's items.
     fn prior_slot(&self) -> Option<usize> {
-        self.parts.prior.filter(|&i| i < self.len())
+        self.parts.prior.below(self.len())
     }
 
     /// Whether item `i` is one of the slots bound per use.
@@ -547,7 +581,7 @@ impl ScriptCall {
         let parts = self.parts();
         let at = parts.ends.len();
         parts.insert(at, b"");
-        parts.slot = Some(at);
+        parts.slot = Pos::at(at);
         self.token = Some(token.clone());
         self
     }
@@ -577,7 +611,7 @@ impl ScriptCall {
         let parts = self.parts();
         let at = parts.ends.len();
         parts.insert(at, b"");
-        parts.subject = Some(at);
+        parts.subject = Pos::at(at);
         self
     }
 
@@ -607,7 +641,7 @@ impl ScriptCall {
         let parts = self.parts();
         let at = parts.ends.len();
         parts.insert(at, b"");
-        parts.prior = Some(at);
+        parts.prior = Pos::at(at);
         self.prior = Some(token.clone());
         self
     }
@@ -1049,6 +1083,39 @@ mod owner_arg_tests {
             .skip(2)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect()
+    }
+
+    #[test]
+    fn the_shared_parts_keep_their_slots_in_four_bytes_each() {
+        // Every held lease keeps one `Parts` (issue 18: memory per held lease).
+        assert!(
+            std::mem::size_of::<Parts>() <= 72,
+            "{}",
+            std::mem::size_of::<Parts>()
+        );
+        assert_eq!(Pos::at(0).get(), Some(0));
+        assert_eq!(Pos::at(7).below(8), Some(7));
+        assert_eq!(Pos::at(7).below(7), None);
+        assert_eq!(Pos::at(usize::MAX), Pos::NONE);
+        let mut p = Pos::at(2);
+        p.shift_from(3);
+        assert_eq!(p.get(), Some(2));
+        p.shift_from(2);
+        assert_eq!(p.get(), Some(3));
+        p.clear_at(2);
+        assert_eq!(p.get(), Some(3));
+        p.clear_at(3);
+        assert_eq!(p, Pos::NONE);
+        // Slots follow items inserted before them and read back bound.
+        let t = Token::new("tok").unwrap();
+        let call = ScriptCall::new(&ECHO)
+            .arg("x")
+            .owner_arg(&t)
+            .subject_arg()
+            .prior_arg(&t)
+            .prepend_arg("first")
+            .key("k");
+        assert_eq!(wire(&call), ["1", "k", "first", "x", "tok", "", "tok"]);
     }
 
     #[test]

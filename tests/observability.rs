@@ -297,9 +297,10 @@ fn renewal_failures_carry_the_redis_error_and_the_loss_its_cause() {
         .ttl(Duration::from_millis(900))
         .acquire()
         .unwrap();
-    // Renewals now fail with a Redis error reply (NOPERM) until the lease must have expired.
+    // Renewals now fail with a Redis error reply (NOPERM) until the lease must have expired:
+    // the extend script, and the native `SET .. IFEQ` that renews where the server has it.
     let _: () = redis::cmd("ACL")
-        .arg(&["SETUSER", "obs", "-evalsha", "-eval"])
+        .arg(&["SETUSER", "obs", "-evalsha", "-eval", "-set"])
         .query(&mut admin)
         .unwrap();
     let reason = guard

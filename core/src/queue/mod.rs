@@ -125,6 +125,17 @@ impl Eq for TakeTemplate {}
 
 impl KeyedCalls {
     fn new(k: &QueueKeys) -> Self {
+        // The ack's keys, for the plain call and the one bound per job.
+        let ack_keys: [&str; 8] = [
+            &k.inflight,
+            &k.leases,
+            &k.payloads,
+            &k.priorities,
+            &k.deliveries,
+            &k.holders,
+            &k.bases,
+            &k.settled,
+        ];
         KeyedCalls {
             push: ScriptCall::new(&scripts::PUSH).keys(&[
                 &k.ready,
@@ -161,16 +172,7 @@ impl KeyedCalls {
                 &k.settled,
                 &k.reasons,
             ]),
-            ack: ScriptCall::new(&scripts::ACK).keys(&[
-                &k.inflight,
-                &k.leases,
-                &k.payloads,
-                &k.priorities,
-                &k.deliveries,
-                &k.holders,
-                &k.bases,
-                &k.settled,
-            ]),
+            ack: ScriptCall::new(&scripts::ACK).keys(&ack_keys),
             ack_take: ScriptCall::new(&scripts::ACK_TAKE).keys(&k.ack_take_keys()),
             push_now: ScriptCall::new(&scripts::PUSH)
                 .keys(&[&k.ready, &k.delayed, &k.payloads, &k.priorities, &k.seq])
@@ -181,16 +183,7 @@ impl KeyedCalls {
                 .subject_arg()
                 .compact(),
             ack_bound: ScriptCall::new(&scripts::ACK)
-                .keys(&[
-                    &k.inflight,
-                    &k.leases,
-                    &k.payloads,
-                    &k.priorities,
-                    &k.deliveries,
-                    &k.holders,
-                    &k.bases,
-                    &k.settled,
-                ])
+                .keys(&ack_keys)
                 .subject_arg()
                 .owner_arg(&placeholder_token())
                 .arg(SETTLED_KEEP.as_millis().to_string())

@@ -163,6 +163,19 @@ fn number(bytes: &[u8]) -> Result<i64, ProtocolError> {
     n.ok_or_else(bad)
 }
 
+/// Refuses a frame type RESP does not have, known at once from its first byte (without
+/// waiting for a line end that may never come).
+#[inline]
+fn known_kind(kind: u8) -> Result<(), ProtocolError> {
+    if matches!(kind, b'+' | b'-' | b':' | b'$' | b'*' | b'>') {
+        return Ok(());
+    }
+    Err(ProtocolError(format!(
+        "unknown frame type {:?}",
+        kind as char
+    )))
+}
+
 fn parse_at(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usize)>, ProtocolError> {
     if depth > MAX_DEPTH {
         return Err(ProtocolError("frames nested too deeply".into()));
@@ -170,13 +183,7 @@ fn parse_at(buf: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usize)
     let Some(&kind) = buf.get(at) else {
         return Ok(None);
     };
-    if !matches!(kind, b'+' | b'-' | b':' | b'$' | b'*' | b'>') {
-        // Known at once, without waiting for a line end that may never come.
-        return Err(ProtocolError(format!(
-            "unknown frame type {:?}",
-            kind as char
-        )));
-    }
+    known_kind(kind)?;
     let Some((body, next)) = line(buf, at + 1) else {
         unended(buf, at + 1)?;
         return Ok(None);
@@ -272,12 +279,7 @@ impl Scan {
             let Some(&kind) = buf.get(at) else {
                 return more;
             };
-            if !matches!(kind, b'+' | b'-' | b':' | b'$' | b'*' | b'>') {
-                return Err(ProtocolError(format!(
-                    "unknown frame type {:?}",
-                    kind as char
-                )));
-            }
+            known_kind(kind)?;
             let Some((body, next)) = line(buf, at + 1) else {
                 unended(buf, at + 1)?;
                 return more;

@@ -51,7 +51,7 @@ fn a_frozen_master_stalls_no_renewal_on_the_other_masters() {
     let frozen_node = 0;
     let (frozen, healthy): (Vec<_>, Vec<_>) = guards
         .into_iter()
-        .partition(|g| owner(&g.lease().target.keys[0]) == frozen_node);
+        .partition(|g| owner(g.lease().target.keys.first().unwrap_or_default()) == frozen_node);
     assert!(!frozen.is_empty() && !healthy.is_empty());
 
     // Every lease renewed once (the client has learned which master owns which slot).

@@ -277,7 +277,7 @@ impl Registration {
 
 /// The first key of `lease`: it names the node its renewals go to.
 fn key_of(lease: &Lease) -> &str {
-    lease.target.keys.first().map_or("", String::as_str)
+    lease.target.keys.first().unwrap_or("")
 }
 
 /// What the guards and the thread share.

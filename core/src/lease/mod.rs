@@ -65,7 +65,7 @@ pub use acquire::{Acquire, AcquireOptions, Acquisition};
 pub use native::{NativeDelete, NativeRelease};
 pub use ops::{Extend, Inspect, LeaseState, OpKind, Release, ScriptOp};
 pub use scripts::ALL as SCRIPTS;
-pub use spec::{LeaseCalls, LeaseKind, LockKind, LockSpec, Target};
+pub use spec::{Keys, KeysIter, LeaseCalls, LeaseKind, LockKind, LockSpec, Target};
 
 use crate::backoff::saturating_add;
 use crate::error::{Error, InvalidArgument};

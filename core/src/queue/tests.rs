@@ -1,6 +1,5 @@
 //! The queue's calls and machines driven by scripted replies on virtual time.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::scripts::{
@@ -359,7 +358,7 @@ fn a_queues_takes_share_one_spec_bound_to_each_token_and_job() {
     ] {
         assert!(a.shares_parts_with(b), "{b:?}");
     }
-    assert!(Arc::ptr_eq(&first.target.keys, &second.target.keys));
+    assert!(first.target.keys.ptr_eq(&second.target.keys));
     // The same calls a spec built afresh for that token has.
     assert_eq!(
         second,

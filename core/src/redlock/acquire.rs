@@ -120,7 +120,7 @@ impl RedLockAcquire {
 
     /// The acquisition requests, one per node: one command, built once, copied to each.
     fn acquisition_round(&mut self) -> Vec<Request> {
-        let key = self.spec.target.keys.first().map_or("", String::as_str);
+        let key = self.spec.target.keys.first().unwrap_or("");
         let ttl_ms = u64::try_from(self.spec.ttl.as_millis()).unwrap_or(u64::MAX);
         let mut set = Some(
             Command::with_capacity("SET", 5)

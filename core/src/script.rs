@@ -837,48 +837,6 @@ impl Exchange {
         }
     }
 
-    /// [`poll`](Self::poll) for one of several exchanges of the same call on different
-    /// nodes (RedLock): a command built for an earlier exchange of the round (`built`, as
-    /// EVALSHA or EVAL) is copied and re-addressed rather than built again.
-    pub(crate) fn poll_sharing(
-        &mut self,
-        ids: &mut RequestIds,
-        built: &mut Option<(bool, Command)>,
-    ) -> Progress {
-        let State::Ready { eval } = self.state else {
-            return self.poll(ids);
-        };
-        let command = match built {
-            Some((same, command)) if *same == eval => command.clone().on(self.call.node),
-            _ => {
-                let command = if eval {
-                    self.call.eval()
-                } else {
-                    self.call.evalsha()
-                };
-                *built = Some((eval, command.clone()));
-                command
-            }
-        };
-        let id = ids.next();
-        self.state = State::Sent { id, eval };
-        Progress::Send(Request { id, command })
-    }
-
-    /// Puts back an answer taken by [`poll`](Self::poll) (for a caller that polls several
-    /// exchanges and must wait for the others).
-    pub(crate) fn restore(&mut self, answer: Result<Reply, TransportFailure>) {
-        if self.state == State::Idle {
-            self.state = State::Answered(answer);
-        }
-    }
-
-    /// Whether `id` is the request in flight (so that a caller with several exchanges
-    /// hands a response to its own without copying it for the others).
-    pub(crate) fn awaits(&self, id: RequestId) -> bool {
-        matches!(self.state, State::Sent { id: sent, .. } if sent == id)
-    }
-
     /// Takes the outcome of a request; returns whether it was the one in flight.
     pub(crate) fn handle(&mut self, input: Response) -> bool {
         let State::Sent { id, eval } = self.state else {

@@ -84,7 +84,7 @@ enum State {
 /// The acquisition of a lock, as a [`Protocol`].
 ///
 /// ```text
-///   Trying ──EVALSHA acquire──► {1,fence} ──────────────────────────► Done(Acquired)
+///   Trying ──EVALSHA acquire──► {1,fence} or fence ─────────────────► Done(Acquired)
 ///     ▲  │                      {0,pttl}: try once ────────────────► Done(Busy)
 ///     │  │                      {0,pttl}: waiting ─► Waiting(until backoff or holder's ttl)
 ///     │  │                                              │ wake (release message) or until
@@ -272,7 +272,13 @@ impl Acquire {
         };
         // Only a job carries data (its id and payload), and it always does.
         let wants_data = self.spec.kind == LeaseKind::Job;
-        match int_pair_and_data(&reply) {
+        // A grant is `{1, fence}` (with a job's data), or the bare fence (`acquire.lua`: an
+        // integer reply is cheaper for the server than a table).
+        let parsed = match reply {
+            Reply::Int(fence) => Some((1, fence, Vec::new())),
+            _ => int_pair_and_data(&reply),
+        };
+        match parsed {
             Some((1, fence, data)) if fence >= min_fence && wants_data == (data.len() == 2) => {
                 if now >= valid_until(self.sent_at, self.spec.ttl) {
                     // Granted, but the reply came after the lease's local validity: nothing

@@ -3,7 +3,7 @@
 //! counter.
 //!
 //! ```text
-//!   Acquire ──acquire.lua──► {1,fence} ─────────────────► Done(Acquired(lease))
+//!   Acquire ──acquire.lua──► fence ─────────────────────► Done(Acquired(lease))
 //!      ▲                       {0,pttl}: try once ─────────► Done(Busy { holder_ttl })
 //!      │                       {0,pttl}: waiting ─► Wait(backoff, at most the holder's ttl;
 //!      └──── wake (any message on <stem>:released) or until ◄┘  one waiter per message)
@@ -35,7 +35,7 @@
 //! let Step::Wait(wait) = answer(&mut acquire, now, pair(0, 1200)) else { unreachable!() };
 //! assert_eq!(wait.wake_on.unwrap().channel, "redlease:{reports}:released");
 //! acquire.wake(now);
-//! let Step::Done(Ok(Acquisition::Acquired(lease))) = answer(&mut acquire, now, pair(1, 8))
+//! let Step::Done(Ok(Acquisition::Acquired(lease))) = answer(&mut acquire, now, Reply::Int(8))
 //! else { unreachable!() };
 //! assert_eq!((lease.fence, lease.attempts), (8, 2));
 //!

@@ -665,22 +665,27 @@ fn foreign_counters_are_refused_before_anything_is_written() {
         (lease::WRITE_ACQUIRE.name, FENCE),
         (lease::REENTRANT_ACQUIRE.name, FENCE),
     ];
-    for (name, key) in cases {
+    // Not a number, and for the fence counters an integer too large for a fence (stored by
+    // Redis as an integer: the lease acquire on 7.0+ swaps the counter for the clock first,
+    // then puts it back).
+    let too_large = cases.into_iter().filter(|(_, key)| *key == FENCE);
+    let foreign = cases.into_iter().map(|c| (c, "abc"));
+    for ((name, key), foreign) in foreign.chain(too_large.map(|c| (c, "9007199254740991"))) {
         let row = rows.iter().find(|r| r.script.name == name).unwrap();
         let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
         set_up(&mut conn, row.setup);
         let _: () = redis::cmd("SET")
             .arg(key)
-            .arg("abc")
+            .arg(foreign)
             .query(&mut conn)
             .unwrap();
         let before = snapshot(&mut conn, row.keys);
         let outcome = run(&mut conn, row);
-        assert!(outcome.is_err(), "{name}: {outcome:?}");
+        assert!(outcome.is_err(), "{name} ({foreign}): {outcome:?}");
         assert_eq!(
             before,
             snapshot(&mut conn, row.keys),
-            "{name}: changed a key"
+            "{name} ({foreign}): changed a key"
         );
     }
 }

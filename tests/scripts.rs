@@ -940,6 +940,48 @@ fn cases() -> Vec<Case> {
             ],
             published: &[],
         },
+        Case {
+            script: &lease::RELEASE,
+            what: "as an undo: a shorter expiry of the undone set is moved later",
+            keys: &[LOCK, UNDONE],
+            args: &["tok", CHANNEL, "600000"],
+            setup: &[
+                &["ZADD", UNDONE, FAR, "other"],
+                &["PEXPIRE", UNDONE, "1000"],
+            ],
+            reply: "0",
+            after: &[
+                (&["ZSCORE", UNDONE, "tok"], "*"),
+                (&["PTTL", UNDONE], "~300000..600000"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::RELEASE,
+            what: "as an undo: a longer expiry of the undone set is kept",
+            keys: &[LOCK, UNDONE],
+            args: &["tok", CHANNEL, "600000"],
+            setup: &[
+                &["ZADD", UNDONE, FAR, "other"],
+                &["PEXPIRE", UNDONE, "900000"],
+            ],
+            reply: "0",
+            after: &[
+                (&["ZSCORE", UNDONE, "tok"], "*"),
+                (&["PTTL", UNDONE], "~700000..900000"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::RELEASE,
+            what: "a shard channel goes out with SPUBLISH, not PUBLISH",
+            keys: &[LOCK],
+            args: &["tok", "{shard}t:{s}:wake"],
+            setup: HELD,
+            reply: "1",
+            after: &[(&["EXISTS", LOCK], "0")],
+            published: &[],
+        },
         // extend, inspect
         Case {
             script: &lease::EXTEND,

@@ -20,7 +20,11 @@
 //! - `redlock`: `try_acquire` + `release` of one RedLock over `CPU_REDLOCK_NODES` (default
 //!   5) redis-servers this program starts (the `redlock5` bench's cycle; its baseline is
 //!   `lock_raw`, one single-node cycle; the server at `REDIS_URL` only serves the
-//!   commandstats).
+//!   commandstats);
+//! - `redlock_raw`: the raw RedLock cycle over as many nodes, no library in between: `SET key
+//!   token NX PX 10000` written to every node before any reply is read, then the
+//!   compare-and-delete `EVAL` the same way, one plain connection per node (the ceiling of
+//!   `redlock`, as the `redlock*` benches' `raw<n>_ratio`).
 //!
 //! The run: the client and connections are set up, `CPU_WARMUP` cycles (default 200) run
 //! untimed, then `CONFIG RESETSTAT`, then `CPU_CYCLES` cycles (default 1000), then the
@@ -91,14 +95,7 @@ fn main() {
             })
         }
         "redlock" => {
-            let nodes = env_number("CPU_REDLOCK_NODES", 5);
-            let servers: Vec<redlease_suite::RedisServer> = (0..nodes)
-                .map(|_| redlease_suite::RedisServer::start().expect("cpu: cannot start a node"))
-                .collect();
-            let urls: Vec<String> = servers
-                .iter()
-                .map(redlease_suite::RedisServer::url)
-                .collect();
+            let (servers, urls) = redlock_nodes();
             let red = redlease::RedLock::builder(&urls)
                 .node_timeout(std::time::Duration::from_millis(200))
                 .build()
@@ -182,6 +179,56 @@ fn main() {
                 assert_eq!(deleted, 1, "cpu: compare-and-delete did not delete");
             })
         }
+        "redlock_raw" => {
+            let (servers, urls) = redlock_nodes();
+            nodes_kept = servers;
+            let mut cons: Vec<redis::Connection> = urls
+                .iter()
+                .map(|u| {
+                    redis::Client::open(u.as_str())
+                        .and_then(|c| c.get_connection())
+                        .expect("cpu: cannot connect to a node")
+                })
+                .collect();
+            let mut n = 0u64;
+            // Writes `packed` to every node, then reads every node's reply, in node order.
+            fn round(cons: &mut [redis::Connection], packed: &[u8]) -> Vec<redis::Value> {
+                for con in cons.iter_mut() {
+                    con.send_packed_command(packed)
+                        .expect("cpu: raw RedLock write failed");
+                }
+                cons.iter_mut()
+                    .map(|con| con.recv_response().expect("cpu: raw RedLock reply failed"))
+                    .collect()
+            }
+            Box::new(move || {
+                n += 1;
+                let token = format!("raw-{n}");
+                let set = redis::cmd("SET")
+                    .arg(&name)
+                    .arg(&token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(10_000)
+                    .get_packed_command();
+                for reply in round(&mut cons, &set) {
+                    assert_eq!(reply, redis::Value::Okay, "cpu: the raw key was taken");
+                }
+                let del = redis::cmd("EVAL")
+                    .arg(RAW_RELEASE_SCRIPT)
+                    .arg(1)
+                    .arg(&name)
+                    .arg(&token)
+                    .get_packed_command();
+                for reply in round(&mut cons, &del) {
+                    assert_eq!(
+                        reply,
+                        redis::Value::Int(1),
+                        "cpu: compare-and-delete failed"
+                    );
+                }
+            })
+        }
         "queue_raw" => {
             let mut con = redis::Client::open(url.as_str())
                 .and_then(|c| c.get_connection())
@@ -258,6 +305,20 @@ fn main() {
     );
     drop(cycle);
     drop(nodes_kept);
+}
+
+/// `CPU_REDLOCK_NODES` (default 5) redis-servers started for the RedLock scenarios, and
+/// their URLs.
+fn redlock_nodes() -> (Vec<redlease_suite::RedisServer>, Vec<String>) {
+    let nodes = env_number("CPU_REDLOCK_NODES", 5);
+    let servers: Vec<redlease_suite::RedisServer> = (0..nodes)
+        .map(|_| redlease_suite::RedisServer::start().expect("cpu: cannot start a node"))
+        .collect();
+    let urls = servers
+        .iter()
+        .map(redlease_suite::RedisServer::url)
+        .collect();
+    (servers, urls)
 }
 
 /// The server main thread's CPU time (user + system), in microseconds.

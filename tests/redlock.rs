@@ -304,3 +304,60 @@ fn a_builder_used_again_gives_each_acquisition_its_own_token() {
     second.release().unwrap();
     assert!(tokens(&mut conns).iter().all(Option::is_none));
 }
+
+/// A RedLock release asks each node for its owner-checked delete only: no release
+/// announcement (nobody waits for one: RedLock waiters retry after a random delay), so no
+/// node runs a `PUBLISH` per release. A failed acquisition's release everywhere is the same.
+#[test]
+fn a_release_announces_nothing_on_any_node() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let red = client(&servers);
+    let mut conns: Vec<redis::Connection> = servers
+        .iter()
+        .map(|s| {
+            redis::Client::open(s.url())
+                .unwrap()
+                .get_connection()
+                .unwrap()
+        })
+        .collect();
+    for c in &mut conns {
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(c).unwrap();
+    }
+    for _ in 0..3 {
+        red.lock("quiet")
+            .try_acquire()
+            .unwrap()
+            .unwrap()
+            .release()
+            .unwrap();
+    }
+    // Held elsewhere on two nodes: the attempt fails and is released on every node.
+    for c in &mut conns[..2] {
+        let _: () = c.set("redlease:{quiet}:lock", "other").unwrap();
+    }
+    assert!(red.lock("quiet").try_acquire().unwrap().is_none());
+    for (i, c) in conns.iter_mut().enumerate() {
+        let stats: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+        let calls = |name: &str| {
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+                .and_then(|rest| rest.split(',').next())
+                .map_or(0, |n| n.parse::<u64>().unwrap())
+        };
+        assert_eq!(calls("publish") + calls("spublish"), 0, "node {i}: {stats}");
+        assert!(
+            calls("evalsha") + calls("eval") >= 4,
+            "node {i} released: {stats}"
+        );
+    }
+    // The other holder's keys are untouched; ours are gone.
+    for c in &mut conns[..2] {
+        assert_eq!(
+            c.get::<_, Option<String>>("redlease:{quiet}:lock").unwrap(),
+            Some("other".into())
+        );
+    }
+    assert!(!conns[2].exists::<_, bool>("redlease:{quiet}:lock").unwrap());
+}

@@ -2,6 +2,7 @@
 //! read-write, semaphore).
 
 use std::hint::black_box;
+use std::sync::PoisonError;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -30,9 +31,88 @@ pub fn lock_uncontended(ctx: &Ctx) -> Measurement {
     m
 }
 
+/// The raw RedLock cycle over `n` nodes, no library in between: `SET key token NX PX 10000`
+/// written to every node before any reply is read, then the compare-and-delete `EVALSHA`
+/// the same way, on one plain connection per node. What a RedLock cycle costs at the least
+/// on this machine (the ceiling of the `redlock*` scenarios, reported as `raw<n>_ratio`).
+pub struct RawQuorumCycle {
+    cons: Vec<redis::Connection>,
+    sha: String,
+    n: u64,
+}
+
+impl RawQuorumCycle {
+    pub fn new(urls: &[String]) -> Self {
+        let mut sha = String::new();
+        let cons = urls
+            .iter()
+            .map(|url| {
+                let mut con = connect(url);
+                sha = redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(RAW_RELEASE_SCRIPT)
+                    .query(&mut con)
+                    .expect("bench: SCRIPT LOAD failed");
+                con
+            })
+            .collect();
+        RawQuorumCycle { cons, sha, n: 0 }
+    }
+
+    /// Writes `packed` to every node, then reads every node's reply (in node order).
+    fn round(&mut self, packed: &[u8]) -> Vec<redis::Value> {
+        for con in &mut self.cons {
+            con.send_packed_command(packed)
+                .expect("bench: raw RedLock write failed");
+        }
+        self.cons
+            .iter_mut()
+            .map(|con| {
+                con.recv_response()
+                    .expect("bench: raw RedLock reply failed")
+            })
+            .collect()
+    }
+
+    pub fn op(&mut self) {
+        self.n += 1;
+        let token = format!("raw-quorum-{}", self.n);
+        let set = redis::cmd("SET")
+            .arg(RAW_KEY)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(10_000)
+            .get_packed_command();
+        for reply in self.round(&set) {
+            assert_eq!(
+                reply,
+                redis::Value::Okay,
+                "bench: raw SET NX found the key taken"
+            );
+        }
+        let del = redis::cmd("EVALSHA")
+            .arg(&self.sha)
+            .arg(1)
+            .arg(RAW_KEY)
+            .arg(&token)
+            .get_packed_command();
+        for reply in self.round(&del) {
+            assert_eq!(
+                reply,
+                redis::Value::Int(1),
+                "bench: raw compare-and-delete did not delete"
+            );
+        }
+    }
+}
+
 /// RedLock acquire + release cycles over `n` extra local redis-servers (started here), one
-/// thread. Its ratio is against the single-node raw baseline: every node is asked in the
-/// same round, so the cost should stay near one round trip, not `n`.
+/// thread. Its `ratio` is against the single-node raw baseline: every node is asked in the
+/// same round, so the cost should stay near one round trip, not `n`. Each measured slice
+/// also follows a slice of the raw `n`-node cycle ([`RawQuorumCycle`]) on the same servers:
+/// `raw<n>_ratio` (with its `raw<n>_ratio_se`) is the scenario over that, the share of the
+/// reachable that the library reaches.
 fn redlock_cycle(ctx: &Ctx, n: usize) -> Measurement {
     let servers: Vec<RedisServer> = (0..n)
         .map(|_| RedisServer::start().expect("bench: cannot start a RedLock node"))
@@ -43,15 +123,47 @@ fn redlock_cycle(ctx: &Ctx, n: usize) -> Measurement {
         .build()
         .expect("bench: cannot build the RedLock client");
     let lock = red.lock("bench-red").ttl(Duration::from_secs(10));
-    let (mut m, _) = measure_single(ctx, || {
+    let mut op = || {
         let guard = lock
             .try_acquire()
             .expect("bench: RedLock try_acquire failed")
             .expect("bench: RedLock lock was busy");
         black_box(guard.granted());
         guard.release().expect("bench: RedLock release failed");
-    });
+    };
+    let mut raw = RawQuorumCycle::new(&urls);
+    let mut raw_op = || raw.op();
+    // The warm-up of both, then (single baseline, raw n-node, scenario) slice triples.
+    single_slice(ctx.time.warmup, &mut op, None);
+    single_slice(ctx.time.warmup, &mut raw_op, None);
+    let mut baseline = ctx.baseline.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut base_op = || baseline.op();
+    let mut record = Record::new();
+    let (mut pairs, mut raw_pairs) = (Vec::new(), Vec::new());
+    for _ in 0..ctx.time.slices {
+        let b = single_slice(ctx.time.slice, &mut base_op, None);
+        let r = single_slice(ctx.time.slice, &mut raw_op, None);
+        let s = single_slice(ctx.time.slice, &mut op, Some(&mut record));
+        pairs.push((b, s));
+        raw_pairs.push((r, s));
+    }
+    let mut m = Measurement::interleaved(&pairs);
+    m.per_thread = vec![m.total.ops];
+    m.latencies = record.latencies;
+    let against_raw = Measurement::interleaved(&raw_pairs);
+    let (ratio_key, se_key, ops_key) = match n {
+        3 => ("raw3_ratio", "raw3_ratio_se", "raw3_ops_per_s"),
+        5 => ("raw5_ratio", "raw5_ratio_se", "raw5_ops_per_s"),
+        _ => ("rawn_ratio", "rawn_ratio_se", "rawn_ops_per_s"),
+    };
     m.extra.push(("nodes", n.to_string()));
+    m.extra
+        .push((ratio_key, format!("{:.3}", against_raw.ratio())));
+    if let Some(se) = against_raw.ratio_se() {
+        m.extra.push((se_key, format!("{se:.3}")));
+    }
+    m.extra
+        .push((ops_key, format!("{:.0}", against_raw.baseline_ops_per_s())));
     drop(servers);
     m
 }

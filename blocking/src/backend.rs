@@ -473,56 +473,84 @@ fn wait_out_reply(time: &Time, io_timeout: Duration, batch: &Batch) {
     let _ = time.sleep_until(until);
 }
 
-/// The requests at the positions `index` lists, in that order (a flight's `i`-th request is
-/// the batch's `index[i]`-th).
+/// The requests of one node: the `run`-th positions of the batch grouped by node, that is
+/// `requests[run]` itself when the batch comes grouped (`order` is `None`), else the
+/// positions `order[run]` lists.
 fn picked<'a>(
     requests: &'a [Request],
-    index: &'a [usize],
-) -> impl ExactSizeIterator<Item = &'a Request> + Clone + 'a {
-    // Every position was taken from an enumeration of `requests`.
-    index.iter().map(move |&i| &requests[i])
+    order: Option<&'a [usize]>,
+    run: std::ops::Range<usize>,
+) -> impl ExactSizeIterator<Item = &'a Request> + Clone + Send + 'a {
+    // Every position of `run` is below the batch's length, and `order` (when given) is a
+    // permutation of the batch's positions.
+    run.map(move |k| &requests[position(order, k)])
+}
+
+/// The batch position of the `k`-th request in node order.
+#[inline]
+fn position(order: Option<&[usize]>, k: usize) -> usize {
+    order.map_or(k, |o| o[k])
 }
 
 /// Sends a batch that names several nodes: every node is written before any reply is read,
 /// so a round costs about one round trip (the slowest node's), not N. Nodes with an idle
 /// connection are written at once; the others (cold, or down: a connection attempt may take
 /// the whole node timeout) each get a thread, so no node's connection attempt delays another.
+/// Replies are then read node by node in the order the nodes were written (the first
+/// written is the likeliest to have answered).
+///
+/// A batch whose requests come grouped by node (RedLock's rounds are in node order) is sent
+/// as it is, each node's requests a run of the batch: no per-node lists are built. Another
+/// batch is first ordered by node (stable, so each node's requests keep their order).
 #[cfg_attr(not(feature = "memory"), allow(unused_variables))]
 fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Response> {
-    // Each node's requests, as positions in the batch (the requests are borrowed, not copied).
-    let mut per_node: Vec<Vec<usize>> = (0..nodes.len()).map(|_| Vec::new()).collect();
-    let mut slots: Vec<Option<Response>> = (0..batch.requests.len()).map(|_| None).collect();
-    for (i, r) in batch.requests.iter().enumerate() {
-        match per_node.get_mut(usize::from(r.command.node().0)) {
-            Some(v) => v.push(i),
-            None => {
-                slots[i] = Some(Response::failed(
-                    r.id,
-                    TransportFailure::not_sent("no such node"),
-                ));
-            }
-        }
-    }
+    let requests = &batch.requests;
+    let node_of = |r: &Request| usize::from(r.command.node().0);
+    let grouped = requests
+        .windows(2)
+        .all(|w| node_of(&w[0]) <= node_of(&w[1]));
+    let order: Option<Vec<usize>> = (!grouped).then(|| {
+        let mut order: Vec<usize> = (0..requests.len()).collect();
+        order.sort_by_key(|&i| node_of(&requests[i]));
+        order
+    });
+    let order = order.as_deref();
+    let mut slots: Vec<Option<Response>> = (0..requests.len()).map(|_| None).collect();
     let (deadline, wait) = (batch.deadline, batch.server_wait);
-    let mut flights = Vec::new();
+    let mut flights = Vec::with_capacity(nodes.len().min(requests.len()));
     let mut cold = Vec::new();
     #[cfg(feature = "memory")]
     let mut in_memory = Vec::new();
-    let requests = &batch.requests;
-    for (n, (index, node)) in per_node.into_iter().zip(nodes).enumerate() {
-        if index.is_empty() {
-            continue;
+    let mut start = 0;
+    while start < requests.len() {
+        let n = node_of(&requests[position(order, start)]);
+        let mut end = start + 1;
+        while end < requests.len() && node_of(&requests[position(order, end)]) == n {
+            end += 1;
         }
-        match node {
-            Node::Redis(t) => match t.try_send(picked(requests, &index), deadline, wait) {
-                Some(flight) => flights.push((index, flight)),
-                None => cold.push((index, t)),
-            },
+        let run = start..end;
+        start = end;
+        match nodes.get(n) {
+            None => {
+                for k in run {
+                    let i = position(order, k);
+                    slots[i] = Some(Response::failed(
+                        requests[i].id,
+                        TransportFailure::not_sent("no such node"),
+                    ));
+                }
+            }
+            Some(Node::Redis(t)) => {
+                match t.try_send(picked(requests, order, run.clone()), deadline, wait) {
+                    Some(flight) => flights.push((run, flight)),
+                    None => cold.push((run, t)),
+                }
+            }
             #[cfg(feature = "memory")]
-            Node::Memory { server, io_timeout } => {
+            Some(Node::Memory { server, io_timeout }) => {
                 let n = u16::try_from(n).unwrap_or(u16::MAX);
-                let reqs: Vec<Request> = picked(requests, &index).cloned().collect();
-                in_memory.push((n, index, server, *io_timeout, reqs));
+                let reqs: Vec<Request> = picked(requests, order, run.clone()).cloned().collect();
+                in_memory.push((n, run, server, *io_timeout, reqs));
             }
         }
     }
@@ -530,10 +558,11 @@ fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Response> {
         std::thread::scope(|s| {
             let handles: Vec<_> = cold
                 .into_iter()
-                .map(|(index, node)| {
+                .map(|(run, node)| {
                     s.spawn(move || {
-                        let flight = node.send(picked(requests, &index), deadline, wait);
-                        (index, flight)
+                        let flight =
+                            node.send(picked(requests, order, run.clone()), deadline, wait);
+                        (run, flight)
                     })
                 })
                 .collect();
@@ -551,28 +580,29 @@ fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Response> {
         // In-process nodes answer in turn; replies lost to faults cost the io timeout once
         // for the round (the nodes are asked at once).
         let mut silent: Option<Duration> = None;
-        for (n, index, server, io_timeout, reqs) in in_memory {
+        for (n, run, server, io_timeout, reqs) in in_memory {
             let (inputs, lost) = execute_in_memory(server, &reqs, n);
             if lost {
                 silent = Some(silent.map_or(io_timeout, |s| s.max(io_timeout)));
             }
-            for (i, input) in index.into_iter().zip(inputs) {
-                slots[i] = Some(input);
+            for (k, input) in run.zip(inputs) {
+                slots[position(order, k)] = Some(input);
             }
         }
         if let Some(io_timeout) = silent {
             wait_out_reply(time, io_timeout, batch);
         }
     }
-    for (index, flight) in flights {
-        let inputs = flight.receive(|k| requests[index[k]].id);
-        for (i, input) in index.into_iter().zip(inputs) {
-            slots[i] = Some(input);
+    for (run, flight) in flights {
+        let first = run.start;
+        let inputs = flight.receive(|k| requests[position(order, first + k)].id);
+        for (k, input) in run.zip(inputs) {
+            slots[position(order, k)] = Some(input);
         }
     }
     slots
         .into_iter()
-        .zip(&batch.requests)
+        .zip(requests)
         .map(|(slot, r)| {
             slot.unwrap_or_else(|| {
                 Response::failed(r.id, TransportFailure::no_reply("the node's sender ended"))
@@ -584,7 +614,7 @@ fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Response> {
 #[cfg(all(test, feature = "memory"))]
 mod tests {
     use super::*;
-    use redlease_core::{Command, RequestId};
+    use redlease_core::{Command, Reply, RequestId};
 
     /// Sends `rounds` PINGs, waiting 1 s (of the clock) between them, then ends with the
     /// number of replies it got.
@@ -627,6 +657,64 @@ mod tests {
             }
             self.next_at = Some(now + Duration::from_secs(1));
         }
+    }
+
+    /// A batch over several nodes that does not come grouped by node (a machine given to
+    /// `RedLock::run` may interleave them) is answered in request order, each request by
+    /// its own node and in its order there, and a request for a node that does not exist
+    /// fails as not sent.
+    #[test]
+    fn a_batch_interleaving_nodes_is_answered_in_request_order() {
+        let clock = crate::memory::MemoryClock::new();
+        let servers = [
+            crate::memory::MemoryServer::with_clock(clock.clone()),
+            crate::memory::MemoryServer::with_clock(clock.clone()),
+        ];
+        let nodes: Vec<Node> = servers
+            .iter()
+            .map(|server| Node::Memory {
+                server: server.clone(),
+                io_timeout: Duration::from_secs(1),
+            })
+            .collect();
+        let time = Time::Memory(clock);
+        let on = |id: u64, node: u16, words: &[&str]| Request {
+            id: RequestId(id),
+            command: words[1..]
+                .iter()
+                .fold(Command::new(words[0]), |c, w| c.arg(w))
+                .on(redlease_core::NodeId(node)),
+        };
+        let batch = Batch::new(
+            vec![
+                on(10, 1, &["SET", "k", "a"]),
+                on(11, 0, &["GET", "k"]),
+                on(12, 7, &["PING"]),
+                on(13, 1, &["GET", "k"]),
+                on(14, 0, &["SET", "k", "b"]),
+                on(15, 0, &["GET", "k"]),
+            ],
+            time.now() + Duration::from_secs(1),
+        );
+        let replies = fan_out(&time, &nodes, &batch);
+        let ids: Vec<u64> = replies.iter().map(|r| r.id.0).collect();
+        assert_eq!(ids, [10, 11, 12, 13, 14, 15]);
+        let ok = |s: &str| Ok(Reply::Status(s.into()));
+        let bulk = |s: &str| Ok(Reply::Bulk(s.as_bytes().to_vec()));
+        assert_eq!(replies[0].result, ok("OK"));
+        assert_eq!(replies[1].result, Ok(Reply::Nil), "node 0 has no k yet");
+        assert!(
+            matches!(&replies[2].result, Err(f) if f.kind == redlease_core::FailureKind::NotSent),
+            "{:?}",
+            replies[2]
+        );
+        assert_eq!(replies[3].result, bulk("a"));
+        assert_eq!(replies[4].result, ok("OK"));
+        assert_eq!(
+            replies[5].result,
+            bulk("b"),
+            "node 0's requests in their order"
+        );
     }
 
     /// A machine of a set that waits between its sends runs to its end (the watchdog's

@@ -18,28 +18,11 @@ pub(crate) fn encode(args: &[&[u8]]) -> Vec<u8> {
 
 /// Appends `command` to `out` as a RESP array of bulk strings, byte for byte what the
 /// `redis` crate packs for the same arguments (so a batch is written without building a
-/// `redis::Cmd` per command).
+/// `redis::Cmd` per command): the array header, then the command's arguments, which it
+/// keeps framed already ([`Command::framed`]), in one copy.
 pub(crate) fn encode_command(out: &mut Vec<u8>, command: &Command) {
-    // No sizing pass: `out` is the connection's buffer, kept between batches, so after the
-    // first batches it has room already (and a large argument reserves its own).
-    let args = command.args();
-    push_header(out, b'*', args.len());
-    for a in args {
-        // The common case, a length below 100, in one store: `$<len>\r\n`.
-        match a.len() {
-            n @ 0..10 => out.extend_from_slice(&[b'$', b'0' + n as u8, b'\r', b'\n']),
-            n @ 10..100 => out.extend_from_slice(&[
-                b'$',
-                b'0' + (n / 10) as u8,
-                b'0' + (n % 10) as u8,
-                b'\r',
-                b'\n',
-            ]),
-            n => push_header(out, b'$', n),
-        }
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
+    push_header(out, b'*', command.args().len());
+    out.extend_from_slice(command.framed());
 }
 
 /// `$<len>\r\n<bytes>\r\n`.

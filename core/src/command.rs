@@ -23,19 +23,62 @@ pub struct RequestId(pub u64);
 
 /// One Redis command: its arguments as bytes (the first is the command name) and the node it targets.
 ///
-/// The arguments live in one buffer (each as a 4-byte length then its bytes), so building a
-/// command costs one allocation however many arguments it has.
+/// The arguments live in one buffer, each already framed as a RESP bulk string
+/// (`$<len>\r\n<bytes>\r\n`), so building a command costs one allocation however many
+/// arguments it has, and a driver sends it with one copy: the `*<n>\r\n` array header, then
+/// [`framed`](Command::framed).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Command {
     node: NodeId,
-    /// Each argument as its length (`u32`, little-endian) then its bytes.
+    /// Each argument as a RESP bulk string, one after another.
     bytes: Vec<u8>,
     /// How many arguments `bytes` holds.
     count: usize,
 }
 
-/// The bytes of the length prefix of each argument in [`Command`]'s buffer.
-const LEN: usize = 4;
+/// The bytes a RESP bulk string adds to an argument shorter than 1,000 bytes
+/// (`$`, three digits, two CRLFs): the room reserved per argument.
+const FRAME: usize = 8;
+
+/// Appends `arg` to `out` as a RESP bulk string: `$<len>\r\n<bytes>\r\n`.
+pub(crate) fn frame(out: &mut Vec<u8>, arg: &[u8]) {
+    // The common lengths, below 100, in one store; the casts take values below 10.
+    match arg.len() {
+        n @ 0..10 => out.extend_from_slice(&[b'$', b'0' + n as u8, b'\r', b'\n']),
+        n @ 10..100 => out.extend_from_slice(&[
+            b'$',
+            b'0' + (n / 10) as u8,
+            b'0' + (n % 10) as u8,
+            b'\r',
+            b'\n',
+        ]),
+        n => {
+            let mut buf = [0u8; 40];
+            out.push(b'$');
+            out.extend_from_slice(decimal(n as i128, &mut buf));
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out.extend_from_slice(arg);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The first bulk string framed at the start of `bytes` (as [`frame`] writes it): its
+/// value and the bytes after it; `None` if `bytes` does not start with one.
+pub(crate) fn unframe(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let rest = bytes.strip_prefix(b"$")?;
+    let digits = rest.iter().position(|&b| b == b'\r')?;
+    let mut len = 0usize;
+    for &d in &rest[..digits] {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        len = len.checked_mul(10)?.checked_add(usize::from(d - b'0'))?;
+    }
+    let rest = rest.get(digits + 2..)?;
+    let (arg, rest) = rest.split_at_checked(len)?;
+    Some((arg, rest.get(2..)?))
+}
 
 impl Command {
     /// A command named `name` for the primary node, with no arguments yet.
@@ -49,11 +92,12 @@ impl Command {
         Self::with_bytes(name, args, args * 24)
     }
 
-    /// A command named `name` with room for `args` arguments of `bytes` bytes in all.
+    /// A command named `name` with room for `args` arguments of `bytes` bytes in all
+    /// (framing not included).
     pub(crate) fn with_bytes(name: &str, args: usize, bytes: usize) -> Self {
         let mut cmd = Command {
             node: NodeId::PRIMARY,
-            bytes: Vec::with_capacity(LEN * (1 + args) + name.len() + bytes),
+            bytes: Vec::with_capacity(FRAME * (1 + args) + name.len() + bytes),
             count: 0,
         };
         cmd.push(name.as_bytes());
@@ -61,11 +105,15 @@ impl Command {
     }
 
     fn push(&mut self, arg: &[u8]) {
-        // An argument is at most 512 MB (Redis's proto-max-bulk-len): always fits.
-        let len = u32::try_from(arg.len()).unwrap_or(u32::MAX);
-        self.bytes.extend_from_slice(&len.to_le_bytes());
-        self.bytes.extend_from_slice(arg);
+        frame(&mut self.bytes, arg);
         self.count += 1;
+    }
+
+    /// Appends `count` arguments already framed by [`frame`] (a run of a script call's
+    /// shared items), in one copy.
+    pub(crate) fn push_framed(&mut self, framed: &[u8], count: usize) {
+        self.bytes.extend_from_slice(framed);
+        self.count += count;
     }
 
     /// Appends one argument.
@@ -98,6 +146,12 @@ impl Command {
             rest: &self.bytes,
             count: self.count,
         }
+    }
+
+    /// The arguments as RESP bulk strings, one after another: on the wire, the command is
+    /// `*<n>\r\n` (n = `args().len()`) followed by these bytes.
+    pub fn framed(&self) -> &[u8] {
+        &self.bytes
     }
 
     /// Whether the command is `name` (ASCII case ignored).
@@ -167,9 +221,7 @@ impl<'a> Iterator for Args<'a> {
         if self.count == 0 {
             return None;
         }
-        let (len, rest) = self.rest.split_first_chunk::<LEN>()?;
-        let len = u32::from_le_bytes(*len) as usize;
-        let (arg, rest) = rest.split_at_checked(len)?;
+        let (arg, rest) = unframe(self.rest)?;
         self.rest = rest;
         self.count -= 1;
         Some(arg)
@@ -355,5 +407,35 @@ mod tests {
         assert_eq!(cmd.args().get(8), None);
         assert!(cmd.is("set") && !cmd.is("SETNX"));
         assert_eq!(cmd.args().skip(7).len(), 1);
+    }
+
+    #[test]
+    fn arguments_are_kept_framed_as_resp_bulk_strings() {
+        let long = vec![b'x'; 1_234];
+        let cmd = Command::new("SET")
+            .arg("k")
+            .arg(b"a\r\n$3\r\n")
+            .arg("")
+            .arg([b'y'; 42])
+            .arg(&long)
+            .int_arg(-7);
+        let mut expected =
+            b"$3\r\nSET\r\n$1\r\nk\r\n$7\r\na\r\n$3\r\n\r\n$0\r\n\r\n$42\r\n".to_vec();
+        expected.extend([b'y'; 42]);
+        expected.extend(b"\r\n$1234\r\n");
+        expected.extend(&long);
+        expected.extend(b"\r\n$2\r\n-7\r\n");
+        assert_eq!(cmd.framed(), expected.as_slice());
+        // Read back through the framing: values with CR, LF and `$` inside, and long ones.
+        let args: Vec<&[u8]> = cmd.args().collect();
+        let want: [&[u8]; 7] = [b"SET", b"k", b"a\r\n$3\r\n", b"", &[b'y'; 42], &long, b"-7"];
+        assert_eq!(args, want);
+        // A framed run copied into another command counts its arguments.
+        let mut other = Command::new("EVALSHA");
+        let run = &cmd.framed()[b"$3\r\nSET\r\n".len()..];
+        other.push_framed(run, 6);
+        assert_eq!(other.args().skip(1).collect::<Vec<_>>(), want[1..]);
+        assert_eq!(unframe(b"$5\r\nab"), None, "a cut value is no argument");
+        assert_eq!(unframe(b"$x\r\n\r\n"), None);
     }
 }

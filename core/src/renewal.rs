@@ -139,24 +139,67 @@ pub enum RenewalEvent {
     Pending,
 }
 
+/// One watched lease. Its times are kept as nanoseconds after the lease's acquisition
+/// (`lease.acquired_at`), 8 bytes each where an `Instant` takes 16 (and an
+/// `Option<Instant>` 16): the entry takes 56 bytes, and the map's slot per lease 64. An
+/// offset beyond `u64::MAX - 1` ns (584 years, far beyond any valid ttl or hold limit) is
+/// cut to that.
 #[derive(Debug)]
 struct Entry {
     /// Shared with its holder (a driver's guard): the schedule never changes it, it keeps
-    /// the validity it confirmed in `valid_until`.
+    /// the validity it confirmed in `valid_ns`.
     lease: Arc<Lease>,
     /// Until when the lease is safely ours: `lease.valid_until`, then each renewal's.
-    valid_until: Instant,
-    /// The renewal interval in nanoseconds (the policy's hold limit is `hold_until`): 8
-    /// bytes where a `Duration` takes 16, which keeps the entry (and the map's slot per
-    /// lease) 8 bytes smaller. An interval beyond `u64::MAX` ns (584 years, longer than any
-    /// valid ttl) is cut to that: the next renewal is then at the lease's validity either way.
+    valid_ns: u64,
+    /// The renewal interval.
     every_ns: u64,
-    hold_until: Option<Instant>,
+    /// The hold limit ([`NONE`] without one).
+    hold_ns: u64,
+    /// When the extension in flight was sent ([`NONE`] when none is).
+    sent_ns: u64,
     /// Bumped whenever the entry is rescheduled, so stale heap items are skipped.
     generation: u64,
-    in_flight: Option<Instant>,
     /// The hold limit was reached: no more renewals, only the final expiry check.
     final_stretch: bool,
+}
+
+/// No time, in an [`Entry`]'s optional offsets.
+const NONE: u64 = u64::MAX;
+
+impl Entry {
+    /// `t` as an offset after the lease's acquisition (0 for an earlier `t`).
+    fn offset(&self, t: Instant) -> u64 {
+        nanos(t.saturating_duration_since(self.lease.acquired_at))
+    }
+
+    /// The instant `ns` after the lease's acquisition.
+    fn at(&self, ns: u64) -> Instant {
+        saturating_add(self.lease.acquired_at, Duration::from_nanos(ns))
+    }
+
+    fn valid_until(&self) -> Instant {
+        self.at(self.valid_ns)
+    }
+
+    /// The renewal interval.
+    fn every(&self) -> Duration {
+        Duration::from_nanos(self.every_ns)
+    }
+
+    /// The hold limit, if any.
+    fn hold_until(&self) -> Option<Instant> {
+        (self.hold_ns != NONE).then(|| self.at(self.hold_ns))
+    }
+
+    /// When the extension in flight was sent, if one is.
+    fn in_flight(&self) -> Option<Instant> {
+        (self.sent_ns != NONE).then(|| self.at(self.sent_ns))
+    }
+}
+
+/// A duration in nanoseconds, below [`NONE`].
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).map_or(NONE - 1, |n| n.min(NONE - 1))
 }
 
 /// One lease's extension, as [`Renewals::due`] hands it out: the kind's extend script, or,
@@ -224,13 +267,6 @@ pub struct Renewals {
 }
 
 /// The pause before retrying a failed renewal: a tenth of the interval, at least 10 ms.
-impl Entry {
-    /// The renewal interval.
-    fn every(&self) -> Duration {
-        Duration::from_nanos(self.every_ns)
-    }
-}
-
 fn retry_pause(every: Duration) -> Duration {
     (every / 10).max(Duration::from_millis(10))
 }
@@ -272,24 +308,20 @@ impl Renewals {
         now: Instant,
     ) {
         let lease = lease.into();
-        let hold_until = policy
-            .max_hold
-            .map(|h| saturating_add(lease.acquired_at, h));
         // A time already past is due at once (the heap hands it out at the next call).
         let _ = now;
         let first = saturating_add(lease.acquired_at, policy.every).min(lease.valid_until);
-        self.entries.insert(
-            id,
-            Entry {
-                valid_until: lease.valid_until,
-                lease,
-                every_ns: u64::try_from(policy.every.as_nanos()).unwrap_or(u64::MAX),
-                hold_until,
-                generation: 0,
-                in_flight: None,
-                final_stretch: false,
-            },
-        );
+        let mut entry = Entry {
+            lease,
+            valid_ns: 0,
+            every_ns: nanos(policy.every),
+            hold_ns: policy.max_hold.map_or(NONE, nanos),
+            sent_ns: NONE,
+            generation: 0,
+            final_stretch: false,
+        };
+        entry.valid_ns = entry.offset(entry.lease.valid_until);
+        self.entries.insert(id, entry);
         self.schedule(id, first);
     }
 
@@ -367,7 +399,7 @@ impl Renewals {
             let Some(e) = self.entries.get_mut(&id) else {
                 continue;
             };
-            if now >= e.valid_until {
+            if now >= e.valid_until() {
                 let reason = if e.final_stretch {
                     LossReason::MaxHoldReached
                 } else {
@@ -377,13 +409,13 @@ impl Renewals {
                 lost.push((id, reason));
                 continue;
             }
-            if e.final_stretch || e.in_flight.is_some() {
-                let at = e.valid_until;
+            if e.final_stretch || e.sent_ns != NONE {
+                let at = e.valid_until();
                 self.schedule(id, at);
                 continue;
             }
             let mut ttl = e.lease.ttl;
-            if let Some(hold_until) = e.hold_until {
+            if let Some(hold_until) = e.hold_until() {
                 let left = hold_until.saturating_duration_since(now);
                 if left <= ttl {
                     // The last extension: the lease ends at the hold limit.
@@ -392,16 +424,16 @@ impl Renewals {
                 }
             }
             if ttl < Duration::from_millis(1) {
-                let at = e.valid_until;
+                let at = e.valid_until();
                 self.schedule(id, at);
                 continue;
             }
             // A renewal that answers after the validity it renews is worthless: the lease
             // is reported lost then, whatever comes back later.
-            let valid_until = e.valid_until;
+            let valid_until = e.valid_until();
             match Extension::new(&e.lease, ttl, deadline.min(valid_until), self.native_extend) {
                 Ok(op) => {
-                    e.in_flight = Some(now);
+                    e.sent_ns = e.offset(now);
                     work.push((id, op));
                     // Checked again at the validity: lost then if still unanswered.
                     self.schedule(id, valid_until);
@@ -426,10 +458,11 @@ impl Renewals {
         let Some(e) = self.entries.get_mut(&id) else {
             return RenewalEvent::Pending;
         };
-        let sent = e.in_flight.take().unwrap_or(now);
+        let sent = e.in_flight().unwrap_or(now);
+        e.sent_ns = NONE;
         match outcome {
             Ok(valid_until) => {
-                e.valid_until = valid_until;
+                e.valid_ns = e.offset(valid_until);
                 let next = if e.final_stretch {
                     valid_until
                 } else {
@@ -447,12 +480,12 @@ impl Renewals {
                 RenewalEvent::Lost(LossReason::Taken)
             }
             Err(_) => {
-                if now >= e.valid_until {
+                if now >= e.valid_until() {
                     self.entries.remove(&id);
                     return RenewalEvent::Lost(LossReason::RenewalFailed);
                 }
                 e.final_stretch = false;
-                let at = saturating_add(now, retry_pause(e.every())).min(e.valid_until);
+                let at = saturating_add(now, retry_pause(e.every())).min(e.valid_until());
                 self.schedule(id, at);
                 RenewalEvent::Pending
             }
@@ -532,13 +565,27 @@ mod tests {
     /// they are purged, so the heap stays within 1.5 items per lease (issue 18: memory per
     /// held lease), and every lease is still renewed on time.
     #[test]
-    fn an_entry_keeps_its_interval_in_eight_bytes() {
+    fn an_entry_keeps_its_times_in_eight_bytes_each() {
         // One per watched lease, in the map with its id (issue 18: memory per held lease).
         assert!(
-            std::mem::size_of::<Entry>() <= 80,
+            std::mem::size_of::<Entry>() <= 56,
             "{}",
             std::mem::size_of::<Entry>()
         );
+        // The offsets read back exactly, and a missing one stays missing.
+        let t0 = origin();
+        let policy = RenewalPolicy {
+            every: TTL / 3,
+            max_hold: Some(Duration::from_millis(450)),
+        };
+        let mut r = Renewals::new();
+        r.insert(1, lease(t0, "a"), policy, t0);
+        r.insert(2, lease(t0, "b"), RenewalPolicy::for_ttl(TTL), t0);
+        let (a, b) = (&r.entries[&1], &r.entries[&2]);
+        assert_eq!(a.valid_until(), valid_until(t0, TTL));
+        assert_eq!(a.hold_until(), Some(t0 + Duration::from_millis(450)));
+        assert_eq!((b.hold_until(), a.in_flight()), (None, None));
+        assert_eq!(a.every(), TTL / 3);
     }
 
     #[test]

@@ -317,10 +317,11 @@ impl PartialEq for ScriptCall {
 
 impl Eq for ScriptCall {}
 
-/// The keys and arguments of a [`ScriptCall`], in one buffer: item `i` is
-/// `bytes[ends[i - 1]..ends[i]]` (from 0 for the first); the first `keys` items are the keys.
-/// A lock's calls are built once and shared by its acquisitions: one buffer instead of one
-/// allocation per key and argument.
+/// The keys and arguments of a [`ScriptCall`], in one buffer, each framed as a RESP bulk
+/// string (as a [`Command`] keeps its arguments, so that a call becomes a command by copying
+/// runs of items): item `i` is framed in `bytes[ends[i - 1]..ends[i]]` (from 0 for the
+/// first); the first `keys` items are the keys. A lock's calls are built once and shared by
+/// its acquisitions: one buffer instead of one allocation per key and argument.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct Parts {
     bytes: Vec<u8>,
@@ -385,31 +386,35 @@ impl Parts {
         if i == 0 { 0 } else { self.ends[i - 1] }
     }
 
+    /// Item `i`, unframed.
     fn item(&self, i: usize) -> &[u8] {
-        &self.bytes[self.start(i)..self.ends[i]]
+        // Items are framed by `insert` and `replace`: always read back.
+        crate::command::unframe(&self.bytes[self.start(i)..self.ends[i]]).map_or(&[], |(v, _)| v)
     }
 
     /// Inserts `value` as item `i` (0 ..= len).
     fn insert(&mut self, i: usize, value: &[u8]) {
         if self.bytes.capacity() == 0 {
-            self.bytes.reserve(128);
+            self.bytes.reserve(160);
             self.ends.reserve(8);
         }
         for slot in [&mut self.slot, &mut self.subject, &mut self.prior] {
             slot.shift_from(i);
         }
-        let n = value.len();
         if i == self.ends.len() {
             // Appending: the usual case.
-            self.bytes.extend_from_slice(value);
+            crate::command::frame(&mut self.bytes, value);
             self.ends.push(self.bytes.len());
             return;
         }
+        let mut framed = Vec::with_capacity(value.len() + 16);
+        crate::command::frame(&mut framed, value);
+        let n = framed.len();
         let at = self.start(i);
         let len = self.bytes.len();
         self.bytes.resize(len + n, 0);
         self.bytes.copy_within(at..len, at + n);
-        self.bytes[at..at + n].copy_from_slice(value);
+        self.bytes[at..at + n].copy_from_slice(&framed);
         self.ends.insert(i, at);
         for end in &mut self.ends[i..] {
             *end += n;
@@ -421,8 +426,10 @@ impl Parts {
         for slot in [&mut self.slot, &mut self.subject, &mut self.prior] {
             slot.clear_at(i);
         }
+        let mut framed = Vec::with_capacity(value.len() + 16);
+        crate::command::frame(&mut framed, value);
         let (start, end) = (self.start(i), self.ends[i]);
-        let (old, new) = (end - start, value.len());
+        let (old, new) = (end - start, framed.len());
         let len = self.bytes.len();
         if new > old {
             self.bytes.resize(len + new - old, 0);
@@ -431,7 +438,7 @@ impl Parts {
             self.bytes.copy_within(end..len, start + new);
             self.bytes.truncate(len - (old - new));
         }
-        self.bytes[start..start + new].copy_from_slice(value);
+        self.bytes[start..start + new].copy_from_slice(&framed);
         for e in &mut self.ends[i..] {
             *e = *e - old + new;
         }
@@ -728,30 +735,30 @@ impl ScriptCall {
         let prior = self.prior.as_ref().map_or(0, |t| t.as_str().len());
         let shared = if len == 0 { 0 } else { parts.ends[len - 1] };
         let bytes = body.len() + 4 + shared + token + subject + prior;
-        let mut cmd = Command::with_bytes(verb, 2 + len, bytes)
+        let mut cmd = Command::with_bytes(verb, 2 + 3, bytes)
             .arg(body)
             .int_arg(parts.keys as u64)
             .on(self.node);
-        // The slots looked up once (not per item, as `item` does).
         fn token_bytes(t: &Token) -> &[u8] {
             t.as_str().as_bytes()
         }
-        let slots = [
+        // The bound slots in item order; the items between them are copied framed, one run
+        // at a time.
+        let mut slots = [
             self.slot().zip(self.token.as_ref().map(token_bytes)),
             self.subject_slot()
                 .zip(self.subject.as_deref().map(Vec::as_slice)),
             self.prior_slot().zip(self.prior.as_ref().map(token_bytes)),
         ];
-        let mut start = 0;
-        for (i, &end) in parts.ends[..len].iter().enumerate() {
-            let value = slots
-                .iter()
-                .flatten()
-                .find(|&&(at, _)| at == i)
-                .map_or(&parts.bytes[start..end], |&(_, value)| value);
+        slots.sort_unstable_by_key(|s| s.map_or(usize::MAX, |(at, _)| at));
+        let (mut item, mut start) = (0, 0);
+        for &(at, value) in slots.iter().flatten() {
+            let from = parts.start(at);
+            cmd.push_framed(&parts.bytes[start..from], at - item);
             cmd = cmd.arg(value);
-            start = end;
+            (item, start) = (at + 1, parts.ends[at]);
         }
+        cmd.push_framed(&parts.bytes[start..shared], len - item);
         cmd
     }
 
@@ -828,48 +835,6 @@ impl Exchange {
             }
             State::Answered(result) => Progress::Answered(result),
         }
-    }
-
-    /// [`poll`](Self::poll) for one of several exchanges of the same call on different
-    /// nodes (RedLock): a command built for an earlier exchange of the round (`built`, as
-    /// EVALSHA or EVAL) is copied and re-addressed rather than built again.
-    pub(crate) fn poll_sharing(
-        &mut self,
-        ids: &mut RequestIds,
-        built: &mut Option<(bool, Command)>,
-    ) -> Progress {
-        let State::Ready { eval } = self.state else {
-            return self.poll(ids);
-        };
-        let command = match built {
-            Some((same, command)) if *same == eval => command.clone().on(self.call.node),
-            _ => {
-                let command = if eval {
-                    self.call.eval()
-                } else {
-                    self.call.evalsha()
-                };
-                *built = Some((eval, command.clone()));
-                command
-            }
-        };
-        let id = ids.next();
-        self.state = State::Sent { id, eval };
-        Progress::Send(Request { id, command })
-    }
-
-    /// Puts back an answer taken by [`poll`](Self::poll) (for a caller that polls several
-    /// exchanges and must wait for the others).
-    pub(crate) fn restore(&mut self, answer: Result<Reply, TransportFailure>) {
-        if self.state == State::Idle {
-            self.state = State::Answered(answer);
-        }
-    }
-
-    /// Whether `id` is the request in flight (so that a caller with several exchanges
-    /// hands a response to its own without copying it for the others).
-    pub(crate) fn awaits(&self, id: RequestId) -> bool {
-        matches!(self.state, State::Sent { id: sent, .. } if sent == id)
     }
 
     /// Takes the outcome of a request; returns whether it was the one in flight.
@@ -1289,6 +1254,47 @@ mod owner_arg_tests {
         assert_eq!(compact.parts.bytes.capacity(), compact.parts.bytes.len());
         assert_eq!(compact.parts.ends.capacity(), compact.parts.ends.len());
         assert_eq!(wire(&compact), ["1", "k1", "x"]);
+    }
+
+    #[test]
+    fn a_call_becomes_a_command_framed_as_redis_reads_it() {
+        let (a, p) = (Token::new("tok-a").unwrap(), Token::new("tok-p").unwrap());
+        let long = "v".repeat(300);
+        let call = ScriptCall::new(&ECHO)
+            .key("k1")
+            .prior_arg(&p)
+            .subject_arg()
+            .arg("x")
+            .owner_arg(&a)
+            .prepend_arg(&long)
+            .key("k2")
+            .with_arg(3, "y".repeat(120))
+            .with_subject(&Arc::new(b"job\r\n1".to_vec()));
+        let cmd = call.evalsha();
+        let args: Vec<Vec<u8>> = cmd.args().to_vec();
+        let y = "y".repeat(120);
+        let want: Vec<&[u8]> = vec![
+            b"EVALSHA",
+            ECHO.sha1.as_bytes(),
+            b"2",
+            b"k1",
+            b"k2",
+            long.as_bytes(),
+            b"tok-p",
+            b"job\r\n1",
+            y.as_bytes(),
+            b"tok-a",
+        ];
+        assert_eq!(args, want);
+        // The framing is the one RESP reads: each argument as `$<len>\r\n<bytes>\r\n`.
+        let mut framed = Vec::new();
+        for w in &want {
+            framed.extend(format!("${}\r\n", w.len()).bytes());
+            framed.extend_from_slice(w);
+            framed.extend(b"\r\n");
+        }
+        assert_eq!(cmd.framed(), framed.as_slice());
+        assert_eq!(call.eval().args().len(), want.len());
     }
 
     #[test]

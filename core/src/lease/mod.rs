@@ -85,21 +85,36 @@ pub const UNDONE_KEEP: Duration = Duration::from_secs(600);
 pub const MAX_TOKEN_LEN: usize = 256;
 
 /// The secret that proves ownership of a lease: random bytes supplied by the driver,
-/// hex-encoded. Cloning it copies nothing (a lease's calls each hold it).
+/// hex-encoded. Cloning it copies nothing (a lease's calls each hold it), and it is one
+/// pointer wide (8 bytes; a held lease and each of its calls keep one): a token of up to
+/// 32 bytes, as every random one is, lives in that one allocation.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Token(Arc<str>);
+pub struct Token(Arc<TokenText>);
+
+/// The text of a [`Token`]: inline up to [`SHORT_TOKEN`] bytes (the zero-filled rest takes
+/// no part in comparisons, since a text of that length is always stored inline), else boxed.
+#[derive(PartialEq, Eq, Hash)]
+enum TokenText {
+    Short { len: u8, bytes: [u8; SHORT_TOKEN] },
+    Long(Box<str>),
+}
+
+/// The longest token kept inline: a random token's 32 hex digits.
+const SHORT_TOKEN: usize = 32;
 
 impl Token {
     /// A token from random bytes (the driver draws 16 from the OS).
     pub fn from_random(bytes: [u8; 16]) -> Self {
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut s = [0u8; 32];
+        let mut s = [0u8; SHORT_TOKEN];
         for (i, b) in bytes.into_iter().enumerate() {
             s[2 * i] = HEX[usize::from(b >> 4)];
             s[2 * i + 1] = HEX[usize::from(b & 0xf)];
         }
-        // Hex digits only: always UTF-8.
-        Token(Arc::from(std::str::from_utf8(&s).unwrap_or_default()))
+        Token(Arc::new(TokenText::Short {
+            len: SHORT_TOKEN as u8,
+            bytes: s,
+        }))
     }
 
     /// A token chosen by the caller (1 to [`MAX_TOKEN_LEN`] bytes).
@@ -112,19 +127,33 @@ impl Token {
             }
             .into());
         }
-        Ok(Token(Arc::from(token)))
+        let text = match u8::try_from(token.len()) {
+            Ok(len) if usize::from(len) <= SHORT_TOKEN => {
+                let mut bytes = [0u8; SHORT_TOKEN];
+                bytes[..token.len()].copy_from_slice(token.as_bytes());
+                TokenText::Short { len, bytes }
+            }
+            _ => TokenText::Long(token.into_boxed_str()),
+        };
+        Ok(Token(Arc::new(text)))
     }
 
     /// The token as stored in Redis.
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &*self.0 {
+            // Copied from a `str` (or hex digits) whole: always UTF-8.
+            TokenText::Short { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            TokenText::Long(text) => text,
+        }
     }
 }
 
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Enough to tell tokens apart in logs, not enough to forge a release.
-        let shown: String = self.0.chars().take(6).collect();
+        let shown: String = self.as_str().chars().take(6).collect();
         write!(f, "Token({shown}..)")
     }
 }
@@ -250,6 +279,27 @@ mod tests {
         assert!(Token::new("").is_err());
         assert!(Token::new("x".repeat(MAX_TOKEN_LEN + 1)).is_err());
         assert!(Token::new("me").is_ok());
+        // Inline and boxed texts read back whole, and compare by text.
+        for text in [
+            "me",
+            &"x".repeat(32),
+            &"y".repeat(33),
+            &"z".repeat(MAX_TOKEN_LEN),
+        ] {
+            let t = Token::new(text).unwrap();
+            assert_eq!(t.as_str(), text);
+            assert_eq!(t, Token::new(text).unwrap());
+        }
+        assert_ne!(Token::new("ab").unwrap(), Token::new("abc").unwrap());
+        assert_eq!(Token::new("ab".repeat(16)).unwrap(), t);
+    }
+
+    /// A token is one pointer wide, and so is a missing one: a held lease and each of its
+    /// calls keep one.
+    #[test]
+    fn tokens_are_one_pointer_wide() {
+        assert_eq!(std::mem::size_of::<Token>(), 8);
+        assert_eq!(std::mem::size_of::<Option<Token>>(), 8);
     }
 
     #[test]

@@ -319,7 +319,11 @@ fn job_name(prefix: &str, id: &str) -> std::sync::Arc<str> {
 /// The name of the lease of job `id` taken from the queue named `queue` (`queue <name>`, the
 /// take's target): `queue <name> job <id>`.
 pub(crate) fn lease_name(queue: &str, id: &[u8]) -> std::sync::Arc<str> {
-    joined(&[queue, " job ", &String::from_utf8_lossy(id)])
+    match std::str::from_utf8(id) {
+        // The usual case: a UTF-8 id read as it is (the lossy reading walks it in chunks).
+        Ok(id) => joined(&[queue, " job ", id]),
+        Err(_) => joined(&[queue, " job ", &String::from_utf8_lossy(id)]),
+    }
 }
 
 /// `parts` joined, put together on the stack when short, so that it costs one allocation.

@@ -126,7 +126,9 @@ fn unexpected(what: &str) -> Error {
 /// fails.
 #[derive(Debug)]
 pub struct TakeJob {
-    acquire: Acquire,
+    /// Boxed: the machine is large, and moves (into the driver, through its loop) then
+    /// copy a pointer.
+    acquire: Box<Acquire>,
 }
 
 impl TakeJob {
@@ -142,7 +144,7 @@ impl TakeJob {
     ) -> Result<Self, Error> {
         let spec = take(keys, token, settings)?;
         Ok(TakeJob {
-            acquire: Acquire::new(spec, options, seed, now)?,
+            acquire: Box::new(Acquire::new(spec, options, seed, now)?),
         })
     }
 }

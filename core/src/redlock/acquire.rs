@@ -3,14 +3,13 @@
 use std::time::{Duration, Instant};
 
 use crate::backoff::{SplitMix64, saturating_add};
-use crate::command::{Command, NodeId, Request, RequestId, RequestIds};
+use crate::command::{Command, Request, RequestIds};
 use crate::error::{Error, InvalidArgument};
 use crate::lease::{Lease, LeaseKind, LockKind, LockSpec, drift};
 use crate::protocol::{Batch, Outstanding, Protocol, Step, Wait};
 use crate::reply::{Reply, Response, TransportFailure};
-use crate::script::Exchange;
 
-use super::{Answer, MAX_NODES, RedLease, RedLockOptions, node_calls, poll_all};
+use super::{Answer, MAX_NODES, NodeRound, RedLease, RedLockOptions, release_command};
 
 #[derive(Debug)]
 enum State {
@@ -31,9 +30,9 @@ pub struct RedLockAcquire {
     deadline: Option<Instant>,
     rng: SplitMix64,
     ids: RequestIds,
-    exchanges: Vec<Exchange>,
-    /// The acquisition round: the request sent to each node and its answer.
-    round: Vec<(RequestId, Option<Result<Reply, TransportFailure>>)>,
+    /// The round in flight: the acquisition (`Trying`) or the release (`Releasing`) on
+    /// every node.
+    round: Option<NodeRound>,
     state: State,
     sent_at: Instant,
     attempts: u32,
@@ -80,8 +79,7 @@ impl RedLockAcquire {
         let mut machine = RedLockAcquire {
             outstanding: Outstanding::default(),
             deadline: options.wait.map(|w| saturating_add(now, w)),
-            exchanges: Vec::new(),
-            round: Vec::new(),
+            round: None,
             started: now,
             rng: SplitMix64::new(seed),
             ids: RequestIds::default(),
@@ -112,51 +110,35 @@ impl RedLockAcquire {
                 self.spec.token = token;
             }
         }
-        // The acquisition is a plain SET NX PX on every node: RedLock has no fence to issue,
-        // and a node whose reply is lost counts as failed (released everywhere afterwards), so
-        // no script is needed to recognise a retry.
-        self.round.clear();
+        self.round = None;
     }
 
-    /// The acquisition requests, one per node: one command, built once, copied to each.
-    fn acquisition_round(&mut self) -> Vec<Request> {
-        let key = self.spec.target.keys.first().map_or("", String::as_str);
+    /// The lock key.
+    fn key(&self) -> &str {
+        self.spec.target.keys.first().map_or("", String::as_str)
+    }
+
+    /// The acquisition on every node: one command, built once, copied to each. A plain
+    /// `SET NX PX`: RedLock has no fence to issue, and a node whose reply is lost counts as
+    /// failed (released everywhere afterwards), so no script is needed to recognise a retry.
+    fn acquisition_round(&self) -> NodeRound {
         let ttl_ms = u64::try_from(self.spec.ttl.as_millis()).unwrap_or(u64::MAX);
-        let mut set = Some(
-            Command::with_capacity("SET", 5)
-                .arg(key)
-                .arg(self.spec.token.as_str())
-                .arg("NX")
-                .arg("PX")
-                .int_arg(ttl_ms),
-        );
-        let nodes = self.options.nodes;
-        self.round.reserve(usize::from(nodes));
-        let mut requests = Vec::with_capacity(usize::from(nodes));
-        for i in 0..nodes {
-            let id = self.ids.next();
-            self.round.push((id, None));
-            // The last node takes the original.
-            let command = if i + 1 == nodes {
-                set.take()
-            } else {
-                set.clone()
-            };
-            if let Some(command) = command {
-                requests.push(Request {
-                    id,
-                    command: command.on(NodeId(i)),
-                });
-            }
-        }
-        requests
+        let set = Command::with_capacity("SET", 5)
+            .arg(self.key())
+            .arg(self.spec.token.as_str())
+            .arg("NX")
+            .arg("PX")
+            .int_arg(ttl_ms);
+        NodeRound::plain(set, self.options.nodes)
     }
 
     fn release_everywhere(&mut self, then: Result<(), Error>) {
-        self.exchanges = node_calls(&self.spec.calls.release, self.options.nodes);
-        for e in &mut self.exchanges {
-            e.start();
-        }
+        let release = release_command(self.key(), self.spec.token.as_str());
+        self.round = Some(NodeRound::script(
+            release,
+            &super::RELEASE,
+            self.options.nodes,
+        ));
         self.state = State::Releasing {
             then: Box::new(then),
         };
@@ -169,24 +151,26 @@ impl RedLockAcquire {
         ))
     }
 
-    fn decide(
-        &mut self,
-        answers: Vec<Result<Reply, TransportFailure>>,
-        now: Instant,
-    ) -> Option<Step<RedLease>> {
-        let answers: Vec<Answer> = answers
-            .iter()
-            .map(|a| match a {
+    fn decide(&mut self, round: &NodeRound, now: Instant) -> Option<Step<RedLease>> {
+        let (mut granted, mut busy, mut failed) = (0u16, 0u16, 0u16);
+        for answer in round.answers() {
+            let count = match answer {
                 Ok(Reply::Status(ok)) if ok == "OK" => Answer::Granted,
                 Ok(Reply::Nil) => Answer::Busy,
                 _ => Answer::Failed,
-            })
-            .collect();
-        let count = |want: Answer| answers.iter().filter(|a| **a == want).count() as u16;
-        let (granted, busy, failed) = (
-            count(Answer::Granted),
-            count(Answer::Busy),
-            count(Answer::Failed),
+            };
+            let n = match count {
+                Answer::Granted => &mut granted,
+                Answer::Busy => &mut busy,
+                Answer::Failed => &mut failed,
+            };
+            *n = n.saturating_add(1);
+        }
+        // A node that never answered (none: the round is done) counts as failed.
+        failed = failed.saturating_add(
+            self.options
+                .nodes
+                .saturating_sub(granted.saturating_add(busy).saturating_add(failed)),
         );
         let ttl = self.spec.ttl;
         let elapsed = now.saturating_duration_since(self.sent_at);
@@ -286,36 +270,35 @@ impl RedLockAcquire {
                     self.state = State::Trying;
                     self.start();
                 }
-                State::Trying => {
-                    if self.round.is_empty() {
+                State::Trying | State::Releasing { .. } => {
+                    if self.round.is_none() {
+                        // Trying, not yet sent (a release round is made with its state).
                         self.attempts += 1;
                         self.sent_at = now;
-                        let requests = self.acquisition_round();
+                        self.round = Some(self.acquisition_round());
+                    }
+                    let Some(round) = self.round.as_mut() else {
+                        return Step::Done(Err(Error::Finished));
+                    };
+                    if let Some(requests) = round.poll(&mut self.ids) {
                         return self.batch(requests, now);
                     }
-                    if self.round.iter().any(|(_, a)| a.is_none()) {
+                    if !round.is_done() {
                         return self.outstanding.step(now);
                     }
-                    let answers = std::mem::take(&mut self.round)
-                        .into_iter()
-                        .filter_map(|(_, a)| a)
-                        .collect();
-                    if let Some(step) = self.decide(answers, now) {
-                        return step;
+                    let Some(round) = self.round.take() else {
+                        return Step::Done(Err(Error::Finished));
+                    };
+                    match std::mem::replace(&mut self.state, State::Done) {
+                        State::Releasing { then } => return self.after_release(*then, now),
+                        _ => {
+                            self.state = State::Trying;
+                            if let Some(step) = self.decide(&round, now) {
+                                return step;
+                            }
+                        }
                     }
                 }
-                State::Releasing { .. } => match poll_all(&mut self.exchanges, &mut self.ids) {
-                    Err(Some(requests)) => return self.batch(requests, now),
-                    Err(None) => return self.outstanding.step(now),
-                    Ok(_) => {
-                        let State::Releasing { then } =
-                            std::mem::replace(&mut self.state, State::Done)
-                        else {
-                            return Step::Done(Err(Error::Finished));
-                        };
-                        return self.after_release(*then, now);
-                    }
-                },
             }
         }
     }
@@ -331,12 +314,8 @@ impl Protocol for RedLockAcquire {
     }
 
     fn handle(&mut self, input: Response, _now: Instant) {
-        if let Some((_, answer)) = self.round.iter_mut().find(|(id, _)| *id == input.id) {
-            *answer = Some(input.result);
-            return;
-        }
-        if let Some(e) = self.exchanges.iter_mut().find(|e| e.awaits(input.id)) {
-            e.handle(input);
+        if let Some(round) = &mut self.round {
+            round.handle(input);
         }
     }
 }

@@ -84,11 +84,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::command::{NodeId, Request, RequestIds};
+use crate::command::{Command, NodeId, Request, RequestId, RequestIds};
 use crate::error::Error;
 use crate::lease::Lease;
-use crate::reply::{Reply, TransportFailure};
-use crate::script::{Exchange, Progress, ScriptCall};
+use crate::reply::{Reply, Response, TransportFailure};
+use crate::script::Script;
 
 /// The most nodes one RedLock spans.
 pub const MAX_NODES: u16 = 64;
@@ -125,7 +125,9 @@ impl RedLockOptions {
 }
 
 /// A RedLock we hold: the lease (its calls name node 0; they are sent to every node) and the
-/// number of nodes.
+/// number of nodes. A [`QuorumOp`] extends it with the lease's extend call, and releases it
+/// with RedLock's own [`RELEASE`] (the lease's release call also announces the release,
+/// which no RedLock waiter listens for).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedLease {
     /// The lease. Its `fence` is meaningless across nodes (0) and `valid_until` is the
@@ -174,54 +176,160 @@ enum Answer {
     Failed,
 }
 
-fn node_calls(call: &ScriptCall, nodes: u16) -> Vec<Exchange> {
-    (0..nodes)
-        .map(|i| Exchange::new(call.clone().on(NodeId(i))))
-        .collect()
+/// `release.lua`: RedLock's release on one node, the lease lock's owner-checked delete
+/// without its release announcement (no RedLock waiter listens for one). Same replies as the
+/// lease release: `1` released, `0` gone (expired), `-1` another holder has it.
+pub static RELEASE: Script = crate::script!("redlock_release", [], include_str!("release.lua"));
+
+/// `EVALSHA` of [`RELEASE`] on `key` for `token`, for node 0.
+fn release_command(key: &str, token: &str) -> Command {
+    Command::with_capacity("EVALSHA", 4)
+        .arg(RELEASE.sha1)
+        .arg("1")
+        .arg(key)
+        .arg(token)
 }
 
-/// Polls every exchange (made by [`node_calls`]: one call, one exchange per node, so a
-/// command built for one node is copied for the others); returns the requests to send
-/// (`Err(Some)`), nothing yet (`Err(None)`), or every node's answer in node order once all
-/// are in.
-#[allow(clippy::type_complexity)]
-fn poll_all(
-    exchanges: &mut [Exchange],
-    ids: &mut RequestIds,
-) -> Result<Vec<Result<Reply, TransportFailure>>, Option<Vec<Request>>> {
-    let mut requests = Vec::new();
-    let mut answers: Vec<Option<Result<Reply, TransportFailure>>> =
-        Vec::with_capacity(exchanges.len());
-    let mut pending = false;
-    let mut built = None;
-    let exchanges_len = exchanges.len();
-    for e in exchanges.iter_mut() {
-        answers.push(match e.poll_sharing(ids, &mut built) {
-            Progress::Send(r) => {
-                if requests.is_empty() {
-                    requests.reserve_exact(exchanges_len);
-                }
-                requests.push(r);
-                None
-            }
-            Progress::Awaiting => {
-                pending = true;
-                None
-            }
-            Progress::Answered(a) => Some(a),
-            Progress::Idle => Some(Err(TransportFailure::not_sent("not started"))),
-        });
+/// Where one node's request of a [`NodeRound`] stands.
+#[derive(Debug)]
+enum NodeState {
+    Sent {
+        id: RequestId,
+        eval: bool,
+    },
+    /// Answered `NOSCRIPT` to the EVALSHA: to be sent again as EVAL.
+    Resend,
+    Answered(Result<Reply, TransportFailure>),
+}
+
+/// One command sent to every node in one batch, and each node's answer. The command is
+/// built once (for node 0) and copied to each node. A script's call goes out as `EVALSHA`;
+/// a node answering `NOSCRIPT` is asked again with `EVAL`, that node only.
+#[derive(Debug)]
+struct NodeRound {
+    /// The command, until it has been copied to every node (kept for a script round, whose
+    /// `EVAL` is built from it).
+    command: Option<Command>,
+    /// The script the command calls by its digest, if it is an `EVALSHA`.
+    script: Option<&'static Script>,
+    count: u16,
+    /// Each node's request, by node (empty until the round is sent).
+    nodes: Vec<NodeState>,
+}
+
+impl NodeRound {
+    /// `command` (a plain one) on nodes `0..count`.
+    fn plain(command: Command, count: u16) -> Self {
+        NodeRound {
+            command: Some(command),
+            script: None,
+            count,
+            nodes: Vec::new(),
+        }
     }
-    if !requests.is_empty() || pending {
-        // Answers taken by this poll stay with their exchange until every node answered.
-        for (e, a) in exchanges.iter_mut().zip(answers) {
-            if let Some(a) = a {
-                e.restore(a);
+
+    /// `command`, an `EVALSHA` of `script`, on nodes `0..count`.
+    fn script(command: Command, script: &'static Script, count: u16) -> Self {
+        NodeRound {
+            script: Some(script),
+            ..NodeRound::plain(command, count)
+        }
+    }
+
+    /// The requests to send now: every node's on the first poll, then those of the nodes
+    /// that answered `NOSCRIPT`; `None` when there is nothing to send.
+    fn poll(&mut self, ids: &mut RequestIds) -> Option<Vec<Request>> {
+        if self.nodes.is_empty() {
+            let count = self.count;
+            if count == 0 {
+                return None;
+            }
+            let mut requests = Vec::with_capacity(usize::from(count));
+            self.nodes.reserve_exact(usize::from(count));
+            for i in 0..count {
+                // A plain round's last node takes the original.
+                let command = if i + 1 == count && self.script.is_none() {
+                    self.command.take()
+                } else {
+                    self.command.clone()
+                };
+                let Some(command) = command else { break };
+                let id = ids.next();
+                self.nodes.push(NodeState::Sent { id, eval: false });
+                requests.push(Request {
+                    id,
+                    command: command.on(NodeId(i)),
+                });
+            }
+            return Some(requests);
+        }
+        if !self.nodes.iter().any(|n| matches!(n, NodeState::Resend)) {
+            return None;
+        }
+        let eval = self.eval()?;
+        let mut requests = Vec::new();
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            if matches!(node, NodeState::Resend) {
+                let id = ids.next();
+                *node = NodeState::Sent { id, eval: true };
+                let i = u16::try_from(i).unwrap_or(u16::MAX);
+                requests.push(Request {
+                    id,
+                    command: eval.clone().on(NodeId(i)),
+                });
             }
         }
-        return Err((!requests.is_empty()).then_some(requests));
+        Some(requests)
     }
-    Ok(answers.into_iter().flatten().collect())
+
+    /// The `EVAL` form of a script round's `EVALSHA`: the source in place of the digest.
+    fn eval(&self) -> Option<Command> {
+        let (command, script) = (self.command.as_ref()?, self.script?);
+        let args = command.args();
+        let mut eval = Command::with_capacity("EVAL", args.iter().count()).arg(script.source);
+        for arg in args.iter().skip(2) {
+            eval = eval.arg(arg);
+        }
+        Some(eval)
+    }
+
+    /// Takes the outcome of one of this round's requests (others are ignored).
+    fn handle(&mut self, input: Response) -> bool {
+        let Some(node) = self
+            .nodes
+            .iter_mut()
+            .find(|n| matches!(n, NodeState::Sent { id, .. } if *id == input.id))
+        else {
+            return false;
+        };
+        let NodeState::Sent { eval, .. } = *node else {
+            return false;
+        };
+        *node = match input.result {
+            Ok(Reply::Error(e)) if e.is("NOSCRIPT") && !eval && self.script.is_some() => {
+                NodeState::Resend
+            }
+            other => NodeState::Answered(other),
+        };
+        true
+    }
+
+    /// Whether every node has answered.
+    fn is_done(&self) -> bool {
+        self.nodes.len() == usize::from(self.count)
+            && self
+                .nodes
+                .iter()
+                .all(|n| matches!(n, NodeState::Answered(_)))
+    }
+
+    /// The answers, in node order (complete once [`is_done`](Self::is_done)).
+    fn answers(&self) -> impl Iterator<Item = &Result<Reply, TransportFailure>> {
+        self.nodes.iter().filter_map(|n| match n {
+            NodeState::Answered(a) => Some(a),
+            _ => None,
+        })
+    }
 }
 
 mod acquire;

@@ -6,10 +6,9 @@ use crate::backoff::saturating_add;
 use crate::command::RequestIds;
 use crate::error::{Error, LossReason};
 use crate::protocol::{Batch, Outstanding, Protocol, Step};
-use crate::reply::{Reply, Response, TransportFailure};
-use crate::script::Exchange;
+use crate::reply::{Reply, Response};
 
-use super::{RedLease, node_calls, poll_all};
+use super::{NodeRound, RedLease, release_command};
 
 /// What a quorum operation does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,12 +46,13 @@ pub struct QuorumOp {
     outstanding: Outstanding,
     action: QuorumAction,
     /// The lock's name (for errors).
-    name: String,
+    name: std::sync::Arc<str>,
     /// How many nodes the lock spans.
     nodes: u16,
     node_timeout: Duration,
     ids: RequestIds,
-    exchanges: Vec<Exchange>,
+    /// The call on every node.
+    round: NodeRound,
     sent_at: Option<Instant>,
     done: bool,
 }
@@ -64,59 +64,57 @@ impl QuorumOp {
         action: QuorumAction,
         node_timeout: Duration,
     ) -> Result<Self, Error> {
-        let call = match action {
-            QuorumAction::Release => red.lease.calls.release.clone(),
+        let round = match action {
+            // RedLock's own release: nobody listens for a RedLock release announcement.
+            QuorumAction::Release => {
+                let key = red.lease.target.keys.first().map_or("", String::as_str);
+                let release = release_command(key, red.lease.token.as_str());
+                NodeRound::script(release, &super::RELEASE, red.nodes)
+            }
             QuorumAction::Extend(ttl) => {
                 let ms = crate::lease::validate_ttl("ttl", ttl)?;
-                red.lease.calls.extend.clone().arg(ms.to_string())
+                let call = red.lease.calls.extend.clone().arg(ms.to_string());
+                NodeRound::script(call.evalsha(), call.script(), red.nodes)
             }
         };
-        let mut exchanges = node_calls(&call, red.nodes);
-        for e in &mut exchanges {
-            e.start();
-        }
         Ok(QuorumOp {
             outstanding: Outstanding::default(),
             action,
-            name: red.lease.target.name.to_string(),
+            name: red.lease.target.name.clone(),
             nodes: red.nodes,
             node_timeout,
             ids: RequestIds::default(),
-            exchanges,
+            round,
             sent_at: None,
             done: false,
         })
     }
 
-    fn decide(&self, answers: &[Result<Reply, TransportFailure>], now: Instant) -> QuorumOutcome {
-        let result = self.result(answers, now);
-        let code = |a: &Result<Reply, TransportFailure>| a.as_ref().ok().and_then(Reply::as_int);
-        let holding = answers.iter().filter(|a| code(a) == Some(1)).count() as u16;
-        let unknown = answers
-            .iter()
-            .filter(|a| !matches!(code(a), Some(-1..=1)))
-            .count() as u16;
+    fn decide(&self, now: Instant) -> QuorumOutcome {
+        // Each node's answer: 1 done (the key was ours), 0 gone, -1 another holder's;
+        // anything else (an error, no reply) leaves it unknown.
+        let (mut done, mut taken, mut known) = (0u16, 0u16, 0u16);
+        for answer in self.round.answers() {
+            match answer.as_ref().ok().and_then(Reply::as_int) {
+                Some(1) => done += 1,
+                Some(-1) => taken += 1,
+                Some(0) => {}
+                _ => continue,
+            }
+            known += 1;
+        }
+        let failed = self.nodes.saturating_sub(known);
         QuorumOutcome {
-            result,
-            holding,
-            lost: holding.saturating_add(unknown) < self.nodes / 2 + 1,
+            result: self.result(done, taken, failed, now),
+            holding: done,
+            lost: done.saturating_add(failed) < self.nodes / 2 + 1,
         }
     }
 
-    fn result(
-        &self,
-        answers: &[Result<Reply, TransportFailure>],
-        now: Instant,
-    ) -> Result<Instant, Error> {
-        let code = |a: &Result<Reply, TransportFailure>| a.as_ref().ok().and_then(Reply::as_int);
-        let done = answers.iter().filter(|a| code(a) == Some(1)).count() as u16;
-        let taken = answers.iter().filter(|a| code(a) == Some(-1)).count() as u16;
-        let failed = answers
-            .iter()
-            .filter(|a| !matches!(code(a), Some(-1..=1)))
-            .count() as u16;
+    /// The result, from how many nodes were done, held by another, and did not answer.
+    fn result(&self, done: u16, taken: u16, failed: u16, now: Instant) -> Result<Instant, Error> {
         // Cloned only for an error.
-        let name = || self.name.clone();
+        let name = || self.name.to_string();
         let quorum = self.nodes / 2 + 1;
         match self.action {
             QuorumAction::Release if done > 0 => Ok(now),
@@ -165,19 +163,17 @@ impl QuorumOp {
         if self.done {
             return Step::Done(Err(Error::Finished));
         }
-        match poll_all(&mut self.exchanges, &mut self.ids) {
-            Err(Some(requests)) => {
-                if self.sent_at.is_none() {
-                    self.sent_at = Some(now);
-                }
-                Step::Send(Batch::new(requests, saturating_add(now, self.node_timeout)))
+        if let Some(requests) = self.round.poll(&mut self.ids) {
+            if self.sent_at.is_none() {
+                self.sent_at = Some(now);
             }
-            Err(None) => self.outstanding.step(now),
-            Ok(answers) => {
-                self.done = true;
-                Step::Done(Ok(self.decide(&answers, now)))
-            }
+            return Step::Send(Batch::new(requests, saturating_add(now, self.node_timeout)));
         }
+        if !self.round.is_done() {
+            return self.outstanding.step(now);
+        }
+        self.done = true;
+        Step::Done(Ok(self.decide(now)))
     }
 }
 
@@ -191,8 +187,6 @@ impl Protocol for QuorumOp {
     }
 
     fn handle(&mut self, input: Response, _now: Instant) {
-        if let Some(e) = self.exchanges.iter_mut().find(|e| e.awaits(input.id)) {
-            e.handle(input);
-        }
+        self.round.handle(input);
     }
 }

@@ -105,7 +105,7 @@ mod acquisition {
         assert!(
             releases
                 .iter()
-                .all(|r| &r.command.args()[1] == crate::lease::scripts::RELEASE.sha1.as_bytes())
+                .all(|r| &r.command.args()[1] == super::super::RELEASE.sha1.as_bytes())
         );
         match m.poll(t0) {
             Step::Done(Err(Error::NoQuorum {
@@ -214,7 +214,20 @@ mod acquisition {
             ],
         );
         assert_eq!(sent.len(), 5);
-        let expected = spec().calls.release.evalsha();
+        let key = spec().target.keys[0].clone();
+        let token = spec().token.as_str().to_owned();
+        let expected = release_command(&key, &token);
+        assert_eq!(
+            expected.args().to_vec(),
+            [
+                b"EVALSHA".to_vec(),
+                RELEASE.sha1.as_bytes().to_vec(),
+                b"1".to_vec(),
+                key.clone().into_bytes(),
+                token.clone().into_bytes(),
+            ],
+            "RedLock's own release: key and token, no release channel"
+        );
         for (i, r) in sent.iter().enumerate() {
             assert_eq!(r.command.node(), NodeId(i as u16));
             assert_eq!(words(r), words(&sent[0]));
@@ -230,7 +243,13 @@ mod acquisition {
         assert_eq!(words(&again[0]), words(&again[1]));
         assert_eq!(
             again[0].command.args().to_vec(),
-            spec().calls.release.eval().args().to_vec()
+            [
+                b"EVAL".to_vec(),
+                RELEASE.source.as_bytes().to_vec(),
+                b"1".to_vec(),
+                key.into_bytes(),
+                token.into_bytes(),
+            ]
         );
         assert!(matches!(m.poll(t0), Step::Done(Err(Error::Timeout { .. }))));
     }
@@ -468,5 +487,20 @@ mod token_tests {
         }
         assert_ne!(tokens[0], tokens[1]);
         assert!(tokens[1].starts_with(&tokens[0]));
+    }
+}
+
+mod release_script {
+    use super::*;
+
+    #[test]
+    fn its_digest_matches_its_source_and_it_announces_nothing() {
+        let digest = sha1_smol::Sha1::from(RELEASE.source).digest().to_string();
+        assert_eq!(digest, RELEASE.sha1);
+        crate::script::tests::check_prelude(&RELEASE);
+        assert!(
+            !RELEASE.source.contains("PUBLISH'"),
+            "no RedLock waiter listens for a release"
+        );
     }
 }

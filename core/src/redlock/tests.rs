@@ -333,7 +333,7 @@ mod acquisition {
         let Step::Done(Ok(red)) = m.poll(t0) else {
             panic!()
         };
-        let key = red.lease.target.keys[0].clone();
+        let key = red.lease.target.keys.first().unwrap_or_default().to_owned();
         let token = red.lease.token.as_str().to_owned();
         let words = |r: &Request| -> Vec<String> {
             r.command

@@ -24,7 +24,8 @@
 # queue's push + take + ack, and a busy worker's push + ack_and_take (`queue_worker`, client
 # instructions only), with LPUSH + RPOP (the baselines issue 18 names); `redlock` (client
 # instructions only: one acquire + release over 5 redis-servers the bench binary starts) with
-# the single-node SET NX PX + EVAL cycle, as the `redlock5` bench.
+# the single-node SET NX PX + EVAL cycle, as the `redlock5` bench, and (`redlock_vs_raw5`)
+# with the raw cycle over the same five nodes (`redlock_raw`).
 # Environment: REDIS_SERVER (default: redis-server on PATH), N1/N2 (default 300/1300),
 # SERVER_CYCLES (default 20000), SERVER_N1/SERVER_N2 (default 200/1200).
 set -euo pipefail
@@ -107,7 +108,12 @@ if [[ $mode == all || $mode == instr ]]; then
         raw=${pair#*:}
         n=$(per_op "$scenario")
         echo "cpu $scenario instr_per_op=$n raw_instr_per_op=$raw ratio=$(ratio "$n" "$raw")"
+        [[ $scenario == redlock ]] && redlock=$n
     done
+    # RedLock against the raw cycle over the same five nodes (`redlock_raw`: SET NX PX to
+    # every node before any reply is read, then the compare-and-delete EVAL the same way).
+    raw5=$(per_op redlock_raw)
+    echo "cpu redlock_vs_raw5 instr_per_op=$redlock raw_instr_per_op=$raw5 ratio=$(ratio "$redlock" "$raw5")"
 fi
 
 # `field` of the `cycles` line of one native run of `scenario`, per cycle.

@@ -330,7 +330,8 @@ enum Cmp {
     Exact,
     /// An integer that is a remaining time (or negative: exact).
     Ms,
-    /// `{flag, x}`: flag equal; x a fence when flag is 1, a remaining time otherwise.
+    /// `{flag, x}`: flag equal; x a fence when flag is 1, a remaining time otherwise. A bare
+    /// integer (the lease acquire's grant) is a fence.
     Acquire,
     /// `{flag, x}`: flag equal; x a remaining time.
     Inspect,
@@ -429,6 +430,9 @@ fn same(
         Cmp::Exact => r == m,
         Cmp::Secs => exact.is_some_and(|e| same_secs(r, m, e, tolerance)),
         Cmp::Ms => close(r, m),
+        Cmp::Acquire if matches!((r, m), (Reply::Int(_), Reply::Int(_))) => {
+            matches!((r, m), (Reply::Int(x), Reply::Int(y)) if fences.same(*x, *y))
+        }
         Cmp::Acquire | Cmp::Inspect => match pair(r, m) {
             Some((a, b)) if a.len() == 2 && a[0] == b[0] => {
                 match (cmp, a[0].as_int(), a[1].as_int(), b[1].as_int()) {

@@ -665,22 +665,27 @@ fn foreign_counters_are_refused_before_anything_is_written() {
         (lease::WRITE_ACQUIRE.name, FENCE),
         (lease::REENTRANT_ACQUIRE.name, FENCE),
     ];
-    for (name, key) in cases {
+    // Not a number, and for the fence counters an integer too large for a fence (stored by
+    // Redis as an integer: the lease acquire on 7.0+ swaps the counter for the clock first,
+    // then puts it back).
+    let too_large = cases.into_iter().filter(|(_, key)| *key == FENCE);
+    let foreign = cases.into_iter().map(|c| (c, "abc"));
+    for ((name, key), foreign) in foreign.chain(too_large.map(|c| (c, "9007199254740991"))) {
         let row = rows.iter().find(|r| r.script.name == name).unwrap();
         let _: () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
         set_up(&mut conn, row.setup);
         let _: () = redis::cmd("SET")
             .arg(key)
-            .arg("abc")
+            .arg(foreign)
             .query(&mut conn)
             .unwrap();
         let before = snapshot(&mut conn, row.keys);
         let outcome = run(&mut conn, row);
-        assert!(outcome.is_err(), "{name}: {outcome:?}");
+        assert!(outcome.is_err(), "{name} ({foreign}): {outcome:?}");
         assert_eq!(
             before,
             snapshot(&mut conn, row.keys),
-            "{name}: changed a key"
+            "{name} ({foreign}): changed a key"
         );
     }
 }
@@ -932,6 +937,38 @@ fn cases() -> Vec<Case> {
                 (&["ZSCORE", UNDONE, "tok"], "*"),
                 (&["ZSCORE", UNDONE, "stale"], "nil"),
                 (&["PTTL", UNDONE], "~300000..600000"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::RELEASE,
+            what: "as an undo: a shorter expiry of the undone set is moved later",
+            keys: &[LOCK, UNDONE],
+            args: &["tok", CHANNEL, "600000"],
+            setup: &[
+                &["ZADD", UNDONE, FAR, "other"],
+                &["PEXPIRE", UNDONE, "1000"],
+            ],
+            reply: "0",
+            after: &[
+                (&["ZSCORE", UNDONE, "tok"], "*"),
+                (&["PTTL", UNDONE], "~300000..600000"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &lease::RELEASE,
+            what: "as an undo: a longer expiry of the undone set is kept",
+            keys: &[LOCK, UNDONE],
+            args: &["tok", CHANNEL, "600000"],
+            setup: &[
+                &["ZADD", UNDONE, FAR, "other"],
+                &["PEXPIRE", UNDONE, "900000"],
+            ],
+            reply: "0",
+            after: &[
+                (&["ZSCORE", UNDONE, "tok"], "*"),
+                (&["PTTL", UNDONE], "~700000..900000"),
             ],
             published: &[],
         },
@@ -1588,7 +1625,7 @@ fn cases() -> Vec<Case> {
             keys: SEM5,
             args: &["w", "30000", "5000", "2", "1"],
             setup: &[],
-            reply: "[1,0]",
+            reply: "0",
             after: &[(&["GET", PERMITS], "2"), (&["ZSCORE", HOLDERS, "w"], "*")],
             published: &[],
         },
@@ -1621,7 +1658,7 @@ fn cases() -> Vec<Case> {
             keys: SEM5,
             args: &["w", "30000", "5000", "2", "1"],
             setup: &[&["SET", PERMITS, "2"]],
-            reply: "[1,0]",
+            reply: "0",
             after: &[(&["PTTL", HOLDERS], "~15000..30000")],
             published: &[],
         },
@@ -1635,7 +1672,7 @@ fn cases() -> Vec<Case> {
                 &["PEXPIRE", HOLDERS, "60000"],
                 &["SET", PERMITS, "2"],
             ],
-            reply: "[1,0]",
+            reply: "0",
             after: &[
                 (&["ZCARD", HOLDERS], "2"),
                 (&["PTTL", HOLDERS], "~30000..60000"),
@@ -1648,7 +1685,7 @@ fn cases() -> Vec<Case> {
             keys: SEM5,
             args: &["w", "30000", "5000", "2", "1"],
             setup: &[&["ZADD", HOLDERS, PAST, "a"], &["SET", PERMITS, "1"]],
-            reply: "[1,0]",
+            reply: "0",
             after: &[(&["ZRANGE", HOLDERS, "0", "-1"], "[w]")],
             published: &[],
         },
@@ -1676,7 +1713,7 @@ fn cases() -> Vec<Case> {
                 &["RPUSH", WAITERS, "w", "x"],
                 &["ZADD", WAIT_TIMES, FAR, "w", FAR, "x"],
             ],
-            reply: "[1,0]",
+            reply: "0",
             after: &[
                 (&["LRANGE", WAITERS, "0", "-1"], "[x]"),
                 (&["ZSCORE", WAIT_TIMES, "w"], "nil"),
@@ -1694,7 +1731,7 @@ fn cases() -> Vec<Case> {
                 &["RPUSH", WAITERS, "dead", "w"],
                 &["ZADD", WAIT_TIMES, PAST, "dead", FAR, "w"],
             ],
-            reply: "[1,0]",
+            reply: "0",
             after: &[(&["EXISTS", WAITERS], "0"), (&["EXISTS", WAIT_TIMES], "0")],
             published: &[],
         },
@@ -1704,7 +1741,7 @@ fn cases() -> Vec<Case> {
             keys: SEM5,
             args: &["a", "30000", "5000", "2", "1"],
             setup: ONE_PERMIT_HELD,
-            reply: "[1,0]",
+            reply: "0",
             after: &[(&["ZCARD", HOLDERS], "1")],
             published: &[],
         },

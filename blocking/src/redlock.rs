@@ -299,6 +299,19 @@ impl RedLock {
         crate::backend::drive(&route, machine)
     }
 
+    /// [`run`](Self::run), leaving the machine to the caller (to read what it found besides
+    /// its output).
+    fn run_mut<P: Protocol>(&self, machine: &mut P) -> Result<P::Output, Error> {
+        let route = Route {
+            checked: false,
+            ..Route::new(&self.inner.nodes, &self.inner.time)
+        };
+        let mut out = [None];
+        crate::backend::drive_set(&route, std::slice::from_mut(machine), &mut out, &mut None);
+        let [out] = out;
+        out.unwrap_or(Err(Error::Driver("the machine never finished")))
+    }
+
     fn now(&self) -> Instant {
         self.inner.time.now()
     }
@@ -454,12 +467,31 @@ impl RedLockGuard {
     }
 
     fn release_inner(&self) -> Result<(), Error> {
-        let op = QuorumOp::new(
+        let mut op = QuorumOp::new(
             &self.red,
             QuorumAction::Release,
             self.client.inner.node_timeout,
         )?;
-        let out = self.client.run(op).and_then(|o| o.result).map(|_| ());
+        let nodes = &self.client.inner.nodes;
+        // Each node's native compare-and-delete, where its server has one (learnt when its
+        // connections were set up): cheaper for it than the release script.
+        let native = |n: &Node| match n {
+            Node::Redis(t) => t.server_kind().and_then(|k| k.compare_and_delete()),
+            #[cfg(feature = "memory")]
+            Node::Memory { .. } => None,
+        };
+        if nodes.iter().any(|n| native(n).is_some()) {
+            let kinds: Vec<_> = nodes.iter().map(native).collect();
+            op = op.with_native_release(&kinds);
+        }
+        let out = self.client.run_mut(&mut op);
+        for n in op.native_refused() {
+            // Refused (no right to it, or not the server it seemed): the script from now on.
+            if let Some(Node::Redis(t)) = nodes.get(usize::from(n)) {
+                t.forget_server_kind();
+            }
+        }
+        let out = out.and_then(|o| o.result).map(|_| ());
         crate::observe::released_as(&self.red.lease.target.name, "redlock", &out);
         out
     }

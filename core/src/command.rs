@@ -174,13 +174,23 @@ impl Command {
 fn decimal(n: i128, buf: &mut [u8; 40]) -> &[u8] {
     let mut v = n.unsigned_abs();
     let mut at = buf.len();
-    loop {
+    // 128-bit division is a library call per digit: the usual numbers (counts, ttls,
+    // lengths) take the 64-bit loop.
+    if let Ok(mut small) = u64::try_from(v) {
+        loop {
+            at -= 1;
+            buf[at] = b'0' + (small % 10) as u8;
+            small /= 10;
+            if small == 0 {
+                break;
+            }
+        }
+        v = 0;
+    }
+    while v != 0 || at == buf.len() {
         at -= 1;
         buf[at] = b'0' + (v % 10) as u8;
         v /= 10;
-        if v == 0 {
-            break;
-        }
     }
     if n < 0 {
         at -= 1;

@@ -548,9 +548,9 @@ impl ScriptCall {
     /// Item `i` (a key, then the arguments), the bound values in their slots.
     fn item(&self, i: usize) -> &[u8] {
         match (&self.token, &self.subject, &self.prior) {
-            (Some(token), _, _) if self.slot() == Some(i) => token.as_str().as_bytes(),
+            (Some(token), _, _) if self.slot() == Some(i) => token.as_bytes(),
             (_, Some(subject), _) if self.subject_slot() == Some(i) => subject,
-            (_, _, Some(prior)) if self.prior_slot() == Some(i) => prior.as_str().as_bytes(),
+            (_, _, Some(prior)) if self.prior_slot() == Some(i) => prior.as_bytes(),
             _ => self.parts.item(i),
         }
     }
@@ -730,9 +730,9 @@ impl ScriptCall {
     fn command(&self, verb: &str, body: &str) -> Command {
         let parts = &*self.parts;
         let len = self.len();
-        let token = self.token.as_ref().map_or(0, |t| t.as_str().len());
+        let token = self.token.as_ref().map_or(0, |t| t.as_bytes().len());
         let subject = self.subject.as_ref().map_or(0, |s| s.len());
-        let prior = self.prior.as_ref().map_or(0, |t| t.as_str().len());
+        let prior = self.prior.as_ref().map_or(0, |t| t.as_bytes().len());
         let shared = if len == 0 { 0 } else { parts.ends[len - 1] };
         let bytes = body.len() + 4 + shared + token + subject + prior;
         let mut cmd = Command::with_bytes(verb, 2 + 3, bytes)
@@ -740,7 +740,7 @@ impl ScriptCall {
             .int_arg(parts.keys as u64)
             .on(self.node);
         fn token_bytes(t: &Token) -> &[u8] {
-            t.as_str().as_bytes()
+            t.as_bytes()
         }
         // The bound slots in item order; the items between them are copied framed, one run
         // at a time.
@@ -1295,6 +1295,10 @@ mod owner_arg_tests {
         }
         assert_eq!(cmd.framed(), framed.as_slice());
         assert_eq!(call.eval().args().len(), want.len());
+        // A token longer than a random one (kept apart from the short, inline ones).
+        let long_token = Token::new("t".repeat(40)).unwrap();
+        let cmd = call.with_token(&long_token).evalsha();
+        assert_eq!(cmd.args().last(), Some("t".repeat(40).as_bytes()));
     }
 
     #[test]

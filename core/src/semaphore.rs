@@ -9,7 +9,7 @@
 //! [`read`] and [`set_permits`].
 //!
 //! ```text
-//!   Acquire ──EVALSHA permit_acquire──► Sent ──{1,0}──► Done(Acquired(permit, fence 0))
+//!   Acquire ──EVALSHA permit_acquire──► Sent ────0────► Done(Acquired(permit, fence 0))
 //!      ▲                                  │                  │ ScriptOp<Extend> (watchdog)
 //!      │                          {0,ms}: │ full; we joined  ▼
 //!      │                          the line (waiters, FIFO)  ScriptOp<Release>

@@ -720,18 +720,17 @@ impl World {
                 });
             if is_attempt && let Some(acq) = r.acq {
                 self.history.acqs[acq].attempts.push(self.now);
-                let granted = reply
-                    .as_array()
-                    .and_then(|a| a.first())
-                    .and_then(Reply::as_int)
-                    == Some(1);
-                if granted {
-                    let fence = reply
+                // A grant is `{1, fence}`, or the bare fence (the lease lock's and the
+                // permit's acquire scripts).
+                let fence = match &reply {
+                    Reply::Int(f) => Some(*f),
+                    _ => reply
                         .as_array()
-                        .and_then(|a| a.get(1))
-                        .and_then(Reply::as_int)
-                        .and_then(|f| u64::try_from(f).ok())
-                        .unwrap_or(0);
+                        .filter(|a| a.first().and_then(Reply::as_int) == Some(1))
+                        .map(|a| a.get(1).and_then(Reply::as_int).unwrap_or(0)),
+                };
+                if let Some(fence) = fence {
+                    let fence = u64::try_from(fence).unwrap_or(0);
                     self.history.acqs[acq].grants.push((self.now, fence));
                 }
             }

@@ -148,6 +148,15 @@ impl Token {
             TokenText::Long(text) => text,
         }
     }
+
+    /// The token as bytes (what a call sends), without [`as_str`](Self::as_str)'s UTF-8
+    /// check.
+    pub fn as_bytes(&self) -> &[u8] {
+        match &*self.0 {
+            TokenText::Short { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(bytes),
+            TokenText::Long(text) => text.as_bytes(),
+        }
+    }
 }
 
 impl std::fmt::Debug for Token {

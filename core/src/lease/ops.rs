@@ -42,6 +42,18 @@ pub trait OpKind {
         sent_at: Instant,
         lost_in_time: bool,
     ) -> Option<Result<Self::Output, Error>>;
+
+    /// [`decide`](Self::decide) on a reply the operation may keep parts of (moving its bulk
+    /// strings out rather than copying them); `Err` hands back a reply it does not
+    /// understand (`decide`'s `None`), for the error that names it.
+    fn decide_owned(
+        &self,
+        reply: Reply,
+        sent_at: Instant,
+        lost_in_time: bool,
+    ) -> Result<Result<Self::Output, Error>, Reply> {
+        self.decide(&reply, sent_at, lost_in_time).ok_or(reply)
+    }
 }
 
 /// Release: end the hold if it is still ours, and announce it.
@@ -352,8 +364,8 @@ impl<K: OpKind> ScriptOp<K> {
                 let sent_at = self.sent_at.unwrap_or(now);
                 let outcome = self
                     .kind
-                    .decide(&reply, sent_at, self.lost_in_time)
-                    .unwrap_or_else(|| {
+                    .decide_owned(reply, sent_at, self.lost_in_time)
+                    .unwrap_or_else(|reply| {
                         Err(Error::UnexpectedReply {
                             context: K::CONTEXT,
                             reply: reply.describe(),

@@ -3,8 +3,9 @@
 //!
 //! Reply conventions shared by all kinds, so that one acquisition machine and one
 //! owner-checked operation machine serve them all:
-//! - acquire: `{1, fence}` held (`lua/acquire.lua`: the bare fence, an integer reply being
-//!   cheaper for the server than a table), `{0, pttl}` busy (`pttl` -2 when unknown);
+//! - acquire: `{1, fence}` held (`lua/acquire.lua` and `lua/permit_acquire.lua`: the bare
+//!   fence, 0 for a permit, an integer reply being cheaper for the server than a table),
+//!   `{0, pttl}` busy (`pttl` -2 when unknown);
 //! - release and extend: `1` done, `0` gone (expired), `-1` another holder has it;
 //! - inspect: `{1, ms left}` ours, `{0, -2}` gone, `{-1, ms left}` another's.
 

@@ -81,7 +81,7 @@ impl OpKind for AckTakeCall {
         };
         let next = match rest {
             [Reply::Int(delivery), Reply::Bulk(id), Reply::Bulk(payload)] if *delivery >= 1 => {
-                match self.job(id, *delivery as u64, payload, sent_at) {
+                match self.job(id.clone(), *delivery as u64, payload.clone(), sent_at) {
                     Ok(job) => Take::Taken(Box::new(job)),
                     Err(e) => return Some(Err(e)),
                 }
@@ -92,6 +92,41 @@ impl OpKind for AckTakeCall {
             _ => return None,
         };
         Some(Ok(AckedAndTaken { ack, next }))
+    }
+
+    /// The reply of a handed-over job read by value: its id and payload moved into the job,
+    /// not copied. Any other reply is read by [`decide`](OpKind::decide).
+    fn decide_owned(
+        &self,
+        reply: Reply,
+        sent_at: Instant,
+        lost_in_time: bool,
+    ) -> Result<Result<AckedAndTaken, Error>, Reply> {
+        let mut items = match reply {
+            Reply::Array(items) => items,
+            other => return Err(other),
+        };
+        if let [
+            Reply::Int(ack @ -1..=1),
+            Reply::Int(delivery @ 1..),
+            Reply::Bulk(id),
+            Reply::Bulk(payload),
+        ] = items.as_mut_slice()
+        {
+            let ack = match *ack {
+                1 => Ok(()),
+                0 => Err(self.not_owner(LossReason::Expired)),
+                _ => Err(self.not_owner(LossReason::Taken)),
+            };
+            let (id, payload) = (std::mem::take(id), std::mem::take(payload));
+            let job = self.job(id, *delivery as u64, payload, sent_at);
+            return Ok(job.map(|job| AckedAndTaken {
+                ack,
+                next: Take::Taken(Box::new(job)),
+            }));
+        }
+        let reply = Reply::Array(items);
+        self.decide(&reply, sent_at, lost_in_time).ok_or(reply)
     }
 }
 
@@ -106,12 +141,12 @@ impl AckTakeCall {
     /// The job handed to the next token, on the lease a take would have made.
     fn job(
         &self,
-        id: &[u8],
+        id: Vec<u8>,
         delivery: u64,
-        payload: &[u8],
+        payload: Vec<u8>,
         sent_at: Instant,
     ) -> Result<TakenJob, Error> {
-        let Ok(text) = std::str::from_utf8(id) else {
+        let Ok(text) = String::from_utf8(id) else {
             return Err(Error::UnexpectedReply {
                 context: "queue take",
                 reply: "a job id that is not UTF-8".into(),
@@ -120,12 +155,12 @@ impl AckTakeCall {
         let spec = &self.bound.take;
         // The take spec's calls, bound to the next token and this job's id (both in slots:
         // nothing is copied).
-        let subject = Arc::new(id.to_vec());
+        let subject = Arc::new(text.as_bytes().to_vec());
         let bind = |call: &ScriptCall| call.clone().with_token(&self.token).with_subject(&subject);
         let lease = Lease {
             kind: LeaseKind::Job,
             target: Target {
-                name: job_name(&self.bound.job_name, text),
+                name: job_name(&self.bound.job_name, &text),
                 keys: spec.target.keys.clone(),
             },
             token: self.token.clone(),
@@ -142,8 +177,8 @@ impl AckTakeCall {
             data: Vec::new(),
         };
         Ok(TakenJob {
-            id: text.to_owned(),
-            payload: payload.to_vec(),
+            id: text,
+            payload,
             delivery,
             lease,
         })

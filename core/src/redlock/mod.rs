@@ -86,7 +86,7 @@ use std::time::{Duration, Instant};
 
 use crate::command::{Command, NodeId, Request, RequestId, RequestIds};
 use crate::error::Error;
-use crate::lease::Lease;
+use crate::lease::{Lease, NativeDelete};
 use crate::reply::{Reply, Response, TransportFailure};
 use crate::script::Script;
 
@@ -190,21 +190,51 @@ fn release_command(key: &str, token: &str) -> Command {
         .arg(token)
 }
 
+/// The native compare-and-delete `how` of `key` for `token`.
+fn native_delete(how: NativeDelete, key: &[u8], token: &[u8]) -> Command {
+    match how {
+        NativeDelete::DelIfEq => Command::with_capacity("DELIFEQ", 2).arg(key).arg(token),
+        NativeDelete::DelExIfEq => Command::with_capacity("DELEX", 3)
+            .arg(key)
+            .arg("IFEQ")
+            .arg(token),
+    }
+}
+
+/// In which form a node is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// The round's command (for a script round, its `EVALSHA`).
+    Given,
+    /// The script's `EVAL` (after a `NOSCRIPT`).
+    Eval,
+    /// The node's native compare-and-delete, instead of the release script.
+    Native,
+}
+
 /// Where one node's request of a [`NodeRound`] stands.
 #[derive(Debug)]
 enum NodeState {
     Sent {
         id: RequestId,
-        eval: bool,
+        form: Form,
     },
-    /// Answered `NOSCRIPT` to the EVALSHA: to be sent again as EVAL.
-    Resend,
+    /// To be asked again in this form: the script by its digest after a native delete that
+    /// did not delete (`0`: gone or another's, the script says which) or was refused, by
+    /// its source after `NOSCRIPT`.
+    Resend(Form),
     Answered(Result<Reply, TransportFailure>),
 }
 
 /// One command sent to every node in one batch, and each node's answer. The command is
 /// built once (for node 0) and copied to each node. A script's call goes out as `EVALSHA`;
 /// a node answering `NOSCRIPT` is asked again with `EVAL`, that node only.
+///
+/// A release round may ask some nodes with their native compare-and-delete instead
+/// ([`with_native`](Self::with_native)): `1` is the script's `1` (released); a `0` cannot
+/// tell a key gone from another holder's, and an error reply means the node refused it, so
+/// either way that node is then asked with the script, which changes nothing on a key that
+/// is not ours and says which it was.
 #[derive(Debug)]
 struct NodeRound {
     /// The command, until it has been copied to every node (kept for a script round, whose
@@ -215,6 +245,10 @@ struct NodeRound {
     count: u16,
     /// Each node's request, by node (empty until the round is sent).
     nodes: Vec<NodeState>,
+    /// Per node, the native command to ask it with first (empty: none).
+    native: Vec<Option<Command>>,
+    /// The nodes (bit `n` for node `n`) that refused their native command.
+    refused: u64,
 }
 
 impl NodeRound {
@@ -225,6 +259,8 @@ impl NodeRound {
             script: None,
             count,
             nodes: Vec::new(),
+            native: Vec::new(),
+            refused: 0,
         }
     }
 
@@ -236,8 +272,31 @@ impl NodeRound {
         }
     }
 
+    /// This release round (of [`release_command`]: `EVALSHA sha 1 key token`), asking node
+    /// `n` with its native compare-and-delete `native[n]` where it has one (see
+    /// [`NodeRound`]). Unchanged once sent.
+    fn with_native(mut self, native: &[Option<NativeDelete>]) -> Self {
+        let Some(command) = self.command.as_ref().filter(|_| self.nodes.is_empty()) else {
+            return self;
+        };
+        let args = command.args();
+        let (Some(key), Some(token)) = (args.get(3), args.get(4)) else {
+            return self;
+        };
+        if self.script.is_some_and(|s| std::ptr::eq(s, &RELEASE))
+            && native.iter().any(Option::is_some)
+        {
+            self.native = native
+                .iter()
+                .take(usize::from(self.count))
+                .map(|how| how.map(|how| native_delete(how, key, token)))
+                .collect();
+        }
+        self
+    }
+
     /// The requests to send now: every node's on the first poll, then those of the nodes
-    /// that answered `NOSCRIPT`; `None` when there is nothing to send.
+    /// to ask again; `None` when there is nothing to send.
     fn poll(&mut self, ids: &mut RequestIds) -> Option<Vec<Request>> {
         if self.nodes.is_empty() {
             let count = self.count;
@@ -247,37 +306,60 @@ impl NodeRound {
             let mut requests = Vec::with_capacity(usize::from(count));
             self.nodes.reserve_exact(usize::from(count));
             for i in 0..count {
-                // A plain round's last node takes the original.
-                let command = if i + 1 == count && self.script.is_none() {
-                    self.command.take()
-                } else {
-                    self.command.clone()
+                let native = self.native.get_mut(usize::from(i)).and_then(Option::take);
+                let (command, form) = match native {
+                    Some(native) => (Some(native), Form::Native),
+                    // A plain round's last node takes the original.
+                    None if i + 1 == count && self.script.is_none() => {
+                        (self.command.take(), Form::Given)
+                    }
+                    None => (self.command.clone(), Form::Given),
                 };
                 let Some(command) = command else { break };
                 let id = ids.next();
-                self.nodes.push(NodeState::Sent { id, eval: false });
+                self.nodes.push(NodeState::Sent { id, form });
                 requests.push(Request {
                     id,
                     command: command.on(NodeId(i)),
                 });
             }
+            self.native = Vec::new();
             return Some(requests);
         }
-        if !self.nodes.iter().any(|n| matches!(n, NodeState::Resend)) {
+        if !self.nodes.iter().any(|n| matches!(n, NodeState::Resend(_))) {
             return None;
         }
-        let eval = self.eval()?;
+        let eval = if self
+            .nodes
+            .iter()
+            .any(|n| matches!(n, NodeState::Resend(Form::Eval)))
+        {
+            self.eval()
+        } else {
+            None
+        };
         let mut requests = Vec::new();
         for (i, node) in self.nodes.iter_mut().enumerate() {
-            if matches!(node, NodeState::Resend) {
-                let id = ids.next();
-                *node = NodeState::Sent { id, eval: true };
-                let i = u16::try_from(i).unwrap_or(u16::MAX);
-                requests.push(Request {
-                    id,
-                    command: eval.clone().on(NodeId(i)),
-                });
-            }
+            let NodeState::Resend(form) = *node else {
+                continue;
+            };
+            let command = match form {
+                Form::Eval => eval.clone(),
+                _ => self.command.clone(),
+            };
+            let i = u16::try_from(i).unwrap_or(u16::MAX);
+            let id = ids.next();
+            *node = match command {
+                Some(command) => {
+                    requests.push(Request {
+                        id,
+                        command: command.on(NodeId(i)),
+                    });
+                    NodeState::Sent { id, form }
+                }
+                // Nothing to ask with (cannot happen: only a script round asks again).
+                None => NodeState::Answered(Err(TransportFailure::not_sent("no command"))),
+            };
         }
         Some(requests)
     }
@@ -295,23 +377,39 @@ impl NodeRound {
 
     /// Takes the outcome of one of this round's requests (others are ignored).
     fn handle(&mut self, input: Response) -> bool {
-        let Some(node) = self
+        let Some((n, node)) = self
             .nodes
             .iter_mut()
-            .find(|n| matches!(n, NodeState::Sent { id, .. } if *id == input.id))
+            .enumerate()
+            .find(|(_, s)| matches!(s, NodeState::Sent { id, .. } if *id == input.id))
         else {
             return false;
         };
-        let NodeState::Sent { eval, .. } = *node else {
+        let NodeState::Sent { form, .. } = *node else {
             return false;
         };
-        *node = match input.result {
-            Ok(Reply::Error(e)) if e.is("NOSCRIPT") && !eval && self.script.is_some() => {
-                NodeState::Resend
+        *node = match (form, input.result) {
+            (Form::Given, Ok(Reply::Error(e))) if e.is("NOSCRIPT") && self.script.is_some() => {
+                NodeState::Resend(Form::Eval)
             }
-            other => NodeState::Answered(other),
+            (Form::Native, Ok(Reply::Int(1))) => NodeState::Answered(Ok(Reply::Int(1))),
+            (Form::Native, Ok(Reply::Int(0))) => NodeState::Resend(Form::Given),
+            // Refused (no such command, no right to it) or not understood: the script
+            // decides, and the driver stops choosing the native command there.
+            (Form::Native, Ok(_)) => {
+                if n < 64 {
+                    self.refused |= 1 << n;
+                }
+                NodeState::Resend(Form::Given)
+            }
+            (_, other) => NodeState::Answered(other),
         };
         true
+    }
+
+    /// The nodes that refused their native command, in node order.
+    fn refused(&self) -> impl Iterator<Item = u16> + '_ {
+        (0..self.count.min(64)).filter(|n| self.refused & (1 << n) != 0)
     }
 
     /// Whether every node has answered.

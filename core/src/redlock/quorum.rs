@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use crate::backoff::saturating_add;
 use crate::command::RequestIds;
 use crate::error::{Error, LossReason};
+use crate::lease::NativeDelete;
 use crate::protocol::{Batch, Outstanding, Protocol, Step};
 use crate::reply::{Reply, Response};
 
@@ -88,6 +89,26 @@ impl QuorumOp {
             sent_at: None,
             done: false,
         })
+    }
+
+    /// A release that asks each node `n` for which `native[n]` names its native
+    /// compare-and-delete (Valkey 9.0+ `DELIFEQ`, Redis 8.4+ `DELEX ... IFEQ`; a driver learns
+    /// them from the nodes) with that command instead of the release script: cheaper for
+    /// the node, with the same outcomes (a node where it deletes nothing, or that refuses
+    /// it, is then asked with the script, which says whether the key was gone or another
+    /// holder's). No change to an extension, or to an operation already sent.
+    pub fn with_native_release(mut self, native: &[Option<NativeDelete>]) -> Self {
+        if self.action == QuorumAction::Release {
+            self.round = self.round.with_native(native);
+        }
+        self
+    }
+
+    /// The nodes that refused their native compare-and-delete (an error reply, such as an
+    /// unknown command or a `NOPERM`), in node order: a driver should stop choosing it for
+    /// them.
+    pub fn native_refused(&self) -> impl Iterator<Item = u16> + '_ {
+        self.round.refused()
     }
 
     fn decide(&self, now: Instant) -> QuorumOutcome {

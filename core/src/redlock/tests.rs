@@ -320,6 +320,85 @@ mod acquisition {
         ));
     }
 
+    /// A release with native compare-and-deletes on some nodes: those nodes get theirs
+    /// (`DELIFEQ` on Valkey, `DELEX ... IFEQ` on Redis 8.4) in the same batch as the
+    /// others' script; a `0` (gone, or another's) or a refusal sends the script to that node
+    /// only, and the outcome counts as the script's would. A refusal is reported.
+    #[test]
+    fn a_release_uses_native_deletes_where_given_and_the_script_where_they_cannot_say() {
+        use crate::lease::NativeDelete::{DelExIfEq, DelIfEq};
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &vec![granted(); 5]);
+        let Step::Done(Ok(red)) = m.poll(t0) else {
+            panic!()
+        };
+        let key = red.lease.target.keys.first().unwrap_or_default().to_owned();
+        let token = red.lease.token.as_str().to_owned();
+        let words = |r: &Request| -> Vec<String> {
+            r.command
+                .args()
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        };
+        let native = [None, Some(DelIfEq), Some(DelIfEq), Some(DelExIfEq), None];
+        let mut rel = QuorumOp::new(&red, QuorumAction::Release, Duration::from_millis(50))
+            .unwrap()
+            .with_native_release(&native);
+        let ok = Ok(Reply::Int(1));
+        let refused = Ok(Reply::Error(ErrorReply::new(
+            "ERR",
+            "unknown command 'DELIFEQ'",
+        )));
+        let sent = round(
+            &mut rel,
+            t0,
+            &[
+                ok.clone(),
+                ok.clone(),
+                refused,
+                Ok(Reply::Int(0)),
+                ok.clone(),
+            ],
+        );
+        let first: Vec<Vec<String>> = sent.iter().map(words).collect();
+        let script = words(&Request {
+            id: sent[0].id,
+            command: release_command(&key, &token),
+        });
+        assert_eq!(first[0], script);
+        assert_eq!(first[1], ["DELIFEQ", key.as_str(), token.as_str()]);
+        assert_eq!(first[2], ["DELIFEQ", key.as_str(), token.as_str()]);
+        assert_eq!(first[3], ["DELEX", key.as_str(), "IFEQ", token.as_str()]);
+        assert_eq!(first[4], script);
+        // Node 2 refused, node 3 deleted nothing: the script asks both, nothing else.
+        let again = round(
+            &mut rel,
+            t0,
+            &[ok.clone(), ok.clone(), ok, Ok(Reply::Int(-1)), down()],
+        );
+        let nodes: Vec<u16> = again.iter().map(|r| r.command.node().0).collect();
+        assert_eq!(nodes, [2, 3]);
+        assert!(again.iter().all(|r| words(r) == script));
+        assert_eq!(rel.native_refused().collect::<Vec<_>>(), [2]);
+        let outcome = rel.poll(t0).outcome();
+        assert!(outcome.result.is_ok());
+        assert_eq!(
+            (outcome.holding, outcome.lost),
+            (4, false),
+            "node 3 was another's"
+        );
+
+        // An extension ignores it; nodes without a native command keep the script.
+        let ext = QuorumOp::new(&red, QuorumAction::Extend(TTL), Duration::from_millis(50))
+            .unwrap()
+            .with_native_release(&native);
+        let mut ext = ext;
+        let sent = round(&mut ext, t0, &vec![Ok(Reply::Int(1)); 5]);
+        assert!(sent.iter().all(|r| r.command.name() == "EVALSHA"));
+    }
+
     #[test]
     fn bad_options_are_refused() {
         let t0 = origin();

@@ -13,7 +13,9 @@
 -- Nothing is changed unless the lock is granted: a wrong type in any key, a foreign counter
 -- or an undone acquisition leave every key as it was.
 -- The hottest script: the prelude's undone, fence_counter and issue_fence steps are spelled
--- out here (a helper costs a closure per call), with one TIME at most.
+-- out here (a helper costs a closure per call), with one TIME at most. On 7.0+ a fresh grant
+-- makes four calls: SET NX GET (lock), ZSCORE (undone), TIME, SET GET (the counter, swapped
+-- for the clock's digits and read in one call: the clock is almost always ahead of it).
 local holder, last, undone
 local set_get = redis.REDIS_VERSION_NUM ~= nil
 if set_get then
@@ -26,8 +28,12 @@ if set_get then
     return {0, redis.call('PTTL', KEYS[1])}
   end
   -- (A reply of redis.pcall is an error when it has an `err` field: a string's is nil.)
-  last = redis.pcall('GET', KEYS[2])
-  local failed = last and last.err and last
+  -- A retry reads the counter here; a fresh grant swaps it below.
+  local failed
+  if holder then
+    last = redis.pcall('GET', KEYS[2])
+    failed = last and last.err and last
+  end
   if not failed then
     undone = redis.pcall('ZSCORE', KEYS[3], ARGV[1])
     failed = undone and undone.err and undone
@@ -61,10 +67,26 @@ if undone and tonumber(undone) > t[1] * 1000 + math.floor(t[2] / 1000) then
   end
   return {0, -2}
 end
+-- A fresh grant on 7.0+: the counter gets the clock's digits (seconds, then microseconds
+-- padded to 6) and its value before (a wrong type fails before it writes); it is put back
+-- below if it was foreign, raised to counter + 1 if it was at or above the clock.
+local swapped, clock
+if set_get and not holder then
+  clock = t[1] .. string.sub('00000', #t[2]) .. t[2]
+  swapped = true
+  last = redis.pcall('SET', KEYS[2], clock, 'GET')
+  if last and last.err then
+    redis.call('DEL', KEYS[1])
+    return last
+  end
+end
 local counter = 0
 if last then
   counter = tonumber(last)
   if (not counter) or counter % 1 ~= 0 or counter >= 9007199254740991 then
+    if swapped then
+      redis.call('SET', KEYS[2], last)
+    end
     if set_get and not holder then
       redis.call('DEL', KEYS[1])
     end
@@ -83,6 +105,10 @@ end
 local us = t[1] * 1000000 + t[2]
 local fence, text
 if counter < us then
+  if swapped then
+    -- The counter holds the clock already.
+    return us
+  end
   -- The clock: its digits are TIME's own (seconds, then microseconds padded to 6).
   fence, text = us, t[1] .. string.sub('00000', #t[2]) .. t[2]
 else

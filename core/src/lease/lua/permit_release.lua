@@ -3,17 +3,18 @@
 -- ARGV[1] token, ARGV[2] channel. As the undo of an acquisition: KEYS[5] undone acquisitions,
 -- ARGV[3] how long to remember the token (ms).
 -- Returns 1 released, 0 the permit was gone (it had expired).
--- Read every key once before writing any (a wrong type fails before any write; KEYS[5] is
--- first read by its first write, before any other).
+-- Read every key it uses once before writing any (a wrong type fails before any write;
+-- KEYS[5] is first read by its first write, before any other). With nobody in line the
+-- permit count is not used, so not read.
 local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
-local waiting = 0
+local waiting, count = 0, nil
 -- With no line and no timeouts key (nobody waits), one EXISTS reads both (an absent key
 -- holds no wrong type).
 if redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 then
   waiting = redis.call('LLEN', KEYS[2])
   redis.call('ZCARD', KEYS[3])
+  count = redis.call('GET', KEYS[4])
 end
-local count = redis.call('GET', KEYS[4])
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- Undoing an acquisition whose reply was lost (KEYS[5] given): remember its token, so

@@ -1,8 +1,13 @@
 -- remember(key, member, now, keep): keeps member in the zset key for keep ms from now (ms),
--- dropping the members whose time has passed; the key lives at least that long.
+-- dropping the members whose time has passed; the key lives at least that long. On 7.0+
+-- PEXPIRE GT moves the expiry later in one call (the usual case: the same keep, later);
+-- GT counts a key without expiry as lasting for ever, so a new key is given one after PTTL.
 local function remember(key, member, now, keep)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
   redis.call('ZADD', key, now + keep, member)
+  if redis.REDIS_VERSION_NUM and redis.call('PEXPIRE', key, keep, 'GT') == 1 then
+    return
+  end
   if redis.call('PTTL', key) < keep then
     redis.call('PEXPIRE', key, keep)
   end

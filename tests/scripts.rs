@@ -677,6 +677,10 @@ fn foreign_counters_are_refused_before_anything_is_written() {
         let _: () = redis::cmd("SET")
             .arg(key)
             .arg(foreign)
+            // An expiry too: the refusal must keep it (a swap and put-back without
+            // KEEPTTL would drop it).
+            .arg("EX")
+            .arg(1000)
             .query(&mut conn)
             .unwrap();
         let before = snapshot(&mut conn, row.keys);

@@ -31,8 +31,9 @@
 //! // The machine asks for one EVALSHA ...
 //! let Step::Send(batch) = acquire.poll(start) else { unreachable!() };
 //! assert_eq!(batch.requests[0].command.name(), "EVALSHA");
-//! // ... and we answer as Redis would: acquired, fencing token 1.
-//! let reply = Reply::Array(vec![Reply::Int(1), Reply::Int(1)]);
+//! // ... and we answer as Redis would: acquired, fencing token 1 (the script answers a
+//! // grant with the bare fence, a refusal with `{0, pttl of the holder}`).
+//! let reply = Reply::Int(1);
 //! acquire.handle(Response::reply(batch.requests[0].id, reply), start);
 //! let Step::Done(Ok(Acquisition::Acquired(lease))) = acquire.poll(start) else { unreachable!() };
 //! assert_eq!(lease.fence, 1);

@@ -51,7 +51,8 @@
 //! now += Duration::from_millis(3);
 //! acquire.wake(now);
 //! let Step::Send(batch) = acquire.poll(now) else { unreachable!() };
-//! let granted = Reply::Array(vec![Reply::Int(1), Reply::Int(0)]);
+//! // Granted: the script answers 0 (a permit's fence).
+//! let granted = Reply::Int(0);
 //! acquire.handle(Response::reply(batch.requests[0].id, granted), now);
 //! let Step::Done(Ok(Acquisition::Acquired(permit))) = acquire.poll(now) else { unreachable!() };
 //! assert_eq!((permit.kind, permit.fence), (LeaseKind::Permit, 0));

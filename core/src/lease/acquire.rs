@@ -272,10 +272,18 @@ impl Acquire {
         };
         // Only a job carries data (its id and payload), and it always does.
         let wants_data = self.spec.kind == LeaseKind::Job;
-        // A grant is `{1, fence}` (with a job's data), or the bare fence (`acquire.lua`: an
-        // integer reply is cheaper for the server than a table).
+        // A grant is `{1, fence}` (with a job's data), or the bare fence from the two
+        // scripts that answer so (an integer reply is cheaper for the server than a table):
+        // `acquire.lua` (a lease lock's fence, >= 1) and `permit_acquire.lua` (0). A bare
+        // integer from any other script is malformed.
         let parsed = match reply {
-            Reply::Int(fence) => Some((1, fence, Vec::new())),
+            Reply::Int(fence)
+                if self.spec.kind == LeaseKind::Lock(LockKind::Lease)
+                    || (self.spec.kind == LeaseKind::Permit && fence == 0) =>
+            {
+                Some((1, fence, Vec::new()))
+            }
+            Reply::Int(_) => None,
             _ => int_pair_and_data(&reply),
         };
         match parsed {

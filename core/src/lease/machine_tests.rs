@@ -828,6 +828,40 @@ fn reentrant_calls_carry_owner_and_op_and_release_with_its_own_op() {
 }
 
 #[test]
+fn a_bare_integer_grant_is_only_the_lease_locks_and_the_permits() {
+    // acquire.lua answers a grant with the bare fence (>= 1) and permit_acquire.lua with 0;
+    // every other script answers `{1, fence}`, so a bare integer from them is a malformed
+    // reply (a proxy, a mismatched script), not a grant.
+    let now = origin();
+    let ks = Keyspace::default();
+    let specs = [
+        LockSpec::read(&ks, "rw", token(), TTL).unwrap(),
+        LockSpec::write(&ks, "rw", token(), TTL, Duration::from_secs(5)).unwrap(),
+        LockSpec::reentrant(&ks, "r", "c1:7", token(), TTL).unwrap(),
+    ];
+    let permit = crate::semaphore::SemaphoreKeys::new(&ks, "s")
+        .unwrap()
+        .permit(token(), TTL, 3, Duration::from_secs(5))
+        .unwrap();
+    let cases = specs
+        .into_iter()
+        .flat_map(|spec| [(spec.clone(), 0), (spec, 5)])
+        // A permit's bare grant is 0 only.
+        .chain([(permit, 5)]);
+    for (spec, fence) in cases {
+        let kind = spec.kind;
+        let mut s = Scenario::new(Acquire::new(spec, &opts(None), 3, now).unwrap(), now);
+        s.answer(Reply::Int(fence));
+        // The script may have taken the lock: undone (owner-checked) first.
+        s.answer(Reply::Int(1));
+        assert!(
+            matches!(s.expect_done(), Err(Error::UnexpectedReply { .. })),
+            "{kind:?} {fence}"
+        );
+    }
+}
+
+#[test]
 fn a_read_hold_may_carry_fence_zero_but_exclusive_holds_may_not() {
     let now = origin();
     let ks = Keyspace::default();

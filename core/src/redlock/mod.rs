@@ -394,10 +394,13 @@ impl NodeRound {
             }
             (Form::Native, Ok(Reply::Int(1))) => NodeState::Answered(Ok(Reply::Int(1))),
             (Form::Native, Ok(Reply::Int(0))) => NodeState::Resend(Form::Given),
-            // Refused (no such command, no right to it) or not understood: the script
-            // decides, and the driver stops choosing the native command there.
-            (Form::Native, Ok(_)) => {
-                if n < 64 {
+            // Any other answer (an error, a reply not understood): the script decides. Only
+            // a refusal of the command itself (not known, no right to it) makes the driver
+            // stop choosing it there; a passing error (LOADING, BUSY, OOM...) does not.
+            (Form::Native, Ok(reply)) => {
+                let refused = matches!(&reply, Reply::Error(e)
+                    if e.is("NOPERM") || (e.is("ERR") && e.message.contains("unknown command")));
+                if refused && n < 64 {
                     self.refused |= 1 << n;
                 }
                 NodeState::Resend(Form::Given)

@@ -399,6 +399,47 @@ mod acquisition {
         assert!(sent.iter().all(|r| r.command.name() == "EVALSHA"));
     }
 
+    /// A passing error on a native delete (a node still loading, busy, out of memory) sends
+    /// the script to that node, but only a refusal of the command itself (not known, no
+    /// right to it) makes the driver stop choosing it there.
+    #[test]
+    fn only_a_refusal_of_the_command_turns_a_nodes_native_delete_off() {
+        use crate::lease::NativeDelete::DelIfEq;
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &vec![granted(); 5]);
+        let Step::Done(Ok(red)) = m.poll(t0) else {
+            panic!()
+        };
+        let native = [Some(DelIfEq); 5];
+        let mut rel = QuorumOp::new(&red, QuorumAction::Release, Duration::from_millis(50))
+            .unwrap()
+            .with_native_release(&native);
+        let error = |code: &str, message: &str| Ok(Reply::Error(ErrorReply::new(code, message)));
+        round(
+            &mut rel,
+            t0,
+            &[
+                error("LOADING", "Redis is loading the dataset in memory"),
+                error("BUSY", "Redis is busy running a script"),
+                error(
+                    "NOPERM",
+                    "this user has no permissions to run the 'delifeq' command",
+                ),
+                error("ERR", "unknown command 'DELIFEQ'"),
+                Ok(Reply::Int(1)),
+            ],
+        );
+        let again = round(&mut rel, t0, &vec![Ok(Reply::Int(1)); 4]);
+        let nodes: Vec<u16> = again.iter().map(|r| r.command.node().0).collect();
+        assert_eq!(
+            nodes,
+            [0, 1, 2, 3],
+            "every node that did not delete asks the script"
+        );
+        assert_eq!(rel.native_refused().collect::<Vec<_>>(), [2, 3]);
+    }
+
     #[test]
     fn bad_options_are_refused() {
         let t0 = origin();

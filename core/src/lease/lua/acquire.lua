@@ -69,12 +69,13 @@ if undone and tonumber(undone) > t[1] * 1000 + math.floor(t[2] / 1000) then
 end
 -- A fresh grant on 7.0+: the counter gets the clock's digits (seconds, then microseconds
 -- padded to 6) and its value before (a wrong type fails before it writes); it is put back
--- below if it was foreign, raised to counter + 1 if it was at or above the clock.
+-- below if it was foreign (KEEPTTL in both: a foreign key keeps its expiry), raised to
+-- counter + 1 if it was at or above the clock.
 local swapped, clock
 if set_get and not holder then
   clock = t[1] .. string.sub('00000', #t[2]) .. t[2]
   swapped = true
-  last = redis.pcall('SET', KEYS[2], clock, 'GET')
+  last = redis.pcall('SET', KEYS[2], clock, 'KEEPTTL', 'GET')
   if last and last.err then
     redis.call('DEL', KEYS[1])
     return last
@@ -85,7 +86,7 @@ if last then
   counter = tonumber(last)
   if (not counter) or counter % 1 ~= 0 or counter >= 9007199254740991 then
     if swapped then
-      redis.call('SET', KEYS[2], last)
+      redis.call('SET', KEYS[2], last, 'KEEPTTL')
     end
     if set_get and not holder then
       redis.call('DEL', KEYS[1])

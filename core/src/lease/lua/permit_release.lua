@@ -36,8 +36,9 @@ if waiting > 0 then
   local free = permits - held
   if free > 0 then
     for _, next in ipairs(redis.call('LRANGE', KEYS[2], 0, free - 1)) do
-      -- As the prelude's notify ('{shard}<name>' is a shard channel).
-      if string.sub(ARGV[2], 1, 7) == '{shard}' then
+      -- As the prelude's notify ('{shard}<name>' is a shard channel, the only one of ours
+      -- that starts with '{', byte 123).
+      if string.byte(ARGV[2], 1) == 123 then
         redis.call('SPUBLISH', string.sub(ARGV[2], 8), next)
       else
         redis.call('PUBLISH', ARGV[2], next)

@@ -13,9 +13,10 @@ if KEYS[2] then
 end
 if holder == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  -- The prelude's notify, spelled out: '{shard}<name>' is a shard channel.
+  -- The prelude's notify, spelled out: '{shard}<name>' is a shard channel (the only
+  -- channel of ours that starts with '{', byte 123).
   local channel = ARGV[2]
-  if string.sub(channel, 1, 7) == '{shard}' then
+  if string.byte(channel, 1) == 123 then
     redis.call('SPUBLISH', string.sub(channel, 8), '1')
   else
     redis.call('PUBLISH', channel, '1')

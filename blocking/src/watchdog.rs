@@ -722,6 +722,9 @@ impl Scheduler {
         }
         if self.nursery_due.is_some_and(|t| t <= now) {
             self.nursery_due = None;
+            // Room for them all at once, rather than doubling the tables as they enter.
+            self.renewals.reserve(self.nursery.len());
+            self.cells.reserve(self.nursery.len());
             for r in self.nursery.drain(..) {
                 if !r.cell.enter_schedule(r.generation) {
                     continue;

@@ -377,6 +377,14 @@ impl Renewals {
         self.schedule(id, first);
     }
 
+    /// Makes room for `more` leases at once: inserting many leases one by one grows the map
+    /// by doubling, and each doubling holds the old table and the new one together (with
+    /// 100,000 leases, 13 MB at the last step).
+    pub fn reserve(&mut self, more: usize) {
+        self.entries.reserve(more);
+        self.heap.reserve(more);
+    }
+
     /// Stops watching a lease; returns whether it was watched. No extension for it is handed
     /// out afterwards.
     pub fn remove(&mut self, id: WatchId) -> bool {

@@ -309,6 +309,10 @@ mod tests {
     fn tokens_are_one_pointer_wide() {
         assert_eq!(std::mem::size_of::<Token>(), 8);
         assert_eq!(std::mem::size_of::<Option<Token>>(), 8);
+        // Every held lease keeps one (issue 18: memory per held lease; 344 with a two-word
+        // token, 48 bytes of it in its three calls).
+        let size = std::mem::size_of::<Lease>();
+        assert!(size <= 288, "{size}");
     }
 
     #[test]

@@ -725,16 +725,16 @@ impl Seq {
                 };
                 self.script_op(&spec.acquire, Cmp::Acquire)
             }
-            7..=9 => self.script_op(&spec.calls.release, Cmp::Exact),
-            10..=11 => self.script_op(&spec.calls.extend.clone().arg(ttl), Cmp::Exact),
-            12..=13 => self.script_op(&spec.calls.inspect, Cmp::Inspect),
+            7..=9 => self.script_op(spec.calls.release(), Cmp::Exact),
+            10..=11 => self.script_op(&spec.calls.extend().arg(ttl), Cmp::Exact),
+            12..=13 => self.script_op(&spec.calls.inspect(), Cmp::Inspect),
             14 => match spec.undo.clone() {
                 Some(u) => self.script_op(&u, Cmp::Exact),
-                None => self.script_op(&spec.calls.inspect, Cmp::Inspect),
+                None => self.script_op(&spec.calls.inspect(), Cmp::Inspect),
             },
             15..=16 => match spec.cancel.clone() {
                 Some(c) => self.script_op(&c, Cmp::Exact),
-                None => self.script_op(&spec.calls.release, Cmp::Exact),
+                None => self.script_op(spec.calls.release(), Cmp::Exact),
             },
             17..=18 if self.rng.chance(40) => self.poke(poke_keys),
             _ => self.script_op(&spec.acquire, Cmp::Acquire),
@@ -891,10 +891,10 @@ impl Seq {
                 let spec = queue::take(&keys, Token::new(token).unwrap(), &settings).unwrap();
                 let ms = settings.visibility.as_millis().to_string();
                 if self.rng.chance(50) {
-                    let call = spec.calls.extend.prepend_arg(&id).arg(ms);
+                    let call = spec.calls.extend().prepend_arg(&id).arg(ms);
                     self.script_op(&call, Cmp::Exact)
                 } else {
-                    let call = spec.calls.inspect.prepend_arg(&id);
+                    let call = spec.calls.inspect().prepend_arg(&id);
                     self.script_op(&call, Cmp::Inspect)
                 }
             }

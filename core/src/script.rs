@@ -485,6 +485,60 @@ impl ScriptCall {
         call
     }
 
+    /// How `self` reads `base`'s keys and arguments, if it reads nothing else: the same
+    /// shared items, bound values and node, only its script and its count of items
+    /// differing. `Some(view)` then rebuilds `self` as [`base.sibling(script, view)`](Self::sibling).
+    pub(crate) fn view_of(&self, base: &ScriptCall) -> Option<Option<u16>> {
+        let same_subject = match (&self.subject, &base.subject) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+            _ => false,
+        };
+        (Arc::ptr_eq(&self.parts, &base.parts)
+            && self.node == base.node
+            && self.token == base.token
+            && self.prior == base.prior
+            && same_subject)
+            .then_some(self.view)
+    }
+
+    /// The call of `script` on the first `view` items (all if `None`) of this call's keys
+    /// and arguments, with its bound values and node: the inverse of
+    /// [`view_of`](Self::view_of).
+    pub(crate) fn sibling(&self, script: &'static Script, view: Option<u16>) -> ScriptCall {
+        ScriptCall {
+            script,
+            parts: Arc::clone(&self.parts),
+            token: self.token.clone(),
+            subject: self.subject.clone(),
+            prior: self.prior.clone(),
+            node: self.node,
+            view,
+        }
+    }
+
+    /// Whether each value `self` binds in a slot (owner token, subject, prior token) is
+    /// bound by `base` too, to the same value: then `self` may take its bound values from
+    /// `base` ([`bound_as`](Self::bound_as)), and rebinding `base` rebinds it.
+    pub(crate) fn binds_like(&self, base: &ScriptCall) -> bool {
+        (!self.has_owner_arg() || (base.has_owner_arg() && self.token == base.token))
+            && (!self.has_subject_arg() || (base.has_subject_arg() && self.subject == base.subject))
+            && (!self.has_prior_arg() || (base.has_prior_arg() && self.prior == base.prior))
+    }
+
+    /// This call with the bound values of `base` (see [`binds_like`](Self::binds_like)).
+    pub(crate) fn bound_as(&self, base: &ScriptCall) -> ScriptCall {
+        ScriptCall {
+            script: self.script,
+            parts: Arc::clone(&self.parts),
+            token: base.token.clone(),
+            subject: base.subject.clone(),
+            prior: base.prior.clone(),
+            node: self.node,
+            view: self.view,
+        }
+    }
+
     /// Makes the first `len` items the call's own (copied), dropping the others.
     fn own_prefix(&mut self, len: usize) {
         let end = if len == 0 {

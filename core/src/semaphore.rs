@@ -161,13 +161,13 @@ impl SemaphoreKeys {
                 .arg(ms(waiter_timeout))
                 .arg(permits.to_string())
                 .arg("1"),
-            calls: LeaseCalls {
-                release: four(&PERMIT_RELEASE),
-                extend: ScriptCall::new(&READ_EXTEND).key(holders).owner_arg(&token),
-                inspect: ScriptCall::new(&READ_INSPECT)
+            calls: LeaseCalls::new(
+                four(&PERMIT_RELEASE),
+                ScriptCall::new(&READ_EXTEND).key(holders).owner_arg(&token),
+                ScriptCall::new(&READ_INSPECT)
                     .key(holders)
                     .owner_arg(&token),
-            },
+            ),
             cancel: Some(four(&PERMIT_CANCEL)),
             undo: Some(undoing(four(&PERMIT_RELEASE), undone)),
             queued: true,

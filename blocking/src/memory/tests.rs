@@ -341,8 +341,8 @@ fn the_lease_scripts_run_on_the_virtual_clock() {
     );
     s.clock().advance(Duration::from_millis(601));
     assert_eq!(run(b.acquire.evalsha()), Reply::Int(start_us + 1_001_000));
-    assert_eq!(run(a.calls.release.eval()), Reply::Int(-1));
-    assert_eq!(run(b.calls.release.eval()), Reply::Int(1));
+    assert_eq!(run(a.calls.release().eval()), Reply::Int(-1));
+    assert_eq!(run(b.calls.release().eval()), Reply::Int(1));
 }
 
 #[test]

@@ -77,11 +77,11 @@ impl LockSpec {
                 .keys(&[&keys.lock, &keys.fence, &undone])
                 .owner_arg(&token)
                 .arg(ms(ttl)),
-            calls: LeaseCalls {
-                extend: release.sharing(&EXTEND, 1),
-                inspect: release.sharing(&INSPECT, 1),
-                release: release.clone(),
-            },
+            calls: LeaseCalls::new(
+                release.clone(),
+                release.sharing(&EXTEND, 1),
+                release.sharing(&INSPECT, 1),
+            ),
             cancel: None,
             undo: Some(undoing(release, &undone)),
             queued: false,
@@ -109,11 +109,18 @@ mod tests {
         let ttl = Duration::from_secs(30);
         let spec = LockSpec::lease(&ks, "orders", Token::new("tok-a").unwrap(), ttl).unwrap();
         let bound = spec.with_token(Token::new("tok-b").unwrap()).unwrap();
-        for calls in [&spec.calls, &bound.calls] {
-            assert!(calls.extend.shares_parts_with(&calls.release));
-            assert!(calls.inspect.shares_parts_with(&calls.release));
+        for calls in [&spec.calls, &bound.calls, &spec.clone().compact().calls] {
+            // Kept as the release plus two (script, item count) pairs.
+            assert_eq!(calls.shapes(), ["shares"; 2]);
+            assert!(calls.extend().shares_parts_with(calls.release()));
+            assert!(calls.inspect().shares_parts_with(calls.release()));
         }
-        assert!(bound.calls.release.shares_parts_with(&spec.calls.release));
+        assert!(
+            bound
+                .calls
+                .release()
+                .shares_parts_with(spec.calls.release())
+        );
         let wire = |call: &ScriptCall| {
             call.evalsha()
                 .args()
@@ -123,7 +130,7 @@ mod tests {
         };
         let lock = "redlease:{orders}:lock";
         assert_eq!(
-            wire(&bound.calls.release),
+            wire(bound.calls.release()),
             [
                 "1",
                 lock,
@@ -131,9 +138,12 @@ mod tests {
                 &ks.notify_arg("redlease:{orders}:released")
             ]
         );
-        assert_eq!(wire(&bound.calls.extend), ["1", lock, "tok-b"]);
-        assert_eq!(wire(&bound.calls.inspect), ["1", lock, "tok-b"]);
-        assert_eq!(bound.calls.extend.script().name, EXTEND.name);
-        assert_eq!(bound.calls.inspect.script().name, INSPECT.name);
+        assert_eq!(wire(&bound.calls.extend()), ["1", lock, "tok-b"]);
+        assert_eq!(wire(&bound.calls.inspect()), ["1", lock, "tok-b"]);
+        assert_eq!(bound.calls.extend().script().name, EXTEND.name);
+        assert_eq!(bound.calls.inspect().script().name, INSPECT.name);
+        // Every held lease keeps its calls: one call and two small pairs, not three calls.
+        let call = std::mem::size_of::<ScriptCall>();
+        assert!(std::mem::size_of::<LeaseCalls>() <= call + 32, "{call}");
     }
 }

@@ -89,11 +89,11 @@ impl LockSpec {
                 .arg(ms(ttl))
                 .arg(ms(waiter_timeout))
                 .arg("1"),
-            calls: LeaseCalls {
-                release: three(&FAIR_RELEASE),
-                extend: ScriptCall::new(&EXTEND).key(&lock).owner_arg(&token),
-                inspect: ScriptCall::new(&INSPECT).key(&lock).owner_arg(&token),
-            },
+            calls: LeaseCalls::new(
+                three(&FAIR_RELEASE),
+                ScriptCall::new(&EXTEND).key(&lock).owner_arg(&token),
+                ScriptCall::new(&INSPECT).key(&lock).owner_arg(&token),
+            ),
             cancel: Some(three(&FAIR_CANCEL)),
             undo: Some(undoing(three(&FAIR_RELEASE), &undone)),
             queued: true,

@@ -1205,8 +1205,8 @@ fn a_spec_rebound_to_another_token_equals_one_built_for_it() {
             let rebound = built(a.clone()).with_token(b.clone()).unwrap();
             assert_eq!(rebound, built(b.clone()), "{kind}, trying once: {once}");
             // What goes on the wire names the new token, never the old one.
-            let mut calls = vec![rebound.acquire.clone(), rebound.calls.release.clone()];
-            calls.extend([rebound.calls.extend.clone(), rebound.calls.inspect.clone()]);
+            let mut calls = vec![rebound.acquire.clone(), rebound.calls.release().clone()];
+            calls.extend([rebound.calls.extend(), rebound.calls.inspect()]);
             calls.extend(rebound.cancel.clone());
             calls.extend(rebound.undo.clone());
             for call in calls {

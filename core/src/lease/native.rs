@@ -68,12 +68,12 @@ impl NativeRelease {
     /// exclusive lock released by the plain release script (other kinds keep their scripts).
     pub fn new(lease: &Lease, how: NativeDelete, deadline: Instant) -> Option<Self> {
         if lease.kind != LeaseKind::Lock(LockKind::Lease)
-            || !std::ptr::eq(lease.calls.release.script(), &RELEASE)
+            || !std::ptr::eq(lease.calls.release().script(), &RELEASE)
         {
             return None;
         }
         // EVALSHA sha 1 key token channel.
-        let call = lease.calls.release.evalsha();
+        let call = lease.calls.release().evalsha();
         let args = call.args();
         if args.len() != 6 || args.get(2) != Some(b"1".as_slice()) {
             return None;
@@ -243,12 +243,12 @@ impl NativeExtend {
     ) -> Result<Option<Self>, crate::error::Error> {
         let script = ScriptOp::extend(lease, ttl, deadline)?;
         if lease.kind != LeaseKind::Lock(LockKind::Lease)
-            || !std::ptr::eq(lease.calls.extend.script(), &EXTEND)
+            || !std::ptr::eq(lease.calls.extend().script(), &EXTEND)
         {
             return Ok(None);
         }
         // EVALSHA sha 1 key token (the ttl is added per extension).
-        let call = lease.calls.extend.evalsha();
+        let call = lease.calls.extend().evalsha();
         let args = call.args();
         if args.len() != 5 || args.get(2) != Some(b"1".as_slice()) {
             return Ok(None);
@@ -529,7 +529,7 @@ mod tests {
         let mut m = NativeExtend::new(&lease, ttl, now + TTL).unwrap().unwrap();
         let sent = first_request(&mut m, now);
         let token = lease.token.as_str().to_owned();
-        let key = args(&lease.calls.extend.evalsha())[3].clone();
+        let key = args(&lease.calls.extend().evalsha())[3].clone();
         assert_eq!(
             args(&sent.command),
             ["SET", key.as_str(), &token, "IFEQ", &token, "PX", "30000"]

@@ -196,7 +196,7 @@ impl ScriptOp<Release> {
         };
         Self::new(
             kind,
-            lease.calls.release.clone(),
+            lease.calls.release().clone(),
             lease.target.clone(),
             Some(lease.valid_until),
             deadline,
@@ -237,7 +237,7 @@ impl ScriptOp<Extend> {
             name: lease.target.name.clone(),
             ttl,
         };
-        let mut call = lease.calls.extend.clone().arg(ttl_ms.to_string());
+        let mut call = lease.calls.extend().arg(ttl_ms.to_string());
         if lease.kind == super::LeaseKind::Lock(super::LockKind::Reentrant) {
             call = call.arg(if ttl < lease.ttl { "1" } else { "0" });
         }
@@ -256,7 +256,7 @@ impl ScriptOp<Inspect> {
     pub fn inspect(lease: &Lease, deadline: Instant) -> Self {
         Self::new(
             Inspect,
-            lease.calls.inspect.clone(),
+            lease.calls.inspect(),
             lease.target.clone(),
             None,
             deadline,

@@ -87,18 +87,18 @@ impl LockSpec {
                 .keys(&[&writer, &readers, &waiting, &fence, &undone])
                 .owner_arg(&token)
                 .arg(ms(ttl)),
-            calls: LeaseCalls {
-                release: ScriptCall::new(&READ_RELEASE)
+            calls: LeaseCalls::new(
+                ScriptCall::new(&READ_RELEASE)
                     .key(&readers)
                     .owner_arg(&token)
                     .arg(&notify),
-                extend: ScriptCall::new(&READ_EXTEND)
+                ScriptCall::new(&READ_EXTEND)
                     .key(&readers)
                     .owner_arg(&token),
-                inspect: ScriptCall::new(&READ_INSPECT)
+                ScriptCall::new(&READ_INSPECT)
                     .key(&readers)
                     .owner_arg(&token),
-            },
+            ),
             cancel: None,
             undo: Some(undoing(
                 ScriptCall::new(&READ_RELEASE)
@@ -141,14 +141,14 @@ impl LockSpec {
                 .arg(ms(ttl))
                 .arg(ms(waiter_timeout))
                 .arg("1"),
-            calls: LeaseCalls {
-                release: ScriptCall::new(&WRITE_RELEASE)
+            calls: LeaseCalls::new(
+                ScriptCall::new(&WRITE_RELEASE)
                     .key(&writer)
                     .owner_arg(&token)
                     .arg(&notify),
-                extend: ScriptCall::new(&EXTEND).key(&writer).owner_arg(&token),
-                inspect: ScriptCall::new(&INSPECT).key(&writer).owner_arg(&token),
-            },
+                ScriptCall::new(&EXTEND).key(&writer).owner_arg(&token),
+                ScriptCall::new(&INSPECT).key(&writer).owner_arg(&token),
+            ),
             cancel: Some(
                 ScriptCall::new(&WRITE_CANCEL)
                     .key(&waiting)

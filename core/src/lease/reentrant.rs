@@ -82,15 +82,15 @@ impl LockSpec {
                 .arg(owner)
                 .arg(op.as_str())
                 .arg(ms(ttl)),
-            calls: LeaseCalls {
-                release: ScriptCall::new(&REENTRANT_RELEASE)
+            calls: LeaseCalls::new(
+                ScriptCall::new(&REENTRANT_RELEASE)
                     .key(&hash)
                     .arg(owner)
                     .arg(release_op)
                     .arg(&notify),
-                extend: ScriptCall::new(&REENTRANT_EXTEND).key(&hash).arg(owner),
-                inspect: ScriptCall::new(&REENTRANT_INSPECT).key(&hash).arg(owner),
-            },
+                ScriptCall::new(&REENTRANT_EXTEND).key(&hash).arg(owner),
+                ScriptCall::new(&REENTRANT_INSPECT).key(&hash).arg(owner),
+            ),
             cancel: None,
             undo: Some(undoing(
                 ScriptCall::new(&REENTRANT_UNDO)

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::{Token, UNDONE_KEEP};
 use crate::protocol::WakeOn;
-use crate::script::ScriptCall;
+use crate::script::{Script, ScriptCall};
 
 /// The kinds of lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -193,35 +193,203 @@ impl<'a> Iterator for KeysIter<'a> {
     }
 }
 
-/// The owner-checked calls on a held lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The owner-checked calls on a held lease: release, extend and inspect.
+///
+/// A lock's extend and inspect calls usually read a prefix of its release's keys and
+/// arguments under another script ([`ScriptCall::sharing`]); such a call is kept as its
+/// script and item count only (16 bytes instead of a whole [`ScriptCall`]), and rebuilt
+/// when asked for. Every held lease keeps one of these.
+#[derive(Clone)]
 pub struct LeaseCalls {
-    /// Releases the lease (and announces the release).
-    pub release: ScriptCall,
-    /// Extends the lease; the new ttl in ms is appended as the last argument.
-    pub extend: ScriptCall,
-    /// Reports whether the lease is ours and its time left.
-    pub inspect: ScriptCall,
+    release: ScriptCall,
+    extend: Sibling,
+    inspect: Sibling,
+}
+
+/// The extend or inspect call of a [`LeaseCalls`].
+#[derive(Clone)]
+enum Sibling {
+    /// The release's keys, arguments and bound values (its first `view` items, all if
+    /// `None`) under `script`.
+    Shares {
+        script: &'static Script,
+        view: Option<u16>,
+    },
+    /// A call of its own whose bound values are the release's
+    /// ([`ScriptCall::binds_like`]): shared by every lease bound from one spec.
+    Template(Arc<ScriptCall>),
+    /// A call of its own, with its own bound values.
+    Own(Box<ScriptCall>),
+}
+
+impl Sibling {
+    fn of(call: ScriptCall, release: &ScriptCall) -> Sibling {
+        match call.view_of(release) {
+            Some(view) => Sibling::Shares {
+                script: call.script(),
+                view,
+            },
+            None if call.binds_like(release) => Sibling::Template(Arc::new(call)),
+            None => Sibling::Own(Box::new(call)),
+        }
+    }
+
+    fn call(&self, release: &ScriptCall) -> ScriptCall {
+        match self {
+            Sibling::Shares { script, view } => release.sibling(script, *view),
+            Sibling::Template(call) => call.bound_as(release),
+            Sibling::Own(call) => ScriptCall::clone(call),
+        }
+    }
+
+    fn script(&self) -> &'static Script {
+        match self {
+            Sibling::Shares { script, .. } => script,
+            Sibling::Template(call) => call.script(),
+            Sibling::Own(call) => call.script(),
+        }
+    }
+
+    /// The sibling of a release changed by `f`, which only changes bound values (and the
+    /// spare capacity): one that takes them from the release follows it unchanged.
+    fn rebound(&self, f: impl Fn(ScriptCall) -> ScriptCall) -> Sibling {
+        match self {
+            Sibling::Own(call) => Sibling::Own(Box::new(f(ScriptCall::clone(call)))),
+            other => other.clone(),
+        }
+    }
 }
 
 impl LeaseCalls {
+    /// The calls on a lease: `release` releases it (and announces the release), `extend`
+    /// extends it (the new ttl in ms is appended as its last argument when sent),
+    /// `inspect` reports whether the lease is ours and its time left.
+    pub fn new(release: ScriptCall, extend: ScriptCall, inspect: ScriptCall) -> Self {
+        LeaseCalls {
+            extend: Sibling::of(extend, &release),
+            inspect: Sibling::of(inspect, &release),
+            release,
+        }
+    }
+
+    /// Releases the lease (and announces the release).
+    pub fn release(&self) -> &ScriptCall {
+        &self.release
+    }
+
+    /// Extends the lease; append the new ttl in ms as the last argument.
+    pub fn extend(&self) -> ScriptCall {
+        self.extend.call(&self.release)
+    }
+
+    /// Reports whether the lease is ours and its time left.
+    pub fn inspect(&self) -> ScriptCall {
+        self.inspect.call(&self.release)
+    }
+
+    /// The script of the extend call (without building the call).
+    pub fn extend_script(&self) -> &'static Script {
+        self.extend.script()
+    }
+
+    /// The three calls, each changed by `f`.
+    pub fn map(&self, f: impl Fn(ScriptCall) -> ScriptCall) -> LeaseCalls {
+        LeaseCalls::new(f(self.release.clone()), f(self.extend()), f(self.inspect()))
+    }
+
+    /// How extend and inspect are kept: "shares" (a view of the release's items),
+    /// "template" (a call of its own, bound as the release) or "own".
+    #[cfg(test)]
+    pub(crate) fn shapes(&self) -> [&'static str; 2] {
+        [&self.extend, &self.inspect].map(|s| match s {
+            Sibling::Shares { .. } => "shares",
+            Sibling::Template(_) => "template",
+            Sibling::Own(_) => "own",
+        })
+    }
+
+    /// The same calls with no spare capacity in their keys and arguments
+    /// ([`ScriptCall::compact`]).
+    pub fn compact(self) -> LeaseCalls {
+        let own = |sibling: Sibling| match sibling {
+            Sibling::Own(call) => Sibling::Own(Box::new(call.compact())),
+            Sibling::Template(call) => Sibling::Template(
+                Arc::try_unwrap(call).map_or_else(|c| c, |c| Arc::new(c.compact())),
+            ),
+            shares => shares,
+        };
+        LeaseCalls {
+            release: self.release.compact(),
+            extend: own(self.extend),
+            inspect: own(self.inspect),
+        }
+    }
+
+    /// The same calls for another owner `token` ([`ScriptCall::with_token`]): a call that
+    /// shares the release's items follows its token without being rebuilt.
+    pub fn with_token(&self, token: &Token) -> LeaseCalls {
+        self.rebound(|call| call.with_token(token))
+    }
+
+    /// The three calls changed by `f`, which only changes bound values
+    /// ([`ScriptCall::with_token`], [`with_subject`](ScriptCall::with_subject),
+    /// [`with_prior`](ScriptCall::with_prior)): only the release and calls of their own are
+    /// changed; the others take their values from the release.
+    pub(crate) fn rebound(&self, f: impl Fn(ScriptCall) -> ScriptCall) -> LeaseCalls {
+        LeaseCalls {
+            extend: self.extend.rebound(&f),
+            inspect: self.inspect.rebound(&f),
+            release: f(self.release.clone()),
+        }
+    }
+
+    /// Whether all three calls have a subject slot ([`ScriptCall::subject_arg`]).
+    fn have_subjects(&self) -> bool {
+        let sibling = |s: &Sibling| match s {
+            Sibling::Template(call) => call.has_subject_arg(),
+            Sibling::Own(call) => call.has_subject_arg(),
+            shares => shares.call(&self.release).has_subject_arg(),
+        };
+        self.release.has_subject_arg() && sibling(&self.extend) && sibling(&self.inspect)
+    }
+
     /// The calls on a job's lease, with the job `id` bound as their first argument: held in
     /// the subject slot of calls built with one (a queue's take, copying nothing), inserted
     /// in the others.
     pub(crate) fn for_job(&self, id: &[u8]) -> LeaseCalls {
         let shared = Arc::new(id.to_vec());
-        let bind = |call: &ScriptCall| {
-            if call.has_subject_arg() {
-                call.clone().with_subject(&shared)
-            } else {
-                call.clone().prepend_arg(id)
-            }
-        };
-        LeaseCalls {
-            release: bind(&self.release),
-            extend: bind(&self.extend),
-            inspect: bind(&self.inspect),
+        if self.have_subjects() {
+            return self.rebound(|call| call.with_subject(&shared));
         }
+        self.map(|call| {
+            if call.has_subject_arg() {
+                call.with_subject(&shared)
+            } else {
+                call.prepend_arg(id)
+            }
+        })
+    }
+}
+
+/// Calls are equal when each of the three is ([`ScriptCall`]'s equality), however they are
+/// kept.
+impl PartialEq for LeaseCalls {
+    fn eq(&self, other: &Self) -> bool {
+        self.release == other.release
+            && self.extend() == other.extend()
+            && self.inspect() == other.inspect()
+    }
+}
+
+impl Eq for LeaseCalls {}
+
+impl std::fmt::Debug for LeaseCalls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseCalls")
+            .field("release", &self.release)
+            .field("extend", &self.extend())
+            .field("inspect", &self.inspect())
+            .finish()
     }
 }
 
@@ -282,14 +450,17 @@ impl LockSpec {
             | LeaseKind::Permit => self.acquire.has_owner_arg(),
             // A job's calls must all hold the token in its slot (and the id in theirs).
             LeaseKind::Job => {
-                let calls = &self.calls;
-                [&self.acquire, &calls.release, &calls.extend, &calls.inspect]
+                let calls = [
+                    self.calls.release().clone(),
+                    self.calls.extend(),
+                    self.calls.inspect(),
+                ];
+                [&self.acquire]
                     .into_iter()
+                    .chain(&calls)
                     .chain(&self.undo)
                     .all(ScriptCall::has_owner_arg)
-                    && [&calls.release, &calls.extend, &calls.inspect]
-                        .into_iter()
-                        .all(ScriptCall::has_subject_arg)
+                    && calls.iter().all(ScriptCall::has_subject_arg)
             }
             LeaseKind::Lock(LockKind::Reentrant) => false,
         };
@@ -308,11 +479,7 @@ impl LockSpec {
             kind: self.kind,
             target: self.target.clone(),
             acquire: bind(&self.acquire),
-            calls: LeaseCalls {
-                release: bind(&self.calls.release),
-                extend: bind(&self.calls.extend),
-                inspect: bind(&self.calls.inspect),
-            },
+            calls: self.calls.with_token(&token),
             cancel: self.cancel.as_ref().map(bind),
             undo: self.undo.as_ref().map(bind),
             queued: self.queued,
@@ -328,11 +495,7 @@ impl LockSpec {
     /// leases then hold its calls.
     pub fn compact(mut self) -> Self {
         self.acquire = self.acquire.compact();
-        self.calls = LeaseCalls {
-            release: self.calls.release.compact(),
-            extend: self.calls.extend.compact(),
-            inspect: self.calls.inspect.compact(),
-        };
+        self.calls = self.calls.compact();
         self.cancel = self.cancel.map(ScriptCall::compact);
         self.undo = self.undo.map(ScriptCall::compact);
         self

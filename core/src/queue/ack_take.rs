@@ -31,7 +31,7 @@ use super::take::{Take, TakenJob};
 use super::{Bound, QueueKeys, QueueSettings, SETTLED_KEEP, job_name};
 use crate::backoff::saturating_add;
 use crate::error::{Error, LossReason};
-use crate::lease::{Lease, LeaseCalls, LeaseKind, OpKind, ScriptOp, Target, Token, valid_until};
+use crate::lease::{Lease, LeaseKind, OpKind, ScriptOp, Target, Token, valid_until};
 use crate::protocol::{Protocol, Step};
 use crate::reply::{FailureKind, Reply, Response};
 use crate::script::ScriptCall;
@@ -156,7 +156,7 @@ impl AckTakeCall {
         // The take spec's calls, bound to the next token and this job's id (both in slots:
         // nothing is copied).
         let subject = Arc::new(text.as_bytes().to_vec());
-        let bind = |call: &ScriptCall| call.clone().with_token(&self.token).with_subject(&subject);
+        let bind = |call: ScriptCall| call.with_token(&self.token).with_subject(&subject);
         let lease = Lease {
             kind: LeaseKind::Job,
             target: Target {
@@ -169,11 +169,7 @@ impl AckTakeCall {
             acquired_at: sent_at,
             valid_until: valid_until(sent_at, spec.ttl),
             attempts: 1,
-            calls: LeaseCalls {
-                release: bind(&spec.calls.release),
-                extend: bind(&spec.calls.extend),
-                inspect: bind(&spec.calls.inspect),
-            },
+            calls: spec.calls.rebound(bind),
             data: Vec::new(),
         };
         Ok(TakenJob {

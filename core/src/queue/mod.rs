@@ -558,10 +558,9 @@ fn take_spec(
             .owner_arg(&token)
             .arg(visibility_ms.to_string())
             .arg(&max),
-        calls: LeaseCalls {
+        calls: LeaseCalls::new(
             // A plain release gives the job back at once: a nack without backoff or reason.
-            release: c
-                .nack
+            c.nack
                 .clone()
                 .subject_arg()
                 .owner_arg(&token)
@@ -570,9 +569,9 @@ fn take_spec(
                 .arg(&keys.notify)
                 .arg(SETTLED_KEEP.as_millis().to_string())
                 .arg(""),
-            extend: c.extend.clone().subject_arg().owner_arg(&token),
-            inspect: c.inspect.clone().subject_arg().owner_arg(&token),
-        },
+            c.extend.clone().subject_arg().owner_arg(&token),
+            c.inspect.clone().subject_arg().owner_arg(&token),
+        ),
         cancel: None,
         // A take whose reply was lost: give back whatever job was leased to this token.
         undo: Some(

@@ -351,9 +351,9 @@ fn a_queues_takes_share_one_spec_bound_to_each_token_and_job() {
     assert_eq!(second.token, other);
     for (a, b) in [
         (&first.acquire, &second.acquire),
-        (&first.calls.release, &second.calls.release),
-        (&first.calls.extend, &second.calls.extend),
-        (&first.calls.inspect, &second.calls.inspect),
+        (first.calls.release(), second.calls.release()),
+        (&first.calls.extend(), &second.calls.extend()),
+        (&first.calls.inspect(), &second.calls.inspect()),
         (first.undo.as_ref().unwrap(), second.undo.as_ref().unwrap()),
     ] {
         assert!(a.shares_parts_with(b), "{b:?}");
@@ -379,13 +379,18 @@ fn a_queues_takes_share_one_spec_bound_to_each_token_and_job() {
     assert!(!third.acquire.shares_parts_with(&first.acquire));
     // A job's calls hold its id in their slot: as if it had been prepended, without a copy.
     let calls = second.calls.for_job(b"job-1");
-    assert!(calls.release.shares_parts_with(&second.calls.release));
+    // Extend and inspect take the token and the job id from the release: every job's lease
+    // shares their keys and arguments (and a Box of none).
+    for calls in [&first.calls, &second.calls, &calls] {
+        assert_eq!(calls.shapes(), ["template"; 2]);
+    }
+    assert!(calls.release().shares_parts_with(second.calls.release()));
     let t = other.as_str();
     assert_eq!(
-        calls.release,
+        *calls.release(),
         nack(&keys, "job-1", t, Duration::ZERO, settings().max_deliveries)
     );
-    for call in [&calls.extend, &calls.inspect] {
+    for call in [&calls.extend(), &calls.inspect()] {
         assert_eq!(
             call_args(call)[2..],
             strs(&["2", INFLIGHT, LEASES, "job-1", t])
@@ -448,7 +453,7 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     let t = tok();
     // Release (dropping the handle): a nack without backoff.
     assert_eq!(
-        call_args(&lease.calls.release),
+        call_args(lease.calls.release()),
         strs(&[
             "EVALSHA", NACK.sha1, "12", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
             DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, "job-1", &t, "0", "4",
@@ -456,11 +461,11 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
         ])
     );
     assert_eq!(
-        lease.calls.release,
+        *lease.calls.release(),
         nack(&keys(), "job-1", &t, Duration::ZERO, 4)
     );
     assert_eq!(
-        call_args(&lease.calls.extend),
+        call_args(&lease.calls.extend()),
         strs(&[
             "EVALSHA",
             JOB_EXTEND.sha1,
@@ -472,7 +477,7 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
         ])
     );
     assert_eq!(
-        call_args(&lease.calls.inspect),
+        call_args(&lease.calls.inspect()),
         strs(&[
             "EVALSHA",
             JOB_INSPECT.sha1,

@@ -104,9 +104,7 @@ impl RedLockAcquire {
             if let Ok(token) = crate::lease::Token::new(format!("{base}.{}", self.attempts)) {
                 let t = token.as_str();
                 self.spec.acquire = self.spec.acquire.clone().with_arg(0, t);
-                self.spec.calls.release = self.spec.calls.release.clone().with_arg(0, t);
-                self.spec.calls.extend = self.spec.calls.extend.clone().with_arg(0, t);
-                self.spec.calls.inspect = self.spec.calls.inspect.clone().with_arg(0, t);
+                self.spec.calls = self.spec.calls.map(|call| call.with_arg(0, t));
                 self.spec.token = token;
             }
         }

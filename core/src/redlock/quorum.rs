@@ -74,7 +74,7 @@ impl QuorumOp {
             }
             QuorumAction::Extend(ttl) => {
                 let ms = crate::lease::validate_ttl("ttl", ttl)?;
-                let call = red.lease.calls.extend.clone().arg(ms.to_string());
+                let call = red.lease.calls.extend().arg(ms.to_string());
                 NodeRound::script(call.evalsha(), call.script(), red.nodes)
             }
         };

@@ -486,20 +486,41 @@ impl ScriptCall {
     }
 
     /// How `self` reads `base`'s keys and arguments, if it reads nothing else: the same
-    /// shared items, bound values and node, only its script and its count of items
-    /// differing. `Some(view)` then rebuilds `self` as [`base.sibling(script, view)`](Self::sibling).
+    /// items (shared, or equal to a prefix of `base`'s with its slots in the same places),
+    /// bound values and node, only its script and its count of items differing. `Some(view)` then rebuilds `self` as [`base.sibling(script, view)`](Self::sibling).
     pub(crate) fn view_of(&self, base: &ScriptCall) -> Option<Option<u16>> {
         let same_subject = match (&self.subject, &base.subject) {
             (None, None) => true,
             (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
             _ => false,
         };
-        (Arc::ptr_eq(&self.parts, &base.parts)
-            && self.node == base.node
+        if !(self.node == base.node
             && self.token == base.token
             && self.prior == base.prior
             && same_subject)
-            .then_some(self.view)
+        {
+            return None;
+        }
+        if Arc::ptr_eq(&self.parts, &base.parts) {
+            return Some(self.view);
+        }
+        // Built apart: the same if its items are a prefix of `base`'s, slots in the same
+        // places (so that rebinding `base` rebinds it).
+        let len = self.len();
+        let slots =
+            |c: &ScriptCall| [c.parts.slot, c.parts.subject, c.parts.prior].map(|p| p.below(len));
+        let same = self.parts.keys == base.parts.keys
+            && len <= base.len()
+            && slots(self) == slots(base)
+            && (0..len).all(|i| self.is_slot(i) || self.parts.item(i) == base.parts.item(i));
+        if !same {
+            return None;
+        }
+        if len == base.parts.ends.len() {
+            Some(None)
+        } else {
+            u16::try_from(len).ok().map(Some)
+        }
     }
 
     /// The call of `script` on the first `view` items (all if `None`) of this call's keys

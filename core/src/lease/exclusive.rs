@@ -146,4 +146,34 @@ mod tests {
         let call = std::mem::size_of::<ScriptCall>();
         assert!(std::mem::size_of::<LeaseCalls>() <= call + 32, "{call}");
     }
+
+    /// Calls built apart whose items are a prefix of the release's are kept as views of it
+    /// too (read, write and reentrant locks), and send what they were built to send.
+    #[test]
+    fn calls_built_apart_that_read_a_prefix_of_the_release_share_it() {
+        let ks = Keyspace::default();
+        let (ttl, wait) = (Duration::from_secs(30), Duration::from_secs(5));
+        let token = || Token::new("tok-a").unwrap();
+        let specs = [
+            LockSpec::read(&ks, "r", token(), ttl).unwrap(),
+            LockSpec::write(&ks, "w", token(), ttl, wait).unwrap(),
+            LockSpec::reentrant(&ks, "re", "owner-1", token(), ttl).unwrap(),
+        ];
+        for spec in &specs {
+            assert_eq!(spec.calls.shapes(), ["shares"; 2], "{:?}", spec.kind);
+            let key = spec
+                .calls
+                .release()
+                .evalsha()
+                .args()
+                .nth(3)
+                .unwrap()
+                .to_vec();
+            for call in [spec.calls.extend(), spec.calls.inspect()] {
+                let args: Vec<Vec<u8>> = call.evalsha().args().map(<[u8]>::to_vec).collect();
+                assert_eq!(args[2..4], [b"1".to_vec(), key.clone()]);
+                assert_eq!(args.len(), 5, "{:?}", spec.kind);
+            }
+        }
+    }
 }

@@ -243,7 +243,7 @@ impl NativeExtend {
     ) -> Result<Option<Self>, crate::error::Error> {
         let script = ScriptOp::extend(lease, ttl, deadline)?;
         if lease.kind != LeaseKind::Lock(LockKind::Lease)
-            || !std::ptr::eq(lease.calls.extend().script(), &EXTEND)
+            || !std::ptr::eq(lease.calls.extend_script(), &EXTEND)
         {
             return Ok(None);
         }

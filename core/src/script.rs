@@ -466,15 +466,7 @@ impl ScriptCall {
     /// three. `args` beyond this call's arguments takes them all.
     pub fn sharing(&self, script: &'static Script, args: usize) -> ScriptCall {
         let len = self.parts.keys.saturating_add(args).min(self.len());
-        let mut call = ScriptCall {
-            script,
-            parts: Arc::clone(&self.parts),
-            token: self.token.clone(),
-            subject: self.subject.clone(),
-            prior: self.prior.clone(),
-            node: self.node,
-            view: None,
-        };
+        let mut call = self.sibling(script, None);
         if len < self.parts.ends.len() {
             match u16::try_from(len) {
                 Ok(len) => call.view = Some(len),
@@ -487,7 +479,8 @@ impl ScriptCall {
 
     /// How `self` reads `base`'s keys and arguments, if it reads nothing else: the same
     /// items (shared, or equal to a prefix of `base`'s with its slots in the same places),
-    /// bound values and node, only its script and its count of items differing. `Some(view)` then rebuilds `self` as [`base.sibling(script, view)`](Self::sibling).
+    /// bound values and node, only its script and its count of items differing.
+    /// `Some(view)` then rebuilds `self` as [`base.sibling(script, view)`](Self::sibling).
     pub(crate) fn view_of(&self, base: &ScriptCall) -> Option<Option<u16>> {
         let same_subject = match (&self.subject, &base.subject) {
             (None, None) => true,

@@ -117,8 +117,9 @@ impl RedLockAcquire {
     }
 
     /// The acquisition on every node: one command, built once, copied to each. A plain
-    /// `SET NX PX`: RedLock has no fence to issue, and a node whose reply is lost counts as
-    /// failed (released everywhere afterwards), so no script is needed to recognise a retry.
+    /// `SET key token NX PX ttl`: RedLock has no fence to issue, and a node whose reply is
+    /// lost counts as failed and is never asked again in the round (every release asks every
+    /// node), so no script is needed to recognise a retry (see the module docs).
     fn acquisition_round(&self) -> NodeRound {
         let ttl_ms = u64::try_from(self.spec.ttl.as_millis()).unwrap_or(u64::MAX);
         let set = Command::with_capacity("SET", 5)

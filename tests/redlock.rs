@@ -491,3 +491,65 @@ fn each_node_holds_only_the_token_under_a_px_ttl_written_by_a_plain_set() {
         assert!(keys.is_empty(), "node {i} after release: {keys:?}");
     }
 }
+
+/// A failed attempt is undone on every node with its own compare-and-delete where the
+/// server has one (Valkey 9.0+, Redis 8.4+): one native delete per node, also where
+/// another holder has the key (nobody reads whether it was gone or another's), and no
+/// script; with the script elsewhere. The other holder's keys stay, ours are gone. (On
+/// Redis 7.0 this checks the script path; the Valkey run of the suite the native one.)
+#[test]
+fn a_failed_attempt_is_undone_with_each_nodes_compare_and_delete_where_it_has_one() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let red = client(&servers);
+    let mut conns: Vec<redis::Connection> = servers
+        .iter()
+        .map(|s| {
+            redis::Client::open(s.url())
+                .unwrap()
+                .get_connection()
+                .unwrap()
+        })
+        .collect();
+    let key = "redlease:{undo}:lock";
+    // Connections set up (each learns its server), then another holder on nodes 0 and 1.
+    red.lock("undo")
+        .try_acquire()
+        .unwrap()
+        .unwrap()
+        .release()
+        .unwrap();
+    for c in &mut conns[..2] {
+        let _: () = c.set(key, "other").unwrap();
+    }
+    for c in &mut conns {
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(c).unwrap();
+    }
+    assert!(red.lock("undo").try_acquire().unwrap().is_none());
+    for (i, c) in conns.iter_mut().enumerate() {
+        let native = native_delete_of(c);
+        let stats: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+        let calls = |name: &str| {
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+                .and_then(|rest| rest.split(',').next())
+                .map_or(0, |n| n.parse::<u64>().unwrap())
+        };
+        let scripts = calls("evalsha") + calls("eval");
+        assert_eq!(calls("set"), 1, "node {i}: one SET NX: {stats}");
+        match native {
+            Some(cmd) => assert_eq!((calls(cmd), scripts), (1, 0), "node {i}: {stats}"),
+            None => assert!(
+                scripts >= 1 && calls("delifeq") + calls("delex") == 0,
+                "node {i}: {stats}"
+            ),
+        }
+    }
+    for c in &mut conns[..2] {
+        assert_eq!(
+            c.get::<_, Option<String>>(key).unwrap(),
+            Some("other".into())
+        );
+    }
+    assert!(!conns[2].exists::<_, bool>(key).unwrap());
+}

@@ -270,6 +270,8 @@ struct NodeRound {
     native: Vec<Option<Command>>,
     /// The nodes (bit `n` for node `n`) that refused their native command.
     refused: u64,
+    /// Whether a native delete's `0` is final (set by [`undoing`](Self::undoing)).
+    zero_is_final: bool,
 }
 
 impl NodeRound {
@@ -282,6 +284,7 @@ impl NodeRound {
             nodes: Vec::new(),
             native: Vec::new(),
             refused: 0,
+            zero_is_final: false,
         }
     }
 
@@ -313,6 +316,15 @@ impl NodeRound {
                 .map(|how| how.map(|how| native_delete(how, key, token)))
                 .collect();
         }
+        self
+    }
+
+    /// This release round as the undoing of a failed acquisition, whose answers nobody
+    /// reads: a native delete that deleted nothing (`0`: gone, or another holder's) is that
+    /// node's final answer, not asked again with the script. (A refusal still is: it
+    /// deleted nothing that may be ours.)
+    fn undoing(mut self) -> Self {
+        self.zero_is_final = true;
         self
     }
 
@@ -414,6 +426,9 @@ impl NodeRound {
                 NodeState::Resend(Form::Eval)
             }
             (Form::Native, Ok(Reply::Int(1))) => NodeState::Answered(Ok(Reply::Int(1))),
+            (Form::Native, Ok(Reply::Int(0))) if self.zero_is_final => {
+                NodeState::Answered(Ok(Reply::Int(0)))
+            }
             (Form::Native, Ok(Reply::Int(0))) => NodeState::Resend(Form::Given),
             // Any other answer (an error, a reply not understood): the script decides. Only
             // a refusal of the command itself (not known, no right to it) makes the driver

@@ -480,6 +480,87 @@ mod acquisition {
         assert!(sent.iter().all(|r| r.command.name() == "EVALSHA"));
     }
 
+    /// A failed round is undone with each node's native compare-and-delete where the driver
+    /// named one, the script elsewhere; a node where it deletes nothing (another holder's
+    /// key) is done (nobody reads the undoing's answers), a node that refuses it is asked
+    /// with the script, and gets the script in later rounds too.
+    #[test]
+    fn a_failed_round_is_undone_with_native_deletes_where_given() {
+        use crate::lease::NativeDelete::{DelExIfEq, DelIfEq};
+        let t0 = origin();
+        let native = [None, Some(DelIfEq), Some(DelIfEq), Some(DelExIfEq), None];
+        let mut m = machine(Some(Duration::from_secs(1)), t0).with_native_release(&native);
+        let words = |r: &Request| -> Vec<String> {
+            r.command
+                .args()
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        };
+        let key = spec().target.keys.first().unwrap().to_owned();
+        let token = |sent: &[Request]| words(&sent[0])[2].clone();
+
+        let sent = round(&mut m, t0, &[busy(), busy(), busy(), granted(), granted()]);
+        let first = token(&sent);
+        let refused = Ok(Reply::Error(ErrorReply::new(
+            "ERR",
+            "unknown command 'DELIFEQ'",
+        )));
+        let released = round(
+            &mut m,
+            t0,
+            &[
+                Ok(Reply::Int(-1)),
+                refused,
+                Ok(Reply::Int(0)),
+                Ok(Reply::Int(1)),
+                Ok(Reply::Int(1)),
+            ],
+        );
+        let script = words(&Request {
+            id: released[0].id,
+            command: release_command(&key, &first),
+        });
+        let release_words: Vec<Vec<String>> = released.iter().map(words).collect();
+        assert_eq!(release_words[0], script);
+        assert_eq!(release_words[1], ["DELIFEQ", key.as_str(), first.as_str()]);
+        assert_eq!(release_words[2], ["DELIFEQ", key.as_str(), first.as_str()]);
+        assert_eq!(
+            release_words[3],
+            ["DELEX", key.as_str(), "IFEQ", first.as_str()]
+        );
+        assert_eq!(release_words[4], script);
+        // Node 1 refused: the script asks it, and only it (node 2's 0 is final).
+        let again = round(&mut m, t0, &vec![Ok(Reply::Int(-1)); 5]);
+        let nodes: Vec<u16> = again.iter().map(|r| r.command.node().0).collect();
+        assert_eq!(nodes, [1]);
+        assert!(again.iter().all(|r| words(r) == script));
+        let Step::Wait(w) = m.poll(t0) else {
+            panic!("a pause")
+        };
+        assert_eq!(m.native_refused().collect::<Vec<_>>(), [1]);
+
+        // The next attempt: node 1 gets the script, node 2 still its DELIFEQ.
+        let sent = round(
+            &mut m,
+            w.until,
+            &[busy(), busy(), busy(), granted(), busy()],
+        );
+        let second = token(&sent);
+        assert_ne!(first, second);
+        let released = round(&mut m, w.until, &vec![Ok(Reply::Int(1)); 5]);
+        let names: Vec<String> = released
+            .iter()
+            .map(|r| r.command.name().to_owned())
+            .collect();
+        assert_eq!(names, ["EVALSHA", "EVALSHA", "DELIFEQ", "DELEX", "EVALSHA"]);
+        assert_eq!(
+            words(&released[2]),
+            ["DELIFEQ", key.as_str(), second.as_str()]
+        );
+        assert!(matches!(m.poll(w.until), Step::Wait(_)));
+    }
+
     /// A passing error on a native delete (a node still loading, busy, out of memory) sends
     /// the script to that node, but only a refusal of the command itself (not known, no
     /// right to it) makes the driver stop choosing it there.

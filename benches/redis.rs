@@ -81,6 +81,7 @@ use scenarios::{lock::*, memory::*, queue::*, watchdog::*};
 const SCENARIOS: &[Scenario] = &[
     (BASELINE, raw_baseline),
     (UNCONTENDED, lock_uncontended),
+    ("lock_unfenced", lock_unfenced),
     ("memory_lock_uncontended", memory_lock_uncontended),
     ("lock_contended", lock_contended),
     ("lock_8keys", lock_8keys),

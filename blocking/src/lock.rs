@@ -191,8 +191,9 @@ impl<'c> LockBuilder<'c> {
     /// [`InvalidArgument::Setting`].
     ///
     /// What it gives up:
-    /// - **No fence**: [`LockGuard::fence`] is 0 (the lock's fence counter is not advanced,
-    ///   so fenced holders of the name still get increasing fences among themselves).
+    /// - **No fence**: [`LockGuard::fence`] is 0, whoever granted the lock (fenced holders
+    ///   of the name still get increasing fences among themselves; a grant by the script
+    ///   advances the counter they share, a grant by `SET` does not).
     /// - **A lost first attempt may leave the lock taken by nobody.** When the reply to that
     ///   `SET` is lost and the acquisition gives up, it deletes the key if it holds our token
     ///   and records the token as undone; but the `SET` itself reads no such record, so if it

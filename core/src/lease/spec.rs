@@ -514,9 +514,10 @@ impl LockSpec {
     /// An unfenced lease lock tries a bare `SET <lock> <token> NX PX <ttl>` first, with no
     /// script, and falls back to the acquire script for anything but `OK` (see
     /// [`Acquire`](super::Acquire)). What it gives up:
-    /// - **No fencing token**: its lease's fence is 0, whoever grants it, and it does not
-    ///   advance the lock's fence counter (fenced holders of the same name still get
-    ///   increasing fences among themselves, and the two kinds exclude each other).
+    /// - **No fencing token**: its lease's fence is 0, whoever grants it (fenced holders of
+    ///   the same name still get increasing fences among themselves, and the two kinds
+    ///   exclude each other; a grant by the script advances the counter, a grant by `SET`
+    ///   does not).
     /// - **A late first attempt can leave the lock taken by nobody.** If that `SET`'s reply is
     ///   lost and the acquisition gives up, its undo deletes the key and records the token as
     ///   undone, but a `SET` still in flight that reaches Redis after the undo takes the lock

@@ -370,12 +370,16 @@ impl<'c> LockBuilder<'c> {
         let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), now)?;
         let span = crate::observe::acquire_span(&self.name, self.kind.into());
         let out = span.in_scope(|| self.client.run(machine));
-        let waited = self
-            .client
-            .shared()
-            .time
-            .now()
-            .saturating_duration_since(now);
+        // Only a span someone listens to records the wait (no clock read otherwise).
+        let waited = if span.is_disabled() {
+            Duration::ZERO
+        } else {
+            self.client
+                .shared()
+                .time
+                .now()
+                .saturating_duration_since(now)
+        };
         crate::observe::acquired(&span, waited, &out);
         out
     }
@@ -569,7 +573,7 @@ impl LockGuard {
         if self.watched.is_none() {
             return false;
         }
-        if let Some(scheduled) = self.cell.release(self.shared.op_timeout)
+        if let Some(scheduled) = self.cell.release(|| self.shared.op_timeout)
             && let Some(owner) = self.owner.upgrade()
             && let Some(Some(watchdog)) = owner.watchdog.get()
         {
@@ -679,7 +683,7 @@ impl LockGuard {
         // Counted once: a pause whose extension failed already released it.
         if let Some(scheduled) = self
             .cell
-            .release(deadline.saturating_duration_since(self.shared.time.now()))
+            .release(|| deadline.saturating_duration_since(self.shared.time.now()))
             && let Some(owner) = self.owner.upgrade()
             && let Some(Some(watchdog)) = owner.watchdog.get()
         {

@@ -185,16 +185,20 @@ impl LeaseCell {
         }
     }
 
-    /// Waits (at most `limit`) for a renewal in flight to finish, then marks the lease
+    /// Waits (at most `limit()`) for a renewal in flight to finish, then marks the lease
     /// released: from now on the watchdog sends nothing for it. What it ended: `None` when
     /// it was released already, else whether the watchdog thread had taken it into its
-    /// schedule (see [`Watchdog::released`]).
-    pub(crate) fn release(&self, limit: Duration) -> Option<bool> {
-        let state = self.state();
-        let (mut state, _) = self
-            .renewal_done
-            .wait_timeout_while(state, limit, |s| s.phase == Phase::Renewing)
-            .unwrap_or_else(|p| p.into_inner());
+    /// schedule (see [`Watchdog::released`]). `limit` is asked only when a renewal is in
+    /// flight (the common release reads no clock).
+    pub(crate) fn release(&self, limit: impl FnOnce() -> Duration) -> Option<bool> {
+        let mut state = self.state();
+        if state.phase == Phase::Renewing {
+            state = self
+                .renewal_done
+                .wait_timeout_while(state, limit(), |s| s.phase == Phase::Renewing)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
         if state.phase == Phase::Released {
             return None;
         }
@@ -1102,7 +1106,11 @@ mod tests {
             let short = lease(&format!("short-{i}"), ttl);
             let cell = LeaseCell::new(short.clone(), Time::Real);
             queue.register(short, policy, cell.clone());
-            assert_eq!(cell.release(Duration::ZERO), Some(false), "never scheduled");
+            assert_eq!(
+                cell.release(|| panic!("no renewal in flight: nothing to wait for")),
+                Some(false),
+                "never scheduled"
+            );
             released.push(cell);
         }
         s.admit();
@@ -1123,8 +1131,12 @@ mod tests {
             assert_eq!(cell.lost(), None);
             assert!(cell.signal().try_recv().is_err());
         }
-        assert_eq!(held_cell.release(Duration::ZERO), Some(true), "scheduled");
-        assert_eq!(held_cell.release(Duration::ZERO), None, "released once");
+        assert_eq!(
+            held_cell.release(|| Duration::ZERO),
+            Some(true),
+            "scheduled"
+        );
+        assert_eq!(held_cell.release(|| Duration::ZERO), None, "released once");
     }
 
     /// A held lease's cell stays small: the loss channel is made only when asked for.

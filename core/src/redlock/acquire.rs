@@ -30,8 +30,8 @@ pub struct RedLockAcquire {
     deadline: Option<Instant>,
     rng: SplitMix64,
     ids: RequestIds,
-    /// The round in flight: the acquisition (`Trying`) or the release (`Releasing`) on
-    /// every node.
+    /// The round in flight: the acquisition on every node (`Trying`) or the release on
+    /// every node that may hold the key (`Releasing`).
     round: Option<NodeRound>,
     state: State,
     sent_at: Instant,
@@ -168,9 +168,12 @@ impl RedLockAcquire {
         NodeRound::plain(set, self.options.nodes)
     }
 
-    fn release_everywhere(&mut self, then: Result<(), Error>) {
+    /// Undoes a failed round on the nodes in `may_hold` (bit `n` for node `n`), then goes
+    /// on with `then`.
+    fn undo(&mut self, may_hold: u64, then: Result<(), Error>) {
         let release = release_command(self.key(), self.spec.token.as_str());
-        let mut round = NodeRound::script(release, &super::RELEASE, self.options.nodes);
+        let mut round =
+            NodeRound::script(release, &super::RELEASE, self.options.nodes).only(may_hold);
         if !self.native.is_empty() {
             round = round.with_native(&self.native).undoing();
         }
@@ -189,7 +192,13 @@ impl RedLockAcquire {
 
     fn decide(&mut self, round: &NodeRound, now: Instant) -> Option<Step<RedLease>> {
         let (mut granted, mut busy, mut failed) = (0u16, 0u16, 0u16);
-        for answer in round.answers() {
+        // The nodes that may hold this attempt's key: every node but those whose answer
+        // says the `SET` did not run (nil: the key exists; an error reply: refused).
+        let mut may_hold = all_nodes(self.options.nodes);
+        for (node, answer) in round.answers_by_node() {
+            if matches!(answer, Ok(Reply::Nil | Reply::Error(_))) && node < 64 {
+                may_hold &= !(1 << node);
+            }
             let count = match answer {
                 Ok(Reply::Status(ok)) if ok == "OK" => Answer::Granted,
                 Ok(Reply::Nil) => Answer::Busy,
@@ -258,8 +267,12 @@ impl RedLockAcquire {
                 unreachable: failed,
             }
         });
-        // Undo the partial acquisition on every node (a lost reply may have granted it too).
-        self.release_everywhere(Ok(()));
+        // Undo the partial acquisition where it may be: the nodes that granted it, and
+        // those whose reply was lost (the `SET` may have run). None: nothing to undo.
+        if may_hold == 0 {
+            return Some(self.after_release(Ok(()), now));
+        }
+        self.undo(may_hold, Ok(()));
         None
     }
 
@@ -288,6 +301,12 @@ impl RedLockAcquire {
             }
         }
     }
+}
+
+/// The bits of nodes `0..nodes` (all 64 from 64 nodes on).
+fn all_nodes(nodes: u16) -> u64 {
+    1u64.checked_shl(u32::from(nodes))
+        .map_or(u64::MAX, |bit| bit - 1)
 }
 
 impl RedLockAcquire {

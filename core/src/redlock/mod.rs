@@ -3,7 +3,8 @@
 //! ```text
 //!  Trying ──SET key token NX PX ttl on every node (one batch)──► all answered
 //!     ▲            granted ≥ N/2+1 and validity > 0 ──────────────► Done(Acquired)
-//!     │            otherwise ──► Releasing (release on every node) ─┐
+//!     │            otherwise ──► Releasing (on every node that may hold it;
+//!     │                              none may: no round) ──────────┐
 //!     └── Waiting (random delay, 0..retry_max) ◄── deadline not passed ┘ else ► Done(error)
 //! ```
 //!
@@ -21,9 +22,18 @@
 //! never asked again within a round (the next attempt uses a new token), so there is nothing
 //! for `SET ... NX GET` (Redis 7.0+) to recognise, and 6.2 nodes would refuse it.
 //!
+//! **Undoing a failed round.** Without a quorum (or without validity left), the round is
+//! released on every node that may hold its key, and only there: the nodes that granted
+//! it, and those whose reply was lost, timed out or never sent (the `SET` may have run).
+//! A node that answered nil (another holder's key) or an error reply did not run the `SET`,
+//! and each attempt has a fresh token, so it cannot hold this attempt's key: it gets no
+//! command at all. When no node may hold it (every node busy or refusing, the common case
+//! under contention), there is no undo round: a contended attempt costs one round trip and
+//! one `SET` per node.
+//!
 //! **Lost replies.** A node whose `SET` reply was lost (timed out, connection dropped after
 //! the write) does not count towards the quorum, though the command may have run there.
-//! The lease still spans every node, so its release (and the release of a failed round)
+//! The lease still spans every node, so its release (and the undoing of a failed round)
 //! asks that node too, and an extension counts it if the key is ours there. One race is
 //! left, as in every RedLock implementation: a `SET` delayed in the network that reaches a
 //! node *after* the release there sets the key again, with no holder to release it; that
@@ -245,6 +255,8 @@ enum NodeState {
     /// its source after `NOSCRIPT`.
     Resend(Form),
     Answered(Result<Reply, TransportFailure>),
+    /// Not asked at all (see [`NodeRound::only`]).
+    Skipped,
 }
 
 /// One command sent to every node in one batch, and each node's answer. The command is
@@ -272,6 +284,8 @@ struct NodeRound {
     refused: u64,
     /// Whether a native delete's `0` is final (set by [`undoing`](Self::undoing)).
     zero_is_final: bool,
+    /// The nodes (bit `n` for node `n`) not to ask at all (set by [`only`](Self::only)).
+    skip: u64,
 }
 
 impl NodeRound {
@@ -285,6 +299,7 @@ impl NodeRound {
             native: Vec::new(),
             refused: 0,
             zero_is_final: false,
+            skip: 0,
         }
     }
 
@@ -328,6 +343,15 @@ impl NodeRound {
         self
     }
 
+    /// This round on the nodes in `nodes` only (bit `n` for node `n`): the others get no
+    /// command and count as done, with no answer. Unchanged once sent.
+    fn only(mut self, nodes: u64) -> Self {
+        if self.nodes.is_empty() {
+            self.skip = !nodes;
+        }
+        self
+    }
+
     /// The requests to send now: every node's on the first poll, then those of the nodes
     /// to ask again; `None` when there is nothing to send.
     fn poll(&mut self, ids: &mut RequestIds) -> Option<Vec<Request>> {
@@ -339,6 +363,10 @@ impl NodeRound {
             let mut requests = Vec::with_capacity(usize::from(count));
             self.nodes.reserve_exact(usize::from(count));
             for i in 0..count {
+                if i < 64 && self.skip & (1 << i) != 0 {
+                    self.nodes.push(NodeState::Skipped);
+                    continue;
+                }
                 let native = self.native.get_mut(usize::from(i)).and_then(Option::take);
                 let (command, form) = match native {
                     Some(native) => (Some(native), Form::Native),
@@ -357,7 +385,7 @@ impl NodeRound {
                 });
             }
             self.native = Vec::new();
-            return Some(requests);
+            return (!requests.is_empty()).then_some(requests);
         }
         if !self.nodes.iter().any(|n| matches!(n, NodeState::Resend(_))) {
             return None;
@@ -451,19 +479,24 @@ impl NodeRound {
         (0..self.count.min(64)).filter(|n| self.refused & (1 << n) != 0)
     }
 
-    /// Whether every node has answered.
+    /// Whether every node asked has answered.
     fn is_done(&self) -> bool {
         self.nodes.len() == usize::from(self.count)
             && self
                 .nodes
                 .iter()
-                .all(|n| matches!(n, NodeState::Answered(_)))
+                .all(|n| matches!(n, NodeState::Answered(_) | NodeState::Skipped))
     }
 
     /// The answers, in node order (complete once [`is_done`](Self::is_done)).
     fn answers(&self) -> impl Iterator<Item = &Result<Reply, TransportFailure>> {
-        self.nodes.iter().filter_map(|n| match n {
-            NodeState::Answered(a) => Some(a),
+        self.answers_by_node().map(|(_, a)| a)
+    }
+
+    /// The answers with their node, in node order.
+    fn answers_by_node(&self) -> impl Iterator<Item = (u16, &Result<Reply, TransportFailure>)> {
+        self.nodes.iter().enumerate().filter_map(|(n, s)| match s {
+            NodeState::Answered(a) => Some((u16::try_from(n).unwrap_or(u16::MAX), a)),
             _ => None,
         })
     }

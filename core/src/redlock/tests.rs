@@ -173,14 +173,16 @@ mod acquisition {
         assert_eq!(args[3..], ["NX", "PX", "10000"]);
         let noscript = Ok(Reply::Error(ErrorReply::new("NOSCRIPT", "x")));
         let ok = Ok(Reply::Int(1));
-        round(
+        // Undone on nodes 3 and 4 (the busy ones cannot hold it); node 3 lacks the script.
+        let undone = round(
             &mut m,
             t0,
-            &[ok.clone(), noscript, ok.clone(), ok.clone(), ok.clone()],
+            &[ok.clone(), ok.clone(), ok.clone(), noscript, ok.clone()],
         );
+        assert_eq!(undone.len(), 2);
         let again = round(&mut m, t0, &vec![ok; 5]);
         assert_eq!(again.len(), 1);
-        assert_eq!(again[0].command.node(), NodeId(1));
+        assert_eq!(again[0].command.node(), NodeId(3));
         assert_eq!(again[0].command.name(), "EVAL");
         assert!(matches!(m.poll(t0), Step::Done(Err(Error::Timeout { .. }))));
     }
@@ -188,7 +190,8 @@ mod acquisition {
     /// Each node's answer to its `SET key token NX PX ttl`: `OK` grants it there, nil means
     /// another holder has it (busy), and an error reply (a key of the wrong type, an ACL
     /// user without `SET`) or any other reply grants nothing and counts with the nodes that
-    /// did not answer. Without a majority the round is undone on every node.
+    /// did not answer. Without a majority the round is undone where the `SET` may have run:
+    /// not on the nodes that answered nil or an error reply.
     #[test]
     fn each_nodes_set_reply_ok_grants_nil_is_busy_and_an_error_grants_nothing() {
         let t0 = origin();
@@ -219,7 +222,11 @@ mod acquisition {
         }
         let releases = round(&mut m, t0, &vec![Ok(Reply::Int(1)); 5]);
         let nodes: Vec<u16> = releases.iter().map(|r| r.command.node().0).collect();
-        assert_eq!(nodes, [0, 1, 2, 3, 4], "undone on every node");
+        assert_eq!(
+            nodes,
+            [0, 1],
+            "undone where granted, not where nil or an error"
+        );
         match m.poll(t0) {
             Step::Done(Err(Error::NoQuorum {
                 granted,
@@ -238,7 +245,10 @@ mod acquisition {
             t0,
             &[granted(), granted(), bulk.clone(), bulk, busy()],
         );
-        round(&mut m, t0, &vec![Ok(Reply::Int(1)); 5]);
+        // A reply not understood may come from a `SET` that ran: undone there too.
+        let undone = round(&mut m, t0, &vec![Ok(Reply::Int(1)); 5]);
+        let nodes: Vec<u16> = undone.iter().map(|r| r.command.node().0).collect();
+        assert_eq!(nodes, [0, 1, 2, 3]);
         assert!(matches!(
             m.poll(t0),
             Step::Done(Err(Error::NoQuorum { granted: 2, .. }))
@@ -268,12 +278,13 @@ mod acquisition {
 
     /// The release round sends one command per node, built once and addressed to each:
     /// the same EVALSHA everywhere, each on its own node with its own request id; nodes that
-    /// answer NOSCRIPT get the same EVAL.
+    /// answer NOSCRIPT get the same EVAL. (Three lost replies: every node may hold the key.)
     #[test]
     fn a_release_round_sends_the_same_call_to_every_node() {
         let t0 = origin();
         let mut m = machine(None, t0);
-        round(&mut m, t0, &[busy(), busy(), busy(), granted(), granted()]);
+        let lost = || Err(TransportFailure::no_reply("timed out"));
+        round(&mut m, t0, &[lost(), lost(), lost(), granted(), granted()]);
         let words = |r: &Request| {
             r.command
                 .args()
@@ -332,7 +343,10 @@ mod acquisition {
                 token.into_bytes(),
             ]
         );
-        assert!(matches!(m.poll(t0), Step::Done(Err(Error::Timeout { .. }))));
+        assert!(matches!(
+            m.poll(t0),
+            Step::Done(Err(Error::NoQuorum { granted: 2, .. }))
+        ));
     }
 
     #[test]
@@ -500,7 +514,9 @@ mod acquisition {
         let key = spec().target.keys.first().unwrap().to_owned();
         let token = |sent: &[Request]| words(&sent[0])[2].clone();
 
-        let sent = round(&mut m, t0, &[busy(), busy(), busy(), granted(), granted()]);
+        // Lost replies on nodes 0-2: every node may hold the key, every node is undone.
+        let lost = || Err(TransportFailure::no_reply("timed out"));
+        let sent = round(&mut m, t0, &[lost(), lost(), lost(), granted(), granted()]);
         let first = token(&sent);
         let refused = Ok(Reply::Error(ErrorReply::new(
             "ERR",
@@ -540,11 +556,12 @@ mod acquisition {
         };
         assert_eq!(m.native_refused().collect::<Vec<_>>(), [1]);
 
-        // The next attempt: node 1 gets the script, node 2 still its DELIFEQ.
+        // The next attempt: node 1 gets the script, node 2 still its DELIFEQ (busy node 4
+        // nothing).
         let sent = round(
             &mut m,
             w.until,
-            &[busy(), busy(), busy(), granted(), busy()],
+            &[lost(), lost(), lost(), granted(), busy()],
         );
         let second = token(&sent);
         assert_ne!(first, second);
@@ -553,12 +570,57 @@ mod acquisition {
             .iter()
             .map(|r| r.command.name().to_owned())
             .collect();
-        assert_eq!(names, ["EVALSHA", "EVALSHA", "DELIFEQ", "DELEX", "EVALSHA"]);
+        assert_eq!(names, ["EVALSHA", "EVALSHA", "DELIFEQ", "DELEX"]);
         assert_eq!(
             words(&released[2]),
             ["DELIFEQ", key.as_str(), second.as_str()]
         );
         assert!(matches!(m.poll(w.until), Step::Wait(_)));
+    }
+
+    /// A failed round is undone only where our key may be: a node that answered this
+    /// round's `SET NX PX` with nil (another holder's key) or an error reply did not run
+    /// it and cannot hold this attempt's fresh token, so it gets no command at all; a node
+    /// that granted, or whose reply was lost, may hold it and is undone. When no node may
+    /// hold it there is no undo round: the machine goes straight on (here: to its pause).
+    #[test]
+    fn a_failed_round_is_undone_only_on_the_nodes_that_may_hold_the_key() {
+        let t0 = origin();
+        let mut m = machine(Some(Duration::from_secs(1)), t0);
+        let lost = Err(TransportFailure::no_reply("timed out"));
+        round(&mut m, t0, &[granted(), busy(), granted(), lost, busy()]);
+        let undone = round(&mut m, t0, &vec![Ok(Reply::Int(1)); 5]);
+        let nodes: Vec<u16> = undone.iter().map(|r| r.command.node().0).collect();
+        assert_eq!(
+            nodes,
+            [0, 2, 3],
+            "the 2 that granted and the 1 lost, in one batch"
+        );
+        assert!(undone.iter().all(|r| r.command.name() == "EVALSHA"));
+        let Step::Wait(w) = m.poll(t0) else {
+            panic!("a pause")
+        };
+
+        // Every node busy or refusing: nothing to undo, no batch before the pause.
+        let now = w.until;
+        let noperm = Ok(Reply::Error(ErrorReply::new("NOPERM", "no 'set'")));
+        round(&mut m, now, &[busy(), busy(), busy(), noperm, busy()]);
+        let Step::Wait(w) = m.poll(now) else {
+            panic!("a pause, with no undo batch")
+        };
+
+        // Every node failing without a reply: each may hold it, each is undone.
+        let now = w.until;
+        let lost = Err(TransportFailure::no_reply("timed out"));
+        round(&mut m, now, &vec![lost; 5]);
+        let undone = round(&mut m, now, &vec![Ok(Reply::Int(0)); 5]);
+        assert_eq!(undone.len(), 5);
+        assert!(matches!(m.poll(now), Step::Wait(_)));
+
+        // Trying once and finding every node busy: the error at once, no undo batch.
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &vec![busy(); 5]);
+        assert!(matches!(m.poll(t0), Step::Done(Err(Error::Timeout { .. }))));
     }
 
     /// A passing error on a native delete (a node still loading, busy, out of memory) sends
@@ -749,7 +811,9 @@ mod token_tests {
             };
             tokens.push(String::from_utf8(b.requests[0].command.args()[2].to_vec()).unwrap());
             for r in &b.requests {
-                m.handle(Response::reply(r.id, Reply::Nil), now);
+                // Lost: the `SET` may have run, so the attempt is undone.
+                let lost = TransportFailure::no_reply("timed out");
+                m.handle(Response::failed(r.id, lost), now);
             }
             let Step::Send(rel) = m.poll(now) else {
                 panic!("release")

@@ -157,14 +157,18 @@ struct Entry {
     hold_ns: u64,
     /// When the extension in flight was sent ([`NONE`] when none is).
     sent_ns: u64,
-    /// Bumped whenever the entry is rescheduled, so stale heap items are skipped.
-    generation: u64,
+    /// When its live heap item is due, in nanoseconds after the schedule's epoch ([`NONE`]
+    /// while none is): an item of the heap for this lease at another time is stale.
+    at_ns: u64,
     /// The hold limit was reached: no more renewals, only the final expiry check.
     final_stretch: bool,
 }
 
 /// No time, in an [`Entry`]'s optional offsets.
 const NONE: u64 = u64::MAX;
+
+/// How long before the first inserted lease's acquisition the schedule's epoch is.
+const EPOCH_BEFORE: Duration = Duration::from_secs(3600);
 
 impl Entry {
     /// `t` as an offset after the lease's acquisition (0 for an earlier `t`).
@@ -309,11 +313,19 @@ pub struct Due {
     pub lost: Vec<(WatchId, LossReason)>,
 }
 
+/// One item of the schedule's heap: when (nanoseconds after the schedule's epoch) and which
+/// lease. 16 bytes, where an `Instant` alone takes 16: the heap holds up to 1.5 items per
+/// watched lease, and twice that in capacity (issue 18: memory per held lease).
+type Item = Reverse<(u64, WatchId)>;
+
 /// The deadline-ordered set of watched leases.
 #[derive(Debug, Default)]
 pub struct Renewals {
     entries: HashMap<WatchId, Entry>,
-    heap: BinaryHeap<Reverse<(Instant, WatchId, u64)>>,
+    heap: BinaryHeap<Item>,
+    /// The origin of the heap's times: an hour before the first inserted lease was acquired
+    /// (an earlier time is kept as the epoch itself: it is long past, so due at once anyway).
+    epoch: Option<Instant>,
     /// Plain locks are extended by the server's compare-and-set ([`NativeExtend`]).
     native_extend: bool,
 }
@@ -362,6 +374,10 @@ impl Renewals {
         let lease = lease.into();
         // A time already past is due at once (the heap hands it out at the next call).
         let _ = now;
+        if self.epoch.is_none() {
+            let acquired = lease.acquired_at;
+            self.epoch = Some(acquired.checked_sub(EPOCH_BEFORE).unwrap_or(acquired));
+        }
         let first = saturating_add(lease.acquired_at, policy.every).min(lease.valid_until);
         let mut entry = Entry {
             lease,
@@ -369,7 +385,7 @@ impl Renewals {
             every_ns: nanos(policy.every),
             hold_ns: policy.max_hold.map_or(NONE, nanos),
             sent_ns: NONE,
-            generation: 0,
+            at_ns: NONE,
             final_stretch: false,
         };
         entry.valid_ns = entry.offset(entry.lease.valid_until);
@@ -393,10 +409,28 @@ impl Renewals {
         removed
     }
 
+    /// `t` as nanoseconds after the epoch (0 before it or without one).
+    fn ns(&self, t: Instant) -> u64 {
+        self.epoch
+            .map_or(0, |epoch| nanos(t.saturating_duration_since(epoch)))
+    }
+
+    /// The instant `ns` after the epoch.
+    fn instant(&self, ns: u64) -> Option<Instant> {
+        self.epoch
+            .map(|epoch| saturating_add(epoch, Duration::from_nanos(ns)))
+    }
+
+    /// Schedules the lease's next look at `at`; its earlier item (if any) is stale from now.
     fn schedule(&mut self, id: WatchId, at: Instant) {
+        let ns = self.ns(at);
         if let Some(e) = self.entries.get_mut(&id) {
-            e.generation += 1;
-            self.heap.push(Reverse((at, id, e.generation)));
+            if e.at_ns == ns {
+                // Its live item is due then already.
+                return;
+            }
+            e.at_ns = ns;
+            self.heap.push(Reverse((ns, id)));
             self.purge_stale();
         }
     }
@@ -414,9 +448,8 @@ impl Renewals {
             return;
         }
         let entries = &self.entries;
-        self.heap.retain(|Reverse((_, id, generation))| {
-            entries.get(id).is_some_and(|e| e.generation == *generation)
-        });
+        self.heap
+            .retain(|Reverse((ns, id))| entries.get(id).is_some_and(|e| e.at_ns == *ns));
         if self.heap.capacity() > 4 * self.heap.len() + 64 {
             self.heap.shrink_to(2 * self.heap.len() + 32);
         }
@@ -424,9 +457,9 @@ impl Renewals {
 
     /// When the schedule next needs attention.
     pub fn next_wakeup(&mut self) -> Option<Instant> {
-        while let Some(Reverse((at, id, generation))) = self.heap.peek().copied() {
+        while let Some(Reverse((ns, id))) = self.heap.peek().copied() {
             match self.entries.get(&id) {
-                Some(e) if e.generation == generation => return Some(at),
+                Some(e) if e.at_ns == ns => return self.instant(ns),
                 // Removed or rescheduled since: drop the stale item.
                 _ => {
                     self.heap.pop();
@@ -453,12 +486,14 @@ impl Renewals {
             if at > now {
                 break;
             }
-            let Some(Reverse((_, id, _))) = self.heap.pop() else {
+            let Some(Reverse((_, id))) = self.heap.pop() else {
                 break;
             };
             let Some(e) = self.entries.get_mut(&id) else {
                 continue;
             };
+            // Its live item is taken: whatever is decided below schedules a new one.
+            e.at_ns = NONE;
             if now >= e.valid_until() {
                 let reason = if e.final_stretch {
                     LossReason::MaxHoldReached
@@ -632,6 +667,35 @@ mod tests {
             "{}",
             std::mem::size_of::<Extension>()
         );
+    }
+
+    #[test]
+    fn a_heap_item_takes_sixteen_bytes() {
+        // Up to 1.5 per watched lease, twice that in capacity (issue 18: memory per held
+        // lease); with an `Instant` and a generation it took 32.
+        assert_eq!(std::mem::size_of::<Item>(), 16);
+    }
+
+    /// A lease acquired long before the schedule's first one is due at once, and the
+    /// schedule's times read back exactly for leases acquired after it.
+    #[test]
+    fn times_before_the_epoch_are_due_at_once() {
+        let t0 = origin() + EPOCH_BEFORE * 3;
+        let mut r = Renewals::new();
+        r.insert(1, lease(t0, "new"), RenewalPolicy::for_ttl(TTL), t0);
+        assert_eq!(r.next_wakeup(), Some(t0 + TTL / 3));
+        // Acquired two hours before (with a ttl as long): its renewal is long past.
+        let old = t0 - EPOCH_BEFORE * 2;
+        let mut l = lease(old, "old");
+        l.ttl = EPOCH_BEFORE * 3;
+        l.valid_until = valid_until(old, l.ttl);
+        r.insert(2, l, RenewalPolicy::for_ttl(EPOCH_BEFORE * 3), t0);
+        let at = r.next_wakeup().unwrap();
+        assert!(at <= t0, "due at once");
+        let Due { renew, lost } = r.due(t0, t0 + TTL, 10);
+        assert!(lost.is_empty());
+        assert_eq!(renew.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [2]);
+        assert_eq!(r.next_wakeup(), Some(t0 + TTL / 3));
     }
 
     #[test]

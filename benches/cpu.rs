@@ -11,6 +11,8 @@
 //! - `lock_raw`: `SET key token NX PX 30000` + `EVAL <compare-and-delete>` on one plain
 //!   connection (the baseline of `lock` and `semaphore`, as issue 18 defines it;
 //!   `benches/redis.rs` sends the same script as `EVALSHA`);
+//! - `unfenced`: `lock` with `fenced(false)`: the acquisition is a bare `SET NX PX`, the
+//!   release as `lock`'s (baseline `lock_raw`);
 //! - `semaphore`: `try_acquire` + `release` of one permit of a 2-permit semaphore;
 //! - `queue`: `push` + `try_take` + `ack` of one job (three round trips);
 //! - `queue_worker`: a busy worker's steady state, `push` of one job + `ack_and_take` of the
@@ -37,7 +39,7 @@
 //! `server_usec` is the time the server spent executing the commands the client sent, from
 //! `INFO commandstats`: `EVAL`/`EVALSHA` (whose time includes the commands their script
 //! calls, which commandstats also lists on their own lines: those are not added again) and
-//! the plain commands of the scenario (`SET` for `lock_raw`, `LPUSH`/`RPOP` for `queue_raw`,
+//! the plain commands of the scenario (`SET` for `lock_raw` and `unfenced`, `LPUSH`/`RPOP` for `queue_raw`,
 //! the native compare-and-delete commands `DELIFEQ`/`DELEX` that no script calls).
 //! `server_cpu_usec` is the server main thread's CPU time over the same cycles (`INFO cpu`:
 //! user + system; parsing, replies and pub/sub included; coarser).
@@ -75,15 +77,15 @@ fn main() {
     // Servers started for a scenario (RedLock's nodes), stopped when `main` ends.
     let mut nodes_kept: Vec<redlease_suite::RedisServer> = Vec::new();
     let mut cycle: Box<dyn FnMut()> = match scenario.as_str() {
-        "lock" | "semaphore" => {
+        "lock" | "unfenced" | "semaphore" => {
             let client = redlease::Client::builder(&url)
                 .build()
                 .expect("cpu: cannot build the client");
             let client: &'static redlease::Client = Box::leak(Box::new(client));
-            let lock = if scenario == "lock" {
-                client.lock(&name)
-            } else {
-                client.semaphore(&name, 2)
+            let lock = match scenario.as_str() {
+                "lock" => client.lock(&name),
+                "unfenced" => client.lock(&name).fenced(false),
+                _ => client.semaphore(&name, 2),
             };
             Box::new(move || {
                 let guard = lock
@@ -264,6 +266,8 @@ fn main() {
     // The commands the client sends itself (besides scripts).
     let direct: &[&str] = match scenario.as_str() {
         "lock_raw" => &["set"],
+        // Its acquisition is the client's own SET (no script calls SET in its cycle).
+        "unfenced" => &["set", "delifeq", "delex"],
         "queue_raw" => &["lpush", "rpop"],
         _ => &["delifeq", "delex"],
     };

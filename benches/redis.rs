@@ -3,6 +3,7 @@
 //! ```text
 //! cargo bench --bench redis              # every scenario
 //! cargo bench --bench redis -- 8keys     # the baseline plus scenarios whose name contains "8keys"
+//! cargo bench --bench redis -- lock_unfenced lock_uncontended  # ... either of those
 //! BENCH_SECS=5 cargo bench --bench redis # measure each scenario for 5 s (default 3 s)
 //! BENCH_SLICE_MS=500 cargo bench --bench redis  # interleave in 500 ms slices (default 200 ms)
 //! REDIS_URL=redis://127.0.0.1:6379/ cargo bench --bench redis  # use that server
@@ -81,6 +82,7 @@ use scenarios::{lock::*, memory::*, queue::*, watchdog::*};
 const SCENARIOS: &[Scenario] = &[
     (BASELINE, raw_baseline),
     (UNCONTENDED, lock_uncontended),
+    ("lock_unfenced", lock_unfenced),
     ("memory_lock_uncontended", memory_lock_uncontended),
     ("lock_contended", lock_contended),
     ("lock_8keys", lock_8keys),

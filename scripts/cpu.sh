@@ -20,14 +20,16 @@
 # SERVER_N2 cycles: the server's instructions per cycle, which the machine's load does not
 # blur as it blurs microseconds.
 #
-# The lock and semaphore cycles are compared with SET NX PX + EVAL compare-and-delete, the
+# The lock, unfenced lock (`fenced(false)`: a bare SET NX PX acquisition) and semaphore
+# cycles are compared with SET NX PX + EVAL compare-and-delete, the
 # queue's push + take + ack, and a busy worker's push + ack_and_take (`queue_worker`, client
 # instructions only), with LPUSH + RPOP (the baselines issue 18 names); `redlock` (client
 # instructions only: one acquire + release over 5 redis-servers the bench binary starts) with
 # the single-node SET NX PX + EVAL cycle, as the `redlock5` bench, and (`redlock_vs_raw5`)
 # with the raw cycle over the same five nodes (`redlock_raw`).
 # Environment: REDIS_SERVER (default: redis-server on PATH), N1/N2 (default 300/1300),
-# SERVER_CYCLES (default 20000), SERVER_N1/SERVER_N2 (default 200/1200).
+# SERVER_CYCLES (default 20000), SERVER_N1/SERVER_N2 (default 200/1200), CPU_ONLY (default:
+# every scenario; e.g. CPU_ONLY="lock unfenced" runs those and the baselines they need).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -100,20 +102,34 @@ ratio() {
     python3 -c "print(f'{$1 / $2:.2f}')"
 }
 
+# Whether any of the given scenarios is to run (CPU_ONLY, if set, lists those that are).
+wanted() {
+    local s
+    [[ -z ${CPU_ONLY:-} ]] && return 0
+    for s in "$@"; do
+        [[ " $CPU_ONLY " == *" $s "* ]] && return 0
+    done
+    return 1
+}
+
 if [[ $mode == all || $mode == instr ]]; then
-    raw_lock=$(per_op lock_raw)
-    raw_queue=$(per_op queue_raw)
-    for pair in lock:$raw_lock semaphore:$raw_lock queue:$raw_queue queue_worker:$raw_queue redlock:$raw_lock; do
+    raw_lock=0 raw_queue=0
+    wanted lock unfenced semaphore redlock && raw_lock=$(per_op lock_raw)
+    wanted queue queue_worker && raw_queue=$(per_op queue_raw)
+    for pair in lock:$raw_lock unfenced:$raw_lock semaphore:$raw_lock queue:$raw_queue queue_worker:$raw_queue redlock:$raw_lock; do
         scenario=${pair%%:*}
         raw=${pair#*:}
+        wanted "$scenario" || continue
         n=$(per_op "$scenario")
         echo "cpu $scenario instr_per_op=$n raw_instr_per_op=$raw ratio=$(ratio "$n" "$raw")"
         [[ $scenario == redlock ]] && redlock=$n
     done
     # RedLock against the raw cycle over the same five nodes (`redlock_raw`: SET NX PX to
     # every node before any reply is read, then the compare-and-delete EVAL the same way).
-    raw5=$(per_op redlock_raw)
-    echo "cpu redlock_vs_raw5 instr_per_op=$redlock raw_instr_per_op=$raw5 ratio=$(ratio "$redlock" "$raw5")"
+    if wanted redlock; then
+        raw5=$(per_op redlock_raw)
+        echo "cpu redlock_vs_raw5 instr_per_op=$redlock raw_instr_per_op=$raw5 ratio=$(ratio "$redlock" "$raw5")"
+    fi
 fi
 
 # `field` of the `cycles` line of one native run of `scenario`, per cycle.
@@ -125,10 +141,12 @@ field() {
 }
 
 if [[ $mode == all || $mode == server ]]; then
-    raw_lock_line=$(server_run lock_raw)
-    raw_queue_line=$(server_run queue_raw)
-    for pair in lock:lock_raw semaphore:lock_raw queue:queue_raw; do
+    raw_lock_line= raw_queue_line=
+    wanted lock unfenced semaphore && raw_lock_line=$(server_run lock_raw)
+    wanted queue && raw_queue_line=$(server_run queue_raw)
+    for pair in lock:lock_raw unfenced:lock_raw semaphore:lock_raw queue:queue_raw; do
         scenario=${pair%%:*}
+        wanted "$scenario" || continue
         if [[ ${pair#*:} == lock_raw ]]; then raw_line=$raw_lock_line; else raw_line=$raw_queue_line; fi
         line=$(server_run "$scenario")
         usec=$(python3 -c "print(f'{$(field "$line" server_usec) / $server_cycles:.2f}')")
@@ -164,11 +182,13 @@ if [[ $mode == all || $mode == server ]]; then
         b=$(server_instructions "$1" "$server_n2")
         echo $(((b - a) / (server_n2 - server_n1)))
     }
-    raw_lock=$(server_per_op lock_raw)
-    raw_queue=$(server_per_op queue_raw)
-    for pair in lock:$raw_lock semaphore:$raw_lock queue:$raw_queue; do
+    raw_lock=0 raw_queue=0
+    wanted lock unfenced semaphore && raw_lock=$(server_per_op lock_raw)
+    wanted queue && raw_queue=$(server_per_op queue_raw)
+    for pair in lock:$raw_lock unfenced:$raw_lock semaphore:$raw_lock queue:$raw_queue; do
         scenario=${pair%%:*}
         raw=${pair#*:}
+        wanted "$scenario" || continue
         n=$(server_per_op "$scenario")
         echo "server_instr $scenario instr_per_op=$n raw_instr_per_op=$raw ratio=$(ratio "$n" "$raw")"
     done

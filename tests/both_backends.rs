@@ -20,6 +20,9 @@ struct Seen {
     duplicate: bool,
     dead: Vec<(Vec<u8>, Option<String>)>,
     requeued: bool,
+    /// An unfenced lock's fence, whether a fenced and an unfenced try of another client found
+    /// it busy, and whether it was free again after the release.
+    unfenced: (u64, bool, bool, bool),
 }
 
 fn body(a: &Client, b: &Client) -> Seen {
@@ -38,6 +41,23 @@ fn body(a: &Client, b: &Client) -> Seen {
         Err(_) => "error",
     };
     g3.release().unwrap();
+
+    let u = a
+        .lock("u")
+        .fenced(false)
+        .watchdog(false)
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    let unfenced = (
+        u.fence(),
+        b.lock("u").try_acquire().unwrap().is_none(),
+        b.lock("u").fenced(false).try_acquire().unwrap().is_none(),
+        {
+            u.release().unwrap();
+            b.lock("u").fenced(false).try_acquire().unwrap().is_some()
+        },
+    );
 
     let r1 = a.reentrant_lock("r").watchdog(false).acquire().unwrap();
     let r2 = a.reentrant_lock("r").watchdog(false).acquire().unwrap();
@@ -89,6 +109,7 @@ fn body(a: &Client, b: &Client) -> Seen {
         duplicate,
         dead,
         requeued,
+        unfenced,
     }
 }
 
@@ -103,6 +124,7 @@ fn expected() -> Seen {
         duplicate: true,
         dead: vec![(b"x".to_vec(), Some("no".to_owned()))],
         requeued: true,
+        unfenced: (0, true, true, true),
     }
 }
 

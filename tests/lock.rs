@@ -670,3 +670,218 @@ fn a_user_not_granted_the_native_delete_releases_by_script_after_one_refusal() {
         assert_eq!(rejected_calls(&server, &command.to_lowercase()), 1);
     }
 }
+
+/// Unfenced lease locks (`fenced(false)`) of two clients exclude each other; a free lock is
+/// taken by a bare `SET NX PX` (no script), whose lease has fence 0 and is renewed and
+/// released as usual.
+#[test]
+fn unfenced_locks_of_two_clients_exclude_each_other() {
+    let server = server();
+    let clients = [client(&server), client(&server)];
+    // The connections are set up before the MONITOR below.
+    clients[0]
+        .lock("warm-up")
+        .try_acquire()
+        .unwrap()
+        .unwrap()
+        .release()
+        .unwrap();
+    let mut monitor = testkit::Monitor::start(&server);
+    let guard = clients[0]
+        .lock("fast")
+        .fenced(false)
+        .ttl(Duration::from_millis(600))
+        .try_acquire()
+        .unwrap()
+        .expect("a free lock");
+    let first = monitor
+        .next_command(Duration::from_secs(5))
+        .expect("the acquisition's command");
+    assert!(
+        first.contains(r#""SET" "redlease:{fast}:lock""#) && first.contains(r#""NX" "PX" "600""#),
+        "{first}"
+    );
+    assert_eq!((guard.fence(), guard.attempts()), (0, 1));
+    assert!(guard.is_watched());
+    // Renewed past its ttl by the watchdog (every 200 ms): still ours, still exclusive.
+    thread::sleep(Duration::from_millis(1500));
+    assert!(!guard.is_lost(), "{:?}", guard.lost_reason());
+    assert!(
+        clients[1]
+            .lock("fast")
+            .fenced(false)
+            .try_acquire()
+            .unwrap()
+            .is_none()
+    );
+    assert!(matches!(guard.inspect().unwrap(), LeaseState::Held { .. }));
+    guard.release().unwrap();
+    assert!(
+        !raw(&server)
+            .exists::<_, bool>("redlease:{fast}:lock")
+            .unwrap()
+    );
+
+    // Contending threads of both clients, waiting: a non-atomic increment stays exact.
+    let (threads, rounds) = (6, 150);
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let client = clients[t % 2].clone();
+            let barrier = barrier.clone();
+            let mut conn = raw(&server);
+            thread::spawn(move || {
+                barrier.wait();
+                for _ in 0..rounds {
+                    let guard = client
+                        .lock("counter")
+                        .fenced(false)
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .unwrap();
+                    assert_eq!(guard.fence(), 0, "no fence, whoever granted it");
+                    let n: i64 = conn.get::<_, Option<i64>>("count").unwrap().unwrap_or(0);
+                    let _: () = conn.set("count", n + 1).unwrap();
+                    guard.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let mut conn = raw(&server);
+    assert_eq!(
+        conn.get::<_, i64>("count").unwrap(),
+        (threads * rounds) as i64
+    );
+    assert!(!conn.exists::<_, bool>("redlease:{counter}:lock").unwrap());
+}
+
+/// A fenced and an unfenced lock of one name are one lock: each excludes the other, and the
+/// fenced holders' fences still increase.
+#[test]
+fn a_fenced_and_an_unfenced_lock_of_one_name_exclude_each_other() {
+    let server = server();
+    let c = client(&server);
+    let fenced = c.lock("mixed").try_acquire().unwrap().unwrap();
+    assert!(fenced.fence() > 0);
+    assert!(
+        c.lock("mixed")
+            .fenced(false)
+            .try_acquire()
+            .unwrap()
+            .is_none()
+    );
+    let first_fence = fenced.fence();
+    fenced.release().unwrap();
+    let unfenced = c
+        .lock("mixed")
+        .fenced(false)
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    assert_eq!(unfenced.fence(), 0);
+    assert!(c.lock("mixed").try_acquire().unwrap().is_none());
+    // A fenced waiter gets the lock when the unfenced holder releases.
+    let c2 = c.clone();
+    let waiter = thread::spawn(move || c2.lock("mixed").wait(Duration::from_secs(10)).acquire());
+    let mut conn = raw(&server);
+    await_condition(Duration::from_secs(5), || {
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut conn)
+            .unwrap();
+        evalsha_calls(&stats) >= 3
+    });
+    unfenced.release().unwrap();
+    let got = waiter.join().unwrap().unwrap();
+    assert!(
+        got.fence() > first_fence,
+        "fences increase across unfenced holds"
+    );
+    got.release().unwrap();
+
+    // Threads alternating fenced and unfenced acquisitions of one name.
+    let (threads, rounds) = (4, 150);
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let client = c.clone();
+            let barrier = barrier.clone();
+            let mut conn = raw(&server);
+            thread::spawn(move || {
+                barrier.wait();
+                let mut last_fence = 0;
+                for i in 0..rounds {
+                    let guard = client
+                        .lock("mixed")
+                        .fenced((t + i) % 2 == 0)
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .unwrap();
+                    if guard.fence() > 0 {
+                        assert!(guard.fence() > last_fence, "fences increase");
+                        last_fence = guard.fence();
+                    }
+                    let n: i64 = conn.get::<_, Option<i64>>("count").unwrap().unwrap_or(0);
+                    let _: () = conn.set("count", n + 1).unwrap();
+                    guard.release().unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(
+        conn.get::<_, i64>("count").unwrap(),
+        (threads * rounds) as i64
+    );
+}
+
+/// An unfenced lock on a key of the wrong type is a typed error, not "busy", trying once or
+/// waiting, and the key is left alone; `fenced(false)` on any other kind of lock is refused
+/// before anything is sent.
+#[test]
+fn unfenced_bad_input_gets_typed_errors() {
+    let server = server();
+    let c = client(&server);
+    let mut conn = raw(&server);
+    let refused = [
+        c.read_lock("r").fenced(false).try_acquire().map(|_| ()),
+        c.read_lock("r").fenced(false).acquire().map(|_| ()),
+        c.write_lock("w").fenced(false).try_acquire().map(|_| ()),
+        c.fair_lock("f").fenced(false).acquire().map(|_| ()),
+        c.reentrant_lock("re")
+            .fenced(false)
+            .try_acquire()
+            .map(|_| ()),
+        c.semaphore("s", 2).fenced(false).try_acquire().map(|_| ()),
+    ];
+    for outcome in refused {
+        match outcome {
+            Err(Error::InvalidArgument(InvalidArgument::Setting(m))) => {
+                assert!(m.contains("fenced(false)"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(redis::cmd("DBSIZE").query::<i64>(&mut conn).unwrap(), 0);
+
+    let _: () = conn.hset("redlease:{typed}:lock", "f", "v").unwrap();
+    let err = c.lock("typed").fenced(false).try_acquire().unwrap_err();
+    assert!(
+        matches!(&err, Error::WrongType { name, .. } if name == "typed"),
+        "{err:?}"
+    );
+    let err = c
+        .lock("typed")
+        .fenced(false)
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .unwrap_err();
+    assert!(matches!(err, Error::WrongType { .. }), "{err:?}");
+    let v: String = conn.hget("redlease:{typed}:lock", "f").unwrap();
+    assert_eq!(v, "v");
+}

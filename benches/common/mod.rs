@@ -769,11 +769,15 @@ pub fn report(name: &str, m: &mut Measurement) {
     println!("{line}");
 }
 
-/// Runs the selected `scenarios` (the first argument that is not a flag filters their names;
-/// the baselines always run) and prints their lines and the summary.
+/// Runs the selected `scenarios` (the arguments that are not flags filter their names: a
+/// scenario runs if its name contains any of them; the baselines always run) and prints
+/// their lines and the summary.
 pub fn run(scenarios: &[Scenario]) {
-    // cargo passes `--bench`; the first argument that is not a flag filters scenario names.
-    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    // cargo passes `--bench`; the arguments that are not flags filter scenario names.
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
 
     let run = env_duration("BENCH_SECS", 1.0, DEFAULT_SECS);
     let target_slice = env_duration("BENCH_SLICE_MS", 1e-3, DEFAULT_SLICE_MS);
@@ -812,7 +816,7 @@ pub fn run(scenarios: &[Scenario]) {
         reliable_baseline,
     };
 
-    let matches = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
+    let matches = |name: &str| filters.is_empty() || filters.iter().any(|f| name.contains(f));
     // The queue scenarios' ratios are over the queue baseline: give it its own line too.
     let queue_selected = scenarios
         .iter()
@@ -825,10 +829,8 @@ pub fn run(scenarios: &[Scenario]) {
                 || matches(name)
         })
         .collect();
-    if let Some(f) = &filter
-        && selected.len() == 1
-    {
-        eprintln!("note: no scenario matches {f:?}; running the baseline only");
+    if !filters.is_empty() && selected.len() == 1 {
+        eprintln!("note: no scenario matches {filters:?}; running the baseline only");
     }
 
     let started = Instant::now();

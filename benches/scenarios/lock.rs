@@ -31,6 +31,22 @@ pub fn lock_uncontended(ctx: &Ctx) -> Measurement {
     m
 }
 
+/// [`lock_uncontended`] with an unfenced lock (`fenced(false)`): the acquisition is a bare
+/// `SET NX PX` (no script), the release as usual. Ratio to the same raw cycle.
+pub fn lock_unfenced(ctx: &Ctx) -> Measurement {
+    ctx.clear_lock("bench-unf");
+    let lock = ctx.client.lock("bench-unf").fenced(false);
+    let (m, _) = measure_single(ctx, || {
+        let guard = lock
+            .try_acquire()
+            .expect("bench: unfenced try_acquire failed")
+            .expect("bench: unfenced lock was busy");
+        black_box(guard.fence());
+        guard.release().expect("bench: unfenced release failed");
+    });
+    m
+}
+
 /// The raw RedLock cycle over `n` nodes, no library in between: `SET key token NX PX 10000`
 /// written to every node before any reply is read, then the compare-and-delete `EVALSHA`
 /// the same way, on one plain connection per node. What a RedLock cycle costs at the least

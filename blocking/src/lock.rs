@@ -35,6 +35,8 @@ pub struct LockBuilder<'c> {
     min_replicas: Option<(u32, Duration)>,
     renew_every: Option<Duration>,
     max_hold: Option<Duration>,
+    /// Whether the acquisition issues a fencing token (see [`LockBuilder::fenced`]).
+    fenced: bool,
     /// The spec of the first acquisition, waiting ([0]) and trying once ([1]): later
     /// acquisitions bind their token to it ([`LockSpec::with_token`]) instead of building
     /// the keys and script calls again. Reset by every setting that changes the spec.
@@ -60,6 +62,18 @@ impl From<Acquires> for LeaseKind {
 }
 
 impl Acquires {
+    /// What it is, for messages.
+    fn describe(self) -> &'static str {
+        match self {
+            Acquires::Lock(LockKind::Lease) => "a lease lock",
+            Acquires::Lock(LockKind::Reentrant) => "a reentrant lock",
+            Acquires::Lock(LockKind::Fair) => "a fair lock",
+            Acquires::Lock(LockKind::Read) => "a read lock",
+            Acquires::Lock(LockKind::Write) => "a write lock",
+            Acquires::Permit => "a semaphore",
+        }
+    }
+
     /// Whether a waiter takes a place in a line (and so needs a waiter timeout).
     fn queues(self) -> bool {
         matches!(
@@ -88,6 +102,7 @@ impl<'c> LockBuilder<'c> {
             min_replicas: None,
             renew_every: None,
             max_hold: None,
+            fenced: true,
             specs: Default::default(),
         }
     }
@@ -163,6 +178,34 @@ impl<'c> LockBuilder<'c> {
         self
     }
 
+    /// Whether the lock issues a fencing token ([`LockGuard::fence`]). Defaults to `true`.
+    ///
+    /// `fenced(false)`, for a lease lock ([`Client::lock`]) only, makes the uncontended
+    /// acquisition a bare `SET <lock> <token> NX PX <ttl>`: no script, about the server work
+    /// of the plain `redis` pattern. Any other answer (busy, an error, a lost reply) goes on
+    /// with the usual acquire script, which reports the holder's time left for waiting (so
+    /// trying a busy lock once costs two round trips), a wrong type, or recognises our own
+    /// token after a lost reply. Release, extension, inspection and the watchdog are the
+    /// same as for a fenced lock, and fenced and unfenced holders of one name exclude each
+    /// other. On any other kind of lock, `fenced(false)` fails the acquisition with
+    /// [`InvalidArgument::Setting`].
+    ///
+    /// What it gives up:
+    /// - **No fence**: [`LockGuard::fence`] is 0, whoever granted the lock (fenced holders
+    ///   of the name still get increasing fences among themselves; a grant by the script
+    ///   advances the counter they share, a grant by `SET` does not).
+    /// - **A lost first attempt may leave the lock taken by nobody.** When the reply to that
+    ///   `SET` is lost and the acquisition gives up, it deletes the key if it holds our token
+    ///   and records the token as undone; but the `SET` itself reads no such record, so if it
+    ///   was only delayed and reaches Redis after that undo, it takes the lock for an owner
+    ///   who has gone. The lock is then free only when its ttl ends. That costs liveness,
+    ///   never safety: there are never two holders.
+    pub fn fenced(mut self, on: bool) -> Self {
+        self.fenced = on;
+        self.specs = Default::default();
+        self
+    }
+
     /// Tries once: `Ok(None)` when another holder has the lock.
     pub fn try_acquire(&self) -> Result<Option<LockGuard>, Error> {
         let policy = self.policy()?;
@@ -217,6 +260,13 @@ impl<'c> LockBuilder<'c> {
         }
         if self.kind == Acquires::Permit {
             limits::permits(self.permits)?;
+        }
+        if !self.fenced && self.kind != Acquires::Lock(LockKind::Lease) {
+            return Err(InvalidArgument::Setting(format!(
+                "fenced(false) is for lease locks (Client::lock) only, not {}",
+                self.kind.describe()
+            ))
+            .into());
         }
         Ok(())
     }
@@ -291,7 +341,7 @@ impl<'c> LockBuilder<'c> {
             }
         };
         match kind {
-            LockKind::Lease => LockSpec::lease(ks, name, token, ttl),
+            LockKind::Lease => LockSpec::lease(ks, name, token, ttl)?.fenced(self.fenced),
             LockKind::Reentrant => {
                 let owner = format!("{}:{}", shared.client_id, thread_number());
                 LockSpec::reentrant(ks, name, &owner, token, ttl)
@@ -421,7 +471,8 @@ impl LockGuard {
     ///
     /// Only exclusive holders get one: the lease, reentrant, fair and write locks (which
     /// share one counter per name). **Semaphore permits and read locks always return 0**:
-    /// several of them are held at once, so no order among them could fence anything.
+    /// several of them are held at once, so no order among them could fence anything. A
+    /// lease lock acquired with [`fenced(false)`](LockBuilder::fenced) returns 0 too.
     pub fn fence(&self) -> u64 {
         self.lease.fence
     }

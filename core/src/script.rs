@@ -790,6 +790,11 @@ impl ScriptCall {
         Arc::ptr_eq(&self.parts, &other.parts)
     }
 
+    /// The node the call targets.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
     /// The script called.
     pub fn script(&self) -> &'static Script {
         self.script

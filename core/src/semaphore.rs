@@ -173,6 +173,7 @@ impl SemaphoreKeys {
             queued: true,
             wake: WakeOn::tagged(channel, token.as_str()),
             notify: notify.clone(),
+            fenced: true,
             target: Target {
                 name: name.clone().into(),
                 keys: vec![

@@ -237,7 +237,8 @@ fn fenced(k: HoldKind) -> bool {
 fn fences(h: &History, out: &mut Out<'_>) {
     let mut by_name: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for (i, x) in h.holds.iter().enumerate() {
-        if fenced(x.kind) {
+        // An unfenced lease lock's holds are checked for exclusion only.
+        if fenced(x.kind) && x.fenced {
             by_name.entry(&x.name).or_default().push(i);
         }
     }
@@ -297,7 +298,7 @@ fn fences(h: &History, out: &mut Out<'_>) {
         let mut newest: HashMap<&str, (u64, usize)> = HashMap::new();
         for wr in h.writes.iter().filter(|w| w.accepted) {
             let x = &h.holds[wr.hold];
-            if !fenced(x.kind) {
+            if !fenced(x.kind) || !x.fenced {
                 continue;
             }
             let e = newest.entry(&x.name).or_insert((x.granted, wr.hold));

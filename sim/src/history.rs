@@ -65,6 +65,9 @@ pub struct Hold {
     pub kind: HoldKind,
     /// The fence (delivery number for a job).
     pub fence: u64,
+    /// Whether its acquisition issued a fence: false for an unfenced lease lock
+    /// (`LockSpec::fenced(false)`, fence 0) and for RedLock; the fence properties skip it.
+    pub fenced: bool,
     /// When the server ran the command that granted it (for RedLock: when the grant reached
     /// the client).
     pub granted: u64,
@@ -145,6 +148,9 @@ pub struct Acq {
     pub ended: Option<(u64, u64)>,
     /// The outcome.
     pub result: AcqResult,
+    /// Whether it issues a fence (false: an unfenced lease lock, whose first attempt is a
+    /// bare `SET NX PX` and whose grants are recorded with fence 0; RedLock).
+    pub fenced: bool,
 }
 
 /// A write that reached the fenced resource.

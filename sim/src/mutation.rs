@@ -1,6 +1,6 @@
 //! Known bugs the checker must catch, planted in the simulation (never in the library): a
-//! script source rewritten on its way into the in-process server, or a flag of the sim's
-//! own driver.
+//! script source or a command rewritten on its way into the in-process server, or a flag of
+//! the sim's own driver.
 
 use redlease_core::Command;
 use redlease_core::lease::scripts::{ACQUIRE, RELEASE};
@@ -21,6 +21,9 @@ pub enum Mutation {
     NoRecheckAfterMiss,
     /// A worker counts an ack whose reply was lost as done.
     AckTrustsLostReply,
+    /// An unfenced lease lock's first attempt is sent as `SET key token PX ttl`, without
+    /// `NX`: it takes the lock whoever holds it.
+    SetWithoutNx,
 }
 
 /// A script and the source that replaces it.
@@ -58,8 +61,20 @@ impl Mutation {
     }
 
     /// The command the server runs instead of `command`: a call of the mutated script is
-    /// sent as `EVAL` of the rewritten source; anything else is unchanged.
+    /// sent as `EVAL` of the rewritten source, a `SET` loses its `NX` under
+    /// [`Mutation::SetWithoutNx`]; anything else is unchanged.
     pub fn rewrite(self, command: &Command) -> Command {
+        if self == Mutation::SetWithoutNx && command.is("SET") {
+            let mut out = Command::new("SET").on(command.node());
+            for a in command
+                .args()
+                .skip(1)
+                .filter(|a| !a.eq_ignore_ascii_case(b"NX"))
+            {
+                out = out.arg(a);
+            }
+            return out;
+        }
         let Some(swap) = self.swap() else {
             return command.clone();
         };

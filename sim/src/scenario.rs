@@ -208,7 +208,11 @@ pub fn build(spec: &RunSpec) -> (World, Plan) {
                 |w, rng, task| {
                     let token = w.token();
                     match p {
-                        Primitive::Lease => LockSpec::lease(&ks, "l", token, ttl_d),
+                        // Every third task unfenced (its first attempt a bare `SET NX
+                        // PX`): checked for exclusion with the fenced holders, not for
+                        // fence order. Chosen by task, so the seed's draws are unchanged.
+                        Primitive::Lease => LockSpec::lease(&ks, "l", token, ttl_d)
+                            .and_then(|s| s.fenced(task % 3 != 2)),
                         Primitive::Reentrant => {
                             LockSpec::reentrant(&ks, "l", &format!("owner-{task}"), token, ttl_d)
                         }

@@ -713,16 +713,23 @@ impl World {
             if !noscript {
                 r.ran.push(self.now);
             }
+            // An unfenced lease lock's first attempt: its bare `SET NX PX`.
+            let set_nx = r.acquire_script.is_some()
+                && r.acq.is_some_and(|a| !self.history.acqs[a].fenced)
+                && req.command.is("SET");
             let is_attempt = !noscript
-                && r.acquire_script.is_some_and(|s| {
-                    let a = req.command.args();
-                    a.len() > 1 && (&a[1] == s.sha1.as_bytes() || &a[1] == s.source.as_bytes())
-                });
+                && (set_nx
+                    || r.acquire_script.is_some_and(|s| {
+                        let a = req.command.args();
+                        a.len() > 1 && (&a[1] == s.sha1.as_bytes() || &a[1] == s.source.as_bytes())
+                    }));
             if is_attempt && let Some(acq) = r.acq {
                 self.history.acqs[acq].attempts.push(self.now);
                 // A grant is `{1, fence}`, or the bare fence (the lease lock's and the
-                // permit's acquire scripts).
+                // permit's acquire scripts), or `OK` to an unfenced lock's `SET NX PX`.
                 let fence = match &reply {
+                    Reply::Status(ok) if set_nx && ok == "OK" => Some(0),
+                    _ if set_nx => None,
                     Reply::Int(f) => Some(*f),
                     _ => reply
                         .as_array()
@@ -730,7 +737,13 @@ impl World {
                         .map(|a| a.get(1).and_then(Reply::as_int).unwrap_or(0)),
                 };
                 if let Some(fence) = fence {
-                    let fence = u64::try_from(fence).unwrap_or(0);
+                    // Every grant of an unfenced acquisition is one hold of one token: fence
+                    // 0 for all (the lease reports 0 whoever granted it).
+                    let fence = if self.history.acqs[acq].fenced {
+                        u64::try_from(fence).unwrap_or(0)
+                    } else {
+                        0
+                    };
                     self.history.acqs[acq].grants.push((self.now, fence));
                 }
             }
@@ -1323,6 +1336,7 @@ impl World {
                 };
                 let min_replicas = options.min_replicas.is_some();
                 let ttl = spec.ttl;
+                let fenced = spec.fenced;
                 match Acquire::new(spec, &options, seed, now_i) {
                     Ok(m) => {
                         let acq = self.history.acqs.len();
@@ -1341,6 +1355,7 @@ impl World {
                             grants: Vec::new(),
                             ended: None,
                             result: AcqResult::Running,
+                            fenced,
                         });
                         self.tasks[task].pending = Some((watch, min_replicas));
                         let r = self.spawn(
@@ -1383,6 +1398,7 @@ impl World {
                             grants: Vec::new(),
                             ended: None,
                             result: AcqResult::Running,
+                            fenced: false,
                         });
                         let r = self.spawn(
                             client,
@@ -1671,6 +1687,7 @@ impl World {
                             name: self.history.acqs[acq].name.clone(),
                             kind: HoldKind::from(lease.kind),
                             fence: lease.fence,
+                            fenced: self.history.acqs[acq].fenced,
                             granted: self
                                 .first_of_last_grants(acq)
                                 .or(r.last_ran)
@@ -1738,6 +1755,7 @@ impl World {
                             name: self.history.acqs[acq].name.clone(),
                             kind: HoldKind::Red,
                             fence: 0,
+                            fenced: false,
                             granted: self.now,
                             received: self.now,
                             valid_until: valid,

@@ -94,3 +94,15 @@ fn an_ack_that_trusts_a_lost_reply_acks_twice() {
         50,
     );
 }
+
+#[test]
+fn an_unfenced_set_without_nx_breaks_exclusion() {
+    // Unfenced holders are checked for exclusion like fenced ones.
+    caught(
+        Primitive::Lease,
+        Mutation::SetWithoutNx,
+        &[],
+        Property::Exclusion,
+        20,
+    );
+}

@@ -82,6 +82,7 @@ fn spec_from_env() -> Option<RunSpec> {
         Ok("FenceRestarts") => Mutation::FenceRestarts,
         Ok("NoRecheckAfterMiss") => Mutation::NoRecheckAfterMiss,
         Ok("AckTrustsLostReply") => Mutation::AckTrustsLostReply,
+        Ok("SetWithoutNx") => Mutation::SetWithoutNx,
         _ => Mutation::None,
     };
     let allowed = match std::env::var("SIM_FAULTS") {

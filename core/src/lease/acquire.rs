@@ -62,6 +62,12 @@ pub enum Acquisition {
 
 #[derive(Debug)]
 enum State {
+    /// An unfenced lease lock's first attempt: a bare `SET <lock> <token> NX PX <ttl>`,
+    /// ready (`request: None`), in flight, or answered.
+    SetNx {
+        request: Option<RequestId>,
+        answer: Option<Result<Reply, TransportFailure>>,
+    },
     /// The acquisition call is ready or in flight.
     Trying,
     /// Pausing before the next attempt.
@@ -84,6 +90,10 @@ enum State {
 /// The acquisition of a lock, as a [`Protocol`].
 ///
 /// ```text
+///   SetNx ──SET lock token NX PX ttl──► OK ─────────────────────────► Done(Acquired, fence 0)
+///     │  (unfenced lease lock only)      nil, error reply ─► Trying (at once)
+///     │                                  lost reply ─► as a lost reply of Trying's script
+///     ▼
 ///   Trying ──EVALSHA acquire──► {1,fence} or fence ─────────────────► Done(Acquired)
 ///     ▲  │                      {0,pttl}: try once ────────────────► Done(Busy)
 ///     │  │                      {0,pttl}: waiting ─► Waiting(until backoff or holder's ttl)
@@ -100,6 +110,17 @@ enum State {
 /// or deleted: then a higher one, from the server clock floor); the cleanup after a lost reply releases
 /// what the lost attempt may have taken, and a waiter that gives up leaves any queue it
 /// joined ([`LockSpec::cancel`]).
+///
+/// An unfenced lease lock ([`LockSpec::fenced`]`(false)`) starts with the native
+/// `SET <lock> <token> NX PX <ttl>`, no script: `OK` grants the lease (fence 0, valid from
+/// that attempt's send time). Anything else goes on exactly as a fenced acquisition would,
+/// with the acquire script: a busy lock (nil) is asked again at once by the script, which
+/// reports the holder's time left (so trying once on a busy lock costs two round trips), a
+/// wrong type, or an undone acquisition; an error reply is left for the script to report (or
+/// to wait out, if it is a passing one); a lost reply counts as a lost attempt (the script
+/// recognises our token if the `SET` took the lock; the cleanup undoes it if we give up). A
+/// grant by the script also reports fence 0. See [`LockSpec::fenced`] for what this gives
+/// up.
 #[derive(Debug)]
 pub struct Acquire {
     /// The deadline of the batch in flight.
@@ -163,6 +184,13 @@ impl Acquire {
                 .into());
             }
         }
+        if !spec.fenced && spec.kind != LeaseKind::Lock(LockKind::Lease) {
+            return Err(InvalidArgument::Setting(format!(
+                "only a lease lock can go without a fence, not a {:?} lock",
+                spec.kind
+            ))
+            .into());
+        }
         // Trying once never takes a place in a line.
         let spec = if options.wait.is_none() {
             spec.trying_once()
@@ -170,7 +198,15 @@ impl Acquire {
             spec
         };
         let mut exchange = Exchange::new(spec.acquire.clone());
-        exchange.start();
+        let state = if spec.fenced {
+            exchange.start();
+            State::Trying
+        } else {
+            State::SetNx {
+                request: None,
+                answer: None,
+            }
+        };
         Ok(Acquire {
             outstanding: Outstanding::default(),
             deadline: options.wait.map(|w| saturating_add(now, w)),
@@ -180,7 +216,7 @@ impl Acquire {
             ids: RequestIds::default(),
             exchange,
             cleanup: Vec::new(),
-            state: State::Trying,
+            state,
             attempts: 0,
             sent_at: now,
             lost_reply: false,
@@ -265,9 +301,11 @@ impl Acquire {
             return self.finish(Err(err));
         }
         // Exclusive holds are issued fences from 1; a read hold reports the last writer's
-        // fence, 0 before the first writer; a permit's fence is 0.
+        // fence, 0 before the first writer; a permit's fence is 0; an unfenced lease's `SET
+        // NX PX` grant comes here as fence 0.
         let min_fence = match self.spec.kind {
             LeaseKind::Lock(LockKind::Read) | LeaseKind::Permit => 0,
+            _ if !self.spec.fenced => 0,
             _ => 1,
         };
         // Only a job carries data (its id and payload), and it always does.
@@ -320,7 +358,8 @@ impl Acquire {
                     kind: self.spec.kind,
                     target,
                     token: self.spec.token.clone(),
-                    fence: fence as u64,
+                    // An unfenced spec promises no fence, whoever granted it.
+                    fence: if self.spec.fenced { fence as u64 } else { 0 },
                     ttl: self.spec.ttl,
                     acquired_at: self.sent_at,
                     valid_until: valid_until(self.sent_at, self.spec.ttl),
@@ -384,6 +423,48 @@ impl Acquire {
         match self.pause(now, None) {
             Some(step) => Some(step),
             None => {
+                self.exchange.start();
+                None
+            }
+        }
+    }
+
+    /// The first attempt of an unfenced lease lock: a bare `SET <lock> <token> NX PX <ttl>`.
+    fn set_nx(&self) -> Command {
+        let key = self.spec.target.keys.first().unwrap_or_default();
+        let token = self.spec.token.as_str();
+        Command::with_bytes("SET", 5, key.len() + token.len() + 24)
+            .arg(key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .int_arg(u64::try_from(self.spec.ttl.as_millis()).unwrap_or(u64::MAX))
+            .on(self.spec.acquire.node())
+    }
+
+    /// The `SET NX PX` answered: `OK` is a grant (fence 0); anything else goes on with the
+    /// acquire script as a fenced acquisition would.
+    fn on_set_nx(
+        &mut self,
+        answer: Result<Reply, TransportFailure>,
+        now: Instant,
+    ) -> Option<Step<Acquisition>> {
+        self.state = State::Trying;
+        match answer {
+            // The grant, as the script's (fence 0: the spec promises none).
+            Ok(Reply::Status(s)) if s == "OK" => self.on_reply(Reply::Int(0), now),
+            Err(failure) => self.on_failure(failure, now),
+            // Busy (nil), or an error reply: the script reports the holder's time left, a
+            // wrong type, an undone acquisition, or the error itself (a passing one is waited
+            // out as usual). It runs at once: the holder's ttl is not known yet.
+            Ok(Reply::Nil | Reply::Error(_)) => {
+                self.exchange.start();
+                None
+            }
+            // A reply `SET` never gives: it may have taken the lock. The script recognises
+            // our token if it did; a cleanup undoes it if we give up.
+            Ok(_) => {
+                self.lost_reply = true;
                 self.exchange.start();
                 None
             }
@@ -470,6 +551,32 @@ impl Acquire {
                     self.exchange.start();
                 }
                 State::CleaningUp { .. } => return self.poll_cleanup(now),
+                State::SetNx { request: None, .. } => {
+                    let id = self.ids.next();
+                    let command = self.set_nx();
+                    self.state = State::SetNx {
+                        request: Some(id),
+                        answer: None,
+                    };
+                    self.attempts += 1;
+                    self.sent_at = now;
+                    return self.batch(vec![Request { id, command }], now);
+                }
+                State::SetNx { answer: None, .. } => return self.outstanding.step(now),
+                State::SetNx {
+                    answer: Some(_), ..
+                } => {
+                    let State::SetNx {
+                        answer: Some(answer),
+                        ..
+                    } = std::mem::replace(&mut self.state, State::Trying)
+                    else {
+                        continue;
+                    };
+                    if let Some(step) = self.on_set_nx(answer, now) {
+                        return step;
+                    }
+                }
                 State::Replicating {
                     request: Some(_),
                     answer: None,
@@ -538,6 +645,16 @@ impl Protocol for Acquire {
     }
 
     fn handle(&mut self, input: Response, _now: Instant) {
+        if let State::SetNx {
+            request: Some(id),
+            answer,
+        } = &mut self.state
+        {
+            if input.id == *id {
+                *answer = Some(input.result);
+            }
+            return;
+        }
         if let State::Replicating {
             request: Some(id),
             answer,

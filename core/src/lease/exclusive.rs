@@ -11,6 +11,10 @@
 //!         owner-checked DEL + PUBLISH <stem>:released)
 //! ```
 //!
+//! Unfenced ([`LockSpec::fenced`]`(false)`): the first attempt is a bare
+//! `SET <stem>:lock <token> NX PX <ttl>`, no script; `OK` is a lease with fence 0, anything
+//! else goes on with `acquire.lua` as above (its grant then reports fence 0 too).
+//!
 //! A walk through it: the lock is held by someone else, the waiter is woken by its release,
 //! gets fence 8, and releases.
 //!
@@ -87,6 +91,7 @@ impl LockSpec {
             queued: false,
             wake: WakeOn::any(&keys.channel),
             notify: keys.notify.clone(),
+            fenced: true,
             target: Target {
                 name: keys.name.clone().into(),
                 keys: vec![keys.lock, keys.fence].into(),

@@ -99,6 +99,7 @@ impl LockSpec {
             queued: true,
             wake: WakeOn::tagged(&channel, token.as_str()),
             notify: notify.clone(),
+            fenced: true,
             target: Target {
                 name: name.to_owned().into(),
                 keys: vec![lock, queue, timeouts, fence].into(),

@@ -31,6 +31,7 @@ fn all_kinds() -> Vec<LockSpec> {
         LockSpec::fair(&ks, "job", token(), TTL, w).unwrap(),
         LockSpec::read(&ks, "job", token(), TTL).unwrap(),
         LockSpec::write(&ks, "job", token(), TTL, w).unwrap(),
+        spec().fenced(false).unwrap(),
     ]
 }
 
@@ -1219,4 +1220,198 @@ fn a_spec_rebound_to_another_token_equals_one_built_for_it() {
     // A reentrant lock's calls carry op ids derived from the token: not rebindable.
     let reentrant = LockSpec::reentrant(&ks, "job", "c1:7", a, TTL).unwrap();
     assert_eq!(reentrant.with_token(b), None);
+}
+
+fn unfenced(wait: Option<Duration>) -> Scenario<Acquire> {
+    let now = origin();
+    let spec = spec().fenced(false).unwrap();
+    Scenario::new(Acquire::new(spec, &opts(wait), 9, now).unwrap(), now)
+}
+
+fn ok() -> Reply {
+    Reply::Status("OK".into())
+}
+
+/// The first attempt of an unfenced lease lock is the bare `SET NX PX`; `OK` grants a lease
+/// with fence 0, valid from that attempt's send time, whose calls are the fenced lock's.
+#[test]
+fn an_unfenced_lock_is_granted_by_a_bare_set_nx_px_with_fence_zero() {
+    let mut s = unfenced(None);
+    let start = s.now;
+    let r = s.expect_send();
+    assert_eq!(
+        args(&r),
+        [
+            "SET",
+            "redlease:{job}:lock",
+            token().as_str(),
+            "NX",
+            "PX",
+            "10000"
+        ]
+    );
+    // The reply comes 40 ms later: validity counts from the send.
+    s.now += Duration::from_millis(40);
+    s.machine.handle(Response::reply(r.id, ok()), s.now);
+    let Ok(Acquisition::Acquired(lease)) = s.expect_done() else {
+        panic!("not acquired")
+    };
+    assert_eq!((lease.fence, lease.attempts), (0, 1));
+    assert_eq!(lease.acquired_at, start);
+    assert_eq!(
+        lease.valid_until,
+        start + Duration::from_millis(10_000 - 102)
+    );
+    assert_eq!(lease.calls, spec().calls, "released and extended as usual");
+    assert_eq!(lease.target, spec().target);
+    assert_eq!(s.sent.len(), 1);
+    assert_eq!(s.expect_done(), Err(Error::Finished));
+}
+
+/// A busy lock (nil) is asked again at once by the acquire script, which reports the
+/// holder's time left; a grant by the script reports fence 0 too.
+#[test]
+fn a_busy_unfenced_lock_goes_on_with_the_acquire_script() {
+    let mut s = unfenced(None);
+    s.answer(Reply::Nil);
+    let second = s.answer(ints(&[0, 2500]));
+    assert_eq!(args(&second)[..2], ["EVALSHA", ACQUIRE.sha1]);
+    assert_eq!(
+        s.expect_done(),
+        Ok(Acquisition::Busy {
+            holder_ttl: Some(Duration::from_millis(2500))
+        })
+    );
+    assert_eq!(s.sent.len(), 2, "no cleanup after a plain refusal");
+
+    // Waiting: nil, then the script says busy, the waiter pauses (no more than the holder's
+    // ttl), is woken, and the script grants: fence 0, not the script's.
+    let mut s = unfenced(Some(Duration::from_secs(5)));
+    s.answer(Reply::Nil);
+    s.answer(ints(&[0, 300]));
+    let wait = s.expect_wait();
+    assert!(wait.until <= s.now + Duration::from_millis(300));
+    s.machine.wake(s.now);
+    let third = s.answer(Reply::Int(17));
+    assert_eq!(
+        args(&third)[..2],
+        ["EVALSHA", ACQUIRE.sha1],
+        "never SET again"
+    );
+    let Ok(Acquisition::Acquired(lease)) = s.expect_done() else {
+        panic!("not acquired")
+    };
+    assert_eq!((lease.fence, lease.attempts), (0, 3));
+}
+
+/// A lost reply of the `SET`: the script asks next (it recognises our token if the `SET`
+/// took the lock); giving up undoes what the lost attempt may have taken.
+#[test]
+fn a_lost_set_nx_reply_goes_on_with_the_script_and_is_undone_on_giving_up() {
+    let mut s = unfenced(None);
+    let first = s.fail(TransportFailure::no_reply("read timed out"));
+    assert_eq!(first.command.name(), "SET");
+    let second = s.answer(Reply::Int(5));
+    assert_eq!(args(&second)[..2], ["EVALSHA", ACQUIRE.sha1]);
+    assert!(matches!(s.expect_done(), Ok(Acquisition::Acquired(l)) if l.fence == 0));
+
+    let mut s = unfenced(None);
+    s.fail(TransportFailure::no_reply("timeout"));
+    s.fail(TransportFailure::no_reply("timeout"));
+    let cleanup = s.answer(Reply::Int(1));
+    assert_eq!(args(&cleanup)[1], RELEASE.sha1);
+    assert_eq!(
+        args(&cleanup)[3..5],
+        ["redlease:{job}:lock", "redlease:{job}:undone"]
+    );
+    match s.expect_done() {
+        Err(Error::Unavailable { attempts: 2, last }) => {
+            assert_eq!(last.kind, FailureKind::NoReply)
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A `SET` that never left is a failure like a script's that never left: trying once,
+    // it is not retried, and nothing needs undoing.
+    let mut s = unfenced(None);
+    s.fail(TransportFailure::not_sent("connection refused"));
+    assert!(matches!(
+        s.expect_done(),
+        Err(Error::Unavailable { attempts: 1, .. })
+    ));
+    assert_eq!(s.sent.len(), 1);
+}
+
+/// An error reply to the `SET` is left to the script, which reports it typed (or waits out a
+/// passing one).
+#[test]
+fn an_error_reply_to_the_set_nx_goes_on_with_the_script() {
+    let mut s = unfenced(Some(Duration::from_secs(5)));
+    s.answer(err(
+        "OOM",
+        "command not allowed when used memory > 'maxmemory'",
+    ));
+    let second = s.answer(err(
+        "WRONGTYPE",
+        "Operation against a key holding the wrong kind",
+    ));
+    assert_eq!(args(&second)[..2], ["EVALSHA", ACQUIRE.sha1]);
+    match s.expect_done() {
+        Err(Error::WrongType { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        s.sent.len(),
+        2,
+        "an error stops the script before it writes"
+    );
+
+    // A reply `SET` never gives may have taken the lock: undone on giving up.
+    let mut s = unfenced(None);
+    s.answer(Reply::Int(1));
+    s.answer(err("ERR", "boom"));
+    let cleanup = s.answer(Reply::Int(1));
+    assert_eq!(args(&cleanup)[1], RELEASE.sha1);
+    assert!(matches!(s.expect_done(), Err(Error::Redis { .. })));
+}
+
+/// A grant whose reply came after the lease's validity: trying once undoes it.
+#[test]
+fn a_late_set_nx_grant_is_undone_when_trying_once() {
+    let mut s = unfenced(None);
+    let r = s.expect_send();
+    s.now += TTL;
+    s.machine.handle(Response::reply(r.id, ok()), s.now);
+    let cleanup = s.answer(Reply::Int(1));
+    assert_eq!(args(&cleanup)[1], RELEASE.sha1);
+    assert!(matches!(
+        s.expect_done(),
+        Err(Error::Unavailable { attempts: 1, .. })
+    ));
+}
+
+/// Only a lease lock can go without a fence: any other kind is refused when its spec is
+/// made so, and by the machine if the field was set by hand.
+#[test]
+fn only_a_lease_lock_can_be_unfenced() {
+    let now = origin();
+    for spec in all_kinds()
+        .into_iter()
+        .filter(|s| s.kind != LeaseKind::Lock(LockKind::Lease))
+        .chain([permit_spec()])
+    {
+        let kind = spec.kind;
+        let e = spec.clone().fenced(false).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{kind:?}: {e:?}");
+        assert!(e.to_string().contains("fence"), "{e}");
+        let mut forced = spec.clone();
+        forced.fenced = false;
+        let e = Acquire::new(forced, &opts(None), 1, now).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{kind:?}: {e:?}");
+        // fenced(true) changes nothing.
+        assert_eq!(spec.clone().fenced(true).unwrap(), spec);
+    }
+    // A spec rebound to another token stays unfenced.
+    let bound = spec().fenced(false).unwrap().with_token(token()).unwrap();
+    assert!(!bound.fenced);
 }

@@ -110,6 +110,7 @@ impl LockSpec {
             queued: false,
             wake: WakeOn::any(&channel),
             notify: notify.clone(),
+            fenced: true,
             target: Target {
                 name: name.to_owned().into(),
                 keys: vec![writer, readers, waiting, fence].into(),
@@ -165,6 +166,7 @@ impl LockSpec {
             queued: true,
             wake: WakeOn::tagged(&channel, "w"),
             notify: notify.clone(),
+            fenced: true,
             target: Target {
                 name: name.to_owned().into(),
                 keys: vec![writer, readers, waiting, fence].into(),

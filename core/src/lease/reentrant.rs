@@ -103,6 +103,7 @@ impl LockSpec {
             queued: false,
             wake: WakeOn::any(&channel),
             notify: notify.clone(),
+            fenced: true,
             target: Target {
                 name: name.to_owned().into(),
                 keys: vec![hash, fence].into(),

@@ -424,6 +424,11 @@ pub struct LockSpec {
     pub wake: WakeOn,
     /// The release channel as passed to scripts (see [`Keyspace::notify_arg`](crate::keys::Keyspace::notify_arg)).
     pub notify: String,
+    /// Whether the acquisition issues a fencing token. `true` for every kind as built;
+    /// only a lease lock may be made unfenced ([`LockSpec::fenced`]): its first attempt is
+    /// then a bare `SET NX PX` (see [`Acquire`](super::Acquire)) and its lease's fence is 0.
+    /// [`Acquire::new`](super::Acquire::new) refuses an unfenced spec of any other kind.
+    pub fenced: bool,
 }
 
 pub(crate) fn ms(d: Duration) -> String {
@@ -485,6 +490,7 @@ impl LockSpec {
             queued: self.queued,
             wake,
             notify: self.notify.clone(),
+            fenced: self.fenced,
             token,
             ttl: self.ttl,
         })
@@ -499,6 +505,34 @@ impl LockSpec {
         self.cancel = self.cancel.map(ScriptCall::compact);
         self.undo = self.undo.map(ScriptCall::compact);
         self
+    }
+
+    /// The same lock, fenced or not (`on`). Only a lease lock ([`LockKind::Lease`]) can go
+    /// without a fence; `fenced(false)` on any other kind is an
+    /// [`InvalidArgument::Setting`](crate::InvalidArgument::Setting) error.
+    ///
+    /// An unfenced lease lock tries a bare `SET <lock> <token> NX PX <ttl>` first, with no
+    /// script, and falls back to the acquire script for anything but `OK` (see
+    /// [`Acquire`](super::Acquire)). What it gives up:
+    /// - **No fencing token**: its lease's fence is 0, whoever grants it (fenced holders of
+    ///   the same name still get increasing fences among themselves, and the two kinds
+    ///   exclude each other; a grant by the script advances the counter, a grant by `SET`
+    ///   does not).
+    /// - **A late first attempt can leave the lock taken by nobody.** If that `SET`'s reply is
+    ///   lost and the acquisition gives up, its undo deletes the key and records the token as
+    ///   undone, but a `SET` still in flight that reaches Redis after the undo takes the lock
+    ///   anyway (it reads no undone record): the key then stays, held by no one, until its
+    ///   ttl ends. That costs liveness only: never two holders at once.
+    pub fn fenced(mut self, on: bool) -> Result<Self, crate::error::Error> {
+        if !on && self.kind != LeaseKind::Lock(LockKind::Lease) {
+            return Err(crate::error::InvalidArgument::Setting(format!(
+                "only a lease lock can go without a fence (fenced(false)), not a {:?} lock",
+                self.kind
+            ))
+            .into());
+        }
+        self.fenced = on;
+        Ok(self)
     }
 
     /// The same lock for an acquisition that tries once: it does not take a place in a line

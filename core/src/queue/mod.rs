@@ -584,6 +584,7 @@ fn take_spec(
         queued: false,
         wake: WakeOn::any(&keys.channel),
         notify: keys.notify.clone(),
+        fenced: true,
         target: keys.target(),
         token,
         ttl: settings.visibility,

@@ -141,9 +141,10 @@ pub enum RenewalEvent {
 
 /// One watched lease. Its times are kept as nanoseconds after the lease's acquisition
 /// (`lease.acquired_at`), 8 bytes each where an `Instant` takes 16 (and an
-/// `Option<Instant>` 16): the entry takes 56 bytes, and the map's slot per lease 64. An
-/// offset beyond `u64::MAX - 1` ns (584 years, far beyond any valid ttl or hold limit) is
-/// cut to that.
+/// `Option<Instant>` 16), and the final-stretch flag is the interval's top bit: the entry
+/// takes 48 bytes, and the map's slot per lease 56. An offset beyond `u64::MAX - 1` ns (584
+/// years, far beyond any valid ttl or hold limit) is cut to that, an interval beyond 2^63 - 1
+/// ns (292 years) to that.
 #[derive(Debug)]
 struct Entry {
     /// Shared with its holder (a driver's guard): the schedule never changes it, it keeps
@@ -151,7 +152,8 @@ struct Entry {
     lease: Arc<Lease>,
     /// Until when the lease is safely ours: `lease.valid_until`, then each renewal's.
     valid_ns: u64,
-    /// The renewal interval.
+    /// The renewal interval, with [`FINAL_STRETCH`] set once the hold limit was reached (no
+    /// more renewals, only the final expiry check).
     every_ns: u64,
     /// The hold limit ([`NONE`] without one).
     hold_ns: u64,
@@ -160,12 +162,13 @@ struct Entry {
     /// When its live heap item is due, in nanoseconds after the schedule's epoch ([`NONE`]
     /// while none is): an item of the heap for this lease at another time is stale.
     at_ns: u64,
-    /// The hold limit was reached: no more renewals, only the final expiry check.
-    final_stretch: bool,
 }
 
 /// No time, in an [`Entry`]'s optional offsets.
 const NONE: u64 = u64::MAX;
+
+/// The bit of [`Entry::every_ns`] that says the hold limit was reached.
+const FINAL_STRETCH: u64 = 1 << 63;
 
 /// How long before the first inserted lease's acquisition the schedule's epoch is.
 const EPOCH_BEFORE: Duration = Duration::from_secs(3600);
@@ -187,7 +190,20 @@ impl Entry {
 
     /// The renewal interval.
     fn every(&self) -> Duration {
-        Duration::from_nanos(self.every_ns)
+        Duration::from_nanos(self.every_ns & !FINAL_STRETCH)
+    }
+
+    /// The hold limit was reached: no more renewals, only the final expiry check.
+    fn final_stretch(&self) -> bool {
+        self.every_ns & FINAL_STRETCH != 0
+    }
+
+    fn set_final_stretch(&mut self, on: bool) {
+        if on {
+            self.every_ns |= FINAL_STRETCH;
+        } else {
+            self.every_ns &= !FINAL_STRETCH;
+        }
     }
 
     /// The hold limit, if any.
@@ -382,11 +398,10 @@ impl Renewals {
         let mut entry = Entry {
             lease,
             valid_ns: 0,
-            every_ns: nanos(policy.every),
+            every_ns: nanos(policy.every).min(FINAL_STRETCH - 1),
             hold_ns: policy.max_hold.map_or(NONE, nanos),
             sent_ns: NONE,
             at_ns: NONE,
-            final_stretch: false,
         };
         entry.valid_ns = entry.offset(entry.lease.valid_until);
         self.entries.insert(id, entry);
@@ -472,7 +487,7 @@ impl Renewals {
     /// Whether the lease's last extension was its final one (the hold limit is reached): its
     /// end at [`RenewalEvent::Renewed`]'s `valid_until` is then an expiry, not a failure.
     pub fn is_final(&self, id: WatchId) -> bool {
-        self.entries.get(&id).is_some_and(|e| e.final_stretch)
+        self.entries.get(&id).is_some_and(Entry::final_stretch)
     }
 
     /// Takes what is due at `now`: extension machines to run (each answering by `deadline`,
@@ -495,7 +510,7 @@ impl Renewals {
             // Its live item is taken: whatever is decided below schedules a new one.
             e.at_ns = NONE;
             if now >= e.valid_until() {
-                let reason = if e.final_stretch {
+                let reason = if e.final_stretch() {
                     LossReason::MaxHoldReached
                 } else {
                     LossReason::RenewalFailed
@@ -504,7 +519,7 @@ impl Renewals {
                 lost.push((id, reason));
                 continue;
             }
-            if e.final_stretch || e.sent_ns != NONE {
+            if e.final_stretch() || e.sent_ns != NONE {
                 let at = e.valid_until();
                 self.schedule(id, at);
                 continue;
@@ -515,7 +530,7 @@ impl Renewals {
                 if left <= ttl {
                     // The last extension: the lease ends at the hold limit.
                     ttl = left;
-                    e.final_stretch = true;
+                    e.set_final_stretch(true);
                 }
             }
             if ttl < Duration::from_millis(1) {
@@ -558,7 +573,7 @@ impl Renewals {
         match outcome {
             Ok(valid_until) => {
                 e.valid_ns = e.offset(valid_until);
-                let next = if e.final_stretch {
+                let next = if e.final_stretch() {
                     valid_until
                 } else {
                     saturating_add(sent, e.every()).min(valid_until)
@@ -579,7 +594,7 @@ impl Renewals {
                     self.entries.remove(&id);
                     return RenewalEvent::Lost(LossReason::RenewalFailed);
                 }
-                e.final_stretch = false;
+                e.set_final_stretch(false);
                 let at = saturating_add(now, retry_pause(e.every())).min(e.valid_until());
                 self.schedule(id, at);
                 RenewalEvent::Pending
@@ -702,7 +717,7 @@ mod tests {
     fn an_entry_keeps_its_times_in_eight_bytes_each() {
         // One per watched lease, in the map with its id (issue 18: memory per held lease).
         assert!(
-            std::mem::size_of::<Entry>() <= 56,
+            std::mem::size_of::<Entry>() <= 48,
             "{}",
             std::mem::size_of::<Entry>()
         );
@@ -720,6 +735,20 @@ mod tests {
         assert_eq!(a.hold_until(), Some(t0 + Duration::from_millis(450)));
         assert_eq!((b.hold_until(), a.in_flight()), (None, None));
         assert_eq!(a.every(), TTL / 3);
+        // The final-stretch flag shares the interval's word and leaves the interval be.
+        let e = r.entries.get_mut(&1).unwrap();
+        assert!(!e.final_stretch());
+        e.set_final_stretch(true);
+        assert!(e.final_stretch() && e.every() == TTL / 3);
+        e.set_final_stretch(false);
+        assert!(!e.final_stretch() && e.every() == TTL / 3);
+        // An interval of centuries is cut below the flag's bit.
+        let policy = RenewalPolicy {
+            every: Duration::MAX,
+            max_hold: None,
+        };
+        r.insert(3, lease(t0, "c"), policy, t0);
+        assert!(!r.entries[&3].final_stretch());
     }
 
     #[test]

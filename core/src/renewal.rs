@@ -411,9 +411,13 @@ impl Renewals {
     /// Makes room for `more` leases at once: inserting many leases one by one grows the map
     /// by doubling, and each doubling holds the old table and the new one together (with
     /// 100,000 leases, 13 MB at the last step).
+    ///
+    /// The heap gets room for a quarter more items than leases: it holds a stale item or
+    /// two per lease until purged, and a full heap purges rather than grows once a fifth of
+    /// it is stale (see `purge_stale`), so it stays in that room.
     pub fn reserve(&mut self, more: usize) {
         self.entries.reserve(more);
-        self.heap.reserve(more);
+        self.heap.reserve(more.saturating_add(more / 4 + 64));
     }
 
     /// Stops watching a lease; returns whether it was watched. No extension for it is handed
@@ -445,8 +449,8 @@ impl Renewals {
                 return;
             }
             e.at_ns = ns;
-            self.heap.push(Reverse((ns, id)));
             self.purge_stale();
+            self.heap.push(Reverse((ns, id)));
         }
     }
 
@@ -457,9 +461,15 @@ impl Renewals {
     /// live items are one per lease, so a purge removes at least a third of the heap: its
     /// cost per scheduled item stays constant. A heap left far larger than needed (many
     /// leases released) gives its memory back.
+    ///
+    /// A push that would grow a full heap purges first once a fifth of it is stale, so the
+    /// room reserved for the leases ([`reserve`](Self::reserve)) is not doubled for stale
+    /// items (each such purge also removes at least a fifth of the heap).
     fn purge_stale(&mut self) {
         let live = self.entries.len();
-        if self.heap.len() <= live + live / 2 + 32 {
+        let len = self.heap.len();
+        let full = len == self.heap.capacity() && len - live.min(len) > len / 5 + 32;
+        if len <= live + live / 2 + 32 && !full {
             return;
         }
         let entries = &self.entries;
@@ -756,6 +766,9 @@ mod tests {
         const N: usize = 200;
         let t0 = origin();
         let mut r = Renewals::new();
+        r.reserve(N);
+        let room = r.heap.capacity();
+        assert!(room <= N + N / 4 + 64 + 4, "{room}");
         for i in 0..N {
             r.insert(
                 i as WatchId,
@@ -783,6 +796,8 @@ mod tests {
                     "{} items for {N} leases",
                     r.heap.len()
                 );
+                // Stale items are purged before the reserved room would be doubled.
+                assert_eq!(r.heap.capacity(), room);
             }
         }
         // Every lease renewed every third of the ttl: 6 ttls, 18 rounds (less the first).

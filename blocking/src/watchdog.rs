@@ -80,6 +80,10 @@ struct CellState {
     /// The watchdog thread took this registration into its schedule (a lease released
     /// before never was).
     scheduled: bool,
+    /// Renewals failed in a row (only the first is logged as a warning); written by the
+    /// watchdog thread only. Kept here, in room the cell has anyway, rather than in the
+    /// schedule's table beside it (8 bytes a lease there).
+    failures: u32,
 }
 
 /// `t` as nanoseconds after `lease` was acquired (0 for an earlier `t`; cut at `u64::MAX`,
@@ -115,6 +119,7 @@ impl LeaseCell {
                 generation: 0,
                 final_stretch: false,
                 scheduled: false,
+                failures: 0,
             }),
             renewal_done: Condvar::new(),
             lost: OnceLock::new(),
@@ -225,6 +230,7 @@ impl LeaseCell {
         state.phase = Phase::Watched;
         state.final_stretch = false;
         state.scheduled = false;
+        state.failures = 0;
         state.generation
     }
 
@@ -253,6 +259,15 @@ impl LeaseCell {
     fn is_current(&self, generation: u64) -> bool {
         let state = self.state();
         state.phase != Phase::Released && state.generation == generation
+    }
+
+    /// Counts a renewal's outcome among the failures in a row (logging the first).
+    fn note_outcome<T>(&self, outcome: &Result<T, Error>) {
+        let before = self.state().failures;
+        let after = crate::observe::renewal(&self.lease.target.name, outcome, before);
+        if after != before {
+            self.state().failures = after;
+        }
     }
 
     fn end_renewal(&self, renewed: Option<(Instant, bool)>) {
@@ -507,9 +522,8 @@ impl Drop for Watchdog {
     }
 }
 
+/// A lease in the schedule: 16 bytes (the map's slot, 24, per held lease).
 struct Watched {
-    /// Renewals failed in a row (only the first is logged as a warning).
-    failures: u32,
     generation: u64,
     /// Its lease's first key names the node the renewals go to.
     cell: Arc<LeaseCell>,
@@ -790,7 +804,6 @@ impl Scheduler {
                 self.cells.insert(
                     r.id,
                     Watched {
-                        failures: 0,
                         generation: r.generation,
                         cell: r.cell,
                     },
@@ -936,10 +949,7 @@ impl Scheduler {
                 }
                 continue;
             }
-            if let Some(w) = self.cells.get_mut(&o.id) {
-                w.failures =
-                    crate::observe::renewal(&o.cell.lease.target.name, &o.result, w.failures);
-            }
+            o.cell.note_outcome(&o.result);
             match self.renewals.renewed(o.id, o.result, now) {
                 RenewalEvent::Renewed { valid_until } => {
                     let last = self.renewals.is_final(o.id);
@@ -1210,6 +1220,8 @@ mod tests {
     fn a_policy_takes_16_bytes_and_reads_back_exactly() {
         assert_eq!(std::mem::size_of::<Option<Policy>>(), 16);
         assert!(std::mem::size_of::<Registration>() <= 64);
+        // The schedule's entry beside the core's, per held lease.
+        assert!(std::mem::size_of::<Watched>() <= 16);
         // A guard per held lease: 72 bytes with the policy as the core writes it.
         assert!(std::mem::size_of::<crate::LockGuard>() <= 56);
         for p in [

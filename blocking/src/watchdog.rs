@@ -326,6 +326,8 @@ impl From<RenewalPolicy> for Policy {
     }
 }
 
+/// A lease queued for the watchdog thread: 48 bytes (the queue and the nursery hold one per
+/// lease acquired within a renewal interval).
 struct Registration {
     id: WatchId,
     generation: u64,
@@ -333,11 +335,15 @@ struct Registration {
     lease: Arc<Lease>,
     policy: Policy,
     cell: Arc<LeaseCell>,
-    /// When the first renewal is due.
-    first: Instant,
 }
 
 impl Registration {
+    /// When the first renewal is due: an interval after the acquisition, within its
+    /// validity.
+    fn first(&self) -> Instant {
+        first_renewal(&self.lease, self.policy)
+    }
+
     /// Reports the lease lost if this registration is still the live one: nothing will
     /// renew it.
     fn fail(self) {
@@ -345,6 +351,11 @@ impl Registration {
             self.cell.mark_lost(LossReason::WatchdogStopped);
         }
     }
+}
+
+/// When the first renewal of `lease` under `policy` is due.
+fn first_renewal(lease: &Lease, policy: Policy) -> Instant {
+    redlease_core::backoff::saturating_add(lease.acquired_at, policy.every()).min(lease.valid_until)
 }
 
 /// The first key of `lease`: it names the node its renewals go to.
@@ -386,8 +397,7 @@ impl Queue {
     fn register(&self, lease: Arc<Lease>, policy: Policy, cell: Arc<LeaseCell>) -> Instant {
         let generation = cell.arm();
         self.live.fetch_add(1, Ordering::Relaxed);
-        let first = redlease_core::backoff::saturating_add(lease.acquired_at, policy.every())
-            .min(lease.valid_until);
+        let first = first_renewal(&lease, policy);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.pending().push(Registration {
             id,
@@ -395,7 +405,6 @@ impl Queue {
             lease,
             policy,
             cell,
-            first,
         });
         first
     }
@@ -778,7 +787,8 @@ impl Scheduler {
             );
         }
         for r in registrations {
-            self.nursery_due = Some(self.nursery_due.map_or(r.first, |t| t.min(r.first)));
+            let first = r.first();
+            self.nursery_due = Some(self.nursery_due.map_or(first, |t| t.min(first)));
             // Released (or registered anew) before its first renewal: nothing to do.
             if r.cell.is_current(r.generation) {
                 self.nursery.push(r);
@@ -1219,7 +1229,7 @@ mod tests {
     #[test]
     fn a_policy_takes_16_bytes_and_reads_back_exactly() {
         assert_eq!(std::mem::size_of::<Option<Policy>>(), 16);
-        assert!(std::mem::size_of::<Registration>() <= 64);
+        assert!(std::mem::size_of::<Registration>() <= 48);
         // The schedule's entry beside the core's, per held lease.
         assert!(std::mem::size_of::<Watched>() <= 16);
         // A guard per held lease: 72 bytes with the policy as the core writes it.

@@ -1,7 +1,7 @@
 //! RedLock: one lease over N independent Redis masters, held with a majority.
 //!
 //! ```text
-//!  Trying ──acquire script on every node (one batch)──► all answered
+//!  Trying ──SET key token NX PX ttl on every node (one batch)──► all answered
 //!     ▲            granted ≥ N/2+1 and validity > 0 ──────────────► Done(Acquired)
 //!     │            otherwise ──► Releasing (release on every node) ─┐
 //!     └── Waiting (random delay, 0..retry_max) ◄── deadline not passed ┘ else ► Done(error)
@@ -11,13 +11,34 @@
 //! batch was sent. Nodes are asked in one batch, so a driver that writes to all of them
 //! before reading any reply pays about one round trip, not N.
 //!
+//! **Each node is asked with the native `SET key token NX PX ttl`**, as canonical RedLock
+//! (and redsync, node-redlock, Redisson) does, not with the single-node lease lock's fenced
+//! acquire script: RedLock has no fence to issue, so a node holds only its key (the token,
+//! under a PX ttl), and a grant costs it one plain `SET`. `OK` grants it on that node, nil
+//! means another holder has it there; an error reply (a key of another type, an ACL user
+//! without `SET`) or anything else grants nothing and counts, in [`Error::NoQuorum`], with
+//! the nodes that did not answer. The command is sent without `GET`: a node's lost reply is
+//! never asked again within a round (the next attempt uses a new token), so there is nothing
+//! for `SET ... NX GET` (Redis 7.0+) to recognise, and 6.2 nodes would refuse it.
+//!
+//! **Lost replies.** A node whose `SET` reply was lost (timed out, connection dropped after
+//! the write) does not count towards the quorum, though the command may have run there.
+//! The lease still spans every node, so its release (and the release of a failed round)
+//! asks that node too, and an extension counts it if the key is ours there. One race is
+//! left, as in every RedLock implementation: a `SET` delayed in the network that reaches a
+//! node *after* the release there sets the key again, with no holder to release it; that
+//! node then refuses the name to everyone until the key's ttl runs out. This costs
+//! liveness on one node for at most the ttl, never safety (the stray key's token belongs to
+//! no holder, and one node is not a quorum).
+//!
 //! **What RedLock cannot promise.** Its safety rests on timing assumptions: bounded clock
 //! drift between the nodes (a node whose clock jumps forward expires the key early), and
 //! holders that do not pause longer than the validity (a GC pause or a stopped VM after
 //! acquiring lets the lease run out while the holder still acts on it). It issues no fencing
-//! token that is ordered across nodes (each node's counter advances on its own), so a
-//! resource cannot reject a stale holder; where that matters, use a single-node lease lock
-//! with fencing, and replication safety (`min_replicas`) for failover.
+//! token (a [`RedLease`]'s `lease.fence` is always 0: a counter per node would not be
+//! ordered across nodes), so a resource cannot reject a stale holder; where that matters,
+//! use a single-node lease lock with fencing, and replication safety (`min_replicas`) for
+//! failover.
 //!
 //! **Restarts.** The third assumption: a node does not forget a key while its lease runs.
 //! A node that restarts empty (no persistence, or a snapshot older than the key) gives the
@@ -130,8 +151,8 @@ impl RedLockOptions {
 /// which no RedLock waiter listens for).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedLease {
-    /// The lease. Its `fence` is meaningless across nodes (0) and `valid_until` is the
-    /// quorum's validity.
+    /// The lease. Its `fence` is always 0 (RedLock issues none: no counter is kept on any
+    /// node) and `valid_until` is the quorum's validity.
     pub lease: Lease,
     /// How many nodes the lock spans.
     pub nodes: u16,
@@ -249,6 +270,8 @@ struct NodeRound {
     native: Vec<Option<Command>>,
     /// The nodes (bit `n` for node `n`) that refused their native command.
     refused: u64,
+    /// Whether a native delete's `0` is final (set by [`undoing`](Self::undoing)).
+    zero_is_final: bool,
 }
 
 impl NodeRound {
@@ -261,6 +284,7 @@ impl NodeRound {
             nodes: Vec::new(),
             native: Vec::new(),
             refused: 0,
+            zero_is_final: false,
         }
     }
 
@@ -292,6 +316,15 @@ impl NodeRound {
                 .map(|how| how.map(|how| native_delete(how, key, token)))
                 .collect();
         }
+        self
+    }
+
+    /// This release round as the undoing of a failed acquisition, whose answers nobody
+    /// reads: a native delete that deleted nothing (`0`: gone, or another holder's) is that
+    /// node's final answer, not asked again with the script. (A refusal still is: it
+    /// deleted nothing that may be ours.)
+    fn undoing(mut self) -> Self {
+        self.zero_is_final = true;
         self
     }
 
@@ -393,6 +426,9 @@ impl NodeRound {
                 NodeState::Resend(Form::Eval)
             }
             (Form::Native, Ok(Reply::Int(1))) => NodeState::Answered(Ok(Reply::Int(1))),
+            (Form::Native, Ok(Reply::Int(0))) if self.zero_is_final => {
+                NodeState::Answered(Ok(Reply::Int(0)))
+            }
             (Form::Native, Ok(Reply::Int(0))) => NodeState::Resend(Form::Given),
             // Any other answer (an error, a reply not understood): the script decides. Only
             // a refusal of the command itself (not known, no right to it) makes the driver

@@ -26,7 +26,11 @@
 //! - `redlock_raw`: the raw RedLock cycle over as many nodes, no library in between: `SET key
 //!   token NX PX 10000` written to every node before any reply is read, then the
 //!   compare-and-delete `EVAL` the same way, one plain connection per node (the ceiling of
-//!   `redlock`, as the `redlock*` benches' `raw<n>_ratio`).
+//!   `redlock`, as the `redlock*` benches' `raw<n>_ratio`);
+//! - `redlock_busy`: one failed `try_acquire` of a RedLock whose key another holder has on
+//!   every node (a plain `SET` before the run): the contended attempt;
+//! - `redlock_raw_busy`: its raw floor, `SET key token NX PX 10000` written to every node
+//!   before any reply is read, every reply nil, nothing else.
 //!
 //! The run: the client and connections are set up, `CPU_WARMUP` cycles (default 200) run
 //! untimed, then `CONFIG RESETSTAT`, then `CPU_CYCLES` cycles (default 1000), then the
@@ -42,7 +46,10 @@
 //! the plain commands of the scenario (`SET` for `lock_raw` and `unfenced`, `LPUSH`/`RPOP` for `queue_raw`,
 //! the native compare-and-delete commands `DELIFEQ`/`DELEX` that no script calls).
 //! `server_cpu_usec` is the server main thread's CPU time over the same cycles (`INFO cpu`:
-//! user + system; parsing, replies and pub/sub included; coarser).
+//! user + system; parsing, replies and pub/sub included; coarser). The RedLock scenarios add
+//! `node_calls=<n>`: the commands all their nodes ran over the measured cycles (their
+//! `INFO commandstats` calls, reset with the `REDIS_URL` server's; a script's inner calls
+//! counted too), and `node_commands=<command>:<calls>,...`.
 //!
 //! Instructions come from running the whole process under `valgrind --tool=callgrind` twice
 //! with different `CPU_CYCLES`: the difference over the difference in cycles is the cost of
@@ -76,6 +83,8 @@ fn main() {
     let name = format!("cpu-{scenario}-{}", std::process::id());
     // Servers started for a scenario (RedLock's nodes), stopped when `main` ends.
     let mut nodes_kept: Vec<redlease_suite::RedisServer> = Vec::new();
+    // Connections to those nodes, for their commandstats.
+    let mut node_admins: Vec<redis::Connection> = Vec::new();
     let mut cycle: Box<dyn FnMut()> = match scenario.as_str() {
         "lock" | "unfenced" | "semaphore" => {
             let client = redlease::Client::builder(&url)
@@ -98,6 +107,7 @@ fn main() {
         }
         "redlock" => {
             let (servers, urls) = redlock_nodes();
+            node_admins = node_connections(&urls);
             let red = redlease::RedLock::builder(&urls)
                 .node_timeout(std::time::Duration::from_millis(200))
                 .build()
@@ -181,28 +191,64 @@ fn main() {
                 assert_eq!(deleted, 1, "cpu: compare-and-delete did not delete");
             })
         }
+        "redlock_busy" => {
+            let (servers, urls) = redlock_nodes();
+            // Another holder's key on every node, for the whole run.
+            let key = format!("redlease:{{{name}}}:lock");
+            for con in &mut node_connections(&urls) {
+                let _: () = redis::cmd("SET")
+                    .arg(&key)
+                    .arg("another-holder")
+                    .query(con)
+                    .expect("cpu: cannot hold the key on a node");
+            }
+            node_admins = node_connections(&urls);
+            let red = redlease::RedLock::builder(&urls)
+                .node_timeout(std::time::Duration::from_millis(200))
+                .build()
+                .expect("cpu: cannot build the RedLock client");
+            nodes_kept = servers;
+            let red: &'static redlease::RedLock = Box::leak(Box::new(red));
+            let lock = red.lock(&name).ttl(std::time::Duration::from_secs(10));
+            Box::new(move || {
+                let got = lock.try_acquire().expect("cpu: RedLock try_acquire failed");
+                assert!(got.is_none(), "cpu: the busy RedLock was granted");
+            })
+        }
+        "redlock_raw_busy" => {
+            let (servers, urls) = redlock_nodes();
+            let mut cons = node_connections(&urls);
+            for con in &mut cons {
+                let _: () = redis::cmd("SET")
+                    .arg(&name)
+                    .arg("another-holder")
+                    .query(con)
+                    .expect("cpu: cannot hold the key on a node");
+            }
+            node_admins = node_connections(&urls);
+            nodes_kept = servers;
+            let mut n = 0u64;
+            Box::new(move || {
+                n += 1;
+                let set = redis::cmd("SET")
+                    .arg(&name)
+                    .arg(format!("raw-{n}"))
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(10_000)
+                    .get_packed_command();
+                for reply in raw_round(&mut cons, &set) {
+                    assert_eq!(reply, redis::Value::Nil, "cpu: the raw key was free");
+                }
+            })
+        }
         "redlock_raw" => {
             let (servers, urls) = redlock_nodes();
+            node_admins = node_connections(&urls);
             nodes_kept = servers;
-            let mut cons: Vec<redis::Connection> = urls
-                .iter()
-                .map(|u| {
-                    redis::Client::open(u.as_str())
-                        .and_then(|c| c.get_connection())
-                        .expect("cpu: cannot connect to a node")
-                })
-                .collect();
+            let mut cons = node_connections(&urls);
             let mut n = 0u64;
-            // Writes `packed` to every node, then reads every node's reply, in node order.
-            fn round(cons: &mut [redis::Connection], packed: &[u8]) -> Vec<redis::Value> {
-                for con in cons.iter_mut() {
-                    con.send_packed_command(packed)
-                        .expect("cpu: raw RedLock write failed");
-                }
-                cons.iter_mut()
-                    .map(|con| con.recv_response().expect("cpu: raw RedLock reply failed"))
-                    .collect()
-            }
+            let round = raw_round;
             Box::new(move || {
                 n += 1;
                 let token = format!("raw-{n}");
@@ -254,10 +300,12 @@ fn main() {
     for _ in 0..warmup {
         cycle();
     }
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut admin)
-        .expect("cpu: CONFIG RESETSTAT failed");
+    for con in std::iter::once(&mut admin).chain(node_admins.iter_mut()) {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(con)
+            .expect("cpu: CONFIG RESETSTAT failed");
+    }
     let cpu_before = server_cpu_usec(&mut admin);
     for _ in 0..cycles {
         cycle();
@@ -302,13 +350,62 @@ fn main() {
         }
         detail.push(format!("{command}={calls}:{usec}"));
     }
+    let mut node_line = String::new();
+    if !node_admins.is_empty() {
+        let mut calls = std::collections::BTreeMap::<String, u64>::new();
+        for con in &mut node_admins {
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query(con)
+                .expect("cpu: INFO commandstats failed on a node");
+            for (command, stats) in info
+                .lines()
+                .filter_map(|l| l.strip_prefix("cmdstat_")?.split_once(':'))
+            {
+                if command == "info" || command.starts_with("config") {
+                    continue;
+                }
+                let n: u64 = stats
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix("calls="))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                *calls.entry(command.to_owned()).or_default() += n;
+            }
+        }
+        let total: u64 = calls.values().sum();
+        let each: Vec<String> = calls.iter().map(|(c, n)| format!("{c}:{n}")).collect();
+        node_line = format!(" node_calls={total} node_commands={}", each.join(","));
+    }
     println!(
-        "cycles {scenario} n={cycles} server_usec={total_usec} server_cpu_usec={} {}",
+        "cycles {scenario} n={cycles} server_usec={total_usec} server_cpu_usec={}{node_line} {}",
         cpu_after.saturating_sub(cpu_before),
         detail.join(" ")
     );
     drop(cycle);
     drop(nodes_kept);
+}
+
+/// One plain connection to each of `urls`.
+fn node_connections(urls: &[String]) -> Vec<redis::Connection> {
+    urls.iter()
+        .map(|u| {
+            redis::Client::open(u.as_str())
+                .and_then(|c| c.get_connection())
+                .expect("cpu: cannot connect to a node")
+        })
+        .collect()
+}
+
+/// Writes `packed` to every node, then reads every node's reply, in node order.
+fn raw_round(cons: &mut [redis::Connection], packed: &[u8]) -> Vec<redis::Value> {
+    for con in cons.iter_mut() {
+        con.send_packed_command(packed)
+            .expect("cpu: raw RedLock write failed");
+    }
+    cons.iter_mut()
+        .map(|con| con.recv_response().expect("cpu: raw RedLock reply failed"))
+        .collect()
 }
 
 /// `CPU_REDLOCK_NODES` (default 5) redis-servers started for the RedLock scenarios, and

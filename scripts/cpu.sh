@@ -27,7 +27,10 @@
 # instructions only), with LPUSH + RPOP (the baselines issue 18 names); `redlock` (client
 # instructions only: one acquire + release over 5 redis-servers the bench binary starts) with
 # the single-node SET NX PX + EVAL cycle, as the `redlock5` bench, and (`redlock_vs_raw5`)
-# with the raw cycle over the same five nodes (`redlock_raw`).
+# with the raw cycle over the same five nodes (`redlock_raw`); `redlock_busy` (a failed
+# `try_acquire` of a RedLock another holder has on every node: the contended attempt) with its
+# raw floor `redlock_raw_busy` (SET NX PX to every node, all nil), client instructions and the
+# commands the five nodes ran per attempt (`node_calls_per_op`, from their commandstats).
 # System calls (`sys`): each client scenario (RedLock's aside: it starts servers of its own)
 # runs natively under `strace -f -c` (every thread of the process) with SYS_N1 and SYS_N2
 # cycles, and once more without strace for the context switches of all its threads
@@ -146,6 +149,14 @@ if [[ $mode == all || $mode == instr ]]; then
     if wanted redlock; then
         raw5=$(per_op redlock_raw)
         echo "cpu redlock_vs_raw5 instr_per_op=$redlock raw_instr_per_op=$raw5 ratio=$(ratio "$redlock" "$raw5")"
+    fi
+    if wanted redlock_busy; then
+        busy=$(per_op redlock_busy)
+        raw_busy=$(per_op redlock_raw_busy)
+        line=$(CPU_SCENARIO=redlock_busy CPU_CYCLES=$n2 "$bin")
+        calls=$(python3 -c "print(f'{$(sed -n 's/.* node_calls=\([0-9]*\).*/\1/p' <<<"$line") / $n2:.2f}')")
+        commands=$(sed -n 's/.* node_commands=\([^ ]*\).*/\1/p' <<<"$line")
+        echo "cpu redlock_busy instr_per_op=$busy raw_instr_per_op=$raw_busy ratio=$(ratio "$busy" "$raw_busy") node_calls_per_op=$calls node_commands=$commands (n=$n2)"
     fi
 fi
 

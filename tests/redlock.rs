@@ -426,3 +426,137 @@ fn a_release_uses_each_nodes_compare_and_delete_where_it_has_one() {
         assert!(!c.exists::<_, bool>("redlease:{native}:lock").unwrap());
     }
 }
+
+/// Each node is asked with the native `SET key token NX PX ttl`, not the single-node lease's
+/// fenced acquire script: after an acquisition every node holds exactly one key, the lock
+/// key, a string of the holder's token (the same on every node) with a PX ttl of at most the
+/// lock's, and no fence counter or other bookkeeping key; the node ran one `SET` and no
+/// script to grant it.
+#[test]
+fn each_node_holds_only_the_token_under_a_px_ttl_written_by_a_plain_set() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let red = client(&servers);
+    let mut conns: Vec<redis::Connection> = servers
+        .iter()
+        .map(|s| {
+            redis::Client::open(s.url())
+                .unwrap()
+                .get_connection()
+                .unwrap()
+        })
+        .collect();
+    for c in &mut conns {
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(c).unwrap();
+    }
+    let key = "redlease:{plain}:lock";
+    let ttl = Duration::from_secs(30);
+    let guard = red.lock("plain").ttl(ttl).try_acquire().unwrap().unwrap();
+    assert_eq!(guard.granted(), 3);
+    let mut tokens = Vec::new();
+    for (i, c) in conns.iter_mut().enumerate() {
+        let mut keys: Vec<String> = c.keys("*").unwrap();
+        keys.sort();
+        assert_eq!(keys, [key], "node {i}: the lock key and nothing else");
+        let kind: String = redis::cmd("TYPE").arg(key).query(c).unwrap();
+        assert_eq!(kind, "string", "node {i}");
+        let pttl: i64 = c.pttl(key).unwrap();
+        assert!(
+            pttl > 0 && pttl <= 30_000,
+            "node {i}: a PX ttl of at most the lock's, got {pttl}"
+        );
+        let token: String = c.get(key).unwrap();
+        assert!(!token.is_empty(), "node {i}");
+        tokens.push(token);
+        let stats: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+        let calls = |name: &str| {
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+                .and_then(|rest| rest.split(',').next())
+                .map_or(0, |n| n.parse::<u64>().unwrap())
+        };
+        assert_eq!(
+            (
+                calls("set"),
+                calls("evalsha") + calls("eval") + calls("incr")
+            ),
+            (1, 0),
+            "node {i}: one SET, no script: {stats}"
+        );
+    }
+    assert!(tokens.iter().all(|t| *t == tokens[0]), "{tokens:?}");
+    guard.release().unwrap();
+    for (i, c) in conns.iter_mut().enumerate() {
+        let keys: Vec<String> = c.keys("*").unwrap();
+        assert!(keys.is_empty(), "node {i} after release: {keys:?}");
+    }
+}
+
+/// A failed attempt is undone only on the nodes that may hold its key, with the node's own
+/// compare-and-delete where the server has one (Valkey 9.0+, Redis 8.4+: one native delete,
+/// no script), the script elsewhere. The nodes where another holder has the key answered
+/// the `SET NX` with nil: no release, no command at all, reaches them after it. The other
+/// holder's keys stay, ours are gone. (On Redis 7.0 this checks the script path; the Valkey
+/// run of the suite the native one.)
+#[test]
+fn a_failed_attempt_is_undone_only_where_it_may_hold_with_each_nodes_compare_and_delete() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let red = client(&servers);
+    let mut conns: Vec<redis::Connection> = servers
+        .iter()
+        .map(|s| {
+            redis::Client::open(s.url())
+                .unwrap()
+                .get_connection()
+                .unwrap()
+        })
+        .collect();
+    let key = "redlease:{undo}:lock";
+    // Connections set up (each learns its server), then another holder on nodes 0 and 1.
+    red.lock("undo")
+        .try_acquire()
+        .unwrap()
+        .unwrap()
+        .release()
+        .unwrap();
+    for c in &mut conns[..2] {
+        let _: () = c.set(key, "other").unwrap();
+    }
+    for c in &mut conns {
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(c).unwrap();
+    }
+    assert!(red.lock("undo").try_acquire().unwrap().is_none());
+    for (i, c) in conns.iter_mut().enumerate() {
+        let native = native_delete_of(c);
+        let stats: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+        let calls = |name: &str| {
+            stats
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
+                .and_then(|rest| rest.split(',').next())
+                .map_or(0, |n| n.parse::<u64>().unwrap())
+        };
+        let scripts = calls("evalsha") + calls("eval");
+        let deletes = calls("delifeq") + calls("delex");
+        assert_eq!(calls("set"), 1, "node {i}: one SET NX: {stats}");
+        if i < 2 {
+            assert_eq!(
+                (scripts, deletes),
+                (0, 0),
+                "busy node {i}: no undo: {stats}"
+            );
+            continue;
+        }
+        match native {
+            Some(cmd) => assert_eq!((calls(cmd), scripts), (1, 0), "node {i}: {stats}"),
+            None => assert!(scripts >= 1 && deletes == 0, "node {i}: {stats}"),
+        }
+    }
+    for c in &mut conns[..2] {
+        assert_eq!(
+            c.get::<_, Option<String>>(key).unwrap(),
+            Some("other".into())
+        );
+    }
+    assert!(!conns[2].exists::<_, bool>(key).unwrap());
+}

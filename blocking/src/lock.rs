@@ -15,7 +15,7 @@ use redlease_core::semaphore::{self, SemaphoreKeys, SemaphoreState};
 use redlease_core::{Error, InvalidArgument, LossReason, backoff::saturating_add};
 
 use crate::client::{Client, Inner, Shared, drive};
-use crate::watchdog::LeaseCell;
+use crate::watchdog::{LeaseCell, Policy};
 
 /// Settings of one lock acquisition; made by [`Client::lock`], [`Client::reentrant_lock`],
 /// [`Client::fair_lock`], [`Client::read_lock`] or [`Client::write_lock`].
@@ -412,8 +412,8 @@ pub struct LockGuard {
     /// Shared with the watchdog while it renews the lease.
     lease: Arc<Lease>,
     cell: Arc<LeaseCell>,
-    /// The renewal policy while the watchdog renews the lease.
-    watched: Option<RenewalPolicy>,
+    /// The renewal policy while the watchdog renews the lease (16 bytes: in every guard).
+    watched: Option<Policy>,
     done: bool,
 }
 
@@ -423,7 +423,7 @@ impl std::fmt::Debug for LockGuard {
             .field("name", &self.lease.target.name)
             .field("fence", &self.lease.fence)
             .field("valid_until", &self.cell.valid_until())
-            .field("lost", &self.cell.lost())
+            .field("lost", &self.cell.lost(&self.shared.time))
             .finish_non_exhaustive()
     }
 }
@@ -437,10 +437,11 @@ impl LockGuard {
 
     fn new(client: &Client, lease: Lease, policy: Option<RenewalPolicy>) -> Self {
         let lease = Arc::new(lease);
-        let cell = LeaseCell::new(lease.clone(), client.shared().time.clone());
+        let cell = LeaseCell::new(lease.clone());
         // The watchdog thread starts with the first lease that needs it, not before.
         let watched = match policy.map(|p| (p, client.watchdog())) {
             Some((policy, Some(watchdog))) => {
+                let policy = Policy::from(policy);
                 watchdog.watch(lease.clone(), policy, cell.clone());
                 Some(policy)
             }
@@ -501,12 +502,12 @@ impl LockGuard {
     /// [`valid_until`](Self::valid_until) has passed without a confirmed renewal is lost
     /// ([`LossReason::RenewalFailed`]), even if a renewal is still in flight.
     pub fn is_lost(&self) -> bool {
-        self.cell.lost().is_some()
+        self.cell.lost(&self.shared.time).is_some()
     }
 
     /// Why the lease was lost, if it was.
     pub fn lost_reason(&self) -> Option<LossReason> {
-        self.cell.lost()
+        self.cell.lost(&self.shared.time)
     }
 
     /// A receiver that yields the loss reason once the lease is lost: block on it, or
@@ -545,7 +546,7 @@ impl LockGuard {
     /// could over-report after a shortening.
     pub fn extend_to(&mut self, ttl: Duration) -> Result<(), Error> {
         let machine = ScriptOp::extend(&self.lease, ttl, self.deadline())?;
-        if let Some(reason) = self.cell.lost() {
+        if let Some(reason) = self.cell.lost(&self.shared.time) {
             return Err(self.not_owner(reason));
         }
         let paused = self.pause_watching();
@@ -561,7 +562,7 @@ impl LockGuard {
             Err(Error::NotOwner { reason, .. }) => self.cell.mark_lost(*reason),
             Err(_) => {}
         }
-        if paused && self.cell.lost().is_none() {
+        if paused && self.cell.lost(&self.shared.time).is_none() {
             self.resume_watching();
         }
         outcome.map(|_| ())
@@ -584,12 +585,14 @@ impl LockGuard {
 
     /// Watches the lease again, with its current ttl and validity.
     fn resume_watching(&mut self) {
-        let Some(mut policy) = self.watched else {
+        let Some(policy) = self.watched else {
             return;
         };
+        let mut policy = policy.get();
         if policy.every >= self.lease.ttl {
             policy.every = self.lease.ttl / 3;
         }
+        let policy = Policy::from(policy);
         self.watched = Some(policy);
         if let Some(owner) = self.owner.upgrade()
             && let Some(Some(watchdog)) = owner.watchdog.get()
@@ -633,7 +636,7 @@ impl LockGuard {
     /// the last renewal ended it at the hold limit (it expires on the server then, a drift
     /// allowance later). A release would find nothing of ours, so none is sent.
     fn known_not_ours(&self) -> Option<LossReason> {
-        self.cell.lost().filter(|r| {
+        self.cell.lost(&self.shared.time).filter(|r| {
             matches!(
                 r,
                 LossReason::Expired | LossReason::Taken | LossReason::MaxHoldReached
@@ -655,7 +658,7 @@ impl LockGuard {
     ) -> Result<P::Output, Error> {
         self.done = true;
         let deadline = self.deadline();
-        if let Some(reason) = self.cell.lost() {
+        if let Some(reason) = self.cell.lost(&self.shared.time) {
             self.stop_watching(deadline);
             return Err(self.not_owner(reason));
         }

@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
-use redlease_core::lease::{LockSpec, Token};
+use redlease_core::lease::{LockSpec, NativeDelete, Token};
 use redlease_core::limits;
 use redlease_core::redlock::{QuorumAction, QuorumOp, RedLease, RedLockAcquire, RedLockOptions};
 use redlease_core::{Error, InvalidArgument, Protocol};
@@ -315,6 +315,32 @@ impl RedLock {
     fn now(&self) -> Instant {
         self.inner.time.now()
     }
+
+    /// Each node's native compare-and-delete, where its server has one (learnt when its
+    /// connections were set up): cheaper for it than the release script. `None` when no
+    /// node has one.
+    fn native_deletes(&self) -> Option<Vec<Option<NativeDelete>>> {
+        let native = |n: &Node| match n {
+            Node::Redis(t) => t.server_kind().and_then(|k| k.compare_and_delete()),
+            #[cfg(feature = "memory")]
+            Node::Memory { .. } => None,
+        };
+        let nodes = &self.inner.nodes;
+        nodes
+            .iter()
+            .any(|n| native(n).is_some())
+            .then(|| nodes.iter().map(native).collect())
+    }
+
+    /// Stops choosing the native compare-and-delete on the nodes that refused it (no right
+    /// to it, or not the server it seemed): the script from now on.
+    fn forget_native(&self, refused: impl Iterator<Item = u16>) {
+        for n in refused {
+            if let Some(Node::Redis(t)) = self.inner.nodes.get(usize::from(n)) {
+                t.forget_server_kind();
+            }
+        }
+    }
 }
 
 /// Settings of one acquisition of a RedLock (a lock held by a majority of the nodes); made
@@ -396,9 +422,14 @@ impl QuorumLockBuilder<'_> {
             node_timeout: self.client.inner.node_timeout,
         };
         let started = self.client.now();
-        let machine = RedLockAcquire::new(spec, options, u64::from_le_bytes(seed), started)?;
+        let mut machine = RedLockAcquire::new(spec, options, u64::from_le_bytes(seed), started)?;
+        // A failed round is undone with each node's native compare-and-delete where it has one.
+        if let Some(native) = self.client.native_deletes() {
+            machine = machine.with_native_release(&native);
+        }
         let span = crate::observe::span(&self.name, "redlock");
-        let out = span.in_scope(|| self.client.run(machine));
+        let out = span.in_scope(|| self.client.run_mut(&mut machine));
+        self.client.forget_native(machine.native_refused());
         let waited = self.client.now().saturating_duration_since(started);
         crate::observe::ended(&span, waited, &out, |r| Some((r.lease.attempts, None)));
         let red = out?;
@@ -472,25 +503,12 @@ impl RedLockGuard {
             QuorumAction::Release,
             self.client.inner.node_timeout,
         )?;
-        let nodes = &self.client.inner.nodes;
-        // Each node's native compare-and-delete, where its server has one (learnt when its
-        // connections were set up): cheaper for it than the release script.
-        let native = |n: &Node| match n {
-            Node::Redis(t) => t.server_kind().and_then(|k| k.compare_and_delete()),
-            #[cfg(feature = "memory")]
-            Node::Memory { .. } => None,
-        };
-        if nodes.iter().any(|n| native(n).is_some()) {
-            let kinds: Vec<_> = nodes.iter().map(native).collect();
-            op = op.with_native_release(&kinds);
+        // Each node's native compare-and-delete, where its server has one.
+        if let Some(native) = self.client.native_deletes() {
+            op = op.with_native_release(&native);
         }
         let out = self.client.run_mut(&mut op);
-        for n in op.native_refused() {
-            // Refused (no right to it, or not the server it seemed): the script from now on.
-            if let Some(Node::Redis(t)) = nodes.get(usize::from(n)) {
-                t.forget_server_kind();
-            }
-        }
+        self.client.forget_native(op.native_refused());
         let out = out.and_then(|o| o.result).map(|_| ());
         crate::observe::released_as(&self.red.lease.target.name, "redlock", &out);
         out

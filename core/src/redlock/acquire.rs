@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use crate::backoff::{SplitMix64, saturating_add};
 use crate::command::{Command, Request, RequestIds};
 use crate::error::{Error, InvalidArgument};
-use crate::lease::{Lease, LeaseKind, LockKind, LockSpec, drift};
+use crate::lease::{Lease, LeaseKind, LockKind, LockSpec, NativeDelete, drift};
 use crate::protocol::{Batch, Outstanding, Protocol, Step, Wait};
 use crate::reply::{Reply, Response, TransportFailure};
 
@@ -30,14 +30,19 @@ pub struct RedLockAcquire {
     deadline: Option<Instant>,
     rng: SplitMix64,
     ids: RequestIds,
-    /// The round in flight: the acquisition (`Trying`) or the release (`Releasing`) on
-    /// every node.
+    /// The round in flight: the acquisition on every node (`Trying`) or the release on
+    /// every node that may hold the key (`Releasing`).
     round: Option<NodeRound>,
     state: State,
     sent_at: Instant,
     attempts: u32,
     last: Option<Error>,
     base_token: crate::lease::Token,
+    /// Per node, the native compare-and-delete a failed round's release asks it with
+    /// (empty: the script everywhere); see [`with_native_release`](Self::with_native_release).
+    native: Vec<Option<NativeDelete>>,
+    /// The nodes (bit `n` for node `n`) that refused their native compare-and-delete.
+    refused: u64,
 }
 
 impl RedLockAcquire {
@@ -88,11 +93,43 @@ impl RedLockAcquire {
             attempts: 0,
             last: None,
             base_token: spec.token.clone(),
+            native: Vec::new(),
+            refused: 0,
             spec,
             options,
         };
         machine.start();
         Ok(machine)
+    }
+
+    /// Undoes a failed round on each node `n` for which `native[n]` names its native
+    /// compare-and-delete (Valkey 9.0+ `DELIFEQ`, Redis 8.4+ `DELEX ... IFEQ`) with that
+    /// command instead of the release script, as [`QuorumOp::with_native_release`]
+    /// does for a held lease: cheaper for the node. Unlike there, a node where it deletes
+    /// nothing is not asked again (whether the key was gone or another holder's changes
+    /// nothing here), so a node held by another costs one native delete; a node that
+    /// refuses it is asked with the script, gets the script in this acquisition's later
+    /// rounds, and is reported by [`native_refused`](Self::native_refused).
+    ///
+    /// [`QuorumOp::with_native_release`]: super::QuorumOp::with_native_release
+    pub fn with_native_release(mut self, native: &[Option<NativeDelete>]) -> Self {
+        self.native = if native.iter().any(Option::is_some) {
+            native
+                .iter()
+                .take(usize::from(self.options.nodes))
+                .copied()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        self
+    }
+
+    /// The nodes that refused their native compare-and-delete in a failed round's release
+    /// (an unknown command, a `NOPERM`), in node order: a driver should stop choosing it
+    /// for them.
+    pub fn native_refused(&self) -> impl Iterator<Item = u16> + '_ {
+        (0..self.options.nodes.min(64)).filter(|n| self.refused & (1 << n) != 0)
     }
 
     fn start(&mut self) {
@@ -117,8 +154,9 @@ impl RedLockAcquire {
     }
 
     /// The acquisition on every node: one command, built once, copied to each. A plain
-    /// `SET NX PX`: RedLock has no fence to issue, and a node whose reply is lost counts as
-    /// failed (released everywhere afterwards), so no script is needed to recognise a retry.
+    /// `SET key token NX PX ttl`: RedLock has no fence to issue, and a node whose reply is
+    /// lost counts as failed and is never asked again in the round (every release asks every
+    /// node), so no script is needed to recognise a retry (see the module docs).
     fn acquisition_round(&self) -> NodeRound {
         let ttl_ms = u64::try_from(self.spec.ttl.as_millis()).unwrap_or(u64::MAX);
         let set = Command::with_capacity("SET", 5)
@@ -130,13 +168,16 @@ impl RedLockAcquire {
         NodeRound::plain(set, self.options.nodes)
     }
 
-    fn release_everywhere(&mut self, then: Result<(), Error>) {
+    /// Undoes a failed round on the nodes in `may_hold` (bit `n` for node `n`), then goes
+    /// on with `then`.
+    fn undo(&mut self, may_hold: u64, then: Result<(), Error>) {
         let release = release_command(self.key(), self.spec.token.as_str());
-        self.round = Some(NodeRound::script(
-            release,
-            &super::RELEASE,
-            self.options.nodes,
-        ));
+        let mut round =
+            NodeRound::script(release, &super::RELEASE, self.options.nodes).only(may_hold);
+        if !self.native.is_empty() {
+            round = round.with_native(&self.native).undoing();
+        }
+        self.round = Some(round);
         self.state = State::Releasing {
             then: Box::new(then),
         };
@@ -151,7 +192,13 @@ impl RedLockAcquire {
 
     fn decide(&mut self, round: &NodeRound, now: Instant) -> Option<Step<RedLease>> {
         let (mut granted, mut busy, mut failed) = (0u16, 0u16, 0u16);
-        for answer in round.answers() {
+        // The nodes that may hold this attempt's key: every node but those whose answer
+        // says the `SET` did not run (nil: the key exists; an error reply: refused).
+        let mut may_hold = all_nodes(self.options.nodes);
+        for (node, answer) in round.answers_by_node() {
+            if matches!(answer, Ok(Reply::Nil | Reply::Error(_))) && node < 64 {
+                may_hold &= !(1 << node);
+            }
             let count = match answer {
                 Ok(Reply::Status(ok)) if ok == "OK" => Answer::Granted,
                 Ok(Reply::Nil) => Answer::Busy,
@@ -220,8 +267,12 @@ impl RedLockAcquire {
                 unreachable: failed,
             }
         });
-        // Undo the partial acquisition on every node (a lost reply may have granted it too).
-        self.release_everywhere(Ok(()));
+        // Undo the partial acquisition where it may be: the nodes that granted it, and
+        // those whose reply was lost (the `SET` may have run). None: nothing to undo.
+        if may_hold == 0 {
+            return Some(self.after_release(Ok(()), now));
+        }
+        self.undo(may_hold, Ok(()));
         None
     }
 
@@ -250,6 +301,12 @@ impl RedLockAcquire {
             }
         }
     }
+}
+
+/// The bits of nodes `0..nodes` (all 64 from 64 nodes on).
+fn all_nodes(nodes: u16) -> u64 {
+    1u64.checked_shl(u32::from(nodes))
+        .map_or(u64::MAX, |bit| bit - 1)
 }
 
 impl RedLockAcquire {
@@ -288,7 +345,16 @@ impl RedLockAcquire {
                         return Step::Done(Err(Error::Finished));
                     };
                     match std::mem::replace(&mut self.state, State::Done) {
-                        State::Releasing { then } => return self.after_release(*then, now),
+                        State::Releasing { then } => {
+                            for n in round.refused() {
+                                // The script on that node from now on.
+                                self.refused |= 1 << n;
+                                if let Some(how) = self.native.get_mut(usize::from(n)) {
+                                    *how = None;
+                                }
+                            }
+                            return self.after_release(*then, now);
+                        }
                         _ => {
                             self.state = State::Trying;
                             if let Some(step) = self.decide(&round, now) {

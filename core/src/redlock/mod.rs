@@ -1,9 +1,10 @@
 //! RedLock: one lease over N independent Redis masters, held with a majority.
 //!
 //! ```text
-//!  Trying ──acquire script on every node (one batch)──► all answered
+//!  Trying ──SET key token NX PX ttl on every node (one batch)──► all answered
 //!     ▲            granted ≥ N/2+1 and validity > 0 ──────────────► Done(Acquired)
-//!     │            otherwise ──► Releasing (release on every node) ─┐
+//!     │            otherwise ──► Releasing (on every node that may hold it;
+//!     │                              none may: no round) ──────────┐
 //!     └── Waiting (random delay, 0..retry_max) ◄── deadline not passed ┘ else ► Done(error)
 //! ```
 //!
@@ -11,13 +12,43 @@
 //! batch was sent. Nodes are asked in one batch, so a driver that writes to all of them
 //! before reading any reply pays about one round trip, not N.
 //!
+//! **Each node is asked with the native `SET key token NX PX ttl`**, as canonical RedLock
+//! (and redsync, node-redlock, Redisson) does, not with the single-node lease lock's fenced
+//! acquire script: RedLock has no fence to issue, so a node holds only its key (the token,
+//! under a PX ttl), and a grant costs it one plain `SET`. `OK` grants it on that node, nil
+//! means another holder has it there; an error reply (a key of another type, an ACL user
+//! without `SET`) or anything else grants nothing and counts, in [`Error::NoQuorum`], with
+//! the nodes that did not answer. The command is sent without `GET`: a node's lost reply is
+//! never asked again within a round (the next attempt uses a new token), so there is nothing
+//! for `SET ... NX GET` (Redis 7.0+) to recognise, and 6.2 nodes would refuse it.
+//!
+//! **Undoing a failed round.** Without a quorum (or without validity left), the round is
+//! released on every node that may hold its key, and only there: the nodes that granted
+//! it, and those whose reply was lost, timed out or never sent (the `SET` may have run).
+//! A node that answered nil (another holder's key) or an error reply did not run the `SET`,
+//! and each attempt has a fresh token, so it cannot hold this attempt's key: it gets no
+//! command at all. When no node may hold it (every node busy or refusing, the common case
+//! under contention), there is no undo round: a contended attempt costs one round trip and
+//! one `SET` per node.
+//!
+//! **Lost replies.** A node whose `SET` reply was lost (timed out, connection dropped after
+//! the write) does not count towards the quorum, though the command may have run there.
+//! The lease still spans every node, so its release (and the undoing of a failed round)
+//! asks that node too, and an extension counts it if the key is ours there. One race is
+//! left, as in every RedLock implementation: a `SET` delayed in the network that reaches a
+//! node *after* the release there sets the key again, with no holder to release it; that
+//! node then refuses the name to everyone until the key's ttl runs out. This costs
+//! liveness on one node for at most the ttl, never safety (the stray key's token belongs to
+//! no holder, and one node is not a quorum).
+//!
 //! **What RedLock cannot promise.** Its safety rests on timing assumptions: bounded clock
 //! drift between the nodes (a node whose clock jumps forward expires the key early), and
 //! holders that do not pause longer than the validity (a GC pause or a stopped VM after
 //! acquiring lets the lease run out while the holder still acts on it). It issues no fencing
-//! token that is ordered across nodes (each node's counter advances on its own), so a
-//! resource cannot reject a stale holder; where that matters, use a single-node lease lock
-//! with fencing, and replication safety (`min_replicas`) for failover.
+//! token (a [`RedLease`]'s `lease.fence` is always 0: a counter per node would not be
+//! ordered across nodes), so a resource cannot reject a stale holder; where that matters,
+//! use a single-node lease lock with fencing, and replication safety (`min_replicas`) for
+//! failover.
 //!
 //! **Restarts.** The third assumption: a node does not forget a key while its lease runs.
 //! A node that restarts empty (no persistence, or a snapshot older than the key) gives the
@@ -130,8 +161,8 @@ impl RedLockOptions {
 /// which no RedLock waiter listens for).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedLease {
-    /// The lease. Its `fence` is meaningless across nodes (0) and `valid_until` is the
-    /// quorum's validity.
+    /// The lease. Its `fence` is always 0 (RedLock issues none: no counter is kept on any
+    /// node) and `valid_until` is the quorum's validity.
     pub lease: Lease,
     /// How many nodes the lock spans.
     pub nodes: u16,
@@ -224,6 +255,8 @@ enum NodeState {
     /// its source after `NOSCRIPT`.
     Resend(Form),
     Answered(Result<Reply, TransportFailure>),
+    /// Not asked at all (see [`NodeRound::only`]).
+    Skipped,
 }
 
 /// One command sent to every node in one batch, and each node's answer. The command is
@@ -249,6 +282,10 @@ struct NodeRound {
     native: Vec<Option<Command>>,
     /// The nodes (bit `n` for node `n`) that refused their native command.
     refused: u64,
+    /// Whether a native delete's `0` is final (set by [`undoing`](Self::undoing)).
+    zero_is_final: bool,
+    /// The nodes (bit `n` for node `n`) not to ask at all (set by [`only`](Self::only)).
+    skip: u64,
 }
 
 impl NodeRound {
@@ -261,6 +298,8 @@ impl NodeRound {
             nodes: Vec::new(),
             native: Vec::new(),
             refused: 0,
+            zero_is_final: false,
+            skip: 0,
         }
     }
 
@@ -295,6 +334,24 @@ impl NodeRound {
         self
     }
 
+    /// This release round as the undoing of a failed acquisition, whose answers nobody
+    /// reads: a native delete that deleted nothing (`0`: gone, or another holder's) is that
+    /// node's final answer, not asked again with the script. (A refusal still is: it
+    /// deleted nothing that may be ours.)
+    fn undoing(mut self) -> Self {
+        self.zero_is_final = true;
+        self
+    }
+
+    /// This round on the nodes in `nodes` only (bit `n` for node `n`): the others get no
+    /// command and count as done, with no answer. Unchanged once sent.
+    fn only(mut self, nodes: u64) -> Self {
+        if self.nodes.is_empty() {
+            self.skip = !nodes;
+        }
+        self
+    }
+
     /// The requests to send now: every node's on the first poll, then those of the nodes
     /// to ask again; `None` when there is nothing to send.
     fn poll(&mut self, ids: &mut RequestIds) -> Option<Vec<Request>> {
@@ -306,6 +363,10 @@ impl NodeRound {
             let mut requests = Vec::with_capacity(usize::from(count));
             self.nodes.reserve_exact(usize::from(count));
             for i in 0..count {
+                if i < 64 && self.skip & (1 << i) != 0 {
+                    self.nodes.push(NodeState::Skipped);
+                    continue;
+                }
                 let native = self.native.get_mut(usize::from(i)).and_then(Option::take);
                 let (command, form) = match native {
                     Some(native) => (Some(native), Form::Native),
@@ -324,7 +385,7 @@ impl NodeRound {
                 });
             }
             self.native = Vec::new();
-            return Some(requests);
+            return (!requests.is_empty()).then_some(requests);
         }
         if !self.nodes.iter().any(|n| matches!(n, NodeState::Resend(_))) {
             return None;
@@ -393,6 +454,9 @@ impl NodeRound {
                 NodeState::Resend(Form::Eval)
             }
             (Form::Native, Ok(Reply::Int(1))) => NodeState::Answered(Ok(Reply::Int(1))),
+            (Form::Native, Ok(Reply::Int(0))) if self.zero_is_final => {
+                NodeState::Answered(Ok(Reply::Int(0)))
+            }
             (Form::Native, Ok(Reply::Int(0))) => NodeState::Resend(Form::Given),
             // Any other answer (an error, a reply not understood): the script decides. Only
             // a refusal of the command itself (not known, no right to it) makes the driver
@@ -415,19 +479,24 @@ impl NodeRound {
         (0..self.count.min(64)).filter(|n| self.refused & (1 << n) != 0)
     }
 
-    /// Whether every node has answered.
+    /// Whether every node asked has answered.
     fn is_done(&self) -> bool {
         self.nodes.len() == usize::from(self.count)
             && self
                 .nodes
                 .iter()
-                .all(|n| matches!(n, NodeState::Answered(_)))
+                .all(|n| matches!(n, NodeState::Answered(_) | NodeState::Skipped))
     }
 
     /// The answers, in node order (complete once [`is_done`](Self::is_done)).
     fn answers(&self) -> impl Iterator<Item = &Result<Reply, TransportFailure>> {
-        self.nodes.iter().filter_map(|n| match n {
-            NodeState::Answered(a) => Some(a),
+        self.answers_by_node().map(|(_, a)| a)
+    }
+
+    /// The answers with their node, in node order.
+    fn answers_by_node(&self) -> impl Iterator<Item = (u16, &Result<Reply, TransportFailure>)> {
+        self.nodes.iter().enumerate().filter_map(|(n, s)| match s {
+            NodeState::Answered(a) => Some((u16::try_from(n).unwrap_or(u16::MAX), a)),
             _ => None,
         })
     }

@@ -173,26 +173,118 @@ mod acquisition {
         assert_eq!(args[3..], ["NX", "PX", "10000"]);
         let noscript = Ok(Reply::Error(ErrorReply::new("NOSCRIPT", "x")));
         let ok = Ok(Reply::Int(1));
-        round(
+        // Undone on nodes 3 and 4 (the busy ones cannot hold it); node 3 lacks the script.
+        let undone = round(
             &mut m,
             t0,
-            &[ok.clone(), noscript, ok.clone(), ok.clone(), ok.clone()],
+            &[ok.clone(), ok.clone(), ok.clone(), noscript, ok.clone()],
         );
+        assert_eq!(undone.len(), 2);
         let again = round(&mut m, t0, &vec![ok; 5]);
         assert_eq!(again.len(), 1);
-        assert_eq!(again[0].command.node(), NodeId(1));
+        assert_eq!(again[0].command.node(), NodeId(3));
         assert_eq!(again[0].command.name(), "EVAL");
         assert!(matches!(m.poll(t0), Step::Done(Err(Error::Timeout { .. }))));
     }
 
+    /// Each node's answer to its `SET key token NX PX ttl`: `OK` grants it there, nil means
+    /// another holder has it (busy), and an error reply (a key of the wrong type, an ACL
+    /// user without `SET`) or any other reply grants nothing and counts with the nodes that
+    /// did not answer. Without a majority the round is undone where the `SET` may have run:
+    /// not on the nodes that answered nil or an error reply.
+    #[test]
+    fn each_nodes_set_reply_ok_grants_nil_is_busy_and_an_error_grants_nothing() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        let wrongtype = Ok(Reply::Error(ErrorReply::new(
+            "WRONGTYPE",
+            "Operation against a key holding the wrong kind of value",
+        )));
+        let noperm = Ok(Reply::Error(ErrorReply::new(
+            "NOPERM",
+            "this user has no permissions to run the 'set' command",
+        )));
+        let sent = round(
+            &mut m,
+            t0,
+            &[granted(), granted(), busy(), wrongtype, noperm],
+        );
+        let token = spec().token.as_str().to_owned();
+        let key = spec().target.keys.first().unwrap().to_owned();
+        for r in &sent {
+            let words: Vec<String> = r
+                .command
+                .args()
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            assert_eq!(words, ["SET", &key, &token, "NX", "PX", "10000"]);
+        }
+        let releases = round(&mut m, t0, &vec![Ok(Reply::Int(1)); 5]);
+        let nodes: Vec<u16> = releases.iter().map(|r| r.command.node().0).collect();
+        assert_eq!(
+            nodes,
+            [0, 1],
+            "undone where granted, not where nil or an error"
+        );
+        match m.poll(t0) {
+            Step::Done(Err(Error::NoQuorum {
+                granted,
+                busy,
+                unreachable,
+                ..
+            })) => assert_eq!((granted, busy, unreachable), (2, 1, 2)),
+            other => panic!("{other:?}"),
+        }
+
+        // A bulk reply (what `SET ... GET` would answer) is not a grant either: only `OK`.
+        let mut m = machine(None, t0);
+        let bulk = Ok(Reply::Bulk(token.clone().into_bytes()));
+        round(
+            &mut m,
+            t0,
+            &[granted(), granted(), bulk.clone(), bulk, busy()],
+        );
+        // A reply not understood may come from a `SET` that ran: undone there too.
+        let undone = round(&mut m, t0, &vec![Ok(Reply::Int(1)); 5]);
+        let nodes: Vec<u16> = undone.iter().map(|r| r.command.node().0).collect();
+        assert_eq!(nodes, [0, 1, 2, 3]);
+        assert!(matches!(
+            m.poll(t0),
+            Step::Done(Err(Error::NoQuorum { granted: 2, .. }))
+        ));
+    }
+
+    /// A node whose `SET` reply was lost may hold the key (the command may have run): it
+    /// does not count towards the quorum, but the lease still spans it, so its release
+    /// (and an extension, which counts it if the key is there) asks it too.
+    #[test]
+    fn a_lost_set_reply_does_not_count_but_the_release_asks_that_node_too() {
+        let t0 = origin();
+        let mut m = machine(None, t0);
+        let lost = Err(TransportFailure::no_reply("timed out"));
+        round(&mut m, t0, &[granted(), granted(), granted(), lost, busy()]);
+        let Step::Done(Ok(red)) = m.poll(t0) else {
+            panic!("a majority granted it")
+        };
+        assert_eq!((red.granted, red.nodes, red.lease.fence), (3, 5, 0));
+        let mut rel =
+            QuorumOp::new(&red, QuorumAction::Release, Duration::from_millis(50)).unwrap();
+        let sent = round(&mut rel, t0, &vec![Ok(Reply::Int(1)); 5]);
+        let nodes: Vec<u16> = sent.iter().map(|r| r.command.node().0).collect();
+        assert_eq!(nodes, [0, 1, 2, 3, 4]);
+        assert_eq!(rel.poll(t0).outcome().holding, 5);
+    }
+
     /// The release round sends one command per node, built once and addressed to each:
     /// the same EVALSHA everywhere, each on its own node with its own request id; nodes that
-    /// answer NOSCRIPT get the same EVAL.
+    /// answer NOSCRIPT get the same EVAL. (Three lost replies: every node may hold the key.)
     #[test]
     fn a_release_round_sends_the_same_call_to_every_node() {
         let t0 = origin();
         let mut m = machine(None, t0);
-        round(&mut m, t0, &[busy(), busy(), busy(), granted(), granted()]);
+        let lost = || Err(TransportFailure::no_reply("timed out"));
+        round(&mut m, t0, &[lost(), lost(), lost(), granted(), granted()]);
         let words = |r: &Request| {
             r.command
                 .args()
@@ -251,7 +343,10 @@ mod acquisition {
                 token.into_bytes(),
             ]
         );
-        assert!(matches!(m.poll(t0), Step::Done(Err(Error::Timeout { .. }))));
+        assert!(matches!(
+            m.poll(t0),
+            Step::Done(Err(Error::NoQuorum { granted: 2, .. }))
+        ));
     }
 
     #[test]
@@ -397,6 +492,135 @@ mod acquisition {
         let mut ext = ext;
         let sent = round(&mut ext, t0, &vec![Ok(Reply::Int(1)); 5]);
         assert!(sent.iter().all(|r| r.command.name() == "EVALSHA"));
+    }
+
+    /// A failed round is undone with each node's native compare-and-delete where the driver
+    /// named one, the script elsewhere; a node where it deletes nothing (another holder's
+    /// key) is done (nobody reads the undoing's answers), a node that refuses it is asked
+    /// with the script, and gets the script in later rounds too.
+    #[test]
+    fn a_failed_round_is_undone_with_native_deletes_where_given() {
+        use crate::lease::NativeDelete::{DelExIfEq, DelIfEq};
+        let t0 = origin();
+        let native = [None, Some(DelIfEq), Some(DelIfEq), Some(DelExIfEq), None];
+        let mut m = machine(Some(Duration::from_secs(1)), t0).with_native_release(&native);
+        let words = |r: &Request| -> Vec<String> {
+            r.command
+                .args()
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        };
+        let key = spec().target.keys.first().unwrap().to_owned();
+        let token = |sent: &[Request]| words(&sent[0])[2].clone();
+
+        // Lost replies on nodes 0-2: every node may hold the key, every node is undone.
+        let lost = || Err(TransportFailure::no_reply("timed out"));
+        let sent = round(&mut m, t0, &[lost(), lost(), lost(), granted(), granted()]);
+        let first = token(&sent);
+        let refused = Ok(Reply::Error(ErrorReply::new(
+            "ERR",
+            "unknown command 'DELIFEQ'",
+        )));
+        let released = round(
+            &mut m,
+            t0,
+            &[
+                Ok(Reply::Int(-1)),
+                refused,
+                Ok(Reply::Int(0)),
+                Ok(Reply::Int(1)),
+                Ok(Reply::Int(1)),
+            ],
+        );
+        let script = words(&Request {
+            id: released[0].id,
+            command: release_command(&key, &first),
+        });
+        let release_words: Vec<Vec<String>> = released.iter().map(words).collect();
+        assert_eq!(release_words[0], script);
+        assert_eq!(release_words[1], ["DELIFEQ", key.as_str(), first.as_str()]);
+        assert_eq!(release_words[2], ["DELIFEQ", key.as_str(), first.as_str()]);
+        assert_eq!(
+            release_words[3],
+            ["DELEX", key.as_str(), "IFEQ", first.as_str()]
+        );
+        assert_eq!(release_words[4], script);
+        // Node 1 refused: the script asks it, and only it (node 2's 0 is final).
+        let again = round(&mut m, t0, &vec![Ok(Reply::Int(-1)); 5]);
+        let nodes: Vec<u16> = again.iter().map(|r| r.command.node().0).collect();
+        assert_eq!(nodes, [1]);
+        assert!(again.iter().all(|r| words(r) == script));
+        let Step::Wait(w) = m.poll(t0) else {
+            panic!("a pause")
+        };
+        assert_eq!(m.native_refused().collect::<Vec<_>>(), [1]);
+
+        // The next attempt: node 1 gets the script, node 2 still its DELIFEQ (busy node 4
+        // nothing).
+        let sent = round(
+            &mut m,
+            w.until,
+            &[lost(), lost(), lost(), granted(), busy()],
+        );
+        let second = token(&sent);
+        assert_ne!(first, second);
+        let released = round(&mut m, w.until, &vec![Ok(Reply::Int(1)); 5]);
+        let names: Vec<String> = released
+            .iter()
+            .map(|r| r.command.name().to_owned())
+            .collect();
+        assert_eq!(names, ["EVALSHA", "EVALSHA", "DELIFEQ", "DELEX"]);
+        assert_eq!(
+            words(&released[2]),
+            ["DELIFEQ", key.as_str(), second.as_str()]
+        );
+        assert!(matches!(m.poll(w.until), Step::Wait(_)));
+    }
+
+    /// A failed round is undone only where our key may be: a node that answered this
+    /// round's `SET NX PX` with nil (another holder's key) or an error reply did not run
+    /// it and cannot hold this attempt's fresh token, so it gets no command at all; a node
+    /// that granted, or whose reply was lost, may hold it and is undone. When no node may
+    /// hold it there is no undo round: the machine goes straight on (here: to its pause).
+    #[test]
+    fn a_failed_round_is_undone_only_on_the_nodes_that_may_hold_the_key() {
+        let t0 = origin();
+        let mut m = machine(Some(Duration::from_secs(1)), t0);
+        let lost = Err(TransportFailure::no_reply("timed out"));
+        round(&mut m, t0, &[granted(), busy(), granted(), lost, busy()]);
+        let undone = round(&mut m, t0, &vec![Ok(Reply::Int(1)); 5]);
+        let nodes: Vec<u16> = undone.iter().map(|r| r.command.node().0).collect();
+        assert_eq!(
+            nodes,
+            [0, 2, 3],
+            "the 2 that granted and the 1 lost, in one batch"
+        );
+        assert!(undone.iter().all(|r| r.command.name() == "EVALSHA"));
+        let Step::Wait(w) = m.poll(t0) else {
+            panic!("a pause")
+        };
+
+        // Every node busy or refusing: nothing to undo, no batch before the pause.
+        let now = w.until;
+        let noperm = Ok(Reply::Error(ErrorReply::new("NOPERM", "no 'set'")));
+        round(&mut m, now, &[busy(), busy(), busy(), noperm, busy()]);
+        let Step::Wait(w) = m.poll(now) else {
+            panic!("a pause, with no undo batch")
+        };
+
+        // Every node failing without a reply: each may hold it, each is undone.
+        let now = w.until;
+        let lost = Err(TransportFailure::no_reply("timed out"));
+        round(&mut m, now, &vec![lost; 5]);
+        let undone = round(&mut m, now, &vec![Ok(Reply::Int(0)); 5]);
+        assert_eq!(undone.len(), 5);
+        assert!(matches!(m.poll(now), Step::Wait(_)));
+
+        // Trying once and finding every node busy: the error at once, no undo batch.
+        let mut m = machine(None, t0);
+        round(&mut m, t0, &vec![busy(); 5]);
+        assert!(matches!(m.poll(t0), Step::Done(Err(Error::Timeout { .. }))));
     }
 
     /// A passing error on a native delete (a node still loading, busy, out of memory) sends
@@ -587,7 +811,9 @@ mod token_tests {
             };
             tokens.push(String::from_utf8(b.requests[0].command.args()[2].to_vec()).unwrap());
             for r in &b.requests {
-                m.handle(Response::reply(r.id, Reply::Nil), now);
+                // Lost: the `SET` may have run, so the attempt is undone.
+                let lost = TransportFailure::no_reply("timed out");
+                m.handle(Response::failed(r.id, lost), now);
             }
             let Step::Send(rel) = m.poll(now) else {
                 panic!("release")

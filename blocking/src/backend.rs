@@ -67,8 +67,9 @@ impl Node {
 
 /// Where a client's randomness (tokens, retry jitter seeds, job ids) comes from.
 pub(crate) enum Entropy {
-    /// The operating system, drawn a pool at a time (see [`OsPool`]).
-    Os(OsPool),
+    /// The operating system, drawn a pool at a time (see [`OsPool`]; boxed: the pool is
+    /// half a kilobyte).
+    Os(Box<OsPool>),
     /// A generator seeded by the in-process server: the same test draws the same tokens and
     /// the same jitter every run.
     #[cfg(feature = "memory")]
@@ -149,7 +150,7 @@ impl OsPool {
 impl Entropy {
     /// Randomness from the operating system (see [`OsPool`]).
     pub(crate) fn os() -> Entropy {
-        Entropy::Os(OsPool::new())
+        Entropy::Os(Box::new(OsPool::new()))
     }
 
     /// `N` random bytes.

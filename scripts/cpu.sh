@@ -5,6 +5,7 @@
 #   scripts/cpu.sh            # both
 #   scripts/cpu.sh instr      # client instructions only
 #   scripts/cpu.sh server     # server time and instructions only
+#   scripts/cpu.sh sys        # system calls and context switches only (not part of `all`)
 #
 # Client: each scenario of benches/cpu.rs (a small release binary) runs twice under
 # `valgrind --tool=callgrind` (whole process: the caller, the watchdog and listener threads),
@@ -30,8 +31,17 @@
 # `try_acquire` of a RedLock another holder has on every node: the contended attempt) with its
 # raw floor `redlock_raw_busy` (SET NX PX to every node, all nil), client instructions and the
 # commands the five nodes ran per attempt (`node_calls_per_op`, from their commandstats).
+# System calls (`sys`): each client scenario (RedLock's aside: it starts servers of its own)
+# runs natively under `strace -f -c` (every thread of the process) with SYS_N1 and SYS_N2
+# cycles, and once more without strace for the context switches of all its threads
+# (getrusage of the child); per cycle, as for instructions, the difference of the two runs
+# over the difference in cycles. Prints
+#   sys <scenario> syscalls_per_op=<n> raw_syscalls_per_op=<n> vol_cs_per_op=<n> raw_vol_cs_per_op=<n> invol_cs_per_op=<n>
+# and, on stderr, the calls per cycle by name. Voluntary switches are the blocking reads and
+# waits (the raw cycle's: one per reply); involuntary ones follow the machine's load.
 # Environment: REDIS_SERVER (default: redis-server on PATH), N1/N2 (default 300/1300),
-# SERVER_CYCLES (default 20000), SERVER_N1/SERVER_N2 (default 200/1200), CPU_ONLY (default:
+# SERVER_CYCLES (default 20000), SERVER_N1/SERVER_N2 (default 200/1200), SYS_N1/SYS_N2
+# (default 1000/6000), CPU_ONLY (default:
 # every scenario; e.g. CPU_ONLY="lock unfenced" runs those and the baselines they need).
 set -euo pipefail
 
@@ -44,10 +54,17 @@ server_bin=${REDIS_SERVER:-redis-server}
 server_n1=${SERVER_N1:-200}
 server_n2=${SERVER_N2:-1200}
 
-command -v valgrind >/dev/null 2>&1 || {
-    echo "cpu.sh: valgrind is needed (apt-get install valgrind)" >&2
-    exit 1
-}
+if [[ $mode == sys ]]; then
+    command -v strace >/dev/null 2>&1 || {
+        echo "cpu.sh: strace is needed (apt-get install strace)" >&2
+        exit 1
+    }
+else
+    command -v valgrind >/dev/null 2>&1 || {
+        echo "cpu.sh: valgrind is needed (apt-get install valgrind)" >&2
+        exit 1
+    }
+fi
 
 cargo build --quiet --release --bench cpu
 bin=$(cargo build --release --bench cpu --message-format=json 2>/dev/null |
@@ -203,4 +220,61 @@ if [[ $mode == all || $mode == server ]]; then
         n=$(server_per_op "$scenario")
         echo "server_instr $scenario instr_per_op=$n raw_instr_per_op=$raw ratio=$(ratio "$n" "$raw")"
     done
+fi
+
+# System calls and context switches per cycle (see the top of this file).
+if [[ $mode == sys ]]; then
+    CPU_ONLY=${CPU_ONLY:-} SYS_N1=${SYS_N1:-1000} SYS_N2=${SYS_N2:-6000} python3 - "$bin" "$work" <<'PY'
+import os, resource, subprocess, sys
+
+bin, work = sys.argv[1], sys.argv[2]
+n1, n2 = int(os.environ["SYS_N1"]), int(os.environ["SYS_N2"])
+only = os.environ["CPU_ONLY"].split()
+
+
+def run(scenario, cycles):
+    """(calls by name, voluntary, involuntary switches) of one run of `scenario`."""
+    env = dict(os.environ, CPU_SCENARIO=scenario, CPU_CYCLES=str(cycles))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([bin], env=env, stdout=subprocess.DEVNULL, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = f"{work}/strace.{scenario}.{cycles}"
+    subprocess.run(["strace", "-f", "-c", "-o", out, bin], env=env,
+                   stdout=subprocess.DEVNULL, check=True)
+    calls = {}
+    for line in open(out):
+        f = line.split()
+        # % time, seconds, usecs/call, calls, [errors,] syscall
+        if len(f) >= 5 and f[0][0].isdigit() and f[-1] != "total":
+            calls[f[-1]] = int(f[3])
+    return (calls, after.ru_nvcsw - before.ru_nvcsw, after.ru_nivcsw - before.ru_nivcsw)
+
+
+def per_op(scenario):
+    (c1, v1, i1), (c2, v2, i2) = run(scenario, n1), run(scenario, n2)
+    d = n2 - n1
+    calls = {k: (c2.get(k, 0) - c1.get(k, 0)) / d for k in set(c1) | set(c2)}
+    calls = {k: v for k, v in calls.items() if abs(v) >= 0.005}
+    return sum(calls.values()), calls, (v2 - v1) / d, (i2 - i1) / d
+
+
+def shown(calls):
+    return " ".join(f"{k}={v:.2f}" for k, v in sorted(calls.items()))
+
+
+raws = {}
+for scenario, raw in [("lock", "lock_raw"), ("unfenced", "lock_raw"), ("semaphore", "lock_raw"),
+                      ("queue", "queue_raw"), ("queue_worker", "queue_raw")]:
+    if only and scenario not in only:
+        continue
+    if raw not in raws:
+        raws[raw] = per_op(raw)
+    total, calls, vol, invol = per_op(scenario)
+    raw_total, raw_calls, raw_vol, _ = raws[raw]
+    print(f"sys {scenario} syscalls_per_op={total:.2f} raw_syscalls_per_op={raw_total:.2f} "
+          f"vol_cs_per_op={vol:.2f} raw_vol_cs_per_op={raw_vol:.2f} invol_cs_per_op={invol:.2f}",
+          flush=True)
+    print(f"  detail: {scenario}: {shown(calls)}; {raw}: {shown(raw_calls)}", file=sys.stderr,
+          flush=True)
+PY
 fi

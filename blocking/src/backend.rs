@@ -8,7 +8,8 @@
 //! ([`Time`]): the real clock, or the [`MemoryClock`](crate::memory::MemoryClock) a test
 //! moves, so the whole blocking API runs on the test's clock.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 #[cfg(feature = "memory")]
 use std::time::Duration;
 use std::time::Instant;
@@ -66,20 +67,95 @@ impl Node {
 
 /// Where a client's randomness (tokens, retry jitter seeds, job ids) comes from.
 pub(crate) enum Entropy {
-    /// The operating system.
-    Os,
+    /// The operating system, drawn a pool at a time (see [`OsPool`]).
+    Os(OsPool),
     /// A generator seeded by the in-process server: the same test draws the same tokens and
     /// the same jitter every run.
     #[cfg(feature = "memory")]
     Seeded(std::sync::Mutex<u64>),
 }
 
+/// How many bytes of the operating system's randomness a client draws at once: one
+/// `getrandom` call serves 21 lock acquisitions (24 bytes each: token and jitter seed)
+/// instead of one.
+pub(crate) const OS_POOL: usize = 512;
+
+/// Random bytes from the operating system, drawn [`OS_POOL`] at a time and handed out once
+/// each, so that an acquisition costs no system call of its own (a `getrandom` call costs
+/// as much as a tenth of a loopback round trip's client work). The bytes are the operating
+/// system's, unchanged: nothing is derived or stretched. The pool belongs to one client (a
+/// process forked after drawing gets a copy, as it gets a copy of the client's connections:
+/// build a new client in the child). A thread that finds the pool in use by another draws
+/// from the operating system directly rather than wait.
+pub(crate) struct OsPool {
+    pool: Mutex<PoolState>,
+    /// `getrandom` calls made (refills and direct draws), for tests.
+    draws: AtomicU64,
+}
+
+struct PoolState {
+    bytes: [u8; OS_POOL],
+    /// Bytes of `bytes` already handed out (or never filled).
+    used: usize,
+}
+
+impl OsPool {
+    /// An empty pool (the first draw fills it).
+    pub(crate) fn new() -> OsPool {
+        OsPool {
+            pool: Mutex::new(PoolState {
+                bytes: [0; OS_POOL],
+                used: OS_POOL,
+            }),
+            draws: AtomicU64::new(0),
+        }
+    }
+
+    /// `N` bytes never handed out before.
+    fn bytes<const N: usize>(&self) -> Result<[u8; N], Error> {
+        let direct = || {
+            self.draws.fetch_add(1, Ordering::Relaxed);
+            crate::client::random_bytes::<N>()
+        };
+        if N > OS_POOL {
+            return direct();
+        }
+        let Ok(mut pool) = self.pool.try_lock() else {
+            // In use by another thread (or poisoned: a panic while copying bytes).
+            return direct();
+        };
+        if OS_POOL - pool.used < N {
+            self.draws.fetch_add(1, Ordering::Relaxed);
+            pool.bytes = crate::client::random_bytes::<OS_POOL>()?;
+            pool.used = 0;
+        }
+        let start = pool.used;
+        let mut out = [0u8; N];
+        out.copy_from_slice(&pool.bytes[start..start + N]);
+        // Handed out once: the copy left in the pool is cleared.
+        pool.bytes[start..start + N].fill(0);
+        pool.used = start + N;
+        Ok(out)
+    }
+
+    /// `getrandom` calls made so far.
+    #[cfg(test)]
+    pub(crate) fn draws(&self) -> u64 {
+        self.draws.load(Ordering::Relaxed)
+    }
+}
+
 impl Entropy {
+    /// Randomness from the operating system (see [`OsPool`]).
+    pub(crate) fn os() -> Entropy {
+        Entropy::Os(OsPool::new())
+    }
+
     /// `N` random bytes.
     #[inline]
     pub(crate) fn bytes<const N: usize>(&self) -> Result<[u8; N], Error> {
         match self {
-            Entropy::Os => crate::client::random_bytes::<N>(),
+            Entropy::Os(pool) => pool.bytes::<N>(),
             #[cfg(feature = "memory")]
             Entropy::Seeded(state) => {
                 let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
@@ -116,6 +192,12 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+#[cfg(test)]
+thread_local! {
+    /// [`Time::now`] calls made on this thread (tests count the driver's clock reads).
+    static CLOCK_READS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// Marks this thread's waits on a test clock as ended by `flag` (a worker pool's stop).
 #[cfg(feature = "memory")]
 pub(crate) fn cancel_waits_on(flag: Arc<std::sync::atomic::AtomicBool>) {
@@ -129,6 +211,8 @@ impl Time {
     /// Now, on this clock.
     #[inline]
     pub(crate) fn now(&self) -> Instant {
+        #[cfg(test)]
+        CLOCK_READS.with(|n| n.set(n.get() + 1));
         match self {
             Time::Real => Instant::now(),
             #[cfg(feature = "memory")]
@@ -262,8 +346,11 @@ pub(crate) fn drive_set<P: Protocol>(
 ) {
     let mut wakeups = Waiting::default();
     let mut sent_epoch: Option<u64> = None;
+    // The instant the last replies were handled at: the next poll comes right after, at
+    // that instant (one clock read per round trip less).
+    let mut handled_at: Option<Instant> = None;
     loop {
-        let now = route.time.now();
+        let now = handled_at.take().unwrap_or_else(|| route.time.now());
         // The common case (one machine sending) moves its batch as it is.
         let mut sends: Option<Sends> = None;
         let mut earliest: Option<(usize, Wait)> = None;
@@ -292,17 +379,22 @@ pub(crate) fn drive_set<P: Protocol>(
             match sends {
                 Sends::One(i, batch) => match send(route, &batch, kept) {
                     Ok(inputs) => {
+                        // Every reply is in: they are handled at one instant.
+                        let at = route.time.now();
                         for input in inputs {
-                            machines[i].handle(input, route.time.now());
+                            machines[i].handle(input, at);
                         }
+                        handled_at = Some(at);
                     }
                     Err(e) => out[i] = Some(Err(e)),
                 },
                 Sends::Many(owners, batch) => match send(route, &batch, kept) {
                     Ok(inputs) => {
+                        let at = route.time.now();
                         for (i, input) in owners.into_iter().zip(inputs) {
-                            machines[i].handle(input, route.time.now());
+                            machines[i].handle(input, at);
                         }
+                        handled_at = Some(at);
                     }
                     Err(e) => {
                         for i in owners {
@@ -611,6 +703,72 @@ fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Response> {
         .collect()
 }
 
+#[cfg(test)]
+mod entropy_tests {
+    use super::*;
+
+    #[test]
+    fn os_randomness_costs_one_draw_per_pool_not_per_token() {
+        let entropy = Entropy::os();
+        let n = 1000;
+        let tokens: std::collections::HashSet<[u8; 24]> =
+            (0..n).map(|_| entropy.bytes::<24>().unwrap()).collect();
+        assert_eq!(tokens.len(), n, "a token was handed out twice");
+        let Entropy::Os(pool) = &entropy else {
+            panic!("Entropy::os() is not the operating system's");
+        };
+        // One `getrandom` per 21 tokens (512 / 24), not one per token.
+        let most = (n * 24).div_ceil(OS_POOL) as u64 + 1;
+        assert!(
+            pool.draws() <= most,
+            "{} draws for {n} tokens (at most {most})",
+            pool.draws()
+        );
+    }
+
+    #[test]
+    fn os_randomness_shared_by_threads_hands_out_distinct_bytes() {
+        let entropy = Entropy::os();
+        let drawn: Vec<[u8; 16]> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        (0..2000)
+                            .map(|_| entropy.bytes::<16>().unwrap())
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect()
+        });
+        let distinct: std::collections::HashSet<_> = drawn.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            drawn.len(),
+            "two threads got the same bytes"
+        );
+        assert!(
+            drawn.iter().all(|b| b != &[0u8; 16]),
+            "cleared bytes handed out"
+        );
+    }
+
+    #[test]
+    fn os_randomness_larger_than_the_pool_is_drawn_directly() {
+        let entropy = Entropy::os();
+        let a = entropy.bytes::<{ OS_POOL + 8 }>().unwrap();
+        let b = entropy.bytes::<{ OS_POOL + 8 }>().unwrap();
+        assert_ne!(a, b);
+        let Entropy::Os(pool) = &entropy else {
+            panic!("Entropy::os() is not the operating system's");
+        };
+        assert_eq!(pool.draws(), 2);
+    }
+}
+
 #[cfg(all(test, feature = "memory"))]
 mod tests {
     use super::*;
@@ -715,6 +873,32 @@ mod tests {
             bulk("b"),
             "node 0's requests in their order"
         );
+    }
+
+    /// A machine whose batch is answered is polled next at the instant its replies were
+    /// handled at: a one-batch machine costs the driver two clock reads (its first poll,
+    /// the handling), not three.
+    #[test]
+    fn a_round_trip_reads_the_clock_once_after_the_first_poll() {
+        let server = crate::memory::MemoryServer::new();
+        let nodes = [Node::Memory {
+            server: server.clone(),
+            io_timeout: Duration::from_secs(1),
+        }];
+        let time = Time::Memory(server.clock());
+        let route = Route::new(&nodes, &time);
+        let mut machines = [Pinger {
+            rounds: 1,
+            replies: 0,
+            next_at: None,
+            in_flight: false,
+        }];
+        let mut out = [None];
+        let before = CLOCK_READS.with(std::cell::Cell::get);
+        drive_set(&route, &mut machines, &mut out, &mut None);
+        let reads = CLOCK_READS.with(std::cell::Cell::get) - before;
+        assert_eq!(out, [Some(Ok(1))]);
+        assert_eq!(reads, 2, "clock reads of one round trip");
     }
 
     /// A machine of a set that waits between its sends runs to its end (the watchdog's

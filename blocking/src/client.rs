@@ -447,7 +447,7 @@ impl ClientBuilder {
                         .collect(),
                     node: Node::Redis(Arc::new(transport)),
                     time: Time::Real,
-                    entropy: Entropy::Os,
+                    entropy: Entropy::os(),
                     keyspace,
                     op_timeout: self.op_timeout,
                     io_timeout: self.io_timeout,

@@ -15,7 +15,7 @@ use redlease_core::semaphore::{self, SemaphoreKeys, SemaphoreState};
 use redlease_core::{Error, InvalidArgument, LossReason, backoff::saturating_add};
 
 use crate::client::{Client, Inner, Shared, drive};
-use crate::watchdog::LeaseCell;
+use crate::watchdog::{LeaseCell, Policy};
 
 /// Settings of one lock acquisition; made by [`Client::lock`], [`Client::reentrant_lock`],
 /// [`Client::fair_lock`], [`Client::read_lock`] or [`Client::write_lock`].
@@ -370,12 +370,16 @@ impl<'c> LockBuilder<'c> {
         let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), now)?;
         let span = crate::observe::acquire_span(&self.name, self.kind.into());
         let out = span.in_scope(|| self.client.run(machine));
-        let waited = self
-            .client
-            .shared()
-            .time
-            .now()
-            .saturating_duration_since(now);
+        // Only a span someone listens to records the wait (no clock read otherwise).
+        let waited = if span.is_disabled() {
+            Duration::ZERO
+        } else {
+            self.client
+                .shared()
+                .time
+                .now()
+                .saturating_duration_since(now)
+        };
         crate::observe::acquired(&span, waited, &out);
         out
     }
@@ -408,8 +412,8 @@ pub struct LockGuard {
     /// Shared with the watchdog while it renews the lease.
     lease: Arc<Lease>,
     cell: Arc<LeaseCell>,
-    /// The renewal policy while the watchdog renews the lease.
-    watched: Option<RenewalPolicy>,
+    /// The renewal policy while the watchdog renews the lease (16 bytes: in every guard).
+    watched: Option<Policy>,
     done: bool,
 }
 
@@ -419,7 +423,7 @@ impl std::fmt::Debug for LockGuard {
             .field("name", &self.lease.target.name)
             .field("fence", &self.lease.fence)
             .field("valid_until", &self.cell.valid_until())
-            .field("lost", &self.cell.lost())
+            .field("lost", &self.cell.lost(&self.shared.time))
             .finish_non_exhaustive()
     }
 }
@@ -433,10 +437,11 @@ impl LockGuard {
 
     fn new(client: &Client, lease: Lease, policy: Option<RenewalPolicy>) -> Self {
         let lease = Arc::new(lease);
-        let cell = LeaseCell::new(lease.clone(), client.shared().time.clone());
+        let cell = LeaseCell::new(lease.clone());
         // The watchdog thread starts with the first lease that needs it, not before.
         let watched = match policy.map(|p| (p, client.watchdog())) {
             Some((policy, Some(watchdog))) => {
+                let policy = Policy::from(policy);
                 watchdog.watch(lease.clone(), policy, cell.clone());
                 Some(policy)
             }
@@ -497,12 +502,12 @@ impl LockGuard {
     /// [`valid_until`](Self::valid_until) has passed without a confirmed renewal is lost
     /// ([`LossReason::RenewalFailed`]), even if a renewal is still in flight.
     pub fn is_lost(&self) -> bool {
-        self.cell.lost().is_some()
+        self.cell.lost(&self.shared.time).is_some()
     }
 
     /// Why the lease was lost, if it was.
     pub fn lost_reason(&self) -> Option<LossReason> {
-        self.cell.lost()
+        self.cell.lost(&self.shared.time)
     }
 
     /// A receiver that yields the loss reason once the lease is lost: block on it, or
@@ -541,7 +546,7 @@ impl LockGuard {
     /// could over-report after a shortening.
     pub fn extend_to(&mut self, ttl: Duration) -> Result<(), Error> {
         let machine = ScriptOp::extend(&self.lease, ttl, self.deadline())?;
-        if let Some(reason) = self.cell.lost() {
+        if let Some(reason) = self.cell.lost(&self.shared.time) {
             return Err(self.not_owner(reason));
         }
         let paused = self.pause_watching();
@@ -557,7 +562,7 @@ impl LockGuard {
             Err(Error::NotOwner { reason, .. }) => self.cell.mark_lost(*reason),
             Err(_) => {}
         }
-        if paused && self.cell.lost().is_none() {
+        if paused && self.cell.lost(&self.shared.time).is_none() {
             self.resume_watching();
         }
         outcome.map(|_| ())
@@ -569,7 +574,7 @@ impl LockGuard {
         if self.watched.is_none() {
             return false;
         }
-        if let Some(scheduled) = self.cell.release(self.shared.op_timeout)
+        if let Some(scheduled) = self.cell.release(|| self.shared.op_timeout)
             && let Some(owner) = self.owner.upgrade()
             && let Some(Some(watchdog)) = owner.watchdog.get()
         {
@@ -580,12 +585,14 @@ impl LockGuard {
 
     /// Watches the lease again, with its current ttl and validity.
     fn resume_watching(&mut self) {
-        let Some(mut policy) = self.watched else {
+        let Some(policy) = self.watched else {
             return;
         };
+        let mut policy = policy.get();
         if policy.every >= self.lease.ttl {
             policy.every = self.lease.ttl / 3;
         }
+        let policy = Policy::from(policy);
         self.watched = Some(policy);
         if let Some(owner) = self.owner.upgrade()
             && let Some(Some(watchdog)) = owner.watchdog.get()
@@ -629,7 +636,7 @@ impl LockGuard {
     /// the last renewal ended it at the hold limit (it expires on the server then, a drift
     /// allowance later). A release would find nothing of ours, so none is sent.
     fn known_not_ours(&self) -> Option<LossReason> {
-        self.cell.lost().filter(|r| {
+        self.cell.lost(&self.shared.time).filter(|r| {
             matches!(
                 r,
                 LossReason::Expired | LossReason::Taken | LossReason::MaxHoldReached
@@ -651,7 +658,7 @@ impl LockGuard {
     ) -> Result<P::Output, Error> {
         self.done = true;
         let deadline = self.deadline();
-        if let Some(reason) = self.cell.lost() {
+        if let Some(reason) = self.cell.lost(&self.shared.time) {
             self.stop_watching(deadline);
             return Err(self.not_owner(reason));
         }
@@ -679,7 +686,7 @@ impl LockGuard {
         // Counted once: a pause whose extension failed already released it.
         if let Some(scheduled) = self
             .cell
-            .release(deadline.saturating_duration_since(self.shared.time.now()))
+            .release(|| deadline.saturating_duration_since(self.shared.time.now()))
             && let Some(owner) = self.owner.upgrade()
             && let Some(Some(watchdog)) = owner.watchdog.get()
         {

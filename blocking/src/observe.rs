@@ -78,7 +78,8 @@ pub(crate) fn acquired(span: &Span, waited: Duration, out: &Result<Acquisition, 
 }
 
 /// Records how an acquisition ended: `granted` gives the attempts and fence of a success
-/// (`None`: busy).
+/// (`None`: busy). `waited` is not looked at when the span is disabled (callers may skip
+/// the clock read then).
 pub(crate) fn ended<T>(
     span: &Span,
     waited: Duration,

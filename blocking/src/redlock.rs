@@ -184,7 +184,7 @@ impl RedLockBuilder {
             inner: Arc::new(Inner {
                 nodes,
                 time: Time::Real,
-                entropy: Entropy::Os,
+                entropy: Entropy::os(),
                 keyspace,
                 node_timeout: self.node_timeout,
             }),

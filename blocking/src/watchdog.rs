@@ -32,6 +32,7 @@
 //!   due, or sooner once many have piled up. No renewal is ever sent after the flip.
 
 use std::collections::HashMap;
+use std::num::NonZeroU64;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
@@ -66,7 +67,10 @@ enum Phase {
 
 #[derive(Debug)]
 struct CellState {
-    valid_until: Instant,
+    /// Until when the lease is safely ours, in nanoseconds after its acquisition (see
+    /// [`LeaseCell::valid_until`]): 8 bytes where an `Instant` takes 16, so that a cell fits
+    /// in 72 bytes (one allocator size class below 80, in every held lease).
+    valid_ns: u64,
     phase: Phase,
     /// Bumped when the lease is registered anew (a new ttl), so the old entry is skipped.
     generation: u64,
@@ -76,6 +80,16 @@ struct CellState {
     /// The watchdog thread took this registration into its schedule (a lease released
     /// before never was).
     scheduled: bool,
+    /// Renewals failed in a row (only the first is logged as a warning); written by the
+    /// watchdog thread only. Kept here, in room the cell has anyway, rather than in the
+    /// schedule's table beside it (8 bytes a lease there).
+    failures: u32,
+}
+
+/// `t` as nanoseconds after `lease` was acquired (0 for an earlier `t`; cut at `u64::MAX`,
+/// 584 years, beyond any valid ttl).
+fn offset(lease: &Lease, t: Instant) -> u64 {
+    u64::try_from(t.saturating_duration_since(lease.acquired_at).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// What a guard and the watchdog share about one lease.
@@ -93,26 +107,24 @@ pub(crate) struct LeaseCell {
     signal: OnceLock<Box<(Sender<LossReason>, Receiver<LossReason>)>>,
     /// The signal has fired.
     signalled: AtomicBool,
-    /// The client's clock (a lease past its validity is lost by it).
-    time: Time,
 }
 
 impl LeaseCell {
     /// A cell for `lease`, not lost.
-    pub(crate) fn new(lease: Arc<Lease>, time: Time) -> Arc<LeaseCell> {
+    pub(crate) fn new(lease: Arc<Lease>) -> Arc<LeaseCell> {
         let cell = LeaseCell {
             state: Mutex::new(CellState {
-                valid_until: lease.valid_until,
+                valid_ns: offset(&lease, lease.valid_until),
                 phase: Phase::Released,
                 generation: 0,
                 final_stretch: false,
                 scheduled: false,
+                failures: 0,
             }),
             renewal_done: Condvar::new(),
             lost: OnceLock::new(),
             signal: OnceLock::new(),
             signalled: AtomicBool::new(false),
-            time,
             lease,
         };
         Arc::new(cell)
@@ -147,23 +159,31 @@ impl LeaseCell {
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
-        self.state().valid_until
+        self.instant(self.state().valid_ns)
     }
 
     pub(crate) fn set_valid_until(&self, t: Instant) {
-        self.state().valid_until = t;
+        let ns = offset(&self.lease, t);
+        self.state().valid_ns = ns;
+    }
+
+    /// The instant `ns` after the lease's acquisition.
+    fn instant(&self, ns: u64) -> Instant {
+        redlease_core::backoff::saturating_add(self.lease.acquired_at, Duration::from_nanos(ns))
     }
 
     /// Why the lease is lost, if it is. A watched lease whose validity has passed without a
-    /// confirmed renewal is lost from that instant, whatever the watchdog is doing: this
-    /// marks it so (firing the signal) when the watchdog has not yet.
-    pub(crate) fn lost(&self) -> Option<LossReason> {
+    /// confirmed renewal is lost from that instant by `time` (the client's clock), whatever
+    /// the watchdog is doing: this marks it so (firing the signal) when the watchdog has not
+    /// yet.
+    pub(crate) fn lost(&self, time: &Time) -> Option<LossReason> {
         if let Some(reason) = self.lost.get() {
             return Some(*reason);
         }
         let expired = {
             let state = self.state();
-            (state.phase != Phase::Released && self.time.now() >= state.valid_until).then_some(
+            let valid_until = self.instant(state.valid_ns);
+            (state.phase != Phase::Released && time.now() >= valid_until).then_some(
                 if state.final_stretch {
                     LossReason::MaxHoldReached
                 } else {
@@ -185,16 +205,20 @@ impl LeaseCell {
         }
     }
 
-    /// Waits (at most `limit`) for a renewal in flight to finish, then marks the lease
+    /// Waits (at most `limit()`) for a renewal in flight to finish, then marks the lease
     /// released: from now on the watchdog sends nothing for it. What it ended: `None` when
     /// it was released already, else whether the watchdog thread had taken it into its
-    /// schedule (see [`Watchdog::released`]).
-    pub(crate) fn release(&self, limit: Duration) -> Option<bool> {
-        let state = self.state();
-        let (mut state, _) = self
-            .renewal_done
-            .wait_timeout_while(state, limit, |s| s.phase == Phase::Renewing)
-            .unwrap_or_else(|p| p.into_inner());
+    /// schedule (see [`Watchdog::released`]). `limit` is asked only when a renewal is in
+    /// flight (the common release reads no clock).
+    pub(crate) fn release(&self, limit: impl FnOnce() -> Duration) -> Option<bool> {
+        let mut state = self.state();
+        if state.phase == Phase::Renewing {
+            state = self
+                .renewal_done
+                .wait_timeout_while(state, limit(), |s| s.phase == Phase::Renewing)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
         if state.phase == Phase::Released {
             return None;
         }
@@ -210,6 +234,7 @@ impl LeaseCell {
         state.phase = Phase::Watched;
         state.final_stretch = false;
         state.scheduled = false;
+        state.failures = 0;
         state.generation
     }
 
@@ -240,13 +265,23 @@ impl LeaseCell {
         state.phase != Phase::Released && state.generation == generation
     }
 
+    /// Counts a renewal's outcome among the failures in a row (logging the first).
+    fn note_outcome<T>(&self, outcome: &Result<T, Error>) {
+        let before = self.state().failures;
+        let after = crate::observe::renewal(&self.lease.target.name, outcome, before);
+        if after != before {
+            self.state().failures = after;
+        }
+    }
+
     fn end_renewal(&self, renewed: Option<(Instant, bool)>) {
+        let renewed = renewed.map(|(t, last)| (offset(&self.lease, t), last));
         let mut state = self.state();
         if state.phase == Phase::Renewing {
             state.phase = Phase::Watched;
         }
-        if let Some((t, last)) = renewed {
-            state.valid_until = t;
+        if let Some((ns, last)) = renewed {
+            state.valid_ns = ns;
             state.final_stretch = last;
         }
         drop(state);
@@ -254,18 +289,65 @@ impl LeaseCell {
     }
 }
 
+/// A [`RenewalPolicy`] in 16 bytes where it takes 32 (every held guard and every queued
+/// registration keeps one): its times in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Policy {
+    /// The renewal interval (at least 1 ns).
+    every_ns: NonZeroU64,
+    /// The hold limit (`u64::MAX`: none).
+    hold_ns: u64,
+}
+
+impl Policy {
+    /// Cuts a time at 584 years (`u64::MAX - 1` ns), far beyond any valid ttl or hold limit.
+    fn nanos(d: Duration) -> u64 {
+        u64::try_from(d.as_nanos()).map_or(u64::MAX - 1, |n| n.min(u64::MAX - 1))
+    }
+
+    /// The renewal interval.
+    pub(crate) fn every(self) -> Duration {
+        Duration::from_nanos(self.every_ns.get())
+    }
+
+    /// The policy as the core takes it.
+    pub(crate) fn get(self) -> RenewalPolicy {
+        RenewalPolicy {
+            every: self.every(),
+            max_hold: (self.hold_ns != u64::MAX).then(|| Duration::from_nanos(self.hold_ns)),
+        }
+    }
+}
+
+impl From<RenewalPolicy> for Policy {
+    /// A zero interval (never valid: [`RenewalPolicy::validate`] asks for 1 ms) is kept as
+    /// 1 ns.
+    fn from(p: RenewalPolicy) -> Policy {
+        Policy {
+            every_ns: NonZeroU64::new(Policy::nanos(p.every)).unwrap_or(NonZeroU64::MIN),
+            hold_ns: p.max_hold.map_or(u64::MAX, Policy::nanos),
+        }
+    }
+}
+
+/// A lease queued for the watchdog thread: 48 bytes (the queue and the nursery hold one per
+/// lease acquired within a renewal interval).
 struct Registration {
     id: WatchId,
     generation: u64,
     /// Shared with the guard: registering copies nothing.
     lease: Arc<Lease>,
-    policy: RenewalPolicy,
+    policy: Policy,
     cell: Arc<LeaseCell>,
-    /// When the first renewal is due.
-    first: Instant,
 }
 
 impl Registration {
+    /// When the first renewal is due: an interval after the acquisition, within its
+    /// validity.
+    fn first(&self) -> Instant {
+        first_renewal(&self.lease, self.policy)
+    }
+
     /// Reports the lease lost if this registration is still the live one: nothing will
     /// renew it.
     fn fail(self) {
@@ -273,6 +355,11 @@ impl Registration {
             self.cell.mark_lost(LossReason::WatchdogStopped);
         }
     }
+}
+
+/// When the first renewal of `lease` under `policy` is due.
+fn first_renewal(lease: &Lease, policy: Policy) -> Instant {
+    redlease_core::backoff::saturating_add(lease.acquired_at, policy.every()).min(lease.valid_until)
 }
 
 /// The first key of `lease`: it names the node its renewals go to.
@@ -311,11 +398,10 @@ impl Queue {
     }
 
     /// Queues `lease` for the thread, arming `cell`; returns when its first renewal is due.
-    fn register(&self, lease: Arc<Lease>, policy: RenewalPolicy, cell: Arc<LeaseCell>) -> Instant {
+    fn register(&self, lease: Arc<Lease>, policy: Policy, cell: Arc<LeaseCell>) -> Instant {
         let generation = cell.arm();
         self.live.fetch_add(1, Ordering::Relaxed);
-        let first = redlease_core::backoff::saturating_add(lease.acquired_at, policy.every)
-            .min(lease.valid_until);
+        let first = first_renewal(&lease, policy);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.pending().push(Registration {
             id,
@@ -323,7 +409,6 @@ impl Queue {
             lease,
             policy,
             cell,
-            first,
         });
         first
     }
@@ -401,7 +486,7 @@ impl Watchdog {
     ///
     /// This only queues the lease: the thread takes it into its schedule when its first
     /// renewal comes due, and forgets it unseen if it was released by then.
-    pub(crate) fn watch(&self, lease: Arc<Lease>, policy: RenewalPolicy, cell: Arc<LeaseCell>) {
+    pub(crate) fn watch(&self, lease: Arc<Lease>, policy: Policy, cell: Arc<LeaseCell>) {
         let first = self.queue.register(lease, policy, cell);
         if self.queue.stopped.load(Ordering::SeqCst) {
             // The thread is gone (it sets the flag before failing what is queued).
@@ -450,9 +535,8 @@ impl Drop for Watchdog {
     }
 }
 
+/// A lease in the schedule: 16 bytes (the map's slot, 24, per held lease).
 struct Watched {
-    /// Renewals failed in a row (only the first is logged as a warning).
-    failures: u32,
     generation: u64,
     /// Its lease's first key names the node the renewals go to.
     cell: Arc<LeaseCell>,
@@ -707,7 +791,8 @@ impl Scheduler {
             );
         }
         for r in registrations {
-            self.nursery_due = Some(self.nursery_due.map_or(r.first, |t| t.min(r.first)));
+            let first = r.first();
+            self.nursery_due = Some(self.nursery_due.map_or(first, |t| t.min(first)));
             // Released (or registered anew) before its first renewal: nothing to do.
             if r.cell.is_current(r.generation) {
                 self.nursery.push(r);
@@ -729,11 +814,10 @@ impl Scheduler {
                 if !r.cell.enter_schedule(r.generation) {
                     continue;
                 }
-                self.renewals.insert(r.id, r.lease, r.policy, now);
+                self.renewals.insert(r.id, r.lease, r.policy.get(), now);
                 self.cells.insert(
                     r.id,
                     Watched {
-                        failures: 0,
                         generation: r.generation,
                         cell: r.cell,
                     },
@@ -879,10 +963,7 @@ impl Scheduler {
                 }
                 continue;
             }
-            if let Some(w) = self.cells.get_mut(&o.id) {
-                w.failures =
-                    crate::observe::renewal(&o.cell.lease.target.name, &o.result, w.failures);
-            }
+            o.cell.note_outcome(&o.result);
             match self.renewals.renewed(o.id, o.result, now) {
                 RenewalEvent::Renewed { valid_until } => {
                     let last = self.renewals.is_final(o.id);
@@ -1093,16 +1174,20 @@ mod tests {
     fn a_lease_released_before_its_first_renewal_never_enters_the_schedule() {
         let (mut s, queue) = scheduler();
         let ttl = Duration::from_secs(3);
-        let policy = RenewalPolicy::for_ttl(ttl);
+        let policy = Policy::from(RenewalPolicy::for_ttl(ttl));
         let held = lease("held", ttl);
-        let held_cell = LeaseCell::new(held.clone(), Time::Real);
+        let held_cell = LeaseCell::new(held.clone());
         let first = queue.register(held.clone(), policy, held_cell.clone());
         let mut released = Vec::new();
         for i in 0..100 {
             let short = lease(&format!("short-{i}"), ttl);
-            let cell = LeaseCell::new(short.clone(), Time::Real);
+            let cell = LeaseCell::new(short.clone());
             queue.register(short, policy, cell.clone());
-            assert_eq!(cell.release(Duration::ZERO), Some(false), "never scheduled");
+            assert_eq!(
+                cell.release(|| panic!("no renewal in flight: nothing to wait for")),
+                Some(false),
+                "never scheduled"
+            );
             released.push(cell);
         }
         s.admit();
@@ -1120,17 +1205,66 @@ mod tests {
         assert!(s.next_wakeup().is_some_and(|t| t <= Instant::now()));
         assert!(s.cells.contains_key(&0));
         for cell in released {
-            assert_eq!(cell.lost(), None);
+            assert_eq!(cell.lost(&Time::Real), None);
             assert!(cell.signal().try_recv().is_err());
         }
-        assert_eq!(held_cell.release(Duration::ZERO), Some(true), "scheduled");
-        assert_eq!(held_cell.release(Duration::ZERO), None, "released once");
+        assert_eq!(
+            held_cell.release(|| Duration::ZERO),
+            Some(true),
+            "scheduled"
+        );
+        assert_eq!(held_cell.release(|| Duration::ZERO), None, "released once");
+    }
+
+    /// A held lease's cell stays small: 72 bytes (with the `Arc`'s counts, 88: the
+    /// allocator's 96-byte class; at 80 bytes it took the 112-byte one), and its validity
+    /// reads back exactly.
+    #[test]
+    fn a_cell_takes_72_bytes_and_keeps_its_validity_exactly() {
+        assert!(
+            std::mem::size_of::<LeaseCell>() <= 72,
+            "{}",
+            std::mem::size_of::<LeaseCell>()
+        );
+        let l = lease("exact", Duration::from_secs(30));
+        let cell = LeaseCell::new(l.clone());
+        assert_eq!(cell.valid_until(), l.valid_until);
+        let later = l.valid_until + Duration::from_nanos(123_456_789);
+        cell.set_valid_until(later);
+        assert_eq!(cell.valid_until(), later);
+        cell.end_renewal(Some((later + Duration::from_secs(1), false)));
+        assert_eq!(cell.valid_until(), later + Duration::from_secs(1));
+    }
+
+    /// A guard and a queued registration keep a renewal policy in 16 bytes, and read it back
+    /// exactly (a hold limit or none).
+    #[test]
+    fn a_policy_takes_16_bytes_and_reads_back_exactly() {
+        assert_eq!(std::mem::size_of::<Option<Policy>>(), 16);
+        assert!(std::mem::size_of::<Registration>() <= 48);
+        // The schedule's entry beside the core's, per held lease.
+        assert!(std::mem::size_of::<Watched>() <= 16);
+        // A guard per held lease: 72 bytes with the policy as the core writes it.
+        assert!(std::mem::size_of::<crate::LockGuard>() <= 56);
+        for p in [
+            RenewalPolicy::for_ttl(Duration::from_secs(30)),
+            RenewalPolicy {
+                every: Duration::from_millis(7),
+                max_hold: Some(Duration::from_secs(3 * 86_400)),
+            },
+            RenewalPolicy {
+                every: Duration::from_nanos(1),
+                max_hold: Some(Duration::ZERO),
+            },
+        ] {
+            assert_eq!(Policy::from(p).get(), p);
+        }
     }
 
     /// A held lease's cell stays small: the loss channel is made only when asked for.
     #[test]
     fn a_cell_keeps_no_channel_until_asked() {
-        let cell = LeaseCell::new(lease("small", Duration::from_secs(30)), Time::Real);
+        let cell = LeaseCell::new(lease("small", Duration::from_secs(30)));
         // The signal's slot is a pointer and a flag (the channel's two ends were 32 bytes
         // inline, in every held lease).
         let slot = std::mem::size_of_val(&cell.signal);
@@ -1145,7 +1279,7 @@ mod tests {
     #[test]
     fn the_loss_signal_fires_once_whenever_it_is_made() {
         let ttl = Duration::from_secs(30);
-        let before = LeaseCell::new(lease("before", ttl), Time::Real);
+        let before = LeaseCell::new(lease("before", ttl));
         let rx = before.signal().clone();
         assert!(rx.try_recv().is_err());
         before.mark_lost(LossReason::Taken);
@@ -1153,13 +1287,13 @@ mod tests {
         assert_eq!(rx.try_recv(), Ok(LossReason::Taken));
         assert!(before.signal().try_recv().is_err(), "fired once");
 
-        let after = LeaseCell::new(lease("after", ttl), Time::Real);
+        let after = LeaseCell::new(lease("after", ttl));
         after.mark_lost(LossReason::Expired);
         assert_eq!(after.signal().try_recv(), Ok(LossReason::Expired));
         assert!(after.signal().try_recv().is_err(), "fired once");
 
         for _ in 0..200 {
-            let cell = LeaseCell::new(lease("race", ttl), Time::Real);
+            let cell = LeaseCell::new(lease("race", ttl));
             let marker = {
                 let cell = cell.clone();
                 std::thread::spawn(move || cell.mark_lost(LossReason::Taken))
@@ -1191,10 +1325,10 @@ mod tests {
     fn a_panic_in_the_watchdog_reports_its_leases_lost_and_the_thread_goes_on() {
         let (transport, ms) = unanswered_transport();
         let watchdog = Watchdog::start(Node::Redis(transport), Time::Real, ms).unwrap();
-        let policy = RenewalPolicy::for_ttl(Duration::from_secs(30));
+        let policy = Policy::from(RenewalPolicy::for_ttl(Duration::from_secs(30)));
 
         let a_lease = lease("a", Duration::from_secs(30));
-        let a = LeaseCell::new(a_lease.clone(), Time::Real);
+        let a = LeaseCell::new(a_lease.clone());
         watchdog.watch(a_lease, policy, a.clone());
         // The thread admits `a`, then sleeps until its first renewal (10 s away).
         let start = Instant::now();
@@ -1216,9 +1350,9 @@ mod tests {
         // unreachable, so it is reported lost at its validity, not before).
         let ttl = Duration::from_millis(300);
         let b_lease = lease("b", ttl);
-        let b = LeaseCell::new(b_lease.clone(), Time::Real);
+        let b = LeaseCell::new(b_lease.clone());
         let b_valid = b_lease.valid_until;
-        watchdog.watch(b_lease, RenewalPolicy::for_ttl(ttl), b.clone());
+        watchdog.watch(b_lease, RenewalPolicy::for_ttl(ttl).into(), b.clone());
         assert_eq!(
             await_lost(&b, Duration::from_secs(5)),
             Some(LossReason::RenewalFailed)

@@ -141,9 +141,10 @@ pub enum RenewalEvent {
 
 /// One watched lease. Its times are kept as nanoseconds after the lease's acquisition
 /// (`lease.acquired_at`), 8 bytes each where an `Instant` takes 16 (and an
-/// `Option<Instant>` 16): the entry takes 56 bytes, and the map's slot per lease 64. An
-/// offset beyond `u64::MAX - 1` ns (584 years, far beyond any valid ttl or hold limit) is
-/// cut to that.
+/// `Option<Instant>` 16), and the final-stretch flag is the interval's top bit: the entry
+/// takes 48 bytes, and the map's slot per lease 56. An offset beyond `u64::MAX - 1` ns (584
+/// years, far beyond any valid ttl or hold limit) is cut to that, an interval beyond 2^63 - 1
+/// ns (292 years) to that.
 #[derive(Debug)]
 struct Entry {
     /// Shared with its holder (a driver's guard): the schedule never changes it, it keeps
@@ -151,20 +152,26 @@ struct Entry {
     lease: Arc<Lease>,
     /// Until when the lease is safely ours: `lease.valid_until`, then each renewal's.
     valid_ns: u64,
-    /// The renewal interval.
+    /// The renewal interval, with [`FINAL_STRETCH`] set once the hold limit was reached (no
+    /// more renewals, only the final expiry check).
     every_ns: u64,
     /// The hold limit ([`NONE`] without one).
     hold_ns: u64,
     /// When the extension in flight was sent ([`NONE`] when none is).
     sent_ns: u64,
-    /// Bumped whenever the entry is rescheduled, so stale heap items are skipped.
-    generation: u64,
-    /// The hold limit was reached: no more renewals, only the final expiry check.
-    final_stretch: bool,
+    /// When its live heap item is due, in nanoseconds after the schedule's epoch ([`NONE`]
+    /// while none is): an item of the heap for this lease at another time is stale.
+    at_ns: u64,
 }
 
 /// No time, in an [`Entry`]'s optional offsets.
 const NONE: u64 = u64::MAX;
+
+/// The bit of [`Entry::every_ns`] that says the hold limit was reached.
+const FINAL_STRETCH: u64 = 1 << 63;
+
+/// How long before the first inserted lease's acquisition the schedule's epoch is.
+const EPOCH_BEFORE: Duration = Duration::from_secs(3600);
 
 impl Entry {
     /// `t` as an offset after the lease's acquisition (0 for an earlier `t`).
@@ -183,7 +190,20 @@ impl Entry {
 
     /// The renewal interval.
     fn every(&self) -> Duration {
-        Duration::from_nanos(self.every_ns)
+        Duration::from_nanos(self.every_ns & !FINAL_STRETCH)
+    }
+
+    /// The hold limit was reached: no more renewals, only the final expiry check.
+    fn final_stretch(&self) -> bool {
+        self.every_ns & FINAL_STRETCH != 0
+    }
+
+    fn set_final_stretch(&mut self, on: bool) {
+        if on {
+            self.every_ns |= FINAL_STRETCH;
+        } else {
+            self.every_ns &= !FINAL_STRETCH;
+        }
     }
 
     /// The hold limit, if any.
@@ -210,23 +230,26 @@ fn nanos(d: Duration) -> u64 {
 /// until then an extension holds only its lease, ttl and deadline (56 bytes). A driver that
 /// takes what is due faster than it sends it (100,000 leases acquired together come due
 /// together) so queues small values, not whole machines with their own copy of the call.
+/// Built, it takes one allocation of the machine's own size (a script extension's 272
+/// bytes, not the 440 of the native one).
 #[derive(Debug)]
 pub struct Extension {
     lease: Arc<Lease>,
     ttl: Duration,
     deadline: Instant,
-    native: bool,
-    machine: Option<Box<Machine>>,
+    machine: Machine,
 }
 
 #[derive(Debug)]
 enum Machine {
+    /// Not built yet; natively if the server has the command.
+    Unbuilt { native: bool },
     /// The extend script.
-    Script(ScriptOp<Extend>),
+    Script(Box<ScriptOp<Extend>>),
     /// `SET key token IFEQ token PX ttl`, then the script if that did not extend.
-    Native(NativeExtend),
+    Native(Box<NativeExtend>),
     /// The machine could not be built (the ttl was checked before, so never in practice).
-    Failed(Option<Error>),
+    Failed(Option<Box<Error>>),
 }
 
 impl Extension {
@@ -244,39 +267,37 @@ impl Extension {
             lease: Arc::clone(lease),
             ttl,
             deadline,
-            native,
-            machine: None,
+            machine: Machine::Unbuilt { native },
         })
     }
 
-    fn build(&self) -> Machine {
-        let built = if self.native {
+    fn build(&self, native: bool) -> Machine {
+        let built = if native {
             NativeExtend::new(&self.lease, self.ttl, self.deadline)
-                .map(|m| m.map(Machine::Native))
+                .map(|m| m.map(|m| Machine::Native(Box::new(m))))
                 .transpose()
         } else {
             None
         };
         built
             .unwrap_or_else(|| {
-                ScriptOp::extend(&self.lease, self.ttl, self.deadline).map(Machine::Script)
+                ScriptOp::extend(&self.lease, self.ttl, self.deadline)
+                    .map(|m| Machine::Script(Box::new(m)))
             })
-            .unwrap_or_else(|e| Machine::Failed(Some(e)))
+            .unwrap_or_else(|e| Machine::Failed(Some(Box::new(e))))
     }
 
     fn machine(&mut self) -> &mut Machine {
-        if self.machine.is_none() {
-            self.machine = Some(Box::new(self.build()));
+        if let Machine::Unbuilt { native } = self.machine {
+            self.machine = self.build(native);
         }
-        // Built just above: the default is never used.
-        self.machine
-            .get_or_insert_with(|| Box::new(Machine::Failed(None)))
+        &mut self.machine
     }
 
     /// Whether the server refused the native command itself (see
     /// [`NativeExtend::refused_natively`]): the driver should stop asking for it.
     pub fn refused_natively(&self) -> bool {
-        matches!(self.machine.as_deref(), Some(Machine::Native(m)) if m.refused_natively())
+        matches!(&self.machine, Machine::Native(m) if m.refused_natively())
     }
 }
 
@@ -287,7 +308,9 @@ impl Protocol for Extension {
         match self.machine() {
             Machine::Script(m) => m.poll(now),
             Machine::Native(m) => m.poll(now),
-            Machine::Failed(e) => Step::Done(Err(e.take().unwrap_or(Error::Finished))),
+            // Built just before: never still unbuilt.
+            Machine::Unbuilt { .. } => Step::Done(Err(Error::Finished)),
+            Machine::Failed(e) => Step::Done(Err(e.take().map_or(Error::Finished, |e| *e))),
         }
     }
 
@@ -295,7 +318,7 @@ impl Protocol for Extension {
         match self.machine() {
             Machine::Script(m) => m.handle(response, now),
             Machine::Native(m) => m.handle(response, now),
-            Machine::Failed(_) => {}
+            Machine::Unbuilt { .. } | Machine::Failed(_) => {}
         }
     }
 }
@@ -309,11 +332,19 @@ pub struct Due {
     pub lost: Vec<(WatchId, LossReason)>,
 }
 
+/// One item of the schedule's heap: when (nanoseconds after the schedule's epoch) and which
+/// lease. 16 bytes, where an `Instant` alone takes 16: the heap holds up to 1.5 items per
+/// watched lease, and twice that in capacity (issue 18: memory per held lease).
+type Item = Reverse<(u64, WatchId)>;
+
 /// The deadline-ordered set of watched leases.
 #[derive(Debug, Default)]
 pub struct Renewals {
     entries: HashMap<WatchId, Entry>,
-    heap: BinaryHeap<Reverse<(Instant, WatchId, u64)>>,
+    heap: BinaryHeap<Item>,
+    /// The origin of the heap's times: an hour before the first inserted lease was acquired
+    /// (an earlier time is kept as the epoch itself: it is long past, so due at once anyway).
+    epoch: Option<Instant>,
     /// Plain locks are extended by the server's compare-and-set ([`NativeExtend`]).
     native_extend: bool,
 }
@@ -362,15 +393,18 @@ impl Renewals {
         let lease = lease.into();
         // A time already past is due at once (the heap hands it out at the next call).
         let _ = now;
+        if self.epoch.is_none() {
+            let acquired = lease.acquired_at;
+            self.epoch = Some(acquired.checked_sub(EPOCH_BEFORE).unwrap_or(acquired));
+        }
         let first = saturating_add(lease.acquired_at, policy.every).min(lease.valid_until);
         let mut entry = Entry {
             lease,
             valid_ns: 0,
-            every_ns: nanos(policy.every),
+            every_ns: nanos(policy.every).min(FINAL_STRETCH - 1),
             hold_ns: policy.max_hold.map_or(NONE, nanos),
             sent_ns: NONE,
-            generation: 0,
-            final_stretch: false,
+            at_ns: NONE,
         };
         entry.valid_ns = entry.offset(entry.lease.valid_until);
         self.entries.insert(id, entry);
@@ -380,9 +414,13 @@ impl Renewals {
     /// Makes room for `more` leases at once: inserting many leases one by one grows the map
     /// by doubling, and each doubling holds the old table and the new one together (with
     /// 100,000 leases, 13 MB at the last step).
+    ///
+    /// The heap gets room for a quarter more items than leases: it holds a stale item or
+    /// two per lease until purged, and a full heap purges rather than grows once a fifth of
+    /// it is stale (see `purge_stale`), so it stays in that room.
     pub fn reserve(&mut self, more: usize) {
         self.entries.reserve(more);
-        self.heap.reserve(more);
+        self.heap.reserve(more.saturating_add(more / 4 + 64));
     }
 
     /// Stops watching a lease; returns whether it was watched. No extension for it is handed
@@ -393,11 +431,29 @@ impl Renewals {
         removed
     }
 
+    /// `t` as nanoseconds after the epoch (0 before it or without one).
+    fn ns(&self, t: Instant) -> u64 {
+        self.epoch
+            .map_or(0, |epoch| nanos(t.saturating_duration_since(epoch)))
+    }
+
+    /// The instant `ns` after the epoch.
+    fn instant(&self, ns: u64) -> Option<Instant> {
+        self.epoch
+            .map(|epoch| saturating_add(epoch, Duration::from_nanos(ns)))
+    }
+
+    /// Schedules the lease's next look at `at`; its earlier item (if any) is stale from now.
     fn schedule(&mut self, id: WatchId, at: Instant) {
+        let ns = self.ns(at);
         if let Some(e) = self.entries.get_mut(&id) {
-            e.generation += 1;
-            self.heap.push(Reverse((at, id, e.generation)));
+            if e.at_ns == ns {
+                // Its live item is due then already.
+                return;
+            }
+            e.at_ns = ns;
             self.purge_stale();
+            self.heap.push(Reverse((ns, id)));
         }
     }
 
@@ -408,15 +464,20 @@ impl Renewals {
     /// live items are one per lease, so a purge removes at least a third of the heap: its
     /// cost per scheduled item stays constant. A heap left far larger than needed (many
     /// leases released) gives its memory back.
+    ///
+    /// A push that would grow a full heap purges first once a fifth of it is stale, so the
+    /// room reserved for the leases ([`reserve`](Self::reserve)) is not doubled for stale
+    /// items (each such purge also removes at least a fifth of the heap).
     fn purge_stale(&mut self) {
         let live = self.entries.len();
-        if self.heap.len() <= live + live / 2 + 32 {
+        let len = self.heap.len();
+        let full = len == self.heap.capacity() && len - live.min(len) > len / 5 + 32;
+        if len <= live + live / 2 + 32 && !full {
             return;
         }
         let entries = &self.entries;
-        self.heap.retain(|Reverse((_, id, generation))| {
-            entries.get(id).is_some_and(|e| e.generation == *generation)
-        });
+        self.heap
+            .retain(|Reverse((ns, id))| entries.get(id).is_some_and(|e| e.at_ns == *ns));
         if self.heap.capacity() > 4 * self.heap.len() + 64 {
             self.heap.shrink_to(2 * self.heap.len() + 32);
         }
@@ -424,9 +485,9 @@ impl Renewals {
 
     /// When the schedule next needs attention.
     pub fn next_wakeup(&mut self) -> Option<Instant> {
-        while let Some(Reverse((at, id, generation))) = self.heap.peek().copied() {
+        while let Some(Reverse((ns, id))) = self.heap.peek().copied() {
             match self.entries.get(&id) {
-                Some(e) if e.generation == generation => return Some(at),
+                Some(e) if e.at_ns == ns => return self.instant(ns),
                 // Removed or rescheduled since: drop the stale item.
                 _ => {
                     self.heap.pop();
@@ -439,7 +500,7 @@ impl Renewals {
     /// Whether the lease's last extension was its final one (the hold limit is reached): its
     /// end at [`RenewalEvent::Renewed`]'s `valid_until` is then an expiry, not a failure.
     pub fn is_final(&self, id: WatchId) -> bool {
-        self.entries.get(&id).is_some_and(|e| e.final_stretch)
+        self.entries.get(&id).is_some_and(Entry::final_stretch)
     }
 
     /// Takes what is due at `now`: extension machines to run (each answering by `deadline`,
@@ -453,14 +514,16 @@ impl Renewals {
             if at > now {
                 break;
             }
-            let Some(Reverse((_, id, _))) = self.heap.pop() else {
+            let Some(Reverse((_, id))) = self.heap.pop() else {
                 break;
             };
             let Some(e) = self.entries.get_mut(&id) else {
                 continue;
             };
+            // Its live item is taken: whatever is decided below schedules a new one.
+            e.at_ns = NONE;
             if now >= e.valid_until() {
-                let reason = if e.final_stretch {
+                let reason = if e.final_stretch() {
                     LossReason::MaxHoldReached
                 } else {
                     LossReason::RenewalFailed
@@ -469,7 +532,7 @@ impl Renewals {
                 lost.push((id, reason));
                 continue;
             }
-            if e.final_stretch || e.sent_ns != NONE {
+            if e.final_stretch() || e.sent_ns != NONE {
                 let at = e.valid_until();
                 self.schedule(id, at);
                 continue;
@@ -480,7 +543,7 @@ impl Renewals {
                 if left <= ttl {
                     // The last extension: the lease ends at the hold limit.
                     ttl = left;
-                    e.final_stretch = true;
+                    e.set_final_stretch(true);
                 }
             }
             if ttl < Duration::from_millis(1) {
@@ -523,7 +586,7 @@ impl Renewals {
         match outcome {
             Ok(valid_until) => {
                 e.valid_ns = e.offset(valid_until);
-                let next = if e.final_stretch {
+                let next = if e.final_stretch() {
                     valid_until
                 } else {
                     saturating_add(sent, e.every()).min(valid_until)
@@ -544,7 +607,7 @@ impl Renewals {
                     self.entries.remove(&id);
                     return RenewalEvent::Lost(LossReason::RenewalFailed);
                 }
-                e.final_stretch = false;
+                e.set_final_stretch(false);
                 let at = saturating_add(now, retry_pause(e.every())).min(e.valid_until());
                 self.schedule(id, at);
                 RenewalEvent::Pending
@@ -632,13 +695,49 @@ mod tests {
             "{}",
             std::mem::size_of::<Extension>()
         );
+        // Built, a script extension allocates its own machine's size, not the native one's
+        // (440 bytes, every renewal on a server without the command).
+        assert!(
+            std::mem::size_of::<ScriptOp<Extend>>() < std::mem::size_of::<NativeExtend>(),
+            "the boxes differ in size"
+        );
+        assert!(std::mem::size_of::<Machine>() <= 16);
+    }
+
+    #[test]
+    fn a_heap_item_takes_sixteen_bytes() {
+        // Up to 1.5 per watched lease, twice that in capacity (issue 18: memory per held
+        // lease); with an `Instant` and a generation it took 32.
+        assert_eq!(std::mem::size_of::<Item>(), 16);
+    }
+
+    /// A lease acquired long before the schedule's first one is due at once, and the
+    /// schedule's times read back exactly for leases acquired after it.
+    #[test]
+    fn times_before_the_epoch_are_due_at_once() {
+        let t0 = origin() + EPOCH_BEFORE * 3;
+        let mut r = Renewals::new();
+        r.insert(1, lease(t0, "new"), RenewalPolicy::for_ttl(TTL), t0);
+        assert_eq!(r.next_wakeup(), Some(t0 + TTL / 3));
+        // Acquired two hours before (with a ttl as long): its renewal is long past.
+        let old = t0 - EPOCH_BEFORE * 2;
+        let mut l = lease(old, "old");
+        l.ttl = EPOCH_BEFORE * 3;
+        l.valid_until = valid_until(old, l.ttl);
+        r.insert(2, l, RenewalPolicy::for_ttl(EPOCH_BEFORE * 3), t0);
+        let at = r.next_wakeup().unwrap();
+        assert!(at <= t0, "due at once");
+        let Due { renew, lost } = r.due(t0, t0 + TTL, 10);
+        assert!(lost.is_empty());
+        assert_eq!(renew.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [2]);
+        assert_eq!(r.next_wakeup(), Some(t0 + TTL / 3));
     }
 
     #[test]
     fn an_entry_keeps_its_times_in_eight_bytes_each() {
         // One per watched lease, in the map with its id (issue 18: memory per held lease).
         assert!(
-            std::mem::size_of::<Entry>() <= 56,
+            std::mem::size_of::<Entry>() <= 48,
             "{}",
             std::mem::size_of::<Entry>()
         );
@@ -656,6 +755,20 @@ mod tests {
         assert_eq!(a.hold_until(), Some(t0 + Duration::from_millis(450)));
         assert_eq!((b.hold_until(), a.in_flight()), (None, None));
         assert_eq!(a.every(), TTL / 3);
+        // The final-stretch flag shares the interval's word and leaves the interval be.
+        let e = r.entries.get_mut(&1).unwrap();
+        assert!(!e.final_stretch());
+        e.set_final_stretch(true);
+        assert!(e.final_stretch() && e.every() == TTL / 3);
+        e.set_final_stretch(false);
+        assert!(!e.final_stretch() && e.every() == TTL / 3);
+        // An interval of centuries is cut below the flag's bit.
+        let policy = RenewalPolicy {
+            every: Duration::MAX,
+            max_hold: None,
+        };
+        r.insert(3, lease(t0, "c"), policy, t0);
+        assert!(!r.entries[&3].final_stretch());
     }
 
     #[test]
@@ -663,6 +776,9 @@ mod tests {
         const N: usize = 200;
         let t0 = origin();
         let mut r = Renewals::new();
+        r.reserve(N);
+        let room = r.heap.capacity();
+        assert!(room <= N + N / 4 + 64 + 4, "{room}");
         for i in 0..N {
             r.insert(
                 i as WatchId,
@@ -690,6 +806,8 @@ mod tests {
                     "{} items for {N} leases",
                     r.heap.len()
                 );
+                // Stale items are purged before the reserved room would be doubled.
+                assert_eq!(r.heap.capacity(), room);
             }
         }
         // Every lease renewed every third of the ttl: 6 ttls, 18 rounds (less the first).
@@ -729,16 +847,19 @@ mod tests {
         };
         let now = r.next_wakeup().unwrap();
         let (id, mut op) = first(&mut r, now);
-        assert!(op.machine.is_none(), "built when first polled");
+        assert!(
+            matches!(op.machine, Machine::Unbuilt { native: false }),
+            "built when first polled"
+        );
         assert_eq!(send(&mut op, now).1[0], "EVALSHA");
-        assert!(matches!(op.machine.as_deref(), Some(Machine::Script(_))));
+        assert!(matches!(op.machine, Machine::Script(_)));
         r.renewed(id, Ok(valid_until(now, TTL)), now);
 
         r.set_native_extend(true);
         let now = r.next_wakeup().unwrap();
         let (id, mut op) = first(&mut r, now);
         let (request, args) = send(&mut op, now);
-        assert!(matches!(op.machine.as_deref(), Some(Machine::Native(_))));
+        assert!(matches!(op.machine, Machine::Native(_)));
         assert_eq!(args[0], "SET");
         assert_eq!(args[3..], ["IFEQ", args[2].as_str(), "PX", "300"]);
         op.handle(Response::reply(request, Reply::Status("OK".into())), now);

@@ -66,6 +66,9 @@ impl Node {
 }
 
 /// Where a client's randomness (tokens, retry jitter seeds, job ids) comes from.
+// The small variant exists only with feature `memory` (tests); one per client, so the pool
+// stays inline rather than behind a pointer on every draw.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Entropy {
     /// The operating system, drawn a pool at a time (see [`OsPool`]; boxed: the pool is
     /// half a kilobyte).

@@ -70,9 +70,8 @@ impl Node {
 // stays inline rather than behind a pointer on every draw.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Entropy {
-    /// The operating system, drawn a pool at a time (see [`OsPool`]; boxed: the pool is
-    /// half a kilobyte).
-    Os(Box<OsPool>),
+    /// The operating system, drawn a pool at a time (see [`OsPool`]).
+    Os(OsPool),
     /// A generator seeded by the in-process server: the same test draws the same tokens and
     /// the same jitter every run.
     #[cfg(feature = "memory")]
@@ -153,7 +152,7 @@ impl OsPool {
 impl Entropy {
     /// Randomness from the operating system (see [`OsPool`]).
     pub(crate) fn os() -> Entropy {
-        Entropy::Os(Box::new(OsPool::new()))
+        Entropy::Os(OsPool::new())
     }
 
     /// `N` random bytes.

@@ -24,6 +24,13 @@ use crate::watchdog::Watchdog;
 /// guard.release()?;
 /// # Ok(()) }
 /// ```
+///
+/// **Make clients after `fork()`, never before.** A process that forks a `Client` (or a
+/// [`RedLock`](crate::RedLock)) gives the child copies of its pooled sockets and of the
+/// random bytes it has drawn but not yet used for tokens: parent and child would then share
+/// connections and could issue the same owner token, which the acquire script takes for a
+/// retry of its own. The background threads are not copied either. Open a new client in
+/// the child.
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,

@@ -416,7 +416,9 @@ pub struct LockSpec {
     /// the hold this acquisition counted (never an outer hold of the same owner). It also
     /// records the token in `<stem>:undone` for [`UNDONE_KEEP`], and every acquire script
     /// refuses a recorded token: an attempt that was only delayed, and reaches Redis after
-    /// its undo (which may travel on another connection), takes nothing.
+    /// its undo (which may travel on another connection), takes nothing. (Except an unfenced
+    /// lease lock's first attempt, a bare `SET NX PX` that reads no record: see
+    /// [`fenced`](Self::fenced).)
     pub undo: Option<ScriptCall>,
     /// Whether the acquire call's last argument says "join the line" (fair, write, permit).
     pub(crate) queued: bool,

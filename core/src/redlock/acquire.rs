@@ -102,14 +102,15 @@ impl RedLockAcquire {
         Ok(machine)
     }
 
-    /// Undoes a failed round on each node `n` for which `native[n]` names its native
-    /// compare-and-delete (Valkey 9.0+ `DELIFEQ`, Redis 8.4+ `DELEX ... IFEQ`) with that
-    /// command instead of the release script, as [`QuorumOp::with_native_release`]
-    /// does for a held lease: cheaper for the node. Unlike there, a node where it deletes
-    /// nothing is not asked again (whether the key was gone or another holder's changes
-    /// nothing here), so a node held by another costs one native delete; a node that
-    /// refuses it is asked with the script, gets the script in this acquisition's later
-    /// rounds, and is reported by [`native_refused`](Self::native_refused).
+    /// Undoes a failed round, on the nodes that may hold its key, on each node `n` for
+    /// which `native[n]` names its native compare-and-delete (Valkey 9.0+ `DELIFEQ`, Redis
+    /// 8.4+ `DELEX ... IFEQ`) with that command instead of the release script, as
+    /// [`QuorumOp::with_native_release`] does for a held lease: cheaper for the node. Unlike
+    /// there, a node where it deletes nothing is not asked again (whether the key was gone
+    /// or another holder's changes nothing here), so a node undone in vain (its lost `SET`
+    /// did not run, or its grant has expired) costs one native delete; a node that refuses
+    /// it is asked with the script, gets the script in this acquisition's later rounds, and
+    /// is reported by [`native_refused`](Self::native_refused).
     ///
     /// [`QuorumOp::with_native_release`]: super::QuorumOp::with_native_release
     pub fn with_native_release(mut self, native: &[Option<NativeDelete>]) -> Self {

@@ -29,7 +29,10 @@
 //! and each attempt has a fresh token, so it cannot hold this attempt's key: it gets no
 //! command at all. When no node may hold it (every node busy or refusing, the common case
 //! under contention), there is no undo round: a contended attempt costs one round trip and
-//! one `SET` per node.
+//! one `SET` per node. (This reads an error reply as the server's refusal to run the
+//! command, which it is from Redis and Valkey; a proxy between the client and a node that
+//! answered an error after forwarding a `SET` that then ran would leave that node's key in
+//! place until its ttl: the same liveness cost as the delayed `SET` below.)
 //!
 //! **Lost replies.** A node whose `SET` reply was lost (timed out, connection dropped after
 //! the write) does not count towards the quorum, though the command may have run there.

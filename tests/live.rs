@@ -451,6 +451,8 @@ fn extending_to_a_new_ttl_keeps_the_watchdog_renewing_with_it() {
     let b = client(&server);
     let mut guard = a.lock("grown").ttl(TTL).try_acquire().unwrap().unwrap();
     guard.extend_to(TTL * 3).unwrap();
+    assert_eq!(guard.ttl(), TTL * 3);
+    assert_eq!(guard.lease().ttl, TTL, "the lease as acquired");
     let start = Instant::now();
     // Longer than the new ttl: the lease lives on only if it is renewed.
     while start.elapsed() < TTL * 3 + TTL / 2 {

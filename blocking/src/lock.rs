@@ -409,8 +409,7 @@ pub struct LockGuard {
     shared: Arc<Shared>,
     /// The client's threads; a guard does not keep them alive.
     owner: Weak<Inner>,
-    /// Shared with the watchdog while it renews the lease.
-    lease: Arc<Lease>,
+    /// The lease and its state, shared with the watchdog while it renews the lease.
     cell: Arc<LeaseCell>,
     /// The renewal policy while the watchdog renews the lease (16 bytes: in every guard).
     watched: Option<Policy>,
@@ -420,8 +419,8 @@ pub struct LockGuard {
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("name", &self.lease.target.name)
-            .field("fence", &self.lease.fence)
+            .field("name", &self.cell.lease().target.name)
+            .field("fence", &self.cell.lease().fence)
             .field("valid_until", &self.cell.valid_until())
             .field("lost", &self.cell.lost(&self.shared.time))
             .finish_non_exhaustive()
@@ -436,13 +435,12 @@ impl LockGuard {
     }
 
     fn new(client: &Client, lease: Lease, policy: Option<RenewalPolicy>) -> Self {
-        let lease = Arc::new(lease);
-        let cell = LeaseCell::new(lease.clone());
+        let cell = LeaseCell::new(lease);
         // The watchdog thread starts with the first lease that needs it, not before.
         let watched = match policy.map(|p| (p, client.watchdog())) {
             Some((policy, Some(watchdog))) => {
                 let policy = Policy::from(policy);
-                watchdog.watch(lease.clone(), policy, cell.clone());
+                watchdog.watch(policy, cell.clone());
                 Some(policy)
             }
             // Renewal was asked for, but no watchdog thread could be started: say so
@@ -456,7 +454,6 @@ impl LockGuard {
         LockGuard {
             shared: client.shared().clone(),
             owner: client.owner(),
-            lease,
             cell,
             watched,
             done: false,
@@ -465,7 +462,7 @@ impl LockGuard {
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.lease.target.name
+        &self.cell.lease().target.name
     }
 
     /// The fencing token: greater than that of every earlier holder of this lock name.
@@ -478,12 +475,12 @@ impl LockGuard {
     /// several of them are held at once, so no order among them could fence anything. A
     /// lease lock acquired with [`fenced(false)`](LockBuilder::fenced) returns 0 too.
     pub fn fence(&self) -> u64 {
-        self.lease.fence
+        self.cell.lease().fence
     }
 
     /// How many acquisition attempts it took (1 when the lock was free at once).
     pub fn attempts(&self) -> u32 {
-        self.lease.attempts
+        self.cell.lease().attempts
     }
 
     /// Until when the lease is safely ours by the local clock (send time of the last
@@ -521,21 +518,30 @@ impl LockGuard {
         self.watched.is_some()
     }
 
-    /// The lease as the core sees it (for use with your own machines).
+    /// The lease as the core sees it (for use with your own machines), as it was acquired:
+    /// its `valid_until` and `ttl` are the acquisition's. The current ones are
+    /// [`valid_until`](Self::valid_until) and [`ttl`](Self::ttl) (renewals and
+    /// [`extend_to`](Self::extend_to) change them).
     pub fn lease(&self) -> &Lease {
-        &self.lease
+        self.cell.lease()
+    }
+
+    /// The ttl [`extend`](Self::extend) and the watchdog's renewals extend the lease to: the
+    /// acquisition's, or the last [`extend_to`](Self::extend_to)'s.
+    pub fn ttl(&self) -> Duration {
+        self.cell.ttl()
     }
 
     fn not_owner(&self, reason: LossReason) -> Error {
         Error::NotOwner {
-            name: self.lease.target.name.to_string(),
+            name: self.cell.lease().target.name.to_string(),
             reason,
         }
     }
 
     /// Extends the lease to its ttl from now. [`Error::NotOwner`] when it was already lost.
     pub fn extend(&mut self) -> Result<(), Error> {
-        self.extend_to(self.lease.ttl)
+        self.extend_to(self.cell.ttl())
     }
 
     /// Extends the lease to `ttl` from now (the watchdog renews with this ttl from now on);
@@ -545,7 +551,7 @@ impl LockGuard {
     /// would put back the old ttl on the server or the old validity here, so `remaining()`
     /// could over-report after a shortening.
     pub fn extend_to(&mut self, ttl: Duration) -> Result<(), Error> {
-        let machine = ScriptOp::extend(&self.lease, ttl, self.deadline())?;
+        let machine = ScriptOp::extend(self.cell.lease(), ttl, self.deadline())?;
         if let Some(reason) = self.cell.lost(&self.shared.time) {
             return Err(self.not_owner(reason));
         }
@@ -554,10 +560,7 @@ impl LockGuard {
         match &outcome {
             Ok(valid_until) => {
                 self.cell.set_valid_until(*valid_until);
-                // A copy of its own if the watchdog still holds the old one.
-                let lease = Arc::make_mut(&mut self.lease);
-                lease.valid_until = *valid_until;
-                lease.ttl = ttl;
+                self.cell.set_ttl(ttl);
             }
             Err(Error::NotOwner { reason, .. }) => self.cell.mark_lost(*reason),
             Err(_) => {}
@@ -589,15 +592,16 @@ impl LockGuard {
             return;
         };
         let mut policy = policy.get();
-        if policy.every >= self.lease.ttl {
-            policy.every = self.lease.ttl / 3;
+        let ttl = self.cell.ttl();
+        if policy.every >= ttl {
+            policy.every = ttl / 3;
         }
         let policy = Policy::from(policy);
         self.watched = Some(policy);
         if let Some(owner) = self.owner.upgrade()
             && let Some(Some(watchdog)) = owner.watchdog.get()
         {
-            watchdog.watch(self.lease.clone(), policy, self.cell.clone());
+            watchdog.watch(policy, self.cell.clone());
         }
     }
 
@@ -606,7 +610,7 @@ impl LockGuard {
         drive(
             &self.shared,
             None,
-            ScriptOp::inspect(&self.lease, self.deadline()),
+            ScriptOp::inspect(self.cell.lease(), self.deadline()),
         )
     }
 
@@ -627,8 +631,8 @@ impl LockGuard {
         if let Some(reason) = self.known_not_ours() {
             return Err(self.not_owner(reason));
         }
-        let out = release_lease(&self.shared, &self.lease, deadline);
-        crate::observe::released(&self.lease.target.name, self.lease.kind, &out);
+        let out = release_lease(&self.shared, self.cell.lease(), deadline);
+        crate::observe::released(&self.cell.lease().target.name, self.cell.lease().kind, &out);
         out
     }
 
@@ -665,7 +669,7 @@ impl LockGuard {
         // Renewals go on until the answer is in: a job's lease must not run out while its ack
         // is retried after a lost reply (the retry would then find it redelivered). A renewal
         // racing the ack finds the job gone and changes nothing.
-        let outcome = drive(&self.shared, None, op(&self.lease, deadline));
+        let outcome = drive(&self.shared, None, op(self.cell.lease(), deadline));
         self.stop_watching(deadline);
         outcome
     }
@@ -873,7 +877,7 @@ impl LockBuilder<'_> {
         else {
             return Ok(None);
         };
-        let started = guard.lease.acquired_at;
+        let started = guard.lease().acquired_at;
         // The job's outcome, panic included, does not change how the period is consumed.
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
         let finished = finish_period(guard, started, at_least_for);
@@ -921,8 +925,8 @@ impl Drop for LockGuard {
         if self.known_not_ours().is_none() {
             // Errors cannot be returned from drop (they are logged); the lease ends at its
             // expiry at worst.
-            let out = release_lease(&self.shared, &self.lease, deadline);
-            crate::observe::released(&self.lease.target.name, self.lease.kind, &out);
+            let out = release_lease(&self.shared, self.cell.lease(), deadline);
+            crate::observe::released(&self.cell.lease().target.name, self.cell.lease().kind, &out);
         }
     }
 }

@@ -43,7 +43,9 @@ use crossbeam_channel::{
     Receiver, Sender, TrySendError, at, bounded, never, select_biased, unbounded,
 };
 use redlease_core::lease::Lease;
-use redlease_core::renewal::{Due, Extension, RenewalEvent, RenewalPolicy, Renewals, WatchId};
+use redlease_core::renewal::{
+    Due, Extension, RenewalEvent, RenewalPolicy, Renewals, WatchId, WatchedLease,
+};
 use redlease_core::{Error, LossReason, TransportFailure};
 
 use crate::backend::{Node, Route, Time, drive_set};
@@ -93,11 +95,15 @@ fn offset(lease: &Lease, t: Instant) -> u64 {
     u64::try_from(t.saturating_duration_since(lease.acquired_at).as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// What a guard and the watchdog share about one lease.
+/// What a guard and the watchdog share about one lease: the lease itself (as acquired) and
+/// its state since, in one allocation.
 #[derive(Debug)]
 pub(crate) struct LeaseCell {
-    /// The lease as acquired, shared with its guard (for its name, in logs).
-    lease: Arc<Lease>,
+    /// The lease as acquired.
+    lease: Lease,
+    /// The ttl extensions and renewals extend it to (the lease's, until
+    /// [`LockGuard::extend_to`](crate::LockGuard::extend_to) changes it), in nanoseconds.
+    ttl_ns: AtomicU64,
     state: Mutex<CellState>,
     renewal_done: Condvar,
     lost: OnceLock<LossReason>,
@@ -112,8 +118,9 @@ pub(crate) struct LeaseCell {
 
 impl LeaseCell {
     /// A cell for `lease`, not lost.
-    pub(crate) fn new(lease: Arc<Lease>) -> Arc<LeaseCell> {
+    pub(crate) fn new(lease: Lease) -> Arc<LeaseCell> {
         let cell = LeaseCell {
+            ttl_ns: AtomicU64::new(Policy::nanos(lease.ttl)),
             state: Mutex::new(CellState {
                 valid_ns: offset(&lease, lease.valid_until),
                 phase: Phase::Released,
@@ -161,6 +168,22 @@ impl LeaseCell {
 
     pub(crate) fn valid_until(&self) -> Instant {
         self.instant(self.state().valid_ns)
+    }
+
+    /// The lease as acquired (its `ttl` and `valid_until` are the acquisition's: see
+    /// [`ttl`](Self::ttl) and [`valid_until`](Self::valid_until) for the current ones).
+    pub(crate) fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The ttl extensions and renewals extend the lease to.
+    pub(crate) fn ttl(&self) -> Duration {
+        Duration::from_nanos(self.ttl_ns.load(Ordering::Relaxed))
+    }
+
+    /// Extensions and renewals extend the lease to `ttl` from now on.
+    pub(crate) fn set_ttl(&self, ttl: Duration) {
+        self.ttl_ns.store(Policy::nanos(ttl), Ordering::Relaxed);
     }
 
     pub(crate) fn set_valid_until(&self, t: Instant) {
@@ -289,6 +312,20 @@ impl LeaseCell {
     }
 }
 
+impl WatchedLease for LeaseCell {
+    fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    fn ttl(&self) -> Duration {
+        LeaseCell::ttl(self)
+    }
+
+    fn valid_until(&self) -> Instant {
+        LeaseCell::valid_until(self)
+    }
+}
+
 /// A [`RenewalPolicy`] in 16 bytes where it takes 32 (every held guard and every queued
 /// registration keeps one): its times in nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -330,14 +367,13 @@ impl From<RenewalPolicy> for Policy {
     }
 }
 
-/// A lease queued for the watchdog thread: 40 bytes (the queue and the nursery hold one per
+/// A lease queued for the watchdog thread: 32 bytes (the queue and the nursery hold one per
 /// lease acquired within a renewal interval).
 struct Registration {
     /// Its own (the cell's generation while it is the live registration).
     id: WatchId,
-    /// Shared with the guard: registering copies nothing.
-    lease: Arc<Lease>,
     policy: Policy,
+    /// Shared with the guard (the lease is inside): registering copies nothing.
     cell: Arc<LeaseCell>,
 }
 
@@ -345,7 +381,7 @@ impl Registration {
     /// When the first renewal is due: an interval after the acquisition, within its
     /// validity.
     fn first(&self) -> Instant {
-        first_renewal(&self.lease, self.policy)
+        first_renewal(&self.cell, self.policy)
     }
 
     /// Reports the lease lost if this registration is still the live one: nothing will
@@ -357,9 +393,11 @@ impl Registration {
     }
 }
 
-/// When the first renewal of `lease` under `policy` is due.
-fn first_renewal(lease: &Lease, policy: Policy) -> Instant {
-    redlease_core::backoff::saturating_add(lease.acquired_at, policy.every()).min(lease.valid_until)
+/// When the first renewal of the lease of `cell` under `policy` is due: an interval after
+/// its acquisition, within its current validity.
+fn first_renewal(cell: &LeaseCell, policy: Policy) -> Instant {
+    redlease_core::backoff::saturating_add(cell.lease.acquired_at, policy.every())
+        .min(cell.valid_until())
 }
 
 /// The first key of `lease`: it names the node its renewals go to.
@@ -397,18 +435,14 @@ impl Queue {
         })
     }
 
-    /// Queues `lease` for the thread, arming `cell`; returns when its first renewal is due.
-    fn register(&self, lease: Arc<Lease>, policy: Policy, cell: Arc<LeaseCell>) -> Instant {
+    /// Queues the lease of `cell` for the thread, arming `cell`; returns when its first
+    /// renewal is due.
+    fn register(&self, policy: Policy, cell: Arc<LeaseCell>) -> Instant {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         cell.arm(id);
         self.live.fetch_add(1, Ordering::Relaxed);
-        let first = first_renewal(&lease, policy);
-        self.pending().push(Registration {
-            id,
-            lease,
-            policy,
-            cell,
-        });
+        let first = first_renewal(&cell, policy);
+        self.pending().push(Registration { id, policy, cell });
         first
     }
 
@@ -480,13 +514,13 @@ impl Watchdog {
         }
     }
 
-    /// Starts renewing `lease` (shared with its guard), reporting to `cell` (which is armed
-    /// here). The first renewal is due `policy.every` after the lease's acquisition.
+    /// Starts renewing the lease of `cell` (shared with its guard; armed here). The first
+    /// renewal is due `policy.every` after the lease's acquisition.
     ///
     /// This only queues the lease: the thread takes it into its schedule when its first
     /// renewal comes due, and forgets it unseen if it was released by then.
-    pub(crate) fn watch(&self, lease: Arc<Lease>, policy: Policy, cell: Arc<LeaseCell>) {
-        let first = self.queue.register(lease, policy, cell);
+    pub(crate) fn watch(&self, policy: Policy, cell: Arc<LeaseCell>) {
+        let first = self.queue.register(policy, cell);
         if self.queue.stopped.load(Ordering::SeqCst) {
             // The thread is gone (it sets the flag before failing what is queued).
             self.queue.fail_pending();
@@ -545,7 +579,7 @@ struct Watched {
 struct Item {
     id: WatchId,
     cell: Arc<LeaseCell>,
-    op: Extension,
+    op: Extension<LeaseCell>,
 }
 
 /// One extension's outcome, back from a renewal thread.
@@ -700,7 +734,7 @@ struct Scheduler {
     queue: Arc<Queue>,
     /// Renewals run on the calling thread (a test clock's timer), not on renewal threads.
     inline: bool,
-    renewals: Renewals,
+    renewals: Renewals<LeaseCell>,
     cells: HashMap<WatchId, Watched>,
     /// Registrations taken from the queue whose first renewal is not due yet: they enter
     /// the schedule only when it is (a lease released before costs the schedule nothing).
@@ -746,7 +780,7 @@ impl Scheduler {
         }
         self.nursery.drain(..).for_each(Registration::fail);
         self.nursery_due = None;
-        self.renewals = Renewals::new();
+        self.renewals = Renewals::default();
     }
 
     /// When the thread must next run a round: the schedule's next renewal or loss, or the
@@ -773,7 +807,7 @@ impl Scheduler {
                 .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_secs(1))
         {
             self.table_asked = Some(now);
-            let key = key_of(&r.lease).to_owned();
+            let key = key_of(&r.cell.lease).to_owned();
             let node = self.node.node_of(&key);
             let _ = self.send_to(
                 node,
@@ -807,7 +841,8 @@ impl Scheduler {
                 if !r.cell.enter_schedule(r.id) {
                     continue;
                 }
-                self.renewals.insert(r.id, r.lease, r.policy.get(), now);
+                self.renewals
+                    .insert(r.id, r.cell.clone(), r.policy.get(), now);
                 self.cells.insert(r.id, Watched { cell: r.cell });
             }
             // Many leases acquired within one renewal interval passed through here at once:
@@ -980,7 +1015,7 @@ impl Scheduler {
             io_timeout,
             queue,
             inline,
-            renewals: Renewals::new(),
+            renewals: Renewals::default(),
             cells: HashMap::new(),
             nursery: Vec::new(),
             nursery_due: None,
@@ -1098,11 +1133,11 @@ mod tests {
         }
     }
 
-    fn lease(name: &str, ttl: Duration) -> Arc<Lease> {
+    fn lease(name: &str, ttl: Duration) -> Lease {
         let spec =
             LockSpec::lease(&Keyspace::default(), name, Token::from_random([3; 16]), ttl).unwrap();
         let now = Instant::now();
-        Arc::new(Lease {
+        Lease {
             kind: spec.kind,
             target: spec.target,
             token: spec.token,
@@ -1113,7 +1148,7 @@ mod tests {
             attempts: 1,
             calls: spec.calls,
             data: Vec::new(),
-        })
+        }
     }
 
     /// A transport to a port nothing listens on, with 100 ms timeouts (renewals fail, which
@@ -1158,14 +1193,12 @@ mod tests {
         let (mut s, queue) = scheduler();
         let ttl = Duration::from_secs(3);
         let policy = Policy::from(RenewalPolicy::for_ttl(ttl));
-        let held = lease("held", ttl);
-        let held_cell = LeaseCell::new(held.clone());
-        let first = queue.register(held.clone(), policy, held_cell.clone());
+        let held_cell = LeaseCell::new(lease("held", ttl));
+        let first = queue.register(policy, held_cell.clone());
         let mut released = Vec::new();
         for i in 0..100 {
-            let short = lease(&format!("short-{i}"), ttl);
-            let cell = LeaseCell::new(short.clone());
-            queue.register(short, policy, cell.clone());
+            let cell = LeaseCell::new(lease(&format!("short-{i}"), ttl));
+            queue.register(policy, cell.clone());
             assert_eq!(
                 cell.release(|| panic!("no renewal in flight: nothing to wait for")),
                 Some(false),
@@ -1199,22 +1232,25 @@ mod tests {
         assert_eq!(held_cell.release(|| Duration::ZERO), None, "released once");
     }
 
-    /// A held lease's cell stays small: 72 bytes (with the `Arc`'s counts, 88: the
-    /// allocator's 96-byte class; at 80 bytes it took the 112-byte one), and its validity
-    /// reads back exactly.
+    /// A held lease's cell is its lease and 72 bytes more (one allocation: the lease was
+    /// a second one, shared through its own `Arc`, with its counts and the allocator's
+    /// header), and its validity and ttl read back exactly, for the schedule too.
     #[test]
-    fn a_cell_takes_72_bytes_and_keeps_its_validity_exactly() {
-        assert!(
-            std::mem::size_of::<LeaseCell>() <= 72,
-            "{}",
-            std::mem::size_of::<LeaseCell>()
-        );
+    fn a_cell_is_its_lease_and_72_bytes_and_keeps_its_validity_exactly() {
+        let over = std::mem::size_of::<LeaseCell>() - std::mem::size_of::<Lease>();
+        assert!(over <= 72, "{over}");
         let l = lease("exact", Duration::from_secs(30));
         let cell = LeaseCell::new(l.clone());
         assert_eq!(cell.valid_until(), l.valid_until);
+        assert_eq!(WatchedLease::valid_until(&*cell), l.valid_until);
+        assert_eq!(WatchedLease::ttl(&*cell), l.ttl);
+        cell.set_ttl(Duration::from_millis(1234));
+        assert_eq!(WatchedLease::ttl(&*cell), Duration::from_millis(1234));
+        assert_eq!(cell.lease().ttl, l.ttl, "the lease as acquired");
         let later = l.valid_until + Duration::from_nanos(123_456_789);
         cell.set_valid_until(later);
         assert_eq!(cell.valid_until(), later);
+        assert_eq!(WatchedLease::valid_until(&*cell), later);
         cell.end_renewal(Some((later + Duration::from_secs(1), false)));
         assert_eq!(cell.valid_until(), later + Duration::from_secs(1));
     }
@@ -1224,11 +1260,12 @@ mod tests {
     #[test]
     fn a_policy_takes_16_bytes_and_reads_back_exactly() {
         assert_eq!(std::mem::size_of::<Option<Policy>>(), 16);
-        assert!(std::mem::size_of::<Registration>() <= 40);
+        assert!(std::mem::size_of::<Registration>() <= 32);
         // The schedule's entry beside the core's, per held lease.
         assert!(std::mem::size_of::<Watched>() <= 8);
-        // A guard per held lease: 72 bytes with the policy as the core writes it.
-        assert!(std::mem::size_of::<crate::LockGuard>() <= 56);
+        // A guard per held lease: 72 bytes with the policy as the core writes it, 56 with
+        // its own handle on the lease beside the cell's.
+        assert!(std::mem::size_of::<crate::LockGuard>() <= 48);
         for p in [
             RenewalPolicy::for_ttl(Duration::from_secs(30)),
             RenewalPolicy {
@@ -1310,9 +1347,8 @@ mod tests {
         let watchdog = Watchdog::start(Node::Redis(transport), Time::Real, ms).unwrap();
         let policy = Policy::from(RenewalPolicy::for_ttl(Duration::from_secs(30)));
 
-        let a_lease = lease("a", Duration::from_secs(30));
-        let a = LeaseCell::new(a_lease.clone());
-        watchdog.watch(a_lease, policy, a.clone());
+        let a = LeaseCell::new(lease("a", Duration::from_secs(30)));
+        watchdog.watch(policy, a.clone());
         // The thread admits `a`, then sleeps until its first renewal (10 s away).
         let start = Instant::now();
         while watchdog.queue.next_wakeup.load(Ordering::SeqCst) == u64::MAX {
@@ -1332,10 +1368,9 @@ mod tests {
         // Still running: a lease registered now is watched (its renewals fail, Redis is
         // unreachable, so it is reported lost at its validity, not before).
         let ttl = Duration::from_millis(300);
-        let b_lease = lease("b", ttl);
-        let b = LeaseCell::new(b_lease.clone());
-        let b_valid = b_lease.valid_until;
-        watchdog.watch(b_lease, RenewalPolicy::for_ttl(ttl).into(), b.clone());
+        let b = LeaseCell::new(lease("b", ttl));
+        let b_valid = b.lease().valid_until;
+        watchdog.watch(RenewalPolicy::for_ttl(ttl).into(), b.clone());
         assert_eq!(
             await_lost(&b, Duration::from_secs(5)),
             Some(LossReason::RenewalFailed)

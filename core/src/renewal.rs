@@ -78,6 +78,32 @@ use crate::reply::Response;
 /// Identifies one watched lease.
 pub type WatchId = u64;
 
+/// What the schedule keeps of a watched lease: the [`Lease`] itself (the default), or a
+/// driver's own record that holds it, so that the driver keeps one allocation per lease
+/// (the schedule and the driver share it through an `Arc`).
+pub trait WatchedLease {
+    /// The lease.
+    fn lease(&self) -> &Lease;
+
+    /// The ttl each renewal extends the lease to: the lease's own unless the driver changed
+    /// it since (an extension to another ttl).
+    fn ttl(&self) -> Duration {
+        self.lease().ttl
+    }
+
+    /// Until when the lease is safely ours as the schedule starts watching it: the lease's
+    /// own validity unless the driver extended it since.
+    fn valid_until(&self) -> Instant {
+        self.lease().valid_until
+    }
+}
+
+impl WatchedLease for Lease {
+    fn lease(&self) -> &Lease {
+        self
+    }
+}
+
 /// How one lease is kept alive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RenewalPolicy {
@@ -146,10 +172,10 @@ pub enum RenewalEvent {
 /// years, far beyond any valid ttl or hold limit) is cut to that, an interval beyond 2^63 - 1
 /// ns (292 years) to that.
 #[derive(Debug)]
-struct Entry {
+struct Entry<T> {
     /// Shared with its holder (a driver's guard): the schedule never changes it, it keeps
     /// the validity it confirmed in `valid_ns`.
-    lease: Arc<Lease>,
+    lease: Arc<T>,
     /// Until when the lease is safely ours: `lease.valid_until`, then each renewal's.
     valid_ns: u64,
     /// The renewal interval, with [`FINAL_STRETCH`] set once the hold limit was reached (no
@@ -173,15 +199,15 @@ const FINAL_STRETCH: u64 = 1 << 63;
 /// How long before the first inserted lease's acquisition the schedule's epoch is.
 const EPOCH_BEFORE: Duration = Duration::from_secs(3600);
 
-impl Entry {
+impl<T: WatchedLease> Entry<T> {
     /// `t` as an offset after the lease's acquisition (0 for an earlier `t`).
     fn offset(&self, t: Instant) -> u64 {
-        nanos(t.saturating_duration_since(self.lease.acquired_at))
+        nanos(t.saturating_duration_since(self.lease.lease().acquired_at))
     }
 
     /// The instant `ns` after the lease's acquisition.
     fn at(&self, ns: u64) -> Instant {
-        saturating_add(self.lease.acquired_at, Duration::from_nanos(ns))
+        saturating_add(self.lease.lease().acquired_at, Duration::from_nanos(ns))
     }
 
     fn valid_until(&self) -> Instant {
@@ -233,8 +259,8 @@ fn nanos(d: Duration) -> u64 {
 /// Built, it takes one allocation of the machine's own size (a script extension's 272
 /// bytes, not the 440 of the native one).
 #[derive(Debug)]
-pub struct Extension {
-    lease: Arc<Lease>,
+pub struct Extension<T = Lease> {
+    lease: Arc<T>,
     ttl: Duration,
     deadline: Instant,
     machine: Machine,
@@ -252,16 +278,11 @@ enum Machine {
     Failed(Option<Box<Error>>),
 }
 
-impl Extension {
+impl<T: WatchedLease> Extension<T> {
     /// Extends `lease` to `ttl`, giving up at `deadline`: natively when `native` and the
     /// lease is a plain lock, else by its script. Checks the ttl now; builds the machine when
     /// first polled.
-    fn new(
-        lease: &Arc<Lease>,
-        ttl: Duration,
-        deadline: Instant,
-        native: bool,
-    ) -> Result<Self, Error> {
+    fn new(lease: &Arc<T>, ttl: Duration, deadline: Instant, native: bool) -> Result<Self, Error> {
         crate::lease::validate_ttl("ttl", ttl)?;
         Ok(Extension {
             lease: Arc::clone(lease),
@@ -273,7 +294,7 @@ impl Extension {
 
     fn build(&self, native: bool) -> Machine {
         let built = if native {
-            NativeExtend::new(&self.lease, self.ttl, self.deadline)
+            NativeExtend::new(self.lease.lease(), self.ttl, self.deadline)
                 .map(|m| m.map(|m| Machine::Native(Box::new(m))))
                 .transpose()
         } else {
@@ -281,7 +302,7 @@ impl Extension {
         };
         built
             .unwrap_or_else(|| {
-                ScriptOp::extend(&self.lease, self.ttl, self.deadline)
+                ScriptOp::extend(self.lease.lease(), self.ttl, self.deadline)
                     .map(|m| Machine::Script(Box::new(m)))
             })
             .unwrap_or_else(|e| Machine::Failed(Some(Box::new(e))))
@@ -301,7 +322,7 @@ impl Extension {
     }
 }
 
-impl Protocol for Extension {
+impl<T: WatchedLease> Protocol for Extension<T> {
     type Output = Instant;
 
     fn poll(&mut self, now: Instant) -> Step<Instant> {
@@ -324,12 +345,21 @@ impl Protocol for Extension {
 }
 
 /// What [`Renewals::due`] hands out.
-#[derive(Debug, Default)]
-pub struct Due {
+#[derive(Debug)]
+pub struct Due<T = Lease> {
     /// Extension machines to run, one per lease.
-    pub renew: Vec<(WatchId, Extension)>,
+    pub renew: Vec<(WatchId, Extension<T>)>,
     /// Leases found lost by the clock (and forgotten).
     pub lost: Vec<(WatchId, LossReason)>,
+}
+
+impl<T> Default for Due<T> {
+    fn default() -> Self {
+        Due {
+            renew: Vec::new(),
+            lost: Vec::new(),
+        }
+    }
 }
 
 /// One item of the schedule's heap: when (nanoseconds after the schedule's epoch) and which
@@ -337,10 +367,11 @@ pub struct Due {
 /// watched lease, and twice that in capacity (issue 18: memory per held lease).
 type Item = Reverse<(u64, WatchId)>;
 
-/// The deadline-ordered set of watched leases.
-#[derive(Debug, Default)]
-pub struct Renewals {
-    entries: HashMap<WatchId, Entry>,
+/// The deadline-ordered set of watched leases: [`Lease`]s, or a driver's records that hold
+/// them (see [`WatchedLease`]).
+#[derive(Debug)]
+pub struct Renewals<T = Lease> {
+    entries: HashMap<WatchId, Entry<T>>,
     heap: BinaryHeap<Item>,
     /// The origin of the heap's times: an hour before the first inserted lease was acquired
     /// (an earlier time is kept as the epoch itself: it is long past, so due at once anyway).
@@ -354,12 +385,25 @@ fn retry_pause(every: Duration) -> Duration {
     (every / 10).max(Duration::from_millis(10))
 }
 
+impl<T> Default for Renewals<T> {
+    fn default() -> Self {
+        Renewals {
+            entries: HashMap::new(),
+            heap: BinaryHeap::new(),
+            epoch: None,
+            native_extend: false,
+        }
+    }
+}
+
 impl Renewals {
-    /// An empty schedule.
+    /// An empty schedule of [`Lease`]s (see [`Renewals::default`] for a driver's records).
     pub fn new() -> Self {
         Self::default()
     }
+}
 
+impl<T: WatchedLease> Renewals<T> {
     /// Whether plain locks are extended by the server's compare-and-set (`SET key token
     /// IFEQ token PX ttl`: Valkey 8.1+, Redis 8.4+) instead of the extend script, from the
     /// next [`due`](Self::due) on. Off by default: the driver turns it on for a server it
@@ -386,27 +430,27 @@ impl Renewals {
     pub fn insert(
         &mut self,
         id: WatchId,
-        lease: impl Into<Arc<Lease>>,
+        lease: impl Into<Arc<T>>,
         policy: RenewalPolicy,
         now: Instant,
     ) {
-        let lease = lease.into();
+        let watched = lease.into();
+        let (acquired, valid_until) = (watched.lease().acquired_at, watched.valid_until());
         // A time already past is due at once (the heap hands it out at the next call).
         let _ = now;
         if self.epoch.is_none() {
-            let acquired = lease.acquired_at;
             self.epoch = Some(acquired.checked_sub(EPOCH_BEFORE).unwrap_or(acquired));
         }
-        let first = saturating_add(lease.acquired_at, policy.every).min(lease.valid_until);
+        let first = saturating_add(acquired, policy.every).min(valid_until);
         let mut entry = Entry {
-            lease,
+            lease: watched,
             valid_ns: 0,
             every_ns: nanos(policy.every).min(FINAL_STRETCH - 1),
             hold_ns: policy.max_hold.map_or(NONE, nanos),
             sent_ns: NONE,
             at_ns: NONE,
         };
-        entry.valid_ns = entry.offset(entry.lease.valid_until);
+        entry.valid_ns = entry.offset(valid_until);
         self.entries.insert(id, entry);
         self.schedule(id, first);
     }
@@ -506,7 +550,7 @@ impl Renewals {
     /// Takes what is due at `now`: extension machines to run (each answering by `deadline`,
     /// or by its lease's validity if that comes first) and leases found lost by the clock
     /// (including leases whose extension is still in flight when their validity passes).
-    pub fn due(&mut self, now: Instant, deadline: Instant, limit: usize) -> Due {
+    pub fn due(&mut self, now: Instant, deadline: Instant, limit: usize) -> Due<T> {
         let mut work = Vec::new();
         let mut lost = Vec::new();
         while work.len() < limit {
@@ -537,7 +581,7 @@ impl Renewals {
                 self.schedule(id, at);
                 continue;
             }
-            let mut ttl = e.lease.ttl;
+            let mut ttl = e.lease.ttl();
             if let Some(hold_until) = e.hold_until() {
                 let left = hold_until.saturating_duration_since(now);
                 if left <= ttl {
@@ -737,9 +781,9 @@ mod tests {
     fn an_entry_keeps_its_times_in_eight_bytes_each() {
         // One per watched lease, in the map with its id (issue 18: memory per held lease).
         assert!(
-            std::mem::size_of::<Entry>() <= 48,
+            std::mem::size_of::<Entry<Lease>>() <= 48,
             "{}",
-            std::mem::size_of::<Entry>()
+            std::mem::size_of::<Entry<Lease>>()
         );
         // The offsets read back exactly, and a missing one stays missing.
         let t0 = origin();

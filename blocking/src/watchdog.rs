@@ -568,13 +568,6 @@ impl Drop for Watchdog {
     }
 }
 
-/// A lease in the schedule, under the id of its registration: 8 bytes (the map's slot, 16,
-/// per held lease).
-struct Watched {
-    /// Its lease's first key names the node the renewals go to.
-    cell: Arc<LeaseCell>,
-}
-
 /// One extension handed to a renewal thread.
 struct Item {
     id: WatchId,
@@ -734,8 +727,9 @@ struct Scheduler {
     queue: Arc<Queue>,
     /// Renewals run on the calling thread (a test clock's timer), not on renewal threads.
     inline: bool,
+    /// The schedule, under each registration's id: it keeps the lease's cell (no table of
+    /// the cells beside it).
     renewals: Renewals<LeaseCell>,
-    cells: HashMap<WatchId, Watched>,
     /// Registrations taken from the queue whose first renewal is not due yet: they enter
     /// the schedule only when it is (a lease released before costs the schedule nothing).
     nursery: Vec<Registration>,
@@ -773,9 +767,9 @@ impl Drop for Scheduler {
 impl Scheduler {
     /// Reports every watched lease lost and forgets them all.
     fn fail_all(&mut self) {
-        for (id, w) in self.cells.drain() {
-            if w.cell.is_current(id) {
-                w.cell.mark_lost(LossReason::WatchdogStopped);
+        for (id, cell) in self.renewals.iter() {
+            if cell.is_current(id) {
+                cell.mark_lost(LossReason::WatchdogStopped);
             }
         }
         self.nursery.drain(..).for_each(Registration::fail);
@@ -836,14 +830,11 @@ impl Scheduler {
             self.nursery_due = None;
             // Room for them all at once, rather than doubling the tables as they enter.
             self.renewals.reserve(self.nursery.len());
-            self.cells.reserve(self.nursery.len());
             for r in self.nursery.drain(..) {
                 if !r.cell.enter_schedule(r.id) {
                     continue;
                 }
-                self.renewals
-                    .insert(r.id, r.cell.clone(), r.policy.get(), now);
-                self.cells.insert(r.id, Watched { cell: r.cell });
+                self.renewals.insert(r.id, r.cell, r.policy.get(), now);
             }
             // Many leases acquired within one renewal interval passed through here at once:
             // do not keep their room.
@@ -854,14 +845,8 @@ impl Scheduler {
         let released = self.queue.released.load(Ordering::Relaxed);
         if released >= COMPACT_AFTER {
             self.queue.released.fetch_sub(released, Ordering::Relaxed);
-            let renewals = &mut self.renewals;
-            self.cells.retain(|id, w| {
-                let keep = w.cell.state().phase != Phase::Released;
-                if !keep {
-                    renewals.remove(*id);
-                }
-                keep
-            });
+            self.renewals
+                .retain(|_, cell| cell.state().phase != Phase::Released);
         }
     }
 
@@ -879,28 +864,26 @@ impl Scheduler {
         };
         self.renewals.set_native_extend(native);
         let Due { renew, lost } = self.renewals.due(now, deadline, BATCH);
-        for (id, reason) in lost {
-            if let Some(w) = self.cells.remove(&id)
-                && w.cell.is_current(id)
-            {
-                w.cell.mark_lost(reason);
+        for (id, reason, cell) in lost {
+            if cell.is_current(id) {
+                cell.mark_lost(reason);
             }
         }
         let mut by_node: HashMap<String, Vec<Item>> = HashMap::new();
         for (id, op) in renew {
-            match self.cells.get(&id) {
-                Some(w) if w.cell.lost.get().is_none() && w.cell.begin_renewal(id) => {
-                    let node = self.node.node_of(key_of(&w.cell.lease));
-                    by_node.entry(node).or_default().push(Item {
-                        id,
-                        cell: w.cell.clone(),
-                        op,
-                    });
+            let taken = self
+                .renewals
+                .get(id)
+                .filter(|cell| cell.lost.get().is_none() && cell.begin_renewal(id))
+                .cloned();
+            match taken {
+                Some(cell) => {
+                    let node = self.node.node_of(key_of(&cell.lease));
+                    by_node.entry(node).or_default().push(Item { id, cell, op });
                 }
                 // Released, lost or registered anew: forget it, send nothing.
-                _ => {
+                None => {
                     self.renewals.remove(id);
-                    self.cells.remove(&id);
                 }
             }
         }
@@ -969,14 +952,13 @@ impl Scheduler {
     fn settle(&mut self, outcomes: Vec<Outcome>) {
         let now = self.time.now();
         for o in outcomes {
-            let current = self.cells.contains_key(&o.id);
+            let current = self.renewals.get(o.id).is_some();
             // A guard that gave up waiting for this renewal (or registered anew), or a
             // lease already reported lost: the outcome of this old renewal must not touch
             // it, and it is not renewed any more.
             if !current || !o.cell.is_current(o.id) || o.cell.lost.get().is_some() {
                 o.cell.end_renewal(None);
                 if current {
-                    self.cells.remove(&o.id);
                     self.renewals.remove(o.id);
                 }
                 continue;
@@ -991,7 +973,6 @@ impl Scheduler {
                 RenewalEvent::Lost(reason) => {
                     o.cell.end_renewal(None);
                     o.cell.mark_lost(reason);
-                    self.cells.remove(&o.id);
                 }
             }
         }
@@ -1016,7 +997,6 @@ impl Scheduler {
             queue,
             inline,
             renewals: Renewals::default(),
-            cells: HashMap::new(),
             nursery: Vec::new(),
             nursery_due: None,
             workers: HashMap::new(),
@@ -1219,7 +1199,19 @@ mod tests {
         assert_eq!(s.renewals.len(), 1);
         assert!(s.nursery.is_empty());
         assert!(s.next_wakeup().is_some_and(|t| t <= Instant::now()));
-        assert!(s.cells.contains_key(&0));
+        // The schedule keeps the guard's cell itself, lease inside, and no other copy of it
+        // (a table of cells beside the schedule, or the lease in an allocation of its own,
+        // took 16-48 bytes a lease more).
+        assert!(
+            s.renewals
+                .get(0)
+                .is_some_and(|c| Arc::ptr_eq(c, &held_cell))
+        );
+        assert_eq!(
+            Arc::strong_count(&held_cell),
+            2,
+            "the test's and the schedule's"
+        );
         for cell in released {
             assert_eq!(cell.lost(&Time::Real), None);
             assert!(cell.signal().try_recv().is_err());
@@ -1261,8 +1253,6 @@ mod tests {
     fn a_policy_takes_16_bytes_and_reads_back_exactly() {
         assert_eq!(std::mem::size_of::<Option<Policy>>(), 16);
         assert!(std::mem::size_of::<Registration>() <= 32);
-        // The schedule's entry beside the core's, per held lease.
-        assert!(std::mem::size_of::<Watched>() <= 8);
         // A guard per held lease: 72 bytes with the policy as the core writes it, 56 with
         // its own handle on the lease beside the cell's.
         assert!(std::mem::size_of::<crate::LockGuard>() <= 48);

@@ -349,8 +349,9 @@ impl<T: WatchedLease> Protocol for Extension<T> {
 pub struct Due<T = Lease> {
     /// Extension machines to run, one per lease.
     pub renew: Vec<(WatchId, Extension<T>)>,
-    /// Leases found lost by the clock (and forgotten).
-    pub lost: Vec<(WatchId, LossReason)>,
+    /// Leases found lost by the clock (and forgotten), each with what the schedule kept of
+    /// it.
+    pub lost: Vec<(WatchId, LossReason, Arc<T>)>,
 }
 
 impl<T> Default for Due<T> {
@@ -572,8 +573,9 @@ impl<T: WatchedLease> Renewals<T> {
                 } else {
                     LossReason::RenewalFailed
                 };
-                self.entries.remove(&id);
-                lost.push((id, reason));
+                if let Some(e) = self.entries.remove(&id) {
+                    lost.push((id, reason, e.lease));
+                }
                 continue;
             }
             if e.final_stretch() || e.sent_ns != NONE {
@@ -607,12 +609,29 @@ impl<T: WatchedLease> Renewals<T> {
                 }
                 // ttl is within 1 ms ..= lease ttl, which was validated at acquisition.
                 Err(_) => {
-                    self.entries.remove(&id);
-                    lost.push((id, LossReason::RenewalFailed));
+                    if let Some(e) = self.entries.remove(&id) {
+                        lost.push((id, LossReason::RenewalFailed, e.lease));
+                    }
                 }
             }
         }
         Due { renew: work, lost }
+    }
+
+    /// What the schedule keeps of the lease `id`, while it is watched.
+    pub fn get(&self, id: WatchId) -> Option<&Arc<T>> {
+        self.entries.get(&id).map(|e| &e.lease)
+    }
+
+    /// Every watched lease, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (WatchId, &Arc<T>)> {
+        self.entries.iter().map(|(id, e)| (*id, &e.lease))
+    }
+
+    /// Stops watching every lease `keep` refuses (as [`remove`](Self::remove) does each).
+    pub fn retain(&mut self, mut keep: impl FnMut(WatchId, &T) -> bool) {
+        self.entries.retain(|id, e| keep(*id, &e.lease));
+        self.purge_stale();
     }
 
     /// Takes the outcome of an extension handed out by [`due`](Self::due).
@@ -949,7 +968,7 @@ mod tests {
                 renew: mut work,
                 lost,
             } = r.due(now, now + Duration::from_millis(5), 10);
-            if let Some((_, reason)) = lost.first() {
+            if let Some((_, reason, _)) = lost.first() {
                 assert_eq!(*reason, LossReason::RenewalFailed);
                 assert_eq!(now, valid);
                 break;
@@ -984,11 +1003,11 @@ mod tests {
         }
         assert!(!r.remove(0));
         let Due { renew: work, lost } = r.due(t0 + TTL, t0 + TTL * 2, 1000);
-        assert!(lost.is_empty() || lost.iter().all(|(id, _)| id % 2 == 1));
+        assert!(lost.is_empty() || lost.iter().all(|(id, _, _)| id % 2 == 1));
         let ids: Vec<_> = work
             .iter()
             .map(|(id, _)| *id)
-            .chain(lost.iter().map(|(id, _)| *id))
+            .chain(lost.iter().map(|(id, _, _)| *id))
             .collect();
         assert_eq!(ids.len(), 50);
         assert!(ids.iter().all(|id| id % 2 == 1));
@@ -1017,7 +1036,7 @@ mod tests {
                 renew: mut work,
                 lost,
             } = r.due(now, now + TTL, 10);
-            if let Some((_, reason)) = lost.first() {
+            if let Some((_, reason, _)) = lost.first() {
                 assert_eq!(*reason, LossReason::MaxHoldReached);
                 assert!(now <= t0 + Duration::from_millis(450));
                 break;
@@ -1084,7 +1103,11 @@ mod tests {
         assert_eq!(r.next_wakeup(), Some(valid));
         let Due { renew, lost } = r.due(valid, valid + Duration::from_secs(1), 10);
         assert!(renew.is_empty());
-        assert_eq!(lost, vec![(id, LossReason::RenewalFailed)]);
+        let lost: Vec<_> = lost
+            .into_iter()
+            .map(|(id, reason, l)| (id, reason, l.fence))
+            .collect();
+        assert_eq!(lost, vec![(id, LossReason::RenewalFailed, 1)]);
         // The late answer changes nothing.
         let late = Ok(valid + TTL);
         assert_eq!(r.renewed(id, late, valid), RenewalEvent::Pending);

@@ -1271,7 +1271,7 @@ impl World {
         let now_i = self.instant(client);
         let deadline = now_i + Duration::from_micros(IO_TIMEOUT);
         let due = self.clients[client].renewals.due(now_i, deadline, 64);
-        for (wid, reason) in due.lost {
+        for (wid, reason, _) in due.lost {
             self.lost(client, wid, &format!("{reason:?}"));
         }
         for (wid, op) in due.renew {

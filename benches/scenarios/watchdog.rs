@@ -42,7 +42,7 @@ fn rss_bytes() -> u64 {
 /// scenario's slices (only the watchdog sends EVALSHA then); `ratio` is that over the
 /// baseline's cycles per second (renewals are pipelined 512 to a batch). p50/p99 do not
 /// apply (0). `lost=` must be 0; `bytes_per_lease=` is the process's resident memory growth
-/// per held lease (guard, watchdog entry, lease copy).
+/// per held lease (guard, its cell with the lease inside, the schedule's entry).
 pub fn watchdog_10k(ctx: &Ctx) -> Measurement {
     let client = redlease::Client::builder(&ctx.url)
         .pool_size(THREADS as u32)

@@ -160,7 +160,7 @@ struct Entry {
     /// When the extension in flight was sent ([`NONE`] when none is).
     sent_ns: u64,
     /// Its live heap item's key: when it is due, in nanoseconds after the schedule's epoch
-    /// rounded up to [`GENERATIONS`], plus the lease's generation, which each new item
+    /// rounded down to [`GENERATIONS`] (see [`slot`]), plus the lease's generation, which each new item
     /// advances (time [`UNSCHEDULED`] while it has none). An item of the heap for this
     /// lease with another key is stale, also one at the same time: a check at the validity
     /// made stale by a retry and queued again at the next hand-out is not live twice.
@@ -171,8 +171,7 @@ struct Entry {
 const NONE: u64 = u64::MAX;
 
 /// The low bits of a heap item's key, which hold the lease's generation: an item's time is
-/// rounded up to a multiple of this many nanoseconds (64: a look comes at most 63 ns late,
-/// never early).
+/// rounded down to a multiple of this many nanoseconds (see [`slot`]).
 const GENERATIONS: u64 = 64;
 
 /// The time part of [`Entry::at_ns`] while the lease has no live item (the generation is
@@ -181,6 +180,20 @@ const UNSCHEDULED: u64 = !(GENERATIONS - 1);
 
 /// The latest time an item can have (584 years after the epoch).
 const LATEST: u64 = UNSCHEDULED - GENERATIONS;
+
+/// `t` as nanoseconds after `epoch` (0 before it or without one).
+fn since(epoch: Option<Instant>, t: Instant) -> u64 {
+    epoch.map_or(0, |epoch| nanos(t.saturating_duration_since(epoch)))
+}
+
+/// The time part of a heap item's key for a look at `ns` after the epoch: rounded *down*
+/// to [`GENERATIONS`], so a look comes at most 63 ns early, never late. A lease is counted
+/// lost once the slot of its validity is reached (see [`Renewals::due`]): a loss is never
+/// reported after the validity (at most 63 ns before it, well inside the validity's own
+/// margin), and a check at the validity taken early is never queued again at once.
+fn slot(ns: u64) -> u64 {
+    ns.min(LATEST) & UNSCHEDULED
+}
 
 /// The bit of [`Entry::every_ns`] that says the hold limit was reached.
 const FINAL_STRETCH: u64 = 1 << 63;
@@ -457,8 +470,7 @@ impl Renewals {
 
     /// `t` as nanoseconds after the epoch (0 before it or without one).
     fn ns(&self, t: Instant) -> u64 {
-        self.epoch
-            .map_or(0, |epoch| nanos(t.saturating_duration_since(epoch)))
+        since(self.epoch, t)
     }
 
     /// When the item with key `key` is due: its time (without the generation) after the
@@ -469,10 +481,10 @@ impl Renewals {
             .map(|epoch| saturating_add(epoch, Duration::from_nanos(ns)))
     }
 
-    /// Schedules the lease's next look at `at` (rounded up to [`GENERATIONS`] ns); its
-    /// earlier item (if any) is stale from now: the new one has the next generation.
+    /// Schedules the lease's next look at `at` (its [`slot`]); its earlier item (if any)
+    /// is stale from now: the new one has the next generation.
     fn schedule(&mut self, id: WatchId, at: Instant) {
-        let ns = (self.ns(at).min(LATEST) + (GENERATIONS - 1)) & UNSCHEDULED;
+        let ns = slot(self.ns(at));
         if let Some(e) = self.entries.get_mut(&id) {
             if e.at_ns & UNSCHEDULED == ns {
                 // Its live item is due then already.
@@ -555,6 +567,7 @@ impl Renewals {
     pub fn due(&mut self, now: Instant, deadline: Instant, limit: usize) -> Due {
         let mut work = Vec::new();
         let mut lost = Vec::new();
+        let (epoch, now_ns) = (self.epoch, self.ns(now));
         while work.len() < limit {
             let Some(at) = self.next_wakeup() else { break };
             if at > now {
@@ -569,7 +582,9 @@ impl Renewals {
             // Its live item is taken: whatever is decided below schedules a new one (the
             // generation is kept).
             e.at_ns |= UNSCHEDULED;
-            if now >= e.valid_until() {
+            // The validity's slot, not the validity itself: the check at the validity
+            // may come up to 63 ns before it.
+            if slot(since(epoch, e.valid_until())) <= now_ns {
                 let reason = if e.final_stretch() {
                     LossReason::MaxHoldReached
                 } else {
@@ -940,6 +955,45 @@ mod tests {
             "{} purges in {rounds} rounds of {N} retries",
             r.purges
         );
+    }
+
+    /// A lease's times need not fall on the heap's 64 ns slots: its looks come at most
+    /// 63 ns early, and its loss at the validity is never reported late (the simulation's
+    /// loss-in-time property), nor is the check at it queued again when taken early.
+    #[test]
+    fn looks_come_at_most_63_ns_early_and_a_loss_never_late() {
+        let ns = Duration::from_nanos;
+        let t0 = origin();
+        let mut r = Renewals::new();
+        // The first lease sets the epoch; the next one's times are 37 ns off its slots.
+        r.insert(1, lease(t0, "epoch"), RenewalPolicy::for_ttl(TTL), t0);
+        assert!(r.remove(1));
+        let acquired = t0 + ns(37);
+        let l = lease(acquired, "a");
+        let valid = l.valid_until;
+        let policy = RenewalPolicy {
+            every: TTL * 4 / 5,
+            max_hold: None,
+        };
+        r.insert(2, l, policy, acquired);
+        let first = r.next_wakeup().unwrap();
+        let want = acquired + TTL * 4 / 5;
+        assert!(first <= want && want - first < ns(64), "{:?}", want - first);
+        assert!(r.due(first - ns(1), valid, 10).renew.is_empty());
+        assert_eq!(r.due(first, valid, 10).renew.len(), 1);
+        // Unanswered: the check at the validity comes by the validity, and finds it lost.
+        let check = r.next_wakeup().unwrap();
+        assert!(
+            check <= valid && valid - check < ns(64),
+            "{:?}",
+            valid - check
+        );
+        let Due { renew, lost } = r.due(check - ns(1), valid, 10);
+        assert!(renew.is_empty() && lost.is_empty());
+        let Due { renew, lost } = r.due(check, valid, 10);
+        assert!(renew.is_empty());
+        assert_eq!(lost, vec![(2, LossReason::RenewalFailed)]);
+        assert_eq!(r.next_wakeup(), None);
     }
 
     /// The cost of a failover at scale (issue 18): `n` leases whose every renewal fails

@@ -650,3 +650,85 @@ fn a_slot_in_migration_costs_a_try_no_more_than_its_deadline() {
         .expect("acquired after the migration");
     assert!(fence > first_fence, "the fence counter moved with the slot");
 }
+
+/// Unfenced lease locks (`fenced(false)`) on a cluster: names on different masters exclude
+/// across two clients, report fence 0, are renewed by the watchdog past their ttl, and are
+/// released; a fenced and an unfenced lock of one name exclude each other there too.
+#[test]
+fn unfenced_locks_exclude_renew_and_release_across_the_masters() {
+    const TTL: Duration = Duration::from_millis(1000);
+    let cluster = Cluster::start();
+    let (a, b) = (cluster.client(), cluster.client());
+    let names = ["alpha", "bravo", "charlie", "delta"];
+    let key = |n: &str| format!("redlease:{{{n}}}:lock");
+    let owners: std::collections::HashSet<usize> = names
+        .iter()
+        .map(|n| cluster.owner(slot_of(&cluster, &key(n))))
+        .collect();
+    assert!(owners.len() >= 2, "names spread over the masters");
+    let pttl = |n: &str| -> i64 {
+        let owner = cluster.owner(slot_of(&cluster, &key(n)));
+        redis::cmd("PTTL")
+            .arg(key(n))
+            .query(&mut connection(&cluster.nodes()[owner]))
+            .unwrap()
+    };
+
+    let guards: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let g = a
+                .lock(n)
+                .fenced(false)
+                .ttl(TTL)
+                .try_acquire()
+                .unwrap()
+                .unwrap_or_else(|| panic!("{n} is free"));
+            assert_eq!(g.fence(), 0, "{n}: an unfenced lock has no fence");
+            g
+        })
+        .collect();
+    let start = std::time::Instant::now();
+    // For three ttls: B is refused every name, fenced or not, and A's leases live on.
+    while start.elapsed() < 3 * TTL {
+        for (n, g) in names.iter().zip(&guards) {
+            assert!(!g.is_lost(), "{n}: {:?}", g.lost_reason());
+            assert!(
+                b.lock(n).fenced(false).try_acquire().unwrap().is_none(),
+                "{n}: B took A's unfenced lock after {:?}",
+                start.elapsed()
+            );
+            assert!(
+                b.lock(n).try_acquire().unwrap().is_none(),
+                "{n}: B's fenced lock took A's unfenced lock after {:?}",
+                start.elapsed()
+            );
+        }
+        thread::sleep(Duration::from_millis(100)); // B polls; the invariant is checked each time
+    }
+    for (n, g) in names.iter().zip(guards) {
+        let left = pttl(n);
+        assert!(left > 0, "{n}: renewed past its ttl (pttl {left})");
+        g.release().unwrap();
+        assert_eq!(pttl(n), -2, "{n}: released");
+    }
+
+    // B takes each name fenced now; A's unfenced attempt is refused, then gets it back.
+    for n in names {
+        let fenced = b.lock(n).ttl(TTL).try_acquire().unwrap().expect("free");
+        assert!(fenced.fence() > 0, "{n}");
+        assert!(
+            a.lock(n).fenced(false).try_acquire().unwrap().is_none(),
+            "{n}: an unfenced lock took a fenced holder's lock"
+        );
+        fenced.release().unwrap();
+        let again = a
+            .lock(n)
+            .fenced(false)
+            .try_acquire()
+            .unwrap()
+            .expect("free again");
+        assert_eq!(again.fence(), 0);
+        again.release().unwrap();
+    }
+}

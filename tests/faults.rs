@@ -629,3 +629,127 @@ fn a_delayed_take_overtaken_by_its_undo_leases_nothing() {
     assert_eq!(job.delivery(), 1, "the late take was not counted");
     job.ack().unwrap();
 }
+
+/// The calls of `command` the server counted since its last `CONFIG RESETSTAT`.
+fn calls_of(conn: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The fault `LockBuilder::fenced` names: the server freezes (SIGSTOP) while an unfenced
+/// lock's first attempt, the bare `SET NX PX`, is in flight. The acquisition gives up by its
+/// deadline with a typed error; once the server runs again, the held-back commands run in an
+/// order the client does not choose. Whatever it is, there are never two holders: while the
+/// key lives (taken by the late `SET` for an owner who has gone) every other acquisition is
+/// refused, and the key ends by its ttl, after which the lock is free.
+#[test]
+fn an_unfenced_first_attempt_frozen_in_flight_gives_up_and_never_makes_two_holders() {
+    let server = server();
+    let op_timeout = Duration::from_secs(1);
+    let io_timeout = Duration::from_millis(300);
+    let c = Client::builder(server.url())
+        .connect_timeout(io_timeout)
+        .io_timeout(io_timeout)
+        .op_timeout(op_timeout)
+        .build()
+        .unwrap();
+    let key = "redlease:{frozen-unfenced}:lock";
+    fn unfenced(c: &Client) -> LockBuilder<'_> {
+        c.lock("frozen-unfenced").fenced(false).ttl(TTL)
+    }
+    // Warm the pool and the script cache.
+    unfenced(&c)
+        .try_acquire()
+        .unwrap()
+        .unwrap()
+        .release()
+        .unwrap();
+    let mut conn = connection(&server);
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
+
+    server.pause().unwrap();
+    let start = Instant::now();
+    let got = unfenced(&c).watchdog(false).try_acquire();
+    let took = start.elapsed();
+    server.resume().unwrap();
+    assert!(
+        matches!(got, Err(Error::Unavailable { .. })),
+        "a typed error, got {got:?}"
+    );
+    // The promise: within the op timeout plus one reply timeout (2x margin for load).
+    assert!(
+        took < 2 * (op_timeout + io_timeout),
+        "gave up after {took:?}"
+    );
+
+    // The late SET runs; then wait until every held-back command has run: the server's
+    // counts stay the same across two round trips (the second comes after the server has
+    // read everything that was waiting when it resumed).
+    let total = |conn: &mut redis::Connection| {
+        ["set", "evalsha", "eval", "delifeq"]
+            .iter()
+            .map(|cmd| calls_of(conn, cmd))
+            .sum::<u64>()
+    };
+    await_condition(Duration::from_secs(10), || calls_of(&mut conn, "set") >= 1);
+    let mut last = total(&mut conn);
+    await_condition(Duration::from_secs(10), || {
+        let now = total(&mut conn);
+        std::mem::replace(&mut last, now) == now
+    });
+
+    let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut conn).unwrap();
+    println!(
+        "gave up after {took:?} with {got:?}; the server ran set x{}, evalsha x{}",
+        calls_of(&mut conn, "set"),
+        calls_of(&mut conn, "evalsha")
+    );
+    let other = client(&server);
+    if pttl > 0 {
+        // The undo never reached the server (no connection to send it on while it was
+        // frozen) or ran before the late SET: the lock is taken by nobody until its ttl.
+        println!("outcome: the late SET took the lock for an owner who has gone ({pttl} ms left)");
+        assert!(pttl <= TTL.as_millis() as i64, "pttl {pttl}");
+        let taken = Instant::now();
+        while redis::cmd("PTTL").arg(key).query::<i64>(&mut conn).unwrap() > 100 {
+            assert!(
+                unfenced(&other).try_acquire().unwrap().is_none(),
+                "a second holder beside the late SET's key"
+            );
+            assert!(
+                other
+                    .lock("frozen-unfenced")
+                    .try_acquire()
+                    .unwrap()
+                    .is_none(),
+                "a fenced second holder beside the late SET's key"
+            );
+            std::thread::sleep(Duration::from_millis(100)); // polls; checked each time
+        }
+        await_condition(Duration::from_secs(10), || {
+            redis::cmd("EXISTS")
+                .arg(key)
+                .query::<bool>(&mut conn)
+                .is_ok_and(|e| !e)
+        });
+        assert!(taken.elapsed() <= TTL + Duration::from_secs(2));
+    } else {
+        // The late SET (and any script retry) ran before the undo, which removed the key.
+        println!("outcome: the undo removed what the late attempts took; the lock is free");
+        assert_eq!(pttl, -2, "no key without a ttl");
+    }
+    let g = unfenced(&other)
+        .try_acquire()
+        .unwrap()
+        .expect("the lock is free once the late SET's key has gone");
+    assert_eq!(g.fence(), 0);
+    g.release().unwrap();
+}

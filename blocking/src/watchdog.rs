@@ -72,8 +72,9 @@ struct CellState {
     /// in 72 bytes (one allocator size class below 80, in every held lease).
     valid_ns: u64,
     phase: Phase,
-    /// Bumped when the lease is registered anew (a new ttl), so the old entry is skipped.
-    generation: u64,
+    /// The id of the lease's live registration (each registration has its own, so the entry
+    /// of an older one, before a new ttl, is skipped).
+    generation: WatchId,
     /// The last renewal ended the lease at its hold limit: reaching `valid_until` is then
     /// an expiry, not a failure.
     final_stretch: bool,
@@ -226,21 +227,20 @@ impl LeaseCell {
         Some(state.scheduled)
     }
 
-    /// Marks the lease watched under a new generation (after [`release`](Self::release) or
-    /// at first registration); returns the generation.
-    fn arm(&self) -> u64 {
+    /// Marks the lease watched under the registration `id` (after
+    /// [`release`](Self::release) or at first registration).
+    fn arm(&self, id: WatchId) {
         let mut state = self.state();
-        state.generation += 1;
+        state.generation = id;
         state.phase = Phase::Watched;
         state.final_stretch = false;
         state.scheduled = false;
         state.failures = 0;
-        state.generation
     }
 
     /// The watchdog takes the lease for a renewal; false when it was released (or
-    /// re-registered under another generation).
-    fn begin_renewal(&self, generation: u64) -> bool {
+    /// re-registered under another id).
+    fn begin_renewal(&self, generation: WatchId) -> bool {
         let mut state = self.state();
         if state.phase == Phase::Watched && state.generation == generation {
             state.phase = Phase::Renewing;
@@ -250,17 +250,17 @@ impl LeaseCell {
         }
     }
 
-    /// The thread takes the registration of `generation` into its schedule; false when it
+    /// The thread takes the registration `generation` into its schedule; false when it
     /// is not the live one any more.
-    fn enter_schedule(&self, generation: u64) -> bool {
+    fn enter_schedule(&self, generation: WatchId) -> bool {
         let mut state = self.state();
         let current = state.phase != Phase::Released && state.generation == generation;
         state.scheduled |= current;
         current
     }
 
-    /// Whether the registration of `generation` is the live one.
-    fn is_current(&self, generation: u64) -> bool {
+    /// Whether the registration `generation` is the live one.
+    fn is_current(&self, generation: WatchId) -> bool {
         let state = self.state();
         state.phase != Phase::Released && state.generation == generation
     }
@@ -330,11 +330,11 @@ impl From<RenewalPolicy> for Policy {
     }
 }
 
-/// A lease queued for the watchdog thread: 48 bytes (the queue and the nursery hold one per
+/// A lease queued for the watchdog thread: 40 bytes (the queue and the nursery hold one per
 /// lease acquired within a renewal interval).
 struct Registration {
+    /// Its own (the cell's generation while it is the live registration).
     id: WatchId,
-    generation: u64,
     /// Shared with the guard: registering copies nothing.
     lease: Arc<Lease>,
     policy: Policy,
@@ -351,7 +351,7 @@ impl Registration {
     /// Reports the lease lost if this registration is still the live one: nothing will
     /// renew it.
     fn fail(self) {
-        if self.cell.is_current(self.generation) {
+        if self.cell.is_current(self.id) {
             self.cell.mark_lost(LossReason::WatchdogStopped);
         }
     }
@@ -399,13 +399,12 @@ impl Queue {
 
     /// Queues `lease` for the thread, arming `cell`; returns when its first renewal is due.
     fn register(&self, lease: Arc<Lease>, policy: Policy, cell: Arc<LeaseCell>) -> Instant {
-        let generation = cell.arm();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        cell.arm(id);
         self.live.fetch_add(1, Ordering::Relaxed);
         let first = first_renewal(&lease, policy);
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.pending().push(Registration {
             id,
-            generation,
             lease,
             policy,
             cell,
@@ -535,9 +534,9 @@ impl Drop for Watchdog {
     }
 }
 
-/// A lease in the schedule: 16 bytes (the map's slot, 24, per held lease).
+/// A lease in the schedule, under the id of its registration: 8 bytes (the map's slot, 16,
+/// per held lease).
 struct Watched {
-    generation: u64,
     /// Its lease's first key names the node the renewals go to.
     cell: Arc<LeaseCell>,
 }
@@ -545,7 +544,6 @@ struct Watched {
 /// One extension handed to a renewal thread.
 struct Item {
     id: WatchId,
-    generation: u64,
     cell: Arc<LeaseCell>,
     op: Extension,
 }
@@ -553,7 +551,6 @@ struct Item {
 /// One extension's outcome, back from a renewal thread.
 struct Outcome {
     id: WatchId,
-    generation: u64,
     cell: Arc<LeaseCell>,
     result: Result<Instant, Error>,
 }
@@ -603,7 +600,6 @@ fn failed(items: Vec<Item>, why: &'static str) -> Vec<Outcome> {
         .into_iter()
         .map(|i| Outcome {
             id: i.id,
-            generation: i.generation,
             cell: i.cell,
             result: not_answered(why),
         })
@@ -626,10 +622,8 @@ fn renew_batch(
     items: Vec<Item>,
     kept: &mut Option<Pooled>,
 ) -> Vec<Outcome> {
-    let (meta, mut machines): (Vec<_>, Vec<_>) = items
-        .into_iter()
-        .map(|i| ((i.id, i.generation, i.cell), i.op))
-        .unzip();
+    let (meta, mut machines): (Vec<_>, Vec<_>) =
+        items.into_iter().map(|i| ((i.id, i.cell), i.op)).unzip();
     let mut results: Vec<Option<Result<Instant, Error>>> = machines.iter().map(|_| None).collect();
     let route = Route {
         nodes: std::slice::from_ref(node),
@@ -653,9 +647,8 @@ fn renew_batch(
     }
     meta.into_iter()
         .zip(results)
-        .map(|((id, generation, cell), result)| Outcome {
+        .map(|((id, cell), result)| Outcome {
             id,
-            generation,
             cell,
             result: result.unwrap_or_else(|| not_answered("renewal not answered")),
         })
@@ -746,8 +739,8 @@ impl Drop for Scheduler {
 impl Scheduler {
     /// Reports every watched lease lost and forgets them all.
     fn fail_all(&mut self) {
-        for (_, w) in self.cells.drain() {
-            if w.cell.is_current(w.generation) {
+        for (id, w) in self.cells.drain() {
+            if w.cell.is_current(id) {
                 w.cell.mark_lost(LossReason::WatchdogStopped);
             }
         }
@@ -794,7 +787,7 @@ impl Scheduler {
             let first = r.first();
             self.nursery_due = Some(self.nursery_due.map_or(first, |t| t.min(first)));
             // Released (or registered anew) before its first renewal: nothing to do.
-            if r.cell.is_current(r.generation) {
+            if r.cell.is_current(r.id) {
                 self.nursery.push(r);
             }
         }
@@ -803,7 +796,7 @@ impl Scheduler {
             self.queue
                 .released_early
                 .fetch_sub(early, Ordering::Relaxed);
-            self.nursery.retain(|r| r.cell.is_current(r.generation));
+            self.nursery.retain(|r| r.cell.is_current(r.id));
         }
         if self.nursery_due.is_some_and(|t| t <= now) {
             self.nursery_due = None;
@@ -811,17 +804,11 @@ impl Scheduler {
             self.renewals.reserve(self.nursery.len());
             self.cells.reserve(self.nursery.len());
             for r in self.nursery.drain(..) {
-                if !r.cell.enter_schedule(r.generation) {
+                if !r.cell.enter_schedule(r.id) {
                     continue;
                 }
                 self.renewals.insert(r.id, r.lease, r.policy.get(), now);
-                self.cells.insert(
-                    r.id,
-                    Watched {
-                        generation: r.generation,
-                        cell: r.cell,
-                    },
-                );
+                self.cells.insert(r.id, Watched { cell: r.cell });
             }
             // Many leases acquired within one renewal interval passed through here at once:
             // do not keep their room.
@@ -859,7 +846,7 @@ impl Scheduler {
         let Due { renew, lost } = self.renewals.due(now, deadline, BATCH);
         for (id, reason) in lost {
             if let Some(w) = self.cells.remove(&id)
-                && w.cell.is_current(w.generation)
+                && w.cell.is_current(id)
             {
                 w.cell.mark_lost(reason);
             }
@@ -867,11 +854,10 @@ impl Scheduler {
         let mut by_node: HashMap<String, Vec<Item>> = HashMap::new();
         for (id, op) in renew {
             match self.cells.get(&id) {
-                Some(w) if w.cell.lost.get().is_none() && w.cell.begin_renewal(w.generation) => {
+                Some(w) if w.cell.lost.get().is_none() && w.cell.begin_renewal(id) => {
                     let node = self.node.node_of(key_of(&w.cell.lease));
                     by_node.entry(node).or_default().push(Item {
                         id,
-                        generation: w.generation,
                         cell: w.cell.clone(),
                         op,
                     });
@@ -948,14 +934,11 @@ impl Scheduler {
     fn settle(&mut self, outcomes: Vec<Outcome>) {
         let now = self.time.now();
         for o in outcomes {
-            let current = self
-                .cells
-                .get(&o.id)
-                .is_some_and(|w| w.generation == o.generation);
+            let current = self.cells.contains_key(&o.id);
             // A guard that gave up waiting for this renewal (or registered anew), or a
             // lease already reported lost: the outcome of this old renewal must not touch
             // it, and it is not renewed any more.
-            if !current || !o.cell.is_current(o.generation) || o.cell.lost.get().is_some() {
+            if !current || !o.cell.is_current(o.id) || o.cell.lost.get().is_some() {
                 o.cell.end_renewal(None);
                 if current {
                     self.cells.remove(&o.id);
@@ -1241,9 +1224,9 @@ mod tests {
     #[test]
     fn a_policy_takes_16_bytes_and_reads_back_exactly() {
         assert_eq!(std::mem::size_of::<Option<Policy>>(), 16);
-        assert!(std::mem::size_of::<Registration>() <= 48);
+        assert!(std::mem::size_of::<Registration>() <= 40);
         // The schedule's entry beside the core's, per held lease.
-        assert!(std::mem::size_of::<Watched>() <= 16);
+        assert!(std::mem::size_of::<Watched>() <= 8);
         // A guard per held lease: 72 bytes with the policy as the core writes it.
         assert!(std::mem::size_of::<crate::LockGuard>() <= 56);
         for p in [

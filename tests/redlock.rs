@@ -307,7 +307,7 @@ fn a_builder_used_again_gives_each_acquisition_its_own_token() {
 
 /// A RedLock release asks each node for its owner-checked delete only: no release
 /// announcement (nobody waits for one: RedLock waiters retry after a random delay), so no
-/// node runs a `PUBLISH` per release. A failed acquisition's release everywhere is the same.
+/// node runs a `PUBLISH` per release. A failed acquisition's undo is the same.
 #[test]
 fn a_release_announces_nothing_on_any_node() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
@@ -332,7 +332,7 @@ fn a_release_announces_nothing_on_any_node() {
             .release()
             .unwrap();
     }
-    // Held elsewhere on two nodes: the attempt fails and is released on every node.
+    // Held elsewhere on two nodes: the attempt fails and is undone on the node that granted it.
     for c in &mut conns[..2] {
         let _: () = c.set("redlease:{quiet}:lock", "other").unwrap();
     }
@@ -347,9 +347,12 @@ fn a_release_announces_nothing_on_any_node() {
                 .map_or(0, |n| n.parse::<u64>().unwrap())
         };
         assert_eq!(calls("publish") + calls("spublish"), 0, "node {i}: {stats}");
-        // Three releases and the failed attempt's: by script or native delete.
+        // Three releases, and on the node that granted the failed attempt its undo (the
+        // two busy nodes never ran that attempt's SET, so they get no undo): by script or
+        // native delete.
         let releases = calls("evalsha") + calls("eval") + calls("delifeq") + calls("delex");
-        assert!(releases >= 4, "node {i} released: {stats}");
+        let expected = if i < 2 { 3 } else { 4 };
+        assert!(releases >= expected, "node {i} released: {stats}");
     }
     // The other holder's keys are untouched; ours are gone.
     for c in &mut conns[..2] {

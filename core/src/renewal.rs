@@ -429,6 +429,10 @@ impl<T> Default for Renewals<T> {
             heap: BinaryHeap::new(),
             epoch: None,
             native_extend: false,
+            since_purge: 0,
+            purged_len: 0,
+            #[cfg(test)]
+            purges: 0,
         }
     }
 }
@@ -986,7 +990,7 @@ mod tests {
             ids.dedup();
             assert_eq!(ids.len(), due.renew.len(), "a lease handed out twice");
             handed_out += ids.len();
-            for (id, reason) in due.lost {
+            for (id, reason, _) in due.lost {
                 assert_eq!(reason, LossReason::RenewalFailed);
                 lost.push(id);
             }
@@ -1055,6 +1059,10 @@ mod tests {
         assert!(renew.is_empty() && lost.is_empty());
         let Due { renew, lost } = r.due(check, valid, 10);
         assert!(renew.is_empty());
+        let lost: Vec<_> = lost
+            .into_iter()
+            .map(|(id, reason, _)| (id, reason))
+            .collect();
         assert_eq!(lost, vec![(2, LossReason::RenewalFailed)]);
         assert_eq!(r.next_wakeup(), None);
     }

@@ -137,6 +137,29 @@ fn a_reentrant_release_retried_after_a_lost_reply_counts_once() {
 }
 
 #[test]
+fn a_reentrant_extension_shortens_from_the_current_ttl() {
+    // ttl 10 s, extended to 60 s, then to 20 s: held once, so the key is shortened to 20 s
+    // (shorter than the current 60 s, though longer than the acquisition's 10 s).
+    let server = server();
+    let c = client(&server);
+    let mut g = c
+        .reentrant_lock("shorten")
+        .ttl(Duration::from_secs(10))
+        .try_acquire()
+        .unwrap()
+        .expect("free");
+    g.extend_to(Duration::from_secs(60)).unwrap();
+    let mut conn = raw(&server);
+    let pttl: i64 = conn.pttl("redlease:{shorten}:reentrant").unwrap();
+    assert!(pttl > 20_000, "extended: pttl {pttl}");
+    g.extend_to(Duration::from_secs(20)).unwrap();
+    let pttl: i64 = conn.pttl("redlease:{shorten}:reentrant").unwrap();
+    assert!(pttl > 0 && pttl <= 20_000, "shortened: pttl {pttl}");
+    assert_eq!(g.ttl(), Duration::from_secs(20));
+    g.release().unwrap();
+}
+
+#[test]
 fn a_reentrant_release_by_a_non_owner_is_refused() {
     let server = server();
     let c = client(&server);

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use redis::Commands;
 use redlease::core::keys::Keyspace;
 use redlease::core::lease::{Acquire, AcquireOptions, LockSpec, Token};
 use redlease::core::script::{Script, ScriptCall};
@@ -245,6 +246,44 @@ fn an_ack_or_nack_whose_reply_was_lost_is_ok_once() {
         // The nack ran once: the job is ready once; the ack forgot it.
         assert_eq!(stats.ready, u64::from(!ack), "ack {ack}: {stats:?}");
     }
+}
+
+#[test]
+fn a_release_whose_reply_was_lost_after_an_extension_is_ok() {
+    // Acquired for 300 ms, extended to 30 s; released after the 300 ms have passed, its
+    // reply lost: the retry finds the key gone, and the lost delete (sent while the lease
+    // was valid, as extended) did it.
+    let server = server();
+    let proxy = Proxy::start(server.port()).unwrap();
+    let c = proxied(&proxy, Duration::from_millis(500));
+    let lock = c
+        .lock("lost-after-extend")
+        .ttl(Duration::from_millis(300))
+        .watchdog(false);
+    // Load the release script first: the lost reply must be the delete's, not a NOSCRIPT.
+    lock.try_acquire()
+        .unwrap()
+        .expect("free")
+        .release()
+        .unwrap();
+    let mut guard = lock.try_acquire().unwrap().expect("free");
+    let acquired_until = guard.lease().valid_until;
+    guard.extend_to(Duration::from_secs(30)).unwrap();
+    // Not a synchronisation: the scenario needs the acquisition's validity to be over.
+    while Instant::now() <= acquired_until + Duration::from_millis(50) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!guard.is_lost());
+    let dropped = proxy.dropped();
+    proxy.drop_next_reply();
+    assert_eq!(guard.release(), Ok(()));
+    assert_eq!(proxy.dropped(), dropped + 1, "the first reply was lost");
+    let mut conn = connection(&server);
+    assert!(
+        !conn
+            .exists::<_, bool>("redlease:{lost-after-extend}:lock")
+            .unwrap()
+    );
 }
 
 #[test]

@@ -551,7 +551,8 @@ impl LockGuard {
     /// would put back the old ttl on the server or the old validity here, so `remaining()`
     /// could over-report after a shortening.
     pub fn extend_to(&mut self, ttl: Duration) -> Result<(), Error> {
-        let machine = ScriptOp::extend(self.cell.lease(), ttl, self.deadline())?;
+        let current = self.cell.ttl();
+        let machine = ScriptOp::extend_current(self.cell.lease(), current, ttl, self.deadline())?;
         if let Some(reason) = self.cell.lost(&self.shared.time) {
             return Err(self.not_owner(reason));
         }
@@ -631,7 +632,12 @@ impl LockGuard {
         if let Some(reason) = self.known_not_ours() {
             return Err(self.not_owner(reason));
         }
-        let out = release_lease(&self.shared, self.cell.lease(), deadline);
+        let out = release_lease(
+            &self.shared,
+            self.cell.lease(),
+            self.cell.valid_until(),
+            deadline,
+        );
         crate::observe::released(&self.cell.lease().target.name, self.cell.lease().kind, &out);
         out
     }
@@ -651,14 +657,17 @@ impl LockGuard {
     /// Ends the lease with another owner-checked call than the release (a queue's ack or
     /// nack); the same outcomes as [`release`](Self::release).
     pub(crate) fn finish_with(self, call: redlease_core::script::ScriptCall) -> Result<(), Error> {
-        self.finish_op(|lease, deadline| ScriptOp::release_with(lease, call, deadline))
+        self.finish_op(|lease, valid_until, deadline| {
+            ScriptOp::release_with(lease, call, deadline).with_valid_until(valid_until)
+        })
     }
 
     /// [`finish_with`](Self::finish_with) for any owner-checked operation (a queue's nack,
-    /// which says whether the job went to the dead list).
+    /// which says whether the job went to the dead list). `op` gets the lease, its validity
+    /// now (for the lost-reply rule: see [`ScriptOp::with_valid_until`]) and the deadline.
     pub(crate) fn finish_op<P: redlease_core::Protocol>(
         mut self,
-        op: impl FnOnce(&Lease, Instant) -> P,
+        op: impl FnOnce(&Lease, Instant, Instant) -> P,
     ) -> Result<P::Output, Error> {
         self.done = true;
         let deadline = self.deadline();
@@ -669,7 +678,8 @@ impl LockGuard {
         // Renewals go on until the answer is in: a job's lease must not run out while its ack
         // is retried after a lost reply (the retry would then find it redelivered). A renewal
         // racing the ack finds the job gone and changes nothing.
-        let outcome = drive(&self.shared, None, op(self.cell.lease(), deadline));
+        let machine = op(self.cell.lease(), self.cell.valid_until(), deadline);
+        let outcome = drive(&self.shared, None, machine);
         self.stop_watching(deadline);
         outcome
     }
@@ -925,15 +935,26 @@ impl Drop for LockGuard {
         if self.known_not_ours().is_none() {
             // Errors cannot be returned from drop (they are logged); the lease ends at its
             // expiry at worst.
-            let out = release_lease(&self.shared, self.cell.lease(), deadline);
+            let out = release_lease(
+                &self.shared,
+                self.cell.lease(),
+                self.cell.valid_until(),
+                deadline,
+            );
             crate::observe::released(&self.cell.lease().target.name, self.cell.lease().kind, &out);
         }
     }
 }
 
 /// Releases `lease` by the server's native compare-and-delete where the server has one and
-/// the lease is a plain lock ([`NativeRelease`]), else by its release script.
-fn release_lease(shared: &Shared, lease: &Lease, deadline: Instant) -> Result<(), Error> {
+/// the lease is a plain lock ([`NativeRelease`]), else by its release script. `valid_until`
+/// is the lease's validity now (after renewals or extensions), for the lost-reply rule.
+fn release_lease(
+    shared: &Shared,
+    lease: &Lease,
+    valid_until: Instant,
+    deadline: Instant,
+) -> Result<(), Error> {
     let transport = match &shared.node {
         crate::backend::Node::Redis(transport) => Some(transport),
         #[allow(unreachable_patterns)]
@@ -942,10 +963,14 @@ fn release_lease(shared: &Shared, lease: &Lease, deadline: Instant) -> Result<()
     let native = transport
         .and_then(|t| t.server_kind())
         .and_then(crate::connect::ServerKind::compare_and_delete)
-        .and_then(|how| NativeRelease::new(lease, how, deadline));
+        .and_then(|how| NativeRelease::new(lease, how, deadline))
+        .map(|m| m.with_valid_until(valid_until));
     match (native, transport) {
         (Some(machine), Some(transport)) => drive(shared, None, Noting { machine, transport }),
-        _ => drive(shared, None, ScriptOp::release(lease, deadline)),
+        _ => {
+            let machine = ScriptOp::release(lease, deadline).with_valid_until(valid_until);
+            drive(shared, None, machine)
+        }
     }
 }
 

@@ -600,7 +600,9 @@ impl Job {
             }
         };
         let id = self.id;
-        let out = self.guard.finish_op(|_, _| machine);
+        let out = self
+            .guard
+            .finish_op(|_, valid_until, _| machine.with_valid_until(valid_until));
         let (ack, next) = match out {
             Ok(AckedAndTaken { ack, next, .. }) => (ack, next),
             Err(e) => (Err(e), Take::Empty { next_due_in: None }),
@@ -638,9 +640,9 @@ impl Job {
         };
         let token = self.guard.lease().token.as_str().to_owned();
         let call = queue::nack_because(&self.queue.keys, &self.id, &token, backoff, max, reason);
-        let out = self
-            .guard
-            .finish_op(|lease, deadline| queue::nack_op(lease, call, deadline));
+        let out = self.guard.finish_op(|lease, valid_until, deadline| {
+            queue::nack_op(lease, call, deadline).with_valid_until(valid_until)
+        });
         let (name, id) = (&self.queue.keys.name, &self.id);
         let why = Some(reason).filter(|r| !r.is_empty());
         crate::observe::job(name, id, "nack", why, &out);

@@ -330,7 +330,8 @@ impl<T: WatchedLease> Extension<T> {
         };
         built
             .unwrap_or_else(|| {
-                ScriptOp::extend(self.lease.lease(), self.ttl, self.deadline)
+                let lease = &self.lease;
+                ScriptOp::extend_current(lease.lease(), lease.ttl(), self.ttl, self.deadline)
                     .map(|m| Machine::Script(Box::new(m)))
             })
             .unwrap_or_else(|e| Machine::Failed(Some(Box::new(e))))

@@ -490,6 +490,36 @@ fn release_retried_after_a_lost_reply_counts_the_lost_attempt() {
 }
 
 #[test]
+fn release_after_renewals_judges_a_lost_reply_by_the_current_validity() {
+    // Acquired for 10 s, extended to 60 s at 5 s; at 30 s the delete runs but its reply is
+    // lost, and the retry finds the key gone: our delete did it.
+    let now = origin();
+    let lease = lease_at(now);
+    let at = now + Duration::from_secs(30);
+    let renewed = now + Duration::from_secs(65);
+    let op = ScriptOp::release(&lease, at + Duration::from_secs(1)).with_valid_until(renewed);
+    let mut s = Scenario::new(op, at);
+    s.fail(TransportFailure::no_reply("timeout"));
+    s.sleep_through();
+    s.answer(Reply::Int(0));
+    assert_eq!(s.expect_done(), Ok(()));
+    // Sent after even the renewed validity: gone means expired.
+    let late = renewed + Duration::from_millis(1);
+    let op = ScriptOp::release(&lease, late + Duration::from_secs(1)).with_valid_until(renewed);
+    let mut s = Scenario::new(op, late);
+    s.fail(TransportFailure::no_reply("timeout"));
+    s.sleep_through();
+    s.answer(Reply::Int(0));
+    assert!(matches!(
+        s.expect_done(),
+        Err(Error::NotOwner {
+            reason: LossReason::Expired,
+            ..
+        })
+    ));
+}
+
+#[test]
 fn release_gives_up_after_max_attempts_or_deadline() {
     let now = origin();
     let lease = lease_at(now);
@@ -1121,6 +1151,17 @@ fn a_reentrant_extension_to_a_shorter_ttl_asks_for_it_exactly() {
         let r = s.answer(Reply::Int(1));
         let a = args(&r);
         assert_eq!(a[1], super::scripts::REENTRANT_EXTEND.sha1);
+        assert_eq!(
+            a[a.len() - 2..],
+            [ttl.as_millis().to_string(), exact.to_owned()]
+        );
+    }
+    // Extended to 6x since: shorter than that (not than the acquisition's) shortens it.
+    for (ttl, exact) in [(TTL * 2, "1"), (TTL * 6, "0"), (TTL * 7, "0")] {
+        let op = ScriptOp::extend_current(&lease, TTL * 6, ttl, now + Duration::from_secs(1));
+        let mut s = Scenario::new(op.unwrap(), now);
+        let r = s.answer(Reply::Int(1));
+        let a = args(&r);
         assert_eq!(
             a[a.len() - 2..],
             [ttl.as_millis().to_string(), exact.to_owned()]

@@ -119,6 +119,14 @@ impl NativeRelease {
         })
     }
 
+    /// Uses `valid_until` as the lease's validity for the lost-reply rule instead of the
+    /// one it was acquired with (see [`ScriptOp::with_valid_until`]).
+    pub fn with_valid_until(mut self, valid_until: Instant) -> Self {
+        self.valid_until = valid_until;
+        self.script = self.script.with_valid_until(valid_until);
+        self
+    }
+
     /// Whether the server refused the native command itself: it does not have it (a
     /// failover to an older server) or the user may not run it (ACL). The driver should stop
     /// choosing this machine for that server: each such release costs a second round trip.
@@ -500,6 +508,37 @@ mod tests {
         // The retry finds the key gone: our lost delete did it.
         m.handle(Response::reply(call.id, Reply::Int(0)), now);
         assert!(matches!(m.poll(now), Step::Done(Ok(()))));
+    }
+
+    #[test]
+    fn a_lost_reply_sent_within_the_renewed_validity_counts_as_released() {
+        // Acquired for 10 s, renewed to 60 s; the delete is sent at 30 s and its reply lost.
+        let now = origin();
+        let lease = lock(&Keyspace::default(), now);
+        let at = now + TTL * 3;
+        let renewed = now + TTL * 6;
+        for (valid_until, released) in [(None, false), (Some(renewed), true)] {
+            let m = NativeRelease::new(&lease, NativeDelete::DelIfEq, at + TTL).unwrap();
+            let mut m = match valid_until {
+                Some(v) => m.with_valid_until(v),
+                None => m,
+            };
+            first_batch(&mut m, at);
+            answer(&mut m, at, Err(TransportFailure::no_reply("timed out")));
+            let Step::Send(batch) = m.poll(at) else {
+                panic!("the script")
+            };
+            let call = &batch.requests[0];
+            m.handle(Response::reply(call.id, Reply::Int(0)), at);
+            match m.poll(at) {
+                Step::Done(Ok(())) => assert!(released),
+                Step::Done(Err(Error::NotOwner { reason, .. })) => {
+                    assert!(!released);
+                    assert_eq!(reason, LossReason::Expired);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]

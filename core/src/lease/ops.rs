@@ -231,7 +231,22 @@ impl ScriptOp<Extend> {
     /// ends the lease at the limit). For a reentrant lock, whose renewals otherwise never
     /// shorten the key (an outer hold of the same owner may want it longer), a shorter `ttl`
     /// is set exactly when the owner holds the lock once.
+    ///
+    /// Compares `ttl` with the ttl the lease was acquired with: for a lease renewed or
+    /// extended to another ttl since, use [`extend_current`](Self::extend_current).
     pub fn extend(lease: &Lease, ttl: Duration, deadline: Instant) -> Result<Self, Error> {
+        Self::extend_current(lease, lease.ttl, ttl, deadline)
+    }
+
+    /// [`extend`](Self::extend) of a lease whose ttl is now `current_ttl` (an earlier
+    /// extension to another ttl): a reentrant lock is shortened when `ttl` is shorter than
+    /// that, not than the ttl it was acquired with.
+    pub fn extend_current(
+        lease: &Lease,
+        current_ttl: Duration,
+        ttl: Duration,
+        deadline: Instant,
+    ) -> Result<Self, Error> {
         let ttl_ms = super::validate_ttl("ttl", ttl)?;
         let kind = Extend {
             name: lease.target.name.clone(),
@@ -239,7 +254,7 @@ impl ScriptOp<Extend> {
         };
         let mut call = lease.calls.extend().arg(ttl_ms.to_string());
         if lease.kind == super::LeaseKind::Lock(super::LockKind::Reentrant) {
-            call = call.arg(if ttl < lease.ttl { "1" } else { "0" });
+            call = call.arg(if ttl < current_ttl { "1" } else { "0" });
         }
         Ok(Self::new(
             kind,
@@ -288,6 +303,23 @@ impl<K: OpKind> ScriptOp<K> {
             retry_at: None,
             pause: RETRY_PAUSE,
             done: false,
+        }
+    }
+
+    /// Uses `valid_until` as the lease's validity for the lost-reply rule instead of the
+    /// one it was acquired with: the validity now, after renewals or extensions. A retry
+    /// after a lost reply that finds the lease gone counts as ours when the lost attempt
+    /// was sent before this instant.
+    pub fn with_valid_until(mut self, valid_until: Instant) -> Self {
+        self.set_valid_until(valid_until);
+        self
+    }
+
+    /// [`with_valid_until`](Self::with_valid_until) in place (kinds without the rule keep
+    /// none).
+    pub(crate) fn set_valid_until(&mut self, valid_until: Instant) {
+        if self.valid_until.is_some() {
+            self.valid_until = Some(valid_until);
         }
     }
 

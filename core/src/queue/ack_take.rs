@@ -221,6 +221,16 @@ pub struct AckAndTake {
 }
 
 impl AckAndTake {
+    /// Uses `valid_until` as the acked job's validity for the lost-reply rule instead of
+    /// the one it was taken with: the validity now, after renewals or extensions (see
+    /// [`ScriptOp::with_valid_until`]).
+    pub fn with_valid_until(mut self, valid_until: Instant) -> Self {
+        if let State::Calling(op) = &mut self.state {
+            op.set_valid_until(valid_until);
+        }
+        self
+    }
+
     fn undoing(
         &mut self,
         result: Result<AckedAndTaken, Error>,

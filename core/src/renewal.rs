@@ -1169,44 +1169,6 @@ mod tests {
         assert_eq!(r.next_wakeup(), None);
     }
 
-    /// The cost of a failover at scale (issue 18): `n` leases whose every renewal fails
-    /// until all are lost. Run with `cargo test -p redlease-core --release --lib
-    /// failover_cost -- --ignored --nocapture`.
-    #[test]
-    #[ignore = "a measurement: prints purges and time"]
-    // The wall time of the measurement itself, not a time the schedule reads.
-    #[allow(clippy::disallowed_methods)]
-    fn failover_cost() {
-        for n in [32_000, 64_000] {
-            let t0 = origin();
-            let mut r = Renewals::new();
-            r.reserve(n);
-            for i in 0..n {
-                r.insert(
-                    i as WatchId,
-                    lease(t0, &format!("l{i}")),
-                    RenewalPolicy::for_ttl(TTL),
-                    t0,
-                );
-            }
-            let started = Instant::now();
-            let mut lost = 0;
-            while let Some(now) = r.next_wakeup() {
-                let due = r.due(now, now + Duration::from_millis(5), usize::MAX);
-                lost += due.lost.len();
-                for (id, _) in due.renew {
-                    let failure = Err(Error::Unavailable {
-                        attempts: 1,
-                        last: crate::TransportFailure::not_sent("refused"),
-                    });
-                    r.renewed(id, failure, now);
-                }
-            }
-            assert_eq!(lost, n);
-            eprintln!("{n} leases: {} purges, {:?}", r.purges, started.elapsed());
-        }
-    }
-
     /// With the server's compare-and-set on, a plain lock's renewal is `SET ... IFEQ ... PX`
     /// (renewed on `OK`); off (the default), the extend script.
     #[test]

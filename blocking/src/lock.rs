@@ -632,13 +632,14 @@ impl LockGuard {
         if let Some(reason) = self.known_not_ours() {
             return Err(self.not_owner(reason));
         }
-        let out = release_lease(
-            &self.shared,
-            self.cell.lease(),
-            self.cell.valid_until(),
-            deadline,
-        );
-        crate::observe::released(&self.cell.lease().target.name, self.cell.lease().kind, &out);
+        self.send_release(deadline)
+    }
+
+    /// Sends the owner-checked release, judged by the lease's current validity, and logs it.
+    fn send_release(&self, deadline: Instant) -> Result<(), Error> {
+        let lease = self.cell.lease();
+        let out = release_lease(&self.shared, lease, self.cell.valid_until(), deadline);
+        crate::observe::released(&lease.target.name, lease.kind, &out);
         out
     }
 
@@ -935,13 +936,7 @@ impl Drop for LockGuard {
         if self.known_not_ours().is_none() {
             // Errors cannot be returned from drop (they are logged); the lease ends at its
             // expiry at worst.
-            let out = release_lease(
-                &self.shared,
-                self.cell.lease(),
-                self.cell.valid_until(),
-                deadline,
-            );
-            crate::observe::released(&self.cell.lease().target.name, self.cell.lease().kind, &out);
+            let _ = self.send_release(deadline);
         }
     }
 }

@@ -85,6 +85,18 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo check -p redlease --features redis/default (an application using redis's defaults)"
 cargo check -p redlease --features redis/default
 
+# An async runtime's plain feature alone (no TLS of its own): redlease's default TLS must
+# not turn on `redis/tls-rustls`, which with `tokio-comp` alone fails inside the `redis`
+# crate (E0046, missing connect_tcp_tls; issue 27). redis 1.8 has no async-std runtime.
+for runtime in tokio-comp smol-comp "tokio-comp,redis/connection-manager,redis/cluster-async"; do
+    step "cargo check -p redlease --features redis/$runtime (an async application)"
+    cargo check -p redlease --features "redis/$runtime"
+done
+# redlease's opt-in `redis-tls` turns on the `redis` crate's TLS: beside tokio it builds with
+# `tokio-rustls-comp` (the combination the README names).
+step "cargo check -p redlease --features redis-tls,redis/tokio-rustls-comp"
+cargo check -p redlease --features redis-tls,redis/tokio-rustls-comp
+
 # Every `redis` feature an application may plausibly turn on (async runtimes with TLS, the
 # connection manager, cluster-async, client-side caching, Sentinel, value conversions).
 # Native-TLS is left out only because it needs the system's OpenSSL headers to build.

@@ -281,9 +281,15 @@ impl ClientBuilder {
             .into());
         }
         let watch = crate::sentinel::SentinelWatch::new(self.sentinel_check);
+        let tls = tls.then(|| self.tls.clone());
+        let tls_config = Arc::new(crate::wire::TlsConfig::default());
         // Detached: it ends by itself once the client (the last holder of `watch`) is gone.
         let _ = crate::sentinel::spawn_switch_listener(
-            sentinels.clone(),
+            crate::sentinel::Sentinels {
+                clients: sentinels.clone(),
+                tls: tls.clone(),
+                tls_config: tls_config.clone(),
+            },
             service.to_owned(),
             self.connect_timeout,
             Arc::downgrade(&watch),
@@ -293,7 +299,8 @@ impl ClientBuilder {
             service: service.to_owned(),
             timeout: self.connect_timeout,
             master: self.master_auth_info(),
-            tls: tls.then(|| self.tls.clone()),
+            tls,
+            tls_config,
             watch,
         })
     }
@@ -367,6 +374,7 @@ impl ClientBuilder {
                 let info = seeds[0].clone();
                 let tls = is_tls(info.addr());
                 self.tls.check(tls).map_err(setting)?;
+                crate::connect::check_redis_crate_tls(&info, true).map_err(setting)?;
                 let seed = tls_client(info.clone())?;
                 #[allow(unused_mut)]
                 // No retries inside the `redis` crate: it would send a command again after a
@@ -377,7 +385,7 @@ impl ClientBuilder {
                     .connection_timeout(self.connect_timeout)
                     .response_timeout(self.io_timeout)
                     .retries(0);
-                #[cfg(feature = "tls-rustls")]
+                #[cfg(feature = "redis-tls")]
                 if tls {
                     crate::connect::install_crypto_provider();
                     cluster = cluster.certs(self.tls.certificates());
@@ -391,6 +399,7 @@ impl ClientBuilder {
             None => {
                 let info = self.target.clone().map_err(setting)?;
                 self.tls.check(is_tls(info.addr())).map_err(setting)?;
+                crate::connect::check_redis_crate_tls(&info, false).map_err(setting)?;
                 let redis = tls_client(info.clone())?;
                 (Source::Direct(redis), info)
             }

@@ -31,7 +31,61 @@ mod sealed {
 }
 
 fn parse_url(url: &str) -> Result<ConnectionInfo, String> {
-    url.into_connection_info().map_err(|e| bad_url(url, &e))
+    match tls_url(url) {
+        Some(parsed) => parsed,
+        None => url.into_connection_info().map_err(|e| bad_url(url, &e)),
+    }
+}
+
+/// A `rediss://` (or `valkeys://`) URL, parsed without the `redis` crate's TLS support:
+/// redlease's own connections (the pool, the listener, Sentinels, RedLock nodes) speak TLS
+/// through its own rustls, so it does not turn on `redis/tls-rustls`, whose async
+/// connectors fail to build beside a plain `redis/tokio-comp` or `smol-comp` (issue 27).
+/// The rest of the URL is the `redis` crate's to read, as a plain one. `None`: not a TLS
+/// URL.
+fn tls_url(url: &str) -> Option<Result<ConnectionInfo, String>> {
+    let (scheme, rest) = url.split_once("://")?;
+    let plain = match scheme.to_ascii_lowercase().as_str() {
+        "rediss" => "redis",
+        "valkeys" => "valkey",
+        _ => return None,
+    };
+    if !cfg!(feature = "tls-rustls") {
+        return Some(Err(format!(
+            "bad Redis URL {:?}: TLS needs redlease's `tls-rustls` feature",
+            redact_url(url)
+        )));
+    }
+    let (rest, fragment) = match rest.split_once('#') {
+        Some((rest, fragment)) => (rest, Some(fragment)),
+        None => (rest, None),
+    };
+    let insecure = match fragment {
+        None | Some("") => false,
+        Some("insecure") => true,
+        Some(_) => {
+            return Some(Err(format!(
+                "bad Redis URL {:?}: only #insecure is supported as a URL fragment",
+                redact_url(url)
+            )));
+        }
+    };
+    let parsed = format!("{plain}://{rest}")
+        .into_connection_info()
+        .map_err(|e| bad_url(url, &e))
+        .and_then(|info| match info.addr().clone() {
+            ConnectionAddr::Tcp(host, port) => Ok(info.set_addr(ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                tls_params: None,
+            })),
+            other => Err(format!(
+                "bad Redis URL {:?}: not a TCP address ({other})",
+                redact_url(url)
+            )),
+        });
+    Some(parsed)
 }
 
 /// The error for a URL the `redis` crate refused, without its password.
@@ -162,7 +216,7 @@ impl TlsSettings {
 
     /// A `redis` client for `info`, with these settings if it is a TLS address.
     pub(crate) fn client(&self, info: ConnectionInfo) -> redis::RedisResult<redis::Client> {
-        #[cfg(feature = "tls-rustls")]
+        #[cfg(feature = "redis-tls")]
         if is_tls(info.addr()) && self.is_set() {
             install_crypto_provider();
             return redis::Client::build_with_tls(info, self.certificates());
@@ -175,7 +229,7 @@ impl TlsSettings {
     }
 
     /// The settings in the `redis` crate's form.
-    #[cfg(feature = "tls-rustls")]
+    #[cfg(feature = "redis-tls")]
     pub(crate) fn certificates(&self) -> redis::TlsCertificates {
         redis::TlsCertificates {
             client_tls: self
@@ -188,6 +242,31 @@ impl TlsSettings {
             root_cert: self.root_ca.clone(),
         }
     }
+}
+
+/// Refuses a TLS connection to `info` that would be the `redis` crate's (one to a node of a
+/// Redis Cluster, a `?protocol=resp3` URL, a `#insecure` URL) in a build without
+/// redlease's `redis-tls` feature: the `redis` crate's TLS is then not turned on by
+/// redlease, and the connection could only fail later (redlease's own connections, which
+/// speak TLS through its own rustls, need no such feature).
+pub(crate) fn check_redis_crate_tls(info: &ConnectionInfo, cluster: bool) -> Result<(), String> {
+    if !is_tls(info.addr()) || cfg!(feature = "redis-tls") {
+        return Ok(());
+    }
+    let what = if cluster {
+        "Redis Cluster over TLS"
+    } else if crate::wire::Wire::serves(info, Some(&TlsSettings::default())) {
+        return Ok(());
+    } else if info.redis_settings().protocol().supports_resp3() {
+        "RESP3 (`?protocol=resp3`) over TLS"
+    } else {
+        "a TLS URL with `#insecure`"
+    };
+    Err(format!(
+        "{what} goes through the `redis` crate's TLS: turn on redlease's `redis-tls` feature \
+         (with `redis/tokio-comp` or `redis/smol-comp` in the same build, also \
+         `redis/tokio-rustls-comp` or `redis/smol-rustls-comp`)"
+    ))
 }
 
 /// Makes rustls use `ring` unless the application installed a provider: the `redis` crate
@@ -658,6 +737,72 @@ mod tests {
             .unwrap_or_default();
         assert!(e.contains("bad Redis URL"), "{e}");
         assert!(!e.contains("s3cret"), "{e}");
+    }
+
+    /// `rediss://` URLs are read without the `redis` crate's TLS (which redlease's default
+    /// features no longer turn on: issue 27).
+    #[cfg(feature = "tls-rustls")]
+    #[test]
+    fn tls_urls_parse_without_the_redis_crates_tls() {
+        let info = "rediss://app:s3cret@cache.example:6380/2"
+            .connection_info()
+            .unwrap();
+        match info.addr() {
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure,
+                ..
+            } => {
+                assert_eq!(
+                    (host.as_str(), *port, *insecure),
+                    ("cache.example", 6380, false)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(info.redis_settings().db(), 2);
+        assert_eq!(info.redis_settings().username(), Some("app"));
+        assert_eq!(info.redis_settings().password(), Some("s3cret"));
+        let valkey = "VALKEYS://cache.example".connection_info().unwrap();
+        assert!(matches!(
+            valkey.addr(),
+            ConnectionAddr::TcpTls { port: 6379, .. }
+        ));
+        let insecure = "rediss://h/#insecure".connection_info().unwrap();
+        assert!(matches!(
+            insecure.addr(),
+            ConnectionAddr::TcpTls { insecure: true, .. }
+        ));
+        let e = "rediss://:s3cret@h/#other".connection_info().unwrap_err();
+        assert!(e.contains("#insecure") && !e.contains("s3cret"), "{e}");
+        let e = "rediss://:s3cret@h:notaport/"
+            .connection_info()
+            .unwrap_err();
+        assert!(e.contains("bad Redis URL") && !e.contains("s3cret"), "{e}");
+        // Plain URLs are the `redis` crate's as before.
+        assert!(matches!(
+            "redis://h:1/".connection_info().unwrap().addr(),
+            ConnectionAddr::Tcp(..)
+        ));
+    }
+
+    /// Without `redis-tls`, the connections left to the `redis` crate cannot speak TLS:
+    /// refused when the client is built, naming the feature; redlease's own need nothing.
+    #[cfg(all(feature = "tls-rustls", not(feature = "redis-tls")))]
+    #[test]
+    fn tls_the_redis_crate_would_carry_needs_the_redis_tls_feature() {
+        let info = |url: &str| url.connection_info().unwrap();
+        assert_eq!(check_redis_crate_tls(&info("rediss://h/"), false), Ok(()));
+        assert_eq!(check_redis_crate_tls(&info("redis://h/"), true), Ok(()));
+        for (url, cluster) in [
+            ("rediss://h/", true),
+            ("rediss://h/?protocol=resp3", false),
+            ("rediss://h/#insecure", false),
+        ] {
+            let e = check_redis_crate_tls(&info(url), cluster).unwrap_err();
+            assert!(e.contains("`redis-tls` feature"), "{url}: {e}");
+        }
     }
 
     /// Runs in a build without default features (`cargo test -p redlease

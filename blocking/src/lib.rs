@@ -19,7 +19,8 @@
 //!
 //! This crate is a thin driver: it runs the protocol machines of
 //! [`redlease_core`] over an `r2d2` pool of connections (its own RESP connections to a
-//! single server; the `redis` crate's for Redis Cluster). Everything a protocol
+//! single server, with its own rustls for TLS; the `redis` crate's for Redis Cluster, whose
+//! TLS is the `redis` crate's: cargo feature `redis-tls`). Everything a protocol
 //! decides (what to send, how to read a reply, when to retry) lives in the core and is
 //! unit-tested there with scripted replies; this crate only moves bytes, reads the clock,
 //! sleeps and draws random tokens. To drive the core from another runtime (async, an event

@@ -122,13 +122,9 @@ impl RedLockBuilder {
         // as two votes, and its second SET NX always finds the first: refuse it.
         let mut seen = std::collections::HashSet::new();
         for url in &self.urls {
-            let redis = redis::Client::open(url.as_str()).map_err(|e| {
-                InvalidArgument::Setting(format!(
-                    "bad Redis URL {:?}: {e}",
-                    crate::connect::redact_url(url)
-                ))
-            })?;
-            let addr = redis.get_connection_info().addr().to_string();
+            use crate::connect::ConnectionTarget;
+            let info = url.connection_info().map_err(InvalidArgument::Setting)?;
+            let addr = info.addr().to_string();
             if !seen.insert(addr.clone()) {
                 return Err(InvalidArgument::Setting(format!(
                     "RedLock nodes must be distinct servers: {addr} is given twice (as {:?})",
@@ -164,6 +160,8 @@ impl RedLockBuilder {
                 let info = url.connection_info().map_err(InvalidArgument::Setting)?;
                 self.tls
                     .check(crate::connect::is_tls(info.addr()))
+                    .map_err(InvalidArgument::Setting)?;
+                crate::connect::check_redis_crate_tls(&info, false)
                     .map_err(InvalidArgument::Setting)?;
                 let redis = self.tls.client(info).map_err(|e| {
                     InvalidArgument::Setting(format!("cannot set up the connection: {e}"))

@@ -20,6 +20,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use redlease_core::Reply;
+
+use crate::connect::TlsSettings;
+use crate::wire::{TlsConfig, Wire, WireError};
+
 /// The Sentinel channel announcing a new master:
 /// `<service> <old ip> <old port> <new ip> <new port>`.
 const SWITCH_CHANNEL: &str = "+switch-master";
@@ -122,12 +127,74 @@ impl Tie {
     }
 }
 
+/// The Sentinels of a client and how they are reached (over redlease's own connections:
+/// plain, or TLS through its own rustls when the Sentinel URLs are `rediss://`).
+pub(crate) struct Sentinels {
+    /// One per Sentinel URL (only their connection settings are used).
+    pub(crate) clients: Vec<redis::Client>,
+    /// `Some`: the Sentinels are reached over TLS, with these settings.
+    pub(crate) tls: Option<TlsSettings>,
+    /// The TLS configuration made from `tls` once.
+    pub(crate) tls_config: Arc<TlsConfig>,
+}
+
+/// A connection to `sentinel`, authenticated, within `timeout`.
+fn open(
+    sentinel: &redis::Client,
+    tls: Option<&TlsSettings>,
+    tls_config: &TlsConfig,
+    timeout: Duration,
+) -> Result<Wire, redis::RedisError> {
+    let wire = Wire::open(sentinel.get_connection_info(), tls, tls_config, timeout)?;
+    wire.set_read_timeout(Some(timeout))?;
+    wire.set_write_timeout(Some(timeout))?;
+    Ok(wire)
+}
+
+/// Asks `sentinel` which server is the master of `service` (`SENTINEL
+/// get-master-addr-by-name`): `None` when it does not know the service. The connection
+/// and the reply are each bounded by `timeout`.
+pub(crate) fn ask_master(
+    sentinel: &redis::Client,
+    tls: Option<&TlsSettings>,
+    tls_config: &TlsConfig,
+    service: &str,
+    timeout: Duration,
+) -> Result<Option<(String, u16)>, redis::RedisError> {
+    let mut wire = open(sentinel, tls, tls_config, timeout)?;
+    let reply = wire.request(&[b"SENTINEL", b"get-master-addr-by-name", service.as_bytes()])?;
+    let bad = |what: &str| {
+        redis::RedisError::from((
+            redis::ErrorKind::Parse,
+            "unexpected reply to SENTINEL get-master-addr-by-name",
+            what.to_owned(),
+        ))
+    };
+    match reply {
+        Reply::Nil => Ok(None),
+        Reply::Array(parts) => match parts.as_slice() {
+            [Reply::Bulk(host), port] => {
+                let host =
+                    String::from_utf8(host.clone()).map_err(|_| bad("a host that is not UTF-8"))?;
+                let port = port
+                    .as_int()
+                    .and_then(|p| u16::try_from(p).ok())
+                    .ok_or_else(|| bad("a port that is not a number"))?;
+                Ok(Some((host, port)))
+            }
+            _ => Err(bad("not a host and a port")),
+        },
+        Reply::Error(e) => Err(redis::make_extension_error(e.code, Some(e.message))),
+        other => Err(bad(&format!("{other:?}"))),
+    }
+}
+
 /// Starts the thread that listens for `+switch-master` of `service` on `sentinels` (one at
 /// a time, the next one after a failure). It ends within [`POLL`] once `watch` is dropped
 /// (with the client). `None` if the thread could not be spawned (the periodic check still
 /// finds a switch).
 pub(crate) fn spawn_switch_listener(
-    sentinels: Vec<redis::Client>,
+    sentinels: Sentinels,
     service: String,
     timeout: Duration,
     watch: Weak<SentinelWatch>,
@@ -138,51 +205,65 @@ pub(crate) fn spawn_switch_listener(
         .ok()
 }
 
-fn listen(
-    sentinels: &[redis::Client],
-    service: &str,
-    timeout: Duration,
-    watch: &Weak<SentinelWatch>,
-) {
+fn listen(sentinels: &Sentinels, service: &str, timeout: Duration, watch: &Weak<SentinelWatch>) {
     let mut next = 0usize;
     loop {
-        if watch.strong_count() == 0 || sentinels.is_empty() {
+        if watch.strong_count() == 0 || sentinels.clients.is_empty() {
             return;
         }
-        let sentinel = &sentinels[next % sentinels.len()];
+        let sentinel = &sentinels.clients[next % sentinels.clients.len()];
         next = next.wrapping_add(1);
-        let subscribed = sentinel
-            .get_connection_with_timeout(timeout)
-            .and_then(|mut conn| {
-                conn.set_write_timeout(Some(timeout))?;
-                conn.set_read_timeout(Some(POLL))?;
-                let mut pubsub = conn.as_pubsub();
-                pubsub.subscribe(SWITCH_CHANNEL)?;
-                // Whatever was announced before this subscription was missed.
-                if let Some(w) = watch.upgrade() {
-                    w.force_check();
-                }
-                loop {
-                    match pubsub.get_message() {
-                        Ok(msg) => {
-                            let payload: String = msg.get_payload().unwrap_or_default();
-                            let Some(w) = watch.upgrade() else {
-                                return Ok(());
-                            };
-                            if let Some((host, port)) = parse_switch(&payload, service) {
-                                w.seen(host, port);
-                            }
+        let subscribed = || -> Result<(), redis::RedisError> {
+            let mut wire = open(
+                sentinel,
+                sentinels.tls.as_ref(),
+                &sentinels.tls_config,
+                timeout,
+            )?;
+            wire.write_all(&crate::resp::encode(&[
+                b"SUBSCRIBE",
+                SWITCH_CHANNEL.as_bytes(),
+            ]))?;
+            // The confirmation, within the timeout.
+            if let Reply::Error(e) = wire.read_reply()? {
+                return Err(redis::make_extension_error(e.code, Some(e.message)));
+            }
+            wire.set_read_timeout(Some(POLL))?;
+            // Whatever was announced before this subscription was missed.
+            if let Some(w) = watch.upgrade() {
+                w.force_check();
+            }
+            loop {
+                match wire.read_reply() {
+                    Ok(Reply::Array(parts)) => {
+                        let Some(w) = watch.upgrade() else {
+                            return Ok(());
+                        };
+                        if let [Reply::Bulk(kind), _, Reply::Bulk(payload)] = parts.as_slice()
+                            && kind.as_slice() == b"message"
+                            && let Some((host, port)) =
+                                parse_switch(&String::from_utf8_lossy(payload), service)
+                        {
+                            w.seen(host, port);
                         }
-                        Err(e) if e.is_timeout() => {
-                            if watch.strong_count() == 0 {
-                                return Ok(());
-                            }
-                        }
-                        Err(e) => return Err(e),
                     }
+                    Ok(_) => {}
+                    // No message within the poll: look whether the client is gone.
+                    Err(WireError::Io(e))
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        if watch.strong_count() == 0 {
+                            return Ok(());
+                        }
+                    }
+                    Err(e) => return Err(e.into()),
                 }
-            });
-        if subscribed.is_ok() {
+            }
+        };
+        if subscribed().is_ok() {
             return;
         }
         // This Sentinel is down or gone: try the next after a pause (checking for the end).

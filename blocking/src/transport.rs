@@ -185,6 +185,8 @@ pub(crate) struct SentinelLookup {
     /// `Some`: the Sentinels were given as `rediss://` URLs, so the master is reached
     /// over TLS too, with these settings.
     pub(crate) tls: Option<crate::connect::TlsSettings>,
+    /// The TLS configuration made from `tls` once (the trust store is loaded once).
+    pub(crate) tls_config: Arc<crate::wire::TlsConfig>,
     /// Which master the Sentinels named last, and how many switches were seen.
     pub(crate) watch: Arc<SentinelWatch>,
 }
@@ -194,16 +196,13 @@ impl SentinelLookup {
         let mut last =
             redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "no Sentinel to ask"));
         for sentinel in &self.sentinels {
-            let asked = sentinel
-                .get_connection_with_timeout(self.timeout)
-                .and_then(|mut c| {
-                    c.set_read_timeout(Some(self.timeout))?;
-                    c.set_write_timeout(Some(self.timeout))?;
-                    redis::cmd("SENTINEL")
-                        .arg("get-master-addr-by-name")
-                        .arg(&self.service)
-                        .query::<Option<(String, u16)>>(&mut c)
-                });
+            let asked = crate::sentinel::ask_master(
+                sentinel,
+                self.tls.as_ref(),
+                &self.tls_config,
+                &self.service,
+                self.timeout,
+            );
             match asked {
                 Ok(Some((host, port))) => {
                     use redis::IntoConnectionInfo;

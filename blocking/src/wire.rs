@@ -758,9 +758,10 @@ mod tests {
                 }
             }
         });
-        let info =
-            redis::IntoConnectionInfo::into_connection_info(format!("rediss://127.0.0.1:{port}/"))
-                .unwrap();
+        let info = crate::connect::ConnectionTarget::connection_info(format!(
+            "rediss://127.0.0.1:{port}/"
+        ))
+        .unwrap();
         let tls = crate::connect::TlsSettings::default();
         let started = Instant::now();
         let opened = Wire::open(

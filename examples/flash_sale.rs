@@ -326,7 +326,7 @@ fn run_sale(method: Method, client: &Client, url: &str, threads: usize) -> Resul
             .arg(processed_key())
             .query::<i64>(&mut *c)
             .map(drop)
-    });
+    })?;
 
     let shop = Shop {
         method,

@@ -50,7 +50,7 @@ fn run() -> Result<(), BoxError> {
             return Err(format!("cannot send {text:?}"));
         }
         Ok(())
-    });
+    })?;
 
     // Process until the queue is empty: nothing ready, delayed (a retry) or in a worker's
     // hands. The report says what the workers did so far.

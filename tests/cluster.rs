@@ -136,10 +136,12 @@ fn lock_semaphore_and_queue_keep_exact_counts_on_a_cluster() {
     let ids = q.push_many((0..300).map(|i| format!("job {i}"))).unwrap();
     let done = Arc::new(AtomicUsize::new(0));
     let d = done.clone();
-    let workers = q.work(3, move |_job| -> Result<(), String> {
-        d.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    });
+    let workers = q
+        .work(3, move |_job| -> Result<(), String> {
+            d.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
     await_condition(Duration::from_secs(30), || {
         done.load(Ordering::SeqCst) >= ids.len()
     });

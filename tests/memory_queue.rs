@@ -118,6 +118,82 @@ fn nacked_jobs_back_off_and_go_to_the_dead_list_after_max_deliveries() {
     assert!(q.try_take().unwrap().is_some());
 }
 
+/// A job requeued from the dead list is retried as a new one (issue 27): its attempts and
+/// its backoff start again, while its delivery number (its fence) keeps increasing.
+#[test]
+fn a_requeued_dead_job_starts_its_attempts_and_backoff_afresh() {
+    let server = MemoryServer::new();
+    let q = server
+        .client()
+        .queue("q")
+        .unwrap()
+        .max_deliveries(3)
+        .retry_backoff(10 * S, 3600 * S);
+    let id = q.push("bad").unwrap();
+    // Three failures with the backoff doubling: 10 s, 20 s, then dead.
+    for (attempt, backoff) in [(1, 10), (2, 20), (3, 0)] {
+        let job = q.try_take().unwrap().expect("due");
+        assert_eq!((job.delivery(), job.attempt()), (attempt, attempt));
+        job.nack().unwrap();
+        server.clock().advance(backoff * S);
+    }
+    assert_eq!(q.dead_jobs(10).unwrap()[0].id, id);
+    assert!(q.requeue_dead(&id).unwrap());
+    for (delivery, attempt) in [(4, 1), (5, 2)] {
+        let job = q
+            .try_take()
+            .unwrap()
+            .expect("requeued, or retried after its backoff");
+        assert_eq!((job.delivery(), job.attempt()), (delivery, attempt));
+        job.nack().unwrap();
+        // The backoff restarted from the base: 10 s after the first failure since the
+        // requeue (not 10 s * 2^3), 20 s after the second.
+        let backoff = 10 * S * (1 << (attempt - 1));
+        server.clock().advance(backoff - S);
+        assert!(q.try_take().unwrap().is_none(), "backing off {backoff:?}");
+        server.clock().advance(S);
+    }
+    // The third attempt since the requeue is the last of max_deliveries.
+    let job = q.try_take().unwrap().expect("retried");
+    assert_eq!((job.delivery(), job.attempt()), (6, 3));
+    job.nack().unwrap();
+    let dead = q.dead_jobs(10).unwrap();
+    assert_eq!((dead.len(), dead[0].deliveries), (1, 6));
+}
+
+/// The worker pool's ack-and-take hands over a requeued job with its attempt too.
+#[test]
+fn a_worker_pool_sees_a_requeued_jobs_attempt() {
+    let server = MemoryServer::new();
+    let q = server
+        .client()
+        .queue("q")
+        .unwrap()
+        .max_deliveries(1)
+        .retry_backoff(Duration::ZERO, Duration::ZERO);
+    let id = q.push_unique("again", "x").unwrap();
+    assert_eq!(id, redlease::Pushed::Queued("again".into()));
+    q.try_take().unwrap().unwrap().nack().unwrap();
+    // Another job first, so that the requeued one is handed over by the ack.
+    q.push("first").unwrap();
+    assert!(q.requeue_dead("again").unwrap());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let workers = q
+        .work(1, move |job| -> Result<(), String> {
+            record
+                .lock()
+                .unwrap()
+                .push((job.id().to_owned(), job.delivery(), job.attempt()));
+            Ok(())
+        })
+        .unwrap();
+    await_condition(10 * S, || seen.lock().unwrap().len() == 2);
+    drop(workers);
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.contains(&("again".to_owned(), 2, 1)), "{seen:?}");
+}
+
 #[test]
 fn an_ack_whose_reply_was_lost_is_retried_once() {
     let server = MemoryServer::new();
@@ -169,6 +245,7 @@ fn workers_are_woken_by_pushes_and_stop_on_request() {
             seen.fetch_add(1, Ordering::SeqCst);
             Ok(())
         })
+        .unwrap()
     };
     q.push_many(["a", "b", "c", "bad"]).unwrap();
     await_condition(30 * S, || {
@@ -185,7 +262,7 @@ fn workers_are_woken_by_pushes_and_stop_on_request() {
 fn workers_wait_on_the_test_clock_for_a_delayed_job() {
     let server = MemoryServer::new();
     let q = server.client().queue("q").unwrap();
-    let workers = q.work(1, |_job| -> Result<(), String> { Ok(()) });
+    let workers = q.work(1, |_job| -> Result<(), String> { Ok(()) }).unwrap();
     q.push_with("in an hour", 0, 3600 * S).unwrap();
     // The worker waits on the clock (it never moves it itself).
     await_condition(30 * S, || server.clock().sleepers() >= 1);
@@ -198,4 +275,46 @@ fn workers_wait_on_the_test_clock_for_a_delayed_job() {
     server.clock().advance(1800 * S);
     await_condition(30 * S, || workers.report().acked == 1);
     assert_eq!(workers.stop().acked, 1);
+}
+
+/// Bad queue settings fail when the worker pool is made, with the message, instead of a
+/// pool whose every take is refused (issue 27: `max_deliveries(0)` then `work` spun).
+#[test]
+fn bad_queue_settings_fail_when_the_pool_is_made() {
+    let server = MemoryServer::new();
+    let client = server.client();
+    let q = || client.queue("q").unwrap();
+    let handler = |_job: &redlease::Job| -> Result<(), String> { Ok(()) };
+    for (queue, says) in [
+        (q().max_deliveries(0), "max_deliveries"),
+        (q().visibility(Duration::ZERO), "visibility"),
+        (q().idle_check(Duration::ZERO), "idle check"),
+        (
+            q().retry_backoff(Duration::MAX, Duration::MAX),
+            "retry backoff",
+        ),
+    ] {
+        let e = queue.work(2, handler).map(drop).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        assert!(e.to_string().contains(says), "{says}: {e}");
+    }
+    assert!(q().work(1, handler).is_ok());
+}
+
+/// A worker pool's report carries the text of its last error (without a tracing
+/// subscriber, the only place it shows).
+#[test]
+fn a_worker_report_carries_its_last_error() {
+    let server = MemoryServer::new();
+    let q = server.client().queue("q").unwrap();
+    // Not a queue's sorted set: every take fails with a typed error.
+    server
+        .call(&["SET", "redlease:{q}:q:ready", "not a queue"])
+        .unwrap();
+    let workers = q.work(1, |_job| -> Result<(), String> { Ok(()) }).unwrap();
+    await_condition(10 * S, || workers.report().errors >= 1);
+    let report = workers.stop();
+    let text = report.last_error.expect("the last error's text");
+    println!("last worker error: {text}");
+    assert!(text.contains("wrong kind of value"), "{text}");
 }

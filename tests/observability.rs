@@ -516,13 +516,15 @@ fn queue_jobs_are_events_with_messaging_attributes() {
         .retry_backoff(Duration::from_millis(1), Duration::from_millis(1));
     let ok = q.push("fine").unwrap();
     let bad = q.push("broken").unwrap();
-    let workers = q.work(1, |job| -> Result<(), String> {
-        if job.payload() == b"broken" {
-            Err("payload is broken".into())
-        } else {
-            Ok(())
-        }
-    });
+    let workers = q
+        .work(1, |job| -> Result<(), String> {
+            if job.payload() == b"broken" {
+                Err("payload is broken".into())
+            } else {
+                Ok(())
+            }
+        })
+        .unwrap();
     await_condition(Duration::from_secs(20), || q.stats().unwrap().dead == 1);
     workers.stop();
 

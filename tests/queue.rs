@@ -600,9 +600,10 @@ fn nacks_up_to_max_deliveries_end_on_the_dead_list_and_requeue_brings_them_back(
     assert!(!q.requeue_dead("never-existed").unwrap());
     assert!(q.dead_jobs(10).unwrap().is_empty());
     let job = q.try_take().unwrap().expect("requeued");
-    assert!(
-        job.delivery() > 1,
-        "the delivery number (the job's fence) keeps increasing"
+    assert_eq!(
+        (job.delivery(), job.attempt()),
+        (4, 1),
+        "the delivery number (the job's fence) keeps increasing; the attempts start again"
     );
     assert_eq!(job.payload(), payload);
     job.ack().unwrap();
@@ -765,7 +766,7 @@ fn the_worker_pool_acks_and_nacks_and_stops_promptly_without_losing_jobs() {
             }
         }
     };
-    let workers = q.work(3, handler.clone());
+    let workers = q.work(3, handler.clone()).unwrap();
     let ok = (total - failing) as u64;
     let nacks = 2 * failing as u64;
     await_condition(Duration::from_secs(20), || {
@@ -810,7 +811,7 @@ fn the_worker_pool_acks_and_nacks_and_stops_promptly_without_losing_jobs() {
     }
 
     // Stopped while busy: each thread finishes the job it has, and acks it.
-    let workers = q.work(3, handler);
+    let workers = q.work(3, handler).unwrap();
     q.push_many(["slow 1", "slow 2", "slow 3"]).unwrap();
     await_condition(Duration::from_secs(5), || {
         started.load(Ordering::SeqCst) == 3
@@ -1188,10 +1189,12 @@ fn a_panicking_handler_nacks_its_job_and_keeps_the_pool_alive() {
         .retry_backoff(Duration::ZERO, Duration::ZERO);
     q.push_unique("boom", "x").unwrap();
     q.push_unique("fine", "y").unwrap();
-    let workers = q.work(1, |job| -> Result<(), String> {
-        assert_ne!(job.id(), "boom", "a handler bug");
-        Ok(())
-    });
+    let workers = q
+        .work(1, |job| -> Result<(), String> {
+            assert_ne!(job.id(), "boom", "a handler bug");
+            Ok(())
+        })
+        .unwrap();
     await_condition(Duration::from_secs(10), || {
         let s = q.stats().unwrap();
         s.dead == 1 && s.ready == 0 && s.in_flight == 0
@@ -1229,13 +1232,15 @@ fn the_worker_pool_acks_and_takes_the_next_job_in_one_round_trip() {
     let ids = q.push_many((0..total).map(|i| format!("job {i}"))).unwrap();
     let runs: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
     let before = evalsha_calls(&server);
-    let workers = q.work(1, {
-        let runs = runs.clone();
-        move |job: &Job| -> Result<(), String> {
-            *runs.lock().unwrap().entry(job.id().to_owned()).or_default() += 1;
-            Ok(())
-        }
-    });
+    let workers = q
+        .work(1, {
+            let runs = runs.clone();
+            move |job: &Job| -> Result<(), String> {
+                *runs.lock().unwrap().entry(job.id().to_owned()).or_default() += 1;
+                Ok(())
+            }
+        })
+        .unwrap();
     await_condition(Duration::from_secs(20), || {
         workers.report().acked == total as u64
     });

@@ -25,9 +25,11 @@ fn a_dead_job_keeps_the_handlers_error() {
     let client = client(&server);
     let q = queue(&client, "fails");
     let id = q.push("x").unwrap();
-    let workers = q.work(1, |job| -> Result<(), String> {
-        Err(format!("cannot parse job {}", job.id()))
-    });
+    let workers = q
+        .work(1, |job| -> Result<(), String> {
+            Err(format!("cannot parse job {}", job.id()))
+        })
+        .unwrap();
     await_condition(Duration::from_secs(20), || q.stats().unwrap().dead == 1);
     let report = workers.stop();
     assert_eq!(report.nacked, 3);
@@ -72,6 +74,7 @@ fn no_retry_sends_the_job_to_the_dead_list_at_once() {
             runs.fetch_add(1, Ordering::SeqCst);
             Err(JobError::no_retry("the payload is not JSON"))
         })
+        .unwrap()
     };
     await_condition(Duration::from_secs(20), || q.stats().unwrap().dead == 1);
     workers.stop();
@@ -113,16 +116,18 @@ fn retry_after_delays_the_next_delivery() {
 
     // From a worker: JobError::retry_after.
     q.push("y").unwrap();
-    let workers = q.work(1, move |job| {
-        if job.delivery() == 1 {
-            Err(JobError::retry_after(
-                Duration::from_secs(3600),
-                "try in an hour",
-            ))
-        } else {
-            Ok(())
-        }
-    });
+    let workers = q
+        .work(1, move |job| {
+            if job.delivery() == 1 {
+                Err(JobError::retry_after(
+                    Duration::from_secs(3600),
+                    "try in an hour",
+                ))
+            } else {
+                Ok(())
+            }
+        })
+        .unwrap();
     await_condition(Duration::from_secs(20), || q.stats().unwrap().delayed == 1);
     let report = workers.stop();
     assert_eq!((report.nacked, report.acked), (1, 0));

@@ -556,7 +556,7 @@ fn a_worker_pool_is_bounded() {
     let q = c.queue("w").unwrap();
     q.push("one").unwrap();
     let started = Instant::now();
-    let workers = q.work(usize::MAX, |_job| Ok::<(), String>(()));
+    let workers = q.work(usize::MAX, |_job| Ok::<(), String>(())).unwrap();
     let spawned = started.elapsed();
     // This process's threads: the pool's plus the test harness's and other tests' few.
     let threads = std::fs::read_dir("/proc/self/task").unwrap().count();

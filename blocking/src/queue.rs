@@ -65,20 +65,22 @@ impl Queue {
     /// How long a taken job stays invisible to other workers; renewed by the watchdog while
     /// its [`Job`] handle lives, so it only matters when the worker dies or hangs without its
     /// process. [`MIN_TTL`](limits::MIN_TTL) (10 ms) to [`MAX_DURATION`](limits::MAX_DURATION)
-    /// (100 years), checked when a job is taken. Defaults to 30 s.
+    /// (100 years), checked when a job is taken and when a worker pool is started. Defaults
+    /// to 30 s.
     pub fn visibility(mut self, d: Duration) -> Self {
         self.settings.visibility = d;
         self
     }
 
     /// After this many deliveries a failing job goes to the dead list; at least 1 (checked
-    /// when a job is taken). Defaults to 5.
+    /// when a job is taken and when a worker pool is started, [`work`](Self::work)).
+    /// Defaults to 5.
     pub fn max_deliveries(mut self, n: u32) -> Self {
         self.settings.max_deliveries = n;
         self
     }
 
-    /// The backoff of [`Job::nack`]: `base * 2^(delivery - 1)`, at most `max`; each 0 to
+    /// The backoff of [`Job::nack`]: `base * 2^(attempt - 1)` ([`Job::attempt`]), at most `max`; each 0 to
     /// [`MAX_DURATION`](limits::MAX_DURATION) (checked when a job is taken). Defaults to 1 s
     /// and 10 min.
     pub fn retry_backoff(mut self, base: Duration, max: Duration) -> Self {
@@ -103,8 +105,9 @@ impl Queue {
     }
 
     /// The settings checked when a job is taken, before anything is sent (the visibility
-    /// timeout and max deliveries are checked by the core's `take`).
+    /// timeout and max deliveries are checked by the core's `take` too).
     fn check(&self) -> Result<(), Error> {
+        self.settings.check()?;
         limits::duration(
             "idle check",
             self.idle_check,
@@ -254,7 +257,11 @@ impl Queue {
     /// The handle of a job just taken: its lease is renewed by the watchdog from now on.
     fn into_job(self, taken: TakenJob) -> Job {
         let TakenJob {
-            id, payload, lease, ..
+            id,
+            payload,
+            lease,
+            attempt,
+            ..
         } = taken;
         let policy = RenewalPolicy::for_ttl(self.settings.visibility);
         let guard = LockGuard::from_lease(&self.client, lease, Some(policy));
@@ -264,6 +271,7 @@ impl Queue {
             queue: self,
             id,
             payload,
+            attempt,
         }
     }
 
@@ -283,8 +291,12 @@ impl Queue {
             .run(queue::dead_jobs(&self.keys, limit, self.deadline()))
     }
 
-    /// Moves a dead job back to ready with its delivery count reset; `false` if it was not on
-    /// the dead list.
+    /// Moves a dead job back to ready, as if pushed anew for its retries: it gets
+    /// [`max_deliveries`](Self::max_deliveries) attempts again, its [`Job::attempt`] starts
+    /// again at 1 and the retry backoff restarts from `base` (the reason it died is
+    /// forgotten). What is kept: its id, payload and priority, and its delivery number
+    /// ([`Job::delivery`]), which keeps increasing (it is the job's fence, so it never
+    /// repeats). `false` if it was not on the dead list.
     pub fn requeue_dead(&self, id: &str) -> Result<bool, Error> {
         self.client
             .run(queue::requeue(&self.keys, id, self.deadline()))
@@ -315,7 +327,12 @@ impl Queue {
     /// returns (an idle thread notices within `poll`; 500 ms here).
     ///
     /// `concurrency` is clamped to 1 to [`MAX_WORKERS`](limits::MAX_WORKERS) (1024), and no
-    /// further thread is started once the system refuses one.
+    /// further thread is started once the system refuses one. The queue's settings are
+    /// checked first: a bad one ([`max_deliveries`](Self::max_deliveries) 0, a visibility
+    /// timeout, retry backoff or idle check out of range) fails here with
+    /// [`Error::InvalidArgument`] saying which, and no thread is started (so a pool never
+    /// spins on settings every take would refuse). Errors met while running (Redis
+    /// unreachable) are counted in the [`WorkerReport`], with the last one's text.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redlease::Error> {
@@ -331,15 +348,16 @@ impl Queue {
     ///         return Err(JobError::retry_after(Duration::from_secs(30), "nothing to send yet"));
     ///     }
     ///     Ok(())
-    /// });
+    /// })?;
     /// # drop(workers);
     /// # Ok(()) }
     /// ```
-    pub fn work<E, F>(&self, concurrency: usize, handler: F) -> Workers
+    pub fn work<E, F>(&self, concurrency: usize, handler: F) -> Result<Workers, Error>
     where
         E: HandlerError,
         F: Fn(&Job) -> Result<(), E> + Send + Sync + 'static,
     {
+        self.check()?;
         let stop = Arc::new(AtomicBool::new(false));
         let counters = Arc::new(WorkerCounters::default());
         let handler = Arc::new(handler);
@@ -357,12 +375,12 @@ impl Queue {
                     .ok()
             })
             .collect();
-        Workers {
+        Ok(Workers {
             stop,
             counters,
             threads,
             time: self.client.shared().time.clone(),
-        }
+        })
     }
 }
 
@@ -373,6 +391,17 @@ struct WorkerCounters {
     refused: AtomicU64,
     errors: AtomicU64,
     panicked: AtomicU64,
+    /// The text of the last error counted in `errors`.
+    last_error: std::sync::Mutex<Option<String>>,
+}
+
+impl WorkerCounters {
+    /// Counts a failed take, ack or nack, keeping its text.
+    fn error(&self, e: &Error) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        // A poisoned lock only means another worker panicked while writing a string.
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+    }
 }
 
 fn work_loop<E: HandlerError>(
@@ -400,9 +429,9 @@ fn work_loop<E: HandlerError>(
                 Ok(Some(job)) => job,
                 Ok(None) => continue,
                 Err(_) if stop.load(Ordering::SeqCst) => break,
-                Err(_) => {
+                Err(e) => {
                     // Redis unreachable: back off, but keep noticing the stop signal.
-                    counters.errors.fetch_add(1, Ordering::Relaxed);
+                    counters.error(&e);
                     let _ = time.sleep_until(saturating_add(time.now(), pause));
                     pause = (pause * 2).min(Duration::from_secs(1));
                     continue;
@@ -428,28 +457,33 @@ fn work_loop<E: HandlerError>(
             }
         };
         match outcome {
-            Ok(counter) => counter.fetch_add(1, Ordering::Relaxed),
-            Err(Error::NotOwner { .. }) => counters.refused.fetch_add(1, Ordering::Relaxed),
-            Err(_) => counters.errors.fetch_add(1, Ordering::Relaxed),
-        };
+            Ok(counter) => {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(Error::NotOwner { .. }) => {
+                counters.refused.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => counters.error(&e),
+        }
     }
 }
 
 /// A running worker pool; [`stop`](Self::stop) (or drop) ends it.
 ///
-/// Keep it: `queue.work(4, handler);` as a statement would stop the pool at once, so that
+/// Keep it: `queue.work(4, handler)?;` as a statement would stop the pool at once, so that
 /// is a `must_use` warning (an error under `deny(unused_must_use)`):
 ///
 /// ```compile_fail
 /// #![deny(unused_must_use)]
-/// fn start(queue: &redlease::Queue) {
-///     queue.work(4, |_job: &redlease::Job| -> Result<(), String> { Ok(()) });
+/// fn start(queue: &redlease::Queue) -> Result<(), redlease::Error> {
+///     queue.work(4, |_job: &redlease::Job| -> Result<(), String> { Ok(()) })?;
+///     Ok(())
 /// }
 /// ```
 ///
 /// ```no_run
 /// #![deny(unused_must_use)]
-/// fn start(queue: &redlease::Queue) -> redlease::Workers {
+/// fn start(queue: &redlease::Queue) -> Result<redlease::Workers, redlease::Error> {
 ///     queue.work(4, |_job: &redlease::Job| -> Result<(), String> { Ok(()) })
 /// }
 /// ```
@@ -465,7 +499,7 @@ pub struct Workers {
 }
 
 /// What a worker pool did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct WorkerReport {
     /// Jobs handled successfully and acked.
@@ -478,6 +512,9 @@ pub struct WorkerReport {
     pub errors: u64,
     /// Handler calls that panicked (their jobs were nacked, and counted in `nacked` too).
     pub panicked: u64,
+    /// The text of the last error counted in [`errors`](Self::errors) (`None`: none yet),
+    /// e.g. `redis unavailable after 3 attempt(s): ...`.
+    pub last_error: Option<String>,
 }
 
 impl Workers {
@@ -490,6 +527,11 @@ impl Workers {
             refused: c.refused.load(Ordering::Relaxed),
             errors: c.errors.load(Ordering::Relaxed),
             panicked: c.panicked.load(Ordering::Relaxed),
+            last_error: c
+                .last_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
         }
     }
 
@@ -528,6 +570,7 @@ pub struct Job {
     queue: Queue,
     id: String,
     payload: Vec<u8>,
+    attempt: u64,
 }
 
 impl Job {
@@ -547,6 +590,15 @@ impl Job {
     /// see `docs/guarantees.md`.
     pub fn delivery(&self) -> u64 {
         self.guard.fence()
+    }
+
+    /// Which attempt this is since the job was pushed, or last requeued from the dead list
+    /// ([`Queue::requeue_dead`]): 1 the first time. It is what
+    /// [`max_deliveries`](Queue::max_deliveries) counts and what the retry backoff grows
+    /// with. Equal to [`delivery`](Self::delivery) until the job is requeued; after that it
+    /// starts again at 1, while the delivery number keeps increasing.
+    pub fn attempt(&self) -> u64 {
+        self.attempt
     }
 
     /// Whether the lease is known lost (the job will be, or was, redelivered).
@@ -652,9 +704,9 @@ impl Job {
         out.map(|_| ())
     }
 
-    /// The queue's backoff for this delivery: `base * 2^(delivery - 1)`, at most the maximum.
+    /// The queue's backoff for this attempt: `base * 2^(attempt - 1)`, at most the maximum.
     fn backoff(&self) -> Duration {
-        let shift = self.delivery().saturating_sub(1).min(30) as u32;
+        let shift = self.attempt.saturating_sub(1).min(30) as u32;
         self.queue
             .retry_base
             .saturating_mul(1 << shift)

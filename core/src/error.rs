@@ -150,6 +150,10 @@ pub enum LossReason {
     /// The lock's `max_hold` was reached: the watchdog stopped renewing so that the lease
     /// ended at the hold limit.
     MaxHoldReached,
+    /// The lease was not watched (no watchdog renewal asked for) and its validity (its ttl
+    /// less the drift allowance, counted from the acquisition or the last extension) has
+    /// passed: it expires, or already expired, on the server.
+    ValidityPassed,
 }
 
 impl std::fmt::Display for LossReason {
@@ -158,6 +162,9 @@ impl std::fmt::Display for LossReason {
             LossReason::Expired => "the lease expired (the key was gone)",
             LossReason::Taken => "another holder owns it now",
             LossReason::WatchdogStopped => "its client was dropped, so nothing renews it any more",
+            LossReason::ValidityPassed => {
+                "its validity passed without an extension (the watchdog was off for it)"
+            }
             LossReason::MaxHoldReached => {
                 "it was held for its max_hold, so it was not renewed further"
             }

@@ -325,7 +325,10 @@ impl Acquire {
             _ => int_pair_and_data(&reply),
         };
         match parsed {
-            Some((1, fence, data)) if fence >= min_fence && wants_data == (data.len() == 2) => {
+            // A job's data: its id and payload, and its attempt after a requeue.
+            Some((1, fence, data))
+                if fence >= min_fence && wants_data == crate::queue::is_job_data(&data, fence) =>
+            {
                 if now >= valid_until(self.sent_at, self.spec.ttl) {
                     // Granted, but the reply came after the lease's local validity: nothing
                     // of it is safely ours. A waiting acquisition asks again (the script

@@ -80,8 +80,19 @@ impl OpKind for AckTakeCall {
             _ => return None,
         };
         let next = match rest {
-            [Reply::Int(delivery), Reply::Bulk(id), Reply::Bulk(payload)] if *delivery >= 1 => {
-                match self.job(id.clone(), *delivery as u64, payload.clone(), sent_at) {
+            [
+                Reply::Int(delivery),
+                Reply::Bulk(id),
+                Reply::Bulk(payload),
+                attempt @ ..,
+            ] if *delivery >= 1 && attempt.len() <= 1 => {
+                let delivery = *delivery as u64;
+                let attempt = match attempt {
+                    [Reply::Bulk(text)] => super::parse_attempt(text, delivery)?,
+                    [] => delivery,
+                    _ => return None,
+                };
+                match self.job(id.clone(), delivery, attempt, payload.clone(), sent_at) {
                     Ok(job) => Take::Taken(Box::new(job)),
                     Err(e) => return Some(Err(e)),
                 }
@@ -119,7 +130,7 @@ impl OpKind for AckTakeCall {
                 _ => Err(self.not_owner(LossReason::Taken)),
             };
             let (id, payload) = (std::mem::take(id), std::mem::take(payload));
-            let job = self.job(id, *delivery as u64, payload, sent_at);
+            let job = self.job(id, *delivery as u64, *delivery as u64, payload, sent_at);
             return Ok(job.map(|job| AckedAndTaken {
                 ack,
                 next: Take::Taken(Box::new(job)),
@@ -143,6 +154,7 @@ impl AckTakeCall {
         &self,
         id: Vec<u8>,
         delivery: u64,
+        attempt: u64,
         payload: Vec<u8>,
         sent_at: Instant,
     ) -> Result<TakenJob, Error> {
@@ -176,6 +188,7 @@ impl AckTakeCall {
             id: text,
             payload,
             delivery,
+            attempt,
             lease,
         })
     }

@@ -344,6 +344,25 @@ fn joined(parts: &[&str]) -> std::sync::Arc<str> {
     parts.concat().into()
 }
 
+/// A take's attempt since the job's last requeue from the dead list (the fifth element of
+/// a take's reply, a decimal string): 1 to `delivery`, else `None` (a malformed reply).
+pub(crate) fn parse_attempt(text: &[u8], delivery: u64) -> Option<u64> {
+    let n: u64 = std::str::from_utf8(text).ok()?.parse().ok()?;
+    (1..=delivery).contains(&n).then_some(n)
+}
+
+/// Whether `data` is what a take's grant of delivery `fence` carries: the job's id and
+/// payload, and after a requeue its attempt ([`parse_attempt`]).
+pub(crate) fn is_job_data(data: &[Vec<u8>], fence: i64) -> bool {
+    match data {
+        [_, _] => true,
+        [_, _, attempt] => {
+            u64::try_from(fence).is_ok_and(|fence| parse_attempt(attempt, fence).is_some())
+        }
+        _ => false,
+    }
+}
+
 /// The token held in the owner slot of a call template until a real one is bound: a random
 /// token's length, so that binding the token of a taken job in its place copies nothing.
 fn placeholder_token() -> Token {
@@ -371,6 +390,13 @@ impl Default for QueueSettings {
 }
 
 impl QueueSettings {
+    /// Checks the settings: `max_deliveries` at least 1, the visibility timeout a valid
+    /// lease ttl ([`MIN_TTL`](crate::limits::MIN_TTL) to
+    /// [`MAX_DURATION`](crate::limits::MAX_DURATION)). A take checks them too.
+    pub fn check(&self) -> Result<(), Error> {
+        self.validate().map(drop)
+    }
+
     fn validate(&self) -> Result<u64, Error> {
         if self.max_deliveries == 0 {
             return Err(
@@ -884,8 +910,10 @@ impl OpKind for Requeue {
     }
 }
 
-/// Moves dead job `id` back to ready (max deliveries counted afresh, its delivery number still
-/// increasing); `false` if it was not dead.
+/// Moves dead job `id` back to ready, as new for its budget and backoff: max deliveries are
+/// counted afresh, and its takes report [`TakenJob::attempt`] from 1 again (a retry
+/// backoff restarts from it). Its delivery number ([`TakenJob::delivery`], the job's fence)
+/// keeps increasing: it never repeats. `false` if it was not dead.
 pub fn requeue(keys: &QueueKeys, id: &str, deadline: Instant) -> ScriptOp<Requeue> {
     let call = ScriptCall::new(&scripts::REQUEUE)
         .keys(&[

@@ -48,6 +48,12 @@ pub struct TakenJob {
     /// or a lease that ran out). Pass it on like a lock's fence, so that a redelivered job's
     /// writes win over a stale worker's.
     pub delivery: u64,
+    /// Which attempt this is since the job was pushed or last requeued from the dead list
+    /// (1 the first time): the count that [`QueueSettings::max_deliveries`](super::QueueSettings::max_deliveries)
+    /// is checked against and that a retry backoff grows with. Equal to
+    /// [`delivery`](Self::delivery) until the job is requeued; after a requeue it starts
+    /// again at 1 while the delivery number keeps increasing.
+    pub attempt: u64,
     /// The lease (the visibility timeout): its fence is [`delivery`](Self::delivery), its
     /// token proves the delivery; renew it like a lock's. Its `data` is left empty (the id
     /// and payload are the fields above).
@@ -58,14 +64,23 @@ impl TakenJob {
     /// Names the outcome of a take's acquisition: the job's id and payload (the lease's
     /// data) and its delivery (the lease's fence).
     pub(crate) fn from_lease(mut lease: Lease) -> Result<Self, Error> {
-        let data = std::mem::take(&mut lease.data);
-        let [id, payload] =
-            <[Vec<u8>; 2]>::try_from(data).map_err(|_| unexpected("no job id and payload"))?;
+        let mut data = std::mem::take(&mut lease.data).into_iter();
+        let (Some(id), Some(payload), attempt, None) =
+            (data.next(), data.next(), data.next(), data.next())
+        else {
+            return Err(unexpected("no job id and payload"));
+        };
         let id = String::from_utf8(id).map_err(|_| unexpected("a job id that is not UTF-8"))?;
+        let attempt = match attempt {
+            None => lease.fence,
+            Some(text) => super::parse_attempt(&text, lease.fence)
+                .ok_or_else(|| unexpected("a job attempt that is not a number"))?,
+        };
         Ok(TakenJob {
             id,
             payload,
             delivery: lease.fence,
+            attempt,
             lease,
         })
     }

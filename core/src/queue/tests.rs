@@ -811,6 +811,28 @@ fn malformed_take_replies_are_unexpected() {
             bulk(b"id"),
             Reply::Array(vec![]),
         ]),
+        // An attempt (after a requeue) that is not 1 to the delivery number.
+        Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Int(3),
+            bulk(b"id"),
+            bulk(b"p"),
+            bulk(b"0"),
+        ]),
+        Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Int(3),
+            bulk(b"id"),
+            bulk(b"p"),
+            bulk(b"4"),
+        ]),
+        Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Int(3),
+            bulk(b"id"),
+            bulk(b"p"),
+            Reply::Int(2),
+        ]),
         // A delivery number below 1.
         job_reply(0, b"id", b"p"),
         job_reply(-3, b"id", b"p"),
@@ -1228,6 +1250,27 @@ fn a_take_names_the_job_its_payload_and_its_delivery() {
     assert_eq!(s.expect_done(), Err(Error::Finished));
 }
 
+/// A job requeued from the dead list: the take's reply adds its attempt since the requeue
+/// (issue 27: the backoff and the max-deliveries budget restart, the delivery number does
+/// not).
+#[test]
+fn a_requeued_jobs_take_names_its_attempt_since_the_requeue() {
+    let mut s = take_job(None);
+    let mut reply = job_reply(7, b"job-1", b"p");
+    if let Reply::Array(items) = &mut reply {
+        items.push(bulk(b"2"));
+    }
+    s.answer(reply);
+    let job = taken_job(&mut s);
+    assert_eq!((job.delivery, job.attempt, job.lease.fence), (7, 2, 7));
+    assert!(job.lease.data.is_empty());
+    // Never requeued: the attempt is the delivery number.
+    let mut s = take_job(None);
+    s.answer(job_reply(3, b"job-2", b"p"));
+    let job = taken_job(&mut s);
+    assert_eq!((job.delivery, job.attempt), (3, 3));
+}
+
 #[test]
 fn an_empty_take_says_when_the_next_job_is_due() {
     let mut s = take_job(None);
@@ -1349,6 +1392,19 @@ fn acked_and(ack: i64, rest: Vec<Reply>) -> Reply {
 
 fn handed(delivery: i64, id: &[u8], payload: &[u8]) -> Vec<Reply> {
     vec![Reply::Int(delivery), bulk(id), bulk(payload)]
+}
+
+#[test]
+fn ack_and_take_hands_over_a_requeued_job_with_its_attempt() {
+    let (_, mut s) = acking_and_taking();
+    let mut rest = handed(6, b"again", b"p");
+    rest.push(bulk(b"1"));
+    s.answer(acked_and(1, rest));
+    let out = s.expect_done().unwrap();
+    let Take::Taken(next) = out.next else {
+        panic!("{:?}", out.next)
+    };
+    assert_eq!((next.delivery, next.attempt), (6, 1));
 }
 
 #[test]
@@ -1531,6 +1587,14 @@ fn a_reply_not_understood_gives_back_what_the_next_token_may_hold() {
         acked_and(1, handed(1, b"\xff", b"")),
         // The shape of the script before it dropped the "taken" flag.
         acked_and(1, vec![Reply::Int(1), Reply::Int(1), bulk(b"n"), bulk(b"")]),
+        // An attempt that is not 1 to the delivery number, or not a string; two of them.
+        acked_and(1, [handed(2, b"n", b""), vec![bulk(b"3")]].concat()),
+        acked_and(1, [handed(2, b"n", b""), vec![bulk(b"0")]].concat()),
+        acked_and(1, [handed(2, b"n", b""), vec![Reply::Int(1)]].concat()),
+        acked_and(
+            1,
+            [handed(2, b"n", b""), vec![bulk(b"1"), bulk(b"1")]].concat(),
+        ),
     ] {
         let (_, mut s) = acking_and_taking();
         s.answer(bad.clone());

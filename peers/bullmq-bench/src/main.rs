@@ -92,7 +92,7 @@ fn redlease_round(url: &str, name: &str, jobs: usize, workers: usize) -> f64 {
             *seen.lock().unwrap().entry(id).or_default() += 1;
             Ok(())
         }
-    });
+    }).unwrap();
     while pool.report().acked < jobs as u64 {
         assert!(started.elapsed() < Duration::from_secs(300), "redlease: too slow");
         std::thread::sleep(Duration::from_micros(200));

@@ -3,7 +3,8 @@
 -- 7 leases, 8 deliveries, 9 dead, 10 holders, 11 bases, 12 settled, 13 undone takes.
 -- ARGV: 1 id acked, 2 its token, 3 how long to remember the settlement (ms), 4 the next
 -- token, 5 visibility timeout ms, 6 max deliveries.
--- Returns {ack, delivery (1 or more), id, payload} or {ack, 0, ms until a delayed job is
+-- Returns {ack, delivery (1 or more), id, payload} (and, for a job requeued from the dead
+-- list, its attempt since then as a fifth element) or {ack, 0, ms until a delayed job is
 -- due or a lease runs out, or -2}; ack is 1 acked (or this delivery's settlement found: a retry),
 -- 0 the lease ran out (or the job is gone), -1 another delivery holds it. The take part is
 -- the take script's: a retry with the same next token gets the job leased to it.
@@ -102,7 +103,8 @@ if was_undone and tonumber(was_undone) > now then
 end
 if mine and redis.call('HGET', KEYS[7], mine) == next_token
     and tonumber(redis.call('ZSCORE', KEYS[6], mine) or '0') > now then
-  return {ack, tonumber(redis.call('HGET', KEYS[8], mine)) or 1, mine, redis.call('HGET', KEYS[3], mine) or ''}
+  return handed(ack, tonumber(redis.call('HGET', KEYS[8], mine)) or 1, mine,
+    redis.call('HGET', KEYS[3], mine) or '', base_of(mine))
 end
 if reclaiming then
   reclaim(due, expired, tonumber(ARGV[6]))
@@ -110,7 +112,9 @@ if reclaiming then
   payload = top[1] and redis.call('HGET', KEYS[3], top[1])
 end
 if top[1] then
+  -- Read before the lease's writes (bases was read above when anything was written).
+  local base = base_of(top[1])
   local n = lease_next(top[1], next_token, now, tonumber(ARGV[5]))
-  return {ack, n, top[1], payload or ''}
+  return handed(ack, n, top[1], payload or '', base)
 end
 return {ack, 0, next_wait(now)}

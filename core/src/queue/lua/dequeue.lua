@@ -7,7 +7,8 @@
 -- ARGV: 1 lease token, 2 visibility timeout ms, 3 max deliveries.
 -- A retry after a lost reply (same token) gets the job it was leased, not another one.
 -- First moves due delayed jobs and jobs whose lease ran out back to ready (or, after max
--- deliveries, to the dead list). Returns {1, delivery number, id, payload} or
+-- deliveries, to the dead list). Returns {1, delivery number, id, payload} (and, for a job
+-- requeued from the dead list, its attempt since then as a fifth element) or
 -- {0, ms until a delayed job is due or a lease runs out, or -2}.
 -- Every key is read before any is written (a wrong type fails before any write): by the
 -- reads the work needs where there are some, by a type-checking read otherwise; only the
@@ -22,7 +23,8 @@ if undone and tonumber(undone) > now then
 end
 if mine and redis.call('HGET', KEYS[7], mine) == token
     and tonumber(redis.call('ZSCORE', KEYS[6], mine) or '0') > now then
-  return {1, tonumber(redis.call('HGET', KEYS[8], mine)) or 1, mine, redis.call('HGET', KEYS[3], mine) or ''}
+  return handed(1, tonumber(redis.call('HGET', KEYS[8], mine)) or 1, mine,
+    redis.call('HGET', KEYS[3], mine) or '', base_of(mine))
 end
 local due, expired = overdue(now)
 local top = redis.call('ZRANGE', KEYS[1], 0, 0)
@@ -47,7 +49,8 @@ if top[1] then
   if not reclaiming then
     redis.call('HLEN', KEYS[7])
   end
+  local base = base_of(id)
   local n = lease_next(id, token, now, tonumber(ARGV[2]))
-  return {1, n, id, payload or ''}
+  return handed(1, n, id, payload or '', base)
 end
 return {0, next_wait(now)}

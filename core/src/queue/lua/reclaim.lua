@@ -47,6 +47,19 @@ local function lease_next(id, token, now, visibility)
   redis.call('HSET', KEYS[10], token, id)
   return n
 end
+-- base_of(id): the job's deliveries when it was last requeued from the dead list (0: never).
+local function base_of(id)
+  return tonumber(redis.call('HGET', KEYS[11], id)) or 0
+end
+-- handed(first, n, id, payload, base): the reply for a job handed out as delivery n:
+-- {first, n, id, payload}, and, for a job requeued from the dead list (base > 0), its
+-- attempt since the requeue (n - base, as a string) after them.
+local function handed(first, n, id, payload, base)
+  if base > 0 then
+    return {first, n, id, payload, tostring(n - base)}
+  end
+  return {first, n, id, payload}
+end
 -- next_wait(now): ms until a delayed job is due or a lease runs out (at least 1), or -2
 -- when neither holds a job.
 local function next_wait(now)

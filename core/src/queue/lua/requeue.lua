@@ -1,5 +1,7 @@
--- Move a dead job back to ready, with max deliveries counted afresh from here; its delivery
--- number keeps increasing (it is the job's fence).
+-- Move a dead job back to ready, as if pushed anew for its budget and backoff: max
+-- deliveries are counted afresh from here, and the takes report the attempt since this
+-- requeue (from which the retry backoff restarts); its delivery number keeps increasing (it
+-- is the job's fence, and must never repeat).
 -- KEYS: 1 dead, 2 ready, 3 priorities, 4 sequence counter, 5 deliveries, 6 bases, 7 reasons
 -- (the reason it died is forgotten).
 -- ARGV: 1 id, 2 channel. Returns 1 requeued, 0 not on the dead list.

@@ -792,3 +792,34 @@ fn an_unfenced_first_attempt_frozen_in_flight_gives_up_and_never_makes_two_holde
     assert_eq!(g.fence(), 0);
     g.release().unwrap();
 }
+
+/// A frozen server (it accepts connections, never answers) is reported as what happened:
+/// no reply within the timeout, not "cannot connect ... Resource temporarily unavailable
+/// (os error 11)" (issue 27).
+#[test]
+fn a_frozen_server_is_reported_as_no_reply_not_as_cannot_connect() {
+    let server = server();
+    server.pause().unwrap();
+    let c = Client::builder(server.url())
+        .connect_timeout(Duration::from_millis(300))
+        .io_timeout(Duration::from_millis(300))
+        .op_timeout(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let ping = c.ping().unwrap_err();
+    let acquire = c.lock("frozen").watchdog(false).try_acquire().unwrap_err();
+    server.resume().unwrap();
+    for e in [ping, acquire] {
+        let text = e.to_string();
+        println!("a frozen server: {text}");
+        assert!(matches!(e, Error::Unavailable { .. }), "{e:?}");
+        assert!(
+            text.contains("no reply within"),
+            "the error should say no reply came in time: {text}"
+        );
+        assert!(
+            !text.contains("os error 11") && !text.contains("cannot connect"),
+            "{text}"
+        );
+    }
+}

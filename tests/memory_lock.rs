@@ -188,3 +188,27 @@ fn a_run_on_a_new_server_is_repeated_exactly() {
     );
     assert_eq!(contended_run(), first);
 }
+
+/// An unwatched lease says it is lost once its validity has passed (issue 27: it said
+/// `is_lost() == false` past its ttl, while the README's long-job loop relies on
+/// `lost_reason()`).
+#[test]
+fn an_unwatched_lease_is_lost_once_its_validity_has_passed() {
+    let server = MemoryServer::new();
+    let client = server.client();
+    let guard = client
+        .lock("unwatched")
+        .ttl(Duration::from_secs(10))
+        .watchdog(false)
+        .acquire()
+        .unwrap();
+    assert!(!guard.is_watched());
+    server.clock().advance(Duration::from_secs(9));
+    assert_eq!(guard.lost_reason(), None);
+    // Past the validity (10 s less 1 % and 2 ms), before the key's expiry on the server.
+    server.clock().advance(Duration::from_millis(950));
+    assert!(guard.is_lost(), "past its validity");
+    assert_eq!(guard.lost_reason(), Some(LossReason::ValidityPassed));
+    // The release is still sent (the key may outlive the validity by the drift allowance).
+    guard.release().unwrap();
+}

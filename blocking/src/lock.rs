@@ -497,7 +497,10 @@ impl LockGuard {
 
     /// Whether the lease is known to be lost. A renewed lease whose
     /// [`valid_until`](Self::valid_until) has passed without a confirmed renewal is lost
-    /// ([`LossReason::RenewalFailed`]), even if a renewal is still in flight.
+    /// ([`LossReason::RenewalFailed`]), even if a renewal is still in flight; a lease the
+    /// watchdog does not renew ([`LockBuilder::watchdog`]`(false)`) is lost once its
+    /// `valid_until` has passed without an [`extend`](Self::extend)
+    /// ([`LossReason::ValidityPassed`]).
     pub fn is_lost(&self) -> bool {
         self.cell.lost(&self.shared.time).is_some()
     }
@@ -508,7 +511,10 @@ impl LockGuard {
     }
 
     /// A receiver that yields the loss reason once the lease is lost: block on it, or
-    /// `select!` over it next to your work (`crossbeam_channel`).
+    /// `select!` over it next to your work (`crossbeam_channel`). For a lease the watchdog
+    /// does not renew, nothing watches the clock: the passing of its validity is seen (and
+    /// sent here) when [`is_lost`](Self::is_lost) or [`lost_reason`](Self::lost_reason) is
+    /// asked, or an extension or release is tried.
     pub fn lost(&self) -> &Receiver<LossReason> {
         self.cell.signal()
     }

@@ -704,7 +704,7 @@ impl Transport {
             Err(Refused { error, problem }) => {
                 return Err(match problem {
                     Some(problem) => self.configuration(problem),
-                    None => unavailable(format!("cannot connect to {}: {error}", self.server)),
+                    None => unavailable(self.setup_failed(&error)),
                 });
             }
         };
@@ -748,10 +748,29 @@ impl Transport {
         self.manager.setup.probing.store(false, Ordering::Release);
         match outcome {
             Ok(_) => None,
-            Err(Refused { error, .. }) => Some(TransportFailure::not_sent(format!(
-                "cannot connect to {}: {error}",
-                self.server
-            ))),
+            Err(Refused { error, .. }) => {
+                Some(TransportFailure::not_sent(self.setup_failed(&error)))
+            }
+        }
+    }
+
+    /// What a failed connection set-up means, in words. A socket read or write that timed
+    /// out reads as `WouldBlock` (`EAGAIN`, "Resource temporarily unavailable"): the server
+    /// accepted the connection, then did not answer the set-up in time (it is frozen or
+    /// overloaded), which is not a failure to connect.
+    fn setup_failed(&self, error: &redis::RedisError) -> String {
+        let server = &self.server;
+        let text = error.to_string();
+        // A connect that timed out says "timed out" (and so do the set-up's own deadlines);
+        // a read or write past its timeout does not.
+        if error.is_timeout() && !text.contains("timed out") {
+            format!(
+                "no reply within the timeout (connect {:?}, io {:?}) from {server}, which \
+                 accepted the connection: is it frozen or overloaded?",
+                self.connect_timeout, self.io_timeout
+            )
+        } else {
+            format!("cannot connect to {server}: {error}")
         }
     }
 

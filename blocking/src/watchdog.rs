@@ -83,6 +83,9 @@ struct CellState {
     /// The watchdog thread took this registration into its schedule (a lease released
     /// before never was).
     scheduled: bool,
+    /// Never watched (a guard with the watchdog off): reaching `valid_until` is then a
+    /// loss too ([`LossReason::ValidityPassed`]), though the phase is `Released`.
+    unwatched: bool,
     /// Renewals failed in a row (only the first is logged as a warning); written by the
     /// watchdog thread only. Kept here, in room the cell has anyway, rather than in the
     /// schedule's table beside it (8 bytes a lease there).
@@ -127,6 +130,7 @@ impl LeaseCell {
                 generation: 0,
                 final_stretch: false,
                 scheduled: false,
+                unwatched: true,
                 failures: 0,
             }),
             renewal_done: Condvar::new(),
@@ -199,7 +203,8 @@ impl LeaseCell {
     /// Why the lease is lost, if it is. A watched lease whose validity has passed without a
     /// confirmed renewal is lost from that instant by `time` (the client's clock), whatever
     /// the watchdog is doing: this marks it so (firing the signal) when the watchdog has not
-    /// yet.
+    /// yet. So is a lease that was never watched, once its validity has passed
+    /// ([`LossReason::ValidityPassed`]).
     pub(crate) fn lost(&self, time: &Time) -> Option<LossReason> {
         if let Some(reason) = self.lost.get() {
             return Some(*reason);
@@ -207,13 +212,14 @@ impl LeaseCell {
         let expired = {
             let state = self.state();
             let valid_until = self.instant(state.valid_ns);
-            (state.phase != Phase::Released && time.now() >= valid_until).then_some(
-                if state.final_stretch {
+            ((state.phase != Phase::Released || state.unwatched) && time.now() >= valid_until)
+                .then_some(if state.unwatched {
+                    LossReason::ValidityPassed
+                } else if state.final_stretch {
                     LossReason::MaxHoldReached
                 } else {
                     LossReason::RenewalFailed
-                },
-            )
+                })
         };
         if let Some(reason) = expired {
             self.mark_lost(reason);
@@ -256,6 +262,7 @@ impl LeaseCell {
         let mut state = self.state();
         state.generation = id;
         state.phase = Phase::Watched;
+        state.unwatched = false;
         state.final_stretch = false;
         state.scheduled = false;
         state.failures = 0;

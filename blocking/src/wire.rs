@@ -48,6 +48,11 @@ pub(crate) enum WireError {
 impl std::fmt::Display for WireError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            // A read past its timeout says "Resource temporarily unavailable (os error 11)"
+            // (EAGAIN): say what happened.
+            WireError::Io(e) if matches!(e.kind(), io::ErrorKind::WouldBlock) => {
+                write!(f, "no reply within the io timeout ({e})")
+            }
             WireError::Io(e) => write!(f, "{e}"),
             WireError::Closed => f.write_str("the server closed the connection"),
             WireError::Protocol(e) => write!(f, "protocol error: {}", e.0),

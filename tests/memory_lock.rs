@@ -212,3 +212,36 @@ fn an_unwatched_lease_is_lost_once_its_validity_has_passed() {
     // The release is still sent (the key may outlive the validity by the drift allowance).
     guard.release().unwrap();
 }
+
+/// `with_lock` returns the closure's value beside the loss (issue 27: it was dropped
+/// although the closure's side effects had happened).
+#[test]
+fn with_lock_keeps_the_value_of_a_section_whose_lease_was_lost() {
+    let server = MemoryServer::new();
+    let (a, b) = (server.client(), server.client());
+    let out = a
+        .lock("report")
+        .ttl(10 * S)
+        .watchdog(false)
+        .with_lock(|guard| {
+            // The lease runs out mid-section and another client takes the lock.
+            server.clock().advance(11 * S);
+            b.lock("report").try_acquire().unwrap().expect("free").release().unwrap();
+            guard.fence()
+        });
+    match out {
+        Err(redlease::WithLockError::Release { value, error }) => {
+            assert!(value >= 1, "the fence the section wrote with");
+            assert!(matches!(error, Error::NotOwner { .. }), "{error:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Not acquired: the closure did not run.
+    let _held = b.lock("busy").acquire().unwrap();
+    let out = a.lock("busy").with_lock(|_| unreachable!("not acquired"));
+    let out: Result<(), _> = out;
+    assert!(matches!(out, Err(redlease::WithLockError::Acquire(_))));
+    // `?` into redlease::Error still works.
+    let plain = || -> Result<u64, Error> { Ok(a.lock("free").with_lock(|g| g.fence())?) };
+    assert!(plain().unwrap() >= 1);
+}

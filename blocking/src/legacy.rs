@@ -15,6 +15,7 @@ use redlease_core::legacy::{
 use redlease_core::{Error, InvalidArgument};
 
 use crate::client::{Client, Shared, drive};
+use crate::lock::WithLockError;
 
 pub use redlease_core::legacy::LegacyAlgorithm;
 
@@ -144,13 +145,17 @@ impl LegacyLockBuilder<'_> {
 
     /// Acquires (waiting as [`acquire`](Self::acquire) does), runs `f`, releases.
     ///
-    /// If the lock was no longer ours at the release ([`Error::NotOwner`]), that error is
-    /// returned instead of `f`'s result: the critical section may not have been exclusive.
-    pub fn with_lock<R>(&self, f: impl FnOnce(&LegacyGuard) -> R) -> Result<R, Error> {
-        let guard = self.acquire()?;
-        let out = f(&guard);
-        guard.release()?;
-        Ok(out)
+    /// If the release fails (the lock was no longer ours, [`Error::NotOwner`]: the critical
+    /// section may not have been exclusive), [`WithLockError::Release`] carries the error
+    /// and `f`'s value (its side effects happened); not acquired:
+    /// [`WithLockError::Acquire`]. `?` turns either into an [`Error`].
+    pub fn with_lock<R>(&self, f: impl FnOnce(&LegacyGuard) -> R) -> Result<R, WithLockError<R>> {
+        let guard = self.acquire().map_err(WithLockError::Acquire)?;
+        let value = f(&guard);
+        match guard.release() {
+            Ok(()) => Ok(value),
+            Err(error) => Err(WithLockError::Release { value, error }),
+        }
     }
 
     fn run(&self, wait: Option<Duration>) -> Result<LegacyAcquisition, Error> {

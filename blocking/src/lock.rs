@@ -231,19 +231,37 @@ impl<'c> LockBuilder<'c> {
     }
 
     /// For a semaphore: [`with_lock`](Self::with_lock) by its usual name.
-    pub fn with_permit<R>(&self, f: impl FnOnce(&LockGuard) -> R) -> Result<R, Error> {
+    pub fn with_permit<R>(&self, f: impl FnOnce(&LockGuard) -> R) -> Result<R, WithLockError<R>> {
         self.with_lock(f)
     }
 
     /// Acquires (waiting as [`acquire`](Self::acquire) does), runs `f`, releases.
     ///
-    /// If the lease was lost meanwhile ([`Error::NotOwner`]), that error is returned instead
-    /// of `f`'s result: the critical section may not have been exclusive.
-    pub fn with_lock<R>(&self, f: impl FnOnce(&LockGuard) -> R) -> Result<R, Error> {
-        let guard = self.acquire()?;
-        let out = f(&guard);
-        guard.release()?;
-        Ok(out)
+    /// Not acquired: [`WithLockError::Acquire`], and `f` did not run. If the release fails
+    /// (the lease was lost meanwhile, [`Error::NotOwner`], or Redis could not be reached),
+    /// [`WithLockError::Release`] carries both the error and `f`'s value: `f` ran and its
+    /// side effects happened, but the critical section may not have been exclusive. `?`
+    /// turns either into an [`Error`] (dropping the value).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redlease::Error> {
+    /// # let client = redlease::Client::open("redis://127.0.0.1/")?;
+    /// match client.lock("report").with_lock(|guard| guard.fence()) {
+    ///     Ok(fence) => println!("written under fence {fence}"),
+    ///     Err(redlease::WithLockError::Release { value: fence, error }) => {
+    ///         eprintln!("written under fence {fence}, but maybe not alone: {error}")
+    ///     }
+    ///     Err(e) => return Err(e.into()),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn with_lock<R>(&self, f: impl FnOnce(&LockGuard) -> R) -> Result<R, WithLockError<R>> {
+        let guard = self.acquire().map_err(WithLockError::Acquire)?;
+        let value = f(&guard);
+        match guard.release() {
+            Ok(()) => Ok(value),
+            Err(error) => Err(WithLockError::Release { value, error }),
+        }
     }
 
     /// Every setting within its range (see [`limits`]), before anything is sent.
@@ -386,6 +404,80 @@ impl<'c> LockBuilder<'c> {
 
     fn guard(&self, lease: Lease, policy: Option<RenewalPolicy>) -> LockGuard {
         LockGuard::new(self.client, lease, policy)
+    }
+}
+
+/// Why [`LockBuilder::with_lock`] (or [`with_permit`](LockBuilder::with_permit), or the
+/// legacy lock's `with_lock`) did not return `f`'s value alone.
+///
+/// `?` converts it into an [`Error`], dropping the value; match on it to keep the value of
+/// a critical section that ran but may not have been exclusive.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum WithLockError<R> {
+    /// The lock was not acquired (a timeout, Redis unavailable, a bad setting): `f` did not
+    /// run.
+    Acquire(Error),
+    /// `f` ran (its side effects happened) and returned `value`, but the release failed:
+    /// the lease was lost meanwhile ([`Error::NotOwner`]: the critical section may not have
+    /// been exclusive), or the release could not be sent or answered.
+    Release {
+        /// What `f` returned.
+        value: R,
+        /// Why the release failed.
+        error: Error,
+    },
+}
+
+impl<R> WithLockError<R> {
+    /// The error (of the acquisition or of the release).
+    pub fn error(&self) -> &Error {
+        match self {
+            WithLockError::Acquire(e) | WithLockError::Release { error: e, .. } => e,
+        }
+    }
+
+    /// The error, dropping `f`'s value if it ran.
+    pub fn into_error(self) -> Error {
+        match self {
+            WithLockError::Acquire(e) | WithLockError::Release { error: e, .. } => e,
+        }
+    }
+
+    /// `f`'s value, if it ran (the release failed); `None` if the lock was not acquired.
+    pub fn into_value(self) -> Option<R> {
+        match self {
+            WithLockError::Acquire(_) => None,
+            WithLockError::Release { value, .. } => Some(value),
+        }
+    }
+}
+
+impl<R> std::fmt::Display for WithLockError<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WithLockError::Acquire(e) => write!(f, "{e}"),
+            WithLockError::Release { error, .. } => {
+                write!(
+                    f,
+                    "the critical section ran, but its release failed: {error}"
+                )
+            }
+        }
+    }
+}
+
+impl<R: std::fmt::Debug> std::error::Error for WithLockError<R> {
+    /// The inner error's source: its text is this error's text already.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(self.error())
+    }
+}
+
+impl<R> From<WithLockError<R>> for Error {
+    /// The error, dropping `f`'s value if it ran.
+    fn from(e: WithLockError<R>) -> Error {
+        e.into_error()
     }
 }
 

@@ -630,9 +630,22 @@ impl LockGuard {
         let deadline = self.deadline();
         self.stop_watching(deadline);
         if let Some(reason) = self.known_not_ours() {
+            self.record_unanswered(deadline);
             return Err(self.not_owner(reason));
         }
         self.send_release(deadline)
+    }
+
+    /// A lease known not ours whose acquisition had an attempt that went unanswered
+    /// ([`Lease::unanswered`]): its release is sent all the same (it changes nothing of
+    /// another holder's), because it records the token as undone, so that the attempt, if
+    /// it was only delayed, takes nothing when it arrives. Its answer is not needed.
+    fn record_unanswered(&self, deadline: Instant) {
+        let lease = self.cell.lease();
+        if lease.unanswered {
+            let machine = ScriptOp::release(lease, deadline);
+            let _ = drive(&self.shared, None, machine);
+        }
     }
 
     /// Sends the owner-checked release, judged by the lease's current validity, and logs it.
@@ -674,6 +687,7 @@ impl LockGuard {
         let deadline = self.deadline();
         if let Some(reason) = self.cell.lost(&self.shared.time) {
             self.stop_watching(deadline);
+            self.record_unanswered(deadline);
             return Err(self.not_owner(reason));
         }
         // Renewals go on until the answer is in: a job's lease must not run out while its ack
@@ -937,6 +951,8 @@ impl Drop for LockGuard {
             // Errors cannot be returned from drop (they are logged); the lease ends at its
             // expiry at worst.
             let _ = self.send_release(deadline);
+        } else {
+            self.record_unanswered(deadline);
         }
     }
 }

@@ -194,12 +194,13 @@ impl<'c> LockBuilder<'c> {
     /// - **No fence**: [`LockGuard::fence`] is 0, whoever granted the lock (fenced holders
     ///   of the name still get increasing fences among themselves; a grant by the script
     ///   advances the counter they share, a grant by `SET` does not).
-    /// - **A lost first attempt may leave the lock taken by nobody.** When the reply to that
-    ///   `SET` is lost and the acquisition gives up, it deletes the key if it holds our token
-    ///   and records the token as undone; but the `SET` itself reads no such record, so if it
-    ///   was only delayed and reaches Redis after that undo, it takes the lock for an owner
-    ///   who has gone. The lock is then free only when its ttl ends. That costs liveness,
-    ///   never safety: there are never two holders.
+    /// - **A delayed first attempt may leave the lock taken by nobody.** When the reply to
+    ///   that `SET` is lost, the lock is later freed by us (the acquisition gives up and
+    ///   undoes it, or a retry is granted and the guard released: both record the token as
+    ///   undone), and the `SET` was only delayed and reaches Redis after that, it takes the
+    ///   lock for an owner who has gone: the `SET` reads no undone record. The lock is then
+    ///   free only when its ttl ends. That costs liveness, never safety: there are never two
+    ///   holders. A fenced lock's every attempt reads the record, and takes nothing then.
     pub fn fenced(mut self, on: bool) -> Self {
         self.fenced = on;
         self.specs = Default::default();

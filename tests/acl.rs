@@ -141,7 +141,13 @@ fn a_restricted_user_runs_every_primitive() {
     // Queue: push, take, ack, nack to the dead list, requeue, delete.
     let q = client.queue("jobs").unwrap().max_deliveries(1);
     q.push("a").unwrap();
-    q.push_with("later", 3, Duration::from_millis(10)).unwrap();
+    q.push_with(
+        "later",
+        redlease::PushOptions::new()
+            .priority(3)
+            .delay(Duration::from_millis(10)),
+    )
+    .unwrap();
     let job = q.take(Duration::from_secs(5)).unwrap().unwrap();
     job.ack().unwrap();
     let job = q.take(Duration::from_secs(5)).unwrap().unwrap();

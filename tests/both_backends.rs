@@ -76,7 +76,8 @@ fn body(a: &Client, b: &Client) -> Seen {
 
     let q = a.queue("q").unwrap().max_deliveries(1);
     q.push("first").unwrap();
-    q.push_with("urgent", 5, Duration::ZERO).unwrap();
+    q.push_with("urgent", redlease::PushOptions::new().priority(5))
+        .unwrap();
     let duplicate = matches!(q.push_unique("u", "x").unwrap(), Pushed::Queued(_))
         && matches!(q.push_unique("u", "y").unwrap(), Pushed::Duplicate(_));
     let mut queue_order = Vec::new();
@@ -96,7 +97,7 @@ fn body(a: &Client, b: &Client) -> Seen {
         .collect();
     let requeued = q.requeue_dead("u").unwrap();
     assert!(matches!(
-        q.push_with("x", 0, Duration::MAX),
+        q.push_with("x", redlease::PushOptions::new().delay(Duration::MAX)),
         Err(Error::InvalidArgument(_))
     ));
     Seen {

@@ -226,7 +226,12 @@ fn with_lock_keeps_the_value_of_a_section_whose_lease_was_lost() {
         .with_lock(|guard| {
             // The lease runs out mid-section and another client takes the lock.
             server.clock().advance(11 * S);
-            b.lock("report").try_acquire().unwrap().expect("free").release().unwrap();
+            b.lock("report")
+                .try_acquire()
+                .unwrap()
+                .expect("free")
+                .release()
+                .unwrap();
             guard.fence()
         });
     match out {

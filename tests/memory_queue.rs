@@ -16,7 +16,8 @@ fn priorities_then_fifo() {
     let server = MemoryServer::new();
     let q = server.client().queue("q").unwrap();
     q.push("low-1").unwrap();
-    q.push_with("high", 9, Duration::ZERO).unwrap();
+    q.push_with("high", redlease::PushOptions::new().priority(9))
+        .unwrap();
     q.push("low-2").unwrap();
     let order: Vec<Vec<u8>> = (0..3)
         .map(|_| {
@@ -37,7 +38,8 @@ fn priorities_then_fifo() {
 fn a_job_due_in_an_hour_is_taken_after_an_hour_of_virtual_time() {
     let server = MemoryServer::new();
     let q = server.client().queue("q").unwrap();
-    q.push_with("later", 0, 3600 * S).unwrap();
+    q.push_with("later", redlease::PushOptions::new().delay(3600 * S))
+        .unwrap();
     assert!(q.try_take().unwrap().is_none());
     assert_eq!(q.stats().unwrap().delayed, 1);
     server.clock().advance(3599 * S);
@@ -263,7 +265,8 @@ fn workers_wait_on_the_test_clock_for_a_delayed_job() {
     let server = MemoryServer::new();
     let q = server.client().queue("q").unwrap();
     let workers = q.work(1, |_job| -> Result<(), String> { Ok(()) }).unwrap();
-    q.push_with("in an hour", 0, 3600 * S).unwrap();
+    q.push_with("in an hour", redlease::PushOptions::new().delay(3600 * S))
+        .unwrap();
     // The worker waits on the clock (it never moves it itself).
     await_condition(30 * S, || server.clock().sleepers() >= 1);
     server.clock().advance(1800 * S);

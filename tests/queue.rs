@@ -285,7 +285,9 @@ fn delayed_jobs_come_out_in_due_order_and_never_early() {
     let mut due: HashMap<String, (Instant, Instant, Duration)> = HashMap::new();
     for delay in delays {
         let sent = Instant::now();
-        let id = q.push_with(b"later".to_vec(), 0, delay).unwrap();
+        let id = q
+            .push_with(b"later".to_vec(), redlease::PushOptions::new().delay(delay))
+            .unwrap();
         due.insert(id, (sent + delay, Instant::now() + delay, delay));
         // Pacing the producer (not synchronisation): pushes arrive while the taker sleeps.
         thread::sleep(Duration::from_millis(1));
@@ -363,7 +365,8 @@ fn a_delayed_push_wakes_an_idle_taker_at_its_due_time() {
     }
     let delay = Duration::from_millis(100);
     let sent = Instant::now();
-    q.push_with("soon", 0, delay).unwrap();
+    q.push_with("soon", redlease::PushOptions::new().delay(delay))
+        .unwrap();
     let (job, at) = taker.join().unwrap();
     let (payload, ack) = job.expect("the delayed job");
     assert_eq!(payload, b"soon");
@@ -396,17 +399,24 @@ fn priorities_are_honoured_and_equal_priorities_keep_fifo_order() {
     for i in 0..5 {
         for (priority, name) in [(0, "low"), (9, "high"), (5, "mid")] {
             let pushed = q
-                .push_batch(&[new_job(&format!("{name}-{i}"))], priority, Duration::ZERO)
+                .push_batch(
+                    &[new_job(&format!("{name}-{i}"))],
+                    redlease::PushOptions::new().priority(priority),
+                )
                 .unwrap();
             assert_eq!(pushed, vec![Pushed::Queued(format!("{name}-{i}"))]);
         }
     }
     // ... a batch keeps its order within its priority ...
     let batch: Vec<NewJob> = (0..5).map(|i| new_job(&format!("batch-{i}"))).collect();
-    q.push_batch(&batch, 5, Duration::ZERO).unwrap();
-    // ... and the highest priority comes first whenever it is pushed.
-    q.push_batch(&[new_job("top")], 255, Duration::ZERO)
+    q.push_batch(&batch, redlease::PushOptions::new().priority(5))
         .unwrap();
+    // ... and the highest priority comes first whenever it is pushed.
+    q.push_batch(
+        &[new_job("top")],
+        redlease::PushOptions::new().priority(255),
+    )
+    .unwrap();
 
     let take = || {
         let job = q.try_take().unwrap().expect("a job");
@@ -708,7 +718,10 @@ fn a_queued_or_running_id_is_a_duplicate_and_nothing_is_written() {
 
     // A batch with one duplicate pushes the others.
     let pushed = q
-        .push_batch(&[new_job("order-2"), new_job("order-1")], 0, Duration::ZERO)
+        .push_batch(
+            &[new_job("order-2"), new_job("order-1")],
+            redlease::PushOptions::new(),
+        )
         .unwrap();
     assert_eq!(
         pushed,
@@ -865,7 +878,7 @@ fn bad_names_settings_and_ids_are_refused_before_anything_is_written() {
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        q.push_batch(&[], 0, Duration::ZERO),
+        q.push_batch(&[], redlease::PushOptions::new()),
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
@@ -1015,7 +1028,12 @@ fn a_take_failing_on_a_foreign_ready_key_loses_no_due_delayed_job() {
     let c = client(&server);
     let mut conn = raw(&server);
     let q = c.queue("typed-delayed").unwrap();
-    let id = q.push_with("due", 0, Duration::from_millis(1)).unwrap();
+    let id = q
+        .push_with(
+            "due",
+            redlease::PushOptions::new().delay(Duration::from_millis(1)),
+        )
+        .unwrap();
     let due: f64 = redis::cmd("ZSCORE")
         .arg(key("typed-delayed", "delayed"))
         .arg(&id)

@@ -55,7 +55,11 @@ fn push_take_ack_nack_dead_and_delayed() {
         .unwrap();
 
     let start = Instant::now();
-    q.push_with("later", 0, Duration::from_millis(200)).unwrap();
+    q.push_with(
+        "later",
+        redlease::PushOptions::new().delay(Duration::from_millis(200)),
+    )
+    .unwrap();
     let j = q
         .take(Duration::from_secs(2))
         .unwrap()

@@ -345,7 +345,11 @@ fn a_delayed_push_is_never_taken_before_its_delay_has_passed() {
     for round in 0..ROUNDS {
         let delay = Duration::from_micros(DELAYS_US[round % DELAYS_US.len()]);
         let start = Instant::now();
-        q.push_with(format!("r{round}"), 0, delay).unwrap();
+        q.push_with(
+            format!("r{round}"),
+            redlease::PushOptions::new().delay(delay),
+        )
+        .unwrap();
         let (job, at) = spin_take(&q);
         if at < start + delay {
             early.push((delay, start + delay - at));

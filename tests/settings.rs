@@ -365,8 +365,14 @@ fn queue_settings_work_or_are_refused() {
         &["retry backoff", max],
     );
     refused(q.take(Duration::MAX), &["wait", max]);
-    refused(q.push_with("late", 0, Duration::MAX), &["delay", max]);
-    refused(q.push_with("late", 0, HUGE), &["delay", max]);
+    refused(
+        q.push_with("late", redlease::PushOptions::new().delay(Duration::MAX)),
+        &["delay", max],
+    );
+    refused(
+        q.push_with("late", redlease::PushOptions::new().delay(HUGE)),
+        &["delay", max],
+    );
     refused(
         q.clone().visibility(HUGE).try_take(),
         &["visibility timeout", max],
@@ -390,7 +396,8 @@ fn queue_settings_work_or_are_refused() {
     assert!(long.take(ms(100)).unwrap().is_none());
     assert!(started.elapsed() < Duration::from_secs(5));
     // A delayed push of 100 years, and a nack whose backoff is beyond it.
-    long.push_with("far", 0, MAX_DURATION).unwrap();
+    long.push_with("far", redlease::PushOptions::new().delay(MAX_DURATION))
+        .unwrap();
     let id = long.push("again").unwrap();
     let job = long.try_take().unwrap().unwrap();
     assert_eq!(job.id(), id);

@@ -204,7 +204,7 @@ pub fn queue_1m(ctx: &Ctx) -> Measurement {
                 Duration::ZERO
             };
             queue
-                .push_batch(&batch, 0, delay)
+                .push_batch(&batch, redlease::PushOptions::new().delay(delay))
                 .expect("bench: filling push failed");
             n += batch.len();
         }
@@ -371,7 +371,10 @@ pub fn delayed_lateness(ctx: &Ctx) -> Measurement {
                 let due = Instant::now() + delay;
                 let due_ns = u64::try_from((due - origin).as_nanos()).unwrap_or(u64::MAX);
                 queue
-                    .push_with(due_ns.to_le_bytes().to_vec(), 0, delay)
+                    .push_with(
+                        due_ns.to_le_bytes().to_vec(),
+                        redlease::PushOptions::new().delay(delay),
+                    )
                     .expect("bench: delayed push failed");
             }
             lateness.extend(taker.join().expect("bench: the delayed taker panicked"));

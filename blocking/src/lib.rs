@@ -97,7 +97,9 @@ pub use client::{Client, ClientBuilder};
 pub use connect::ConnectionTarget;
 pub use legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
 pub use lock::{LockBuilder, LockGuard, WithLockError};
-pub use queue::{AckedAndNext, HandlerError, Job, JobError, Queue, Retry, WorkerReport, Workers};
+pub use queue::{
+    AckedAndNext, HandlerError, Job, JobError, PushOptions, Queue, Retry, WorkerReport, Workers,
+};
 pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::semaphore::SemaphoreState;

@@ -45,6 +45,47 @@ impl Client {
     }
 }
 
+/// How a job is pushed ([`Queue::push_with`], [`Queue::push_batch`]): its priority and its
+/// delay, each optional. One value rather than positional arguments, so that settings to
+/// come (groups, deduplication modes, timeouts) can join without breaking a call.
+///
+/// ```
+/// use std::time::Duration;
+/// use redlease::PushOptions;
+///
+/// let urgent = PushOptions::new().priority(9);
+/// let later = PushOptions::new().delay(Duration::from_secs(60));
+/// assert_eq!(PushOptions::new(), PushOptions::default());
+/// assert_ne!(urgent, later);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[must_use = "push options do nothing until given to a push"]
+pub struct PushOptions {
+    priority: u8,
+    delay: Duration,
+}
+
+impl PushOptions {
+    /// No priority (0, the lowest), no delay: ready at once, FIFO.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Served before lower priorities: 0 (the default, the lowest) to
+    /// [`MAX_PRIORITY`](redlease_core::queue::MAX_PRIORITY) (255); FIFO within a priority.
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Ready after `delay` from the push (zero, the default: at once); at most
+    /// [`MAX_DURATION`](limits::MAX_DURATION), checked by the push before anything is sent.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+}
+
 /// A fresh owner token for a take, and a seed for its retry jitter.
 fn fresh_token(client: &Client) -> Result<(Token, u64), Error> {
     let random: [u8; 24] = client.shared().entropy.bytes()?;
@@ -124,15 +165,11 @@ impl Queue {
         saturating_add(shared.time.now(), shared.op_timeout)
     }
 
-    /// Pushes jobs in one round trip, ready after `delay` (zero: at once), served by
-    /// `priority` (higher first; FIFO within a priority). Ids deduplicate. `delay` is at most
+    /// Pushes jobs in one round trip, with `options` (a priority, a delay: see
+    /// [`PushOptions`]; `PushOptions::new()` for none). Ids deduplicate. The delay is at most
     /// [`MAX_DURATION`](limits::MAX_DURATION) (refused otherwise, before anything is sent).
-    pub fn push_batch(
-        &self,
-        jobs: &[NewJob],
-        priority: u8,
-        delay: Duration,
-    ) -> Result<Vec<Pushed>, Error> {
+    pub fn push_batch(&self, jobs: &[NewJob], options: PushOptions) -> Result<Vec<Pushed>, Error> {
+        let PushOptions { priority, delay } = options;
         limits::span("delay", delay)?;
         self.client.run(queue::push(
             &self.keys,
@@ -145,18 +182,30 @@ impl Queue {
 
     /// Pushes one job; returns its (generated) id.
     pub fn push(&self, payload: impl Into<Vec<u8>>) -> Result<String, Error> {
-        self.push_with(payload, 0, Duration::ZERO)
+        self.push_with(payload, PushOptions::new())
     }
 
-    /// Pushes one job with a priority (higher first) and a delay; returns its generated id.
+    /// Pushes one job with `options` (a priority, a delay: see [`PushOptions`]); returns its
+    /// generated id.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redlease::Error> {
+    /// use std::time::Duration;
+    /// use redlease::PushOptions;
+    ///
+    /// let client = redlease::Client::open("redis://127.0.0.1/")?;
+    /// let mail = client.queue("mail")?;
+    /// mail.push_with("reminder", PushOptions::new().delay(Duration::from_secs(60)))?;
+    /// mail.push_with("password reset", PushOptions::new().priority(9))?;
+    /// # Ok(()) }
+    /// ```
     pub fn push_with(
         &self,
         payload: impl Into<Vec<u8>>,
-        priority: u8,
-        delay: Duration,
+        options: PushOptions,
     ) -> Result<String, Error> {
         let id = random_token(&self.client)?;
-        if priority == 0 && delay.is_zero() {
+        if options == PushOptions::new() {
             // A fresh random id is never a duplicate: the outcome says nothing more.
             let _queued: bool = self.client.run(queue::push_new(
                 &self.keys,
@@ -170,7 +219,7 @@ impl Queue {
             id: id.as_str().to_owned(),
             payload: payload.into(),
         };
-        self.push_batch(&[job], priority, delay)?;
+        self.push_batch(&[job], options)?;
         Ok(id.as_str().to_owned())
     }
 
@@ -181,7 +230,7 @@ impl Queue {
             id: id.to_owned(),
             payload: payload.into(),
         };
-        let mut out = self.push_batch(&[job], 0, Duration::ZERO)?;
+        let mut out = self.push_batch(&[job], PushOptions::new())?;
         out.pop().ok_or(Error::UnexpectedReply {
             context: "queue push",
             reply: "no outcome".into(),
@@ -203,7 +252,7 @@ impl Queue {
             })
             .collect::<Result<Vec<_>, Error>>()?;
         let ids = jobs.iter().map(|j| j.id.clone()).collect();
-        self.push_batch(&jobs, 0, Duration::ZERO)?;
+        self.push_batch(&jobs, PushOptions::new())?;
         Ok(ids)
     }
 

@@ -104,6 +104,11 @@ COEXIST_FEATURES="redis/default,redis/tokio-rustls-comp,redis/smol-rustls-comp,r
 step "cargo check -p redlease --features $COEXIST_FEATURES"
 cargo check -p redlease --features "$COEXIST_FEATURES"
 
+# The API documentation of both published crates, as the README's "More documentation" says
+# to build it: a broken intra-doc link (or any rustdoc warning) fails here.
+step "RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps -p redlease -p redlease-core --features redlease/memory"
+RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps -p redlease -p redlease-core --features redlease/memory
+
 step "cargo test --workspace (Redis 7.0: $("${REDIS_SERVER:-redis-server}" --version | head -n1))"
 cargo test --workspace --exclude redlease-sim
 

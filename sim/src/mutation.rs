@@ -3,7 +3,8 @@
 //! the sim's own driver.
 
 use redlease_core::Command;
-use redlease_core::lease::scripts::{ACQUIRE, RELEASE};
+use redlease_core::lease::scripts::{ACQUIRE, EXTEND, RELEASE};
+use redlease_core::queue::scripts::ACK;
 use redlease_core::script::Script;
 
 /// A planted bug.
@@ -24,6 +25,30 @@ pub enum Mutation {
     /// An unfenced lease lock's first attempt is sent as `SET key token PX ttl`, without
     /// `NX`: it takes the lock whoever holds it.
     SetWithoutNx,
+    /// The ack accepts a token other than the current holder's (the stale delivery's ack
+    /// succeeds and ends the holder's lease).
+    AckWithoutOwnerCheck,
+    /// The lease renewal answers success when the key is gone or another token's.
+    ExtendSucceedsWhenGone,
+}
+
+impl Mutation {
+    /// Every mutation (and `None`).
+    pub const ALL: [Mutation; 8] = [
+        Mutation::None,
+        Mutation::ReleaseWithoutOwnerCheck,
+        Mutation::FenceRestarts,
+        Mutation::NoRecheckAfterMiss,
+        Mutation::AckTrustsLostReply,
+        Mutation::SetWithoutNx,
+        Mutation::AckWithoutOwnerCheck,
+        Mutation::ExtendSucceedsWhenGone,
+    ];
+
+    /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
+    pub fn from_name(name: &str) -> Option<Mutation> {
+        Self::ALL.into_iter().find(|m| format!("{m:?}") == name)
+    }
 }
 
 /// A script and the source that replaces it.
@@ -45,11 +70,25 @@ const FENCE_SWAP: Swap = Swap {
     to: "if false then",
 };
 
+const ACK_SWAP: Swap = Swap {
+    script: &ACK,
+    from: "if holder ~= token then\n  local settled",
+    to: "if not holder then\n  local settled",
+};
+
+const EXTEND_SWAP: Swap = Swap {
+    script: &EXTEND,
+    from: "if holder == false then\n  return 0\nend\nreturn -1",
+    to: "return 1",
+};
+
 impl Mutation {
     fn swap(self) -> Option<&'static Swap> {
         match self {
             Mutation::ReleaseWithoutOwnerCheck => Some(&RELEASE_SWAP),
             Mutation::FenceRestarts => Some(&FENCE_SWAP),
+            Mutation::AckWithoutOwnerCheck => Some(&ACK_SWAP),
+            Mutation::ExtendSucceedsWhenGone => Some(&EXTEND_SWAP),
             _ => None,
         }
     }

@@ -24,15 +24,20 @@ use redlease_core::{
 
 use crate::clock::LocalClock;
 use crate::faults::{Inject, Plan};
-use crate::history::{Acq, AcqResult, History, Hold, HoldKind, Pushed, Settled, Write};
+use crate::history::{Acq, AcqResult, History, Hold, HoldKind, Pushed, RunnerInfo, Settled, Write};
 use crate::machine::{Drive, Outcome, Wrap};
 use crate::mutation::Mutation;
+use crate::record::{Observer, Watched};
 
 /// A run that takes more events than this is stopped and reported (a livelock).
 pub const MAX_STEPS: u64 = 1_000_000;
 
 /// How long a client waits for a reply before it counts as lost (µs).
 pub const IO_TIMEOUT: u64 = 50_000;
+
+/// A nacked job's backoff: not a whole number of milliseconds, so that a due time rounded
+/// down anywhere shows.
+pub const NACK_BACKOFF: Duration = Duration::from_micros(20_700);
 
 /// What a task does next.
 #[derive(Debug, Clone)]
@@ -242,7 +247,6 @@ struct Runner {
     ran: Vec<u64>,
     last_ran: Option<u64>,
     acq: Option<usize>,
-    acquire_script: Option<&'static redlease_core::script::Script>,
     /// The client's listener epoch when the last batch was sent.
     sent_epoch: u64,
 }
@@ -294,6 +298,13 @@ pub struct World {
     pushes: HashMap<usize, (Vec<String>, u64)>,
     /// Runner -> permit count for `set_permits`.
     permit_sets: HashMap<usize, u64>,
+    /// Runner -> (job id, backoff µs) for nacks with a backoff.
+    nack_backoffs: HashMap<usize, (String, u64)>,
+    /// Runner -> (acquisition, its acquire script) for acquisitions, kept after the machine
+    /// finished (a late copy of an attempt is still recognised).
+    acquirers: HashMap<usize, (usize, &'static redlease_core::script::Script)>,
+    /// Reads the server's record of holds after every command.
+    observer: Observer,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -367,7 +378,12 @@ impl World {
             releases: HashMap::new(),
             pushes: HashMap::new(),
             permit_sets: HashMap::new(),
+            nack_backoffs: HashMap::new(),
+            acquirers: HashMap::new(),
+            observer: Observer::default(),
         };
+        w.observer.start_us = u64::try_from(w.clock.unix_micros()).unwrap_or(0);
+        w.history.nodes = u16::try_from(w.nodes.len()).unwrap_or(1);
         w.persist_every = 20_000 + w.rand(200_000);
         for i in 0..w.plan.injections.len() {
             let at = w.plan.injections[i].at;
@@ -394,6 +410,26 @@ impl World {
             pending: None,
         });
         self.push(at, Ev::TaskNext { task });
+    }
+
+    /// Records the server's holds of these keys after every command (the server's record
+    /// the checker judges clients' beliefs against).
+    pub fn watch(&mut self, watched: Vec<Watched>) {
+        self.history.recorded = !watched.is_empty();
+        self.observer.watched = watched;
+    }
+
+    /// Observes node `n` after a command of `runner` (or a fault).
+    fn observe(&mut self, n: usize, runner: Option<usize>, set: bool) {
+        let node = u16::try_from(n).unwrap_or(0);
+        self.observer.observe(
+            &self.nodes[n].server,
+            node,
+            self.now,
+            runner,
+            set,
+            &mut self.history.spans,
+        );
     }
 
     /// Sets the permit count the checker starts from.
@@ -645,8 +681,32 @@ impl World {
                 continue;
             }
             let epoch = self.clients[client].epochs[usize::from(node)];
+            let mut at = self.now + delay;
+            if let Some((percent, from, to)) = self.holding()
+                && self.rand(100) < percent
+            {
+                // Held on the way: it runs long after its retry was answered.
+                at += from + self.rand(to - from);
+                self.note(|| format!("c{client} request {:?} held until {at}", req.command));
+            }
+            if let Some((percent, by)) = self.duplicating()
+                && self.rand(100) < percent
+            {
+                let copy = self.now + delay + self.rand(by);
+                self.note(|| format!("c{client} request {:?} duplicated at {copy}", req.command));
+                self.push(
+                    copy,
+                    Ev::Arrive {
+                        runner,
+                        client,
+                        node,
+                        epoch,
+                        req: req.clone(),
+                    },
+                );
+            }
             self.push_tied(
-                self.now + delay,
+                at,
                 tie,
                 Ev::Arrive {
                     runner,
@@ -657,6 +717,31 @@ impl World {
                 },
             );
         }
+    }
+
+    /// The request-holding window in force: (percent, from, to).
+    fn holding(&self) -> Option<(u64, u64, u64)> {
+        let now = self.now;
+        self.plan.injections.iter().find_map(|i| match i.what {
+            Inject::HoldRequests {
+                until,
+                percent,
+                from,
+                to,
+            } if i.at <= now && now < until => Some((percent, from, to.max(from + 1))),
+            _ => None,
+        })
+    }
+
+    /// The request-duplicating window in force: (percent, by).
+    fn duplicating(&self) -> Option<(u64, u64)> {
+        let now = self.now;
+        self.plan.injections.iter().find_map(|i| match i.what {
+            Inject::DuplicateRequests { until, percent, by } if i.at <= now && now < until => {
+                Some((percent, by.max(1)))
+            }
+            _ => None,
+        })
     }
 
     fn arrive(&mut self, runner: usize, client: usize, node: u16, epoch: u64, req: Request) {
@@ -707,22 +792,30 @@ impl World {
                 reply.describe()
             )
         });
+        // A NOSCRIPT answer ran nothing: not a run, not an attempt.
+        let noscript = matches!(&reply, Reply::Error(e) if e.is("NOSCRIPT"));
+        // An unfenced lease lock's first attempt: its bare `SET NX PX`.
+        let acquirer = self.acquirers.get(&runner).copied();
+        let set_nx =
+            acquirer.is_some_and(|(a, _)| !self.history.acqs[a].fenced) && req.command.is("SET");
+        let is_attempt = !noscript
+            && (set_nx
+                || acquirer.is_some_and(|(_, s)| {
+                    let a = req.command.args();
+                    a.len() > 1 && (&a[1] == s.sha1.as_bytes() || &a[1] == s.source.as_bytes())
+                }));
+        if !noscript {
+            self.observe(n, Some(runner), set_nx);
+        }
+        let alive = self.runners.get(runner).is_some_and(|r| r.is_some());
+        if is_attempt && !alive {
+            // A copy of an attempt that ran after its acquisition had finished.
+            self.history.late_attempts.push((runner, self.now, set_nx));
+        }
         if let Some(r) = self.runners.get_mut(runner).and_then(|r| r.as_mut()) {
-            // A NOSCRIPT answer ran nothing: not a run, not an attempt.
-            let noscript = matches!(&reply, Reply::Error(e) if e.is("NOSCRIPT"));
             if !noscript {
                 r.ran.push(self.now);
             }
-            // An unfenced lease lock's first attempt: its bare `SET NX PX`.
-            let set_nx = r.acquire_script.is_some()
-                && r.acq.is_some_and(|a| !self.history.acqs[a].fenced)
-                && req.command.is("SET");
-            let is_attempt = !noscript
-                && (set_nx
-                    || r.acquire_script.is_some_and(|s| {
-                        let a = req.command.args();
-                        a.len() > 1 && (&a[1] == s.sha1.as_bytes() || &a[1] == s.source.as_bytes())
-                    }));
             if is_attempt && let Some(acq) = r.acq {
                 self.history.acqs[acq].attempts.push(self.now);
                 // A grant is `{1, fence}`, or the bare fence (the lease lock's and the
@@ -755,8 +848,10 @@ impl World {
         {
             self.history.permits.push((self.now, permits));
         }
+        // The push script answers one string, a character per job ('1' pushed, '0' a
+        // duplicate, already recorded by the run that pushed it).
         if let Some((ids, delay)) = self.pushes.get(&runner)
-            && matches!(reply, Reply::Array(_))
+            && matches!(reply, Reply::Bulk(_) | Reply::Status(_) | Reply::Array(_))
         {
             for id in ids {
                 if !self.history.pushed.iter().any(|p| &p.id == id) {
@@ -773,6 +868,16 @@ impl World {
         {
             // The ack ran and removed the job, whether or not its reply reaches the worker.
             self.history.acks_ran.push(hold);
+        }
+        if let Some((id, backoff)) = self.nack_backoffs.get(&runner)
+            && reply == Reply::Int(1)
+        {
+            // Requeued with its backoff: not due again before now + backoff.
+            self.history.nacked.push(Pushed {
+                id: id.clone(),
+                ran: self.now,
+                delay: *backoff,
+            });
         }
         if n == 0 {
             self.drain_messages();
@@ -885,7 +990,11 @@ impl World {
         self.injected += 1;
         self.note(|| format!("FAULT {what:?}"));
         match what {
-            Inject::LoseRequests { .. } | Inject::LoseReplies { .. } | Inject::Delay { .. } => {}
+            Inject::LoseRequests { .. }
+            | Inject::LoseReplies { .. }
+            | Inject::Delay { .. }
+            | Inject::HoldRequests { .. }
+            | Inject::DuplicateRequests { .. } => {}
             Inject::Cut { client } => {
                 for n in 0..self.nodes.len() {
                     self.cut(client, n);
@@ -897,10 +1006,14 @@ impl World {
                 let at = n.paused_until;
                 self.push(at, Ev::ServerResume { node });
             }
-            Inject::RestartEmpty { node, down } => self.restart(node, down, None),
+            Inject::RestartEmpty { node, down } => {
+                self.restart(node, down, None);
+                self.observe(usize::from(node), None, false);
+            }
             Inject::RestartSnapshot { node, down } => {
                 let snap = self.nodes[usize::from(node)].persisted.clone();
                 self.restart(node, down, Some(snap));
+                self.observe(usize::from(node), None, false);
             }
             Inject::ReplicaStalls { node } => {
                 self.nodes[usize::from(node)].replica_stalled = true;
@@ -909,6 +1022,7 @@ impl World {
                 let snap = self.nodes[usize::from(node)].replica.clone();
                 self.restart(node, down, Some(snap));
                 self.nodes[usize::from(node)].replica_stalled = false;
+                self.observe(usize::from(node), None, false);
             }
             Inject::PauseClient { client, dur } => {
                 self.clients[client].pauses.push((self.now, self.now + dur));
@@ -929,6 +1043,7 @@ impl World {
                     let key = keys[(pick % keys.len() as u64) as usize].clone();
                     server.evict(&key);
                     self.note(|| format!("evicted {}", String::from_utf8_lossy(&key)));
+                    self.observe(usize::from(node), None, false);
                 }
             }
         }
@@ -994,6 +1109,7 @@ impl World {
 
     fn spawn(&mut self, client: usize, owner: Owner, machine: Box<dyn Drive>) -> usize {
         let id = self.runners.len();
+        self.history.runners.push(RunnerInfo::default());
         self.runners.push(Some(Runner {
             client,
             owner,
@@ -1004,7 +1120,6 @@ impl World {
             ran: Vec::new(),
             last_ran: None,
             acq: None,
-            acquire_script: None,
             sent_epoch: 0,
         }));
         id
@@ -1143,6 +1258,7 @@ impl World {
                 let r = self.runners[runner]
                     .take()
                     .unwrap_or_else(|| unreachable!());
+                self.history.runners[runner].done = Some(self.now);
                 match outcome {
                     Ok(o) => {
                         if let Some(e) = o.contract_broken() {
@@ -1275,16 +1391,19 @@ impl World {
             self.lost(client, wid, &format!("{reason:?}"));
         }
         for (wid, op) in due.renew {
+            let mut token = None;
             if let Some(task) = self.clients[client].watches.get(&wid).copied()
                 && let Some(h) = self.tasks[task].held.as_ref()
             {
                 self.history.holds[h.hold].renewals_sent.push(self.now);
+                token = Some(self.history.holds[h.hold].token.clone());
             }
             let r = self.spawn(
                 client,
                 Owner::Watch(wid),
                 Wrap::boxed(op, Outcome::Extended),
             );
+            self.history.runners[r].token = token;
             self.start(r);
         }
         self.arm_watchdog(client);
@@ -1337,6 +1456,7 @@ impl World {
                 let min_replicas = options.min_replicas.is_some();
                 let ttl = spec.ttl;
                 let fenced = spec.fenced;
+                let token = spec.token.as_str().to_owned();
                 match Acquire::new(spec, &options, seed, now_i) {
                     Ok(m) => {
                         let acq = self.history.acqs.len();
@@ -1365,8 +1485,10 @@ impl World {
                         );
                         if let Some(x) = self.runners[r].as_mut() {
                             x.acq = Some(acq);
-                            x.acquire_script = Some(script);
                         }
+                        self.acquirers.insert(r, (acq, script));
+                        self.history.runners[r].acq = Some(acq);
+                        self.history.runners[r].token = Some(token);
                         self.start(r);
                     }
                     Err(e) => {
@@ -1380,6 +1502,7 @@ impl World {
                 let name = spec.target.name.to_string();
                 let wait = options.wait.map(micros);
                 let reply = micros(options.node_timeout);
+                let token = spec.token.as_str().to_owned();
                 match RedLockAcquire::new(spec, options, seed, now_i) {
                     Ok(m) => {
                         let acq = self.history.acqs.len();
@@ -1408,6 +1531,8 @@ impl World {
                         if let Some(x) = self.runners[r].as_mut() {
                             x.acq = Some(acq);
                         }
+                        self.history.runners[r].acq = Some(acq);
+                        self.history.runners[r].token = Some(token);
                         self.start(r);
                     }
                     Err(e) => {
@@ -1460,8 +1585,9 @@ impl World {
                     Ok(op) => {
                         let r =
                             self.spawn(client, Owner::Task(task), Wrap::boxed(op, Outcome::Pushed));
-                        // The server counts the delay in whole milliseconds.
-                        self.pushes.insert(r, (ids, micros(delay) / 1_000 * 1_000));
+                        // The delay as asked, to the µs: a job is due no earlier than the
+                        // push's run plus it (never rounded down).
+                        self.pushes.insert(r, (ids, micros(delay)));
                         self.start(r);
                     }
                     Err(e) => {
@@ -1592,13 +1718,7 @@ impl World {
                 (Some((keys, false, max)), Some(id)) => Wrap::boxed(
                     queue::nack_op(
                         lease,
-                        queue::nack(
-                            keys,
-                            id,
-                            lease.token.as_str(),
-                            Duration::from_millis(20),
-                            *max,
-                        ),
+                        queue::nack(keys, id, lease.token.as_str(), NACK_BACKOFF, *max),
                         deadline,
                     ),
                     Outcome::Nacked,
@@ -1611,7 +1731,13 @@ impl World {
         };
         let ack = matches!(settle, Some((_, true, _)));
         self.releases.insert(self.runners.len(), (held.hold, ack));
+        if let (Some((_, false, _)), Some(id)) = (&settle, &held.job) {
+            self.nack_backoffs
+                .insert(self.runners.len(), (id.clone(), micros(NACK_BACKOFF)));
+        }
         let r = self.spawn(client, Owner::Task(task), machine);
+        self.history.runners[r].settles = Some(held.hold);
+        self.history.runners[r].token = Some(self.history.holds[held.hold].token.clone());
         self.start(r);
     }
 
@@ -1652,6 +1778,9 @@ impl World {
                             }
                             let hold = h.hold;
                             self.history.holds[hold].valid_until = g;
+                            if let Some(ran) = r.last_ran {
+                                self.history.renewed.push((hold, ran));
+                            }
                         }
                     }
                     RenewalEvent::Lost(reason) => self.lost(client, wid, &format!("{reason:?}")),
@@ -1701,6 +1830,7 @@ impl World {
                             lost: None,
                             renewals_sent: Vec::new(),
                             job: job.clone(),
+                            token: lease.token.as_str().to_owned(),
                         });
                         self.history.acqs[acq].result = AcqResult::Acquired(hold);
                         self.note(|| {
@@ -1766,6 +1896,7 @@ impl World {
                             lost: None,
                             renewals_sent: Vec::new(),
                             job: None,
+                            token: red.lease.token.as_str().to_owned(),
                         });
                         self.history.acqs[acq].result = AcqResult::Acquired(hold);
                         self.note(|| {
@@ -1799,6 +1930,9 @@ impl World {
                         if ack { "ack" } else { "release" }
                     )
                 });
+                if result.is_ok() {
+                    self.history.settle_ok.push((id, hold));
+                }
                 if ack && (result.is_ok() || trusted) {
                     self.history.settled.push(Settled {
                         hold,
@@ -1819,6 +1953,7 @@ impl World {
                 };
                 self.note(|| format!("c{client} t{task} nack hold {hold}: {result:?}"));
                 if result.is_ok() {
+                    self.history.settle_ok.push((id, hold));
                     self.history.settled.push(Settled {
                         hold,
                         at: self.now,

@@ -106,3 +106,29 @@ fn an_unfenced_set_without_nx_breaks_exclusion() {
         20,
     );
 }
+
+#[test]
+fn an_ack_that_accepts_a_stale_token_is_not_settled_by_the_holder() {
+    // A worker whose lease ran out acks after the job went to another worker: its ack must
+    // fail, and must not end the other's lease.
+    caught(
+        Primitive::Queue,
+        Mutation::AckWithoutOwnerCheck,
+        &[],
+        Property::SettledByHolder,
+        50,
+    );
+}
+
+#[test]
+fn a_renewal_that_answers_success_on_a_gone_lease_is_not_on_the_server() {
+    // A holder's renewal after its key was evicted finds it gone; answering success keeps
+    // the holder believing it holds what the server no longer has.
+    caught(
+        Primitive::Lease,
+        Mutation::ExtendSucceedsWhenGone,
+        &[Fault::KeyEvicted],
+        Property::RenewalOnServer,
+        100,
+    );
+}

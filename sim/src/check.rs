@@ -796,8 +796,14 @@ fn server_record(h: &History, out: &mut Out<'_>) {
         for sp in &h.spans {
             let Some(r) = sp.closed_by else { continue };
             out.judge(Property::SettledByHolder, 1);
-            let token = h.runners.get(r).and_then(|i| i.token.as_deref());
-            if !token.is_some_and(|t| same_token(t, &sp.token)) {
+            let info = h.runners.get(r);
+            let token = info.and_then(|i| i.token.as_deref());
+            let next = info.and_then(|i| i.next_token.as_deref());
+            if ![token, next]
+                .into_iter()
+                .flatten()
+                .any(|t| same_token(t, &sp.token))
+            {
                 out.push(
                     Property::SettledByHolder,
                     sp.until,

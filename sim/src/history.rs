@@ -215,6 +215,9 @@ pub struct RunnerInfo {
     pub done: Option<u64>,
     /// The token its commands carry (an acquisition's, a release's, a renewal's), if any.
     pub token: Option<String>,
+    /// A second token it carries: an ack-and-take's next token (its untake, after an
+    /// unanswered call, ends that token's hold).
+    pub next_token: Option<String>,
 }
 
 /// An ack or nack the worker was told succeeded.

@@ -4,7 +4,7 @@
 
 use redlease_core::Command;
 use redlease_core::lease::scripts::{ACQUIRE, EXTEND, RELEASE};
-use redlease_core::queue::scripts::ACK;
+use redlease_core::queue::scripts::{ACK, DEQUEUE, PUSH};
 use redlease_core::script::Script;
 
 /// A planted bug.
@@ -30,11 +30,21 @@ pub enum Mutation {
     AckWithoutOwnerCheck,
     /// The lease renewal answers success when the key is gone or another token's.
     ExtendSucceedsWhenGone,
+    /// Issue 26 item 1: a retried take that finds the job already leased to its token
+    /// returns it without renewing the lease (the first attempt's lease stands, while the
+    /// worker counts its validity from the retry).
+    TakeKeepsFirstLease,
+    /// Issue 26 item 2: the ack of a delivery whose take had an unanswered attempt records
+    /// no undone token, so that attempt, arriving late, takes another job for nobody.
+    NoUndoneAfterRetry,
+    /// Issue 26 item 3: a delayed push is due at the server's clock rounded down plus the
+    /// delay (early by up to a millisecond).
+    DueFloored,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 8] = [
+    pub const ALL: [Mutation; 11] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -43,6 +53,9 @@ impl Mutation {
         Mutation::SetWithoutNx,
         Mutation::AckWithoutOwnerCheck,
         Mutation::ExtendSucceedsWhenGone,
+        Mutation::TakeKeepsFirstLease,
+        Mutation::NoUndoneAfterRetry,
+        Mutation::DueFloored,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
@@ -82,6 +95,25 @@ const EXTEND_SWAP: Swap = Swap {
     to: "return 1",
 };
 
+// Issue 26's three fixes, rewritten back into the defects they fixed.
+const TAKE_REFRESH_SWAP: Swap = Swap {
+    script: &DEQUEUE,
+    from: "if expiry < now + tonumber(ARGV[2]) then",
+    to: "if false then",
+};
+
+const ACK_UNDONE_SWAP: Swap = Swap {
+    script: &ACK,
+    from: "if KEYS[9] then",
+    to: "if false then",
+};
+
+const DUE_SWAP: Swap = Swap {
+    script: &PUSH,
+    from: "redis.call('ZADD', KEYS[2], up + delay, id)",
+    to: "redis.call('ZADD', KEYS[2], now + delay, id)",
+};
+
 impl Mutation {
     fn swap(self) -> Option<&'static Swap> {
         match self {
@@ -89,6 +121,9 @@ impl Mutation {
             Mutation::FenceRestarts => Some(&FENCE_SWAP),
             Mutation::AckWithoutOwnerCheck => Some(&ACK_SWAP),
             Mutation::ExtendSucceedsWhenGone => Some(&EXTEND_SWAP),
+            Mutation::TakeKeepsFirstLease => Some(&TAKE_REFRESH_SWAP),
+            Mutation::NoUndoneAfterRetry => Some(&ACK_UNDONE_SWAP),
+            Mutation::DueFloored => Some(&DUE_SWAP),
             _ => None,
         }
     }

@@ -305,6 +305,8 @@ pub struct World {
     acquirers: HashMap<usize, (usize, &'static redlease_core::script::Script)>,
     /// Reads the server's record of holds after every command.
     observer: Observer,
+    /// Runners of ack-and-take calls.
+    ack_takes: std::collections::HashSet<usize>,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -381,6 +383,7 @@ impl World {
             nack_backoffs: HashMap::new(),
             acquirers: HashMap::new(),
             observer: Observer::default(),
+            ack_takes: std::collections::HashSet::new(),
         };
         w.observer.start_us = u64::try_from(w.clock.unix_micros()).unwrap_or(0);
         w.history.nodes = u16::try_from(w.nodes.len()).unwrap_or(1);
@@ -863,8 +866,11 @@ impl World {
                 }
             }
         }
+        let acked = reply == Reply::Int(1)
+            || (self.ack_takes.contains(&runner)
+                && reply.as_array().and_then(|a| a.first()) == Some(&Reply::Int(1)));
         if let Some(&(hold, true)) = self.releases.get(&runner)
-            && reply == Reply::Int(1)
+            && acked
         {
             // The ack ran and removed the job, whether or not its reply reaches the worker.
             self.history.acks_ran.push(hold);
@@ -1692,6 +1698,20 @@ impl World {
             hd.release_sent = Some(self.now);
         }
         let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
+        // A busy worker acks and is handed the next job in one call (one ack in three,
+        // when it goes on taking).
+        let next = match (&settle, &held.job, self.tasks[task].actions.front()) {
+            (
+                Some((_, true, _)),
+                Some(_),
+                Some(Action::Work {
+                    settings, until, ..
+                }),
+            ) if self.now < *until => Some(*settings),
+            _ => None,
+        };
+        let ack_take = next.is_some() && self.rand(3) == 0;
+        let mut next_token = None;
         let machine: Box<dyn Drive> = if let Some(red) = &held.red {
             match QuorumOp::new(
                 red,
@@ -1707,6 +1727,19 @@ impl World {
             }
         } else if let Some(lease) = &held.lease {
             match (&settle, &held.job) {
+                (Some((keys, true, _)), Some(id)) if ack_take => {
+                    let token = self.token();
+                    next_token = Some(token.as_str().to_owned());
+                    let settings = next.unwrap_or_else(|| unreachable!());
+                    match queue::ack_and_take(keys, id, lease, token, &settings, deadline) {
+                        Ok(op) => Wrap::boxed(op, Outcome::AckTake),
+                        Err(e) => {
+                            self.note(|| format!("t{task} bad ack_and_take: {e}"));
+                            self.push(self.now, Ev::TaskNext { task });
+                            return;
+                        }
+                    }
+                }
                 (Some((keys, true, _)), Some(id)) => Wrap::boxed(
                     ScriptOp::release_with(
                         lease,
@@ -1736,9 +1769,123 @@ impl World {
                 .insert(self.runners.len(), (id.clone(), micros(NACK_BACKOFF)));
         }
         let r = self.spawn(client, Owner::Task(task), machine);
+        if ack_take {
+            self.ack_takes.insert(r);
+        }
+        self.history.runners[r].next_token = next_token;
         self.history.runners[r].settles = Some(held.hold);
         self.history.runners[r].token = Some(self.history.holds[held.hold].token.clone());
         self.start(r);
+    }
+
+    /// The next job an ack-and-take handed over: a hold (and an acquisition, so that a late
+    /// copy of the call is judged like a take's), worked on and settled like a taken one.
+    fn handed_over(
+        &mut self,
+        task: usize,
+        runner: usize,
+        r: &Runner,
+        acked: usize,
+        job: redlease_core::queue::TakenJob,
+    ) {
+        let client = r.client;
+        let now_i = self.instant(client);
+        let Some(Action::Work {
+            keys,
+            settings,
+            work,
+            until,
+            watch,
+        }) = self.tasks[task].actions.pop_front()
+        else {
+            return;
+        };
+        let lease = job.lease;
+        let name = self.history.holds[acked].name.clone();
+        let ran = r.last_ran.unwrap_or(self.now);
+        let acq = self.history.acqs.len();
+        let hold = self.history.holds.len();
+        self.history.acqs.push(Acq {
+            client,
+            task,
+            name: name.clone(),
+            kind: HoldKind::Job,
+            started: self.now,
+            started_local: self.local_now(client),
+            wait: None,
+            reply_timeout: IO_TIMEOUT,
+            waiter_timeout: None,
+            ttl: micros(lease.ttl),
+            attempts: r.ran.clone(),
+            grants: vec![(ran, lease.fence)],
+            ended: Some((self.now, self.local_now(client))),
+            result: AcqResult::Acquired(hold),
+            fenced: true,
+        });
+        self.acquirers
+            .insert(runner, (acq, &redlease_core::queue::scripts::ACK_TAKE));
+        self.history.runners[runner].acq = Some(acq);
+        let valid = self.to_global(client, lease.valid_until);
+        self.history.holds.push(Hold {
+            client,
+            task,
+            name,
+            kind: HoldKind::Job,
+            fence: lease.fence,
+            fenced: true,
+            granted: ran,
+            received: self.now,
+            valid_until: valid,
+            first_valid_until: valid,
+            replicated: false,
+            watched: watch,
+            release_sent: None,
+            lost: None,
+            renewals_sent: Vec::new(),
+            job: Some(job.id.clone()),
+            token: lease.token.as_str().to_owned(),
+        });
+        self.note(|| {
+            format!(
+                "c{client} t{task} handed {} delivery {}",
+                job.id, lease.fence
+            )
+        });
+        let watch_id = if watch {
+            let c = &mut self.clients[client];
+            c.next_watch += 1;
+            let wid = c.next_watch;
+            c.renewals
+                .insert(wid, lease.clone(), RenewalPolicy::for_ttl(lease.ttl), now_i);
+            c.watches.insert(wid, task);
+            Some(wid)
+        } else {
+            None
+        };
+        self.tasks[task].held = Some(Held {
+            hold,
+            lease: Some(lease),
+            red: None,
+            watch: watch_id,
+            job: Some(job.id),
+        });
+        self.arm_watchdog(client);
+        let ack = self.rand(4) != 0;
+        let spent = self.rand(work);
+        let t = &mut self.tasks[task];
+        t.actions.push_front(Action::Work {
+            keys: keys.clone(),
+            settings,
+            work,
+            until,
+            watch,
+        });
+        t.actions.push_front(Action::Settle {
+            keys,
+            ack,
+            max: settings.max_deliveries,
+        });
+        t.actions.push_front(Action::Sleep(spent));
     }
 
     fn resource_write(&mut self, hold: usize) {
@@ -1984,6 +2131,24 @@ impl World {
                 self.note(|| {
                     format!("c{client} t{task} RedLock release (ok, holding, lost): {summary:?}")
                 });
+            }
+            Outcome::AckTake(result) => {
+                let Some((hold, _)) = self.releases.get(&id).copied() else {
+                    return;
+                };
+                self.note(|| format!("c{client} t{task} ack_and_take hold {hold}: {result:?}"));
+                let Ok(done) = result else { return };
+                if done.ack.is_ok() {
+                    self.history.settle_ok.push((id, hold));
+                    self.history.settled.push(Settled {
+                        hold,
+                        at: self.now,
+                        ack: true,
+                    });
+                }
+                if let redlease_core::queue::Take::Taken(job) = done.next {
+                    self.handed_over(task, id, r, hold, *job);
+                }
             }
             Outcome::Extended(_) => {}
         }

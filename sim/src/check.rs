@@ -566,7 +566,8 @@ fn jobs(h: &History, out: &mut Out<'_>) {
         // holds included), against the exact push (or nack) instant plus the delay asked,
         // to the µs: never rounded down.
         let mut leased: HashMap<&str, Vec<u64>> = HashMap::new();
-        for sp in &h.spans {
+        // (A hold restored by a restart or failover is an old lease, not a new delivery.)
+        for sp in h.spans.iter().filter(|sp| sp.opened_by.is_some()) {
             leased
                 .entry(sp.resource.as_str())
                 .or_default()
@@ -881,9 +882,20 @@ fn server_record(h: &History, out: &mut Out<'_>) {
                 continue;
             };
             let Some(acq) = info.acq else { continue };
-            // Only an acquisition that was answered: its late attempt must find the undone
-            // record. An unfenced lock's bare `SET NX PX` cannot (documented).
-            if set || !matches!(h.acqs[acq].result, AcqResult::Acquired(_)) {
+            // Only an acquisition that was answered, and only once the call that settled
+            // its grant (release, ack, nack) ran: that call records the token as undone.
+            // Before it, a late attempt that finds its own grant live takes nothing new, and
+            // one that arrives after the grant ran out is the documented gap (a lease that
+            // just runs out records nothing; docs/guarantees.md). An unfenced lock's bare
+            // `SET NX PX` reads no undone record (documented).
+            let AcqResult::Acquired(hold) = h.acqs[acq].result else {
+                continue;
+            };
+            let settled = h
+                .runners
+                .iter()
+                .any(|i| i.settles == Some(hold) && i.first_ran.is_some_and(|first| first < at));
+            if set || !settled {
                 continue;
             }
             out.judge(Property::LateAttempt, 1);
@@ -957,7 +969,7 @@ impl Property {
                 "A renewal the watchdog counts as a success ran while the server held the lease for its token (it is judged under data loss too: the first renewal after a key is lost must report the loss)"
             }
             Property::LateAttempt => {
-                "An attempt of an acquisition that was already answered (a request held past its retry) takes nothing when it runs: not a lock, permit or job (an unfenced lock's bare `SET NX PX` excepted, documented)"
+                "An attempt of an answered acquisition (a request held past its retry) that runs after the grant was released, acked or nacked takes nothing: not a lock, permit or job (an unfenced lock's bare `SET NX PX` excepted, and an attempt arriving after the grant ran out but before it was settled: both documented)"
             }
         }
     }

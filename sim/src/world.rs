@@ -809,6 +809,8 @@ impl World {
                 }));
         if !noscript {
             self.observe(n, Some(runner), set_nx);
+            let info = &mut self.history.runners[runner];
+            info.first_ran = info.first_ran.or(Some(self.now));
         }
         let alive = self.runners.get(runner).is_some_and(|r| r.is_some());
         if is_attempt && !alive {
@@ -1743,7 +1745,9 @@ impl World {
                 (Some((keys, true, _)), Some(id)) => Wrap::boxed(
                     ScriptOp::release_with(
                         lease,
-                        queue::ack_call(keys, id, lease.token.as_str()),
+                        // A job whose take had an unanswered attempt: the ack records
+                        // its token as undone too (the late attempt then takes nothing).
+                        keys.settling(queue::ack_call(keys, id, lease.token.as_str()), lease),
                         deadline,
                     ),
                     Outcome::Unit,
@@ -1751,7 +1755,10 @@ impl World {
                 (Some((keys, false, max)), Some(id)) => Wrap::boxed(
                     queue::nack_op(
                         lease,
-                        queue::nack(keys, id, lease.token.as_str(), NACK_BACKOFF, *max),
+                        keys.settling(
+                            queue::nack(keys, id, lease.token.as_str(), NACK_BACKOFF, *max),
+                            lease,
+                        ),
                         deadline,
                     ),
                     Outcome::Nacked,
@@ -2136,7 +2143,18 @@ impl World {
                 let Some((hold, _)) = self.releases.get(&id).copied() else {
                     return;
                 };
-                self.note(|| format!("c{client} t{task} ack_and_take hold {hold}: {result:?}"));
+                self.note(|| {
+                    let next = match &result {
+                        Ok(d) => match &d.next {
+                            redlease_core::queue::Take::Taken(j) => {
+                                format!("ack {:?}, next {} delivery {}", d.ack, j.id, j.delivery)
+                            }
+                            other => format!("ack {:?}, next {other:?}", d.ack),
+                        },
+                        Err(e) => format!("{e}"),
+                    };
+                    format!("c{client} t{task} ack_and_take hold {hold}: {next}")
+                });
                 let Ok(done) = result else { return };
                 if done.ack.is_ok() {
                     self.history.settle_ok.push((id, hold));

@@ -5,10 +5,11 @@
 # which suite caught each mutant, and which mutants survive both.
 #
 # Not part of scripts/test.sh: about half an hour (each mutant rebuilds the core and runs
-# both suites). The tree itself is never touched: the copy lives under target/mutants/.
+# both suites). The tree itself is never touched: the copy lives under target/mutants/
+# (builds go to the tree's target/, beside its own; MUTANTS_TARGET changes that).
 #
 #   bash scripts/mutants.sh                  # every mutant
-#   bash scripts/mutants.sh take-no-refresh  # the mutants whose name contains this
+#   bash scripts/mutants.sh 'take|ack-no'     # the mutants whose name matches this (regex)
 #   SIM_SEEDS=2000 REDIS_TESTS="--test queue" bash scripts/mutants.sh ack
 #
 # A mutant is a literal replacement in one file (its text must be found: a mutant whose
@@ -22,7 +23,9 @@ root=$PWD
 work=${MUTANTS_DIR:-$root/target/mutants}
 copy=$work/tree
 log=$work/logs
-export CARGO_TARGET_DIR=$work/target
+# The tree's own target directory: the copy's crates build beside the tree's (their paths
+# differ), and the registry dependencies (mlua and its C sources among them) are reused.
+export CARGO_TARGET_DIR=${MUTANTS_TARGET:-$root/target}
 filter=${1:-}
 sim_seeds=${SIM_SEEDS:-3000}
 redis_tests=${REDIS_TESTS:---test scripts --test queue --test queue_failures --test lock --test semaphore --test watchdog}
@@ -35,6 +38,7 @@ mutants=(
     "ack-no-undone-record|core/src/queue/lua/ack.lua|if KEYS[9] then|if false then"
     "nack-no-owner-check|core/src/queue/lua/nack.lua|if holder ~= ARGV[2] then|if not holder then"
     "push-due-floored|core/src/queue/lua/push.lua|up + delay|now + delay"
+    "release-no-undone-record|core/src/lease/lua/release.lua|if KEYS[2] then|if false then"
     "release-no-owner-check|core/src/lease/lua/release.lua|if holder == ARGV[1] then\n  redis.call('DEL', KEYS[1])|if holder then\n  redis.call('DEL', KEYS[1])"
     "extend-success-when-gone|core/src/lease/lua/extend.lua|if holder == false then\n  return 0\nend\nreturn -1|return 1"
     "fence-restarts|core/src/lease/lua/acquire.lua|if counter < us then|if false then"
@@ -92,7 +96,7 @@ fi
 rows=()
 for m in "${mutants[@]}"; do
     IFS='|' read -r name file old new <<<"$m"
-    if [[ -n "$filter" && "$name" != *"$filter"* ]]; then
+    if [[ -n "$filter" && ! "$name" =~ $filter ]]; then
         continue
     fi
     if ! plant "$file" "$old" "$new"; then

@@ -256,7 +256,7 @@ impl Plan {
     /// The late kinds draw from a generator of their own, so that the plans of the other
     /// kinds (and the regression seeds found with them) are the same as before they existed.
     pub fn choose(rng: &mut SplitMix64, allowed: FaultSet, shape: Shape) -> Plan {
-        let mut extra = SplitMix64::new(rng.clone().next_u64() ^ 0x1a7e_5eed_0f_fa17);
+        let mut extra = SplitMix64::new(rng.clone().next_u64() ^ 0x001a_7e5e_ed0f_fa17);
         let mut plan = Self::choose_early(rng, allowed, shape);
         let late: Vec<Fault> = Fault::LATE
             .into_iter()

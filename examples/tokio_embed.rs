@@ -180,9 +180,10 @@ async fn lock(
     Ok(())
 }
 
-/// A fair lock's waiter dropped (by a `select!`; a `timeout` is the same) while it waits in line: its
-/// place is given back at once (by the `UndoOnDrop` of `acquire`), so the next waiter gets
-/// the lock as soon as the holder releases it, not after the abandoned waiter's timeout.
+/// A fair lock's waiter dropped (by a `select!`; a `timeout` is the same) while it waits in
+/// line: its place is given back at once (by the `UndoOnDrop` of `acquire`), so the next
+/// waiter gets the lock as soon as the holder releases it, instead of waiting behind a
+/// place nobody will take until the abandoned waiter's timeout.
 async fn abandoned(
     client: &redis::Client,
     conn: &MultiplexedConnection,

@@ -34,8 +34,8 @@ const RETRY_PAUSE: Duration = Duration::from_millis(10);
 ///   lock, waiting writers, semaphore waiters).
 ///
 /// Both are idempotent and harmless when there is nothing to undo (an acquisition that
-/// never sent anything, or was refused), so a lost reply is sent again, up to
-/// [`MAX_ATTEMPTS`] times per call before `deadline`.
+/// never sent anything, or was refused), so a lost reply is sent again, up to 3 times
+/// per call before `deadline`.
 ///
 /// Yields `Ok(())` once every call was answered: whatever the abandoned acquisition held is
 /// given back, and the lock is free for the next holder now. `Err(Error::Unavailable)` when

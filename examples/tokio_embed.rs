@@ -456,12 +456,7 @@ impl Wakes {
     /// subscription ended (the machine then waits until its own `until`).
     async fn next_for(&mut self, on: &WakeOn) -> bool {
         while let Some(msg) = self.stream.next().await {
-            let payload = String::from_utf8_lossy(msg.get_payload_bytes());
-            let concerns = msg.get_channel_name() == on.channel
-                && (on.tag.is_none()
-                    || payload == WakeOn::ALL
-                    || on.tag.as_deref() == Some(payload.as_ref()));
-            if concerns {
+            if on.concerns(msg.get_channel_name(), msg.get_payload_bytes()) {
                 return true;
             }
         }

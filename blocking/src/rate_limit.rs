@@ -134,13 +134,7 @@ impl RateLimiter {
     /// [`Decision`].
     pub fn acquire(&self, cost: u64, wait: Duration) -> Result<Decision, Error> {
         let shared = self.client.shared();
-        let machine = Throttle::new(
-            &self.spec,
-            cost,
-            wait,
-            shared.op_timeout,
-            shared.time.now(),
-        )?;
+        let machine = Throttle::new(&self.spec, cost, wait, shared.op_timeout, shared.time.now())?;
         self.client.run(machine)
     }
 

@@ -7,11 +7,7 @@ use crate::script::prelude::GCRA;
 
 /// `lua/throttle.lua`: one decision (take or peek) on the server clock. Replies
 /// `{allowed, remaining, retry_after µs, reset_after µs, server time µs}`.
-pub static THROTTLE: Script = script!(
-    "rate_throttle",
-    [GCRA],
-    include_str!("lua/throttle.lua")
-);
+pub static THROTTLE: Script = script!("rate_throttle", [GCRA], include_str!("lua/throttle.lua"));
 
 /// `lua/reset.lua`: forgets the limiter's state (full again). Replies 1 if there was some.
 pub static RESET: Script = script!("rate_reset", [], include_str!("lua/reset.lua"));

@@ -63,9 +63,7 @@ fn limits_are_checked_before_anything_is_sent() {
     let now = origin();
     assert!(invalid(try_acquire(&s, 21, now).unwrap_err()));
     assert!(invalid(try_acquire(&s, u64::MAX, now).unwrap_err()));
-    assert!(invalid(
-        Throttle::new(&s, 21, sec, sec, now).unwrap_err()
-    ));
+    assert!(invalid(Throttle::new(&s, 21, sec, sec, now).unwrap_err()));
     assert!(invalid(
         Throttle::new(&s, 1, sec, Duration::ZERO, now).unwrap_err()
     ));
@@ -75,7 +73,10 @@ fn limits_are_checked_before_anything_is_sent() {
 fn a_take_sends_the_limit_and_cost_and_reads_the_decision() {
     let now = origin();
     let s = spec();
-    let mut sc = Scenario::new(try_acquire(&s, 1, now + Duration::from_secs(1)).unwrap(), now);
+    let mut sc = Scenario::new(
+        try_acquire(&s, 1, now + Duration::from_secs(1)).unwrap(),
+        now,
+    );
     let sent = sc.answer(ints(&[1, 19, 0, 10_000, NOW_US]));
     assert_eq!(
         args(&sent),
@@ -102,7 +103,10 @@ fn a_take_sends_the_limit_and_cost_and_reads_the_decision() {
         }
     );
     // Another cost, and a peek.
-    let mut sc = Scenario::new(try_acquire(&s, 5, now + Duration::from_secs(1)).unwrap(), now);
+    let mut sc = Scenario::new(
+        try_acquire(&s, 5, now + Duration::from_secs(1)).unwrap(),
+        now,
+    );
     let sent = sc.answer(ints(&[0, 3, 20_000, 170_000, NOW_US]));
     assert_eq!(args(&sent)[6..], ["5", "0"]);
     let d = sc.expect_done().unwrap();
@@ -125,7 +129,10 @@ fn a_decision_in_another_shape_is_an_unexpected_reply() {
         Reply::Int(1),
         Reply::Nil,
     ] {
-        let mut sc = Scenario::new(try_acquire(&spec(), 1, now + Duration::from_secs(1)).unwrap(), now);
+        let mut sc = Scenario::new(
+            try_acquire(&spec(), 1, now + Duration::from_secs(1)).unwrap(),
+            now,
+        );
         sc.answer(reply);
         assert!(matches!(
             sc.expect_done(),
@@ -137,7 +144,10 @@ fn a_decision_in_another_shape_is_an_unexpected_reply() {
 #[test]
 fn a_foreign_value_in_the_key_is_a_wrong_type_error() {
     let now = origin();
-    let mut sc = Scenario::new(try_acquire(&spec(), 1, now + Duration::from_secs(1)).unwrap(), now);
+    let mut sc = Scenario::new(
+        try_acquire(&spec(), 1, now + Duration::from_secs(1)).unwrap(),
+        now,
+    );
     sc.answer(err(
         "WRONGTYPE",
         "the rate limiter key redlease:{api}:rate does not hold a time",
@@ -154,7 +164,10 @@ fn a_foreign_value_in_the_key_is_a_wrong_type_error() {
 #[test]
 fn noscript_is_resent_as_eval() {
     let now = origin();
-    let mut sc = Scenario::new(try_acquire(&spec(), 1, now + Duration::from_secs(1)).unwrap(), now);
+    let mut sc = Scenario::new(
+        try_acquire(&spec(), 1, now + Duration::from_secs(1)).unwrap(),
+        now,
+    );
     sc.answer(err("NOSCRIPT", "No matching script."));
     let sent = sc.answer(ints(&[1, 19, 0, 10_000, NOW_US]));
     assert_eq!(args(&sent)[0], "EVAL");
@@ -227,7 +240,10 @@ fn acquire_sleeps_exactly_until_the_units_are_due_then_asks_again() {
     assert_eq!(args(&again), args(&first));
     let d = sc.expect_done().unwrap();
     assert!(d.allowed);
-    assert!(matches!(sc.machine.poll(sc.now), Step::Done(Err(Error::Finished))));
+    assert!(matches!(
+        sc.machine.poll(sc.now),
+        Step::Done(Err(Error::Finished))
+    ));
 }
 
 #[test]
@@ -252,10 +268,7 @@ fn acquire_fails_at_once_when_the_units_are_due_after_the_wait() {
     // Exactly at the deadline is within it.
     let mut sc = throttle(Duration::from_millis(10), start);
     sc.answer(ints(&[0, 0, 10_000, 190_000, NOW_US]));
-    assert_eq!(
-        sc.expect_wait().until,
-        start + Duration::from_millis(10)
-    );
+    assert_eq!(sc.expect_wait().until, start + Duration::from_millis(10));
     // A zero wait: a denial is a timeout at once.
     let mut sc = throttle(Duration::ZERO, start);
     sc.answer(ints(&[0, 0, 1, 190_000, NOW_US]));
@@ -285,6 +298,9 @@ fn acquire_passes_errors_and_lost_replies_through() {
     sc.fail(TransportFailure::no_reply("timed out"));
     assert!(matches!(sc.expect_done(), Err(Error::Unavailable { .. })));
     let mut sc = throttle(Duration::from_secs(1), start);
-    sc.answer(err("WRONGTYPE", "Operation against a key holding the wrong kind of value"));
+    sc.answer(err(
+        "WRONGTYPE",
+        "Operation against a key holding the wrong kind of value",
+    ));
     assert!(matches!(sc.expect_done(), Err(Error::WrongType { .. })));
 }

@@ -31,7 +31,7 @@ pub struct Throttle {
 
 #[derive(Debug)]
 enum State {
-    Attempt(ScriptOp<Take>),
+    Attempt(Box<ScriptOp<Take>>),
     Waiting(Instant),
     Done,
 }
@@ -68,13 +68,13 @@ impl Throttle {
     fn attempt(&mut self, now: Instant) -> State {
         self.attempts += 1;
         let reply_by = saturating_add(now, self.op_timeout);
-        State::Attempt(ScriptOp::new(
+        State::Attempt(Box::new(ScriptOp::new(
             Take,
             self.call.clone(),
             self.spec_target.clone(),
             None,
             reply_by,
-        ))
+        )))
     }
 
     fn denied(&mut self, decision: &Decision, now: Instant) -> Step<Decision> {

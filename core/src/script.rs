@@ -946,7 +946,7 @@ pub(crate) mod tests {
     use crate::reply::ErrorReply;
 
     /// Every prelude part and the functions it defines.
-    const PARTS: [(&str, &[&str]); 8] = [
+    const PARTS: [(&str, &[&str]); 9] = [
         (prelude::NOTIFY, &["notify"]),
         (prelude::NOW_MS, &["now_ms"]),
         (prelude::NOW_MS_UP, &["now_ms_up"]),

@@ -11,6 +11,7 @@
 //!   guarantee; prefer the lease lock where the server allows it).
 //! - [`Client::semaphore`]: a fair counting semaphore on the server's clock.
 //! - [`Client::queue`]: a reliable queue with priorities, delays, leases and dead letters.
+//! - [`Client::rate_limiter`]: a GCRA rate limiter on the server's clock, shared by a fleet.
 //! - Deployments: one server ([`Client::open`]), Sentinel ([`Client::sentinel`]), Redis
 //!   Cluster ([`Client::cluster`]); `min_replicas` on locks and semaphores for failovers.
 //!   TLS (`rediss://`, cargo feature `tls-rustls`, on by default, with
@@ -79,6 +80,7 @@ mod lock;
 pub mod memory;
 mod observe;
 mod queue;
+mod rate_limit;
 mod redact;
 mod redlock;
 // After the primitives: rustdoc lists `Client`'s methods in module order.
@@ -96,6 +98,7 @@ pub use connect::ConnectionTarget;
 pub use legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
 pub use lock::{LockBuilder, LockGuard};
 pub use queue::{AckedAndNext, HandlerError, Job, JobError, Queue, Retry, WorkerReport, Workers};
+pub use rate_limit::{Decision, RateLimit, RateLimiter, RateLimiterBuilder};
 pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::semaphore::SemaphoreState;

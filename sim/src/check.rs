@@ -132,9 +132,15 @@ impl Property {
                 FaultSet::NONE
             }
             Property::JobSettled => FaultSet::of(&data_loss),
-            Property::SingleAck | Property::DeliveryUnique => {
-                FaultSet::of(&[RestartSnapshot, Failover, FailoverMinReplicas, KeyEvicted])
-            }
+            // A push handed over twice whose copy arrives after the job was acked pushes it
+            // again (a push is not idempotent once the job is forgotten: `push_unique` is).
+            Property::SingleAck | Property::DeliveryUnique => FaultSet::of(&[
+                RestartSnapshot,
+                Failover,
+                FailoverMinReplicas,
+                KeyEvicted,
+                RequestDuplicated,
+            ]),
             // A clock that jumps forward during a call counts the jump as time waited.
             Property::WaiterDeadline => FaultSet::of(&[ClientPaused, ClockJump]),
             Property::LossInTime => FaultSet::of(&[ClientPaused]),
@@ -148,7 +154,13 @@ impl Property {
                 s.insert(ClockDriftExcess);
                 s
             }
-            Property::SettledByHolder => FaultSet::of(&data_loss),
+            // A release told it succeeded after a lost reply is judged by the holder's clock
+            // (documented): a clock 5 % slow counts a lease that ran out as still valid.
+            Property::SettledByHolder => {
+                let mut s = FaultSet::of(&data_loss);
+                s.insert(ClockDriftExcess);
+                s
+            }
             // A network that hands a request over twice (TCP does not) replays an answered
             // attempt with nothing to tell it from the first; data loss forgets the undone
             // record.
@@ -858,10 +870,28 @@ fn server_record(h: &History, out: &mut Out<'_>) {
             let x = &h.holds[hold];
             out.judge(Property::RenewalOnServer, 1);
             let r = resource(x);
-            let held = by.get(&(r.as_str(), x.token.as_str())).is_some_and(|v| {
-                v.iter().any(|&k| {
-                    let sp = &h.spans[k];
-                    sp.from <= ran && ran < sp.until
+            // A reentrant lock is renewed by owner (all its holds at once): the renewal is
+            // right while any hold of the same owner (task) is on the server, such as one
+            // restored by a failover (documented re-entry of a restored hold).
+            let tokens: Vec<&str> = if x.kind == HoldKind::Reentrant {
+                h.runners
+                    .iter()
+                    .filter(|i| {
+                        i.acq.is_some_and(|a| {
+                            h.acqs[a].task == x.task && h.acqs[a].kind == HoldKind::Reentrant
+                        })
+                    })
+                    .filter_map(|i| i.token.as_deref())
+                    .collect()
+            } else {
+                vec![x.token.as_str()]
+            };
+            let held = tokens.iter().any(|t| {
+                by.get(&(r.as_str(), *t)).is_some_and(|v| {
+                    v.iter().any(|&k| {
+                        let sp = &h.spans[k];
+                        sp.from <= ran && ran < sp.until
+                    })
                 })
             });
             if !held {
@@ -966,7 +996,7 @@ impl Property {
                 "A release, ack or nack that succeeds ended its own token's hold on the server (a release told it succeeded after a lost reply: its token held the lock when it was sent), and no command ends another token's live hold"
             }
             Property::RenewalOnServer => {
-                "A renewal the watchdog counts as a success ran while the server held the lease for its token (it is judged under data loss too: the first renewal after a key is lost must report the loss)"
+                "A renewal the watchdog counts as a success ran while the server held the lease for its token (a reentrant lock: for its owner); it is judged under data loss too: the first renewal after a key is lost must report the loss"
             }
             Property::LateAttempt => {
                 "An attempt of an answered acquisition (a request held past its retry) that runs after the grant was released, acked or nacked takes nothing: not a lock, permit or job (an unfenced lock's bare `SET NX PX` excepted, and an attempt arriving after the grant ran out but before it was settled: both documented)"

@@ -166,7 +166,7 @@ fn a_seed_replays_exactly() {
 /// Seeds that once failed, each kept with what it found.
 #[test]
 fn regression_seeds() {
-    let seeds: [(Primitive, u64, &str); 16] = [
+    let seeds: &[(Primitive, u64, &str)] = &[
         // A grant whose holder never learnt of it (its reply came after its validity: a
         // clock jump) still takes the lock.
         (
@@ -221,8 +221,26 @@ fn regression_seeds() {
         (Primitive::Semaphore, 1134, "NOSCRIPT is not a run"),
         // Due times count in whole milliseconds of the server clock.
         (Primitive::Queue, 225, "due times in ms"),
+        // Server-record checker corrections (issue 26): a reentrant lock is renewed by
+        // owner, so a renewal is right while a hold of the owner restored by a failover or
+        // an older snapshot is on the server.
+        (Primitive::Reentrant, 7520, "reentrant renewal by owner"),
+        (Primitive::Reentrant, 13588, "reentrant renewal by owner"),
+        (Primitive::Reentrant, 2213, "reentrant renewal by owner"),
+        // A release told it succeeded after a lost reply is judged by the holder's clock: not
+        // under a clock 5 % slow.
+        (Primitive::Reentrant, 6889, "lost-reply release, slow clock"),
+        (Primitive::Fair, 7321, "lost-reply release, slow clock"),
+        (
+            Primitive::ReadWrite,
+            14577,
+            "lost-reply release, slow clock",
+        ),
+        // A push handed over twice, its copy after the job was acked, pushes it again.
+        (Primitive::Queue, 2724, "duplicated push after the ack"),
+        (Primitive::Queue, 9408, "duplicated push after the ack"),
     ];
-    for (primitive, seed, what) in seeds {
+    for &(primitive, seed, what) in seeds {
         let o = redlease_sim::run::run(RunSpec {
             primitive,
             seed,

@@ -24,8 +24,8 @@
 //! decides (what to send, how to read a reply, when to retry) lives in the core and is
 //! unit-tested there with scripted replies; this crate only moves bytes, reads the clock,
 //! sleeps and draws random tokens. To drive the core from another runtime (async, an event
-//! loop) over the `redis` crate, [`adapter`] has the conversions this driver uses, and
-//! `docs/embedding.md` the driver contract.
+//! loop) over the `redis` crate, the crate `redlease-redis` (re-exported here as [`adapter`])
+//! has the conversions this driver uses, and `docs/embedding.md` the driver contract.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -70,7 +70,6 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-pub mod adapter;
 mod backend;
 mod client;
 mod connect;
@@ -117,6 +116,11 @@ pub use redlease_core::limits;
 
 /// The sans-IO core this crate drives, for running its machines yourself.
 pub use redlease_core as core;
+
+/// The conversions between the `redis` crate and the core that this driver uses itself:
+/// the crate [`redlease_redis`], re-exported. A driver of your own (async, an event loop)
+/// can depend on `redlease-redis` alone, without this crate's pool, threads and RESP client.
+pub use redlease_redis as adapter;
 
 /// The README's examples, compiled as doctests so they stay true to the API.
 #[cfg(doctest)]

@@ -164,8 +164,8 @@ fn a_denial_is_allowed_at_its_retry_after_and_never_earlier() {
 }
 
 /// `acquire` sleeps until the due time (one wait, no polling: two scripts in all) and is
-/// then allowed, never before the due time, and not much later (the median over the rounds
-/// within 10 ms, a fiftieth of the 500 ms interval).
+/// then allowed, never before the due time, and less than half the 500 ms interval after it
+/// (a busy machine delays the wake-up; a wait past the due time by a period would not pass).
 #[test]
 fn acquire_sleeps_until_retry_after_and_is_then_allowed() {
     let server = server();
@@ -212,9 +212,12 @@ fn acquire_sleeps_until_retry_after_and_is_then_allowed() {
             .sum();
         assert_eq!(calls, 2, "{stats}");
     }
+    // Late only by the wake-up and one request (printed); never by a period: a machine that
+    // slept past the due time by another interval, or polled at one, would be 500 ms late.
     late.sort();
+    eprintln!("acquire allowed after its due time by {late:?}");
     assert!(
-        late[late.len() / 2] <= Duration::from_millis(10),
+        late.iter().all(|&l| l < Duration::from_millis(250)),
         "{late:?}"
     );
 }

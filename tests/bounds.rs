@@ -172,24 +172,32 @@ fn dropping_the_last_client_with_a_renewal_in_flight_returns_within_a_second() {
 fn duration_max_as_a_wait_is_accepted() {
     let server = server();
     let c = client(&server, Duration::from_secs(1), Duration::from_secs(1));
-    let g = c
-        .lock("forever")
-        .wait(Duration::MAX)
-        .acquire()
-        .expect("a wait of Duration::MAX is accepted");
-    g.release().unwrap();
-    let s = c
-        .semaphore("forever-permits", 2)
-        .wait(Duration::MAX)
-        .acquire()
-        .expect("a semaphore wait of Duration::MAX is accepted");
-    s.release().unwrap();
-    let g = c
-        .fair_lock("forever-fair")
-        .wait(Duration::MAX)
-        .acquire()
-        .expect("a fair lock's wait of Duration::MAX is accepted");
-    g.release().unwrap();
+    type Make = fn(&Client) -> redlease::LockBuilder<'_>;
+    let kinds: [(&str, Make); 6] = [
+        ("lease", |c| c.lock("forever")),
+        ("reentrant", |c| c.reentrant_lock("forever-reentrant")),
+        ("fair", |c| c.fair_lock("forever-fair")),
+        ("read", |c| c.read_lock("forever-rw")),
+        ("write", |c| c.write_lock("forever-rw")),
+        ("permit", |c| c.semaphore("forever-permits", 2)),
+    ];
+    for (kind, make) in kinds {
+        let g = make(&c)
+            .wait(Duration::MAX)
+            .acquire()
+            .unwrap_or_else(|e| panic!("{kind}: a wait of Duration::MAX is refused: {e:?}"));
+        g.release().unwrap();
+    }
+    // Busy: the waiter waits (it is not refused at once) until the holder lets go.
+    let holder = c.lock("forever").try_acquire().unwrap().unwrap();
+    let waiter = {
+        let c = c.clone();
+        thread::spawn(move || c.lock("forever").wait(Duration::MAX).acquire())
+    };
+    thread::sleep(Duration::from_millis(100));
+    assert!(!waiter.is_finished(), "the waiter waits");
+    holder.release().unwrap();
+    waiter.join().unwrap().unwrap().release().unwrap();
     let q = c.queue("forever-jobs").unwrap();
     q.push(b"job").unwrap();
     let job = q

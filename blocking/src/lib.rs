@@ -83,6 +83,8 @@ mod queue;
 mod redact;
 mod redlock;
 // After the primitives: rustdoc lists `Client`'s methods in module order.
+#[cfg(test)]
+mod fuzz;
 mod machines;
 mod resp;
 mod sentinel;

@@ -43,6 +43,6 @@ echo "==> $HOGS busy loops running (pids ${pids[*]}); load: $(cut -d' ' -f1-3 /p
 
 status=0
 start=$(date +%s)
-cargo test "$@" -- --nocapture || status=$?
+cargo test --no-fail-fast "$@" -- --nocapture || status=$?
 echo "==> under the hog: cargo test $* exited $status after $(($(date +%s) - start)) s; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit "$status"

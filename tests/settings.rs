@@ -543,7 +543,15 @@ fn a_lease_at_the_floor_is_usable() {
     let server = server();
     let c = client(&server);
     let mut conn = raw(&server);
-    let guard = c.lock("floor").ttl(MIN_TTL).try_acquire().unwrap().unwrap();
+    // A waiting acquisition: on a loaded machine a reply may come after a 10 ms lease's
+    // validity (the grant is then not returned as held, and trying once would fail
+    // `Unavailable`); waiting asks again until a grant arrives in time.
+    let guard = c
+        .lock("floor")
+        .ttl(MIN_TTL)
+        .wait(Duration::from_secs(30))
+        .acquire()
+        .unwrap();
     let key = "redlease:{floor}:lock";
     // Held in Redis for at most the floor, and renewed: the key outlives several ttls (or,
     // on a machine too loaded to renew every 3 ms, the guard says it was lost).

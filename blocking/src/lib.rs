@@ -84,6 +84,8 @@ mod rate_limit;
 mod redact;
 mod redlock;
 // After the primitives: rustdoc lists `Client`'s methods in module order.
+#[cfg(test)]
+mod fuzz;
 mod machines;
 mod resp;
 mod sentinel;

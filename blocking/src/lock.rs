@@ -119,8 +119,9 @@ impl<'c> LockBuilder<'c> {
     }
 
     /// How long [`acquire`](Self::acquire) and [`with_lock`](Self::with_lock) wait for a
-    /// busy lock before failing with [`Error::Timeout`]; at most
-    /// [`MAX_DURATION`](limits::MAX_DURATION). Defaults to 10 s.
+    /// busy lock (or permit) before failing with [`Error::Timeout`]. Any duration: one past
+    /// [`MAX_DURATION`](limits::MAX_DURATION) (100 years), such as `Duration::MAX` for "as
+    /// long as it takes", counts as that, never refused. Defaults to 10 s.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -258,7 +259,6 @@ impl<'c> LockBuilder<'c> {
             Acquires::Lock(_) => "ttl",
         };
         limits::ttl(ttl_name, self.ttl)?;
-        limits::span("wait", self.wait)?;
         limits::retry("retry", self.retry_initial, self.retry_max)?;
         if self.kind.queues() {
             limits::ttl("waiter timeout", self.waiter_timeout)?;

@@ -209,9 +209,10 @@ impl Queue {
         self.take_inner(None)
     }
 
-    /// Takes the next job, waiting at most `wait` (`Ok(None)` then; `wait` is at most
-    /// [`MAX_DURATION`](limits::MAX_DURATION)). An idle taker sleeps until a push wakes it or
-    /// a delayed job is due; it does not poll.
+    /// Takes the next job, waiting at most `wait` (`Ok(None)` then). Any `wait`: one past
+    /// [`MAX_DURATION`](limits::MAX_DURATION) (100 years), such as `Duration::MAX` for "as
+    /// long as it takes", counts as that, never refused. An idle taker sleeps until a push
+    /// wakes it or a delayed job is due; it does not poll.
     pub fn take(&self, wait: Duration) -> Result<Option<Job>, Error> {
         match self.take_inner(Some(wait)) {
             Err(Error::Timeout { .. }) => Ok(None),

@@ -177,9 +177,6 @@ impl Acquire {
     ) -> Result<Self, Error> {
         crate::limits::timeout("reply timeout", options.reply_timeout)?;
         crate::limits::retry("retry", options.retry_initial, options.retry_max)?;
-        if let Some(wait) = options.wait {
-            crate::limits::span("wait", wait)?;
-        }
         if let Some((count, timeout)) = options.min_replicas {
             if count == 0 {
                 return Err(InvalidArgument::Setting(
@@ -227,7 +224,9 @@ impl Acquire {
         };
         Ok(Acquire {
             outstanding: Outstanding::default(),
-            deadline: options.wait.map(|w| saturating_add(now, w)),
+            deadline: options
+                .wait
+                .map(|w| saturating_add(now, crate::limits::wait(w))),
             started: now,
             reply_timeout: options.reply_timeout,
             backoff: Backoff::new(options.retry_initial, options.retry_max, seed),

@@ -71,9 +71,6 @@ impl RedLockAcquire {
             crate::limits::MIN_PAUSE,
             crate::limits::MAX_DURATION,
         )?;
-        if let Some(wait) = options.wait {
-            crate::limits::span("wait", wait)?;
-        }
         if options.node_timeout.saturating_mul(2) >= spec.ttl {
             return Err(InvalidArgument::Setting(format!(
                 "the node timeout ({:?}) must be under half the ttl ({:?})",
@@ -83,7 +80,9 @@ impl RedLockAcquire {
         }
         let mut machine = RedLockAcquire {
             outstanding: Outstanding::default(),
-            deadline: options.wait.map(|w| saturating_add(now, w)),
+            deadline: options
+                .wait
+                .map(|w| saturating_add(now, crate::limits::wait(w))),
             round: None,
             started: now,
             rng: SplitMix64::new(seed),

@@ -36,12 +36,34 @@ fn since_epoch(t: SystemTime) -> Duration {
 fn twenty_four_threads_in_three_clients_get_burst_plus_rate_times_window() {
     let server = server();
     let clients: Vec<Client> = (0..3).map(|_| client(&server)).collect();
+    // The count needs every slot contended: if no thread reached the server for 190 ms
+    // (19 intervals: the limiter would refill past its burst), a starved machine, not the
+    // limiter, lost units. Such a run proves only the upper bounds; it is run again.
+    for attempt in 0..3 {
+        let (in_window, max_gap) = burst_run(&clients, &format!("partner-{attempt}"));
+        if (1_019..=1_021).contains(&in_window) {
+            return;
+        }
+        assert!(
+            in_window < 1_019 && max_gap > Duration::from_millis(180),
+            "{in_window} allowed in the first 10.0 s of the server's clock (expected 1,020 ± 1), \
+             longest pause between allowed calls {max_gap:?}"
+        );
+        eprintln!("run {attempt}: {in_window} allowed, but the threads stalled {max_gap:?}: again");
+    }
+    panic!("three runs in a row stalled for longer than 180 ms: the machine is too loaded");
+}
+
+/// One run of [`twenty_four_threads_in_three_clients_get_burst_plus_rate_times_window`] on
+/// limiter `name`: the allowed count in the window, and the longest pause between two
+/// allowed calls in it. Asserts the upper bounds.
+fn burst_run(clients: &[Client], name: &str) -> (usize, Duration) {
     let barrier = Arc::new(Barrier::new(24));
     let window = Duration::from_secs(10);
     let handles: Vec<_> = (0..24)
         .map(|i| {
             let limiter = clients[i % 3]
-                .rate_limiter("partner")
+                .rate_limiter(name)
                 .rate(100, Duration::from_secs(1))
                 .burst(20)
                 .build()
@@ -96,9 +118,15 @@ fn twenty_four_threads_in_three_clients_get_burst_plus_rate_times_window() {
         allowed.len()
     );
     assert!(
-        (1_019..=1_021).contains(&in_window),
-        "{in_window} allowed in the first 10.0 s of the server's clock (expected 1,020 ± 1)"
+        in_window <= 1_021,
+        "{in_window} allowed in 10.0 s: more than 1,020 + 1"
     );
+    let max_gap = allowed
+        .windows(2)
+        .filter(|w| w[1] - t0 <= window)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default();
     // Any window: at most burst + rate x window.
     for (i, &start) in allowed.iter().enumerate() {
         let n = allowed[i..]
@@ -107,6 +135,7 @@ fn twenty_four_threads_in_three_clients_get_burst_plus_rate_times_window() {
             .count();
         assert!(n <= 120, "{n} allowed within 1 s from {start:?}");
     }
+    (in_window, max_gap)
 }
 
 /// A denied call retried at its `retry_after` passes, and one made before it does not:

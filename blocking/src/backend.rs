@@ -328,6 +328,10 @@ struct Waiting {
     /// Subscribed to the in-process server, with the channel.
     #[cfg(feature = "memory")]
     subscriber: Option<(String, crate::memory::Subscriber)>,
+    /// The in-process server's data version right after the last batch was answered: a
+    /// wait may sleep past its poll while the data stays at it.
+    #[cfg(feature = "memory")]
+    seen: Option<u64>,
 }
 
 /// How a wait ended.
@@ -381,7 +385,7 @@ pub(crate) fn drive_set<P: Protocol>(
                 .and_then(Listening::current)
                 .map(crate::listener::Listeners::epoch);
             match sends {
-                Sends::One(i, batch) => match send(route, &batch, kept) {
+                Sends::One(i, batch) => match send(route, &batch, kept, &mut wakeups) {
                     Ok(inputs) => {
                         // Every reply is in: they are handled at one instant.
                         let at = route.time.now();
@@ -392,7 +396,7 @@ pub(crate) fn drive_set<P: Protocol>(
                     }
                     Err(e) => out[i] = Some(Err(e)),
                 },
-                Sends::Many(owners, batch) => match send(route, &batch, kept) {
+                Sends::Many(owners, batch) => match send(route, &batch, kept, &mut wakeups) {
                     Ok(inputs) => {
                         let at = route.time.now();
                         for (i, input) in owners.into_iter().zip(inputs) {
@@ -459,9 +463,26 @@ fn wait_for(
         let receiver = on
             .and(waiting.subscriber.as_ref())
             .map(|(_, s)| s.receiver());
+        // Every change to the server's data and every message is seen here: a machine that
+        // says when its answer changes by itself sleeps until then, not poll by poll, and
+        // goes back to its poll once the data changes (as a poll on Redis would notice).
+        let quiet = wait
+            .unchanged_until
+            .filter(|q| *q > wait.until)
+            .zip(waiting.seen);
         return CANCEL.with(|c| {
             let cancel = c.borrow();
-            match clock.wait_until(wait.until, receiver, cancel.as_deref()) {
+            let woke = match quiet {
+                Some((quiet, seen)) => clock.wait_quiet(
+                    quiet,
+                    wait.until,
+                    (seen, &|| server.version()),
+                    receiver,
+                    cancel.as_deref(),
+                ),
+                None => clock.wait_until(wait.until, receiver, cancel.as_deref()),
+            };
+            match woke {
                 crate::memory::clock::Woke::Deadline => Waited::Deadline,
                 crate::memory::clock::Woke::Message => Waited::Woken,
                 crate::memory::clock::Woke::Cancelled => Waited::Cancelled,
@@ -503,10 +524,12 @@ fn sleep(time: &Time, until: Instant) -> Waited {
 }
 
 /// Sends `batch` to the node(s) it names: one input per request, in request order.
+#[cfg_attr(not(feature = "memory"), allow(unused_variables))]
 fn send(
     route: &Route<'_>,
     batch: &Batch,
     kept: &mut Option<Pooled>,
+    waiting: &mut Waiting,
 ) -> Result<Vec<Response>, Error> {
     match route.nodes {
         [Node::Redis(transport)] => {
@@ -522,7 +545,8 @@ fn send(
         }
         #[cfg(feature = "memory")]
         [Node::Memory { server, io_timeout }] => {
-            let (inputs, silent) = execute_in_memory(server, &batch.requests, 0);
+            let (inputs, silent, seen) = execute_in_memory(server, &batch.requests, 0);
+            waiting.seen = seen;
             if silent {
                 wait_out_reply(route.time, *io_timeout, batch);
             }
@@ -539,15 +563,18 @@ fn execute_in_memory(
     server: &crate::memory::MemoryServer,
     requests: &[Request],
     node: u16,
-) -> (Vec<Response>, bool) {
+) -> (Vec<Response>, bool, Option<u64>) {
     let mut silent = false;
+    let mut seen = None;
     let inputs = requests
         .iter()
         .map(|r| {
             if r.command.node().0 != node {
                 return Response::failed(r.id, TransportFailure::not_sent("no such node"));
             }
-            match server.execute(&r.command) {
+            let (result, version) = server.execute_seen(&r.command);
+            seen = Some(version);
+            match result {
                 Ok(reply) => Response::reply(r.id, reply),
                 Err(fault) => {
                     silent |= fault != crate::memory::MemoryFault::Refused;
@@ -556,7 +583,7 @@ fn execute_in_memory(
             }
         })
         .collect();
-    (inputs, silent)
+    (inputs, silent, seen)
 }
 
 /// A reply swallowed by a fault costs what a silent connection costs: the wait for it, until
@@ -677,7 +704,7 @@ fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Response> {
         // for the round (the nodes are asked at once).
         let mut silent: Option<Duration> = None;
         for (n, run, server, io_timeout, reqs) in in_memory {
-            let (inputs, lost) = execute_in_memory(server, &reqs, n);
+            let (inputs, lost, _) = execute_in_memory(server, &reqs, n);
             if lost {
                 silent = Some(silent.map_or(io_timeout, |s| s.max(io_timeout)));
             }
@@ -800,10 +827,7 @@ mod tests {
                 return Step::Done(Ok(self.replies));
             }
             if let Some(at) = self.next_at.filter(|at| now < *at) {
-                return Step::Wait(Wait {
-                    until: at,
-                    wake_on: None,
-                });
+                return Step::Wait(Wait::until(at));
             }
             self.in_flight = true;
             let request = Request {

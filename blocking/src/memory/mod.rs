@@ -64,7 +64,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use redlease_core::{Command, Reply, TransportFailure};
 
-pub use clock::MemoryClock;
+pub use clock::{MemoryClock, RunError};
 pub use pubsub::{Message, Subscriber};
 
 use commands::{Ctx, err, parse_int};
@@ -162,6 +162,8 @@ pub(crate) struct Shared {
     clock: MemoryClock,
     /// Clients made so far (each seeds its randomness with its number).
     clients: std::sync::atomic::AtomicU64,
+    /// [`State::version`] as of the last command (read without the lock by waiters).
+    version: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -169,6 +171,21 @@ impl Shared {
     /// half-written that matters to a test server, so poisoning is ignored.
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes `state`'s version after a change (called with the lock held): a waiter that
+    /// sleeps past its poll because nothing would change is told (see
+    /// [`MemoryClock`]'s waits).
+    pub(crate) fn note_changes(&self, state: &State) {
+        let now = state.version();
+        if self.version.swap(now, std::sync::atomic::Ordering::SeqCst) != now {
+            self.clock.kick_hinted(now);
+        }
+    }
+
+    /// The version of the data as of the last command.
+    pub(crate) fn version(&self) -> u64 {
+        self.version.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -213,6 +230,7 @@ impl MemoryServer {
                 }),
                 clock,
                 clients: std::sync::atomic::AtomicU64::new(0),
+                version: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
@@ -223,6 +241,11 @@ impl MemoryServer {
             .clients
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1
+    }
+
+    /// The data's version as of the last command (see [`State::version`]).
+    pub(crate) fn version(&self) -> u64 {
+        self.shared.version()
     }
 
     /// Whether two handles are the same server.
@@ -239,6 +262,18 @@ impl MemoryServer {
     /// returns Redis' reply, or the injected fault that swallowed it.
     pub fn execute(&self, command: &Command) -> Result<Reply, MemoryFault> {
         let mut state = self.shared.state();
+        self.execute_locked(&mut state, command)
+    }
+
+    /// Executes one command, and says the data's version right after it (what a waiter
+    /// compares with later to know whether anything changed since this reply).
+    pub(crate) fn execute_seen(&self, command: &Command) -> (Result<Reply, MemoryFault>, u64) {
+        let mut state = self.shared.state();
+        let result = self.execute_locked(&mut state, command);
+        (result, state.version())
+    }
+
+    fn execute_locked(&self, state: &mut State, command: &Command) -> Result<Reply, MemoryFault> {
         if state.refusing {
             return Err(MemoryFault::Refused);
         }
@@ -255,6 +290,7 @@ impl MemoryServer {
             return Err(MemoryFault::RequestLost);
         }
         let reply = state.run(&command.args().to_vec(), self.shared.clock.unix_micros());
+        self.shared.note_changes(state);
         match loss {
             Some(_) => Err(MemoryFault::ReplyLost),
             None => Ok(reply),
@@ -337,6 +373,7 @@ impl MemoryServer {
         if refuse {
             state.pubsub.disconnect_all();
         }
+        self.shared.note_changes(&state);
     }
 
     /// Whether the server is paused.
@@ -365,16 +402,22 @@ impl MemoryServer {
 
     fn restart(&self, db: Db) {
         let mut state = self.shared.state();
+        let mut db = db;
+        db.follow(&state.db);
         state.db = db;
         state.scripts.clear();
         state.pubsub.disconnect_all();
         state.paused = false;
+        self.shared.note_changes(&state);
     }
 
     /// Evicts `key` as a `maxmemory` policy would; true if it was there.
     pub fn evict(&self, key: impl AsRef<[u8]>) -> bool {
         let now = self.shared.clock.unix_ms();
-        self.shared.state().db.remove(key.as_ref(), now)
+        let mut state = self.shared.state();
+        let evicted = state.db.remove(key.as_ref(), now);
+        self.shared.note_changes(&state);
+        evicted
     }
 
     /// Drops the next `n` pub/sub deliveries (one per subscriber reached): `PUBLISH` still
@@ -400,6 +443,12 @@ fn sha1_hex(source: &[u8]) -> String {
 }
 
 impl State {
+    /// Counts every change to the data and every message dropped on the way: a waiter
+    /// that saw one number and sees another may have missed a change.
+    pub(crate) fn version(&self) -> u64 {
+        self.db.version().wrapping_add(self.pubsub.dropped)
+    }
+
     /// Runs one command at server time `now_us`.
     fn run(&mut self, args: &[Vec<u8>], now_us: i64) -> Reply {
         let name = args

@@ -32,10 +32,23 @@ pub(crate) enum Node {
     Memory {
         server: crate::memory::MemoryServer,
         io_timeout: Duration,
+        /// Set by [`MemoryServer::crash_client`](crate::memory::MemoryServer::crash_client):
+        /// this client sends nothing any more.
+        crashed: Arc<std::sync::atomic::AtomicBool>,
     },
 }
 
 impl Node {
+    /// Whether the test crashed this in-process client (it sends nothing).
+    #[inline]
+    fn crashed(&self) -> bool {
+        match self {
+            Node::Redis(_) => false,
+            #[cfg(feature = "memory")]
+            Node::Memory { crashed, .. } => crashed.load(Ordering::SeqCst),
+        }
+    }
+
     /// Names the node (of a Cluster) that holds `key`, to group renewals by node; empty for
     /// one server.
     pub(crate) fn node_of(&self, key: &str) -> String {
@@ -352,6 +365,17 @@ pub(crate) fn drive_set<P: Protocol>(
     out: &mut [Option<Result<P::Output, Error>>],
     kept: &mut Option<Pooled>,
 ) {
+    if route.nodes.iter().any(Node::crashed) {
+        for slot in out.iter_mut().filter(|s| s.is_none()) {
+            *slot = Some(Err(Error::Unavailable {
+                attempts: 0,
+                last: TransportFailure::not_sent(
+                    "the client crashed (MemoryServer::crash_client): it sends nothing",
+                ),
+            }));
+        }
+        return;
+    }
     let mut wakeups = Waiting::default();
     let mut sent_epoch: Option<u64> = None;
     // The instant the last replies were handled at: the next poll comes right after, at
@@ -544,7 +568,11 @@ fn send(
             }
         }
         #[cfg(feature = "memory")]
-        [Node::Memory { server, io_timeout }] => {
+        [
+            Node::Memory {
+                server, io_timeout, ..
+            },
+        ] => {
             let (inputs, silent, seen) = execute_in_memory(server, &batch.requests, 0);
             waiting.seen = seen;
             if silent {
@@ -670,7 +698,9 @@ fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Response> {
                 }
             }
             #[cfg(feature = "memory")]
-            Some(Node::Memory { server, io_timeout }) => {
+            Some(Node::Memory {
+                server, io_timeout, ..
+            }) => {
                 let n = u16::try_from(n).unwrap_or(u16::MAX);
                 let reqs: Vec<Request> = picked(requests, order, run.clone()).cloned().collect();
                 in_memory.push((n, run, server, *io_timeout, reqs));
@@ -861,6 +891,7 @@ mod tests {
             .map(|server| Node::Memory {
                 server: server.clone(),
                 io_timeout: Duration::from_secs(1),
+                crashed: Default::default(),
             })
             .collect();
         let time = Time::Memory(clock);
@@ -912,6 +943,7 @@ mod tests {
         let nodes = [Node::Memory {
             server: server.clone(),
             io_timeout: Duration::from_secs(1),
+            crashed: Default::default(),
         }];
         let time = Time::Memory(server.clock());
         let route = Route::new(&nodes, &time);
@@ -938,6 +970,7 @@ mod tests {
         let nodes = [Node::Memory {
             server,
             io_timeout: Duration::from_secs(1),
+            crashed: Default::default(),
         }];
         let time = Time::Memory(clock.clone());
         let route = Route::new(&nodes, &time);

@@ -53,6 +53,7 @@
 pub mod clock;
 mod commands;
 mod keyspace;
+mod listen;
 mod lua;
 mod pubsub;
 #[cfg(test)]
@@ -164,6 +165,17 @@ pub(crate) struct Shared {
     clients: std::sync::atomic::AtomicU64,
     /// [`State::version`] as of the last command (read without the lock by waiters).
     version: std::sync::atomic::AtomicU64,
+    /// The RESP listeners ([`MemoryServer::listen`]), stopped when the server is dropped.
+    listeners: Mutex<Vec<listen::Stop>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let listeners = self.listeners.get_mut().unwrap_or_else(|p| p.into_inner());
+        for l in listeners.drain(..) {
+            l.stop();
+        }
+    }
 }
 
 impl Shared {
@@ -231,6 +243,7 @@ impl MemoryServer {
                 clock,
                 clients: std::sync::atomic::AtomicU64::new(0),
                 version: std::sync::atomic::AtomicU64::new(0),
+                listeners: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -362,6 +375,38 @@ impl MemoryServer {
             }
             _ => false,
         }
+    }
+
+    /// Serves this server over TCP on a free loopback port and returns its URL
+    /// (`redis://127.0.0.1:<port>/`), for any Redis client: an application's own `redis`
+    /// calls in a test run on the same data as its locks and queues, and a
+    /// [`Client::open`](crate::Client::open) of that URL works too (its waiters poll: the
+    /// listener does not serve `SUBSCRIBE`).
+    ///
+    /// It speaks RESP2 and answers the commands the server implements (the module docs
+    /// list them; any other is an error reply naming it), plus what clients send on
+    /// connecting: `CLIENT ...` (accepted and ignored), `SELECT 0`, `INFO` (a few lines:
+    /// `redis_version:7.0.0`), `QUIT`. A fault that swallows a reply
+    /// ([`lose_next_reply`](Self::lose_next_reply), [`pause`](Self::pause),
+    /// [`refuse_connections`](Self::refuse_connections)) closes that connection instead.
+    /// Time is still the [`MemoryClock`]'s: keys expire as the test moves it, not in real
+    /// time. The listening thread and every connection end when the last handle of the
+    /// server is dropped. Call it again for another port.
+    ///
+    /// ```
+    /// use redlease::memory::MemoryServer;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let server = MemoryServer::new();
+    /// let url = server.listen()?;
+    /// let mut conn = redis::Client::open(url.as_str())?.get_connection()?;
+    /// let _: () = redis::cmd("SET").arg("stock").arg(10).query(&mut conn)?;
+    /// assert_eq!(server.call(&["GET", "stock"])?, redlease_core::Reply::Bulk(b"10".to_vec()));
+    /// # Ok(()) }
+    /// ```
+    pub fn listen(&self) -> std::io::Result<String> {
+        let addr = listen::listen(self)?;
+        Ok(format!("redis://{addr}/"))
     }
 
     /// A new subscriber connection.

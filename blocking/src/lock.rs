@@ -194,12 +194,13 @@ impl<'c> LockBuilder<'c> {
     /// - **No fence**: [`LockGuard::fence`] is 0, whoever granted the lock (fenced holders
     ///   of the name still get increasing fences among themselves; a grant by the script
     ///   advances the counter they share, a grant by `SET` does not).
-    /// - **A lost first attempt may leave the lock taken by nobody.** When the reply to that
-    ///   `SET` is lost and the acquisition gives up, it deletes the key if it holds our token
-    ///   and records the token as undone; but the `SET` itself reads no such record, so if it
-    ///   was only delayed and reaches Redis after that undo, it takes the lock for an owner
-    ///   who has gone. The lock is then free only when its ttl ends. That costs liveness,
-    ///   never safety: there are never two holders.
+    /// - **A delayed first attempt may leave the lock taken by nobody.** When the reply to
+    ///   that `SET` is lost, the lock is later freed by us (the acquisition gives up and
+    ///   undoes it, or a retry is granted and the guard released: both record the token as
+    ///   undone), and the `SET` was only delayed and reaches Redis after that, it takes the
+    ///   lock for an owner who has gone: the `SET` reads no undone record. The lock is then
+    ///   free only when its ttl ends. That costs liveness, never safety: there are never two
+    ///   holders. A fenced lock's every attempt reads the record, and takes nothing then.
     pub fn fenced(mut self, on: bool) -> Self {
         self.fenced = on;
         self.specs = Default::default();
@@ -630,9 +631,22 @@ impl LockGuard {
         let deadline = self.deadline();
         self.stop_watching(deadline);
         if let Some(reason) = self.known_not_ours() {
+            self.record_unanswered(deadline);
             return Err(self.not_owner(reason));
         }
         self.send_release(deadline)
+    }
+
+    /// A lease known not ours whose acquisition had an attempt that went unanswered
+    /// ([`Lease::unanswered`]): its release is sent all the same (it changes nothing of
+    /// another holder's), because it records the token as undone, so that the attempt, if
+    /// it was only delayed, takes nothing when it arrives. Its answer is not needed.
+    fn record_unanswered(&self, deadline: Instant) {
+        let lease = self.cell.lease();
+        if lease.unanswered {
+            let machine = ScriptOp::release(lease, deadline);
+            let _ = drive(&self.shared, None, machine);
+        }
     }
 
     /// Sends the owner-checked release, judged by the lease's current validity, and logs it.
@@ -674,6 +688,7 @@ impl LockGuard {
         let deadline = self.deadline();
         if let Some(reason) = self.cell.lost(&self.shared.time) {
             self.stop_watching(deadline);
+            self.record_unanswered(deadline);
             return Err(self.not_owner(reason));
         }
         // Renewals go on until the answer is in: a job's lease must not run out while its ack
@@ -937,6 +952,8 @@ impl Drop for LockGuard {
             // Errors cannot be returned from drop (they are logged); the lease ends at its
             // expiry at worst.
             let _ = self.send_release(deadline);
+        } else {
+            self.record_unanswered(deadline);
         }
     }
 }

@@ -571,7 +571,8 @@ impl Job {
     /// remembers settled deliveries for [`SETTLED_KEEP`](redlease_core::queue::SETTLED_KEEP)),
     /// never a second success for the same job; the same holds for the nacks.
     pub fn ack(self) -> Result<(), Error> {
-        let call = queue::ack_lease_call(&self.queue.keys, &self.id, &self.guard.lease().token);
+        let (keys, lease) = (&self.queue.keys, self.guard.lease());
+        let call = keys.settling(queue::ack_lease_call(keys, &self.id, &lease.token), lease);
         let out = self.guard.finish_with(call);
         crate::observe::job(&self.queue.keys.name, &self.id, "ack", None, &out);
         out
@@ -646,6 +647,7 @@ impl Job {
         };
         let token = self.guard.lease().token.as_str().to_owned();
         let call = queue::nack_because(&self.queue.keys, &self.id, &token, backoff, max, reason);
+        let call = self.queue.keys.settling(call, self.guard.lease());
         let out = self.guard.finish_op(|lease, valid_until, deadline| {
             queue::nack_op(lease, call, deadline).with_valid_until(valid_until)
         });

@@ -1126,6 +1126,7 @@ mod tests {
             acquired_at: now,
             valid_until: valid_until(now, ttl),
             attempts: 1,
+            unanswered: false,
             calls: spec.calls,
             data: Vec::new(),
         }

@@ -782,6 +782,7 @@ mod tests {
             acquired_at: now,
             valid_until: valid_until(now, TTL),
             attempts: 1,
+            unanswered: false,
             calls: spec.calls,
             data: Vec::new(),
         }

@@ -41,6 +41,9 @@ pub mod prelude {
     pub const NOTIFY: &str = include_str!("lua/prelude/notify.lua");
     /// `now_ms()`: the server's clock (`TIME`) in milliseconds since the epoch.
     pub const NOW_MS: &str = include_str!("lua/prelude/now_ms.lua");
+    /// `now_ms_up()`: the server's clock in milliseconds since the epoch rounded up (for a
+    /// due time that is never early), then rounded down (as `now_ms()`).
+    pub const NOW_MS_UP: &str = include_str!("lua/prelude/now_ms_up.lua");
     /// `now_us()`: the server's clock (`TIME`) in microseconds since the epoch, and the
     /// `TIME` reply it was read from.
     pub const NOW_US: &str = include_str!("lua/prelude/now_us.lua");
@@ -580,6 +583,12 @@ impl ScriptCall {
         self.view.map_or(self.parts.ends.len(), usize::from)
     }
 
+    /// The call's last key, if it has keys.
+    pub fn last_key(&self) -> Option<&[u8]> {
+        let keys = self.parts.keys.min(self.len());
+        keys.checked_sub(1).map(|i| self.item(i))
+    }
+
     /// How many arguments the call has.
     fn arg_count(&self) -> usize {
         self.len() - self.parts.keys
@@ -932,9 +941,10 @@ pub(crate) mod tests {
     use crate::reply::ErrorReply;
 
     /// Every prelude part and the functions it defines.
-    const PARTS: [(&str, &[&str]); 7] = [
+    const PARTS: [(&str, &[&str]); 8] = [
         (prelude::NOTIFY, &["notify"]),
         (prelude::NOW_MS, &["now_ms"]),
+        (prelude::NOW_MS_UP, &["now_ms_up"]),
         (prelude::NOW_US, &["now_us"]),
         (prelude::FENCE, &["fence_counter", "issue_fence"]),
         (prelude::UNDONE, &["undone"]),

@@ -3,14 +3,17 @@
 
 use std::time::{Duration, Instant};
 
+use super::spec::undoing;
 use super::{
-    Lease, LeaseKind, LockKind, LockSpec, error_from_reply, int_pair_and_data, pttl, valid_until,
+    Lease, LeaseCalls, LeaseKind, LockKind, LockSpec, error_from_reply, int_pair_and_data, pttl,
+    valid_until,
 };
 use crate::backoff::{Backoff, saturating_add};
 use crate::command::{Command, Request, RequestId, RequestIds};
 use crate::error::{Error, InvalidArgument};
 use crate::protocol::{Batch, Outstanding, Protocol, Step, Wait};
 use crate::reply::{FailureKind, Reply, Response, TransportFailure};
+use crate::script::ScriptCall;
 use crate::script::{Exchange, Progress};
 
 /// The longest a `min_replicas` check may wait for acknowledgements.
@@ -373,6 +376,13 @@ impl Acquire {
                     }));
                 }
                 let mut calls = self.spec.calls.clone();
+                if self.lost_reply
+                    && let Some(release) = self.remembering_release()
+                {
+                    // An attempt went unanswered and may still arrive: the release records
+                    // the token as undone, so that it takes nothing then.
+                    calls = LeaseCalls::new(release, calls.extend(), calls.inspect());
+                }
                 // The lease takes the target, unless a replication check may still need it
                 // for an error.
                 let mut target = if self.min_replicas.is_none() {
@@ -394,6 +404,7 @@ impl Acquire {
                     acquired_at: self.sent_at,
                     valid_until: valid_until(self.sent_at, self.spec.ttl),
                     attempts: self.attempts,
+                    unanswered: self.lost_reply,
                     calls,
                     data,
                 });
@@ -456,6 +467,23 @@ impl Acquire {
                 self.exchange.start();
                 None
             }
+        }
+    }
+
+    /// The release of a lease whose acquisition had an attempt that went unanswered: it
+    /// also records the token as undone ([`LockSpec::undo`]'s set, for
+    /// [`UNDONE_KEEP`](super::UNDONE_KEEP)), so that the attempt, if it was only delayed
+    /// and arrives after the release, takes nothing. For most kinds that is the undo call
+    /// itself (the release plus the set); a reentrant hold's undo takes back a hold instead,
+    /// and a job's gives it back uncounted, so theirs is their release plus the undo's set.
+    fn remembering_release(&self) -> Option<ScriptCall> {
+        let undo = self.spec.undo.as_ref()?;
+        match self.spec.kind {
+            LeaseKind::Lock(LockKind::Reentrant) | LeaseKind::Job => {
+                let undone = String::from_utf8(undo.last_key()?.to_vec()).ok()?;
+                Some(undoing(self.spec.calls.release().clone(), &undone))
+            }
+            _ => Some(undo.clone()),
         }
     }
 

@@ -58,6 +58,7 @@ fn lease_at(now: std::time::Instant) -> Lease {
         acquired_at: now,
         valid_until: valid_until(now, TTL),
         attempts: 1,
+        unanswered: false,
         calls: spec.calls,
         data: Vec::new(),
     }
@@ -1142,6 +1143,7 @@ fn a_reentrant_extension_to_a_shorter_ttl_asks_for_it_exactly() {
         acquired_at: now,
         valid_until: valid_until(now, TTL),
         attempts: 1,
+        unanswered: false,
         calls: spec.calls,
         data: Vec::new(),
     };
@@ -1455,4 +1457,74 @@ fn only_a_lease_lock_can_be_unfenced() {
     // A spec rebound to another token stays unfenced.
     let bound = spec().fenced(false).unwrap().with_token(token()).unwrap();
     assert!(!bound.fenced);
+}
+
+/// A grant after an attempt went unanswered (issue 26): that attempt may still arrive after
+/// the lease is released, so the lease says so and its release records the token as undone
+/// (the undo's set and keep), for every kind; a grant at the first attempt releases plainly.
+#[test]
+fn a_grant_after_a_lost_reply_releases_with_the_undone_record() {
+    let ks = Keyspace::default();
+    let permit = crate::semaphore::SemaphoreKeys::new(&ks, "job")
+        .and_then(|k| k.permit(token(), TTL, 3, Duration::from_secs(5)))
+        .unwrap();
+    let kinds = all_kinds().into_iter().chain([permit]);
+    for spec in kinds {
+        let kind = spec.kind;
+        let plain = spec.calls.release().clone();
+        let undone_key =
+            String::from_utf8(spec.undo.as_ref().unwrap().last_key().unwrap().to_vec()).unwrap();
+        // Answered at once: no record, the plain release.
+        let now = origin();
+        let mut s = Scenario::new(
+            Acquire::new(spec.clone(), &opts(None), 9, now).unwrap(),
+            now,
+        );
+        let grant = |kind: LeaseKind| match kind {
+            LeaseKind::Lock(LockKind::Lease) => Reply::Int(5),
+            LeaseKind::Permit => Reply::Int(0),
+            _ => ints(&[1, 5]),
+        };
+        if !spec.fenced {
+            s.answer(Reply::Status("OK".into()));
+        } else {
+            s.answer(grant(kind));
+        }
+        let Ok(Acquisition::Acquired(lease)) = s.expect_done() else {
+            panic!("{kind:?}: not acquired")
+        };
+        assert!(!lease.unanswered, "{kind:?}");
+        assert_eq!(lease.calls.release(), &plain, "{kind:?}");
+        // The first reply lost, the retry answered.
+        let mut s = Scenario::new(
+            Acquire::new(spec.clone(), &opts(None), 9, now).unwrap(),
+            now,
+        );
+        s.fail(TransportFailure::no_reply("read timed out"));
+        s.answer(grant(kind));
+        let Ok(Acquisition::Acquired(lease)) = s.expect_done() else {
+            panic!("{kind:?}: not acquired after a lost reply")
+        };
+        assert!(lease.unanswered, "{kind:?}");
+        let release = lease.calls.release().evalsha();
+        let release = args(&crate::command::Request {
+            id: crate::command::RequestId(0),
+            command: release,
+        });
+        assert_eq!(release[1], plain.script().sha1, "{kind:?}: the same script");
+        assert!(release.contains(&undone_key), "{kind:?}: {release:?}");
+        assert_eq!(
+            release.last().map(String::as_str),
+            Some("600000"),
+            "{kind:?}: kept for UNDONE_KEEP"
+        );
+        if kind == LeaseKind::Lock(LockKind::Reentrant) {
+            // Its release, not its undo (which takes back a hold): the op id to remember
+            // is the release's own argument without its `r`.
+            assert_eq!(release[2], "2", "{release:?}");
+        }
+        // Extend and inspect are unchanged.
+        assert_eq!(lease.calls.extend(), spec.calls.extend(), "{kind:?}");
+        assert_eq!(lease.calls.inspect(), spec.calls.inspect(), "{kind:?}");
+    }
 }

@@ -195,6 +195,12 @@ pub struct Lease {
     pub valid_until: Instant,
     /// How many acquisition attempts it took (1 when the lock was free at once).
     pub attempts: u32,
+    /// Whether an earlier attempt of the acquisition went unanswered (its reply was lost):
+    /// that attempt may still reach Redis after this lease is settled, so the call that
+    /// settles it (the release; a job's ack or nack) also records the token as undone (for
+    /// [`UNDONE_KEEP`]), and the late attempt then takes nothing. The acquisition sets it,
+    /// and its [`calls`](Self::calls)' release records the token already.
+    pub unanswered: bool,
     /// The owner-checked calls on this lease.
     pub calls: LeaseCalls,
     /// Further values the acquisition returned (for a job: its id and payload).

@@ -65,9 +65,12 @@ pub struct NativeRelease {
 
 impl NativeRelease {
     /// Releases `lease` with `how`, giving up at `deadline`; `None` when the lease is not an
-    /// exclusive lock released by the plain release script (other kinds keep their scripts).
+    /// exclusive lock released by the plain release script (other kinds keep their scripts),
+    /// or one whose acquisition had an unanswered attempt (its release records the token
+    /// as undone: [`Lease::unanswered`], which no native command does).
     pub fn new(lease: &Lease, how: NativeDelete, deadline: Instant) -> Option<Self> {
         if lease.kind != LeaseKind::Lock(LockKind::Lease)
+            || lease.unanswered
             || !std::ptr::eq(lease.calls.release().script(), &RELEASE)
         {
             return None;
@@ -368,6 +371,7 @@ mod tests {
             acquired_at: now,
             valid_until: valid_until(now, TTL),
             attempts: 1,
+            unanswered: false,
             calls: spec.calls,
             data: Vec::new(),
         }

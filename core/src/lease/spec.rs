@@ -521,10 +521,12 @@ impl LockSpec {
     ///   exclude each other; a grant by the script advances the counter, a grant by `SET`
     ///   does not).
     /// - **A late first attempt can leave the lock taken by nobody.** If that `SET`'s reply is
-    ///   lost and the acquisition gives up, its undo deletes the key and records the token as
-    ///   undone, but a `SET` still in flight that reaches Redis after the undo takes the lock
-    ///   anyway (it reads no undone record): the key then stays, held by no one, until its
-    ///   ttl ends. That costs liveness only: never two holders at once.
+    ///   lost and the `SET` was only delayed, it takes the lock anyway when it reaches Redis
+    ///   after the lock was freed (it reads no undone record): after the undo of an
+    ///   acquisition that gave up (which deletes the key and records the token), or after
+    ///   the release of the guard a later attempt was granted (which records it too). The key
+    ///   then stays, held by no one, until its ttl ends. That costs liveness only: never two
+    ///   holders at once. A fenced lock's attempts all read the record and take nothing.
     pub fn fenced(mut self, on: bool) -> Result<Self, crate::error::Error> {
         if !on && self.kind != LeaseKind::Lock(LockKind::Lease) {
             return Err(crate::error::InvalidArgument::Setting(format!(

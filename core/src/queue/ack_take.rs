@@ -31,7 +31,8 @@ use super::take::{Take, TakenJob};
 use super::{Bound, QueueKeys, QueueSettings, SETTLED_KEEP, job_name};
 use crate::backoff::saturating_add;
 use crate::error::{Error, LossReason};
-use crate::lease::{Lease, LeaseKind, OpKind, ScriptOp, Target, Token, valid_until};
+use crate::lease::spec::undoing;
+use crate::lease::{Lease, LeaseCalls, LeaseKind, OpKind, ScriptOp, Target, Token, valid_until};
 use crate::protocol::{Protocol, Step};
 use crate::reply::{FailureKind, Reply, Response};
 use crate::script::ScriptCall;
@@ -169,6 +170,7 @@ impl AckTakeCall {
             acquired_at: sent_at,
             valid_until: valid_until(sent_at, spec.ttl),
             attempts: 1,
+            unanswered: false,
             calls: spec.calls.rebound(bind),
             data: Vec::new(),
         };
@@ -179,6 +181,22 @@ impl AckTakeCall {
             lease,
         })
     }
+}
+
+/// Marks `lease`, a job handed over by an ack-and-take one of whose attempts went
+/// unanswered ([`Lease::unanswered`]): its release (a nack) records the token as undone in
+/// the set of `bound`'s take undo. Its ack and nack do too ([`QueueKeys::settling`]).
+fn remember_when_settled(lease: &mut Lease, bound: &Bound) {
+    lease.unanswered = true;
+    let Some(undone) = bound.take.undo.as_ref().and_then(ScriptCall::last_key) else {
+        return;
+    };
+    let Ok(undone) = std::str::from_utf8(undone) else {
+        return;
+    };
+    let calls = &lease.calls;
+    let release = undoing(calls.release().clone(), undone);
+    lease.calls = LeaseCalls::new(release, calls.extend(), calls.inspect());
 }
 
 /// The untake of the next token: any int answer is fine (1 given back, 0 nothing held).
@@ -284,6 +302,14 @@ impl Protocol for AckAndTake {
                             }
                             continue;
                         }
+                        if self.lost_reply
+                            && let Take::Taken(job) = &mut out.next
+                            && let Some((bound, _)) = &self.undo
+                        {
+                            // An attempt went unanswered and may still arrive: settling the
+                            // job records its token as undone, so that it takes nothing then.
+                            remember_when_settled(&mut job.lease, bound);
+                        }
                         self.state = State::Done;
                         return Step::Done(Ok(out));
                     }
@@ -365,7 +391,12 @@ pub fn ack_and_take(
 ) -> Result<AckAndTake, Error> {
     let visibility_ms = settings.validate()?;
     let bound = keys.bound(settings, visibility_ms);
-    let call = bind_call(&bound, id, &lease.token, &next_token);
+    let mut call = bind_call(&bound, id, &lease.token, &next_token);
+    if lease.unanswered {
+        // The acked job's take had an attempt that went unanswered: its token is recorded
+        // as undone too (see `Lease::unanswered`).
+        call = call.arg(crate::lease::spec::ms(crate::lease::UNDONE_KEEP));
+    }
     let undo = Some((bound.clone(), next_token.clone()));
     let kind = AckTakeCall {
         acked: lease.target.name.clone(),

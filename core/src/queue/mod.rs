@@ -34,8 +34,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, InvalidArgument};
 use crate::keys::Keyspace;
+use crate::lease::spec::undoing;
 use crate::lease::{
-    LeaseCalls, LeaseKind, LockSpec, OpKind, ScriptOp, Target, Token, validate_ttl,
+    Lease, LeaseCalls, LeaseKind, LockSpec, OpKind, ScriptOp, Target, Token, validate_ttl,
 };
 use crate::protocol::WakeOn;
 use crate::reply::Reply;
@@ -285,6 +286,18 @@ impl QueueKeys {
         self.calls.target.clone()
     }
 
+    /// `call`, an ack or a nack ([`ack_lease_call`], [`nack_because`]) of the job held as
+    /// `lease`, recording the lease's token as undone too when an attempt of its take went
+    /// unanswered ([`Lease::unanswered`]): that attempt, if it was only delayed and arrives
+    /// after this settlement, then takes nothing. Unchanged otherwise (the usual case).
+    pub fn settling(&self, call: ScriptCall, lease: &Lease) -> ScriptCall {
+        if lease.unanswered {
+            undoing(call, &self.undone)
+        } else {
+            call
+        }
+    }
+
     /// The take spec and ack-and-take call for `settings` (validated), bound to nothing:
     /// the cached ones when `settings` are those of the queue's first take.
     fn bound(&self, settings: &QueueSettings, visibility_ms: u64) -> std::sync::Arc<Bound> {
@@ -381,6 +394,17 @@ impl QueueSettings {
     }
 }
 
+/// `d` in whole milliseconds, rounded up: a delay or a backoff sent to the server is never
+/// shorter than asked (a job is never due early; 999 µs is 1 ms, not nothing).
+fn ceil_ms(d: Duration) -> u128 {
+    let ms = d.as_millis();
+    if d.subsec_nanos() % 1_000_000 > 0 {
+        ms + 1
+    } else {
+        ms
+    }
+}
+
 /// How long the server remembers that a delivery was settled (acked or nacked), so that an
 /// ack or nack retried after a lost reply finds its own settlement and returns `Ok`, while a
 /// retry that finds the job settled by another delivery is refused ([`Error::NotOwner`]).
@@ -459,7 +483,7 @@ pub fn push(
         .calls
         .push
         .clone()
-        .arg(delay.as_millis().to_string())
+        .arg(ceil_ms(delay).to_string())
         .arg(priority.to_string())
         .arg(&keys.notify);
     for job in jobs {
@@ -602,7 +626,7 @@ fn nack_call(
         .nack
         .clone()
         .arg(token)
-        .arg(backoff.as_millis().to_string())
+        .arg(ceil_ms(backoff).to_string())
         .arg(max.to_string())
         .arg(&keys.notify)
         .arg(SETTLED_KEEP.as_millis().to_string())

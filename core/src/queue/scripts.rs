@@ -12,7 +12,7 @@ pub const RECLAIM: &str = include_str!("lua/reclaim.lua");
 /// `lua/push.lua`
 pub static PUSH: Script = script!(
     "queue_push",
-    [NOW_MS, READY, NOTIFY],
+    [NOW_MS_UP, READY, NOTIFY],
     include_str!("lua/push.lua")
 );
 
@@ -29,7 +29,7 @@ pub static ACK: Script = script!("queue_ack", [NOW_MS, REMEMBER], include_str!("
 /// `lua/nack.lua`
 pub static NACK: Script = script!(
     "queue_nack",
-    [NOW_MS, REMEMBER, READY, NOTIFY],
+    [NOW_MS_UP, REMEMBER, READY, NOTIFY],
     include_str!("lua/nack.lua")
 );
 

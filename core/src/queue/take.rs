@@ -75,7 +75,10 @@ impl TakenJob {
     /// the settled delivery for [`SETTLED_KEEP`](super::SETTLED_KEEP): an ack retried after a
     /// lost reply is `Ok` only if this delivery's own ack removed the job.
     pub fn ack(&self, keys: &QueueKeys, deadline: Instant) -> ScriptOp<Release> {
-        let call = ack_lease_call(keys, &self.id, &self.lease.token);
+        let call = keys.settling(
+            ack_lease_call(keys, &self.id, &self.lease.token),
+            &self.lease,
+        );
         ScriptOp::release_with(&self.lease, call, deadline)
     }
 
@@ -91,7 +94,7 @@ impl TakenJob {
     ) -> ScriptOp<Nack> {
         let token = self.lease.token.as_str();
         let call = nack_because(keys, &self.id, token, backoff, max_deliveries, reason);
-        nack_op(&self.lease, call, deadline)
+        nack_op(&self.lease, keys.settling(call, &self.lease), deadline)
     }
 
     /// Gives the job back at once: a nack without backoff and without a reason (the dead list

@@ -142,7 +142,8 @@ fn push_without_delay_sends_zero_and_the_default_priority() {
     let r = s.answer(bulk(b"1"));
     assert_eq!(args(&r)[8..], strs(&["0", "0", CHANNEL, "x", ""]));
     assert_eq!(s.expect_done(), Ok(vec![Pushed::Queued("x".into())]));
-    // The highest priority and a sub-millisecond delay (rounded down to whole ms).
+    // The highest priority and a sub-millisecond delay (rounded up to whole ms: a job is
+    // never due early).
     let op = push(
         &keys(),
         &[job("y", b"p")],
@@ -153,7 +154,17 @@ fn push_without_delay_sends_zero_and_the_default_priority() {
     .unwrap();
     let mut s = Scenario::new(op, now);
     let r = s.answer(bulk(b"1"));
-    assert_eq!(args(&r)[8..10], strs(&["2", "255"]));
+    assert_eq!(args(&r)[8..10], strs(&["3", "255"]));
+    // 999 µs is 1 ms, not nothing; whole milliseconds stay as they are.
+    for (delay, sent) in [
+        (Duration::from_micros(999), "1"),
+        (Duration::from_millis(7), "7"),
+    ] {
+        let op = push(&keys(), &[job("z", b"")], 0, delay, deadline(now)).unwrap();
+        let mut s = Scenario::new(op, now);
+        let r = s.answer(bulk(b"1"));
+        assert_eq!(args(&r)[8], sent, "{delay:?}");
+    }
 }
 
 #[test]
@@ -1645,4 +1656,105 @@ fn ack_and_take_binds_its_call_without_copying_the_arguments() {
         call,
         ack_and_take_call(&keys, "done-1", "short", &next_tok(), &settings)
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Settling a job whose take had an unanswered attempt (issue 26)
+
+/// A take whose first reply was lost, answered by its retry: the job's lease says so, and
+/// every call that settles it (ack, nack, give back, ack and take) also records the token
+/// as undone, so that the first attempt, if only delayed, takes nothing when it arrives.
+/// A take answered at once settles with the plain calls.
+#[test]
+fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
+    let keep = crate::lease::UNDONE_KEEP.as_millis().to_string();
+    let now = origin();
+    let d = deadline(now);
+    // Answered at once.
+    let mut s = take_job(None);
+    s.answer(job_reply(1, b"j", b"p"));
+    let plain = taken_job(&mut s);
+    assert!(!plain.lease.unanswered);
+    let ack = args(&Scenario::new(plain.ack(&keys(), d), now).answer(Reply::Int(1)));
+    assert_eq!(ack[2], "8", "the plain ack: {ack:?}");
+    let nack = plain.nack(&keys(), Duration::ZERO, 4, "", d);
+    let nack = args(&Scenario::new(nack, now).answer(Reply::Int(1)));
+    assert_eq!(nack[2], "12", "the plain nack: {nack:?}");
+    // The first reply lost.
+    let mut s = take_job(None);
+    s.fail(TransportFailure::no_reply("timed out"));
+    s.answer(job_reply(1, b"j", b"p"));
+    let job = taken_job(&mut s);
+    assert!(job.lease.unanswered);
+    let ack = args(&Scenario::new(job.ack(&keys(), d), now).answer(Reply::Int(1)));
+    assert_eq!(ack[1], ACK.sha1);
+    assert_eq!(ack[2], "9", "{ack:?}");
+    assert_eq!(ack[11], UNDONE);
+    assert_eq!(ack[12..], strs(&["j", &tok(), "60000", &keep]));
+    let nack = job.nack(&keys(), Duration::from_micros(1500), 4, "why", d);
+    let nack = args(&Scenario::new(nack, now).answer(Reply::Int(1)));
+    assert_eq!(nack[1], NACK.sha1);
+    assert_eq!(nack[2], "13", "{nack:?}");
+    assert_eq!(nack[15], UNDONE);
+    // The backoff rounded up (1.5 ms: 2), the reason, then how long to remember.
+    assert_eq!(
+        nack[16..],
+        strs(&["j", &tok(), "2", "4", CHANNEL, "60000", "why", &keep])
+    );
+    let give_back = args(&Scenario::new(job.give_back(d), now).answer(Reply::Int(1)));
+    assert_eq!(give_back[1], NACK.sha1);
+    assert_eq!(give_back[15], UNDONE);
+    assert_eq!(give_back.last(), Some(&keep));
+    // Its ack and take: the acked token remembered too (the seventh argument).
+    let op = job
+        .ack_and_take(&keys(), Token::from_random(NEXT), &settings(), d)
+        .unwrap();
+    let r = Scenario::new(op, now).answer(acked_and(1, vec![Reply::Int(0), Reply::Int(-2)]));
+    let a = args(&r);
+    assert_eq!(a[1], ACK_TAKE.sha1);
+    assert_eq!(
+        a[a.len() - 7..],
+        strs(&["j", &tok(), "60000", &next_tok(), "1500", "4", &keep])
+    );
+    let op = plain
+        .ack_and_take(&keys(), Token::from_random(NEXT), &settings(), d)
+        .unwrap();
+    let r = Scenario::new(op, now).answer(acked_and(1, vec![Reply::Int(0), Reply::Int(-2)]));
+    assert_eq!(
+        args(&r).last(),
+        Some(&"4".to_owned()),
+        "no record for a plain take"
+    );
+}
+
+/// An ack and take whose first reply was lost hands over a job whose lease says so: its
+/// settlement records the next token as undone.
+#[test]
+fn a_job_handed_over_after_a_lost_reply_records_its_token_when_settled() {
+    let keep = crate::lease::UNDONE_KEEP.as_millis().to_string();
+    let (_, mut s) = acking_and_taking();
+    s.fail(TransportFailure::no_reply("timed out"));
+    s.sleep_through();
+    s.answer(acked_and(1, handed(1, b"next-1", b"np")));
+    let out = s.expect_done().unwrap();
+    let Take::Taken(next) = out.next else {
+        panic!("{:?}", out.next)
+    };
+    assert!(next.lease.unanswered);
+    let now = s.now;
+    let give_back = args(&Scenario::new(next.give_back(deadline(now)), now).answer(Reply::Int(1)));
+    assert_eq!(give_back[15], UNDONE, "{give_back:?}");
+    assert_eq!(give_back.last(), Some(&keep));
+    let ack = args(&Scenario::new(next.ack(&keys(), deadline(now)), now).answer(Reply::Int(1)));
+    assert_eq!(ack[11], UNDONE);
+    assert_eq!(ack[12..14], strs(&["next-1", &next_tok()]));
+    // Answered at once: a plain lease.
+    let (_, mut s) = acking_and_taking();
+    s.answer(acked_and(1, handed(1, b"next-1", b"np")));
+    let Take::Taken(next) = s.expect_done().unwrap().next else {
+        panic!("no job")
+    };
+    assert!(!next.lease.unanswered);
+    let give_back = args(&Scenario::new(next.give_back(deadline(now)), now).answer(Reply::Int(1)));
+    assert_eq!(give_back[2], "12");
 }

@@ -233,6 +233,7 @@ impl RedLockAcquire {
                 acquired_at: self.sent_at,
                 valid_until: saturating_add(now, validity),
                 attempts: self.attempts,
+                unanswered: false,
                 calls: self.spec.calls.clone(),
                 data: Vec::new(),
             };

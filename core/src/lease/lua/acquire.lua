@@ -95,7 +95,11 @@ if last then
   end
 end
 if holder then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  -- A retry: the lease runs for the ttl from now at least (the caller counts from this
+  -- attempt's send), never shortened (a late copy after an extension to a longer ttl).
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
   if last then
     return counter
   end

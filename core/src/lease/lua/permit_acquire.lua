@@ -78,7 +78,11 @@ if granted then
   -- Held until now + ttl. The holders' expiry only grows: a holder with a shorter timeout
   -- must not cut it short for one with a longer timeout.
   local ttl = tonumber(ARGV[2])
-  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  -- A retry (granted: our expiry) keeps a later one it has (a late copy after an extension
+  -- to a longer ttl): never shortened.
+  if granted == true or tonumber(granted) < now + ttl then
+    redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  end
   if fresh or redis.call('PTTL', KEYS[1]) < ttl then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end

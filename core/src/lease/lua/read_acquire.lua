@@ -26,7 +26,11 @@ if not mine then
     return {0, -2}
   end
 end
-redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
+-- A retry (mine) keeps a later expiry it has (a late copy after an extension to a longer
+-- ttl): never shortened.
+if (not mine) or tonumber(mine) < now + ttl then
+  redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
+end
 if redis.call('PTTL', KEYS[2]) < ttl then
   redis.call('PEXPIRE', KEYS[2], ttl)
 end

@@ -27,7 +27,11 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local writer = redis.call('GET', KEYS[1])
 if writer == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  -- A retry: the lease runs for the ttl from now at least (the caller counts from this
+  -- attempt's send), never shortened (a late copy after an extension to a longer ttl).
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
   if last then
     -- A retry: the fence it was issued before.
     return {1, counter}

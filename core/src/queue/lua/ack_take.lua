@@ -2,11 +2,13 @@
 -- KEYS: 1 ready, 2 delayed, 3 payloads, 4 priorities, 5 sequence counter, 6 in flight,
 -- 7 leases, 8 deliveries, 9 dead, 10 holders, 11 bases, 12 settled, 13 undone takes.
 -- ARGV: 1 id acked, 2 its token, 3 how long to remember the settlement (ms), 4 the next
--- token, 5 visibility timeout ms, 6 max deliveries.
+-- token, 5 visibility timeout ms, 6 max deliveries, optionally 7 how long to remember the
+-- acked token as undone (ms).
 -- Returns {ack, delivery (1 or more), id, payload} or {ack, 0, ms until a delayed job is
 -- due or a lease runs out, or -2}; ack is 1 acked (or this delivery's settlement found: a retry),
 -- 0 the lease ran out (or the job is gone), -1 another delivery holds it. The take part is
--- the take script's: a retry with the same next token gets the job leased to it.
+-- the take script's: a retry with the same next token gets the job leased to it, its lease
+-- renewed from now.
 -- Every key is read before any is written (a wrong type fails before any write): by the
 -- reads the work needs where there are some, by a type-checking read otherwise, except the
 -- deliveries when a write to them is the script's first (the ack's HDEL, or the lease's
@@ -65,6 +67,18 @@ if reclaiming then
     return bad
   end
 end
+-- The acked delivery's take had an attempt that went unanswered (ARGV[7] given): its
+-- token is remembered as undone for ARGV[7] ms whatever the verdict, so that the attempt,
+-- if only delayed, takes nothing when it arrives. (Every key was read above but the
+-- deliveries: read them first.)
+if ARGV[7] then
+  redis.call('HLEN', KEYS[8])
+  local keep = tonumber(ARGV[7])
+  redis.call('ZADD', KEYS[13], now + keep, token)
+  if redis.call('PTTL', KEYS[13]) < keep then
+    redis.call('PEXPIRE', KEYS[13], keep)
+  end
+end
 -- The ack.
 local ack
 if acking then
@@ -100,8 +114,15 @@ end
 if was_undone and tonumber(was_undone) > now then
   return {ack, 0, -2}
 end
-if mine and redis.call('HGET', KEYS[7], mine) == next_token
-    and tonumber(redis.call('ZSCORE', KEYS[6], mine) or '0') > now then
+local expiry = mine and redis.call('HGET', KEYS[7], mine) == next_token
+    and tonumber(redis.call('ZSCORE', KEYS[6], mine) or '0')
+if expiry and expiry > now then
+  -- A retry: the lease runs for the visibility timeout from now at least, since the taker
+  -- counts its validity from this attempt's send (the first attempt's lease may end up to
+  -- a reply timeout earlier). Never shortened (a late copy of the take after an extend).
+  if expiry < now + tonumber(ARGV[5]) then
+    redis.call('ZADD', KEYS[6], now + tonumber(ARGV[5]), mine)
+  end
   return {ack, tonumber(redis.call('HGET', KEYS[8], mine)) or 1, mine, redis.call('HGET', KEYS[3], mine) or ''}
 end
 if reclaiming then

@@ -5,7 +5,8 @@
 -- (zset token -> until ms: a take given back after its reply was lost takes nothing if it
 -- arrives late).
 -- ARGV: 1 lease token, 2 visibility timeout ms, 3 max deliveries.
--- A retry after a lost reply (same token) gets the job it was leased, not another one.
+-- A retry after a lost reply (same token) gets the job it was leased, not another one, its
+-- lease renewed to the visibility timeout from now.
 -- First moves due delayed jobs and jobs whose lease ran out back to ready (or, after max
 -- deliveries, to the dead list). Returns {1, delivery number, id, payload} or
 -- {0, ms until a delayed job is due or a lease runs out, or -2}.
@@ -20,8 +21,15 @@ local mine = redis.call('HGET', KEYS[10], token)
 if undone and tonumber(undone) > now then
   return {0, -2}
 end
-if mine and redis.call('HGET', KEYS[7], mine) == token
-    and tonumber(redis.call('ZSCORE', KEYS[6], mine) or '0') > now then
+local expiry = mine and redis.call('HGET', KEYS[7], mine) == token
+    and tonumber(redis.call('ZSCORE', KEYS[6], mine) or '0')
+if expiry and expiry > now then
+  -- A retry: the lease runs for the visibility timeout from now at least, since the taker
+  -- counts its validity from this attempt's send (the first attempt's lease may end up to
+  -- a reply timeout earlier). Never shortened (a late copy of the take after an extend).
+  if expiry < now + tonumber(ARGV[2]) then
+    redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), mine)
+  end
   return {1, tonumber(redis.call('HGET', KEYS[8], mine)) or 1, mine, redis.call('HGET', KEYS[3], mine) or ''}
 end
 local due, expired = overdue(now)

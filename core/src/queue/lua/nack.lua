@@ -3,7 +3,8 @@
 -- 7 deliveries, 8 dead, 9 holders, 10 bases, 11 settled (zset delivery token -> until when
 -- its ack or nack is remembered, ms), 12 reasons. ARGV: 1 id, 2 token, 3 backoff ms,
 -- 4 max deliveries (0: dead now), 5 channel, 6 how long to remember the settlement (ms),
--- 7 why it failed ('': not said).
+-- 7 why it failed ('': not said). Optionally KEYS[13] undone takes and ARGV[8] how long to
+-- remember the token there (ms).
 -- Returns 1 retried, 2 dead (the reason kept), 3 this very delivery was settled already (a
 -- retry after a lost reply finds its own nack, retried or dead), 0 the lease ran out (or the
 -- job is gone), -1 another delivery holds it.
@@ -19,11 +20,20 @@ redis.call('HLEN', KEYS[9])
 redis.call('HLEN', KEYS[10])
 redis.call('ZCARD', KEYS[11])
 redis.call('HLEN', KEYS[12])
+if KEYS[13] then
+  redis.call('ZCARD', KEYS[13])
+end
 local bad = bad_sequence(KEYS[6])
 if bad then
   return bad
 end
-local now = now_ms()
+local up, now = now_ms_up()
+if KEYS[13] then
+  -- The nack of a delivery whose take had an attempt that went unanswered: whatever the
+  -- verdict, its token is remembered as undone, so that the attempt, if only delayed, takes
+  -- nothing when it arrives.
+  remember(KEYS[13], ARGV[2], now, tonumber(ARGV[8]))
+end
 local id = ARGV[1]
 local holder = redis.call('HGET', KEYS[2], id)
 if holder ~= ARGV[2] then
@@ -54,7 +64,8 @@ if n - (tonumber(redis.call('HGET', KEYS[10], id)) or 0) >= tonumber(ARGV[4]) th
 end
 local backoff = tonumber(ARGV[3])
 if backoff > 0 then
-  redis.call('ZADD', KEYS[3], now + backoff, id)
+  -- Due at the clock rounded up plus the backoff (rounded up by the caller): never early.
+  redis.call('ZADD', KEYS[3], up + backoff, id)
 else
   local priority = tonumber(redis.call('HGET', KEYS[5], id)) or 0
   redis.call('ZADD', KEYS[4], ready_score(priority, KEYS[6]), id)

@@ -1,6 +1,6 @@
 -- Push jobs. KEYS: 1 ready (zset id -> score), 2 delayed (zset id -> due ms), 3 payloads
 -- (hash id -> payload), 4 priorities (hash id -> priority), 5 sequence counter.
--- ARGV: 1 delay ms, 2 priority (0..255, higher first), 3 channel, then pairs of (id, payload).
+-- ARGV: 1 delay ms (rounded up by the caller), 2 priority (0..255, higher first), 3 channel, then pairs of (id, payload).
 -- Returns a string of one character per job, in order: '1' pushed, '0' duplicate (the
 -- caller knows the ids; one string is cheaper to read than a list). A job id that is
 -- queued, delayed, running or dead is a duplicate: nothing is written for it.
@@ -11,9 +11,11 @@
 -- it is needed: for a delay, or when delayed jobs wait. The priority of a job is stored
 -- only when it is not the default 0 (a missing one reads as 0).
 local delay, priority = tonumber(ARGV[1]), tonumber(ARGV[2])
-local now, due = 0, {}
+local now, up, due = 0, 0, {}
 if delay > 0 or redis.call('ZCARD', KEYS[2]) > 0 then
-  now = now_ms()
+  -- A delayed job is due at the clock rounded up plus its delay (never early); jobs due by
+  -- the clock rounded down are made ready.
+  up, now = now_ms_up()
   due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
 end
 if delay == 0 or #due > 0 then
@@ -46,7 +48,7 @@ for i = 4, #ARGV, 2 do
       redis.call('HSET', KEYS[4], id, priority)
     end
     if delay > 0 then
-      redis.call('ZADD', KEYS[2], now + delay, id)
+      redis.call('ZADD', KEYS[2], up + delay, id)
       delayed = delayed + 1
     else
       redis.call('ZADD', KEYS[1], ready_score(priority, KEYS[5]), id)

@@ -161,6 +161,29 @@ impl WakeOn {
             tag: Some(tag.to_owned()),
         }
     }
+
+    /// Whether a message (`channel`, `payload`) may wake this waiter: on its channel, and
+    /// [`WakeOn::ALL`], its tag, or any payload for an untagged waiter. Enough for a driver
+    /// with one waiter per channel; with several, the rule of one untagged waiter per
+    /// message is [`wake::Registry`](crate::wake::Registry)'s.
+    ///
+    /// ```
+    /// use redlease_core::WakeOn;
+    ///
+    /// let fair = WakeOn::tagged("app:{printer}:released", "a1");
+    /// assert!(fair.concerns("app:{printer}:released", b"a1"));
+    /// assert!(fair.concerns("app:{printer}:released", b"*"));
+    /// assert!(!fair.concerns("app:{printer}:released", b"b2")); // the next in line is b2
+    /// assert!(WakeOn::any("app:{report}:released").concerns("app:{report}:released", b"1"));
+    /// assert!(!WakeOn::any("app:{report}:released").concerns("app:{other}:released", b"1"));
+    /// ```
+    pub fn concerns(&self, channel: &str, payload: &[u8]) -> bool {
+        channel == self.channel
+            && match &self.tag {
+                None => true,
+                Some(tag) => payload == Self::ALL.as_bytes() || payload == tag.as_bytes(),
+            }
+    }
 }
 
 /// What a machine says when it is polled while requests of its last batch are unanswered

@@ -19,14 +19,29 @@ use crate::script::{Exchange, Progress};
 /// The longest a `min_replicas` check may wait for acknowledgements.
 pub const MAX_REPLICA_WAIT: Duration = Duration::from_secs(3600);
 
+/// The first retry pause of a waiting acquisition ([`AcquireOptions::retry_initial`]'s
+/// default, and the blocking driver's).
+pub const DEFAULT_RETRY_INITIAL: Duration = Duration::from_millis(5);
+
+/// The longest retry pause of a waiting acquisition ([`AcquireOptions::retry_max`]'s
+/// default, and the blocking driver's): 1 s. A waiter is meant to be woken by the release
+/// message ([`Wait::wake_on`](crate::Wait::wake_on)); the pauses only bound how late it
+/// notices a message it missed, or a holder that went away without releasing. A driver that
+/// does not listen for wake-ups should set a shorter `retry_max` (say 50-200 ms): without
+/// them, the pause is how long a waiter may sleep past a release.
+pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(1);
+
 /// How an acquisition behaves (the lock itself is described by its [`LockSpec`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AcquireOptions {
     /// `None`: try once. `Some(w)`: retry until `w` has passed since the start. Defaults to `None`.
     pub wait: Option<Duration>,
-    /// The first retry pause; it doubles (with jitter) up to `retry_max`. Defaults to 5 ms.
+    /// The first retry pause; it doubles (with jitter) up to `retry_max`. Defaults to 5 ms
+    /// ([`DEFAULT_RETRY_INITIAL`]).
     pub retry_initial: Duration,
-    /// The longest retry pause. Defaults to 200 ms.
+    /// The longest retry pause (never beyond the holder's remaining lease). Defaults to 1 s
+    /// ([`DEFAULT_RETRY_MAX`], as the blocking driver's locks): right for a driver that
+    /// listens for release messages; without them, set it shorter.
     pub retry_max: Duration,
     /// How long one attempt may wait for its reply (passed to the driver as the batch
     /// deadline). An attempt started before the wait deadline may end up to this much after
@@ -42,8 +57,8 @@ impl Default for AcquireOptions {
     fn default() -> Self {
         AcquireOptions {
             wait: None,
-            retry_initial: Duration::from_millis(5),
-            retry_max: Duration::from_millis(200),
+            retry_initial: DEFAULT_RETRY_INITIAL,
+            retry_max: DEFAULT_RETRY_MAX,
             reply_timeout: Duration::from_secs(1),
             min_replicas: None,
         }

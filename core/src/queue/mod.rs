@@ -398,7 +398,7 @@ impl QueueSettings {
 /// shorter than asked (a job is never due early; 999 µs is 1 ms, not nothing).
 fn ceil_ms(d: Duration) -> u128 {
     let ms = d.as_millis();
-    if d.subsec_nanos() % 1_000_000 > 0 {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
         ms + 1
     } else {
         ms

@@ -260,6 +260,7 @@ impl RedLock {
                     .map(|s| Node::Memory {
                         server: (*s).clone(),
                         io_timeout: node_timeout,
+                        crashed: Default::default(),
                     })
                     .collect(),
                 time: Time::Memory(clock),

@@ -91,6 +91,8 @@ enum State {
     /// Pausing before the next attempt.
     Waiting {
         until: Instant,
+        /// When the last answer changes by itself (see [`Wait::unchanged_until`]).
+        unchanged_until: Option<Instant>,
     },
     /// Acquired; waiting for replicas to acknowledge it (`WAIT`).
     Replicating {
@@ -286,7 +288,15 @@ impl Acquire {
         None
     }
 
-    fn pause(&mut self, now: Instant, cap: Option<Duration>) -> Option<Step<Acquisition>> {
+    /// Pauses before the next attempt: for the backoff's next delay, at most `cap` (the
+    /// holder's ttl, or the time until a job is due). `busy_ms`: the script's busy answer
+    /// (`{0, ms}`), when that is why.
+    fn pause(
+        &mut self,
+        now: Instant,
+        cap: Option<Duration>,
+        busy_ms: Option<i64>,
+    ) -> Option<Step<Acquisition>> {
         let deadline = self.deadline?;
         let mut delay = self.backoff.next_delay();
         if let Some(cap) = cap {
@@ -294,14 +304,34 @@ impl Acquire {
             delay = delay.min(cap.max(Duration::from_millis(1)));
         }
         let until = saturating_add(now, delay).min(deadline);
-        self.state = State::Waiting { until };
-        Some(self.wait_step(until))
+        // Only where every other change is announced on the wake channel: a lease lock
+        // (released with a message; otherwise it changes when its ttl runs out) and a job
+        // (pushed, nacked, given back or requeued with a message; otherwise it changes when
+        // a delayed job falls due or a lease runs out: the `ms` answered, -2 when nothing
+        // is scheduled at all).
+        let changes_in = match (self.spec.kind, busy_ms) {
+            (LeaseKind::Lock(LockKind::Lease), Some(ms)) if ms >= 0 => cap,
+            (LeaseKind::Job, Some(ms)) if ms >= 0 => cap,
+            (LeaseKind::Job, Some(-2)) => Some(Duration::MAX),
+            _ => None,
+        };
+        let unchanged_until = changes_in.map(|d| {
+            saturating_add(now, d.max(Duration::from_millis(1)))
+                .min(deadline)
+                .max(until)
+        });
+        self.state = State::Waiting {
+            until,
+            unchanged_until,
+        };
+        Some(self.wait_step(until, unchanged_until))
     }
 
-    fn wait_step(&self, until: Instant) -> Step<Acquisition> {
+    fn wait_step(&self, until: Instant, unchanged_until: Option<Instant>) -> Step<Acquisition> {
         Step::Wait(Wait {
             until,
             wake_on: Some(self.spec.wake.clone()),
+            unchanged_until,
         })
     }
 
@@ -417,7 +447,7 @@ impl Acquire {
                         };
                         self.finish(Err(err))
                     }
-                    Some(_) => self.pause(now, holder_ttl),
+                    Some(_) => self.pause(now, holder_ttl, Some(ms)),
                 }
             }
             _ => {
@@ -445,7 +475,7 @@ impl Acquire {
                 last: failure,
             }));
         }
-        match self.pause(now, None) {
+        match self.pause(now, None, None) {
             Some(step) => Some(step),
             None => {
                 self.exchange.start();
@@ -585,9 +615,12 @@ impl Acquire {
         loop {
             match &self.state {
                 State::Done => return Step::Done(Err(Error::Finished)),
-                State::Waiting { until } => {
+                State::Waiting {
+                    until,
+                    unchanged_until,
+                } => {
                     if now < *until {
-                        return self.wait_step(*until);
+                        return self.wait_step(*until, *unchanged_until);
                     }
                     self.state = State::Trying;
                     self.exchange.start();

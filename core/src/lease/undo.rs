@@ -146,10 +146,7 @@ impl Undo {
         }
         if let Some(at) = self.retry_at {
             if now < at {
-                return Step::Wait(Wait {
-                    until: at,
-                    wake_on: None,
-                });
+                return Step::Wait(Wait::until(at));
             }
             self.retry_at = None;
             for call in self.calls.iter_mut().filter(|c| c.retry) {
@@ -199,10 +196,7 @@ impl Undo {
             let at = now + self.pause;
             self.pause *= 2;
             self.retry_at = Some(at);
-            return Step::Wait(Wait {
-                until: at,
-                wake_on: None,
-            });
+            return Step::Wait(Wait::until(at));
         }
         self.done = true;
         Step::Done(self.error.take().map_or(Ok(()), Err))

@@ -299,10 +299,7 @@ impl LegacyAcquire {
         let until = saturating_add(now, delay).min(deadline);
         self.quick = 0;
         self.phase = Phase::Waiting { until };
-        Some(Step::Wait(Wait {
-            until,
-            wake_on: None,
-        }))
+        Some(Step::Wait(Wait::until(until)))
     }
 
     /// Another holder has the lock: report it, time out, or pause.
@@ -480,10 +477,7 @@ impl LegacyAcquire {
                 Phase::Waiting { until } => {
                     if now < until {
                         self.phase = Phase::Waiting { until };
-                        return Step::Wait(Wait {
-                            until,
-                            wake_on: None,
-                        });
+                        return Step::Wait(Wait::until(until));
                     }
                     self.phase = Phase::Start;
                 }

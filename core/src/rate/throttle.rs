@@ -88,10 +88,7 @@ impl Throttle {
             }));
         }
         self.state = State::Waiting(due);
-        Step::Wait(Wait {
-            until: due,
-            wake_on: None,
-        })
+        Step::Wait(Wait::until(due))
     }
 }
 
@@ -101,10 +98,7 @@ impl Protocol for Throttle {
     fn poll(&mut self, now: Instant) -> Step<Decision> {
         if let State::Waiting(until) = self.state {
             if now < until {
-                return Step::Wait(Wait {
-                    until,
-                    wake_on: None,
-                });
+                return Step::Wait(Wait::until(until));
             }
             self.state = self.attempt(now);
         }

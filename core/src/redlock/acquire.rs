@@ -290,10 +290,7 @@ impl RedLockAcquire {
                 let until = saturating_add(now, delay).min(deadline);
                 self.last = Some(error);
                 self.state = State::Waiting { until };
-                Step::Wait(Wait {
-                    until,
-                    wake_on: None,
-                })
+                Step::Wait(Wait::until(until))
             }
             _ => {
                 self.state = State::Done;
@@ -318,10 +315,7 @@ impl RedLockAcquire {
                 State::Done => return Step::Done(Err(Error::Finished)),
                 State::Waiting { until } => {
                     if now < *until {
-                        return Step::Wait(Wait {
-                            until: *until,
-                            wake_on: None,
-                        });
+                        return Step::Wait(Wait::until(*until));
                     }
                     self.state = State::Trying;
                     self.start();

@@ -29,6 +29,10 @@
 //!   `redlock`, as the `redlock*` benches' `raw<n>_ratio`);
 //! - `redlock_busy`: one failed `try_acquire` of a RedLock whose key another holder has on
 //!   every node (a plain `SET` before the run): the contended attempt;
+//! - `rate`: `try_acquire(1)` of a rate limiter that always allows it (1,000,000/s, burst
+//!   1,000,000): one decision, one round trip;
+//! - `rate_raw`: its baseline, a hand-written GCRA script ([`RAW_GCRA_SCRIPT`], the same as
+//!   `benches/scenarios/rate.rs`'s) sent as `EVALSHA` on one plain connection;
 //! - `redlock_raw_busy`: its raw floor, `SET key token NX PX 10000` written to every node
 //!   before any reply is read, every reply nil, nothing else.
 //!
@@ -59,6 +63,22 @@ use std::hint::black_box;
 
 /// The compare-and-delete script of the raw lock cycle (the same as `benches/redis.rs`).
 const RAW_RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+/// A hand-written GCRA script (as go-redis/redis_rate's, on integer microseconds of the
+/// server clock): the baseline of the rate limiter (the same as
+/// `benches/scenarios/rate.rs`'s). KEYS[1] the TAT; ARGV interval µs, tolerance µs, cost.
+pub const RAW_GCRA_SCRIPT: &str = "local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local interval, tolerance, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+local new_tat = tat + interval * cost
+local diff = now - (new_tat - tolerance)
+if diff < 0 then
+  return {0, 0, -diff, tat - now}
+end
+redis.call('SET', KEYS[1], new_tat, 'PX', math.ceil((new_tat - now) / 1000))
+return {1, math.floor(diff / interval), 0, new_tat - now}
+";
 /// The payload of every job (and of the raw queue's element), as in `benches/redis.rs`.
 const JOB_PAYLOAD: &[u8] = b"bench-job-payload-0123456789abcd";
 
@@ -162,6 +182,45 @@ fn main() {
                     .expect("cpu: nothing handed over right after a push");
                 black_box(next.payload());
                 held = Some(next);
+            })
+        }
+        "rate" => {
+            let client = redlease::Client::builder(&url)
+                .build()
+                .expect("cpu: cannot build the client");
+            let limiter = client
+                .rate_limiter(&name)
+                .rate(1_000_000, std::time::Duration::from_secs(1))
+                .burst(1_000_000)
+                .build()
+                .expect("cpu: bad rate limiter");
+            Box::new(move || {
+                let d = limiter.try_acquire(1).expect("cpu: try_acquire failed");
+                assert!(d.allowed, "cpu: the rate limiter denied");
+                black_box(d.remaining);
+            })
+        }
+        "rate_raw" => {
+            let mut con = redis::Client::open(url.as_str())
+                .and_then(|c| c.get_connection())
+                .expect("cpu: cannot connect");
+            let sha: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(RAW_GCRA_SCRIPT)
+                .query(&mut con)
+                .expect("cpu: SCRIPT LOAD failed");
+            Box::new(move || {
+                let d: Vec<i64> = redis::cmd("EVALSHA")
+                    .arg(&sha)
+                    .arg(1)
+                    .arg(&name)
+                    .arg(1)
+                    .arg(1_000_000)
+                    .arg(1)
+                    .query(&mut con)
+                    .expect("cpu: EVALSHA failed");
+                assert_eq!(d[0], 1, "cpu: the raw limiter denied");
+                black_box(d[1]);
             })
         }
         "lock_raw" => {

@@ -44,6 +44,9 @@
 //! gets its own dedicated line whenever a `queue_*` scenario runs, and is what those slices
 //! are interleaved with, in the same way. `queue_commands` counts the commands per job inside
 //! Redis and `queue_1m` the cost at a million jobs held; neither has a ratio.
+//! `rate_try_acquire` (a rate limiter's `try_acquire`) is interleaved with a hand-written GCRA
+//! script of its own (`EVALSHA` on a plain connection) and its ratio is over that
+//! (`baseline=raw_gcra` on its line; not in the summary's ratios).
 //! `delayed_lateness` measures latency against the clock, not throughput: it runs without a
 //! baseline and its ratio is 1. Drift slower than
 //! a slice hits both sides alike and cancels. `ratio_se` is the standard error of the ratio
@@ -76,7 +79,7 @@ mod common;
 mod scenarios;
 
 use common::{BASELINE, QUEUE_BASELINE, RELIABLE_BASELINE, Scenario, UNCONTENDED};
-use scenarios::{lock::*, memory::*, queue::*, watchdog::*};
+use scenarios::{lock::*, memory::*, queue::*, rate::*, watchdog::*};
 
 /// Every scenario, in run order (the first is the baseline).
 const SCENARIOS: &[Scenario] = &[
@@ -107,6 +110,7 @@ const SCENARIOS: &[Scenario] = &[
     ("queue_1m", queue_1m),
     ("queue_batch_push", queue_batch_push),
     ("delayed_lateness", delayed_lateness),
+    ("rate_try_acquire", rate_try_acquire),
 ];
 
 fn main() {

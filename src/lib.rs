@@ -53,6 +53,14 @@ pub mod proxy;
 mod server;
 pub mod testkit;
 
+/// docs/embedding.md, its code compiled and run as doctests (with this package's
+/// dev-dependencies: tokio, getrandom, redlease-redis), so that what it shows an embedder
+/// stays true: random tokens, the retry defaults, releasing a renewed lease, the
+/// cancel-safe acquisition.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/embedding.md")]
+pub struct EmbeddingDoctests;
+
 pub use cluster::RedisCluster;
 pub use proxy::Proxy;
 pub use server::{RedisServer, RedisServerBuilder};

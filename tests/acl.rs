@@ -161,6 +161,18 @@ fn a_restricted_user_runs_every_primitive() {
     assert_eq!(q.purge_dead().unwrap(), 0);
     assert_eq!(q.stats().unwrap().dead, 0);
 
+    // Rate limiter: take, wait, peek, reset.
+    let limiter = client
+        .rate_limiter("api")
+        .rate(100, Duration::from_secs(1))
+        .burst(1)
+        .build()
+        .unwrap();
+    assert!(limiter.try_acquire(1).unwrap().allowed);
+    assert!(limiter.acquire(1, Duration::from_secs(5)).unwrap().allowed);
+    assert!(limiter.peek().unwrap().remaining <= 1);
+    limiter.reset().unwrap();
+
     // Legacy locks (no scripts, no pub/sub).
     for algorithm in [LegacyAlgorithm::GetSet, LegacyAlgorithm::SetNxExpire] {
         client

@@ -537,6 +537,14 @@ fn a_delayed_acquisition_overtaken_by_its_undo_takes_nothing() {
     }
     for kind in KINDS {
         let name = format!("overtaken-{kind}");
+        // A connection used just now: one idle for over a second would be PINGed first, and
+        // that PING (held back too) would use up the attempt's time before it is sent.
+        builder(&c, kind, "warm")
+            .try_acquire()
+            .unwrap()
+            .unwrap()
+            .release()
+            .unwrap();
         // Both attempts of a try-once acquisition are held back past their reply timeout...
         proxy.delay_requests(Duration::from_millis(1500));
         let attempt = {

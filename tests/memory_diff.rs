@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 use redlease::core::keys::Keyspace;
 use redlease::core::lease::{LockSpec, Token};
 use redlease::core::queue::{self, NewJob, QueueKeys, QueueSettings};
+use redlease::core::rate::{self, RateLimit, RateLimiterSpec};
 use redlease::core::script::{Script, ScriptCall};
 use redlease::core::semaphore::{self, SemaphoreKeys};
 use redlease::core::{Command, ErrorReply, Protocol, Reply, Step};
@@ -112,6 +113,7 @@ const CONCURRENT: usize = 160;
 fn all_scripts() -> Vec<&'static Script> {
     let mut v: Vec<&'static Script> = redlease::core::lease::SCRIPTS.to_vec();
     v.extend(redlease::core::queue::scripts::ALL.iter().copied());
+    v.extend(redlease::core::rate::scripts::ALL.iter().copied());
     v
 }
 
@@ -348,6 +350,10 @@ enum Cmp {
     /// as a set (holders whose permits expire within the same few ms may be listed in
     /// either order), their time left within tolerance.
     Semaphore,
+    /// A rate limiter's decision `{allowed, remaining, retry µs, reset µs, server µs}`: the
+    /// first two equal, the times within tolerance (in µs), the server's clock not compared
+    /// (each side has its own).
+    Rate,
 }
 
 /// `{token, ms, token, ms, ...}` sorted by token.
@@ -459,6 +465,16 @@ fn same(
             }
             _ => r == m,
         },
+        Cmp::Rate => match pair(r, m) {
+            Some((a, b)) if a.len() == 5 => {
+                let us = |x: &Reply, y: &Reply| match (x.as_int(), y.as_int()) {
+                    (Some(x), Some(y)) if x >= 0 && y >= 0 => (x - y).abs() <= tolerance * 1000,
+                    _ => false,
+                };
+                a[..2] == b[..2] && us(&a[2], &b[2]) && us(&a[3], &b[3]) && a[4] != Reply::Nil
+            }
+            _ => r == m,
+        },
         Cmp::Take => match pair(r, m) {
             Some((a, b)) if a.len() == 2 && a[0] == b[0] && a[0] == Reply::Int(0) => {
                 close(&a[1], &b[1])
@@ -515,12 +531,14 @@ enum Family {
     Semaphore,
     Queue,
     Plain,
+    /// A rate limiter's decisions, peeks and resets (its keys poked now and then).
+    Rate,
     /// The data commands scripts call, sent directly with odd arguments (negative
     /// indexes, exclusive and infinite bounds, fractional scores, wrong types).
     Data,
 }
 
-const FAMILIES: [Family; 8] = [
+const FAMILIES: [Family; 9] = [
     Family::Lease,
     Family::Reentrant,
     Family::Fair,
@@ -529,6 +547,7 @@ const FAMILIES: [Family; 8] = [
     Family::Queue,
     Family::Plain,
     Family::Data,
+    Family::Rate,
 ];
 
 struct Op {
@@ -631,7 +650,9 @@ impl Seq {
                     .unwrap()
                     .notify
             }
-            Family::Plain | Family::Data => format!("{}:ch", ks.stem("r").unwrap()),
+            Family::Plain | Family::Data | Family::Rate => {
+                format!("{}:ch", ks.stem("r").unwrap())
+            }
         };
         self.channels = vec![channel(&notify)];
         self
@@ -811,6 +832,27 @@ impl Seq {
             Family::Queue => self.queue_op(),
             Family::Plain => self.plain_op(),
             Family::Data => self.data_op(),
+            Family::Rate => self.rate_op(),
+        }
+    }
+
+    /// A rate limiter whose interval (600 s) is far longer than any sequence: every
+    /// decision depends on the units taken since the key was set, never on when within the
+    /// grid's window a command arrived (the times it answers are compared within tolerance).
+    fn rate_op(&mut self) -> Op {
+        let burst = 1 + self.rng.below(4) as u64;
+        let limit = RateLimit::new(1, Duration::from_secs(600), burst).unwrap();
+        let spec = RateLimiterSpec::new(&self.keyspace, "r", limit).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        match self.rng.below(10) {
+            0..=5 => {
+                let cost = self.rng.below(burst as usize + 1) as u64;
+                let op = rate::try_acquire(&spec, cost, deadline).unwrap();
+                self.machine_op(op, Cmp::Rate)
+            }
+            6..=7 => self.machine_op(rate::peek(&spec, deadline), Cmp::Rate),
+            8 => self.machine_op(rate::reset(&spec, deadline), Cmp::Exact),
+            _ => self.poke(&[spec.key().to_owned()]),
         }
     }
 

@@ -1,7 +1,7 @@
 //! Dropping a client stops its background threads. Alone in its test binary, so that no
 //! other test's client threads are counted.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redlease::Client;
 use redlease_suite::RedisServer;
@@ -103,4 +103,52 @@ fn dropping_a_client_stops_its_watchdog_and_listener_threads() {
     assert_eq!(settles_to(0), 0);
     assert_eq!(g.lost_reason(), Some(redlease::LossReason::WatchdogStopped));
     drop(g); // its release fails within the op timeout: Redis is down
+
+    // Dropping the client while a renewal waits on a frozen server returns at once (the
+    // renewal thread is not waited for: issue 26, item 5), and that thread ends by itself
+    // when its I/O times out, the server still frozen.
+    let server = RedisServer::start().unwrap();
+    let io_timeout = Duration::from_secs(2);
+    let client = Client::builder(server.url())
+        .io_timeout(io_timeout)
+        .op_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let every = Duration::from_millis(100);
+    let g = client
+        .lock("v")
+        .ttl(Duration::from_secs(30))
+        .renew_every(every)
+        .try_acquire()
+        .unwrap()
+        .unwrap();
+    // The renewal thread starts with the first renewal (answered: the server still runs).
+    assert_eq!(named_settles_to("redlease-renew", 1), 1);
+    server.pause().unwrap();
+    // The next renewal is sent within `every` and then waits for its reply.
+    std::thread::sleep(3 * every);
+    let start = Instant::now();
+    drop(client);
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "dropping the client took {took:?}"
+    );
+    assert_eq!(
+        threads_named("redlease-renew"),
+        1,
+        "the renewal in flight was left to end by itself"
+    );
+    let ended = Instant::now();
+    let left = settles_to(0);
+    let after = start.elapsed();
+    server.resume().unwrap();
+    assert_eq!(left, 0, "the renewal thread ended");
+    assert!(
+        after < io_timeout + Duration::from_secs(1),
+        "the renewal thread ended {after:?} after the drop (io_timeout {io_timeout:?}, waited {:?})",
+        ended.elapsed()
+    );
+    assert_eq!(g.lost_reason(), Some(redlease::LossReason::WatchdogStopped));
+    drop(g);
 }

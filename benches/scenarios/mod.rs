@@ -4,4 +4,5 @@
 pub mod lock;
 pub mod memory;
 pub mod queue;
+pub mod rate;
 pub mod watchdog;

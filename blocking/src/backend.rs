@@ -32,10 +32,23 @@ pub(crate) enum Node {
     Memory {
         server: crate::memory::MemoryServer,
         io_timeout: Duration,
+        /// Set by [`MemoryServer::crash_client`](crate::memory::MemoryServer::crash_client):
+        /// this client sends nothing any more.
+        crashed: Arc<std::sync::atomic::AtomicBool>,
     },
 }
 
 impl Node {
+    /// Whether the test crashed this in-process client (it sends nothing).
+    #[inline]
+    fn crashed(&self) -> bool {
+        match self {
+            Node::Redis(_) => false,
+            #[cfg(feature = "memory")]
+            Node::Memory { crashed, .. } => crashed.load(Ordering::SeqCst),
+        }
+    }
+
     /// Names the node (of a Cluster) that holds `key`, to group renewals by node; empty for
     /// one server.
     pub(crate) fn node_of(&self, key: &str) -> String {
@@ -328,6 +341,10 @@ struct Waiting {
     /// Subscribed to the in-process server, with the channel.
     #[cfg(feature = "memory")]
     subscriber: Option<(String, crate::memory::Subscriber)>,
+    /// The in-process server's data version right after the last batch was answered: a
+    /// wait may sleep past its poll while the data stays at it.
+    #[cfg(feature = "memory")]
+    seen: Option<u64>,
 }
 
 /// How a wait ended.
@@ -348,6 +365,17 @@ pub(crate) fn drive_set<P: Protocol>(
     out: &mut [Option<Result<P::Output, Error>>],
     kept: &mut Option<Pooled>,
 ) {
+    if route.nodes.iter().any(Node::crashed) {
+        for slot in out.iter_mut().filter(|s| s.is_none()) {
+            *slot = Some(Err(Error::Unavailable {
+                attempts: 0,
+                last: TransportFailure::not_sent(
+                    "the client crashed (MemoryServer::crash_client): it sends nothing",
+                ),
+            }));
+        }
+        return;
+    }
     let mut wakeups = Waiting::default();
     let mut sent_epoch: Option<u64> = None;
     // The instant the last replies were handled at: the next poll comes right after, at
@@ -381,7 +409,7 @@ pub(crate) fn drive_set<P: Protocol>(
                 .and_then(Listening::current)
                 .map(crate::listener::Listeners::epoch);
             match sends {
-                Sends::One(i, batch) => match send(route, &batch, kept) {
+                Sends::One(i, batch) => match send(route, &batch, kept, &mut wakeups) {
                     Ok(inputs) => {
                         // Every reply is in: they are handled at one instant.
                         let at = route.time.now();
@@ -392,7 +420,7 @@ pub(crate) fn drive_set<P: Protocol>(
                     }
                     Err(e) => out[i] = Some(Err(e)),
                 },
-                Sends::Many(owners, batch) => match send(route, &batch, kept) {
+                Sends::Many(owners, batch) => match send(route, &batch, kept, &mut wakeups) {
                     Ok(inputs) => {
                         let at = route.time.now();
                         for (i, input) in owners.into_iter().zip(inputs) {
@@ -459,9 +487,26 @@ fn wait_for(
         let receiver = on
             .and(waiting.subscriber.as_ref())
             .map(|(_, s)| s.receiver());
+        // Every change to the server's data and every message is seen here: a machine that
+        // says when its answer changes by itself sleeps until then, not poll by poll, and
+        // goes back to its poll once the data changes (as a poll on Redis would notice).
+        let quiet = wait
+            .unchanged_until
+            .filter(|q| *q > wait.until)
+            .zip(waiting.seen);
         return CANCEL.with(|c| {
             let cancel = c.borrow();
-            match clock.wait_until(wait.until, receiver, cancel.as_deref()) {
+            let woke = match quiet {
+                Some((quiet, seen)) => clock.wait_quiet(
+                    quiet,
+                    wait.until,
+                    (seen, &|| server.version()),
+                    receiver,
+                    cancel.as_deref(),
+                ),
+                None => clock.wait_until(wait.until, receiver, cancel.as_deref()),
+            };
+            match woke {
                 crate::memory::clock::Woke::Deadline => Waited::Deadline,
                 crate::memory::clock::Woke::Message => Waited::Woken,
                 crate::memory::clock::Woke::Cancelled => Waited::Cancelled,
@@ -503,10 +548,12 @@ fn sleep(time: &Time, until: Instant) -> Waited {
 }
 
 /// Sends `batch` to the node(s) it names: one input per request, in request order.
+#[cfg_attr(not(feature = "memory"), allow(unused_variables))]
 fn send(
     route: &Route<'_>,
     batch: &Batch,
     kept: &mut Option<Pooled>,
+    waiting: &mut Waiting,
 ) -> Result<Vec<Response>, Error> {
     match route.nodes {
         [Node::Redis(transport)] => {
@@ -521,8 +568,13 @@ fn send(
             }
         }
         #[cfg(feature = "memory")]
-        [Node::Memory { server, io_timeout }] => {
-            let (inputs, silent) = execute_in_memory(server, &batch.requests, 0);
+        [
+            Node::Memory {
+                server, io_timeout, ..
+            },
+        ] => {
+            let (inputs, silent, seen) = execute_in_memory(server, &batch.requests, 0);
+            waiting.seen = seen;
             if silent {
                 wait_out_reply(route.time, *io_timeout, batch);
             }
@@ -539,15 +591,18 @@ fn execute_in_memory(
     server: &crate::memory::MemoryServer,
     requests: &[Request],
     node: u16,
-) -> (Vec<Response>, bool) {
+) -> (Vec<Response>, bool, Option<u64>) {
     let mut silent = false;
+    let mut seen = None;
     let inputs = requests
         .iter()
         .map(|r| {
             if r.command.node().0 != node {
                 return Response::failed(r.id, TransportFailure::not_sent("no such node"));
             }
-            match server.execute(&r.command) {
+            let (result, version) = server.execute_seen(&r.command);
+            seen = Some(version);
+            match result {
                 Ok(reply) => Response::reply(r.id, reply),
                 Err(fault) => {
                     silent |= fault != crate::memory::MemoryFault::Refused;
@@ -556,7 +611,7 @@ fn execute_in_memory(
             }
         })
         .collect();
-    (inputs, silent)
+    (inputs, silent, seen)
 }
 
 /// A reply swallowed by a fault costs what a silent connection costs: the wait for it, until
@@ -643,7 +698,9 @@ fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Response> {
                 }
             }
             #[cfg(feature = "memory")]
-            Some(Node::Memory { server, io_timeout }) => {
+            Some(Node::Memory {
+                server, io_timeout, ..
+            }) => {
                 let n = u16::try_from(n).unwrap_or(u16::MAX);
                 let reqs: Vec<Request> = picked(requests, order, run.clone()).cloned().collect();
                 in_memory.push((n, run, server, *io_timeout, reqs));
@@ -677,7 +734,7 @@ fn fan_out(time: &Time, nodes: &[Node], batch: &Batch) -> Vec<Response> {
         // for the round (the nodes are asked at once).
         let mut silent: Option<Duration> = None;
         for (n, run, server, io_timeout, reqs) in in_memory {
-            let (inputs, lost) = execute_in_memory(server, &reqs, n);
+            let (inputs, lost, _) = execute_in_memory(server, &reqs, n);
             if lost {
                 silent = Some(silent.map_or(io_timeout, |s| s.max(io_timeout)));
             }
@@ -800,10 +857,7 @@ mod tests {
                 return Step::Done(Ok(self.replies));
             }
             if let Some(at) = self.next_at.filter(|at| now < *at) {
-                return Step::Wait(Wait {
-                    until: at,
-                    wake_on: None,
-                });
+                return Step::Wait(Wait::until(at));
             }
             self.in_flight = true;
             let request = Request {
@@ -837,6 +891,7 @@ mod tests {
             .map(|server| Node::Memory {
                 server: server.clone(),
                 io_timeout: Duration::from_secs(1),
+                crashed: Default::default(),
             })
             .collect();
         let time = Time::Memory(clock);
@@ -888,6 +943,7 @@ mod tests {
         let nodes = [Node::Memory {
             server: server.clone(),
             io_timeout: Duration::from_secs(1),
+            crashed: Default::default(),
         }];
         let time = Time::Memory(server.clock());
         let route = Route::new(&nodes, &time);
@@ -914,6 +970,7 @@ mod tests {
         let nodes = [Node::Memory {
             server,
             io_timeout: Duration::from_secs(1),
+            crashed: Default::default(),
         }];
         let time = Time::Memory(clock.clone());
         let route = Route::new(&nodes, &time);

@@ -25,6 +25,17 @@ use crate::watchdog::Watchdog;
 /// # Ok(()) }
 /// ```
 ///
+/// **How long a client lives.** Its connections and background threads (the watchdog that
+/// renews leases, the pub/sub listener) live while any handle that makes calls through it
+/// lives: a `Client` clone, a [`Queue`](crate::Queue), a [`Job`](crate::Job) or a
+/// [`Workers`](crate::Workers) pool made from it. A [`LockGuard`](crate::LockGuard) is the
+/// one handle that does not keep it alive: once nothing else does, the threads stop and
+/// the guard's lease reports [`LossReason::WatchdogStopped`](crate::LossReason) (its
+/// release is still sent). So dropping a `Client` value is not a crash while its queue or
+/// jobs live; to test a crashed process, use
+/// [`MemoryServer::crash_client`](crate::memory::MemoryServer::crash_client) (feature
+/// `memory`): everything the client sends stops, and its handles are refused.
+///
 /// **Make clients after `fork()`, never before.** A process that forks a `Client` (or a
 /// [`RedLock`](crate::RedLock)) gives the child copies of its pooled sockets and of the
 /// random bytes it has drawn but not yet used for tokens: parent and child would then share
@@ -652,6 +663,7 @@ impl Client {
                     node: Node::Memory {
                         server: server.clone(),
                         io_timeout,
+                        crashed: Default::default(),
                     },
                     time: Time::Memory(server.clock()),
                     entropy: Entropy::Seeded(std::sync::Mutex::new(seed)),
@@ -669,6 +681,22 @@ impl Client {
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.inner.shared
+    }
+
+    /// The in-process server this client talks to, and its crash switch.
+    #[cfg(feature = "memory")]
+    pub(crate) fn memory_node(
+        &self,
+    ) -> Option<(
+        &crate::memory::MemoryServer,
+        &Arc<std::sync::atomic::AtomicBool>,
+    )> {
+        match &self.inner.shared.node {
+            Node::Memory {
+                server, crashed, ..
+            } => Some((server, crashed)),
+            _ => None,
+        }
     }
 
     pub(crate) fn owner(&self) -> Weak<Inner> {

@@ -96,8 +96,9 @@ impl LegacyLockBuilder<'_> {
     }
 
     /// How long [`acquire`](Self::acquire) and [`with_lock`](Self::with_lock) wait for a busy
-    /// lock before failing with [`Error::Timeout`]; at most
-    /// [`MAX_DURATION`](crate::limits::MAX_DURATION). Defaults to 10 s.
+    /// lock before failing with [`Error::Timeout`]. Any duration: one past
+    /// [`MAX_DURATION`](crate::limits::MAX_DURATION) (100 years), such as `Duration::MAX` for
+    /// "as long as it takes", counts as that, never refused. Defaults to 10 s.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self

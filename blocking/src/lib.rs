@@ -11,6 +11,7 @@
 //!   guarantee; prefer the lease lock where the server allows it).
 //! - [`Client::semaphore`]: a fair counting semaphore on the server's clock.
 //! - [`Client::queue`]: a reliable queue with priorities, delays, leases and dead letters.
+//! - [`Client::rate_limiter`]: a GCRA rate limiter on the server's clock, shared by a fleet.
 //! - Deployments: one server ([`Client::open`]), Sentinel ([`Client::sentinel`]), Redis
 //!   Cluster ([`Client::cluster`]); `min_replicas` on locks and semaphores for failovers.
 //!   TLS (`rediss://`, cargo feature `tls-rustls`, on by default, with
@@ -24,8 +25,8 @@
 //! decides (what to send, how to read a reply, when to retry) lives in the core and is
 //! unit-tested there with scripted replies; this crate only moves bytes, reads the clock,
 //! sleeps and draws random tokens. To drive the core from another runtime (async, an event
-//! loop) over the `redis` crate, [`adapter`] has the conversions this driver uses, and
-//! `docs/embedding.md` the driver contract.
+//! loop) over the `redis` crate, the crate `redlease-redis` (re-exported here as [`adapter`])
+//! has the conversions this driver uses, and `docs/embedding.md` the driver contract.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -70,7 +71,6 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-pub mod adapter;
 mod backend;
 mod client;
 mod connect;
@@ -81,9 +81,12 @@ mod lock;
 pub mod memory;
 mod observe;
 mod queue;
+mod rate_limit;
 mod redact;
 mod redlock;
 // After the primitives: rustdoc lists `Client`'s methods in module order.
+#[cfg(test)]
+mod fuzz;
 mod machines;
 mod resp;
 mod sentinel;
@@ -100,6 +103,7 @@ pub use lock::{LockBuilder, LockGuard, WithLockError};
 pub use queue::{
     AckedAndNext, HandlerError, Job, JobError, PushOptions, Queue, Retry, WorkerReport, Workers,
 };
+pub use rate_limit::{Decision, RateLimit, RateLimiter, RateLimiterBuilder};
 pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::semaphore::SemaphoreState;
@@ -117,6 +121,11 @@ pub use redlease_core::limits;
 
 /// The sans-IO core this crate drives, for running its machines yourself.
 pub use redlease_core as core;
+
+/// The conversions between the `redis` crate and the core that this driver uses itself:
+/// the crate [`redlease_redis`], re-exported. A driver of your own (async, an event loop)
+/// can depend on `redlease-redis` alone, without this crate's pool, threads and RESP client.
+pub use redlease_redis as adapter;
 
 /// The README's examples, compiled as doctests so they stay true to the API.
 #[cfg(doctest)]

@@ -360,7 +360,7 @@ fn serve(
         drop(state);
         shared.send_each(true, &channels);
     }
-    let mut buf: Vec<u8> = Vec::with_capacity(4096);
+    let mut frames = Frames::default();
     let mut chunk = vec![0u8; 16 * 1024];
     let mut last_heard = Instant::now();
     let mut ping_sent: Option<Instant> = None;
@@ -376,16 +376,11 @@ fn serve(
             Ok(n) => {
                 last_heard = Instant::now();
                 ping_sent = None;
-                buf.extend_from_slice(&chunk[..n]);
-                loop {
-                    match resp::parse(&buf) {
-                        Ok(Some((frame, used))) => {
-                            buf.drain(..used);
-                            route(shared, frame);
-                        }
-                        Ok(None) => break,
-                        Err(_) => return,
-                    }
+                if frames
+                    .push(&chunk[..n], |frame| route(shared, frame))
+                    .is_err()
+                {
+                    return; // not RESP: reconnect
                 }
             }
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
@@ -406,6 +401,50 @@ fn serve(
             ping_sent = Some(now);
         }
         unsubscribe_idle(shared, now);
+    }
+}
+
+/// The subscriber connection's bytes, cut into frames as they arrive. The buffer holds only
+/// bytes received (never room for what a header announced), each byte is scanned once
+/// ([`resp::Scan`]) and a frame is parsed once, when complete: a large or hostile frame
+/// read in many pieces costs time and memory linear in what arrived.
+#[derive(Debug, Default)]
+pub(crate) struct Frames {
+    buf: Vec<u8>,
+    /// The frame at the front of `buf`, measured so far.
+    scan: resp::Scan,
+}
+
+impl Frames {
+    /// Takes `bytes` and hands `each` every frame they complete, in order. `Err`: the bytes
+    /// are not RESP (the connection is then given up).
+    pub(crate) fn push(
+        &mut self,
+        bytes: &[u8],
+        mut each: impl FnMut(Reply),
+    ) -> Result<(), resp::ProtocolError> {
+        self.buf.extend_from_slice(bytes);
+        loop {
+            match self.scan.advance(&self.buf)? {
+                resp::Scanned::NeedsAtLeast(_) => return Ok(()),
+                resp::Scanned::Complete(len) => {
+                    let Some((frame, used)) = resp::parse(&self.buf[..len])? else {
+                        return Err(resp::ProtocolError(
+                            "a frame measured complete did not parse".into(),
+                        ));
+                    };
+                    self.buf.drain(..used);
+                    self.scan = resp::Scan::default();
+                    each(frame);
+                }
+            }
+        }
+    }
+
+    /// The bytes held (received, not yet part of a complete frame).
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.buf.capacity()
     }
 }
 

@@ -94,10 +94,11 @@ impl<'c> LockBuilder<'c> {
             permits: 1,
             ttl: Duration::from_secs(30),
             wait: Duration::from_secs(10),
+            // The core's defaults (`DEFAULT_RETRY_INITIAL`, `DEFAULT_RETRY_MAX`): waiters are
+            // woken by release messages; the backoff only re-checks in case a message was
+            // missed (or the listener is down).
             retry_initial: defaults.retry_initial,
-            // Waiters are woken by release messages; the backoff only re-checks in case a
-            // message was missed (or the listener is down).
-            retry_max: Duration::from_secs(1),
+            retry_max: defaults.retry_max,
             watchdog: true,
             min_replicas: None,
             renew_every: None,
@@ -118,8 +119,9 @@ impl<'c> LockBuilder<'c> {
     }
 
     /// How long [`acquire`](Self::acquire) and [`with_lock`](Self::with_lock) wait for a
-    /// busy lock before failing with [`Error::Timeout`]; at most
-    /// [`MAX_DURATION`](limits::MAX_DURATION). Defaults to 10 s.
+    /// busy lock (or permit) before failing with [`Error::Timeout`]. Any duration: one past
+    /// [`MAX_DURATION`](limits::MAX_DURATION) (100 years), such as `Duration::MAX` for "as
+    /// long as it takes", counts as that, never refused. Defaults to 10 s.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -130,7 +132,10 @@ impl<'c> LockBuilder<'c> {
     /// early, so the pauses only bound how late a waiter notices a missed message or a
     /// listener outage. Each pause is [`MIN_PAUSE`](limits::MIN_PAUSE) (1 ms) to
     /// [`MAX_DURATION`](limits::MAX_DURATION), the longest at least the first (a shorter floor
-    /// would make every waiter a busy loop). Default 5 ms to 1 s.
+    /// would make every waiter a busy loop). Default 5 ms to 1 s (the core's
+    /// [`DEFAULT_RETRY_INITIAL`](redlease_core::lease::DEFAULT_RETRY_INITIAL) and
+    /// [`DEFAULT_RETRY_MAX`](redlease_core::lease::DEFAULT_RETRY_MAX), the defaults of
+    /// an [`AcquireOptions`] too).
     pub fn retry(mut self, initial: Duration, max: Duration) -> Self {
         self.retry_initial = initial;
         self.retry_max = max;
@@ -272,7 +277,6 @@ impl<'c> LockBuilder<'c> {
             Acquires::Lock(_) => "ttl",
         };
         limits::ttl(ttl_name, self.ttl)?;
-        limits::span("wait", self.wait)?;
         limits::retry("retry", self.retry_initial, self.retry_max)?;
         if self.kind.queues() {
             limits::ttl("waiter timeout", self.waiter_timeout)?;
@@ -1104,5 +1108,25 @@ impl redlease_core::Protocol for Noting<'_> {
         if self.machine.refused_natively() {
             self.transport.forget_server_kind();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lock's retry pauses default to the core's `AcquireOptions::default()`: one source
+    /// of the default, so an embedder of the core and a user of this driver wait alike.
+    #[test]
+    fn retry_defaults_are_the_cores() {
+        // `build` opens nothing: connections open on first use.
+        let client = Client::builder("redis://127.0.0.1:1/").build().unwrap();
+        let builder = client.lock("x");
+        let core = AcquireOptions::default();
+        assert_eq!(
+            (builder.retry_initial, builder.retry_max),
+            (core.retry_initial, core.retry_max)
+        );
+        assert_eq!(core.retry_max, redlease_core::lease::DEFAULT_RETRY_MAX);
     }
 }

@@ -261,9 +261,10 @@ impl Queue {
         self.take_inner(None)
     }
 
-    /// Takes the next job, waiting at most `wait` (`Ok(None)` then; `wait` is at most
-    /// [`MAX_DURATION`](limits::MAX_DURATION)). An idle taker sleeps until a push wakes it or
-    /// a delayed job is due; it does not poll.
+    /// Takes the next job, waiting at most `wait` (`Ok(None)` then). Any `wait`: one past
+    /// [`MAX_DURATION`](limits::MAX_DURATION) (100 years), such as `Duration::MAX` for "as
+    /// long as it takes", counts as that, never refused. An idle taker sleeps until a push
+    /// wakes it or a delayed job is due; it does not poll.
     pub fn take(&self, wait: Duration) -> Result<Option<Job>, Error> {
         match self.take_inner(Some(wait)) {
             Err(Error::Timeout { .. }) => Ok(None),
@@ -462,10 +463,16 @@ fn work_loop<E: HandlerError>(
     let time = queue.client.shared().time.clone();
     // On a test clock, a worker waits for the test to move time (it never moves it itself),
     // and stopping the pool ends its wait.
+    // On Redis a take waits half a second at a time, to look at the stop signal.
+    #[cfg_attr(not(feature = "memory"), allow(unused_mut))]
+    let mut take_wait = Duration::from_millis(500);
     #[cfg(feature = "memory")]
     if time.memory().is_some() {
         crate::memory::MemoryClock::set_passive_thread();
         crate::backend::cancel_waits_on(stop.clone());
+        // The stop signal ends a wait on the test clock: a take waits until a job comes
+        // (a day at a time), so a quiet pool costs no take per half second of test time.
+        take_wait = Duration::from_secs(24 * 3600);
     }
     let mut pause = Duration::from_millis(10);
     // The job handed over with the last ack, if any: finished even after a stop signal.
@@ -474,7 +481,7 @@ fn work_loop<E: HandlerError>(
         let job = match next.take() {
             Some(job) => job,
             None if stop.load(Ordering::SeqCst) => break,
-            None => match queue.take(Duration::from_millis(500)) {
+            None => match queue.take(take_wait) {
                 Ok(Some(job)) => job,
                 Ok(None) => continue,
                 Err(_) if stop.load(Ordering::SeqCst) => break,

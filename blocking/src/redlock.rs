@@ -258,6 +258,7 @@ impl RedLock {
                     .map(|s| Node::Memory {
                         server: (*s).clone(),
                         io_timeout: node_timeout,
+                        crashed: Default::default(),
                     })
                     .collect(),
                 time: Time::Memory(clock),
@@ -367,8 +368,9 @@ impl QuorumLockBuilder<'_> {
         self
     }
 
-    /// How long [`acquire`](Self::acquire) keeps retrying; at most
-    /// [`MAX_DURATION`](limits::MAX_DURATION). Defaults to 10 s.
+    /// How long [`acquire`](Self::acquire) keeps retrying. Any duration: one past
+    /// [`MAX_DURATION`](limits::MAX_DURATION) (100 years), such as `Duration::MAX` for "as
+    /// long as it takes", counts as that, never refused. Defaults to 10 s.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self

@@ -89,7 +89,10 @@ impl Link {
 
 /// A pooled connection idle longer than this is PINGed before use: a Redis restart or an
 /// idle timeout leaves dead connections in the pool, and a command sent on one would come
-/// back as "no reply" (outcome unknown) when it surely never ran.
+/// back as "no reply" (outcome unknown) when it surely never ran. The PING is ours, not the
+/// pool's (`test_on_check_out` only asks the Sentinels): it is bounded by the time left to
+/// the caller's deadline, where the pool's would wait a whole io timeout on a frozen server
+/// (see [`Transport::check_out`]).
 const CHECK_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 /// Opens connections with a connect timeout and sets their read and write timeouts.
@@ -287,13 +290,24 @@ impl Source {
 }
 
 impl Manager {
-    /// Opens one connection, waiting at most `connect_timeout` for it; on failure, also the
-    /// client it tried (to look closer at why).
+    /// Opens one connection, waiting at most `connect_timeout` for it, and sets it up (its
+    /// name, which server it reached) with each reply awaited at most the io timeout and
+    /// never past `deadline` (a caller waiting for the set-up gives its own deadline: a
+    /// frozen server that accepts the connection must not cost it a whole io timeout more);
+    /// the connection then has the usual io timeout. On failure, also the client it tried
+    /// (to look closer at why).
     #[allow(clippy::result_large_err)]
     fn set_up(
         &self,
         connect_timeout: Duration,
+        deadline: Instant,
     ) -> Result<Conn, (redis::RedisError, Option<redis::Client>)> {
+        // The read timeout for the set-up's round trips, read once connected.
+        let set_up_timeout = || {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .clamp(MIN_IO_TIMEOUT, self.io_timeout)
+        };
         let inner = match &*self.source {
             Source::Cluster(cluster, _) => {
                 let set_up = || -> redis::RedisResult<Link> {
@@ -309,10 +323,11 @@ impl Manager {
                 let set_up = || -> redis::RedisResult<Link> {
                     let info = client.get_connection_info();
                     if crate::wire::Wire::serves(info, self.tls.as_ref()) {
-                        return self.set_up_own(info, connect_timeout);
+                        return self.set_up_own(info, connect_timeout, set_up_timeout);
                     }
                     let mut c = client.get_connection_with_timeout(connect_timeout)?;
-                    c.set_read_timeout(Some(self.io_timeout))?;
+                    let timeout = set_up_timeout();
+                    c.set_read_timeout(Some(timeout))?;
                     c.set_write_timeout(Some(self.io_timeout))?;
                     if let Some(name) = &self.client_name {
                         // Best effort: a least-privilege user may not be granted
@@ -330,6 +345,9 @@ impl Manager {
                     }
                     let kind = crate::connect::ask_server_kind(&mut c)?;
                     self.setup.server.set(kind);
+                    if timeout != self.io_timeout {
+                        c.set_read_timeout(Some(self.io_timeout))?;
+                    }
                     Ok(Link::Single(Box::new(c)))
                 };
                 set_up().map_err(|e| (e, Some(client.clone())))?
@@ -351,15 +369,18 @@ impl Manager {
 
     /// Opens our own connection to `info` (see [`set_up`](Self::set_up)): connected,
     /// authenticated and its database selected within `connect_timeout`, then named and
-    /// asked which server it reached, bounded by the io timeout.
+    /// asked which server it reached, each reply awaited at most `set_up_timeout()` (read
+    /// once connected).
     fn set_up_own(
         &self,
         info: &redis::ConnectionInfo,
         connect_timeout: Duration,
+        set_up_timeout: impl Fn() -> Duration,
     ) -> redis::RedisResult<Link> {
         let mut w =
             crate::wire::Wire::open(info, self.tls.as_ref(), &self.tls_config, connect_timeout)?;
-        w.set_read_timeout(Some(self.io_timeout))?;
+        let timeout = set_up_timeout();
+        w.set_read_timeout(Some(timeout))?;
         w.set_write_timeout(Some(self.io_timeout))?;
         // One round trip: the connection's name and the library's name and version (best effort:
         // servers before Redis 7.2 do not know `CLIENT SETINFO`, and a user may not be
@@ -385,13 +406,16 @@ impl Manager {
         }
         let kind = crate::connect::ask_server_kind_on(&mut w)?;
         self.setup.server.set(kind);
+        if timeout != self.io_timeout {
+            w.set_read_timeout(Some(self.io_timeout))?;
+        }
         Ok(Link::Own(Box::new(w)))
     }
 
-    /// [`set_up`](Self::set_up) within `connect_timeout`, noting whether a failure was a
-    /// refused configuration (looking closer before `deadline`).
+    /// [`set_up`](Self::set_up) within `connect_timeout` and `deadline`, noting whether a
+    /// failure was a refused configuration (looking closer before `deadline`).
     fn set_up_noting(&self, connect_timeout: Duration, deadline: Instant) -> Result<Conn, Refused> {
-        match self.set_up(connect_timeout) {
+        match self.set_up(connect_timeout, deadline) {
             Ok(conn) => {
                 self.setup.set(None);
                 Ok(conn)
@@ -483,7 +507,11 @@ impl r2d2::ManageConnection for Manager {
     type Error = redis::RedisError;
 
     fn connect(&self) -> Result<Conn, redis::RedisError> {
-        let deadline = Instant::now() + self.connect_timeout * 2;
+        // In the background (a caller waits for the pool at most its own time left).
+        let deadline = redlease_core::backoff::saturating_add(
+            Instant::now(),
+            self.connect_timeout.saturating_add(self.io_timeout),
+        );
         self.set_up_noting(self.connect_timeout, deadline)
             .map_err(|r| r.error)
     }
@@ -504,14 +532,8 @@ impl r2d2::ManageConnection for Manager {
                 )));
             }
         }
-        // A cluster connection talks to every master: a PING goes to any one of them, so
-        // one frozen master would fail checkouts meant for the others (and stall their
-        // renewals). Its per-node sockets report their own failures as no reply instead.
-        if conn.last_used.elapsed() < CHECK_AFTER_IDLE || matches!(conn.inner, Link::Cluster(_)) {
-            return Ok(());
-        }
-        conn.inner.ping()?;
-        conn.last_used = Instant::now();
+        // No PING here: the pool's check cannot know the caller's deadline, so an idle
+        // connection is checked after checkout, within it (`Transport::check_out`).
         Ok(())
     }
 
@@ -569,6 +591,8 @@ pub(crate) struct Transport {
     nodes: Option<crate::shards::SlotTable>,
     /// The connection kept out of the pool between batches, when the pool allows it.
     spare: Option<Arc<Spare>>,
+    /// Whether a connection idle for [`CHECK_AFTER_IDLE`] is PINGed before use.
+    check_idle: bool,
 }
 
 impl Transport {
@@ -642,7 +666,6 @@ impl Transport {
         let spare = plain.then(|| {
             Arc::new(Spare {
                 slot: Mutex::default(),
-                check_idle,
             })
         });
         Transport {
@@ -653,6 +676,7 @@ impl Transport {
             io_timeout,
             nodes,
             spare,
+            check_idle,
         }
     }
 
@@ -698,7 +722,10 @@ impl Transport {
             attempts: 1,
             last: TransportFailure::not_sent(message),
         };
-        let deadline = Instant::now() + self.connect_timeout;
+        let deadline = redlease_core::backoff::saturating_add(
+            Instant::now(),
+            self.connect_timeout.saturating_add(self.io_timeout),
+        );
         let mut conn = match self.manager.set_up_noting(self.connect_timeout, deadline) {
             Ok(conn) => conn,
             Err(Refused { error, problem }) => {
@@ -914,31 +941,113 @@ impl Transport {
                 spare: None,
             };
         }
-        let now = Instant::now();
-        if let Some(conn) = self.spare.as_ref().and_then(|s| s.take(now)) {
-            return self.write(conn, requests, deadline, server_wait, now);
-        }
-        let remaining = deadline.saturating_duration_since(now).max(MIN_IO_TIMEOUT);
-        match self.pool.get_timeout(remaining.min(self.connect_timeout)) {
-            Ok(conn) => self.write(
-                Box::new(conn),
-                requests,
+        match self.check_out(deadline) {
+            Ok((conn, now)) => self.write(conn, requests, deadline, server_wait, now),
+            Err(message) => Flight {
+                count: requests.len(),
                 deadline,
-                server_wait,
-                Instant::now(),
-            ),
-            Err(e) => {
-                crate::observe::no_connection(self.pool.state(), self.pool.max_size(), &e);
-                Flight {
-                    count: requests.len(),
-                    deadline,
-                    state: FlightState::Failed(TransportFailure::not_sent(format!(
-                        "no connection to {}: {e}",
-                        self.server
-                    ))),
-                    spare: None,
+                state: FlightState::Failed(TransportFailure::not_sent(message)),
+                spare: None,
+            },
+        }
+    }
+
+    /// A connection for a batch due by `deadline`, and the instant last read: the spare, or
+    /// one from the pool (waiting at most the time left, and at most the connect timeout).
+    /// One idle for [`CHECK_AFTER_IDLE`] is PINGed first, the PING bounded by the time left
+    /// to `deadline` (never a whole io timeout past it, as the pool's own check was); one
+    /// that fails the check is discarded and the next one tried (or a new one made) while
+    /// time is left. `Err`: why there is none, for a "not sent" failure.
+    fn check_out(&self, deadline: Instant) -> Result<(Checked, Instant), String> {
+        let mut now = Instant::now();
+        let mut failed_check: Option<String> = None;
+        loop {
+            let conn = match self.spare.as_ref().and_then(|s| s.take()) {
+                Some(conn) => conn,
+                None => {
+                    let remaining = deadline.saturating_duration_since(now).max(MIN_IO_TIMEOUT);
+                    match self.pool.get_timeout(remaining.min(self.connect_timeout)) {
+                        Ok(conn) => {
+                            now = Instant::now();
+                            Box::new(conn)
+                        }
+                        Err(e) => {
+                            crate::observe::no_connection(
+                                self.pool.state(),
+                                self.pool.max_size(),
+                                &e,
+                            );
+                            return Err(match failed_check {
+                                Some(why) => format!("no connection to {}: {why}", self.server),
+                                None => format!("no connection to {}: {e}", self.server),
+                            });
+                        }
+                    }
                 }
+            };
+            let mut conn = match self.checked(conn, deadline, now) {
+                Ok(checked) => return Ok(checked),
+                Err((conn, why)) => {
+                    failed_check = Some(why);
+                    conn
+                }
+            };
+            // Discarded by the pool when it comes back.
+            conn.broken = true;
+            drop(conn);
+            now = Instant::now();
+            if now >= deadline {
+                let why = failed_check.unwrap_or_default();
+                return Err(format!("no connection to {}: {why}", self.server));
             }
+        }
+    }
+
+    /// `conn` as it is, or PINGed first when it has been idle for [`CHECK_AFTER_IDLE`] (a
+    /// Redis restart or an idle timeout may have closed it): that PING waits at most the
+    /// time left to `deadline` (and at most the io timeout). `now`: read just before. `Ok`:
+    /// the connection and the instant last read; `Err`: the connection (unfit) and why.
+    fn checked(
+        &self,
+        mut conn: Checked,
+        deadline: Instant,
+        now: Instant,
+    ) -> Result<(Checked, Instant), (Checked, String)> {
+        // A cluster connection talks to every master: a PING goes to any one of them, so
+        // one frozen master would fail checkouts meant for the others (and stall their
+        // renewals). Its per-node sockets report their own failures as no reply instead.
+        if !self.check_idle
+            || now.saturating_duration_since(conn.last_used) < CHECK_AFTER_IDLE
+            || matches!(conn.inner, Link::Cluster(_))
+        {
+            return Ok((conn, now));
+        }
+        let timeout = deadline
+            .saturating_duration_since(now)
+            .max(MIN_IO_TIMEOUT)
+            .min(self.io_timeout);
+        // The socket keeps its usual io timeout between batches (`write` relies on it).
+        let shortened = timeout != self.io_timeout;
+        let pinged = (|| {
+            if shortened {
+                conn.inner.set_read_timeout(Some(timeout))?;
+            }
+            conn.inner.ping()?;
+            if shortened {
+                conn.inner.set_read_timeout(Some(self.io_timeout))?;
+            }
+            Ok::<(), redis::RedisError>(())
+        })();
+        match pinged {
+            Ok(()) => {
+                let now = Instant::now();
+                conn.last_used = now;
+                Ok((conn, now))
+            }
+            Err(e) => Err((
+                conn,
+                format!("an idle connection did not answer PING within {timeout:?}: {e}"),
+            )),
         }
     }
 
@@ -952,11 +1061,27 @@ impl Transport {
         server_wait: Duration,
     ) -> Option<Flight> {
         let now = Instant::now();
-        let conn = match self.spare.as_ref().and_then(|s| s.take(now)) {
+        let conn = match self.spare.as_ref().and_then(|s| s.take()) {
             Some(conn) => conn,
             None => Box::new(self.pool.try_get()?),
         };
-        Some(self.write(conn, requests, deadline, server_wait, now))
+        match self.checked(conn, deadline, now) {
+            Ok((conn, now)) => Some(self.write(conn, requests, deadline, server_wait, now)),
+            Err((mut conn, why)) => {
+                conn.broken = true;
+                drop(conn);
+                let count = requests.len();
+                Some(Flight {
+                    count,
+                    deadline,
+                    state: FlightState::Failed(TransportFailure::not_sent(format!(
+                        "no connection to {}: {why}",
+                        self.server
+                    ))),
+                    spare: None,
+                })
+            }
+        }
     }
 
     /// Writes `requests` on `conn`: a single server's as one pipeline, encoded straight from
@@ -1233,9 +1358,6 @@ impl Drop for Pooled {
 #[derive(Default)]
 struct Spare {
     slot: Mutex<Option<Checked>>,
-    /// Whether a connection idle for [`CHECK_AFTER_IDLE`] goes through the pool's checkout
-    /// (which PINGs it) instead.
-    check_idle: bool,
 }
 
 impl Spare {
@@ -1259,18 +1381,13 @@ impl Spare {
         drop(conn);
     }
 
-    /// The spare connection, unless there is none or it has been idle long enough to need
-    /// the pool's check (then it goes back to the pool, which PINGs it on checkout).
-    fn take(&self, now: Instant) -> Option<Checked> {
-        let conn = self
-            .slot
+    /// The spare connection, if there is one (checked after idling by the caller, see
+    /// [`Transport::check_out`]).
+    fn take(&self) -> Option<Checked> {
+        self.slot
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .take()?;
-        if self.check_idle && now.saturating_duration_since(conn.last_used) >= CHECK_AFTER_IDLE {
-            return None;
-        }
-        Some(conn)
+            .take()
     }
 
     /// Whether it holds a connection.
@@ -1540,8 +1657,8 @@ mod tests {
     }
 
     /// The connection of the last batch is kept out of the pool for the next one, and
-    /// still PINGed first when it has been idle for [`CHECK_AFTER_IDLE`] (as the pool's
-    /// checkout does); a broken one is never kept.
+    /// still PINGed first when it has been idle for [`CHECK_AFTER_IDLE`] (as a pooled one
+    /// is); a broken one is never kept.
     #[test]
     fn the_spare_connection_is_reused_and_checked_after_idling() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1596,7 +1713,7 @@ mod tests {
             "the spare counts as idle"
         );
         assert_eq!(pings.load(Ordering::SeqCst), 3, "no checks while in use");
-        // As if idle for longer than CHECK_AFTER_IDLE: the pool PINGs it before use.
+        // As if idle for longer than CHECK_AFTER_IDLE: it is PINGed before use.
         {
             let mut slot = spare.slot.lock().unwrap();
             let conn = slot.as_mut().unwrap();
@@ -1607,7 +1724,7 @@ mod tests {
         assert!(spare.holds());
         assert_eq!(accepted.load(Ordering::SeqCst), opened, "no new connection");
         // A broken connection goes back to the pool (which discards it), not to the spare.
-        let mut conn = spare.take(Instant::now()).unwrap();
+        let mut conn = spare.take().unwrap();
         conn.broken = true;
         transport.give_back(conn);
         assert!(!spare.holds());

@@ -602,21 +602,50 @@ struct Worker {
     thread: Option<JoinHandle<()>>,
     /// Disconnected when the thread ends.
     exited: Receiver<()>,
-    /// How long dropping waits for the thread: its batch in flight ends by then.
-    join_within: Duration,
+    /// Until when dropping waits for the thread to end (`None`: [`WORKER_EXIT_WAIT`] from
+    /// the drop).
+    exit_by: Option<Instant>,
 }
+
+/// How long dropping a renewal thread's handle waits for the thread to end: an idle one
+/// ends at once when its channel closes. One with a batch in flight (a frozen server) is
+/// not waited for: it ends on its own when that batch's I/O times out (by its deadline,
+/// at most the io timeout), holding only its node's connection pool meanwhile, and its
+/// leases are handed back then ([`Unsettled`]). Dropping the last client so returns
+/// within a second whatever the io timeout.
+const WORKER_EXIT_WAIT: Duration = Duration::from_millis(100);
 
 impl Drop for Worker {
     fn drop(&mut self) {
         drop(self.jobs.take());
-        // A batch answers by its deadline (at most the io timeout), but a Cluster
-        // connection may retry behind it: never wait longer than that deadline for the
-        // thread; a thread still busy then ends on its own when its call returns.
+        let until = self.exit_by.unwrap_or_else(|| {
+            redlease_core::backoff::saturating_add(Instant::now(), WORKER_EXIT_WAIT)
+        });
+        // Ended (its channel disconnected): join it; still busy: let it end on its own.
         if let Err(crossbeam_channel::RecvTimeoutError::Disconnected) =
-            self.exited.recv_timeout(self.join_within)
+            self.exited.recv_deadline(until)
             && let Some(thread) = self.thread.take()
         {
             let _ = thread.join();
+        }
+    }
+}
+
+/// A renewal batch's outcomes on their way back to the watchdog thread. Dropped unsettled
+/// (the watchdog thread is gone, or going), it hands every lease back (`Renewing` ends), so
+/// that no guard waits for a renewal nobody will settle.
+struct Unsettled(Vec<Outcome>);
+
+impl Unsettled {
+    fn take(mut self) -> Vec<Outcome> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+impl Drop for Unsettled {
+    fn drop(&mut self) {
+        for o in self.0.drain(..) {
+            o.cell.end_renewal(None);
         }
     }
 }
@@ -638,14 +667,6 @@ fn failed(items: Vec<Item>, why: &'static str) -> Vec<Outcome> {
             result: not_answered(why),
         })
         .collect()
-}
-
-/// Ends the renewals of a batch nobody will settle (the watchdog thread is gone), so that
-/// no guard waits for them.
-fn give_back(outcomes: Vec<Outcome>) {
-    for o in outcomes {
-        o.cell.end_renewal(None);
-    }
 }
 
 /// Sends one batch of extensions through the driver loop (each extension's own retries
@@ -694,7 +715,7 @@ fn work(
     node: &Node,
     time: &Time,
     jobs: &Receiver<Job>,
-    done: &Sender<Vec<Outcome>>,
+    done: &Sender<Unsettled>,
     stopping: &AtomicBool,
 ) {
     // On a Cluster, this node's own connection between batches (see `run_together`).
@@ -709,19 +730,22 @@ fn work(
         }
         if stopping.load(Ordering::SeqCst) {
             // The client is gone: send nothing more, but hand every lease back.
-            if let Err(e) = done.send(failed(items, "the watchdog stopped")) {
-                give_back(e.into_inner());
-                return;
+            if done
+                .send(Unsettled(failed(items, "the watchdog stopped")))
+                .is_err()
+            {
+                return; // the leases were handed back as the unsent outcomes dropped
             }
             continue;
         }
-        let outcomes = renew_batch(node, time, items, &mut kept);
-        if let Err(e) = done.send(outcomes) {
-            give_back(e.into_inner());
+        let outcomes = Unsettled(renew_batch(node, time, items, &mut kept));
+        if done.send(outcomes).is_err() {
             return;
         }
         // A Cluster client learns which master owns which slot (to batch by node).
-        let _ = catch_unwind(AssertUnwindSafe(|| node.refresh_nodes(&key)));
+        if !stopping.load(Ordering::SeqCst) {
+            let _ = catch_unwind(AssertUnwindSafe(|| node.refresh_nodes(&key)));
+        }
     }
 }
 
@@ -747,8 +771,8 @@ struct Scheduler {
     /// renewal then comes after this time, so it need not wake the thread).
     nursery_due: Option<Instant>,
     workers: HashMap<String, Worker>,
-    done_tx: Sender<Vec<Outcome>>,
-    done_rx: Receiver<Vec<Outcome>>,
+    done_tx: Sender<Unsettled>,
+    done_rx: Receiver<Unsettled>,
     stopping: Arc<AtomicBool>,
     /// When the slot table was last asked for outside a renewal batch.
     table_asked: Option<Instant>,
@@ -759,14 +783,20 @@ impl Drop for Scheduler {
         self.queue.stopped.store(true, Ordering::SeqCst);
         self.queue.fail_pending();
         self.fail_all();
-        // Queued batches are handed back unsent; the ones in flight end by their deadline.
+        // Queued batches are handed back unsent; the ones in flight end by their deadline,
+        // on threads that are not waited for (see WORKER_EXIT_WAIT): every thread is told
+        // at once, then all are given one short wait together.
         self.stopping.store(true, Ordering::SeqCst);
+        let until = redlease_core::backoff::saturating_add(Instant::now(), WORKER_EXIT_WAIT);
+        for worker in self.workers.values_mut() {
+            drop(worker.jobs.take());
+            worker.exit_by = Some(until);
+        }
         self.workers.clear();
-        // Every lease a renewal thread had is back: none is Renewing any more.
+        // The leases of outcomes not settled yet are handed back (see `Unsettled`): those
+        // here now, and those a busy thread sends later, dropped with the channel.
         for outcomes in self.done_rx.try_iter() {
-            for o in outcomes {
-                o.cell.end_renewal(None);
-            }
+            drop(outcomes);
         }
     }
 }
@@ -940,7 +970,7 @@ impl Scheduler {
                     jobs: Some(jobs),
                     thread: Some(thread),
                     exited,
-                    join_within: self.io_timeout.saturating_add(Duration::from_millis(100)),
+                    exit_by: None,
                 },
             );
         }
@@ -990,7 +1020,7 @@ impl Scheduler {
 enum Woken {
     Timer,
     Nudged,
-    Outcomes(Vec<Outcome>),
+    Outcomes(Unsettled),
     Stop,
 }
 
@@ -1098,7 +1128,7 @@ fn round(s: &mut Scheduler, wakeups: &Receiver<()>) -> bool {
     match woken {
         Woken::Stop => false,
         Woken::Outcomes(outcomes) => {
-            s.settle(outcomes);
+            s.settle(outcomes.take());
             true
         }
         Woken::Timer | Woken::Nudged => true,

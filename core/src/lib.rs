@@ -54,6 +54,7 @@ pub mod legacy;
 pub mod limits;
 pub mod protocol;
 pub mod queue;
+pub mod rate;
 pub mod redlock;
 pub mod renewal;
 pub mod reply;

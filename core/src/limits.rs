@@ -14,7 +14,8 @@
 //! | lease ttl, permit timeout, visibility timeout, waiter timeout, extension | [`MIN_TTL`] (10 ms) to [`MAX_DURATION`] |
 //! | retry pauses (first and longest), RedLock retry maximum, queue idle check | [`MIN_PAUSE`] (1 ms) to [`MAX_DURATION`]; the longest at least the first |
 //! | renewal interval (`renew_every`) | 1 ms to under the lease's validity (ttl less its drift allowance) |
-//! | wait, maximum hold, queue delays and nack backoff | 0 (hold: 1 ms) to [`MAX_DURATION`] (a longer nack backoff counts as the maximum) |
+//! | maximum hold, queue delays and nack backoff | 0 (hold: 1 ms) to [`MAX_DURATION`] (a longer nack backoff counts as the maximum) |
+//! | wait (a lock's, a semaphore's, a queue take's) | any: one past [`MAX_DURATION`] (such as `Duration::MAX`, "as long as it takes") counts as that, no deadline of ours in practice ([`wait`]) |
 //! | connect, io, op and node timeouts | 1 ms to [`MAX_DURATION`] |
 //! | semaphore permits | 1 to [`MAX_PERMITS`] (2^32 - 1) |
 //! | connection pool size (per node) | 1 to [`MAX_POOL_SIZE`] |
@@ -91,7 +92,16 @@ pub fn timeout(what: &'static str, d: Duration) -> Result<Duration, Error> {
     duration(what, d, MIN_TIMEOUT, MAX_DURATION)
 }
 
-/// A duration that may be zero (a wait, a delay): at most [`MAX_DURATION`].
+/// How long a caller is willing to wait (a lock's, a semaphore's, a queue take's): any
+/// duration is accepted, and one past [`MAX_DURATION`] (such as `Duration::MAX`, which
+/// Rust callers write for "as long as it takes", as with `recv_timeout(Duration::MAX)`)
+/// counts as [`MAX_DURATION`]: no deadline of ours in practice. Unlike ttls and delays, a
+/// wait never reaches a script, so clamping it changes nothing a server sees.
+pub fn wait(d: Duration) -> Duration {
+    d.min(MAX_DURATION)
+}
+
+/// A duration that may be zero (a delay): at most [`MAX_DURATION`].
 pub fn span(what: &'static str, d: Duration) -> Result<Duration, Error> {
     duration(what, d, Duration::ZERO, MAX_DURATION)
 }
@@ -186,8 +196,12 @@ mod tests {
         assert!(timeout("io timeout", Duration::MAX).is_err());
         assert!(timeout("io timeout", Duration::ZERO).is_err());
         assert!(timeout("io timeout", MIN_TIMEOUT).is_ok());
-        assert!(span("wait", Duration::ZERO).is_ok());
-        assert!(span("wait", Duration::MAX).is_err());
+        assert!(span("delay", Duration::ZERO).is_ok());
+        assert!(span("delay", Duration::MAX).is_err());
+        // A wait past the limit is clamped to it, never refused.
+        assert_eq!(wait(Duration::MAX), MAX_DURATION);
+        assert_eq!(wait(MAX_DURATION + Duration::from_nanos(1)), MAX_DURATION);
+        assert_eq!(wait(Duration::from_secs(1)), Duration::from_secs(1));
     }
 
     #[test]
@@ -271,7 +285,6 @@ mod machine_tests {
             (Duration::MAX, ms(5), ms(1000), None, "retry"),
             (ms(5), Duration::MAX, ms(1000), None, "retry"),
             (ms(5), ms(10), Duration::MAX, None, "reply timeout"),
-            (ms(5), ms(10), ms(1000), Some(Duration::MAX), "wait"),
         ];
         for (retry_initial, retry_max, reply_timeout, wait, what) in cases {
             let options = AcquireOptions {
@@ -305,6 +318,20 @@ mod machine_tests {
         };
         let mut m = Acquire::new(spec(), &options, 1, now).unwrap();
         assert!(matches!(m.poll(now), Step::Send(b) if b.deadline > now));
+        // A wait of Duration::MAX ("as long as it takes") is accepted by every acquisition.
+        let options = AcquireOptions {
+            wait: Some(Duration::MAX),
+            ..AcquireOptions::default()
+        };
+        let mut m = Acquire::new(spec(), &options, 1, now).unwrap();
+        assert!(matches!(m.poll(now), Step::Send(b) if b.deadline > now));
+        let legacy = LegacyOptions {
+            wait: Some(Duration::MAX),
+            ..LegacyOptions::default()
+        };
+        let keys = LegacyKeys::new(&Keyspace::default(), "x").unwrap();
+        let token = Token::from_random([2; 16]);
+        assert!(LegacyAcquire::new(keys, token, &legacy, 1, now, 1).is_ok());
     }
 
     #[test]
@@ -318,9 +345,10 @@ mod machine_tests {
         options.retry_max = Duration::ZERO;
         let e = invalid(RedLockAcquire::new(spec(), options, 1, now));
         assert!(e.contains("retry"), "{e}");
+        // A wait past the limit means no deadline of ours: accepted, the deadline saturates.
         let mut options = RedLockOptions::new(3);
         options.wait = Some(Duration::MAX);
-        assert!(invalid(RedLockAcquire::new(spec(), options, 1, now)).contains("wait"));
+        assert!(RedLockAcquire::new(spec(), options, 1, now).is_ok());
         // The largest node timeout is refused by the ttl rule, not by an overflow.
         let mut options = RedLockOptions::new(3);
         options.node_timeout = MAX_DURATION;

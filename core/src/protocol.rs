@@ -96,6 +96,26 @@ pub struct Wait {
     /// A pub/sub channel whose messages may end the wait early (a release notification).
     /// Drivers that do not listen simply wait until `until`.
     pub wake_on: Option<WakeOn>,
+    /// `Some(t)`: what the machine waits for cannot happen before `t` unless a message on
+    /// `wake_on` comes or the data changes otherwise (another client's call, an eviction):
+    /// `t` is the next instant the last answer changes by itself (the holder's ttl runs
+    /// out, a delayed job falls due), at most the machine's deadline. `until` is earlier
+    /// when the machine polls (a message may be lost on the way). A driver that sees every
+    /// change to the data and every message (the in-process server) may sleep until `t`
+    /// instead, going back to `until` when the data changes; every other driver waits
+    /// until `until`. `None`: nothing is known; wait until `until`.
+    pub unchanged_until: Option<Instant>,
+}
+
+impl Wait {
+    /// A wait until `until`, woken by nothing, with nothing known about when things change.
+    pub fn until(until: Instant) -> Self {
+        Wait {
+            until,
+            wake_on: None,
+            unchanged_until: None,
+        }
+    }
 }
 
 /// Which messages end a [`Wait`] early.
@@ -141,6 +161,29 @@ impl WakeOn {
             tag: Some(tag.to_owned()),
         }
     }
+
+    /// Whether a message (`channel`, `payload`) may wake this waiter: on its channel, and
+    /// [`WakeOn::ALL`], its tag, or any payload for an untagged waiter. Enough for a driver
+    /// with one waiter per channel; with several, the rule of one untagged waiter per
+    /// message is [`wake::Registry`](crate::wake::Registry)'s.
+    ///
+    /// ```
+    /// use redlease_core::WakeOn;
+    ///
+    /// let fair = WakeOn::tagged("app:{printer}:released", "a1");
+    /// assert!(fair.concerns("app:{printer}:released", b"a1"));
+    /// assert!(fair.concerns("app:{printer}:released", b"*"));
+    /// assert!(!fair.concerns("app:{printer}:released", b"b2")); // the next in line is b2
+    /// assert!(WakeOn::any("app:{report}:released").concerns("app:{report}:released", b"1"));
+    /// assert!(!WakeOn::any("app:{report}:released").concerns("app:{other}:released", b"1"));
+    /// ```
+    pub fn concerns(&self, channel: &str, payload: &[u8]) -> bool {
+        channel == self.channel
+            && match &self.tag {
+                None => true,
+                Some(tag) => payload == Self::ALL.as_bytes() || payload == tag.as_bytes(),
+            }
+    }
 }
 
 /// What a machine says when it is polled while requests of its last batch are unanswered
@@ -164,10 +207,7 @@ impl Outstanding {
     /// The step for a poll that found requests unanswered.
     pub(crate) fn step<T>(&self, now: Instant) -> Step<T> {
         match self.deadline {
-            Some(until) if now < until => Step::Wait(Wait {
-                until,
-                wake_on: None,
-            }),
+            Some(until) if now < until => Step::Wait(Wait::until(until)),
             _ => Step::Done(Err(Error::Driver(
                 "polled after the batch deadline with requests still unanswered: every request needs a response",
             ))),

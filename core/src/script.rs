@@ -61,6 +61,11 @@ pub mod prelude {
     /// integer) and `ready_score(priority, seq_key)`: the ready set's score, higher
     /// priorities first, then first in first out.
     pub const READY: &str = include_str!("lua/prelude/ready.lua");
+    /// `gcra(key, now, interval, tolerance, cost)` (a rate limiter's decision on the
+    /// theoretical arrival time kept in `key`, reading only) and `gcra_store(key, tat, now)`
+    /// (keeps it until it passes): the engine of [`rate`](crate::rate), for any script that
+    /// limits a rate.
+    pub const GCRA: &str = include_str!("lua/prelude/gcra.lua");
 }
 
 /// The line after which [`script!`](crate::script!) splices a script's prelude parts into its
@@ -941,7 +946,7 @@ pub(crate) mod tests {
     use crate::reply::ErrorReply;
 
     /// Every prelude part and the functions it defines.
-    const PARTS: [(&str, &[&str]); 8] = [
+    const PARTS: [(&str, &[&str]); 9] = [
         (prelude::NOTIFY, &["notify"]),
         (prelude::NOW_MS, &["now_ms"]),
         (prelude::NOW_MS_UP, &["now_ms_up"]),
@@ -950,6 +955,7 @@ pub(crate) mod tests {
         (prelude::UNDONE, &["undone"]),
         (prelude::REMEMBER, &["remember"]),
         (prelude::READY, &["bad_sequence", "ready_score"]),
+        (prelude::GCRA, &["gcra", "gcra_store"]),
     ];
 
     /// Whether `text` calls `function` (a call, not a longer name ending the same way).

@@ -2,7 +2,9 @@
 //!
 //! An example runs against `REDIS_URL` when it is set; otherwise it starts a throwaway
 //! redis-server (through `redlease_suite::RedisServer`) on a free loopback port and stops it
-//! on exit. A failure is printed in words (`Display`, not `Debug`), with a hint on how to
+//! on exit. With no redis-server on the machine, it runs on redlease's in-process server
+//! (`MemoryServer::listen`, feature `memory`), whose clock a thread moves along with real
+//! time, and says so (`REDIS_URL=memory` asks for it). A failure is printed in words (`Display`, not `Debug`), with a hint on how to
 //! get a server when none could be found or reached.
 
 use std::error::Error;
@@ -19,15 +21,92 @@ pub struct Redis {
     pub url: String,
     /// The server this example started (`None`: `REDIS_URL` was used).
     _server: Option<RedisServer>,
+    /// The in-process server when no redis-server could be found.
+    _memory: Option<InProcess>,
+}
+
+/// redlease's in-process server on a loopback port, its clock moved with real time by a
+/// thread that stops when this is dropped.
+struct InProcess {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pump: Option<std::thread::JoinHandle<()>>,
+}
+
+impl InProcess {
+    fn start() -> Result<(InProcess, String), BoxError> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let server = redlease::memory::MemoryServer::new();
+        let url = server.listen()?;
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let pump = std::thread::spawn(move || {
+            let clock = server.clock();
+            let started = std::time::Instant::now();
+            while !flag.load(Ordering::SeqCst) {
+                // Keys expire in real time, as on a real server.
+                let behind = started.elapsed().saturating_sub(clock.elapsed());
+                clock.advance(behind);
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        });
+        Ok((
+            InProcess {
+                stop,
+                pump: Some(pump),
+            },
+            url,
+        ))
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(pump) = self.pump.take() {
+            let _ = pump.join();
+        }
+    }
 }
 
 /// `REDIS_URL` if set, else a throwaway redis-server of our own.
 pub fn redis(example: &str) -> Result<Redis, BoxError> {
-    if let Ok(url) = std::env::var("REDIS_URL") {
-        println!("{example}: using REDIS_URL={}", redacted(&url));
-        return Ok(Redis { url, _server: None });
+    let asked = std::env::var("REDIS_URL").ok();
+    if asked.as_deref() == Some("memory") {
+        let (memory, url) = InProcess::start()?;
+        println!(
+            "{example}: REDIS_URL=memory: running on redlease's in-process server (MemoryServer) at {url}"
+        );
+        return Ok(Redis {
+            url,
+            _server: None,
+            _memory: Some(memory),
+        });
     }
-    let server = RedisServer::start()?;
+    if let Some(url) = asked {
+        println!("{example}: using REDIS_URL={}", redacted(&url));
+        return Ok(Redis {
+            url,
+            _server: None,
+            _memory: None,
+        });
+    }
+    let server = match RedisServer::start() {
+        Ok(server) => server,
+        Err(HarnessError::NotFound) => {
+            let (memory, url) = InProcess::start()?;
+            println!(
+                "{example}: REDIS_URL not set and no redis-server found: running on redlease's \
+                 in-process server (MemoryServer) at {url} (install redis-server or set \
+                 REDIS_URL for a real one)"
+            );
+            return Ok(Redis {
+                url,
+                _server: None,
+                _memory: Some(memory),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
     println!(
         "{example}: REDIS_URL not set: started redis-server on port {} (stopped on exit)",
         server.port()
@@ -35,6 +114,7 @@ pub fn redis(example: &str) -> Result<Redis, BoxError> {
     Ok(Redis {
         url: server.url(),
         _server: Some(server),
+        _memory: None,
     })
 }
 

@@ -40,6 +40,17 @@ pub enum Property {
     WakeWhenFree,
     /// The run settles: no machine spins at one instant (a livelock of driver and machine).
     Progress,
+    /// Every interval in which a client believes it holds lies inside a hold of its token in
+    /// the server's own record.
+    HeldOnServer,
+    /// A release, ack or nack succeeds only for the holder on the server, and no command
+    /// ends another token's live hold.
+    SettledByHolder,
+    /// An attempt of an acquisition that was answered, arriving after that, takes nothing.
+    LateAttempt,
+    /// A renewal the watchdog counts as a success ran while the server held the lease for
+    /// its token.
+    RenewalOnServer,
 }
 
 /// How long a free lease or reentrant lock may keep a waiter asleep (µs): the release
@@ -48,7 +59,7 @@ pub const WAKE_BOUND: u64 = 150_000;
 
 impl Property {
     /// Every property.
-    pub const ALL: [Property; 14] = [
+    pub const ALL: [Property; 18] = [
         Property::Exclusion,
         Property::FenceOrder,
         Property::FencedResource,
@@ -63,7 +74,16 @@ impl Property {
         Property::LossInTime,
         Property::WakeWhenFree,
         Property::Progress,
+        Property::HeldOnServer,
+        Property::SettledByHolder,
+        Property::LateAttempt,
+        Property::RenewalOnServer,
     ];
+
+    /// Its index in [`Property::ALL`] (and in [`Judged`]).
+    pub fn index(self) -> usize {
+        Property::ALL.iter().position(|p| *p == self).unwrap_or(0)
+    }
 
     /// Its name in reports and in docs/simulation.md.
     pub fn name(self) -> &'static str {
@@ -82,6 +102,10 @@ impl Property {
             Property::LossInTime => "loss-in-time",
             Property::WakeWhenFree => "wake-when-free",
             Property::Progress => "progress",
+            Property::HeldOnServer => "held-on-server",
+            Property::SettledByHolder => "settled-by-holder",
+            Property::LateAttempt => "late-attempt",
+            Property::RenewalOnServer => "renewal-on-server",
         }
     }
 
@@ -108,17 +132,49 @@ impl Property {
                 FaultSet::NONE
             }
             Property::JobSettled => FaultSet::of(&data_loss),
-            Property::SingleAck | Property::DeliveryUnique => {
-                FaultSet::of(&[RestartSnapshot, Failover, FailoverMinReplicas, KeyEvicted])
-            }
+            // A push handed over twice whose copy arrives after the job was acked pushes it
+            // again (a push is not idempotent once the job is forgotten: `push_unique` is).
+            Property::SingleAck | Property::DeliveryUnique => FaultSet::of(&[
+                RestartSnapshot,
+                Failover,
+                FailoverMinReplicas,
+                KeyEvicted,
+                RequestDuplicated,
+            ]),
             // A clock that jumps forward during a call counts the jump as time waited.
             Property::WaiterDeadline => FaultSet::of(&[ClientPaused, ClockJump]),
             Property::LossInTime => FaultSet::of(&[ClientPaused]),
-            Property::NoRenewalAfterRelease | Property::Progress => FaultSet::NONE,
+            Property::NoRenewalAfterRelease | Property::Progress | Property::RenewalOnServer => {
+                FaultSet::NONE
+            }
+            // The server's record after data loss is not the record the holder was granted;
+            // a clock 5 % slow outlives its lease.
+            Property::HeldOnServer => {
+                let mut s = FaultSet::of(&data_loss);
+                s.insert(ClockDriftExcess);
+                s
+            }
+            // A release told it succeeded after a lost reply is judged by the holder's clock
+            // (documented): a clock 5 % slow counts a lease that ran out as still valid.
+            Property::SettledByHolder => {
+                let mut s = FaultSet::of(&data_loss);
+                s.insert(ClockDriftExcess);
+                s
+            }
+            // A network that hands a request over twice (TCP does not) replays an answered
+            // attempt with nothing to tell it from the first; data loss forgets the undone
+            // record.
+            Property::LateAttempt => {
+                let mut s = FaultSet::of(&data_loss);
+                s.insert(RequestDuplicated);
+                s
+            }
             Property::WakeWhenFree => FaultSet::of(&[
                 RequestLost,
                 ReplyLost,
                 ReplyDelayed,
+                RequestDelayed,
+                RequestDuplicated,
                 ConnectionCut,
                 ServerPaused,
                 RestartEmpty,
@@ -143,14 +199,36 @@ pub struct Violation {
     pub what: String,
 }
 
+/// How many events each property judged in a run (or a sweep), by [`Property::index`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Judged(pub [u64; Property::ALL.len()]);
+
+impl Judged {
+    /// The count for `p`.
+    pub fn of(&self, p: Property) -> u64 {
+        self.0[p.index()]
+    }
+
+    /// Adds another run's counts.
+    pub fn add(&mut self, other: &Judged) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a += b;
+        }
+    }
+}
+
 struct Out<'a> {
     faults: FaultSet,
     found: &'a mut Vec<Violation>,
+    judged: Judged,
 }
 
 impl Out<'_> {
     fn on(&self, p: Property) -> bool {
         !p.excused_by().intersects(self.faults)
+    }
+    fn judge(&mut self, p: Property, n: u64) {
+        self.judged.0[p.index()] += n;
     }
     fn push(&mut self, property: Property, at: u64, what: String) {
         self.found.push(Violation { property, at, what });
@@ -159,16 +237,27 @@ impl Out<'_> {
 
 /// Checks every property not excused by `faults`.
 pub fn check(h: &History, faults: FaultSet) -> Vec<Violation> {
+    check_counted(h, faults).0
+}
+
+/// Checks every property not excused by `faults`; also says how many events each judged
+/// (a property that judged nothing passed vacuously).
+pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) {
     let mut found = Vec::new();
     let mut out = Out {
         faults,
         found: &mut found,
+        judged: Judged::default(),
     };
     exclusion(h, &mut out);
     fences(h, &mut out);
     semaphores(h, &mut out);
     jobs(h, &mut out);
     liveness(h, &mut out);
+    server_record(h, &mut out);
+    if out.on(Property::Progress) {
+        out.judge(Property::Progress, 1);
+    }
     for (at, what) in &h.broken {
         out.push(
             Property::Progress,
@@ -187,7 +276,8 @@ pub fn check(h: &History, faults: FaultSet) -> Vec<Violation> {
             ),
         );
     }
-    found
+    let judged = out.judged;
+    (found, judged)
 }
 
 fn start_of(h: &History, i: usize) -> u64 {
@@ -208,6 +298,7 @@ fn exclusion(h: &History, out: &mut Out<'_>) {
         if !(a.kind.exclusive() || reader(a.kind)) {
             continue;
         }
+        out.judge(Property::Exclusion, 1);
         for (j, b) in h.holds.iter().enumerate().skip(i + 1) {
             if b.name != a.name || b.task == a.task || !(b.kind.exclusive() || reader(b.kind)) {
                 continue;
@@ -277,6 +368,7 @@ fn fences(h: &History, out: &mut Out<'_>) {
                 if reentry || regrant {
                     continue;
                 }
+                out.judge(Property::FenceOrder, 1);
                 if let Some(i) = prev {
                     let a = &h.holds[i];
                     if b.fence <= a.fence {
@@ -301,6 +393,7 @@ fn fences(h: &History, out: &mut Out<'_>) {
             if !fenced(x.kind) || !x.fenced {
                 continue;
             }
+            out.judge(Property::FencedResource, 1);
             let e = newest.entry(&x.name).or_insert((x.granted, wr.hold));
             if x.granted < e.0 {
                 out.push(
@@ -403,6 +496,9 @@ fn semaphores(h: &History, out: &mut Out<'_>) {
         } else {
             1
         };
+        if kind == HoldKind::Permit && out.on(Property::Permits) {
+            out.judge(Property::Permits, 1);
+        }
         if kind == HoldKind::Permit && out.on(Property::Permits) && holders + 1 > permits {
             out.push(
                 Property::Permits,
@@ -413,6 +509,7 @@ fn semaphores(h: &History, out: &mut Out<'_>) {
             );
         }
         if out.on(Property::Fifo) && acq.wait.is_some() {
+            out.judge(Property::Fifo, 1);
             let ahead = live_ahead(h, b, g);
             if holders + ahead.len() as u64 + 1 > permits {
                 out.push(
@@ -435,6 +532,10 @@ fn jobs(h: &History, out: &mut Out<'_>) {
         }
     }
     if out.on(Property::SingleAck) {
+        out.judge(
+            Property::SingleAck,
+            acks.values().map(|v| v.len() as u64).sum(),
+        );
         let mut ids: Vec<_> = acks.iter().filter(|(_, v)| v.len() > 1).collect();
         ids.sort();
         for (id, holds) in ids {
@@ -452,6 +553,10 @@ fn jobs(h: &History, out: &mut Out<'_>) {
         }
     }
     if out.on(Property::DeliveryUnique) {
+        out.judge(
+            Property::DeliveryUnique,
+            deliveries.values().map(|v| v.len() as u64).sum(),
+        );
         for (id, list) in &deliveries {
             let mut seen = HashSet::new();
             for &i in list {
@@ -469,17 +574,51 @@ fn jobs(h: &History, out: &mut Out<'_>) {
         }
     }
     if out.on(Property::NotBeforeDue) {
-        for p in &h.pushed {
-            // The server counts due times in whole milliseconds of its clock.
-            let due = p.ran / 1_000 * 1_000 + p.delay;
-            for &i in deliveries.get(p.id.as_str()).into_iter().flatten() {
-                if h.holds[i].granted / 1_000 * 1_000 < due {
+        // Judged on the server's record: every lease of the job (to anyone, a token nobody
+        // holds included), against the exact push (or nack) instant plus the delay asked,
+        // to the µs: never rounded down.
+        let mut leased: HashMap<&str, Vec<u64>> = HashMap::new();
+        // (A hold restored by a restart or failover is an old lease, not a new delivery.)
+        for sp in h.spans.iter().filter(|sp| sp.opened_by.is_some()) {
+            leased
+                .entry(sp.resource.as_str())
+                .or_default()
+                .push(sp.from);
+        }
+        for p in h.pushed.iter().filter(|p| p.delay > 0) {
+            let due = p.ran + p.delay;
+            for &at in leased.get(p.id.as_str()).into_iter().flatten() {
+                out.judge(Property::NotBeforeDue, 1);
+                if at < due {
                     out.push(
                         Property::NotBeforeDue,
-                        h.holds[i].granted,
+                        at,
                         format!(
-                            "job {} delivered at {} before it was due at {due}",
-                            p.id, h.holds[i].granted
+                            "job {} (pushed at {} with delay {} µs) leased at {at}, before it was due at {due}",
+                            p.id, p.ran, p.delay
+                        ),
+                    );
+                }
+            }
+        }
+        for n in h.nacked.iter().filter(|n| n.delay > 0) {
+            let due = n.ran + n.delay;
+            let next = leased
+                .get(n.id.as_str())
+                .into_iter()
+                .flatten()
+                .copied()
+                .filter(|&at| at > n.ran)
+                .min();
+            if let Some(at) = next {
+                out.judge(Property::NotBeforeDue, 1);
+                if at < due {
+                    out.push(
+                        Property::NotBeforeDue,
+                        at,
+                        format!(
+                            "job {} (nacked at {} with backoff {} µs) leased again at {at}, before it was due at {due}",
+                            n.id, n.ran, n.delay
                         ),
                     );
                 }
@@ -492,6 +631,7 @@ fn jobs(h: &History, out: &mut Out<'_>) {
             .iter()
             .filter_map(|i| h.holds[*i].job.as_deref())
             .collect();
+        out.judge(Property::JobSettled, h.pushed.len() as u64);
         for p in &h.pushed {
             let acked = acks.contains_key(p.id.as_str()) || ran.contains(p.id.as_str());
             if !acked && !h.dead.contains(&p.id) {
@@ -512,6 +652,7 @@ fn liveness(h: &History, out: &mut Out<'_>) {
     if out.on(Property::WaiterDeadline) {
         for (i, a) in h.acqs.iter().enumerate() {
             let Some(wait) = a.wait else { continue };
+            out.judge(Property::WaiterDeadline, 1);
             // Attempts may end a reply timeout after the deadline; a NOSCRIPT resend, the
             // replica wait and the cleanup of a failed wait add at most three more.
             let bound = wait + 4 * a.reply_timeout + 20_000 + 1_000;
@@ -534,6 +675,9 @@ fn liveness(h: &History, out: &mut Out<'_>) {
         }
     }
     for (i, x) in h.holds.iter().enumerate() {
+        if out.on(Property::NoRenewalAfterRelease) && x.watched && x.release_sent.is_some() {
+            out.judge(Property::NoRenewalAfterRelease, 1);
+        }
         if out.on(Property::NoRenewalAfterRelease)
             && let Some(r) = x.release_sent
             && let Some(&late) = x.renewals_sent.iter().find(|&&t| t > r)
@@ -549,6 +693,7 @@ fn liveness(h: &History, out: &mut Out<'_>) {
             && x.valid_until < h.end
             && x.release_sent.is_none_or(|r| r > x.valid_until)
         {
+            out.judge(Property::LossInTime, 1);
             match &x.lost {
                 Some((t, _)) if *t <= x.valid_until => {}
                 other => out.push(
@@ -564,6 +709,7 @@ fn liveness(h: &History, out: &mut Out<'_>) {
     }
     if out.on(Property::WakeWhenFree) {
         for (name, at) in &h.freed {
+            out.judge(Property::WakeWhenFree, 1);
             // Taken again by any grant, including one whose holder never learnt of it (its
             // reply was lost or came too late): the lock was not free then.
             let next = h
@@ -599,6 +745,208 @@ fn liveness(h: &History, out: &mut Out<'_>) {
     }
 }
 
+/// Whether the server's `held` is `token`: the same, or (RedLock) one of its attempts,
+/// `<token>.<attempt>`.
+fn same_token(token: &str, held: &str) -> bool {
+    held.strip_prefix(token)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
+
+/// The properties judged on the server's own record ([`crate::record`]).
+fn server_record(h: &History, out: &mut Out<'_>) {
+    let mut by: HashMap<(&str, &str), Vec<usize>> = HashMap::new();
+    for (i, sp) in h.spans.iter().enumerate() {
+        by.entry((sp.resource.as_str(), sp.token.as_str()))
+            .or_default()
+            .push(i);
+    }
+    let resource = |x: &crate::history::Hold| x.job.clone().unwrap_or_else(|| x.name.clone());
+    if out.on(Property::HeldOnServer) && h.recorded {
+        for (i, x) in h.holds.iter().enumerate() {
+            let (from, to) = (x.received, x.end());
+            if to <= from {
+                continue;
+            }
+            out.judge(Property::HeldOnServer, 1);
+            let r = resource(x);
+            let spans = by
+                .get(&(r.as_str(), x.token.as_str()))
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            let covering = |node: Option<u16>| {
+                spans.iter().any(|&k| {
+                    let sp = &h.spans[k];
+                    node.is_none_or(|n| sp.node == n) && sp.from <= from && to <= sp.until
+                })
+            };
+            let held = if x.kind == HoldKind::Red {
+                let quorum = h.nodes / 2 + 1;
+                (0..h.nodes).filter(|n| covering(Some(*n))).count() >= usize::from(quorum)
+            } else {
+                covering(None)
+            };
+            if !held {
+                let seen: Vec<String> = spans
+                    .iter()
+                    .map(|&k| {
+                        let sp = &h.spans[k];
+                        format!("n{} {}..{}", sp.node, sp.from, sp.until)
+                    })
+                    .collect();
+                out.push(
+                    Property::HeldOnServer,
+                    from,
+                    format!(
+                        "hold {i} ({:?} c{} t{} of {r}) believed held {from}..{to}, but the server held its token only {seen:?}",
+                        x.kind, x.client, x.task
+                    ),
+                );
+            }
+        }
+    }
+    if out.on(Property::SettledByHolder) {
+        // No command ends another token's live hold.
+        for sp in &h.spans {
+            let Some(r) = sp.closed_by else { continue };
+            out.judge(Property::SettledByHolder, 1);
+            let info = h.runners.get(r);
+            let token = info.and_then(|i| i.token.as_deref());
+            let next = info.and_then(|i| i.next_token.as_deref());
+            if ![token, next]
+                .into_iter()
+                .flatten()
+                .any(|t| same_token(t, &sp.token))
+            {
+                out.push(
+                    Property::SettledByHolder,
+                    sp.until,
+                    format!(
+                        "runner {r} (token {token:?}) ended the hold of {} by {} on n{} at {} (held since {})",
+                        sp.resource, sp.token, sp.node, sp.until, sp.from
+                    ),
+                );
+            }
+        }
+        // A release, ack or nack the caller was told succeeded ended its own hold.
+        for &(r, hold) in &h.settle_ok {
+            let x = &h.holds[hold];
+            if x.kind == HoldKind::Red {
+                continue;
+            }
+            out.judge(Property::SettledByHolder, 1);
+            let res = resource(x);
+            let spans = by
+                .get(&(res.as_str(), x.token.as_str()))
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            // An ack or nack ended the job's lease itself (or its own earlier copy did: the
+            // settled record answers the retry). A release may also be told it succeeded
+            // when its lost attempt was sent while the lease was valid and the retry finds
+            // the key gone or re-taken (documented: only that token could have ended it,
+            // and the holder stopped acting on it when it sent the release): then the
+            // server must have held the lease when the release was sent.
+            let ended = spans.iter().any(|&k| h.spans[k].closed_by == Some(r))
+                || (x.kind != HoldKind::Job
+                    && x.release_sent.is_some_and(|sent| {
+                        spans.iter().any(|&k| {
+                            let sp = &h.spans[k];
+                            sp.from <= sent && sent < sp.until
+                        })
+                    }));
+            if !ended {
+                out.push(
+                    Property::SettledByHolder,
+                    h.runners.get(r).and_then(|i| i.done).unwrap_or(h.end),
+                    format!(
+                        "runner {r} was told its release, ack or nack of hold {hold} ({:?} {res} by {}) succeeded, but no command of it ended that hold on the server",
+                        x.kind, x.token
+                    ),
+                );
+            }
+        }
+    }
+    if out.on(Property::RenewalOnServer) && h.recorded {
+        for &(hold, ran) in &h.renewed {
+            let x = &h.holds[hold];
+            out.judge(Property::RenewalOnServer, 1);
+            let r = resource(x);
+            // A reentrant lock is renewed by owner (all its holds at once): the renewal is
+            // right while any hold of the same owner (task) is on the server, such as one
+            // restored by a failover (documented re-entry of a restored hold).
+            let tokens: Vec<&str> = if x.kind == HoldKind::Reentrant {
+                h.runners
+                    .iter()
+                    .filter(|i| {
+                        i.acq.is_some_and(|a| {
+                            h.acqs[a].task == x.task && h.acqs[a].kind == HoldKind::Reentrant
+                        })
+                    })
+                    .filter_map(|i| i.token.as_deref())
+                    .collect()
+            } else {
+                vec![x.token.as_str()]
+            };
+            let held = tokens.iter().any(|t| {
+                by.get(&(r.as_str(), *t)).is_some_and(|v| {
+                    v.iter().any(|&k| {
+                        let sp = &h.spans[k];
+                        sp.from <= ran && ran < sp.until
+                    })
+                })
+            });
+            if !held {
+                out.push(
+                    Property::RenewalOnServer,
+                    ran,
+                    format!(
+                        "hold {hold} ({:?} c{} t{} of {r}) counted a renewal that ran at {ran} as a success, but the server did not hold its token then",
+                        x.kind, x.client, x.task
+                    ),
+                );
+            }
+        }
+    }
+    if out.on(Property::LateAttempt) {
+        for &(r, at, set) in &h.late_attempts {
+            let Some(info) = h.runners.get(r) else {
+                continue;
+            };
+            let Some(acq) = info.acq else { continue };
+            // Only an acquisition that was answered, and only once the call that settled
+            // its grant (release, ack, nack) ran: that call records the token as undone.
+            // Before it, a late attempt that finds its own grant live takes nothing new, and
+            // one that arrives after the grant ran out is the documented gap (a lease that
+            // just runs out records nothing; docs/guarantees.md). An unfenced lock's bare
+            // `SET NX PX` reads no undone record (documented).
+            let AcqResult::Acquired(hold) = h.acqs[acq].result else {
+                continue;
+            };
+            let settled = h
+                .runners
+                .iter()
+                .any(|i| i.settles == Some(hold) && i.first_ran.is_some_and(|first| first < at));
+            if set || !settled {
+                continue;
+            }
+            out.judge(Property::LateAttempt, 1);
+            for sp in h
+                .spans
+                .iter()
+                .filter(|sp| sp.opened_by == Some(r) && sp.from == at)
+            {
+                out.push(
+                    Property::LateAttempt,
+                    at,
+                    format!(
+                        "an attempt of acquisition {acq} (answered at {:?}) ran at {at} and took {} for token {} (held until {})",
+                        info.done, sp.resource, sp.token, sp.until
+                    ),
+                );
+            }
+        }
+    }
+}
+
 impl Property {
     /// What the property says, for docs/simulation.md.
     pub fn statement(self) -> &'static str {
@@ -624,7 +972,7 @@ impl Property {
             Property::SingleAck => "Never two successful acks of one job",
             Property::DeliveryUnique => "A job's delivery numbers never repeat",
             Property::NotBeforeDue => {
-                "A delayed job is never delivered before it is due (server clock, ms)"
+                "A delayed or nacked job is never leased (to anyone) before its push or nack ran plus its delay, to the µs"
             }
             Property::WaiterDeadline => {
                 "A waiting acquisition ends by its wait plus 4 reply timeouts and the replica wait (late attempt, NOSCRIPT resend, `WAIT`, cleanup)"
@@ -640,6 +988,18 @@ impl Property {
             }
             Property::Progress => {
                 "The run settles: no machine and driver spin at one instant, and no machine reports a broken protocol contract"
+            }
+            Property::HeldOnServer => {
+                "Every interval in which a client believes it holds a lock, permit or job (granted, not released, not told of a loss, within its validity by its own clock) lies inside a hold of its token in the server's own record (RedLock: on a majority of nodes)"
+            }
+            Property::SettledByHolder => {
+                "A release, ack or nack that succeeds ended its own token's hold on the server (a release told it succeeded after a lost reply: its token held the lock when it was sent), and no command ends another token's live hold"
+            }
+            Property::RenewalOnServer => {
+                "A renewal the watchdog counts as a success ran while the server held the lease for its token (a reentrant lock: for its owner); it is judged under data loss too: the first renewal after a key is lost must report the loss"
+            }
+            Property::LateAttempt => {
+                "An attempt of an answered acquisition (a request held past its retry) that runs after the grant was released, acked or nacked takes nothing: not a lock, permit or job (an unfenced lock's bare `SET NX PX` excepted, and an attempt arriving after the grant ran out but before it was settled: both documented)"
             }
         }
     }

@@ -42,11 +42,18 @@ pub enum Fault {
     PubSubLost,
     /// A key is evicted (a `maxmemory` policy other than `noeviction`).
     KeyEvicted,
+    /// A request is held on the way far past its io timeout (one to six ttls): it runs
+    /// after its retry was answered, usually after the caller released, acked or nacked
+    /// what the retry got.
+    RequestDelayed,
+    /// A request is handed to the server twice, the copy up to two io timeouts later (a
+    /// network TCP is not; it tests that every call is idempotent).
+    RequestDuplicated,
 }
 
 impl Fault {
     /// Every fault.
-    pub const ALL: [Fault; 15] = [
+    pub const ALL: [Fault; 17] = [
         Fault::RequestLost,
         Fault::ReplyLost,
         Fault::ReplyDelayed,
@@ -62,7 +69,13 @@ impl Fault {
         Fault::ClockDriftExcess,
         Fault::PubSubLost,
         Fault::KeyEvicted,
+        Fault::RequestDelayed,
+        Fault::RequestDuplicated,
     ];
+
+    /// The kinds that hand a request over late or twice (drawn after the others, from a
+    /// generator of their own).
+    pub const LATE: [Fault; 2] = [Fault::RequestDelayed, Fault::RequestDuplicated];
 
     /// A short name, as in docs/simulation.md.
     pub fn name(self) -> &'static str {
@@ -82,6 +95,8 @@ impl Fault {
             Fault::ClockDriftExcess => "clock-drift-excess",
             Fault::PubSubLost => "pubsub-lost",
             Fault::KeyEvicted => "key-evicted",
+            Fault::RequestDelayed => "request-delayed",
+            Fault::RequestDuplicated => "request-duplicated",
         }
     }
 
@@ -171,6 +186,17 @@ pub enum Inject {
     CutPubSub { client: usize, dur: u64 },
     /// Evict the `pick`-th live key (modulo the number of keys) of `node`.
     Evict { node: u16, pick: u64 },
+    /// Requests sent in `[at, until)` are held back by `from` to `to` µs with probability
+    /// `percent`.
+    HoldRequests {
+        until: u64,
+        percent: u64,
+        from: u64,
+        to: u64,
+    },
+    /// Requests sent in `[at, until)` are handed over twice with probability `percent`, the
+    /// copy up to `by` µs after the original.
+    DuplicateRequests { until: u64, percent: u64, by: u64 },
 }
 
 /// An injection at a global time (µs).
@@ -224,10 +250,36 @@ fn between(rng: &mut SplitMix64, lo: u64, hi: u64) -> u64 {
 }
 
 impl Plan {
-    /// A plan drawing from `allowed`: no fault one run in five, else one to three kinds.
+    /// A plan drawing from `allowed`: no fault one run in five, else one to three kinds;
+    /// then, in three runs of ten (eight when only those are allowed), one of the
+    /// late-request kinds ([`Fault::LATE`]) as well.
+    /// The late kinds draw from a generator of their own, so that the plans of the other
+    /// kinds (and the regression seeds found with them) are the same as before they existed.
     pub fn choose(rng: &mut SplitMix64, allowed: FaultSet, shape: Shape) -> Plan {
+        let mut extra = SplitMix64::new(rng.clone().next_u64() ^ 0x001a_7e5e_ed0f_fa17);
+        let mut plan = Self::choose_early(rng, allowed, shape);
+        let late: Vec<Fault> = Fault::LATE
+            .into_iter()
+            .filter(|f| allowed.has(*f))
+            .collect();
+        // Only late kinds allowed (a mutation test's choice): in eight runs of ten.
+        let only_late = allowed.iter().all(|f| Fault::LATE.contains(&f));
+        let tenths = if only_late { 8 } else { 3 };
+        if !late.is_empty() && pick(&mut extra, 10) < tenths {
+            let f = late[pick(&mut extra, late.len() as u64) as usize];
+            plan.faults.insert(f);
+            plan.add(&mut extra, f, shape);
+            plan.injections.sort_by_key(|i| i.at);
+        }
+        plan
+    }
+
+    fn choose_early(rng: &mut SplitMix64, allowed: FaultSet, shape: Shape) -> Plan {
         let mut plan = Plan::default();
-        let kinds: Vec<Fault> = allowed.iter().collect();
+        let kinds: Vec<Fault> = allowed
+            .iter()
+            .filter(|f| !Fault::LATE.contains(f))
+            .collect();
         if kinds.is_empty() || pick(rng, 5) == 0 {
             return plan;
         }
@@ -302,6 +354,17 @@ impl Plan {
             Fault::KeyEvicted => Inject::Evict {
                 node,
                 pick: rng.next_u64(),
+            },
+            Fault::RequestDelayed => Inject::HoldRequests {
+                until: at + between(rng, w / 10, w / 2),
+                percent: between(rng, 10, 60),
+                from: shape.ttl,
+                to: shape.ttl * 6,
+            },
+            Fault::RequestDuplicated => Inject::DuplicateRequests {
+                until: at + between(rng, w / 10, w / 2),
+                percent: between(rng, 10, 60),
+                by: 2 * crate::world::IO_TIMEOUT,
             },
             Fault::ClockJump => {
                 self.set_clock(client, |c| {

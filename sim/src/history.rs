@@ -89,6 +89,8 @@ pub struct Hold {
     pub renewals_sent: Vec<u64>,
     /// The job id, for a job.
     pub job: Option<String>,
+    /// The lease's token as the server knows it (a reentrant lock's: its op).
+    pub token: String,
 }
 
 impl Hold {
@@ -166,15 +168,58 @@ pub struct Write {
     pub accepted: bool,
 }
 
-/// A job pushed (its push reply came back `Queued`).
+/// A job pushed (recorded when the push ran on the server, whatever its reply), or
+/// nacked with a backoff.
 #[derive(Debug, Clone)]
 pub struct Pushed {
     /// The id.
     pub id: String,
-    /// When the push ran on the server.
+    /// When the push (or nack) ran on the server (exact µs).
     pub ran: u64,
-    /// Its delay (µs): not due before `ran + delay`.
+    /// Its delay (exact µs, as the caller asked): not due before `ran + delay`.
     pub delay: u64,
+}
+
+/// One hold on the server, as its own record shows it: `token` held `resource` on `node`
+/// from `from` until `until` (global µs, on the server's clock).
+#[derive(Debug, Clone)]
+pub struct Span {
+    /// The node.
+    pub node: u16,
+    /// The lock's name, or the job's id.
+    pub resource: String,
+    /// The holder's token (a reentrant lock's: the hold's op).
+    pub token: String,
+    /// From (the run of the command that made it).
+    pub from: u64,
+    /// Until: its expiry, or the run of the command that ended it.
+    pub until: u64,
+    /// The runner whose command made it (`None`: a fault, a restored snapshot).
+    pub opened_by: Option<usize>,
+    /// That command was an unfenced lock's bare `SET NX PX` (it cannot check an undone
+    /// record: documented).
+    pub opened_by_set: bool,
+    /// The runner whose command ended it before its expiry (`None`: it expired, or a fault).
+    pub closed_by: Option<usize>,
+}
+
+/// What one runner (one machine) was for: kept after the machine finished, so that a late
+/// copy of one of its commands can be judged.
+#[derive(Debug, Clone, Default)]
+pub struct RunnerInfo {
+    /// The acquisition it ran, if any.
+    pub acq: Option<usize>,
+    /// The hold it released, acked or nacked, if any.
+    pub settles: Option<usize>,
+    /// When its machine finished (global µs).
+    pub done: Option<u64>,
+    /// When the first of its commands ran on a server (a `NOSCRIPT` answer is no run).
+    pub first_ran: Option<u64>,
+    /// The token its commands carry (an acquisition's, a release's, a renewal's), if any.
+    pub token: Option<String>,
+    /// A second token it carries: an ack-and-take's next token (its untake, after an
+    /// unanswered call, ends that token's hold).
+    pub next_token: Option<String>,
 }
 
 /// An ack or nack the worker was told succeeded.
@@ -221,6 +266,23 @@ pub struct History {
     pub runaway: bool,
     /// Machines that ended reporting a broken protocol contract: (when, what).
     pub broken: Vec<(u64, String)>,
+    /// Jobs nacked with a backoff: not due again before `ran + delay`.
+    pub nacked: Vec<Pushed>,
+    /// The server's record of holds.
+    pub spans: Vec<Span>,
+    /// Each runner's purpose, by runner id.
+    pub runners: Vec<RunnerInfo>,
+    /// Acquisition attempts that ran after their machine had finished: (runner, when, a bare
+    /// `SET NX PX`).
+    pub late_attempts: Vec<(usize, u64, bool)>,
+    /// The primitive's holds are recorded by the server's record (`held-on-server` applies).
+    pub recorded: bool,
+    /// How many server nodes (RedLock: a hold needs a majority).
+    pub nodes: u16,
+    /// Releases, acks and nacks the caller was told succeeded: (runner, hold).
+    pub settle_ok: Vec<(usize, usize)>,
+    /// Renewals the watchdog counted as a success: (hold, when the answering call ran).
+    pub renewed: Vec<(usize, u64)>,
 }
 
 impl History {

@@ -25,6 +25,7 @@ pub mod faults;
 pub mod history;
 pub mod machine;
 pub mod mutation;
+pub mod record;
 pub mod run;
 pub mod scenario;
 pub mod world;

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use redlease_core::lease::Acquisition;
-use redlease_core::queue::{Nacked, Pushed};
+use redlease_core::queue::{AckedAndTaken, Nacked, Pushed};
 use redlease_core::redlock::{QuorumOutcome, RedLease};
 use redlease_core::{Error, Protocol, Response, Step};
 
@@ -27,6 +27,8 @@ pub enum Outcome {
     Permits(Result<Option<u64>, Error>),
     /// A RedLock release or extension.
     Quorum(Result<QuorumOutcome, Error>),
+    /// An ack and the take of the next job in one call.
+    AckTake(Result<AckedAndTaken, Error>),
 }
 
 impl Outcome {
@@ -41,7 +43,8 @@ impl Outcome {
             | Outcome::Nacked(Err(e))
             | Outcome::Pushed(Err(e))
             | Outcome::Permits(Err(e))
-            | Outcome::Quorum(Err(e)) => e,
+            | Outcome::Quorum(Err(e))
+            | Outcome::AckTake(Err(e)) => e,
             _ => return None,
         };
         matches!(e, Error::Driver(_)).then(|| e.to_string())

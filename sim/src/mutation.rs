@@ -3,7 +3,8 @@
 //! the sim's own driver.
 
 use redlease_core::Command;
-use redlease_core::lease::scripts::{ACQUIRE, RELEASE};
+use redlease_core::lease::scripts::{ACQUIRE, EXTEND, RELEASE};
+use redlease_core::queue::scripts::{ACK, DEQUEUE, NACK, PUSH};
 use redlease_core::script::Script;
 
 /// A planted bug.
@@ -24,6 +25,43 @@ pub enum Mutation {
     /// An unfenced lease lock's first attempt is sent as `SET key token PX ttl`, without
     /// `NX`: it takes the lock whoever holds it.
     SetWithoutNx,
+    /// The ack accepts a token other than the current holder's (the stale delivery's ack
+    /// succeeds and ends the holder's lease).
+    AckWithoutOwnerCheck,
+    /// The lease renewal answers success when the key is gone or another token's.
+    ExtendSucceedsWhenGone,
+    /// Issue 26 item 1: a retried take that finds the job already leased to its token
+    /// returns it without renewing the lease (the first attempt's lease stands, while the
+    /// worker counts its validity from the retry).
+    TakeKeepsFirstLease,
+    /// Issue 26 item 2: the ack of a delivery whose take had an unanswered attempt records
+    /// no undone token, so that attempt, arriving late, takes another job for nobody.
+    NoUndoneAfterRetry,
+    /// Issue 26 item 3: a delayed push or a nack's backoff is due at the server's clock
+    /// rounded down plus the delay (early by up to a millisecond).
+    DueFloored,
+}
+
+impl Mutation {
+    /// Every mutation (and `None`).
+    pub const ALL: [Mutation; 11] = [
+        Mutation::None,
+        Mutation::ReleaseWithoutOwnerCheck,
+        Mutation::FenceRestarts,
+        Mutation::NoRecheckAfterMiss,
+        Mutation::AckTrustsLostReply,
+        Mutation::SetWithoutNx,
+        Mutation::AckWithoutOwnerCheck,
+        Mutation::ExtendSucceedsWhenGone,
+        Mutation::TakeKeepsFirstLease,
+        Mutation::NoUndoneAfterRetry,
+        Mutation::DueFloored,
+    ];
+
+    /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
+    pub fn from_name(name: &str) -> Option<Mutation> {
+        Self::ALL.into_iter().find(|m| format!("{m:?}") == name)
+    }
 }
 
 /// A script and the source that replaces it.
@@ -45,19 +83,64 @@ const FENCE_SWAP: Swap = Swap {
     to: "if false then",
 };
 
+const ACK_SWAP: Swap = Swap {
+    script: &ACK,
+    from: "if holder ~= token then\n  local settled",
+    to: "if not holder then\n  local settled",
+};
+
+const EXTEND_SWAP: Swap = Swap {
+    script: &EXTEND,
+    from: "if holder == false then\n  return 0\nend\nreturn -1",
+    to: "return 1",
+};
+
+// Issue 26's three fixes, rewritten back into the defects they fixed.
+const TAKE_REFRESH_SWAP: Swap = Swap {
+    script: &DEQUEUE,
+    from: "if expiry < now + tonumber(ARGV[2]) then",
+    to: "if false then",
+};
+
+const ACK_UNDONE_SWAP: Swap = Swap {
+    script: &ACK,
+    from: "if KEYS[9] then",
+    to: "if false then",
+};
+
+const DUE_SWAPS: [Swap; 2] = [
+    Swap {
+        script: &PUSH,
+        from: "redis.call('ZADD', KEYS[2], up + delay, id)",
+        to: "redis.call('ZADD', KEYS[2], now + delay, id)",
+    },
+    Swap {
+        script: &NACK,
+        from: "redis.call('ZADD', KEYS[3], up + backoff, id)",
+        to: "redis.call('ZADD', KEYS[3], now + backoff, id)",
+    },
+];
+
 impl Mutation {
-    fn swap(self) -> Option<&'static Swap> {
+    fn swaps(self) -> &'static [Swap] {
         match self {
-            Mutation::ReleaseWithoutOwnerCheck => Some(&RELEASE_SWAP),
-            Mutation::FenceRestarts => Some(&FENCE_SWAP),
-            _ => None,
+            Mutation::ReleaseWithoutOwnerCheck => std::slice::from_ref(&RELEASE_SWAP),
+            Mutation::FenceRestarts => std::slice::from_ref(&FENCE_SWAP),
+            Mutation::AckWithoutOwnerCheck => std::slice::from_ref(&ACK_SWAP),
+            Mutation::ExtendSucceedsWhenGone => std::slice::from_ref(&EXTEND_SWAP),
+            Mutation::TakeKeepsFirstLease => std::slice::from_ref(&TAKE_REFRESH_SWAP),
+            Mutation::NoUndoneAfterRetry => std::slice::from_ref(&ACK_UNDONE_SWAP),
+            Mutation::DueFloored => &DUE_SWAPS,
+            _ => &[],
         }
     }
 
     /// Whether the planted bug is in place (the script text it rewrites is found), so that
     /// a change of the script cannot silently disarm a mutation test.
     pub fn armed(self) -> bool {
-        self.swap().is_none_or(|s| s.script.source.contains(s.from))
+        self.swaps()
+            .iter()
+            .all(|s| s.script.source.contains(s.from))
     }
 
     /// The command the server runs instead of `command`: a call of the mutated script is
@@ -75,12 +158,9 @@ impl Mutation {
             }
             return out;
         }
-        let Some(swap) = self.swap() else {
-            return command.clone();
-        };
         let args = command.args();
         let name = command.name().to_ascii_uppercase();
-        let hit = match name.as_str() {
+        let hit = self.swaps().iter().find(|swap| match name.as_str() {
             "EVALSHA" => args
                 .get(1)
                 .is_some_and(|a| a == swap.script.sha1.as_bytes()),
@@ -88,10 +168,10 @@ impl Mutation {
                 .get(1)
                 .is_some_and(|a| a == swap.script.source.as_bytes()),
             _ => false,
-        };
-        if !hit {
+        });
+        let Some(swap) = hit else {
             return command.clone();
-        }
+        };
         let source = swap.script.source.replace(swap.from, swap.to);
         let mut out = Command::new("EVAL").arg(source).on(command.node());
         for a in args.skip(2) {

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use redlease_core::keys::Keyspace;
 
-use crate::check::{Violation, check};
+use crate::check::{Judged, Violation, check_counted};
 use crate::faults::{FaultSet, Plan};
 use crate::history::History;
 use crate::mutation::Mutation;
@@ -22,6 +22,8 @@ pub struct RunOutcome {
     pub history: History,
     /// What the checker found.
     pub violations: Vec<Violation>,
+    /// How many events each property judged.
+    pub judged: Judged,
 }
 
 /// Runs one seed; a failing seed is run again with its log on, for the report.
@@ -55,13 +57,14 @@ pub fn run_logged(spec: RunSpec, log: bool) -> RunOutcome {
             })
             .collect();
     }
-    let violations = check(&history, plan.faults);
+    let (violations, judged) = check_counted(&history, plan.faults);
     RunOutcome {
         spec,
         plan,
         injected,
         history,
         violations,
+        judged,
     }
 }
 
@@ -130,6 +133,8 @@ pub struct Totals {
     pub failures: Vec<String>,
     /// Number of runs with violations.
     pub violations: u64,
+    /// Events judged, per property.
+    pub judged: Judged,
 }
 
 /// Runs `seeds` (from `first`) of `primitive` on `threads` threads.
@@ -157,6 +162,7 @@ pub fn run_many(
                         });
                         t.seeds += 1;
                         t.faults += o.injected;
+                        t.judged.add(&o.judged);
                         if !o.violations.is_empty() {
                             t.violations += 1;
                             if t.failures.len() < 3 {
@@ -179,6 +185,7 @@ pub fn run_many(
         total.seeds += p.seeds;
         total.faults += p.faults;
         total.violations += p.violations;
+        total.judged.add(&p.judged);
         total.failures.extend(p.failures);
     }
     total

@@ -10,8 +10,10 @@ use redlease_core::queue::{NewJob, QueueKeys, QueueSettings};
 use redlease_core::redlock::RedLockOptions;
 use redlease_core::semaphore::SemaphoreKeys;
 
+use crate::check::Property;
 use crate::faults::{Fault, FaultSet, Plan, Shape};
 use crate::mutation::Mutation;
+use crate::record::Watched;
 use crate::world::{Action, IO_TIMEOUT, World};
 
 /// The primitives the simulation covers.
@@ -61,6 +63,27 @@ impl Primitive {
     /// The primitive named `name`.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// Whether its runs produce events `property` judges: a sweep of this primitive in which
+    /// such a property judged nothing fails (it would pass vacuously).
+    pub fn expects(self, property: Property) -> bool {
+        use Primitive::*;
+        use Property as P;
+        match property {
+            P::Exclusion => !matches!(self, Semaphore | Queue),
+            P::FenceOrder | P::FencedResource => {
+                matches!(self, Lease | Reentrant | Fair | ReadWrite)
+            }
+            P::Permits => self == Semaphore,
+            P::Fifo => matches!(self, Semaphore | Fair),
+            P::JobSettled | P::SingleAck | P::DeliveryUnique | P::NotBeforeDue => self == Queue,
+            P::WakeWhenFree => matches!(self, Lease | Reentrant),
+            P::NoRenewalAfterRelease | P::LossInTime | P::RenewalOnServer => self != RedLock,
+            P::WaiterDeadline | P::Progress | P::HeldOnServer | P::SettledByHolder => true,
+            // RedLock retries with a new token per attempt (`<token>.<n>`): not judged.
+            P::LateAttempt => self != RedLock,
+        }
     }
 
     /// The faults a run of this primitive may draw.
@@ -135,6 +158,16 @@ pub fn build(spec: &RunSpec) -> (World, Plan) {
     let mut world = World::new(spec.seed, nodes, clients, plan.clone(), spec.mutation);
     let ks = Keyspace::default();
     let ttl_d = Duration::from_micros(ttl);
+    // The server's record of holds: the keys each primitive keeps its holders in.
+    world.watch(match p {
+        Primitive::Queue => Watched::queue("q"),
+        Primitive::Semaphore => Watched::lock("semaphore", "s"),
+        Primitive::RedLock => Watched::lock("lease", "red"),
+        Primitive::Reentrant => Watched::lock("reentrant", "l"),
+        Primitive::Fair => Watched::lock("fair", "l"),
+        Primitive::ReadWrite => Watched::lock("rw", "l"),
+        Primitive::Lease => Watched::lock("lease", "l"),
+    });
     let min_replicas = plan
         .faults
         .has(Fault::FailoverMinReplicas)

@@ -24,15 +24,20 @@ use redlease_core::{
 
 use crate::clock::LocalClock;
 use crate::faults::{Inject, Plan};
-use crate::history::{Acq, AcqResult, History, Hold, HoldKind, Pushed, Settled, Write};
+use crate::history::{Acq, AcqResult, History, Hold, HoldKind, Pushed, RunnerInfo, Settled, Write};
 use crate::machine::{Drive, Outcome, Wrap};
 use crate::mutation::Mutation;
+use crate::record::{Observer, Watched};
 
 /// A run that takes more events than this is stopped and reported (a livelock).
 pub const MAX_STEPS: u64 = 1_000_000;
 
 /// How long a client waits for a reply before it counts as lost (µs).
 pub const IO_TIMEOUT: u64 = 50_000;
+
+/// A nacked job's backoff: not a whole number of milliseconds, so that a due time rounded
+/// down anywhere shows.
+pub const NACK_BACKOFF: Duration = Duration::from_micros(20_700);
 
 /// What a task does next.
 #[derive(Debug, Clone)]
@@ -242,7 +247,6 @@ struct Runner {
     ran: Vec<u64>,
     last_ran: Option<u64>,
     acq: Option<usize>,
-    acquire_script: Option<&'static redlease_core::script::Script>,
     /// The client's listener epoch when the last batch was sent.
     sent_epoch: u64,
 }
@@ -294,6 +298,15 @@ pub struct World {
     pushes: HashMap<usize, (Vec<String>, u64)>,
     /// Runner -> permit count for `set_permits`.
     permit_sets: HashMap<usize, u64>,
+    /// Runner -> (job id, backoff µs) for nacks with a backoff.
+    nack_backoffs: HashMap<usize, (String, u64)>,
+    /// Runner -> (acquisition, its acquire script) for acquisitions, kept after the machine
+    /// finished (a late copy of an attempt is still recognised).
+    acquirers: HashMap<usize, (usize, &'static redlease_core::script::Script)>,
+    /// Reads the server's record of holds after every command.
+    observer: Observer,
+    /// Runners of ack-and-take calls.
+    ack_takes: std::collections::HashSet<usize>,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -367,7 +380,13 @@ impl World {
             releases: HashMap::new(),
             pushes: HashMap::new(),
             permit_sets: HashMap::new(),
+            nack_backoffs: HashMap::new(),
+            acquirers: HashMap::new(),
+            observer: Observer::default(),
+            ack_takes: std::collections::HashSet::new(),
         };
+        w.observer.start_us = u64::try_from(w.clock.unix_micros()).unwrap_or(0);
+        w.history.nodes = u16::try_from(w.nodes.len()).unwrap_or(1);
         w.persist_every = 20_000 + w.rand(200_000);
         for i in 0..w.plan.injections.len() {
             let at = w.plan.injections[i].at;
@@ -394,6 +413,26 @@ impl World {
             pending: None,
         });
         self.push(at, Ev::TaskNext { task });
+    }
+
+    /// Records the server's holds of these keys after every command (the server's record
+    /// the checker judges clients' beliefs against).
+    pub fn watch(&mut self, watched: Vec<Watched>) {
+        self.history.recorded = !watched.is_empty();
+        self.observer.watched = watched;
+    }
+
+    /// Observes node `n` after a command of `runner` (or a fault).
+    fn observe(&mut self, n: usize, runner: Option<usize>, set: bool) {
+        let node = u16::try_from(n).unwrap_or(0);
+        self.observer.observe(
+            &self.nodes[n].server,
+            node,
+            self.now,
+            runner,
+            set,
+            &mut self.history.spans,
+        );
     }
 
     /// Sets the permit count the checker starts from.
@@ -645,8 +684,32 @@ impl World {
                 continue;
             }
             let epoch = self.clients[client].epochs[usize::from(node)];
+            let mut at = self.now + delay;
+            if let Some((percent, from, to)) = self.holding()
+                && self.rand(100) < percent
+            {
+                // Held on the way: it runs long after its retry was answered.
+                at += from + self.rand(to - from);
+                self.note(|| format!("c{client} request {:?} held until {at}", req.command));
+            }
+            if let Some((percent, by)) = self.duplicating()
+                && self.rand(100) < percent
+            {
+                let copy = self.now + delay + self.rand(by);
+                self.note(|| format!("c{client} request {:?} duplicated at {copy}", req.command));
+                self.push(
+                    copy,
+                    Ev::Arrive {
+                        runner,
+                        client,
+                        node,
+                        epoch,
+                        req: req.clone(),
+                    },
+                );
+            }
             self.push_tied(
-                self.now + delay,
+                at,
                 tie,
                 Ev::Arrive {
                     runner,
@@ -657,6 +720,31 @@ impl World {
                 },
             );
         }
+    }
+
+    /// The request-holding window in force: (percent, from, to).
+    fn holding(&self) -> Option<(u64, u64, u64)> {
+        let now = self.now;
+        self.plan.injections.iter().find_map(|i| match i.what {
+            Inject::HoldRequests {
+                until,
+                percent,
+                from,
+                to,
+            } if i.at <= now && now < until => Some((percent, from, to.max(from + 1))),
+            _ => None,
+        })
+    }
+
+    /// The request-duplicating window in force: (percent, by).
+    fn duplicating(&self) -> Option<(u64, u64)> {
+        let now = self.now;
+        self.plan.injections.iter().find_map(|i| match i.what {
+            Inject::DuplicateRequests { until, percent, by } if i.at <= now && now < until => {
+                Some((percent, by.max(1)))
+            }
+            _ => None,
+        })
     }
 
     fn arrive(&mut self, runner: usize, client: usize, node: u16, epoch: u64, req: Request) {
@@ -707,22 +795,32 @@ impl World {
                 reply.describe()
             )
         });
+        // A NOSCRIPT answer ran nothing: not a run, not an attempt.
+        let noscript = matches!(&reply, Reply::Error(e) if e.is("NOSCRIPT"));
+        // An unfenced lease lock's first attempt: its bare `SET NX PX`.
+        let acquirer = self.acquirers.get(&runner).copied();
+        let set_nx =
+            acquirer.is_some_and(|(a, _)| !self.history.acqs[a].fenced) && req.command.is("SET");
+        let is_attempt = !noscript
+            && (set_nx
+                || acquirer.is_some_and(|(_, s)| {
+                    let a = req.command.args();
+                    a.len() > 1 && (&a[1] == s.sha1.as_bytes() || &a[1] == s.source.as_bytes())
+                }));
+        if !noscript {
+            self.observe(n, Some(runner), set_nx);
+            let info = &mut self.history.runners[runner];
+            info.first_ran = info.first_ran.or(Some(self.now));
+        }
+        let alive = self.runners.get(runner).is_some_and(|r| r.is_some());
+        if is_attempt && !alive {
+            // A copy of an attempt that ran after its acquisition had finished.
+            self.history.late_attempts.push((runner, self.now, set_nx));
+        }
         if let Some(r) = self.runners.get_mut(runner).and_then(|r| r.as_mut()) {
-            // A NOSCRIPT answer ran nothing: not a run, not an attempt.
-            let noscript = matches!(&reply, Reply::Error(e) if e.is("NOSCRIPT"));
             if !noscript {
                 r.ran.push(self.now);
             }
-            // An unfenced lease lock's first attempt: its bare `SET NX PX`.
-            let set_nx = r.acquire_script.is_some()
-                && r.acq.is_some_and(|a| !self.history.acqs[a].fenced)
-                && req.command.is("SET");
-            let is_attempt = !noscript
-                && (set_nx
-                    || r.acquire_script.is_some_and(|s| {
-                        let a = req.command.args();
-                        a.len() > 1 && (&a[1] == s.sha1.as_bytes() || &a[1] == s.source.as_bytes())
-                    }));
             if is_attempt && let Some(acq) = r.acq {
                 self.history.acqs[acq].attempts.push(self.now);
                 // A grant is `{1, fence}`, or the bare fence (the lease lock's and the
@@ -755,8 +853,10 @@ impl World {
         {
             self.history.permits.push((self.now, permits));
         }
+        // The push script answers one string, a character per job ('1' pushed, '0' a
+        // duplicate, already recorded by the run that pushed it).
         if let Some((ids, delay)) = self.pushes.get(&runner)
-            && matches!(reply, Reply::Array(_))
+            && matches!(reply, Reply::Bulk(_) | Reply::Status(_) | Reply::Array(_))
         {
             for id in ids {
                 if !self.history.pushed.iter().any(|p| &p.id == id) {
@@ -768,11 +868,24 @@ impl World {
                 }
             }
         }
+        let acked = reply == Reply::Int(1)
+            || (self.ack_takes.contains(&runner)
+                && reply.as_array().and_then(|a| a.first()) == Some(&Reply::Int(1)));
         if let Some(&(hold, true)) = self.releases.get(&runner)
-            && reply == Reply::Int(1)
+            && acked
         {
             // The ack ran and removed the job, whether or not its reply reaches the worker.
             self.history.acks_ran.push(hold);
+        }
+        if let Some((id, backoff)) = self.nack_backoffs.get(&runner)
+            && reply == Reply::Int(1)
+        {
+            // Requeued with its backoff: not due again before now + backoff.
+            self.history.nacked.push(Pushed {
+                id: id.clone(),
+                ran: self.now,
+                delay: *backoff,
+            });
         }
         if n == 0 {
             self.drain_messages();
@@ -885,7 +998,11 @@ impl World {
         self.injected += 1;
         self.note(|| format!("FAULT {what:?}"));
         match what {
-            Inject::LoseRequests { .. } | Inject::LoseReplies { .. } | Inject::Delay { .. } => {}
+            Inject::LoseRequests { .. }
+            | Inject::LoseReplies { .. }
+            | Inject::Delay { .. }
+            | Inject::HoldRequests { .. }
+            | Inject::DuplicateRequests { .. } => {}
             Inject::Cut { client } => {
                 for n in 0..self.nodes.len() {
                     self.cut(client, n);
@@ -897,10 +1014,14 @@ impl World {
                 let at = n.paused_until;
                 self.push(at, Ev::ServerResume { node });
             }
-            Inject::RestartEmpty { node, down } => self.restart(node, down, None),
+            Inject::RestartEmpty { node, down } => {
+                self.restart(node, down, None);
+                self.observe(usize::from(node), None, false);
+            }
             Inject::RestartSnapshot { node, down } => {
                 let snap = self.nodes[usize::from(node)].persisted.clone();
                 self.restart(node, down, Some(snap));
+                self.observe(usize::from(node), None, false);
             }
             Inject::ReplicaStalls { node } => {
                 self.nodes[usize::from(node)].replica_stalled = true;
@@ -909,6 +1030,7 @@ impl World {
                 let snap = self.nodes[usize::from(node)].replica.clone();
                 self.restart(node, down, Some(snap));
                 self.nodes[usize::from(node)].replica_stalled = false;
+                self.observe(usize::from(node), None, false);
             }
             Inject::PauseClient { client, dur } => {
                 self.clients[client].pauses.push((self.now, self.now + dur));
@@ -929,6 +1051,7 @@ impl World {
                     let key = keys[(pick % keys.len() as u64) as usize].clone();
                     server.evict(&key);
                     self.note(|| format!("evicted {}", String::from_utf8_lossy(&key)));
+                    self.observe(usize::from(node), None, false);
                 }
             }
         }
@@ -994,6 +1117,7 @@ impl World {
 
     fn spawn(&mut self, client: usize, owner: Owner, machine: Box<dyn Drive>) -> usize {
         let id = self.runners.len();
+        self.history.runners.push(RunnerInfo::default());
         self.runners.push(Some(Runner {
             client,
             owner,
@@ -1004,7 +1128,6 @@ impl World {
             ran: Vec::new(),
             last_ran: None,
             acq: None,
-            acquire_script: None,
             sent_epoch: 0,
         }));
         id
@@ -1143,6 +1266,7 @@ impl World {
                 let r = self.runners[runner]
                     .take()
                     .unwrap_or_else(|| unreachable!());
+                self.history.runners[runner].done = Some(self.now);
                 match outcome {
                     Ok(o) => {
                         if let Some(e) = o.contract_broken() {
@@ -1275,16 +1399,19 @@ impl World {
             self.lost(client, wid, &format!("{reason:?}"));
         }
         for (wid, op) in due.renew {
+            let mut token = None;
             if let Some(task) = self.clients[client].watches.get(&wid).copied()
                 && let Some(h) = self.tasks[task].held.as_ref()
             {
                 self.history.holds[h.hold].renewals_sent.push(self.now);
+                token = Some(self.history.holds[h.hold].token.clone());
             }
             let r = self.spawn(
                 client,
                 Owner::Watch(wid),
                 Wrap::boxed(op, Outcome::Extended),
             );
+            self.history.runners[r].token = token;
             self.start(r);
         }
         self.arm_watchdog(client);
@@ -1337,6 +1464,7 @@ impl World {
                 let min_replicas = options.min_replicas.is_some();
                 let ttl = spec.ttl;
                 let fenced = spec.fenced;
+                let token = spec.token.as_str().to_owned();
                 match Acquire::new(spec, &options, seed, now_i) {
                     Ok(m) => {
                         let acq = self.history.acqs.len();
@@ -1365,8 +1493,10 @@ impl World {
                         );
                         if let Some(x) = self.runners[r].as_mut() {
                             x.acq = Some(acq);
-                            x.acquire_script = Some(script);
                         }
+                        self.acquirers.insert(r, (acq, script));
+                        self.history.runners[r].acq = Some(acq);
+                        self.history.runners[r].token = Some(token);
                         self.start(r);
                     }
                     Err(e) => {
@@ -1380,6 +1510,7 @@ impl World {
                 let name = spec.target.name.to_string();
                 let wait = options.wait.map(micros);
                 let reply = micros(options.node_timeout);
+                let token = spec.token.as_str().to_owned();
                 match RedLockAcquire::new(spec, options, seed, now_i) {
                     Ok(m) => {
                         let acq = self.history.acqs.len();
@@ -1408,6 +1539,8 @@ impl World {
                         if let Some(x) = self.runners[r].as_mut() {
                             x.acq = Some(acq);
                         }
+                        self.history.runners[r].acq = Some(acq);
+                        self.history.runners[r].token = Some(token);
                         self.start(r);
                     }
                     Err(e) => {
@@ -1460,8 +1593,9 @@ impl World {
                     Ok(op) => {
                         let r =
                             self.spawn(client, Owner::Task(task), Wrap::boxed(op, Outcome::Pushed));
-                        // The server counts the delay in whole milliseconds.
-                        self.pushes.insert(r, (ids, micros(delay) / 1_000 * 1_000));
+                        // The delay as asked, to the µs: a job is due no earlier than the
+                        // push's run plus it (never rounded down).
+                        self.pushes.insert(r, (ids, micros(delay)));
                         self.start(r);
                     }
                     Err(e) => {
@@ -1566,6 +1700,20 @@ impl World {
             hd.release_sent = Some(self.now);
         }
         let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
+        // A busy worker acks and is handed the next job in one call (one ack in three,
+        // when it goes on taking).
+        let next = match (&settle, &held.job, self.tasks[task].actions.front()) {
+            (
+                Some((_, true, _)),
+                Some(_),
+                Some(Action::Work {
+                    settings, until, ..
+                }),
+            ) if self.now < *until => Some(*settings),
+            _ => None,
+        };
+        let ack_take = next.is_some() && self.rand(3) == 0;
+        let mut next_token = None;
         let machine: Box<dyn Drive> = if let Some(red) = &held.red {
             match QuorumOp::new(
                 red,
@@ -1581,10 +1729,25 @@ impl World {
             }
         } else if let Some(lease) = &held.lease {
             match (&settle, &held.job) {
+                (Some((keys, true, _)), Some(id)) if ack_take => {
+                    let token = self.token();
+                    next_token = Some(token.as_str().to_owned());
+                    let settings = next.unwrap_or_else(|| unreachable!());
+                    match queue::ack_and_take(keys, id, lease, token, &settings, deadline) {
+                        Ok(op) => Wrap::boxed(op, Outcome::AckTake),
+                        Err(e) => {
+                            self.note(|| format!("t{task} bad ack_and_take: {e}"));
+                            self.push(self.now, Ev::TaskNext { task });
+                            return;
+                        }
+                    }
+                }
                 (Some((keys, true, _)), Some(id)) => Wrap::boxed(
                     ScriptOp::release_with(
                         lease,
-                        queue::ack_call(keys, id, lease.token.as_str()),
+                        // A job whose take had an unanswered attempt: the ack records
+                        // its token as undone too (the late attempt then takes nothing).
+                        keys.settling(queue::ack_call(keys, id, lease.token.as_str()), lease),
                         deadline,
                     ),
                     Outcome::Unit,
@@ -1592,12 +1755,9 @@ impl World {
                 (Some((keys, false, max)), Some(id)) => Wrap::boxed(
                     queue::nack_op(
                         lease,
-                        queue::nack(
-                            keys,
-                            id,
-                            lease.token.as_str(),
-                            Duration::from_millis(20),
-                            *max,
+                        keys.settling(
+                            queue::nack(keys, id, lease.token.as_str(), NACK_BACKOFF, *max),
+                            lease,
                         ),
                         deadline,
                     ),
@@ -1611,8 +1771,128 @@ impl World {
         };
         let ack = matches!(settle, Some((_, true, _)));
         self.releases.insert(self.runners.len(), (held.hold, ack));
+        if let (Some((_, false, _)), Some(id)) = (&settle, &held.job) {
+            self.nack_backoffs
+                .insert(self.runners.len(), (id.clone(), micros(NACK_BACKOFF)));
+        }
         let r = self.spawn(client, Owner::Task(task), machine);
+        if ack_take {
+            self.ack_takes.insert(r);
+        }
+        self.history.runners[r].next_token = next_token;
+        self.history.runners[r].settles = Some(held.hold);
+        self.history.runners[r].token = Some(self.history.holds[held.hold].token.clone());
         self.start(r);
+    }
+
+    /// The next job an ack-and-take handed over: a hold (and an acquisition, so that a late
+    /// copy of the call is judged like a take's), worked on and settled like a taken one.
+    fn handed_over(
+        &mut self,
+        task: usize,
+        runner: usize,
+        r: &Runner,
+        acked: usize,
+        job: redlease_core::queue::TakenJob,
+    ) {
+        let client = r.client;
+        let now_i = self.instant(client);
+        let Some(Action::Work {
+            keys,
+            settings,
+            work,
+            until,
+            watch,
+        }) = self.tasks[task].actions.pop_front()
+        else {
+            return;
+        };
+        let lease = job.lease;
+        let name = self.history.holds[acked].name.clone();
+        let ran = r.last_ran.unwrap_or(self.now);
+        let acq = self.history.acqs.len();
+        let hold = self.history.holds.len();
+        self.history.acqs.push(Acq {
+            client,
+            task,
+            name: name.clone(),
+            kind: HoldKind::Job,
+            started: self.now,
+            started_local: self.local_now(client),
+            wait: None,
+            reply_timeout: IO_TIMEOUT,
+            waiter_timeout: None,
+            ttl: micros(lease.ttl),
+            attempts: r.ran.clone(),
+            grants: vec![(ran, lease.fence)],
+            ended: Some((self.now, self.local_now(client))),
+            result: AcqResult::Acquired(hold),
+            fenced: true,
+        });
+        self.acquirers
+            .insert(runner, (acq, &redlease_core::queue::scripts::ACK_TAKE));
+        self.history.runners[runner].acq = Some(acq);
+        let valid = self.to_global(client, lease.valid_until);
+        self.history.holds.push(Hold {
+            client,
+            task,
+            name,
+            kind: HoldKind::Job,
+            fence: lease.fence,
+            fenced: true,
+            granted: ran,
+            received: self.now,
+            valid_until: valid,
+            first_valid_until: valid,
+            replicated: false,
+            watched: watch,
+            release_sent: None,
+            lost: None,
+            renewals_sent: Vec::new(),
+            job: Some(job.id.clone()),
+            token: lease.token.as_str().to_owned(),
+        });
+        self.note(|| {
+            format!(
+                "c{client} t{task} handed {} delivery {}",
+                job.id, lease.fence
+            )
+        });
+        let watch_id = if watch {
+            let c = &mut self.clients[client];
+            c.next_watch += 1;
+            let wid = c.next_watch;
+            c.renewals
+                .insert(wid, lease.clone(), RenewalPolicy::for_ttl(lease.ttl), now_i);
+            c.watches.insert(wid, task);
+            Some(wid)
+        } else {
+            None
+        };
+        self.tasks[task].held = Some(Held {
+            hold,
+            lease: Some(lease),
+            red: None,
+            watch: watch_id,
+            job: Some(job.id),
+        });
+        self.arm_watchdog(client);
+        let ack = self.rand(4) != 0;
+        let spent = self.rand(work);
+        let t = &mut self.tasks[task];
+        t.actions.push_front(Action::Work {
+            keys: keys.clone(),
+            settings,
+            work,
+            until,
+            watch,
+        });
+        t.actions.push_front(Action::Settle {
+            keys,
+            ack,
+            max: settings.max_deliveries,
+        });
+        t.actions.push_front(Action::Sleep(spent));
     }
 
     fn resource_write(&mut self, hold: usize) {
@@ -1652,6 +1932,9 @@ impl World {
                             }
                             let hold = h.hold;
                             self.history.holds[hold].valid_until = g;
+                            if let Some(ran) = r.last_ran {
+                                self.history.renewed.push((hold, ran));
+                            }
                         }
                     }
                     RenewalEvent::Lost(reason) => self.lost(client, wid, &format!("{reason:?}")),
@@ -1701,6 +1984,7 @@ impl World {
                             lost: None,
                             renewals_sent: Vec::new(),
                             job: job.clone(),
+                            token: lease.token.as_str().to_owned(),
                         });
                         self.history.acqs[acq].result = AcqResult::Acquired(hold);
                         self.note(|| {
@@ -1766,6 +2050,7 @@ impl World {
                             lost: None,
                             renewals_sent: Vec::new(),
                             job: None,
+                            token: red.lease.token.as_str().to_owned(),
                         });
                         self.history.acqs[acq].result = AcqResult::Acquired(hold);
                         self.note(|| {
@@ -1799,6 +2084,9 @@ impl World {
                         if ack { "ack" } else { "release" }
                     )
                 });
+                if result.is_ok() {
+                    self.history.settle_ok.push((id, hold));
+                }
                 if ack && (result.is_ok() || trusted) {
                     self.history.settled.push(Settled {
                         hold,
@@ -1819,6 +2107,7 @@ impl World {
                 };
                 self.note(|| format!("c{client} t{task} nack hold {hold}: {result:?}"));
                 if result.is_ok() {
+                    self.history.settle_ok.push((id, hold));
                     self.history.settled.push(Settled {
                         hold,
                         at: self.now,
@@ -1849,6 +2138,35 @@ impl World {
                 self.note(|| {
                     format!("c{client} t{task} RedLock release (ok, holding, lost): {summary:?}")
                 });
+            }
+            Outcome::AckTake(result) => {
+                let Some((hold, _)) = self.releases.get(&id).copied() else {
+                    return;
+                };
+                self.note(|| {
+                    let next = match &result {
+                        Ok(d) => match &d.next {
+                            redlease_core::queue::Take::Taken(j) => {
+                                format!("ack {:?}, next {} delivery {}", d.ack, j.id, j.delivery)
+                            }
+                            other => format!("ack {:?}, next {other:?}", d.ack),
+                        },
+                        Err(e) => format!("{e}"),
+                    };
+                    format!("c{client} t{task} ack_and_take hold {hold}: {next}")
+                });
+                let Ok(done) = result else { return };
+                if done.ack.is_ok() {
+                    self.history.settle_ok.push((id, hold));
+                    self.history.settled.push(Settled {
+                        hold,
+                        at: self.now,
+                        ack: true,
+                    });
+                }
+                if let redlease_core::queue::Take::Taken(job) = done.next {
+                    self.handed_over(task, id, r, hold, *job);
+                }
             }
             Outcome::Extended(_) => {}
         }

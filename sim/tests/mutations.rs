@@ -106,3 +106,71 @@ fn an_unfenced_set_without_nx_breaks_exclusion() {
         20,
     );
 }
+
+#[test]
+fn an_ack_that_accepts_a_stale_token_is_not_settled_by_the_holder() {
+    // A worker whose lease ran out acks after the job went to another worker: its ack must
+    // fail, and must not end the other's lease.
+    caught(
+        Primitive::Queue,
+        Mutation::AckWithoutOwnerCheck,
+        &[],
+        Property::SettledByHolder,
+        50,
+    );
+}
+
+#[test]
+fn a_renewal_that_answers_success_on_a_gone_lease_is_not_on_the_server() {
+    // A holder's renewal after its key was evicted finds it gone; answering success keeps
+    // the holder believing it holds what the server no longer has.
+    caught(
+        Primitive::Lease,
+        Mutation::ExtendSucceedsWhenGone,
+        &[Fault::KeyEvicted],
+        Property::RenewalOnServer,
+        100,
+    );
+}
+
+// Issue 26's items 1-3, each fix rewritten back into its defect in the sim's copy of the
+// script: the checker must find each by itself.
+
+#[test]
+fn a_retried_take_that_keeps_the_first_lease_is_believed_past_the_server() {
+    // The first take's reply is lost; the retry finds the job leased to its token and, with
+    // the bug, returns it without renewing: the worker counts its validity from the retry.
+    caught(
+        Primitive::Queue,
+        Mutation::TakeKeepsFirstLease,
+        &[Fault::ReplyLost],
+        Property::HeldOnServer,
+        150,
+    );
+}
+
+#[test]
+fn an_ack_after_a_retried_take_without_an_undone_record_lets_the_late_take_take() {
+    // The first take is held on the way past its retry, the worker acks the retry's job;
+    // with the bug the late take then leases the next job to a token nobody holds.
+    caught(
+        Primitive::Queue,
+        Mutation::NoUndoneAfterRetry,
+        &[Fault::RequestDelayed],
+        Property::LateAttempt,
+        50,
+    );
+}
+
+#[test]
+fn a_due_time_rounded_down_delivers_early() {
+    // The client rounds delays up to whole ms; the push and nack scripts, with the bug, add
+    // them to the server clock rounded down: a job can be leased up to a ms early.
+    caught(
+        Primitive::Queue,
+        Mutation::DueFloored,
+        &[],
+        Property::NotBeforeDue,
+        150,
+    );
+}

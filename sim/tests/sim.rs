@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use redlease_sim::check::Property;
 use redlease_sim::faults::{Fault, FaultSet};
 use redlease_sim::mutation::Mutation;
 use redlease_sim::run::{RunOutcome, report, run_many};
@@ -39,18 +40,39 @@ fn simulation() {
             totals.seeds += t.seeds;
             totals.faults += t.faults;
             totals.violations += t.violations;
+            totals.judged.add(&t.judged);
             failures.extend(t.failures);
             match soak {
                 Some(d) if t0.elapsed() < d => continue,
                 _ => break,
             }
         }
+        // A property this primitive's runs should feed that judged nothing passed vacuously:
+        // that fails the sweep.
+        let vacuous: Vec<&str> = Property::ALL
+            .into_iter()
+            .filter(|q| p.expects(*q) && totals.judged.of(*q) == 0)
+            .map(Property::name)
+            .collect();
+        if !vacuous.is_empty() {
+            failures.push(format!(
+                "simulation {}: properties that judged nothing: {}",
+                p.name(),
+                vacuous.join(", ")
+            ));
+        }
+        let judged: Vec<String> = Property::ALL
+            .into_iter()
+            .filter(|q| p.expects(*q))
+            .map(|q| format!("{}={}", q.name(), totals.judged.of(q)))
+            .collect();
         lines.push(format!(
-            "simulation {} seeds={} faults={} violations={}",
+            "simulation {} seeds={} faults={} violations={} judged: {}",
             p.name(),
             totals.seeds,
             totals.faults,
-            totals.violations
+            totals.violations,
+            judged.join(" ")
         ));
     }
     for f in &failures {
@@ -72,19 +94,18 @@ fn simulation() {
 }
 
 fn spec_from_env() -> Option<RunSpec> {
-    let seed = env_u64("SIM_SEED")?;
+    Some(spec_with_seed(env_u64("SIM_SEED")?))
+}
+
+fn spec_with_seed(seed: u64) -> RunSpec {
     let primitive = std::env::var("SIM_PRIMITIVE")
         .ok()
         .and_then(|p| Primitive::from_name(&p))
         .unwrap_or(Primitive::Lease);
-    let mutation = match std::env::var("SIM_MUTATION").as_deref() {
-        Ok("ReleaseWithoutOwnerCheck") => Mutation::ReleaseWithoutOwnerCheck,
-        Ok("FenceRestarts") => Mutation::FenceRestarts,
-        Ok("NoRecheckAfterMiss") => Mutation::NoRecheckAfterMiss,
-        Ok("AckTrustsLostReply") => Mutation::AckTrustsLostReply,
-        Ok("SetWithoutNx") => Mutation::SetWithoutNx,
-        _ => Mutation::None,
-    };
+    let mutation = std::env::var("SIM_MUTATION")
+        .ok()
+        .and_then(|m| Mutation::from_name(&m))
+        .unwrap_or(Mutation::None);
     let allowed = match std::env::var("SIM_FAULTS") {
         Ok(list) => FaultSet::of(
             &list
@@ -94,12 +115,12 @@ fn spec_from_env() -> Option<RunSpec> {
         ),
         Err(_) => primitive.faults(),
     };
-    Some(RunSpec {
+    RunSpec {
         primitive,
         seed,
         mutation,
         allowed,
-    })
+    }
 }
 
 /// Replays `SIM_SEED` (with `SIM_PRIMITIVE`, `SIM_MUTATION`, `SIM_FAULTS`) and prints its
@@ -110,6 +131,14 @@ fn replay() {
     let o = redlease_sim::run::run_logged(spec, true);
     for (t, line) in &o.history.log {
         eprintln!("{t:>9} {line}");
+    }
+    if std::env::var_os("SIM_DUMP").is_some() {
+        for (i, x) in o.history.holds.iter().enumerate() {
+            eprintln!("hold {i}: {x:?}");
+        }
+        for (i, x) in o.history.spans.iter().enumerate() {
+            eprintln!("span {i}: {x:?}");
+        }
     }
     eprintln!("{}", report(&o));
     assert!(o.violations.is_empty());
@@ -137,7 +166,7 @@ fn a_seed_replays_exactly() {
 /// Seeds that once failed, each kept with what it found.
 #[test]
 fn regression_seeds() {
-    let seeds: [(Primitive, u64, &str); 16] = [
+    let seeds: &[(Primitive, u64, &str)] = &[
         // A grant whose holder never learnt of it (its reply came after its validity: a
         // clock jump) still takes the lock.
         (
@@ -192,8 +221,26 @@ fn regression_seeds() {
         (Primitive::Semaphore, 1134, "NOSCRIPT is not a run"),
         // Due times count in whole milliseconds of the server clock.
         (Primitive::Queue, 225, "due times in ms"),
+        // Server-record checker corrections (issue 26): a reentrant lock is renewed by
+        // owner, so a renewal is right while a hold of the owner restored by a failover or
+        // an older snapshot is on the server.
+        (Primitive::Reentrant, 7520, "reentrant renewal by owner"),
+        (Primitive::Reentrant, 13588, "reentrant renewal by owner"),
+        (Primitive::Reentrant, 2213, "reentrant renewal by owner"),
+        // A release told it succeeded after a lost reply is judged by the holder's clock: not
+        // under a clock 5 % slow.
+        (Primitive::Reentrant, 6889, "lost-reply release, slow clock"),
+        (Primitive::Fair, 7321, "lost-reply release, slow clock"),
+        (
+            Primitive::ReadWrite,
+            14577,
+            "lost-reply release, slow clock",
+        ),
+        // A push handed over twice, its copy after the job was acked, pushes it again.
+        (Primitive::Queue, 2724, "duplicated push after the ack"),
+        (Primitive::Queue, 9408, "duplicated push after the ack"),
     ];
-    for (primitive, seed, what) in seeds {
+    for &(primitive, seed, what) in seeds {
         let o = redlease_sim::run::run(RunSpec {
             primitive,
             seed,
@@ -201,5 +248,38 @@ fn regression_seeds() {
             allowed: primitive.faults(),
         });
         assert!(o.violations.is_empty(), "{what}:\n{}", report(&o));
+    }
+}
+
+/// Counts, over `SIM_SEEDS` seeds (default 2,000) of `SIM_PRIMITIVE` (with `SIM_FAULTS`,
+/// `SIM_MUTATION`), the runs violating each property: `SIM_SURVEY=1 cargo test -p
+/// redlease-sim --test sim survey -- --nocapture`. Without `SIM_SURVEY` it does nothing.
+#[test]
+fn survey() {
+    if std::env::var_os("SIM_SURVEY").is_none() {
+        return;
+    }
+    let spec = spec_with_seed(0);
+    let seeds = env_u64("SIM_SEEDS").unwrap_or(2_000);
+    let first = env_u64("SIM_FIRST_SEED").unwrap_or(0);
+    let mut runs = std::collections::BTreeMap::<&str, (u64, u64)>::new();
+    for seed in first..first + seeds {
+        let o = redlease_sim::run::run_logged(RunSpec { seed, ..spec }, false);
+        let mut seen = std::collections::BTreeSet::new();
+        for v in &o.violations {
+            if seen.insert(v.property.name()) {
+                let e = runs.entry(v.property.name()).or_default();
+                e.0 += 1;
+                if e.0 == 1 {
+                    e.1 = seed;
+                }
+            }
+        }
+    }
+    for (p, (n, first)) in runs {
+        eprintln!(
+            "survey {} {seeds} seeds: {p} violated in {n} (first seed {first})",
+            spec.primitive.name()
+        );
     }
 }

@@ -62,9 +62,23 @@ struct Inner {
     origin: Instant,
     auto_advance: AtomicBool,
     sched: Mutex<Sched>,
+    /// Sleepers that sleep past their poll because nothing would change before (they go
+    /// back to their poll when the data changes): told of every change.
+    hinted: std::sync::atomic::AtomicUsize,
 }
 
 type Callback = Box<dyn FnOnce() + Send>;
+
+/// A thread blocked on the clock.
+struct Sleeper {
+    id: u64,
+    /// The offset it wakes at (unless a message or a cancel wakes it first).
+    wakes_at: u64,
+    /// A sleeper past its poll: the offset of its poll, and the data version it saw. Once
+    /// the data changes, it wakes at its poll instead.
+    quiet: Option<(u64, u64)>,
+    moved: Sender<()>,
+}
 
 #[derive(Default)]
 struct Sched {
@@ -72,7 +86,7 @@ struct Sched {
     timers: Vec<(u64, u64, Callback)>,
     next_seq: u64,
     /// Threads blocked on the clock: told when it moves.
-    sleepers: Vec<(u64, Sender<()>)>,
+    sleepers: Vec<Sleeper>,
     next_sleeper: u64,
 }
 
@@ -116,6 +130,41 @@ pub(crate) enum Woke {
     Cancelled,
 }
 
+/// Why [`MemoryClock::run_until`] stopped before its condition held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The next wake-up was further than `limit` from the start: the clock was moved by
+    /// `limit` (no further), and the condition still did not hold.
+    TimeLimit {
+        /// The limit given.
+        limit: Duration,
+    },
+    /// No thread waited on the clock (or fewer than asked) for this long in real time: no
+    /// thread can go on by moving the clock.
+    Stalled {
+        /// How long, in real time.
+        waited: Duration,
+    },
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::TimeLimit { limit } => write!(
+                f,
+                "the condition did not hold within {limit:?} of the in-process clock"
+            ),
+            RunError::Stalled { waited } => write!(
+                f,
+                "the condition did not hold and no thread waited on the in-process clock for {waited:?} of real time"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
 impl MemoryClock {
     /// Where [`new`](Self::new) starts: 2026-01-01T00:00:00Z, as a duration since the Unix
     /// epoch. A fixed start keeps runs repeatable.
@@ -135,6 +184,7 @@ impl MemoryClock {
                 origin: Instant::now(),
                 auto_advance: AtomicBool::new(true),
                 sched: Mutex::new(Sched::default()),
+                hinted: std::sync::atomic::AtomicUsize::new(0),
             }),
         }
     }
@@ -213,8 +263,26 @@ impl MemoryClock {
 
     /// Tells every blocked thread that the clock moved.
     fn notify(&self) {
-        for (_, tx) in &self.sched().sleepers {
-            let _ = tx.try_send(());
+        for sleeper in &self.sched().sleepers {
+            let _ = sleeper.moved.try_send(());
+        }
+    }
+
+    /// Tells the sleepers that sleep past their poll that the data is now at `version`:
+    /// those that saw another go back to their poll. Nothing to do, and no lock taken, when
+    /// there are none.
+    pub(crate) fn kick_hinted(&self, version: u64) {
+        if self.inner.hinted.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        for sleeper in &mut self.sched().sleepers {
+            if let Some((poll, seen)) = sleeper.quiet
+                && seen != version
+            {
+                sleeper.wakes_at = sleeper.wakes_at.min(poll);
+                sleeper.quiet = None;
+                let _ = sleeper.moved.try_send(());
+            }
         }
     }
 
@@ -272,7 +340,46 @@ impl MemoryClock {
         wake: Option<&Receiver<super::Message>>,
         cancel: Option<&AtomicBool>,
     ) -> Woke {
-        let target = self.offset_of(until);
+        self.wait(until, None, wake, cancel)
+    }
+
+    /// Waits as [`wait_until`](Self::wait_until) does, until `quiet` (when nothing the
+    /// waiter waits for can change unless a message comes), going back to `poll` (an earlier
+    /// instant: when it would poll on Redis) as soon as the data's version (`version()`)
+    /// is no longer `seen`, the one its last answer saw. So a wait costs one wake-up per
+    /// change, not one per poll.
+    pub(crate) fn wait_quiet(
+        &self,
+        quiet: Instant,
+        poll: Instant,
+        (seen, version): (u64, &dyn Fn() -> u64),
+        wake: Option<&Receiver<super::Message>>,
+        cancel: Option<&AtomicBool>,
+    ) -> Woke {
+        let poll = self.offset_of(poll);
+        self.wait(quiet, Some((poll, seen, version)), wake, cancel)
+    }
+
+    fn wait(
+        &self,
+        until: Instant,
+        quiet: Option<(u64, u64, &dyn Fn() -> u64)>,
+        wake: Option<&Receiver<super::Message>>,
+        cancel: Option<&AtomicBool>,
+    ) -> Woke {
+        let mut target = self.offset_of(until);
+        // Already changed: wait until the poll.
+        let quiet = match quiet {
+            Some((poll, seen, version)) if poll < target => {
+                if version() == seen {
+                    Some((poll, seen, version))
+                } else {
+                    target = poll;
+                    None
+                }
+            }
+            _ => None,
+        };
         let passive = PASSIVE.with(|p| p.get());
         let firing = FIRING.with(|f| f.get());
         if let Some(rx) = wake
@@ -292,39 +399,154 @@ impl MemoryClock {
             let mut sched = self.sched();
             let id = sched.next_sleeper;
             sched.next_sleeper += 1;
-            sched.sleepers.push((id, tx));
+            sched.sleepers.push(Sleeper {
+                id,
+                wakes_at: target,
+                quiet: quiet.map(|(poll, seen, _)| (poll, seen)),
+                moved: tx,
+            });
             id
         };
+        if let Some((poll, seen, version)) = quiet {
+            self.inner.hinted.fetch_add(1, Ordering::SeqCst);
+            // A change between the look above and the registration: a change after it
+            // finds the sleeper registered (`kick_hinted`).
+            if version() != seen
+                && let Some(s) = self.sched().sleepers.iter_mut().find(|s| s.id == id)
+            {
+                s.wakes_at = s.wakes_at.min(poll);
+                s.quiet = None;
+            }
+        }
         let never = crossbeam_channel::never();
-        let wake = wake.unwrap_or(&never);
+        let mut wake = wake.unwrap_or(&never);
         let woke = loop {
             if cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
                 break Woke::Cancelled;
             }
-            if self.offset() >= target {
+            let wakes_at = self
+                .sched()
+                .sleepers
+                .iter()
+                .find(|s| s.id == id)
+                .map_or(target, |s| s.wakes_at);
+            if self.offset() >= wakes_at {
                 break Woke::Deadline;
             }
             crossbeam_channel::select! {
                 recv(moved) -> _ => {}
                 recv(wake) -> msg => if msg.is_ok() { break Woke::Message } else {
                     // The subscriber was cut (a restart): wait for the clock alone.
-                    break self.wait_alone(target, &moved, cancel);
+                    wake = &never;
                 },
             }
         };
-        self.sched().sleepers.retain(|(i, _)| *i != id);
+        if quiet.is_some() {
+            self.inner.hinted.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.sched().sleepers.retain(|s| s.id != id);
         woke
     }
 
-    fn wait_alone(&self, target: u64, moved: &Receiver<()>, cancel: Option<&AtomicBool>) -> Woke {
+    /// How long [`run_until`](Self::run_until) waits, in real time, for a thread to go
+    /// to sleep on the clock before it gives up with [`RunError::Stalled`].
+    pub const STALL: Duration = Duration::from_secs(30);
+
+    /// Moves the clock from one wake-up to the next until `done` holds: the pump a test
+    /// with several threads needs (`Queue::work`'s workers, or client calls on threads
+    /// with auto-advance off). Whenever at least one thread waits on the clock and none is
+    /// between waking and its next call, it moves the clock to the earliest instant any
+    /// waiting thread wakes at (or a timer, such as a watchdog round, fires at), never by a
+    /// guessed step. Returns how far it moved the clock.
+    ///
+    /// With several threads making calls, a thread in the middle of a call does not wait on
+    /// the clock, and a jump it does not see looks to it like a reply that took that long:
+    /// [`run_until_waiting`](Self::run_until_waiting) moves the clock only once a given
+    /// number of threads wait.
+    ///
+    /// Never hangs: it stops with [`RunError::TimeLimit`] (the clock moved by `limit`)
+    /// when the next wake-up is further than `limit` from where it started, and with
+    /// [`RunError::Stalled`] when no thread waited on the clock for [`STALL`](Self::STALL)
+    /// of real time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redlease::memory::MemoryServer;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let server = MemoryServer::new();
+    /// let clock = server.clock();
+    /// let queue = server.client().queue("mail")?;
+    /// let workers = queue.work(2, |_job| -> Result<(), String> { Ok(()) });
+    /// queue.push_with("in an hour", 0, Duration::from_secs(3600))?;
+    /// // The workers wait on the clock; it jumps to the job's due time.
+    /// clock.run_until(Duration::from_secs(7200), || workers.report().acked == 1)?;
+    /// assert!(clock.elapsed() >= Duration::from_secs(3600));
+    /// assert!(clock.elapsed() < Duration::from_secs(7200));
+    /// workers.stop();
+    /// # Ok(()) }
+    /// ```
+    pub fn run_until(
+        &self,
+        limit: Duration,
+        done: impl FnMut() -> bool,
+    ) -> Result<Duration, RunError> {
+        self.run_until_waiting(1, limit, done)
+    }
+
+    /// [`run_until`](Self::run_until), moving the clock only while at least `threads`
+    /// threads wait on it (and none is between waking and its next call): give the number
+    /// of threads that make calls (workers and the test's own), so that none is in the
+    /// middle of a call when the clock jumps. With `0`, timers alone (a watchdog's rounds)
+    /// move it too.
+    pub fn run_until_waiting(
+        &self,
+        threads: usize,
+        limit: Duration,
+        mut done: impl FnMut() -> bool,
+    ) -> Result<Duration, RunError> {
+        let start = self.offset();
+        let end = start.saturating_add(micros(limit));
+        let moved = |clock: &MemoryClock| Duration::from_micros(clock.offset() - start);
+        // Real time, only to bound how long no thread waits on the clock.
+        let mut idle_since = Instant::now();
         loop {
-            if cancel.is_some_and(|c| c.load(Ordering::SeqCst)) {
-                return Woke::Cancelled;
+            if done() {
+                return Ok(moved(self));
             }
-            if self.offset() >= target {
-                return Woke::Deadline;
+            let now = self.offset();
+            let next = {
+                let sched = self.sched();
+                let waking = sched.sleepers.iter().any(|s| s.wakes_at <= now);
+                if waking || sched.sleepers.len() < threads {
+                    None
+                } else {
+                    let sleeper = sched.sleepers.iter().map(|s| s.wakes_at).min();
+                    let timer = sched.timers.iter().map(|t| t.0).filter(|&t| t > now).min();
+                    sleeper.into_iter().chain(timer).min()
+                }
+            };
+            match next {
+                Some(at) if at > end => {
+                    self.advance_to_offset(end);
+                    return if done() {
+                        Ok(moved(self))
+                    } else {
+                        Err(RunError::TimeLimit { limit })
+                    };
+                }
+                Some(at) => {
+                    self.advance_to_offset(at);
+                    idle_since = Instant::now();
+                }
+                None => {
+                    let idle = idle_since.elapsed();
+                    if idle > Self::STALL {
+                        return Err(RunError::Stalled { waited: idle });
+                    }
+                    std::thread::yield_now();
+                }
             }
-            let _ = moved.recv();
         }
     }
 

@@ -105,6 +105,9 @@ pub(crate) struct Entry {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Db {
     map: HashMap<Vec<u8>, Entry>,
+    /// Counts changes (conservatively: every mutable access counts as one), so that a
+    /// waiter can tell whether anything changed since its last answer.
+    version: u64,
 }
 
 impl Db {
@@ -114,6 +117,7 @@ impl Db {
             && e.expires_at.is_some_and(|at| now_ms > at)
         {
             self.map.remove(key);
+            self.version += 1;
         }
     }
 
@@ -126,25 +130,43 @@ impl Db {
     /// The live entry of `key`, mutable.
     pub(crate) fn get_mut(&mut self, key: &[u8], now_ms: i64) -> Option<&mut Entry> {
         self.expire_if_due(key, now_ms);
-        self.map.get_mut(key)
+        let entry = self.map.get_mut(key);
+        if entry.is_some() {
+            self.version += 1;
+        }
+        entry
     }
 
     /// Replaces `key` (value and expiry).
     pub(crate) fn set(&mut self, key: &[u8], value: Value, expires_at: Option<i64>) {
         self.map.insert(key.to_vec(), Entry { value, expires_at });
+        self.version += 1;
     }
 
     /// Removes `key`; true if it was live.
     pub(crate) fn remove(&mut self, key: &[u8], now_ms: i64) -> bool {
         self.expire_if_due(key, now_ms);
-        self.map.remove(key).is_some()
+        let removed = self.map.remove(key).is_some();
+        self.version += u64::from(removed);
+        removed
     }
 
     /// Removes `key` if its collection became empty (Redis never keeps an empty one).
     pub(crate) fn drop_if_empty(&mut self, key: &[u8]) {
         if self.map.get(key).is_some_and(|e| e.value.is_empty()) {
             self.map.remove(key);
+            self.version += 1;
         }
+    }
+
+    /// How many changes were made (never goes back: see [`follow`](Self::follow)).
+    pub(crate) fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Takes the place of `before` (a restart): counts on from its changes, plus one.
+    pub(crate) fn follow(&mut self, before: &Db) {
+        self.version = self.version.max(before.version) + 1;
     }
 
     /// Live keys.
@@ -164,5 +186,6 @@ impl Db {
 
     pub(crate) fn clear(&mut self) {
         self.map.clear();
+        self.version += 1;
     }
 }

@@ -53,6 +53,7 @@
 pub mod clock;
 mod commands;
 mod keyspace;
+mod listen;
 mod lua;
 mod pubsub;
 #[cfg(test)]
@@ -64,7 +65,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use redlease_core::{Command, Reply, TransportFailure};
 
-pub use clock::MemoryClock;
+pub use clock::{MemoryClock, RunError};
 pub use pubsub::{Message, Subscriber};
 
 use commands::{Ctx, err, parse_int};
@@ -162,6 +163,19 @@ pub(crate) struct Shared {
     clock: MemoryClock,
     /// Clients made so far (each seeds its randomness with its number).
     clients: std::sync::atomic::AtomicU64,
+    /// [`State::version`] as of the last command (read without the lock by waiters).
+    version: std::sync::atomic::AtomicU64,
+    /// The RESP listeners ([`MemoryServer::listen`]), stopped when the server is dropped.
+    listeners: Mutex<Vec<listen::Stop>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let listeners = self.listeners.get_mut().unwrap_or_else(|p| p.into_inner());
+        for l in listeners.drain(..) {
+            l.stop();
+        }
+    }
 }
 
 impl Shared {
@@ -169,6 +183,21 @@ impl Shared {
     /// half-written that matters to a test server, so poisoning is ignored.
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Notes `state`'s version after a change (called with the lock held): a waiter that
+    /// sleeps past its poll because nothing would change is told (see
+    /// [`MemoryClock`]'s waits).
+    pub(crate) fn note_changes(&self, state: &State) {
+        let now = state.version();
+        if self.version.swap(now, std::sync::atomic::Ordering::SeqCst) != now {
+            self.clock.kick_hinted(now);
+        }
+    }
+
+    /// The version of the data as of the last command.
+    pub(crate) fn version(&self) -> u64 {
+        self.version.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -213,6 +242,8 @@ impl MemoryServer {
                 }),
                 clock,
                 clients: std::sync::atomic::AtomicU64::new(0),
+                version: std::sync::atomic::AtomicU64::new(0),
+                listeners: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -223,6 +254,11 @@ impl MemoryServer {
             .clients
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             + 1
+    }
+
+    /// The data's version as of the last command (see [`State::version`]).
+    pub(crate) fn version(&self) -> u64 {
+        self.shared.version()
     }
 
     /// Whether two handles are the same server.
@@ -239,6 +275,18 @@ impl MemoryServer {
     /// returns Redis' reply, or the injected fault that swallowed it.
     pub fn execute(&self, command: &Command) -> Result<Reply, MemoryFault> {
         let mut state = self.shared.state();
+        self.execute_locked(&mut state, command)
+    }
+
+    /// Executes one command, and says the data's version right after it (what a waiter
+    /// compares with later to know whether anything changed since this reply).
+    pub(crate) fn execute_seen(&self, command: &Command) -> (Result<Reply, MemoryFault>, u64) {
+        let mut state = self.shared.state();
+        let result = self.execute_locked(&mut state, command);
+        (result, state.version())
+    }
+
+    fn execute_locked(&self, state: &mut State, command: &Command) -> Result<Reply, MemoryFault> {
         if state.refusing {
             return Err(MemoryFault::Refused);
         }
@@ -255,6 +303,7 @@ impl MemoryServer {
             return Err(MemoryFault::RequestLost);
         }
         let reply = state.run(&command.args().to_vec(), self.shared.clock.unix_micros());
+        self.shared.note_changes(state);
         match loss {
             Some(_) => Err(MemoryFault::ReplyLost),
             None => Ok(reply),
@@ -281,6 +330,83 @@ impl MemoryServer {
     /// [`ClientBuilder::build_in_memory`](crate::ClientBuilder::build_in_memory).
     pub fn client(&self) -> crate::Client {
         crate::Client::in_memory(self)
+    }
+
+    /// Crashes `client` as its process would crash (a fault): from now on it sends nothing.
+    /// Its watchdog renews nothing (its leases run out on the server: its jobs are
+    /// redelivered after their visibility timeout, its locks free when their ttl ends), and
+    /// every call through it, or through a handle made from it (a guard, a `Queue`, a
+    /// `Job`, `Workers`), fails at once with [`Error::Unavailable`](crate::Error::Unavailable)
+    /// without reaching the server: its acks and releases are refused. The handles stay as
+    /// stale handles (dropping them sends nothing either). A crash cannot be undone: make a
+    /// new client (a restarted process).
+    ///
+    /// Dropping a [`Client`](crate::Client) is not a crash: a `Queue`, `Job` or `Workers`
+    /// made from it keeps it working while it lives (see [`Client`](crate::Client)).
+    ///
+    /// False (and nothing done) when `client` is not a client of this server.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redlease::memory::MemoryServer;
+    ///
+    /// # fn main() -> Result<(), redlease::Error> {
+    /// let server = MemoryServer::new();
+    /// let (a, b) = (server.client(), server.client());
+    /// let queue = a.queue("mail")?.visibility(Duration::from_secs(60));
+    /// queue.push("hello")?;
+    /// let job = queue.try_take()?.expect("pushed");
+    /// assert!(server.crash_client(&a));
+    /// server.clock().advance(Duration::from_secs(61));
+    /// // Redelivered to another worker; the crashed one's ack is refused.
+    /// let again = b.queue("mail")?.try_take()?.expect("redelivered");
+    /// assert_eq!(again.delivery(), 2);
+    /// assert!(job.ack().is_err());
+    /// again.ack()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn crash_client(&self, client: &crate::Client) -> bool {
+        match client.memory_node() {
+            Some((server, crashed)) if server.same_server(self) => {
+                crashed.store(true, std::sync::atomic::Ordering::SeqCst);
+                // Waits of its threads end, to find the crash.
+                self.shared.clock.kick();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Serves this server over TCP on a free loopback port and returns its URL
+    /// (`redis://127.0.0.1:<port>/`), for any Redis client: an application's own `redis`
+    /// calls in a test run on the same data as its locks and queues, and a
+    /// [`Client::open`](crate::Client::open) of that URL works too (its waiters poll: the
+    /// listener does not serve `SUBSCRIBE`).
+    ///
+    /// It speaks RESP2 and answers the commands the server implements (the module docs
+    /// list them; any other is an error reply naming it), plus what clients send on
+    /// connecting: `CLIENT ...` (accepted and ignored), `SELECT 0`, `INFO` (a few lines:
+    /// `redis_version:7.0.0`), `QUIT`. A fault that swallows a reply
+    /// ([`lose_next_reply`](Self::lose_next_reply), [`pause`](Self::pause),
+    /// [`refuse_connections`](Self::refuse_connections)) closes that connection instead.
+    /// Time is still the [`MemoryClock`]'s: keys expire as the test moves it, not in real
+    /// time. The listening thread and every connection end when the last handle of the
+    /// server is dropped. Call it again for another port.
+    ///
+    /// ```
+    /// use redlease::memory::MemoryServer;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let server = MemoryServer::new();
+    /// let url = server.listen()?;
+    /// let mut conn = redis::Client::open(url.as_str())?.get_connection()?;
+    /// let _: () = redis::cmd("SET").arg("stock").arg(10).query(&mut conn)?;
+    /// assert_eq!(server.call(&["GET", "stock"])?, redlease_core::Reply::Bulk(b"10".to_vec()));
+    /// # Ok(()) }
+    /// ```
+    pub fn listen(&self) -> std::io::Result<String> {
+        let addr = listen::listen(self)?;
+        Ok(format!("redis://{addr}/"))
     }
 
     /// A new subscriber connection.
@@ -337,6 +463,7 @@ impl MemoryServer {
         if refuse {
             state.pubsub.disconnect_all();
         }
+        self.shared.note_changes(&state);
     }
 
     /// Whether the server is paused.
@@ -365,16 +492,22 @@ impl MemoryServer {
 
     fn restart(&self, db: Db) {
         let mut state = self.shared.state();
+        let mut db = db;
+        db.follow(&state.db);
         state.db = db;
         state.scripts.clear();
         state.pubsub.disconnect_all();
         state.paused = false;
+        self.shared.note_changes(&state);
     }
 
     /// Evicts `key` as a `maxmemory` policy would; true if it was there.
     pub fn evict(&self, key: impl AsRef<[u8]>) -> bool {
         let now = self.shared.clock.unix_ms();
-        self.shared.state().db.remove(key.as_ref(), now)
+        let mut state = self.shared.state();
+        let evicted = state.db.remove(key.as_ref(), now);
+        self.shared.note_changes(&state);
+        evicted
     }
 
     /// Drops the next `n` pub/sub deliveries (one per subscriber reached): `PUBLISH` still
@@ -400,6 +533,12 @@ fn sha1_hex(source: &[u8]) -> String {
 }
 
 impl State {
+    /// Counts every change to the data and every message dropped on the way: a waiter
+    /// that saw one number and sees another may have missed a change.
+    pub(crate) fn version(&self) -> u64 {
+        self.db.version().wrapping_add(self.pubsub.dropped)
+    }
+
     /// Runs one command at server time `now_us`.
     fn run(&mut self, args: &[Vec<u8>], now_us: i64) -> Reply {
         let name = args

@@ -19,14 +19,29 @@ use crate::script::{Exchange, Progress};
 /// The longest a `min_replicas` check may wait for acknowledgements.
 pub const MAX_REPLICA_WAIT: Duration = Duration::from_secs(3600);
 
+/// The first retry pause of a waiting acquisition ([`AcquireOptions::retry_initial`]'s
+/// default, and the blocking driver's).
+pub const DEFAULT_RETRY_INITIAL: Duration = Duration::from_millis(5);
+
+/// The longest retry pause of a waiting acquisition ([`AcquireOptions::retry_max`]'s
+/// default, and the blocking driver's): 1 s. A waiter is meant to be woken by the release
+/// message ([`Wait::wake_on`](crate::Wait::wake_on)); the pauses only bound how late it
+/// notices a message it missed, or a holder that went away without releasing. A driver that
+/// does not listen for wake-ups should set a shorter `retry_max` (say 50-200 ms): without
+/// them, the pause is how long a waiter may sleep past a release.
+pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(1);
+
 /// How an acquisition behaves (the lock itself is described by its [`LockSpec`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AcquireOptions {
     /// `None`: try once. `Some(w)`: retry until `w` has passed since the start. Defaults to `None`.
     pub wait: Option<Duration>,
-    /// The first retry pause; it doubles (with jitter) up to `retry_max`. Defaults to 5 ms.
+    /// The first retry pause; it doubles (with jitter) up to `retry_max`. Defaults to 5 ms
+    /// ([`DEFAULT_RETRY_INITIAL`]).
     pub retry_initial: Duration,
-    /// The longest retry pause. Defaults to 200 ms.
+    /// The longest retry pause (never beyond the holder's remaining lease). Defaults to 1 s
+    /// ([`DEFAULT_RETRY_MAX`], as the blocking driver's locks): right for a driver that
+    /// listens for release messages; without them, set it shorter.
     pub retry_max: Duration,
     /// How long one attempt may wait for its reply (passed to the driver as the batch
     /// deadline). An attempt started before the wait deadline may end up to this much after
@@ -42,8 +57,8 @@ impl Default for AcquireOptions {
     fn default() -> Self {
         AcquireOptions {
             wait: None,
-            retry_initial: Duration::from_millis(5),
-            retry_max: Duration::from_millis(200),
+            retry_initial: DEFAULT_RETRY_INITIAL,
+            retry_max: DEFAULT_RETRY_MAX,
             reply_timeout: Duration::from_secs(1),
             min_replicas: None,
         }
@@ -76,6 +91,8 @@ enum State {
     /// Pausing before the next attempt.
     Waiting {
         until: Instant,
+        /// When the last answer changes by itself (see [`Wait::unchanged_until`]).
+        unchanged_until: Option<Instant>,
     },
     /// Acquired; waiting for replicas to acknowledge it (`WAIT`).
     Replicating {
@@ -162,9 +179,6 @@ impl Acquire {
     ) -> Result<Self, Error> {
         crate::limits::timeout("reply timeout", options.reply_timeout)?;
         crate::limits::retry("retry", options.retry_initial, options.retry_max)?;
-        if let Some(wait) = options.wait {
-            crate::limits::span("wait", wait)?;
-        }
         if let Some((count, timeout)) = options.min_replicas {
             if count == 0 {
                 return Err(InvalidArgument::Setting(
@@ -212,7 +226,9 @@ impl Acquire {
         };
         Ok(Acquire {
             outstanding: Outstanding::default(),
-            deadline: options.wait.map(|w| saturating_add(now, w)),
+            deadline: options
+                .wait
+                .map(|w| saturating_add(now, crate::limits::wait(w))),
             started: now,
             reply_timeout: options.reply_timeout,
             backoff: Backoff::new(options.retry_initial, options.retry_max, seed),
@@ -272,7 +288,15 @@ impl Acquire {
         None
     }
 
-    fn pause(&mut self, now: Instant, cap: Option<Duration>) -> Option<Step<Acquisition>> {
+    /// Pauses before the next attempt: for the backoff's next delay, at most `cap` (the
+    /// holder's ttl, or the time until a job is due). `busy_ms`: the script's busy answer
+    /// (`{0, ms}`), when that is why.
+    fn pause(
+        &mut self,
+        now: Instant,
+        cap: Option<Duration>,
+        busy_ms: Option<i64>,
+    ) -> Option<Step<Acquisition>> {
         let deadline = self.deadline?;
         let mut delay = self.backoff.next_delay();
         if let Some(cap) = cap {
@@ -280,14 +304,34 @@ impl Acquire {
             delay = delay.min(cap.max(Duration::from_millis(1)));
         }
         let until = saturating_add(now, delay).min(deadline);
-        self.state = State::Waiting { until };
-        Some(self.wait_step(until))
+        // Only where every other change is announced on the wake channel: a lease lock
+        // (released with a message; otherwise it changes when its ttl runs out) and a job
+        // (pushed, nacked, given back or requeued with a message; otherwise it changes when
+        // a delayed job falls due or a lease runs out: the `ms` answered, -2 when nothing
+        // is scheduled at all).
+        let changes_in = match (self.spec.kind, busy_ms) {
+            (LeaseKind::Lock(LockKind::Lease), Some(ms)) if ms >= 0 => cap,
+            (LeaseKind::Job, Some(ms)) if ms >= 0 => cap,
+            (LeaseKind::Job, Some(-2)) => Some(Duration::MAX),
+            _ => None,
+        };
+        let unchanged_until = changes_in.map(|d| {
+            saturating_add(now, d.max(Duration::from_millis(1)))
+                .min(deadline)
+                .max(until)
+        });
+        self.state = State::Waiting {
+            until,
+            unchanged_until,
+        };
+        Some(self.wait_step(until, unchanged_until))
     }
 
-    fn wait_step(&self, until: Instant) -> Step<Acquisition> {
+    fn wait_step(&self, until: Instant, unchanged_until: Option<Instant>) -> Step<Acquisition> {
         Step::Wait(Wait {
             until,
             wake_on: Some(self.spec.wake.clone()),
+            unchanged_until,
         })
     }
 
@@ -406,7 +450,7 @@ impl Acquire {
                         };
                         self.finish(Err(err))
                     }
-                    Some(_) => self.pause(now, holder_ttl),
+                    Some(_) => self.pause(now, holder_ttl, Some(ms)),
                 }
             }
             _ => {
@@ -434,7 +478,7 @@ impl Acquire {
                 last: failure,
             }));
         }
-        match self.pause(now, None) {
+        match self.pause(now, None, None) {
             Some(step) => Some(step),
             None => {
                 self.exchange.start();
@@ -574,9 +618,12 @@ impl Acquire {
         loop {
             match &self.state {
                 State::Done => return Step::Done(Err(Error::Finished)),
-                State::Waiting { until } => {
+                State::Waiting {
+                    until,
+                    unchanged_until,
+                } => {
                     if now < *until {
-                        return self.wait_step(*until);
+                        return self.wait_step(*until, *unchanged_until);
                     }
                     self.state = State::Trying;
                     self.exchange.start();

@@ -57,15 +57,17 @@ pub mod read_write;
 pub mod reentrant;
 pub mod scripts;
 pub(crate) mod spec;
+mod undo;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use acquire::{Acquire, AcquireOptions, Acquisition};
+pub use acquire::{Acquire, AcquireOptions, Acquisition, DEFAULT_RETRY_INITIAL, DEFAULT_RETRY_MAX};
 pub use native::{NativeDelete, NativeRelease};
 pub use ops::{Extend, Inspect, LeaseState, OpKind, Release, ScriptOp};
 pub use scripts::ALL as SCRIPTS;
 pub use spec::{Keys, KeysIter, LeaseCalls, LeaseKind, LockKind, LockSpec, Target};
+pub use undo::Undo;
 
 use crate::backoff::saturating_add;
 use crate::error::{Error, InvalidArgument};

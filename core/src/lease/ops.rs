@@ -351,10 +351,7 @@ impl<K: OpKind> ScriptOp<K> {
         }
         self.pause *= 2;
         self.retry_at = Some(at);
-        Step::Wait(Wait {
-            until: at,
-            wake_on: None,
-        })
+        Step::Wait(Wait::until(at))
     }
 }
 
@@ -366,10 +363,7 @@ impl<K: OpKind> ScriptOp<K> {
         }
         if let Some(at) = self.retry_at {
             if now < at {
-                return Step::Wait(Wait {
-                    until: at,
-                    wake_on: None,
-                });
+                return Step::Wait(Wait::until(at));
             }
             self.retry_at = None;
             self.exchange.start();

@@ -156,9 +156,6 @@ impl LegacyAcquire {
         let ttl_ms = validate_ttl("ttl", options.ttl)?;
         crate::limits::timeout("reply timeout", options.reply_timeout)?;
         crate::limits::retry("retry", options.retry_initial, options.retry_max)?;
-        if let Some(wait) = options.wait {
-            crate::limits::span("wait", wait)?;
-        }
         Ok(LegacyAcquire {
             outstanding: Outstanding::default(),
             keys,
@@ -168,7 +165,9 @@ impl LegacyAcquire {
             ttl_ms,
             clock: WallClock::new(now, unix_ms),
             started: now,
-            deadline: options.wait.map(|w| saturating_add(now, w)),
+            deadline: options
+                .wait
+                .map(|w| saturating_add(now, crate::limits::wait(w))),
             reply_timeout: options.reply_timeout,
             backoff: Backoff::new(options.retry_initial, options.retry_max, seed),
             inflight: InFlight::default(),
@@ -300,10 +299,7 @@ impl LegacyAcquire {
         let until = saturating_add(now, delay).min(deadline);
         self.quick = 0;
         self.phase = Phase::Waiting { until };
-        Some(Step::Wait(Wait {
-            until,
-            wake_on: None,
-        }))
+        Some(Step::Wait(Wait::until(until)))
     }
 
     /// Another holder has the lock: report it, time out, or pause.
@@ -481,10 +477,7 @@ impl LegacyAcquire {
                 Phase::Waiting { until } => {
                     if now < until {
                         self.phase = Phase::Waiting { until };
-                        return Step::Wait(Wait {
-                            until,
-                            wake_on: None,
-                        });
+                        return Step::Wait(Wait::until(until));
                     }
                     self.phase = Phase::Start;
                 }

@@ -144,10 +144,7 @@ impl LegacyRelease {
         }
         self.pause *= 2;
         self.phase = Phase::Waiting { until: at };
-        Step::Wait(Wait {
-            until: at,
-            wake_on: None,
-        })
+        Step::Wait(Wait::until(at))
     }
 
     fn on_get(&mut self, reply: Reply, now: Instant) -> Step<()> {
@@ -184,10 +181,7 @@ impl LegacyRelease {
             Phase::Done => Step::Done(Err(Error::Finished)),
             Phase::Waiting { until } if now < until => {
                 self.phase = Phase::Waiting { until };
-                Step::Wait(Wait {
-                    until,
-                    wake_on: None,
-                })
+                Step::Wait(Wait::until(until))
             }
             Phase::Start | Phase::Waiting { .. } => {
                 self.attempts += 1;

@@ -71,9 +71,6 @@ impl RedLockAcquire {
             crate::limits::MIN_PAUSE,
             crate::limits::MAX_DURATION,
         )?;
-        if let Some(wait) = options.wait {
-            crate::limits::span("wait", wait)?;
-        }
         if options.node_timeout.saturating_mul(2) >= spec.ttl {
             return Err(InvalidArgument::Setting(format!(
                 "the node timeout ({:?}) must be under half the ttl ({:?})",
@@ -83,7 +80,9 @@ impl RedLockAcquire {
         }
         let mut machine = RedLockAcquire {
             outstanding: Outstanding::default(),
-            deadline: options.wait.map(|w| saturating_add(now, w)),
+            deadline: options
+                .wait
+                .map(|w| saturating_add(now, crate::limits::wait(w))),
             round: None,
             started: now,
             rng: SplitMix64::new(seed),
@@ -291,10 +290,7 @@ impl RedLockAcquire {
                 let until = saturating_add(now, delay).min(deadline);
                 self.last = Some(error);
                 self.state = State::Waiting { until };
-                Step::Wait(Wait {
-                    until,
-                    wake_on: None,
-                })
+                Step::Wait(Wait::until(until))
             }
             _ => {
                 self.state = State::Done;
@@ -319,10 +315,7 @@ impl RedLockAcquire {
                 State::Done => return Step::Done(Err(Error::Finished)),
                 State::Waiting { until } => {
                     if now < *until {
-                        return Step::Wait(Wait {
-                            until: *until,
-                            wake_on: None,
-                        });
+                        return Step::Wait(Wait::until(*until));
                     }
                     self.state = State::Trying;
                     self.start();

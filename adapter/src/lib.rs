@@ -1,9 +1,14 @@
-//! The bridge between the [`redis`] crate and the sans-IO core, for writing your own driver
-//! (async, an event loop) over `redis` connections. The blocking driver of this crate uses
-//! these same functions on Redis Cluster connections (and on RESP3 ones); on a single server
-//! it has its own connections, packing a batch's commands into RESP itself (the same bytes
-//! [`command`] packs to) and reading replies straight into [`Reply`]s, with the same rules
-//! ([`failure`], [`refusal`]).
+//! # redlease-redis
+//!
+//! The bridge between the [`redis`] crate and the sans-IO machines of [`redlease_core`], for
+//! writing your own driver (async, an event loop) over `redis` connections. It depends on
+//! nothing else: no runtime, no pool, no threads, and no `redis` features of its own (an
+//! application's features, an async runtime among them, unify in as usual). The blocking
+//! driver, the crate `redlease`, uses these same functions (re-exported there as
+//! `redlease::adapter`) on Redis Cluster connections (and on RESP3 ones); on a single
+//! server it has its own connections, packing a batch's commands into RESP itself (the same
+//! bytes [`command`] packs to) and reading replies straight into [`Reply`]s, with the same
+//! rules ([`failure`], [`refusal`]).
 //!
 //! - [`command`]: a core [`Command`] as a [`redis::Cmd`] (its node is yours to route).
 //! - [`to_reply`]: a [`redis::Value`] as a core [`Reply`]; an error reply inside it
@@ -20,19 +25,25 @@
 //!   password, an ACL user without permissions): retrying cannot help.
 //!
 //! ```
-//! use redlease::adapter;
-//! use redlease::core::{Command, Reply, RequestId};
+//! use redlease_core::{Command, Reply, RequestId};
 //!
-//! let cmd = adapter::command(&Command::new("SET").arg("k").arg("v"));
+//! let cmd = redlease_redis::command(&Command::new("SET").arg("k").arg("v"));
 //! assert_eq!(cmd.get_packed_command(), b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n");
 //!
 //! // What `conn.req_packed_command(&cmd).await` returned, fed back to the machine:
 //! let outcome: redis::RedisResult<redis::Value> = Ok(redis::Value::Okay);
-//! let response = adapter::response(RequestId(1), outcome);
+//! let response = redlease_redis::response(RequestId(1), outcome);
 //! assert_eq!(response.result, Ok(Reply::Status("OK".to_owned())));
 //! ```
 //!
-//! `docs/embedding.md` walks through a whole driver; `examples/tokio_embed.rs` is one.
+//! `docs/embedding.md` in the repository walks through a whole driver;
+//! `examples/tokio_embed.rs` is one, on tokio.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use redis::{RedisError, Value};
 use redlease_core::{Command, ErrorReply, Reply, RequestId, Response, TransportFailure};

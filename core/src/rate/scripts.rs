@@ -1,0 +1,34 @@
+//! The rate limiter's Lua scripts, built from the shared [prelude](crate::script::prelude)
+//! (its GCRA engine, [`GCRA`]) with their SHA-1 at compile time.
+
+use crate::script;
+use crate::script::Script;
+use crate::script::prelude::GCRA;
+
+/// `lua/throttle.lua`: one decision (take or peek) on the server clock. Replies
+/// `{allowed, remaining, retry_after µs, reset_after µs, server time µs}`.
+pub static THROTTLE: Script = script!("rate_throttle", [GCRA], include_str!("lua/throttle.lua"));
+
+/// `lua/reset.lua`: forgets the limiter's state (full again). Replies 1 if there was some.
+pub static RESET: Script = script!("rate_reset", [], include_str!("lua/reset.lua"));
+
+/// Every script of the rate limiter.
+pub static ALL: [&Script; 2] = [&THROTTLE, &RESET];
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn script_digests_match_their_sources() {
+        for s in super::ALL {
+            let digest = sha1_smol::Sha1::from(s.source).digest().to_string();
+            assert_eq!(digest, s.sha1, "digest of {}", s.name);
+        }
+    }
+
+    #[test]
+    fn scripts_include_exactly_the_prelude_they_call() {
+        for s in super::ALL {
+            crate::script::tests::check_prelude(s);
+        }
+    }
+}

@@ -477,8 +477,9 @@ impl MemoryClock {
     /// let server = MemoryServer::new();
     /// let clock = server.clock();
     /// let queue = server.client().queue("mail")?;
-    /// let workers = queue.work(2, |_job| -> Result<(), String> { Ok(()) });
-    /// queue.push_with("in an hour", 0, Duration::from_secs(3600))?;
+    /// let workers = queue.work(2, |_job| -> Result<(), String> { Ok(()) })?;
+    /// let in_an_hour = redlease::PushOptions::new().delay(Duration::from_secs(3600));
+    /// queue.push_with("in an hour", in_an_hour)?;
     /// // The workers wait on the clock; it jumps to the job's due time.
     /// clock.run_until(Duration::from_secs(7200), || workers.report().acked == 1)?;
     /// assert!(clock.elapsed() >= Duration::from_secs(3600));

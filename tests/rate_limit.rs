@@ -327,6 +327,33 @@ fn peek_takes_nothing_and_reset_fills_the_limiter() {
     assert_eq!(z.remaining, 0);
 }
 
+/// Two processes that disagree on a name's burst (a deploy that lowers it): the smaller
+/// limiter reads a stored time further ahead than its own tolerance. It answers a denial
+/// with 0 remaining, not an unexpected reply.
+#[test]
+fn a_limiter_meeting_the_state_of_a_larger_burst_denies_with_nothing_remaining() {
+    let server = server();
+    let c = client(&server);
+    let big = c
+        .rate_limiter("deploy")
+        .rate(10, Duration::from_secs(60))
+        .burst(10)
+        .build()
+        .unwrap();
+    assert!(big.try_acquire(10).unwrap().allowed);
+    let small = c
+        .rate_limiter("deploy")
+        .rate(10, Duration::from_secs(60))
+        .burst(2)
+        .build()
+        .unwrap();
+    for d in [small.peek().unwrap(), small.try_acquire(1).unwrap()] {
+        assert!(!d.allowed, "{d:?}");
+        assert_eq!(d.remaining, 0, "{d:?}");
+        assert!(d.retry_after > Duration::from_secs(40), "{d:?}");
+    }
+}
+
 #[test]
 fn bad_input_is_a_typed_error_and_writes_nothing() {
     let server = server();

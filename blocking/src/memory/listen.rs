@@ -7,6 +7,7 @@
 //! in, replies out). They hold only a weak reference to the server: dropping the last
 //! [`MemoryServer`] handle closes the listening socket and every connection.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,8 +21,12 @@ use super::{MemoryServer, Shared};
 pub(crate) struct Stop {
     addr: SocketAddr,
     stopped: Arc<AtomicBool>,
-    connections: Arc<Mutex<Vec<TcpStream>>>,
+    connections: Arc<Mutex<Connections>>,
 }
+
+/// The open connections (a copy of each stream, to shut it down on stop), by number; a
+/// connection's serving thread removes its own when it ends.
+type Connections = HashMap<u64, TcpStream>;
 
 impl Stop {
     /// Closes the listening socket (woken by a connection of our own) and every connection.
@@ -30,7 +35,7 @@ impl Stop {
         let _ = TcpStream::connect(self.addr);
         let connections =
             std::mem::take(&mut *self.connections.lock().unwrap_or_else(|p| p.into_inner()));
-        for c in connections {
+        for c in connections.into_values() {
             let _ = c.shutdown(Shutdown::Both);
         }
     }
@@ -41,7 +46,7 @@ pub(crate) fn listen(server: &MemoryServer) -> std::io::Result<SocketAddr> {
     let listener = TcpListener::bind(("127.0.0.1", 0))?;
     let addr = listener.local_addr()?;
     let stopped = Arc::new(AtomicBool::new(false));
-    let connections = Arc::new(Mutex::new(Vec::new()));
+    let connections = Arc::new(Mutex::new(Connections::new()));
     let weak = Arc::downgrade(&server.shared);
     {
         let (stopped, connections) = (stopped.clone(), connections.clone());
@@ -66,25 +71,45 @@ fn accept(
     listener: &TcpListener,
     server: &Weak<Shared>,
     stopped: &AtomicBool,
-    connections: &Mutex<Vec<TcpStream>>,
+    connections: &Arc<Mutex<Connections>>,
 ) {
+    let mut next = 0u64;
     for stream in listener.incoming() {
         if stopped.load(Ordering::SeqCst) {
             return;
         }
         let Ok(stream) = stream else { continue };
         let _ = stream.set_nodelay(true);
+        next += 1;
+        let id = next;
         if let Ok(copy) = stream.try_clone() {
             connections
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .push(copy);
+                .insert(id, copy);
+        }
+        // Checked after the copy is in the table: a stop that took the table before this
+        // insert set `stopped` before it locked, so it is seen here (the mutex orders them),
+        // and this connection is shut down instead of outliving the server.
+        if stopped.load(Ordering::SeqCst) {
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
         }
         let server = server.clone();
+        let table = Arc::clone(connections);
         let spawned = std::thread::Builder::new()
             .name("redlease-memory-conn".into())
-            .spawn(move || serve(stream, &server));
+            .spawn(move || {
+                serve(stream, &server);
+                // Its copy closes with it: a closed connection holds no descriptor until
+                // the server stops.
+                table.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+            });
         if spawned.is_err() {
+            connections
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
             continue;
         }
     }

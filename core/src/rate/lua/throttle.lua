@@ -18,4 +18,6 @@ if allowed then
     gcra_store(KEYS[1], tat, now)
   end
 end
-return {allowed and 1 or 0, math.floor((now + tolerance - tat) / interval), retry, tat - now, now}
+-- (remaining is never below 0: a time stored by a limiter of another burst or rate for this
+-- name may lie further ahead than this tolerance.)
+return {allowed and 1 or 0, math.max(0, math.floor((now + tolerance - tat) / interval)), retry, tat - now, now}

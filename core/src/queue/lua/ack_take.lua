@@ -76,8 +76,9 @@ if ARGV[7] then
   redis.call('HLEN', KEYS[8])
   redis.call('HLEN', KEYS[11])
   local keep = tonumber(ARGV[7])
-  -- Tokens whose time has passed are dropped first, as remember() does: the key's expiry is
-  -- pushed out by every such write, so it must not keep what no longer counts.
+  -- Tokens whose time has passed are dropped first (as the prelude's helper does): the
+  -- key's expiry is pushed out by every such write, so it must not keep what no longer
+  -- counts.
   redis.call('ZREMRANGEBYSCORE', KEYS[13], '-inf', now)
   redis.call('ZADD', KEYS[13], now + keep, token)
   if redis.call('PTTL', KEYS[13]) < keep then

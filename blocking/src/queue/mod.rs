@@ -1,0 +1,376 @@
+//! Reliable queues: push (one or many in one round trip, with priority or delay), take
+//! with a lease that the watchdog renews while the job's handle lives, ack / nack, dead
+//! letters, stats, and a worker pool.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use redlease_core::backoff::saturating_add;
+use redlease_core::lease::{AcquireOptions, Token};
+use redlease_core::limits;
+use redlease_core::queue::{
+    self, AckedAndTaken, DeadJob, Nacked, NewJob, Pushed, QueueKeys, QueueSettings, QueueStats,
+    Take, TakeJob, TakenJob,
+};
+use redlease_core::renewal::RenewalPolicy;
+use redlease_core::{Error, LossReason};
+
+use crate::client::Client;
+use crate::lock::LockGuard;
+
+mod job;
+mod workers;
+
+pub use job::{AckedAndNext, Job, Retry};
+pub use workers::{HandlerError, JobError, WorkerReport, Workers};
+
+/// A queue named `name`; made by [`Client::queue`]. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    client: Client,
+    keys: Arc<QueueKeys>,
+    settings: QueueSettings,
+    retry_base: Duration,
+    retry_max: Duration,
+    idle_check: Duration,
+}
+
+impl Client {
+    /// The reliable queue `name` (keys `<prefix>:{<name>}:q:*`). Fails on a bad name.
+    pub fn queue(&self, name: &str) -> Result<Queue, Error> {
+        Ok(Queue {
+            client: self.clone(),
+            keys: Arc::new(QueueKeys::new(&self.shared().keyspace, name)?),
+            settings: QueueSettings::default(),
+            retry_base: Duration::from_secs(1),
+            retry_max: Duration::from_secs(600),
+            idle_check: Duration::from_secs(2),
+        })
+    }
+}
+
+/// How a job is pushed ([`Queue::push_with`], [`Queue::push_batch`]): its priority and its
+/// delay, each optional. One value rather than positional arguments, so that settings to
+/// come (groups, deduplication modes, timeouts) can join without breaking a call.
+///
+/// ```
+/// use std::time::Duration;
+/// use redlease::PushOptions;
+///
+/// let urgent = PushOptions::new().priority(9);
+/// let later = PushOptions::new().delay(Duration::from_secs(60));
+/// assert_eq!(PushOptions::new(), PushOptions::default());
+/// assert_ne!(urgent, later);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[must_use = "push options do nothing until given to a push"]
+pub struct PushOptions {
+    priority: u8,
+    delay: Duration,
+}
+
+impl PushOptions {
+    /// No priority (0, the lowest), no delay: ready at once, FIFO.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Served before lower priorities: 0 (the default, the lowest) to
+    /// [`MAX_PRIORITY`](redlease_core::queue::MAX_PRIORITY) (255); FIFO within a priority.
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Ready after `delay` from the push (zero, the default: at once); at most
+    /// [`MAX_DURATION`](limits::MAX_DURATION), checked by the push before anything is sent.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+}
+
+/// A fresh owner token for a take, and a seed for its retry jitter.
+fn fresh_token(client: &Client) -> Result<(Token, u64), Error> {
+    let random: [u8; 24] = client.shared().entropy.bytes()?;
+    let mut token = [0u8; 16];
+    token.copy_from_slice(&random[..16]);
+    let mut seed = [0u8; 8];
+    seed.copy_from_slice(&random[16..]);
+    Ok((Token::from_random(token), u64::from_le_bytes(seed)))
+}
+
+/// A fresh random token (16 random bytes in lowercase hex, [`Token::from_random`]): the
+/// owner token of a take that needs no retry jitter, or a job's generated id (its text).
+fn random_token(client: &Client) -> Result<Token, Error> {
+    Ok(Token::from_random(client.shared().entropy.bytes::<16>()?))
+}
+
+impl Queue {
+    /// How long a taken job stays invisible to other workers; renewed by the watchdog while
+    /// its [`Job`] handle lives, so it only matters when the worker dies or hangs without its
+    /// process. [`MIN_TTL`](limits::MIN_TTL) (10 ms) to [`MAX_DURATION`](limits::MAX_DURATION)
+    /// (100 years), checked when a job is taken and when a worker pool is started. Defaults
+    /// to 30 s.
+    pub fn visibility(mut self, d: Duration) -> Self {
+        self.settings.visibility = d;
+        self
+    }
+
+    /// After this many deliveries a failing job goes to the dead list; at least 1 (checked
+    /// when a job is taken and when a worker pool is started, [`work`](Self::work)).
+    /// Defaults to 5.
+    pub fn max_deliveries(mut self, n: u32) -> Self {
+        self.settings.max_deliveries = n;
+        self
+    }
+
+    /// The backoff of [`Job::nack`]: `base * 2^(attempt - 1)` ([`Job::attempt`]), at most `max`; each 0 to
+    /// [`MAX_DURATION`](limits::MAX_DURATION) (checked when a job is taken). Defaults to 1 s
+    /// and 10 min.
+    pub fn retry_backoff(mut self, base: Duration, max: Duration) -> Self {
+        self.retry_base = base;
+        self.retry_max = max;
+        self
+    }
+
+    /// An idle taker re-checks the queue at least this often even without a push
+    /// notification (it wakes at once on a push, and exactly when a delayed job is due).
+    /// [`MIN_PAUSE`](limits::MIN_PAUSE) (1 ms; each idle taker then runs up to 1,000 scripts
+    /// a second) to [`MAX_DURATION`](limits::MAX_DURATION), checked when a job is taken.
+    /// Defaults to 2 s.
+    pub fn idle_check(mut self, d: Duration) -> Self {
+        self.idle_check = d;
+        self
+    }
+
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// The settings checked when a job is taken, before anything is sent (the visibility
+    /// timeout and max deliveries are checked by the core's `take` too).
+    fn check(&self) -> Result<(), Error> {
+        self.settings.check()?;
+        limits::duration(
+            "idle check",
+            self.idle_check,
+            limits::MIN_PAUSE,
+            limits::MAX_DURATION,
+        )?;
+        limits::span("retry backoff base", self.retry_base)?;
+        limits::span("retry backoff maximum", self.retry_max)?;
+        Ok(())
+    }
+
+    fn deadline(&self) -> Instant {
+        let shared = self.client.shared();
+        saturating_add(shared.time.now(), shared.op_timeout)
+    }
+
+    /// Pushes jobs in one round trip, with `options` (a priority, a delay: see
+    /// [`PushOptions`]; `PushOptions::new()` for none). Ids deduplicate. The delay is at most
+    /// [`MAX_DURATION`](limits::MAX_DURATION) (refused otherwise, before anything is sent).
+    pub fn push_batch(&self, jobs: &[NewJob], options: PushOptions) -> Result<Vec<Pushed>, Error> {
+        let PushOptions { priority, delay } = options;
+        limits::span("delay", delay)?;
+        self.client.run(queue::push(
+            &self.keys,
+            jobs,
+            priority,
+            delay,
+            self.deadline(),
+        )?)
+    }
+
+    /// Pushes one job; returns its (generated) id.
+    pub fn push(&self, payload: impl Into<Vec<u8>>) -> Result<String, Error> {
+        self.push_with(payload, PushOptions::new())
+    }
+
+    /// Pushes one job with `options` (a priority, a delay: see [`PushOptions`]); returns its
+    /// generated id.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redlease::Error> {
+    /// use std::time::Duration;
+    /// use redlease::PushOptions;
+    ///
+    /// let client = redlease::Client::open("redis://127.0.0.1/")?;
+    /// let mail = client.queue("mail")?;
+    /// mail.push_with("reminder", PushOptions::new().delay(Duration::from_secs(60)))?;
+    /// mail.push_with("password reset", PushOptions::new().priority(9))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn push_with(
+        &self,
+        payload: impl Into<Vec<u8>>,
+        options: PushOptions,
+    ) -> Result<String, Error> {
+        let id = random_token(&self.client)?;
+        if options == PushOptions::new() {
+            // A fresh random id is never a duplicate: the outcome says nothing more.
+            let _queued: bool = self.client.run(queue::push_new(
+                &self.keys,
+                &id,
+                payload.into(),
+                self.deadline(),
+            ))?;
+            return Ok(id.as_str().to_owned());
+        }
+        let job = NewJob {
+            id: id.as_str().to_owned(),
+            payload: payload.into(),
+        };
+        self.push_batch(&[job], options)?;
+        Ok(id.as_str().to_owned())
+    }
+
+    /// Pushes a job under a caller-given id: [`Pushed::Duplicate`] (and nothing written) if a
+    /// job with that id is queued, delayed, running or dead.
+    pub fn push_unique(&self, id: &str, payload: impl Into<Vec<u8>>) -> Result<Pushed, Error> {
+        let job = NewJob {
+            id: id.to_owned(),
+            payload: payload.into(),
+        };
+        let mut out = self.push_batch(&[job], PushOptions::new())?;
+        out.pop().ok_or(Error::UnexpectedReply {
+            context: "queue push",
+            reply: "no outcome".into(),
+        })
+    }
+
+    /// Pushes many payloads in one round trip; returns their generated ids.
+    pub fn push_many<P: Into<Vec<u8>>>(
+        &self,
+        payloads: impl IntoIterator<Item = P>,
+    ) -> Result<Vec<String>, Error> {
+        let jobs = payloads
+            .into_iter()
+            .map(|p| {
+                Ok(NewJob {
+                    id: random_token(&self.client)?.as_str().to_owned(),
+                    payload: p.into(),
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let ids = jobs.iter().map(|j| j.id.clone()).collect();
+        self.push_batch(&jobs, PushOptions::new())?;
+        Ok(ids)
+    }
+
+    /// Takes the next job if one is ready now.
+    pub fn try_take(&self) -> Result<Option<Job>, Error> {
+        self.take_inner(None)
+    }
+
+    /// Takes the next job, waiting at most `wait` (`Ok(None)` then). Any `wait`: one past
+    /// [`MAX_DURATION`](limits::MAX_DURATION) (100 years), such as `Duration::MAX` for "as
+    /// long as it takes", counts as that, never refused. An idle taker sleeps until a push
+    /// wakes it or a delayed job is due; it does not poll.
+    pub fn take(&self, wait: Duration) -> Result<Option<Job>, Error> {
+        match self.take_inner(Some(wait)) {
+            Err(Error::Timeout { .. }) => Ok(None),
+            other => other,
+        }
+    }
+
+    fn take_inner(&self, wait: Option<Duration>) -> Result<Option<Job>, Error> {
+        self.check()?;
+        let (token, seed) = fresh_token(&self.client)?;
+        let options = AcquireOptions {
+            wait,
+            retry_initial: Duration::from_millis(50).min(self.idle_check),
+            retry_max: self.idle_check,
+            reply_timeout: self.client.shared().io_timeout,
+            min_replicas: None,
+        };
+        let now = self.client.shared().time.now();
+        let machine = TakeJob::new(&self.keys, token, &self.settings, &options, seed, now)?;
+        let span =
+            crate::observe::acquire_span(&self.keys.name, redlease_core::lease::LeaseKind::Job);
+        let taken = span.in_scope(|| self.client.run(machine));
+        let waited = self
+            .client
+            .shared()
+            .time
+            .now()
+            .saturating_duration_since(now);
+        crate::observe::ended(&span, waited, &taken, |t| match t {
+            Take::Taken(job) => Some((job.lease.attempts, Some(job.delivery))),
+            _ => None,
+        });
+        match taken? {
+            Take::Taken(job) => Ok(Some(self.clone().into_job(*job))),
+            // `Take` may grow outcomes; none of them is a job.
+            _ => Ok(None),
+        }
+    }
+
+    /// The handle of a job just taken: its lease is renewed by the watchdog from now on.
+    fn into_job(self, taken: TakenJob) -> Job {
+        let TakenJob {
+            id,
+            payload,
+            lease,
+            attempt,
+            ..
+        } = taken;
+        let policy = RenewalPolicy::for_ttl(self.settings.visibility);
+        let guard = LockGuard::from_lease(&self.client, lease, Some(policy));
+        crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
+        Job {
+            guard,
+            queue: self,
+            id,
+            payload,
+            attempt,
+        }
+    }
+
+    /// The counts of ready, delayed, in-flight and dead jobs.
+    pub fn stats(&self) -> Result<QueueStats, Error> {
+        self.client.run(queue::stats(&self.keys, self.deadline()))
+    }
+
+    /// The oldest `limit` jobs on the dead list (none for 0; a limit beyond what a Redis
+    /// list can hold, 2^32 - 1, means all of them).
+    pub fn dead_jobs(&self, limit: usize) -> Result<Vec<DeadJob>, Error> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let limit = limit.min(u32::MAX as usize);
+        self.client
+            .run(queue::dead_jobs(&self.keys, limit, self.deadline()))
+    }
+
+    /// Moves a dead job back to ready, as if pushed anew for its retries: it gets
+    /// [`max_deliveries`](Self::max_deliveries) attempts again, its [`Job::attempt`] starts
+    /// again at 1 and the retry backoff restarts from `base` (the reason it died is
+    /// forgotten). What is kept: its id, payload and priority, and its delivery number
+    /// ([`Job::delivery`]), which keeps increasing (it is the job's fence, so it never
+    /// repeats). `false` if it was not on the dead list.
+    pub fn requeue_dead(&self, id: &str) -> Result<bool, Error> {
+        self.client
+            .run(queue::requeue(&self.keys, id, self.deadline()))
+    }
+
+    /// Deletes dead job `id` for good (its payload too, so the id may be pushed again);
+    /// `false` if it was not on the dead list. An empty id is refused with
+    /// [`Error::InvalidArgument`] (to delete every dead job, use [`purge_dead`](Self::purge_dead)).
+    pub fn delete_dead(&self, id: &str) -> Result<bool, Error> {
+        let n = self
+            .client
+            .run(queue::delete_dead(&self.keys, Some(id), self.deadline())?)?;
+        Ok(n > 0)
+    }
+
+    /// Deletes every dead job for good; returns how many there were.
+    pub fn purge_dead(&self) -> Result<u64, Error> {
+        self.client
+            .run(queue::delete_dead(&self.keys, None, self.deadline())?)
+    }
+}

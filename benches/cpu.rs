@@ -13,6 +13,10 @@
 //!   `benches/redis.rs` sends the same script as `EVALSHA`);
 //! - `unfenced`: `lock` with `fenced(false)`: the acquisition is a bare `SET NX PX`, the
 //!   release as `lock`'s (baseline `lock_raw`);
+//! - `lock_raw_fenced`: the raw fenced cycle, `EVALSHA` of a hand-written script doing `SET
+//!   NX PX` and the counter's `INCR` ([`RAW_FENCED_ACQUIRE_SCRIPT`]), then the
+//!   compare-and-delete `EVALSHA`, on one plain connection (issue 28: what the fence rule
+//!   costs at the least; `scripts/cpu.sh` compares `lock` with it as `lock_vs_fenced`);
 //! - `semaphore`: `try_acquire` + `release` of one permit of a 2-permit semaphore;
 //! - `queue`: `push` + `try_take` + `ack` of one job (three round trips);
 //! - `queue_worker`: a busy worker's steady state, `push` of one job + `ack_and_take` of the
@@ -63,6 +67,10 @@ use std::hint::black_box;
 
 /// The compare-and-delete script of the raw lock cycle (the same as `benches/redis.rs`).
 const RAW_RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+/// A hand-written fenced acquisition (issue 28): `SET NX PX`, and when it took the lock, the
+/// fence from `INCR` of a counter. KEYS[1] lock, KEYS[2] counter; ARGV[1] token, ARGV[2] ttl
+/// ms. The same as `benches/scenarios/lock.rs`'s.
+pub const RAW_FENCED_ACQUIRE_SCRIPT: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('INCR', KEYS[2]) end return 0";
 /// A hand-written GCRA script (as go-redis/redis_rate's, on integer microseconds of the
 /// server clock): the baseline of the rate limiter (the same as
 /// `benches/scenarios/rate.rs`'s). KEYS[1] the TAT; ARGV interval µs, tolerance µs, cost.
@@ -247,6 +255,45 @@ fn main() {
                     .arg(&token)
                     .query(&mut con)
                     .expect("cpu: EVAL failed");
+                assert_eq!(deleted, 1, "cpu: compare-and-delete did not delete");
+            })
+        }
+        "lock_raw_fenced" => {
+            let mut con = redis::Client::open(url.as_str())
+                .and_then(|c| c.get_connection())
+                .expect("cpu: cannot connect");
+            let acquire: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(RAW_FENCED_ACQUIRE_SCRIPT)
+                .query(&mut con)
+                .expect("cpu: SCRIPT LOAD failed");
+            let release: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(RAW_RELEASE_SCRIPT)
+                .query(&mut con)
+                .expect("cpu: SCRIPT LOAD failed");
+            let counter = format!("{name}:fence");
+            let mut n = 0u64;
+            Box::new(move || {
+                n += 1;
+                let token = format!("raw-{n}");
+                let fence: i64 = redis::cmd("EVALSHA")
+                    .arg(&acquire)
+                    .arg(2)
+                    .arg(&name)
+                    .arg(&counter)
+                    .arg(&token)
+                    .arg(30_000)
+                    .query(&mut con)
+                    .expect("cpu: fenced EVALSHA failed");
+                assert!(fence > 0, "cpu: the raw fenced key was taken");
+                let deleted: i64 = redis::cmd("EVALSHA")
+                    .arg(&release)
+                    .arg(1)
+                    .arg(&name)
+                    .arg(&token)
+                    .query(&mut con)
+                    .expect("cpu: EVALSHA failed");
                 assert_eq!(deleted, 1, "cpu: compare-and-delete did not delete");
             })
         }

@@ -203,7 +203,7 @@ fn measure(ctx: &Ctx, method: Method) -> Measurement {
             .collect(),
     };
     let base = std::process::id() as u64 * 1_000_000;
-    let mut next_sale = || base + SALES.fetch_add(1, Ordering::Relaxed);
+    let next_sale = || base + SALES.fetch_add(1, Ordering::Relaxed);
     // A warm-up sale of each.
     sale(ctx, &shop, Method::Script, next_sale());
     sale(ctx, &shop, method, next_sale());

@@ -149,6 +149,14 @@ if [[ $mode == all || $mode == instr ]]; then
         echo "cpu $scenario instr_per_op=$n raw_instr_per_op=$raw ratio=$(ratio "$n" "$raw")"
         [[ $scenario == redlock ]] && redlock=$n
     done
+    # Issue 31's contended lock: 8 threads, one lock, GET + SET inside; a cycle is 8
+    # critical sections (instr_per_cs: per critical section, every thread of the process).
+    # Only when CPU_ONLY names it (CPU_ONLY=contended).
+    if [[ " ${CPU_ONLY:-} " == *" contended "* ]]; then
+        c=$(per_op contended)
+        raw_c=$(per_op contended_raw)
+        echo "cpu contended instr_per_cs=$((c / 8)) raw_instr_per_cs=$((raw_c / 8)) ratio=$(ratio "$c" "$raw_c")"
+    fi
     # The lock against the raw fenced cycle (issue 28: a hand-written script doing SET NX
     # PX and the counter's INCR, then the compare-and-delete): what the fence rule costs at
     # the least.

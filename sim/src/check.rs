@@ -615,7 +615,11 @@ fn jobs(h: &History, out: &mut Out<'_>) {
                 .copied()
                 .filter(|&at| at > n.ran)
                 .min();
-            if let Some(at) = next {
+            // A node restored from an older copy between the nack and the lease may have
+            // brought the job back as it was before the nack (ready, or leased with a lease
+            // that ran out since): the nack did not happen there.
+            let undone = |at: u64| h.restored.iter().any(|&r| n.ran < r && r <= at);
+            if let Some(at) = next.filter(|&at| !undone(at)) {
                 out.judge(Property::NotBeforeDue, 1);
                 if at < due {
                     out.push(
@@ -1001,7 +1005,7 @@ impl Property {
             Property::SingleAck => "Never two successful acks of one job",
             Property::DeliveryUnique => "A job's delivery numbers never repeat",
             Property::NotBeforeDue => {
-                "A delayed or nacked job is never leased (to anyone) before its push or nack ran plus its delay, to the µs"
+                "A delayed or nacked job is never leased (to anyone) before its push or nack ran plus its delay, to the µs (a nack that a restart from a snapshot or a failover undid, restoring the job as it was before, excepted)"
             }
             Property::WaiterDeadline => {
                 "A waiting acquisition ends by its wait plus 4 reply timeouts and the replica wait (late attempt, NOSCRIPT resend, `WAIT`, cleanup)"

@@ -361,10 +361,12 @@ fn queue(world: &mut World, rng: &mut SplitMix64, clients: usize, window: u64, t
         });
         dedup.push(Action::Sleep(between(&mut d, 0, window / 3)));
     }
+    let dedup_pushes = dedup.len() as u64 / 2;
     world.add_task(1 % clients, between(&mut d, 0, window / 2), dedup);
     let ttl_us = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
-    // Workers go on well past the faults: every job is then acked or dead.
-    let until = window * 2 + 10 * ttl_us + 2_000_000;
+    // Workers go on well past the faults: every job is then acked or dead (each job the
+    // dedup pushes may add: three deliveries of up to twice the visibility timeout).
+    let until = window * 2 + 10 * ttl_us + 2_000_000 + dedup_pushes * 6 * ttl_us;
     for w in 0..between(rng, 1, 3) as usize {
         let watch = chance(rng, 60);
         world.add_task(

@@ -1050,6 +1050,7 @@ impl World {
                 self.observe(usize::from(node), None, false);
             }
             Inject::RestartSnapshot { node, down } => {
+                self.history.restored.push(self.now);
                 let snap = self.nodes[usize::from(node)].persisted.clone();
                 self.restart(node, down, Some(snap));
                 self.observe(usize::from(node), None, false);
@@ -1058,6 +1059,7 @@ impl World {
                 self.nodes[usize::from(node)].replica_stalled = true;
             }
             Inject::Failover { node, down } => {
+                self.history.restored.push(self.now);
                 let snap = self.nodes[usize::from(node)].replica.clone();
                 self.restart(node, down, Some(snap));
                 self.nodes[usize::from(node)].replica_stalled = false;

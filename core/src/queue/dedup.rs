@@ -302,7 +302,7 @@ mod tests {
     }
 
     fn run(mode: Dedup, reply: Reply) -> Result<DedupOutcome, Error> {
-        let now = Instant::now();
+        let now = crate::testing::origin();
         let job = Token::from_random([1; 16]);
         let mut op = push_dedup(
             &keys(),
@@ -377,7 +377,7 @@ mod tests {
     #[test]
     fn bad_settings_are_refused_before_anything_is_sent() {
         let job = Token::from_random([1; 16]);
-        let at = Instant::now();
+        let at = crate::testing::origin();
         let push = |d: &str, mode| {
             push_dedup(&keys(), d, &job, vec![], mode, 0, Duration::ZERO, at).map(drop)
         };

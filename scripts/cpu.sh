@@ -190,7 +190,7 @@ field() {
 }
 
 if [[ $mode == all || $mode == server ]]; then
-    raw_lock_line= raw_queue_line=
+    raw_lock_line= raw_queue_line= raw_rate_line=
     wanted lock unfenced semaphore && raw_lock_line=$(server_run lock_raw)
     wanted queue && raw_queue_line=$(server_run queue_raw)
     wanted rate && raw_rate_line=$(server_run rate_raw)

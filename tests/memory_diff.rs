@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 
 use redlease::core::keys::Keyspace;
 use redlease::core::lease::{LockSpec, Token};
+use redlease::core::queue::pause::{self, PauseScope};
 use redlease::core::queue::{self, NewJob, QueueKeys, QueueSettings};
 use redlease::core::rate::{self, RateLimit, RateLimiterSpec};
 use redlease::core::script::{Script, ScriptCall};
@@ -337,6 +338,8 @@ enum Cmp {
     Acquire,
     /// `{flag, x}`: flag equal; x a remaining time.
     Inspect,
+    /// A server time stamp (a pause's ms): nil on both, or a bulk string on both.
+    Stamp,
     /// A take: `{1, delivery, id, payload}` equal, or `{0, ms}` within tolerance.
     Take,
     /// An ack and take: `{ack, ...}`, the ack equal and the rest compared as a take.
@@ -475,6 +478,12 @@ fn same(
             }
             _ => r == m,
         },
+        Cmp::Stamp => {
+            matches!(
+                (r, m),
+                (Reply::Nil, Reply::Nil) | (Reply::Bulk(_), Reply::Bulk(_))
+            ) || r == m
+        }
         Cmp::Take => match pair(r, m) {
             Some((a, b)) if a.len() == 2 && a[0] == b[0] && a[0] == Reply::Int(0) => {
                 close(&a[1], &b[1])
@@ -946,6 +955,29 @@ impl Seq {
                 let undo = spec.undo.expect("a take has an undo");
                 self.script_op(&undo, Cmp::Exact)
             }
+            15 if self.rng.chance(60) => {
+                // Pause, resume, read the pause of the queue or a group; or drain.
+                let scope = if self.rng.chance(70) {
+                    PauseScope::Queue
+                } else {
+                    PauseScope::Group(self.rng.pick(&["a", "b"]).to_string())
+                };
+                match self.rng.below(4) {
+                    0 => self.machine_op(pause::pause(&keys, &scope, now).unwrap(), Cmp::Exact),
+                    1 => self.machine_op(pause::resume(&keys, &scope, now).unwrap(), Cmp::Exact),
+                    2 => {
+                        let op = pause::paused_at(&keys, &scope, now).unwrap();
+                        self.machine_op(op, Cmp::Stamp)
+                    }
+                    _ if !self.timed => {
+                        self.timed = true;
+                        let drain =
+                            pause::Drain::new(&keys, Duration::ZERO, Duration::from_secs(1), now);
+                        self.machine_op(drain, Cmp::Inspect)
+                    }
+                    _ => self.machine_op(queue::stats(&keys, now), Cmp::Exact),
+                }
+            }
             15 => self.machine_op(queue::stats(&keys, now), Cmp::Exact),
             16 => self.machine_op(queue::dead_jobs(&keys, 10, now), Cmp::Exact),
             17 => {
@@ -980,6 +1012,7 @@ impl Seq {
                     "bases",
                     "settled",
                     "undone",
+                    "paused",
                 ]
                 .iter()
                 .map(|p| format!("{stem}:q:{p}"))
@@ -1139,14 +1172,14 @@ impl Seq {
         if is(&queue::scripts::DEQUEUE)
             && let [Reply::Int(1), _, Reply::Bulk(id), _] = items
         {
-            let token = String::from_utf8_lossy(&op.command.args()[15]).into_owned();
+            let token = String::from_utf8_lossy(&op.command.args()[16]).into_owned();
             self.taken
                 .push((String::from_utf8_lossy(id).into_owned(), token));
         }
         if is(&queue::scripts::ACK_TAKE)
             && let [_, Reply::Int(1), _, Reply::Bulk(id), _] = items
         {
-            let token = String::from_utf8_lossy(&op.command.args()[19]).into_owned();
+            let token = String::from_utf8_lossy(&op.command.args()[20]).into_owned();
             self.taken
                 .push((String::from_utf8_lossy(id).into_owned(), token));
         }

@@ -51,6 +51,9 @@ pub enum Property {
     /// A renewal the watchdog counts as a success ran while the server held the lease for
     /// its token.
     RenewalOnServer,
+    /// No job is leased while the queue is paused (between a pause and a resume as they ran
+    /// on the server).
+    NothingLeasedWhilePaused,
 }
 
 /// How long a free lease or reentrant lock may keep a waiter asleep (µs): the release
@@ -59,7 +62,7 @@ pub const WAKE_BOUND: u64 = 150_000;
 
 impl Property {
     /// Every property.
-    pub const ALL: [Property; 18] = [
+    pub const ALL: [Property; 19] = [
         Property::Exclusion,
         Property::FenceOrder,
         Property::FencedResource,
@@ -78,6 +81,7 @@ impl Property {
         Property::SettledByHolder,
         Property::LateAttempt,
         Property::RenewalOnServer,
+        Property::NothingLeasedWhilePaused,
     ];
 
     /// Its index in [`Property::ALL`] (and in [`Judged`]).
@@ -106,6 +110,7 @@ impl Property {
             Property::SettledByHolder => "settled-by-holder",
             Property::LateAttempt => "late-attempt",
             Property::RenewalOnServer => "renewal-on-server",
+            Property::NothingLeasedWhilePaused => "nothing-leased-while-paused",
         }
     }
 
@@ -131,7 +136,8 @@ impl Property {
             Property::FenceOrder | Property::FencedResource | Property::NotBeforeDue => {
                 FaultSet::NONE
             }
-            Property::JobSettled => FaultSet::of(&data_loss),
+            // Data loss may forget the pause itself (the flag is a key like any other).
+            Property::JobSettled | Property::NothingLeasedWhilePaused => FaultSet::of(&data_loss),
             // A push handed over twice whose copy arrives after the job was acked pushes it
             // again (a push is not idempotent once the job is forgotten: `push_unique` is).
             Property::SingleAck | Property::DeliveryUnique => FaultSet::of(&[
@@ -255,6 +261,7 @@ pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) 
     jobs(h, &mut out);
     liveness(h, &mut out);
     server_record(h, &mut out);
+    paused(h, &mut out);
     if out.on(Property::Progress) {
         out.judge(Property::Progress, 1);
     }
@@ -278,6 +285,46 @@ pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) 
     }
     let judged = out.judged;
     (found, judged)
+}
+
+/// No lease opens on the server (the record's spans, in the order the server ran the
+/// commands that made them) between a pause and the next resume as they ran; judged once per
+/// take attempt that ran while paused.
+fn paused(h: &History, out: &mut Out<'_>) {
+    if !out.on(Property::NothingLeasedWhilePaused) {
+        return;
+    }
+    out.judge(Property::NothingLeasedWhilePaused, h.takes_while_paused);
+    let mut from: Option<(usize, u64)> = None;
+    let mut windows = Vec::new();
+    for &(spans, at, pause) in &h.pauses {
+        match (pause, from) {
+            (true, None) => from = Some((spans, at)),
+            (false, Some(start)) => {
+                windows.push((start, spans));
+                from = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(start) = from {
+        windows.push((start, h.spans.len()));
+    }
+    for ((first, at), end) in windows {
+        for sp in h.spans[first..end.min(h.spans.len())]
+            .iter()
+            .filter(|sp| sp.opened_by.is_some())
+        {
+            out.push(
+                Property::NothingLeasedWhilePaused,
+                sp.from,
+                format!(
+                    "job {} leased to {} at {} while the queue was paused (since {at})",
+                    sp.resource, sp.token, sp.from
+                ),
+            );
+        }
+    }
 }
 
 fn start_of(h: &History, i: usize) -> u64 {
@@ -997,6 +1044,9 @@ impl Property {
             }
             Property::RenewalOnServer => {
                 "A renewal the watchdog counts as a success ran while the server held the lease for its token (a reentrant lock: for its owner); it is judged under data loss too: the first renewal after a key is lost must report the loss"
+            }
+            Property::NothingLeasedWhilePaused => {
+                "No job is leased (in the server's own record) after a pause of the queue ran and before the next resume ran: not by a take sent before the pause, a woken waiter, an ack-and-take, nor a reclaim of an expired lease"
             }
             Property::LateAttempt => {
                 "An attempt of an answered acquisition (a request held past its retry) that runs after the grant was released, acked or nacked takes nothing: not a lock, permit or job (an unfenced lock's bare `SET NX PX` excepted, and an attempt arriving after the grant ran out but before it was settled: both documented)"

@@ -29,6 +29,8 @@ pub enum Outcome {
     Quorum(Result<QuorumOutcome, Error>),
     /// An ack and the take of the next job in one call.
     AckTake(Result<AckedAndTaken, Error>),
+    /// A queue's pause or resume (whether it changed anything).
+    Toggled(Result<bool, Error>),
 }
 
 impl Outcome {
@@ -44,7 +46,8 @@ impl Outcome {
             | Outcome::Pushed(Err(e))
             | Outcome::Permits(Err(e))
             | Outcome::Quorum(Err(e))
-            | Outcome::AckTake(Err(e)) => e,
+            | Outcome::AckTake(Err(e))
+            | Outcome::Toggled(Err(e)) => e,
             _ => return None,
         };
         matches!(e, Error::Driver(_)).then(|| e.to_string())

@@ -4,7 +4,7 @@
 
 use redlease_core::Command;
 use redlease_core::lease::scripts::{ACQUIRE, EXTEND, RELEASE};
-use redlease_core::queue::scripts::{ACK, DEQUEUE, NACK, PUSH};
+use redlease_core::queue::scripts::{ACK, ACK_TAKE, DEQUEUE, NACK, PUSH};
 use redlease_core::script::Script;
 
 /// A planted bug.
@@ -40,11 +40,14 @@ pub enum Mutation {
     /// Issue 26 item 3: a delayed push or a nack's backoff is due at the server's clock
     /// rounded down plus the delay (early by up to a millisecond).
     DueFloored,
+    /// Issue 28 part 3: the take and the ack-and-take do not read the pause (a paused
+    /// queue leases jobs).
+    PauseIgnored,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 11] = [
+    pub const ALL: [Mutation; 12] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -56,6 +59,7 @@ impl Mutation {
         Mutation::TakeKeepsFirstLease,
         Mutation::NoUndoneAfterRetry,
         Mutation::DueFloored,
+        Mutation::PauseIgnored,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
@@ -104,7 +108,7 @@ const TAKE_REFRESH_SWAP: Swap = Swap {
 
 const ACK_UNDONE_SWAP: Swap = Swap {
     script: &ACK,
-    from: "if KEYS[9] then",
+    from: "if KEYS[10] then",
     to: "if false then",
 };
 
@@ -121,6 +125,19 @@ const DUE_SWAPS: [Swap; 2] = [
     },
 ];
 
+const PAUSE_SWAPS: [Swap; 2] = [
+    Swap {
+        script: &DEQUEUE,
+        from: "if paused then\n  return {0, -2}\nend",
+        to: "if false then\n  return {0, -2}\nend",
+    },
+    Swap {
+        script: &ACK_TAKE,
+        from: "if pause[1] then\n  return {ack, 0, -2}\nend",
+        to: "if false then\n  return {ack, 0, -2}\nend",
+    },
+];
+
 impl Mutation {
     fn swaps(self) -> &'static [Swap] {
         match self {
@@ -131,6 +148,7 @@ impl Mutation {
             Mutation::TakeKeepsFirstLease => std::slice::from_ref(&TAKE_REFRESH_SWAP),
             Mutation::NoUndoneAfterRetry => std::slice::from_ref(&ACK_UNDONE_SWAP),
             Mutation::DueFloored => &DUE_SWAPS,
+            Mutation::PauseIgnored => &PAUSE_SWAPS,
             _ => &[],
         }
     }

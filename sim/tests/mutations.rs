@@ -174,3 +174,14 @@ fn a_due_time_rounded_down_delivers_early() {
         150,
     );
 }
+
+#[test]
+fn a_take_that_ignores_the_pause_leases_while_paused() {
+    caught(
+        Primitive::Queue,
+        Mutation::PauseIgnored,
+        &[],
+        Property::NothingLeasedWhilePaused,
+        60,
+    );
+}

@@ -21,6 +21,7 @@ use crate::client::Client;
 use crate::lock::LockGuard;
 
 mod job;
+mod pause;
 mod workers;
 
 pub use job::{AckedAndNext, Job, Retry};

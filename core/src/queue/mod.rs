@@ -24,6 +24,7 @@
 //! as an ack followed by a take.
 
 mod ack_take;
+pub mod pause;
 pub mod scripts;
 mod take;
 
@@ -62,8 +63,14 @@ pub struct QueueKeys {
     undone: String,
     /// Why each dead job died (the handler's error), by id.
     reasons: String,
+    /// The pauses (hash: `*` the whole queue, `g:<group id>` one group -> the server ms of
+    /// the pause; `drain` -> the channel a drain waiter listens on): see [`pause`].
+    paused: String,
     channel: String,
     notify: String,
+    /// The channel a drain waiter ([`pause::Drain`]) listens on, and how scripts name it.
+    drained: String,
+    drained_notify: String,
     /// The calls every job makes, with their keys bound once per queue (a clone shares
     /// them: each job adds only its arguments).
     calls: KeyedCalls,
@@ -127,7 +134,7 @@ impl Eq for TakeTemplate {}
 impl KeyedCalls {
     fn new(k: &QueueKeys) -> Self {
         // The ack's keys, for the plain call and the one bound per job.
-        let ack_keys: [&str; 8] = [
+        let ack_keys: [&str; 9] = [
             &k.inflight,
             &k.leases,
             &k.payloads,
@@ -136,6 +143,7 @@ impl KeyedCalls {
             &k.holders,
             &k.bases,
             &k.settled,
+            &k.paused,
         ];
         KeyedCalls {
             push: ScriptCall::new(&scripts::PUSH).keys(&[
@@ -158,6 +166,7 @@ impl KeyedCalls {
                 &k.holders,
                 &k.bases,
                 &k.undone,
+                &k.paused,
             ]),
             nack: ScriptCall::new(&scripts::NACK).keys(&[
                 &k.inflight,
@@ -172,6 +181,7 @@ impl KeyedCalls {
                 &k.bases,
                 &k.settled,
                 &k.reasons,
+                &k.paused,
             ]),
             ack: ScriptCall::new(&scripts::ACK).keys(&ack_keys),
             ack_take: ScriptCall::new(&scripts::ACK_TAKE).keys(&k.ack_take_keys()),
@@ -241,8 +251,11 @@ impl QueueKeys {
             settled: k("settled"),
             undone: k("undone"),
             reasons: k("reasons"),
+            paused: k("paused"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
+            drained: k("drained"),
+            drained_notify: keyspace.notify_arg(&k("drained")),
             calls: KeyedCalls {
                 push: ScriptCall::new(&scripts::PUSH),
                 dequeue: ScriptCall::new(&scripts::DEQUEUE),
@@ -264,7 +277,7 @@ impl QueueKeys {
     }
 
     /// The keys of the combined ack and take, in its script's order.
-    fn ack_take_keys(&self) -> [&str; 13] {
+    fn ack_take_keys(&self) -> [&str; 14] {
         [
             &self.ready,
             &self.delayed,
@@ -279,6 +292,7 @@ impl QueueKeys {
             &self.bases,
             &self.settled,
             &self.undone,
+            &self.paused,
         ]
     }
 

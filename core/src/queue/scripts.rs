@@ -24,7 +24,11 @@ pub static DEQUEUE: Script = script!(
 );
 
 /// `lua/ack.lua`
-pub static ACK: Script = script!("queue_ack", [NOW_MS, REMEMBER], include_str!("lua/ack.lua"));
+pub static ACK: Script = script!(
+    "queue_ack",
+    [NOW_MS, REMEMBER, NOTIFY],
+    include_str!("lua/ack.lua")
+);
 
 /// `lua/nack.lua`
 pub static NACK: Script = script!(
@@ -73,12 +77,19 @@ pub static FORGET: Script = script!("queue_forget", [], include_str!("lua/forget
 /// `lua/ack_take.lua`
 pub static ACK_TAKE: Script = script!(
     "queue_ack_take",
-    [NOW_MS, READY, RECLAIM],
+    [NOW_MS, READY, NOTIFY, RECLAIM],
     include_str!("lua/ack_take.lua")
 );
 
+/// `lua/pause.lua`
+pub static PAUSE: Script = script!(
+    "queue_pause",
+    [NOW_MS, NOTIFY],
+    include_str!("lua/pause.lua")
+);
+
 /// Every queue script.
-pub static ALL: [&Script; 12] = [
+pub static ALL: [&Script; 13] = [
     &PUSH,
     &DEQUEUE,
     &ACK,
@@ -91,6 +102,7 @@ pub static ALL: [&Script; 12] = [
     &UNTAKE,
     &FORGET,
     &ACK_TAKE,
+    &PAUSE,
 ];
 
 #[cfg(test)]

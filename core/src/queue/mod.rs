@@ -24,6 +24,7 @@
 //! as an ack followed by a take.
 
 mod ack_take;
+pub mod batch;
 pub mod pause;
 pub mod scripts;
 mod take;
@@ -274,6 +275,40 @@ impl QueueKeys {
         };
         keys.calls = KeyedCalls::new(&keys);
         Ok(keys)
+    }
+
+    /// The keys of the take (and the batch take), in their scripts' order.
+    fn take_keys(&self) -> [&str; 13] {
+        [
+            &self.ready,
+            &self.delayed,
+            &self.payloads,
+            &self.priorities,
+            &self.seq,
+            &self.inflight,
+            &self.leases,
+            &self.deliveries,
+            &self.dead,
+            &self.holders,
+            &self.bases,
+            &self.undone,
+            &self.paused,
+        ]
+    }
+
+    /// The keys of the ack (and the ack of many), in their scripts' order.
+    fn ack_keys(&self) -> [&str; 9] {
+        [
+            &self.inflight,
+            &self.leases,
+            &self.payloads,
+            &self.priorities,
+            &self.deliveries,
+            &self.holders,
+            &self.bases,
+            &self.settled,
+            &self.paused,
+        ]
     }
 
     /// The keys of the combined ack and take, in its script's order.

@@ -88,8 +88,22 @@ pub static PAUSE: Script = script!(
     include_str!("lua/pause.lua")
 );
 
+/// `lua/take_batch.lua`
+pub static TAKE_BATCH: Script = script!(
+    "queue_take_batch",
+    [NOW_MS, READY, RECLAIM],
+    include_str!("lua/take_batch.lua")
+);
+
+/// `lua/ack_many.lua`
+pub static ACK_MANY: Script = script!(
+    "queue_ack_many",
+    [NOW_MS, NOTIFY],
+    include_str!("lua/ack_many.lua")
+);
+
 /// Every queue script.
-pub static ALL: [&Script; 13] = [
+pub static ALL: [&Script; 15] = [
     &PUSH,
     &DEQUEUE,
     &ACK,
@@ -103,6 +117,8 @@ pub static ALL: [&Script; 13] = [
     &FORGET,
     &ACK_TAKE,
     &PAUSE,
+    &TAKE_BATCH,
+    &ACK_MANY,
 ];
 
 #[cfg(test)]

@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 
 use redlease::core::keys::Keyspace;
 use redlease::core::lease::{LockSpec, Token};
+use redlease::core::queue::batch;
 use redlease::core::queue::pause::{self, PauseScope};
 use redlease::core::queue::{self, NewJob, QueueKeys, QueueSettings};
 use redlease::core::rate::{self, RateLimit, RateLimiterSpec};
@@ -340,6 +341,8 @@ enum Cmp {
     Inspect,
     /// A server time stamp (a pause's ms): nil on both, or a bulk string on both.
     Stamp,
+    /// A batch take: `{0, job, ...}` equal, or `{ms}` within tolerance.
+    Batch,
     /// A take: `{1, delivery, id, payload}` equal, or `{0, ms}` within tolerance.
     Take,
     /// An ack and take: `{ack, ...}`, the ack equal and the rest compared as a take.
@@ -484,6 +487,10 @@ fn same(
                 (Reply::Nil, Reply::Nil) | (Reply::Bulk(_), Reply::Bulk(_))
             ) || r == m
         }
+        Cmp::Batch => match pair(r, m) {
+            Some((a, b)) if a.len() == 1 => close(&a[0], &b[0]),
+            _ => r == m,
+        },
         Cmp::Take => match pair(r, m) {
             Some((a, b)) if a.len() == 2 && a[0] == b[0] && a[0] == Reply::Int(0) => {
                 close(&a[1], &b[1])
@@ -906,6 +913,22 @@ impl Seq {
                 let op = queue::push(&keys, &jobs, priority, delay, now).unwrap();
                 self.machine_op(op, Cmp::Exact)
             }
+            5..=8 if self.rng.chance(30) => {
+                // A batch take of 1 to 4 jobs (now and then with a token that took before:
+                // its retry).
+                let tokens = (0..1 + self.rng.below(4))
+                    .map(|_| {
+                        let t = if !self.taken.is_empty() && self.rng.chance(15) {
+                            self.rng.pick(&self.taken).1.clone()
+                        } else {
+                            self.fresh("tk")
+                        };
+                        Token::new(t).unwrap()
+                    })
+                    .collect();
+                let take = batch::TakeBatch::new(&keys, tokens, &settings, now, now).unwrap();
+                self.machine_op(take, Cmp::Batch)
+            }
             5..=8 => {
                 let token = self.fresh("tk");
                 let spec = queue::take(&keys, Token::new(token).unwrap(), &settings).unwrap();
@@ -913,7 +936,16 @@ impl Seq {
             }
             9..=10 if !self.taken.is_empty() => {
                 let (id, token) = self.rng.pick(&self.taken).clone();
-                if self.rng.chance(50) {
+                if self.rng.chance(20) {
+                    // Up to three acks in one call (a job twice now and then).
+                    let mut jobs = vec![(id, token)];
+                    for _ in 0..self.rng.below(3) {
+                        jobs.push(self.rng.pick(&self.taken).clone());
+                    }
+                    let pairs: Vec<(&str, &str)> =
+                        jobs.iter().map(|(i, t)| (i.as_str(), t.as_str())).collect();
+                    self.script_op(&batch::ack_many_call(&keys, &pairs), Cmp::Exact)
+                } else if self.rng.chance(50) {
                     self.script_op(&queue::ack_call(&keys, &id, &token), Cmp::Exact)
                 } else {
                     // Ack and take the next job, for a fresh token (or, now and then, a
@@ -1182,6 +1214,20 @@ impl Seq {
             let token = String::from_utf8_lossy(&op.command.args()[20]).into_owned();
             self.taken
                 .push((String::from_utf8_lossy(id).into_owned(), token));
+        }
+        if is(&queue::scripts::TAKE_BATCH) {
+            for job in items.iter().skip(1) {
+                if let Some([Reply::Int(i), _, Reply::Bulk(id), ..]) = job.as_array()
+                    && let Some(token) = usize::try_from(*i)
+                        .ok()
+                        .and_then(|i| op.command.args().nth(17 + i))
+                {
+                    self.taken.push((
+                        String::from_utf8_lossy(id).into_owned(),
+                        String::from_utf8_lossy(token).into_owned(),
+                    ));
+                }
+            }
         }
         if is(&queue::scripts::DEAD) {
             for chunk in items.chunks(3) {

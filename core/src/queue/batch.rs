@@ -398,12 +398,11 @@ pub fn ack_many(
         )
         .into());
     }
-    let mut call = ScriptCall::new(&scripts::ACK_MANY)
-        .keys(&keys.ack_keys())
-        .arg(SETTLED_KEEP.as_millis().to_string());
-    for (id, lease) in jobs {
-        call = call.arg(*id).arg(lease.token.as_str());
-    }
+    let pairs: Vec<(&str, &str)> = jobs
+        .iter()
+        .map(|(id, lease)| (*id, lease.token.as_str()))
+        .collect();
+    let call = ack_many_call(keys, &pairs);
     let kind = AckedMany {
         names: jobs.iter().map(|(_, l)| l.target.name.clone()).collect(),
     };
@@ -414,6 +413,18 @@ pub fn ack_many(
         Some(valid_until),
         deadline,
     ))
+}
+
+/// The script call of [`ack_many`] for jobs given as `(id, token)` (for a driver that runs
+/// its own machine, or a test).
+pub fn ack_many_call(keys: &QueueKeys, jobs: &[(&str, &str)]) -> ScriptCall {
+    let mut call = ScriptCall::new(&scripts::ACK_MANY)
+        .keys(&keys.ack_keys())
+        .arg(SETTLED_KEEP.as_millis().to_string());
+    for (id, token) in jobs {
+        call = call.arg(*id).arg(*token);
+    }
+    call
 }
 
 #[cfg(test)]

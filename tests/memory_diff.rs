@@ -926,7 +926,7 @@ impl Seq {
                         Token::new(t).unwrap()
                     })
                     .collect();
-                let take = batch::TakeBatch::new(&keys, tokens, &settings, now, now).unwrap();
+                let take = batch::TakeBatch::new(&keys, tokens, &settings, now).unwrap();
                 self.machine_op(take, Cmp::Batch)
             }
             5..=8 => {

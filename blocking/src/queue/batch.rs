@@ -44,13 +44,12 @@ impl Queue {
             return Ok(jobs);
         };
         jobs.push(first);
-        if n > 1 {
-            match self.try_take_batch(n - 1) {
-                Ok(more) => jobs.extend(more),
-                // The first job is held: hand it over rather than fail (it goes back when
-                // dropped anyway).
-                Err(_) => {}
-            }
+        // The first job is held: on an error here it is handed over alone rather than
+        // failed.
+        if n > 1
+            && let Ok(more) = self.try_take_batch(n - 1)
+        {
+            jobs.extend(more);
         }
         Ok(jobs)
     }
@@ -68,8 +67,7 @@ impl Queue {
         let tokens = (0..n)
             .map(|_| random_token(&self.client))
             .collect::<Result<Vec<_>, _>>()?;
-        let now = self.client.shared().time.now();
-        let machine = TakeBatch::new(&self.keys, tokens, &self.settings, self.deadline(), now)?;
+        let machine = TakeBatch::new(&self.keys, tokens, &self.settings, self.deadline())?;
         let TakenBatch { jobs, .. } = self.client.run(machine)?;
         Ok(jobs
             .into_iter()

@@ -31,7 +31,7 @@
 //! let now = Instant::now();
 //! let deadline = now + Duration::from_secs(1);
 //! let mut take =
-//!     batch::TakeBatch::new(&keys, tokens, &QueueSettings::default(), deadline, now).unwrap();
+//!     batch::TakeBatch::new(&keys, tokens, &QueueSettings::default(), deadline).unwrap();
 //! let Step::Send(b) = take.poll(now) else { panic!() };
 //! // One job was ready: it went to the first token.
 //! let job = Reply::Array(vec![
@@ -189,9 +189,7 @@ impl TakeBatch {
         tokens: Vec<Token>,
         settings: &QueueSettings,
         deadline: Instant,
-        now: Instant,
     ) -> Result<Self, Error> {
-        let _ = now;
         if tokens.is_empty() || tokens.len() > MAX_BATCH {
             return Err(InvalidArgument::Setting(format!(
                 "a batch takes 1 to {MAX_BATCH} jobs, got {}",
@@ -451,9 +449,9 @@ mod tests {
 
     #[test]
     fn a_batch_names_each_token_and_hands_each_job_its_own_lease() {
-        let now = Instant::now();
+        let now = crate::testing::origin();
         let d = now + Duration::from_secs(1);
-        let mut t = TakeBatch::new(&keys(), tokens(3), &QueueSettings::default(), d, now).unwrap();
+        let mut t = TakeBatch::new(&keys(), tokens(3), &QueueSettings::default(), d).unwrap();
         let Step::Send(b) = t.poll(now) else { panic!() };
         let args: Vec<_> = b.requests[0].command.args().map(|a| a.to_vec()).collect();
         assert_eq!(args[2], b"13");
@@ -478,15 +476,14 @@ mod tests {
 
     #[test]
     fn a_batch_reply_naming_a_token_twice_or_none_is_unexpected_and_given_back() {
-        let now = Instant::now();
+        let now = crate::testing::origin();
         let d = now + Duration::from_secs(1);
         for bad in [
             Reply::Array(vec![Reply::Int(0), job(1, "a"), job(1, "b")]),
             Reply::Array(vec![Reply::Int(0), job(4, "a")]),
             Reply::Array(vec![Reply::Int(0)]),
         ] {
-            let mut t =
-                TakeBatch::new(&keys(), tokens(3), &QueueSettings::default(), d, now).unwrap();
+            let mut t = TakeBatch::new(&keys(), tokens(3), &QueueSettings::default(), d).unwrap();
             let Step::Send(b) = t.poll(now) else { panic!() };
             t.handle(Response::reply(b.requests[0].id, bad), now);
             // Each token is given back before the error is reported.
@@ -505,9 +502,9 @@ mod tests {
 
     #[test]
     fn an_empty_batch_says_when_the_next_job_is_due_and_sizes_are_checked() {
-        let now = Instant::now();
+        let now = crate::testing::origin();
         let d = now + Duration::from_secs(1);
-        let mut t = TakeBatch::new(&keys(), tokens(2), &QueueSettings::default(), d, now).unwrap();
+        let mut t = TakeBatch::new(&keys(), tokens(2), &QueueSettings::default(), d).unwrap();
         let Step::Send(b) = t.poll(now) else { panic!() };
         t.handle(
             Response::reply(b.requests[0].id, Reply::Array(vec![Reply::Int(250)])),
@@ -518,7 +515,7 @@ mod tests {
         };
         assert!(out.jobs.is_empty());
         assert_eq!(out.next_due_in, Some(Duration::from_millis(250)));
-        assert!(TakeBatch::new(&keys(), Vec::new(), &QueueSettings::default(), d, now).is_err());
+        assert!(TakeBatch::new(&keys(), Vec::new(), &QueueSettings::default(), d).is_err());
         assert!(ack_many(&keys(), &[], now, d).is_err());
     }
 }

@@ -339,7 +339,7 @@ mod tests {
 
     #[test]
     fn a_drain_past_its_deadline_says_false_and_a_bad_count_is_unexpected() {
-        let now = Instant::now();
+        let now = crate::testing::origin();
         let k = keys();
         let mut drain = Drain::new(&k, Duration::from_millis(100), Duration::from_secs(1), now);
         let Step::Send(batch) = drain.poll(now) else {

@@ -112,6 +112,7 @@ const SCENARIOS: &[Scenario] = &[
     ("queue_commands", queue_commands),
     ("queue_1m", queue_1m),
     ("queue_batch_push", queue_batch_push),
+    ("queue_batch50", queue_batch50),
     ("delayed_lateness", delayed_lateness),
     ("rate_try_acquire", rate_try_acquire),
     ("flash_sale_script", flash_sale_script),

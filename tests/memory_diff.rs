@@ -45,6 +45,8 @@ use std::time::{Duration, Instant};
 
 use redlease::core::keys::Keyspace;
 use redlease::core::lease::{LockSpec, Token};
+use redlease::core::queue::batch;
+use redlease::core::queue::pause::{self, PauseScope};
 use redlease::core::queue::{self, NewJob, QueueKeys, QueueSettings};
 use redlease::core::rate::{self, RateLimit, RateLimiterSpec};
 use redlease::core::script::{Script, ScriptCall};
@@ -337,6 +339,10 @@ enum Cmp {
     Acquire,
     /// `{flag, x}`: flag equal; x a remaining time.
     Inspect,
+    /// A server time stamp (a pause's ms): nil on both, or a bulk string on both.
+    Stamp,
+    /// A batch take: `{0, job, ...}` equal, or `{ms}` within tolerance.
+    Batch,
     /// A take: `{1, delivery, id, payload}` equal, or `{0, ms}` within tolerance.
     Take,
     /// An ack and take: `{ack, ...}`, the ack equal and the rest compared as a take.
@@ -473,6 +479,16 @@ fn same(
                 };
                 a[..2] == b[..2] && us(&a[2], &b[2]) && us(&a[3], &b[3]) && a[4] != Reply::Nil
             }
+            _ => r == m,
+        },
+        Cmp::Stamp => {
+            matches!(
+                (r, m),
+                (Reply::Nil, Reply::Nil) | (Reply::Bulk(_), Reply::Bulk(_))
+            ) || r == m
+        }
+        Cmp::Batch => match pair(r, m) {
+            Some((a, b)) if a.len() == 1 => close(&a[0], &b[0]),
             _ => r == m,
         },
         Cmp::Take => match pair(r, m) {
@@ -900,6 +916,22 @@ impl Seq {
                 let op = queue::push(&keys, &jobs, priority, delay, now).unwrap();
                 self.machine_op(op, Cmp::Exact)
             }
+            5..=8 if self.rng.chance(30) => {
+                // A batch take of 1 to 4 jobs (now and then with a token that took before:
+                // its retry).
+                let tokens = (0..1 + self.rng.below(4))
+                    .map(|_| {
+                        let t = if !self.taken.is_empty() && self.rng.chance(15) {
+                            self.rng.pick(&self.taken).1.clone()
+                        } else {
+                            self.fresh("tk")
+                        };
+                        Token::new(t).unwrap()
+                    })
+                    .collect();
+                let take = batch::TakeBatch::new(&keys, tokens, &settings, now).unwrap();
+                self.machine_op(take, Cmp::Batch)
+            }
             5..=8 => {
                 let token = self.fresh("tk");
                 let spec = queue::take(&keys, Token::new(token).unwrap(), &settings).unwrap();
@@ -907,7 +939,16 @@ impl Seq {
             }
             9..=10 if !self.taken.is_empty() => {
                 let (id, token) = self.rng.pick(&self.taken).clone();
-                if self.rng.chance(50) {
+                if self.rng.chance(20) {
+                    // Up to three acks in one call (a job twice now and then).
+                    let mut jobs = vec![(id, token)];
+                    for _ in 0..self.rng.below(3) {
+                        jobs.push(self.rng.pick(&self.taken).clone());
+                    }
+                    let pairs: Vec<(&str, &str)> =
+                        jobs.iter().map(|(i, t)| (i.as_str(), t.as_str())).collect();
+                    self.script_op(&batch::ack_many_call(&keys, &pairs), Cmp::Exact)
+                } else if self.rng.chance(50) {
                     self.script_op(&queue::ack_call(&keys, &id, &token), Cmp::Exact)
                 } else {
                     // Ack and take the next job, for a fresh token (or, now and then, a
@@ -949,6 +990,29 @@ impl Seq {
                 let undo = spec.undo.expect("a take has an undo");
                 self.script_op(&undo, Cmp::Exact)
             }
+            15 if self.rng.chance(60) => {
+                // Pause, resume, read the pause of the queue or a group; or drain.
+                let scope = if self.rng.chance(70) {
+                    PauseScope::Queue
+                } else {
+                    PauseScope::Group(self.rng.pick(&["a", "b"]).to_string())
+                };
+                match self.rng.below(4) {
+                    0 => self.machine_op(pause::pause(&keys, &scope, now).unwrap(), Cmp::Exact),
+                    1 => self.machine_op(pause::resume(&keys, &scope, now).unwrap(), Cmp::Exact),
+                    2 => {
+                        let op = pause::paused_at(&keys, &scope, now).unwrap();
+                        self.machine_op(op, Cmp::Stamp)
+                    }
+                    _ if !self.timed => {
+                        self.timed = true;
+                        let drain =
+                            pause::Drain::new(&keys, Duration::ZERO, Duration::from_secs(1), now);
+                        self.machine_op(drain, Cmp::Inspect)
+                    }
+                    _ => self.machine_op(queue::stats(&keys, now), Cmp::Exact),
+                }
+            }
             15 => self.machine_op(queue::stats(&keys, now), Cmp::Exact),
             16 => self.machine_op(queue::dead_jobs(&keys, 10, now), Cmp::Exact),
             17 => {
@@ -987,6 +1051,7 @@ impl Seq {
                     "dedup_of",
                     "throttle",
                     "throttled",
+                    "paused",
                 ]
                 .iter()
                 .map(|p| format!("{stem}:q:{p}"))
@@ -1176,16 +1241,30 @@ impl Seq {
         if is(&queue::scripts::DEQUEUE)
             && let [Reply::Int(1), _, Reply::Bulk(id), _] = items
         {
-            let token = String::from_utf8_lossy(&op.command.args()[15]).into_owned();
+            let token = String::from_utf8_lossy(&op.command.args()[16]).into_owned();
             self.taken
                 .push((String::from_utf8_lossy(id).into_owned(), token));
         }
         if is(&queue::scripts::ACK_TAKE)
             && let [_, Reply::Int(1), _, Reply::Bulk(id), _] = items
         {
-            let token = String::from_utf8_lossy(&op.command.args()[19]).into_owned();
+            let token = String::from_utf8_lossy(&op.command.args()[20]).into_owned();
             self.taken
                 .push((String::from_utf8_lossy(id).into_owned(), token));
+        }
+        if is(&queue::scripts::TAKE_BATCH) {
+            for job in items.iter().skip(1) {
+                if let Some([Reply::Int(i), _, Reply::Bulk(id), ..]) = job.as_array()
+                    && let Some(token) = usize::try_from(*i)
+                        .ok()
+                        .and_then(|i| op.command.args().nth(17 + i))
+                {
+                    self.taken.push((
+                        String::from_utf8_lossy(id).into_owned(),
+                        String::from_utf8_lossy(token).into_owned(),
+                    ));
+                }
+            }
         }
         if is(&queue::scripts::DEAD) {
             for chunk in items.chunks(3) {

@@ -53,6 +53,9 @@ pub enum Property {
     RenewalOnServer,
     /// No two live jobs for one dedup id in a mode that forbids it (until done).
     DedupOneLive,
+    /// No job is leased while the queue is paused (between a pause and a resume as they ran
+    /// on the server).
+    NothingLeasedWhilePaused,
 }
 
 /// How long a free lease or reentrant lock may keep a waiter asleep (µs): the release
@@ -61,7 +64,7 @@ pub const WAKE_BOUND: u64 = 150_000;
 
 impl Property {
     /// Every property.
-    pub const ALL: [Property; 19] = [
+    pub const ALL: [Property; 20] = [
         Property::Exclusion,
         Property::FenceOrder,
         Property::FencedResource,
@@ -81,6 +84,7 @@ impl Property {
         Property::LateAttempt,
         Property::RenewalOnServer,
         Property::DedupOneLive,
+        Property::NothingLeasedWhilePaused,
     ];
 
     /// Its index in [`Property::ALL`] (and in [`Judged`]).
@@ -110,6 +114,7 @@ impl Property {
             Property::LateAttempt => "late-attempt",
             Property::RenewalOnServer => "renewal-on-server",
             Property::DedupOneLive => "dedup-one-live",
+            Property::NothingLeasedWhilePaused => "nothing-leased-while-paused",
         }
     }
 
@@ -136,7 +141,10 @@ impl Property {
                 FaultSet::NONE
             }
             // Data loss forgets the entry with (or without) its job.
-            Property::JobSettled | Property::DedupOneLive => FaultSet::of(&data_loss),
+            // Data loss may forget the pause itself (the flag is a key like any other).
+            Property::JobSettled | Property::DedupOneLive | Property::NothingLeasedWhilePaused => {
+                FaultSet::of(&data_loss)
+            }
             // A push handed over twice whose copy arrives after the job was acked pushes it
             // again (a push is not idempotent once the job is forgotten: `push_unique` is).
             Property::SingleAck | Property::DeliveryUnique => FaultSet::of(&[
@@ -260,6 +268,7 @@ pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) 
     jobs(h, &mut out);
     liveness(h, &mut out);
     server_record(h, &mut out);
+    paused(h, &mut out);
     if out.on(Property::Progress) {
         out.judge(Property::Progress, 1);
     }
@@ -283,6 +292,46 @@ pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) 
     }
     let judged = out.judged;
     (found, judged)
+}
+
+/// No lease opens on the server (the record's spans, in the order the server ran the
+/// commands that made them) between a pause and the next resume as they ran; judged once per
+/// take attempt that ran while paused.
+fn paused(h: &History, out: &mut Out<'_>) {
+    if !out.on(Property::NothingLeasedWhilePaused) {
+        return;
+    }
+    out.judge(Property::NothingLeasedWhilePaused, h.takes_while_paused);
+    let mut from: Option<(usize, u64)> = None;
+    let mut windows = Vec::new();
+    for &(spans, at, pause) in &h.pauses {
+        match (pause, from) {
+            (true, None) => from = Some((spans, at)),
+            (false, Some(start)) => {
+                windows.push((start, spans));
+                from = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(start) = from {
+        windows.push((start, h.spans.len()));
+    }
+    for ((first, at), end) in windows {
+        for sp in h.spans[first..end.min(h.spans.len())]
+            .iter()
+            .filter(|sp| sp.opened_by.is_some())
+        {
+            out.push(
+                Property::NothingLeasedWhilePaused,
+                sp.from,
+                format!(
+                    "job {} leased to {} at {} while the queue was paused (since {at})",
+                    sp.resource, sp.token, sp.from
+                ),
+            );
+        }
+    }
 }
 
 fn start_of(h: &History, i: usize) -> u64 {
@@ -1033,6 +1082,9 @@ impl Property {
             }
             Property::DedupOneLive => {
                 "No two live jobs for one dedup id in a mode that forbids it: a push with a dedup id until done queues a job only after every job it queued before for that id was acked (a dead job holds the id)"
+            }
+            Property::NothingLeasedWhilePaused => {
+                "No job is leased (in the server's own record) after a pause of the queue ran and before the next resume ran: not by a take sent before the pause, a woken waiter, an ack-and-take, nor a reclaim of an expired lease"
             }
             Property::LateAttempt => {
                 "An attempt of an answered acquisition (a request held past its retry) that runs after the grant was released, acked or nacked takes nothing: not a lock, permit or job (an unfenced lock's bare `SET NX PX` excepted, and an attempt arriving after the grant ran out but before it was settled: both documented)"

@@ -291,6 +291,11 @@ pub struct History {
     pub settle_ok: Vec<(usize, usize)>,
     /// Renewals the watchdog counted as a success: (hold, when the answering call ran).
     pub renewed: Vec<(usize, u64)>,
+    /// The queue's pauses and resumes as they ran on the server: (how many spans the
+    /// server's record held then, when, a pause (true) or a resume).
+    pub pauses: Vec<(usize, u64, bool)>,
+    /// Take attempts (takes and acks-and-takes) that ran while the queue was paused.
+    pub takes_while_paused: u64,
 }
 
 impl History {

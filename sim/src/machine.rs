@@ -31,6 +31,8 @@ pub enum Outcome {
     AckTake(Result<AckedAndTaken, Error>),
     /// A push with a dedup id.
     DedupPushed(Result<DedupOutcome, Error>),
+    /// A queue's pause or resume (whether it changed anything).
+    Toggled(Result<bool, Error>),
 }
 
 impl Outcome {
@@ -48,6 +50,7 @@ impl Outcome {
             | Outcome::Quorum(Err(e))
             | Outcome::AckTake(Err(e))
             | Outcome::DedupPushed(Err(e)) => e,
+            Outcome::Toggled(Err(e)) => e,
             _ => return None,
         };
         matches!(e, Error::Driver(_)).then(|| e.to_string())

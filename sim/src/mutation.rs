@@ -4,7 +4,7 @@
 
 use redlease_core::Command;
 use redlease_core::lease::scripts::{ACQUIRE, EXTEND, RELEASE};
-use redlease_core::queue::scripts::{ACK, DEQUEUE, NACK, PUSH, PUSH_DEDUP};
+use redlease_core::queue::scripts::{ACK, ACK_TAKE, DEQUEUE, NACK, PUSH, PUSH_DEDUP};
 use redlease_core::script::Script;
 
 /// A planted bug.
@@ -43,11 +43,14 @@ pub enum Mutation {
     /// Issue 29: a push with a dedup id until done queues a new job even while the job
     /// holding the id lives.
     DedupIgnoresLiveJob,
+    /// Issue 28 part 3: the take and the ack-and-take do not read the pause (a paused
+    /// queue leases jobs).
+    PauseIgnored,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 12] = [
+    pub const ALL: [Mutation; 13] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -60,6 +63,7 @@ impl Mutation {
         Mutation::NoUndoneAfterRetry,
         Mutation::DueFloored,
         Mutation::DedupIgnoresLiveJob,
+        Mutation::PauseIgnored,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
@@ -108,7 +112,7 @@ const TAKE_REFRESH_SWAP: Swap = Swap {
 
 const ACK_UNDONE_SWAP: Swap = Swap {
     script: &ACK,
-    from: "if KEYS[9] then",
+    from: "if KEYS[10] then",
     to: "if false then",
 };
 
@@ -130,6 +134,18 @@ const DEDUP_SWAP: Swap = Swap {
     from: "if j and not (mode == 'l' and state == 'dead') then",
     to: "if false then",
 };
+const PAUSE_SWAPS: [Swap; 2] = [
+    Swap {
+        script: &DEQUEUE,
+        from: "if paused then\n  return {0, -2}\nend",
+        to: "if false then\n  return {0, -2}\nend",
+    },
+    Swap {
+        script: &ACK_TAKE,
+        from: "if pause[1] then\n  return {ack, 0, -2}\nend",
+        to: "if false then\n  return {ack, 0, -2}\nend",
+    },
+];
 
 impl Mutation {
     fn swaps(self) -> &'static [Swap] {
@@ -142,6 +158,7 @@ impl Mutation {
             Mutation::NoUndoneAfterRetry => std::slice::from_ref(&ACK_UNDONE_SWAP),
             Mutation::DueFloored => &DUE_SWAPS,
             Mutation::DedupIgnoresLiveJob => std::slice::from_ref(&DEDUP_SWAP),
+            Mutation::PauseIgnored => &PAUSE_SWAPS,
             _ => &[],
         }
     }

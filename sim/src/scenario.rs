@@ -81,7 +81,8 @@ impl Primitive {
             | P::SingleAck
             | P::DeliveryUnique
             | P::NotBeforeDue
-            | P::DedupOneLive => self == Queue,
+            | P::DedupOneLive
+            | P::NothingLeasedWhilePaused => self == Queue,
             P::WakeWhenFree => matches!(self, Lease | Reentrant),
             P::NoRenewalAfterRelease | P::LossInTime | P::RenewalOnServer => self != RedLock,
             P::WaiterDeadline | P::Progress | P::HeldOnServer | P::SettledByHolder => true,
@@ -364,6 +365,26 @@ fn queue(world: &mut World, rng: &mut SplitMix64, clients: usize, window: u64, t
     let dedup_pushes = dedup.len() as u64 / 2;
     world.add_task(1 % clients, between(&mut d, 0, window / 2), dedup);
     let ttl_us = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
+    // Now and then the queue is paused for a while, by another client; resumed again long
+    // after the faults (a resume lost or overtaken by a delayed pause must not leave it
+    // paused for the rest of the run).
+    if chance(rng, 60) {
+        let pause = |pause: bool| Action::Pause {
+            keys: keys.clone(),
+            pause,
+        };
+        world.add_task(
+            clients - 1,
+            between(rng, 0, window / 2),
+            vec![
+                pause(true),
+                Action::Sleep(between(rng, 10_000, window / 2)),
+                pause(false),
+                Action::Sleep(window * 2),
+                pause(false),
+            ],
+        );
+    }
     // Workers go on well past the faults: every job is then acked or dead (each job the
     // dedup pushes may add: three deliveries of up to twice the visibility timeout).
     let until = window * 2 + 10 * ttl_us + 2_000_000 + dedup_pushes * 6 * ttl_us;

@@ -102,6 +102,13 @@ pub enum Action {
         /// Renew the job's lease while working.
         watch: bool,
     },
+    /// Pause (true) or resume the queue.
+    Pause {
+        /// The queue.
+        keys: QueueKeys,
+        /// Pause, or resume.
+        pause: bool,
+    },
     /// Ack (true) or nack the job held.
     Settle {
         /// The queue.
@@ -309,6 +316,10 @@ pub struct World {
     dedup_pushes: HashMap<usize, String>,
     /// Runner -> permit count for `set_permits`.
     permit_sets: HashMap<usize, u64>,
+    /// Runners of a pause (true) or resume of the queue.
+    pause_ops: HashMap<usize, bool>,
+    /// Whether the queue is paused, by the last pause or resume that ran.
+    paused: bool,
     /// Runner -> (job id, backoff µs) for nacks with a backoff.
     nack_backoffs: HashMap<usize, (String, u64)>,
     /// Runner -> (acquisition, its acquire script) for acquisitions, kept after the machine
@@ -392,6 +403,8 @@ impl World {
             pushes: HashMap::new(),
             dedup_pushes: HashMap::new(),
             permit_sets: HashMap::new(),
+            pause_ops: HashMap::new(),
+            paused: false,
             nack_backoffs: HashMap::new(),
             acquirers: HashMap::new(),
             observer: Observer::default(),
@@ -829,6 +842,14 @@ impl World {
             // A copy of an attempt that ran after its acquisition had finished.
             self.history.late_attempts.push((runner, self.now, set_nx));
         }
+        if self.paused
+            && !noscript
+            && (self.ack_takes.contains(&runner)
+                || (is_attempt
+                    && acquirer.is_some_and(|(a, _)| self.history.acqs[a].kind == HoldKind::Job)))
+        {
+            self.history.takes_while_paused += 1;
+        }
         if let Some(r) = self.runners.get_mut(runner).and_then(|r| r.as_mut()) {
             if !noscript {
                 r.ran.push(self.now);
@@ -864,6 +885,15 @@ impl World {
             && matches!(reply, Reply::Int(_) | Reply::Nil)
         {
             self.history.permits.push((self.now, permits));
+        }
+        // A pause or resume that ran (it answers 1 or 0): the checker's paused windows.
+        if let Some(&pause) = self.pause_ops.get(&runner)
+            && matches!(reply, Reply::Int(0 | 1))
+        {
+            self.history
+                .pauses
+                .push((self.history.spans.len(), self.now, pause));
+            self.paused = pause;
         }
         // The push script answers one string, a character per job ('1' pushed, '0' a
         // duplicate, already recorded by the run that pushed it).
@@ -1619,6 +1649,30 @@ impl World {
                     }
                 }
             }
+            Action::Pause { keys, pause } => {
+                let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
+                let scope = queue::pause::PauseScope::Queue;
+                let op = if pause {
+                    queue::pause::pause(&keys, &scope, deadline)
+                } else {
+                    queue::pause::resume(&keys, &scope, deadline)
+                };
+                match op {
+                    Ok(op) => {
+                        let r = self.spawn(
+                            client,
+                            Owner::Task(task),
+                            Wrap::boxed(op, Outcome::Toggled),
+                        );
+                        self.pause_ops.insert(r, pause);
+                        self.start(r);
+                    }
+                    Err(e) => {
+                        self.note(|| format!("t{task} bad pause: {e}"));
+                        self.push(self.now, Ev::TaskNext { task });
+                    }
+                }
+            }
             Action::Push { keys, jobs, delay } => {
                 let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
                 let ids: Vec<String> = jobs.iter().map(|j| j.id.clone()).collect();
@@ -2187,6 +2241,11 @@ impl World {
                 self.note(|| format!("c{client} t{task} push {ids:?}: {result:?}"));
                 // What counts is whether the push ran: recorded when it ran.
                 let _ = delay;
+            }
+            Outcome::Toggled(result) => {
+                let pause = self.pause_ops.get(&id).copied();
+                self.note(|| format!("c{client} t{task} pause {pause:?}: {result:?}"));
+                // Recorded when it ran.
             }
             Outcome::Permits(result) => {
                 let Some(permits) = self.permit_sets.get(&id).copied() else {

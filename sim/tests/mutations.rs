@@ -185,3 +185,14 @@ fn a_dedup_push_that_ignores_the_live_job_holding_its_id_breaks_dedup_one_live()
         20,
     );
 }
+
+#[test]
+fn a_take_that_ignores_the_pause_leases_while_paused() {
+    caught(
+        Primitive::Queue,
+        Mutation::PauseIgnored,
+        &[],
+        Property::NothingLeasedWhilePaused,
+        60,
+    );
+}

@@ -20,8 +20,10 @@ use redlease_core::{Error, LossReason};
 use crate::client::Client;
 use crate::lock::LockGuard;
 
+mod batch;
 mod dedup;
 mod job;
+mod pause;
 mod workers;
 
 pub use job::{AckedAndNext, Job, Retry};

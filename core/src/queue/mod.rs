@@ -24,7 +24,9 @@
 //! as an ack followed by a take.
 
 mod ack_take;
+pub mod batch;
 pub mod dedup;
+pub mod pause;
 pub mod scripts;
 mod take;
 
@@ -70,8 +72,14 @@ pub struct QueueKeys {
     dedup_of: String,
     throttle: String,
     throttled: String,
+    /// The pauses (hash: `*` the whole queue, `g:<group id>` one group -> the server ms of
+    /// the pause; `drain` -> the channel a drain waiter listens on): see [`pause`].
+    paused: String,
     channel: String,
     notify: String,
+    /// The channel a drain waiter ([`pause::Drain`]) listens on, and how scripts name it.
+    drained: String,
+    drained_notify: String,
     /// The calls every job makes, with their keys bound once per queue (a clone shares
     /// them: each job adds only its arguments).
     calls: KeyedCalls,
@@ -135,7 +143,7 @@ impl Eq for TakeTemplate {}
 impl KeyedCalls {
     fn new(k: &QueueKeys) -> Self {
         // The ack's keys, for the plain call and the one bound per job.
-        let ack_keys: [&str; 8] = [
+        let ack_keys: [&str; 9] = [
             &k.inflight,
             &k.leases,
             &k.payloads,
@@ -144,6 +152,7 @@ impl KeyedCalls {
             &k.holders,
             &k.bases,
             &k.settled,
+            &k.paused,
         ];
         KeyedCalls {
             push: ScriptCall::new(&scripts::PUSH).keys(&[
@@ -166,6 +175,7 @@ impl KeyedCalls {
                 &k.holders,
                 &k.bases,
                 &k.undone,
+                &k.paused,
             ]),
             nack: ScriptCall::new(&scripts::NACK).keys(&[
                 &k.inflight,
@@ -180,6 +190,7 @@ impl KeyedCalls {
                 &k.bases,
                 &k.settled,
                 &k.reasons,
+                &k.paused,
             ]),
             ack: ScriptCall::new(&scripts::ACK).keys(&ack_keys),
             ack_take: ScriptCall::new(&scripts::ACK_TAKE).keys(&k.ack_take_keys()),
@@ -253,8 +264,11 @@ impl QueueKeys {
             dedup_of: k("dedup_of"),
             throttle: k("throttle"),
             throttled: k("throttled"),
+            paused: k("paused"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
+            drained: k("drained"),
+            drained_notify: keyspace.notify_arg(&k("drained")),
             calls: KeyedCalls {
                 push: ScriptCall::new(&scripts::PUSH),
                 dequeue: ScriptCall::new(&scripts::DEQUEUE),
@@ -275,8 +289,42 @@ impl QueueKeys {
         Ok(keys)
     }
 
+    /// The keys of the take (and the batch take), in their scripts' order.
+    fn take_keys(&self) -> [&str; 13] {
+        [
+            &self.ready,
+            &self.delayed,
+            &self.payloads,
+            &self.priorities,
+            &self.seq,
+            &self.inflight,
+            &self.leases,
+            &self.deliveries,
+            &self.dead,
+            &self.holders,
+            &self.bases,
+            &self.undone,
+            &self.paused,
+        ]
+    }
+
+    /// The keys of the ack (and the ack of many), in their scripts' order.
+    fn ack_keys(&self) -> [&str; 9] {
+        [
+            &self.inflight,
+            &self.leases,
+            &self.payloads,
+            &self.priorities,
+            &self.deliveries,
+            &self.holders,
+            &self.bases,
+            &self.settled,
+            &self.paused,
+        ]
+    }
+
     /// The keys of the combined ack and take, in its script's order.
-    fn ack_take_keys(&self) -> [&str; 13] {
+    fn ack_take_keys(&self) -> [&str; 14] {
         [
             &self.ready,
             &self.delayed,
@@ -291,6 +339,7 @@ impl QueueKeys {
             &self.bases,
             &self.settled,
             &self.undone,
+            &self.paused,
         ]
     }
 

@@ -26,7 +26,7 @@ pub static DEQUEUE: Script = script!(
 /// `lua/ack.lua`
 pub static ACK: Script = script!(
     "queue_ack",
-    [NOW_MS, REMEMBER, DEDUP],
+    [NOW_MS, REMEMBER, NOTIFY, DEDUP],
     include_str!("lua/ack.lua")
 );
 
@@ -77,8 +77,29 @@ pub static FORGET: Script = script!("queue_forget", [DEDUP], include_str!("lua/f
 /// `lua/ack_take.lua`
 pub static ACK_TAKE: Script = script!(
     "queue_ack_take",
-    [NOW_MS, READY, RECLAIM, DEDUP],
+    [NOW_MS, READY, NOTIFY, RECLAIM, DEDUP],
     include_str!("lua/ack_take.lua")
+);
+
+/// `lua/pause.lua`
+pub static PAUSE: Script = script!(
+    "queue_pause",
+    [NOW_MS, NOTIFY],
+    include_str!("lua/pause.lua")
+);
+
+/// `lua/take_batch.lua`
+pub static TAKE_BATCH: Script = script!(
+    "queue_take_batch",
+    [NOW_MS, READY, RECLAIM],
+    include_str!("lua/take_batch.lua")
+);
+
+/// `lua/ack_many.lua`
+pub static ACK_MANY: Script = script!(
+    "queue_ack_many",
+    [NOW_MS, NOTIFY, DEDUP],
+    include_str!("lua/ack_many.lua")
 );
 
 /// `lua/push_dedup.lua`
@@ -89,7 +110,7 @@ pub static PUSH_DEDUP: Script = script!(
 );
 
 /// Every queue script.
-pub static ALL: [&Script; 13] = [
+pub static ALL: [&Script; 16] = [
     &PUSH,
     &DEQUEUE,
     &ACK,
@@ -103,6 +124,9 @@ pub static ALL: [&Script; 13] = [
     &FORGET,
     &ACK_TAKE,
     &PUSH_DEDUP,
+    &PAUSE,
+    &TAKE_BATCH,
+    &ACK_MANY,
 ];
 
 #[cfg(test)]

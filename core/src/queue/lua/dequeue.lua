@@ -3,14 +3,16 @@
 -- token), 8 deliveries (hash id -> count), 9 dead (list), 10 holders (hash token -> id),
 -- 11 bases (hash id -> deliveries when last requeued from the dead list), 12 undone takes
 -- (zset token -> until ms: a take given back after its reply was lost takes nothing if it
--- arrives late).
+-- arrives late), 13 pauses (hash; field '*': the queue is paused, see pause.lua).
 -- ARGV: 1 lease token, 2 visibility timeout ms, 3 max deliveries.
 -- A retry after a lost reply (same token) gets the job it was leased, not another one, its
 -- lease renewed to the visibility timeout from now.
 -- First moves due delayed jobs and jobs whose lease ran out back to ready (or, after max
 -- deliveries, to the dead list). Returns {1, delivery number, id, payload} (and, for a job
 -- requeued from the dead list, its attempt since then as a fifth element) or
--- {0, ms until a delayed job is due or a lease runs out, or -2}.
+-- {0, ms until a delayed job is due or a lease runs out, or -2}. While the queue is paused,
+-- due and expired jobs are still made ready but nothing is leased: {0, -2} (the taker
+-- sleeps until resume wakes it).
 -- Every key is read before any is written (a wrong type fails before any write): by the
 -- reads the work needs where there are some, by a type-checking read otherwise; only the
 -- deliveries, when the lease is the first write (nothing reclaimed), are checked by that
@@ -37,6 +39,7 @@ if expiry and expiry > now then
   end
   return handed(1, n, mine, payload, base)
 end
+local paused = redis.call('HEXISTS', KEYS[13], '*') == 1
 local due, expired = overdue(now)
 local top = redis.call('ZRANGE', KEYS[1], 0, 0)
 local reclaiming = #due > 0 or #expired > 0
@@ -53,6 +56,9 @@ if reclaiming then
   end
   reclaim(due, expired, tonumber(ARGV[3]))
   top = redis.call('ZRANGE', KEYS[1], 0, 0)
+end
+if paused then
+  return {0, -2}
 end
 if top[1] then
   local id = top[1]

@@ -24,6 +24,7 @@
 //! as an ack followed by a take.
 
 mod ack_take;
+pub mod groups;
 pub mod scripts;
 mod take;
 
@@ -64,6 +65,11 @@ pub struct QueueKeys {
     reasons: String,
     channel: String,
     notify: String,
+    /// The pauses (a hash: `*` the whole queue, `g:<group>` one group), shared by the queue's
+    /// plain and grouped keys.
+    paused: String,
+    /// The keys of the queue's groups, on the grouped keys ([`QueueKeys::grouped`]).
+    groups: Option<std::sync::Arc<groups::GroupKeys>>,
     /// The calls every job makes, with their keys bound once per queue (a clone shares
     /// them: each job adds only its arguments).
     calls: KeyedCalls,
@@ -223,8 +229,18 @@ impl KeyedCalls {
 impl QueueKeys {
     /// The keys of queue `name`: `<prefix>:{<name>}:q:<part>`.
     pub fn new(keyspace: &Keyspace, name: &str) -> Result<Self, Error> {
+        Self::with_parts(keyspace, name, "q:", None)
+    }
+
+    /// The keys of queue `name` under `<prefix>:{<name>}:<parts><part>`, with `groups`.
+    fn with_parts(
+        keyspace: &Keyspace,
+        name: &str,
+        parts: &str,
+        groups: Option<std::sync::Arc<groups::GroupKeys>>,
+    ) -> Result<Self, Error> {
         let stem = keyspace.stem(name)?;
-        let k = |part: &str| format!("{stem}:q:{part}");
+        let k = |part: &str| format!("{stem}:{parts}{part}");
         let mut keys = QueueKeys {
             name: name.to_owned(),
             ready: k("ready"),
@@ -243,6 +259,8 @@ impl QueueKeys {
             reasons: k("reasons"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
+            paused: format!("{stem}:q:paused"),
+            groups,
             calls: KeyedCalls {
                 push: ScriptCall::new(&scripts::PUSH),
                 dequeue: ScriptCall::new(&scripts::DEQUEUE),
@@ -259,7 +277,11 @@ impl QueueKeys {
                 take: TakeTemplate::default(),
             },
         };
-        keys.calls = KeyedCalls::new(&keys);
+        let mut calls = KeyedCalls::new(&keys);
+        if let Some(g) = &keys.groups {
+            groups::rebind(&mut calls, &keys, g);
+        }
+        keys.calls = calls;
         Ok(keys)
     }
 
@@ -462,6 +484,9 @@ pub enum Pushed {
     Queued(String),
     /// A job with this id is already queued, delayed, running or dead: nothing was written.
     Duplicate(String),
+    /// Its group holds its maximum of ready jobs ([`groups::GroupLimits::max_size`]):
+    /// nothing was written.
+    GroupFull(String),
 }
 
 /// The push of one batch of jobs, in one script call.
@@ -487,6 +512,7 @@ impl OpKind for Push {
             .map(|(flag, id)| match flag {
                 b'1' => Some(Pushed::Queued(id.clone())),
                 b'0' => Some(Pushed::Duplicate(id.clone())),
+                b'2' => Some(Pushed::GroupFull(id.clone())),
                 _ => None,
             })
             .collect::<Option<Vec<_>>>()?;
@@ -663,12 +689,18 @@ fn nack_call(
 /// records the settled delivery for [`SETTLED_KEEP`], so a retry after a lost reply returns
 /// `Ok` only if this delivery's own ack removed the job.
 pub fn ack_call(keys: &QueueKeys, id: &str, token: &str) -> ScriptCall {
-    keys.calls
+    let call = keys
+        .calls
         .ack
         .clone()
         .arg(id)
         .arg(token)
-        .arg(SETTLED_KEEP.as_millis().to_string())
+        .arg(SETTLED_KEEP.as_millis().to_string());
+    match keys.groups {
+        // A grouped job's ack wakes the takers its freed slot may let in.
+        Some(_) => call.arg(&keys.notify),
+        None => call,
+    }
 }
 
 /// [`ack_call`] for the lease `token` of a taken job: the same call, built without copying

@@ -186,8 +186,9 @@ if not blocked_for then
         redis.call('ZREM', KEYS[13], g)
         redis.call('ZADD', KEYS[14], now + math.max(math.ceil(wait / 1000), 1), g)
         eligible = false
+      else
+        chosen_tat = tat
       end
-      chosen_tat = tat
     end
     if eligible then
       chosen = g

@@ -83,7 +83,9 @@ fn child() {
     let q = client
         .queue(&var("GROUPS_QUEUE"))
         .unwrap()
-        .visibility(Duration::from_millis(var("GROUPS_VISIBILITY_MS").parse().unwrap()))
+        .visibility(Duration::from_millis(
+            var("GROUPS_VISIBILITY_MS").parse().unwrap(),
+        ))
         .groups()
         .unwrap();
     let workers: usize = var("GROUPS_WORKERS").parse().unwrap();
@@ -113,7 +115,9 @@ fn child() {
     let mut empty_since: Option<Instant> = None;
     loop {
         let s = q.stats().unwrap();
-        if s.ready + s.delayed + s.in_flight == 0 && grouped_ready(&var("GROUPS_URL"), &var("GROUPS_QUEUE")) == 0 {
+        if s.ready + s.delayed + s.in_flight == 0
+            && grouped_ready(&var("GROUPS_URL"), &var("GROUPS_QUEUE")) == 0
+        {
             let since = *empty_since.get_or_insert_with(Instant::now);
             if since.elapsed() > Duration::from_millis(300) {
                 break;
@@ -139,7 +143,14 @@ fn grouped_ready(url: &str, name: &str) -> u64 {
         .sum()
 }
 
-fn spawn_child(server: &RedisServer, queue: &str, mode: &str, workers: usize, handler_ms: u64, visibility_ms: u64) -> Child {
+fn spawn_child(
+    server: &RedisServer,
+    queue: &str,
+    mode: &str,
+    workers: usize,
+    handler_ms: u64,
+    visibility_ms: u64,
+) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child", "--nocapture", "--test-threads", "1"])
         .env("GROUPS_CHILD", mode)
@@ -259,8 +270,11 @@ fn per_group_concurrency_holds_across_processes() {
     let run = |name: &str, limit: Option<u32>, groups: usize| {
         let q = c.queue(name).unwrap();
         if let Some(n) = limit {
-            q.set_group_limits(LimitsOf::EveryGroup, Some(GroupLimits::new().concurrency(n)))
-                .unwrap();
+            q.set_group_limits(
+                LimitsOf::EveryGroup,
+                Some(GroupLimits::new().concurrency(n)),
+            )
+            .unwrap();
         }
         for g in 0..groups {
             fill(&q, &format!("g{g}"), per_group);
@@ -327,8 +341,11 @@ fn slots_of_a_killed_process_free_at_lease_expiry() {
     let c = client(&server);
     let visibility = Duration::from_millis(300);
     let q = c.queue("killed").unwrap().visibility(visibility);
-    q.set_group_limits(LimitsOf::EveryGroup, Some(GroupLimits::new().concurrency(2)))
-        .unwrap();
+    q.set_group_limits(
+        LimitsOf::EveryGroup,
+        Some(GroupLimits::new().concurrency(2)),
+    )
+    .unwrap();
     fill(&q, "g", 3);
     let mut child = spawn_child(&server, "killed", "hold", 2, 0, 300);
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -341,7 +358,10 @@ fn slots_of_a_killed_process_free_at_lease_expiry() {
     }
     let groups = q.groups().unwrap();
     // The third job is not given while both slots are held.
-    assert!(groups.try_take().unwrap().is_none(), "a third slot was given");
+    assert!(
+        groups.try_take().unwrap().is_none(),
+        "a third slot was given"
+    );
     child.kill().unwrap();
     let killed = Instant::now();
     child.wait().unwrap();
@@ -356,7 +376,10 @@ fn slots_of_a_killed_process_free_at_lease_expiry() {
     );
     job.ack().unwrap();
     // Both leases of the killed process ran out; the other two jobs are taken in turn.
-    let a = groups.take(Duration::from_secs(2)).unwrap().expect("second");
+    let a = groups
+        .take(Duration::from_secs(2))
+        .unwrap()
+        .expect("second");
     let b = groups.take(Duration::from_secs(2)).unwrap().expect("third");
     a.ack().unwrap();
     b.ack().unwrap();
@@ -413,7 +436,10 @@ fn per_group_rate_holds_on_the_server_clock() {
             continue;
         };
         // `<s>.<µs> [0 lua] "HINCRBY" "redlease:{rate}:q:g:deliveries" "a\x1fa-1" "1"`
-        if !(line.contains("lua]") && line.contains("\"HINCRBY\"") && line.contains(":q:g:deliveries")) {
+        if !(line.contains("lua]")
+            && line.contains("\"HINCRBY\"")
+            && line.contains(":q:g:deliveries"))
+        {
             continue;
         }
         let (stamp, rest) = line.split_once(' ').unwrap();
@@ -426,7 +452,10 @@ fn per_group_rate_holds_on_the_server_clock() {
     drop(workers);
     for (g, times) in &starts {
         let first = times[0];
-        let in_window = times.iter().filter(|&&t| t - first <= secs * 1_000_000).count() as i64;
+        let in_window = times
+            .iter()
+            .filter(|&&t| t - first <= secs * 1_000_000)
+            .count() as i64;
         let spacing = times.windows(2).map(|w| w[1] - w[0]).min().unwrap();
         eprintln!("group {g}: {in_window} started in {secs} s, closest {spacing} µs apart");
         // Never more than rate x window + burst (+ 1 for a stamp on the window's edge).
@@ -459,14 +488,23 @@ fn a_rate_limited_job_loses_no_delivery() {
     let groups = q.groups().unwrap();
     let mut last = 0;
     for _ in 0..10 {
-        let job = groups.take(Duration::from_secs(2)).unwrap().expect("the job");
+        let job = groups
+            .take(Duration::from_secs(2))
+            .unwrap()
+            .expect("the job");
         assert_eq!(job.attempt(), 1);
         assert!(job.delivery() > last, "delivery numbers increase");
         last = job.delivery();
-        assert_eq!((job.group(), job.payload()), (Some("partner"), &b"call"[..]));
+        assert_eq!(
+            (job.group(), job.payload()),
+            (Some("partner"), &b"call"[..])
+        );
         job.rate_limit_group(Duration::from_millis(5)).unwrap();
     }
-    let job = groups.take(Duration::from_secs(2)).unwrap().expect("the job");
+    let job = groups
+        .take(Duration::from_secs(2))
+        .unwrap()
+        .expect("the job");
     job.ack().unwrap();
     assert!(q.groups().unwrap().dead_jobs(10).unwrap().is_empty());
     // Through a worker pool too.
@@ -546,7 +584,10 @@ fn an_idle_taker_sleeps_while_every_group_is_blocked() {
         "{} commands in 2 s while every group was blocked: {commands:#?}",
         commands.len()
     );
-    let job = taker.join().unwrap().expect("a job once a group may take again");
+    let job = taker
+        .join()
+        .unwrap()
+        .expect("a job once a group may take again");
     job.ack().unwrap();
 }
 
@@ -561,24 +602,44 @@ fn limits_change_at_run_time_and_a_full_group_refuses_pushes() {
     let server = server();
     let c = client(&server);
     let q = c.queue("limits").unwrap();
-    q.set_group_limits(LimitsOf::EveryGroup, Some(GroupLimits::new().concurrency(1)))
-        .unwrap();
+    q.set_group_limits(
+        LimitsOf::EveryGroup,
+        Some(GroupLimits::new().concurrency(1)),
+    )
+    .unwrap();
     fill(&q, "g", 3);
     let groups = q.groups().unwrap();
     let first = groups.try_take().unwrap().unwrap();
-    assert!(groups.try_take().unwrap().is_none(), "the default limit of 1");
-    q.set_group_limits(LimitsOf::Group("g"), Some(GroupLimits::new().concurrency(2)))
-        .unwrap();
+    assert!(
+        groups.try_take().unwrap().is_none(),
+        "the default limit of 1"
+    );
+    q.set_group_limits(
+        LimitsOf::Group("g"),
+        Some(GroupLimits::new().concurrency(2)),
+    )
+    .unwrap();
     let second = groups.try_take().unwrap().expect("its own limit of 2");
     assert!(groups.try_take().unwrap().is_none());
     q.set_group_limits(LimitsOf::Group("g"), None).unwrap();
     first.ack().unwrap();
-    assert!(groups.try_take().unwrap().is_none(), "the default again: 1 running");
+    assert!(
+        groups.try_take().unwrap().is_none(),
+        "the default again: 1 running"
+    );
     second.ack().unwrap();
-    groups.try_take().unwrap().expect("a slot freed by the ack").ack().unwrap();
-
-    q.set_group_limits(LimitsOf::Group("small"), Some(GroupLimits::new().max_size(2)))
+    groups
+        .try_take()
+        .unwrap()
+        .expect("a slot freed by the ack")
+        .ack()
         .unwrap();
+
+    q.set_group_limits(
+        LimitsOf::Group("small"),
+        Some(GroupLimits::new().max_size(2)),
+    )
+    .unwrap();
     let jobs: Vec<NewJob> = (0..3)
         .map(|i| NewJob {
             id: i.to_string(),
@@ -609,14 +670,21 @@ fn bad_input_and_separate_lanes() {
     let q = c.queue("lanes").unwrap();
     for bad in ["", "a\u{1f}b"] {
         let out = q.push_with("x", PushOptions::new().group(bad));
-        assert!(matches!(out, Err(Error::InvalidArgument(_))), "{bad:?}: {out:?}");
+        assert!(
+            matches!(out, Err(Error::InvalidArgument(_))),
+            "{bad:?}: {out:?}"
+        );
     }
     let groups = q.groups().unwrap();
     assert!(matches!(groups.push("x"), Err(Error::InvalidArgument(_))));
     q.push("plain").unwrap();
-    q.push_with("grouped", PushOptions::new().group("g")).unwrap();
+    q.push_with("grouped", PushOptions::new().group("g"))
+        .unwrap();
     let g = groups.try_take().unwrap().unwrap();
-    assert_eq!((g.payload(), g.group(), g.id().len()), (&b"grouped"[..], Some("g"), 32));
+    assert_eq!(
+        (g.payload(), g.group(), g.id().len()),
+        (&b"grouped"[..], Some("g"), 32)
+    );
     assert!(groups.try_take().unwrap().is_none());
     let p = q.try_take().unwrap().unwrap();
     assert_eq!((p.payload(), p.group()), (&b"plain"[..], None));

@@ -120,8 +120,7 @@ impl Job {
         if !self.queue.keys.is_grouped() {
             return self.nack_after(wait);
         }
-        let call =
-            groups::rate_limited_call(&self.queue.keys, &self.id, self.guard.lease(), wait)?;
+        let call = groups::rate_limited_call(&self.queue.keys, &self.id, self.guard.lease(), wait)?;
         let out = self.guard.finish_with(call);
         crate::observe::job(&self.queue.keys.name, &self.id, "rate limited", None, &out);
         out

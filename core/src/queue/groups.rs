@@ -381,7 +381,13 @@ pub fn set_limits(
         .arg(field)
         .arg(limits.map(|l| l.encode()).unwrap_or_default())
         .arg(&keys.notify);
-    Ok(ScriptOp::new(SetLimits, call, keys.target(), None, deadline))
+    Ok(ScriptOp::new(
+        SetLimits,
+        call,
+        keys.target(),
+        None,
+        deadline,
+    ))
 }
 
 /// The "rate limited for `wait`" answer for the grouped job `id` held as `lease`: the job
@@ -392,6 +398,18 @@ pub fn rate_limited_call(
     keys: &QueueKeys,
     id: &str,
     lease: &Lease,
+    wait: Duration,
+) -> Result<ScriptCall, Error> {
+    let call = rate_limited(keys, id, lease.token.as_str(), wait)?;
+    Ok(keys.settling(call, lease))
+}
+
+/// [`rate_limited_call`] for job `id` leased with `token`, without the record of an
+/// unanswered take attempt ([`QueueKeys::settling`]).
+pub fn rate_limited(
+    keys: &QueueKeys,
+    id: &str,
+    token: &str,
     wait: Duration,
 ) -> Result<ScriptCall, Error> {
     let g = grouped(keys)?;
@@ -407,11 +425,11 @@ pub fn rate_limited_call(
             &g.full,
         ])
         .arg(id)
-        .arg(lease.token.as_str())
+        .arg(token)
         .arg(ceil_ms(wait.min(crate::limits::MAX_DURATION)).to_string())
         .arg(&keys.notify)
         .arg(SETTLED_KEEP.as_millis().to_string());
-    Ok(keys.settling(call, lease))
+    Ok(call)
 }
 
 #[cfg(test)]
@@ -441,11 +459,62 @@ mod tests {
             payload: vec![],
         };
         for bad in ["", "a\u{1f}b", &"x".repeat(MAX_GROUP_LEN + 1)] {
-            let out = push(&keys, bad, std::slice::from_ref(&job), 0, Duration::ZERO, Instant::now());
+            let out = push(
+                &keys,
+                bad,
+                std::slice::from_ref(&job),
+                0,
+                Duration::ZERO,
+                crate::testing::origin(),
+            );
             assert!(matches!(out, Err(Error::InvalidArgument(_))), "{bad:?}");
         }
         let plain = QueueKeys::new(&Keyspace::default(), "q").unwrap();
-        assert!(push(&plain, "a", &[job], 0, Duration::ZERO, Instant::now()).is_err());
+        assert!(
+            push(
+                &plain,
+                "a",
+                &[job],
+                0,
+                Duration::ZERO,
+                crate::testing::origin()
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn a_push_reads_one_flag_per_job_a_full_group_included() {
+        use crate::testing::{Scenario, origin};
+        let keys = QueueKeys::grouped(&Keyspace::default(), "q").unwrap();
+        let jobs: Vec<_> = ["a", "b", "c"]
+            .iter()
+            .map(|id| super::super::NewJob {
+                id: (*id).into(),
+                payload: vec![],
+            })
+            .collect();
+        let op = push(
+            &keys,
+            "g",
+            &jobs,
+            0,
+            Duration::ZERO,
+            origin() + Duration::from_secs(1),
+        )
+        .unwrap();
+        let mut d = Scenario::new(op, origin());
+        let _sent = d.expect_send();
+        d.answer(Reply::Bulk(b"102".to_vec()));
+        use super::super::Pushed::*;
+        assert_eq!(
+            d.expect_done().unwrap(),
+            vec![
+                Queued("a".into()),
+                Duplicate("b".into()),
+                GroupFull("c".into())
+            ]
+        );
     }
 
     #[test]

@@ -494,17 +494,17 @@ mod tests {
                 payload: vec![],
             })
             .collect();
+        let now = origin();
         let op = push(
             &keys,
             "g",
             &jobs,
             0,
             Duration::ZERO,
-            origin() + Duration::from_secs(1),
+            now + Duration::from_secs(1),
         )
         .unwrap();
-        let mut d = Scenario::new(op, origin());
-        let _sent = d.expect_send();
+        let mut d = Scenario::new(op, now);
         d.answer(Reply::Bulk(b"102".to_vec()));
         use super::super::Pushed::*;
         assert_eq!(

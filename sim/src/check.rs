@@ -51,6 +51,9 @@ pub enum Property {
     /// A renewal the watchdog counts as a success ran while the server held the lease for
     /// its token.
     RenewalOnServer,
+    /// A queue's group never has more jobs leased at once (in the server's own record) than
+    /// its concurrency limit.
+    GroupConcurrency,
 }
 
 /// How long a free lease or reentrant lock may keep a waiter asleep (µs): the release
@@ -59,7 +62,7 @@ pub const WAKE_BOUND: u64 = 150_000;
 
 impl Property {
     /// Every property.
-    pub const ALL: [Property; 18] = [
+    pub const ALL: [Property; 19] = [
         Property::Exclusion,
         Property::FenceOrder,
         Property::FencedResource,
@@ -78,6 +81,7 @@ impl Property {
         Property::SettledByHolder,
         Property::LateAttempt,
         Property::RenewalOnServer,
+        Property::GroupConcurrency,
     ];
 
     /// Its index in [`Property::ALL`] (and in [`Judged`]).
@@ -106,6 +110,7 @@ impl Property {
             Property::SettledByHolder => "settled-by-holder",
             Property::LateAttempt => "late-attempt",
             Property::RenewalOnServer => "renewal-on-server",
+            Property::GroupConcurrency => "group-concurrency",
         }
     }
 
@@ -132,6 +137,8 @@ impl Property {
                 FaultSet::NONE
             }
             Property::JobSettled => FaultSet::of(&data_loss),
+            // Data loss forgets the limits and the leases a group holds.
+            Property::GroupConcurrency => FaultSet::of(&data_loss),
             // A push handed over twice whose copy arrives after the job was acked pushes it
             // again (a push is not idempotent once the job is forgotten: `push_unique` is).
             Property::SingleAck | Property::DeliveryUnique => FaultSet::of(&[
@@ -255,6 +262,7 @@ pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) 
     jobs(h, &mut out);
     liveness(h, &mut out);
     server_record(h, &mut out);
+    group_concurrency(h, &mut out);
     if out.on(Property::Progress) {
         out.judge(Property::Progress, 1);
     }
@@ -278,6 +286,45 @@ pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) 
     }
     let judged = out.judged;
     (found, judged)
+}
+
+/// No group over its concurrency limit ([`crate::scenario::GROUP_CONCURRENCY`]): at each
+/// start of a grouped job's lease on the server (a job id `<group>\u{1f}<id>`), the leases
+/// of its group that are open then, itself included, are at most the limit.
+fn group_concurrency(h: &History, out: &mut Out<'_>) {
+    if !out.on(Property::GroupConcurrency) {
+        return;
+    }
+    let group = |r: &str| r.split_once('\u{1f}').map(|(g, _)| g.to_owned());
+    let mut by: HashMap<String, Vec<(u64, u64, &str)>> = HashMap::new();
+    for sp in &h.spans {
+        if let Some(g) = group(&sp.resource) {
+            by.entry(g)
+                .or_default()
+                .push((sp.from, sp.until, sp.resource.as_str()));
+        }
+    }
+    for (g, spans) in &by {
+        for &(from, _, id) in spans {
+            out.judge(Property::GroupConcurrency, 1);
+            let open: Vec<&str> = spans
+                .iter()
+                .filter(|(f, u, _)| *f <= from && from < *u)
+                .map(|s| s.2)
+                .collect();
+            if open.len() > crate::scenario::GROUP_CONCURRENCY {
+                out.push(
+                    Property::GroupConcurrency,
+                    from,
+                    format!(
+                        "group {g}: {} leases at once when {id:?} was taken (limit {}): {open:?}",
+                        open.len(),
+                        crate::scenario::GROUP_CONCURRENCY
+                    ),
+                );
+            }
+        }
+    }
 }
 
 fn start_of(h: &History, i: usize) -> u64 {
@@ -997,6 +1044,9 @@ impl Property {
             }
             Property::RenewalOnServer => {
                 "A renewal the watchdog counts as a success ran while the server held the lease for its token (a reentrant lock: for its owner); it is judged under data loss too: the first renewal after a key is lost must report the loss"
+            }
+            Property::GroupConcurrency => {
+                "A queue's group never has more jobs leased at once than its concurrency limit, by the server's own record of leases (a lease counts from its take until its ack, nack, give-back or expiry)"
             }
             Property::LateAttempt => {
                 "An attempt of an answered acquisition (a request held past its retry) that runs after the grant was released, acked or nacked takes nothing: not a lock, permit or job (an unfenced lock's bare `SET NX PX` excepted, and an attempt arriving after the grant ran out but before it was settled: both documented)"

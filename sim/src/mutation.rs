@@ -40,11 +40,14 @@ pub enum Mutation {
     /// Issue 26 item 3: a delayed push or a nack's backoff is due at the server's clock
     /// rounded down plus the delay (early by up to a millisecond).
     DueFloored,
+    /// The group take counts a group full only past its limit (`>` for `>=`): one lease
+    /// more than the concurrency limit.
+    GroupOverLimit,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 11] = [
+    pub const ALL: [Mutation; 12] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -56,6 +59,7 @@ impl Mutation {
         Mutation::TakeKeepsFirstLease,
         Mutation::NoUndoneAfterRetry,
         Mutation::DueFloored,
+        Mutation::GroupOverLimit,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
@@ -108,6 +112,12 @@ const ACK_UNDONE_SWAP: Swap = Swap {
     to: "if false then",
 };
 
+const GROUP_LIMIT_SWAP: Swap = Swap {
+    script: &redlease_core::queue::groups::GROUP_TAKE,
+    from: "if live >= l.c then",
+    to: "if live > l.c then",
+};
+
 const DUE_SWAPS: [Swap; 2] = [
     Swap {
         script: &PUSH,
@@ -131,6 +141,7 @@ impl Mutation {
             Mutation::TakeKeepsFirstLease => std::slice::from_ref(&TAKE_REFRESH_SWAP),
             Mutation::NoUndoneAfterRetry => std::slice::from_ref(&ACK_UNDONE_SWAP),
             Mutation::DueFloored => &DUE_SWAPS,
+            Mutation::GroupOverLimit => std::slice::from_ref(&GROUP_LIMIT_SWAP),
             _ => &[],
         }
     }

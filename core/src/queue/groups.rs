@@ -367,6 +367,22 @@ pub fn set_limits(
     limits: Option<GroupLimits>,
     deadline: Instant,
 ) -> Result<ScriptOp<SetLimits>, Error> {
+    let call = limits_call(keys, of, limits)?;
+    Ok(ScriptOp::new(
+        SetLimits,
+        call,
+        keys.target(),
+        None,
+        deadline,
+    ))
+}
+
+/// The script call of [`set_limits`] (it answers 1).
+pub fn limits_call(
+    keys: &QueueKeys,
+    of: LimitsOf<'_>,
+    limits: Option<GroupLimits>,
+) -> Result<ScriptCall, Error> {
     let g = grouped(keys)?;
     let field = match of {
         LimitsOf::EveryGroup => "*".to_owned(),
@@ -381,13 +397,7 @@ pub fn set_limits(
         .arg(field)
         .arg(limits.map(|l| l.encode()).unwrap_or_default())
         .arg(&keys.notify);
-    Ok(ScriptOp::new(
-        SetLimits,
-        call,
-        keys.target(),
-        None,
-        deadline,
-    ))
+    Ok(call)
 }
 
 /// The "rate limited for `wait`" answer for the grouped job `id` held as `lease`: the job

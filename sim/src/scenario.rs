@@ -79,7 +79,7 @@ impl Primitive {
         use Primitive::*;
         use Property as P;
         match property {
-            P::Exclusion => !matches!(self, Semaphore | Queue),
+            P::Exclusion => !matches!(self, Semaphore | Queue | Groups),
             P::FenceOrder | P::FencedResource => {
                 matches!(self, Lease | Reentrant | Fair | ReadWrite)
             }

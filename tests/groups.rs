@@ -692,3 +692,50 @@ fn bad_input_and_separate_lanes() {
     g.ack().unwrap();
     p.ack().unwrap();
 }
+
+/// A take's server time does not grow with the number of groups: 1,000 takes from a queue
+/// of 10 groups and from one of 10,000 groups (100,000 with GROUPS_FULL), one job each
+/// beyond the first 10, cost at most 1.2x as much per call (`INFO commandstats`, the
+/// scripts' `usec_per_call`).
+#[test]
+fn a_take_costs_the_same_at_many_groups() {
+    let _g = exclusive();
+    let server = server();
+    let c = client(&server);
+    let mut conn = testkit::connection(&server);
+    let many = if full() { 100_000 } else { 10_000 };
+    let per_take = |name: &str, groups: usize, conn: &mut redis::Connection| {
+        let q = c.queue(name).unwrap();
+        for g in 0..groups {
+            fill(&q, &format!("g{g}"), if groups <= 10 { 200 } else { 1 });
+        }
+        let groups_q = q.groups().unwrap();
+        // The scripts loaded, then counted from zero.
+        groups_q.try_take().unwrap().unwrap().ack().unwrap();
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(conn).unwrap();
+        let mut held = Vec::new();
+        for _ in 0..1000 {
+            held.push(groups_q.try_take().unwrap().expect("a job"));
+        }
+        let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+        for job in held {
+            job.abandon();
+        }
+        let line = info
+            .lines()
+            .find(|l| l.starts_with("cmdstat_evalsha:"))
+            .unwrap()
+            .to_owned();
+        let usec: f64 = line
+            .split(',')
+            .find_map(|f| f.strip_prefix("usec_per_call="))
+            .unwrap()
+            .parse()
+            .unwrap();
+        usec
+    };
+    let few = per_take("few", 10, &mut conn);
+    let lots = per_take("lots", many, &mut conn);
+    eprintln!("a take: {few:.2} µs at 10 groups, {lots:.2} µs at {many} groups ({:.3}x)", lots / few);
+    assert!(lots <= few * 1.2, "{lots:.2} µs at {many} groups, {few:.2} µs at 10");
+}

@@ -736,6 +736,12 @@ fn a_take_costs_the_same_at_many_groups() {
     };
     let few = per_take("few", 10, &mut conn);
     let lots = per_take("lots", many, &mut conn);
-    eprintln!("a take: {few:.2} µs at 10 groups, {lots:.2} µs at {many} groups ({:.3}x)", lots / few);
-    assert!(lots <= few * 1.2, "{lots:.2} µs at {many} groups, {few:.2} µs at 10");
+    eprintln!(
+        "a take: {few:.2} µs at 10 groups, {lots:.2} µs at {many} groups ({:.3}x)",
+        lots / few
+    );
+    assert!(
+        lots <= few * 1.2,
+        "{lots:.2} µs at {many} groups, {few:.2} µs at 10"
+    );
 }

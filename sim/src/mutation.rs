@@ -4,7 +4,7 @@
 
 use redlease_core::Command;
 use redlease_core::lease::scripts::{ACQUIRE, EXTEND, RELEASE};
-use redlease_core::queue::scripts::{ACK, DEQUEUE, NACK, PUSH};
+use redlease_core::queue::scripts::{ACK, DEQUEUE, NACK, PUSH, PUSH_DEDUP};
 use redlease_core::script::Script;
 
 /// A planted bug.
@@ -43,11 +43,14 @@ pub enum Mutation {
     /// The group take counts a group full only past its limit (`>` for `>=`): one lease
     /// more than the concurrency limit.
     GroupOverLimit,
+    /// Issue 29: a push with a dedup id until done queues a new job even while the job
+    /// holding the id lives.
+    DedupIgnoresLiveJob,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 12] = [
+    pub const ALL: [Mutation; 13] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -60,6 +63,7 @@ impl Mutation {
         Mutation::NoUndoneAfterRetry,
         Mutation::DueFloored,
         Mutation::GroupOverLimit,
+        Mutation::DedupIgnoresLiveJob,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
@@ -131,6 +135,12 @@ const DUE_SWAPS: [Swap; 2] = [
     },
 ];
 
+const DEDUP_SWAP: Swap = Swap {
+    script: &PUSH_DEDUP,
+    from: "if j and not (mode == 'l' and state == 'dead') then",
+    to: "if false then",
+};
+
 impl Mutation {
     fn swaps(self) -> &'static [Swap] {
         match self {
@@ -142,6 +152,7 @@ impl Mutation {
             Mutation::NoUndoneAfterRetry => std::slice::from_ref(&ACK_UNDONE_SWAP),
             Mutation::DueFloored => &DUE_SWAPS,
             Mutation::GroupOverLimit => std::slice::from_ref(&GROUP_LIMIT_SWAP),
+            Mutation::DedupIgnoresLiveJob => std::slice::from_ref(&DEDUP_SWAP),
             _ => &[],
         }
     }

@@ -187,3 +187,14 @@ fn a_group_take_that_counts_full_past_the_limit_runs_one_too_many() {
         50,
     );
 }
+
+#[test]
+fn a_dedup_push_that_ignores_the_live_job_holding_its_id_breaks_dedup_one_live() {
+    caught(
+        Primitive::Queue,
+        Mutation::DedupIgnoresLiveJob,
+        &[],
+        Property::DedupOneLive,
+        20,
+    );
+}

@@ -24,11 +24,13 @@
 //! as an ack followed by a take.
 
 mod ack_take;
+pub mod dedup;
 pub mod groups;
 pub mod scripts;
 mod take;
 
 pub use ack_take::{AckAndTake, AckedAndTaken, ack_and_take, ack_and_take_call};
+pub use dedup::{Dedup, DedupOutcome, JobState, PushDedup, push_dedup};
 pub use take::{Take, TakeJob, TakenJob};
 
 use std::time::{Duration, Instant};
@@ -63,6 +65,12 @@ pub struct QueueKeys {
     undone: String,
     /// Why each dead job died (the handler's error), by id.
     reasons: String,
+    /// Deduplication ([`dedup`]): dedup id -> the job holding it; job -> its entry; the
+    /// throttle windows (zset dedup id -> until) and their jobs.
+    dedup: String,
+    dedup_of: String,
+    throttle: String,
+    throttled: String,
     channel: String,
     notify: String,
     /// The pauses (a hash: `*` the whole queue, `g:<group>` one group), shared by the queue's
@@ -257,6 +265,10 @@ impl QueueKeys {
             settled: k("settled"),
             undone: k("undone"),
             reasons: k("reasons"),
+            dedup: k("dedup"),
+            dedup_of: k("dedup_of"),
+            throttle: k("throttle"),
+            throttled: k("throttled"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
             paused: format!("{stem}:q:paused"),
@@ -937,6 +949,8 @@ pub fn delete_dead(
             &keys.deliveries,
             &keys.bases,
             &keys.reasons,
+            &keys.dedup,
+            &keys.dedup_of,
         ])
         .arg(id.unwrap_or(""))
         .arg(if id.is_none() { "all" } else { "one" });

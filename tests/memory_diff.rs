@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 use redlease::core::keys::Keyspace;
 use redlease::core::lease::{LockSpec, Token};
 use redlease::core::queue::batch;
+use redlease::core::queue::groups::{self, GroupLimits, LimitsOf};
 use redlease::core::queue::pause::{self, PauseScope};
 use redlease::core::queue::{self, NewJob, QueueKeys, QueueSettings};
 use redlease::core::rate::{self, RateLimit, RateLimiterSpec};
@@ -116,6 +117,7 @@ fn all_scripts() -> Vec<&'static Script> {
     let mut v: Vec<&'static Script> = redlease::core::lease::SCRIPTS.to_vec();
     v.extend(redlease::core::queue::scripts::ALL.iter().copied());
     v.extend(redlease::core::rate::scripts::ALL.iter().copied());
+    v.extend(redlease::core::queue::groups::ALL.iter().copied());
     v
 }
 
@@ -552,9 +554,12 @@ enum Family {
     /// The data commands scripts call, sent directly with odd arguments (negative
     /// indexes, exclusive and infinite bounds, fractional scores, wrong types).
     Data,
+    /// A queue's job groups: pushes into groups, fair takes under limits, acks, nacks,
+    /// "rate limited" answers, limit changes.
+    Groups,
 }
 
-const FAMILIES: [Family; 9] = [
+const FAMILIES: [Family; 10] = [
     Family::Lease,
     Family::Reentrant,
     Family::Fair,
@@ -564,6 +569,7 @@ const FAMILIES: [Family; 9] = [
     Family::Plain,
     Family::Data,
     Family::Rate,
+    Family::Groups,
 ];
 
 struct Op {
@@ -662,6 +668,12 @@ impl Seq {
             Family::Semaphore => SemaphoreKeys::new(ks, "r").unwrap().notify,
             Family::Queue => {
                 let keys = QueueKeys::new(ks, "r").unwrap();
+                queue::take(&keys, t, &QueueSettings::default())
+                    .unwrap()
+                    .notify
+            }
+            Family::Groups => {
+                let keys = QueueKeys::grouped(ks, "r").unwrap();
                 queue::take(&keys, t, &QueueSettings::default())
                     .unwrap()
                     .notify
@@ -849,6 +861,7 @@ impl Seq {
             Family::Plain => self.plain_op(),
             Family::Data => self.data_op(),
             Family::Rate => self.rate_op(),
+            Family::Groups => self.group_op(),
         }
     }
 
@@ -869,6 +882,106 @@ impl Seq {
             6..=7 => self.machine_op(rate::peek(&spec, deadline), Cmp::Rate),
             8 => self.machine_op(rate::reset(&spec, deadline), Cmp::Exact),
             _ => self.poke(&[spec.key().to_owned()]),
+        }
+    }
+
+    /// A queue's groups: the same shape as [`Seq::queue_op`] on the grouped keys, with
+    /// limits (a concurrency of 1 or 2, a rate of 1 per 10 min: decisions that do not
+    /// depend on where in the grid's window a command lands).
+    fn group_op(&mut self) -> Op {
+        let keys = QueueKeys::grouped(&self.keyspace, "r").unwrap();
+        let settings = QueueSettings {
+            visibility: self.queue_dur,
+            max_deliveries: 1 + self.rng.below(3) as u32,
+        };
+        let now = Instant::now();
+        let pick = self.rng.below(20);
+        let timed = matches!(pick, 0..=13);
+        if timed && self.timed {
+            return self.machine_op(queue::stats(&keys, now), Cmp::Exact);
+        }
+        self.timed |= timed;
+        let group = *self.rng.pick(&["a", "b", "c"]);
+        match pick {
+            0..=4 => {
+                let n = 1 + self.rng.below(3);
+                let jobs: Vec<NewJob> = (0..n)
+                    .map(|_| NewJob {
+                        id: self.fresh("job"),
+                        payload: vec![self.rng.next() as u8],
+                    })
+                    .collect();
+                let priority = *self.rng.pick(&[0u8, 0, 5]);
+                let delay = if self.rng.chance(20) {
+                    self.queue_dur
+                } else {
+                    Duration::ZERO
+                };
+                let op = groups::push(&keys, group, &jobs, priority, delay, now).unwrap();
+                self.machine_op(op, Cmp::Exact)
+            }
+            5..=8 => {
+                let token = self.fresh("tk");
+                let spec = queue::take(&keys, Token::new(token).unwrap(), &settings).unwrap();
+                self.script_op(&spec.acquire, Cmp::Take)
+            }
+            9..=10 if !self.taken.is_empty() => {
+                let (id, token) = self.rng.pick(&self.taken).clone();
+                self.script_op(&queue::ack_call(&keys, &id, &token), Cmp::Exact)
+            }
+            11 if !self.taken.is_empty() => {
+                let (id, token) = self.rng.pick(&self.taken).clone();
+                let call = queue::nack(&keys, &id, &token, Duration::ZERO, settings.max_deliveries);
+                self.script_op(&call, Cmp::Exact)
+            }
+            12 if !self.taken.is_empty() => {
+                let (id, token) = self.rng.pick(&self.taken).clone();
+                let call = groups::rate_limited(&keys, &id, &token, self.queue_dur).unwrap();
+                self.script_op(&call, Cmp::Exact)
+            }
+            13 if !self.taken.is_empty() => {
+                let (_, token) = self.rng.pick(&self.taken).clone();
+                let spec = queue::take(&keys, Token::new(token).unwrap(), &settings).unwrap();
+                let undo = spec.undo.expect("a take has an undo");
+                self.script_op(&undo, Cmp::Exact)
+            }
+            14..=16 => {
+                let limits = match self.rng.below(4) {
+                    0 => None,
+                    1 => Some(GroupLimits::new().concurrency(1 + self.rng.below(2) as u32)),
+                    2 => Some(GroupLimits::new().max_size(2)),
+                    _ => Some(
+                        GroupLimits::new().rate(
+                            RateLimit::new(
+                                1,
+                                Duration::from_secs(600),
+                                1 + self.rng.below(3) as u64,
+                            )
+                            .unwrap(),
+                        ),
+                    ),
+                };
+                let of = match self.rng.below(3) {
+                    0 => LimitsOf::EveryGroup,
+                    1 => LimitsOf::Group(group),
+                    _ => LimitsOf::Queue,
+                };
+                let op = groups::set_limits(&keys, of, limits, now).unwrap();
+                self.machine_op(op, Cmp::Exact)
+            }
+            17 => self.machine_op(queue::dead_jobs(&keys, 10, now), Cmp::Exact),
+            18 if self.rng.chance(30) => {
+                let stem = self.keyspace.stem("r").unwrap();
+                let all: Vec<String> = [
+                    "ready", "payloads", "inflight", "leases", "ring", "blocked", "full", "limits",
+                    "turn", "rate", "r:a", "i:b", "t:c",
+                ]
+                .iter()
+                .map(|p| format!("{stem}:q:g:{p}"))
+                .collect();
+                self.poke(&all)
+            }
+            _ => self.machine_op(queue::stats(&keys, now), Cmp::Exact),
         }
     }
 
@@ -1242,6 +1355,13 @@ impl Seq {
             && let [Reply::Int(1), _, Reply::Bulk(id), _] = items
         {
             let token = String::from_utf8_lossy(&op.command.args()[16]).into_owned();
+            self.taken
+                .push((String::from_utf8_lossy(id).into_owned(), token));
+        }
+        if is(&groups::GROUP_TAKE)
+            && let [Reply::Int(1), _, Reply::Bulk(id), ..] = items
+        {
+            let token = String::from_utf8_lossy(&op.command.args()[23]).into_owned();
             self.taken
                 .push((String::from_utf8_lossy(id).into_owned(), token));
         }

@@ -101,7 +101,8 @@ pub use connect::ConnectionTarget;
 pub use legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
 pub use lock::{LockBuilder, LockGuard, WithLockError};
 pub use queue::{
-    AckedAndNext, HandlerError, Job, JobError, PushOptions, Queue, Retry, WorkerReport, Workers,
+    AckedAndNext, GroupLimits, HandlerError, Job, JobError, LimitsOf, PushOptions, Queue, Retry,
+    WorkerReport, Workers,
 };
 pub use rate_limit::{Decision, RateLimit, RateLimiter, RateLimiterBuilder};
 pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};

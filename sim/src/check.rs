@@ -51,6 +51,9 @@ pub enum Property {
     /// A renewal the watchdog counts as a success ran while the server held the lease for
     /// its token.
     RenewalOnServer,
+    /// A queue's group never has more jobs leased at once (in the server's own record) than
+    /// its concurrency limit.
+    GroupConcurrency,
     /// No two live jobs for one dedup id in a mode that forbids it (until done).
     DedupOneLive,
     /// No job is leased while the queue is paused (between a pause and a resume as they ran
@@ -64,7 +67,7 @@ pub const WAKE_BOUND: u64 = 150_000;
 
 impl Property {
     /// Every property.
-    pub const ALL: [Property; 20] = [
+    pub const ALL: [Property; 21] = [
         Property::Exclusion,
         Property::FenceOrder,
         Property::FencedResource,
@@ -83,6 +86,7 @@ impl Property {
         Property::SettledByHolder,
         Property::LateAttempt,
         Property::RenewalOnServer,
+        Property::GroupConcurrency,
         Property::DedupOneLive,
         Property::NothingLeasedWhilePaused,
     ];
@@ -113,6 +117,7 @@ impl Property {
             Property::SettledByHolder => "settled-by-holder",
             Property::LateAttempt => "late-attempt",
             Property::RenewalOnServer => "renewal-on-server",
+            Property::GroupConcurrency => "group-concurrency",
             Property::DedupOneLive => "dedup-one-live",
             Property::NothingLeasedWhilePaused => "nothing-leased-while-paused",
         }
@@ -141,10 +146,12 @@ impl Property {
                 FaultSet::NONE
             }
             // Data loss forgets the entry with (or without) its job.
-            // Data loss may forget the pause itself (the flag is a key like any other).
-            Property::JobSettled | Property::DedupOneLive | Property::NothingLeasedWhilePaused => {
-                FaultSet::of(&data_loss)
-            }
+            // Data loss may forget the pause itself (the flag is a key like any other), and
+            // forgets the limits and the leases a group holds.
+            Property::JobSettled
+            | Property::DedupOneLive
+            | Property::NothingLeasedWhilePaused
+            | Property::GroupConcurrency => FaultSet::of(&data_loss),
             // A push handed over twice whose copy arrives after the job was acked pushes it
             // again (a push is not idempotent once the job is forgotten: `push_unique` is).
             Property::SingleAck | Property::DeliveryUnique => FaultSet::of(&[
@@ -269,6 +276,7 @@ pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) 
     liveness(h, &mut out);
     server_record(h, &mut out);
     paused(h, &mut out);
+    group_concurrency(h, &mut out);
     if out.on(Property::Progress) {
         out.judge(Property::Progress, 1);
     }
@@ -330,6 +338,45 @@ fn paused(h: &History, out: &mut Out<'_>) {
                     sp.resource, sp.token, sp.from
                 ),
             );
+        }
+    }
+}
+
+/// No group over its concurrency limit ([`crate::scenario::GROUP_CONCURRENCY`]): at each
+/// start of a grouped job's lease on the server (a job id `<group>\u{1f}<id>`), the leases
+/// of its group that are open then, itself included, are at most the limit.
+fn group_concurrency(h: &History, out: &mut Out<'_>) {
+    if !out.on(Property::GroupConcurrency) {
+        return;
+    }
+    let group = |r: &str| r.split_once('\u{1f}').map(|(g, _)| g.to_owned());
+    let mut by: HashMap<String, Vec<(u64, u64, &str)>> = HashMap::new();
+    for sp in &h.spans {
+        if let Some(g) = group(&sp.resource) {
+            by.entry(g)
+                .or_default()
+                .push((sp.from, sp.until, sp.resource.as_str()));
+        }
+    }
+    for (g, spans) in &by {
+        for &(from, _, id) in spans {
+            out.judge(Property::GroupConcurrency, 1);
+            let open: Vec<&str> = spans
+                .iter()
+                .filter(|(f, u, _)| *f <= from && from < *u)
+                .map(|s| s.2)
+                .collect();
+            if open.len() > crate::scenario::GROUP_CONCURRENCY {
+                out.push(
+                    Property::GroupConcurrency,
+                    from,
+                    format!(
+                        "group {g}: {} leases at once when {id:?} was taken (limit {}): {open:?}",
+                        open.len(),
+                        crate::scenario::GROUP_CONCURRENCY
+                    ),
+                );
+            }
         }
     }
 }
@@ -1079,6 +1126,9 @@ impl Property {
             }
             Property::RenewalOnServer => {
                 "A renewal the watchdog counts as a success ran while the server held the lease for its token (a reentrant lock: for its owner); it is judged under data loss too: the first renewal after a key is lost must report the loss"
+            }
+            Property::GroupConcurrency => {
+                "A queue's group never has more jobs leased at once than its concurrency limit, by the server's own record of leases (a lease counts from its take until its ack, nack, give-back or expiry)"
             }
             Property::DedupOneLive => {
                 "No two live jobs for one dedup id in a mode that forbids it: a push with a dedup id until done queues a job only after every job it queued before for that id was acked (a dead job holds the id)"

@@ -40,6 +40,9 @@ pub enum Mutation {
     /// Issue 26 item 3: a delayed push or a nack's backoff is due at the server's clock
     /// rounded down plus the delay (early by up to a millisecond).
     DueFloored,
+    /// The group take counts a group full only past its limit (`>` for `>=`): one lease
+    /// more than the concurrency limit.
+    GroupOverLimit,
     /// Issue 29: a push with a dedup id until done queues a new job even while the job
     /// holding the id lives.
     DedupIgnoresLiveJob,
@@ -50,7 +53,7 @@ pub enum Mutation {
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 13] = [
+    pub const ALL: [Mutation; 14] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -62,6 +65,7 @@ impl Mutation {
         Mutation::TakeKeepsFirstLease,
         Mutation::NoUndoneAfterRetry,
         Mutation::DueFloored,
+        Mutation::GroupOverLimit,
         Mutation::DedupIgnoresLiveJob,
         Mutation::PauseIgnored,
     ];
@@ -116,6 +120,12 @@ const ACK_UNDONE_SWAP: Swap = Swap {
     to: "if false then",
 };
 
+const GROUP_LIMIT_SWAP: Swap = Swap {
+    script: &redlease_core::queue::groups::GROUP_TAKE,
+    from: "if live >= l.c then",
+    to: "if live > l.c then",
+};
+
 const DUE_SWAPS: [Swap; 2] = [
     Swap {
         script: &PUSH,
@@ -157,6 +167,7 @@ impl Mutation {
             Mutation::TakeKeepsFirstLease => std::slice::from_ref(&TAKE_REFRESH_SWAP),
             Mutation::NoUndoneAfterRetry => std::slice::from_ref(&ACK_UNDONE_SWAP),
             Mutation::DueFloored => &DUE_SWAPS,
+            Mutation::GroupOverLimit => std::slice::from_ref(&GROUP_LIMIT_SWAP),
             Mutation::DedupIgnoresLiveJob => std::slice::from_ref(&DEDUP_SWAP),
             Mutation::PauseIgnored => &PAUSE_SWAPS,
             _ => &[],

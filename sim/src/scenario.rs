@@ -33,11 +33,17 @@ pub enum Primitive {
     Queue,
     /// RedLock over three or five masters.
     RedLock,
+    /// The reliable queue's job groups: two groups, each with a concurrency limit of
+    /// [`GROUP_CONCURRENCY`], three workers.
+    Groups,
 }
+
+/// The concurrency limit of each group in [`Primitive::Groups`] runs.
+pub const GROUP_CONCURRENCY: usize = 1;
 
 impl Primitive {
     /// Every primitive.
-    pub const ALL: [Primitive; 7] = [
+    pub const ALL: [Primitive; 8] = [
         Primitive::Lease,
         Primitive::Reentrant,
         Primitive::Fair,
@@ -45,6 +51,7 @@ impl Primitive {
         Primitive::Semaphore,
         Primitive::Queue,
         Primitive::RedLock,
+        Primitive::Groups,
     ];
 
     /// Its name in reports and in `SIM_PRIMITIVE`.
@@ -57,6 +64,7 @@ impl Primitive {
             Primitive::Semaphore => "semaphore",
             Primitive::Queue => "queue",
             Primitive::RedLock => "redlock",
+            Primitive::Groups => "groups",
         }
     }
 
@@ -71,18 +79,17 @@ impl Primitive {
         use Primitive::*;
         use Property as P;
         match property {
-            P::Exclusion => !matches!(self, Semaphore | Queue),
+            P::Exclusion => !matches!(self, Semaphore | Queue | Groups),
             P::FenceOrder | P::FencedResource => {
                 matches!(self, Lease | Reentrant | Fair | ReadWrite)
             }
             P::Permits => self == Semaphore,
             P::Fifo => matches!(self, Semaphore | Fair),
-            P::JobSettled
-            | P::SingleAck
-            | P::DeliveryUnique
-            | P::NotBeforeDue
-            | P::DedupOneLive
-            | P::NothingLeasedWhilePaused => self == Queue,
+            P::JobSettled | P::SingleAck | P::DeliveryUnique | P::NotBeforeDue => {
+                matches!(self, Queue | Groups)
+            }
+            P::DedupOneLive | P::NothingLeasedWhilePaused => self == Queue,
+            P::GroupConcurrency => self == Groups,
             P::WakeWhenFree => matches!(self, Lease | Reentrant),
             P::NoRenewalAfterRelease | P::LossInTime | P::RenewalOnServer => self != RedLock,
             P::WaiterDeadline | P::Progress | P::HeldOnServer | P::SettledByHolder => true,
@@ -166,6 +173,7 @@ pub fn build(spec: &RunSpec) -> (World, Plan) {
     // The server's record of holds: the keys each primitive keeps its holders in.
     world.watch(match p {
         Primitive::Queue => Watched::queue("q"),
+        Primitive::Groups => Watched::grouped("q"),
         Primitive::Semaphore => Watched::lock("semaphore", "s"),
         Primitive::RedLock => Watched::lock("lease", "red"),
         Primitive::Reentrant => Watched::lock("reentrant", "l"),
@@ -178,7 +186,8 @@ pub fn build(spec: &RunSpec) -> (World, Plan) {
         .has(Fault::FailoverMinReplicas)
         .then_some((1, Duration::from_millis(20)));
     match p {
-        Primitive::Queue => queue(&mut world, &mut rng, clients, window, ttl_d),
+        Primitive::Queue => queue(&mut world, &mut rng, clients, window, ttl_d, false),
+        Primitive::Groups => queue(&mut world, &mut rng, clients, window, ttl_d, true),
         Primitive::Semaphore => {
             let permits = between(&mut rng, 1, 4);
             world.initial_permits(permits);
@@ -319,20 +328,47 @@ fn lock_tasks(
     }
 }
 
-fn queue(world: &mut World, rng: &mut SplitMix64, clients: usize, window: u64, ttl: Duration) {
-    let keys = QueueKeys::new(&Keyspace::default(), "q").unwrap_or_else(|e| panic!("{e}"));
+fn queue(
+    world: &mut World,
+    rng: &mut SplitMix64,
+    clients: usize,
+    window: u64,
+    ttl: Duration,
+    grouped: bool,
+) {
+    let keys = if grouped {
+        let keys = QueueKeys::grouped(&Keyspace::default(), "q").unwrap_or_else(|e| panic!("{e}"));
+        // Every group: GROUP_CONCURRENCY at a time (set before the workers start).
+        let limit =
+            redlease_core::queue::groups::GroupLimits::new().concurrency(GROUP_CONCURRENCY as u32);
+        let set = redlease_core::queue::groups::limits_call(
+            &keys,
+            redlease_core::queue::groups::LimitsOf::EveryGroup,
+            Some(limit),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        world.seed(&set.eval());
+        keys
+    } else {
+        QueueKeys::new(&Keyspace::default(), "q").unwrap_or_else(|e| panic!("{e}"))
+    };
     let settings = QueueSettings {
         visibility: ttl,
         max_deliveries: 3,
     };
     let mut actions = Vec::new();
     let mut n = 0;
-    for _ in 0..between(rng, 1, 4) {
+    for batch in 0..between(rng, 1, 4) {
         let jobs: Vec<NewJob> = (0..between(rng, 1, 4))
             .map(|_| {
                 n += 1;
                 NewJob {
-                    id: format!("j{n}"),
+                    // Grouped: the first letter is the group.
+                    id: if grouped {
+                        format!("{}{n}", if batch % 2 == 0 { 'a' } else { 'b' })
+                    } else {
+                        format!("j{n}")
+                    },
                     payload: vec![b'x'],
                 }
             })
@@ -354,7 +390,9 @@ fn queue(world: &mut World, rng: &mut SplitMix64, clients: usize, window: u64, t
     // (the draws above and below stay those of the seeds before dedup existed).
     let mut d = rng.clone();
     let mut dedup = Vec::new();
-    for i in 0..between(&mut d, 2, 8) {
+    // (Not on a queue's groups: a dedup push has no group.)
+    let dedup_count = if grouped { 0 } else { between(&mut d, 2, 8) };
+    for i in 0..dedup_count {
         dedup.push(Action::PushDedup {
             keys: keys.clone(),
             dedup_id: format!("u{}", between(&mut d, 0, 3)),
@@ -388,7 +426,12 @@ fn queue(world: &mut World, rng: &mut SplitMix64, clients: usize, window: u64, t
     // Workers go on well past the faults: every job is then acked or dead (each job the
     // dedup pushes may add: three deliveries of up to twice the visibility timeout).
     let until = window * 2 + 10 * ttl_us + 2_000_000 + dedup_pushes * 6 * ttl_us;
-    for w in 0..between(rng, 1, 3) as usize {
+    let workers = if grouped {
+        3
+    } else {
+        between(rng, 1, 3) as usize
+    };
+    for w in 0..workers {
         let watch = chance(rng, 60);
         world.add_task(
             (w + 1) % clients,

@@ -460,6 +460,17 @@ impl World {
         );
     }
 
+    /// Runs `command` on every node before the run (a queue's group limits: as if set before
+    /// the workers started), kept by its persisted copy and replica.
+    pub fn seed(&mut self, command: &redlease_core::Command) {
+        for node in &mut self.nodes {
+            let _ = node.server.execute(command);
+            let snap = node.server.snapshot();
+            node.persisted = snap.clone();
+            node.replica = snap;
+        }
+    }
+
     /// Sets the permit count the checker starts from.
     pub fn initial_permits(&mut self, permits: u64) {
         self.history.permits.push((0, permits));
@@ -1675,8 +1686,24 @@ impl World {
             }
             Action::Push { keys, jobs, delay } => {
                 let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
-                let ids: Vec<String> = jobs.iter().map(|j| j.id.clone()).collect();
-                match queue::push(&keys, &jobs, 0, delay, deadline) {
+                // A grouped job's id in the queue is '<group>\u{1f}<id>' (the group: the
+                // first letter of the batch's first id).
+                let group = jobs.first().and_then(|j| j.id.get(..1)).unwrap_or("");
+                let ids: Vec<String> = jobs
+                    .iter()
+                    .map(|j| match keys.is_grouped() {
+                        true => format!("{group}\u{1f}{}", j.id),
+                        false => j.id.clone(),
+                    })
+                    .collect();
+                // Grouped keys: the batch goes into the group its first id starts with.
+                let pushed = match jobs.first().and_then(|j| j.id.get(..1)) {
+                    Some(group) if keys.is_grouped() => {
+                        queue::groups::push(&keys, group, &jobs, 0, delay, deadline)
+                    }
+                    _ => queue::push(&keys, &jobs, 0, delay, deadline),
+                };
+                match pushed {
                     Ok(op) => {
                         let r =
                             self.spawn(client, Owner::Task(task), Wrap::boxed(op, Outcome::Pushed));
@@ -1831,7 +1858,9 @@ impl World {
             ) if self.now < *until => Some(*settings),
             _ => None,
         };
-        let ack_take = next.is_some() && self.rand(3) == 0;
+        // A grouped queue's takes are fair across groups: an ack, then a take.
+        let grouped = matches!(&settle, Some((keys, _, _)) if keys.is_grouped());
+        let ack_take = next.is_some() && !grouped && self.rand(3) == 0;
         let mut next_token = None;
         let machine: Box<dyn Drive> = if let Some(red) = &held.red {
             match QuorumOp::new(

@@ -176,6 +176,19 @@ fn a_due_time_rounded_down_delivers_early() {
 }
 
 #[test]
+fn a_group_take_that_counts_full_past_the_limit_runs_one_too_many() {
+    // Two groups, a concurrency of 1 each, three workers: with the bug a group gets a second
+    // lease while its first runs.
+    caught(
+        Primitive::Groups,
+        Mutation::GroupOverLimit,
+        &[],
+        Property::GroupConcurrency,
+        50,
+    );
+}
+
+#[test]
 fn a_dedup_push_that_ignores_the_live_job_holding_its_id_breaks_dedup_one_live() {
     caught(
         Primitive::Queue,

@@ -54,7 +54,18 @@ impl Queue {
         mode: Dedup,
         options: PushOptions,
     ) -> Result<DedupOutcome, Error> {
-        let PushOptions { priority, delay } = options;
+        let PushOptions {
+            priority,
+            delay,
+            group,
+        } = options;
+        if group.is_some() || self.keys.is_grouped() {
+            return Err(redlease_core::error::InvalidArgument::Setting(
+                "a push with a dedup id takes no group (groups and dedup ids do not combine yet)"
+                    .into(),
+            )
+            .into());
+        }
         let job = random_token(&self.client)?;
         let op = queue::push_dedup(
             &self.keys,

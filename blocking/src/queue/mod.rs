@@ -22,11 +22,13 @@ use crate::lock::LockGuard;
 
 mod batch;
 mod dedup;
+mod groups;
 mod job;
 mod pause;
 mod workers;
 
 pub use job::{AckedAndNext, Job, Retry};
+pub use redlease_core::queue::groups::{GroupLimits, LimitsOf};
 pub use workers::{HandlerError, JobError, WorkerReport, Workers};
 
 /// A queue named `name`; made by [`Client::queue`]. Cheap to clone.
@@ -38,6 +40,8 @@ pub struct Queue {
     retry_base: Duration,
     retry_max: Duration,
     idle_check: Duration,
+    /// The keys of the queue's grouped jobs, made by the first use of a group.
+    group_keys: Arc<std::sync::OnceLock<Arc<QueueKeys>>>,
 }
 
 impl Client {
@@ -50,6 +54,7 @@ impl Client {
             retry_base: Duration::from_secs(1),
             retry_max: Duration::from_secs(600),
             idle_check: Duration::from_secs(2),
+            group_keys: Arc::default(),
         })
     }
 }
@@ -67,11 +72,13 @@ impl Client {
 /// assert_eq!(PushOptions::new(), PushOptions::default());
 /// assert_ne!(urgent, later);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[must_use = "push options do nothing until given to a push"]
 pub struct PushOptions {
     priority: u8,
     delay: Duration,
+    /// The job's group ([`PushOptions::group`]).
+    group: Option<Arc<str>>,
 }
 
 impl PushOptions {
@@ -178,8 +185,21 @@ impl Queue {
     /// [`PushOptions`]; `PushOptions::new()` for none). Ids deduplicate. The delay is at most
     /// [`MAX_DURATION`](limits::MAX_DURATION) (refused otherwise, before anything is sent).
     pub fn push_batch(&self, jobs: &[NewJob], options: PushOptions) -> Result<Vec<Pushed>, Error> {
-        let PushOptions { priority, delay } = options;
+        let PushOptions {
+            priority,
+            delay,
+            group,
+        } = options;
         limits::span("delay", delay)?;
+        if let Some(group) = group {
+            return self.push_grouped(&group, jobs, priority, delay);
+        }
+        if self.keys.is_grouped() {
+            return Err(redlease_core::error::InvalidArgument::Setting(
+                "a job pushed through a queue's groups needs a group (PushOptions::group)".into(),
+            )
+            .into());
+        }
         self.client.run(queue::push(
             &self.keys,
             jobs,
@@ -214,7 +234,7 @@ impl Queue {
         options: PushOptions,
     ) -> Result<String, Error> {
         let id = random_token(&self.client)?;
-        if options == PushOptions::new() {
+        if options == PushOptions::new() && !self.keys.is_grouped() {
             // A fresh random id is never a duplicate: the outcome says nothing more.
             let _queued: bool = self.client.run(queue::push_new(
                 &self.keys,

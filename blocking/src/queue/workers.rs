@@ -286,6 +286,16 @@ impl JobError {
         }
     }
 
+    /// Rate limited ("429, try later"): a grouped job goes back to the head of its group
+    /// without counting a delivery (so it never dies of it), and its group waits `wait`
+    /// ([`Retry::RateLimited`]).
+    pub fn rate_limited(wait: Duration, message: impl std::fmt::Display) -> Self {
+        JobError {
+            message: message.to_string(),
+            retry: Retry::RateLimited(wait),
+        }
+    }
+
     /// Why the job failed.
     pub fn message(&self) -> &str {
         &self.message

@@ -26,6 +26,7 @@
 mod ack_take;
 pub mod batch;
 pub mod dedup;
+pub mod groups;
 pub mod pause;
 pub mod scripts;
 mod take;
@@ -80,6 +81,8 @@ pub struct QueueKeys {
     /// The channel a drain waiter ([`pause::Drain`]) listens on, and how scripts name it.
     drained: String,
     drained_notify: String,
+    /// The keys of the queue's groups, on the grouped keys ([`QueueKeys::grouped`]).
+    groups: Option<std::sync::Arc<groups::GroupKeys>>,
     /// The calls every job makes, with their keys bound once per queue (a clone shares
     /// them: each job adds only its arguments).
     calls: KeyedCalls,
@@ -242,8 +245,18 @@ impl KeyedCalls {
 impl QueueKeys {
     /// The keys of queue `name`: `<prefix>:{<name>}:q:<part>`.
     pub fn new(keyspace: &Keyspace, name: &str) -> Result<Self, Error> {
+        Self::with_parts(keyspace, name, "q:", None)
+    }
+
+    /// The keys of queue `name` under `<prefix>:{<name>}:<parts><part>`, with `groups`.
+    fn with_parts(
+        keyspace: &Keyspace,
+        name: &str,
+        parts: &str,
+        groups: Option<std::sync::Arc<groups::GroupKeys>>,
+    ) -> Result<Self, Error> {
         let stem = keyspace.stem(name)?;
-        let k = |part: &str| format!("{stem}:q:{part}");
+        let k = |part: &str| format!("{stem}:{parts}{part}");
         let mut keys = QueueKeys {
             name: name.to_owned(),
             ready: k("ready"),
@@ -269,6 +282,7 @@ impl QueueKeys {
             notify: keyspace.notify_arg(&k("pushed")),
             drained: k("drained"),
             drained_notify: keyspace.notify_arg(&k("drained")),
+            groups,
             calls: KeyedCalls {
                 push: ScriptCall::new(&scripts::PUSH),
                 dequeue: ScriptCall::new(&scripts::DEQUEUE),
@@ -285,7 +299,11 @@ impl QueueKeys {
                 take: TakeTemplate::default(),
             },
         };
-        keys.calls = KeyedCalls::new(&keys);
+        let mut calls = KeyedCalls::new(&keys);
+        if let Some(g) = &keys.groups {
+            groups::rebind(&mut calls, &keys, g);
+        }
+        keys.calls = calls;
         Ok(keys)
     }
 
@@ -523,6 +541,9 @@ pub enum Pushed {
     Queued(String),
     /// A job with this id is already queued, delayed, running or dead: nothing was written.
     Duplicate(String),
+    /// Its group holds its maximum of ready jobs ([`groups::GroupLimits::max_size`]):
+    /// nothing was written.
+    GroupFull(String),
 }
 
 /// The push of one batch of jobs, in one script call.
@@ -548,6 +569,7 @@ impl OpKind for Push {
             .map(|(flag, id)| match flag {
                 b'1' => Some(Pushed::Queued(id.clone())),
                 b'0' => Some(Pushed::Duplicate(id.clone())),
+                b'2' => Some(Pushed::GroupFull(id.clone())),
                 _ => None,
             })
             .collect::<Option<Vec<_>>>()?;
@@ -724,12 +746,18 @@ fn nack_call(
 /// records the settled delivery for [`SETTLED_KEEP`], so a retry after a lost reply returns
 /// `Ok` only if this delivery's own ack removed the job.
 pub fn ack_call(keys: &QueueKeys, id: &str, token: &str) -> ScriptCall {
-    keys.calls
+    let call = keys
+        .calls
         .ack
         .clone()
         .arg(id)
         .arg(token)
-        .arg(SETTLED_KEEP.as_millis().to_string())
+        .arg(SETTLED_KEEP.as_millis().to_string());
+    match keys.groups {
+        // A grouped job's ack wakes the takers its freed slot may let in.
+        Some(_) => call.arg(&keys.notify),
+        None => call,
+    }
 }
 
 /// [`ack_call`] for the lease `token` of a taken job: the same call, built without copying

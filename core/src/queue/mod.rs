@@ -24,6 +24,7 @@
 //! as an ack followed by a take.
 
 mod ack_take;
+pub mod schedule;
 pub mod scripts;
 mod take;
 

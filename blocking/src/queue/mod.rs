@@ -21,6 +21,7 @@ use crate::client::Client;
 use crate::lock::LockGuard;
 
 mod job;
+mod schedule;
 mod workers;
 
 pub use job::{AckedAndNext, Job, Retry};
@@ -279,6 +280,23 @@ impl Queue {
     }
 
     fn take_inner(&self, wait: Option<Duration>) -> Result<Option<Job>, Error> {
+        let time = &self.client.shared().time;
+        let until = wait.map(|w| saturating_add(time.now(), w));
+        loop {
+            let left = until.map(|u| u.saturating_duration_since(time.now()));
+            match self.take_once(left)? {
+                // A schedule's occurrence runs once its next occurrence exists
+                // (schedule.rs); `None`: a missed one skipped, so take again.
+                Some(job) => match Queue::admit(job)? {
+                    Some(job) => return Ok(Some(job)),
+                    None => continue,
+                },
+                None => return Ok(None),
+            }
+        }
+    }
+
+    fn take_once(&self, wait: Option<Duration>) -> Result<Option<Job>, Error> {
         self.check()?;
         let (token, seed) = fresh_token(&self.client)?;
         let options = AcquireOptions {

@@ -9,7 +9,10 @@ local prefix = 'sched:' .. ARGV[1] .. ':'
 -- priority, version, next}.
 local function read_all()
   local n = ARGV[1]
-  local h = redis.call('HMGET', KEYS[1], 's:' .. n, 'p:' .. n, 'r:' .. n, 'v:' .. n, 'n:' .. n)
+  local h = {}
+  for i, f in ipairs({'s:', 'p:', 'r:', 'v:', 'n:'}) do
+    h[i] = redis.call('HGET', KEYS[1], f .. n)
+  end
   redis.call('ZCARD', KEYS[2])
   redis.call('ZCARD', KEYS[3])
   redis.call('HLEN', KEYS[4])

@@ -36,6 +36,9 @@ pub struct Queue {
     retry_base: Duration,
     retry_max: Duration,
     idle_check: Duration,
+    /// The schedules whose occurrences this queue advanced: name -> (version, spec), so
+    /// that an occurrence taken on time advances in one call (schedule.rs).
+    schedules: Arc<std::sync::Mutex<schedule::Known>>,
 }
 
 impl Client {
@@ -48,6 +51,7 @@ impl Client {
             retry_base: Duration::from_secs(1),
             retry_max: Duration::from_secs(600),
             idle_check: Duration::from_secs(2),
+            schedules: Arc::default(),
         })
     }
 }

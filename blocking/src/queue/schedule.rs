@@ -8,6 +8,9 @@ use redlease_core::queue::schedule::{self, Advanced, Missed, Schedule, ScheduleI
 
 use super::*;
 
+/// The specs of the schedules a queue advanced, by name, with their stored version.
+pub(super) type Known = std::collections::HashMap<String, (String, Schedule)>;
+
 /// How many times a schedule call is sent again with a time the server reported (once
 /// is the rule; more only when an occurrence fell due during the round trip).
 const ATTEMPTS: usize = 4;
@@ -75,14 +78,27 @@ impl Queue {
     }
 
     fn advance(&self, job: Job, name: &str, due: u64) -> Result<Option<Job>, Error> {
-        let mut computed: Option<(String, u64, Option<u64>)> = None;
+        // A spec seen before: the next occurrence for a take on time (after `due`, before
+        // the one after it), checked by the script against the stored version and clock.
+        let known = self.known().get(name).map(|(version, schedule)| {
+            let (from, next) = schedule::advance_from(schedule, due, due);
+            (version.clone(), from, next)
+        });
+        let mut computed: Option<(String, u64, Option<u64>)> = known;
         for _ in 0..ATTEMPTS {
             let hint = computed.as_ref().map(|(v, f, n)| (v.as_str(), *f, *n));
             let op = schedule::advance(&self.keys, name, due, hint, self.deadline())?;
             match self.client.run(op)? {
                 Advanced::Done {
-                    now_ms, schedule, ..
-                } => return self.run_or_skip(job, &schedule, due, now_ms),
+                    now_ms,
+                    version,
+                    schedule,
+                    ..
+                } => {
+                    let out = self.run_or_skip(job, &schedule, due, now_ms);
+                    self.known().insert(name.to_owned(), (version, *schedule));
+                    return out;
+                }
                 Advanced::NotPending {
                     now_ms,
                     schedule: Some(schedule),
@@ -93,13 +109,19 @@ impl Queue {
                     schedule,
                 } => {
                     let (from, next) = schedule::advance_from(&schedule, due, now_ms);
-                    computed = Some((version, from, next));
+                    computed = Some((version.clone(), from, next));
+                    self.known().insert(name.to_owned(), (version, *schedule));
                 }
                 // The schedule was removed, or an outcome to come: the job runs as any.
                 _ => return Ok(Some(job)),
             }
         }
         Err(no_fit("queue schedule advance"))
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        // Each update is one insert: a panic elsewhere leaves a usable map.
+        self.schedules.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn run_or_skip(

@@ -550,6 +550,8 @@ pub enum Advanced {
     Done {
         /// The server's time (Unix ms).
         now_ms: u64,
+        /// The version of the stored spec.
+        version: String,
         /// The schedule as stored.
         schedule: Box<Schedule>,
         /// The new pending occurrence.
@@ -600,21 +602,23 @@ impl OpKind for Advance {
             Reply::Nil => None,
             _ => return None,
         };
-        let out = match (code.as_int()?, schedule) {
-            (1, Some(schedule)) => Advanced::Done {
+        let version = match version {
+            Reply::Bulk(v) => Some(String::from_utf8(v.clone()).ok()?),
+            _ => None,
+        };
+        let out = match (code.as_int()?, schedule, version) {
+            (1, Some(schedule), Some(version)) => Advanced::Done {
                 now_ms,
+                version,
                 schedule,
                 next: as_due(next)?,
             },
-            (0, schedule) => Advanced::NotPending { now_ms, schedule },
-            (-1, Some(schedule)) => {
-                let Reply::Bulk(v) = version else { return None };
-                Advanced::Compute {
-                    now_ms,
-                    version: String::from_utf8(v.clone()).ok()?,
-                    schedule,
-                }
-            }
+            (0, schedule, _) => Advanced::NotPending { now_ms, schedule },
+            (-1, Some(schedule), Some(version)) => Advanced::Compute {
+                now_ms,
+                version,
+                schedule,
+            },
             _ => return None,
         };
         Some(Ok(out))

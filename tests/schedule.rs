@@ -211,9 +211,12 @@ fn five_processes_upserting_every_second_make_one_job_per_occurrence() {
         take_late[0] >= 0,
         "an occurrence was taken early: {take_late:?}"
     );
+    // p99 under 5 ms: of 60 takes (the full run), the second latest (testkit's percentile)
+    // under 5 ms, so at most one take 5 ms late or more; the same rule for a shorter run.
+    let over = take_late.iter().filter(|l| **l >= 5).count();
     assert!(
-        p99 < 5,
-        "take lateness p99 {p99} ms: {take_late:?} (seed {seed})"
+        over <= 1,
+        "{over} takes 5 ms late or more: {take_late:?} (seed {seed})"
     );
 }
 

@@ -51,6 +51,8 @@ pub enum Property {
     /// A renewal the watchdog counts as a success ran while the server held the lease for
     /// its token.
     RenewalOnServer,
+    /// At most one job per schedule occurrence: an occurrence's first delivery happens once.
+    ScheduleOnce,
 }
 
 /// How long a free lease or reentrant lock may keep a waiter asleep (µs): the release
@@ -59,7 +61,7 @@ pub const WAKE_BOUND: u64 = 150_000;
 
 impl Property {
     /// Every property.
-    pub const ALL: [Property; 18] = [
+    pub const ALL: [Property; 19] = [
         Property::Exclusion,
         Property::FenceOrder,
         Property::FencedResource,
@@ -78,6 +80,7 @@ impl Property {
         Property::SettledByHolder,
         Property::LateAttempt,
         Property::RenewalOnServer,
+        Property::ScheduleOnce,
     ];
 
     /// Its index in [`Property::ALL`] (and in [`Judged`]).
@@ -106,6 +109,7 @@ impl Property {
             Property::SettledByHolder => "settled-by-holder",
             Property::LateAttempt => "late-attempt",
             Property::RenewalOnServer => "renewal-on-server",
+            Property::ScheduleOnce => "schedule-once",
         }
     }
 
@@ -131,7 +135,8 @@ impl Property {
             Property::FenceOrder | Property::FencedResource | Property::NotBeforeDue => {
                 FaultSet::NONE
             }
-            Property::JobSettled => FaultSet::of(&data_loss),
+            // Data loss forgets that an occurrence ran (its schedule is upserted again).
+            Property::JobSettled | Property::ScheduleOnce => FaultSet::of(&data_loss),
             // A push handed over twice whose copy arrives after the job was acked pushes it
             // again (a push is not idempotent once the job is forgotten: `push_unique` is).
             Property::SingleAck | Property::DeliveryUnique => FaultSet::of(&[
@@ -253,6 +258,7 @@ pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) 
     fences(h, &mut out);
     semaphores(h, &mut out);
     jobs(h, &mut out);
+    schedules(h, &mut out);
     liveness(h, &mut out);
     server_record(h, &mut out);
     if out.on(Property::Progress) {
@@ -520,6 +526,33 @@ fn semaphores(h: &History, out: &mut Out<'_>) {
                     ),
                 );
             }
+        }
+    }
+}
+
+/// [`Property::ScheduleOnce`]: the first deliveries of each occurrence's job (judged: one
+/// per occurrence delivered).
+fn schedules(h: &History, out: &mut Out<'_>) {
+    if !out.on(Property::ScheduleOnce) {
+        return;
+    }
+    let mut first: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, x) in h.holds.iter().enumerate() {
+        if let Some(id) = &x.job
+            && id.starts_with(redlease_core::queue::schedule::OCCURRENCE_PREFIX)
+            && x.fence == 1
+        {
+            first.entry(id).or_default().push(i);
+        }
+    }
+    out.judge(Property::ScheduleOnce, first.len() as u64);
+    for (id, list) in &first {
+        if list.len() > 1 {
+            out.push(
+                Property::ScheduleOnce,
+                h.holds[list[1]].granted,
+                format!("occurrence {id} made a job again (first deliveries: holds {list:?})"),
+            );
         }
     }
 }
@@ -997,6 +1030,9 @@ impl Property {
             }
             Property::RenewalOnServer => {
                 "A renewal the watchdog counts as a success ran while the server held the lease for its token (a reentrant lock: for its owner); it is judged under data loss too: the first renewal after a key is lost must report the loss"
+            }
+            Property::ScheduleOnce => {
+                "At most one job per schedule occurrence: the job `sched:<name>:<due>` of an occurrence is delivered as its first delivery once, whoever upserts the schedule, however often an occurrence is redelivered (each redelivery advances the schedule at most once)"
             }
             Property::LateAttempt => {
                 "An attempt of an answered acquisition (a request held past its retry) that runs after the grant was released, acked or nacked takes nothing: not a lock, permit or job (an unfenced lock's bare `SET NX PX` excepted, and an attempt arriving after the grant ran out but before it was settled: both documented)"

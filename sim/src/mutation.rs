@@ -40,11 +40,16 @@ pub enum Mutation {
     /// Issue 26 item 3: a delayed push or a nack's backoff is due at the server's clock
     /// rounded down plus the delay (early by up to a millisecond).
     DueFloored,
+    /// Issue 29: the advance neither checks that the taken occurrence is the pending one
+    /// nor that the next is after the server's time (the driver computes it from the taken
+    /// occurrence's due time alone): a late redelivery re-creates an occurrence that
+    /// already ran.
+    NextFromDue,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 11] = [
+    pub const ALL: [Mutation; 12] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -56,6 +61,7 @@ impl Mutation {
         Mutation::TakeKeepsFirstLease,
         Mutation::NoUndoneAfterRetry,
         Mutation::DueFloored,
+        Mutation::NextFromDue,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
@@ -121,6 +127,12 @@ const DUE_SWAPS: [Swap; 2] = [
     },
 ];
 
+const NEXT_FROM_DUE_SWAP: Swap = Swap {
+    script: &redlease_core::queue::schedule::ADVANCE,
+    from: "if not h[1] or h[5] ~= ARGV[2] then\n  return {0, now, h[4], h[1], tonumber(h[5] or '-1')}\nend\nlocal due, from, next = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])\nlocal after = math.max(due, now)",
+    to: "if not h[1] then\n  return {0, now, h[4], h[1], tonumber(h[5] or '-1')}\nend\nlocal due, from, next = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])\nlocal after = due",
+};
+
 impl Mutation {
     fn swaps(self) -> &'static [Swap] {
         match self {
@@ -131,6 +143,7 @@ impl Mutation {
             Mutation::TakeKeepsFirstLease => std::slice::from_ref(&TAKE_REFRESH_SWAP),
             Mutation::NoUndoneAfterRetry => std::slice::from_ref(&ACK_UNDONE_SWAP),
             Mutation::DueFloored => &DUE_SWAPS,
+            Mutation::NextFromDue => std::slice::from_ref(&NEXT_FROM_DUE_SWAP),
             _ => &[],
         }
     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 use redlease_core::backoff::SplitMix64;
 use redlease_core::keys::Keyspace;
 use redlease_core::lease::{AcquireOptions, LockSpec};
+use redlease_core::queue::schedule::{Missed, Schedule};
 use redlease_core::queue::{NewJob, QueueKeys, QueueSettings};
 use redlease_core::redlock::RedLockOptions;
 use redlease_core::semaphore::SemaphoreKeys;
@@ -77,7 +78,11 @@ impl Primitive {
             }
             P::Permits => self == Semaphore,
             P::Fifo => matches!(self, Semaphore | Fair),
-            P::JobSettled | P::SingleAck | P::DeliveryUnique | P::NotBeforeDue => self == Queue,
+            P::JobSettled
+            | P::SingleAck
+            | P::DeliveryUnique
+            | P::NotBeforeDue
+            | P::ScheduleOnce => self == Queue,
             P::WakeWhenFree => matches!(self, Lease | Reentrant),
             P::NoRenewalAfterRelease | P::LossInTime | P::RenewalOnServer => self != RedLock,
             P::WaiterDeadline | P::Progress | P::HeldOnServer | P::SettledByHolder => true,
@@ -345,6 +350,29 @@ fn queue(world: &mut World, rng: &mut SplitMix64, clients: usize, window: u64, t
         actions.push(Action::Sleep(between(rng, 0, window / 3)));
     }
     world.add_task(0, 0, actions);
+    // Half the runs: a schedule every 30 to 90 ms (shorter than the visibility, so a worker
+    // that outlives its lease meets its occurrence again after the next one ran), upserted
+    // by two clients at random times (issue 29).
+    if chance(rng, 50) {
+        let every = Duration::from_millis(between(rng, 30, 90));
+        let spec = Schedule::every(every)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .missed(Missed::CatchUp)
+            .payload("tick");
+        for c in 0..2 {
+            world.add_task(
+                c % clients,
+                between(rng, 0, window / 2),
+                vec![Action::Schedule {
+                    keys: keys.clone(),
+                    name: "tick".into(),
+                    schedule: Box::new(spec.clone()),
+                    from: None,
+                    sent: 0,
+                }],
+            );
+        }
+    }
     let ttl_us = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
     // Workers go on well past the faults: every job is then acked or dead.
     let until = window * 2 + 10 * ttl_us + 2_000_000;

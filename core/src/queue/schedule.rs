@@ -22,34 +22,27 @@
 //! ```
 //! use std::time::{Duration, Instant};
 //! use redlease_core::keys::Keyspace;
-//! use redlease_core::protocol::{Protocol, Step};
 //! use redlease_core::queue::QueueKeys;
-//! use redlease_core::queue::schedule::{self, Advanced, Schedule, Upserted};
-//! use redlease_core::reply::Reply;
+//! use redlease_core::queue::schedule::{self, Schedule, Upserted};
+//! use redlease_core::{Protocol, Reply, Response, Step};
 //!
 //! # fn main() -> Result<(), redlease_core::Error> {
 //! let keys = QueueKeys::new(&Keyspace::default(), "reports")?;
-//! let every = Schedule::every(Duration::from_secs(60))?.payload("daily");
+//! let every = Schedule::every(Duration::from_secs(60))?.payload("sum");
 //! assert_eq!(every.first_after(90_000), Some(120_000));
-//! // The first call knows no server time: the script answers with it.
+//! // The first call knows no server time: the script answers with it, nothing written.
 //! let now = Instant::now();
 //! let mut op = schedule::upsert(&keys, "minutely", &every, None, now + Duration::from_secs(1))?;
-//! let id = match op.poll(now) {
-//!     Step::Send(batch) => batch.commands[0].id,
-//!     _ => unreachable!(),
-//! };
-//! op.handle(redlease_core::protocol::Input::reply(
-//!     id,
-//!     Reply::Array(vec![Reply::Int(-1), Reply::Int(-1), Reply::Int(90_000)]),
-//! ));
-//! let Step::Done(Ok(Upserted::Retry { now_ms })) = op.poll(now) else { unreachable!() };
-//! // Computed from the server's time, the occurrence the script stores is 120_000.
+//! let Step::Send(batch) = op.poll(now) else { panic!("sends its call") };
+//! let reply = Reply::Array(vec![Reply::Int(-1), Reply::Int(-1), Reply::Int(90_000)]);
+//! op.handle(Response::reply(batch.requests[0].id, reply), now);
+//! let Step::Done(Ok(Upserted::Retry { now_ms })) = op.poll(now) else { panic!("a retry") };
+//! // Computed from the server's time, the occurrence the second call stores is 120_000.
 //! assert_eq!(schedule::upsert_from(&every, now_ms), (90_000, Some(120_000)));
-//! // A taken occurrence due at 120_000, taken at 120_003: the next is 180_000, none missed.
+//! // Occurrence 120_000 taken at 120_003: the next is 180_000, and none was missed.
 //! assert_eq!(schedule::occurrence("sched:minutely:120000"), Some(("minutely", 120_000)));
 //! assert_eq!(schedule::advance_from(&every, 120_000, 120_003), (120_003, Some(180_000)));
 //! assert!(!schedule::missed(&every, 120_000, 120_003));
-//! # let _ = Advanced::NotPending { now_ms: 0, schedule: None };
 //! # Ok(()) }
 //! ```
 

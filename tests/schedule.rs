@@ -186,7 +186,7 @@ fn five_processes_upserting_every_second_make_one_job_per_occurrence() {
         .collect();
     dues.sort();
     assert!(
-        dues.iter().all(|d| (d - start) % 1000 == 0 && *d <= end),
+        dues.iter().all(|d| (d - start).is_multiple_of(1000) && *d <= end),
         "{dues:?}"
     );
     assert!(

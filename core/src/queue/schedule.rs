@@ -180,7 +180,7 @@ impl Schedule {
             Duration::from_millis(1),
             crate::limits::MAX_DURATION,
         )?;
-        if every.subsec_nanos() % 1_000_000 != 0 {
+        if !every.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(bad("a schedule period is whole milliseconds"));
         }
         Ok(Self::with(Rule::Every(every.as_millis() as u64)))

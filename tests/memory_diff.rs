@@ -963,6 +963,9 @@ impl Seq {
                 } else {
                     Duration::ZERO
                 };
+                if self.rng.chance(40) {
+                    return self.dedup_push(&keys, priority, delay);
+                }
                 let op = queue::push(&keys, &jobs, priority, delay, now).unwrap();
                 self.machine_op(op, Cmp::Exact)
             }
@@ -1049,6 +1052,10 @@ impl Seq {
                     "bases",
                     "settled",
                     "undone",
+                    "dedup",
+                    "dedup_of",
+                    "throttle",
+                    "throttled",
                 ]
                 .iter()
                 .map(|p| format!("{stem}:q:{p}"))
@@ -1057,6 +1064,36 @@ impl Seq {
             }
             _ => self.machine_op(queue::stats(&keys, now), Cmp::Exact),
         }
+    }
+
+    /// A push with a dedup id (one of three, so that pushes meet) in a random mode.
+    fn dedup_push(&mut self, keys: &QueueKeys, priority: u8, delay: Duration) -> Op {
+        let [d1, d2, ..] = self.grid.durations();
+        let mode = match self.rng.below(5) {
+            0 => queue::Dedup::UntilDone { dead_blocks: true },
+            1 => queue::Dedup::UntilDone { dead_blocks: false },
+            2 => queue::Dedup::Throttle(Duration::from_millis(d1)),
+            3 => queue::Dedup::Debounce {
+                delay: Duration::from_millis(d1),
+                max_wait: Duration::from_millis(d2),
+            },
+            _ => queue::Dedup::KeepLatest,
+        };
+        let dedup_id = format!("d{}", self.rng.below(3));
+        let job = Token::new(self.fresh("dj")).unwrap();
+        let payload = vec![self.rng.next() as u8];
+        let op = queue::push_dedup(
+            keys,
+            &dedup_id,
+            &job,
+            payload,
+            mode,
+            priority,
+            delay,
+            Instant::now(),
+        )
+        .unwrap();
+        self.machine_op(op, Cmp::Exact)
     }
 
     /// What the legacy lock, RedLock and the driver send as plain commands.

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use redlease_core::lease::Acquisition;
 use redlease_core::queue::schedule::{Advanced, Upserted};
-use redlease_core::queue::{AckedAndTaken, Nacked, Pushed};
+use redlease_core::queue::{AckedAndTaken, DedupOutcome, Nacked, Pushed};
 use redlease_core::redlock::{QuorumOutcome, RedLease};
 use redlease_core::{Error, Protocol, Response, Step};
 
@@ -34,6 +34,8 @@ pub enum Outcome {
     Upserted(Result<Upserted, Error>),
     /// A schedule's advance past a taken occurrence.
     Advanced(Result<Advanced, Error>),
+    /// A push with a dedup id.
+    DedupPushed(Result<DedupOutcome, Error>),
 }
 
 impl Outcome {
@@ -51,7 +53,8 @@ impl Outcome {
             | Outcome::Quorum(Err(e))
             | Outcome::AckTake(Err(e))
             | Outcome::Upserted(Err(e))
-            | Outcome::Advanced(Err(e)) => e,
+            | Outcome::Advanced(Err(e))
+            | Outcome::DedupPushed(Err(e)) => e,
             _ => return None,
         };
         matches!(e, Error::Driver(_)).then(|| e.to_string())

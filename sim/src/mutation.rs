@@ -4,7 +4,7 @@
 
 use redlease_core::Command;
 use redlease_core::lease::scripts::{ACQUIRE, EXTEND, RELEASE};
-use redlease_core::queue::scripts::{ACK, DEQUEUE, NACK, PUSH};
+use redlease_core::queue::scripts::{ACK, DEQUEUE, NACK, PUSH, PUSH_DEDUP};
 use redlease_core::script::Script;
 
 /// A planted bug.
@@ -45,11 +45,14 @@ pub enum Mutation {
     /// occurrence's due time alone): a late redelivery re-creates an occurrence that
     /// already ran.
     NextFromDue,
+    /// Issue 29: a push with a dedup id until done queues a new job even while the job
+    /// holding the id lives.
+    DedupIgnoresLiveJob,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 12] = [
+    pub const ALL: [Mutation; 13] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -62,6 +65,7 @@ impl Mutation {
         Mutation::NoUndoneAfterRetry,
         Mutation::DueFloored,
         Mutation::NextFromDue,
+        Mutation::DedupIgnoresLiveJob,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
@@ -133,6 +137,12 @@ const NEXT_FROM_DUE_SWAP: Swap = Swap {
     to: "if not h[1] then\n  return {0, now, h[4], h[1], tonumber(h[5] or '-1')}\nend\nlocal due, from, next = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])\nlocal after = due",
 };
 
+const DEDUP_SWAP: Swap = Swap {
+    script: &PUSH_DEDUP,
+    from: "if j and not (mode == 'l' and state == 'dead') then",
+    to: "if false then",
+};
+
 impl Mutation {
     fn swaps(self) -> &'static [Swap] {
         match self {
@@ -144,6 +154,7 @@ impl Mutation {
             Mutation::NoUndoneAfterRetry => std::slice::from_ref(&ACK_UNDONE_SWAP),
             Mutation::DueFloored => &DUE_SWAPS,
             Mutation::NextFromDue => std::slice::from_ref(&NEXT_FROM_DUE_SWAP),
+            Mutation::DedupIgnoresLiveJob => std::slice::from_ref(&DEDUP_SWAP),
             _ => &[],
         }
     }

@@ -176,6 +176,17 @@ fn a_due_time_rounded_down_delivers_early() {
 }
 
 #[test]
+fn a_dedup_push_that_ignores_the_live_job_holding_its_id_breaks_dedup_one_live() {
+    caught(
+        Primitive::Queue,
+        Mutation::DedupIgnoresLiveJob,
+        &[],
+        Property::DedupOneLive,
+        20,
+    );
+}
+
+#[test]
 fn a_next_occurrence_computed_from_the_due_time_makes_a_second_job_for_an_occurrence() {
     // A worker that outlives its lease meets its occurrence again after the next one ran
     // and was acked: computed from the taken occurrence's due time, that next one is made

@@ -20,6 +20,7 @@ use redlease_core::{Error, LossReason};
 use crate::client::Client;
 use crate::lock::LockGuard;
 
+mod dedup;
 mod job;
 mod schedule;
 mod workers;

@@ -24,11 +24,13 @@
 //! as an ack followed by a take.
 
 mod ack_take;
+pub mod dedup;
 pub mod schedule;
 pub mod scripts;
 mod take;
 
 pub use ack_take::{AckAndTake, AckedAndTaken, ack_and_take, ack_and_take_call};
+pub use dedup::{Dedup, DedupOutcome, JobState, PushDedup, push_dedup};
 pub use take::{Take, TakeJob, TakenJob};
 
 use std::time::{Duration, Instant};
@@ -63,6 +65,12 @@ pub struct QueueKeys {
     undone: String,
     /// Why each dead job died (the handler's error), by id.
     reasons: String,
+    /// Deduplication ([`dedup`]): dedup id -> the job holding it; job -> its entry; the
+    /// throttle windows (zset dedup id -> until) and their jobs.
+    dedup: String,
+    dedup_of: String,
+    throttle: String,
+    throttled: String,
     channel: String,
     notify: String,
     /// The calls every job makes, with their keys bound once per queue (a clone shares
@@ -242,6 +250,10 @@ impl QueueKeys {
             settled: k("settled"),
             undone: k("undone"),
             reasons: k("reasons"),
+            dedup: k("dedup"),
+            dedup_of: k("dedup_of"),
+            throttle: k("throttle"),
+            throttled: k("throttled"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
             calls: KeyedCalls {
@@ -906,6 +918,8 @@ pub fn delete_dead(
             &keys.deliveries,
             &keys.bases,
             &keys.reasons,
+            &keys.dedup,
+            &keys.dedup_of,
         ])
         .arg(id.unwrap_or(""))
         .arg(if id.is_none() { "all" } else { "one" });

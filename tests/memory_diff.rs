@@ -48,6 +48,7 @@ use redlease::core::lease::{LockSpec, Token};
 use redlease::core::queue::batch;
 use redlease::core::queue::groups::{self, GroupLimits, LimitsOf};
 use redlease::core::queue::pause::{self, PauseScope};
+use redlease::core::queue::schedule::{self, Schedule};
 use redlease::core::queue::{self, NewJob, QueueKeys, QueueSettings};
 use redlease::core::rate::{self, RateLimit, RateLimiterSpec};
 use redlease::core::script::{Script, ScriptCall};
@@ -118,6 +119,7 @@ fn all_scripts() -> Vec<&'static Script> {
     v.extend(redlease::core::queue::scripts::ALL.iter().copied());
     v.extend(redlease::core::rate::scripts::ALL.iter().copied());
     v.extend(redlease::core::queue::groups::ALL.iter().copied());
+    v.extend(redlease::core::queue::schedule::ALL.iter().copied());
     v
 }
 
@@ -362,6 +364,12 @@ enum Cmp {
     /// first two equal, the times within tolerance (in µs), the server's clock not compared
     /// (each side has its own).
     Rate,
+    /// A schedule script's reply: `{code, next, server ms}` (upsert) or `{code, server ms,
+    /// version, spec, next}` (advance), all equal but the server's clock; anything else
+    /// equal.
+    Schedule,
+    /// A hash read whole (`HGETALL`): the same fields and values, in any order.
+    Hash,
 }
 
 /// `{token, ms, token, ms, ...}` sorted by token.
@@ -497,6 +505,15 @@ fn same(
             Some((a, b)) if a.len() == 2 && a[0] == b[0] && a[0] == Reply::Int(0) => {
                 close(&a[1], &b[1])
             }
+            _ => r == m,
+        },
+        Cmp::Schedule => match pair(r, m) {
+            Some((a, b)) if a.len() == 3 => a[..2] == b[..2],
+            Some((a, b)) if a.len() == 5 => a[0] == b[0] && a[2..] == b[2..],
+            _ => r == m,
+        },
+        Cmp::Hash => match (holders(r), holders(m)) {
+            (Some(x), Some(y)) => x == y,
             _ => r == m,
         },
         Cmp::AckTake => match pair(r, m) {
@@ -985,7 +1002,59 @@ impl Seq {
         }
     }
 
+    /// Schedules on queue `s` (so that their far-future occurrences never change what
+    /// a take on queue `r` answers), with due times in 2096: every decision is the same
+    /// whatever either side's clock reads (each answers with its own, not compared).
+    fn schedule_op(&mut self) -> Op {
+        let keys = QueueKeys::new(&self.keyspace, "s").unwrap();
+        let now = Instant::now();
+        let name = *self.rng.pick(&["a", "b"]);
+        let base: u64 = 4_000_000_000_000;
+        let period = *self.rng.pick(&[1000u64, 2000]);
+        let payload = *self.rng.pick(&["x", "y"]);
+        let every = Schedule::every(Duration::from_millis(period))
+            .unwrap()
+            .starting_at_ms(base)
+            .payload(payload)
+            .priority(*self.rng.pick(&[0u8, 7]));
+        let due = base + self.rng.below(4) as u64 * period;
+        match self.rng.below(12) {
+            0..=3 => {
+                let from = match self.rng.below(10) {
+                    0 => None,
+                    1 => Some((0, None)),
+                    _ => Some((0, Some(due))),
+                };
+                let op = schedule::upsert(&keys, name, &every, from, now).unwrap();
+                self.machine_op(op, Cmp::Schedule)
+            }
+            4..=7 => {
+                let version = self.rng.pick(&["1", "2", "3"]).to_string();
+                let computed = if self.rng.chance(30) {
+                    None
+                } else {
+                    Some((version.as_str(), due, Some(due + period)))
+                };
+                let op = schedule::advance(&keys, name, due, computed, now).unwrap();
+                self.machine_op(op, Cmp::Schedule)
+            }
+            8 => self.machine_op(schedule::remove(&keys, name, now).unwrap(), Cmp::Exact),
+            9..=10 => self.machine_op(schedule::list(&keys, now), Cmp::Hash),
+            _ => {
+                let stem = self.keyspace.stem("s").unwrap();
+                let all: Vec<String> = ["schedules", "delayed", "payloads", "priorities", "ready"]
+                    .iter()
+                    .map(|p| format!("{stem}:q:{p}"))
+                    .collect();
+                self.poke(&all)
+            }
+        }
+    }
+
     fn queue_op(&mut self) -> Op {
+        if self.rng.chance(15) {
+            return self.schedule_op();
+        }
         let keys = QueueKeys::new(&self.keyspace, "r").unwrap();
         let settings = QueueSettings {
             visibility: self.queue_dur,

@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::Connection;
 use redlease::core::lease::scripts as lease;
+use redlease::core::queue::schedule;
 use redlease::core::queue::scripts as queue;
 use redlease::core::script::Script;
 use redlease_suite::testkit::{connection, server};
@@ -414,6 +415,38 @@ fn rows() -> Vec<Row> {
             args: &["j", "one"],
             setup: DEAD_JOB,
         },
+        // Schedules (issue 29): occurrences due in 2096, so that the writes happen.
+        Row {
+            script: &schedule::UPSERT,
+            keys: SCHEDULE_KEYS,
+            args: &["a", "every=1000\n", "p", "3", CHANNEL, "0", "4000000000000"],
+            setup: SCHEDULED,
+        },
+        Row {
+            script: &schedule::ADVANCE,
+            keys: SCHEDULE_KEYS,
+            args: &[
+                "a",
+                "4000000000000",
+                CHANNEL,
+                "1",
+                "4000000000000",
+                "4000000001000",
+            ],
+            setup: SCHEDULED,
+        },
+        Row {
+            script: &schedule::REMOVE,
+            keys: SCHEDULE_KEYS,
+            args: &["a"],
+            setup: SCHEDULED,
+        },
+        Row {
+            script: &schedule::LIST,
+            keys: &[SCHEDULES],
+            args: &[],
+            setup: SCHEDULED,
+        },
         Row {
             script: &queue::PUSH_DEDUP,
             keys: DEDUP_KEYS,
@@ -422,6 +455,29 @@ fn rows() -> Vec<Row> {
         },
     ]
 }
+
+const SCHEDULES: &str = "t:{s}:q:schedules";
+const SCHEDULE_KEYS: &[&str] = &[SCHEDULES, READY, DELAYED, PAYLOADS, PRIORITIES, INFLIGHT];
+/// Schedule `a` (every second, version 1) with its pending occurrence waiting, a changed
+/// spec's upsert replaces it.
+const SCHEDULED: &[Step] = &[
+    &[
+        "HSET",
+        SCHEDULES,
+        "s:a",
+        "every=2000\n",
+        "p:a",
+        "p",
+        "r:a",
+        "0",
+        "v:a",
+        "1",
+        "n:a",
+        "4000000000000",
+    ],
+    &["ZADD", DELAYED, "4000000000000", "sched:a:4000000000000"],
+    &["HSET", PAYLOADS, "sched:a:4000000000000", "p"],
+];
 
 /// Type, serialized value and whether it expires, of every key in `keys`.
 fn snapshot(conn: &mut Connection, keys: &[&str]) -> Vec<(String, Option<Vec<u8>>, bool)> {
@@ -485,6 +541,7 @@ fn every_script_reads_each_key_before_its_first_write() {
     let all: BTreeSet<&str> = lease::ALL
         .iter()
         .chain(queue::ALL.iter())
+        .chain(schedule::ALL.iter())
         .map(|s| s.name)
         .collect();
     assert_eq!(covered, all, "one row per script");

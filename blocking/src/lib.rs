@@ -106,6 +106,7 @@ pub use queue::{
 };
 pub use rate_limit::{Decision, RateLimit, RateLimiter, RateLimiterBuilder};
 pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
+pub use redlease_core::queue::schedule::{Missed, Schedule, ScheduleInfo, Upserted};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::queue::{Dedup, DedupOutcome, JobState};
 pub use redlease_core::semaphore::SemaphoreState;

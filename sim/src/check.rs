@@ -54,6 +54,8 @@ pub enum Property {
     /// A queue's group never has more jobs leased at once (in the server's own record) than
     /// its concurrency limit.
     GroupConcurrency,
+    /// At most one job per schedule occurrence: an occurrence's first delivery happens once.
+    ScheduleOnce,
     /// No two live jobs for one dedup id in a mode that forbids it (until done).
     DedupOneLive,
     /// No job is leased while the queue is paused (between a pause and a resume as they ran
@@ -67,7 +69,7 @@ pub const WAKE_BOUND: u64 = 150_000;
 
 impl Property {
     /// Every property.
-    pub const ALL: [Property; 21] = [
+    pub const ALL: [Property; 22] = [
         Property::Exclusion,
         Property::FenceOrder,
         Property::FencedResource,
@@ -87,6 +89,7 @@ impl Property {
         Property::LateAttempt,
         Property::RenewalOnServer,
         Property::GroupConcurrency,
+        Property::ScheduleOnce,
         Property::DedupOneLive,
         Property::NothingLeasedWhilePaused,
     ];
@@ -118,6 +121,7 @@ impl Property {
             Property::LateAttempt => "late-attempt",
             Property::RenewalOnServer => "renewal-on-server",
             Property::GroupConcurrency => "group-concurrency",
+            Property::ScheduleOnce => "schedule-once",
             Property::DedupOneLive => "dedup-one-live",
             Property::NothingLeasedWhilePaused => "nothing-leased-while-paused",
         }
@@ -145,10 +149,12 @@ impl Property {
             Property::FenceOrder | Property::FencedResource | Property::NotBeforeDue => {
                 FaultSet::NONE
             }
+            // Data loss forgets that an occurrence ran (its schedule is upserted again).
             // Data loss forgets the entry with (or without) its job.
             // Data loss may forget the pause itself (the flag is a key like any other), and
             // forgets the limits and the leases a group holds.
             Property::JobSettled
+            | Property::ScheduleOnce
             | Property::DedupOneLive
             | Property::NothingLeasedWhilePaused
             | Property::GroupConcurrency => FaultSet::of(&data_loss),
@@ -273,6 +279,7 @@ pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) 
     fences(h, &mut out);
     semaphores(h, &mut out);
     jobs(h, &mut out);
+    schedules(h, &mut out);
     liveness(h, &mut out);
     server_record(h, &mut out);
     paused(h, &mut out);
@@ -621,6 +628,33 @@ fn semaphores(h: &History, out: &mut Out<'_>) {
                     ),
                 );
             }
+        }
+    }
+}
+
+/// [`Property::ScheduleOnce`]: the first deliveries of each occurrence's job (judged: one
+/// per occurrence delivered).
+fn schedules(h: &History, out: &mut Out<'_>) {
+    if !out.on(Property::ScheduleOnce) {
+        return;
+    }
+    let mut first: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, x) in h.holds.iter().enumerate() {
+        if let Some(id) = &x.job
+            && id.starts_with(redlease_core::queue::schedule::OCCURRENCE_PREFIX)
+            && x.fence == 1
+        {
+            first.entry(id).or_default().push(i);
+        }
+    }
+    out.judge(Property::ScheduleOnce, first.len() as u64);
+    for (id, list) in &first {
+        if list.len() > 1 {
+            out.push(
+                Property::ScheduleOnce,
+                h.holds[list[1]].granted,
+                format!("occurrence {id} made a job again (first deliveries: holds {list:?})"),
+            );
         }
     }
 }
@@ -1129,6 +1163,9 @@ impl Property {
             }
             Property::GroupConcurrency => {
                 "A queue's group never has more jobs leased at once than its concurrency limit, by the server's own record of leases (a lease counts from its take until its ack, nack, give-back or expiry)"
+            }
+            Property::ScheduleOnce => {
+                "At most one job per schedule occurrence: the job `sched:<name>:<due>` of an occurrence is delivered as its first delivery once, whoever upserts the schedule, however often an occurrence is redelivered (each redelivery advances the schedule at most once)"
             }
             Property::DedupOneLive => {
                 "No two live jobs for one dedup id in a mode that forbids it: a push with a dedup id until done queues a job only after every job it queued before for that id was acked (a dead job holds the id)"

@@ -43,6 +43,11 @@ pub enum Mutation {
     /// The group take counts a group full only past its limit (`>` for `>=`): one lease
     /// more than the concurrency limit.
     GroupOverLimit,
+    /// Issue 29: the advance neither checks that the taken occurrence is the pending one
+    /// nor that the next is after the server's time (the driver computes it from the taken
+    /// occurrence's due time alone): a late redelivery re-creates an occurrence that
+    /// already ran.
+    NextFromDue,
     /// Issue 29: a push with a dedup id until done queues a new job even while the job
     /// holding the id lives.
     DedupIgnoresLiveJob,
@@ -53,7 +58,7 @@ pub enum Mutation {
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 14] = [
+    pub const ALL: [Mutation; 15] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -66,6 +71,7 @@ impl Mutation {
         Mutation::NoUndoneAfterRetry,
         Mutation::DueFloored,
         Mutation::GroupOverLimit,
+        Mutation::NextFromDue,
         Mutation::DedupIgnoresLiveJob,
         Mutation::PauseIgnored,
     ];
@@ -139,6 +145,12 @@ const DUE_SWAPS: [Swap; 2] = [
     },
 ];
 
+const NEXT_FROM_DUE_SWAP: Swap = Swap {
+    script: &redlease_core::queue::schedule::ADVANCE,
+    from: "if not h[1] or h[5] ~= ARGV[2] then\n  return {0, now, h[4], h[1], tonumber(h[5] or '-1')}\nend\nlocal due, from, next = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])\nlocal after = math.max(due, now)",
+    to: "if not h[1] then\n  return {0, now, h[4], h[1], tonumber(h[5] or '-1')}\nend\nlocal due, from, next = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])\nlocal after = due",
+};
+
 const DEDUP_SWAP: Swap = Swap {
     script: &PUSH_DEDUP,
     from: "if j and not (mode == 'l' and state == 'dead') then",
@@ -168,6 +180,7 @@ impl Mutation {
             Mutation::NoUndoneAfterRetry => std::slice::from_ref(&ACK_UNDONE_SWAP),
             Mutation::DueFloored => &DUE_SWAPS,
             Mutation::GroupOverLimit => std::slice::from_ref(&GROUP_LIMIT_SWAP),
+            Mutation::NextFromDue => std::slice::from_ref(&NEXT_FROM_DUE_SWAP),
             Mutation::DedupIgnoresLiveJob => std::slice::from_ref(&DEDUP_SWAP),
             Mutation::PauseIgnored => &PAUSE_SWAPS,
             _ => &[],

@@ -6,6 +6,7 @@ use std::time::Duration;
 use redlease_core::backoff::SplitMix64;
 use redlease_core::keys::Keyspace;
 use redlease_core::lease::{AcquireOptions, LockSpec};
+use redlease_core::queue::schedule::{Missed, Schedule};
 use redlease_core::queue::{NewJob, QueueKeys, QueueSettings};
 use redlease_core::redlock::RedLockOptions;
 use redlease_core::semaphore::SemaphoreKeys;
@@ -88,7 +89,7 @@ impl Primitive {
             P::JobSettled | P::SingleAck | P::DeliveryUnique | P::NotBeforeDue => {
                 matches!(self, Queue | Groups)
             }
-            P::DedupOneLive | P::NothingLeasedWhilePaused => self == Queue,
+            P::ScheduleOnce | P::DedupOneLive | P::NothingLeasedWhilePaused => self == Queue,
             P::GroupConcurrency => self == Groups,
             P::WakeWhenFree => matches!(self, Lease | Reentrant),
             P::NoRenewalAfterRelease | P::LossInTime | P::RenewalOnServer => self != RedLock,
@@ -402,6 +403,29 @@ fn queue(
     }
     let dedup_pushes = dedup.len() as u64 / 2;
     world.add_task(1 % clients, between(&mut d, 0, window / 2), dedup);
+    // Half the runs: a schedule every 30 to 90 ms (shorter than the visibility, so a worker
+    // that outlives its lease meets its occurrence again after the next one ran), upserted
+    // by two clients at random times (issue 29).
+    if chance(rng, 50) {
+        let every = Duration::from_millis(between(rng, 30, 90));
+        let spec = Schedule::every(every)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .missed(Missed::CatchUp)
+            .payload("tick");
+        for c in 0..2 {
+            world.add_task(
+                c % clients,
+                between(rng, 0, window / 2),
+                vec![Action::Schedule {
+                    keys: keys.clone(),
+                    name: "tick".into(),
+                    schedule: Box::new(spec.clone()),
+                    from: None,
+                    sent: 0,
+                }],
+            );
+        }
+    }
     let ttl_us = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
     // Now and then the queue is paused for a while, by another client; resumed again long
     // after the faults (a resume lost or overtaken by a delayed pause must not leave it

@@ -14,6 +14,7 @@ use redlease_core::backoff::SplitMix64;
 use redlease_core::lease::{
     Acquire, AcquireOptions, Acquisition, Lease, LeaseKind, LockKind, LockSpec, ScriptOp,
 };
+use redlease_core::queue::schedule::{self, Advanced, Schedule, Upserted};
 use redlease_core::queue::{self, NewJob, QueueKeys, QueueSettings};
 use redlease_core::redlock::{QuorumAction, QuorumOp, RedLease, RedLockAcquire, RedLockOptions};
 use redlease_core::renewal::{RenewalEvent, RenewalPolicy, Renewals, WatchId};
@@ -108,6 +109,31 @@ pub enum Action {
         keys: QueueKeys,
         /// Pause, or resume.
         pause: bool,
+    },
+    /// Upsert a schedule (sent again with the occurrence computed from the server's time
+    /// the script answers, `from`).
+    Schedule {
+        /// The queue.
+        keys: QueueKeys,
+        /// The schedule's name.
+        name: String,
+        /// Its spec.
+        schedule: Box<Schedule>,
+        /// `(from, first occurrence after it)`, once the server's time is known.
+        from: Option<(u64, Option<u64>)>,
+        /// Calls sent so far.
+        sent: u8,
+    },
+    /// Advance the schedule of the job held, if it is an occurrence (before its work), as
+    /// the blocking driver does: sent again with the occurrence computed from the spec and
+    /// the server's time the script answers.
+    Advance {
+        /// The queue.
+        keys: QueueKeys,
+        /// `(version, from, first occurrence after it)`, once known.
+        computed: Option<(String, u64, Option<u64>)>,
+        /// Calls sent so far.
+        sent: u8,
     },
     /// Ack (true) or nack the job held.
     Settle {
@@ -320,6 +346,10 @@ pub struct World {
     pause_ops: HashMap<usize, bool>,
     /// Whether the queue is paused, by the last pause or resume that ran.
     paused: bool,
+    /// Schedule upserts running: the action to send again on a retry.
+    upserts: HashMap<usize, Action>,
+    /// Advances running: the queue, schedule name, due time and calls sent.
+    advances: HashMap<usize, (QueueKeys, u64, u8)>,
     /// Runner -> (job id, backoff µs) for nacks with a backoff.
     nack_backoffs: HashMap<usize, (String, u64)>,
     /// Runner -> (acquisition, its acquire script) for acquisitions, kept after the machine
@@ -405,6 +435,8 @@ impl World {
             permit_sets: HashMap::new(),
             pause_ops: HashMap::new(),
             paused: false,
+            upserts: HashMap::new(),
+            advances: HashMap::new(),
             nack_backoffs: HashMap::new(),
             acquirers: HashMap::new(),
             observer: Observer::default(),
@@ -1750,6 +1782,65 @@ impl World {
                     }
                 }
             }
+            Action::Schedule {
+                keys,
+                name,
+                schedule,
+                from,
+                sent,
+            } => {
+                let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
+                match schedule::upsert(&keys, &name, &schedule, from, deadline) {
+                    Ok(op) if sent < 4 => {
+                        let r = self.spawn(
+                            client,
+                            Owner::Task(task),
+                            Wrap::boxed(op, Outcome::Upserted),
+                        );
+                        self.upserts.insert(
+                            r,
+                            Action::Schedule {
+                                keys,
+                                name,
+                                schedule,
+                                from,
+                                sent: sent + 1,
+                            },
+                        );
+                        self.start(r);
+                    }
+                    other => {
+                        let e = other.err().map(|e| e.to_string());
+                        self.note(|| format!("t{task} upsert given up: {e:?}"));
+                        self.push(self.now, Ev::TaskNext { task });
+                    }
+                }
+            }
+            Action::Advance {
+                keys,
+                computed,
+                sent,
+            } => {
+                let job = self.tasks[task].held.as_ref().and_then(|h| h.job.clone());
+                let occurrence = job.as_deref().and_then(schedule::occurrence);
+                let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
+                let op = occurrence.map(|(name, due)| {
+                    let hint = computed.as_ref().map(|(v, f, n)| (v.as_str(), *f, *n));
+                    (due, schedule::advance(&keys, name, due, hint, deadline))
+                });
+                match op {
+                    Some((due, Ok(op))) if sent < 4 => {
+                        let r = self.spawn(
+                            client,
+                            Owner::Task(task),
+                            Wrap::boxed(op, Outcome::Advanced),
+                        );
+                        self.advances.insert(r, (keys, due, sent + 1));
+                        self.start(r);
+                    }
+                    _ => self.push(self.now, Ev::TaskNext { task }),
+                }
+            }
             Action::Work {
                 keys,
                 settings,
@@ -1765,6 +1856,7 @@ impl World {
                 let wait = Duration::from_micros((until - self.now).clamp(10_000, 1_000_000));
                 let ack = self.rand(4) != 0;
                 let spent = self.rand(work);
+                let keys_for_advance = keys.clone();
                 match queue::take(&keys, token, &settings) {
                     Ok(spec) => {
                         let options = AcquireOptions {
@@ -1786,6 +1878,11 @@ impl World {
                             max: settings.max_deliveries,
                         });
                         t.actions.push_front(Action::Sleep(spent));
+                        t.actions.push_front(Action::Advance {
+                            keys: keys_for_advance,
+                            computed: None,
+                            sent: 0,
+                        });
                         t.actions.push_front(Action::Acquire {
                             spec,
                             options,
@@ -2036,11 +2133,16 @@ impl World {
             watch,
         });
         t.actions.push_front(Action::Settle {
-            keys,
+            keys: keys.clone(),
             ack,
             max: settings.max_deliveries,
         });
         t.actions.push_front(Action::Sleep(spent));
+        t.actions.push_front(Action::Advance {
+            keys,
+            computed: None,
+            sent: 0,
+        });
     }
 
     fn resource_write(&mut self, hold: usize) {
@@ -2327,6 +2429,54 @@ impl World {
                 };
                 // What counts is whether the push ran: recorded when it ran.
                 self.note(|| format!("c{client} t{task} push dedup {dedup_id}: {result:?}"));
+            }
+            Outcome::Upserted(result) => {
+                let Some(Action::Schedule {
+                    keys,
+                    name,
+                    schedule: spec,
+                    sent,
+                    ..
+                }) = self.upserts.remove(&id)
+                else {
+                    return;
+                };
+                self.note(|| format!("c{client} t{task} upsert {name}: {result:?}"));
+                if let Ok(Upserted::Retry { now_ms }) = result {
+                    let from = Some(schedule::upsert_from(&spec, now_ms));
+                    self.tasks[task].actions.push_front(Action::Schedule {
+                        keys,
+                        name,
+                        schedule: spec,
+                        from,
+                        sent,
+                    });
+                }
+            }
+            Outcome::Advanced(result) => {
+                let Some((keys, due, sent)) = self.advances.remove(&id) else {
+                    return;
+                };
+                self.note(|| format!("c{client} t{task} advance past {due}: {result:?}"));
+                if let Ok(Advanced::Compute {
+                    now_ms,
+                    version,
+                    schedule: spec,
+                }) = result
+                {
+                    // Under `NextFromDue`, computed from the taken occurrence alone.
+                    let now_ms = if self.mutation == Mutation::NextFromDue {
+                        due
+                    } else {
+                        now_ms
+                    };
+                    let (from, next) = schedule::advance_from(&spec, due, now_ms);
+                    self.tasks[task].actions.push_front(Action::Advance {
+                        keys,
+                        computed: Some((version, from, next)),
+                        sent,
+                    });
+                }
             }
             Outcome::Extended(_) => {}
         }

@@ -209,3 +209,17 @@ fn a_take_that_ignores_the_pause_leases_while_paused() {
         60,
     );
 }
+
+#[test]
+fn a_next_occurrence_computed_from_the_due_time_makes_a_second_job_for_an_occurrence() {
+    // A worker that outlives its lease meets its occurrence again after the next one ran
+    // and was acked: computed from the taken occurrence's due time, that next one is made
+    // again.
+    caught(
+        Primitive::Queue,
+        Mutation::NextFromDue,
+        &[],
+        Property::ScheduleOnce,
+        20,
+    );
+}

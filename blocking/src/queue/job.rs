@@ -110,7 +110,8 @@ impl Job {
         };
         crate::observe::job(&keys.name, &id, "ack", None, &ack);
         let next = match next {
-            Take::Taken(job) => Some(queue.into_job(*job)),
+            // A schedule's occurrence once its next exists (a failed advance gives it back).
+            Take::Taken(job) => Queue::admit(queue.into_job(*job)).ok().flatten(),
             _ => None,
         };
         AckedAndNext { ack, next }

@@ -28,6 +28,7 @@ pub mod batch;
 pub mod dedup;
 pub mod groups;
 pub mod pause;
+pub mod schedule;
 pub mod scripts;
 mod take;
 

@@ -103,6 +103,7 @@ pub use lock::{LockBuilder, LockGuard, WithLockError};
 pub use queue::{
     AckedAndNext, HandlerError, Job, JobError, PushOptions, Queue, Retry, WorkerReport, Workers,
 };
+pub use queue::{CancelReason, Cancelled, CancelledJobs, DEFAULT_GRACE, OnTimeout};
 pub use rate_limit::{Decision, RateLimit, RateLimiter, RateLimiterBuilder};
 pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};

@@ -223,6 +223,18 @@ impl Waiter {
         &self.on
     }
 
+    /// The doorbell: a ring received from it must be passed to [`rung`](Self::rung).
+    pub(crate) fn doorbell(&self) -> &Receiver<Wake> {
+        &self.rx
+    }
+
+    /// Consumes a wake received from the [`doorbell`](Self::doorbell) (so this waiter may be
+    /// woken again); returns why it woke.
+    pub(crate) fn rung(&self, rung: Wake) -> Wake {
+        let pending = self.shared.state().wake.take(&self.on.channel, self.id);
+        pending.unwrap_or(rung)
+    }
+
     /// Blocks until woken or until `until`; returns why it woke (`None`: the deadline).
     pub(crate) fn wait_until(&self, until: Instant) -> Option<Wake> {
         let rung = self.rx.recv_deadline(until).ok()?;

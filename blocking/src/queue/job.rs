@@ -13,6 +13,8 @@ pub struct Job {
     pub(super) id: String,
     pub(super) payload: Vec<u8>,
     pub(super) attempt: u64,
+    /// Its deadline and cancellation signal (see `cancel.rs`).
+    pub(super) signal: super::cancel::Signal,
 }
 
 impl Job {
@@ -76,7 +78,7 @@ impl Job {
     /// not counted).
     pub fn ack_and_take(self) -> AckedAndNext {
         let queue = self.queue.clone();
-        let (keys, settings) = (&queue.keys, &queue.settings);
+        let (keys, settings) = (&queue.keys, &queue.lease_settings());
         let machine = queue
             .check()
             .and_then(|()| random_token(&queue.client))

@@ -20,9 +20,11 @@ use redlease_core::{Error, LossReason};
 use crate::client::Client;
 use crate::lock::LockGuard;
 
+mod cancel;
 mod job;
 mod workers;
 
+pub use cancel::{CancelReason, Cancelled, CancelledJobs, DEFAULT_GRACE, OnTimeout};
 pub use job::{AckedAndNext, Job, Retry};
 pub use workers::{HandlerError, JobError, WorkerReport, Workers};
 
@@ -35,6 +37,7 @@ pub struct Queue {
     retry_base: Duration,
     retry_max: Duration,
     idle_check: Duration,
+    lifetime: cancel::Lifetime,
 }
 
 impl Client {
@@ -47,6 +50,7 @@ impl Client {
             retry_base: Duration::from_secs(1),
             retry_max: Duration::from_secs(600),
             idle_check: Duration::from_secs(2),
+            lifetime: cancel::Lifetime::default(),
         })
     }
 }
@@ -163,7 +167,7 @@ impl Queue {
         )?;
         limits::span("retry backoff base", self.retry_base)?;
         limits::span("retry backoff maximum", self.retry_max)?;
-        Ok(())
+        self.lifetime.check()
     }
 
     fn deadline(&self) -> Instant {
@@ -289,7 +293,14 @@ impl Queue {
             min_replicas: None,
         };
         let now = self.client.shared().time.now();
-        let machine = TakeJob::new(&self.keys, token, &self.settings, &options, seed, now)?;
+        let machine = TakeJob::new(
+            &self.keys,
+            token,
+            &self.lease_settings(),
+            &options,
+            seed,
+            now,
+        )?;
         let span =
             crate::observe::acquire_span(&self.keys.name, redlease_core::lease::LeaseKind::Job);
         let taken = span.in_scope(|| self.client.run(machine));
@@ -319,10 +330,11 @@ impl Queue {
             attempt,
             ..
         } = taken;
-        let policy = RenewalPolicy::for_ttl(self.settings.visibility);
-        let guard = LockGuard::from_lease(&self.client, lease, Some(policy));
+        let signal = self.signal_for(&lease);
+        let guard = LockGuard::from_lease(&self.client, lease, Some(self.renewal_policy()));
         crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
         Job {
+            signal,
             guard,
             queue: self,
             id,

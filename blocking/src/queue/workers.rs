@@ -140,6 +140,10 @@ fn work_loop<E: HandlerError>(
                 ack.map(|()| &counters.acked)
             }
             Ok(Ok(())) => job.ack().map(|()| &counters.acked),
+            // Past its timeout: settled as the queue's `on_timeout` says (see cancel.rs).
+            Ok(Err(e)) if job.deadline().is_some_and(|d| time.now() >= d) => job
+                .timed_out_because(&e.message())
+                .map(|()| &counters.nacked),
             Ok(Err(e)) => job.fail(&e.message(), e.retry()).map(|()| &counters.nacked),
             Err(_) => {
                 counters.panicked.fetch_add(1, Ordering::Relaxed);

@@ -24,6 +24,7 @@
 //! as an ack followed by a take.
 
 mod ack_take;
+pub mod cancel;
 pub mod scripts;
 mod take;
 
@@ -62,6 +63,13 @@ pub struct QueueKeys {
     undone: String,
     /// Why each dead job died (the handler's error), by id.
     reasons: String,
+    /// Cancelled deliveries (zset token -> until when their renewal answers "cancelled").
+    cancelled: String,
+    /// Why each cancelled delivery was cancelled (hash token -> message).
+    cancel_messages: String,
+    /// The channel of cancel messages (its `notify` argument: see `Keyspace::notify_arg`).
+    cancel_channel: String,
+    cancel_notify: String,
     channel: String,
     notify: String,
     /// The calls every job makes, with their keys bound once per queue (a clone shares
@@ -190,7 +198,11 @@ impl KeyedCalls {
                 .arg(SETTLED_KEEP.as_millis().to_string())
                 .compact(),
             job_name: format!("queue {} job ", k.name).into(),
-            extend: ScriptCall::new(&scripts::JOB_EXTEND).keys(&[&k.inflight, &k.leases]),
+            extend: ScriptCall::new(&scripts::JOB_EXTEND).keys(&[
+                &k.inflight,
+                &k.leases,
+                &k.cancelled,
+            ]),
             inspect: ScriptCall::new(&scripts::JOB_INSPECT).keys(&[&k.inflight, &k.leases]),
             untake: ScriptCall::new(&scripts::UNTAKE).keys(&[
                 &k.inflight,
@@ -241,6 +253,10 @@ impl QueueKeys {
             settled: k("settled"),
             undone: k("undone"),
             reasons: k("reasons"),
+            cancelled: k("cancelled"),
+            cancel_messages: k("cancel_messages"),
+            cancel_channel: k("cancel"),
+            cancel_notify: keyspace.notify_arg(&k("cancel")),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
             calls: KeyedCalls {

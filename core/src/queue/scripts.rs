@@ -77,8 +77,22 @@ pub static ACK_TAKE: Script = script!(
     include_str!("lua/ack_take.lua")
 );
 
+/// `lua/cancel.lua`
+pub static CANCEL: Script = script!(
+    "queue_cancel",
+    [NOW_MS, REMEMBER, NOTIFY],
+    include_str!("lua/cancel.lua")
+);
+
+/// `lua/cancel_message.lua`
+pub static CANCEL_MESSAGE: Script = script!(
+    "queue_cancel_message",
+    [NOW_MS],
+    include_str!("lua/cancel_message.lua")
+);
+
 /// Every queue script.
-pub static ALL: [&Script; 12] = [
+pub static ALL: [&Script; 14] = [
     &PUSH,
     &DEQUEUE,
     &ACK,
@@ -91,6 +105,8 @@ pub static ALL: [&Script; 12] = [
     &UNTAKE,
     &FORGET,
     &ACK_TAKE,
+    &CANCEL,
+    &CANCEL_MESSAGE,
 ];
 
 #[cfg(test)]

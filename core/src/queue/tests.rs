@@ -27,6 +27,7 @@ const BASES: &str = "redlease:{jobs}:q:bases";
 const SETTLED: &str = "redlease:{jobs}:q:settled";
 const UNDONE: &str = "redlease:{jobs}:q:undone";
 const REASONS: &str = "redlease:{jobs}:q:reasons";
+const CANCELLED: &str = "redlease:{jobs}:q:cancelled";
 const CHANNEL: &str = "redlease:{jobs}:q:pushed";
 
 fn keys() -> QueueKeys {
@@ -401,12 +402,14 @@ fn a_queues_takes_share_one_spec_bound_to_each_token_and_job() {
         *calls.release(),
         nack(&keys, "job-1", t, Duration::ZERO, settings().max_deliveries)
     );
-    for call in [&calls.extend(), &calls.inspect()] {
-        assert_eq!(
-            call_args(call)[2..],
-            strs(&["2", INFLIGHT, LEASES, "job-1", t])
-        );
-    }
+    assert_eq!(
+        call_args(&calls.extend())[2..],
+        strs(&["3", INFLIGHT, LEASES, CANCELLED, "job-1", t])
+    );
+    assert_eq!(
+        call_args(&calls.inspect())[2..],
+        strs(&["2", INFLIGHT, LEASES, "job-1", t])
+    );
 }
 
 #[test]
@@ -480,9 +483,10 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
         strs(&[
             "EVALSHA",
             JOB_EXTEND.sha1,
-            "2",
+            "3",
             INFLIGHT,
             LEASES,
+            CANCELLED,
             "job-1",
             &t
         ])
@@ -505,12 +509,16 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     let op = ScriptOp::extend(&lease, Duration::from_millis(900), deadline(now)).unwrap();
     let mut e = Scenario::new(op, now);
     let r = e.answer(Reply::Int(1));
-    assert_eq!(args(&r)[5..], strs(&["job-1", &t, "900"]));
+    assert_eq!(args(&r)[6..], strs(&["job-1", &t, "900"]));
     assert_eq!(
         e.expect_done(),
         Ok(now + Duration::from_millis(900 - 9 - 2))
     );
-    for (code, reason) in [(0, LossReason::Expired), (-1, LossReason::Taken)] {
+    for (code, reason) in [
+        (0, LossReason::Expired),
+        (-1, LossReason::Taken),
+        (-3, LossReason::Cancelled),
+    ] {
         let op = ScriptOp::extend(&lease, Duration::from_millis(900), deadline(now)).unwrap();
         let mut e = Scenario::new(op, now);
         e.answer(Reply::Int(code));
@@ -1358,9 +1366,10 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
         strs(&[
             "EVALSHA",
             JOB_EXTEND.sha1,
-            "2",
+            "3",
             INFLIGHT,
             LEASES,
+            CANCELLED,
             "job-9",
             &tok(),
             "3000"
@@ -1465,7 +1474,7 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
         .extend(Duration::from_secs(3), deadline(s.now))
         .unwrap();
     let r = Scenario::new(extend, s.now).answer(Reply::Int(1));
-    assert_eq!(args(&r)[5..], strs(&["next-1", &next_tok(), "3000"]));
+    assert_eq!(args(&r)[6..], strs(&["next-1", &next_tok(), "3000"]));
     assert_eq!(s.sent.len(), 1);
     assert_eq!(s.expect_done(), Err(Error::Finished));
 }

@@ -174,13 +174,11 @@ fn the_cancelled_channel_fires_at_the_timeout() {
     );
 }
 
+/// What a holder saw: when, why, and what its ack then gave.
+type Seen = (Instant, CancelReason, Result<(), Error>);
+
 /// Holds a job on a thread that waits on its `cancelled()` channel; returns when it saw it.
-fn hold_until_cancelled(
-    q: &Queue,
-) -> (
-    thread::JoinHandle<(Instant, CancelReason, Result<(), Error>)>,
-    String,
-) {
+fn hold_until_cancelled(q: &Queue) -> (thread::JoinHandle<Seen>, String) {
     let job = q.take(Duration::from_secs(5)).unwrap().unwrap();
     let id = job.id().to_owned();
     let handle = thread::spawn(move || {

@@ -45,6 +45,7 @@ use std::time::{Duration, Instant};
 
 use redlease::core::keys::Keyspace;
 use redlease::core::lease::{LockSpec, Token};
+use redlease::core::queue::cancel::{self, CancelledJobs};
 use redlease::core::queue::{self, NewJob, QueueKeys, QueueSettings};
 use redlease::core::rate::{self, RateLimit, RateLimiterSpec};
 use redlease::core::script::{Script, ScriptCall};
@@ -930,9 +931,20 @@ impl Seq {
             }
             13 if !self.taken.is_empty() => {
                 let (id, token) = self.rng.pick(&self.taken).clone();
+                let held = token.clone();
                 let spec = queue::take(&keys, Token::new(token).unwrap(), &settings).unwrap();
                 let ms = settings.visibility.as_millis().to_string();
-                if self.rng.chance(50) {
+                if self.rng.chance(25) {
+                    // A cancel (of a job in flight, waiting, or gone), or the check of a
+                    // cancelled delivery; the extension of a cancelled one answers -3.
+                    if self.rng.chance(60) {
+                        let jobs = *self.rng.pick(&[CancelledJobs::Dead, CancelledJobs::Remove]);
+                        let op = cancel::cancel(&keys, &id, "why", jobs, now).unwrap();
+                        self.machine_op(op, Cmp::Exact)
+                    } else {
+                        self.machine_op(cancel::cancel_message(&keys, &held, now), Cmp::Exact)
+                    }
+                } else if self.rng.chance(50) {
                     let call = spec.calls.extend().prepend_arg(&id).arg(ms);
                     self.script_op(&call, Cmp::Exact)
                 } else {
@@ -980,6 +992,8 @@ impl Seq {
                     "bases",
                     "settled",
                     "undone",
+                    "cancelled",
+                    "cancel_messages",
                 ]
                 .iter()
                 .map(|p| format!("{stem}:q:{p}"))

@@ -25,7 +25,7 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CancelReason {
-    /// Its timeout ([`Queue::timeout`], [`PushOptions::timeout`]) passed: stop, and give the
+    /// Its timeout ([`Queue::timeout`]) passed: stop, and give the
     /// job back ([`Job::timed_out`]) or ack it within the grace.
     TimedOut,
     /// [`Queue::cancel`] was called for it, with this message: its lease ended then, so no
@@ -99,8 +99,8 @@ impl Queue {
     /// [`CancelReason::TimedOut`]; after it plus the [grace](Self::timeout_grace) the
     /// watchdog stops renewing the job's lease, so its ack is refused
     /// ([`Error::NotOwner`]) and the job is redelivered (never before then). 1 ms to
-    /// [`MAX_DURATION`](limits::MAX_DURATION), checked when a job is taken. A push can
-    /// override it per job ([`PushOptions::timeout`]). Defaults to none.
+    /// [`MAX_DURATION`](limits::MAX_DURATION), checked when a job is taken. Defaults to
+    /// none.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.lifetime.timeout = Some(timeout);
         self
@@ -249,8 +249,8 @@ fn from_loss(queue: &Queue, token: &str, loss: LossReason) -> CancelReason {
 }
 
 impl Job {
-    /// Until when the handler may run ([`Queue::timeout`] or [`PushOptions::timeout`] after
-    /// the take; `None`: no timeout).
+    /// Until when the handler may run ([`Queue::timeout`] after the take, by this process's
+    /// clock; `None`: no timeout).
     pub fn deadline(&self) -> Option<Instant> {
         self.signal.deadline
     }

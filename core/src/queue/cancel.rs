@@ -191,7 +191,7 @@ mod tests {
     #[test]
     fn bad_ids_and_long_messages_are_refused_before_anything_is_sent() {
         let keys = QueueKeys::new(&Keyspace::default(), "q").unwrap();
-        let at = Instant::now();
+        let at = crate::testing::origin();
         assert!(cancel(&keys, "", "m", CancelledJobs::Dead, at).is_err());
         let long = "x".repeat(MAX_MESSAGE_LEN + 1);
         assert!(cancel(&keys, "a", &long, CancelledJobs::Dead, at).is_err());
@@ -201,7 +201,7 @@ mod tests {
     #[test]
     fn the_check_reads_the_message_or_nothing() {
         let d = CancelMessage;
-        let at = Instant::now();
+        let at = crate::testing::origin();
         let yes = Reply::Array(vec![Reply::Int(1), Reply::Bulk(b"why".to_vec())]);
         assert_eq!(d.decide(&yes, at, false), Some(Ok(Some("why".into()))));
         let no = Reply::Array(vec![Reply::Int(0), Reply::Bulk(Vec::new())]);

@@ -446,3 +446,40 @@ fn cancelling_a_waiting_or_delayed_job_removes_it_or_kills_it() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+#[test]
+fn the_pool_puts_an_ignoring_handlers_job_on_the_dead_list_when_timed_out_jobs_die() {
+    let server = testkit::server();
+    let c = client(&server);
+    let (timeout, grace) = (Duration::from_millis(100), Duration::from_millis(200));
+    let q = c
+        .queue("ignored")
+        .unwrap()
+        .timeout(timeout)
+        .timeout_grace(grace)
+        .on_timeout(OnTimeout::Dead);
+    q.push("x").unwrap();
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    let workers = q
+        .work(2, move |job| -> Result<(), String> {
+            counted.fetch_add(1, Ordering::SeqCst);
+            // Ignores the signal, and runs past timeout + grace.
+            thread::sleep(timeout + grace + Duration::from_millis(100));
+            assert!(job.is_cancelled());
+            Ok(())
+        })
+        .unwrap();
+    await_condition(Duration::from_secs(10), || workers.report().refused == 1);
+    let report = workers.stop();
+    assert_eq!(
+        (report.acked, report.refused),
+        (0, 1),
+        "its ack was refused"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "never delivered again");
+    let dead = q.dead_jobs(10).unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].reason.as_deref(), Some("timed out"));
+    assert_eq!(dead[0].deliveries, 1);
+}

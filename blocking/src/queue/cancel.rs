@@ -115,7 +115,10 @@ impl Queue {
 
     /// What [`Job::timed_out`] (and the worker pool, for a handler that returns an error
     /// after its timeout) does with the job: retry it (the default) or put it on the dead
-    /// list with reason `timed out`.
+    /// list with reason `timed out`. With [`OnTimeout::Dead`] the worker pool also puts the
+    /// job of a handler that ignores its signal on the dead list, at timeout + half the grace
+    /// (while the lease is still held), so it is not retried; with [`OnTimeout::Retry`] such
+    /// a job is redelivered once its lease ends at timeout + grace.
     pub fn on_timeout(mut self, then: OnTimeout) -> Self {
         self.lifetime.on_timeout = then;
         self
@@ -385,6 +388,62 @@ impl Job {
             self.fail(&format!("timed out: {error}"), retry)
         }
     }
+}
+
+impl Job {
+    /// The worker pool's reaper: settles this job as dead (`timed out`) while its handler
+    /// still runs (the lease is still ours: this is before timeout + grace).
+    fn reap(&self) -> Result<(), Error> {
+        let lease = self.guard.lease();
+        let call = queue::nack_because(
+            &self.queue.keys,
+            &self.id,
+            lease.token.as_str(),
+            Duration::ZERO,
+            0,
+            "timed out",
+        );
+        let call = self.queue.keys.settling(call, lease);
+        let op = queue::nack_op(lease, call, self.queue.deadline())
+            .with_valid_until(self.guard.valid_until());
+        self.queue.client.run(op).map(|_| ())
+    }
+}
+
+/// Runs `handler` for `job` (the worker pool). On a queue whose timed-out jobs go to the
+/// dead list ([`OnTimeout::Dead`]), a helper thread puts the job there (reason `timed out`)
+/// if the handler still runs at its timeout plus half the grace, while the lease is still
+/// held: a handler that ignores its signal cannot have it retried, and its ack is then
+/// refused. (On the in-process server's clock, no helper: the job is retried after the
+/// lease ends.)
+pub(super) fn run_handler<R>(job: &Job, handler: impl FnOnce() -> R) -> R {
+    let at = match (job.signal.deadline, job.queue.lifetime.on_timeout) {
+        (Some(d), OnTimeout::Dead) => saturating_add(d, job.queue.lifetime.grace / 2),
+        _ => return handler(),
+    };
+    #[cfg(feature = "memory")]
+    if job.queue.client.shared().time.memory().is_some() {
+        return handler();
+    }
+    let (done_tx, done_rx) = bounded::<()>(0);
+    std::thread::scope(|s| {
+        let reaper = std::thread::Builder::new()
+            .name("redlease-job-reaper".into())
+            .spawn_scoped(s, move || {
+                if done_rx.recv_deadline(at) == Err(crossbeam_channel::RecvTimeoutError::Timeout)
+                {
+                    if let Err(e) = job.reap() {
+                        tracing::debug!(error = %e, "could not put a timed-out job on the dead list");
+                    }
+                }
+            });
+        // Dropped when the handler returns or panics: the helper then ends at once.
+        let _done = done_tx;
+        let out = handler();
+        drop(_done);
+        drop(reaper);
+        out
+    })
 }
 
 impl Drop for Signal {

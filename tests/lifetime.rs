@@ -483,3 +483,48 @@ fn the_pool_puts_an_ignoring_handlers_job_on_the_dead_list_when_timed_out_jobs_d
     assert_eq!(dead[0].reason.as_deref(), Some("timed out"));
     assert_eq!(dead[0].deliveries, 1);
 }
+
+#[test]
+fn a_jobs_own_timeout_is_applied_by_whoever_takes_it() {
+    let server = testkit::server();
+    let (a, b) = (client(&server), client(&server));
+    let (timeout, grace) = (Duration::from_millis(200), Duration::from_millis(100));
+    // The pusher sets the timeout; the takers' queue has none of its own (and a 30 s lease).
+    let pusher = a.queue("own").unwrap();
+    let taker = b.queue("own").unwrap().timeout_grace(grace);
+    let other = a.queue("own").unwrap();
+    let rtt = round_trip(&a);
+    let options = redlease::PushOptions::new().timeout(timeout);
+    pusher.push_with("timed", options).unwrap();
+    pusher.push("plain").unwrap();
+    let before = Instant::now();
+    let job = taker.take(Duration::from_secs(5)).unwrap().unwrap();
+    assert_eq!(job.payload(), b"timed");
+    let deadline = job.deadline().expect("the job's own timeout");
+    assert!(deadline >= before + timeout && deadline <= Instant::now() + timeout);
+    let plain = taker.take(Duration::from_secs(5)).unwrap().unwrap();
+    assert_eq!((plain.payload(), plain.deadline()), (&b"plain"[..], None));
+    plain.ack().unwrap();
+    // Ignored: after timeout + grace its ack is refused, and only then is it redelivered.
+    let mut second = None;
+    while second.is_none() {
+        second = other.take(Duration::from_millis(20)).unwrap();
+        assert!(
+            second.is_none() || Instant::now() >= before + timeout + grace,
+            "redelivered before timeout + grace"
+        );
+    }
+    let second = second.unwrap();
+    assert!(Instant::now() >= before + timeout + grace);
+    assert!(job.is_cancelled());
+    thread::sleep(rtt);
+    assert!(matches!(job.ack(), Err(Error::NotOwner { .. })));
+    // The redelivery keeps the timeout, its delivery number higher.
+    assert!(second.deadline().is_some());
+    assert_eq!(second.delivery(), 2);
+    second.ack().unwrap();
+    assert!(matches!(
+        pusher.push_with("x", redlease::PushOptions::new().timeout(Duration::ZERO)),
+        Err(Error::InvalidArgument(_))
+    ));
+}

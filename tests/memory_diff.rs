@@ -895,7 +895,13 @@ impl Seq {
                 } else {
                     Duration::ZERO
                 };
-                let op = queue::push(&keys, &jobs, priority, delay, now).unwrap();
+                // Now and then jobs with their own timeout (kept with their base).
+                let op = if self.rng.chance(25) {
+                    let timeout = Duration::from_millis(1 + self.rng.below(500) as u64);
+                    queue::push_with_timeout(&keys, &jobs, priority, delay, timeout, now).unwrap()
+                } else {
+                    queue::push(&keys, &jobs, priority, delay, now).unwrap()
+                };
                 self.machine_op(op, Cmp::Exact)
             }
             5..=8 => {

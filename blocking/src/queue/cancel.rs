@@ -161,11 +161,12 @@ impl Queue {
     }
 
     /// The signal of a job just taken with `lease`.
-    pub(super) fn signal_for(&self, lease: &redlease_core::lease::Lease) -> Signal {
-        let deadline = self
-            .lifetime
-            .timeout
-            .map(|t| saturating_add(lease.acquired_at, t));
+    pub(super) fn signal_for(
+        &self,
+        lease: &redlease_core::lease::Lease,
+        timeout: Option<Duration>,
+    ) -> Signal {
+        let deadline = timeout.map(|t| saturating_add(lease.acquired_at, t));
         let waiter = if self.lifetime.listen {
             self.client
                 .start_listeners()
@@ -185,8 +186,8 @@ impl Queue {
     /// The queue's timeout plus its grace, if it has a timeout.
     /// Plus 1 ms: the server's clock is read in whole milliseconds (rounded down), so a lease
     /// of exactly that long could end up to 1 ms early.
-    fn hold_limit(&self) -> Option<Duration> {
-        self.lifetime.timeout.map(|t| {
+    fn hold_limit(&self, timeout: Option<Duration>) -> Option<Duration> {
+        timeout.map(|t| {
             t.saturating_add(self.lifetime.grace)
                 .saturating_add(Duration::from_millis(1))
         })
@@ -197,18 +198,38 @@ impl Queue {
     /// first renewal), and at least [`MIN_TTL`](limits::MIN_TTL).
     pub(super) fn lease_settings(&self) -> QueueSettings {
         let mut settings = self.settings;
-        if let Some(hold) = self.hold_limit() {
+        if let Some(hold) = self.hold_limit(self.lifetime.timeout) {
             settings.visibility = settings.visibility.min(hold.max(limits::MIN_TTL));
         }
         settings
     }
 
-    /// The renewal policy of a job taken now: a hold limit of timeout + grace when the
-    /// queue has a timeout.
-    pub(super) fn renewal_policy(&self) -> RenewalPolicy {
+    /// The renewal policy of a job taken now with `timeout` (its own, or its queue's): a
+    /// hold limit of timeout + grace.
+    pub(super) fn renewal_policy(&self, timeout: Option<Duration>) -> RenewalPolicy {
         let mut policy = RenewalPolicy::for_ttl(self.lease_settings().visibility);
-        policy.max_hold = self.hold_limit();
+        policy.max_hold = self.hold_limit(timeout);
         policy
+    }
+
+    /// The guard of a job taken with its own `timeout` ([`PushOptions::timeout`]): when
+    /// timeout + grace ends before the lease the take made, the lease is shortened to end
+    /// then (one extension, right after the take), so that it ends then on the server too.
+    /// A failed shortening marks nothing: the watchdog's hold limit still stops renewing at
+    /// timeout + grace, and the job's ack is refused locally from then on.
+    pub(super) fn lease_for(&self, mut guard: LockGuard, timeout: Option<Duration>) -> LockGuard {
+        let Some(hold) = self.hold_limit(timeout) else {
+            return guard;
+        };
+        if hold >= self.lease_settings().visibility {
+            return guard;
+        }
+        let now = self.client.shared().time.now();
+        let left = saturating_add(guard.lease().acquired_at, hold).saturating_duration_since(now);
+        if let Err(e) = guard.extend_to(left.max(limits::MIN_TTL)) {
+            tracing::debug!(error = %e, "could not shorten a timed job's lease");
+        }
+        guard
     }
 }
 

@@ -73,6 +73,7 @@ impl Client {
 pub struct PushOptions {
     priority: u8,
     delay: Duration,
+    timeout: Option<Duration>,
 }
 
 impl PushOptions {
@@ -92,6 +93,14 @@ impl PushOptions {
     /// [`MAX_DURATION`](limits::MAX_DURATION), checked by the push before anything is sent.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
+        self
+    }
+
+    /// The job's own timeout, kept with it: whoever takes it applies this one instead of
+    /// its queue's [`Queue::timeout`] (see there). 1 ms to
+    /// [`MAX_DURATION`](limits::MAX_DURATION), checked by the push.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
         self
     }
 }
@@ -179,8 +188,23 @@ impl Queue {
     /// [`PushOptions`]; `PushOptions::new()` for none). Ids deduplicate. The delay is at most
     /// [`MAX_DURATION`](limits::MAX_DURATION) (refused otherwise, before anything is sent).
     pub fn push_batch(&self, jobs: &[NewJob], options: PushOptions) -> Result<Vec<Pushed>, Error> {
-        let PushOptions { priority, delay } = options;
+        let PushOptions {
+            priority,
+            delay,
+            timeout,
+        } = options;
         limits::span("delay", delay)?;
+        if let Some(timeout) = timeout {
+            let op = queue::push_with_timeout(
+                &self.keys,
+                jobs,
+                priority,
+                delay,
+                timeout,
+                self.deadline(),
+            )?;
+            return self.client.run(op);
+        }
         self.client.run(queue::push(
             &self.keys,
             jobs,
@@ -328,10 +352,16 @@ impl Queue {
             payload,
             lease,
             attempt,
+            timeout,
             ..
         } = taken;
-        let signal = self.signal_for(&lease);
-        let guard = LockGuard::from_lease(&self.client, lease, Some(self.renewal_policy()));
+        let timeout = timeout.or(self.lifetime.timeout);
+        let signal = self.signal_for(&lease, timeout);
+        let policy = self.renewal_policy(timeout);
+        let guard = self.lease_for(
+            LockGuard::from_lease(&self.client, lease, Some(policy)),
+            timeout,
+        );
         crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
         Job {
             signal,

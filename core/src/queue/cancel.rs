@@ -176,6 +176,52 @@ pub fn cancel_message(keys: &QueueKeys, token: &str, deadline: Instant) -> Scrip
     ScriptOp::new(CancelMessage, call, keys.target(), None, deadline)
 }
 
+/// [`push`](super::push) of jobs that each carry `timeout` (1 ms to
+/// [`MAX_DURATION`](crate::limits::MAX_DURATION), else refused before anything is sent):
+/// whoever takes one gets it as [`TakenJob::timeout`](super::TakenJob::timeout), whatever
+/// the taker's own settings. Kept with the job's base (the bases hash: `base:timeout`), read
+/// by every take anyway, so jobs without one cost nothing more.
+pub fn push_with_timeout(
+    keys: &QueueKeys,
+    jobs: &[super::NewJob],
+    priority: u8,
+    delay: Duration,
+    timeout: Duration,
+    deadline: Instant,
+) -> Result<ScriptOp<super::Push>, Error> {
+    crate::limits::duration(
+        "job timeout",
+        timeout,
+        Duration::from_millis(1),
+        crate::limits::MAX_DURATION,
+    )?;
+    let plain = super::push(keys, jobs, priority, delay, deadline)?;
+    drop(plain);
+    let mut call = ScriptCall::new(&scripts::PUSH)
+        .keys(&[
+            &keys.ready,
+            &keys.delayed,
+            &keys.payloads,
+            &keys.priorities,
+            &keys.seq,
+            &keys.bases,
+        ])
+        .arg(format!(
+            "{}:{}",
+            super::ceil_ms(delay),
+            super::ceil_ms(timeout)
+        ))
+        .arg(priority.to_string())
+        .arg(&keys.notify);
+    for job in jobs {
+        call = call.arg(&job.id).arg(&job.payload);
+    }
+    let kind = super::Push {
+        ids: jobs.iter().map(|j| j.id.clone()).collect(),
+    };
+    Ok(ScriptOp::new(kind, call, keys.target(), None, deadline))
+}
+
 impl QueueKeys {
     /// What the holder of the delivery with `token` listens to for its cancel message.
     pub fn cancel_wake(&self, token: &str) -> WakeOn {

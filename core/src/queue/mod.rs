@@ -29,6 +29,7 @@ pub mod scripts;
 mod take;
 
 pub use ack_take::{AckAndTake, AckedAndTaken, ack_and_take, ack_and_take_call};
+pub use cancel::push_with_timeout;
 pub use take::{Take, TakeJob, TakenJob};
 
 use std::time::{Duration, Instant};
@@ -380,13 +381,24 @@ pub(crate) fn parse_attempt(text: &[u8], delivery: u64) -> Option<u64> {
     (1..=delivery).contains(&n).then_some(n)
 }
 
+/// A job's timeout as a take's reply carries it (ms, at least 1).
+pub(crate) fn parse_timeout(text: &[u8]) -> Option<Duration> {
+    let ms: u64 = std::str::from_utf8(text).ok()?.parse().ok()?;
+    (ms >= 1).then(|| Duration::from_millis(ms))
+}
+
 /// Whether `data` is what a take's grant of delivery `fence` carries: the job's id and
-/// payload, and after a requeue its attempt ([`parse_attempt`]).
+/// payload, and after a requeue (or for a job pushed with a timeout) its attempt
+/// ([`parse_attempt`]), then its timeout if it has one ([`parse_timeout`]).
 pub(crate) fn is_job_data(data: &[Vec<u8>], fence: i64) -> bool {
     match data {
         [_, _] => true,
         [_, _, attempt] => {
             u64::try_from(fence).is_ok_and(|fence| parse_attempt(attempt, fence).is_some())
+        }
+        [_, _, attempt, timeout] => {
+            u64::try_from(fence).is_ok_and(|fence| parse_attempt(attempt, fence).is_some())
+                && parse_timeout(timeout).is_some()
         }
         _ => false,
     }

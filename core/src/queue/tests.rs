@@ -1607,13 +1607,26 @@ fn a_reply_not_understood_gives_back_what_the_next_token_may_hold() {
         acked_and(1, handed(1, b"\xff", b"")),
         // The shape of the script before it dropped the "taken" flag.
         acked_and(1, vec![Reply::Int(1), Reply::Int(1), bulk(b"n"), bulk(b"")]),
-        // An attempt that is not 1 to the delivery number, or not a string; two of them.
+        // An attempt that is not 1 to the delivery number, or not a string; a timeout of
+        // 0 ms or not a number after it; three of them.
         acked_and(1, [handed(2, b"n", b""), vec![bulk(b"3")]].concat()),
         acked_and(1, [handed(2, b"n", b""), vec![bulk(b"0")]].concat()),
         acked_and(1, [handed(2, b"n", b""), vec![Reply::Int(1)]].concat()),
         acked_and(
             1,
-            [handed(2, b"n", b""), vec![bulk(b"1"), bulk(b"1")]].concat(),
+            [handed(2, b"n", b""), vec![bulk(b"1"), bulk(b"0")]].concat(),
+        ),
+        acked_and(
+            1,
+            [handed(2, b"n", b""), vec![bulk(b"1"), bulk(b"x")]].concat(),
+        ),
+        acked_and(
+            1,
+            [
+                handed(2, b"n", b""),
+                vec![bulk(b"1"), bulk(b"5"), bulk(b"5")],
+            ]
+            .concat(),
         ),
     ] {
         let (_, mut s) = acking_and_taking();
@@ -1830,4 +1843,48 @@ fn a_job_handed_over_after_a_lost_reply_records_its_token_when_settled() {
     assert!(!next.lease.unanswered);
     let give_back = args(&Scenario::new(next.give_back(deadline(now)), now).answer(Reply::Int(1)));
     assert_eq!(give_back[2], "12");
+}
+
+#[test]
+fn a_job_pushed_with_a_timeout_is_handed_over_with_it() {
+    let (_, mut s) = acking_and_taking();
+    s.answer(acked_and(
+        1,
+        [handed(2, b"n", b""), vec![bulk(b"2"), bulk(b"250")]].concat(),
+    ));
+    match s.expect_done() {
+        Ok(AckedAndTaken {
+            next: Take::Taken(job),
+            ..
+        }) => {
+            assert_eq!(job.timeout, Some(Duration::from_millis(250)));
+            assert_eq!(job.attempt, 2);
+        }
+        other => panic!("{other:?}"),
+    }
+    let keys = keys();
+    let jobs = [NewJob {
+        id: "a".into(),
+        payload: b"p".to_vec(),
+    }];
+    let at = deadline(origin());
+    let op = crate::queue::push_with_timeout(
+        &keys,
+        &jobs,
+        0,
+        Duration::ZERO,
+        Duration::from_micros(1500),
+        at,
+    )
+    .unwrap();
+    let mut p = Scenario::new(op, origin());
+    let r = p.answer(bulk(b"1"));
+    assert_eq!(
+        args(&r)[2..10],
+        strs(&["6", READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, BASES, "0:2"])
+    );
+    assert!(
+        crate::queue::push_with_timeout(&keys, &jobs, 0, Duration::ZERO, Duration::ZERO, at)
+            .is_err()
+    );
 }

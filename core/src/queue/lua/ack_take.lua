@@ -128,11 +128,11 @@ if expiry and expiry > now then
   -- a reply timeout earlier). Never shortened (a late copy of the take after an extend).
   local n = tonumber(redis.call('HGET', KEYS[8], mine)) or 1
   local payload = redis.call('HGET', KEYS[3], mine) or ''
-  local base = base_of(mine)
+  local base, timeout = base_of(mine)
   if expiry < now + tonumber(ARGV[5]) then
     redis.call('ZADD', KEYS[6], now + tonumber(ARGV[5]), mine)
   end
-  return handed(ack, n, mine, payload, base)
+  return handed(ack, n, mine, payload, base, timeout)
 end
 if reclaiming then
   reclaim(due, expired, tonumber(ARGV[6]))
@@ -141,8 +141,8 @@ if reclaiming then
 end
 if top[1] then
   -- Read before the lease's writes (bases was read above when anything was written).
-  local base = base_of(top[1])
+  local base, timeout = base_of(top[1])
   local n = lease_next(top[1], next_token, now, tonumber(ARGV[5]))
-  return handed(ack, n, top[1], payload or '', base)
+  return handed(ack, n, top[1], payload or '', base, timeout)
 end
 return {ack, 0, next_wait(now)}

@@ -55,7 +55,9 @@ redis.call('HDEL', KEYS[2], id)
 redis.call('HDEL', KEYS[9], ARGV[2])
 remember(KEYS[11], ARGV[2], now, tonumber(ARGV[6]))
 local n = tonumber(redis.call('HGET', KEYS[7], id)) or 0
-if n - (tonumber(redis.call('HGET', KEYS[10], id)) or 0) >= tonumber(ARGV[4]) then
+-- The base: deliveries when last requeued ('base:timeout' for a job with a timeout).
+local base = tonumber(string.match(redis.call('HGET', KEYS[10], id) or '0', '^%d+')) or 0
+if n - base >= tonumber(ARGV[4]) then
   redis.call('RPUSH', KEYS[8], id)
   if ARGV[7] ~= '' then
     redis.call('HSET', KEYS[12], id, ARGV[7])

@@ -135,7 +135,7 @@ wanted() {
 }
 
 if [[ $mode == all || $mode == instr ]]; then
-    raw_lock=0 raw_queue=0
+    raw_lock=0 raw_queue=0 raw_rate=0
     wanted lock unfenced semaphore redlock && raw_lock=$(per_op lock_raw)
     wanted queue queue_worker && raw_queue=$(per_op queue_raw)
     wanted rate && raw_rate=$(per_op rate_raw)
@@ -218,7 +218,7 @@ if [[ $mode == all || $mode == server ]]; then
         b=$(server_instructions "$1" "$server_n2")
         echo $(((b - a) / (server_n2 - server_n1)))
     }
-    raw_lock=0 raw_queue=0
+    raw_lock=0 raw_queue=0 raw_rate=0
     wanted lock unfenced semaphore && raw_lock=$(server_per_op lock_raw)
     wanted queue && raw_queue=$(server_per_op queue_raw)
     wanted rate && raw_rate=$(server_per_op rate_raw)

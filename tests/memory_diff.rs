@@ -895,6 +895,9 @@ impl Seq {
                 } else {
                     Duration::ZERO
                 };
+                if self.rng.chance(40) {
+                    return self.dedup_push(&keys, priority, delay);
+                }
                 // Now and then jobs with their own timeout (kept with their base).
                 let op = if self.rng.chance(25) {
                     let timeout = Duration::from_millis(1 + self.rng.below(500) as u64);
@@ -1000,6 +1003,10 @@ impl Seq {
                     "undone",
                     "cancelled",
                     "cancel_messages",
+                    "dedup",
+                    "dedup_of",
+                    "throttle",
+                    "throttled",
                 ]
                 .iter()
                 .map(|p| format!("{stem}:q:{p}"))
@@ -1008,6 +1015,36 @@ impl Seq {
             }
             _ => self.machine_op(queue::stats(&keys, now), Cmp::Exact),
         }
+    }
+
+    /// A push with a dedup id (one of three, so that pushes meet) in a random mode.
+    fn dedup_push(&mut self, keys: &QueueKeys, priority: u8, delay: Duration) -> Op {
+        let [d1, d2, ..] = self.grid.durations();
+        let mode = match self.rng.below(5) {
+            0 => queue::Dedup::UntilDone { dead_blocks: true },
+            1 => queue::Dedup::UntilDone { dead_blocks: false },
+            2 => queue::Dedup::Throttle(Duration::from_millis(d1)),
+            3 => queue::Dedup::Debounce {
+                delay: Duration::from_millis(d1),
+                max_wait: Duration::from_millis(d2),
+            },
+            _ => queue::Dedup::KeepLatest,
+        };
+        let dedup_id = format!("d{}", self.rng.below(3));
+        let job = Token::new(self.fresh("dj")).unwrap();
+        let payload = vec![self.rng.next() as u8];
+        let op = queue::push_dedup(
+            keys,
+            &dedup_id,
+            &job,
+            payload,
+            mode,
+            priority,
+            delay,
+            Instant::now(),
+        )
+        .unwrap();
+        self.machine_op(op, Cmp::Exact)
     }
 
     /// What the legacy lock, RedLock and the driver send as plain commands.

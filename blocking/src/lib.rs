@@ -107,6 +107,7 @@ pub use queue::{CancelReason, Cancelled, CancelledJobs, DEFAULT_GRACE, OnTimeout
 pub use rate_limit::{Decision, RateLimit, RateLimiter, RateLimiterBuilder};
 pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
+pub use redlease_core::queue::{Dedup, DedupOutcome, JobState};
 pub use redlease_core::semaphore::SemaphoreState;
 pub use redlease_core::{Error, FailureKind, InvalidArgument, LossReason, TransportFailure};
 pub use redlock::{QuorumLockBuilder, RedLock, RedLockBuilder, RedLockGuard};

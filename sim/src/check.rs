@@ -51,6 +51,8 @@ pub enum Property {
     /// A renewal the watchdog counts as a success ran while the server held the lease for
     /// its token.
     RenewalOnServer,
+    /// No two live jobs for one dedup id in a mode that forbids it (until done).
+    DedupOneLive,
 }
 
 /// How long a free lease or reentrant lock may keep a waiter asleep (µs): the release
@@ -59,7 +61,7 @@ pub const WAKE_BOUND: u64 = 150_000;
 
 impl Property {
     /// Every property.
-    pub const ALL: [Property; 18] = [
+    pub const ALL: [Property; 19] = [
         Property::Exclusion,
         Property::FenceOrder,
         Property::FencedResource,
@@ -78,6 +80,7 @@ impl Property {
         Property::SettledByHolder,
         Property::LateAttempt,
         Property::RenewalOnServer,
+        Property::DedupOneLive,
     ];
 
     /// Its index in [`Property::ALL`] (and in [`Judged`]).
@@ -106,6 +109,7 @@ impl Property {
             Property::SettledByHolder => "settled-by-holder",
             Property::LateAttempt => "late-attempt",
             Property::RenewalOnServer => "renewal-on-server",
+            Property::DedupOneLive => "dedup-one-live",
         }
     }
 
@@ -131,7 +135,8 @@ impl Property {
             Property::FenceOrder | Property::FencedResource | Property::NotBeforeDue => {
                 FaultSet::NONE
             }
-            Property::JobSettled => FaultSet::of(&data_loss),
+            // Data loss forgets the entry with (or without) its job.
+            Property::JobSettled | Property::DedupOneLive => FaultSet::of(&data_loss),
             // A push handed over twice whose copy arrives after the job was acked pushes it
             // again (a push is not idempotent once the job is forgotten: `push_unique` is).
             Property::SingleAck | Property::DeliveryUnique => FaultSet::of(&[
@@ -610,7 +615,11 @@ fn jobs(h: &History, out: &mut Out<'_>) {
                 .copied()
                 .filter(|&at| at > n.ran)
                 .min();
-            if let Some(at) = next {
+            // A node restored from an older copy between the nack and the lease may have
+            // brought the job back as it was before the nack (ready, or leased with a lease
+            // that ran out since): the nack did not happen there.
+            let undone = |at: u64| h.restored.iter().any(|&r| n.ran < r && r <= at);
+            if let Some(at) = next.filter(|&at| !undone(at)) {
                 out.judge(Property::NotBeforeDue, 1);
                 if at < due {
                     out.push(
@@ -623,6 +632,30 @@ fn jobs(h: &History, out: &mut Out<'_>) {
                     );
                 }
             }
+        }
+    }
+    if out.on(Property::DedupOneLive) {
+        // The first ack that removed each job.
+        let mut acked: HashMap<&str, u64> = HashMap::new();
+        for (job, at) in &h.acks_ran_at {
+            acked.entry(job.as_str()).or_insert(*at);
+        }
+        let mut last: HashMap<&str, (&str, u64)> = HashMap::new();
+        for (dedup_id, job, ran) in &h.dedup_queued {
+            out.judge(Property::DedupOneLive, 1);
+            if let Some(&(before, queued)) = last.get(dedup_id.as_str()) {
+                let gone = acked.get(before).copied();
+                if gone.is_none_or(|at| at > *ran) {
+                    out.push(
+                        Property::DedupOneLive,
+                        *ran,
+                        format!(
+                            "dedup id {dedup_id}: job {job} queued at {ran} while job {before} (queued at {queued}) was live (acked at {gone:?})"
+                        ),
+                    );
+                }
+            }
+            last.insert(dedup_id.as_str(), (job.as_str(), *ran));
         }
     }
     if out.on(Property::JobSettled) {
@@ -972,7 +1005,7 @@ impl Property {
             Property::SingleAck => "Never two successful acks of one job",
             Property::DeliveryUnique => "A job's delivery numbers never repeat",
             Property::NotBeforeDue => {
-                "A delayed or nacked job is never leased (to anyone) before its push or nack ran plus its delay, to the µs"
+                "A delayed or nacked job is never leased (to anyone) before its push or nack ran plus its delay, to the µs (a nack that a restart from a snapshot or a failover undid, restoring the job as it was before, excepted)"
             }
             Property::WaiterDeadline => {
                 "A waiting acquisition ends by its wait plus 4 reply timeouts and the replica wait (late attempt, NOSCRIPT resend, `WAIT`, cleanup)"
@@ -997,6 +1030,9 @@ impl Property {
             }
             Property::RenewalOnServer => {
                 "A renewal the watchdog counts as a success ran while the server held the lease for its token (a reentrant lock: for its owner); it is judged under data loss too: the first renewal after a key is lost must report the loss"
+            }
+            Property::DedupOneLive => {
+                "No two live jobs for one dedup id in a mode that forbids it: a push with a dedup id until done queues a job only after every job it queued before for that id was acked (a dead job holds the id)"
             }
             Property::LateAttempt => {
                 "An attempt of an answered acquisition (a request held past its retry) that runs after the grant was released, acked or nacked takes nothing: not a lock, permit or job (an unfenced lock's bare `SET NX PX` excepted, and an attempt arriving after the grant ran out but before it was settled: both documented)"

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use redlease_core::lease::Acquisition;
-use redlease_core::queue::{AckedAndTaken, Nacked, Pushed};
+use redlease_core::queue::{AckedAndTaken, DedupOutcome, Nacked, Pushed};
 use redlease_core::redlock::{QuorumOutcome, RedLease};
 use redlease_core::{Error, Protocol, Response, Step};
 
@@ -29,6 +29,8 @@ pub enum Outcome {
     Quorum(Result<QuorumOutcome, Error>),
     /// An ack and the take of the next job in one call.
     AckTake(Result<AckedAndTaken, Error>),
+    /// A push with a dedup id.
+    DedupPushed(Result<DedupOutcome, Error>),
 }
 
 impl Outcome {
@@ -44,7 +46,8 @@ impl Outcome {
             | Outcome::Pushed(Err(e))
             | Outcome::Permits(Err(e))
             | Outcome::Quorum(Err(e))
-            | Outcome::AckTake(Err(e)) => e,
+            | Outcome::AckTake(Err(e))
+            | Outcome::DedupPushed(Err(e)) => e,
             _ => return None,
         };
         matches!(e, Error::Driver(_)).then(|| e.to_string())

@@ -4,7 +4,7 @@
 
 use redlease_core::Command;
 use redlease_core::lease::scripts::{ACQUIRE, EXTEND, RELEASE};
-use redlease_core::queue::scripts::{ACK, DEQUEUE, NACK, PUSH};
+use redlease_core::queue::scripts::{ACK, DEQUEUE, NACK, PUSH, PUSH_DEDUP};
 use redlease_core::script::Script;
 
 /// A planted bug.
@@ -40,11 +40,14 @@ pub enum Mutation {
     /// Issue 26 item 3: a delayed push or a nack's backoff is due at the server's clock
     /// rounded down plus the delay (early by up to a millisecond).
     DueFloored,
+    /// Issue 29: a push with a dedup id until done queues a new job even while the job
+    /// holding the id lives.
+    DedupIgnoresLiveJob,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 11] = [
+    pub const ALL: [Mutation; 12] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -56,6 +59,7 @@ impl Mutation {
         Mutation::TakeKeepsFirstLease,
         Mutation::NoUndoneAfterRetry,
         Mutation::DueFloored,
+        Mutation::DedupIgnoresLiveJob,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
@@ -121,6 +125,12 @@ const DUE_SWAPS: [Swap; 2] = [
     },
 ];
 
+const DEDUP_SWAP: Swap = Swap {
+    script: &PUSH_DEDUP,
+    from: "if j and not (mode == 'l' and state == 'dead') then",
+    to: "if false then",
+};
+
 impl Mutation {
     fn swaps(self) -> &'static [Swap] {
         match self {
@@ -131,6 +141,7 @@ impl Mutation {
             Mutation::TakeKeepsFirstLease => std::slice::from_ref(&TAKE_REFRESH_SWAP),
             Mutation::NoUndoneAfterRetry => std::slice::from_ref(&ACK_UNDONE_SWAP),
             Mutation::DueFloored => &DUE_SWAPS,
+            Mutation::DedupIgnoresLiveJob => std::slice::from_ref(&DEDUP_SWAP),
             _ => &[],
         }
     }

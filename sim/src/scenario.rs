@@ -77,7 +77,11 @@ impl Primitive {
             }
             P::Permits => self == Semaphore,
             P::Fifo => matches!(self, Semaphore | Fair),
-            P::JobSettled | P::SingleAck | P::DeliveryUnique | P::NotBeforeDue => self == Queue,
+            P::JobSettled
+            | P::SingleAck
+            | P::DeliveryUnique
+            | P::NotBeforeDue
+            | P::DedupOneLive => self == Queue,
             P::WakeWhenFree => matches!(self, Lease | Reentrant),
             P::NoRenewalAfterRelease | P::LossInTime | P::RenewalOnServer => self != RedLock,
             P::WaiterDeadline | P::Progress | P::HeldOnServer | P::SettledByHolder => true,
@@ -345,9 +349,24 @@ fn queue(world: &mut World, rng: &mut SplitMix64, clients: usize, window: u64, t
         actions.push(Action::Sleep(between(rng, 0, window / 3)));
     }
     world.add_task(0, 0, actions);
+    // Pushes with dedup ids (until done), from another client, on a copy of the generator
+    // (the draws above and below stay those of the seeds before dedup existed).
+    let mut d = rng.clone();
+    let mut dedup = Vec::new();
+    for i in 0..between(&mut d, 2, 8) {
+        dedup.push(Action::PushDedup {
+            keys: keys.clone(),
+            dedup_id: format!("u{}", between(&mut d, 0, 3)),
+            token: format!("dj{i}"),
+        });
+        dedup.push(Action::Sleep(between(&mut d, 0, window / 3)));
+    }
+    let dedup_pushes = dedup.len() as u64 / 2;
+    world.add_task(1 % clients, between(&mut d, 0, window / 2), dedup);
     let ttl_us = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
-    // Workers go on well past the faults: every job is then acked or dead.
-    let until = window * 2 + 10 * ttl_us + 2_000_000;
+    // Workers go on well past the faults: every job is then acked or dead (each job the
+    // dedup pushes may add: three deliveries of up to twice the visibility timeout).
+    let until = window * 2 + 10 * ttl_us + 2_000_000 + dedup_pushes * 6 * ttl_us;
     for w in 0..between(rng, 1, 3) as usize {
         let watch = chance(rng, 60);
         world.add_task(

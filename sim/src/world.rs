@@ -80,6 +80,15 @@ pub enum Action {
         /// Their delay.
         delay: Duration,
     },
+    /// Push one job under a dedup id, until done (a dead job blocks it).
+    PushDedup {
+        /// The queue.
+        keys: QueueKeys,
+        /// The dedup id.
+        dedup_id: String,
+        /// The job id's token (the job id is `~` and its text).
+        token: String,
+    },
     /// Take a job, work on it, ack or nack it; again until global time `until`.
     Work {
         /// The queue.
@@ -296,6 +305,8 @@ pub struct World {
     releases: HashMap<usize, (usize, bool)>,
     /// Runner -> (job ids, delay µs) for pushes.
     pushes: HashMap<usize, (Vec<String>, u64)>,
+    /// Runner -> dedup id for pushes with one.
+    dedup_pushes: HashMap<usize, String>,
     /// Runner -> permit count for `set_permits`.
     permit_sets: HashMap<usize, u64>,
     /// Runner -> (job id, backoff µs) for nacks with a backoff.
@@ -379,6 +390,7 @@ impl World {
             logging: false,
             releases: HashMap::new(),
             pushes: HashMap::new(),
+            dedup_pushes: HashMap::new(),
             permit_sets: HashMap::new(),
             nack_backoffs: HashMap::new(),
             acquirers: HashMap::new(),
@@ -868,6 +880,22 @@ impl World {
                 }
             }
         }
+        // A push with a dedup id that queued a job ({1, id}): the job lives from now.
+        if let Some(dedup_id) = self.dedup_pushes.get(&runner)
+            && let Some([Reply::Int(1), Reply::Bulk(job)]) = reply.as_array()
+        {
+            let job = String::from_utf8_lossy(job).into_owned();
+            if !self.history.pushed.iter().any(|p| p.id == job) {
+                self.history.pushed.push(Pushed {
+                    id: job.clone(),
+                    ran: self.now,
+                    delay: 0,
+                });
+                self.history
+                    .dedup_queued
+                    .push((dedup_id.clone(), job, self.now));
+            }
+        }
         let acked = reply == Reply::Int(1)
             || (self.ack_takes.contains(&runner)
                 && reply.as_array().and_then(|a| a.first()) == Some(&Reply::Int(1)));
@@ -876,6 +904,9 @@ impl World {
         {
             // The ack ran and removed the job, whether or not its reply reaches the worker.
             self.history.acks_ran.push(hold);
+            if let Some(job) = self.history.holds[hold].job.clone() {
+                self.history.acks_ran_at.push((job, self.now));
+            }
         }
         if let Some((id, backoff)) = self.nack_backoffs.get(&runner)
             && reply == Reply::Int(1)
@@ -1019,6 +1050,7 @@ impl World {
                 self.observe(usize::from(node), None, false);
             }
             Inject::RestartSnapshot { node, down } => {
+                self.history.restored.push(self.now);
                 let snap = self.nodes[usize::from(node)].persisted.clone();
                 self.restart(node, down, Some(snap));
                 self.observe(usize::from(node), None, false);
@@ -1027,6 +1059,7 @@ impl World {
                 self.nodes[usize::from(node)].replica_stalled = true;
             }
             Inject::Failover { node, down } => {
+                self.history.restored.push(self.now);
                 let snap = self.nodes[usize::from(node)].replica.clone();
                 self.restart(node, down, Some(snap));
                 self.nodes[usize::from(node)].replica_stalled = false;
@@ -1604,6 +1637,38 @@ impl World {
                     }
                 }
             }
+            Action::PushDedup {
+                keys,
+                dedup_id,
+                token,
+            } => {
+                let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
+                let token =
+                    redlease_core::lease::Token::new(token).unwrap_or_else(|e| panic!("{e}"));
+                let mode = queue::Dedup::UntilDone { dead_blocks: true };
+                let op = queue::push_dedup(
+                    &keys,
+                    &dedup_id,
+                    &token,
+                    vec![b'x'],
+                    mode,
+                    0,
+                    Duration::ZERO,
+                    deadline,
+                );
+                match op {
+                    Ok(op) => {
+                        let wrap = Wrap::boxed(op, Outcome::DedupPushed);
+                        let r = self.spawn(client, Owner::Task(task), wrap);
+                        self.dedup_pushes.insert(r, dedup_id);
+                        self.start(r);
+                    }
+                    Err(e) => {
+                        self.note(|| format!("t{task} bad dedup push: {e}"));
+                        self.push(self.now, Ev::TaskNext { task });
+                    }
+                }
+            }
             Action::Work {
                 keys,
                 settings,
@@ -2167,6 +2232,13 @@ impl World {
                 if let redlease_core::queue::Take::Taken(job) = done.next {
                     self.handed_over(task, id, r, hold, *job);
                 }
+            }
+            Outcome::DedupPushed(result) => {
+                let Some(dedup_id) = self.dedup_pushes.get(&id).cloned() else {
+                    return;
+                };
+                // What counts is whether the push ran: recorded when it ran.
+                self.note(|| format!("c{client} t{task} push dedup {dedup_id}: {result:?}"));
             }
             Outcome::Extended(_) => {}
         }

@@ -174,3 +174,14 @@ fn a_due_time_rounded_down_delivers_early() {
         150,
     );
 }
+
+#[test]
+fn a_dedup_push_that_ignores_the_live_job_holding_its_id_breaks_dedup_one_live() {
+    caught(
+        Primitive::Queue,
+        Mutation::DedupIgnoresLiveJob,
+        &[],
+        Property::DedupOneLive,
+        20,
+    );
+}

@@ -21,6 +21,7 @@ use crate::client::Client;
 use crate::lock::LockGuard;
 
 mod cancel;
+mod dedup;
 mod job;
 mod workers;
 

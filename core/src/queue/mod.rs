@@ -25,11 +25,13 @@
 
 mod ack_take;
 pub mod cancel;
+pub mod dedup;
 pub mod scripts;
 mod take;
 
 pub use ack_take::{AckAndTake, AckedAndTaken, ack_and_take, ack_and_take_call};
 pub use cancel::push_with_timeout;
+pub use dedup::{Dedup, DedupOutcome, JobState, PushDedup, push_dedup};
 pub use take::{Take, TakeJob, TakenJob};
 
 use std::time::{Duration, Instant};
@@ -71,6 +73,12 @@ pub struct QueueKeys {
     /// The channel of cancel messages (its `notify` argument: see `Keyspace::notify_arg`).
     cancel_channel: String,
     cancel_notify: String,
+    /// Deduplication ([`dedup`]): dedup id -> the job holding it; job -> its entry; the
+    /// throttle windows (zset dedup id -> until) and their jobs.
+    dedup: String,
+    dedup_of: String,
+    throttle: String,
+    throttled: String,
     channel: String,
     notify: String,
     /// The calls every job makes, with their keys bound once per queue (a clone shares
@@ -258,6 +266,10 @@ impl QueueKeys {
             cancel_messages: k("cancel_messages"),
             cancel_channel: k("cancel"),
             cancel_notify: keyspace.notify_arg(&k("cancel")),
+            dedup: k("dedup"),
+            dedup_of: k("dedup_of"),
+            throttle: k("throttle"),
+            throttled: k("throttled"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
             calls: KeyedCalls {
@@ -933,6 +945,8 @@ pub fn delete_dead(
             &keys.deliveries,
             &keys.bases,
             &keys.reasons,
+            &keys.dedup,
+            &keys.dedup_of,
         ])
         .arg(id.unwrap_or(""))
         .arg(if id.is_none() { "all" } else { "one" });

@@ -24,7 +24,11 @@ pub static DEQUEUE: Script = script!(
 );
 
 /// `lua/ack.lua`
-pub static ACK: Script = script!("queue_ack", [NOW_MS, REMEMBER], include_str!("lua/ack.lua"));
+pub static ACK: Script = script!(
+    "queue_ack",
+    [NOW_MS, REMEMBER, DEDUP],
+    include_str!("lua/ack.lua")
+);
 
 /// `lua/nack.lua`
 pub static NACK: Script = script!(
@@ -68,12 +72,12 @@ pub static UNTAKE: Script = script!(
 );
 
 /// `lua/forget.lua`
-pub static FORGET: Script = script!("queue_forget", [], include_str!("lua/forget.lua"));
+pub static FORGET: Script = script!("queue_forget", [DEDUP], include_str!("lua/forget.lua"));
 
 /// `lua/ack_take.lua`
 pub static ACK_TAKE: Script = script!(
     "queue_ack_take",
-    [NOW_MS, READY, RECLAIM],
+    [NOW_MS, READY, RECLAIM, DEDUP],
     include_str!("lua/ack_take.lua")
 );
 
@@ -91,8 +95,15 @@ pub static CANCEL_MESSAGE: Script = script!(
     include_str!("lua/cancel_message.lua")
 );
 
+/// `lua/push_dedup.lua`
+pub static PUSH_DEDUP: Script = script!(
+    "queue_push_dedup",
+    [NOW_MS_UP, READY, NOTIFY],
+    include_str!("lua/push_dedup.lua")
+);
+
 /// Every queue script.
-pub static ALL: [&Script; 14] = [
+pub static ALL: [&Script; 15] = [
     &PUSH,
     &DEQUEUE,
     &ACK,
@@ -107,6 +118,7 @@ pub static ALL: [&Script; 14] = [
     &ACK_TAKE,
     &CANCEL,
     &CANCEL_MESSAGE,
+    &PUSH_DEDUP,
 ];
 
 #[cfg(test)]

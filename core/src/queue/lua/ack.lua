@@ -43,6 +43,12 @@ local has_priority = redis.call('HEXISTS', KEYS[4], id) == 1
 redis.call('HLEN', KEYS[6])
 local has_base = redis.call('HEXISTS', KEYS[7], id) == 1
 redis.call('ZCARD', KEYS[8])
+if string.byte(id, 1) == 126 then
+  -- A job pushed with a dedup id: its entry goes with it (the deliveries read first).
+  redis.call('HLEN', KEYS[5])
+  local stem = string.match(KEYS[1], '^(.*:q:)')
+  dedup_clear(stem .. 'dedup', stem .. 'dedup_of', id)
+end
 redis.call('HDEL', KEYS[5], id)
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)

@@ -88,6 +88,12 @@ end
 -- The ack.
 local ack
 if acking then
+  if string.byte(id, 1) == 126 then
+    -- A job pushed with a dedup id: its entry goes with it (the deliveries read first).
+    redis.call('HLEN', KEYS[8])
+    local stem = string.match(KEYS[1], '^(.*:q:)')
+    dedup_clear(stem .. 'dedup', stem .. 'dedup_of', id)
+  end
   redis.call('HDEL', KEYS[8], id)
   redis.call('ZREM', KEYS[6], id)
   redis.call('HDEL', KEYS[7], id)

@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 use redlease::core::keys::Keyspace;
 use redlease::core::lease::{LockSpec, Token};
 use redlease::core::queue::batch;
+use redlease::core::queue::cancel::{self, CancelledJobs};
 use redlease::core::queue::groups::{self, GroupLimits, LimitsOf};
 use redlease::core::queue::pause::{self, PauseScope};
 use redlease::core::queue::schedule::{self, Schedule};
@@ -1095,7 +1096,13 @@ impl Seq {
                 if self.rng.chance(40) {
                     return self.dedup_push(&keys, priority, delay);
                 }
-                let op = queue::push(&keys, &jobs, priority, delay, now).unwrap();
+                // Now and then jobs with their own timeout (kept with their base).
+                let op = if self.rng.chance(25) {
+                    let timeout = Duration::from_millis(1 + self.rng.below(500) as u64);
+                    queue::push_with_timeout(&keys, &jobs, priority, delay, timeout, now).unwrap()
+                } else {
+                    queue::push(&keys, &jobs, priority, delay, now).unwrap()
+                };
                 self.machine_op(op, Cmp::Exact)
             }
             5..=8 if self.rng.chance(30) => {
@@ -1156,9 +1163,20 @@ impl Seq {
             }
             13 if !self.taken.is_empty() => {
                 let (id, token) = self.rng.pick(&self.taken).clone();
+                let held = token.clone();
                 let spec = queue::take(&keys, Token::new(token).unwrap(), &settings).unwrap();
                 let ms = settings.visibility.as_millis().to_string();
-                if self.rng.chance(50) {
+                if self.rng.chance(25) {
+                    // A cancel (of a job in flight, waiting, or gone), or the check of a
+                    // cancelled delivery; the extension of a cancelled one answers -3.
+                    if self.rng.chance(60) {
+                        let jobs = *self.rng.pick(&[CancelledJobs::Dead, CancelledJobs::Remove]);
+                        let op = cancel::cancel(&keys, &id, "why", jobs, now).unwrap();
+                        self.machine_op(op, Cmp::Exact)
+                    } else {
+                        self.machine_op(cancel::cancel_message(&keys, &held, now), Cmp::Exact)
+                    }
+                } else if self.rng.chance(50) {
                     let call = spec.calls.extend().prepend_arg(&id).arg(ms);
                     self.script_op(&call, Cmp::Exact)
                 } else {
@@ -1229,6 +1247,8 @@ impl Seq {
                     "bases",
                     "settled",
                     "undone",
+                    "cancelled",
+                    "cancel_messages",
                     "dedup",
                     "dedup_of",
                     "throttle",

@@ -708,6 +708,19 @@ impl Client {
         self.inner.listener.get()
     }
 
+    /// The pub/sub listener(s), started on first use (`None`: no endpoint, as on the
+    /// in-process server, or they could not be started).
+    pub(crate) fn start_listeners(&self) -> Option<&Listeners> {
+        let (endpoint, sharded) = (
+            self.inner.shared.endpoint.as_ref(),
+            self.inner.shared.keyspace.sharded_pubsub(),
+        );
+        self.inner
+            .listener
+            .get_or_init(|| endpoint.map(|e| Listeners::start(e.clone(), sharded)))
+            .as_ref()
+    }
+
     /// The watchdog if it was started.
     pub(crate) fn watchdog_if_started(&self) -> Option<&Watchdog> {
         self.inner.watchdog.get()?.as_ref()

@@ -104,6 +104,7 @@ pub use queue::{
     AckedAndNext, GroupLimits, HandlerError, Job, JobError, LimitsOf, PushOptions, Queue, Retry,
     WorkerReport, Workers,
 };
+pub use queue::{CancelReason, Cancelled, CancelledJobs, DEFAULT_GRACE, OnTimeout};
 pub use rate_limit::{Decision, RateLimit, RateLimiter, RateLimiterBuilder};
 pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
 pub use redlease_core::queue::schedule::{Missed, Schedule, ScheduleInfo, Upserted};

@@ -244,6 +244,18 @@ impl Waiter {
         self.on.tag.is_none() && self.shared.state().wake.held(&self.on.channel)
     }
 
+    /// The doorbell: a ring received from it must be passed to [`rung`](Self::rung).
+    pub(crate) fn doorbell(&self) -> &Receiver<Wake> {
+        &self.rx
+    }
+
+    /// Consumes a wake received from the [`doorbell`](Self::doorbell) (so this waiter may be
+    /// woken again); returns why it woke.
+    pub(crate) fn rung(&self, rung: Wake) -> Wake {
+        let pending = self.shared.state().wake.take(&self.on.channel, self.id);
+        pending.unwrap_or(rung)
+    }
+
     /// Blocks until woken or until `until`; returns why it woke (`None`: the deadline).
     /// A release wake that comes while this client holds the lock (its holder re-took it
     /// first) is let pass: the waiter sleeps on until the next release (the holder's own

@@ -58,6 +58,7 @@ impl Queue {
             priority,
             delay,
             group,
+            ..
         } = options;
         if group.is_some() || self.keys.is_grouped() {
             return Err(redlease_core::error::InvalidArgument::Setting(

@@ -13,6 +13,8 @@ pub struct Job {
     pub(super) id: String,
     pub(super) payload: Vec<u8>,
     pub(super) attempt: u64,
+    /// Its deadline and cancellation signal (see `cancel.rs`).
+    pub(super) signal: super::cancel::Signal,
 }
 
 impl Job {
@@ -82,7 +84,7 @@ impl Job {
             let next = queue.try_take().ok().flatten();
             return AckedAndNext { ack, next };
         }
-        let (keys, settings) = (&queue.keys, &queue.settings);
+        let (keys, settings) = (&queue.keys, &queue.lease_settings());
         let machine = queue
             .check()
             .and_then(|()| random_token(&queue.client))

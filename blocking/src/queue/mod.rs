@@ -21,6 +21,7 @@ use crate::client::Client;
 use crate::lock::LockGuard;
 
 mod batch;
+mod cancel;
 mod dedup;
 mod groups;
 mod job;
@@ -28,6 +29,7 @@ mod pause;
 mod schedule;
 mod workers;
 
+pub use cancel::{CancelReason, Cancelled, CancelledJobs, DEFAULT_GRACE, OnTimeout};
 pub use job::{AckedAndNext, Job, Retry};
 pub use redlease_core::queue::groups::{GroupLimits, LimitsOf};
 pub use workers::{HandlerError, JobError, WorkerReport, Workers};
@@ -46,6 +48,7 @@ pub struct Queue {
     /// The schedules whose occurrences this queue advanced: name -> (version, spec), so
     /// that an occurrence taken on time advances in one call (schedule.rs).
     schedules: Arc<std::sync::Mutex<schedule::Known>>,
+    lifetime: cancel::Lifetime,
 }
 
 impl Client {
@@ -60,6 +63,7 @@ impl Client {
             idle_check: Duration::from_secs(2),
             group_keys: Arc::default(),
             schedules: Arc::default(),
+            lifetime: cancel::Lifetime::default(),
         })
     }
 }
@@ -84,6 +88,7 @@ pub struct PushOptions {
     delay: Duration,
     /// The job's group ([`PushOptions::group`]).
     group: Option<Arc<str>>,
+    timeout: Option<Duration>,
 }
 
 impl PushOptions {
@@ -103,6 +108,14 @@ impl PushOptions {
     /// [`MAX_DURATION`](limits::MAX_DURATION), checked by the push before anything is sent.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
+        self
+    }
+
+    /// The job's own timeout, kept with it: whoever takes it applies this one instead of
+    /// its queue's [`Queue::timeout`] (see there). 1 ms to
+    /// [`MAX_DURATION`](limits::MAX_DURATION), checked by the push.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
         self
     }
 }
@@ -178,7 +191,7 @@ impl Queue {
         )?;
         limits::span("retry backoff base", self.retry_base)?;
         limits::span("retry backoff maximum", self.retry_max)?;
-        Ok(())
+        self.lifetime.check()
     }
 
     fn deadline(&self) -> Instant {
@@ -194,9 +207,16 @@ impl Queue {
             priority,
             delay,
             group,
+            timeout,
         } = options;
         limits::span("delay", delay)?;
         if let Some(group) = group {
+            if timeout.is_some() {
+                return Err(redlease_core::error::InvalidArgument::Setting(
+                    "a grouped job takes no timeout of its own yet (set Queue::timeout)".into(),
+                )
+                .into());
+            }
             return self.push_grouped(&group, jobs, priority, delay);
         }
         if self.keys.is_grouped() {
@@ -204,6 +224,17 @@ impl Queue {
                 "a job pushed through a queue's groups needs a group (PushOptions::group)".into(),
             )
             .into());
+        }
+        if let Some(timeout) = timeout {
+            let op = queue::push_with_timeout(
+                &self.keys,
+                jobs,
+                priority,
+                delay,
+                timeout,
+                self.deadline(),
+            )?;
+            return self.client.run(op);
         }
         self.client.run(queue::push(
             &self.keys,
@@ -334,7 +365,14 @@ impl Queue {
             min_replicas: None,
         };
         let now = self.client.shared().time.now();
-        let machine = TakeJob::new(&self.keys, token, &self.settings, &options, seed, now)?;
+        let machine = TakeJob::new(
+            &self.keys,
+            token,
+            &self.lease_settings(),
+            &options,
+            seed,
+            now,
+        )?;
         let span =
             crate::observe::acquire_span(&self.keys.name, redlease_core::lease::LeaseKind::Job);
         let taken = span.in_scope(|| self.client.run(machine));
@@ -362,12 +400,19 @@ impl Queue {
             payload,
             lease,
             attempt,
+            timeout,
             ..
         } = taken;
-        let policy = RenewalPolicy::for_ttl(self.settings.visibility);
-        let guard = LockGuard::from_lease(&self.client, lease, Some(policy));
+        let timeout = timeout.or(self.lifetime.timeout);
+        let signal = self.signal_for(&lease, timeout);
+        let policy = self.renewal_policy(timeout);
+        let guard = self.lease_for(
+            LockGuard::from_lease(&self.client, lease, Some(policy)),
+            timeout,
+        );
         crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
         Job {
+            signal,
             guard,
             queue: self,
             id,

@@ -131,7 +131,9 @@ fn work_loop<E: HandlerError>(
         };
         pause = Duration::from_millis(10);
         // A panicking handler is a failed job (nacked with backoff), not a dead worker.
-        let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&job)));
+        let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            super::cancel::run_handler(&job, || handler(&job))
+        }));
         let outcome = match handled {
             // While jobs are waiting, one round trip acks this one and hands over the next.
             Ok(Ok(())) if !stop.load(Ordering::Relaxed) => {
@@ -140,6 +142,10 @@ fn work_loop<E: HandlerError>(
                 ack.map(|()| &counters.acked)
             }
             Ok(Ok(())) => job.ack().map(|()| &counters.acked),
+            // Past its timeout: settled as the queue's `on_timeout` says (see cancel.rs).
+            Ok(Err(e)) if job.deadline().is_some_and(|d| time.now() >= d) => job
+                .timed_out_because(&e.message())
+                .map(|()| &counters.nacked),
             Ok(Err(e)) => job.fail(&e.message(), e.retry()).map(|()| &counters.nacked),
             Err(_) => {
                 counters.panicked.fetch_add(1, Ordering::Relaxed);

@@ -86,15 +86,22 @@ impl OpKind for AckTakeCall {
                 Reply::Bulk(id),
                 Reply::Bulk(payload),
                 attempt @ ..,
-            ] if *delivery >= 1 && attempt.len() <= 1 => {
+            ] if *delivery >= 1 && attempt.len() <= 2 => {
                 let delivery = *delivery as u64;
-                let attempt = match attempt {
-                    [Reply::Bulk(text)] => super::parse_attempt(text, delivery)?,
-                    [] => delivery,
+                let (attempt, timeout) = match attempt {
+                    [Reply::Bulk(text)] => (super::parse_attempt(text, delivery)?, None),
+                    [Reply::Bulk(text), Reply::Bulk(t)] => (
+                        super::parse_attempt(text, delivery)?,
+                        Some(super::parse_timeout(t)?),
+                    ),
+                    [] => (delivery, None),
                     _ => return None,
                 };
                 match self.job(id.clone(), delivery, attempt, payload.clone(), sent_at) {
-                    Ok(job) => Take::Taken(Box::new(job)),
+                    Ok(mut job) => {
+                        job.timeout = timeout;
+                        Take::Taken(Box::new(job))
+                    }
                     Err(e) => return Some(Err(e)),
                 }
             }
@@ -215,6 +222,7 @@ pub(crate) fn job_on(
             payload,
             delivery,
             attempt,
+            timeout: None,
             lease,
         })
     }

@@ -25,6 +25,7 @@
 
 mod ack_take;
 pub mod batch;
+pub mod cancel;
 pub mod dedup;
 pub mod groups;
 pub mod pause;
@@ -33,6 +34,7 @@ pub mod scripts;
 mod take;
 
 pub use ack_take::{AckAndTake, AckedAndTaken, ack_and_take, ack_and_take_call};
+pub use cancel::push_with_timeout;
 pub use dedup::{Dedup, DedupOutcome, JobState, PushDedup, push_dedup};
 pub use take::{Take, TakeJob, TakenJob};
 
@@ -68,6 +70,13 @@ pub struct QueueKeys {
     undone: String,
     /// Why each dead job died (the handler's error), by id.
     reasons: String,
+    /// Cancelled deliveries (zset token -> until when their renewal answers "cancelled").
+    cancelled: String,
+    /// Why each cancelled delivery was cancelled (hash token -> message).
+    cancel_messages: String,
+    /// The channel of cancel messages (its `notify` argument: see `Keyspace::notify_arg`).
+    cancel_channel: String,
+    cancel_notify: String,
     /// Deduplication ([`dedup`]): dedup id -> the job holding it; job -> its entry; the
     /// throttle windows (zset dedup id -> until) and their jobs.
     dedup: String,
@@ -213,7 +222,11 @@ impl KeyedCalls {
                 .arg(SETTLED_KEEP.as_millis().to_string())
                 .compact(),
             job_name: format!("queue {} job ", k.name).into(),
-            extend: ScriptCall::new(&scripts::JOB_EXTEND).keys(&[&k.inflight, &k.leases]),
+            extend: ScriptCall::new(&scripts::JOB_EXTEND).keys(&[
+                &k.inflight,
+                &k.leases,
+                &k.cancelled,
+            ]),
             inspect: ScriptCall::new(&scripts::JOB_INSPECT).keys(&[&k.inflight, &k.leases]),
             untake: ScriptCall::new(&scripts::UNTAKE).keys(&[
                 &k.inflight,
@@ -274,6 +287,10 @@ impl QueueKeys {
             settled: k("settled"),
             undone: k("undone"),
             reasons: k("reasons"),
+            cancelled: k("cancelled"),
+            cancel_messages: k("cancel_messages"),
+            cancel_channel: k("cancel"),
+            cancel_notify: keyspace.notify_arg(&k("cancel")),
             dedup: k("dedup"),
             dedup_of: k("dedup_of"),
             throttle: k("throttle"),
@@ -444,13 +461,24 @@ pub(crate) fn parse_attempt(text: &[u8], delivery: u64) -> Option<u64> {
     (1..=delivery).contains(&n).then_some(n)
 }
 
+/// A job's timeout as a take's reply carries it (ms, at least 1).
+pub(crate) fn parse_timeout(text: &[u8]) -> Option<Duration> {
+    let ms: u64 = std::str::from_utf8(text).ok()?.parse().ok()?;
+    (ms >= 1).then(|| Duration::from_millis(ms))
+}
+
 /// Whether `data` is what a take's grant of delivery `fence` carries: the job's id and
-/// payload, and after a requeue its attempt ([`parse_attempt`]).
+/// payload, and after a requeue (or for a job pushed with a timeout) its attempt
+/// ([`parse_attempt`]), then its timeout if it has one ([`parse_timeout`]).
 pub(crate) fn is_job_data(data: &[Vec<u8>], fence: i64) -> bool {
     match data {
         [_, _] => true,
         [_, _, attempt] => {
             u64::try_from(fence).is_ok_and(|fence| parse_attempt(attempt, fence).is_some())
+        }
+        [_, _, attempt, timeout] => {
+            u64::try_from(fence).is_ok_and(|fence| parse_attempt(attempt, fence).is_some())
+                && parse_timeout(timeout).is_some()
         }
         _ => false,
     }

@@ -102,6 +102,20 @@ pub static ACK_MANY: Script = script!(
     include_str!("lua/ack_many.lua")
 );
 
+/// `lua/cancel.lua`
+pub static CANCEL: Script = script!(
+    "queue_cancel",
+    [NOW_MS, REMEMBER, NOTIFY, DEDUP],
+    include_str!("lua/cancel.lua")
+);
+
+/// `lua/cancel_message.lua`
+pub static CANCEL_MESSAGE: Script = script!(
+    "queue_cancel_message",
+    [NOW_MS],
+    include_str!("lua/cancel_message.lua")
+);
+
 /// `lua/push_dedup.lua`
 pub static PUSH_DEDUP: Script = script!(
     "queue_push_dedup",
@@ -110,7 +124,7 @@ pub static PUSH_DEDUP: Script = script!(
 );
 
 /// Every queue script.
-pub static ALL: [&Script; 16] = [
+pub static ALL: [&Script; 18] = [
     &PUSH,
     &DEQUEUE,
     &ACK,
@@ -123,6 +137,8 @@ pub static ALL: [&Script; 16] = [
     &UNTAKE,
     &FORGET,
     &ACK_TAKE,
+    &CANCEL,
+    &CANCEL_MESSAGE,
     &PUSH_DEDUP,
     &PAUSE,
     &TAKE_BATCH,

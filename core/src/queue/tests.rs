@@ -27,6 +27,7 @@ const BASES: &str = "redlease:{jobs}:q:bases";
 const SETTLED: &str = "redlease:{jobs}:q:settled";
 const UNDONE: &str = "redlease:{jobs}:q:undone";
 const REASONS: &str = "redlease:{jobs}:q:reasons";
+const CANCELLED: &str = "redlease:{jobs}:q:cancelled";
 const CHANNEL: &str = "redlease:{jobs}:q:pushed";
 const PAUSED: &str = "redlease:{jobs}:q:paused";
 
@@ -402,12 +403,14 @@ fn a_queues_takes_share_one_spec_bound_to_each_token_and_job() {
         *calls.release(),
         nack(&keys, "job-1", t, Duration::ZERO, settings().max_deliveries)
     );
-    for call in [&calls.extend(), &calls.inspect()] {
-        assert_eq!(
-            call_args(call)[2..],
-            strs(&["2", INFLIGHT, LEASES, "job-1", t])
-        );
-    }
+    assert_eq!(
+        call_args(&calls.extend())[2..],
+        strs(&["3", INFLIGHT, LEASES, CANCELLED, "job-1", t])
+    );
+    assert_eq!(
+        call_args(&calls.inspect())[2..],
+        strs(&["2", INFLIGHT, LEASES, "job-1", t])
+    );
 }
 
 #[test]
@@ -482,9 +485,10 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
         strs(&[
             "EVALSHA",
             JOB_EXTEND.sha1,
-            "2",
+            "3",
             INFLIGHT,
             LEASES,
+            CANCELLED,
             "job-1",
             &t
         ])
@@ -507,12 +511,16 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     let op = ScriptOp::extend(&lease, Duration::from_millis(900), deadline(now)).unwrap();
     let mut e = Scenario::new(op, now);
     let r = e.answer(Reply::Int(1));
-    assert_eq!(args(&r)[5..], strs(&["job-1", &t, "900"]));
+    assert_eq!(args(&r)[6..], strs(&["job-1", &t, "900"]));
     assert_eq!(
         e.expect_done(),
         Ok(now + Duration::from_millis(900 - 9 - 2))
     );
-    for (code, reason) in [(0, LossReason::Expired), (-1, LossReason::Taken)] {
+    for (code, reason) in [
+        (0, LossReason::Expired),
+        (-1, LossReason::Taken),
+        (-3, LossReason::Cancelled),
+    ] {
         let op = ScriptOp::extend(&lease, Duration::from_millis(900), deadline(now)).unwrap();
         let mut e = Scenario::new(op, now);
         e.answer(Reply::Int(code));
@@ -1360,9 +1368,10 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
         strs(&[
             "EVALSHA",
             JOB_EXTEND.sha1,
-            "2",
+            "3",
             INFLIGHT,
             LEASES,
+            CANCELLED,
             "job-9",
             &tok(),
             "3000"
@@ -1467,7 +1476,7 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
         .extend(Duration::from_secs(3), deadline(s.now))
         .unwrap();
     let r = Scenario::new(extend, s.now).answer(Reply::Int(1));
-    assert_eq!(args(&r)[5..], strs(&["next-1", &next_tok(), "3000"]));
+    assert_eq!(args(&r)[6..], strs(&["next-1", &next_tok(), "3000"]));
     assert_eq!(s.sent.len(), 1);
     assert_eq!(s.expect_done(), Err(Error::Finished));
 }
@@ -1600,13 +1609,26 @@ fn a_reply_not_understood_gives_back_what_the_next_token_may_hold() {
         acked_and(1, handed(1, b"\xff", b"")),
         // The shape of the script before it dropped the "taken" flag.
         acked_and(1, vec![Reply::Int(1), Reply::Int(1), bulk(b"n"), bulk(b"")]),
-        // An attempt that is not 1 to the delivery number, or not a string; two of them.
+        // An attempt that is not 1 to the delivery number, or not a string; a timeout of
+        // 0 ms or not a number after it; three of them.
         acked_and(1, [handed(2, b"n", b""), vec![bulk(b"3")]].concat()),
         acked_and(1, [handed(2, b"n", b""), vec![bulk(b"0")]].concat()),
         acked_and(1, [handed(2, b"n", b""), vec![Reply::Int(1)]].concat()),
         acked_and(
             1,
-            [handed(2, b"n", b""), vec![bulk(b"1"), bulk(b"1")]].concat(),
+            [handed(2, b"n", b""), vec![bulk(b"1"), bulk(b"0")]].concat(),
+        ),
+        acked_and(
+            1,
+            [handed(2, b"n", b""), vec![bulk(b"1"), bulk(b"x")]].concat(),
+        ),
+        acked_and(
+            1,
+            [
+                handed(2, b"n", b""),
+                vec![bulk(b"1"), bulk(b"5"), bulk(b"5")],
+            ]
+            .concat(),
         ),
     ] {
         let (_, mut s) = acking_and_taking();
@@ -1823,4 +1845,48 @@ fn a_job_handed_over_after_a_lost_reply_records_its_token_when_settled() {
     assert!(!next.lease.unanswered);
     let give_back = args(&Scenario::new(next.give_back(deadline(now)), now).answer(Reply::Int(1)));
     assert_eq!(give_back[2], "13");
+}
+
+#[test]
+fn a_job_pushed_with_a_timeout_is_handed_over_with_it() {
+    let (_, mut s) = acking_and_taking();
+    s.answer(acked_and(
+        1,
+        [handed(2, b"n", b""), vec![bulk(b"2"), bulk(b"250")]].concat(),
+    ));
+    match s.expect_done() {
+        Ok(AckedAndTaken {
+            next: Take::Taken(job),
+            ..
+        }) => {
+            assert_eq!(job.timeout, Some(Duration::from_millis(250)));
+            assert_eq!(job.attempt, 2);
+        }
+        other => panic!("{other:?}"),
+    }
+    let keys = keys();
+    let jobs = [NewJob {
+        id: "a".into(),
+        payload: b"p".to_vec(),
+    }];
+    let at = deadline(origin());
+    let op = crate::queue::push_with_timeout(
+        &keys,
+        &jobs,
+        0,
+        Duration::ZERO,
+        Duration::from_micros(1500),
+        at,
+    )
+    .unwrap();
+    let mut p = Scenario::new(op, origin());
+    let r = p.answer(bulk(b"1"));
+    assert_eq!(
+        args(&r)[2..10],
+        strs(&["6", READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, BASES, "0:2"])
+    );
+    assert!(
+        crate::queue::push_with_timeout(&keys, &jobs, 0, Duration::ZERO, Duration::ZERO, at)
+            .is_err()
+    );
 }

@@ -60,7 +60,7 @@ if acking then
   if top[1] then
     local bases = redis.call('HMGET', KEYS[11], id, top[1])
     has_base = bases[1] ~= false
-    next_base = tonumber(bases[2]) or 0
+    next_base = bases[2]
   else
     has_base = redis.call('HEXISTS', KEYS[11], id) == 1
   end
@@ -147,11 +147,11 @@ if expiry and expiry > now then
   -- a reply timeout earlier). Never shortened (a late copy of the take after an extend).
   local n = tonumber(redis.call('HGET', KEYS[8], mine)) or 1
   local payload = redis.call('HGET', KEYS[3], mine) or ''
-  local base = base_of(mine)
+  local base, timeout = base_of(mine)
   if expiry < now + tonumber(ARGV[5]) then
     redis.call('ZADD', KEYS[6], now + tonumber(ARGV[5]), mine)
   end
-  return handed(ack, n, mine, payload, base)
+  return handed(ack, n, mine, payload, base, timeout)
 end
 if reclaiming then
   reclaim(due, expired, tonumber(ARGV[6]))
@@ -164,8 +164,8 @@ if pause[1] then
 end
 if top[1] then
   -- Read before the lease's writes (bases was read above when anything was written).
-  local base = next_base or base_of(top[1])
+  local base, timeout = base_of(top[1], next_base)
   local n = lease_next(top[1], next_token, now, tonumber(ARGV[5]))
-  return handed(ack, n, top[1], payload or '', base)
+  return handed(ack, n, top[1], payload or '', base, timeout)
 end
 return {ack, 0, next_wait(now)}

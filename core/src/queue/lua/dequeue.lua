@@ -33,11 +33,11 @@ if expiry and expiry > now then
   -- What the reply needs is read before that write.
   local n = tonumber(redis.call('HGET', KEYS[8], mine)) or 1
   local payload = redis.call('HGET', KEYS[3], mine) or ''
-  local base = base_of(mine)
+  local base, timeout = base_of(mine)
   if expiry < now + tonumber(ARGV[2]) then
     redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), mine)
   end
-  return handed(1, n, mine, payload, base)
+  return handed(1, n, mine, payload, base, timeout)
 end
 local paused = redis.call('HEXISTS', KEYS[13], '*') == 1
 local due, expired = overdue(now)
@@ -66,8 +66,8 @@ if top[1] then
   if not reclaiming then
     redis.call('HLEN', KEYS[7])
   end
-  local base = base_of(id)
+  local base, timeout = base_of(id)
   local n = lease_next(id, token, now, tonumber(ARGV[2]))
-  return handed(1, n, id, payload or '', base)
+  return handed(1, n, id, payload or '', base, timeout)
 end
 return {0, next_wait(now)}

@@ -60,7 +60,9 @@ if drain then
   notify(drain, '*')
 end
 local n = tonumber(redis.call('HGET', KEYS[7], id)) or 0
-if n - (tonumber(redis.call('HGET', KEYS[10], id)) or 0) >= tonumber(ARGV[4]) then
+-- The base: deliveries when last requeued ('base:timeout' for a job with a timeout).
+local base = tonumber(string.match(redis.call('HGET', KEYS[10], id) or '0', '^%d+')) or 0
+if n - base >= tonumber(ARGV[4]) then
   redis.call('RPUSH', KEYS[8], id)
   if ARGV[7] ~= '' then
     redis.call('HSET', KEYS[12], id, ARGV[7])

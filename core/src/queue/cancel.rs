@@ -218,6 +218,7 @@ pub fn push_with_timeout(
     }
     let kind = super::Push {
         ids: jobs.iter().map(|j| j.id.clone()).collect(),
+        grouped: false,
     };
     Ok(ScriptOp::new(kind, call, keys.target(), None, deadline))
 }

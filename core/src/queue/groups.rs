@@ -270,6 +270,7 @@ pub fn push(
     }
     let kind = Push {
         ids: jobs.iter().map(|j| j.id.clone()).collect(),
+        grouped: true,
     };
     Ok(ScriptOp::new(kind, call, keys.target(), None, deadline))
 }

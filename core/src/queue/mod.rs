@@ -295,7 +295,7 @@ impl QueueKeys {
             dedup_of: k("dedup_of"),
             throttle: k("throttle"),
             throttled: k("throttled"),
-            paused: k("paused"),
+            paused: format!("{stem}:q:paused"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
             drained: k("drained"),
@@ -580,6 +580,9 @@ pub enum Pushed {
 pub struct Push {
     /// The ids pushed, in order (the script answers one flag per job).
     ids: Vec<String>,
+    /// A push into a group, whose script may answer `2` (the group is full); a plain push's
+    /// script never does.
+    grouped: bool,
 }
 
 impl OpKind for Push {
@@ -598,7 +601,7 @@ impl OpKind for Push {
             .map(|(flag, id)| match flag {
                 b'1' => Some(Pushed::Queued(id.clone())),
                 b'0' => Some(Pushed::Duplicate(id.clone())),
-                b'2' => Some(Pushed::GroupFull(id.clone())),
+                b'2' if self.grouped => Some(Pushed::GroupFull(id.clone())),
                 _ => None,
             })
             .collect::<Option<Vec<_>>>()?;
@@ -636,6 +639,7 @@ pub fn push(
     }
     let kind = Push {
         ids: jobs.iter().map(|j| j.id.clone()).collect(),
+        grouped: false,
     };
     Ok(ScriptOp::new(kind, call, keys.target(), None, deadline))
 }

@@ -21,7 +21,7 @@
 //! nothing when it wakes. The group-take script reads `g:<group id>` for the groups it
 //! would serve; jobs pushed without a group are not affected by a group's pause.
 //!
-//! Draining: while a drain waiter is recorded (the `drain` field, set by [`drain`] while jobs
+//! Draining: while a drain waiter is recorded (the `drain` field, set by a [`Drain`] while jobs
 //! are in flight, dropped by [`resume`] or when nothing is left), every ack and nack
 //! announces on the drain channel, so the waiter counts again at once; without any
 //! announcement it counts again when the first live lease would run out (a lease renewed by

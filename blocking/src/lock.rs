@@ -41,6 +41,9 @@ pub struct LockBuilder<'c> {
     /// acquisitions bind their token to it ([`LockSpec::with_token`]) instead of building
     /// the keys and script calls again. Reset by every setting that changes the spec.
     specs: [OnceLock<LockSpec>; 2],
+    /// The release channel a lease lock's guards tell the listener about (one allocation
+    /// per builder; each guard keeps a pointer to it). The name and keyspace fix it.
+    held_channel: OnceLock<Arc<String>>,
 }
 
 /// What a [`LockBuilder`] acquires.
@@ -105,6 +108,7 @@ impl<'c> LockBuilder<'c> {
             max_hold: None,
             fenced: true,
             specs: Default::default(),
+            held_channel: OnceLock::new(),
         }
     }
 
@@ -416,7 +420,10 @@ impl<'c> LockBuilder<'c> {
             && let Some(spec) = self.specs.iter().find_map(OnceLock::get)
         {
             listeners.hold(&spec.wake.channel, thread_number());
-            guard.held = Some(spec.wake.channel.clone());
+            let channel = self
+                .held_channel
+                .get_or_init(|| Arc::new(spec.wake.channel.clone()));
+            guard.held = Some(Arc::clone(channel));
         }
         guard
     }
@@ -520,9 +527,9 @@ pub struct LockGuard {
     cell: Arc<LeaseCell>,
     /// The renewal policy while the watchdog renews the lease (16 bytes: in every guard).
     watched: Option<Policy>,
-    /// The release channel of a lease lock the client's listener counts as held here.
-    held: Option<String>,
-    done: bool,
+    /// The release channel of a lease lock the client's listener counts as held here (a
+    /// thin pointer: the guard stays at 48 bytes).
+    held: Option<Arc<String>>,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -566,7 +573,6 @@ impl LockGuard {
             cell,
             watched,
             held: None,
-            done: false,
         }
     }
 
@@ -753,7 +759,7 @@ impl LockGuard {
     /// release is sent anyway (it deletes only a key holding our token) and its answer is
     /// returned.
     pub fn release(mut self) -> Result<(), Error> {
-        self.done = true;
+        self.cell.set_ended();
         self.unhold();
         let deadline = self.deadline();
         self.stop_watching(deadline);
@@ -811,7 +817,7 @@ impl LockGuard {
         mut self,
         op: impl FnOnce(&Lease, Instant, Instant) -> P,
     ) -> Result<P::Output, Error> {
-        self.done = true;
+        self.cell.set_ended();
         self.unhold();
         let deadline = self.deadline();
         if let Some(reason) = self.cell.lost(&self.shared.time) {
@@ -830,7 +836,7 @@ impl LockGuard {
 
     /// Ends the guard without releasing: the key stays until its expiry.
     pub(crate) fn disarm(mut self) {
-        self.done = true;
+        self.cell.set_ended();
         self.unhold();
         let deadline = self.deadline();
         self.stop_watching(deadline);
@@ -1070,7 +1076,7 @@ fn finish_period(
 impl Drop for LockGuard {
     fn drop(&mut self) {
         self.unhold();
-        if self.done {
+        if self.cell.ended() {
             return;
         }
         // One deadline for the whole drop: waiting out a renewal in flight and the release.

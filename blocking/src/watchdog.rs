@@ -117,9 +117,22 @@ pub(crate) struct LeaseCell {
     signal: OnceLock<Box<(Sender<LossReason>, Receiver<LossReason>)>>,
     /// The signal has fired.
     signalled: AtomicBool,
+    /// The guard has ended the lease itself (released, acked, disarmed): its drop sends
+    /// nothing.
+    ended: AtomicBool,
 }
 
 impl LeaseCell {
+    /// Marks the lease ended by its guard; the guard's drop then sends nothing.
+    pub(crate) fn set_ended(&self) {
+        self.ended.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the guard ended the lease itself.
+    pub(crate) fn ended(&self) -> bool {
+        self.ended.load(Ordering::Relaxed)
+    }
+
     /// A cell for `lease`, not lost.
     pub(crate) fn new(lease: Lease) -> Arc<LeaseCell> {
         let cell = LeaseCell {
@@ -137,6 +150,7 @@ impl LeaseCell {
             lost: OnceLock::new(),
             signal: OnceLock::new(),
             signalled: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
             lease,
         };
         Arc::new(cell)
@@ -1292,7 +1306,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<Option<Policy>>(), 16);
         assert!(std::mem::size_of::<Registration>() <= 32);
         // A guard per held lease: 72 bytes with the policy as the core writes it, 56 with
-        // its own handle on the lease beside the cell's.
+        // its own handle on the lease beside the cell's; the listener's channel is a thin
+        // pointer and the ended flag lives in the cell.
         assert!(std::mem::size_of::<crate::LockGuard>() <= 48);
         for p in [
             RenewalPolicy::for_ttl(Duration::from_secs(30)),

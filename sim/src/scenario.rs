@@ -427,10 +427,14 @@ fn queue(
         }
     }
     let ttl_us = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
-    // Now and then the queue is paused for a while, by another client; resumed again long
-    // after the faults (a resume lost or overtaken by a delayed pause must not leave it
-    // paused for the rest of the run).
+    // Now and then the queue is paused for a while, by another client; resumed again after
+    // the last delayed request can have run (one sent by the end of the faults, 1.5 windows,
+    // held up to 6 ttl): a pause whose call failed may still run after the resume that
+    // followed it (documented on `pause`), and must not leave the queue paused for the rest
+    // of the run.
+    let mut after_pause = 0;
     if chance(rng, 60) {
+        after_pause = window + 6 * ttl_us;
         let pause = |pause: bool| Action::Pause {
             keys: keys.clone(),
             pause,
@@ -442,14 +446,14 @@ fn queue(
                 pause(true),
                 Action::Sleep(between(rng, 10_000, window / 2)),
                 pause(false),
-                Action::Sleep(window * 2),
+                Action::Sleep(window * 2 + 6 * ttl_us),
                 pause(false),
             ],
         );
     }
     // Workers go on well past the faults: every job is then acked or dead (each job the
     // dedup pushes may add: three deliveries of up to twice the visibility timeout).
-    let until = window * 2 + 10 * ttl_us + 2_000_000 + dedup_pushes * 6 * ttl_us;
+    let until = window * 2 + 10 * ttl_us + 2_000_000 + dedup_pushes * 6 * ttl_us + after_pause;
     let workers = if grouped {
         3
     } else {

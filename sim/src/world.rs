@@ -878,7 +878,16 @@ impl World {
         if !noscript {
             self.observe(n, Some(runner), set_nx);
             let info = &mut self.history.runners[runner];
-            info.first_ran = info.first_ran.or(Some(self.now));
+            // A command that carries the runner's own token (when it has one): an
+            // ack-and-take's untake, after an unanswered call, carries only the next token
+            // and settles nothing of the acked hold.
+            let own = info
+                .token
+                .as_deref()
+                .is_none_or(|t| req.command.args().any(|a| a == t.as_bytes()));
+            if own {
+                info.first_ran = info.first_ran.or(Some(self.now));
+            }
         }
         let alive = self.runners.get(runner).is_some_and(|r| r.is_some());
         if is_attempt && !alive {

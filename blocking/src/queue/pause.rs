@@ -14,6 +14,11 @@ impl Queue {
     /// queue sleeps until the resume wakes it (or its [`idle_check`](Self::idle_check)); it
     /// does not spin. Pausing a paused queue changes nothing (the first pause's time is kept).
     ///
+    /// A pause that fails with [`Error::Unavailable`] may still run later (its request was
+    /// sent, and a delayed request can reach Redis after a [`resume`](Self::resume) that
+    /// followed it): check [`is_paused`](Self::is_paused) once Redis answers again, and
+    /// resume again if needed. The simulation runs this case (`docs/simulation.md`).
+    ///
     /// ```no_run
     /// # fn main() -> Result<(), redlease::Error> {
     /// use std::time::Duration;

@@ -213,8 +213,8 @@ pub struct RunnerInfo {
     pub settles: Option<usize>,
     /// When its machine finished (global µs).
     pub done: Option<u64>,
-    /// When the first of its commands that carries its own token (any, without one) ran on
-    /// a server (a `NOSCRIPT` answer is no run).
+    /// When the first of its commands ran on a server (a `NOSCRIPT` answer is no run, nor
+    /// an ack-and-take's untake of its next token).
     pub first_ran: Option<u64>,
     /// The token its commands carry (an acquisition's, a release's, a renewal's), if any.
     pub token: Option<String>,

@@ -878,14 +878,12 @@ impl World {
         if !noscript {
             self.observe(n, Some(runner), set_nx);
             let info = &mut self.history.runners[runner];
-            // A command that carries the runner's own token (when it has one): an
-            // ack-and-take's untake, after an unanswered call, carries only the next token
-            // and settles nothing of the acked hold.
-            let own = info
-                .token
-                .as_deref()
-                .is_none_or(|t| req.command.args().any(|a| a == t.as_bytes()));
-            if own {
+            // An ack-and-take's untake, after an unanswered call, carries only the next
+            // token and settles nothing of the acked hold: it does not count as a run.
+            let carries = |t: &str| req.command.args().any(|a| a == t.as_bytes());
+            let untake = info.next_token.as_deref().is_some_and(carries)
+                && !info.token.as_deref().is_some_and(carries);
+            if !untake {
                 info.first_ran = info.first_ran.or(Some(self.now));
             }
         }

@@ -394,11 +394,20 @@ fn bad_names_and_periods_are_refused_before_anything_is_sent() {
 /// pending after each take.
 #[test]
 fn a_cron_schedule_across_the_dst_changes_in_new_york_runs_every_hour_once() {
-    // 2026-03-07 23:00 EST and 2026-10-31 23:00 EDT.
-    for start_s in [1_772_942_400u64, 1_793_502_000] {
+    // 2026-03-07 23:00 EST and 2026-10-31 23:00 EDT; the default visibility, and a 1 s one
+    // (the in-process watchdog's round then found itself due again at one instant and
+    // called itself until the stack overflowed).
+    for (start_s, visibility) in [
+        (1_772_942_400u64, None),
+        (1_793_502_000, None),
+        (1_772_942_400, Some(S)),
+    ] {
         let server =
             MemoryServer::with_clock(MemoryClock::starting_at(Duration::from_secs(start_s)));
-        let q = server.client().queue("jobs").unwrap();
+        let mut q = server.client().queue("jobs").unwrap();
+        if let Some(v) = visibility {
+            q = q.visibility(v);
+        }
         let s = Schedule::cron("30 * * * *", "America/New_York").unwrap();
         q.schedule("hourly", &s).unwrap();
         let mut dues = Vec::new();

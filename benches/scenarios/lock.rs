@@ -581,11 +581,6 @@ fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
         .unwrap_or(0)
 }
 
-/// A hand-written fenced acquisition (issue 28): `SET NX PX`, and when it took the lock, the
-/// fence from `INCR` of a counter. KEYS[1] lock, KEYS[2] counter; ARGV[1] token, ARGV[2] ttl
-/// ms. The same as `benches/cpu.rs`'s.
-pub const RAW_FENCED_ACQUIRE_SCRIPT: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('INCR', KEYS[2]) end return 0";
-
 /// The raw fenced cycle: `EVALSHA` of [`RAW_FENCED_ACQUIRE_SCRIPT`], then the
 /// compare-and-delete `EVALSHA`, on one plain connection: what the fence rule (a script on
 /// every acquisition) costs at the least.

@@ -1084,6 +1084,10 @@ impl Inline {
             next
         });
         let Some(next) = next else { return };
+        // A round due now or earlier (one that could not make progress at this instant)
+        // runs when the clock next moves: a timer due now would run at once, and a round
+        // that keeps finding itself due would call itself until the stack overflows.
+        let next = next.max(this.clock.instant() + Duration::from_micros(1));
         let mut armed = this.armed.lock().unwrap_or_else(|p| p.into_inner());
         if armed.is_some_and(|a| a <= next && a > this.clock.instant()) {
             return; // a timer fires by then anyway

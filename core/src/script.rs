@@ -972,6 +972,17 @@ pub(crate) mod tests {
         })
     }
 
+    /// Every script of a module's `ALL`: its digest is its source's SHA-1, and it includes
+    /// exactly the prelude it calls ([`check_prelude`]).
+    pub(crate) fn check_scripts(all: &[&Script]) {
+        assert!(!all.is_empty(), "no scripts to check");
+        for s in all {
+            let digest = sha1_smol::Sha1::from(s.source).digest().to_string();
+            assert_eq!(digest, s.sha1, "digest of {}", s.name);
+            check_prelude(s);
+        }
+    }
+
     /// A script defines each prelude function at most once, only if it calls it, and
     /// before the code that calls it (the body, or a later part).
     pub(crate) fn check_prelude(script: &Script) {

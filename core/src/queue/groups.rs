@@ -447,19 +447,10 @@ pub fn rate_limited(
 mod tests {
     use super::*;
 
+    /// Digests match their sources; each script includes exactly the prelude it calls.
     #[test]
-    fn script_digests_match_their_sources() {
-        for s in ALL {
-            let digest = sha1_smol::Sha1::from(s.source).digest().to_string();
-            assert_eq!(digest, s.sha1, "digest of {}", s.name);
-        }
-    }
-
-    #[test]
-    fn scripts_include_exactly_the_prelude_they_call() {
-        for s in ALL {
-            crate::script::tests::check_prelude(s);
-        }
+    fn scripts_match_their_digests_and_prelude() {
+        crate::script::tests::check_scripts(&ALL);
     }
 
     #[test]

@@ -1266,14 +1266,18 @@ impl Seq {
 
     /// A push with a dedup id (one of three, so that pushes meet) in a random mode.
     fn dedup_push(&mut self, keys: &QueueKeys, priority: u8, delay: Duration) -> Op {
-        let [d1, d2, ..] = self.grid.durations();
+        let [d1, ..] = self.grid.durations();
         let mode = match self.rng.below(5) {
             0 => queue::Dedup::UntilDone { dead_blocks: true },
             1 => queue::Dedup::UntilDone { dead_blocks: false },
             2 => queue::Dedup::Throttle(Duration::from_millis(d1)),
+            // The queue's one duration for both (see `queue_dur`): a debounced job falls
+            // due one duration after a push, as every delayed job does, never in the epoch
+            // of another's due time (seed 4525 drew a 160 ms debounce due in the epoch of a
+            // job delayed 400 ms, and the two servers' milliseconds ordered them apart).
             3 => queue::Dedup::Debounce {
-                delay: Duration::from_millis(d1),
-                max_wait: Duration::from_millis(d2),
+                delay: self.queue_dur,
+                max_wait: self.queue_dur,
             },
             _ => queue::Dedup::KeepLatest,
         };

@@ -187,7 +187,7 @@ impl LegacyLockBuilder<'_> {
         let span = crate::observe::span(&self.name, "legacy");
         let out = span.in_scope(|| self.client.run(machine));
         let waited = shared.time.now().saturating_duration_since(now);
-        crate::observe::ended(&span, waited, &out, |a| match a {
+        crate::observe::ended_as(&span, "legacy", waited, &out, |a| match a {
             LegacyAcquisition::Acquired(lease) => Some((lease.attempts, None)),
             LegacyAcquisition::Busy { .. } => None,
         });

@@ -431,7 +431,9 @@ impl QuorumLockBuilder<'_> {
         let out = span.in_scope(|| self.client.run_mut(&mut machine));
         self.client.forget_native(machine.native_refused());
         let waited = self.client.now().saturating_duration_since(started);
-        crate::observe::ended(&span, waited, &out, |r| Some((r.lease.attempts, None)));
+        crate::observe::ended_as(&span, "redlock", waited, &out, |r| {
+            Some((r.lease.attempts, None))
+        });
         let red = out?;
         Ok(RedLockGuard {
             client: self.client.clone(),

@@ -78,6 +78,6 @@ impl Queue {
             delay,
             self.deadline(),
         )?;
-        self.client.run(op)
+        self.pushing(1, || self.client.run(op))
     }
 }

@@ -175,7 +175,10 @@ fn an_acquisition_a_hold_and_a_contended_timeout() {
 
     let guard = client.lock("m-lock").acquire().unwrap();
     let during = Snapshot::take().since(&before);
-    assert_eq!(during.gauges["redlease.lock.held{redlease.lock.kind=lease}"], 1.0);
+    assert_eq!(
+        during.gauges["redlease.lock.held{redlease.lock.kind=lease}"],
+        1.0
+    );
     let wait = Duration::from_millis(100);
     let refused = client.lock("m-lock").wait(wait).acquire().unwrap_err();
     assert!(matches!(refused, Error::Timeout { .. }), "{refused}");
@@ -274,7 +277,9 @@ fn a_lost_lease_counts_once_with_its_reason_and_renewals_by_outcome() {
     );
     assert_eq!(after.gauges, BTreeMap::new(), "both guards ended");
     assert_eq!(
-        after.samples("redlease.lock.hold.duration{redlease.lock.kind=lease}").len(),
+        after
+            .samples("redlease.lock.hold.duration{redlease.lock.kind=lease}")
+            .len(),
         2
     );
 }
@@ -327,7 +332,10 @@ fn queue_pushes_takes_acks_and_nacks_to_the_dead_list() {
     let sent = queue_id(m::CLIENT_SENT_MESSAGES, Some(("push", None)), &[]);
     let consumed = queue_id(m::CLIENT_CONSUMED_MESSAGES, Some(("take", None)), &[]);
     assert_eq!(after.named(m::CLIENT_SENT_MESSAGES), ids(&[(&sent, 3)]));
-    assert_eq!(after.named(m::CLIENT_CONSUMED_MESSAGES), ids(&[(&consumed, 4)]));
+    assert_eq!(
+        after.named(m::CLIENT_CONSUMED_MESSAGES),
+        ids(&[(&consumed, 4)])
+    );
     let duration = |op, t| queue_id(m::CLIENT_OPERATION_DURATION, Some((op, Some(t))), &[]);
     assert_eq!(
         after.named(m::CLIENT_OPERATION_DURATION),

@@ -42,7 +42,7 @@
 //! nacked, lost or not), and `hold.duration` records its life then, from the acquisition.
 //! Renewals are the watchdog's and [`LockGuard::extend`](crate::LockGuard::extend)'s.
 //! A lease is counted lost once, when its loss is first known (the reason as
-//! [`LossReason`](crate::LossReason): `expired`, `taken`, `renewal_failed`,
+//! [`LossReason`]: `expired`, `taken`, `renewal_failed`,
 //! `watchdog_stopped`, `max_hold_reached`, `validity_passed`, `cancelled`).
 //!
 //! # Cardinality
@@ -143,8 +143,12 @@ static META: Metadata<'static> = Metadata::new("redlease", Level::INFO, Some(mod
 /// A metric key built once and kept (its labels are all `'static` or the queue's name).
 type Slot = OnceLock<Key>;
 
-fn cached<'a>(slot: &'a Slot, build: impl FnOnce() -> Key) -> &'a Key {
+fn cached(slot: &Slot, build: impl FnOnce() -> Key) -> &Key {
     slot.get_or_init(build)
+}
+
+fn label(key: &'static str, value: &'static str) -> Label {
+    Label::from_static_parts(key, value)
 }
 
 fn seconds(d: Duration) -> f64 {
@@ -372,11 +376,6 @@ impl QueueMeter {
         }))
     }
 
-    fn label(&self, key: &'static str, value: &'static str) -> Label {
-        let _ = self;
-        Label::from_static_parts(key, value)
-    }
-
     fn destination(&self) -> Label {
         Label::new(MESSAGING_DESTINATION_NAME, self.0.name.clone())
     }
@@ -390,14 +389,14 @@ impl QueueMeter {
         error: Option<&'static str>,
     ) -> Key {
         let mut labels = Vec::with_capacity(5);
-        labels.push(self.label(MESSAGING_SYSTEM, SYSTEM));
-        labels.push(self.label(MESSAGING_OPERATION_NAME, op));
+        labels.push(label(MESSAGING_SYSTEM, SYSTEM));
+        labels.push(label(MESSAGING_OPERATION_NAME, op));
         if let Some(t) = op_type {
-            labels.push(self.label(MESSAGING_OPERATION_TYPE, t));
+            labels.push(label(MESSAGING_OPERATION_TYPE, t));
         }
         labels.push(self.destination());
         if let Some(e) = error {
-            labels.push(self.label(ERROR_TYPE, e));
+            labels.push(label(ERROR_TYPE, e));
         }
         Key::from_parts(name, labels)
     }
@@ -439,12 +438,7 @@ impl QueueMeter {
             Ok(_) => add(self.hot(Hot::SENT, || {
                 self.op_key(CLIENT_SENT_MESSAGES, "push", None, None)
             })),
-            Err(e) => add(&self.op_key(
-                CLIENT_SENT_MESSAGES,
-                "push",
-                None,
-                Some(error_type(e)),
-            )),
+            Err(e) => add(&self.op_key(CLIENT_SENT_MESSAGES, "push", None, Some(error_type(e)))),
         }
     }
 
@@ -474,9 +468,9 @@ impl QueueMeter {
         let i = SETTLED.iter().position(|s| *s == how).unwrap_or(5);
         let key = self.hot(Hot::SETTLED + i, || {
             let labels = vec![
-                self.label(MESSAGING_SYSTEM, SYSTEM),
+                label(MESSAGING_SYSTEM, SYSTEM),
                 self.destination(),
-                self.label(OUTCOME, settled_name(how)),
+                label(OUTCOME, settled_name(how)),
             ];
             Key::from_parts(JOBS_SETTLED, labels)
         });

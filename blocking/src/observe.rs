@@ -422,7 +422,11 @@ impl QueueMeter {
     }
 
     /// A settlement's outcome: `how` says what a success did.
-    pub(crate) fn settled_by<T>(&self, outcome: &Result<T, Error>, how: impl FnOnce(&T) -> Settled) {
+    pub(crate) fn settled_by<T>(
+        &self,
+        outcome: &Result<T, Error>,
+        how: impl FnOnce(&T) -> Settled,
+    ) {
         self.settled(match outcome {
             Ok(t) => how(t),
             Err(e) => Settled::failed(e),

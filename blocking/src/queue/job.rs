@@ -163,7 +163,9 @@ impl Job {
         if let Ok(Nacked::Dead) = out {
             crate::observe::dead(name, id, why);
         }
-        self.queue.meter.nacked(started, &out, |n| matches!(n, Nacked::Dead));
+        self.queue
+            .meter
+            .nacked(started, &out, |n| matches!(n, Nacked::Dead));
         out.map(|_| ())
     }
 

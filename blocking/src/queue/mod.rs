@@ -400,7 +400,8 @@ impl Queue {
             Take::Taken(job) => Some((job.lease.attempts, Some(job.delivery))),
             _ => None,
         });
-        self.meter.operation(crate::observe::Op::Take, waited, &taken);
+        self.meter
+            .operation(crate::observe::Op::Take, waited, &taken);
         match taken? {
             Take::Taken(job) => Ok(Some(self.clone().into_job(*job))),
             // `Take` may grow outcomes; none of them is a job.

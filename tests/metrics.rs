@@ -186,6 +186,12 @@ fn an_acquisition_a_hold_and_a_contended_timeout() {
     guard.release().unwrap();
     let permit = client.semaphore("m-sem", 2).acquire().unwrap();
     drop(permit);
+    client
+        .legacy_lock("m-legacy")
+        .acquire()
+        .unwrap()
+        .release()
+        .unwrap();
 
     let after = Snapshot::take().since(&before);
     let acquire = "redlease.lock.acquire.duration{redlease.lock.kind=lease,redlease.outcome=";
@@ -199,18 +205,23 @@ fn an_acquisition_a_hold_and_a_contended_timeout() {
                 "redlease.lock.acquire.duration{redlease.lock.kind=permit,redlease.outcome=acquired}",
                 1
             ),
+            (
+                "redlease.lock.acquire.duration{redlease.lock.kind=legacy,redlease.outcome=acquired}",
+                1
+            ),
         ])
     );
     // The timed-out acquisition waited its whole wait.
     let timed_out = after.samples(&format!("{acquire}timeout}}"))[0];
     assert!(timed_out >= wait.as_secs_f64(), "{timed_out}");
-    // Both guards ended: nothing held, one hold each.
+    // Every guard ended: nothing held, one hold each.
     assert_eq!(after.gauges, BTreeMap::new());
     assert_eq!(
         after.named(m::LOCK_HOLD_DURATION),
         ids(&[
             ("redlease.lock.hold.duration{redlease.lock.kind=lease}", 1),
             ("redlease.lock.hold.duration{redlease.lock.kind=permit}", 1),
+            ("redlease.lock.hold.duration{redlease.lock.kind=legacy}", 1),
         ])
     );
     assert_eq!(after.named(m::LOCK_LOSSES), BTreeMap::new());

@@ -195,6 +195,7 @@ impl LegacyLockBuilder<'_> {
     }
 
     fn guard(&self, lease: LegacyLease) -> LegacyGuard {
+        crate::observe::held_as("legacy");
         LegacyGuard {
             shared: self.client.shared().clone(),
             lease,
@@ -279,6 +280,7 @@ impl LegacyGuard {
 
 impl Drop for LegacyGuard {
     fn drop(&mut self) {
+        crate::observe::unheld_as("legacy", self.lease.acquired_at, || self.shared.time.now());
         if self.done {
             return;
         }

@@ -37,7 +37,8 @@
 //! [`LOCK_KIND`] is one of `lease`, `reentrant`, `fair`, `read`, `write`, `permit` (a
 //! semaphore), `job` (a queue job's lease), `redlock`, `legacy`. The acquire duration is the
 //! whole acquisition, waiting included (the `redlease.acquire` span's). `held` counts live
-//! guards ([`LockGuard`](crate::LockGuard), and the lease inside every queue
+//! guards ([`LockGuard`](crate::LockGuard), [`RedLockGuard`](crate::RedLockGuard),
+//! [`LegacyGuard`](crate::LegacyGuard), and the lease inside every queue
 //! [`Job`](crate::Job)): up when one is made, down when it is dropped (released, acked,
 //! nacked, lost or not), and `hold.duration` records its life then, from the acquisition.
 //! Renewals are the watchdog's and [`LockGuard::extend`](crate::LockGuard::extend)'s.

@@ -214,22 +214,29 @@ pub(crate) fn extended<T>(lock_kind: LeaseKind, outcome: &Result<T, Error>) {
 
 /// A guard of a lease of `lock_kind` was made.
 pub(crate) fn held(lock_kind: LeaseKind) {
+    held_as(kind(lock_kind));
+}
+
+/// A guard of a lock of kind `k` (`redlock`, `legacy`) was made.
+pub(crate) fn held_as(k: &'static str) {
     #[cfg(feature = "metrics")]
-    crate::metrics::held(kind(lock_kind));
+    crate::metrics::held(k);
     #[cfg(not(feature = "metrics"))]
-    let _ = lock_kind;
+    let _ = k;
 }
 
 /// A guard of `lease` ends (dropped, whichever way it was settled); `now` gives the time on
 /// the client's clock (read only when the metrics are on).
 pub(crate) fn unheld(lease: &Lease, now: impl FnOnce() -> Instant) {
+    unheld_as(kind(lease.kind), lease.acquired_at, now);
+}
+
+/// [`unheld`] for a lock of kind `k` acquired at `acquired_at`.
+pub(crate) fn unheld_as(k: &'static str, acquired_at: Instant, now: impl FnOnce() -> Instant) {
     #[cfg(feature = "metrics")]
-    crate::metrics::unheld(
-        kind(lease.kind),
-        now().saturating_duration_since(lease.acquired_at),
-    );
+    crate::metrics::unheld(k, now().saturating_duration_since(acquired_at));
     #[cfg(not(feature = "metrics"))]
-    let _ = (lease, now);
+    let _ = (k, acquired_at, now);
 }
 
 /// A lease is lost (counted once per lease: the cell reports its loss once).

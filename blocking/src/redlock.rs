@@ -435,6 +435,7 @@ impl QuorumLockBuilder<'_> {
             Some((r.lease.attempts, None))
         });
         let red = out?;
+        crate::observe::held_as("redlock");
         Ok(RedLockGuard {
             client: self.client.clone(),
             red,
@@ -519,6 +520,7 @@ impl RedLockGuard {
 
 impl Drop for RedLockGuard {
     fn drop(&mut self) {
+        crate::observe::unheld_as("redlock", self.red.lease.acquired_at, || self.client.now());
         if !self.done {
             let _ = self.release_inner();
         }

@@ -378,6 +378,38 @@ fn queue_pushes_takes_acks_and_nacks_to_the_dead_list() {
 }
 
 #[test]
+fn an_ack_refused_counts_as_not_owner_with_its_error_type() {
+    let _turn = turn();
+    let server = server();
+    let client = client(&server, Duration::from_millis(300));
+    let queue = client.queue("m-queue").unwrap();
+    queue.push("x").unwrap();
+    let job = queue.take(Duration::from_secs(5)).unwrap().unwrap();
+    // Cancelled from elsewhere while in flight: its lease ends, its ack is refused.
+    queue.cancel(job.id(), "stop").unwrap();
+    let before = Snapshot::take();
+    let refused = job.ack().unwrap_err();
+    assert!(matches!(refused, Error::NotOwner { .. }), "{refused}");
+    let after = Snapshot::take().since(&before);
+    assert_eq!(
+        after.named(m::JOBS_SETTLED),
+        ids(&[(
+            &queue_id(m::JOBS_SETTLED, None, &[(m::OUTCOME, "not_owner")]),
+            1
+        )])
+    );
+    let failed = queue_id(
+        m::CLIENT_OPERATION_DURATION,
+        Some(("ack", Some("settle"))),
+        &[(m::ERROR_TYPE, "not_owner")],
+    );
+    assert_eq!(
+        after.named(m::CLIENT_OPERATION_DURATION),
+        ids(&[(&failed, 1)])
+    );
+}
+
+#[test]
 fn the_worker_pool_times_each_handler_run() {
     let _turn = turn();
     let server = server();

@@ -410,6 +410,25 @@ fn an_ack_refused_counts_as_not_owner_with_its_error_type() {
 }
 
 #[test]
+fn batch_takes_and_acks_count_every_job() {
+    let _turn = turn();
+    let server = server();
+    let client = client(&server, Duration::from_millis(300));
+    let queue = client.queue("m-queue").unwrap();
+    let before = Snapshot::take();
+    queue.push_many(["a", "b", "c"]).unwrap();
+    let jobs = queue.take_batch(3, Duration::from_secs(5)).unwrap();
+    assert_eq!(jobs.len(), 3);
+    assert!(queue.ack_batch(jobs).iter().all(Result::is_ok));
+    let after = Snapshot::take().since(&before);
+    let consumed = queue_id(m::CLIENT_CONSUMED_MESSAGES, Some(("take", None)), &[]);
+    assert_eq!(after.counter(&consumed), 3);
+    let acked = queue_id(m::JOBS_SETTLED, None, &[(m::OUTCOME, "acked")]);
+    assert_eq!(after.named(m::JOBS_SETTLED), ids(&[(&acked, 3)]));
+    assert_eq!(after.gauges, BTreeMap::new(), "every job lease ended");
+}
+
+#[test]
 fn the_worker_pool_times_each_handler_run() {
     let _turn = turn();
     let server = server();

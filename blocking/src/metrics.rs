@@ -20,9 +20,12 @@
 //!
 //! A take's duration includes its wait for a job (a blocking take that finds nothing for
 //! its whole wait records the wait, with no error). Every job handed to the application
-//! counts once in `consumed` (a take, a batch take, the next job of an ack-and-take). A push
-//! of `n` jobs counts `n` sent messages. The worker pool records `process.duration` (the
-//! handler's run) for [`Queue::work`](crate::Queue::work); the batched pool does not.
+//! counts once in `consumed` (a take, a batch take, the next job of an ack-and-take), and
+//! every settlement once in `settled` (an `ack_batch` too). A push of `n` jobs counts `n`
+//! sent messages (a schedule's occurrences, pushed by the server's scripts, are not sent by
+//! this client). A batch take and an `ack_batch` are not timed as operations. The worker pool
+//! records `process.duration` (the handler's run) for [`Queue::work`](crate::Queue::work);
+//! the batched pool does not.
 //!
 //! # Locks
 //!

@@ -8,6 +8,18 @@
 //! histograms in seconds. [`describe`] gives each metric its unit and description (call it
 //! once after installing the recorder, if the exporter shows them).
 //!
+//! ```
+//! use redlease::metrics;
+//!
+//! // After installing the application's recorder (e.g. a Prometheus exporter's):
+//! metrics::describe();
+//! // Dashboards and alerts name the metrics and labels through these constants, e.g. the
+//! // dead letters of one queue: redlease.queue.jobs.settled{redlease.outcome="dead"}.
+//! assert_eq!(metrics::JOBS_SETTLED, "redlease.queue.jobs.settled");
+//! assert_eq!(metrics::OUTCOME, "redlease.outcome");
+//! assert_eq!(metrics::MESSAGING_DESTINATION_NAME, "messaging.destination.name");
+//! ```
+//!
 //! # Queue (OpenTelemetry messaging conventions)
 //!
 //! | Metric | Kind | Labels |

@@ -135,7 +135,10 @@ impl Eq for TakeTemplate {}
 impl KeyedCalls {
     fn new(k: &QueueKeys) -> Self {
         // The ack's keys, for the plain call and the one bound per job.
-        let ack_keys: [&str; 8] = [
+        // The dedup keys and the ready set come last: touched only for a job pushed with a
+        // dedup id (its entry dropped, a parked follow-up made ready), declared for all
+        // (bytes, not commands).
+        let ack_keys: [&str; 12] = [
             &k.inflight,
             &k.leases,
             &k.payloads,
@@ -144,6 +147,10 @@ impl KeyedCalls {
             &k.holders,
             &k.bases,
             &k.settled,
+            &k.dedup,
+            &k.dedup_of,
+            &k.ready,
+            &k.seq,
         ];
         KeyedCalls {
             push: ScriptCall::new(&scripts::PUSH).keys(&[
@@ -276,7 +283,7 @@ impl QueueKeys {
     }
 
     /// The keys of the combined ack and take, in its script's order.
-    fn ack_take_keys(&self) -> [&str; 13] {
+    fn ack_take_keys(&self) -> [&str; 15] {
         [
             &self.ready,
             &self.delayed,
@@ -291,6 +298,8 @@ impl QueueKeys {
             &self.bases,
             &self.settled,
             &self.undone,
+            &self.dedup,
+            &self.dedup_of,
         ]
     }
 

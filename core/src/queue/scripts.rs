@@ -26,7 +26,7 @@ pub static DEQUEUE: Script = script!(
 /// `lua/ack.lua`
 pub static ACK: Script = script!(
     "queue_ack",
-    [NOW_MS, REMEMBER, DEDUP],
+    [NOW_MS, REMEMBER, READY, DEDUP_RELEASE],
     include_str!("lua/ack.lua")
 );
 
@@ -77,7 +77,7 @@ pub static FORGET: Script = script!("queue_forget", [DEDUP], include_str!("lua/f
 /// `lua/ack_take.lua`
 pub static ACK_TAKE: Script = script!(
     "queue_ack_take",
-    [NOW_MS, READY, RECLAIM, DEDUP],
+    [NOW_MS, READY, RECLAIM, DEDUP_RELEASE],
     include_str!("lua/ack_take.lua")
 );
 

@@ -1,10 +1,14 @@
 -- Acknowledge a job: it is done and forgotten. Refused once the lease ran out (the job is
 -- then redelivered to someone else).
 -- KEYS: 1 in flight, 2 leases, 3 payloads, 4 priorities, 5 deliveries, 6 holders, 7 bases,
--- 8 settled (zset delivery token -> until when its ack or nack is remembered, ms);
--- optionally 9 undone takes.
--- ARGV: 1 id, 2 token, 3 how long to remember the settlement (ms); with KEYS[9], 4 how
+-- 8 settled (zset delivery token -> until when its ack or nack is remembered, ms),
+-- 9 dedup ids, 10 the jobs' dedup entries, 11 ready, 12 sequence counter (9 to 12 are
+-- touched only for a job pushed with a dedup id: core/src/queue/dedup.rs); optionally
+-- 13 undone takes.
+-- ARGV: 1 id, 2 token, 3 how long to remember the settlement (ms); with KEYS[13], 4 how
 -- long to remember the token there (ms).
+-- A job pushed with a dedup id (its id starts with '~') drops its dedup entry, and a
+-- keep-latest follow-up parked behind it becomes ready, in this script.
 -- Returns 1 acked (or: this very delivery was settled already, so a retry after a lost
 -- reply finds its own ack), 0 the lease ran out (or the job is gone), -1 another delivery
 -- holds it.
@@ -13,16 +17,27 @@
 local now = now_ms()
 local id, token = ARGV[1], ARGV[2]
 local holder = redis.call('HGET', KEYS[2], id)
-if KEYS[9] then
+if string.byte(id, 1) == 126 then
+  -- A job pushed with a dedup id: the keys its settlement may write, read first.
+  redis.call('HLEN', KEYS[9])
+  redis.call('HLEN', KEYS[10])
+  redis.call('ZCARD', KEYS[11])
+  local bad = bad_sequence(KEYS[12])
+  if bad then
+    return bad
+  end
+end
+if KEYS[13] then
   -- The ack of a delivery whose take had an attempt that went unanswered: whatever the
   -- verdict, its token is remembered as undone (KEYS[9], for ARGV[4] ms), so that the
-  -- attempt, if only delayed, takes nothing when it arrives. Every key is read first.
+  -- attempt, if only delayed, takes nothing when it arrives. Every key is read first (the
+  -- dedup keys, 9 to 12, are read below before their writes, where the job has a dedup id).
   redis.call('ZCARD', KEYS[1])
   for i = 3, 7 do
     redis.call('HLEN', KEYS[i])
   end
   redis.call('ZCARD', KEYS[8])
-  remember(KEYS[9], token, now, tonumber(ARGV[4]))
+  remember(KEYS[13], token, now, tonumber(ARGV[4]))
 end
 if holder ~= token then
   local settled = redis.call('ZSCORE', KEYS[8], token)
@@ -44,10 +59,10 @@ redis.call('HLEN', KEYS[6])
 local has_base = redis.call('HEXISTS', KEYS[7], id) == 1
 redis.call('ZCARD', KEYS[8])
 if string.byte(id, 1) == 126 then
-  -- A job pushed with a dedup id: its entry goes with it (the deliveries read first).
+  -- A job pushed with a dedup id: its entry goes with it, and a follow-up parked behind it
+  -- becomes ready (the deliveries read first; the dedup keys were, at the top).
   redis.call('HLEN', KEYS[5])
-  local stem = string.match(KEYS[1], '^(.*:q:)')
-  dedup_clear(stem .. 'dedup', stem .. 'dedup_of', id)
+  dedup_release(KEYS[9], KEYS[10], id, KEYS[3], KEYS[4], KEYS[11], KEYS[12])
 end
 redis.call('HDEL', KEYS[5], id)
 redis.call('ZREM', KEYS[1], id)

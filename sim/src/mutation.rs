@@ -108,7 +108,7 @@ const TAKE_REFRESH_SWAP: Swap = Swap {
 
 const ACK_UNDONE_SWAP: Swap = Swap {
     script: &ACK,
-    from: "if KEYS[9] then",
+    from: "if KEYS[13] then",
     to: "if false then",
 };
 

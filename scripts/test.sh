@@ -104,6 +104,10 @@ COEXIST_FEATURES="redis/default,redis/tokio-rustls-comp,redis/smol-rustls-comp,r
 step "cargo check -p redlease --features $COEXIST_FEATURES"
 cargo check -p redlease --features "$COEXIST_FEATURES"
 
+# The `metrics` feature alone (no TLS, no other feature): its hooks build on their own.
+step "cargo check -p redlease --no-default-features --features metrics"
+cargo check -p redlease --no-default-features --features metrics
+
 # An async embedder depends on the adapter alone (docs/embedding.md), beside `redis` with a
 # runtime's plain `*-comp` feature: the adapter asks for no `redis` features (no TLS), so
 # this builds without the runtime's TLS feature.
@@ -113,8 +117,8 @@ cargo check -p redlease-redis --features redis/smol-comp,redis/default
 
 # The API documentation of both published crates, as the README's "More documentation" says
 # to build it: a broken intra-doc link (or any rustdoc warning) fails here.
-step "RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps -p redlease -p redlease-core --features redlease/memory"
-RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps -p redlease -p redlease-core --features redlease/memory
+step "RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps -p redlease -p redlease-core --features redlease/memory,redlease/metrics"
+RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps -p redlease -p redlease-core --features redlease/memory,redlease/metrics
 
 step "cargo test --workspace (Redis 7.0: $("${REDIS_SERVER:-redis-server}" --version | head -n1))"
 cargo test --workspace --exclude redlease-sim

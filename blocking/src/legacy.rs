@@ -187,7 +187,7 @@ impl LegacyLockBuilder<'_> {
         let span = crate::observe::span(&self.name, "legacy");
         let out = span.in_scope(|| self.client.run(machine));
         let waited = shared.time.now().saturating_duration_since(now);
-        crate::observe::ended(&span, waited, &out, |a| match a {
+        crate::observe::ended_as(&span, "legacy", waited, &out, |a| match a {
             LegacyAcquisition::Acquired(lease) => Some((lease.attempts, None)),
             LegacyAcquisition::Busy { .. } => None,
         });
@@ -195,6 +195,7 @@ impl LegacyLockBuilder<'_> {
     }
 
     fn guard(&self, lease: LegacyLease) -> LegacyGuard {
+        crate::observe::held_as("legacy");
         LegacyGuard {
             shared: self.client.shared().clone(),
             lease,
@@ -279,6 +280,7 @@ impl LegacyGuard {
 
 impl Drop for LegacyGuard {
     fn drop(&mut self) {
+        crate::observe::unheld_as("legacy", self.lease.acquired_at, || self.shared.time.now());
         if self.done {
             return;
         }

@@ -59,7 +59,9 @@
 //!
 //! **Watching it**: spans and events through `tracing` (acquisitions, releases, renewal
 //! failures, lost leases, the listener, the pool, queue jobs), and [`Client::status`] for a
-//! snapshot; see `docs/observability.md`. Least-privilege ACLs: `docs/acl.md`.
+//! snapshot; see `docs/observability.md`. With the cargo feature `metrics`, counters and
+//! histograms through the `metrics` crate's facade (`metrics` lists their names).
+//! Least-privilege ACLs: `docs/acl.md`.
 //!
 //! **Every blocking call has a deadline**: acquisition waits at most its `wait` (plus one
 //! reply timeout for an attempt in flight), release, extension and inspection at most the
@@ -79,6 +81,8 @@ mod listener;
 mod lock;
 #[cfg(feature = "memory")]
 pub mod memory;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod observe;
 mod queue;
 mod rate_limit;

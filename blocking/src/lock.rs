@@ -397,8 +397,9 @@ impl<'c> LockBuilder<'c> {
         let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), now)?;
         let span = crate::observe::acquire_span(&self.name, self.kind.into());
         let out = span.in_scope(|| self.client.run(machine));
-        // Only a span someone listens to records the wait (no clock read otherwise).
-        let waited = if span.is_disabled() {
+        // Only a span someone listens to (or the metrics) records the wait (no clock read
+        // otherwise).
+        let waited = if !crate::observe::wants_wait(&span) {
             Duration::ZERO
         } else {
             self.client
@@ -407,7 +408,7 @@ impl<'c> LockBuilder<'c> {
                 .now()
                 .saturating_duration_since(now)
         };
-        crate::observe::acquired(&span, waited, &out);
+        crate::observe::acquired(&span, self.kind.into(), waited, &out);
         out
     }
 
@@ -551,6 +552,7 @@ impl LockGuard {
     }
 
     fn new(client: &Client, lease: Lease, policy: Option<RenewalPolicy>) -> Self {
+        crate::observe::held(lease.kind);
         let cell = LeaseCell::new(lease);
         // The watchdog thread starts with the first lease that needs it, not before.
         let watched = match policy.map(|p| (p, client.watchdog())) {
@@ -699,6 +701,7 @@ impl LockGuard {
             Err(Error::NotOwner { reason, .. }) => self.cell.mark_lost(*reason),
             Err(_) => {}
         }
+        crate::observe::extended(self.cell.lease().kind, &outcome);
         if paused && self.cell.lost(&self.shared.time).is_none() {
             self.resume_watching();
         }
@@ -1075,6 +1078,7 @@ fn finish_period(
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        crate::observe::unheld(self.cell.lease(), || self.shared.time.now());
         self.unhold();
         if self.cell.ended() {
             return;

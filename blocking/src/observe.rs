@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use redlease_core::lease::{Acquisition, LeaseKind, LockKind};
+use redlease_core::lease::{Acquisition, Lease, LeaseKind, LockKind};
 use redlease_core::{Error, LossReason};
 use tracing::field::Empty;
 use tracing::{Span, debug, info_span, warn};
@@ -68,13 +68,57 @@ pub(crate) fn span(name: &str, kind: &'static str) -> Span {
     )
 }
 
+/// Whether the `metrics` feature is on: an acquisition's wait is then always measured (it is
+/// a histogram), not only when its span is listened to.
+pub(crate) const METRICS: bool = cfg!(feature = "metrics");
+
+/// Whether an acquisition's wait is wanted (a clock read): its span is listened to, or the
+/// metrics are on.
+pub(crate) fn wants_wait(span: &Span) -> bool {
+    METRICS || !span.is_disabled()
+}
+
 /// Records an acquisition's outcome on its span (and an event when it failed); `waited`:
 /// how long it took, on the client's clock.
-pub(crate) fn acquired(span: &Span, waited: Duration, out: &Result<Acquisition, Error>) {
-    ended(span, waited, out, |a| match a {
+pub(crate) fn acquired(
+    span: &Span,
+    lock_kind: LeaseKind,
+    waited: Duration,
+    out: &Result<Acquisition, Error>,
+) {
+    ended_as(span, kind(lock_kind), waited, out, |a| match a {
         Acquisition::Acquired(lease) => Some((lease.attempts, Some(lease.fence))),
         Acquisition::Busy { .. } => None,
     });
+}
+
+/// [`ended`] for a lock of kind `k`, counted in the lock metrics as well.
+pub(crate) fn ended_as<T>(
+    span: &Span,
+    k: &'static str,
+    waited: Duration,
+    out: &Result<T, Error>,
+    granted: impl Fn(&T) -> Option<(u32, Option<u64>)>,
+) {
+    #[cfg(feature = "metrics")]
+    crate::metrics::acquired(k, waited, outcome(out, &granted));
+    #[cfg(not(feature = "metrics"))]
+    let _ = k;
+    ended(span, waited, out, granted);
+}
+
+/// An acquisition's outcome: `acquired`, `busy`, `timeout` or `error`.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+fn outcome<T>(
+    out: &Result<T, Error>,
+    granted: impl Fn(&T) -> Option<(u32, Option<u64>)>,
+) -> &'static str {
+    match out.as_ref().map(granted) {
+        Ok(Some(_)) => "acquired",
+        Ok(None) => "busy",
+        Err(Error::Timeout { .. }) => "timeout",
+        Err(_) => "error",
+    }
 }
 
 /// Records how an acquisition ended: `granted` gives the attempts and fence of a success
@@ -141,7 +185,10 @@ pub(crate) fn released_as(name: &str, k: &'static str, out: &Result<(), Error>) 
 /// A renewal's outcome; returns the failures in a row. The first failure of a run is a
 /// warning, the retries that follow (every tenth of the renewal interval) are DEBUG, so an
 /// outage does not flood the log; a loss is reported by [`lost`].
-pub(crate) fn renewal<T>(name: &str, outcome: &Result<T, Error>, failures: u32) -> u32 {
+pub(crate) fn renewal<T>(lease: &Lease, outcome: &Result<T, Error>, failures: u32) -> u32 {
+    #[cfg(feature = "metrics")]
+    crate::metrics::renewal(kind(lease.kind), outcome);
+    let name = &*lease.target.name;
     match outcome {
         Ok(_) => 0,
         Err(Error::NotOwner { .. }) => failures,
@@ -156,8 +203,47 @@ pub(crate) fn renewal<T>(name: &str, outcome: &Result<T, Error>, failures: u32) 
     }
 }
 
-/// A watched lease is lost.
-pub(crate) fn lost(name: &str, reason: LossReason) {
+/// An explicit extension's outcome ([`crate::LockGuard::extend_to`]): a renewal in the
+/// metrics.
+pub(crate) fn extended<T>(lock_kind: LeaseKind, outcome: &Result<T, Error>) {
+    #[cfg(feature = "metrics")]
+    crate::metrics::renewal(kind(lock_kind), outcome);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (lock_kind, outcome);
+}
+
+/// A guard of a lease of `lock_kind` was made.
+pub(crate) fn held(lock_kind: LeaseKind) {
+    held_as(kind(lock_kind));
+}
+
+/// A guard of a lock of kind `k` (`redlock`, `legacy`) was made.
+pub(crate) fn held_as(k: &'static str) {
+    #[cfg(feature = "metrics")]
+    crate::metrics::held(k);
+    #[cfg(not(feature = "metrics"))]
+    let _ = k;
+}
+
+/// A guard of `lease` ends (dropped, whichever way it was settled); `now` gives the time on
+/// the client's clock (read only when the metrics are on).
+pub(crate) fn unheld(lease: &Lease, now: impl FnOnce() -> Instant) {
+    unheld_as(kind(lease.kind), lease.acquired_at, now);
+}
+
+/// [`unheld`] for a lock of kind `k` acquired at `acquired_at`.
+pub(crate) fn unheld_as(k: &'static str, acquired_at: Instant, now: impl FnOnce() -> Instant) {
+    #[cfg(feature = "metrics")]
+    crate::metrics::unheld(k, now().saturating_duration_since(acquired_at));
+    #[cfg(not(feature = "metrics"))]
+    let _ = (k, acquired_at, now);
+}
+
+/// A lease is lost (counted once per lease: the cell reports its loss once).
+pub(crate) fn lost(lease: &Lease, reason: LossReason) {
+    #[cfg(feature = "metrics")]
+    crate::metrics::lost(kind(lease.kind), reason);
+    let name = &*lease.target.name;
     warn!(
         redlease.lock = name,
         redlease.reason = ?reason,
@@ -212,6 +298,147 @@ pub(crate) fn dead(queue: &str, id: &str, reason: Option<&str>) {
         error.message = reason,
         "job dead-lettered"
     );
+}
+
+/// A queue operation (its `messaging.operation.name` and `.type` in the metrics).
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    Push,
+    Take,
+    Ack,
+    Nack,
+}
+
+/// How a job was settled, as the metrics count it.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settled {
+    Acked,
+    Retried,
+    Dead,
+    RateLimited,
+    NotOwner,
+    Error,
+}
+
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+impl Settled {
+    /// How a settlement that failed with `e` counts.
+    pub(crate) fn failed(e: &Error) -> Settled {
+        match e {
+            Error::NotOwner { .. } => Settled::NotOwner,
+            _ => Settled::Error,
+        }
+    }
+}
+
+/// When a queue call started: the time with the `metrics` feature, nothing (and no clock
+/// read) without.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Started(#[cfg(feature = "metrics")] Instant);
+
+impl Started {
+    /// Now.
+    #[inline]
+    pub(crate) fn now() -> Started {
+        Started(
+            #[cfg(feature = "metrics")]
+            Instant::now(),
+        )
+    }
+
+    /// The time since (zero without the `metrics` feature: no clock read).
+    #[inline]
+    pub(crate) fn elapsed(self) -> Duration {
+        #[cfg(feature = "metrics")]
+        return self.0.elapsed();
+        #[cfg(not(feature = "metrics"))]
+        Duration::ZERO
+    }
+}
+
+/// A queue's metrics (see [`crate::metrics`]); without the `metrics` feature an empty
+/// value whose calls do nothing.
+#[cfg(feature = "metrics")]
+pub(crate) use crate::metrics::QueueMeter;
+
+/// Without the `metrics` feature: nothing kept, nothing done.
+#[cfg(not(feature = "metrics"))]
+#[derive(Clone, Debug)]
+pub(crate) struct QueueMeter;
+
+#[cfg(not(feature = "metrics"))]
+#[allow(clippy::unused_self)]
+impl QueueMeter {
+    #[inline]
+    pub(crate) fn new(_: &str) -> Self {
+        QueueMeter
+    }
+    #[inline]
+    pub(crate) fn operation<T>(&self, _: Op, _: Duration, _: &Result<T, Error>) {}
+    #[inline]
+    pub(crate) fn sent<T>(&self, _: usize, _: &Result<T, Error>) {}
+    #[inline]
+    pub(crate) fn consumed(&self) {}
+    #[inline]
+    pub(crate) fn processed<T, E, P>(&self, _: Started, _: &Result<Result<T, E>, P>) {}
+    #[inline]
+    pub(crate) fn settled_by<T>(&self, _: &Result<T, Error>, _: impl FnOnce(&T) -> Settled) {}
+    #[inline]
+    pub(crate) fn acked(&self, _: Started, _: &Result<(), Error>) {}
+    #[inline]
+    pub(crate) fn nacked<T>(&self, _: Started, _: &Result<T, Error>, _: impl FnOnce(&T) -> bool) {}
+}
+
+#[cfg(feature = "metrics")]
+impl QueueMeter {
+    /// The worker pool's handler, started at `started`, ended with `handled` (a panic
+    /// caught: `Err`).
+    pub(crate) fn processed<T, E, P>(&self, started: Started, handled: &Result<Result<T, E>, P>) {
+        let error = match handled {
+            Ok(Ok(_)) => None,
+            Ok(Err(_)) => Some("handler_error"),
+            Err(_) => Some("panic"),
+        };
+        self.process_time(started.elapsed(), error);
+    }
+
+    /// An ack that started at `started` ended with `outcome`.
+    pub(crate) fn acked(&self, started: Started, outcome: &Result<(), Error>) {
+        self.operation(Op::Ack, started.elapsed(), outcome);
+        self.settled_by(outcome, |_| Settled::Acked);
+    }
+
+    /// A nack that started at `started` ended with `outcome`; `dead` says whether a
+    /// successful one put the job on the dead list.
+    pub(crate) fn nacked<T>(
+        &self,
+        started: Started,
+        outcome: &Result<T, Error>,
+        dead: impl FnOnce(&T) -> bool,
+    ) {
+        self.operation(Op::Nack, started.elapsed(), outcome);
+        self.settled_by(outcome, |n| {
+            if dead(n) {
+                Settled::Dead
+            } else {
+                Settled::Retried
+            }
+        });
+    }
+
+    /// A settlement's outcome: `how` says what a success did.
+    pub(crate) fn settled_by<T>(
+        &self,
+        outcome: &Result<T, Error>,
+        how: impl FnOnce(&T) -> Settled,
+    ) {
+        self.settled(match outcome {
+            Ok(t) => how(t),
+            Err(e) => Settled::failed(e),
+        });
+    }
 }
 
 /// An error reply from Redis: a `NOPERM` (the ACL user lacks a command, key or channel

@@ -431,8 +431,11 @@ impl QuorumLockBuilder<'_> {
         let out = span.in_scope(|| self.client.run_mut(&mut machine));
         self.client.forget_native(machine.native_refused());
         let waited = self.client.now().saturating_duration_since(started);
-        crate::observe::ended(&span, waited, &out, |r| Some((r.lease.attempts, None)));
+        crate::observe::ended_as(&span, "redlock", waited, &out, |r| {
+            Some((r.lease.attempts, None))
+        });
         let red = out?;
+        crate::observe::held_as("redlock");
         Ok(RedLockGuard {
             client: self.client.clone(),
             red,
@@ -517,6 +520,7 @@ impl RedLockGuard {
 
 impl Drop for RedLockGuard {
     fn drop(&mut self) {
+        crate::observe::unheld_as("redlock", self.red.lease.acquired_at, || self.client.now());
         if !self.done {
             let _ = self.release_inner();
         }

@@ -243,7 +243,7 @@ impl LeaseCell {
 
     pub(crate) fn mark_lost(&self, reason: LossReason) {
         if self.lost.set(reason).is_ok() {
-            crate::observe::lost(&self.lease.target.name, reason);
+            crate::observe::lost(&self.lease, reason);
             std::sync::atomic::fence(Ordering::SeqCst);
             self.fire(reason);
         }
@@ -312,7 +312,7 @@ impl LeaseCell {
     /// Counts a renewal's outcome among the failures in a row (logging the first).
     fn note_outcome<T>(&self, outcome: &Result<T, Error>) {
         let before = self.state().failures;
-        let after = crate::observe::renewal(&self.lease.target.name, outcome, before);
+        let after = crate::observe::renewal(&self.lease, outcome, before);
         if after != before {
             self.state().failures = after;
         }

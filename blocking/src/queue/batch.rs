@@ -112,6 +112,8 @@ impl Queue {
                     Err(e) => Err(e.clone()),
                 };
                 crate::observe::job(&self.keys.name, &job.id, "ack", None, &outcome);
+                self.meter
+                    .settled_by(&outcome, |_| crate::observe::Settled::Acked);
                 out[*i] = Some(outcome);
             }
         }

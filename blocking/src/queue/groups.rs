@@ -123,6 +123,9 @@ impl Job {
         let call = groups::rate_limited_call(&self.queue.keys, &self.id, self.guard.lease(), wait)?;
         let out = self.guard.finish_with(call);
         crate::observe::job(&self.queue.keys.name, &self.id, "rate limited", None, &out);
+        self.queue
+            .meter
+            .settled_by(&out, |_| crate::observe::Settled::RateLimited);
         out
     }
 }

@@ -61,10 +61,12 @@ impl Job {
     /// remembers settled deliveries for [`SETTLED_KEEP`](redlease_core::queue::SETTLED_KEEP)),
     /// never a second success for the same job; the same holds for the nacks.
     pub fn ack(self) -> Result<(), Error> {
+        let started = crate::observe::Started::now();
         let (keys, lease) = (&self.queue.keys, self.guard.lease());
         let call = keys.settling(queue::ack_lease_call(keys, &self.id, &lease.token), lease);
         let out = self.guard.finish_with(call);
         crate::observe::job(&self.queue.keys.name, &self.id, "ack", None, &out);
+        self.queue.meter.acked(started, &out);
         out
     }
 
@@ -77,6 +79,7 @@ impl Job {
     /// is answered, whatever job it may have been handed is given back at once (its delivery
     /// not counted).
     pub fn ack_and_take(self) -> AckedAndNext {
+        let started = crate::observe::Started::now();
         let queue = self.queue.clone();
         if queue.keys.is_grouped() {
             // A grouped queue's takes are fair across groups: the ack, then a take.
@@ -111,6 +114,7 @@ impl Job {
             Err(e) => (Err(e), Take::Empty { next_due_in: None }),
         };
         crate::observe::job(&keys.name, &id, "ack", None, &ack);
+        queue.meter.acked(started, &ack);
         let next = match next {
             // A schedule's occurrence once its next exists (a failed advance gives it back).
             Take::Taken(job) => Queue::admit(queue.into_job(*job)).ok().flatten(),
@@ -136,6 +140,7 @@ impl Job {
     /// dead list after max deliveries ([`Retry::Never`]: at once), where it keeps `reason`
     /// ([`DeadJob::reason`]; empty: none).
     pub fn fail(self, reason: &str, retry: Retry) -> Result<(), Error> {
+        let started = crate::observe::Started::now();
         let max = self.queue.settings.max_deliveries;
         let (backoff, max) = match retry {
             Retry::Backoff => (self.backoff(), max),
@@ -158,6 +163,9 @@ impl Job {
         if let Ok(Nacked::Dead) = out {
             crate::observe::dead(name, id, why);
         }
+        self.queue
+            .meter
+            .nacked(started, &out, |n| matches!(n, Nacked::Dead));
         out.map(|_| ())
     }
 

@@ -25,6 +25,7 @@ mod cancel;
 mod dedup;
 mod groups;
 mod job;
+mod metered;
 mod pause;
 mod schedule;
 mod workers;
@@ -49,6 +50,8 @@ pub struct Queue {
     /// that an occurrence taken on time advances in one call (schedule.rs).
     schedules: Arc<std::sync::Mutex<schedule::Known>>,
     lifetime: cancel::Lifetime,
+    /// The queue's metrics (nothing without the `metrics` feature).
+    meter: crate::observe::QueueMeter,
 }
 
 impl Client {
@@ -64,6 +67,7 @@ impl Client {
             group_keys: Arc::default(),
             schedules: Arc::default(),
             lifetime: cancel::Lifetime::default(),
+            meter: crate::observe::QueueMeter::new(name),
         })
     }
 }
@@ -203,6 +207,14 @@ impl Queue {
     /// [`PushOptions`]; `PushOptions::new()` for none). Ids deduplicate. The delay is at most
     /// [`MAX_DURATION`](limits::MAX_DURATION) (refused otherwise, before anything is sent).
     pub fn push_batch(&self, jobs: &[NewJob], options: PushOptions) -> Result<Vec<Pushed>, Error> {
+        self.pushing(jobs.len(), || self.push_batch_unmetered(jobs, options))
+    }
+
+    fn push_batch_unmetered(
+        &self,
+        jobs: &[NewJob],
+        options: PushOptions,
+    ) -> Result<Vec<Pushed>, Error> {
         let PushOptions {
             priority,
             delay,
@@ -272,12 +284,14 @@ impl Queue {
         let id = random_token(&self.client)?;
         if options == PushOptions::new() && !self.keys.is_grouped() {
             // A fresh random id is never a duplicate: the outcome says nothing more.
-            let _queued: bool = self.client.run(queue::push_new(
-                &self.keys,
-                &id,
-                payload.into(),
-                self.deadline(),
-            ))?;
+            let _queued: bool = self.pushing(1, || {
+                self.client.run(queue::push_new(
+                    &self.keys,
+                    &id,
+                    payload.into(),
+                    self.deadline(),
+                ))
+            })?;
             return Ok(id.as_str().to_owned());
         }
         let job = NewJob {
@@ -386,6 +400,8 @@ impl Queue {
             Take::Taken(job) => Some((job.lease.attempts, Some(job.delivery))),
             _ => None,
         });
+        self.meter
+            .operation(crate::observe::Op::Take, waited, &taken);
         match taken? {
             Take::Taken(job) => Ok(Some(self.clone().into_job(*job))),
             // `Take` may grow outcomes; none of them is a job.
@@ -411,6 +427,7 @@ impl Queue {
             timeout,
         );
         crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
+        self.meter.consumed();
         Job {
             signal,
             guard,

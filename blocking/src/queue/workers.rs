@@ -131,9 +131,11 @@ fn work_loop<E: HandlerError>(
         };
         pause = Duration::from_millis(10);
         // A panicking handler is a failed job (nacked with backoff), not a dead worker.
+        let started = crate::observe::Started::now();
         let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             super::cancel::run_handler(&job, || handler(&job))
         }));
+        job.queue.meter.processed(started, &handled);
         let outcome = match handled {
             // While jobs are waiting, one round trip acks this one and hands over the next.
             Ok(Ok(())) if !stop.load(Ordering::Relaxed) => {

@@ -126,6 +126,9 @@ pub struct Holder {
     pub holds: u64,
     /// What is held: `Lock(Lease | Reentrant | Fair | Write | Read)` or `Permit`.
     pub kind: LeaseKind,
+    /// The client holding it, from the [`registry`] (filled by
+    /// [`LockInfo::name_holders`]; `None`: not named yet, or that client keeps no entry).
+    pub client: Option<registry::ClientInfo>,
 }
 
 impl Holder {
@@ -185,6 +188,17 @@ impl LockInfo {
     /// Every holder of every kind.
     pub fn holders(&self) -> impl Iterator<Item = &Holder> {
         self.kinds.iter().flat_map(|k| k.holders.iter())
+    }
+
+    /// Names each holder by the live client of `clients` (from [`registry::read`]) whose
+    /// id starts its token.
+    pub fn name_holders(&mut self, clients: &[registry::ClientInfo]) {
+        for holder in self.kinds.iter_mut().flat_map(|k| k.holders.iter_mut()) {
+            holder.client = holder
+                .client_id()
+                .and_then(|id| clients.iter().find(|c| c.id == id))
+                .cloned();
+        }
     }
 }
 
@@ -295,6 +309,7 @@ fn parse_kind(entry: &Reply) -> Option<KindInfo> {
                 remaining: pttl(ms.as_int()?),
                 holds: u64::try_from(holds.as_int()?).ok()?,
                 kind: lease,
+                client: None,
             })
         })
         .collect::<Option<Vec<_>>>()?;

@@ -477,3 +477,52 @@ fn a_forced_release_frees_one_reader_or_one_permit_only() {
     t.join().unwrap().unwrap().unwrap();
     drop((pa, rb));
 }
+
+#[test]
+fn on_a_cluster_the_walk_visits_every_master_and_force_release_works() {
+    let cluster = redlease_suite::RedisCluster::start().expect("a 3-master cluster");
+    let c = Client::cluster(&cluster.urls())
+        .connect_timeout(Duration::from_millis(500))
+        .io_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let mut guards = Vec::new();
+    for i in 0..30 {
+        guards.push(c.lock(&format!("l{i}")).ttl(30 * S).acquire().unwrap());
+    }
+    // The names are spread over the masters (each holds some).
+    let per_node: Vec<i64> = cluster
+        .nodes()
+        .iter()
+        .map(|n| {
+            redis::cmd("DBSIZE")
+                .query(&mut redlease_suite::testkit::connection(n))
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        per_node.iter().filter(|n| **n > 0).count() >= 2,
+        "{per_node:?}"
+    );
+    let mut seen = BTreeMap::new();
+    let (mut cursor, mut pages) = (0, 0);
+    loop {
+        let page = c.locks("*", cursor, 5).unwrap();
+        pages += 1;
+        for lock in page.locks {
+            *seen.entry(lock.name).or_insert(0) += 1;
+        }
+        match page.next {
+            Some(next) => cursor = next,
+            None => break,
+        }
+    }
+    assert!(pages >= 3, "{pages} pages");
+    assert_eq!(seen.len(), 30, "{seen:?}");
+    assert!(seen.values().all(|n| *n == 1), "{seen:?}");
+    // lock_info and force_release go to the name's own slot.
+    let info = c.lock_info("l7").unwrap();
+    let prefix = info.holders().next().unwrap().token_prefix.clone();
+    assert!(c.force_release("l7", &prefix).unwrap());
+    assert!(c.lock_info("l7").unwrap().kinds.is_empty());
+}

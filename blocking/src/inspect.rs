@@ -153,6 +153,30 @@ impl ClientBuilder {
     }
 }
 
+/// Runs `machine` against the Cluster master at `addr` (its commands routed to that node).
+fn drive_at<P: redlease_core::Protocol>(
+    transport: &crate::transport::Transport,
+    addr: &str,
+    time: &crate::backend::Time,
+    mut machine: P,
+) -> Result<P::Output, Error> {
+    use redlease_core::Step;
+    loop {
+        let now = time.now();
+        match machine.poll(now) {
+            Step::Send(batch) => {
+                for response in transport.execute_at(addr, &batch) {
+                    machine.handle(response, time.now());
+                }
+            }
+            Step::Wait(wait) => {
+                time.sleep_until(wait.until);
+            }
+            Step::Done(out) => return out,
+        }
+    }
+}
+
 /// One page of [`Client::locks`]: what it found, and where the next page starts.
 pub type LockListing = LockPage;
 
@@ -220,20 +244,20 @@ impl Client {
     /// [`next`](LockPage::next) until it is `None`), examining about `count` keys (1 to
     /// 100,000): `SCAN`, never `KEYS`. A walk lists every lock held throughout it, once per
     /// key ([`FoundLock`](redlease_core::inspect::FoundLock)); see
-    /// [`scan_locks`](redlease_core::inspect::scan_locks). **One server only**: on a Redis
-    /// Cluster this walks the node a keyless command reaches, not every master (an
-    /// [`Error::InvalidArgument`] rather than a partial list: see the README).
+    /// [`scan_locks`](redlease_core::inspect::scan_locks).
+    ///
+    /// On a Redis Cluster the walk visits every master in turn (sorted by address, as
+    /// `CLUSTER SLOTS` names them): the cursor's top 16 bits are the master's index, the
+    /// rest that master's own `SCAN` cursor. A master added, removed or resharded during a
+    /// walk may make it miss or repeat the locks that moved.
     pub fn locks(&self, pattern: &str, cursor: u64, count: u32) -> Result<LockListing, Error> {
         let shared = self.shared();
+        let deadline = shared.time.now() + shared.op_timeout;
         if let crate::backend::Node::Redis(t) = &shared.node
             && t.is_cluster()
         {
-            return Err(InvalidArgument::Setting(
-                "listing locks walks one server; on a Redis Cluster call lock_info by name".into(),
-            )
-            .into());
+            return self.locks_on_cluster(t, pattern, cursor, count, deadline);
         }
-        let deadline = shared.time.now() + shared.op_timeout;
         self.run(inspect::scan_locks(
             &shared.keyspace,
             pattern,
@@ -241,6 +265,59 @@ impl Client {
             count,
             deadline,
         )?)
+    }
+
+    /// [`locks`](Self::locks) on a Cluster: one step on the master the cursor names.
+    fn locks_on_cluster(
+        &self,
+        transport: &crate::transport::Transport,
+        pattern: &str,
+        cursor: u64,
+        count: u32,
+        deadline: std::time::Instant,
+    ) -> Result<LockListing, Error> {
+        const NODE_SHIFT: u32 = 48;
+        const STEP_MASK: u64 = (1 << NODE_SHIFT) - 1;
+        let shared = self.shared();
+        let [registry_key, _] = registry::keys(&shared.keyspace);
+        let masters = transport.masters(&registry_key);
+        let node = usize::try_from(cursor >> NODE_SHIFT).unwrap_or(usize::MAX);
+        let Some(addr) = masters.get(node) else {
+            if masters.is_empty() {
+                return Err(Error::Unavailable {
+                    attempts: 1,
+                    last: redlease_core::TransportFailure::not_sent(
+                        "the Cluster's masters are not known (CLUSTER SLOTS not answered)",
+                    ),
+                });
+            }
+            return Err(InvalidArgument::Setting(format!(
+                "the cursor {cursor} names master {node} of {}",
+                masters.len()
+            ))
+            .into());
+        };
+        let op = inspect::scan_locks(
+            &shared.keyspace,
+            pattern,
+            cursor & STEP_MASK,
+            count,
+            deadline,
+        )?;
+        let mut page = drive_at(transport, addr, &shared.time, op)?;
+        let node = node as u64;
+        page.next = match page.next {
+            Some(step) if step <= STEP_MASK => Some((node << NODE_SHIFT) | step),
+            Some(step) => {
+                return Err(Error::UnexpectedReply {
+                    context: "lock listing",
+                    reply: format!("a SCAN cursor of more than 48 bits: {step}"),
+                });
+            }
+            None if (node as usize) + 1 < masters.len() => Some((node + 1) << NODE_SHIFT),
+            None => None,
+        };
+        Ok(page)
     }
 
     /// Releases by force the holds of lock `name` (any kind) whose token starts with

@@ -464,7 +464,8 @@ fn glob_escape(s: &str) -> String {
 /// promises, a walk from 0 to the end lists every lock held throughout the walk once per
 /// key it has (see [`FoundLock::kind`]; a read-write lock held by a writer and by readers
 /// at once is listed under both), and may list one twice if the server resized its table
-/// meanwhile. One server (one node): see the blocking driver for a Cluster.
+/// meanwhile. One node: on a Cluster, send it to each master in turn (the blocking
+/// driver's `Client::locks` does).
 pub fn scan_locks(
     keyspace: &Keyspace,
     pattern: &str,

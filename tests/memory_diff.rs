@@ -382,6 +382,9 @@ enum Cmp {
     /// The registry read: `{server ms, id, until ms, entry...}`: the same ids in the same
     /// order, each entry's record (after its heartbeat time) equal; the times each side's.
     Clients,
+    /// A whole `SCAN` in one step (`{cursor, keys}`): the same cursor, the same keys in any
+    /// order (each server walks its own table).
+    Scan,
 }
 
 /// `lock_info`'s replies alike (see [`Cmp::Info`]).
@@ -599,6 +602,17 @@ fn same(
         Cmp::Info => same_info(r, m, fences, tolerance),
         Cmp::Clock => matches!((r, m), (Reply::Int(_), Reply::Int(_))) || r == m,
         Cmp::Clients => same_clients(r, m),
+        Cmp::Scan => match pair(r, m) {
+            Some((a, b)) if a.len() == 2 && a[0] == b[0] => {
+                let sorted = |x: &Reply| {
+                    let mut v = x.as_array().map(<[Reply]>::to_vec).unwrap_or_default();
+                    v.sort_by_key(|k| format!("{k:?}"));
+                    v
+                };
+                sorted(&a[1]) == sorted(&b[1])
+            }
+            _ => r == m,
+        },
         Cmp::AckTake => match pair(r, m) {
             Some((a, b)) if a.len() == 3 && a[..2] == b[..2] && a[1] == Reply::Int(0) => {
                 close(&a[2], &b[2])
@@ -868,7 +882,7 @@ impl Seq {
     /// or the registry read.
     fn inspect_op(&mut self, owner: usize) -> Op {
         let ks = self.keyspace.clone();
-        match self.rng.below(6) {
+        match self.rng.below(7) {
             0..=1 => {
                 let op = inspect::lock_info(&ks, "r", Instant::now()).unwrap();
                 self.machine_op(op, Cmp::Info)
@@ -921,7 +935,14 @@ impl Seq {
                 let op = registry::leave(&ks, &format!("c{owner}"), Instant::now());
                 self.machine_op(op, Cmp::Exact)
             }
-            _ => self.machine_op(registry::read(&ks, Instant::now()), Cmp::Clients),
+            5 => self.machine_op(registry::read(&ks, Instant::now()), Cmp::Clients),
+            _ => {
+                // The whole walk in one step: Redis examines every key of its (shared)
+                // table when COUNT exceeds them, so both sides answer cursor 0 and this
+                // sequence's keys.
+                let op = inspect::scan_locks(&ks, "*", 0, 100_000, Instant::now()).unwrap();
+                self.machine_op(op, Cmp::Scan)
+            }
         }
     }
 

@@ -61,7 +61,7 @@ pub(crate) struct Inner {
 /// The pool and settings, shared by a client and its guards.
 pub(crate) struct Shared {
     /// Random, per client: part of reentrant owner ids (it starts with `client_tag`).
-    pub(crate) client_id: String,
+    pub(crate) owner_id: String,
     /// The client's id in hex: the first characters of every token it draws, and its key
     /// in the registry of live clients.
     pub(crate) client_tag: String,
@@ -481,7 +481,7 @@ impl ClientBuilder {
         Ok(Client {
             inner: Arc::new(Inner {
                 shared: Arc::new(Shared {
-                    client_id: ids.client_id,
+                    owner_id: ids.client_id,
                     client_tag: ids.tag,
                     tag_bytes,
                     registration,
@@ -709,7 +709,7 @@ impl Client {
         Ok(Client {
             inner: Arc::new(Inner {
                 shared: Arc::new(Shared {
-                    client_id: ids.client_id,
+                    owner_id: ids.client_id,
                     client_tag: ids.tag,
                     tag_bytes,
                     registration,

@@ -370,7 +370,7 @@ impl<'c> LockBuilder<'c> {
         match kind {
             LockKind::Lease => LockSpec::lease(ks, name, token, ttl)?.fenced(self.fenced),
             LockKind::Reentrant => {
-                let owner = format!("{}:{}", shared.client_id, thread_number());
+                let owner = format!("{}:{}", shared.owner_id, thread_number());
                 LockSpec::reentrant(ks, name, &owner, token, ttl)
             }
             LockKind::Fair => LockSpec::fair(ks, name, token, ttl, self.waiter_timeout),

@@ -182,8 +182,9 @@ impl Token {
 
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Enough to tell tokens apart in logs, not enough to forge a release.
-        let shown: String = self.as_str().chars().take(6).collect();
+        // Enough to tell tokens apart in logs (a client's tokens share their first 8
+        // characters, its id: 4 more tell its holds apart), not enough to forge a release.
+        let shown: String = self.as_str().chars().take(12).collect();
         write!(f, "Token({shown}..)")
     }
 }

@@ -13,7 +13,7 @@ use redlease::{
     Client, ClientInfo, Error, InvalidArgument, LeaseKind, LockKind, LossReason, Primitive,
 };
 use redlease_suite::RedisServer;
-use redlease_suite::testkit::{await_condition, server};
+use redlease_suite::testkit::{Monitor, await_condition, server};
 
 const S: Duration = Duration::from_secs(1);
 
@@ -70,6 +70,37 @@ fn a_labelled_client_is_seen_by_others_and_leaves_when_dropped() {
         entry(&operator, &id).is_none(),
         "a dropped client leaves at once"
     );
+}
+
+/// The tick's cost: one heartbeat script per interval, nothing else (a held lease's renewals
+/// aside); a client without the registry sends nothing at all while idle.
+#[test]
+fn the_tick_costs_one_script_per_interval_and_nothing_when_off() {
+    let server = server();
+    let mut monitor = Monitor::start(&server);
+    let off = client(&server);
+    off.lock("warm").acquire().unwrap().release().unwrap();
+    let _ = monitor.commands_during(Duration::from_millis(200));
+    assert_eq!(
+        monitor.commands_during(Duration::from_millis(500)),
+        Vec::<String>::new()
+    );
+    drop(off);
+    let beat = redlease::core::inspect::registry::BEAT.sha1;
+    let on = labelled(&server, "ticking", Duration::from_millis(100));
+    monitor.await_command(beat, 5 * S);
+    let window = Duration::from_millis(1000);
+    let sent = monitor.commands_during(window);
+    // (The first may be resent as EVAL after a NOSCRIPT: both name the registry's keys.)
+    let beats = sent
+        .iter()
+        .filter(|c| c.contains("{clients}:heartbeats"))
+        .count();
+    println!("{beats} heartbeats in {window:?} at 100 ms");
+    assert_eq!(beats, sent.len(), "only heartbeats: {sent:?}");
+    // 10 due; a loaded machine may send a few late, never more than one per interval.
+    assert!((5..=11).contains(&beats), "{beats}");
+    drop(on);
 }
 
 #[test]

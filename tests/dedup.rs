@@ -405,7 +405,8 @@ fn keep_latest_20_pushes_while_one_runs_make_one_follow_up_with_the_20th_payload
         }
     }
     let stats = q.stats().unwrap();
-    assert_eq!((stats.ready, stats.in_flight), (1, 1), "{stats:?}");
+    // The follow-up is parked (not ready) while the first job runs.
+    assert_eq!((stats.ready, stats.in_flight), (0, 1), "{stats:?}");
     running.ack().unwrap();
     let next = q.try_take().unwrap().unwrap();
     assert_eq!(Some(next.id().to_owned()), follow_up);
@@ -413,6 +414,120 @@ fn keep_latest_20_pushes_while_one_runs_make_one_follow_up_with_the_20th_payload
     next.ack().unwrap();
     assert!(q.try_take().unwrap().is_none());
     assert_no_dedup_state(&server, "latest");
+}
+
+/// Keep latest with free workers: the follow-up of a running job is parked until that job
+/// is acked. Three workers take from the queue while the first job runs (held until the
+/// test releases it) and 20 pushes come in: the in-flight set (the server's record) never
+/// holds two jobs (every job here has the one dedup id), and after the ack exactly one
+/// follow-up runs, with the 20th payload, started after the first job's ack began.
+#[test]
+fn keep_latest_with_free_workers_starts_the_follow_up_only_after_the_running_job_is_acked() {
+    let server = server();
+    let q = client(&server).queue("latest_free").unwrap();
+    assert!(is_queued(
+        &q.push_dedup("sync", "0", Dedup::KeepLatest).unwrap()
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(AtomicBool::new(false));
+    let events = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            let (q, stop, release, events) =
+                (q.clone(), stop.clone(), release.clone(), events.clone());
+            thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let Some(job) = q.take(50 * MS).unwrap() else {
+                        continue;
+                    };
+                    let payload = String::from_utf8(job.payload().to_vec()).unwrap();
+                    events.lock().unwrap().push(format!("start {payload}"));
+                    if payload == "0" {
+                        while !release.load(Ordering::SeqCst) {
+                            thread::sleep(MS);
+                        }
+                    }
+                    events.lock().unwrap().push(format!("ack {payload}"));
+                    job.ack().unwrap();
+                }
+            })
+        })
+        .collect();
+    let mut conn = raw(&server);
+    let in_flight = |conn: &mut redis::Connection| -> usize {
+        redis::cmd("ZCARD")
+            .arg(key("latest_free", "inflight"))
+            .query(conn)
+            .unwrap()
+    };
+    await_condition(Duration::from_secs(10), || in_flight(&mut conn) == 1);
+    let mut follow_up = None;
+    for i in 1..=20 {
+        let out = q
+            .push_dedup("sync", format!("{i}"), Dedup::KeepLatest)
+            .unwrap();
+        match (&follow_up, &out) {
+            (None, DedupOutcome::Queued(id)) => follow_up = Some(id.clone()),
+            (Some(id), DedupOutcome::Replaced { job_id }) => assert_eq!(job_id, id),
+            other => panic!("push {i}: {other:?}"),
+        }
+        assert_eq!(in_flight(&mut conn), 1, "after push {i}");
+    }
+    // The two free workers are taking all along: give them 100 round trips to (wrongly)
+    // start the follow-up, watching the in-flight set.
+    let rtt = {
+        let start = Instant::now();
+        in_flight(&mut conn);
+        start.elapsed()
+    };
+    let watch = Instant::now();
+    while watch.elapsed() < (rtt * 100).max(100 * MS) {
+        assert_eq!(in_flight(&mut conn), 1, "{:?}", events.lock().unwrap());
+    }
+    let stats = q.stats().unwrap();
+    assert_eq!((stats.ready, stats.in_flight), (0, 1), "{stats:?}");
+    release.store(true, Ordering::SeqCst);
+    await_condition(Duration::from_secs(10), || {
+        events.lock().unwrap().len() == 4
+    });
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert_eq!(
+        *events.lock().unwrap(),
+        ["start 0", "ack 0", "start 20", "ack 20"]
+    );
+    assert!(q.try_take().unwrap().is_none());
+    assert_no_dedup_state(&server, "latest_free");
+}
+
+#[test]
+fn keep_latest_follow_up_is_made_ready_by_an_ack_batch_of_the_running_job() {
+    let server = server();
+    let q = client(&server).queue("latest_batch").unwrap();
+    assert!(is_queued(
+        &q.push_dedup("sync", "0", Dedup::KeepLatest).unwrap()
+    ));
+    let running = q.take_batch(5, Duration::ZERO).unwrap();
+    assert_eq!(running.len(), 1);
+    let DedupOutcome::Queued(follow_up) = q.push_dedup("sync", "1", Dedup::KeepLatest).unwrap()
+    else {
+        panic!("the follow-up is queued");
+    };
+    assert!(q.try_take().unwrap().is_none(), "parked while the job runs");
+    // The batch ack of the running job makes the follow-up ready (it did not: the batch
+    // ack dropped it with the running job's entry).
+    let acks = q.ack_batch(running);
+    assert!(acks.iter().all(|a| a.is_ok()), "{acks:?}");
+    let next = q
+        .try_take()
+        .unwrap()
+        .expect("the follow-up, ready after the ack");
+    assert_eq!((next.id(), next.payload()), (follow_up.as_str(), &b"1"[..]));
+    next.ack().unwrap();
+    assert!(q.try_take().unwrap().is_none());
+    assert_no_dedup_state(&server, "latest_batch");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1624,7 +1624,8 @@ impl Seq {
         if is(&queue::scripts::ACK_TAKE)
             && let [_, Reply::Int(1), _, Reply::Bulk(id), _] = items
         {
-            let token = String::from_utf8_lossy(&op.command.args()[20]).into_owned();
+            // EVALSHA, sha, 16, the 16 keys, id, token, keep, then the next token.
+            let token = String::from_utf8_lossy(&op.command.args()[22]).into_owned();
             self.taken
                 .push((String::from_utf8_lossy(id).into_owned(), token));
         }
@@ -1643,7 +1644,8 @@ impl Seq {
             }
         }
         if is(&queue::scripts::DEAD) {
-            for chunk in items.chunks(3) {
+            // (id, deliveries, payload, reason) per dead job.
+            for chunk in items.chunks(4) {
                 if let Reply::Bulk(id) = &chunk[0] {
                     self.dead.push(String::from_utf8_lossy(id).into_owned());
                 }

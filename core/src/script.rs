@@ -69,6 +69,11 @@ pub mod prelude {
     /// `dedup_clear(map, of, id)`: a job that is gone drops its deduplication entry
     /// ([`queue::dedup`](crate::queue::dedup)); for every script that removes a job.
     pub const DEDUP: &str = include_str!("lua/prelude/dedup.lua");
+    /// `dedup_release(map, of, id, payloads, priorities, ready, seq)`: as `dedup_clear`, and
+    /// a keep-latest follow-up parked behind the job is made ready
+    /// ([`queue::dedup`](crate::queue::dedup)); for the scripts that ack a job. Needs
+    /// [`READY`] before it.
+    pub const DEDUP_RELEASE: &str = include_str!("lua/prelude/dedup_release.lua");
 }
 
 /// The line after which [`script!`](crate::script!) splices a script's prelude parts into its
@@ -949,7 +954,7 @@ pub(crate) mod tests {
     use crate::reply::ErrorReply;
 
     /// Every prelude part and the functions it defines.
-    const PARTS: [(&str, &[&str]); 10] = [
+    const PARTS: [(&str, &[&str]); 11] = [
         (prelude::NOTIFY, &["notify"]),
         (prelude::NOW_MS, &["now_ms"]),
         (prelude::NOW_MS_UP, &["now_ms_up"]),
@@ -960,6 +965,7 @@ pub(crate) mod tests {
         (prelude::READY, &["bad_sequence", "ready_score"]),
         (prelude::GCRA, &["gcra", "gcra_store"]),
         (prelude::DEDUP, &["dedup_clear"]),
+        (prelude::DEDUP_RELEASE, &["dedup_release"]),
     ];
 
     /// Whether `text` calls `function` (a call, not a longer name ending the same way).

@@ -11,7 +11,8 @@ impl Queue {
     /// Pushes one job under dedup id `dedup_id` (separate from the job id) in `mode`; says
     /// what happened: [`DedupOutcome::Queued`] (a new job, whose id starts with `~`),
     /// [`DedupOutcome::Duplicate`] (job X in state S holds the id: nothing written),
-    /// [`DedupOutcome::Replaced`] (keep latest: the waiting job carries this payload now),
+    /// [`DedupOutcome::Replaced`] (keep latest: the waiting job, or the follow-up parked
+    /// behind the running one until its ack, carries this payload now),
     /// [`DedupOutcome::Coalesced`] (debounce: the delayed job carries this payload and is due
     /// `delay` from now, never later than `max_wait` after its first push).
     ///

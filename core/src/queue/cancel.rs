@@ -133,6 +133,8 @@ pub fn cancel(
             &keys.reasons,
             &keys.cancelled,
             &keys.cancel_messages,
+            &keys.dedup,
+            &keys.dedup_of,
         ])
         .arg(id)
         .arg(message)

@@ -10,7 +10,11 @@
 //!        ├─ Debounce { delay, max_wait }: J still delayed ──────────────► Coalesced { J }
 //!        │     (J's payload replaced, due at now + delay, never after its first push + max_wait)
 //!        └─ KeepLatest: J waiting (ready or delayed) ────────────────────► Replaced { J }
-//!              (J in flight: a new job queues behind it: Queued)
+//!              (J in flight: a follow-up F is parked behind it: Queued { F }, then
+//!              Replaced { F } for later pushes; F is in no zset until J is acked)
+//!
+//!  J acked / acked and taken, F parked ──► F ready and holding d (prelude
+//!  `dedup_release`, in that same script): J and F never run side by side
 //!
 //!  J acked / acked and taken / deleted from the dead list ──► entry d -> J dropped by that
 //!  same script (prelude `dedup_clear`), unless d is held by a later job by now
@@ -91,9 +95,13 @@ pub enum Dedup {
         /// The longest a job waits from its first push (at least `delay`).
         max_wait: Duration,
     },
-    /// At most one waiting job per dedup id, holding the latest payload: a push while a job
-    /// waits (ready or delayed) replaces its payload; while one runs, a push queues one
-    /// follow-up (later pushes replace its payload).
+    /// At most one running and one waiting job per dedup id, the waiting one holding the
+    /// latest payload: a push while a job waits (ready or delayed) replaces its payload;
+    /// while one runs, a push parks one follow-up (later pushes replace its payload), which
+    /// the ack of the running job makes ready (not before: the two never run side by side).
+    /// A parked follow-up is in no zset ([`stats`](crate::queue::stats) does not count it);
+    /// if the running job goes back to waiting or dead instead, the next push supersedes
+    /// it.
     KeepLatest,
 }
 

@@ -156,17 +156,7 @@ impl Eq for TakeTemplate {}
 impl KeyedCalls {
     fn new(k: &QueueKeys) -> Self {
         // The ack's keys, for the plain call and the one bound per job.
-        let ack_keys: [&str; 9] = [
-            &k.inflight,
-            &k.leases,
-            &k.payloads,
-            &k.priorities,
-            &k.deliveries,
-            &k.holders,
-            &k.bases,
-            &k.settled,
-            &k.paused,
-        ];
+        let ack_keys = k.ack_keys();
         KeyedCalls {
             push: ScriptCall::new(&scripts::PUSH).keys(&[
                 &k.ready,
@@ -345,7 +335,10 @@ impl QueueKeys {
     }
 
     /// The keys of the ack (and the ack of many), in their scripts' order.
-    fn ack_keys(&self) -> [&str; 9] {
+    /// The dedup keys, the ready set and the counter come after the pause key: touched only
+    /// for a job pushed with a dedup id (its entry dropped, a parked keep-latest follow-up
+    /// made ready), declared for all (bytes, not commands).
+    fn ack_keys(&self) -> [&str; 13] {
         [
             &self.inflight,
             &self.leases,
@@ -356,11 +349,15 @@ impl QueueKeys {
             &self.bases,
             &self.settled,
             &self.paused,
+            &self.dedup,
+            &self.dedup_of,
+            &self.ready,
+            &self.seq,
         ]
     }
 
     /// The keys of the combined ack and take, in its script's order.
-    fn ack_take_keys(&self) -> [&str; 14] {
+    fn ack_take_keys(&self) -> [&str; 16] {
         [
             &self.ready,
             &self.delayed,
@@ -376,6 +373,8 @@ impl QueueKeys {
             &self.settled,
             &self.undone,
             &self.paused,
+            &self.dedup,
+            &self.dedup_of,
         ]
     }
 

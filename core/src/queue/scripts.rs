@@ -26,7 +26,7 @@ pub static DEQUEUE: Script = script!(
 /// `lua/ack.lua`
 pub static ACK: Script = script!(
     "queue_ack",
-    [NOW_MS, REMEMBER, NOTIFY, DEDUP],
+    [NOW_MS, REMEMBER, NOTIFY, READY, DEDUP_RELEASE],
     include_str!("lua/ack.lua")
 );
 
@@ -77,7 +77,7 @@ pub static FORGET: Script = script!("queue_forget", [DEDUP], include_str!("lua/f
 /// `lua/ack_take.lua`
 pub static ACK_TAKE: Script = script!(
     "queue_ack_take",
-    [NOW_MS, READY, NOTIFY, RECLAIM, DEDUP],
+    [NOW_MS, READY, NOTIFY, RECLAIM, DEDUP_RELEASE],
     include_str!("lua/ack_take.lua")
 );
 
@@ -98,7 +98,7 @@ pub static TAKE_BATCH: Script = script!(
 /// `lua/ack_many.lua`
 pub static ACK_MANY: Script = script!(
     "queue_ack_many",
-    [NOW_MS, NOTIFY, DEDUP],
+    [NOW_MS, NOTIFY, READY, DEDUP_RELEASE],
     include_str!("lua/ack_many.lua")
 );
 

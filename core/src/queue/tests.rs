@@ -26,6 +26,8 @@ const HOLDERS: &str = "redlease:{jobs}:q:holders";
 const BASES: &str = "redlease:{jobs}:q:bases";
 const SETTLED: &str = "redlease:{jobs}:q:settled";
 const UNDONE: &str = "redlease:{jobs}:q:undone";
+const DEDUP: &str = "redlease:{jobs}:q:dedup";
+const DEDUP_OF: &str = "redlease:{jobs}:q:dedup_of";
 const REASONS: &str = "redlease:{jobs}:q:reasons";
 const CANCELLED: &str = "redlease:{jobs}:q:cancelled";
 const CHANNEL: &str = "redlease:{jobs}:q:pushed";
@@ -577,8 +579,8 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
     assert_eq!(
         call_args(&ack),
         strs(&[
-            "EVALSHA", ACK.sha1, "9", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
-            BASES, SETTLED, PAUSED, "j", &t, "60000",
+            "EVALSHA", ACK.sha1, "13", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
+            BASES, SETTLED, PAUSED, DEDUP, DEDUP_OF, READY, SEQ, "j", &t, "60000",
         ])
     );
     // Bound from the queue's template: the same call.
@@ -1335,8 +1337,8 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
     let mut ack = Scenario::new(job.ack(&keys(), deadline(now)), now);
     let r = ack.answer(Reply::Int(1));
     let a = args(&r);
-    assert_eq!(a[..3], strs(&["EVALSHA", ACK.sha1, "9"]));
-    assert_eq!(a[12..14], strs(&["job-9", &tok()]));
+    assert_eq!(a[..3], strs(&["EVALSHA", ACK.sha1, "13"]));
+    assert_eq!(a[16..18], strs(&["job-9", &tok()]));
     assert_eq!(ack.expect_done(), Ok(()));
 
     let mut nack = Scenario::new(
@@ -1435,16 +1437,16 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
     let sent_at = s.now;
     let r = s.answer(acked_and(1, handed(2, b"next-1", b"np")));
     let a = args(&r);
-    assert_eq!(a[..3], strs(&["EVALSHA", ACK_TAKE.sha1, "14"]));
+    assert_eq!(a[..3], strs(&["EVALSHA", ACK_TAKE.sha1, "16"]));
     assert_eq!(
-        a[3..17],
+        a[3..19],
         strs(&[
             READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, INFLIGHT, LEASES, DELIVERIES, DEAD_LIST,
-            HOLDERS, BASES, SETTLED, UNDONE, PAUSED
+            HOLDERS, BASES, SETTLED, UNDONE, PAUSED, DEDUP, DEDUP_OF
         ])
     );
     assert_eq!(
-        a[17..],
+        a[19..],
         strs(&["done-1", &tok(), "60000", &next_tok(), "1500", "4"])
     );
     let out = s.expect_done().unwrap();
@@ -1467,7 +1469,7 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
     assert_eq!(next.lease.name(), "queue jobs job next-1");
     let mut ack = Scenario::new(next.ack(&keys(), deadline(s.now)), s.now);
     let r = ack.answer(Reply::Int(1));
-    assert_eq!(args(&r)[12..14], strs(&["next-1", &next_tok()]));
+    assert_eq!(args(&r)[16..18], strs(&["next-1", &next_tok()]));
     // Its give-back and extension name the job and the next token, as a take's would.
     let mut back = Scenario::new(next.give_back(deadline(s.now)), s.now);
     let r = back.answer(Reply::Int(1));
@@ -1680,7 +1682,7 @@ fn ack_and_take_binds_tokens_of_any_length_and_the_settings_of_each_call() {
         let mut s = Scenario::new(op, now);
         let r = s.answer(acked_and(1, handed(1, b"n", b"")));
         assert_eq!(
-            args(&r)[17..],
+            args(&r)[19..],
             strs(&["done-1", "short", "60000", &next_tok(), vis, max])
         );
         let out = s.expect_done().unwrap();
@@ -1764,7 +1766,7 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     let plain = taken_job(&mut s);
     assert!(!plain.lease.unanswered);
     let ack = args(&Scenario::new(plain.ack(&keys(), d), now).answer(Reply::Int(1)));
-    assert_eq!(ack[2], "9", "the plain ack: {ack:?}");
+    assert_eq!(ack[2], "13", "the plain ack: {ack:?}");
     let nack = plain.nack(&keys(), Duration::ZERO, 4, "", d);
     let nack = args(&Scenario::new(nack, now).answer(Reply::Int(1)));
     assert_eq!(nack[2], "13", "the plain nack: {nack:?}");
@@ -1776,9 +1778,9 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     assert!(job.lease.unanswered);
     let ack = args(&Scenario::new(job.ack(&keys(), d), now).answer(Reply::Int(1)));
     assert_eq!(ack[1], ACK.sha1);
-    assert_eq!(ack[2], "10", "{ack:?}");
-    assert_eq!(ack[12], UNDONE);
-    assert_eq!(ack[13..], strs(&["j", &tok(), "60000", &keep]));
+    assert_eq!(ack[2], "14", "{ack:?}");
+    assert_eq!(ack[16], UNDONE);
+    assert_eq!(ack[17..], strs(&["j", &tok(), "60000", &keep]));
     let nack = job.nack(&keys(), Duration::from_micros(1500), 4, "why", d);
     let nack = args(&Scenario::new(nack, now).answer(Reply::Int(1)));
     assert_eq!(nack[1], NACK.sha1);
@@ -1834,8 +1836,8 @@ fn a_job_handed_over_after_a_lost_reply_records_its_token_when_settled() {
     assert_eq!(give_back[16], UNDONE, "{give_back:?}");
     assert_eq!(give_back.last(), Some(&keep));
     let ack = args(&Scenario::new(next.ack(&keys(), deadline(now)), now).answer(Reply::Int(1)));
-    assert_eq!(ack[12], UNDONE);
-    assert_eq!(ack[13..15], strs(&["next-1", &next_tok()]));
+    assert_eq!(ack[16], UNDONE);
+    assert_eq!(ack[17..19], strs(&["next-1", &next_tok()]));
     // Answered at once: a plain lease.
     let (_, mut s) = acking_and_taking();
     s.answer(acked_and(1, handed(1, b"next-1", b"np")));

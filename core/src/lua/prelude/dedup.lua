@@ -4,9 +4,10 @@
 -- '<debounce cap ms or 0>|<dedup id>' ('<stem>:q:dedup_of'). Jobs pushed with a dedup id
 -- have ids starting with '~' (byte 126): call it only for those, so that a plain job costs
 -- no read. Reads both hashes before writing either (call it once the script's other keys
--- were read). A script that does not take the two hashes as KEYS (its callers send what
--- they sent before dedup existed) names them from another key of the queue
--- ('<stem>:q:<part>': the same hash tag, so the same slot on a cluster).
+-- were read); every script passes them as KEYS (Redis requires a script to declare every
+-- key it touches). A keep-latest follow-up parked behind the job (field '>' .. dedup id
+-- of `of`) is dropped with its entry: the job was deleted from the dead list or cancelled
+-- (only an ack releases a follow-up).
 local function dedup_clear(map, of, id)
   local entry = redis.call('HGET', of, id)
   if not entry then
@@ -16,6 +17,9 @@ local function dedup_clear(map, of, id)
   local holder = redis.call('HGET', map, d)
   redis.call('HDEL', of, id)
   if holder == id then
+    -- (With a keep-latest follow-up parked behind it, if any: the job was dead or
+    -- cancelled.)
     redis.call('HDEL', map, d)
+    redis.call('HDEL', of, '>' .. d)
   end
 end

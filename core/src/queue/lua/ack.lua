@@ -3,9 +3,13 @@
 -- KEYS: 1 in flight, 2 leases, 3 payloads, 4 priorities, 5 deliveries, 6 holders, 7 bases,
 -- 8 settled (zset delivery token -> until when its ack or nack is remembered, ms),
 -- 9 pauses (hash; field 'drain': the channel a drain waiter listens on, announced on by an
--- ack; see pause.lua); optionally 10 undone takes.
--- ARGV: 1 id, 2 token, 3 how long to remember the settlement (ms); with KEYS[10], 4 how
+-- ack; see pause.lua), 10 dedup ids, 11 the jobs' dedup entries, 12 ready, 13 sequence
+-- counter (10 to 13 are touched only for a job pushed with a dedup id:
+-- core/src/queue/dedup.rs); optionally 14 undone takes.
+-- ARGV: 1 id, 2 token, 3 how long to remember the settlement (ms); with KEYS[14], 4 how
 -- long to remember the token there (ms).
+-- A job pushed with a dedup id (its id starts with '~') drops its dedup entry, and a
+-- keep-latest follow-up parked behind it becomes ready, in this script.
 -- Returns 1 acked (or: this very delivery was settled already, so a retry after a lost
 -- reply finds its own ack), 0 the lease ran out (or the job is gone), -1 another delivery
 -- holds it.
@@ -15,16 +19,27 @@ local now = now_ms()
 local id, token = ARGV[1], ARGV[2]
 local holder = redis.call('HGET', KEYS[2], id)
 local drain = redis.call('HGET', KEYS[9], 'drain')
-if KEYS[10] then
+if string.byte(id, 1) == 126 then
+  -- A job pushed with a dedup id: the keys its settlement may write, read first.
+  redis.call('HLEN', KEYS[10])
+  redis.call('HLEN', KEYS[11])
+  redis.call('ZCARD', KEYS[12])
+  local bad = bad_sequence(KEYS[13])
+  if bad then
+    return bad
+  end
+end
+if KEYS[14] then
   -- The ack of a delivery whose take had an attempt that went unanswered: whatever the
-  -- verdict, its token is remembered as undone (KEYS[9], for ARGV[4] ms), so that the
-  -- attempt, if only delayed, takes nothing when it arrives. Every key is read first.
+  -- verdict, its token is remembered as undone (KEYS[14], for ARGV[4] ms), so that the
+  -- attempt, if only delayed, takes nothing when it arrives. Every key is read first (the
+  -- dedup keys, 10 to 13, just above, where the job has a dedup id).
   redis.call('ZCARD', KEYS[1])
   for i = 3, 7 do
     redis.call('HLEN', KEYS[i])
   end
   redis.call('ZCARD', KEYS[8])
-  remember(KEYS[10], token, now, tonumber(ARGV[4]))
+  remember(KEYS[14], token, now, tonumber(ARGV[4]))
 end
 if holder ~= token then
   local settled = redis.call('ZSCORE', KEYS[8], token)
@@ -46,10 +61,10 @@ redis.call('HLEN', KEYS[6])
 local has_base = redis.call('HEXISTS', KEYS[7], id) == 1
 redis.call('ZCARD', KEYS[8])
 if string.byte(id, 1) == 126 then
-  -- A job pushed with a dedup id: its entry goes with it (the deliveries read first).
+  -- A job pushed with a dedup id: its entry goes with it, and a follow-up parked behind it
+  -- becomes ready (the deliveries read first; the dedup keys were, at the top).
   redis.call('HLEN', KEYS[5])
-  local stem = string.match(KEYS[1], '^(.*:q:)')
-  dedup_clear(stem .. 'dedup', stem .. 'dedup_of', id)
+  dedup_release(KEYS[10], KEYS[11], id, KEYS[3], KEYS[4], KEYS[12], KEYS[13])
 end
 redis.call('HDEL', KEYS[5], id)
 redis.call('ZREM', KEYS[1], id)

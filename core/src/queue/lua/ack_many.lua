@@ -2,7 +2,10 @@
 -- once its lease ran out.
 -- KEYS: 1 in flight, 2 leases, 3 payloads, 4 priorities, 5 deliveries, 6 holders, 7 bases,
 -- 8 settled (zset delivery token -> until when its ack or nack is remembered, ms), 9 pauses
--- (hash; field 'drain': the channel a drain waiter listens on, announced on once).
+-- (hash; field 'drain': the channel a drain waiter listens on, announced on once), 10 dedup
+-- ids, 11 the jobs' dedup entries, 12 ready, 13 sequence counter (10 to 13 as ack.lua's:
+-- touched only for jobs pushed with a dedup id, whose entries go with them and whose
+-- keep-latest follow-ups become ready).
 -- ARGV: 1 how long to remember each settlement (ms), then an id and its token per job.
 -- Returns a string, one character per job: '1' acked (or this very delivery was settled
 -- already: a retry after a lost reply finds its own ack), '0' the lease ran out (or the job
@@ -15,6 +18,19 @@ for i = 2, 7 do
 end
 redis.call('ZCARD', KEYS[8])
 local drain = redis.call('HGET', KEYS[9], 'drain')
+for i = 2, #ARGV - 1, 2 do
+  if string.byte(ARGV[i], 1) == 126 then
+    -- A job pushed with a dedup id: the keys its ack may write, read first.
+    redis.call('HLEN', KEYS[10])
+    redis.call('HLEN', KEYS[11])
+    redis.call('ZCARD', KEYS[12])
+    local bad = bad_sequence(KEYS[13])
+    if bad then
+      return bad
+    end
+    break
+  end
+end
 local keep = tonumber(ARGV[1])
 local out, acked = {}, false
 for i = 2, #ARGV - 1, 2 do
@@ -36,9 +52,9 @@ for i = 2, #ARGV - 1, 2 do
       verdict = '0'
     else
       if string.byte(id, 1) == 126 then
-        -- A job pushed with a dedup id: its entry goes with it, as ack.lua does.
-        local stem = string.match(KEYS[1], '^(.*:q:)')
-        dedup_clear(stem .. 'dedup', stem .. 'dedup_of', id)
+        -- A job pushed with a dedup id: its entry goes with it, and a keep-latest follow-up
+        -- parked behind it becomes ready, as ack.lua does.
+        dedup_release(KEYS[10], KEYS[11], id, KEYS[3], KEYS[4], KEYS[12], KEYS[13])
       end
       redis.call('HDEL', KEYS[5], id)
       redis.call('ZREM', KEYS[1], id)

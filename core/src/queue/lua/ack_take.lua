@@ -2,7 +2,10 @@
 -- KEYS: 1 ready, 2 delayed, 3 payloads, 4 priorities, 5 sequence counter, 6 in flight,
 -- 7 leases, 8 deliveries, 9 dead, 10 holders, 11 bases, 12 settled, 13 undone takes,
 -- 14 pauses (hash: field '*' the queue is paused, field 'drain' the channel a drain waiter
--- listens on; see pause.lua).
+-- listens on; see pause.lua), 15 dedup ids, 16 the jobs' dedup entries (15 and 16 touched
+-- only for an acked job pushed with a dedup id, its id starting with '~': its entry goes,
+-- and a keep-latest follow-up parked behind it becomes ready, in this script;
+-- core/src/queue/dedup.rs).
 -- ARGV: 1 id acked, 2 its token, 3 how long to remember the settlement (ms), 4 the next
 -- token, 5 visibility timeout ms, 6 max deliveries, optionally 7 how long to remember the
 -- acked token as undone (ms).
@@ -78,6 +81,15 @@ if reclaiming then
     return bad
   end
 end
+if acking and string.byte(id, 1) == 126 then
+  -- A job pushed with a dedup id: the keys its ack may write, read before any write.
+  redis.call('HLEN', KEYS[15])
+  redis.call('HLEN', KEYS[16])
+  local bad = bad_sequence(KEYS[5])
+  if bad then
+    return bad
+  end
+end
 -- The acked delivery's take had an attempt that went unanswered (ARGV[7] given): its
 -- token is remembered as undone for ARGV[7] ms whatever the verdict, so that the attempt,
 -- if only delayed, takes nothing when it arrives. (Every key was read above but the
@@ -99,10 +111,16 @@ end
 local ack
 if acking then
   if string.byte(id, 1) == 126 then
-    -- A job pushed with a dedup id: its entry goes with it (the deliveries read first).
+    -- A job pushed with a dedup id: its entry goes with it, and a follow-up parked behind
+    -- it becomes ready (the deliveries read first; the dedup keys and the sequence counter
+    -- were, above; the take below sees it).
     redis.call('HLEN', KEYS[8])
-    local stem = string.match(KEYS[1], '^(.*:q:)')
-    dedup_clear(stem .. 'dedup', stem .. 'dedup_of', id)
+    if dedup_release(KEYS[15], KEYS[16], id, KEYS[3], KEYS[4], KEYS[1], KEYS[5]) then
+      -- (The next job may be the follow-up now: its base is read again below.)
+      top = redis.call('ZRANGE', KEYS[1], 0, 0)
+      payload = top[1] and redis.call('HGET', KEYS[3], top[1])
+      next_base = nil
+    end
   end
   redis.call('HDEL', KEYS[8], id)
   redis.call('ZREM', KEYS[6], id)

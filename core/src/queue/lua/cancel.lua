@@ -1,7 +1,8 @@
 -- Cancel a job, wherever it waits or runs. KEYS: 1 ready, 2 delayed, 3 payloads,
 -- 4 priorities, 5 in flight, 6 leases, 7 holders, 8 deliveries, 9 bases, 10 dead,
 -- 11 reasons, 12 cancelled (zset token -> until when the holder's renewal answers
--- "cancelled", ms), 13 cancel messages (hash token -> the message).
+-- "cancelled", ms), 13 cancel messages (hash token -> the message), 14 dedup ids, 15 the
+-- jobs' dedup entries (14 and 15 touched only for a job pushed with a dedup id, removed).
 -- ARGV: 1 id, 2 message, 3 'dead' (the job goes to the dead list, its reason the message)
 -- or 'remove' (forgotten), 4 the channel of cancel messages, 5 how long past the job's
 -- lease the mark is kept (ms).
@@ -23,6 +24,10 @@ redis.call('LLEN', KEYS[10])
 redis.call('HLEN', KEYS[11])
 redis.call('ZCARD', KEYS[12])
 redis.call('HLEN', KEYS[13])
+if string.byte(id, 1) == 126 then
+  redis.call('HLEN', KEYS[14])
+  redis.call('HLEN', KEYS[15])
+end
 local outcome
 if in_ready or in_delayed then
   redis.call('ZREM', KEYS[1], id)
@@ -55,10 +60,10 @@ if ARGV[3] == 'dead' then
   redis.call('HSET', KEYS[11], id, 'cancelled: ' .. message)
 else
   if string.byte(id, 1) == 126 then
-    -- A job pushed with a dedup id: its entry goes with it, as the ack's does (a dead job
-    -- keeps its entry, as every dead job does).
-    local stem = string.match(KEYS[1], '^(.*:q:)')
-    dedup_clear(stem .. 'dedup', stem .. 'dedup_of', id)
+    -- A job pushed with a dedup id: its entry goes with it, as the deletion of a dead job
+    -- drops it (a keep-latest follow-up parked behind it too: only an ack releases one; a
+    -- dead job keeps its entry, as every dead job does).
+    dedup_clear(KEYS[14], KEYS[15], id)
   end
   redis.call('HDEL', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)

@@ -7,10 +7,11 @@
 -- 't' throttle; 'd' debounce; 'k' keep latest), 2 the throttle's ttl or the debounce's
 -- delay (ms), 3 the debounce's maximum wait (ms; 0: none), 4 delay ms (not debounce), 5 priority,
 -- 6 channel, 7 dedup id, 8 the new job's id (starts with '~'), 9 payload.
--- Returns {1, id} queued, {0, id, state} a duplicate of job id (nothing written; state:
--- 'ready', 'delayed', 'in_flight', 'dead' or 'done'), {2, id, state} its payload replaced
--- (keep latest: the waiting job), {3, id, 'delayed'} coalesced (debounce: payload
--- replaced, due time moved).
+-- Returns {1, id} queued (keep latest behind a job in flight: parked until that job is
+-- acked), {0, id, state} a duplicate of job id (nothing written; state: 'ready',
+-- 'delayed', 'in_flight', 'dead' or 'done'), {2, id, state} its payload replaced (keep
+-- latest: the waiting job; state 'parked' for a follow-up parked behind a job in flight),
+-- {3, id, 'delayed'} coalesced (debounce: payload replaced, due time moved).
 -- Throttle entries live until their window ends, whatever becomes of their job (both keys
 -- expire with the last window: nothing outlives it); the others live as long as their job
 -- (ack, ack and take and the deletion of a dead job drop them: dedup_clear).
@@ -116,9 +117,35 @@ elseif mode == 'd' then
   end
   return queue_new(up + window, cap)
 elseif mode == 'k' then
+  local parked = '>' .. d
+  local p = redis.call('HGET', KEYS[8], parked)
   if j and (state == 'ready' or state == 'delayed') then
+    -- (A follow-up parked behind it while it ran, before its lease ran out or it was given
+    -- back: superseded, this job carries the latest payload.)
+    if p then
+      redis.call('HDEL', KEYS[8], parked)
+    end
     redis.call('HSET', KEYS[3], j, payload)
     return {2, j, state}
+  end
+  -- The follow-up of a job in flight: parked in the dedup state (never in the ready set),
+  -- made ready by the script that acks that job (ack.lua, ack_take.lua), so that the two
+  -- never run side by side. A parked follow-up gets each later push's payload.
+  if j and state == 'in_flight' then
+    local out = {1, id}
+    if p then
+      local bar = string.find(p, '|', 1, true)
+      local bar2 = string.find(p, '|', bar + 1, true)
+      id = string.sub(p, bar2 + 1, bar2 + tonumber(string.sub(p, bar + 1, bar2 - 1)))
+      out = {2, id, 'parked'}
+    end
+    redis.call('HSET', KEYS[8], parked, priority .. '|' .. #id .. '|' .. id .. payload)
+    return out
+  end
+  -- A follow-up parked behind a job that is no longer in flight and was not acked (dead, or
+  -- back to waiting after its lease ran out and it went dead): this push supersedes it.
+  if p then
+    redis.call('HDEL', KEYS[8], parked)
   end
   return queue_new(due, 0)
 end

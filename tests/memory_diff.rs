@@ -43,6 +43,7 @@ use std::net::TcpStream;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use redlease::core::inspect::{self, registry};
 use redlease::core::keys::Keyspace;
 use redlease::core::lease::{LockSpec, Token};
 use redlease::core::queue::batch;
@@ -121,6 +122,7 @@ fn all_scripts() -> Vec<&'static Script> {
     v.extend(redlease::core::rate::scripts::ALL.iter().copied());
     v.extend(redlease::core::queue::groups::ALL.iter().copied());
     v.extend(redlease::core::queue::schedule::ALL.iter().copied());
+    v.extend(redlease::core::inspect::ALL.iter().copied());
     v
 }
 
@@ -371,6 +373,86 @@ enum Cmp {
     Schedule,
     /// A hash read whole (`HGETALL`): the same fields and values, in any order.
     Hash,
+    /// `lock_info`: `{fence, {kind, holders, waiters, subscribers, permits}...}`, the fence
+    /// as fences compare, holders (token, ms left, holds, role) as a set by token, their
+    /// time left within tolerance, the rest equal.
+    Info,
+    /// A registry heartbeat's server time: an integer on both sides (each its own clock).
+    Clock,
+    /// The registry read: `{server ms, id, until ms, entry...}`: the same ids in the same
+    /// order, each entry's record (after its heartbeat time) equal; the times each side's.
+    Clients,
+    /// A whole `SCAN` in one step (`{cursor, keys}`): the same cursor, the same keys in any
+    /// order (each server walks its own table).
+    Scan,
+}
+
+/// `lock_info`'s replies alike (see [`Cmp::Info`]).
+fn same_info(r: &Reply, m: &Reply, fences: &mut Fences, tolerance: i64) -> bool {
+    let (Some(a), Some(b)) = (r.as_array(), m.as_array()) else {
+        return r == m;
+    };
+    if a.len() != b.len() || a.is_empty() {
+        return false;
+    }
+    let fence = match (&a[0], &b[0]) {
+        (Reply::Nil, Reply::Nil) => true,
+        (x, y) => match (x.as_int(), y.as_int()) {
+            (Some(x), Some(y)) => fences.same(x, y),
+            _ => x == y,
+        },
+    };
+    let entry = |x: &Reply, y: &Reply| {
+        let (Some(x), Some(y)) = (x.as_array(), y.as_array()) else {
+            return false;
+        };
+        if x.len() != 5 || y.len() != 5 || x[0] != y[0] || x[2..] != y[2..] {
+            return false;
+        }
+        let sorted = |h: &Reply| {
+            let mut v: Vec<Vec<Reply>> = h.as_array()?.chunks(4).map(<[Reply]>::to_vec).collect();
+            v.sort_by_key(|c| format!("{:?}", c[0]));
+            Some(v)
+        };
+        match (sorted(&x[1]), sorted(&y[1])) {
+            (Some(p), Some(q)) => {
+                p.len() == q.len()
+                    && p.iter().zip(&q).all(|(p, q)| {
+                        p.len() == 4
+                            && q.len() == 4
+                            && p[0] == q[0]
+                            && close(&p[1], &q[1], tolerance)
+                            && p[2..] == q[2..]
+                    })
+            }
+            _ => false,
+        }
+    };
+    fence && a[1..].iter().zip(&b[1..]).all(|(x, y)| entry(x, y))
+}
+
+/// The registry reads alike (see [`Cmp::Clients`]).
+fn same_clients(r: &Reply, m: &Reply) -> bool {
+    let (Some(a), Some(b)) = (r.as_array(), m.as_array()) else {
+        return r == m;
+    };
+    let record = |e: &Reply| match e {
+        Reply::Bulk(b) => b.splitn(2, |c| *c == b'\n').nth(1).map(<[u8]>::to_vec),
+        _ => None,
+    };
+    a.len() == b.len()
+        && !a.is_empty()
+        && a[0].as_int().is_some()
+        && b[0].as_int().is_some()
+        && a[1..].chunks(3).zip(b[1..].chunks(3)).all(|(x, y)| {
+            x.len() == 3
+                && y.len() == 3
+                && x[0] == y[0]
+                && x[1].as_int().is_some()
+                && y[1].as_int().is_some()
+                && record(&x[2]).is_some()
+                && record(&x[2]) == record(&y[2])
+        })
 }
 
 /// `{token, ms, token, ms, ...}` sorted by token.
@@ -515,6 +597,20 @@ fn same(
         },
         Cmp::Hash => match (holders(r), holders(m)) {
             (Some(x), Some(y)) => x == y,
+            _ => r == m,
+        },
+        Cmp::Info => same_info(r, m, fences, tolerance),
+        Cmp::Clock => matches!((r, m), (Reply::Int(_), Reply::Int(_))) || r == m,
+        Cmp::Clients => same_clients(r, m),
+        Cmp::Scan => match pair(r, m) {
+            Some((a, b)) if a.len() == 2 && a[0] == b[0] => {
+                let sorted = |x: &Reply| {
+                    let mut v = x.as_array().map(<[Reply]>::to_vec).unwrap_or_default();
+                    v.sort_by_key(|k| format!("{k:?}"));
+                    v
+                };
+                sorted(&a[1]) == sorted(&b[1])
+            }
             _ => r == m,
         },
         Cmp::AckTake => match pair(r, m) {
@@ -781,9 +877,80 @@ impl Seq {
         (0..n).map(|_| self.next_op()).collect()
     }
 
+    /// The inspection scripts on this sequence's lock `r` (any kind) and its registry of
+    /// clients: read it, release by force the holds of `owner`, a client's heartbeat, leave
+    /// or the registry read.
+    fn inspect_op(&mut self, owner: usize) -> Op {
+        let ks = self.keyspace.clone();
+        match self.rng.below(7) {
+            0..=1 => {
+                let op = inspect::lock_info(&ks, "r", Instant::now()).unwrap();
+                self.machine_op(op, Cmp::Info)
+            }
+            2 => {
+                // The tokens here are short (`o<n>`): the call is built by hand, with the
+                // whole token as its prefix (the machine asks for 8 characters at least).
+                let stem = ks.stem("r").unwrap();
+                let key = |part: &str| format!("{stem}:{part}");
+                let keys = [
+                    "lock",
+                    "reentrant",
+                    "fair",
+                    "fair:queue",
+                    "fair:timeouts",
+                    "rw:writer",
+                    "rw:readers",
+                    "rw:writers-waiting",
+                    "sem:holders",
+                    "sem:waiters",
+                    "sem:timeouts",
+                    "sem:permits",
+                ]
+                .map(key);
+                let channels = [
+                    "released",
+                    "reentrant:released",
+                    "fair:wake",
+                    "rw:released",
+                    "sem:wake",
+                ]
+                .map(|c| ks.notify_arg(&key(c)));
+                let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+                let mut call = ScriptCall::new(&inspect::FORCE_RELEASE)
+                    .keys(&refs)
+                    .arg(self.token(owner).as_str());
+                for c in &channels {
+                    call = call.arg(c);
+                }
+                self.script_op(&call, Cmp::Exact)
+            }
+            3 => {
+                let record = registry::ClientRecord::new("diff", "h", 1, "0", 0).unwrap();
+                let keep = Duration::from_millis(self.rng.dur(self.grid).as_millis() as u64);
+                let id = format!("c{owner}");
+                let op = registry::beat(&ks, &id, keep, &record, Instant::now()).unwrap();
+                self.machine_op(op, Cmp::Clock)
+            }
+            4 => {
+                let op = registry::leave(&ks, &format!("c{owner}"), Instant::now());
+                self.machine_op(op, Cmp::Exact)
+            }
+            5 => self.machine_op(registry::read(&ks, Instant::now()), Cmp::Clients),
+            _ => {
+                // The whole walk in one step: Redis examines every key of its (shared)
+                // table when COUNT exceeds them, so both sides answer cursor 0 and this
+                // sequence's keys.
+                let op = inspect::scan_locks(&ks, "*", 0, 100_000, Instant::now()).unwrap();
+                self.machine_op(op, Cmp::Scan)
+            }
+        }
+    }
+
     fn lock_ops(&mut self, spec: LockSpec, poke_keys: &[String]) -> Op {
         let ttl = self.rng.dur(self.grid).as_millis().to_string();
-        match self.rng.below(20) {
+        let owner = self.rng.below(OWNERS);
+        match self.rng.below(22) {
+            20..=21 => self.inspect_op(owner),
             0..=6 => {
                 let spec = if self.rng.chance(30) {
                     spec.trying_once()

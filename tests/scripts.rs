@@ -10,6 +10,8 @@ use std::collections::BTreeSet;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::Connection;
+use redlease::core::inspect;
+use redlease::core::inspect::registry;
 use redlease::core::lease::scripts as lease;
 use redlease::core::queue::schedule;
 use redlease::core::queue::scripts as queue;
@@ -49,6 +51,26 @@ const CHANNEL: &str = "t:{s}:wake";
 const UNDONE: &str = "t:{s}:undone";
 const Q_UNDONE: &str = "t:{s}:q:undone";
 const PAUSED: &str = "t:{s}:q:paused";
+const FAIR_LOCK: &str = "t:{s}:fair";
+const REGISTRY: &str = "t:{clients}:registry";
+const BEATS: &str = "t:{clients}:heartbeats";
+/// The keys `lock_info` reads (every kind's, and the fence counter last).
+const INFO13: &[&str] = &[
+    LOCK, HASH, FAIR_LOCK, QUEUE, TIMEOUTS, WRITER, READERS, WAITING, HOLDERS, WAITERS, WAIT_TIMES,
+    PERMITS, FENCE,
+];
+/// The keys `force_release` reads (`lock_info`'s but the fence counter).
+const INFO12: &[&str] = &[
+    LOCK, HASH, FAIR_LOCK, QUEUE, TIMEOUTS, WRITER, READERS, WAITING, HOLDERS, WAITERS, WAIT_TIMES,
+    PERMITS,
+];
+const CLIENTS: &[&str] = &[REGISTRY, BEATS];
+const INFO_ARGS: &[&str] = &["16", CHANNEL, CHANNEL, CHANNEL, CHANNEL, CHANNEL];
+const FORCE_ARGS: &[&str] = &["tok", CHANNEL, CHANNEL, CHANNEL, CHANNEL, CHANNEL];
+const CLIENT_THERE: &[Step] = &[
+    &["ZADD", BEATS, "{far}", "c1", "{past}", "dead"],
+    &["HSET", REGISTRY, "c1", "1\n1\nv", "dead", "2\n1\nv"],
+];
 
 /// A setup step: a command and its arguments; `{far}` is replaced by a time well in the
 /// future (ms since the epoch).
@@ -103,6 +125,46 @@ const SEMAPHORE: &[Step] = &[
 
 fn rows() -> Vec<Row> {
     vec![
+        // Inspection (issue 30): reads first, by a command of each key's type.
+        Row {
+            script: &inspect::LOCK_INFO,
+            keys: INFO13,
+            args: INFO_ARGS,
+            setup: &[&["SET", LOCK, "tok", "PX", "10000"]],
+        },
+        Row {
+            script: &inspect::FORCE_RELEASE,
+            keys: INFO12,
+            args: FORCE_ARGS,
+            setup: &[
+                &["SET", LOCK, "tok", "PX", "10000"],
+                &["ZADD", READERS, "{far}", "tok"],
+            ],
+        },
+        Row {
+            script: &inspect::SCAN_LOCKS,
+            keys: &[],
+            args: &["0", "t:{*}:*", "10"],
+            setup: &[&["SET", LOCK, "tok", "PX", "10000"]],
+        },
+        Row {
+            script: &registry::BEAT,
+            keys: CLIENTS,
+            args: &["c2", "30000", "1\nv\nh\n1\n0\nl"],
+            setup: CLIENT_THERE,
+        },
+        Row {
+            script: &registry::LEAVE,
+            keys: CLIENTS,
+            args: &["c1"],
+            setup: CLIENT_THERE,
+        },
+        Row {
+            script: &registry::READ,
+            keys: CLIENTS,
+            args: &[],
+            setup: CLIENT_THERE,
+        },
         // The undo variants of the releases: one more key, the undone acquisitions.
         Row {
             script: &lease::RELEASE,
@@ -584,6 +646,7 @@ fn every_script_reads_each_key_before_its_first_write() {
         .iter()
         .chain(queue::ALL.iter())
         .chain(schedule::ALL.iter())
+        .chain(inspect::ALL.iter())
         .map(|s| s.name)
         .filter(|name| !NOT_YET_TABLED.contains(name))
         .collect();
@@ -965,6 +1028,223 @@ const ONE_PERMIT_HELD: &[Step] = &[&["ZADD", HOLDERS, FAR, "a"], &["SET", PERMIT
 
 fn cases() -> Vec<Case> {
     vec![
+        // lock_info: one entry per kind found; holders flat (prefix, ms left, holds, role).
+        Case {
+            script: &inspect::LOCK_INFO,
+            what: "nothing under the name: no fence, no kinds",
+            keys: INFO13,
+            args: INFO_ARGS,
+            setup: &[],
+            reply: "[nil]",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &inspect::LOCK_INFO,
+            what: "a lease lock held: its holder, no waiter record, the test's subscriber",
+            keys: INFO13,
+            args: INFO_ARGS,
+            setup: &[
+                &["SET", LOCK, "tok-0123456789abcdef", "PX", "10000"],
+                &["SET", FENCE, "7"],
+            ],
+            reply: "[7,[1,[tok-0123456789ab,*,1,x],-1,1,-1]]",
+            after: &[(&["GET", LOCK], "tok-0123456789abcdef")],
+            published: &[],
+        },
+        Case {
+            script: &inspect::LOCK_INFO,
+            what: "a reentrant lock held twice and a semaphore of the same name",
+            keys: INFO13,
+            args: INFO_ARGS,
+            setup: &[
+                &[
+                    "HSET", HASH, "me", "2", "me:h:op1", "1", "me:h:op2", "1", "fence", "5",
+                ],
+                &["PEXPIRE", HASH, "10000"],
+                &["ZADD", HOLDERS, "{far}", "tok", "{past}", "gone"],
+                &["RPUSH", WAITERS, "w", "dead"],
+                &["ZADD", WAIT_TIMES, "{far}", "w", "{past}", "dead"],
+                &["SET", PERMITS, "2"],
+            ],
+            reply: "[nil,[2,[me,*,2,x],-1,1,-1],[5,[tok,*,1,p],1,1,2]]",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &inspect::LOCK_INFO,
+            what: "a read-write lock: live readers, a waiting writer",
+            keys: INFO13,
+            args: INFO_ARGS,
+            setup: &[
+                &["ZADD", READERS, "{far}", "r1", "{past}", "r0"],
+                &["ZADD", WAITING, "{far}", "w1"],
+            ],
+            reply: "[nil,[4,[r1,*,1,r],1,1,-1]]",
+            after: &[],
+            published: &[],
+        },
+        Case {
+            script: &inspect::LOCK_INFO,
+            what: "a fair lock: its holder and its live waiters",
+            keys: INFO13,
+            args: INFO_ARGS,
+            setup: &[
+                &["SET", FAIR_LOCK, "tok", "PX", "10000"],
+                &["RPUSH", QUEUE, "dead", "w"],
+                &["ZADD", TIMEOUTS, "{past}", "dead", "{far}", "w"],
+            ],
+            reply: "[nil,[3,[tok,*,1,x],1,1,-1]]",
+            after: &[],
+            published: &[],
+        },
+        // force_release: only holds whose token starts with the prefix.
+        Case {
+            script: &inspect::FORCE_RELEASE,
+            what: "the lease holder seen: released, the release announced",
+            keys: INFO12,
+            args: FORCE_ARGS,
+            setup: &[&["SET", LOCK, "tok-123", "PX", "10000"]],
+            reply: "1",
+            after: &[(&["EXISTS", LOCK], "0")],
+            published: &["1"],
+        },
+        Case {
+            script: &inspect::FORCE_RELEASE,
+            what: "another holder (the lock changed hands): nothing",
+            keys: INFO12,
+            args: FORCE_ARGS,
+            setup: HELD_BY_OTHER,
+            reply: "0",
+            after: &[(&["GET", LOCK], "other")],
+            published: &[],
+        },
+        Case {
+            script: &inspect::FORCE_RELEASE,
+            what: "one reader of two: only its entry, nobody woken",
+            keys: INFO12,
+            args: FORCE_ARGS,
+            setup: &[&["ZADD", READERS, "{far}", "tok1", "{far}", "other"]],
+            reply: "1",
+            after: &[(&["ZRANGE", READERS, "0", "-1"], "[other]")],
+            published: &[],
+        },
+        Case {
+            script: &inspect::FORCE_RELEASE,
+            what: "the last reader: waiting writers woken",
+            keys: INFO12,
+            args: FORCE_ARGS,
+            setup: &[
+                &["ZADD", READERS, "{far}", "tok1"],
+                &["ZADD", WAITING, "{far}", "w"],
+            ],
+            reply: "1",
+            after: &[(&["EXISTS", READERS], "0")],
+            published: &["w"],
+        },
+        Case {
+            script: &inspect::FORCE_RELEASE,
+            what: "the writer: every waiter woken",
+            keys: INFO12,
+            args: FORCE_ARGS,
+            setup: &[&["SET", WRITER, "tok", "PX", "10000"]],
+            reply: "1",
+            after: &[(&["EXISTS", WRITER], "0")],
+            published: &["*"],
+        },
+        Case {
+            script: &inspect::FORCE_RELEASE,
+            what: "a permit: the waiter that may take it woken",
+            keys: INFO12,
+            args: FORCE_ARGS,
+            setup: &[
+                &["ZADD", HOLDERS, "{far}", "tok1"],
+                &["SET", PERMITS, "1"],
+                &["RPUSH", WAITERS, "w"],
+                &["ZADD", WAIT_TIMES, "{far}", "w"],
+            ],
+            reply: "1",
+            after: &[(&["EXISTS", HOLDERS], "0"), (&["LLEN", WAITERS], "1")],
+            published: &["w"],
+        },
+        Case {
+            script: &inspect::FORCE_RELEASE,
+            what: "a fair lock: the next live waiter woken, a dead one dropped",
+            keys: INFO12,
+            args: FORCE_ARGS,
+            setup: &[
+                &["SET", FAIR_LOCK, "tok", "PX", "10000"],
+                &["RPUSH", QUEUE, "dead", "w"],
+                &["ZADD", TIMEOUTS, "{past}", "dead", "{far}", "w"],
+            ],
+            reply: "1",
+            after: &[
+                (&["EXISTS", FAIR_LOCK], "0"),
+                (&["LRANGE", QUEUE, "0", "-1"], "[w]"),
+            ],
+            published: &["w"],
+        },
+        Case {
+            script: &inspect::FORCE_RELEASE,
+            what: "a reentrant owner: all its holds end, the release announced",
+            keys: INFO12,
+            args: &["me", CHANNEL, CHANNEL, CHANNEL, CHANNEL, CHANNEL],
+            setup: HELD_TWICE,
+            reply: "1",
+            after: &[(&["EXISTS", HASH], "0")],
+            published: &["1"],
+        },
+        Case {
+            script: &inspect::SCAN_LOCKS,
+            what: "a SCAN step with the pattern",
+            keys: &[],
+            args: &["0", "t:{*}:lock", "100"],
+            setup: &[&["SET", LOCK, "tok"], &["SET", FENCE, "1"]],
+            reply: "[0,[t:{s}:lock]]",
+            after: &[],
+            published: &[],
+        },
+        // The registry of live clients.
+        Case {
+            script: &registry::BEAT,
+            what: "a heartbeat: the entry kept, a dead client's dropped",
+            keys: CLIENTS,
+            args: &["c2", "30000", "1\nv"],
+            setup: CLIENT_THERE,
+            reply: "*",
+            after: &[
+                (&["HEXISTS", REGISTRY, "dead"], "0"),
+                (&["ZSCORE", BEATS, "dead"], "nil"),
+                (&["HGET", REGISTRY, "c2"], "*\n1\nv"),
+                (&["ZSCORE", BEATS, "c2"], "*"),
+                (&["PTTL", REGISTRY], "~20000..30000"),
+                (&["PTTL", BEATS], "~20000..30000"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &registry::LEAVE,
+            what: "a client leaves",
+            keys: CLIENTS,
+            args: &["c1"],
+            setup: CLIENT_THERE,
+            reply: "1",
+            after: &[
+                (&["HEXISTS", REGISTRY, "c1"], "0"),
+                (&["ZSCORE", BEATS, "c1"], "nil"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &registry::READ,
+            what: "live clients only, nothing written",
+            keys: CLIENTS,
+            args: &[],
+            setup: CLIENT_THERE,
+            reply: "[*,c1,*,1\n1\nv]",
+            after: &[(&["HEXISTS", REGISTRY, "dead"], "1")],
+            published: &[],
+        },
         // acquire
         Case {
             script: &lease::ACQUIRE,
@@ -2835,6 +3115,7 @@ fn every_script_does_what_its_header_says() {
     let all: BTreeSet<&str> = lease::ALL
         .iter()
         .chain(queue::ALL.iter())
+        .chain(inspect::ALL.iter())
         .map(|s| s.name)
         .filter(|name| !NOT_YET_TABLED.contains(name))
         .collect();

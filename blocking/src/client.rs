@@ -60,8 +60,15 @@ pub(crate) struct Inner {
 
 /// The pool and settings, shared by a client and its guards.
 pub(crate) struct Shared {
-    /// Random, per client: part of reentrant owner ids.
-    pub(crate) client_id: String,
+    /// Random, per client: part of reentrant owner ids (it starts with `client_tag`).
+    pub(crate) owner_id: String,
+    /// The client's id in hex: the first characters of every token it draws, and its key
+    /// in the registry of live clients.
+    pub(crate) client_tag: String,
+    /// `client_tag` as bytes.
+    pub(crate) tag_bytes: [u8; 4],
+    /// The client's entry in the registry of live clients, if it keeps one.
+    pub(crate) registration: Option<Arc<crate::inspect::RegistryEntry>>,
     /// Where commands go: the pool, or an in-process server.
     pub(crate) node: Node,
     /// The clock every timer of this client reads.
@@ -119,6 +126,7 @@ pub struct ClientBuilder {
     io_timeout: Duration,
     op_timeout: Duration,
     prefix: String,
+    pub(crate) registry: crate::inspect::RegistrySettings,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -142,6 +150,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("io_timeout", &self.io_timeout)
             .field("op_timeout", &self.op_timeout)
             .field("prefix", &self.prefix)
+            .field("registry", &self.registry)
             .finish()
     }
 }
@@ -368,6 +377,7 @@ impl ClientBuilder {
         let keyspace = Keyspace::new(&self.prefix)?;
         self.check_ranges()?;
         self.check_pool()?;
+        self.registry.check()?;
         let setting = InvalidArgument::Setting;
         let url_info = |url: &str| url.connection_info().map_err(setting);
         let tls_client = |info: redis::ConnectionInfo| {
@@ -442,6 +452,9 @@ impl ClientBuilder {
             _ => false,
         };
         let keyspace = keyspace.with_sharded_pubsub(sharded);
+        let tag_bytes = random_bytes::<4>()?;
+        let ids = Ids::new(tag_bytes, random_bytes::<4>()?);
+        let registration = self.registry.registration(&keyspace, &ids.tag)?;
         let source = Arc::new(source);
         let endpoint = Some(Endpoint {
             source: source.clone(),
@@ -468,10 +481,10 @@ impl ClientBuilder {
         Ok(Client {
             inner: Arc::new(Inner {
                 shared: Arc::new(Shared {
-                    client_id: random_bytes::<8>()?
-                        .iter()
-                        .map(|b| format!("{b:02x}"))
-                        .collect(),
+                    owner_id: ids.client_id,
+                    client_tag: ids.tag,
+                    tag_bytes,
+                    registration,
                     node: Node::Redis(Arc::new(transport)),
                     time: Time::Real,
                     entropy: Entropy::os(),
@@ -484,7 +497,26 @@ impl ClientBuilder {
                 listener: OnceLock::new(),
                 watchdog: OnceLock::new(),
             }),
-        })
+        }
+        .registered())
+    }
+}
+
+/// A client's ids: its tag (the first characters of its tokens) and its id (of reentrant
+/// owners), which starts with the tag.
+struct Ids {
+    tag: String,
+    client_id: String,
+}
+
+impl Ids {
+    fn new(tag: [u8; 4], more: [u8; 4]) -> Ids {
+        let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let tag = hex(&tag);
+        Ids {
+            client_id: format!("{tag}{}", hex(&more)),
+            tag,
+        }
     }
 }
 
@@ -497,12 +529,14 @@ impl ClientBuilder {
     pub fn build_in_memory(self, server: &crate::memory::MemoryServer) -> Result<Client, Error> {
         let keyspace = Keyspace::new(&self.prefix)?;
         self.check_ranges()?;
-        Ok(Client::on_server(
+        self.registry.check()?;
+        Client::on_server(
             server,
             keyspace,
             self.io_timeout,
             self.op_timeout,
-        ))
+            &self.registry,
+        )
     }
 }
 
@@ -576,6 +610,7 @@ impl Client {
             io_timeout: Duration::from_secs(1),
             op_timeout: Duration::from_secs(3),
             prefix: DEFAULT_PREFIX.to_owned(),
+            registry: Default::default(),
         }
     }
 
@@ -638,12 +673,13 @@ impl Client {
     /// several processes. Same as [`MemoryServer::client`](crate::memory::MemoryServer::client).
     #[cfg(feature = "memory")]
     pub fn in_memory(server: &crate::memory::MemoryServer) -> Client {
-        Client::on_server(
-            server,
-            Keyspace::default(),
-            Duration::from_secs(1),
-            Duration::from_secs(3),
-        )
+        let (io, op) = (Duration::from_secs(1), Duration::from_secs(3));
+        let off = crate::inspect::RegistrySettings::default();
+        match Client::on_server(server, Keyspace::default(), io, op, &off) {
+            Ok(client) => client,
+            // The default settings are valid, and the registry is off: nothing can fail.
+            Err(_) => unreachable!("a default in-memory client cannot fail"),
+        }
     }
 
     #[cfg(feature = "memory")]
@@ -652,14 +688,31 @@ impl Client {
         keyspace: Keyspace,
         io_timeout: Duration,
         op_timeout: Duration,
-    ) -> Client {
+        registry: &crate::inspect::RegistrySettings,
+    ) -> Result<Client, Error> {
         // The n-th client of a server draws the same tokens and jitter in every run.
         let n = server.next_client();
         let seed = n.wrapping_mul(0xA076_1D64_78BD_642F) ^ 0xE703_7ED1_A0B4_28DB;
-        Client {
+        // Its id too: the seed's first bytes, then n.
+        let tag_bytes = {
+            let mut b = [0u8; 4];
+            b.copy_from_slice(&seed.to_be_bytes()[..4]);
+            b
+        };
+        let more = {
+            let mut b = [0u8; 4];
+            b.copy_from_slice(&n.to_be_bytes()[4..]);
+            b
+        };
+        let ids = Ids::new(tag_bytes, more);
+        let registration = registry.registration(&keyspace, &ids.tag)?;
+        Ok(Client {
             inner: Arc::new(Inner {
                 shared: Arc::new(Shared {
-                    client_id: format!("mem{n:014x}"),
+                    owner_id: ids.client_id,
+                    client_tag: ids.tag,
+                    tag_bytes,
+                    registration,
                     node: Node::Memory {
                         server: server.clone(),
                         io_timeout,
@@ -677,6 +730,7 @@ impl Client {
                 watchdog: OnceLock::new(),
             }),
         }
+        .registered())
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared> {
@@ -732,7 +786,13 @@ impl Client {
         self.inner
             .watchdog
             .get_or_init(|| {
-                Watchdog::start(shared.node.clone(), shared.time.clone(), shared.io_timeout).ok()
+                Watchdog::start(
+                    shared.node.clone(),
+                    shared.time.clone(),
+                    shared.io_timeout,
+                    shared.registration.clone(),
+                )
+                .ok()
             })
             .as_ref()
     }

@@ -76,6 +76,7 @@
 mod backend;
 mod client;
 mod connect;
+mod inspect;
 mod legacy;
 mod listener;
 mod lock;
@@ -102,6 +103,7 @@ mod wire;
 
 pub use client::{Client, ClientBuilder};
 pub use connect::ConnectionTarget;
+pub use inspect::LockListing;
 pub use legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
 pub use lock::{LockBuilder, LockGuard, WithLockError};
 pub use queue::{
@@ -110,6 +112,8 @@ pub use queue::{
 };
 pub use queue::{CancelReason, Cancelled, CancelledJobs, DEFAULT_GRACE, OnTimeout};
 pub use rate_limit::{Decision, RateLimit, RateLimiter, RateLimiterBuilder};
+pub use redlease_core::inspect::registry::{ClientInfo, ClientRecord};
+pub use redlease_core::inspect::{FoundLock, Holder, KindInfo, LockInfo, Primitive};
 pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
 pub use redlease_core::queue::schedule::{Missed, Schedule, ScheduleInfo, Upserted};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};

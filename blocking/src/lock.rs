@@ -370,7 +370,7 @@ impl<'c> LockBuilder<'c> {
         match kind {
             LockKind::Lease => LockSpec::lease(ks, name, token, ttl)?.fenced(self.fenced),
             LockKind::Reentrant => {
-                let owner = format!("{}:{}", shared.client_id, thread_number());
+                let owner = format!("{}:{}", shared.owner_id, thread_number());
                 LockSpec::reentrant(ks, name, &owner, token, ttl)
             }
             LockKind::Fair => LockSpec::fair(ks, name, token, ttl, self.waiter_timeout),
@@ -381,11 +381,13 @@ impl<'c> LockBuilder<'c> {
 
     fn run(&self, wait: Option<Duration>) -> Result<Acquisition, Error> {
         let random: [u8; 24] = self.client.shared().entropy.bytes()?;
-        let mut token = [0u8; 16];
-        token.copy_from_slice(&random[..16]);
+        // The client's id, then 96 random bits: the prefix names the holder (lock_info).
+        let mut token = [0u8; 12];
+        token.copy_from_slice(&random[..12]);
         let mut seed = [0u8; 8];
         seed.copy_from_slice(&random[16..]);
-        let spec = self.spec(Token::from_random(token), wait.is_some())?;
+        let tag = self.client.shared().tag_bytes;
+        let spec = self.spec(Token::of_client(tag, token), wait.is_some())?;
         let options = AcquireOptions {
             wait,
             retry_initial: self.retry_initial,

@@ -40,6 +40,19 @@ impl SlotTable {
             .unwrap_or_default()
     }
 
+    /// Every master's address, sorted, once each.
+    pub(crate) fn masters(&self) -> Vec<String> {
+        let mut masters: Vec<String> = self
+            .table()
+            .ranges
+            .iter()
+            .map(|(_, _, addr)| addr.clone())
+            .collect();
+        masters.sort();
+        masters.dedup();
+        masters
+    }
+
     /// Whether the table should be fetched again.
     pub(crate) fn is_stale(&self) -> bool {
         self.table().fetched.is_none_or(|t| t.elapsed() >= REFRESH)

@@ -1573,6 +1573,67 @@ fn noted(reply: Reply) -> Reply {
     reply
 }
 
+/// Commands for one master of a Cluster, by address: a keyless command (a `SCAN` step) that
+/// the cluster connection would send to any node.
+impl Transport {
+    /// On a Cluster: every master's address (`host:port`), sorted, as `CLUSTER SLOTS` said
+    /// (asked again now if the table is old); empty for a single server or when unknown.
+    pub(crate) fn masters(&self, key: &str) -> Vec<String> {
+        let Some(nodes) = &self.nodes else {
+            return Vec::new();
+        };
+        self.refresh_nodes(key);
+        nodes.masters()
+    }
+
+    /// Sends `batch` to the Cluster master at `addr`, every command routed to that node.
+    pub(crate) fn execute_at(&self, addr: &str, batch: &Batch) -> Vec<Response> {
+        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+        let fail = |why: String| -> Vec<Response> {
+            let failure = TransportFailure::not_sent(why);
+            batch
+                .requests
+                .iter()
+                .map(|r| Response::failed(r.id, failure.clone()))
+                .collect()
+        };
+        let target = addr.rsplit_once(':').and_then(|(host, port)| {
+            Some((host.trim_matches(['[', ']']).to_owned(), port.parse().ok()?))
+        });
+        let Some((host, port)) = target else {
+            return fail(format!("not a node address: {addr:?}"));
+        };
+        let left = batch.deadline.saturating_duration_since(Instant::now());
+        let wait = left.min(self.connect_timeout).max(Duration::from_millis(1));
+        let mut conn = match self.pool.get_timeout(wait) {
+            Ok(conn) => conn,
+            Err(e) => return fail(format!("no connection: {e}")),
+        };
+        let Link::Cluster(cluster) = &mut conn.inner else {
+            return fail("not a Redis Cluster connection".into());
+        };
+        let mut out = Vec::with_capacity(batch.requests.len());
+        let mut broken = false;
+        for r in &batch.requests {
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                host: host.clone(),
+                port,
+            });
+            match cluster.route_command(&adapter::command(&r.command), routing) {
+                Ok(value) => out.push(Response::reply(r.id, reply_of(value))),
+                Err(e) if e.code().is_some() => out.push(adapter::response(r.id, Err(e))),
+                Err(e) => {
+                    broken = true;
+                    out.push(Response::failed(r.id, adapter::failure(&e)));
+                }
+            }
+        }
+        conn.broken |= broken;
+        conn.last_used = Instant::now();
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -49,7 +49,10 @@ use redlease_core::renewal::{
 use redlease_core::{Error, LossReason, TransportFailure};
 
 use crate::backend::{Node, Route, Time, drive_set};
+use crate::inspect::RegistryEntry;
 use crate::transport::Pooled;
+use redlease_core::inspect::registry::{self, Beat};
+use redlease_core::lease::ScriptOp;
 
 /// The most extensions sent in one pipelined batch.
 const BATCH: usize = 512;
@@ -486,7 +489,12 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    pub(crate) fn start(node: Node, time: Time, io_timeout: Duration) -> Result<Self, Error> {
+    pub(crate) fn start(
+        node: Node,
+        time: Time,
+        io_timeout: Duration,
+        registration: Option<Arc<RegistryEntry>>,
+    ) -> Result<Self, Error> {
         let queue = Arc::new(Queue {
             pending: Mutex::new(Vec::new()),
             released: AtomicUsize::new(0),
@@ -499,7 +507,8 @@ impl Watchdog {
         });
         #[cfg(feature = "memory")]
         if let Some(clock) = time.memory().cloned() {
-            let scheduler = Scheduler::new(node, time, io_timeout, queue.clone(), true);
+            let mut scheduler = Scheduler::new(node, time, io_timeout, queue.clone(), true);
+            scheduler.set_registration(registration);
             return Ok(Watchdog {
                 queue,
                 wake: None,
@@ -516,7 +525,7 @@ impl Watchdog {
             let queue = queue.clone();
             std::thread::Builder::new()
                 .name("redlease-watchdog".into())
-                .spawn(move || run(node, time, io_timeout, queue, &wakeups))
+                .spawn(move || run(node, time, io_timeout, queue, registration, &wakeups))
                 .map_err(|_| Error::Driver("could not spawn the watchdog thread"))?
         };
         Ok(Watchdog {
@@ -526,6 +535,16 @@ impl Watchdog {
             #[cfg(feature = "memory")]
             inline: None,
         })
+    }
+
+    /// Runs a round now (the first heartbeat of a registered client).
+    pub(crate) fn kick(&self) {
+        #[cfg(feature = "memory")]
+        if let Some(inline) = &self.inline {
+            Inline::round(inline);
+            return;
+        }
+        self.nudge();
     }
 
     fn nudge(&self) {
@@ -608,6 +627,8 @@ struct Job {
     items: Vec<Item>,
     /// A key on that node: a Cluster's slot table is fetched from the master owning it.
     key: String,
+    /// A heartbeat of the client in the registry of live clients (sent alone).
+    beat: Option<ScriptOp<Beat>>,
 }
 
 /// A renewal thread: sends its node's batches one after another.
@@ -734,7 +755,13 @@ fn work(
 ) {
     // On a Cluster, this node's own connection between batches (see `run_together`).
     let mut kept = None;
-    for Job { items, key } in jobs.iter() {
+    for Job { items, key, beat } in jobs.iter() {
+        if let Some(beat) = beat {
+            if !stopping.load(Ordering::SeqCst) {
+                heartbeat(node, time, beat);
+            }
+            continue;
+        }
         if items.is_empty() {
             // Only asked to learn the slot table (before the first renewals are due).
             if !stopping.load(Ordering::SeqCst) {
@@ -761,6 +788,32 @@ fn work(
             let _ = catch_unwind(AssertUnwindSafe(|| node.refresh_nodes(&key)));
         }
     }
+}
+
+/// Sends a heartbeat of the registry of live clients through the driver loop (its retries
+/// within its deadline). Its outcome changes nothing here: a heartbeat that fails is
+/// followed by the next one, and an entry outlives several of them.
+fn heartbeat(node: &Node, time: &Time, beat: ScriptOp<Beat>) {
+    let route = Route {
+        nodes: std::slice::from_ref(node),
+        time,
+        listening: None,
+        counters: None,
+        checked: false,
+        hold: false,
+    };
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let outcome = crate::backend::drive(&route, beat);
+        if let Err(e) = outcome {
+            tracing::debug!(error = %e, "redlease: registry heartbeat failed");
+        }
+    }));
+}
+
+/// The registry part of the watchdog's tick: when the next heartbeat is due.
+struct Heartbeat {
+    registration: Arc<RegistryEntry>,
+    next: Instant,
 }
 
 /// The watchdog thread's state. However the thread ends, dropping this reports every lease
@@ -790,10 +843,13 @@ struct Scheduler {
     stopping: Arc<AtomicBool>,
     /// When the slot table was last asked for outside a renewal batch.
     table_asked: Option<Instant>,
+    /// The client's heartbeats in the registry of live clients, if it keeps an entry.
+    heartbeat: Option<Heartbeat>,
 }
 
 impl Drop for Scheduler {
     fn drop(&mut self) {
+        self.leave_registry();
         self.queue.stopped.store(true, Ordering::SeqCst);
         self.queue.fail_pending();
         self.fail_all();
@@ -816,6 +872,62 @@ impl Drop for Scheduler {
 }
 
 impl Scheduler {
+    /// Keeps the client's entry in the registry of live clients (`Some`), the first
+    /// heartbeat due at once.
+    fn set_registration(&mut self, registration: Option<Arc<RegistryEntry>>) {
+        let next = self.time.now();
+        self.heartbeat = registration.map(|registration| Heartbeat { registration, next });
+    }
+
+    /// Sends the heartbeat if it is due (one script on the registry's node; nothing when
+    /// the client keeps no entry), and sets the next one an interval later.
+    fn beat_if_due(&mut self, now: Instant) {
+        let Some(h) = &mut self.heartbeat else { return };
+        if now < h.next {
+            return;
+        }
+        h.next = redlease_core::backoff::saturating_add(now, h.registration.every);
+        let leases = self.queue.live.load(Ordering::Relaxed) as u64;
+        let deadline = redlease_core::backoff::saturating_add(now, self.io_timeout);
+        let r = &h.registration;
+        let Ok(beat) = registry::beat(&r.keyspace, &r.id, r.keep, &r.record(leases), deadline)
+        else {
+            return;
+        };
+        if self.inline {
+            heartbeat(&self.node, &self.time, beat);
+            return;
+        }
+        let key = r.key();
+        let node = self.node.node_of(&key);
+        let job = Job {
+            items: Vec::new(),
+            key,
+            beat: Some(beat),
+        };
+        let _ = self.send_to(node, job);
+    }
+
+    /// The client is gone: its entry leaves the registry (one script, bounded by the io
+    /// timeout, on this thread: the client's drop waits for it).
+    fn leave_registry(&mut self) {
+        let Some(h) = self.heartbeat.take() else {
+            return;
+        };
+        let r = &h.registration;
+        let deadline = redlease_core::backoff::saturating_add(self.time.now(), self.io_timeout);
+        let route = Route {
+            nodes: std::slice::from_ref(&self.node),
+            time: &self.time,
+            listening: None,
+            counters: None,
+            checked: false,
+            hold: false,
+        };
+        let leave = registry::leave(&r.keyspace, &r.id, deadline);
+        let _ = catch_unwind(AssertUnwindSafe(|| crate::backend::drive(&route, leave)));
+    }
+
     /// Reports every watched lease lost and forgets them all.
     fn fail_all(&mut self) {
         for (id, cell) in self.renewals.iter() {
@@ -831,10 +943,11 @@ impl Scheduler {
     /// When the thread must next run a round: the schedule's next renewal or loss, or the
     /// first renewal of a lease not yet in it.
     fn next_wakeup(&mut self) -> Option<Instant> {
-        match (self.renewals.next_wakeup(), self.nursery_due) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let beat = self.heartbeat.as_ref().map(|h| h.next);
+        [self.renewals.next_wakeup(), self.nursery_due, beat]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Takes the queued registrations: released ones are forgotten, the others wait in the
@@ -859,6 +972,7 @@ impl Scheduler {
                 Job {
                     items: Vec::new(),
                     key,
+                    beat: None,
                 },
             );
         }
@@ -938,6 +1052,7 @@ impl Scheduler {
                 }
             }
         }
+        self.beat_if_due(now);
         for (node, items) in by_node {
             if self.inline {
                 let outcomes = renew_batch(&self.node, &self.time, items, &mut None);
@@ -948,7 +1063,14 @@ impl Scheduler {
                 .first()
                 .map(|i| key_of(&i.cell.lease).to_owned())
                 .unwrap_or_default();
-            if let Err(items) = self.send_to(node, Job { items, key }) {
+            if let Err(items) = self.send_to(
+                node,
+                Job {
+                    items,
+                    key,
+                    beat: None,
+                },
+            ) {
                 let outcomes = failed(items, "no renewal thread");
                 self.settle(outcomes);
             }
@@ -1055,6 +1177,7 @@ impl Scheduler {
             done_rx,
             stopping: Arc::new(AtomicBool::new(false)),
             table_asked: None,
+            heartbeat: None,
         }
     }
 }
@@ -1109,8 +1232,16 @@ impl Inline {
     }
 }
 
-fn run(node: Node, time: Time, io_timeout: Duration, queue: Arc<Queue>, wakeups: &Receiver<()>) {
+fn run(
+    node: Node,
+    time: Time,
+    io_timeout: Duration,
+    queue: Arc<Queue>,
+    registration: Option<Arc<RegistryEntry>>,
+    wakeups: &Receiver<()>,
+) {
     let mut s = Scheduler::new(node, time, io_timeout, queue, false);
+    s.set_registration(registration);
     loop {
         // Nothing that happens in one round may end the thread silently: a panic reports
         // every lease watched so far lost (its state may be torn), and the thread goes on.
@@ -1391,7 +1522,7 @@ mod tests {
     #[test]
     fn a_panic_in_the_watchdog_reports_its_leases_lost_and_the_thread_goes_on() {
         let (transport, ms) = unanswered_transport();
-        let watchdog = Watchdog::start(Node::Redis(transport), Time::Real, ms).unwrap();
+        let watchdog = Watchdog::start(Node::Redis(transport), Time::Real, ms, None).unwrap();
         let policy = Policy::from(RenewalPolicy::for_ttl(Duration::from_secs(30)));
 
         let a = LeaseCell::new(lease("a", Duration::from_secs(30)));

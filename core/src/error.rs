@@ -241,6 +241,17 @@ pub enum InvalidArgument {
         /// The limit.
         max: usize,
     },
+    /// A token prefix (for a forced release) that is too short to name a holder, or too
+    /// long to be a token's.
+    #[error("the token prefix must be {min} to {max} bytes, got {len}")]
+    BadTokenPrefix {
+        /// Its length.
+        len: usize,
+        /// The shortest accepted.
+        min: usize,
+        /// The longest accepted.
+        max: usize,
+    },
     /// A setting that does not make sense, with the reason.
     #[error("{0}")]
     Setting(String),

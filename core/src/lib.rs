@@ -48,6 +48,7 @@
 pub mod backoff;
 pub mod command;
 pub mod error;
+pub mod inspect;
 pub mod keys;
 pub mod lease;
 pub mod legacy;

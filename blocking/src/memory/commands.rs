@@ -190,6 +190,21 @@ fn dispatch(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             let n = ctx.pubsub.publish(&a[0], &a[1], name == "SPUBLISH");
             Reply::Int(n as i64)
         }
+        "PUBSUB" => {
+            need!(!a.is_empty());
+            let sharded = match upper(&a[0]).as_str() {
+                "NUMSUB" => false,
+                "SHARDNUMSUB" => true,
+                _ => return err("ERR unknown PUBSUB subcommand"),
+            };
+            let mut out = Vec::with_capacity(2 * (a.len() - 1));
+            for channel in &a[1..] {
+                out.push(Reply::Bulk(channel.clone()));
+                out.push(Reply::Int(ctx.pubsub.numsub(channel, sharded) as i64));
+            }
+            Reply::Array(out)
+        }
+        "SCAN" => scan(ctx, a),
         "GET" => {
             need!(a.len() == 1);
             match ctx.db.get(&a[0], ctx.now_ms()) {
@@ -619,6 +634,107 @@ fn dispatch(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
 }
 
 /// The reply to a command this server does not implement: an error naming it.
+/// `SCAN cursor [MATCH pattern] [COUNT n]` over the live keys in sorted order: the cursor is
+/// how many of them were passed (Redis's own cursor is opaque; what callers may rely on, a
+/// walk from 0 back to 0 visiting every key that lives throughout, holds).
+fn scan(ctx: &mut Ctx<'_>, a: &[Vec<u8>]) -> Reply {
+    let Some(cursor) = a.first().and_then(|c| parse_int(c)) else {
+        return err("ERR invalid cursor");
+    };
+    let (mut pattern, mut count) = (None, 10i64);
+    let mut i = 1;
+    while i < a.len() {
+        match (upper(&a[i]).as_str(), a.get(i + 1)) {
+            ("MATCH", Some(p)) => pattern = Some(p.clone()),
+            ("COUNT", Some(n)) => match parse_int(n) {
+                Some(n) if n >= 1 => count = n,
+                _ => return err("ERR syntax error"),
+            },
+            _ => return err("ERR syntax error"),
+        }
+        i += 2;
+    }
+    let keys = ctx.db.keys(ctx.now_ms());
+    let start = usize::try_from(cursor)
+        .unwrap_or(usize::MAX)
+        .min(keys.len());
+    let end = start
+        .saturating_add(usize::try_from(count).unwrap_or(usize::MAX))
+        .min(keys.len());
+    let found = keys[start..end]
+        .iter()
+        .filter(|k| pattern.as_deref().is_none_or(|p| glob(p, k)))
+        .map(|k| Reply::Bulk(k.clone()))
+        .collect();
+    let next = if end >= keys.len() { 0 } else { end };
+    Reply::Array(vec![
+        Reply::Bulk(next.to_string().into_bytes()),
+        Reply::Array(found),
+    ])
+}
+
+/// Whether `text` matches the glob `pattern` as Redis matches them (`*`, `?`, `[...]` with
+/// ranges and `^`, `\` escaping the next byte).
+pub(crate) fn glob(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    // Where the last `*` was, and the text position it stands for up to.
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        let step = match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, t));
+                p += 1;
+                continue;
+            }
+            Some(b'?') => Some(p + 1),
+            Some(b'[') => class(pattern, p, text[t]),
+            Some(b'\\') if p + 1 < pattern.len() => (pattern[p + 1] == text[t]).then_some(p + 2),
+            Some(&c) => (c == text[t]).then_some(p + 1),
+            None => None,
+        };
+        match (step, star) {
+            (Some(next), _) => {
+                p = next;
+                t += 1;
+            }
+            (None, Some((sp, st))) => {
+                star = Some((sp, st + 1));
+                p = sp + 1;
+                t = st + 1;
+            }
+            (None, None) => return false,
+        }
+    }
+    pattern[p.min(pattern.len())..].iter().all(|&c| c == b'*')
+}
+
+/// A `[...]` class at `pattern[p]` against `c`: the position after it if `c` is in it.
+fn class(pattern: &[u8], p: usize, c: u8) -> Option<usize> {
+    let mut i = p + 1;
+    let negate = pattern.get(i) == Some(&b'^');
+    if negate {
+        i += 1;
+    }
+    let mut hit = false;
+    while i < pattern.len() && pattern[i] != b']' {
+        if pattern[i] == b'\\' && i + 1 < pattern.len() {
+            hit |= pattern[i + 1] == c;
+            i += 2;
+        } else if i + 2 < pattern.len() && pattern[i + 1] == b'-' && pattern[i + 2] != b']' {
+            let (lo, hi) = (
+                pattern[i].min(pattern[i + 2]),
+                pattern[i].max(pattern[i + 2]),
+            );
+            hit |= (lo..=hi).contains(&c);
+            i += 3;
+        } else {
+            hit |= pattern[i] == c;
+            i += 1;
+        }
+    }
+    (hit != negate).then_some(i + 1)
+}
+
 pub(crate) fn unknown(name: &str, in_script: bool) -> Reply {
     let origin = if in_script {
         "Unknown Redis command called from script"
@@ -1154,4 +1270,27 @@ fn zrange(ctx: &mut Ctx<'_>, a: &[Vec<u8>]) -> Reply {
         }
     }
     Reply::Array(out)
+}
+
+#[cfg(test)]
+mod glob_tests {
+    use super::glob;
+
+    #[test]
+    fn globs_match_as_redis_matches_them() {
+        let yes = |p: &str, t: &str| assert!(glob(p.as_bytes(), t.as_bytes()), "{p} {t}");
+        let no = |p: &str, t: &str| assert!(!glob(p.as_bytes(), t.as_bytes()), "{p} {t}");
+        yes("*", "");
+        yes("a:{*}:*", "a:{x}:lock");
+        yes("a:{*}:*", "a:{x}:y}:lock");
+        no("a:{*}:*", "b:{x}:lock");
+        yes("a:{job-?}:*", "a:{job-1}:fair");
+        no("a:{job-?}:*", "a:{job-12}:fair");
+        yes("a:{[a-c]x}:*", "a:{bx}:lock");
+        no("a:{[^a-c]x}:*", "a:{bx}:lock");
+        yes("a\\*b", "a*b");
+        no("a\\*b", "axb");
+        yes("*lock", "a:{x}:lock");
+        no("*lock", "a:{x}:locks");
+    }
 }

@@ -66,6 +66,21 @@ impl PubSub {
         n
     }
 
+    /// How many subscribers listen to `channel` (of its kind): `PUBSUB NUMSUB`, or
+    /// `SHARDNUMSUB` for shard channels.
+    pub(crate) fn numsub(&self, channel: &[u8], sharded: bool) -> usize {
+        self.subscribers
+            .values()
+            .filter(|e| {
+                if sharded {
+                    e.shard_channels.contains(channel)
+                } else {
+                    e.channels.contains(channel)
+                }
+            })
+            .count()
+    }
+
     fn add(&mut self) -> (u64, Receiver<Message>) {
         let (tx, rx) = crossbeam_channel::unbounded();
         self.next_id += 1;

@@ -119,6 +119,25 @@ impl Token {
         }))
     }
 
+    /// A token of a client whose id is `client` (its first
+    /// [`CLIENT_ID_LEN`](crate::inspect::CLIENT_ID_LEN) hex digits, the same in every token the
+    /// client draws), then `random` (96 bits, 24 hex digits): as unguessable as anyone needs
+    /// (the prefix an operator is shown, [`SHOWN_PREFIX`](crate::inspect::SHOWN_PREFIX)
+    /// digits, leaves 64 of them unseen), and the prefix names the holder in the
+    /// [`registry`](crate::inspect::registry).
+    ///
+    /// ```
+    /// use redlease_core::lease::Token;
+    /// let t = Token::of_client([0x1a, 0x2b, 0x3c, 0x4d], [0xff; 12]);
+    /// assert_eq!(t.as_str(), "1a2b3c4dffffffffffffffffffffffff");
+    /// ```
+    pub fn of_client(client: [u8; 4], random: [u8; 12]) -> Self {
+        let mut bytes = [0u8; 16];
+        bytes[..4].copy_from_slice(&client);
+        bytes[4..].copy_from_slice(&random);
+        Token::from_random(bytes)
+    }
+
     /// A token chosen by the caller (1 to [`MAX_TOKEN_LEN`] bytes).
     pub fn new(token: impl Into<String>) -> Result<Self, Error> {
         let token = token.into();
@@ -163,8 +182,9 @@ impl Token {
 
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Enough to tell tokens apart in logs, not enough to forge a release.
-        let shown: String = self.as_str().chars().take(6).collect();
+        // Enough to tell tokens apart in logs (a client's tokens share their first 8
+        // characters, its id: 4 more tell its holds apart), not enough to forge a release.
+        let shown: String = self.as_str().chars().take(12).collect();
         write!(f, "Token({shown}..)")
     }
 }

@@ -25,7 +25,9 @@ use redlease_core::{
 
 use crate::clock::LocalClock;
 use crate::faults::{Inject, Plan};
-use crate::history::{Acq, AcqResult, History, Hold, HoldKind, Pushed, RunnerInfo, Settled, Write};
+use crate::history::{
+    Acq, AcqResult, Defer, History, Hold, HoldKind, Pushed, RunnerInfo, Settled, Write,
+};
 use crate::machine::{Drive, Outcome, Wrap};
 use crate::mutation::Mutation;
 use crate::record::{Observer, Watched};
@@ -39,6 +41,10 @@ pub const IO_TIMEOUT: u64 = 50_000;
 /// A nacked job's backoff: not a whole number of milliseconds, so that a due time rounded
 /// down anywhere shows.
 pub const NACK_BACKOFF: Duration = Duration::from_micros(20_700);
+
+/// How long a grouped job's handler says its group is rate limited ("try later"), when it
+/// answers so instead of a nack (every other nack of a grouped job, by its hold's index).
+pub const DEFER_WAIT: Duration = Duration::from_micros(12_300);
 
 /// What a task does next.
 #[derive(Debug, Clone)]
@@ -849,6 +855,12 @@ impl World {
             return;
         }
         let command = self.mutation.rewrite(&req.command);
+        // A rate-limited answer (the group defer): the job's count toward max deliveries on
+        // the server, before and after it runs.
+        let defer = defer_of(&req.command).map(|d| {
+            let before = attempts_on(&self.nodes[n].server, &d);
+            (d, before)
+        });
         let reply = if command.name().eq_ignore_ascii_case("WAIT") {
             self.wait_for_replica(n)
         } else {
@@ -863,6 +875,18 @@ impl World {
                 reply.describe()
             )
         });
+        if let Some((d, (holder, before))) = defer
+            && holder.as_deref() == Some(d.token.as_str())
+            && reply.as_int() == Some(1)
+        {
+            let (_, after) = attempts_on(&self.nodes[n].server, &d);
+            self.history.defers.push(Defer {
+                at: self.now,
+                id: d.id,
+                before,
+                after,
+            });
+        }
         // A NOSCRIPT answer ran nothing: not a run, not an attempt.
         let noscript = matches!(&reply, Reply::Error(e) if e.is("NOSCRIPT"));
         // An unfenced lease lock's first attempt: its bare `SET NX PX`.
@@ -2004,6 +2028,22 @@ impl World {
                     ),
                     Outcome::Unit,
                 ),
+                // A grouped job's handler answers "rate limited" in one nack of two.
+                (Some((keys, false, _)), Some(id)) if keys.is_grouped() && held.hold % 2 == 0 => {
+                    match redlease_core::queue::groups::rate_limited_call(
+                        keys, id, lease, DEFER_WAIT,
+                    ) {
+                        Ok(call) => Wrap::boxed(
+                            ScriptOp::release_with(lease, call, deadline),
+                            Outcome::Unit,
+                        ),
+                        Err(e) => {
+                            self.note(|| format!("t{task} bad rate_limited: {e}"));
+                            self.push(self.now, Ev::TaskNext { task });
+                            return;
+                        }
+                    }
+                }
                 (Some((keys, false, max)), Some(id)) => Wrap::boxed(
                     queue::nack_op(
                         lease,
@@ -2023,7 +2063,9 @@ impl World {
         };
         let ack = matches!(settle, Some((_, true, _)));
         self.releases.insert(self.runners.len(), (held.hold, ack));
-        if let (Some((_, false, _)), Some(id)) = (&settle, &held.job) {
+        let deferred =
+            matches!(&settle, Some((k, false, _)) if k.is_grouped() && held.hold % 2 == 0);
+        if let (Some((_, false, _)), Some(id), false) = (&settle, &held.job, deferred) {
             self.nack_backoffs
                 .insert(self.runners.len(), (id.clone(), micros(NACK_BACKOFF)));
         }
@@ -2489,4 +2531,57 @@ impl World {
         }
         let _ = now_i;
     }
+}
+
+/// A group defer call's job: its id, the token it carries, and the keys of its deliveries,
+/// bases and leases.
+struct DeferCall {
+    id: String,
+    token: String,
+    leases: String,
+    deliveries: String,
+    bases: String,
+}
+
+/// The job a call of the group defer script (`EVALSHA` or `EVAL`, as sent) answers for.
+fn defer_of(command: &redlease_core::Command) -> Option<DeferCall> {
+    let script = &redlease_core::queue::groups::GROUP_DEFER;
+    let args: Vec<&[u8]> = command.args().collect();
+    let named = args
+        .get(1)
+        .is_some_and(|a| *a == script.sha1.as_bytes() || *a == script.source.as_bytes());
+    if !named {
+        return None;
+    }
+    let text = |i: usize| args.get(i).map(|a| String::from_utf8_lossy(a).into_owned());
+    let keys: usize = text(2)?.parse().ok()?;
+    let leases = text(4)?;
+    let deliveries = format!("{}deliveries", leases.strip_suffix("leases")?);
+    Some(DeferCall {
+        id: text(3 + keys)?,
+        token: text(4 + keys)?,
+        deliveries,
+        bases: text(6)?,
+        leases,
+    })
+}
+
+/// Who holds the job on the server, and its deliveries counted toward max deliveries there
+/// (its deliveries less its base).
+fn attempts_on(server: &MemoryServer, d: &DeferCall) -> (Option<String>, i64) {
+    let get = |key: &str| {
+        let c = redlease_core::Command::new("HGET").arg(key).arg(&d.id);
+        match server.execute(&c) {
+            Ok(Reply::Bulk(b)) => Some(String::from_utf8_lossy(&b).into_owned()),
+            _ => None,
+        }
+    };
+    let int = |v: Option<String>| {
+        v.and_then(|v| v.split(':').next().and_then(|n| n.parse::<i64>().ok()))
+            .unwrap_or(0)
+    };
+    let holder = get(&d.leases);
+    let n = int(get(&d.deliveries));
+    let base = int(get(&d.bases));
+    (holder, n - base)
 }

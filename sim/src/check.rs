@@ -67,6 +67,9 @@ pub enum Property {
     /// A rate-limited answer (the group defer) counts no delivery toward the job's max
     /// deliveries, by the server's record.
     RateLimitedKeepsDelivery,
+    /// No ack or nack of a watched delivery of a job with a timeout ends its lease on the
+    /// server later than its take plus timeout and grace.
+    NoAckAfterTimeout,
 }
 
 /// How long a free lease or reentrant lock may keep a waiter asleep (µs): the release
@@ -75,7 +78,7 @@ pub const WAKE_BOUND: u64 = 150_000;
 
 impl Property {
     /// Every property.
-    pub const ALL: [Property; 24] = [
+    pub const ALL: [Property; 25] = [
         Property::Exclusion,
         Property::FenceOrder,
         Property::FencedResource,
@@ -100,6 +103,7 @@ impl Property {
         Property::NothingLeasedWhilePaused,
         Property::GroupRate,
         Property::RateLimitedKeepsDelivery,
+        Property::NoAckAfterTimeout,
     ];
 
     /// Its index in [`Property::ALL`] (and in [`Judged`]).
@@ -134,6 +138,7 @@ impl Property {
             Property::NothingLeasedWhilePaused => "nothing-leased-while-paused",
             Property::GroupRate => "group-rate",
             Property::RateLimitedKeepsDelivery => "rate-limited-keeps-delivery",
+            Property::NoAckAfterTimeout => "no-ack-after-timeout",
         }
     }
 
@@ -209,6 +214,19 @@ impl Property {
                 s.insert(RequestDuplicated);
                 s
             }
+            // The last renewal asks for what is left of timeout + grace when it is sent, and a
+            // take's retry that finds its job renews the lease for the visibility from when it
+            // runs: either reaching the server late (held, delayed, duplicated, queued behind
+            // a paused server) extends the lease past timeout + grace by up to its delay
+            // (seen: request-delayed seed 569, a held copy of the take; reply-delayed seed
+            // 18); a clock 5 % slow counts the hold limit 5 % long.
+            Property::NoAckAfterTimeout => FaultSet::of(&[
+                ReplyDelayed,
+                RequestDelayed,
+                RequestDuplicated,
+                ServerPaused,
+                ClockDriftExcess,
+            ]),
             Property::WakeWhenFree => FaultSet::of(&[
                 RequestLost,
                 ReplyLost,
@@ -299,6 +317,7 @@ pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) 
     paused(h, &mut out);
     group_concurrency(h, &mut out);
     group_rate(h, &mut out);
+    no_ack_after_timeout(h, &mut out);
     if out.on(Property::RateLimitedKeepsDelivery) {
         for d in &h.defers {
             out.judge(Property::RateLimitedKeepsDelivery, 1);
@@ -468,6 +487,38 @@ fn group_rate(h: &History, out: &mut Out<'_>) {
                     }
                 }
             }
+        }
+    }
+}
+
+/// No ack or nack after timeout + grace: for each watched delivery of a job pushed with a
+/// timeout ([`History::job_limits`]), a span of its token on the server that a command
+/// ended (an ack, a nack, a give-back) ended no later than the take's run plus the larger
+/// of timeout + grace and the visibility (the first lease's own length), plus one
+/// network trip (the last renewal's request on its way) and the 1 % drift allowance.
+/// Judged once per such delivery.
+fn no_ack_after_timeout(h: &History, out: &mut Out<'_>) {
+    if !out.on(Property::NoAckAfterTimeout) {
+        return;
+    }
+    for &(hold, limit) in &h.job_limits {
+        let x = &h.holds[hold];
+        out.judge(Property::NoAckAfterTimeout, 1);
+        let allowed = limit.max(x.first_valid_until.saturating_sub(x.granted));
+        let bound = x.granted + allowed + allowed / 100 + crate::world::IO_TIMEOUT;
+        for sp in h
+            .spans
+            .iter()
+            .filter(|sp| sp.token == x.token && sp.closed_by.is_some() && sp.until > bound)
+        {
+            out.push(
+                Property::NoAckAfterTimeout,
+                sp.until,
+                format!(
+                    "job {} (delivery {}, taken at {}, timeout + grace {limit} µs) settled on the server at {}, after {bound}",
+                    sp.resource, x.fence, x.granted, sp.until
+                ),
+            );
         }
     }
 }
@@ -1259,6 +1310,9 @@ impl Property {
             }
             Property::RateLimitedKeepsDelivery => {
                 "A job whose handler answered \"rate limited\" goes back without counting the delivery: when the group defer ran on the server and took the job back, the job's deliveries counted toward its max deliveries there (deliveries less base) are one fewer than just before it, the deferred one no longer counted"
+            }
+            Property::NoAckAfterTimeout => {
+                "A job pushed with a timeout: no ack, nack or give-back of a watched delivery of it ends its lease on the server later than the take's run plus timeout + grace (the visibility, if longer), one network trip and the drift allowance: its watchdog stops renewing it then"
             }
             Property::NothingLeasedWhilePaused => {
                 "No job is leased (in the server's own record) after a pause of the queue ran and before the next resume ran: not by a take sent before the pause, a woken waiter, an ack-and-take, nor a reclaim of an expired lease"

@@ -302,6 +302,9 @@ pub struct History {
     pub group_rates: Vec<(Option<String>, u64, u64)>,
     /// Rate-limited answers (group defers) that ran on the server and took the job back.
     pub defers: Vec<Defer>,
+    /// Watched deliveries of jobs pushed with a timeout: (hold, timeout + grace in µs, the
+    /// time from its take after which its watchdog no longer renews it).
+    pub job_limits: Vec<(usize, u64)>,
 }
 
 /// A rate-limited answer as it ran on the server: the job's deliveries counted toward its

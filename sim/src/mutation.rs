@@ -60,11 +60,14 @@ pub enum Mutation {
     /// Issue 28: the rate-limited answer (the group defer) does not move the job's base up,
     /// so the deferred delivery counts toward max deliveries.
     DeferCounts,
+    /// Issue 29: the watchdog renews a job pushed with a timeout past its timeout + grace
+    /// (the simulator's driver sets no hold limit), so its handler's late ack still lands.
+    TimeoutIgnored,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 17] = [
+    pub const ALL: [Mutation; 18] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -82,6 +85,7 @@ impl Mutation {
         Mutation::PauseIgnored,
         Mutation::RateIgnored,
         Mutation::DeferCounts,
+        Mutation::TimeoutIgnored,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).

@@ -89,7 +89,10 @@ impl Primitive {
             P::JobSettled | P::SingleAck | P::DeliveryUnique | P::NotBeforeDue => {
                 matches!(self, Queue | Groups)
             }
-            P::ScheduleOnce | P::DedupOneLive | P::NothingLeasedWhilePaused => self == Queue,
+            P::ScheduleOnce
+            | P::DedupOneLive
+            | P::NothingLeasedWhilePaused
+            | P::NoAckAfterTimeout => self == Queue,
             P::GroupConcurrency | P::GroupRate | P::RateLimitedKeepsDelivery => self == Groups,
             P::WakeWhenFree => matches!(self, Lease | Reentrant),
             P::NoRenewalAfterRelease | P::LossInTime | P::RenewalOnServer => self != RedLock,
@@ -383,6 +386,14 @@ fn queue(
         visibility: ttl,
         max_deliveries: 3,
     };
+    // Half the plain queue runs push their jobs with a timeout of half the visibility to
+    // twice it, with a grace of half the visibility (drawn from a copy of the generator: the
+    // other draws stay those of the seeds before timeouts existed).
+    let mut tr = rng.clone();
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    let timeout = (!grouped && chance(&mut tr, 50))
+        .then(|| Duration::from_millis(between(&mut tr, ttl_ms / 2, ttl_ms * 2).max(1)));
+    world.job_grace = ttl / 2;
     let mut actions = Vec::new();
     let mut n = 0;
     for batch in 0..between(rng, 1, 4) {
@@ -409,6 +420,7 @@ fn queue(
             keys: keys.clone(),
             jobs,
             delay,
+            timeout,
         });
         actions.push(Action::Sleep(between(rng, 0, window / 3)));
     }

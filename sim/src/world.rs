@@ -86,6 +86,8 @@ pub enum Action {
         jobs: Vec<NewJob>,
         /// Their delay.
         delay: Duration,
+        /// Their timeout (`push_with_timeout`), if any.
+        timeout: Option<Duration>,
     },
     /// Push one job under a dedup id, until done (a dead job blocks it).
     PushDedup {
@@ -318,6 +320,9 @@ struct Task {
 
 /// One run's world.
 pub struct World {
+    /// The grace a job pushed with a timeout has past it: its watchdog stops renewing it at
+    /// timeout + grace from its take (as the blocking driver's, with `max_hold`).
+    pub job_grace: Duration,
     now: u64,
     seq: u64,
     events: BinaryHeap<Reverse<Queued>>,
@@ -444,6 +449,7 @@ impl World {
             upserts: HashMap::new(),
             advances: HashMap::new(),
             nack_backoffs: HashMap::new(),
+            job_grace: Duration::ZERO,
             acquirers: HashMap::new(),
             observer: Observer::default(),
             ack_takes: std::collections::HashSet::new(),
@@ -1747,7 +1753,12 @@ impl World {
                     }
                 }
             }
-            Action::Push { keys, jobs, delay } => {
+            Action::Push {
+                keys,
+                jobs,
+                delay,
+                timeout,
+            } => {
                 let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
                 // A grouped job's id in the queue is '<group>\u{1f}<id>' (the group: the
                 // first letter of the batch's first id).
@@ -1764,7 +1775,10 @@ impl World {
                     Some(group) if keys.is_grouped() => {
                         queue::groups::push(&keys, group, &jobs, 0, delay, deadline)
                     }
-                    _ => queue::push(&keys, &jobs, 0, delay, deadline),
+                    _ => match timeout {
+                        Some(t) => queue::push_with_timeout(&keys, &jobs, 0, delay, t, deadline),
+                        None => queue::push(&keys, &jobs, 0, delay, deadline),
+                    },
                 };
                 match pushed {
                     Ok(op) => {
@@ -1948,6 +1962,26 @@ impl World {
             }
         }
         Some(first)
+    }
+
+    /// The watchdog's policy for `lease` (hold `hold`): a job pushed with a timeout is
+    /// renewed until its timeout plus [`World::job_grace`] from its take, no longer (as the
+    /// blocking driver's `max_hold`), unless [`Mutation::TimeoutIgnored`]; the limit is
+    /// recorded for the checker (`no-ack-after-timeout`).
+    fn job_policy(&mut self, hold: usize, lease: &Lease) -> RenewalPolicy {
+        let mut policy = RenewalPolicy::for_ttl(lease.ttl);
+        let timeout = (lease.kind == LeaseKind::Job)
+            .then(|| lease.data.get(3))
+            .flatten()
+            .and_then(|t| std::str::from_utf8(t).ok()?.parse::<u64>().ok());
+        if let Some(ms) = timeout {
+            let limit = Duration::from_millis(ms) + self.job_grace;
+            self.history.job_limits.push((hold, micros(limit)));
+            if self.mutation != Mutation::TimeoutIgnored {
+                policy.max_hold = Some(limit);
+            }
+        }
+        policy
     }
 
     /// A fresh owner token from the run's generator.
@@ -2156,8 +2190,9 @@ impl World {
             let c = &mut self.clients[client];
             c.next_watch += 1;
             let wid = c.next_watch;
-            c.renewals
-                .insert(wid, lease.clone(), RenewalPolicy::for_ttl(lease.ttl), now_i);
+            let policy = self.job_policy(hold, &lease);
+            let c = &mut self.clients[client];
+            c.renewals.insert(wid, lease.clone(), policy, now_i);
             c.watches.insert(wid, task);
             Some(wid)
         } else {
@@ -2296,12 +2331,9 @@ impl World {
                             let c = &mut self.clients[client];
                             c.next_watch += 1;
                             let wid = c.next_watch;
-                            c.renewals.insert(
-                                wid,
-                                (*lease).clone(),
-                                RenewalPolicy::for_ttl(lease.ttl),
-                                now_i,
-                            );
+                            let policy = self.job_policy(hold, &lease);
+                            let c = &mut self.clients[client];
+                            c.renewals.insert(wid, (*lease).clone(), policy, now_i);
                             c.watches.insert(wid, task);
                             Some(wid)
                         } else {

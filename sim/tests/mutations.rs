@@ -245,3 +245,14 @@ fn a_rate_limited_answer_that_counts_the_delivery_breaks_rate_limited_keeps_deli
         30,
     );
 }
+
+#[test]
+fn a_watchdog_that_renews_past_timeout_and_grace_breaks_no_ack_after_timeout() {
+    caught(
+        Primitive::Queue,
+        Mutation::TimeoutIgnored,
+        &[],
+        Property::NoAckAfterTimeout,
+        60,
+    );
+}

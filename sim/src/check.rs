@@ -61,6 +61,15 @@ pub enum Property {
     /// No job is leased while the queue is paused (between a pause and a resume as they ran
     /// on the server).
     NothingLeasedWhilePaused,
+    /// No window in which a group (or the whole queue) with a rate limit had more jobs
+    /// leased than its rate allows (GCRA: `rate x window + burst`), by the server's record.
+    GroupRate,
+    /// A rate-limited answer (the group defer) counts no delivery toward the job's max
+    /// deliveries, by the server's record.
+    RateLimitedKeepsDelivery,
+    /// No ack or nack of a watched delivery of a job with a timeout ends its lease on the
+    /// server later than its take plus timeout and grace.
+    NoAckAfterTimeout,
 }
 
 /// How long a free lease or reentrant lock may keep a waiter asleep (µs): the release
@@ -69,7 +78,7 @@ pub const WAKE_BOUND: u64 = 150_000;
 
 impl Property {
     /// Every property.
-    pub const ALL: [Property; 22] = [
+    pub const ALL: [Property; 25] = [
         Property::Exclusion,
         Property::FenceOrder,
         Property::FencedResource,
@@ -92,6 +101,9 @@ impl Property {
         Property::ScheduleOnce,
         Property::DedupOneLive,
         Property::NothingLeasedWhilePaused,
+        Property::GroupRate,
+        Property::RateLimitedKeepsDelivery,
+        Property::NoAckAfterTimeout,
     ];
 
     /// Its index in [`Property::ALL`] (and in [`Judged`]).
@@ -124,6 +136,9 @@ impl Property {
             Property::ScheduleOnce => "schedule-once",
             Property::DedupOneLive => "dedup-one-live",
             Property::NothingLeasedWhilePaused => "nothing-leased-while-paused",
+            Property::GroupRate => "group-rate",
+            Property::RateLimitedKeepsDelivery => "rate-limited-keeps-delivery",
+            Property::NoAckAfterTimeout => "no-ack-after-timeout",
         }
     }
 
@@ -153,7 +168,9 @@ impl Property {
             // Data loss forgets the entry with (or without) its job.
             // Data loss may forget the pause itself (the flag is a key like any other), and
             // forgets the limits and the leases a group holds.
-            Property::JobSettled
+            // Data loss forgets a rate's state (its theoretical arrival time) and the limits.
+            Property::GroupRate
+            | Property::JobSettled
             | Property::ScheduleOnce
             | Property::DedupOneLive
             | Property::NothingLeasedWhilePaused
@@ -170,9 +187,11 @@ impl Property {
             // A clock that jumps forward during a call counts the jump as time waited.
             Property::WaiterDeadline => FaultSet::of(&[ClientPaused, ClockJump]),
             Property::LossInTime => FaultSet::of(&[ClientPaused]),
-            Property::NoRenewalAfterRelease | Property::Progress | Property::RenewalOnServer => {
-                FaultSet::NONE
-            }
+            // Judged on the server's keys just before and after the one command.
+            Property::NoRenewalAfterRelease
+            | Property::Progress
+            | Property::RenewalOnServer
+            | Property::RateLimitedKeepsDelivery => FaultSet::NONE,
             // The server's record after data loss is not the record the holder was granted;
             // a clock 5 % slow outlives its lease.
             Property::HeldOnServer => {
@@ -195,6 +214,19 @@ impl Property {
                 s.insert(RequestDuplicated);
                 s
             }
+            // The last renewal asks for what is left of timeout + grace when it is sent, and a
+            // take's retry that finds its job renews the lease for the visibility from when it
+            // runs: either reaching the server late (held, delayed, duplicated, queued behind
+            // a paused server) extends the lease past timeout + grace by up to its delay
+            // (seen: request-delayed seed 569, a held copy of the take; reply-delayed seed
+            // 18); a clock 5 % slow counts the hold limit 5 % long.
+            Property::NoAckAfterTimeout => FaultSet::of(&[
+                ReplyDelayed,
+                RequestDelayed,
+                RequestDuplicated,
+                ServerPaused,
+                ClockDriftExcess,
+            ]),
             Property::WakeWhenFree => FaultSet::of(&[
                 RequestLost,
                 ReplyLost,
@@ -284,6 +316,23 @@ pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) 
     server_record(h, &mut out);
     paused(h, &mut out);
     group_concurrency(h, &mut out);
+    group_rate(h, &mut out);
+    no_ack_after_timeout(h, &mut out);
+    if out.on(Property::RateLimitedKeepsDelivery) {
+        for d in &h.defers {
+            out.judge(Property::RateLimitedKeepsDelivery, 1);
+            if d.after != d.before - 1 {
+                out.push(
+                    Property::RateLimitedKeepsDelivery,
+                    d.at,
+                    format!(
+                        "job {:?} rate limited at {}: {} deliveries counted toward its max before, {} after (the deferred one must not count)",
+                        d.id, d.at, d.before, d.after
+                    ),
+                );
+            }
+        }
+    }
     if out.on(Property::Progress) {
         out.judge(Property::Progress, 1);
     }
@@ -384,6 +433,92 @@ fn group_concurrency(h: &History, out: &mut Out<'_>) {
                     ),
                 );
             }
+        }
+    }
+}
+
+/// No group over its rate ([`History::group_rates`]): for the takes of one group (of every
+/// group, for the queue's own rate) as they ran on the server (the first span of each
+/// lease token on a grouped job: a take or an ack-and-take; µs on the server's clock), in
+/// time order `t_0 <= t_1 <= ...`, every run of them from `t_i` to `t_j` holds at most
+/// `burst + floor((t_j - t_i) / interval)` takes (what a GCRA with that interval and
+/// burst allows in that window). Judged once per take of a rate-limited group.
+fn group_rate(h: &History, out: &mut Out<'_>) {
+    if !out.on(Property::GroupRate) || h.group_rates.is_empty() {
+        return;
+    }
+    let mut seen = HashSet::new();
+    let mut takes: Vec<(u64, &str, &str)> = Vec::new();
+    for sp in &h.spans {
+        let Some((g, _)) = sp.resource.split_once('\u{1f}') else {
+            continue;
+        };
+        if sp.opened_by.is_some() && seen.insert((sp.resource.as_str(), sp.token.as_str())) {
+            takes.push((sp.from, g, sp.resource.as_str()));
+        }
+    }
+    takes.sort();
+    for (whose, interval, burst) in &h.group_rates {
+        let mut by: BTreeMap<&str, Vec<(u64, &str)>> = BTreeMap::new();
+        for &(at, g, id) in &takes {
+            let key = if whose.is_some() { "!" } else { g };
+            by.entry(key).or_default().push((at, id));
+        }
+        for (g, t) in &by {
+            out.judge(Property::GroupRate, t.len() as u64);
+            'first: for i in 0..t.len() {
+                for j in i..t.len() {
+                    let allowed = burst + (t[j].0 - t[i].0) / interval;
+                    if (j - i + 1) as u64 > allowed {
+                        out.push(
+                            Property::GroupRate,
+                            t[j].0,
+                            format!(
+                                "{}: {} takes from {} to {} ({:?} to {:?}), a rate of one per {interval} µs with a burst of {burst} allows {allowed}",
+                                if *g == "!" { "the queue".to_owned() } else { format!("group {g}") },
+                                j - i + 1,
+                                t[i].0,
+                                t[j].0,
+                                t[i].1,
+                                t[j].1
+                            ),
+                        );
+                        break 'first;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// No ack or nack after timeout + grace: for each watched delivery of a job pushed with a
+/// timeout ([`History::job_limits`]), a span of its token on the server that a command
+/// ended (an ack, a nack, a give-back) ended no later than the take's run plus the larger
+/// of timeout + grace and the visibility (the first lease's own length), plus one
+/// network trip (the last renewal's request on its way) and the 1 % drift allowance.
+/// Judged once per such delivery.
+fn no_ack_after_timeout(h: &History, out: &mut Out<'_>) {
+    if !out.on(Property::NoAckAfterTimeout) {
+        return;
+    }
+    for &(hold, limit) in &h.job_limits {
+        let x = &h.holds[hold];
+        out.judge(Property::NoAckAfterTimeout, 1);
+        let allowed = limit.max(x.first_valid_until.saturating_sub(x.granted));
+        let bound = x.granted + allowed + allowed / 100 + crate::world::IO_TIMEOUT;
+        for sp in h
+            .spans
+            .iter()
+            .filter(|sp| sp.token == x.token && sp.closed_by.is_some() && sp.until > bound)
+        {
+            out.push(
+                Property::NoAckAfterTimeout,
+                sp.until,
+                format!(
+                    "job {} (delivery {}, taken at {}, timeout + grace {limit} µs) settled on the server at {}, after {bound}",
+                    sp.resource, x.fence, x.granted, sp.until
+                ),
+            );
         }
     }
 }
@@ -1169,6 +1304,15 @@ impl Property {
             }
             Property::DedupOneLive => {
                 "No two live jobs for one dedup id in a mode that forbids it: a push with a dedup id until done queues a job only after every job it queued before for that id was acked (a dead job holds the id)"
+            }
+            Property::GroupRate => {
+                "A queue's group with a rate limit (and the whole queue, with its own) never had more jobs leased in any window than the rate allows: `burst + floor(window / interval)` takes from the first to the last, by the takes as they ran on the server, to the µs of its clock"
+            }
+            Property::RateLimitedKeepsDelivery => {
+                "A job whose handler answered \"rate limited\" goes back without counting the delivery: when the group defer ran on the server and took the job back, the job's deliveries counted toward its max deliveries there (deliveries less base) are one fewer than just before it, the deferred one no longer counted"
+            }
+            Property::NoAckAfterTimeout => {
+                "A job pushed with a timeout: no ack, nack or give-back of a watched delivery of it ends its lease on the server later than the take's run plus timeout + grace (the visibility, if longer), one network trip and the drift allowance: its watchdog stops renewing it then"
             }
             Property::NothingLeasedWhilePaused => {
                 "No job is leased (in the server's own record) after a pause of the queue ran and before the next resume ran: not by a take sent before the pause, a woken waiter, an ack-and-take, nor a reclaim of an expired lease"

@@ -297,6 +297,28 @@ pub struct History {
     pub pauses: Vec<(usize, u64, bool)>,
     /// Take attempts (takes and acks-and-takes) that ran while the queue was paused.
     pub takes_while_paused: u64,
+    /// The rate limits the run set on a queue's groups: (`None`: every group, each on its
+    /// own; `Some("!")`: the whole set of groups, emission interval µs, burst).
+    pub group_rates: Vec<(Option<String>, u64, u64)>,
+    /// Rate-limited answers (group defers) that ran on the server and took the job back.
+    pub defers: Vec<Defer>,
+    /// Watched deliveries of jobs pushed with a timeout: (hold, timeout + grace in µs, the
+    /// time from its take after which its watchdog no longer renews it).
+    pub job_limits: Vec<(usize, u64)>,
+}
+
+/// A rate-limited answer as it ran on the server: the job's deliveries counted toward its
+/// max deliveries (deliveries less base, read on the server) just before and just after.
+#[derive(Debug, Clone)]
+pub struct Defer {
+    /// When it ran (global µs).
+    pub at: u64,
+    /// The job.
+    pub id: String,
+    /// Counted deliveries before (the deferred delivery included).
+    pub before: i64,
+    /// Counted deliveries after.
+    pub after: i64,
 }
 
 impl History {

@@ -54,11 +54,20 @@ pub enum Mutation {
     /// Issue 28 part 3: the take and the ack-and-take do not read the pause (a paused
     /// queue leases jobs).
     PauseIgnored,
+    /// Issue 28: the group take skips the rate check (a group's and the whole queue's
+    /// GCRA are updated but never deny).
+    RateIgnored,
+    /// Issue 28: the rate-limited answer (the group defer) does not move the job's base up,
+    /// so the deferred delivery counts toward max deliveries.
+    DeferCounts,
+    /// Issue 29: the watchdog renews a job pushed with a timeout past its timeout + grace
+    /// (the simulator's driver sets no hold limit), so its handler's late ack still lands.
+    TimeoutIgnored,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 15] = [
+    pub const ALL: [Mutation; 18] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -74,6 +83,9 @@ impl Mutation {
         Mutation::NextFromDue,
         Mutation::DedupIgnoresLiveJob,
         Mutation::PauseIgnored,
+        Mutation::RateIgnored,
+        Mutation::DeferCounts,
+        Mutation::TimeoutIgnored,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
@@ -169,6 +181,25 @@ const PAUSE_SWAPS: [Swap; 2] = [
     },
 ];
 
+const RATE_SWAPS: [Swap; 2] = [
+    Swap {
+        script: &redlease_core::queue::groups::GROUP_TAKE,
+        from: "      if not allowed then\n        redis.call('ZREM', KEYS[13], g)",
+        to: "      if false then\n        redis.call('ZREM', KEYS[13], g)",
+    },
+    Swap {
+        script: &redlease_core::queue::groups::GROUP_TAKE,
+        from: "if whole_wait > 0 then",
+        to: "if false then",
+    },
+];
+
+const DEFER_SWAP: Swap = Swap {
+    script: &redlease_core::queue::groups::GROUP_DEFER,
+    from: "redis.call('HINCRBY', KEYS[4], id, 1)",
+    to: "redis.call('HLEN', KEYS[4])",
+};
+
 impl Mutation {
     fn swaps(self) -> &'static [Swap] {
         match self {
@@ -183,6 +214,8 @@ impl Mutation {
             Mutation::NextFromDue => std::slice::from_ref(&NEXT_FROM_DUE_SWAP),
             Mutation::DedupIgnoresLiveJob => std::slice::from_ref(&DEDUP_SWAP),
             Mutation::PauseIgnored => &PAUSE_SWAPS,
+            Mutation::RateIgnored => &RATE_SWAPS,
+            Mutation::DeferCounts => std::slice::from_ref(&DEFER_SWAP),
             _ => &[],
         }
     }
@@ -224,7 +257,14 @@ impl Mutation {
         let Some(swap) = hit else {
             return command.clone();
         };
-        let source = swap.script.source.replace(swap.from, swap.to);
+        // Every rewrite of that script, in order.
+        let source = self
+            .swaps()
+            .iter()
+            .filter(|s| std::ptr::eq(s.script, swap.script))
+            .fold(swap.script.source.to_owned(), |src, s| {
+                src.replace(s.from, s.to)
+            });
         let mut out = Command::new("EVAL").arg(source).on(command.node());
         for a in args.skip(2) {
             out = out.arg(a);

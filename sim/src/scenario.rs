@@ -89,8 +89,11 @@ impl Primitive {
             P::JobSettled | P::SingleAck | P::DeliveryUnique | P::NotBeforeDue => {
                 matches!(self, Queue | Groups)
             }
-            P::ScheduleOnce | P::DedupOneLive | P::NothingLeasedWhilePaused => self == Queue,
-            P::GroupConcurrency => self == Groups,
+            P::ScheduleOnce
+            | P::DedupOneLive
+            | P::NothingLeasedWhilePaused
+            | P::NoAckAfterTimeout => self == Queue,
+            P::GroupConcurrency | P::GroupRate | P::RateLimitedKeepsDelivery => self == Groups,
             P::WakeWhenFree => matches!(self, Lease | Reentrant),
             P::NoRenewalAfterRelease | P::LossInTime | P::RenewalOnServer => self != RedLock,
             P::WaiterDeadline | P::Progress | P::HeldOnServer | P::SettledByHolder => true,
@@ -339,9 +342,25 @@ fn queue(
 ) {
     let keys = if grouped {
         let keys = QueueKeys::grouped(&Keyspace::default(), "q").unwrap_or_else(|e| panic!("{e}"));
-        // Every group: GROUP_CONCURRENCY at a time (set before the workers start).
-        let limit =
+        // Every group: GROUP_CONCURRENCY at a time (set before the workers start); in three
+        // runs of five a rate per group as well, and in one of three a rate of the whole
+        // queue's takes (drawn from a copy of the generator: the other draws stay those of
+        // the seeds before rates existed).
+        let mut r = rng.clone();
+        let per_group =
+            chance(&mut r, 60).then(|| (between(&mut r, 5_000, 40_000), between(&mut r, 1, 3)));
+        let whole =
+            chance(&mut r, 33).then(|| (between(&mut r, 3_000, 20_000), between(&mut r, 1, 4)));
+        let rate = |(interval, burst): (u64, u64)| {
+            redlease_core::rate::RateLimit::new(1, Duration::from_micros(interval), burst)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let mut limit =
             redlease_core::queue::groups::GroupLimits::new().concurrency(GROUP_CONCURRENCY as u32);
+        if let Some(g) = per_group {
+            limit = limit.rate(rate(g));
+            world.history.group_rates.push((None, g.0, g.1));
+        }
         let set = redlease_core::queue::groups::limits_call(
             &keys,
             redlease_core::queue::groups::LimitsOf::EveryGroup,
@@ -349,6 +368,16 @@ fn queue(
         )
         .unwrap_or_else(|e| panic!("{e}"));
         world.seed(&set.eval());
+        if let Some(q) = whole {
+            let set = redlease_core::queue::groups::limits_call(
+                &keys,
+                redlease_core::queue::groups::LimitsOf::Queue,
+                Some(redlease_core::queue::groups::GroupLimits::new().rate(rate(q))),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            world.seed(&set.eval());
+            world.history.group_rates.push((Some("!".into()), q.0, q.1));
+        }
         keys
     } else {
         QueueKeys::new(&Keyspace::default(), "q").unwrap_or_else(|e| panic!("{e}"))
@@ -357,6 +386,14 @@ fn queue(
         visibility: ttl,
         max_deliveries: 3,
     };
+    // Half the plain queue runs push their jobs with a timeout of half the visibility to
+    // twice it, with a grace of half the visibility (drawn from a copy of the generator: the
+    // other draws stay those of the seeds before timeouts existed).
+    let mut tr = rng.clone();
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    let timeout = (!grouped && chance(&mut tr, 50))
+        .then(|| Duration::from_millis(between(&mut tr, ttl_ms / 2, ttl_ms * 2).max(1)));
+    world.job_grace = ttl / 2;
     let mut actions = Vec::new();
     let mut n = 0;
     for batch in 0..between(rng, 1, 4) {
@@ -383,6 +420,7 @@ fn queue(
             keys: keys.clone(),
             jobs,
             delay,
+            timeout,
         });
         actions.push(Action::Sleep(between(rng, 0, window / 3)));
     }

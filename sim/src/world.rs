@@ -25,7 +25,9 @@ use redlease_core::{
 
 use crate::clock::LocalClock;
 use crate::faults::{Inject, Plan};
-use crate::history::{Acq, AcqResult, History, Hold, HoldKind, Pushed, RunnerInfo, Settled, Write};
+use crate::history::{
+    Acq, AcqResult, Defer, History, Hold, HoldKind, Pushed, RunnerInfo, Settled, Write,
+};
 use crate::machine::{Drive, Outcome, Wrap};
 use crate::mutation::Mutation;
 use crate::record::{Observer, Watched};
@@ -39,6 +41,10 @@ pub const IO_TIMEOUT: u64 = 50_000;
 /// A nacked job's backoff: not a whole number of milliseconds, so that a due time rounded
 /// down anywhere shows.
 pub const NACK_BACKOFF: Duration = Duration::from_micros(20_700);
+
+/// How long a grouped job's handler says its group is rate limited ("try later"), when it
+/// answers so instead of a nack (every other nack of a grouped job, by its hold's index).
+pub const DEFER_WAIT: Duration = Duration::from_micros(12_300);
 
 /// What a task does next.
 #[derive(Debug, Clone)]
@@ -80,6 +86,8 @@ pub enum Action {
         jobs: Vec<NewJob>,
         /// Their delay.
         delay: Duration,
+        /// Their timeout (`push_with_timeout`), if any.
+        timeout: Option<Duration>,
     },
     /// Push one job under a dedup id, until done (a dead job blocks it).
     PushDedup {
@@ -312,6 +320,9 @@ struct Task {
 
 /// One run's world.
 pub struct World {
+    /// The grace a job pushed with a timeout has past it: its watchdog stops renewing it at
+    /// timeout + grace from its take (as the blocking driver's, with `max_hold`).
+    pub job_grace: Duration,
     now: u64,
     seq: u64,
     events: BinaryHeap<Reverse<Queued>>,
@@ -438,6 +449,7 @@ impl World {
             upserts: HashMap::new(),
             advances: HashMap::new(),
             nack_backoffs: HashMap::new(),
+            job_grace: Duration::ZERO,
             acquirers: HashMap::new(),
             observer: Observer::default(),
             ack_takes: std::collections::HashSet::new(),
@@ -849,6 +861,12 @@ impl World {
             return;
         }
         let command = self.mutation.rewrite(&req.command);
+        // A rate-limited answer (the group defer): the job's count toward max deliveries on
+        // the server, before and after it runs.
+        let defer = defer_of(&req.command).map(|d| {
+            let before = attempts_on(&self.nodes[n].server, &d);
+            (d, before)
+        });
         let reply = if command.name().eq_ignore_ascii_case("WAIT") {
             self.wait_for_replica(n)
         } else {
@@ -863,6 +881,18 @@ impl World {
                 reply.describe()
             )
         });
+        if let Some((d, (holder, before))) = defer
+            && holder.as_deref() == Some(d.token.as_str())
+            && reply.as_int() == Some(1)
+        {
+            let (_, after) = attempts_on(&self.nodes[n].server, &d);
+            self.history.defers.push(Defer {
+                at: self.now,
+                id: d.id,
+                before,
+                after,
+            });
+        }
         // A NOSCRIPT answer ran nothing: not a run, not an attempt.
         let noscript = matches!(&reply, Reply::Error(e) if e.is("NOSCRIPT"));
         // An unfenced lease lock's first attempt: its bare `SET NX PX`.
@@ -1723,7 +1753,12 @@ impl World {
                     }
                 }
             }
-            Action::Push { keys, jobs, delay } => {
+            Action::Push {
+                keys,
+                jobs,
+                delay,
+                timeout,
+            } => {
                 let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
                 // A grouped job's id in the queue is '<group>\u{1f}<id>' (the group: the
                 // first letter of the batch's first id).
@@ -1740,7 +1775,10 @@ impl World {
                     Some(group) if keys.is_grouped() => {
                         queue::groups::push(&keys, group, &jobs, 0, delay, deadline)
                     }
-                    _ => queue::push(&keys, &jobs, 0, delay, deadline),
+                    _ => match timeout {
+                        Some(t) => queue::push_with_timeout(&keys, &jobs, 0, delay, t, deadline),
+                        None => queue::push(&keys, &jobs, 0, delay, deadline),
+                    },
                 };
                 match pushed {
                     Ok(op) => {
@@ -1926,6 +1964,26 @@ impl World {
         Some(first)
     }
 
+    /// The watchdog's policy for `lease` (hold `hold`): a job pushed with a timeout is
+    /// renewed until its timeout plus [`World::job_grace`] from its take, no longer (as the
+    /// blocking driver's `max_hold`), unless [`Mutation::TimeoutIgnored`]; the limit is
+    /// recorded for the checker (`no-ack-after-timeout`).
+    fn job_policy(&mut self, hold: usize, lease: &Lease) -> RenewalPolicy {
+        let mut policy = RenewalPolicy::for_ttl(lease.ttl);
+        let timeout = (lease.kind == LeaseKind::Job)
+            .then(|| lease.data.get(3))
+            .flatten()
+            .and_then(|t| std::str::from_utf8(t).ok()?.parse::<u64>().ok());
+        if let Some(ms) = timeout {
+            let limit = Duration::from_millis(ms) + self.job_grace;
+            self.history.job_limits.push((hold, micros(limit)));
+            if self.mutation != Mutation::TimeoutIgnored {
+                policy.max_hold = Some(limit);
+            }
+        }
+        policy
+    }
+
     /// A fresh owner token from the run's generator.
     pub fn token(&mut self) -> redlease_core::lease::Token {
         let mut b = [0u8; 16];
@@ -2004,6 +2062,22 @@ impl World {
                     ),
                     Outcome::Unit,
                 ),
+                // A grouped job's handler answers "rate limited" in one nack of two.
+                (Some((keys, false, _)), Some(id)) if keys.is_grouped() && held.hold % 2 == 0 => {
+                    match redlease_core::queue::groups::rate_limited_call(
+                        keys, id, lease, DEFER_WAIT,
+                    ) {
+                        Ok(call) => Wrap::boxed(
+                            ScriptOp::release_with(lease, call, deadline),
+                            Outcome::Unit,
+                        ),
+                        Err(e) => {
+                            self.note(|| format!("t{task} bad rate_limited: {e}"));
+                            self.push(self.now, Ev::TaskNext { task });
+                            return;
+                        }
+                    }
+                }
                 (Some((keys, false, max)), Some(id)) => Wrap::boxed(
                     queue::nack_op(
                         lease,
@@ -2023,7 +2097,9 @@ impl World {
         };
         let ack = matches!(settle, Some((_, true, _)));
         self.releases.insert(self.runners.len(), (held.hold, ack));
-        if let (Some((_, false, _)), Some(id)) = (&settle, &held.job) {
+        let deferred =
+            matches!(&settle, Some((k, false, _)) if k.is_grouped() && held.hold % 2 == 0);
+        if let (Some((_, false, _)), Some(id), false) = (&settle, &held.job, deferred) {
             self.nack_backoffs
                 .insert(self.runners.len(), (id.clone(), micros(NACK_BACKOFF)));
         }
@@ -2114,8 +2190,9 @@ impl World {
             let c = &mut self.clients[client];
             c.next_watch += 1;
             let wid = c.next_watch;
-            c.renewals
-                .insert(wid, lease.clone(), RenewalPolicy::for_ttl(lease.ttl), now_i);
+            let policy = self.job_policy(hold, &lease);
+            let c = &mut self.clients[client];
+            c.renewals.insert(wid, lease.clone(), policy, now_i);
             c.watches.insert(wid, task);
             Some(wid)
         } else {
@@ -2254,12 +2331,9 @@ impl World {
                             let c = &mut self.clients[client];
                             c.next_watch += 1;
                             let wid = c.next_watch;
-                            c.renewals.insert(
-                                wid,
-                                (*lease).clone(),
-                                RenewalPolicy::for_ttl(lease.ttl),
-                                now_i,
-                            );
+                            let policy = self.job_policy(hold, &lease);
+                            let c = &mut self.clients[client];
+                            c.renewals.insert(wid, (*lease).clone(), policy, now_i);
                             c.watches.insert(wid, task);
                             Some(wid)
                         } else {
@@ -2489,4 +2563,57 @@ impl World {
         }
         let _ = now_i;
     }
+}
+
+/// A group defer call's job: its id, the token it carries, and the keys of its deliveries,
+/// bases and leases.
+struct DeferCall {
+    id: String,
+    token: String,
+    leases: String,
+    deliveries: String,
+    bases: String,
+}
+
+/// The job a call of the group defer script (`EVALSHA` or `EVAL`, as sent) answers for.
+fn defer_of(command: &redlease_core::Command) -> Option<DeferCall> {
+    let script = &redlease_core::queue::groups::GROUP_DEFER;
+    let args: Vec<&[u8]> = command.args().collect();
+    let named = args
+        .get(1)
+        .is_some_and(|a| *a == script.sha1.as_bytes() || *a == script.source.as_bytes());
+    if !named {
+        return None;
+    }
+    let text = |i: usize| args.get(i).map(|a| String::from_utf8_lossy(a).into_owned());
+    let keys: usize = text(2)?.parse().ok()?;
+    let leases = text(4)?;
+    let deliveries = format!("{}deliveries", leases.strip_suffix("leases")?);
+    Some(DeferCall {
+        id: text(3 + keys)?,
+        token: text(4 + keys)?,
+        deliveries,
+        bases: text(6)?,
+        leases,
+    })
+}
+
+/// Who holds the job on the server, and its deliveries counted toward max deliveries there
+/// (its deliveries less its base).
+fn attempts_on(server: &MemoryServer, d: &DeferCall) -> (Option<String>, i64) {
+    let get = |key: &str| {
+        let c = redlease_core::Command::new("HGET").arg(key).arg(&d.id);
+        match server.execute(&c) {
+            Ok(Reply::Bulk(b)) => Some(String::from_utf8_lossy(&b).into_owned()),
+            _ => None,
+        }
+    };
+    let int = |v: Option<String>| {
+        v.and_then(|v| v.split(':').next().and_then(|n| n.parse::<i64>().ok()))
+            .unwrap_or(0)
+    };
+    let holder = get(&d.leases);
+    let n = int(get(&d.deliveries));
+    let base = int(get(&d.bases));
+    (holder, n - base)
 }

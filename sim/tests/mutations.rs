@@ -223,3 +223,36 @@ fn a_next_occurrence_computed_from_the_due_time_makes_a_second_job_for_an_occurr
         20,
     );
 }
+
+#[test]
+fn a_group_take_that_skips_the_rate_check_breaks_group_rate() {
+    caught(
+        Primitive::Groups,
+        Mutation::RateIgnored,
+        &[],
+        Property::GroupRate,
+        60,
+    );
+}
+
+#[test]
+fn a_rate_limited_answer_that_counts_the_delivery_breaks_rate_limited_keeps_delivery() {
+    caught(
+        Primitive::Groups,
+        Mutation::DeferCounts,
+        &[],
+        Property::RateLimitedKeepsDelivery,
+        30,
+    );
+}
+
+#[test]
+fn a_watchdog_that_renews_past_timeout_and_grace_breaks_no_ack_after_timeout() {
+    caught(
+        Primitive::Queue,
+        Mutation::TimeoutIgnored,
+        &[],
+        Property::NoAckAfterTimeout,
+        60,
+    );
+}

@@ -29,7 +29,12 @@ fn simulation() {
     let mut lines = Vec::new();
     let mut failures = Vec::new();
     let started = Instant::now();
+    // `SIM_PRIMITIVE=<p>`: that primitive alone.
+    let only = std::env::var("SIM_PRIMITIVE").ok();
     for p in Primitive::ALL {
+        if only.as_deref().is_some_and(|o| o != p.name()) {
+            continue;
+        }
         let mut totals = redlease_sim::run::Totals::default();
         let t0 = Instant::now();
         let mut next = first;

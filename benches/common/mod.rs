@@ -10,6 +10,11 @@ use std::time::{Duration, Instant};
 use redlease_core::keys::{Keyspace, LockKeys};
 use redlease_suite::RedisServer;
 
+pub mod baselines;
+pub mod crews;
+pub use baselines::*;
+pub use crews::*;
+
 /// Measured time per scenario unless `BENCH_SECS` says otherwise.
 pub const DEFAULT_SECS: f64 = 3.0;
 /// Length of one interleaved slice unless `BENCH_SLICE_MS` says otherwise.
@@ -20,8 +25,6 @@ pub const MAX_WARMUP: Duration = Duration::from_secs(1);
 pub const CONTENDED_WAIT: Duration = Duration::from_secs(30);
 /// Threads of the multi-threaded scenarios.
 pub const THREADS: usize = 8;
-/// The compare-and-delete script of the baseline.
-pub const RAW_RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
 /// The key of the baseline.
 pub const RAW_KEY: &str = "bench-raw";
 

@@ -6,23 +6,6 @@ use std::time::Duration;
 
 use crate::common::*;
 
-/// A hand-written GCRA script (as go-redis/redis_rate's, on integer microseconds of the
-/// server clock), the same as `benches/cpu.rs`'s `RAW_GCRA_SCRIPT`. KEYS[1] the TAT; ARGV
-/// interval µs, tolerance µs, cost.
-const RAW_GCRA_SCRIPT: &str = "local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
-local interval, tolerance, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local tat = tonumber(redis.call('GET', KEYS[1])) or now
-if tat < now then tat = now end
-local new_tat = tat + interval * cost
-local diff = now - (new_tat - tolerance)
-if diff < 0 then
-  return {0, 0, -diff, tat - now}
-end
-redis.call('SET', KEYS[1], new_tat, 'PX', math.ceil((new_tat - now) / 1000))
-return {1, math.floor(diff / interval), 0, new_tat - now}
-";
-
 /// The rate limiter's baseline: [`RAW_GCRA_SCRIPT`] as `EVALSHA` on one plain connection,
 /// 1,000,000/s with a burst of 1,000,000 (always allowed).
 pub struct GcraCycle {

@@ -53,7 +53,7 @@ pub struct Client {
 pub(crate) struct Inner {
     pub(crate) shared: Arc<Shared>,
     /// Started on the first wait that names a channel.
-    listener: OnceLock<Option<Listeners>>,
+    pub(crate) listener: OnceLock<Option<Listeners>>,
     /// Started on the first watched lease.
     pub(crate) watchdog: OnceLock<Option<Watchdog>>,
 }
@@ -706,6 +706,19 @@ impl Client {
     /// The listener slot (`None`: not started; `Some(None)`: could not be started).
     pub(crate) fn listeners(&self) -> Option<&Option<Listeners>> {
         self.inner.listener.get()
+    }
+
+    /// The pub/sub listener(s), started on first use (`None`: no endpoint, as on the
+    /// in-process server, or they could not be started).
+    pub(crate) fn start_listeners(&self) -> Option<&Listeners> {
+        let (endpoint, sharded) = (
+            self.inner.shared.endpoint.as_ref(),
+            self.inner.shared.keyspace.sharded_pubsub(),
+        );
+        self.inner
+            .listener
+            .get_or_init(|| endpoint.map(|e| Listeners::start(e.clone(), sharded)))
+            .as_ref()
     }
 
     /// The watchdog if it was started.

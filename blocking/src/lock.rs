@@ -41,6 +41,9 @@ pub struct LockBuilder<'c> {
     /// acquisitions bind their token to it ([`LockSpec::with_token`]) instead of building
     /// the keys and script calls again. Reset by every setting that changes the spec.
     specs: [OnceLock<LockSpec>; 2],
+    /// The release channel a lease lock's guards tell the listener about (one allocation
+    /// per builder; each guard keeps a pointer to it). The name and keyspace fix it.
+    held_channel: OnceLock<Arc<String>>,
 }
 
 /// What a [`LockBuilder`] acquires.
@@ -105,6 +108,7 @@ impl<'c> LockBuilder<'c> {
             max_hold: None,
             fenced: true,
             specs: Default::default(),
+            held_channel: OnceLock::new(),
         }
     }
 
@@ -408,7 +412,20 @@ impl<'c> LockBuilder<'c> {
     }
 
     fn guard(&self, lease: Lease, policy: Option<RenewalPolicy>) -> LockGuard {
-        LockGuard::new(self.client, lease, policy)
+        let mut guard = LockGuard::new(self.client, lease, policy);
+        // A lease lock held here: the listener wakes no waiter of this client for a release
+        // its own holder took (see `redlease_core::wake`, *Held here*).
+        if self.kind == Acquires::Lock(LockKind::Lease)
+            && let Some(Some(listeners)) = self.client.listeners()
+            && let Some(spec) = self.specs.iter().find_map(OnceLock::get)
+        {
+            listeners.hold(&spec.wake.channel, thread_number());
+            let channel = self
+                .held_channel
+                .get_or_init(|| Arc::new(spec.wake.channel.clone()));
+            guard.held = Some(Arc::clone(channel));
+        }
+        guard
     }
 }
 
@@ -510,7 +527,9 @@ pub struct LockGuard {
     cell: Arc<LeaseCell>,
     /// The renewal policy while the watchdog renews the lease (16 bytes: in every guard).
     watched: Option<Policy>,
-    done: bool,
+    /// The release channel of a lease lock the client's listener counts as held here (a
+    /// thin pointer: the guard stays at 48 bytes).
+    held: Option<Arc<String>>,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -553,7 +572,18 @@ impl LockGuard {
             owner: client.owner(),
             cell,
             watched,
-            done: false,
+            held: None,
+        }
+    }
+
+    /// Tells the listener the lease is no longer held here: before the release is sent, so
+    /// that its message wakes a waiter.
+    fn unhold(&mut self) {
+        if let Some(channel) = self.held.take()
+            && let Some(owner) = self.owner.upgrade()
+            && let Some(Some(listeners)) = owner.listener.get()
+        {
+            listeners.unhold(&channel, thread_number());
         }
     }
 
@@ -729,7 +759,8 @@ impl LockGuard {
     /// release is sent anyway (it deletes only a key holding our token) and its answer is
     /// returned.
     pub fn release(mut self) -> Result<(), Error> {
-        self.done = true;
+        self.cell.set_ended();
+        self.unhold();
         let deadline = self.deadline();
         self.stop_watching(deadline);
         if let Some(reason) = self.known_not_ours() {
@@ -786,7 +817,8 @@ impl LockGuard {
         mut self,
         op: impl FnOnce(&Lease, Instant, Instant) -> P,
     ) -> Result<P::Output, Error> {
-        self.done = true;
+        self.cell.set_ended();
+        self.unhold();
         let deadline = self.deadline();
         if let Some(reason) = self.cell.lost(&self.shared.time) {
             self.stop_watching(deadline);
@@ -804,7 +836,8 @@ impl LockGuard {
 
     /// Ends the guard without releasing: the key stays until its expiry.
     pub(crate) fn disarm(mut self) {
-        self.done = true;
+        self.cell.set_ended();
+        self.unhold();
         let deadline = self.deadline();
         self.stop_watching(deadline);
     }
@@ -1042,7 +1075,8 @@ fn finish_period(
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.done {
+        self.unhold();
+        if self.cell.ended() {
             return;
         }
         // One deadline for the whole drop: waiting out a renewal in flight and the release.

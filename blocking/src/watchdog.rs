@@ -117,9 +117,22 @@ pub(crate) struct LeaseCell {
     signal: OnceLock<Box<(Sender<LossReason>, Receiver<LossReason>)>>,
     /// The signal has fired.
     signalled: AtomicBool,
+    /// The guard has ended the lease itself (released, acked, disarmed): its drop sends
+    /// nothing.
+    ended: AtomicBool,
 }
 
 impl LeaseCell {
+    /// Marks the lease ended by its guard; the guard's drop then sends nothing.
+    pub(crate) fn set_ended(&self) {
+        self.ended.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the guard ended the lease itself.
+    pub(crate) fn ended(&self) -> bool {
+        self.ended.load(Ordering::Relaxed)
+    }
+
     /// A cell for `lease`, not lost.
     pub(crate) fn new(lease: Lease) -> Arc<LeaseCell> {
         let cell = LeaseCell {
@@ -137,6 +150,7 @@ impl LeaseCell {
             lost: OnceLock::new(),
             signal: OnceLock::new(),
             signalled: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
             lease,
         };
         Arc::new(cell)
@@ -1070,6 +1084,10 @@ impl Inline {
             next
         });
         let Some(next) = next else { return };
+        // A round due now or earlier (one that could not make progress at this instant)
+        // runs when the clock next moves: a timer due now would run at once, and a round
+        // that keeps finding itself due would call itself until the stack overflows.
+        let next = next.max(this.clock.instant() + Duration::from_micros(1));
         let mut armed = this.armed.lock().unwrap_or_else(|p| p.into_inner());
         if armed.is_some_and(|a| a <= next && a > this.clock.instant()) {
             return; // a timer fires by then anyway
@@ -1292,7 +1310,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<Option<Policy>>(), 16);
         assert!(std::mem::size_of::<Registration>() <= 32);
         // A guard per held lease: 72 bytes with the policy as the core writes it, 56 with
-        // its own handle on the lease beside the cell's.
+        // its own handle on the lease beside the cell's; the listener's channel is a thin
+        // pointer and the ended flag lives in the cell.
         assert!(std::mem::size_of::<crate::LockGuard>() <= 48);
         for p in [
             RenewalPolicy::for_ttl(Duration::from_secs(30)),

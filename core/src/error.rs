@@ -154,6 +154,9 @@ pub enum LossReason {
     /// less the drift allowance, counted from the acquisition or the last extension) has
     /// passed: it expires, or already expired, on the server.
     ValidityPassed,
+    /// A queue job's delivery was cancelled ([`crate::queue::cancel`]): its lease ended then,
+    /// and its renewal said so.
+    Cancelled,
 }
 
 impl std::fmt::Display for LossReason {
@@ -165,6 +168,7 @@ impl std::fmt::Display for LossReason {
             LossReason::ValidityPassed => {
                 "its validity passed without an extension (the watchdog was off for it)"
             }
+            LossReason::Cancelled => "the job was cancelled, which ended its lease",
             LossReason::MaxHoldReached => {
                 "it was held for its max_hold, so it was not renewed further"
             }

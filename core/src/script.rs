@@ -66,6 +66,9 @@ pub mod prelude {
     /// (keeps it until it passes): the engine of [`rate`](crate::rate), for any script that
     /// limits a rate.
     pub const GCRA: &str = include_str!("lua/prelude/gcra.lua");
+    /// `dedup_clear(map, of, id)`: a job that is gone drops its deduplication entry
+    /// ([`queue::dedup`](crate::queue::dedup)); for every script that removes a job.
+    pub const DEDUP: &str = include_str!("lua/prelude/dedup.lua");
 }
 
 /// The line after which [`script!`](crate::script!) splices a script's prelude parts into its
@@ -946,7 +949,7 @@ pub(crate) mod tests {
     use crate::reply::ErrorReply;
 
     /// Every prelude part and the functions it defines.
-    const PARTS: [(&str, &[&str]); 9] = [
+    const PARTS: [(&str, &[&str]); 10] = [
         (prelude::NOTIFY, &["notify"]),
         (prelude::NOW_MS, &["now_ms"]),
         (prelude::NOW_MS_UP, &["now_ms_up"]),
@@ -956,6 +959,7 @@ pub(crate) mod tests {
         (prelude::REMEMBER, &["remember"]),
         (prelude::READY, &["bad_sequence", "ready_score"]),
         (prelude::GCRA, &["gcra", "gcra_store"]),
+        (prelude::DEDUP, &["dedup_clear"]),
     ];
 
     /// Whether `text` calls `function` (a call, not a longer name ending the same way).
@@ -966,6 +970,17 @@ pub(crate) mod tests {
             !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
                 && !text[..at].ends_with("local function ")
         })
+    }
+
+    /// Every script of a module's `ALL`: its digest is its source's SHA-1, and it includes
+    /// exactly the prelude it calls ([`check_prelude`]).
+    pub(crate) fn check_scripts(all: &[&Script]) {
+        assert!(!all.is_empty(), "no scripts to check");
+        for s in all {
+            let digest = sha1_smol::Sha1::from(s.source).digest().to_string();
+            assert_eq!(digest, s.sha1, "digest of {}", s.name);
+            check_prelude(s);
+        }
     }
 
     /// A script defines each prelude function at most once, only if it calls it, and

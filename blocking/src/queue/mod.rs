@@ -20,10 +20,18 @@ use redlease_core::{Error, LossReason};
 use crate::client::Client;
 use crate::lock::LockGuard;
 
+mod batch;
+mod cancel;
+mod dedup;
+mod groups;
 mod job;
+mod pause;
+mod schedule;
 mod workers;
 
+pub use cancel::{CancelReason, Cancelled, CancelledJobs, DEFAULT_GRACE, OnTimeout};
 pub use job::{AckedAndNext, Job, Retry};
+pub use redlease_core::queue::groups::{GroupLimits, LimitsOf};
 pub use workers::{HandlerError, JobError, WorkerReport, Workers};
 
 /// A queue named `name`; made by [`Client::queue`]. Cheap to clone.
@@ -35,6 +43,12 @@ pub struct Queue {
     retry_base: Duration,
     retry_max: Duration,
     idle_check: Duration,
+    /// The keys of the queue's grouped jobs, made by the first use of a group.
+    group_keys: Arc<std::sync::OnceLock<Arc<QueueKeys>>>,
+    /// The schedules whose occurrences this queue advanced: name -> (version, spec), so
+    /// that an occurrence taken on time advances in one call (schedule.rs).
+    schedules: Arc<std::sync::Mutex<schedule::Known>>,
+    lifetime: cancel::Lifetime,
 }
 
 impl Client {
@@ -47,6 +61,9 @@ impl Client {
             retry_base: Duration::from_secs(1),
             retry_max: Duration::from_secs(600),
             idle_check: Duration::from_secs(2),
+            group_keys: Arc::default(),
+            schedules: Arc::default(),
+            lifetime: cancel::Lifetime::default(),
         })
     }
 }
@@ -64,11 +81,14 @@ impl Client {
 /// assert_eq!(PushOptions::new(), PushOptions::default());
 /// assert_ne!(urgent, later);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[must_use = "push options do nothing until given to a push"]
 pub struct PushOptions {
     priority: u8,
     delay: Duration,
+    /// The job's group ([`PushOptions::group`]).
+    group: Option<Arc<str>>,
+    timeout: Option<Duration>,
 }
 
 impl PushOptions {
@@ -88,6 +108,14 @@ impl PushOptions {
     /// [`MAX_DURATION`](limits::MAX_DURATION), checked by the push before anything is sent.
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
+        self
+    }
+
+    /// The job's own timeout, kept with it: whoever takes it applies this one instead of
+    /// its queue's [`Queue::timeout`] (see there). 1 ms to
+    /// [`MAX_DURATION`](limits::MAX_DURATION), checked by the push.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
         self
     }
 }
@@ -163,7 +191,7 @@ impl Queue {
         )?;
         limits::span("retry backoff base", self.retry_base)?;
         limits::span("retry backoff maximum", self.retry_max)?;
-        Ok(())
+        self.lifetime.check()
     }
 
     fn deadline(&self) -> Instant {
@@ -175,8 +203,39 @@ impl Queue {
     /// [`PushOptions`]; `PushOptions::new()` for none). Ids deduplicate. The delay is at most
     /// [`MAX_DURATION`](limits::MAX_DURATION) (refused otherwise, before anything is sent).
     pub fn push_batch(&self, jobs: &[NewJob], options: PushOptions) -> Result<Vec<Pushed>, Error> {
-        let PushOptions { priority, delay } = options;
+        let PushOptions {
+            priority,
+            delay,
+            group,
+            timeout,
+        } = options;
         limits::span("delay", delay)?;
+        if let Some(group) = group {
+            if timeout.is_some() {
+                return Err(redlease_core::error::InvalidArgument::Setting(
+                    "a grouped job takes no timeout of its own yet (set Queue::timeout)".into(),
+                )
+                .into());
+            }
+            return self.push_grouped(&group, jobs, priority, delay);
+        }
+        if self.keys.is_grouped() {
+            return Err(redlease_core::error::InvalidArgument::Setting(
+                "a job pushed through a queue's groups needs a group (PushOptions::group)".into(),
+            )
+            .into());
+        }
+        if let Some(timeout) = timeout {
+            let op = queue::push_with_timeout(
+                &self.keys,
+                jobs,
+                priority,
+                delay,
+                timeout,
+                self.deadline(),
+            )?;
+            return self.client.run(op);
+        }
         self.client.run(queue::push(
             &self.keys,
             jobs,
@@ -211,7 +270,7 @@ impl Queue {
         options: PushOptions,
     ) -> Result<String, Error> {
         let id = random_token(&self.client)?;
-        if options == PushOptions::new() {
+        if options == PushOptions::new() && !self.keys.is_grouped() {
             // A fresh random id is never a duplicate: the outcome says nothing more.
             let _queued: bool = self.client.run(queue::push_new(
                 &self.keys,
@@ -279,6 +338,23 @@ impl Queue {
     }
 
     fn take_inner(&self, wait: Option<Duration>) -> Result<Option<Job>, Error> {
+        let time = &self.client.shared().time;
+        let until = wait.map(|w| saturating_add(time.now(), w));
+        loop {
+            let left = until.map(|u| u.saturating_duration_since(time.now()));
+            match self.take_once(left)? {
+                // A schedule's occurrence runs once its next occurrence exists
+                // (schedule.rs); `None`: a missed one skipped, so take again.
+                Some(job) => match Queue::admit(job)? {
+                    Some(job) => return Ok(Some(job)),
+                    None => continue,
+                },
+                None => return Ok(None),
+            }
+        }
+    }
+
+    fn take_once(&self, wait: Option<Duration>) -> Result<Option<Job>, Error> {
         self.check()?;
         let (token, seed) = fresh_token(&self.client)?;
         let options = AcquireOptions {
@@ -289,7 +365,14 @@ impl Queue {
             min_replicas: None,
         };
         let now = self.client.shared().time.now();
-        let machine = TakeJob::new(&self.keys, token, &self.settings, &options, seed, now)?;
+        let machine = TakeJob::new(
+            &self.keys,
+            token,
+            &self.lease_settings(),
+            &options,
+            seed,
+            now,
+        )?;
         let span =
             crate::observe::acquire_span(&self.keys.name, redlease_core::lease::LeaseKind::Job);
         let taken = span.in_scope(|| self.client.run(machine));
@@ -317,12 +400,19 @@ impl Queue {
             payload,
             lease,
             attempt,
+            timeout,
             ..
         } = taken;
-        let policy = RenewalPolicy::for_ttl(self.settings.visibility);
-        let guard = LockGuard::from_lease(&self.client, lease, Some(policy));
+        let timeout = timeout.or(self.lifetime.timeout);
+        let signal = self.signal_for(&lease, timeout);
+        let policy = self.renewal_policy(timeout);
+        let guard = self.lease_for(
+            LockGuard::from_lease(&self.client, lease, Some(policy)),
+            timeout,
+        );
         crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
         Job {
+            signal,
             guard,
             queue: self,
             id,

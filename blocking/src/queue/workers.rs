@@ -70,19 +70,19 @@ impl Queue {
 }
 
 #[derive(Debug, Default)]
-struct WorkerCounters {
-    acked: AtomicU64,
-    nacked: AtomicU64,
-    refused: AtomicU64,
-    errors: AtomicU64,
-    panicked: AtomicU64,
+pub(super) struct WorkerCounters {
+    pub(super) acked: AtomicU64,
+    pub(super) nacked: AtomicU64,
+    pub(super) refused: AtomicU64,
+    pub(super) errors: AtomicU64,
+    pub(super) panicked: AtomicU64,
     /// The text of the last error counted in `errors`.
     last_error: std::sync::Mutex<Option<String>>,
 }
 
 impl WorkerCounters {
     /// Counts a failed take, ack or nack, keeping its text.
-    fn error(&self, e: &Error) {
+    pub(super) fn error(&self, e: &Error) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         // A poisoned lock only means another worker panicked while writing a string.
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
@@ -131,7 +131,9 @@ fn work_loop<E: HandlerError>(
         };
         pause = Duration::from_millis(10);
         // A panicking handler is a failed job (nacked with backoff), not a dead worker.
-        let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(&job)));
+        let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            super::cancel::run_handler(&job, || handler(&job))
+        }));
         let outcome = match handled {
             // While jobs are waiting, one round trip acks this one and hands over the next.
             Ok(Ok(())) if !stop.load(Ordering::Relaxed) => {
@@ -140,6 +142,10 @@ fn work_loop<E: HandlerError>(
                 ack.map(|()| &counters.acked)
             }
             Ok(Ok(())) => job.ack().map(|()| &counters.acked),
+            // Past its timeout: settled as the queue's `on_timeout` says (see cancel.rs).
+            Ok(Err(e)) if job.deadline().is_some_and(|d| time.now() >= d) => job
+                .timed_out_because(&e.message())
+                .map(|()| &counters.nacked),
             Ok(Err(e)) => job.fail(&e.message(), e.retry()).map(|()| &counters.nacked),
             Err(_) => {
                 counters.panicked.fetch_add(1, Ordering::Relaxed);
@@ -181,12 +187,12 @@ fn work_loop<E: HandlerError>(
 #[derive(Debug)]
 #[must_use = "dropping Workers stops the pool at once: keep it while the workers should run, and call .stop() to end them"]
 pub struct Workers {
-    stop: Arc<AtomicBool>,
-    counters: Arc<WorkerCounters>,
-    threads: Vec<JoinHandle<()>>,
+    pub(super) stop: Arc<AtomicBool>,
+    pub(super) counters: Arc<WorkerCounters>,
+    pub(super) threads: Vec<JoinHandle<()>>,
     /// The client's clock (a test clock's waits are woken to see the stop).
     #[cfg_attr(not(feature = "memory"), allow(dead_code))]
-    time: crate::backend::Time,
+    pub(super) time: crate::backend::Time,
 }
 
 /// What a worker pool did.
@@ -283,6 +289,16 @@ impl JobError {
         JobError {
             message: message.to_string(),
             retry: Retry::After(delay),
+        }
+    }
+
+    /// Rate limited ("429, try later"): a grouped job goes back to the head of its group
+    /// without counting a delivery (so it never dies of it), and its group waits `wait`
+    /// ([`Retry::RateLimited`]).
+    pub fn rate_limited(wait: Duration, message: impl std::fmt::Display) -> Self {
+        JobError {
+            message: message.to_string(),
+            retry: Retry::RateLimited(wait),
         }
     }
 

@@ -111,6 +111,8 @@ fn owner_outcome(name: &str, code: i64, lost_in_time: bool) -> Option<Result<(),
         1 => return Some(Ok(())),
         0 => LossReason::Expired,
         -1 => LossReason::Taken,
+        // A queue job's renewal: its delivery was cancelled (`queue::cancel`).
+        -3 => LossReason::Cancelled,
         _ => return None,
     };
     if lost_in_time {

@@ -190,18 +190,9 @@ pub static ALL: [&Script; 24] = [
 
 #[cfg(test)]
 mod tests {
+    /// Digests match their sources; each script includes exactly the prelude it calls.
     #[test]
-    fn script_digests_match_their_sources() {
-        for s in super::ALL {
-            let digest = sha1_smol::Sha1::from(s.source).digest().to_string();
-            assert_eq!(digest, s.sha1, "digest of {}", s.name);
-        }
-    }
-
-    #[test]
-    fn scripts_include_exactly_the_prelude_they_call() {
-        for s in super::ALL {
-            crate::script::tests::check_prelude(s);
-        }
+    fn scripts_match_their_digests_and_prelude() {
+        crate::script::tests::check_scripts(&super::ALL);
     }
 }

@@ -24,10 +24,18 @@
 //! as an ack followed by a take.
 
 mod ack_take;
+pub mod batch;
+pub mod cancel;
+pub mod dedup;
+pub mod groups;
+pub mod pause;
+pub mod schedule;
 pub mod scripts;
 mod take;
 
 pub use ack_take::{AckAndTake, AckedAndTaken, ack_and_take, ack_and_take_call};
+pub use cancel::push_with_timeout;
+pub use dedup::{Dedup, DedupOutcome, JobState, PushDedup, push_dedup};
 pub use take::{Take, TakeJob, TakenJob};
 
 use std::time::{Duration, Instant};
@@ -62,8 +70,29 @@ pub struct QueueKeys {
     undone: String,
     /// Why each dead job died (the handler's error), by id.
     reasons: String,
+    /// Cancelled deliveries (zset token -> until when their renewal answers "cancelled").
+    cancelled: String,
+    /// Why each cancelled delivery was cancelled (hash token -> message).
+    cancel_messages: String,
+    /// The channel of cancel messages (its `notify` argument: see `Keyspace::notify_arg`).
+    cancel_channel: String,
+    cancel_notify: String,
+    /// Deduplication ([`dedup`]): dedup id -> the job holding it; job -> its entry; the
+    /// throttle windows (zset dedup id -> until) and their jobs.
+    dedup: String,
+    dedup_of: String,
+    throttle: String,
+    throttled: String,
+    /// The pauses (hash: `*` the whole queue, `g:<group id>` one group -> the server ms of
+    /// the pause; `drain` -> the channel a drain waiter listens on): see [`pause`].
+    paused: String,
     channel: String,
     notify: String,
+    /// The channel a drain waiter ([`pause::Drain`]) listens on, and how scripts name it.
+    drained: String,
+    drained_notify: String,
+    /// The keys of the queue's groups, on the grouped keys ([`QueueKeys::grouped`]).
+    groups: Option<std::sync::Arc<groups::GroupKeys>>,
     /// The calls every job makes, with their keys bound once per queue (a clone shares
     /// them: each job adds only its arguments).
     calls: KeyedCalls,
@@ -127,7 +156,7 @@ impl Eq for TakeTemplate {}
 impl KeyedCalls {
     fn new(k: &QueueKeys) -> Self {
         // The ack's keys, for the plain call and the one bound per job.
-        let ack_keys: [&str; 8] = [
+        let ack_keys: [&str; 9] = [
             &k.inflight,
             &k.leases,
             &k.payloads,
@@ -136,6 +165,7 @@ impl KeyedCalls {
             &k.holders,
             &k.bases,
             &k.settled,
+            &k.paused,
         ];
         KeyedCalls {
             push: ScriptCall::new(&scripts::PUSH).keys(&[
@@ -158,6 +188,7 @@ impl KeyedCalls {
                 &k.holders,
                 &k.bases,
                 &k.undone,
+                &k.paused,
             ]),
             nack: ScriptCall::new(&scripts::NACK).keys(&[
                 &k.inflight,
@@ -172,6 +203,7 @@ impl KeyedCalls {
                 &k.bases,
                 &k.settled,
                 &k.reasons,
+                &k.paused,
             ]),
             ack: ScriptCall::new(&scripts::ACK).keys(&ack_keys),
             ack_take: ScriptCall::new(&scripts::ACK_TAKE).keys(&k.ack_take_keys()),
@@ -190,7 +222,11 @@ impl KeyedCalls {
                 .arg(SETTLED_KEEP.as_millis().to_string())
                 .compact(),
             job_name: format!("queue {} job ", k.name).into(),
-            extend: ScriptCall::new(&scripts::JOB_EXTEND).keys(&[&k.inflight, &k.leases]),
+            extend: ScriptCall::new(&scripts::JOB_EXTEND).keys(&[
+                &k.inflight,
+                &k.leases,
+                &k.cancelled,
+            ]),
             inspect: ScriptCall::new(&scripts::JOB_INSPECT).keys(&[&k.inflight, &k.leases]),
             untake: ScriptCall::new(&scripts::UNTAKE).keys(&[
                 &k.inflight,
@@ -223,8 +259,18 @@ impl KeyedCalls {
 impl QueueKeys {
     /// The keys of queue `name`: `<prefix>:{<name>}:q:<part>`.
     pub fn new(keyspace: &Keyspace, name: &str) -> Result<Self, Error> {
+        Self::with_parts(keyspace, name, "q:", None)
+    }
+
+    /// The keys of queue `name` under `<prefix>:{<name>}:<parts><part>`, with `groups`.
+    fn with_parts(
+        keyspace: &Keyspace,
+        name: &str,
+        parts: &str,
+        groups: Option<std::sync::Arc<groups::GroupKeys>>,
+    ) -> Result<Self, Error> {
         let stem = keyspace.stem(name)?;
-        let k = |part: &str| format!("{stem}:q:{part}");
+        let k = |part: &str| format!("{stem}:{parts}{part}");
         let mut keys = QueueKeys {
             name: name.to_owned(),
             ready: k("ready"),
@@ -241,8 +287,20 @@ impl QueueKeys {
             settled: k("settled"),
             undone: k("undone"),
             reasons: k("reasons"),
+            cancelled: k("cancelled"),
+            cancel_messages: k("cancel_messages"),
+            cancel_channel: k("cancel"),
+            cancel_notify: keyspace.notify_arg(&k("cancel")),
+            dedup: k("dedup"),
+            dedup_of: k("dedup_of"),
+            throttle: k("throttle"),
+            throttled: k("throttled"),
+            paused: format!("{stem}:q:paused"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
+            drained: k("drained"),
+            drained_notify: keyspace.notify_arg(&k("drained")),
+            groups,
             calls: KeyedCalls {
                 push: ScriptCall::new(&scripts::PUSH),
                 dequeue: ScriptCall::new(&scripts::DEQUEUE),
@@ -259,12 +317,50 @@ impl QueueKeys {
                 take: TakeTemplate::default(),
             },
         };
-        keys.calls = KeyedCalls::new(&keys);
+        let mut calls = KeyedCalls::new(&keys);
+        if let Some(g) = &keys.groups {
+            groups::rebind(&mut calls, &keys, g);
+        }
+        keys.calls = calls;
         Ok(keys)
     }
 
+    /// The keys of the take (and the batch take), in their scripts' order.
+    fn take_keys(&self) -> [&str; 13] {
+        [
+            &self.ready,
+            &self.delayed,
+            &self.payloads,
+            &self.priorities,
+            &self.seq,
+            &self.inflight,
+            &self.leases,
+            &self.deliveries,
+            &self.dead,
+            &self.holders,
+            &self.bases,
+            &self.undone,
+            &self.paused,
+        ]
+    }
+
+    /// The keys of the ack (and the ack of many), in their scripts' order.
+    fn ack_keys(&self) -> [&str; 9] {
+        [
+            &self.inflight,
+            &self.leases,
+            &self.payloads,
+            &self.priorities,
+            &self.deliveries,
+            &self.holders,
+            &self.bases,
+            &self.settled,
+            &self.paused,
+        ]
+    }
+
     /// The keys of the combined ack and take, in its script's order.
-    fn ack_take_keys(&self) -> [&str; 13] {
+    fn ack_take_keys(&self) -> [&str; 14] {
         [
             &self.ready,
             &self.delayed,
@@ -279,6 +375,7 @@ impl QueueKeys {
             &self.bases,
             &self.settled,
             &self.undone,
+            &self.paused,
         ]
     }
 
@@ -364,13 +461,24 @@ pub(crate) fn parse_attempt(text: &[u8], delivery: u64) -> Option<u64> {
     (1..=delivery).contains(&n).then_some(n)
 }
 
+/// A job's timeout as a take's reply carries it (ms, at least 1).
+pub(crate) fn parse_timeout(text: &[u8]) -> Option<Duration> {
+    let ms: u64 = std::str::from_utf8(text).ok()?.parse().ok()?;
+    (ms >= 1).then(|| Duration::from_millis(ms))
+}
+
 /// Whether `data` is what a take's grant of delivery `fence` carries: the job's id and
-/// payload, and after a requeue its attempt ([`parse_attempt`]).
+/// payload, and after a requeue (or for a job pushed with a timeout) its attempt
+/// ([`parse_attempt`]), then its timeout if it has one ([`parse_timeout`]).
 pub(crate) fn is_job_data(data: &[Vec<u8>], fence: i64) -> bool {
     match data {
         [_, _] => true,
         [_, _, attempt] => {
             u64::try_from(fence).is_ok_and(|fence| parse_attempt(attempt, fence).is_some())
+        }
+        [_, _, attempt, timeout] => {
+            u64::try_from(fence).is_ok_and(|fence| parse_attempt(attempt, fence).is_some())
+                && parse_timeout(timeout).is_some()
         }
         _ => false,
     }
@@ -462,6 +570,9 @@ pub enum Pushed {
     Queued(String),
     /// A job with this id is already queued, delayed, running or dead: nothing was written.
     Duplicate(String),
+    /// Its group holds its maximum of ready jobs ([`groups::GroupLimits::max_size`]):
+    /// nothing was written.
+    GroupFull(String),
 }
 
 /// The push of one batch of jobs, in one script call.
@@ -469,6 +580,9 @@ pub enum Pushed {
 pub struct Push {
     /// The ids pushed, in order (the script answers one flag per job).
     ids: Vec<String>,
+    /// A push into a group, whose script may answer `2` (the group is full); a plain push's
+    /// script never does.
+    grouped: bool,
 }
 
 impl OpKind for Push {
@@ -487,6 +601,7 @@ impl OpKind for Push {
             .map(|(flag, id)| match flag {
                 b'1' => Some(Pushed::Queued(id.clone())),
                 b'0' => Some(Pushed::Duplicate(id.clone())),
+                b'2' if self.grouped => Some(Pushed::GroupFull(id.clone())),
                 _ => None,
             })
             .collect::<Option<Vec<_>>>()?;
@@ -524,6 +639,7 @@ pub fn push(
     }
     let kind = Push {
         ids: jobs.iter().map(|j| j.id.clone()).collect(),
+        grouped: false,
     };
     Ok(ScriptOp::new(kind, call, keys.target(), None, deadline))
 }
@@ -663,12 +779,18 @@ fn nack_call(
 /// records the settled delivery for [`SETTLED_KEEP`], so a retry after a lost reply returns
 /// `Ok` only if this delivery's own ack removed the job.
 pub fn ack_call(keys: &QueueKeys, id: &str, token: &str) -> ScriptCall {
-    keys.calls
+    let call = keys
+        .calls
         .ack
         .clone()
         .arg(id)
         .arg(token)
-        .arg(SETTLED_KEEP.as_millis().to_string())
+        .arg(SETTLED_KEEP.as_millis().to_string());
+    match keys.groups {
+        // A grouped job's ack wakes the takers its freed slot may let in.
+        Some(_) => call.arg(&keys.notify),
+        None => call,
+    }
 }
 
 /// [`ack_call`] for the lease `token` of a taken job: the same call, built without copying
@@ -905,6 +1027,8 @@ pub fn delete_dead(
             &keys.deliveries,
             &keys.bases,
             &keys.reasons,
+            &keys.dedup,
+            &keys.dedup_of,
         ])
         .arg(id.unwrap_or(""))
         .arg(if id.is_none() { "all" } else { "one" });

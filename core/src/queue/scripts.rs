@@ -24,7 +24,11 @@ pub static DEQUEUE: Script = script!(
 );
 
 /// `lua/ack.lua`
-pub static ACK: Script = script!("queue_ack", [NOW_MS, REMEMBER], include_str!("lua/ack.lua"));
+pub static ACK: Script = script!(
+    "queue_ack",
+    [NOW_MS, REMEMBER, NOTIFY, DEDUP],
+    include_str!("lua/ack.lua")
+);
 
 /// `lua/nack.lua`
 pub static NACK: Script = script!(
@@ -68,17 +72,59 @@ pub static UNTAKE: Script = script!(
 );
 
 /// `lua/forget.lua`
-pub static FORGET: Script = script!("queue_forget", [], include_str!("lua/forget.lua"));
+pub static FORGET: Script = script!("queue_forget", [DEDUP], include_str!("lua/forget.lua"));
 
 /// `lua/ack_take.lua`
 pub static ACK_TAKE: Script = script!(
     "queue_ack_take",
-    [NOW_MS, READY, RECLAIM],
+    [NOW_MS, READY, NOTIFY, RECLAIM, DEDUP],
     include_str!("lua/ack_take.lua")
 );
 
+/// `lua/pause.lua`
+pub static PAUSE: Script = script!(
+    "queue_pause",
+    [NOW_MS, NOTIFY],
+    include_str!("lua/pause.lua")
+);
+
+/// `lua/take_batch.lua`
+pub static TAKE_BATCH: Script = script!(
+    "queue_take_batch",
+    [NOW_MS, READY, RECLAIM],
+    include_str!("lua/take_batch.lua")
+);
+
+/// `lua/ack_many.lua`
+pub static ACK_MANY: Script = script!(
+    "queue_ack_many",
+    [NOW_MS, NOTIFY, DEDUP],
+    include_str!("lua/ack_many.lua")
+);
+
+/// `lua/cancel.lua`
+pub static CANCEL: Script = script!(
+    "queue_cancel",
+    [NOW_MS, REMEMBER, NOTIFY, DEDUP],
+    include_str!("lua/cancel.lua")
+);
+
+/// `lua/cancel_message.lua`
+pub static CANCEL_MESSAGE: Script = script!(
+    "queue_cancel_message",
+    [NOW_MS],
+    include_str!("lua/cancel_message.lua")
+);
+
+/// `lua/push_dedup.lua`
+pub static PUSH_DEDUP: Script = script!(
+    "queue_push_dedup",
+    [NOW_MS_UP, READY, NOTIFY],
+    include_str!("lua/push_dedup.lua")
+);
+
 /// Every queue script.
-pub static ALL: [&Script; 12] = [
+pub static ALL: [&Script; 18] = [
     &PUSH,
     &DEQUEUE,
     &ACK,
@@ -91,22 +137,19 @@ pub static ALL: [&Script; 12] = [
     &UNTAKE,
     &FORGET,
     &ACK_TAKE,
+    &CANCEL,
+    &CANCEL_MESSAGE,
+    &PUSH_DEDUP,
+    &PAUSE,
+    &TAKE_BATCH,
+    &ACK_MANY,
 ];
 
 #[cfg(test)]
 mod tests {
+    /// Digests match their sources; each script includes exactly the prelude it calls.
     #[test]
-    fn script_digests_match_their_sources() {
-        for s in super::ALL {
-            let digest = sha1_smol::Sha1::from(s.source).digest().to_string();
-            assert_eq!(digest, s.sha1, "digest of {}", s.name);
-        }
-    }
-
-    #[test]
-    fn scripts_include_exactly_the_prelude_they_call() {
-        for s in super::ALL {
-            crate::script::tests::check_prelude(s);
-        }
+    fn scripts_match_their_digests_and_prelude() {
+        crate::script::tests::check_scripts(&super::ALL);
     }
 }

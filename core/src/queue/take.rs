@@ -54,6 +54,9 @@ pub struct TakenJob {
     /// [`delivery`](Self::delivery) until the job is requeued; after a requeue it starts
     /// again at 1 while the delivery number keeps increasing.
     pub attempt: u64,
+    /// The job's own timeout, if it was pushed with one (see [`push_with_timeout`](super::push_with_timeout)),
+    /// for the taker to apply from the take.
+    pub timeout: Option<Duration>,
     /// The lease (the visibility timeout): its fence is [`delivery`](Self::delivery), its
     /// token proves the delivery; renew it like a lock's. Its `data` is left empty (the id
     /// and payload are the fields above).
@@ -65,9 +68,13 @@ impl TakenJob {
     /// data) and its delivery (the lease's fence).
     pub(crate) fn from_lease(mut lease: Lease) -> Result<Self, Error> {
         let mut data = std::mem::take(&mut lease.data).into_iter();
-        let (Some(id), Some(payload), attempt, None) =
-            (data.next(), data.next(), data.next(), data.next())
-        else {
+        let (Some(id), Some(payload), attempt, timeout, None) = (
+            data.next(),
+            data.next(),
+            data.next(),
+            data.next(),
+            data.next(),
+        ) else {
             return Err(unexpected("no job id and payload"));
         };
         let id = String::from_utf8(id).map_err(|_| unexpected("a job id that is not UTF-8"))?;
@@ -76,11 +83,19 @@ impl TakenJob {
             Some(text) => super::parse_attempt(&text, lease.fence)
                 .ok_or_else(|| unexpected("a job attempt that is not a number"))?,
         };
+        let timeout = match timeout {
+            None => None,
+            Some(text) => Some(
+                super::parse_timeout(&text)
+                    .ok_or_else(|| unexpected("a job timeout that is not a number"))?,
+            ),
+        };
         Ok(TakenJob {
             id,
             payload,
             delivery: lease.fence,
             attempt,
+            timeout,
             lease,
         })
     }

@@ -27,7 +27,9 @@ const BASES: &str = "redlease:{jobs}:q:bases";
 const SETTLED: &str = "redlease:{jobs}:q:settled";
 const UNDONE: &str = "redlease:{jobs}:q:undone";
 const REASONS: &str = "redlease:{jobs}:q:reasons";
+const CANCELLED: &str = "redlease:{jobs}:q:cancelled";
 const CHANNEL: &str = "redlease:{jobs}:q:pushed";
+const PAUSED: &str = "redlease:{jobs}:q:paused";
 
 fn keys() -> QueueKeys {
     QueueKeys::new(&Keyspace::default(), "jobs").unwrap()
@@ -401,12 +403,14 @@ fn a_queues_takes_share_one_spec_bound_to_each_token_and_job() {
         *calls.release(),
         nack(&keys, "job-1", t, Duration::ZERO, settings().max_deliveries)
     );
-    for call in [&calls.extend(), &calls.inspect()] {
-        assert_eq!(
-            call_args(call)[2..],
-            strs(&["2", INFLIGHT, LEASES, "job-1", t])
-        );
-    }
+    assert_eq!(
+        call_args(&calls.extend())[2..],
+        strs(&["3", INFLIGHT, LEASES, CANCELLED, "job-1", t])
+    );
+    assert_eq!(
+        call_args(&calls.inspect())[2..],
+        strs(&["2", INFLIGHT, LEASES, "job-1", t])
+    );
 }
 
 #[test]
@@ -419,7 +423,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
         strs(&[
             "EVALSHA",
             DEQUEUE.sha1,
-            "12",
+            "13",
             READY,
             DELAYED,
             PAYLOADS,
@@ -432,6 +436,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
             HOLDERS,
             BASES,
             UNDONE,
+            PAUSED,
             &tok(),
             "1500",
             "4",
@@ -466,8 +471,8 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     assert_eq!(
         call_args(lease.calls.release()),
         strs(&[
-            "EVALSHA", NACK.sha1, "12", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
-            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, "job-1", &t, "0", "4",
+            "EVALSHA", NACK.sha1, "13", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, PAUSED, "job-1", &t, "0", "4",
             CHANNEL, "60000", "",
         ])
     );
@@ -480,9 +485,10 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
         strs(&[
             "EVALSHA",
             JOB_EXTEND.sha1,
-            "2",
+            "3",
             INFLIGHT,
             LEASES,
+            CANCELLED,
             "job-1",
             &t
         ])
@@ -505,12 +511,16 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     let op = ScriptOp::extend(&lease, Duration::from_millis(900), deadline(now)).unwrap();
     let mut e = Scenario::new(op, now);
     let r = e.answer(Reply::Int(1));
-    assert_eq!(args(&r)[5..], strs(&["job-1", &t, "900"]));
+    assert_eq!(args(&r)[6..], strs(&["job-1", &t, "900"]));
     assert_eq!(
         e.expect_done(),
         Ok(now + Duration::from_millis(900 - 9 - 2))
     );
-    for (code, reason) in [(0, LossReason::Expired), (-1, LossReason::Taken)] {
+    for (code, reason) in [
+        (0, LossReason::Expired),
+        (-1, LossReason::Taken),
+        (-3, LossReason::Cancelled),
+    ] {
         let op = ScriptOp::extend(&lease, Duration::from_millis(900), deadline(now)).unwrap();
         let mut e = Scenario::new(op, now);
         e.answer(Reply::Int(code));
@@ -551,7 +561,7 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     let r = rel.answer(Reply::Int(1));
     assert_eq!(args(&r)[1], NACK.sha1);
     assert_eq!(
-        args(&r)[15..],
+        args(&r)[16..],
         strs(&["job-1", &t, "0", "4", CHANNEL, "60000", ""])
     );
     assert_eq!(rel.expect_done(), Ok(()));
@@ -567,8 +577,8 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
     assert_eq!(
         call_args(&ack),
         strs(&[
-            "EVALSHA", ACK.sha1, "8", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
-            BASES, SETTLED, "j", &t, "60000",
+            "EVALSHA", ACK.sha1, "9", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
+            BASES, SETTLED, PAUSED, "j", &t, "60000",
         ])
     );
     // Bound from the queue's template: the same call.
@@ -581,9 +591,9 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
     assert_eq!(
         call_args(&retry),
         strs(&[
-            "EVALSHA", NACK.sha1, "12", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
-            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, "j", &t, "2500", "4", CHANNEL,
-            "60000", "",
+            "EVALSHA", NACK.sha1, "13", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, PAUSED, "j", &t, "2500", "4",
+            CHANNEL, "60000", "",
         ])
     );
     let now = s.now;
@@ -626,7 +636,7 @@ fn a_nack_says_whether_the_job_went_to_the_dead_list_and_keeps_the_reason() {
     let t = tok();
     let call = nack_because(&keys(), "j", &t, Duration::ZERO, 0, "bad payload: not JSON");
     assert_eq!(
-        call_args(&call)[15..],
+        call_args(&call)[16..],
         strs(&["j", &t, "0", "0", CHANNEL, "60000", "bad payload: not JSON"])
     );
     let now = s.now;
@@ -1148,7 +1158,7 @@ fn settings_are_validated_before_anything_is_sent() {
         max_deliveries: 1,
     };
     let spec = take(&keys(), token(), &s).unwrap();
-    assert_eq!(call_args(&spec.acquire)[16..], strs(&["10", "1"]));
+    assert_eq!(call_args(&spec.acquire)[17..], strs(&["10", "1"]));
 }
 
 #[test]
@@ -1325,8 +1335,8 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
     let mut ack = Scenario::new(job.ack(&keys(), deadline(now)), now);
     let r = ack.answer(Reply::Int(1));
     let a = args(&r);
-    assert_eq!(a[..3], strs(&["EVALSHA", ACK.sha1, "8"]));
-    assert_eq!(a[11..13], strs(&["job-9", &tok()]));
+    assert_eq!(a[..3], strs(&["EVALSHA", ACK.sha1, "9"]));
+    assert_eq!(a[12..14], strs(&["job-9", &tok()]));
     assert_eq!(ack.expect_done(), Ok(()));
 
     let mut nack = Scenario::new(
@@ -1336,7 +1346,7 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
     let r = nack.answer(Reply::Int(2));
     let a = args(&r);
     assert_eq!(a[..2], strs(&["EVALSHA", NACK.sha1]));
-    assert_eq!(a[15..19], strs(&["job-9", &tok(), "2000", "4"]));
+    assert_eq!(a[16..20], strs(&["job-9", &tok(), "2000", "4"]));
     assert_eq!(a.last().map(String::as_str), Some("boom"));
     assert_eq!(nack.expect_done(), Ok(Nacked::Dead));
 
@@ -1345,7 +1355,7 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
     let r = back.answer(Reply::Int(1));
     let a = args(&r);
     assert_eq!(a[..2], strs(&["EVALSHA", NACK.sha1]));
-    assert_eq!(a[15..18], strs(&["job-9", &tok(), "0"]));
+    assert_eq!(a[16..19], strs(&["job-9", &tok(), "0"]));
     assert_eq!(back.expect_done(), Ok(()));
 
     let mut extend = Scenario::new(
@@ -1358,9 +1368,10 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
         strs(&[
             "EVALSHA",
             JOB_EXTEND.sha1,
-            "2",
+            "3",
             INFLIGHT,
             LEASES,
+            CANCELLED,
             "job-9",
             &tok(),
             "3000"
@@ -1424,16 +1435,16 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
     let sent_at = s.now;
     let r = s.answer(acked_and(1, handed(2, b"next-1", b"np")));
     let a = args(&r);
-    assert_eq!(a[..3], strs(&["EVALSHA", ACK_TAKE.sha1, "13"]));
+    assert_eq!(a[..3], strs(&["EVALSHA", ACK_TAKE.sha1, "14"]));
     assert_eq!(
-        a[3..16],
+        a[3..17],
         strs(&[
             READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, INFLIGHT, LEASES, DELIVERIES, DEAD_LIST,
-            HOLDERS, BASES, SETTLED, UNDONE
+            HOLDERS, BASES, SETTLED, UNDONE, PAUSED
         ])
     );
     assert_eq!(
-        a[16..],
+        a[17..],
         strs(&["done-1", &tok(), "60000", &next_tok(), "1500", "4"])
     );
     let out = s.expect_done().unwrap();
@@ -1456,16 +1467,16 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
     assert_eq!(next.lease.name(), "queue jobs job next-1");
     let mut ack = Scenario::new(next.ack(&keys(), deadline(s.now)), s.now);
     let r = ack.answer(Reply::Int(1));
-    assert_eq!(args(&r)[11..13], strs(&["next-1", &next_tok()]));
+    assert_eq!(args(&r)[12..14], strs(&["next-1", &next_tok()]));
     // Its give-back and extension name the job and the next token, as a take's would.
     let mut back = Scenario::new(next.give_back(deadline(s.now)), s.now);
     let r = back.answer(Reply::Int(1));
-    assert_eq!(args(&r)[15..18], strs(&["next-1", &next_tok(), "0"]));
+    assert_eq!(args(&r)[16..19], strs(&["next-1", &next_tok(), "0"]));
     let extend = next
         .extend(Duration::from_secs(3), deadline(s.now))
         .unwrap();
     let r = Scenario::new(extend, s.now).answer(Reply::Int(1));
-    assert_eq!(args(&r)[5..], strs(&["next-1", &next_tok(), "3000"]));
+    assert_eq!(args(&r)[6..], strs(&["next-1", &next_tok(), "3000"]));
     assert_eq!(s.sent.len(), 1);
     assert_eq!(s.expect_done(), Err(Error::Finished));
 }
@@ -1598,13 +1609,26 @@ fn a_reply_not_understood_gives_back_what_the_next_token_may_hold() {
         acked_and(1, handed(1, b"\xff", b"")),
         // The shape of the script before it dropped the "taken" flag.
         acked_and(1, vec![Reply::Int(1), Reply::Int(1), bulk(b"n"), bulk(b"")]),
-        // An attempt that is not 1 to the delivery number, or not a string; two of them.
+        // An attempt that is not 1 to the delivery number, or not a string; a timeout of
+        // 0 ms or not a number after it; three of them.
         acked_and(1, [handed(2, b"n", b""), vec![bulk(b"3")]].concat()),
         acked_and(1, [handed(2, b"n", b""), vec![bulk(b"0")]].concat()),
         acked_and(1, [handed(2, b"n", b""), vec![Reply::Int(1)]].concat()),
         acked_and(
             1,
-            [handed(2, b"n", b""), vec![bulk(b"1"), bulk(b"1")]].concat(),
+            [handed(2, b"n", b""), vec![bulk(b"1"), bulk(b"0")]].concat(),
+        ),
+        acked_and(
+            1,
+            [handed(2, b"n", b""), vec![bulk(b"1"), bulk(b"x")]].concat(),
+        ),
+        acked_and(
+            1,
+            [
+                handed(2, b"n", b""),
+                vec![bulk(b"1"), bulk(b"5"), bulk(b"5")],
+            ]
+            .concat(),
         ),
     ] {
         let (_, mut s) = acking_and_taking();
@@ -1656,7 +1680,7 @@ fn ack_and_take_binds_tokens_of_any_length_and_the_settings_of_each_call() {
         let mut s = Scenario::new(op, now);
         let r = s.answer(acked_and(1, handed(1, b"n", b"")));
         assert_eq!(
-            args(&r)[16..],
+            args(&r)[17..],
             strs(&["done-1", "short", "60000", &next_tok(), vis, max])
         );
         let out = s.expect_done().unwrap();
@@ -1740,10 +1764,10 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     let plain = taken_job(&mut s);
     assert!(!plain.lease.unanswered);
     let ack = args(&Scenario::new(plain.ack(&keys(), d), now).answer(Reply::Int(1)));
-    assert_eq!(ack[2], "8", "the plain ack: {ack:?}");
+    assert_eq!(ack[2], "9", "the plain ack: {ack:?}");
     let nack = plain.nack(&keys(), Duration::ZERO, 4, "", d);
     let nack = args(&Scenario::new(nack, now).answer(Reply::Int(1)));
-    assert_eq!(nack[2], "12", "the plain nack: {nack:?}");
+    assert_eq!(nack[2], "13", "the plain nack: {nack:?}");
     // The first reply lost.
     let mut s = take_job(None);
     s.fail(TransportFailure::no_reply("timed out"));
@@ -1752,22 +1776,22 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     assert!(job.lease.unanswered);
     let ack = args(&Scenario::new(job.ack(&keys(), d), now).answer(Reply::Int(1)));
     assert_eq!(ack[1], ACK.sha1);
-    assert_eq!(ack[2], "9", "{ack:?}");
-    assert_eq!(ack[11], UNDONE);
-    assert_eq!(ack[12..], strs(&["j", &tok(), "60000", &keep]));
+    assert_eq!(ack[2], "10", "{ack:?}");
+    assert_eq!(ack[12], UNDONE);
+    assert_eq!(ack[13..], strs(&["j", &tok(), "60000", &keep]));
     let nack = job.nack(&keys(), Duration::from_micros(1500), 4, "why", d);
     let nack = args(&Scenario::new(nack, now).answer(Reply::Int(1)));
     assert_eq!(nack[1], NACK.sha1);
-    assert_eq!(nack[2], "13", "{nack:?}");
-    assert_eq!(nack[15], UNDONE);
+    assert_eq!(nack[2], "14", "{nack:?}");
+    assert_eq!(nack[16], UNDONE);
     // The backoff rounded up (1.5 ms: 2), the reason, then how long to remember.
     assert_eq!(
-        nack[16..],
+        nack[17..],
         strs(&["j", &tok(), "2", "4", CHANNEL, "60000", "why", &keep])
     );
     let give_back = args(&Scenario::new(job.give_back(d), now).answer(Reply::Int(1)));
     assert_eq!(give_back[1], NACK.sha1);
-    assert_eq!(give_back[15], UNDONE);
+    assert_eq!(give_back[16], UNDONE);
     assert_eq!(give_back.last(), Some(&keep));
     // Its ack and take: the acked token remembered too (the seventh argument).
     let op = job
@@ -1807,11 +1831,11 @@ fn a_job_handed_over_after_a_lost_reply_records_its_token_when_settled() {
     assert!(next.lease.unanswered);
     let now = s.now;
     let give_back = args(&Scenario::new(next.give_back(deadline(now)), now).answer(Reply::Int(1)));
-    assert_eq!(give_back[15], UNDONE, "{give_back:?}");
+    assert_eq!(give_back[16], UNDONE, "{give_back:?}");
     assert_eq!(give_back.last(), Some(&keep));
     let ack = args(&Scenario::new(next.ack(&keys(), deadline(now)), now).answer(Reply::Int(1)));
-    assert_eq!(ack[11], UNDONE);
-    assert_eq!(ack[12..14], strs(&["next-1", &next_tok()]));
+    assert_eq!(ack[12], UNDONE);
+    assert_eq!(ack[13..15], strs(&["next-1", &next_tok()]));
     // Answered at once: a plain lease.
     let (_, mut s) = acking_and_taking();
     s.answer(acked_and(1, handed(1, b"next-1", b"np")));
@@ -1820,5 +1844,49 @@ fn a_job_handed_over_after_a_lost_reply_records_its_token_when_settled() {
     };
     assert!(!next.lease.unanswered);
     let give_back = args(&Scenario::new(next.give_back(deadline(now)), now).answer(Reply::Int(1)));
-    assert_eq!(give_back[2], "12");
+    assert_eq!(give_back[2], "13");
+}
+
+#[test]
+fn a_job_pushed_with_a_timeout_is_handed_over_with_it() {
+    let (_, mut s) = acking_and_taking();
+    s.answer(acked_and(
+        1,
+        [handed(2, b"n", b""), vec![bulk(b"2"), bulk(b"250")]].concat(),
+    ));
+    match s.expect_done() {
+        Ok(AckedAndTaken {
+            next: Take::Taken(job),
+            ..
+        }) => {
+            assert_eq!(job.timeout, Some(Duration::from_millis(250)));
+            assert_eq!(job.attempt, 2);
+        }
+        other => panic!("{other:?}"),
+    }
+    let keys = keys();
+    let jobs = [NewJob {
+        id: "a".into(),
+        payload: b"p".to_vec(),
+    }];
+    let at = deadline(origin());
+    let op = crate::queue::push_with_timeout(
+        &keys,
+        &jobs,
+        0,
+        Duration::ZERO,
+        Duration::from_micros(1500),
+        at,
+    )
+    .unwrap();
+    let mut p = Scenario::new(op, origin());
+    let r = p.answer(bulk(b"1"));
+    assert_eq!(
+        args(&r)[2..10],
+        strs(&["6", READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, BASES, "0:2"])
+    );
+    assert!(
+        crate::queue::push_with_timeout(&keys, &jobs, 0, Duration::ZERO, Duration::ZERO, at)
+            .is_err()
+    );
 }

@@ -3,14 +3,16 @@
 -- token), 8 deliveries (hash id -> count), 9 dead (list), 10 holders (hash token -> id),
 -- 11 bases (hash id -> deliveries when last requeued from the dead list), 12 undone takes
 -- (zset token -> until ms: a take given back after its reply was lost takes nothing if it
--- arrives late).
+-- arrives late), 13 pauses (hash; field '*': the queue is paused, see pause.lua).
 -- ARGV: 1 lease token, 2 visibility timeout ms, 3 max deliveries.
 -- A retry after a lost reply (same token) gets the job it was leased, not another one, its
 -- lease renewed to the visibility timeout from now.
 -- First moves due delayed jobs and jobs whose lease ran out back to ready (or, after max
 -- deliveries, to the dead list). Returns {1, delivery number, id, payload} (and, for a job
 -- requeued from the dead list, its attempt since then as a fifth element) or
--- {0, ms until a delayed job is due or a lease runs out, or -2}.
+-- {0, ms until a delayed job is due or a lease runs out, or -2}. While the queue is paused,
+-- due and expired jobs are still made ready but nothing is leased: {0, -2} (the taker
+-- sleeps until resume wakes it).
 -- Every key is read before any is written (a wrong type fails before any write): by the
 -- reads the work needs where there are some, by a type-checking read otherwise; only the
 -- deliveries, when the lease is the first write (nothing reclaimed), are checked by that
@@ -31,12 +33,13 @@ if expiry and expiry > now then
   -- What the reply needs is read before that write.
   local n = tonumber(redis.call('HGET', KEYS[8], mine)) or 1
   local payload = redis.call('HGET', KEYS[3], mine) or ''
-  local base = base_of(mine)
+  local base, timeout = base_of(mine)
   if expiry < now + tonumber(ARGV[2]) then
     redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), mine)
   end
-  return handed(1, n, mine, payload, base)
+  return handed(1, n, mine, payload, base, timeout)
 end
+local paused = redis.call('HEXISTS', KEYS[13], '*') == 1
 local due, expired = overdue(now)
 local top = redis.call('ZRANGE', KEYS[1], 0, 0)
 local reclaiming = #due > 0 or #expired > 0
@@ -54,14 +57,17 @@ if reclaiming then
   reclaim(due, expired, tonumber(ARGV[3]))
   top = redis.call('ZRANGE', KEYS[1], 0, 0)
 end
+if paused then
+  return {0, -2}
+end
 if top[1] then
   local id = top[1]
   local payload = redis.call('HGET', KEYS[3], id)
   if not reclaiming then
     redis.call('HLEN', KEYS[7])
   end
-  local base = base_of(id)
+  local base, timeout = base_of(id)
   local n = lease_next(id, token, now, tonumber(ARGV[2]))
-  return handed(1, n, id, payload or '', base)
+  return handed(1, n, id, payload or '', base, timeout)
 end
 return {0, next_wait(now)}

@@ -1,6 +1,7 @@
 -- Push jobs. KEYS: 1 ready (zset id -> score), 2 delayed (zset id -> due ms), 3 payloads
 -- (hash id -> payload), 4 priorities (hash id -> priority), 5 sequence counter.
 -- ARGV: 1 delay ms (rounded up by the caller), 2 priority (0..255, higher first), 3 channel, then pairs of (id, payload).
+-- Optionally KEYS[6] bases, for jobs pushed with a timeout (see below).
 -- Returns a string of one character per job, in order: '1' pushed, '0' duplicate (the
 -- caller knows the ids; one string is cheaper to read than a list). A job id that is
 -- queued, delayed, running or dead is a duplicate: nothing is written for it.
@@ -11,6 +12,13 @@
 -- it is needed: for a delay, or when delayed jobs wait. The priority of a job is stored
 -- only when it is not the default 0 (a missing one reads as 0).
 local delay, priority = tonumber(ARGV[1]), tonumber(ARGV[2])
+-- A push with a timeout (KEYS[6], the bases: hash id -> deliveries when last requeued, and
+-- ':' and the job's timeout in ms): ARGV[1] is 'delay:timeout'.
+local timeout = KEYS[6] and string.match(ARGV[1], ':(%d+)$')
+if timeout then
+  delay = tonumber(string.match(ARGV[1], '^(%d+)'))
+  redis.call('HLEN', KEYS[6])
+end
 local now, up, due = 0, 0, {}
 if delay > 0 or redis.call('ZCARD', KEYS[2]) > 0 then
   -- A delayed job is due at the clock rounded up plus its delay (never early); jobs due by
@@ -46,6 +54,9 @@ for i = 4, #ARGV, 2 do
   else
     if priority > 0 then
       redis.call('HSET', KEYS[4], id, priority)
+    end
+    if timeout then
+      redis.call('HSET', KEYS[6], id, '0:' .. timeout)
     end
     if delay > 0 then
       redis.call('ZADD', KEYS[2], up + delay, id)

@@ -1,6 +1,22 @@
 -- The take scripts' reclaiming (dequeue.lua, ack_take.lua), on their KEYS: 1 ready,
 -- 2 delayed, 3 payloads, 4 priorities, 5 sequence counter, 6 in flight, 7 leases,
 -- 8 deliveries, 9 dead, 10 holders, 11 bases.
+-- base_of(id): the job's deliveries when it was last requeued from the dead list (0:
+-- never), and its timeout in ms (a string; nil: none), kept as 'base:timeout' when it has one;
+-- v: the stored value if the caller read it already (false: none), nil to read it here.
+local function base_of(id, v)
+  if v == nil then
+    v = redis.call('HGET', KEYS[11], id)
+  end
+  if not v then
+    return 0
+  end
+  local base, timeout = string.match(v, '^(%d+):(%d+)$')
+  if base then
+    return tonumber(base), timeout
+  end
+  return tonumber(v) or 0
+end
 -- overdue(now): the delayed jobs due and the jobs whose lease ran out (at most 1,000 of
 -- each), as two lists.
 local function overdue(now)
@@ -29,7 +45,7 @@ local function reclaim(due, expired, max)
     end
     redis.call('HDEL', KEYS[7], id)
     local n = tonumber(redis.call('HGET', KEYS[8], id)) or 0
-    if n - (tonumber(redis.call('HGET', KEYS[11], id)) or 0) >= max then
+    if n - base_of(id) >= max then
       redis.call('RPUSH', KEYS[9], id)
     else
       make_ready(id)
@@ -47,14 +63,14 @@ local function lease_next(id, token, now, visibility)
   redis.call('HSET', KEYS[10], token, id)
   return n
 end
--- base_of(id): the job's deliveries when it was last requeued from the dead list (0: never).
-local function base_of(id)
-  return tonumber(redis.call('HGET', KEYS[11], id)) or 0
-end
--- handed(first, n, id, payload, base): the reply for a job handed out as delivery n:
--- {first, n, id, payload}, and, for a job requeued from the dead list (base > 0), its
--- attempt since the requeue (n - base, as a string) after them.
-local function handed(first, n, id, payload, base)
+-- handed(first, n, id, payload, base, timeout): the reply for a job handed out as delivery
+-- n: {first, n, id, payload}, and, for a job requeued from the dead list (base > 0) or
+-- pushed with a timeout, its attempt since the requeue (n - base, as a string) after them,
+-- then its timeout (ms, as a string) if it has one.
+local function handed(first, n, id, payload, base, timeout)
+  if timeout then
+    return {first, n, id, payload, tostring(n - base), timeout}
+  end
   if base > 0 then
     return {first, n, id, payload, tostring(n - base)}
   end

@@ -19,7 +19,10 @@ if redis.call('LREM', KEYS[1], 0, ARGV[1]) == 0 then
   return 0
 end
 redis.call('HDEL', KEYS[7], ARGV[1])
-redis.call('HSET', KEYS[6], ARGV[1], tonumber(redis.call('HGET', KEYS[5], ARGV[1])) or 0)
+-- The base is the deliveries now; a job's timeout ('base:timeout') is kept.
+local timeout = string.match(redis.call('HGET', KEYS[6], ARGV[1]) or '', ':(%d+)$')
+local base = tonumber(redis.call('HGET', KEYS[5], ARGV[1])) or 0
+redis.call('HSET', KEYS[6], ARGV[1], timeout and (base .. ':' .. timeout) or base)
 local priority = tonumber(redis.call('HGET', KEYS[3], ARGV[1])) or 0
 redis.call('ZADD', KEYS[2], ready_score(priority, KEYS[4]), ARGV[1])
 notify(ARGV[2], '1')

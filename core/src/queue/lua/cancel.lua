@@ -1,0 +1,72 @@
+-- Cancel a job, wherever it waits or runs. KEYS: 1 ready, 2 delayed, 3 payloads,
+-- 4 priorities, 5 in flight, 6 leases, 7 holders, 8 deliveries, 9 bases, 10 dead,
+-- 11 reasons, 12 cancelled (zset token -> until when the holder's renewal answers
+-- "cancelled", ms), 13 cancel messages (hash token -> the message).
+-- ARGV: 1 id, 2 message, 3 'dead' (the job goes to the dead list, its reason the message)
+-- or 'remove' (forgotten), 4 the channel of cancel messages, 5 how long past the job's
+-- lease the mark is kept (ms).
+-- Returns 1 a waiting or delayed job cancelled, 2 a job in flight cancelled (its lease
+-- ended, its holder told by a message on the channel, the payload its token, and at its next
+-- renewal), 0 no such job waiting, delayed or in flight (done, dead or never pushed).
+-- Every key is read before any is written (a wrong type fails before any write).
+local id, message = ARGV[1], ARGV[2]
+local in_ready = redis.call('ZSCORE', KEYS[1], id)
+local in_delayed = redis.call('ZSCORE', KEYS[2], id)
+redis.call('HLEN', KEYS[3])
+redis.call('HLEN', KEYS[4])
+local expiry = redis.call('ZSCORE', KEYS[5], id)
+local token = redis.call('HGET', KEYS[6], id)
+redis.call('HLEN', KEYS[7])
+redis.call('HLEN', KEYS[8])
+redis.call('HLEN', KEYS[9])
+redis.call('LLEN', KEYS[10])
+redis.call('HLEN', KEYS[11])
+redis.call('ZCARD', KEYS[12])
+redis.call('HLEN', KEYS[13])
+local outcome
+if in_ready or in_delayed then
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('ZREM', KEYS[2], id)
+  outcome = 1
+elseif expiry or token then
+  local now = now_ms()
+  redis.call('ZREM', KEYS[5], id)
+  redis.call('HDEL', KEYS[6], id)
+  if token then
+    redis.call('HDEL', KEYS[7], token)
+    -- Marks of cancels whose time has passed are dropped with their messages.
+    for _, old in ipairs(redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', now)) do
+      redis.call('HDEL', KEYS[13], old)
+    end
+    local left = math.max((tonumber(expiry) or now) - now, 0)
+    local keep = left + tonumber(ARGV[5])
+    remember(KEYS[12], token, now, keep)
+    redis.call('HSET', KEYS[13], token, message)
+    if redis.call('PTTL', KEYS[13]) < keep then
+      redis.call('PEXPIRE', KEYS[13], keep)
+    end
+  end
+  outcome = 2
+else
+  return 0
+end
+if ARGV[3] == 'dead' then
+  redis.call('RPUSH', KEYS[10], id)
+  redis.call('HSET', KEYS[11], id, 'cancelled: ' .. message)
+else
+  if string.byte(id, 1) == 126 then
+    -- A job pushed with a dedup id: its entry goes with it, as the ack's does (a dead job
+    -- keeps its entry, as every dead job does).
+    local stem = string.match(KEYS[1], '^(.*:q:)')
+    dedup_clear(stem .. 'dedup', stem .. 'dedup_of', id)
+  end
+  redis.call('HDEL', KEYS[3], id)
+  redis.call('HDEL', KEYS[4], id)
+  redis.call('HDEL', KEYS[8], id)
+  redis.call('HDEL', KEYS[9], id)
+  redis.call('HDEL', KEYS[11], id)
+end
+if outcome == 2 and token then
+  notify(ARGV[4], token)
+end
+return outcome

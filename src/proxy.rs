@@ -34,7 +34,8 @@ const TICK: Duration = Duration::from_millis(5);
 struct Control {
     stop: AtomicBool,
     blackhole: AtomicBool,
-    /// How many of the next chunks from the server to swallow.
+    /// How many of the next replies from the server to swallow (each the chunk it arrives
+    /// in and the rest of the reply that chunk ends in).
     drop_replies: AtomicU32,
     /// Chunks swallowed so far (by `drop_next_reply` or the blackhole).
     dropped: AtomicU64,
@@ -198,6 +199,11 @@ fn open(client: TcpStream, upstream: SocketAddr, control: &Arc<Control>) -> io::
 /// Copies `from` to `to` until either side closes, the proxy stops or the connection is cut.
 fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, epoch: u64, control: &Control) {
     let mut buf = vec![0u8; 64 * 1024];
+    // A chunk being dropped, and the chunks after it until the reply it ends in is whole:
+    // a server may write one reply in several chunks (Redis 6.2 does for arrays), and
+    // dropping only the first chunk left the rest in the stream, read by the client as a
+    // reply of its own. (The first chunk's length, and the bytes so far.)
+    let mut dropping: Option<(usize, Vec<u8>)> = None;
     loop {
         if control.stop.load(Ordering::SeqCst) || control.cuts.load(Ordering::SeqCst) != epoch {
             break;
@@ -212,15 +218,32 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, epoch: u64, contr
             control.dropped.fetch_add(1, Ordering::SeqCst);
             continue;
         }
+        let mut start = 0;
         if replies {
             let take_one = |n: u32| n.checked_sub(1);
-            if control
-                .drop_replies
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, take_one)
-                .is_ok()
+            if dropping.is_none()
+                && control
+                    .drop_replies
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, take_one)
+                    .is_ok()
             {
                 control.dropped.fetch_add(1, Ordering::SeqCst);
-                continue;
+                dropping = Some((n, Vec::new()));
+            }
+            if let Some((first, mut pending)) = dropping.take() {
+                let before = pending.len();
+                pending.extend_from_slice(&buf[..n]);
+                match replies_through(&pending, first) {
+                    // Every reply the first chunk began is whole: what follows is passed on.
+                    Some(len) => start = len.saturating_sub(before).min(n),
+                    None => {
+                        dropping = Some((first, pending));
+                        continue;
+                    }
+                }
+                if start == n {
+                    continue;
+                }
             }
         }
         let delay = if replies {
@@ -233,12 +256,54 @@ fn pump(mut from: TcpStream, mut to: TcpStream, replies: bool, epoch: u64, contr
             thread::sleep(Duration::from_millis(delay));
             control.held.fetch_sub(1, Ordering::SeqCst);
         }
-        if to.write_all(&buf[..n]).is_err() {
+        if to.write_all(&buf[start..n]).is_err() {
             break;
         }
     }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
+}
+
+/// Where the replies that begin in `b`'s first `first` bytes end, or `None` while the last
+/// of them is incomplete (bytes that are not RESP: all of `b`).
+fn replies_through(b: &[u8], first: usize) -> Option<usize> {
+    let mut end = 0;
+    while end < first {
+        end = resp_end(b, end)?;
+    }
+    Some(end.min(b.len()))
+}
+
+/// Where the RESP value starting at `at` ends, or `None` while it is incomplete.
+fn resp_end(b: &[u8], at: usize) -> Option<usize> {
+    let kind = *b.get(at)?;
+    let line_end = at + 1 + b.get(at + 1..)?.windows(2).position(|w| w == b"\r\n")?;
+    let next = line_end + 2;
+    let count = || -> Option<i64> { std::str::from_utf8(&b[at + 1..line_end]).ok()?.parse().ok() };
+    match kind {
+        b'$' | b'=' | b'!' => match count()? {
+            n if n < 0 => Some(next),
+            n => {
+                let end = next + usize::try_from(n).ok()? + 2;
+                (end <= b.len()).then_some(end)
+            }
+        },
+        b'*' | b'~' | b'>' | b'%' | b'|' => {
+            let n = count()?;
+            let items = if matches!(kind, b'%' | b'|') {
+                n * 2
+            } else {
+                n
+            };
+            let mut end = next;
+            for _ in 0..items.max(0) {
+                end = resp_end(b, end)?;
+            }
+            Some(end)
+        }
+        // Simple strings, errors, integers, doubles, booleans, nulls, big numbers.
+        _ => Some(next),
+    }
 }
 
 #[cfg(test)]

@@ -695,14 +695,23 @@ fn bad_input_and_separate_lanes() {
     p.ack().unwrap();
 }
 
-/// A take's server time does not grow with the number of groups: 1,000 takes from a queue
-/// of 10 groups and from one of 10,000 groups (100,000 with GROUPS_FULL), one job each
-/// beyond the first 10, cost at most 1.2x as much per call (`INFO commandstats`, the
-/// scripts' `usec_per_call`). Three rounds of each, interleaved, the least of each kept: a
-/// busy machine stretches a round, never shortens one.
+/// A take's work does not grow with the number of groups: 1,000 takes from a queue of 10
+/// groups and from one of 10,000 groups (100,000 with GROUPS_FULL), one job each beyond the
+/// first 10.
+///
+/// Judged two ways from `INFO commandstats`, which counts the commands a script calls:
+/// - exactly: the takes call as many commands at both sizes (a take that walked the groups
+///   would call more at 10,000; which commands differs, as a group of one job leaves the
+///   rotation where a group of many is moved to its end);
+/// - by server time (the scripts' `usec_per_call`): five rounds of each, interleaved, the
+///   least of each kept (a busy machine stretches a round, never shortens one), at most 1.5x
+///   apart. The issue's 1.2x is the figure printed here; the bound asserted leaves room for a
+///   shared machine's noise (a round on CI measured 1.215x with identical work) while a walk
+///   over 10,000 groups would cost tens of times more.
 #[test]
 fn a_take_costs_the_same_at_many_groups() {
-    const ROUNDS: usize = 3;
+    const ROUNDS: usize = 5;
+    const TAKES: usize = 1000;
     let _g = exclusive();
     let server = server();
     let c = client(&server);
@@ -722,42 +731,65 @@ fn a_take_costs_the_same_at_many_groups() {
         groups_q.try_take().unwrap().unwrap().ack().unwrap();
         groups_q
     };
+    // (server time per take in µs, the commands the takes called by name with their counts)
     let per_take = |groups_q: &Queue, conn: &mut redis::Connection| {
         let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(conn).unwrap();
         let mut held = Vec::new();
-        for _ in 0..1000 {
+        for _ in 0..TAKES {
             held.push(groups_q.try_take().unwrap().expect("a job"));
         }
         let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
         for job in held {
             job.abandon();
         }
-        let line = info
-            .lines()
-            .find(|l| l.starts_with("cmdstat_evalsha:"))
-            .unwrap()
-            .to_owned();
-        let usec: f64 = line
-            .split(',')
-            .find_map(|f| f.strip_prefix("usec_per_call="))
-            .unwrap()
-            .parse()
-            .unwrap();
-        usec
+        let field = |line: &str, name: &str| -> f64 {
+            line.split([':', ','])
+                .find_map(|f| f.strip_prefix(name))
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let mut usec = None;
+        let mut called = std::collections::BTreeMap::new();
+        for line in info.lines().filter(|l| l.starts_with("cmdstat_")) {
+            let name = &line["cmdstat_".len()..line.find(':').unwrap()];
+            match name {
+                "evalsha" => usec = Some(field(line, "usec_per_call=")),
+                // The statistics' own commands.
+                _ if name.starts_with("config") || name.starts_with("info") => {}
+                _ => {
+                    called.insert(name.to_owned(), field(line, "calls=") as u64);
+                }
+            }
+        }
+        (usec.expect("the takes ran a script"), called)
     };
     let few_q = queue("few", 10);
     let lots_q = queue("lots", many);
     let (mut few, mut lots) = (f64::MAX, f64::MAX);
-    for _ in 0..ROUNDS {
-        few = few.min(per_take(&few_q, &mut conn));
-        lots = lots.min(per_take(&lots_q, &mut conn));
+    for round in 0..ROUNDS {
+        let (few_usec, few_called) = per_take(&few_q, &mut conn);
+        let (lots_usec, lots_called) = per_take(&lots_q, &mut conn);
+        let calls: u64 = few_called.values().sum();
+        assert!(
+            calls >= TAKES as u64,
+            "round {round}: {calls} commands called by {TAKES} takes: {few_called:?}"
+        );
+        assert_eq!(
+            calls,
+            lots_called.values().sum::<u64>(),
+            "round {round}: the commands {TAKES} takes called at 10 groups ({few_called:?}), \
+             then at {many} ({lots_called:?})"
+        );
+        few = few.min(few_usec);
+        lots = lots.min(lots_usec);
     }
     eprintln!(
-        "a take: {few:.2} µs at 10 groups, {lots:.2} µs at {many} groups ({:.3}x), least of {ROUNDS} rounds",
+        "a take: {few:.2} µs at 10 groups, {lots:.2} µs at {many} groups ({:.3}x), least of {ROUNDS} rounds; as many commands called at both",
         lots / few
     );
     assert!(
-        lots <= few * 1.2,
+        lots <= few * 1.5,
         "{lots:.2} µs at {many} groups, {few:.2} µs at 10"
     );
 }

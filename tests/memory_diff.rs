@@ -1078,6 +1078,7 @@ impl Seq {
         let settings = QueueSettings {
             visibility: self.queue_dur,
             max_deliveries: 1 + self.rng.below(3) as u32,
+            ..QueueSettings::default()
         };
         let now = Instant::now();
         let pick = self.rng.below(20);
@@ -1227,6 +1228,7 @@ impl Seq {
         let settings = QueueSettings {
             visibility: self.queue_dur,
             max_deliveries: 1 + self.rng.below(3) as u32,
+            ..QueueSettings::default()
         };
         let now = Instant::now();
         let pick = self.rng.below(20);

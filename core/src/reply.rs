@@ -36,6 +36,14 @@ impl Reply {
         }
     }
 
+    /// The bytes, if this is a bulk string.
+    pub fn as_bulk(&self) -> Option<&[u8]> {
+        match self {
+            Reply::Bulk(b) => Some(b),
+            _ => None,
+        }
+    }
+
     /// The elements, if this is an array.
     pub fn as_array(&self) -> Option<&[Reply]> {
         match self {

@@ -60,8 +60,10 @@ pub enum Mutation {
     /// Issue 28: the rate-limited answer (the group defer) does not move the job's base up,
     /// so the deferred delivery counts toward max deliveries.
     DeferCounts,
-    /// Issue 29: the watchdog renews a job pushed with a timeout past its timeout + grace
-    /// (the simulator's driver sets no hold limit), so its handler's late ack still lands.
+    /// Issue 29: a job pushed with a timeout is leased past its timeout + grace: the
+    /// simulator's driver sets no hold limit (its watchdog renews on), and the take scripts
+    /// keep no hold limit on the server (`hold_end` never gives one), so the handler's late
+    /// ack still lands.
     TimeoutIgnored,
 }
 
@@ -194,6 +196,21 @@ const RATE_SWAPS: [Swap; 2] = [
     },
 ];
 
+const HOLD_END_FROM: &str = "  local t = tonumber(timeout) or qt\n  if t and slack then";
+const HOLD_END_TO: &str = "  local t = tonumber(timeout) or qt\n  if false then";
+const TIMEOUT_SWAPS: [Swap; 2] = [
+    Swap {
+        script: &DEQUEUE,
+        from: HOLD_END_FROM,
+        to: HOLD_END_TO,
+    },
+    Swap {
+        script: &ACK_TAKE,
+        from: HOLD_END_FROM,
+        to: HOLD_END_TO,
+    },
+];
+
 const DEFER_SWAP: Swap = Swap {
     script: &redlease_core::queue::groups::GROUP_DEFER,
     from: "redis.call('HINCRBY', KEYS[4], id, 1)",
@@ -216,6 +233,7 @@ impl Mutation {
             Mutation::PauseIgnored => &PAUSE_SWAPS,
             Mutation::RateIgnored => &RATE_SWAPS,
             Mutation::DeferCounts => std::slice::from_ref(&DEFER_SWAP),
+            Mutation::TimeoutIgnored => &TIMEOUT_SWAPS,
             _ => &[],
         }
     }

@@ -385,6 +385,9 @@ fn queue(
     let settings = QueueSettings {
         visibility: ttl,
         max_deliveries: 3,
+        timeout: None,
+        // As the world's job grace below: the server keeps each timed delivery's hold limit.
+        timeout_grace: ttl / 2,
     };
     // Half the plain queue runs push their jobs with a timeout of half the visibility to
     // twice it, with a grace of half the visibility (drawn from a copy of the generator: the

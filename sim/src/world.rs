@@ -1969,16 +1969,31 @@ impl World {
     /// blocking driver's `max_hold`), unless [`Mutation::TimeoutIgnored`]; the limit is
     /// recorded for the checker (`no-ack-after-timeout`).
     fn job_policy(&mut self, hold: usize, lease: &Lease) -> RenewalPolicy {
-        let mut policy = RenewalPolicy::for_ttl(lease.ttl);
-        let timeout = (lease.kind == LeaseKind::Job)
-            .then(|| lease.data.get(3))
-            .flatten()
-            .and_then(|t| std::str::from_utf8(t).ok()?.parse::<u64>().ok());
+        let field = |i: usize| {
+            (lease.kind == LeaseKind::Job)
+                .then(|| lease.data.get(i))
+                .flatten()
+                .and_then(|t| std::str::from_utf8(t).ok()?.parse::<u64>().ok())
+        };
+        self.timed_job_policy(hold, lease.ttl, field(3), field(4))
+    }
+
+    /// [`job_policy`](Self::job_policy) of a job taken with its own timeout of `timeout`
+    /// ms and, from the server, `hold_left` ms to its hold limit (as the blocking driver
+    /// takes it: `TakenJob::hold_left`).
+    fn timed_job_policy(
+        &mut self,
+        hold: usize,
+        ttl: Duration,
+        timeout: Option<u64>,
+        hold_left: Option<u64>,
+    ) -> RenewalPolicy {
+        let mut policy = RenewalPolicy::for_ttl(ttl);
         if let Some(ms) = timeout {
             let limit = Duration::from_millis(ms) + self.job_grace;
             self.history.job_limits.push((hold, micros(limit)));
             if self.mutation != Mutation::TimeoutIgnored {
-                policy.max_hold = Some(limit);
+                policy.max_hold = Some(hold_left.map_or(limit, Duration::from_millis));
             }
         }
         policy
@@ -2135,6 +2150,9 @@ impl World {
         else {
             return;
         };
+        // The job's own timeout and what is left of its hold limit, for its watchdog.
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let (timeout, hold_left) = (job.timeout.map(ms), job.hold_left.map(ms));
         let lease = job.lease;
         let name = self.history.holds[acked].name.clone();
         let ran = r.last_ran.unwrap_or(self.now);
@@ -2190,7 +2208,7 @@ impl World {
             let c = &mut self.clients[client];
             c.next_watch += 1;
             let wid = c.next_watch;
-            let policy = self.job_policy(hold, &lease);
+            let policy = self.timed_job_policy(hold, lease.ttl, timeout, hold_left);
             let c = &mut self.clients[client];
             c.renewals.insert(wid, lease.clone(), policy, now_i);
             c.watches.insert(wid, task);

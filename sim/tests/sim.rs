@@ -244,6 +244,13 @@ fn regression_seeds() {
         // A push handed over twice, its copy after the job was acked, pushes it again.
         (Primitive::Queue, 2724, "duplicated push after the ack"),
         (Primitive::Queue, 9408, "duplicated push after the ack"),
+        // LIBRARY FIX: a copy of a take held past its retries (569), and a renewal whose
+        // reply came late (18), reached the server after the delivery's timeout + grace and
+        // leased the job on: the server now keeps each timed delivery's hold limit and no
+        // take retry or extension leases past it (no-ack-after-timeout, no longer excused
+        // under delays).
+        (Primitive::Queue, 569, "late take copy past timeout + grace"),
+        (Primitive::Queue, 18, "late renewal past timeout + grace"),
     ];
     for &(primitive, seed, what) in seeds {
         let o = redlease_sim::run::run(RunSpec {

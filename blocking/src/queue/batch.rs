@@ -67,7 +67,7 @@ impl Queue {
         let tokens = (0..n)
             .map(|_| random_token(&self.client))
             .collect::<Result<Vec<_>, _>>()?;
-        let machine = TakeBatch::new(&self.keys, tokens, &self.settings, self.deadline())?;
+        let machine = TakeBatch::new(&self.keys, tokens, &self.lease_settings(), self.deadline())?;
         let TakenBatch { jobs, .. } = self.client.run(machine)?;
         Ok(jobs
             .into_iter()

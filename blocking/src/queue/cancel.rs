@@ -161,11 +161,22 @@ impl Queue {
     }
 
     /// The signal of a job just taken with `lease`.
+    /// The signal of a job taken on `lease` with `timeout` (its own, or its queue's) and,
+    /// from the server, `hold_left` ([`TakenJob::hold_left`]): its deadline is the timeout
+    /// from the take, or the grace before the hold limit if that is sooner (a take retried
+    /// after a lost reply continues the hold its first attempt began).
     pub(super) fn signal_for(
         &self,
         lease: &redlease_core::lease::Lease,
         timeout: Option<Duration>,
+        hold_left: Option<Duration>,
     ) -> Signal {
+        let mut timeout = timeout;
+        if let (Some(t), Some(left)) = (timeout, hold_left) {
+            // The server's hold limit is the timeout plus the grace (rounded up) plus 1 ms,
+            // and what is left of it is told 1 ms short: a fresh take's is t + grace.
+            timeout = Some(t.min(left.saturating_sub(self.lifetime.grace)));
+        }
         let deadline = timeout.map(|t| saturating_add(lease.acquired_at, t));
         let waiter = if self.lifetime.listen {
             self.client
@@ -198,6 +209,10 @@ impl Queue {
     /// first renewal), and at least [`MIN_TTL`](limits::MIN_TTL).
     pub(super) fn lease_settings(&self) -> QueueSettings {
         let mut settings = self.settings;
+        // The server keeps each timed delivery's hold limit from these: see
+        // `QueueSettings::timeout`.
+        settings.timeout = self.lifetime.timeout;
+        settings.timeout_grace = self.lifetime.grace;
         if let Some(hold) = self.hold_limit(self.lifetime.timeout) {
             settings.visibility = settings.visibility.min(hold.max(limits::MIN_TTL));
         }
@@ -205,31 +220,16 @@ impl Queue {
     }
 
     /// The renewal policy of a job taken now with `timeout` (its own, or its queue's): a
-    /// hold limit of timeout + grace.
-    pub(super) fn renewal_policy(&self, timeout: Option<Duration>) -> RenewalPolicy {
+    /// hold limit of what is left to the server's (`hold_left`, [`TakenJob::hold_left`]),
+    /// else of timeout + grace.
+    pub(super) fn renewal_policy(
+        &self,
+        timeout: Option<Duration>,
+        hold_left: Option<Duration>,
+    ) -> RenewalPolicy {
         let mut policy = RenewalPolicy::for_ttl(self.lease_settings().visibility);
-        policy.max_hold = self.hold_limit(timeout);
+        policy.max_hold = hold_left.or_else(|| self.hold_limit(timeout));
         policy
-    }
-
-    /// The guard of a job taken with its own `timeout` ([`PushOptions::timeout`]): when
-    /// timeout + grace ends before the lease the take made, the lease is shortened to end
-    /// then (one extension, right after the take), so that it ends then on the server too.
-    /// A failed shortening marks nothing: the watchdog's hold limit still stops renewing at
-    /// timeout + grace, and the job's ack is refused locally from then on.
-    pub(super) fn lease_for(&self, mut guard: LockGuard, timeout: Option<Duration>) -> LockGuard {
-        let Some(hold) = self.hold_limit(timeout) else {
-            return guard;
-        };
-        if hold >= self.lease_settings().visibility {
-            return guard;
-        }
-        let now = self.client.shared().time.now();
-        let left = saturating_add(guard.lease().acquired_at, hold).saturating_duration_since(now);
-        if let Err(e) = guard.extend_to(left.max(limits::MIN_TTL)) {
-            tracing::debug!(error = %e, "could not shorten a timed job's lease");
-        }
-        guard
     }
 }
 

@@ -417,15 +417,15 @@ impl Queue {
             lease,
             attempt,
             timeout,
+            hold_left,
             ..
         } = taken;
         let timeout = timeout.or(self.lifetime.timeout);
-        let signal = self.signal_for(&lease, timeout);
-        let policy = self.renewal_policy(timeout);
-        let guard = self.lease_for(
-            LockGuard::from_lease(&self.client, lease, Some(policy)),
-            timeout,
-        );
+        let signal = self.signal_for(&lease, timeout, hold_left);
+        let policy = self.renewal_policy(timeout, hold_left);
+        // The server leased the job no longer than its hold limit, and the lease's validity
+        // says so already (see `TakenJob::hold_left`).
+        let guard = LockGuard::from_lease(&self.client, lease, Some(policy));
         crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
         self.meter.consumed();
         Job {

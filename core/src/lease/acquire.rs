@@ -376,7 +376,22 @@ impl Acquire {
             Some((1, fence, data))
                 if fence >= min_fence && wants_data == crate::queue::is_job_data(&data, fence) =>
             {
-                if now >= valid_until(self.sent_at, self.spec.ttl) {
+                // A job with a hold limit is leased no longer than that on the server: its
+                // validity ends by then, counted from this attempt's send.
+                let hold_left = if wants_data {
+                    u64::try_from(fence)
+                        .ok()
+                        .and_then(|f| crate::queue::job_tail_of(&data, f))
+                        .and_then(|t| t.hold_left)
+                } else {
+                    None
+                };
+                let valid = match hold_left {
+                    Some(left) => valid_until(self.sent_at, self.spec.ttl)
+                        .min(valid_until(self.sent_at, left)),
+                    None => valid_until(self.sent_at, self.spec.ttl),
+                };
+                if now >= valid {
                     // Granted, but the reply came after the lease's local validity: nothing
                     // of it is safely ours. A waiting acquisition asks again (the script
                     // knows our token); trying once undoes the grant and fails.
@@ -419,7 +434,7 @@ impl Acquire {
                     fence: if self.spec.fenced { fence as u64 } else { 0 },
                     ttl: self.spec.ttl,
                     acquired_at: self.sent_at,
-                    valid_until: valid_until(self.sent_at, self.spec.ttl),
+                    valid_until: valid,
                     attempts: self.attempts,
                     unanswered: self.lost_reply,
                     calls,

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use super::take::{Take, TakenJob};
-use super::{Bound, QueueKeys, QueueSettings, SETTLED_KEEP, job_name};
+use super::{Bound, JobTail, QueueKeys, QueueSettings, SETTLED_KEEP, job_name};
 use crate::backoff::saturating_add;
 use crate::error::{Error, LossReason};
 use crate::lease::spec::undoing;
@@ -85,23 +85,12 @@ impl OpKind for AckTakeCall {
                 Reply::Int(delivery),
                 Reply::Bulk(id),
                 Reply::Bulk(payload),
-                attempt @ ..,
-            ] if *delivery >= 1 && attempt.len() <= 2 => {
+                tail @ ..,
+            ] if *delivery >= 1 => {
                 let delivery = *delivery as u64;
-                let (attempt, timeout) = match attempt {
-                    [Reply::Bulk(text)] => (super::parse_attempt(text, delivery)?, None),
-                    [Reply::Bulk(text), Reply::Bulk(t)] => (
-                        super::parse_attempt(text, delivery)?,
-                        Some(super::parse_timeout(t)?),
-                    ),
-                    [] => (delivery, None),
-                    _ => return None,
-                };
-                match self.job(id.clone(), delivery, attempt, payload.clone(), sent_at) {
-                    Ok(mut job) => {
-                        job.timeout = timeout;
-                        Take::Taken(Box::new(job))
-                    }
+                let tail = super::parse_job_tail(tail.iter().map(Reply::as_bulk), delivery)?;
+                match self.job(id.clone(), delivery, tail, payload.clone(), sent_at) {
+                    Ok(job) => Take::Taken(Box::new(job)),
                     Err(e) => return Some(Err(e)),
                 }
             }
@@ -138,7 +127,8 @@ impl OpKind for AckTakeCall {
                 _ => Err(self.not_owner(LossReason::Taken)),
             };
             let (id, payload) = (std::mem::take(id), std::mem::take(payload));
-            let job = self.job(id, *delivery as u64, *delivery as u64, payload, sent_at);
+            let delivery = *delivery as u64;
+            let job = self.job(id, delivery, JobTail::plain(delivery), payload, sent_at);
             return Ok(job.map(|job| AckedAndTaken {
                 ack,
                 next: Take::Taken(Box::new(job)),
@@ -162,7 +152,7 @@ impl AckTakeCall {
         &self,
         id: Vec<u8>,
         delivery: u64,
-        attempt: u64,
+        tail: JobTail,
         payload: Vec<u8>,
         sent_at: Instant,
     ) -> Result<TakenJob, Error> {
@@ -171,7 +161,7 @@ impl AckTakeCall {
             &self.token,
             id,
             delivery,
-            attempt,
+            tail,
             payload,
             sent_at,
         )
@@ -179,13 +169,14 @@ impl AckTakeCall {
 }
 
 /// The job `id` handed to `token` as delivery `delivery`, on the lease a take of `bound`'s
-/// settings would have made, its validity counted from `sent_at`.
+/// settings would have made, its validity counted from `sent_at` (and ending by its hold
+/// limit, if the reply's `tail` gives one).
 pub(crate) fn job_on(
     bound: &Bound,
     token: &Token,
     id: Vec<u8>,
     delivery: u64,
-    attempt: u64,
+    tail: JobTail,
     payload: Vec<u8>,
     sent_at: Instant,
 ) -> Result<TakenJob, Error> {
@@ -211,7 +202,10 @@ pub(crate) fn job_on(
             fence: delivery,
             ttl: spec.ttl,
             acquired_at: sent_at,
-            valid_until: valid_until(sent_at, spec.ttl),
+            valid_until: match tail.hold_left {
+                Some(left) => valid_until(sent_at, spec.ttl).min(valid_until(sent_at, left)),
+                None => valid_until(sent_at, spec.ttl),
+            },
             attempts: 1,
             unanswered: false,
             calls: spec.calls.rebound(bind),
@@ -221,8 +215,9 @@ pub(crate) fn job_on(
             id: text,
             payload,
             delivery,
-            attempt,
-            timeout: None,
+            attempt: tail.attempt,
+            timeout: tail.timeout,
+            hold_left: tail.hold_left,
             lease,
         })
     }
@@ -490,7 +485,7 @@ pub(crate) fn ack_take_template(
         .prior_arg(placeholder)
         .arg(SETTLED_KEEP.as_millis().to_string())
         .owner_arg(placeholder)
-        .arg(settings.visibility.as_millis().to_string())
+        .arg(settings.lease_arg(settings.visibility.as_millis() as u64))
         .arg(settings.max_deliveries.to_string())
         .compact()
 }
@@ -511,6 +506,6 @@ pub fn ack_and_take_call(
         .arg(token)
         .arg(SETTLED_KEEP.as_millis().to_string())
         .arg(next_token)
-        .arg(settings.visibility.as_millis().to_string())
+        .arg(settings.lease_arg(settings.visibility.as_millis() as u64))
         .arg(settings.max_deliveries.to_string())
 }

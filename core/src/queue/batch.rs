@@ -119,7 +119,7 @@ impl OpKind for BatchCall {
                 Reply::Int(delivery),
                 Reply::Bulk(id),
                 Reply::Bulk(payload),
-                attempt @ ..,
+                tail @ ..,
             ] = job.as_array()?
             else {
                 return None;
@@ -132,18 +132,14 @@ impl OpKind for BatchCall {
                 return None;
             }
             let delivery = *delivery as u64;
-            let attempt = match attempt {
-                [Reply::Bulk(text)] => super::parse_attempt(text, delivery)?,
-                [] => delivery,
-                _ => return None,
-            };
+            let tail = super::parse_job_tail(tail.iter().map(Reply::as_bulk), delivery)?;
             let token = &self.tokens[index];
             match job_on(
                 &self.bound,
                 token,
                 id.clone(),
                 delivery,
-                attempt,
+                tail,
                 payload.clone(),
                 sent_at,
             ) {
@@ -201,7 +197,7 @@ impl TakeBatch {
         let bound = keys.bound(settings, visibility_ms);
         let mut call = ScriptCall::new(&scripts::TAKE_BATCH)
             .keys(&keys.take_keys())
-            .arg(visibility_ms.to_string())
+            .arg(settings.lease_arg(visibility_ms))
             .arg(settings.max_deliveries.to_string());
         for t in &tokens {
             call = call.arg(t.as_str());
@@ -455,7 +451,7 @@ mod tests {
         let Step::Send(b) = t.poll(now) else { panic!() };
         let args: Vec<_> = b.requests[0].command.args().map(|a| a.to_vec()).collect();
         assert_eq!(args[2], b"13");
-        assert_eq!(args[16..18], [b"30000".to_vec(), b"5".to_vec()]);
+        assert_eq!(args[16..18], [b"30000:1001".to_vec(), b"5".to_vec()]);
         assert_eq!(args.len(), 18 + 3);
         let reply = Reply::Array(vec![Reply::Int(0), job(2, "b"), job(1, "a")]);
         t.handle(Response::reply(b.requests[0].id, reply), now);

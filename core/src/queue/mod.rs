@@ -216,6 +216,7 @@ impl KeyedCalls {
                 &k.inflight,
                 &k.leases,
                 &k.cancelled,
+                &k.holders,
             ]),
             inspect: ScriptCall::new(&scripts::JOB_INSPECT).keys(&[&k.inflight, &k.leases]),
             untake: ScriptCall::new(&scripts::UNTAKE).keys(&[
@@ -466,21 +467,73 @@ pub(crate) fn parse_timeout(text: &[u8]) -> Option<Duration> {
     (ms >= 1).then(|| Duration::from_millis(ms))
 }
 
-/// Whether `data` is what a take's grant of delivery `fence` carries: the job's id and
-/// payload, and after a requeue (or for a job pushed with a timeout) its attempt
-/// ([`parse_attempt`]), then its timeout if it has one ([`parse_timeout`]).
-pub(crate) fn is_job_data(data: &[Vec<u8>], fence: i64) -> bool {
-    match data {
-        [_, _] => true,
-        [_, _, attempt] => {
-            u64::try_from(fence).is_ok_and(|fence| parse_attempt(attempt, fence).is_some())
-        }
-        [_, _, attempt, timeout] => {
-            u64::try_from(fence).is_ok_and(|fence| parse_attempt(attempt, fence).is_some())
-                && parse_timeout(timeout).is_some()
-        }
-        _ => false,
+/// What a take's reply says of a handed job after its id and payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct JobTail {
+    /// Its attempt ([`parse_attempt`]; the delivery when the reply has none).
+    pub(crate) attempt: u64,
+    /// Its own timeout ([`parse_timeout`]).
+    pub(crate) timeout: Option<Duration>,
+    /// From the take's run to the delivery's hold limit on the server (its timeout, own or
+    /// the queue's, plus the grace): the server leases it no longer.
+    pub(crate) hold_left: Option<Duration>,
+}
+
+/// Reads the tail of a handed job in a take's reply (`None` items: not bulk strings):
+/// nothing; its attempt; its attempt and timeout; or its attempt, its timeout (empty: none
+/// of its own) and the ms from the take's run to its hold limit (`lua/reclaim.lua`'s
+/// `handed`). `None` for anything else.
+pub(crate) fn parse_job_tail<'a>(
+    tail: impl ExactSizeIterator<Item = Option<&'a [u8]>>,
+    delivery: u64,
+) -> Option<JobTail> {
+    let n = tail.len();
+    let mut tail = tail;
+    let mut out = JobTail {
+        attempt: delivery,
+        timeout: None,
+        hold_left: None,
+    };
+    if n > 3 {
+        return None;
     }
+    if let Some(attempt) = tail.next() {
+        out.attempt = parse_attempt(attempt?, delivery)?;
+    }
+    if let Some(timeout) = tail.next() {
+        let timeout = timeout?;
+        // Empty only beside a hold limit (the queue's timeout applies).
+        if !(timeout.is_empty() && n == 3) {
+            out.timeout = Some(parse_timeout(timeout)?);
+        }
+    }
+    if let Some(left) = tail.next() {
+        let ms: u64 = std::str::from_utf8(left?).ok()?.parse().ok()?;
+        out.hold_left = Some(Duration::from_millis(ms));
+    }
+    Some(out)
+}
+
+impl JobTail {
+    /// The tail of a job handed with none: its attempt is its delivery.
+    pub(crate) fn plain(delivery: u64) -> Self {
+        JobTail {
+            attempt: delivery,
+            timeout: None,
+            hold_left: None,
+        }
+    }
+}
+
+/// [`parse_job_tail`] of a lease's data (the id and payload first).
+pub(crate) fn job_tail_of(data: &[Vec<u8>], fence: u64) -> Option<JobTail> {
+    parse_job_tail(data.get(2..)?.iter().map(|v| Some(v.as_slice())), fence)
+}
+
+/// Whether `data` is what a take's grant of delivery `fence` carries: the job's id and
+/// payload, then the tail [`parse_job_tail`] reads.
+pub(crate) fn is_job_data(data: &[Vec<u8>], fence: i64) -> bool {
+    data.len() >= 2 && u64::try_from(fence).is_ok_and(|fence| job_tail_of(data, fence).is_some())
 }
 
 /// The token held in the owner slot of a call template until a real one is bound: a random
@@ -498,6 +551,15 @@ pub struct QueueSettings {
     /// After this many deliveries, a job that fails (nack) or whose lease runs out goes to
     /// the dead list. Defaults to 5.
     pub max_deliveries: u32,
+    /// The jobs' timeout (a job pushed with one of its own keeps it). With a timeout, the
+    /// server keeps each delivery's hold limit, the timeout plus
+    /// [`timeout_grace`](Self::timeout_grace) from when it ran the take, beside its lease:
+    /// no retry of the take and no extension, however late it arrives, leases the job past
+    /// it. Defaults to none.
+    pub timeout: Option<Duration>,
+    /// How long after its timeout a job's lease may still run (its handler's chance to
+    /// stop). Defaults to 1 s.
+    pub timeout_grace: Duration,
 }
 
 impl Default for QueueSettings {
@@ -505,9 +567,14 @@ impl Default for QueueSettings {
         QueueSettings {
             visibility: Duration::from_secs(30),
             max_deliveries: 5,
+            timeout: None,
+            timeout_grace: DEFAULT_TIMEOUT_GRACE,
         }
     }
 }
+
+/// [`QueueSettings::timeout_grace`]'s default.
+pub const DEFAULT_TIMEOUT_GRACE: Duration = Duration::from_secs(1);
 
 impl QueueSettings {
     /// Checks the settings: `max_deliveries` at least 1, the visibility timeout a valid
@@ -523,7 +590,23 @@ impl QueueSettings {
                 InvalidArgument::Setting("max_deliveries must be at least 1".into()).into(),
             );
         }
+        if let Some(t) = self.timeout {
+            crate::limits::span("timeout", t)?;
+        }
+        crate::limits::span("timeout grace", self.timeout_grace)?;
         validate_ttl("visibility timeout", self.visibility)
+    }
+
+    /// A take's lease argument: the visibility in milliseconds, then `:` and the slack of a
+    /// delivery's hold limit (the grace, rounded up, plus 1 ms: the server's clock is read in
+    /// whole milliseconds), then, with a queue timeout, `:` and it (rounded up). The server
+    /// keeps a timed delivery's hold limit from it (`lua/reclaim.lua`'s `lease_args`).
+    fn lease_arg(&self, visibility_ms: u64) -> String {
+        let slack = ceil_ms(self.timeout_grace) + 1;
+        match self.timeout {
+            Some(t) => format!("{visibility_ms}:{slack}:{}", ceil_ms(t)),
+            None => format!("{visibility_ms}:{slack}"),
+        }
     }
 }
 
@@ -721,7 +804,7 @@ fn take_spec(
             .dequeue
             .clone()
             .owner_arg(&token)
-            .arg(visibility_ms.to_string())
+            .arg(settings.lease_arg(visibility_ms))
             .arg(&max),
         calls: LeaseCalls::new(
             // A plain release gives the job back at once: a nack without backoff or reason.

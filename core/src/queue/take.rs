@@ -57,6 +57,13 @@ pub struct TakenJob {
     /// The job's own timeout, if it was pushed with one (see [`push_with_timeout`](super::push_with_timeout)),
     /// for the taker to apply from the take.
     pub timeout: Option<Duration>,
+    /// From when the server ran the take to the delivery's hold limit (its timeout, its own
+    /// or the queue's, plus the grace), when it has one: the server leases it no longer,
+    /// whatever renews it, and the lease's validity ends by then. Counted from the take's
+    /// send, it is a hold limit for the watchdog (`RenewalPolicy::max_hold`) that ends no
+    /// later than the server's (a take retried after a lost reply is told what is left of
+    /// the hold its first attempt began).
+    pub hold_left: Option<Duration>,
     /// The lease (the visibility timeout): its fence is [`delivery`](Self::delivery), its
     /// token proves the delivery; renew it like a lock's. Its `data` is left empty (the id
     /// and payload are the fields above).
@@ -67,35 +74,22 @@ impl TakenJob {
     /// Names the outcome of a take's acquisition: the job's id and payload (the lease's
     /// data) and its delivery (the lease's fence).
     pub(crate) fn from_lease(mut lease: Lease) -> Result<Self, Error> {
-        let mut data = std::mem::take(&mut lease.data).into_iter();
-        let (Some(id), Some(payload), attempt, timeout, None) = (
-            data.next(),
-            data.next(),
-            data.next(),
-            data.next(),
-            data.next(),
-        ) else {
+        let data = std::mem::take(&mut lease.data);
+        let tail = super::job_tail_of(&data, lease.fence).ok_or_else(|| {
+            unexpected("a job attempt, timeout or hold limit that is not a number")
+        })?;
+        let mut data = data.into_iter();
+        let (Some(id), Some(payload)) = (data.next(), data.next()) else {
             return Err(unexpected("no job id and payload"));
         };
         let id = String::from_utf8(id).map_err(|_| unexpected("a job id that is not UTF-8"))?;
-        let attempt = match attempt {
-            None => lease.fence,
-            Some(text) => super::parse_attempt(&text, lease.fence)
-                .ok_or_else(|| unexpected("a job attempt that is not a number"))?,
-        };
-        let timeout = match timeout {
-            None => None,
-            Some(text) => Some(
-                super::parse_timeout(&text)
-                    .ok_or_else(|| unexpected("a job timeout that is not a number"))?,
-            ),
-        };
         Ok(TakenJob {
             id,
             payload,
             delivery: lease.fence,
-            attempt,
-            timeout,
+            attempt: tail.attempt,
+            timeout: tail.timeout,
+            hold_left: tail.hold_left,
             lease,
         })
     }

@@ -49,6 +49,7 @@ fn settings() -> QueueSettings {
     QueueSettings {
         visibility: Duration::from_millis(1500),
         max_deliveries: 4,
+        ..QueueSettings::default()
     }
 }
 
@@ -407,7 +408,7 @@ fn a_queues_takes_share_one_spec_bound_to_each_token_and_job() {
     );
     assert_eq!(
         call_args(&calls.extend())[2..],
-        strs(&["3", INFLIGHT, LEASES, CANCELLED, "job-1", t])
+        strs(&["4", INFLIGHT, LEASES, CANCELLED, HOLDERS, "job-1", t])
     );
     assert_eq!(
         call_args(&calls.inspect())[2..],
@@ -440,7 +441,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
             UNDONE,
             PAUSED,
             &tok(),
-            "1500",
+            "1500:1001",
             "4",
         ])
     );
@@ -487,10 +488,11 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
         strs(&[
             "EVALSHA",
             JOB_EXTEND.sha1,
-            "3",
+            "4",
             INFLIGHT,
             LEASES,
             CANCELLED,
+            HOLDERS,
             "job-1",
             &t
         ])
@@ -513,7 +515,7 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     let op = ScriptOp::extend(&lease, Duration::from_millis(900), deadline(now)).unwrap();
     let mut e = Scenario::new(op, now);
     let r = e.answer(Reply::Int(1));
-    assert_eq!(args(&r)[6..], strs(&["job-1", &t, "900"]));
+    assert_eq!(args(&r)[7..], strs(&["job-1", &t, "900"]));
     assert_eq!(
         e.expect_done(),
         Ok(now + Duration::from_millis(900 - 9 - 2))
@@ -1153,14 +1155,16 @@ fn settings_are_validated_before_anything_is_sent() {
     let s = QueueSettings {
         visibility: Duration::from_millis(2),
         max_deliveries: 1,
+        ..QueueSettings::default()
     };
     assert!(is_invalid(&take(&keys(), token(), &s)));
     let s = QueueSettings {
         visibility: crate::limits::MIN_TTL,
         max_deliveries: 1,
+        ..QueueSettings::default()
     };
     let spec = take(&keys(), token(), &s).unwrap();
-    assert_eq!(call_args(&spec.acquire)[17..], strs(&["10", "1"]));
+    assert_eq!(call_args(&spec.acquire)[17..], strs(&["10:1001", "1"]));
 }
 
 #[test]
@@ -1249,6 +1253,49 @@ fn taken_job(s: &mut Scenario<TakeJob>) -> TakenJob {
     match s.expect_done() {
         Ok(Take::Taken(job)) => *job,
         other => panic!("{other:?}"),
+    }
+}
+
+/// A delivery with a hold limit (its own timeout, or none of its own and the queue's): the
+/// take reply says what is left of it, and the lease's validity ends by then, counted from
+/// the take's send (the server leases it no longer, whatever renews it).
+#[test]
+fn a_take_with_a_hold_limit_is_valid_no_longer_than_it() {
+    for (own, left_ms, valid_ms) in [
+        (&b""[..], 400, 400 - 4 - 2),
+        (&b"300"[..], 1300, 1300 - 13 - 2),
+        // A hold limit past the visibility: the visibility bounds the validity.
+        (&b"5000"[..], 6001, 1500 - 15 - 2),
+    ] {
+        let mut s = take_job(None);
+        let start = s.now;
+        let left = left_ms.to_string();
+        s.answer(Reply::Array(vec![
+            Reply::Int(1),
+            Reply::Int(2),
+            bulk(b"j"),
+            bulk(b"p"),
+            bulk(b"2"),
+            bulk(own),
+            bulk(left.as_bytes()),
+        ]));
+        let job = taken_job(&mut s);
+        assert_eq!(job.attempt, 2);
+        assert_eq!(
+            job.timeout,
+            std::str::from_utf8(own)
+                .unwrap()
+                .parse()
+                .ok()
+                .map(Duration::from_millis)
+        );
+        assert_eq!(job.hold_left, Some(Duration::from_millis(left_ms)));
+        assert_eq!(job.lease.acquired_at, start);
+        assert_eq!(
+            job.lease.valid_until,
+            start + Duration::from_millis(valid_ms),
+            "{own:?} {left_ms}"
+        );
     }
 }
 
@@ -1370,10 +1417,11 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
         strs(&[
             "EVALSHA",
             JOB_EXTEND.sha1,
-            "3",
+            "4",
             INFLIGHT,
             LEASES,
             CANCELLED,
+            HOLDERS,
             "job-9",
             &tok(),
             "3000"
@@ -1447,7 +1495,7 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
     );
     assert_eq!(
         a[19..],
-        strs(&["done-1", &tok(), "60000", &next_tok(), "1500", "4"])
+        strs(&["done-1", &tok(), "60000", &next_tok(), "1500:1001", "4"])
     );
     let out = s.expect_done().unwrap();
     assert_eq!(out.ack, Ok(()));
@@ -1478,7 +1526,7 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
         .extend(Duration::from_secs(3), deadline(s.now))
         .unwrap();
     let r = Scenario::new(extend, s.now).answer(Reply::Int(1));
-    assert_eq!(args(&r)[6..], strs(&["next-1", &next_tok(), "3000"]));
+    assert_eq!(args(&r)[7..], strs(&["next-1", &next_tok(), "3000"]));
     assert_eq!(s.sent.len(), 1);
     assert_eq!(s.expect_done(), Err(Error::Finished));
 }
@@ -1612,7 +1660,8 @@ fn a_reply_not_understood_gives_back_what_the_next_token_may_hold() {
         // The shape of the script before it dropped the "taken" flag.
         acked_and(1, vec![Reply::Int(1), Reply::Int(1), bulk(b"n"), bulk(b"")]),
         // An attempt that is not 1 to the delivery number, or not a string; a timeout of
-        // 0 ms or not a number after it; three of them.
+        // 0 ms or not a number after it, or none without a hold limit; a hold limit that is
+        // not a number; four of them.
         acked_and(1, [handed(2, b"n", b""), vec![bulk(b"3")]].concat()),
         acked_and(1, [handed(2, b"n", b""), vec![bulk(b"0")]].concat()),
         acked_and(1, [handed(2, b"n", b""), vec![Reply::Int(1)]].concat()),
@@ -1628,7 +1677,19 @@ fn a_reply_not_understood_gives_back_what_the_next_token_may_hold() {
             1,
             [
                 handed(2, b"n", b""),
-                vec![bulk(b"1"), bulk(b"5"), bulk(b"5")],
+                vec![bulk(b"1"), bulk(b"5"), bulk(b"5"), bulk(b"5")],
+            ]
+            .concat(),
+        ),
+        acked_and(
+            1,
+            [handed(2, b"n", b""), vec![bulk(b"1"), bulk(b"")]].concat(),
+        ),
+        acked_and(
+            1,
+            [
+                handed(2, b"n", b""),
+                vec![bulk(b"1"), bulk(b""), bulk(b"x")],
             ]
             .concat(),
         ),
@@ -1674,8 +1735,15 @@ fn ack_and_take_binds_tokens_of_any_length_and_the_settings_of_each_call() {
     let other = QueueSettings {
         visibility: Duration::from_millis(7000),
         max_deliveries: 9,
+        timeout: Some(Duration::from_millis(2000)),
+        timeout_grace: Duration::from_micros(499_500),
     };
-    for (settings, vis, max) in [(other, "7000", "9"), (settings(), "1500", "4")] {
+    // The lease argument: the visibility, the hold limit's slack (the grace rounded up, plus
+    // 1 ms) and the queue's timeout.
+    for (settings, vis, max) in [
+        (other, "7000:501:2000", "9"),
+        (settings(), "1500:1001", "4"),
+    ] {
         let op = job
             .ack_and_take(&keys(), Token::from_random(NEXT), &settings, deadline(now))
             .unwrap();
@@ -1804,7 +1872,7 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     assert_eq!(a[1], ACK_TAKE.sha1);
     assert_eq!(
         a[a.len() - 7..],
-        strs(&["j", &tok(), "60000", &next_tok(), "1500", "4", &keep])
+        strs(&["j", &tok(), "60000", &next_tok(), "1500:1001", "4", &keep])
     );
     let op = plain
         .ack_and_take(&keys(), Token::from_random(NEXT), &settings(), d)

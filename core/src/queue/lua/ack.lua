@@ -73,7 +73,7 @@ redis.call('HDEL', KEYS[3], id)
 if has_priority then
   redis.call('HDEL', KEYS[4], id)
 end
-redis.call('HDEL', KEYS[6], token)
+redis.call('HDEL', KEYS[6], token, token .. ':e')
 if has_base then
   redis.call('HDEL', KEYS[7], id)
 end

@@ -61,7 +61,7 @@ for i = 2, #ARGV - 1, 2 do
       redis.call('HDEL', KEYS[2], id)
       redis.call('HDEL', KEYS[3], id)
       redis.call('HDEL', KEYS[4], id)
-      redis.call('HDEL', KEYS[6], token)
+      redis.call('HDEL', KEYS[6], token, token .. ':e')
       redis.call('HDEL', KEYS[7], id)
       redis.call('ZADD', KEYS[8], now + keep, token)
       verdict, acked = '1', true

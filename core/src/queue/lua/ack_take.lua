@@ -7,7 +7,8 @@
 -- and a keep-latest follow-up parked behind it becomes ready, in this script;
 -- core/src/queue/dedup.rs).
 -- ARGV: 1 id acked, 2 its token, 3 how long to remember the settlement (ms), 4 the next
--- token, 5 visibility timeout ms, 6 max deliveries, optionally 7 how long to remember the
+-- token, 5 visibility timeout ms (with the hold limit's parts: lease_args in reclaim.lua),
+-- 6 max deliveries, optionally 7 how long to remember the
 -- acked token as undone (ms).
 -- Returns {ack, delivery (1 or more), id, payload} (and, for a job requeued from the dead
 -- list, its attempt since then as a fifth element) or {ack, 0, ms until a delayed job is
@@ -24,6 +25,7 @@
 -- in full first.
 local now = now_ms()
 local id, token, next_token = ARGV[1], ARGV[2], ARGV[4]
+local visibility, slack, queue_timeout = lease_args(ARGV[5])
 local holder = redis.call('HGET', KEYS[7], id)
 local mine = redis.call('HGET', KEYS[10], next_token)
 local was_undone = redis.call('ZSCORE', KEYS[13], next_token)
@@ -129,7 +131,7 @@ if acking then
   if has_priority then
     redis.call('HDEL', KEYS[4], id)
   end
-  redis.call('HDEL', KEYS[10], token)
+  redis.call('HDEL', KEYS[10], token, token .. ':e')
   if has_base then
     redis.call('HDEL', KEYS[11], id)
   end
@@ -166,10 +168,11 @@ if expiry and expiry > now then
   local n = tonumber(redis.call('HGET', KEYS[8], mine)) or 1
   local payload = redis.call('HGET', KEYS[3], mine) or ''
   local base, timeout = base_of(mine)
-  if expiry < now + tonumber(ARGV[5]) then
-    redis.call('ZADD', KEYS[6], now + tonumber(ARGV[5]), mine)
+  local upto, e = renewed_until(next_token, now, visibility)
+  if expiry < upto then
+    redis.call('ZADD', KEYS[6], upto, mine)
   end
-  return handed(ack, n, mine, payload, base, timeout)
+  return handed(ack, n, mine, payload, base, timeout, left_of(e, now))
 end
 if reclaiming then
   reclaim(due, expired, tonumber(ARGV[6]))
@@ -183,7 +186,8 @@ end
 if top[1] then
   -- Read before the lease's writes (bases was read above when anything was written).
   local base, timeout = base_of(top[1], next_base)
-  local n = lease_next(top[1], next_token, now, tonumber(ARGV[5]))
-  return handed(ack, n, top[1], payload or '', base, timeout)
+  local e = hold_end(now, timeout, slack, queue_timeout)
+  local n = lease_next(top[1], next_token, now, visibility, e)
+  return handed(ack, n, top[1], payload or '', base, timeout, left_of(e, now))
 end
 return {ack, 0, next_wait(now)}

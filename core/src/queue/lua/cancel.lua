@@ -38,7 +38,7 @@ elseif expiry or token then
   redis.call('ZREM', KEYS[5], id)
   redis.call('HDEL', KEYS[6], id)
   if token then
-    redis.call('HDEL', KEYS[7], token)
+    redis.call('HDEL', KEYS[7], token, token .. ':e')
     -- Marks of cancels whose time has passed are dropped with their messages.
     for _, old in ipairs(redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', now)) do
       redis.call('HDEL', KEYS[13], old)

@@ -4,7 +4,8 @@
 -- 11 bases (hash id -> deliveries when last requeued from the dead list), 12 undone takes
 -- (zset token -> until ms: a take given back after its reply was lost takes nothing if it
 -- arrives late), 13 pauses (hash; field '*': the queue is paused, see pause.lua).
--- ARGV: 1 lease token, 2 visibility timeout ms, 3 max deliveries.
+-- ARGV: 1 lease token, 2 visibility timeout ms (with the hold limit's parts: lease_args in
+-- reclaim.lua), 3 max deliveries.
 -- A retry after a lost reply (same token) gets the job it was leased, not another one, its
 -- lease renewed to the visibility timeout from now.
 -- First moves due delayed jobs and jobs whose lease ran out back to ready (or, after max
@@ -19,6 +20,7 @@
 -- write itself (HINCRBY fails on a wrong type before anything is written).
 local now = now_ms()
 local token = ARGV[1]
+local visibility, slack, queue_timeout = lease_args(ARGV[2])
 local undone = redis.call('ZSCORE', KEYS[12], token)
 local mine = redis.call('HGET', KEYS[10], token)
 if undone and tonumber(undone) > now then
@@ -29,15 +31,17 @@ local expiry = mine and redis.call('HGET', KEYS[7], mine) == token
 if expiry and expiry > now then
   -- A retry: the lease runs for the visibility timeout from now at least, since the taker
   -- counts its validity from this attempt's send (the first attempt's lease may end up to
-  -- a reply timeout earlier). Never shortened (a late copy of the take after an extend).
+  -- a reply timeout earlier). Never shortened (a late copy of the take after an extend),
+  -- never past the delivery's hold limit (a late copy after the timeout).
   -- What the reply needs is read before that write.
   local n = tonumber(redis.call('HGET', KEYS[8], mine)) or 1
   local payload = redis.call('HGET', KEYS[3], mine) or ''
   local base, timeout = base_of(mine)
-  if expiry < now + tonumber(ARGV[2]) then
-    redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), mine)
+  local upto, e = renewed_until(token, now, visibility)
+  if expiry < upto then
+    redis.call('ZADD', KEYS[6], upto, mine)
   end
-  return handed(1, n, mine, payload, base, timeout)
+  return handed(1, n, mine, payload, base, timeout, left_of(e, now))
 end
 local paused = redis.call('HEXISTS', KEYS[13], '*') == 1
 local due, expired = overdue(now)
@@ -67,7 +71,8 @@ if top[1] then
     redis.call('HLEN', KEYS[7])
   end
   local base, timeout = base_of(id)
-  local n = lease_next(id, token, now, tonumber(ARGV[2]))
-  return handed(1, n, id, payload or '', base, timeout)
+  local e = hold_end(now, timeout, slack, queue_timeout)
+  local n = lease_next(id, token, now, visibility, e)
+  return handed(1, n, id, payload or '', base, timeout, left_of(e, now))
 end
 return {0, next_wait(now)}

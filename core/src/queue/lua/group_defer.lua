@@ -44,7 +44,7 @@ if head[2] then
 end
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
-redis.call('HDEL', KEYS[3], token)
+redis.call('HDEL', KEYS[3], token, token .. ':e')
 redis.call('HINCRBY', KEYS[4], id, 1)
 redis.call('ZREM', stem .. 'i:' .. g, id)
 redis.call('ZADD', ready, score, id)

@@ -15,7 +15,8 @@
 -- jobs (zset id -> ready score), 'i:<group>' its leased jobs (zset id -> lease expiry at
 -- the take, checked against the in-flight zset), 't:<group>' its rate state.
 -- A job id is '<group>\31<id>'.
--- ARGV: 1 lease token, 2 visibility timeout ms, 3 max deliveries.
+-- ARGV: 1 lease token, 2 visibility timeout ms (with the hold limit's parts: lease_args in
+-- reclaim.lua), 3 max deliveries.
 -- Returns what the take script returns: {1, delivery, id, payload[, attempt]} or
 -- {0, ms until something may change (a delayed job due, a lease running out, a group's
 -- rate or block ending), or -2}.
@@ -23,6 +24,7 @@ local t = redis.call('TIME')
 local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(us / 1000)
 local token = ARGV[1]
+local visibility, slack, queue_timeout = lease_args(ARGV[2])
 local undone = redis.call('ZSCORE', KEYS[12], token)
 local mine = redis.call('HGET', KEYS[10], token)
 if undone and tonumber(undone) > now then
@@ -34,11 +36,12 @@ if expiry and expiry > now then
   -- A retry after a lost reply: the job leased to this token, its lease renewed.
   local n = tonumber(redis.call('HGET', KEYS[8], mine)) or 1
   local payload = redis.call('HGET', KEYS[3], mine) or ''
-  local base = base_of(mine)
-  if expiry < now + tonumber(ARGV[2]) then
-    redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), mine)
+  local base, timeout = base_of(mine)
+  local upto, e = renewed_until(token, now, visibility)
+  if expiry < upto then
+    redis.call('ZADD', KEYS[6], upto, mine)
   end
-  return handed(1, n, mine, payload, base)
+  return handed(1, n, mine, payload, base, timeout, left_of(e, now))
 end
 -- The whole queue paused: nothing is taken, nothing is written (resume wakes the takers).
 if redis.call('HEXISTS', KEYS[19], '*') == 1 then
@@ -202,8 +205,9 @@ if chosen then
   local id = redis.call('ZRANGE', ready, 0, 0)[1]
   redis.call('ZREM', ready, id)
   local payload = redis.call('HGET', KEYS[3], id)
-  local base = base_of(id)
-  local n = lease_next(id, token, now, tonumber(ARGV[2]))
+  local base, timeout = base_of(id)
+  local e = hold_end(now, timeout, slack, queue_timeout)
+  local n, upto = lease_next(id, token, now, visibility, e)
   -- Its leases' record, tidied: two whose lease ran out at the take are dropped (or their
   -- renewed expiry copied), so that it does not keep what no longer runs.
   local leased = stem .. 'i:' .. g
@@ -215,7 +219,7 @@ if chosen then
       redis.call('ZREM', leased, old)
     end
   end
-  redis.call('ZADD', leased, now + tonumber(ARGV[2]), id)
+  redis.call('ZADD', leased, upto, id)
   if chosen_tat then
     gcra_store(stem .. 't:' .. g, chosen_tat, us)
   end
@@ -229,7 +233,7 @@ if chosen then
   else
     redis.call('ZREM', KEYS[13], g)
   end
-  return handed(1, n, id, payload or '', base)
+  return handed(1, n, id, payload or '', base, timeout, left_of(e, now))
 end
 -- Nothing taken: the time until something may change without a message.
 local wait = next_wait(now)

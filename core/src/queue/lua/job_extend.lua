@@ -1,5 +1,9 @@
 -- Extend a job's lease. KEYS: 1 in flight, 2 leases, optionally 3 cancelled (zset token ->
--- until ms, written by the cancel script). ARGV: 1 id, 2 token, 3 ms.
+-- until ms, written by the cancel script) and 4 holders (whose '<token>:e' is the
+-- delivery's hold limit, written by its take: reclaim.lua's lease_next). ARGV: 1 id, 2
+-- token, 3 ms.
+-- The lease runs ms from now, but never past the hold limit: a renewal that reaches the
+-- server late (delayed, held, sent again) cannot carry a timed-out job past timeout + grace.
 -- Returns 1 extended, 0 the lease ran out, -1 another delivery holds it, -3 this delivery
 -- was cancelled (its lease ended then).
 local now = now_ms()
@@ -20,5 +24,17 @@ local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if (not expiry) or tonumber(expiry) <= now then
   return 0
 end
-redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[3]), ARGV[1])
+local upto = now + tonumber(ARGV[3])
+if KEYS[4] then
+  local e = tonumber(redis.call('HGET', KEYS[4], ARGV[2] .. ':e'))
+  if e and e < upto then
+    upto = e
+  end
+end
+if upto <= now then
+  -- Past the hold limit (a lease written before it was kept): it ends now.
+  redis.call('ZADD', KEYS[1], 'XX', now, ARGV[1])
+  return 0
+end
+redis.call('ZADD', KEYS[1], 'XX', upto, ARGV[1])
 return 1

@@ -54,7 +54,7 @@ if (not expiry) or tonumber(expiry) <= now then
 end
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
-redis.call('HDEL', KEYS[9], ARGV[2])
+redis.call('HDEL', KEYS[9], ARGV[2], ARGV[2] .. ':e')
 remember(KEYS[11], ARGV[2], now, tonumber(ARGV[6]))
 if drain then
   notify(drain, '*')

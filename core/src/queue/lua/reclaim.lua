@@ -41,7 +41,7 @@ local function reclaim(due, expired, max)
     redis.call('ZREM', KEYS[6], id)
     local token = redis.call('HGET', KEYS[7], id)
     if token then
-      redis.call('HDEL', KEYS[10], token)
+      redis.call('HDEL', KEYS[10], token, token .. ':e')
     end
     redis.call('HDEL', KEYS[7], id)
     local n = tonumber(redis.call('HGET', KEYS[8], id)) or 0
@@ -52,22 +52,72 @@ local function reclaim(due, expired, max)
     end
   end
 end
--- lease_next(id, token, now, visibility): leases ready job id to token until now +
--- visibility ms; returns its delivery number. Its first write is to the deliveries (a
--- script may let that write be the type check of the deliveries when it is its first).
-local function lease_next(id, token, now, visibility)
-  local n = redis.call('HINCRBY', KEYS[8], id, 1)
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('ZADD', KEYS[6], now + visibility, id)
-  redis.call('HSET', KEYS[7], id, token)
-  redis.call('HSET', KEYS[10], token, id)
-  return n
+-- lease_args(s): a take's lease argument, '<visibility ms>' or '<visibility ms>:<slack
+-- ms>' or '<visibility ms>:<slack ms>:<queue timeout ms>': the visibility, the slack (the
+-- timeout's grace plus 1 ms) and the queue's timeout (nil: none).
+local function lease_args(s)
+  local vis, slack, qt = string.match(s, '^(%d+):(%d+):?(%d*)$')
+  if not vis then
+    return tonumber(s)
+  end
+  return tonumber(vis), tonumber(slack), tonumber(qt)
 end
--- handed(first, n, id, payload, base, timeout): the reply for a job handed out as delivery
--- n: {first, n, id, payload}, and, for a job requeued from the dead list (base > 0) or
--- pushed with a timeout, its attempt since the requeue (n - base, as a string) after them,
--- then its timeout (ms, as a string) if it has one.
-local function handed(first, n, id, payload, base, timeout)
+-- hold_end(now, timeout, slack, qt): the hold limit, on this server's clock, of a delivery
+-- taken now: the job's own timeout (a string, from base_of), else the queue's (qt), plus
+-- the slack; nil without a timeout or a slack. No lease of that delivery, by its take, a
+-- retry of it or an extension, however late it arrives, runs past it.
+local function hold_end(now, timeout, slack, qt)
+  local t = tonumber(timeout) or qt
+  if t and slack then
+    return now + t + slack
+  end
+end
+-- left_of(e, now): the ms left to hold limit e from when the script runs, nil without one:
+-- e - now less 1 (now is the clock rounded down: the script may run up to 1 ms later).
+local function left_of(e, now)
+  return e and math.max(e - now - 1, 0)
+end
+-- renewed_until(token, now, visibility): where a take's retry renews the lease of the
+-- delivery leased to token: the visibility from now, but not past its hold limit (kept in
+-- holders under '<token>:e'); and that hold limit (nil: none).
+local function renewed_until(token, now, visibility)
+  local upto = now + visibility
+  local e = tonumber(redis.call('HGET', KEYS[10], token .. ':e'))
+  if e and e < upto then
+    return e, e
+  end
+  return upto, e
+end
+-- lease_next(id, token, now, visibility, e): leases ready job id to token until now +
+-- visibility ms, or until e (its hold limit, kept beside its holder) if that is sooner;
+-- returns its delivery number and lease expiry. Its first write is to the deliveries (a
+-- script may let that write be the type check of the deliveries when it is its first).
+local function lease_next(id, token, now, visibility, e)
+  local n = redis.call('HINCRBY', KEYS[8], id, 1)
+  local upto = now + visibility
+  if e and e < upto then
+    upto = e
+  end
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('ZADD', KEYS[6], upto, id)
+  redis.call('HSET', KEYS[7], id, token)
+  if e then
+    redis.call('HSET', KEYS[10], token, id, token .. ':e', e)
+  else
+    redis.call('HSET', KEYS[10], token, id)
+  end
+  return n, upto
+end
+-- handed(first, n, id, payload, base, timeout, left): the reply for a job handed out as
+-- delivery n: {first, n, id, payload}, and, for a job requeued from the dead list (base > 0)
+-- or pushed with a timeout, its attempt since the requeue (n - base, as a string) after
+-- them, then its timeout (ms, as a string) if it has one; for a delivery with a hold limit,
+-- its attempt, its own timeout ('' for none: the queue's) and the ms left to the hold limit
+-- (left_of), as strings.
+local function handed(first, n, id, payload, base, timeout, left)
+  if left then
+    return {first, n, id, payload, tostring(n - base), timeout or '', tostring(left)}
+  end
   if timeout then
     return {first, n, id, payload, tostring(n - base), timeout}
   end

@@ -14,7 +14,7 @@
 -- lease runs out, or -2 (nothing scheduled, or paused).
 -- Every key is read before any is written (a wrong type fails before any write).
 local now = now_ms()
-local visibility = tonumber(ARGV[1])
+local visibility, slack, queue_timeout = lease_args(ARGV[1])
 local paused = redis.call('HEXISTS', KEYS[13], '*') == 1
 local renew, fresh = {}, {}
 for i = 3, #ARGV do
@@ -25,7 +25,7 @@ for i = 3, #ARGV do
     local expiry = mine and redis.call('HGET', KEYS[7], mine) == token
         and tonumber(redis.call('ZSCORE', KEYS[6], mine) or '0')
     if expiry and expiry > now then
-      renew[#renew + 1] = {i - 2, mine, expiry}
+      renew[#renew + 1] = {i - 2, mine, expiry, token}
     else
       fresh[#fresh + 1] = i - 2
     end
@@ -52,11 +52,12 @@ local out = {0}
 for _, r in ipairs(renew) do
   local n = tonumber(redis.call('HGET', KEYS[8], r[2])) or 1
   local payload = redis.call('HGET', KEYS[3], r[2]) or ''
-  local base = base_of(r[2])
-  if r[3] < now + visibility then
-    redis.call('ZADD', KEYS[6], now + visibility, r[2])
+  local base, timeout = base_of(r[2])
+  local upto, e = renewed_until(r[4], now, visibility)
+  if r[3] < upto then
+    redis.call('ZADD', KEYS[6], upto, r[2])
   end
-  out[#out + 1] = handed(r[1], n, r[2], payload, base)
+  out[#out + 1] = handed(r[1], n, r[2], payload, base, timeout, left_of(e, now))
 end
 if #due > 0 or #expired > 0 then
   reclaim(due, expired, tonumber(ARGV[2]))
@@ -66,9 +67,10 @@ if #due > 0 or #expired > 0 then
 end
 for k, id in ipairs(top) do
   local payload = redis.call('HGET', KEYS[3], id) or ''
-  local base = base_of(id)
-  local n = lease_next(id, ARGV[fresh[k] + 2], now, visibility)
-  out[#out + 1] = handed(fresh[k], n, id, payload, base)
+  local base, timeout = base_of(id)
+  local e = hold_end(now, timeout, slack, queue_timeout)
+  local n = lease_next(id, ARGV[fresh[k] + 2], now, visibility, e)
+  out[#out + 1] = handed(fresh[k], n, id, payload, base, timeout, left_of(e, now))
 end
 if #out == 1 then
   if paused then

@@ -21,7 +21,7 @@ local id = redis.call('HGET', KEYS[7], ARGV[1])
 if not id or redis.call('HGET', KEYS[2], id) ~= ARGV[1] then
   return 0
 end
-redis.call('HDEL', KEYS[7], ARGV[1])
+redis.call('HDEL', KEYS[7], ARGV[1], ARGV[1] .. ':e')
 redis.call('HDEL', KEYS[2], id)
 redis.call('ZREM', KEYS[1], id)
 redis.call('HINCRBY', KEYS[6], id, -1)

@@ -635,7 +635,8 @@ fn a_late_take_copy_or_renewal_cannot_lease_a_timed_job_past_timeout_and_grace()
         "paused",
     ];
     let mut copy = redis::cmd("EVAL");
-    copy.arg(redlease::core::queue::scripts::DEQUEUE.source).arg(13);
+    copy.arg(redlease::core::queue::scripts::DEQUEUE.source)
+        .arg(13);
     for part in take_keys {
         copy.arg(key(part));
     }
@@ -648,7 +649,10 @@ fn a_late_take_copy_or_renewal_cannot_lease_a_timed_job_past_timeout_and_grace()
         .unwrap();
     assert_eq!(reply.len(), 7, "{reply:?}");
     let left: i64 = redis::from_redis_value(reply[6].clone()).unwrap();
-    assert!(left < end - now && left >= end - now - 5, "{left} ms left, {end} - {now}");
+    assert!(
+        left < end - now && left >= end - now - 5,
+        "{left} ms left, {end} - {now}"
+    );
     assert_eq!(expiry(&mut conn), Some(end));
     // Past the hold limit: the renewal finds the lease ended, the ack is refused.
     await_condition(Duration::from_secs(5), || server_ms(&mut conn) > end);

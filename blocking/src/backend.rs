@@ -788,6 +788,7 @@ mod entropy_tests {
         let tokens: std::collections::HashSet<[u8; 24]> =
             (0..n).map(|_| entropy.bytes::<24>().unwrap()).collect();
         assert_eq!(tokens.len(), n, "a token was handed out twice");
+        #[allow(irrefutable_let_patterns)] // Without `memory`, the only kind.
         let Entropy::Os(pool) = &entropy else {
             panic!("Entropy::os() is not the operating system's");
         };
@@ -836,6 +837,7 @@ mod entropy_tests {
         let a = entropy.bytes::<{ OS_POOL + 8 }>().unwrap();
         let b = entropy.bytes::<{ OS_POOL + 8 }>().unwrap();
         assert_ne!(a, b);
+        #[allow(irrefutable_let_patterns)] // Without `memory`, the only kind.
         let Entropy::Os(pool) = &entropy else {
             panic!("Entropy::os() is not the operating system's");
         };

@@ -184,14 +184,7 @@ fn batch_loop<E: HandlerError>(
     handler: &dyn Fn(&Job) -> Result<(), E>,
 ) {
     let time = queue.client.shared().time.clone();
-    #[cfg_attr(not(feature = "memory"), allow(unused_mut))]
-    let mut take_wait = Duration::from_millis(500);
-    #[cfg(feature = "memory")]
-    if time.memory().is_some() {
-        crate::memory::MemoryClock::set_passive_thread();
-        crate::backend::cancel_waits_on(stop.clone());
-        take_wait = Duration::from_secs(24 * 3600);
-    }
+    let take_wait = super::workers::worker_start(queue, &stop);
     let mut pause = Duration::from_millis(10);
     while !stop.load(Ordering::SeqCst) {
         let jobs = match queue.take_batch(batch, take_wait) {

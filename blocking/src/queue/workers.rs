@@ -89,6 +89,25 @@ impl WorkerCounters {
     }
 }
 
+/// Sets up a worker thread of `queue`'s pools (one job at a time, or batches) stopped by
+/// `stop`; returns how long each of its takes waits.
+/// On a test clock, a worker waits for the test to move time (it never moves it itself),
+/// and stopping the pool ends its wait.
+/// On Redis a take waits half a second at a time, to look at the stop signal.
+pub(super) fn worker_start(queue: &Queue, stop: &Arc<AtomicBool>) -> Duration {
+    #[cfg(feature = "memory")]
+    if queue.client.shared().time.memory().is_some() {
+        crate::memory::MemoryClock::set_passive_thread();
+        crate::backend::cancel_waits_on(stop.clone());
+        // The stop signal ends a wait on the test clock: a take waits until a job comes
+        // (a day at a time), so a quiet pool costs no take per half second of test time.
+        return Duration::from_secs(24 * 3600);
+    }
+    #[cfg(not(feature = "memory"))]
+    let _ = (queue, stop);
+    Duration::from_millis(500)
+}
+
 fn work_loop<E: HandlerError>(
     queue: &Queue,
     stop: Arc<AtomicBool>,
@@ -96,19 +115,7 @@ fn work_loop<E: HandlerError>(
     handler: &dyn Fn(&Job) -> Result<(), E>,
 ) {
     let time = queue.client.shared().time.clone();
-    // On a test clock, a worker waits for the test to move time (it never moves it itself),
-    // and stopping the pool ends its wait.
-    // On Redis a take waits half a second at a time, to look at the stop signal.
-    #[cfg_attr(not(feature = "memory"), allow(unused_mut))]
-    let mut take_wait = Duration::from_millis(500);
-    #[cfg(feature = "memory")]
-    if time.memory().is_some() {
-        crate::memory::MemoryClock::set_passive_thread();
-        crate::backend::cancel_waits_on(stop.clone());
-        // The stop signal ends a wait on the test clock: a take waits until a job comes
-        // (a day at a time), so a quiet pool costs no take per half second of test time.
-        take_wait = Duration::from_secs(24 * 3600);
-    }
+    let take_wait = worker_start(queue, &stop);
     let mut pause = Duration::from_millis(10);
     // The job handed over with the last ack, if any: finished even after a stop signal.
     let mut next: Option<Job> = None;

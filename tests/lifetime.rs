@@ -587,9 +587,9 @@ fn a_late_take_copy_or_renewal_cannot_lease_a_timed_job_past_timeout_and_grace()
         .unwrap();
     assert_eq!(id, job.id());
     let end: i64 = holders[&format!("{token}:e")].parse().unwrap();
-    // timeout + grace + 1 ms from the take's run.
+    // timeout + grace + 2 ms from the take's run.
     assert!(
-        (before + 301..=after + 301).contains(&end),
+        (before + 302..=after + 302).contains(&end),
         "hold limit {end}, take ran in {before}..{after}"
     );
     let expiry = |conn: &mut redis::Connection| -> Option<i64> {
@@ -643,7 +643,7 @@ fn a_late_take_copy_or_renewal_cannot_lease_a_timed_job_past_timeout_and_grace()
     let now = server_ms(&mut conn);
     let reply: Vec<redis::Value> = copy
         .arg(&token)
-        .arg("5000:101:200")
+        .arg("5000:102:200")
         .arg(5)
         .query(&mut conn)
         .unwrap();

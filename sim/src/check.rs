@@ -498,9 +498,9 @@ fn no_ack_after_timeout(h: &History, out: &mut Out<'_>) {
         let x = &h.holds[hold];
         out.judge(Property::NoAckAfterTimeout, 1);
         // The server's hold limit: from the take's run, in its whole milliseconds (up to 1 ms
-        // late), plus 1 ms of slack (the grace is sent rounded up: the limit recorded here
-        // is the exact one).
-        let bound = x.granted + limit + 2_000;
+        // late), plus 2 ms of slack and the grace rounded up (the limit recorded here is the
+        // exact one).
+        let bound = x.granted + limit + 4_000;
         for sp in h
             .spans
             .iter()
@@ -1307,7 +1307,7 @@ impl Property {
                 "A job whose handler answered \"rate limited\" goes back without counting the delivery: when the group defer ran on the server and took the job back, the job's deliveries counted toward its max deliveries there (deliveries less base) are one fewer than just before it, the deferred one no longer counted"
             }
             Property::NoAckAfterTimeout => {
-                "A job pushed with a timeout: no ack, nack or give-back of a watched delivery of it ends its lease on the server later than the take's run plus timeout + grace (and the server's 2 ms of rounding and slack), whenever the requests that renew it arrive: the server keeps the delivery's hold limit and leases it no further"
+                "A job pushed with a timeout: no ack, nack or give-back of a watched delivery of it ends its lease on the server later than the take's run plus timeout + grace (and the server's 4 ms of rounding and slack), whenever the requests that renew it arrive: the server keeps the delivery's hold limit and leases it no further"
             }
             Property::NothingLeasedWhilePaused => {
                 "No job is leased (in the server's own record) after a pause of the queue ran and before the next resume ran: not by a take sent before the pause, a woken waiter, an ack-and-take, nor a reclaim of an expired lease"

@@ -598,11 +598,13 @@ impl QueueSettings {
     }
 
     /// A take's lease argument: the visibility in milliseconds, then `:` and the slack of a
-    /// delivery's hold limit (the grace, rounded up, plus 1 ms: the server's clock is read in
-    /// whole milliseconds), then, with a queue timeout, `:` and it (rounded up). The server
-    /// keeps a timed delivery's hold limit from it (`lua/reclaim.lua`'s `lease_args`).
+    /// delivery's hold limit (the grace, rounded up, plus 2 ms: the server's clock is read in
+    /// whole milliseconds, rounded down, and what is left of the limit is told 1 ms short, so
+    /// that the taker's own hold limit is the timeout + grace + 1 ms it was before the server
+    /// kept one), then, with a queue timeout, `:` and it (rounded up). The server keeps a
+    /// timed delivery's hold limit from it (`lua/reclaim.lua`'s `lease_args`).
     fn lease_arg(&self, visibility_ms: u64) -> String {
-        let slack = ceil_ms(self.timeout_grace) + 1;
+        let slack = ceil_ms(self.timeout_grace) + 2;
         match self.timeout {
             Some(t) => format!("{visibility_ms}:{slack}:{}", ceil_ms(t)),
             None => format!("{visibility_ms}:{slack}"),

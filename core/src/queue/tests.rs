@@ -441,7 +441,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
             UNDONE,
             PAUSED,
             &tok(),
-            "1500:1001",
+            "1500:1002",
             "4",
         ])
     );
@@ -1164,7 +1164,7 @@ fn settings_are_validated_before_anything_is_sent() {
         ..QueueSettings::default()
     };
     let spec = take(&keys(), token(), &s).unwrap();
-    assert_eq!(call_args(&spec.acquire)[17..], strs(&["10:1001", "1"]));
+    assert_eq!(call_args(&spec.acquire)[17..], strs(&["10:1002", "1"]));
 }
 
 #[test]
@@ -1495,7 +1495,7 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
     );
     assert_eq!(
         a[19..],
-        strs(&["done-1", &tok(), "60000", &next_tok(), "1500:1001", "4"])
+        strs(&["done-1", &tok(), "60000", &next_tok(), "1500:1002", "4"])
     );
     let out = s.expect_done().unwrap();
     assert_eq!(out.ack, Ok(()));
@@ -1739,10 +1739,10 @@ fn ack_and_take_binds_tokens_of_any_length_and_the_settings_of_each_call() {
         timeout_grace: Duration::from_micros(499_500),
     };
     // The lease argument: the visibility, the hold limit's slack (the grace rounded up, plus
-    // 1 ms) and the queue's timeout.
+    // 2 ms) and the queue's timeout.
     for (settings, vis, max) in [
-        (other, "7000:501:2000", "9"),
-        (settings(), "1500:1001", "4"),
+        (other, "7000:502:2000", "9"),
+        (settings(), "1500:1002", "4"),
     ] {
         let op = job
             .ack_and_take(&keys(), Token::from_random(NEXT), &settings, deadline(now))
@@ -1872,7 +1872,7 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     assert_eq!(a[1], ACK_TAKE.sha1);
     assert_eq!(
         a[a.len() - 7..],
-        strs(&["j", &tok(), "60000", &next_tok(), "1500:1001", "4", &keep])
+        strs(&["j", &tok(), "60000", &next_tok(), "1500:1002", "4", &keep])
     );
     let op = plain
         .ack_and_take(&keys(), Token::from_random(NEXT), &settings(), d)

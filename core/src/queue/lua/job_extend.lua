@@ -3,7 +3,8 @@
 -- delivery's hold limit, written by its take: reclaim.lua's lease_next). ARGV: 1 id, 2
 -- token, 3 ms.
 -- The lease runs ms from now, but never past the hold limit: a renewal that reaches the
--- server late (delayed, held, sent again) cannot carry a timed-out job past timeout + grace.
+-- server late (delayed, held, sent again) cannot carry a timed-out job past timeout + grace;
+-- and a renewal never shortens a delivery with a hold limit.
 -- Returns 1 extended, 0 the lease ran out, -1 another delivery holds it, -3 this delivery
 -- was cancelled (its lease ended then).
 local now = now_ms()
@@ -29,6 +30,12 @@ if KEYS[4] then
   local e = tonumber(redis.call('HGET', KEYS[4], ARGV[2] .. ':e'))
   if e and e < upto then
     upto = e
+  end
+  -- Nor is a delivery with a hold limit shortened: the limit ends it (the watchdog's last
+  -- renewal, asking for what is left in whole ms by the taker's clock, would end it up to a
+  -- few ms early, and another delivery could start before timeout + grace).
+  if e and upto < tonumber(expiry) then
+    upto = tonumber(expiry)
   end
 end
 if upto <= now then

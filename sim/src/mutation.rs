@@ -130,8 +130,8 @@ const EXTEND_SWAP: Swap = Swap {
 // Issue 26's three fixes, rewritten back into the defects they fixed.
 const TAKE_REFRESH_SWAP: Swap = Swap {
     script: &DEQUEUE,
-    from: "if expiry < now + tonumber(ARGV[2]) then",
-    to: "if false then",
+    from: "  if expiry < upto then\n    redis.call('ZADD', KEYS[6], upto, mine)",
+    to: "  if false then\n    redis.call('ZADD', KEYS[6], upto, mine)",
 };
 
 const ACK_UNDONE_SWAP: Swap = Swap {

@@ -576,6 +576,11 @@ impl Default for QueueSettings {
 /// [`QueueSettings::timeout_grace`]'s default.
 pub const DEFAULT_TIMEOUT_GRACE: Duration = Duration::from_secs(1);
 
+/// The slack of a hold limit with the default grace (its milliseconds plus 2): what the take
+/// scripts assume when a take's lease argument is the bare visibility (`lua/reclaim.lua`'s
+/// `lease_args`, which writes it out: `script::tests` checks the two agree).
+pub const DEFAULT_SLACK_MS: u64 = DEFAULT_TIMEOUT_GRACE.as_millis() as u64 + 2;
+
 impl QueueSettings {
     /// Checks the settings: `max_deliveries` at least 1, the visibility timeout a valid
     /// lease ttl ([`MIN_TTL`](crate::limits::MIN_TTL) to
@@ -603,10 +608,14 @@ impl QueueSettings {
     /// that the taker's own hold limit is the timeout + grace + 1 ms it was before the server
     /// kept one), then, with a queue timeout, `:` and it (rounded up). The server keeps a
     /// timed delivery's hold limit from it (`lua/reclaim.lua`'s `lease_args`).
+    /// A queue without a timeout and with the default grace sends the bare visibility, as a
+    /// plain take always did: the script takes the default grace's slack then
+    /// ([`DEFAULT_SLACK_MS`]).
     fn lease_arg(&self, visibility_ms: u64) -> String {
         let slack = ceil_ms(self.timeout_grace) + 2;
         match self.timeout {
             Some(t) => format!("{visibility_ms}:{slack}:{}", ceil_ms(t)),
+            None if slack == u128::from(DEFAULT_SLACK_MS) => visibility_ms.to_string(),
             None => format!("{visibility_ms}:{slack}"),
         }
     }

@@ -441,7 +441,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
             UNDONE,
             PAUSED,
             &tok(),
-            "1500:1002",
+            "1500",
             "4",
         ])
     );
@@ -1164,7 +1164,7 @@ fn settings_are_validated_before_anything_is_sent() {
         ..QueueSettings::default()
     };
     let spec = take(&keys(), token(), &s).unwrap();
-    assert_eq!(call_args(&spec.acquire)[17..], strs(&["10:1002", "1"]));
+    assert_eq!(call_args(&spec.acquire)[17..], strs(&["10", "1"]));
 }
 
 #[test]
@@ -1495,7 +1495,7 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
     );
     assert_eq!(
         a[19..],
-        strs(&["done-1", &tok(), "60000", &next_tok(), "1500:1002", "4"])
+        strs(&["done-1", &tok(), "60000", &next_tok(), "1500", "4"])
     );
     let out = s.expect_done().unwrap();
     assert_eq!(out.ack, Ok(()));
@@ -1739,11 +1739,9 @@ fn ack_and_take_binds_tokens_of_any_length_and_the_settings_of_each_call() {
         timeout_grace: Duration::from_micros(499_500),
     };
     // The lease argument: the visibility, the hold limit's slack (the grace rounded up, plus
-    // 2 ms) and the queue's timeout.
-    for (settings, vis, max) in [
-        (other, "7000:502:2000", "9"),
-        (settings(), "1500:1002", "4"),
-    ] {
+    // 2 ms) and the queue's timeout; the bare visibility with neither a timeout nor another
+    // grace than the default.
+    for (settings, vis, max) in [(other, "7000:502:2000", "9"), (settings(), "1500", "4")] {
         let op = job
             .ack_and_take(&keys(), Token::from_random(NEXT), &settings, deadline(now))
             .unwrap();
@@ -1872,7 +1870,7 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     assert_eq!(a[1], ACK_TAKE.sha1);
     assert_eq!(
         a[a.len() - 7..],
-        strs(&["j", &tok(), "60000", &next_tok(), "1500:1002", "4", &keep])
+        strs(&["j", &tok(), "60000", &next_tok(), "1500", "4", &keep])
     );
     let op = plain
         .ack_and_take(&keys(), Token::from_random(NEXT), &settings(), d)
@@ -1959,4 +1957,24 @@ fn a_job_pushed_with_a_timeout_is_handed_over_with_it() {
         crate::queue::push_with_timeout(&keys, &jobs, 0, Duration::ZERO, Duration::ZERO, at)
             .is_err()
     );
+}
+
+/// A plain take sends the bare visibility, as before hold limits: the scripts then assume the
+/// default grace's slack, which they write out.
+#[test]
+fn the_scripts_default_slack_is_the_default_graces() {
+    assert_eq!(
+        super::DEFAULT_SLACK_MS,
+        super::DEFAULT_TIMEOUT_GRACE.as_millis() as u64 + 2
+    );
+    assert!(
+        super::scripts::RECLAIM.contains(&format!("return vis, {}", super::DEFAULT_SLACK_MS)),
+        "lua/reclaim.lua's lease_args"
+    );
+    let other_grace = QueueSettings {
+        timeout_grace: Duration::from_millis(1500),
+        ..settings()
+    };
+    let spec = take(&keys(), token(), &other_grace).unwrap();
+    assert_eq!(call_args(&spec.acquire)[17..], strs(&["1500:1502", "4"]));
 }

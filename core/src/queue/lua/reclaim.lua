@@ -54,12 +54,16 @@ local function reclaim(due, expired, max)
 end
 -- lease_args(s): a take's lease argument, '<visibility ms>' or '<visibility ms>:<slack
 -- ms>' or '<visibility ms>:<slack ms>:<queue timeout ms>': the visibility, the slack (the
--- timeout's grace plus 1 ms) and the queue's timeout (nil: none).
+-- timeout's grace plus 2 ms) and the queue's timeout (nil: none). The bare visibility (a
+-- queue without a timeout, with the default grace of 1 s: DEFAULT_SLACK_MS in
+-- core/src/queue/mod.rs) has the default slack, 1002.
 local function lease_args(s)
-  local vis, slack, qt = string.match(s, '^(%d+):(%d+):?(%d*)$')
-  if not vis then
-    return tonumber(s)
+  local vis = tonumber(s)
+  if vis then
+    return vis, 1002
   end
+  local slack, qt
+  vis, slack, qt = string.match(s, '^(%d+):(%d+):?(%d*)$')
   return tonumber(vis), tonumber(slack), tonumber(qt)
 end
 -- hold_end(now, timeout, slack, qt): the hold limit, on this server's clock, of a delivery

@@ -160,7 +160,6 @@ impl Queue {
         self.client.run(op)
     }
 
-    /// The signal of a job just taken with `lease`.
     /// The signal of a job taken on `lease` with `timeout` (its own, or its queue's) and,
     /// from the server, `hold_left` ([`TakenJob::hold_left`]): its deadline is the timeout
     /// from the take, or the grace before the hold limit if that is sooner (a take retried
@@ -173,8 +172,9 @@ impl Queue {
     ) -> Signal {
         let mut timeout = timeout;
         if let (Some(t), Some(left)) = (timeout, hold_left) {
-            // The server's hold limit is the timeout plus the grace (rounded up) plus 1 ms,
-            // and what is left of it is told 1 ms short: a fresh take's is t + grace.
+            // The server's hold limit is the timeout plus the grace (rounded up) plus 2 ms,
+            // and what is left of it is told 1 ms short: a fresh take's is t + grace + 1 ms,
+            // so a fresh take's deadline is its timeout.
             timeout = Some(t.min(left.saturating_sub(self.lifetime.grace)));
         }
         let deadline = timeout.map(|t| saturating_add(lease.acquired_at, t));

@@ -75,8 +75,6 @@ pub struct Hold {
     pub received: u64,
     /// Until when the holder's own clock says it holds (updated by renewals).
     pub valid_until: u64,
-    /// The validity of the acquisition itself, before any renewal.
-    pub first_valid_until: u64,
     /// Acquired with `min_replicas`.
     pub replicated: bool,
     /// Renewed by its client's watchdog (which reports its loss).

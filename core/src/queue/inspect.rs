@@ -199,7 +199,9 @@ fn ms_of(text: &str) -> Option<u64> {
         return Some(n);
     }
     let f: f64 = text.parse().ok()?;
-    (f.is_finite() && f >= 0.0 && f < 9.007_199_254_740_992e15).then_some(f as u64)
+    (0.0..9.007_199_254_740_992e15)
+        .contains(&f)
+        .then_some(f as u64)
 }
 
 /// One job from `job_fields`' eight replies, at server time `now` (ms).
@@ -459,7 +461,7 @@ mod tests {
             b("hello"),
         ]);
         let page = ListJobs
-            .decide(&reply, Instant::now(), false)
+            .decide(&reply, crate::testing::origin(), false)
             .unwrap()
             .unwrap();
         assert_eq!(page.next.as_ref().unwrap().as_str(), "2000:a:b");
@@ -482,7 +484,11 @@ mod tests {
             Reply::Int(1),
             Reply::Array(vec![]),
         ] {
-            assert!(ListJobs.decide(&reply, Instant::now(), false).is_none());
+            assert!(
+                ListJobs
+                    .decide(&reply, crate::testing::origin(), false)
+                    .is_none()
+            );
         }
         let unknown_state = Reply::Array(vec![
             Reply::Int(1),
@@ -499,7 +505,7 @@ mod tests {
         ]);
         assert!(
             LookUpJob
-                .decide(&unknown_state, Instant::now(), false)
+                .decide(&unknown_state, crate::testing::origin(), false)
                 .is_none()
         );
     }
@@ -507,7 +513,7 @@ mod tests {
     #[test]
     fn bad_listings_are_refused_before_anything_is_sent() {
         let keys = QueueKeys::new(&crate::keys::Keyspace::default(), "q").unwrap();
-        let at = Instant::now();
+        let at = crate::testing::origin();
         assert!(list_jobs(&keys, JobState::Ready, None, 0, at).is_err());
         assert!(list_jobs(&keys, JobState::Other, None, 1, at).is_err());
         let bad = JobCursor::from("x:y".to_owned());
@@ -525,7 +531,7 @@ mod tests {
             Reply::Array(vec![b("pushed"), b("3"), b("taken"), b("-1")]),
         ]);
         let out = Counts
-            .decide(&reply, Instant::now(), false)
+            .decide(&reply, crate::testing::origin(), false)
             .unwrap()
             .unwrap();
         assert_eq!(

@@ -13,6 +13,15 @@
 //!   `benches/redis.rs` sends the same script as `EVALSHA`);
 //! - `unfenced`: `lock` with `fenced(false)`: the acquisition is a bare `SET NX PX`, the
 //!   release as `lock`'s (baseline `lock_raw`);
+//! - `lock_raw_fenced`: the raw fenced cycle, `EVALSHA` of a hand-written script doing `SET
+//!   NX PX` and the counter's `INCR` ([`RAW_FENCED_ACQUIRE_SCRIPT`]), then the
+//!   compare-and-delete `EVALSHA`, on one plain connection (issue 28: what the fence rule
+//!   costs at the least; `scripts/cpu.sh` compares `lock` with it as `lock_vs_fenced`);
+//! - `contended`: issue 31's contended lock: 8 threads (`CPU_THREADS`) looping on one lock
+//!   (`acquire`, `GET` + `SET` of a counter on the thread's own plain connection, `release`);
+//!   one cycle is 8 critical sections, whoever ran them (divide by 8: per critical section);
+//! - `contended_raw`: the same with the raw polling lock (`SET NX PX` every 10 ms while
+//!   taken, the compare-and-delete `EVALSHA`);
 //! - `semaphore`: `try_acquire` + `release` of one permit of a 2-permit semaphore;
 //! - `queue`: `push` + `try_take` + `ack` of one job (three round trips);
 //! - `queue_worker`: a busy worker's steady state, `push` of one job + `ack_and_take` of the
@@ -63,6 +72,10 @@ use std::hint::black_box;
 
 /// The compare-and-delete script of the raw lock cycle (the same as `benches/redis.rs`).
 const RAW_RELEASE_SCRIPT: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end";
+/// A hand-written fenced acquisition (issue 28): `SET NX PX`, and when it took the lock, the
+/// fence from `INCR` of a counter. KEYS[1] lock, KEYS[2] counter; ARGV[1] token, ARGV[2] ttl
+/// ms. The same as `benches/scenarios/lock.rs`'s.
+pub const RAW_FENCED_ACQUIRE_SCRIPT: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('INCR', KEYS[2]) end return 0";
 /// A hand-written GCRA script (as go-redis/redis_rate's, on integer microseconds of the
 /// server clock): the baseline of the rate limiter (the same as
 /// `benches/scenarios/rate.rs`'s). KEYS[1] the TAT; ARGV interval µs, tolerance µs, cost.
@@ -223,6 +236,7 @@ fn main() {
                 black_box(d[1]);
             })
         }
+        "contended" | "contended_raw" => contended(&url, &name, scenario == "contended_raw"),
         "lock_raw" => {
             let mut con = redis::Client::open(url.as_str())
                 .and_then(|c| c.get_connection())
@@ -247,6 +261,45 @@ fn main() {
                     .arg(&token)
                     .query(&mut con)
                     .expect("cpu: EVAL failed");
+                assert_eq!(deleted, 1, "cpu: compare-and-delete did not delete");
+            })
+        }
+        "lock_raw_fenced" => {
+            let mut con = redis::Client::open(url.as_str())
+                .and_then(|c| c.get_connection())
+                .expect("cpu: cannot connect");
+            let acquire: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(RAW_FENCED_ACQUIRE_SCRIPT)
+                .query(&mut con)
+                .expect("cpu: SCRIPT LOAD failed");
+            let release: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(RAW_RELEASE_SCRIPT)
+                .query(&mut con)
+                .expect("cpu: SCRIPT LOAD failed");
+            let counter = format!("{name}:fence");
+            let mut n = 0u64;
+            Box::new(move || {
+                n += 1;
+                let token = format!("raw-{n}");
+                let fence: i64 = redis::cmd("EVALSHA")
+                    .arg(&acquire)
+                    .arg(2)
+                    .arg(&name)
+                    .arg(&counter)
+                    .arg(&token)
+                    .arg(30_000)
+                    .query(&mut con)
+                    .expect("cpu: fenced EVALSHA failed");
+                assert!(fence > 0, "cpu: the raw fenced key was taken");
+                let deleted: i64 = redis::cmd("EVALSHA")
+                    .arg(&release)
+                    .arg(1)
+                    .arg(&name)
+                    .arg(&token)
+                    .query(&mut con)
+                    .expect("cpu: EVALSHA failed");
                 assert_eq!(deleted, 1, "cpu: compare-and-delete did not delete");
             })
         }
@@ -498,4 +551,93 @@ fn server_cpu_usec(admin: &mut redis::Connection) -> u64 {
     let process = seconds("used_cpu_user") + seconds("used_cpu_sys");
     let s = if main > 0.0 { main } else { process };
     (s * 1e6).round() as u64
+}
+
+/// The `contended` and `contended_raw` scenarios: `CPU_THREADS` (default 8) threads looping
+/// on critical sections of one lock until the process ends; a cycle waits until 8 more
+/// critical sections were done.
+fn contended(url: &str, name: &str, raw: bool) -> Box<dyn FnMut()> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Condvar, Mutex};
+    let threads = env_number("CPU_THREADS", 8);
+    let done: &'static (Mutex<u64>, Condvar) = Box::leak(Box::new((Mutex::new(0), Condvar::new())));
+    let client: &'static redlease::Client = Box::leak(Box::new(
+        redlease::Client::builder(url)
+            .build()
+            .expect("cpu: cannot build the client"),
+    ));
+    let serial: &'static AtomicU64 = Box::leak(Box::new(AtomicU64::new(0)));
+    for _ in 0..threads {
+        let url = url.to_owned();
+        let name = name.to_owned();
+        std::thread::spawn(move || {
+            let connect = || {
+                redis::Client::open(url.as_str())
+                    .and_then(|c| c.get_connection())
+                    .expect("cpu: cannot connect")
+            };
+            let (mut con, mut lock_con) = (connect(), connect());
+            let counter = format!("{name}:counter");
+            let sha: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(RAW_RELEASE_SCRIPT)
+                .query(&mut lock_con)
+                .expect("cpu: SCRIPT LOAD failed");
+            let lock = client.lock(&name).wait(std::time::Duration::from_secs(60));
+            let section = |con: &mut redis::Connection| {
+                let n: Option<u64> = redis::cmd("GET")
+                    .arg(&counter)
+                    .query(con)
+                    .expect("cpu: GET failed");
+                let _: () = redis::cmd("SET")
+                    .arg(&counter)
+                    .arg(n.unwrap_or(0) + 1)
+                    .query(con)
+                    .expect("cpu: SET failed");
+            };
+            loop {
+                if raw {
+                    let token = format!("raw-{}", serial.fetch_add(1, Ordering::Relaxed));
+                    loop {
+                        let set: Option<String> = redis::cmd("SET")
+                            .arg(&name)
+                            .arg(&token)
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(30_000)
+                            .query(&mut lock_con)
+                            .expect("cpu: SET NX failed");
+                        if set.is_some() {
+                            break;
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    section(&mut con);
+                    let _: i64 = redis::cmd("EVALSHA")
+                        .arg(&sha)
+                        .arg(1)
+                        .arg(&name)
+                        .arg(&token)
+                        .query(&mut lock_con)
+                        .expect("cpu: EVALSHA failed");
+                } else {
+                    let guard = lock.acquire().expect("cpu: acquire failed");
+                    section(&mut con);
+                    guard.release().expect("cpu: release failed");
+                }
+                let mut n = done.0.lock().unwrap_or_else(|e| e.into_inner());
+                *n += 1;
+                done.1.notify_all();
+            }
+        });
+    }
+    let mut target = 0u64;
+    Box::new(move || {
+        target += 8;
+        let n = done.0.lock().unwrap_or_else(|e| e.into_inner());
+        let _n = done
+            .1
+            .wait_while(n, |n| *n < target)
+            .unwrap_or_else(|e| e.into_inner());
+    })
 }

@@ -79,18 +79,21 @@ mod common;
 mod scenarios;
 
 use common::{BASELINE, QUEUE_BASELINE, RELIABLE_BASELINE, Scenario, UNCONTENDED};
-use scenarios::{lock::*, memory::*, queue::*, rate::*, watchdog::*};
+use scenarios::{contended::*, flash_sale::*, lock::*, memory::*, queue::*, rate::*, watchdog::*};
 
 /// Every scenario, in run order (the first is the baseline).
 const SCENARIOS: &[Scenario] = &[
     (BASELINE, raw_baseline),
     (UNCONTENDED, lock_uncontended),
     ("lock_unfenced", lock_unfenced),
+    ("lock_vs_fenced", lock_vs_fenced),
     ("memory_lock_uncontended", memory_lock_uncontended),
     ("lock_contended", lock_contended),
     ("lock_8keys", lock_8keys),
     ("cluster_8keys", cluster_8keys),
     ("lock_handoff", lock_handoff),
+    ("lock_contended_cs", lock_contended_cs),
+    ("lock_contended_cs64", lock_contended_cs64),
     ("lock_herd_1000", lock_herd_1000),
     ("watchdog_10k", watchdog_10k),
     ("watchdog_100k", watchdog_100k),
@@ -109,8 +112,12 @@ const SCENARIOS: &[Scenario] = &[
     ("queue_commands", queue_commands),
     ("queue_1m", queue_1m),
     ("queue_batch_push", queue_batch_push),
+    ("queue_batch50", queue_batch50),
     ("delayed_lateness", delayed_lateness),
     ("rate_try_acquire", rate_try_acquire),
+    ("flash_sale_script", flash_sale_script),
+    ("flash_sale_global_lock", flash_sale_global_lock),
+    ("flash_sale_striped", flash_sale_striped),
 ];
 
 fn main() {

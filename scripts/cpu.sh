@@ -22,7 +22,9 @@
 # blur as it blurs microseconds.
 #
 # The lock, unfenced lock (`fenced(false)`: a bare SET NX PX acquisition) and semaphore
-# cycles are compared with SET NX PX + EVAL compare-and-delete, the
+# cycles are compared with SET NX PX + EVAL compare-and-delete, and the (fenced) lock also
+# with the raw fenced cycle (`lock_vs_fenced`: EVALSHA of a hand-written SET NX PX + INCR
+# script, then the compare-and-delete EVALSHA; issue 28), the
 # queue's push + take + ack, and a busy worker's push + ack_and_take (`queue_worker`, client
 # instructions only), with LPUSH + RPOP (the baselines issue 18 names); `rate` (a rate
 # limiter's try_acquire that is always allowed) with `rate_raw` (a hand-written GCRA script
@@ -135,7 +137,7 @@ wanted() {
 }
 
 if [[ $mode == all || $mode == instr ]]; then
-    raw_lock=0 raw_queue=0
+    raw_lock=0 raw_queue=0 raw_rate=0
     wanted lock unfenced semaphore redlock && raw_lock=$(per_op lock_raw)
     wanted queue queue_worker && raw_queue=$(per_op queue_raw)
     wanted rate && raw_rate=$(per_op rate_raw)
@@ -147,6 +149,22 @@ if [[ $mode == all || $mode == instr ]]; then
         echo "cpu $scenario instr_per_op=$n raw_instr_per_op=$raw ratio=$(ratio "$n" "$raw")"
         [[ $scenario == redlock ]] && redlock=$n
     done
+    # Issue 31's contended lock: 8 threads, one lock, GET + SET inside; a cycle is 8
+    # critical sections (instr_per_cs: per critical section, every thread of the process).
+    # Only when CPU_ONLY names it (CPU_ONLY=contended).
+    if [[ " ${CPU_ONLY:-} " == *" contended "* ]]; then
+        c=$(per_op contended)
+        raw_c=$(per_op contended_raw)
+        echo "cpu contended instr_per_cs=$((c / 8)) raw_instr_per_cs=$((raw_c / 8)) ratio=$(ratio "$c" "$raw_c")"
+    fi
+    # The lock against the raw fenced cycle (issue 28: a hand-written script doing SET NX
+    # PX and the counter's INCR, then the compare-and-delete): what the fence rule costs at
+    # the least.
+    if wanted lock; then
+        lock_n=$(per_op lock)
+        raw_fenced=$(per_op lock_raw_fenced)
+        echo "cpu lock_vs_fenced instr_per_op=$lock_n raw_instr_per_op=$raw_fenced ratio=$(ratio "$lock_n" "$raw_fenced")"
+    fi
     # RedLock against the raw cycle over the same five nodes (`redlock_raw`: SET NX PX to
     # every node before any reply is read, then the compare-and-delete EVAL the same way).
     if wanted redlock; then
@@ -172,7 +190,7 @@ field() {
 }
 
 if [[ $mode == all || $mode == server ]]; then
-    raw_lock_line= raw_queue_line=
+    raw_lock_line= raw_queue_line= raw_rate_line=
     wanted lock unfenced semaphore && raw_lock_line=$(server_run lock_raw)
     wanted queue && raw_queue_line=$(server_run queue_raw)
     wanted rate && raw_rate_line=$(server_run rate_raw)
@@ -191,7 +209,14 @@ if [[ $mode == all || $mode == server ]]; then
         raw_cpu=$(python3 -c "print(f'{$(field "$raw_line" server_cpu_usec) / $server_cycles:.2f}')")
         echo "server $scenario usec_per_op=$usec raw_usec_per_op=$raw_usec ratio=$(ratio "$usec" "$raw_usec") cpu_usec_per_op=$cpu raw_cpu_usec_per_op=$raw_cpu"
         echo "  detail: ${line#cycles }" >&2
+        [[ $scenario == lock ]] && lock_line=$line
     done
+    if wanted lock; then
+        fenced_line=$(server_run lock_raw_fenced)
+        usec=$(python3 -c "print(f'{$(field "$lock_line" server_usec) / $server_cycles:.2f}')")
+        raw_usec=$(python3 -c "print(f'{$(field "$fenced_line" server_usec) / $server_cycles:.2f}')")
+        echo "server lock_vs_fenced usec_per_op=$usec raw_usec_per_op=$raw_usec ratio=$(ratio "$usec" "$raw_usec")"
+    fi
 fi
 
 # Server instructions: a redis-server under callgrind; each client run is followed by a dump
@@ -218,7 +243,7 @@ if [[ $mode == all || $mode == server ]]; then
         b=$(server_instructions "$1" "$server_n2")
         echo $(((b - a) / (server_n2 - server_n1)))
     }
-    raw_lock=0 raw_queue=0
+    raw_lock=0 raw_queue=0 raw_rate=0
     wanted lock unfenced semaphore && raw_lock=$(server_per_op lock_raw)
     wanted queue && raw_queue=$(server_per_op queue_raw)
     wanted rate && raw_rate=$(server_per_op rate_raw)
@@ -228,7 +253,12 @@ if [[ $mode == all || $mode == server ]]; then
         wanted "$scenario" || continue
         n=$(server_per_op "$scenario")
         echo "server_instr $scenario instr_per_op=$n raw_instr_per_op=$raw ratio=$(ratio "$n" "$raw")"
+        [[ $scenario == lock ]] && server_lock=$n
     done
+    if wanted lock; then
+        raw_fenced=$(server_per_op lock_raw_fenced)
+        echo "server_instr lock_vs_fenced instr_per_op=$server_lock raw_instr_per_op=$raw_fenced ratio=$(ratio "$server_lock" "$raw_fenced")"
+    fi
 fi
 
 # System calls and context switches per cycle (see the top of this file).

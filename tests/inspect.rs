@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant, SystemTime};
 
 use redlease::core::queue::inspect::{MAX_PAGE, PREVIEW_LEN, event};
-use redlease::{Client, JobState, NewJob, PushOptions, Queue};
+use redlease::{Client, JobStatus, NewJob, PushOptions, Queue};
 use redlease_suite::RedisServer;
 
 fn queue(server: &RedisServer, name: &str) -> Queue {
@@ -86,7 +86,7 @@ fn stats_say_how_old_the_oldest_ready_job_is_and_the_least_lease_left() {
 }
 
 /// Every id of `state`, paged `limit` at a time; checks each page's size.
-fn all(q: &Queue, state: JobState, limit: usize) -> Vec<String> {
+fn all(q: &Queue, state: JobStatus, limit: usize) -> Vec<String> {
     let mut ids = Vec::new();
     let mut cursor = None;
     loop {
@@ -132,18 +132,18 @@ fn jobs_are_listed_by_state_a_page_at_a_time() {
     for limit in [1, 3, 7, 100] {
         // Ready: in the order they will be taken.
         let expected: Vec<String> = (3..30).map(|i| format!("job-{i:03}")).collect();
-        assert_eq!(all(&q, JobState::Ready, limit), expected, "limit {limit}");
-        let delayed = all(&q, JobState::Delayed, limit);
+        assert_eq!(all(&q, JobStatus::Ready, limit), expected, "limit {limit}");
+        let delayed = all(&q, JobStatus::Delayed, limit);
         assert_eq!(delayed.len(), 10, "{delayed:?}");
         assert_eq!(delayed.iter().collect::<HashSet<_>>().len(), 10);
-        assert_eq!(all(&q, JobState::InFlight, limit), ["job-002"]);
-        assert_eq!(all(&q, JobState::Dead, limit), ["job-000", "job-001"]);
+        assert_eq!(all(&q, JobStatus::InFlight, limit), ["job-002"]);
+        assert_eq!(all(&q, JobStatus::Dead, limit), ["job-000", "job-001"]);
     }
-    let page = q.jobs(JobState::Delayed, None, 1).unwrap();
+    let page = q.jobs(JobStatus::Delayed, None, 1).unwrap();
     let due = page.jobs[0].due_at.unwrap();
     let from_now = due.duration_since(SystemTime::now()).unwrap();
     assert!(from_now > Duration::from_secs(590) && from_now <= Duration::from_secs(601));
-    let page = q.jobs(JobState::InFlight, None, 10).unwrap();
+    let page = q.jobs(JobStatus::InFlight, None, 10).unwrap();
     let left = page.jobs[0].lease_left.unwrap();
     assert!(
         left > Duration::ZERO && left <= Duration::from_secs(30),
@@ -152,22 +152,22 @@ fn jobs_are_listed_by_state_a_page_at_a_time() {
     assert_eq!(page.jobs[0].deliveries, 1);
     assert!(page.next.is_none());
     // A cursor survives as text (a tool's --cursor).
-    let first = q.jobs(JobState::Ready, None, 4).unwrap();
+    let first = q.jobs(JobStatus::Ready, None, 4).unwrap();
     let text = first.next.unwrap().as_str().to_owned();
     let again = q
-        .jobs(JobState::Ready, Some(&redlease::JobCursor::from(text)), 1)
+        .jobs(JobStatus::Ready, Some(&redlease::JobCursor::from(text)), 1)
         .unwrap();
     assert_eq!(again.jobs[0].id, "job-007");
     // The cursor's job taken meanwhile: the page starts where it was.
-    let cursor = q.jobs(JobState::Ready, None, 1).unwrap().next.unwrap();
+    let cursor = q.jobs(JobStatus::Ready, None, 1).unwrap().next.unwrap();
     let next = q.try_take().unwrap().unwrap();
     assert_eq!(next.id(), "job-003");
-    let page = q.jobs(JobState::Ready, Some(&cursor), 1).unwrap();
+    let page = q.jobs(JobStatus::Ready, Some(&cursor), 1).unwrap();
     assert_eq!(page.jobs[0].id, "job-004");
     drop((held, next));
     // A limit of 0 is refused before anything is sent.
     assert!(matches!(
-        q.jobs(JobState::Ready, None, 0),
+        q.jobs(JobStatus::Ready, None, 0),
         Err(redlease::Error::InvalidArgument(_))
     ));
 }
@@ -188,7 +188,7 @@ fn one_job_is_looked_up_by_id_wherever_it_is() {
     )
     .unwrap();
     let info = q.job("big").unwrap().unwrap();
-    assert_eq!(info.state, JobState::Ready);
+    assert_eq!(info.state, JobStatus::Ready);
     assert_eq!(info.priority, 3);
     assert_eq!(info.deliveries, 0);
     assert_eq!(info.payload_size, 1000);
@@ -198,19 +198,19 @@ fn one_job_is_looked_up_by_id_wherever_it_is() {
 
     let job = q.try_take().unwrap().unwrap();
     let info = q.job("big").unwrap().unwrap();
-    assert_eq!((info.state, info.deliveries), (JobState::InFlight, 1));
+    assert_eq!((info.state, info.deliveries), (JobStatus::InFlight, 1));
     assert!(info.lease_left.unwrap() > Duration::ZERO);
     job.nack().unwrap();
     let info = q.job("big").unwrap().unwrap();
-    assert_eq!(info.state, JobState::Dead);
+    assert_eq!(info.state, JobStatus::Dead);
     assert_eq!(info.preview.len(), PREVIEW_LEN);
 
     q.push_with("soon", PushOptions::new().delay(Duration::from_secs(60)))
         .unwrap();
-    let page = q.jobs(JobState::Delayed, None, 1).unwrap();
+    let page = q.jobs(JobStatus::Delayed, None, 1).unwrap();
     let id = page.jobs[0].id.clone();
     let info = q.job(&id).unwrap().unwrap();
-    assert_eq!(info.state, JobState::Delayed);
+    assert_eq!(info.state, JobStatus::Delayed);
     assert!(info.due_at.unwrap() > SystemTime::now());
     assert_eq!(info.preview, b"soon");
     assert!(q.delete_dead("big").unwrap());
@@ -238,7 +238,7 @@ fn paging_many_jobs_visits_each_exactly_once() {
     let mut cursor = None;
     let mut pages = 0;
     loop {
-        let page = q.jobs(JobState::Ready, cursor.as_ref(), MAX_PAGE).unwrap();
+        let page = q.jobs(JobStatus::Ready, cursor.as_ref(), MAX_PAGE).unwrap();
         pages += 1;
         for job in page.jobs {
             let i: usize = job.id.parse().unwrap();

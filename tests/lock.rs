@@ -885,3 +885,45 @@ fn unfenced_bad_input_gets_typed_errors() {
     let v: String = conn.hget("redlease:{typed}:lock", "f").unwrap();
     assert_eq!(v, "v");
 }
+
+/// Issue 31: a waiter whose retry pause ends while a thread of its own client holds the lock
+/// does not ask Redis again (the lock is held: an attempt could only fail); it sleeps on
+/// until the holder's release wakes it. Before, a waiter with 5 ms pauses asked about every
+/// 5 ms for as long as the lock was held (some 60 attempts over 300 ms).
+#[test]
+fn a_waiter_does_not_retry_in_vain_while_its_own_client_holds_the_lock() {
+    let server = server();
+    let client = client(&server);
+    // The client's listener starts with its first wait; a hold counts from then on.
+    let warm = client.lock("warm").try_acquire().unwrap().unwrap();
+    let waited = client
+        .lock("warm")
+        .wait(Duration::from_millis(20))
+        .acquire();
+    assert!(matches!(waited, Err(Error::Timeout { .. })), "{waited:?}");
+    warm.release().unwrap();
+    let held = client.lock("held-here").try_acquire().unwrap().unwrap();
+    let waiter = {
+        let client = client.clone();
+        thread::spawn(move || {
+            let guard = client
+                .lock("held-here")
+                .wait(Duration::from_secs(30))
+                .retry(Duration::from_millis(5), Duration::from_millis(5))
+                .acquire()
+                .unwrap();
+            let attempts = guard.attempts();
+            guard.release().unwrap();
+            attempts
+        })
+    };
+    await_condition(Duration::from_secs(10), || client.status().waiters == 1);
+    // The hold lasts 60 retry pauses: the waiter's pauses end about 60 times meanwhile.
+    thread::sleep(Duration::from_millis(300));
+    held.release().unwrap();
+    let attempts = waiter.join().unwrap();
+    assert!(
+        attempts <= 4,
+        "the waiter asked {attempts} times: its pauses ended in attempts while the lock was held here"
+    );
+}

@@ -45,6 +45,10 @@ use std::time::{Duration, Instant};
 
 use redlease::core::keys::Keyspace;
 use redlease::core::lease::{LockSpec, Token};
+use redlease::core::queue::batch;
+use redlease::core::queue::groups::{self, GroupLimits, LimitsOf};
+use redlease::core::queue::pause::{self, PauseScope};
+use redlease::core::queue::schedule::{self, Schedule};
 use redlease::core::queue::{self, NewJob, QueueKeys, QueueSettings};
 use redlease::core::rate::{self, RateLimit, RateLimiterSpec};
 use redlease::core::script::{Script, ScriptCall};
@@ -114,6 +118,8 @@ fn all_scripts() -> Vec<&'static Script> {
     let mut v: Vec<&'static Script> = redlease::core::lease::SCRIPTS.to_vec();
     v.extend(redlease::core::queue::scripts::ALL.iter().copied());
     v.extend(redlease::core::rate::scripts::ALL.iter().copied());
+    v.extend(redlease::core::queue::groups::ALL.iter().copied());
+    v.extend(redlease::core::queue::schedule::ALL.iter().copied());
     v
 }
 
@@ -337,6 +343,10 @@ enum Cmp {
     Acquire,
     /// `{flag, x}`: flag equal; x a remaining time.
     Inspect,
+    /// A server time stamp (a pause's ms): nil on both, or a bulk string on both.
+    Stamp,
+    /// A batch take: `{0, job, ...}` equal, or `{ms}` within tolerance.
+    Batch,
     /// A take: `{1, delivery, id, payload}` equal, or `{0, ms}` within tolerance.
     Take,
     /// An ack and take: `{ack, ...}`, the ack equal and the rest compared as a take.
@@ -364,6 +374,12 @@ enum Cmp {
     /// Per-minute counts `{minute, {event, n, ...}, ...}`: each event's sum over the minutes
     /// equal (a minute's end may fall between the two servers' runs of the same events).
     Counts,
+    /// A schedule script's reply: `{code, next, server ms}` (upsert) or `{code, server ms,
+    /// version, spec, next}` (advance), all equal but the server's clock; anything else
+    /// equal.
+    Schedule,
+    /// A hash read whole (`HGETALL`): the same fields and values, in any order.
+    Hash,
 }
 
 /// `r`'s values that are times within a day of the first (the server's `now`), as their
@@ -526,6 +542,16 @@ fn same(
             }
             _ => r == m,
         },
+        Cmp::Stamp => {
+            matches!(
+                (r, m),
+                (Reply::Nil, Reply::Nil) | (Reply::Bulk(_), Reply::Bulk(_))
+            ) || r == m
+        }
+        Cmp::Batch => match pair(r, m) {
+            Some((a, b)) if a.len() == 1 => close(&a[0], &b[0]),
+            _ => r == m,
+        },
         Cmp::Take => match pair(r, m) {
             Some((a, b)) if a.len() == 2 && a[0] == b[0] && a[0] == Reply::Int(0) => {
                 close(&a[1], &b[1])
@@ -537,6 +563,15 @@ fn same(
                     && b[5].as_int().is_some()
                     && close(&a[6], &b[6])
             }
+            _ => r == m,
+        },
+        Cmp::Schedule => match pair(r, m) {
+            Some((a, b)) if a.len() == 3 => a[..2] == b[..2],
+            Some((a, b)) if a.len() == 5 => a[0] == b[0] && a[2..] == b[2..],
+            _ => r == m,
+        },
+        Cmp::Hash => match (holders(r), holders(m)) {
+            (Some(x), Some(y)) => x == y,
             _ => r == m,
         },
         Cmp::AckTake => match pair(r, m) {
@@ -620,9 +655,12 @@ enum Family {
     /// The data commands scripts call, sent directly with odd arguments (negative
     /// indexes, exclusive and infinite bounds, fractional scores, wrong types).
     Data,
+    /// A queue's job groups: pushes into groups, fair takes under limits, acks, nacks,
+    /// "rate limited" answers, limit changes.
+    Groups,
 }
 
-const FAMILIES: [Family; 9] = [
+const FAMILIES: [Family; 10] = [
     Family::Lease,
     Family::Reentrant,
     Family::Fair,
@@ -632,6 +670,7 @@ const FAMILIES: [Family; 9] = [
     Family::Plain,
     Family::Data,
     Family::Rate,
+    Family::Groups,
 ];
 
 struct Op {
@@ -730,6 +769,12 @@ impl Seq {
             Family::Semaphore => SemaphoreKeys::new(ks, "r").unwrap().notify,
             Family::Queue => {
                 let keys = QueueKeys::new(ks, "r").unwrap();
+                queue::take(&keys, t, &QueueSettings::default())
+                    .unwrap()
+                    .notify
+            }
+            Family::Groups => {
+                let keys = QueueKeys::grouped(ks, "r").unwrap();
                 queue::take(&keys, t, &QueueSettings::default())
                     .unwrap()
                     .notify
@@ -917,6 +962,7 @@ impl Seq {
             Family::Plain => self.plain_op(),
             Family::Data => self.data_op(),
             Family::Rate => self.rate_op(),
+            Family::Groups => self.group_op(),
         }
     }
 
@@ -940,7 +986,159 @@ impl Seq {
         }
     }
 
+    /// A queue's groups: the same shape as [`Seq::queue_op`] on the grouped keys, with
+    /// limits (a concurrency of 1 or 2, a rate of 1 per 10 min: decisions that do not
+    /// depend on where in the grid's window a command lands).
+    fn group_op(&mut self) -> Op {
+        let keys = QueueKeys::grouped(&self.keyspace, "r").unwrap();
+        let settings = QueueSettings {
+            visibility: self.queue_dur,
+            max_deliveries: 1 + self.rng.below(3) as u32,
+        };
+        let now = Instant::now();
+        let pick = self.rng.below(20);
+        let timed = matches!(pick, 0..=13);
+        if timed && self.timed {
+            return self.machine_op(queue::stats(&keys, now), Cmp::Stats);
+        }
+        self.timed |= timed;
+        let group = *self.rng.pick(&["a", "b", "c"]);
+        match pick {
+            0..=4 => {
+                let n = 1 + self.rng.below(3);
+                let jobs: Vec<NewJob> = (0..n)
+                    .map(|_| NewJob {
+                        id: self.fresh("job"),
+                        payload: vec![self.rng.next() as u8],
+                    })
+                    .collect();
+                let priority = *self.rng.pick(&[0u8, 0, 5]);
+                let delay = if self.rng.chance(20) {
+                    self.queue_dur
+                } else {
+                    Duration::ZERO
+                };
+                let op = groups::push(&keys, group, &jobs, priority, delay, now).unwrap();
+                self.machine_op(op, Cmp::Exact)
+            }
+            5..=8 => {
+                let token = self.fresh("tk");
+                let spec = queue::take(&keys, Token::new(token).unwrap(), &settings).unwrap();
+                self.script_op(&spec.acquire, Cmp::Take)
+            }
+            9..=10 if !self.taken.is_empty() => {
+                let (id, token) = self.rng.pick(&self.taken).clone();
+                self.script_op(&queue::ack_call(&keys, &id, &token), Cmp::Exact)
+            }
+            11 if !self.taken.is_empty() => {
+                let (id, token) = self.rng.pick(&self.taken).clone();
+                let call = queue::nack(&keys, &id, &token, Duration::ZERO, settings.max_deliveries);
+                self.script_op(&call, Cmp::Exact)
+            }
+            12 if !self.taken.is_empty() => {
+                let (id, token) = self.rng.pick(&self.taken).clone();
+                let call = groups::rate_limited(&keys, &id, &token, self.queue_dur).unwrap();
+                self.script_op(&call, Cmp::Exact)
+            }
+            13 if !self.taken.is_empty() => {
+                let (_, token) = self.rng.pick(&self.taken).clone();
+                let spec = queue::take(&keys, Token::new(token).unwrap(), &settings).unwrap();
+                let undo = spec.undo.expect("a take has an undo");
+                self.script_op(&undo, Cmp::Exact)
+            }
+            14..=16 => {
+                let limits = match self.rng.below(4) {
+                    0 => None,
+                    1 => Some(GroupLimits::new().concurrency(1 + self.rng.below(2) as u32)),
+                    2 => Some(GroupLimits::new().max_size(2)),
+                    _ => Some(
+                        GroupLimits::new().rate(
+                            RateLimit::new(
+                                1,
+                                Duration::from_secs(600),
+                                1 + self.rng.below(3) as u64,
+                            )
+                            .unwrap(),
+                        ),
+                    ),
+                };
+                let of = match self.rng.below(3) {
+                    0 => LimitsOf::EveryGroup,
+                    1 => LimitsOf::Group(group),
+                    _ => LimitsOf::Queue,
+                };
+                let op = groups::set_limits(&keys, of, limits, now).unwrap();
+                self.machine_op(op, Cmp::Exact)
+            }
+            17 => self.machine_op(queue::dead_jobs(&keys, 10, now), Cmp::Exact),
+            18 if self.rng.chance(30) => {
+                let stem = self.keyspace.stem("r").unwrap();
+                let all: Vec<String> = [
+                    "ready", "payloads", "inflight", "leases", "ring", "blocked", "full", "limits",
+                    "turn", "rate", "r:a", "i:b", "t:c",
+                ]
+                .iter()
+                .map(|p| format!("{stem}:q:g:{p}"))
+                .collect();
+                self.poke(&all)
+            }
+            _ => self.machine_op(queue::stats(&keys, now), Cmp::Stats),
+        }
+    }
+
+    /// Schedules on queue `s` (so that their far-future occurrences never change what
+    /// a take on queue `r` answers), with due times in 2096: every decision is the same
+    /// whatever either side's clock reads (each answers with its own, not compared).
+    fn schedule_op(&mut self) -> Op {
+        let keys = QueueKeys::new(&self.keyspace, "s").unwrap();
+        let now = Instant::now();
+        let name = *self.rng.pick(&["a", "b"]);
+        let base: u64 = 4_000_000_000_000;
+        let period = *self.rng.pick(&[1000u64, 2000]);
+        let payload = *self.rng.pick(&["x", "y"]);
+        let every = Schedule::every(Duration::from_millis(period))
+            .unwrap()
+            .starting_at_ms(base)
+            .payload(payload)
+            .priority(*self.rng.pick(&[0u8, 7]));
+        let due = base + self.rng.below(4) as u64 * period;
+        match self.rng.below(12) {
+            0..=3 => {
+                let from = match self.rng.below(10) {
+                    0 => None,
+                    1 => Some((0, None)),
+                    _ => Some((0, Some(due))),
+                };
+                let op = schedule::upsert(&keys, name, &every, from, now).unwrap();
+                self.machine_op(op, Cmp::Schedule)
+            }
+            4..=7 => {
+                let version = self.rng.pick(&["1", "2", "3"]).to_string();
+                let computed = if self.rng.chance(30) {
+                    None
+                } else {
+                    Some((version.as_str(), due, Some(due + period)))
+                };
+                let op = schedule::advance(&keys, name, due, computed, now).unwrap();
+                self.machine_op(op, Cmp::Schedule)
+            }
+            8 => self.machine_op(schedule::remove(&keys, name, now).unwrap(), Cmp::Exact),
+            9..=10 => self.machine_op(schedule::list(&keys, now), Cmp::Hash),
+            _ => {
+                let stem = self.keyspace.stem("s").unwrap();
+                let all: Vec<String> = ["schedules", "delayed", "payloads", "priorities", "ready"]
+                    .iter()
+                    .map(|p| format!("{stem}:q:{p}"))
+                    .collect();
+                self.poke(&all)
+            }
+        }
+    }
+
     fn queue_op(&mut self) -> Op {
+        if self.rng.chance(15) {
+            return self.schedule_op();
+        }
         let keys = QueueKeys::new(&self.keyspace, "r").unwrap();
         let settings = QueueSettings {
             visibility: self.queue_dur,
@@ -978,8 +1176,27 @@ impl Seq {
                 } else {
                     Duration::ZERO
                 };
+                if self.rng.chance(40) {
+                    return self.dedup_push(&keys, priority, delay);
+                }
                 let op = queue::push(&keys, &jobs, priority, delay, now).unwrap();
                 self.machine_op(op, Cmp::Exact)
+            }
+            5..=8 if self.rng.chance(30) => {
+                // A batch take of 1 to 4 jobs (now and then with a token that took before:
+                // its retry).
+                let tokens = (0..1 + self.rng.below(4))
+                    .map(|_| {
+                        let t = if !self.taken.is_empty() && self.rng.chance(15) {
+                            self.rng.pick(&self.taken).1.clone()
+                        } else {
+                            self.fresh("tk")
+                        };
+                        Token::new(t).unwrap()
+                    })
+                    .collect();
+                let take = batch::TakeBatch::new(&keys, tokens, &settings, now).unwrap();
+                self.machine_op(take, Cmp::Batch)
             }
             5..=8 => {
                 let token = self.fresh("tk");
@@ -988,7 +1205,16 @@ impl Seq {
             }
             9..=10 if !self.taken.is_empty() => {
                 let (id, token) = self.rng.pick(&self.taken).clone();
-                if self.rng.chance(50) {
+                if self.rng.chance(20) {
+                    // Up to three acks in one call (a job twice now and then).
+                    let mut jobs = vec![(id, token)];
+                    for _ in 0..self.rng.below(3) {
+                        jobs.push(self.rng.pick(&self.taken).clone());
+                    }
+                    let pairs: Vec<(&str, &str)> =
+                        jobs.iter().map(|(i, t)| (i.as_str(), t.as_str())).collect();
+                    self.script_op(&batch::ack_many_call(&keys, &pairs), Cmp::Exact)
+                } else if self.rng.chance(50) {
                     self.script_op(&queue::ack_call(&keys, &id, &token), Cmp::Exact)
                 } else {
                     // Ack and take the next job, for a fresh token (or, now and then, a
@@ -1030,6 +1256,29 @@ impl Seq {
                 let undo = spec.undo.expect("a take has an undo");
                 self.script_op(&undo, Cmp::Exact)
             }
+            15 if self.rng.chance(60) => {
+                // Pause, resume, read the pause of the queue or a group; or drain.
+                let scope = if self.rng.chance(70) {
+                    PauseScope::Queue
+                } else {
+                    PauseScope::Group(self.rng.pick(&["a", "b"]).to_string())
+                };
+                match self.rng.below(4) {
+                    0 => self.machine_op(pause::pause(&keys, &scope, now).unwrap(), Cmp::Exact),
+                    1 => self.machine_op(pause::resume(&keys, &scope, now).unwrap(), Cmp::Exact),
+                    2 => {
+                        let op = pause::paused_at(&keys, &scope, now).unwrap();
+                        self.machine_op(op, Cmp::Stamp)
+                    }
+                    _ if !self.timed => {
+                        self.timed = true;
+                        let drain =
+                            pause::Drain::new(&keys, Duration::ZERO, Duration::from_secs(1), now);
+                        self.machine_op(drain, Cmp::Inspect)
+                    }
+                    _ => self.machine_op(queue::stats(&keys, now), Cmp::Stats),
+                }
+            }
             15 => self.machine_op(queue::stats(&keys, now), Cmp::Stats),
             16 => self.machine_op(queue::dead_jobs(&keys, 10, now), Cmp::Exact),
             17 => {
@@ -1065,6 +1314,11 @@ impl Seq {
                     "settled",
                     "undone",
                     "enqueued",
+                    "dedup",
+                    "dedup_of",
+                    "throttle",
+                    "throttled",
+                    "paused",
                 ]
                 .iter()
                 .map(|p| format!("{stem}:q:{p}"))
@@ -1072,7 +1326,7 @@ impl Seq {
                 self.poke(&all)
             }
             20 => {
-                let state = *self.rng.pick(&queue::inspect::JobState::LISTABLE);
+                let state = *self.rng.pick(&queue::inspect::JobStatus::LISTABLE);
                 let limit = 1 + self.rng.below(4);
                 let op = queue::inspect::list_jobs(&keys, state, None, limit, now).unwrap();
                 self.machine_op(op, Cmp::Jobs)
@@ -1095,6 +1349,36 @@ impl Seq {
             }
             _ => self.machine_op(queue::stats(&keys, now), Cmp::Stats),
         }
+    }
+
+    /// A push with a dedup id (one of three, so that pushes meet) in a random mode.
+    fn dedup_push(&mut self, keys: &QueueKeys, priority: u8, delay: Duration) -> Op {
+        let [d1, d2, ..] = self.grid.durations();
+        let mode = match self.rng.below(5) {
+            0 => queue::Dedup::UntilDone { dead_blocks: true },
+            1 => queue::Dedup::UntilDone { dead_blocks: false },
+            2 => queue::Dedup::Throttle(Duration::from_millis(d1)),
+            3 => queue::Dedup::Debounce {
+                delay: Duration::from_millis(d1),
+                max_wait: Duration::from_millis(d2),
+            },
+            _ => queue::Dedup::KeepLatest,
+        };
+        let dedup_id = format!("d{}", self.rng.below(3));
+        let job = Token::new(self.fresh("dj")).unwrap();
+        let payload = vec![self.rng.next() as u8];
+        let op = queue::push_dedup(
+            keys,
+            &dedup_id,
+            &job,
+            payload,
+            mode,
+            priority,
+            delay,
+            Instant::now(),
+        )
+        .unwrap();
+        self.machine_op(op, Cmp::Exact)
     }
 
     /// What the legacy lock, RedLock and the driver send as plain commands.
@@ -1246,16 +1530,37 @@ impl Seq {
         if is(&queue::scripts::DEQUEUE)
             && let [Reply::Int(1), _, Reply::Bulk(id), _, ..] = items
         {
-            let token = String::from_utf8_lossy(&op.command.args()[17]).into_owned();
+            let token = String::from_utf8_lossy(&op.command.args()[18]).into_owned();
+            self.taken
+                .push((String::from_utf8_lossy(id).into_owned(), token));
+        }
+        if is(&groups::GROUP_TAKE)
+            && let [Reply::Int(1), _, Reply::Bulk(id), ..] = items
+        {
+            let token = String::from_utf8_lossy(&op.command.args()[23]).into_owned();
             self.taken
                 .push((String::from_utf8_lossy(id).into_owned(), token));
         }
         if is(&queue::scripts::ACK_TAKE)
             && let [_, Reply::Int(1..), Reply::Bulk(id), _, ..] = items
         {
-            let token = String::from_utf8_lossy(&op.command.args()[21]).into_owned();
+            let token = String::from_utf8_lossy(&op.command.args()[22]).into_owned();
             self.taken
                 .push((String::from_utf8_lossy(id).into_owned(), token));
+        }
+        if is(&queue::scripts::TAKE_BATCH) {
+            for job in items.iter().skip(1) {
+                if let Some([Reply::Int(i), _, Reply::Bulk(id), ..]) = job.as_array()
+                    && let Some(token) = usize::try_from(*i)
+                        .ok()
+                        .and_then(|i| op.command.args().nth(17 + i))
+                {
+                    self.taken.push((
+                        String::from_utf8_lossy(id).into_owned(),
+                        String::from_utf8_lossy(token).into_owned(),
+                    ));
+                }
+            }
         }
         if is(&queue::scripts::DEAD) {
             for chunk in items.chunks(4) {

@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::Connection;
 use redlease::core::lease::scripts as lease;
+use redlease::core::queue::schedule;
 use redlease::core::queue::scripts as queue;
 use redlease::core::script::Script;
 use redlease_suite::testkit::{connection, server};
@@ -40,6 +41,10 @@ const JOB_HOLDERS: &str = "t:{s}:q:holders";
 const BASES: &str = "t:{s}:q:bases";
 const SETTLED: &str = "t:{s}:q:settled";
 const REASONS: &str = "t:{s}:q:reasons";
+const DEDUP: &str = "t:{s}:q:dedup";
+const DEDUP_OF: &str = "t:{s}:q:dedup_of";
+const THROTTLE: &str = "t:{s}:q:throttle";
+const THROTTLED: &str = "t:{s}:q:throttled";
 const CHANNEL: &str = "t:{s}:wake";
 const UNDONE: &str = "t:{s}:undone";
 const Q_UNDONE: &str = "t:{s}:q:undone";
@@ -406,12 +411,73 @@ fn rows() -> Vec<Row> {
         },
         Row {
             script: &queue::FORGET,
-            keys: &[DEAD, PAYLOADS, PRIORITIES, DELIVERIES, BASES, REASONS],
+            keys: DEAD_KEYS,
             args: &["j", "one"],
             setup: DEAD_JOB,
         },
+        // Schedules (issue 29): occurrences due in 2096, so that the writes happen.
+        Row {
+            script: &schedule::UPSERT,
+            keys: SCHEDULE_KEYS,
+            args: &["a", "every=1000\n", "p", "3", CHANNEL, "0", "4000000000000"],
+            setup: SCHEDULED,
+        },
+        Row {
+            script: &schedule::ADVANCE,
+            keys: SCHEDULE_KEYS,
+            args: &[
+                "a",
+                "4000000000000",
+                CHANNEL,
+                "1",
+                "4000000000000",
+                "4000000001000",
+            ],
+            setup: SCHEDULED,
+        },
+        Row {
+            script: &schedule::REMOVE,
+            keys: SCHEDULE_KEYS,
+            args: &["a"],
+            setup: SCHEDULED,
+        },
+        Row {
+            script: &schedule::LIST,
+            keys: &[SCHEDULES],
+            args: &[],
+            setup: SCHEDULED,
+        },
+        Row {
+            script: &queue::PUSH_DEDUP,
+            keys: DEDUP_KEYS,
+            args: &["u", "0", "0", "0", "0", CHANNEL, "d", "~new", "p"],
+            setup: &[&["SET", SEQ, "7"]],
+        },
     ]
 }
+
+const SCHEDULES: &str = "t:{s}:q:schedules";
+const SCHEDULE_KEYS: &[&str] = &[SCHEDULES, READY, DELAYED, PAYLOADS, PRIORITIES, INFLIGHT];
+/// Schedule `a` (every second, version 1) with its pending occurrence waiting, a changed
+/// spec's upsert replaces it.
+const SCHEDULED: &[Step] = &[
+    &[
+        "HSET",
+        SCHEDULES,
+        "s:a",
+        "every=2000\n",
+        "p:a",
+        "p",
+        "r:a",
+        "0",
+        "v:a",
+        "1",
+        "n:a",
+        "4000000000000",
+    ],
+    &["ZADD", DELAYED, "4000000000000", "sched:a:4000000000000"],
+    &["HSET", PAYLOADS, "sched:a:4000000000000", "p"],
+];
 
 /// Type, serialized value and whether it expires, of every key in `keys`.
 fn snapshot(conn: &mut Connection, keys: &[&str]) -> Vec<(String, Option<Vec<u8>>, bool)> {
@@ -475,6 +541,7 @@ fn every_script_reads_each_key_before_its_first_write() {
     let all: BTreeSet<&str> = lease::ALL
         .iter()
         .chain(queue::ALL.iter())
+        .chain(schedule::ALL.iter())
         .map(|s| s.name)
         .collect();
     assert_eq!(covered, all, "one row per script");
@@ -787,7 +854,12 @@ const UNTAKE_KEYS: &[&str] = &[
     JOB_HOLDERS,
     Q_UNDONE,
 ];
-const DEAD_KEYS: &[&str] = &[DEAD, PAYLOADS, PRIORITIES, DELIVERIES, BASES, REASONS];
+const DEAD_KEYS: &[&str] = &[
+    DEAD, PAYLOADS, PRIORITIES, DELIVERIES, BASES, REASONS, DEDUP, DEDUP_OF,
+];
+const DEDUP_KEYS: &[&str] = &[
+    READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, INFLIGHT, DEDUP, DEDUP_OF, THROTTLE, THROTTLED,
+];
 const HELD: &[Step] = &[&["SET", LOCK, "tok", "PX", "10000"]];
 const HELD_BY_OTHER: &[Step] = &[&["SET", LOCK, "other", "PX", "10000"]];
 const HELD_TWICE: &[Step] = &[
@@ -2363,6 +2435,161 @@ fn cases() -> Vec<Case> {
             setup: DEAD_JOB,
             reply: "1",
             after: &[(&["LLEN", DEAD], "0"), (&["HEXISTS", PAYLOADS, "j"], "0")],
+            published: &[],
+        },
+        Case {
+            script: &queue::FORGET,
+            what: "a dead job with a dedup id: its entry goes with it",
+            keys: DEAD_KEYS,
+            args: &["~j", "one"],
+            setup: &[
+                &["RPUSH", DEAD, "~j"],
+                &["HSET", PAYLOADS, "~j", "p"],
+                &["HSET", DEDUP, "d", "~j"],
+                &["HSET", DEDUP_OF, "~j", "0|d"],
+            ],
+            reply: "1",
+            after: &[(&["EXISTS", DEDUP], "0"), (&["EXISTS", DEDUP_OF], "0")],
+            published: &[],
+        },
+        Case {
+            script: &queue::PUSH_DEDUP,
+            what: "until done: a new id queues a job and its entry",
+            keys: DEDUP_KEYS,
+            args: &["u", "0", "0", "0", "0", CHANNEL, "d", "~n", "p"],
+            setup: &[],
+            reply: "[1,~n]",
+            after: &[
+                (&["HGET", DEDUP, "d"], "~n"),
+                (&["HGET", DEDUP_OF, "~n"], "0|d"),
+                (&["ZCARD", READY], "1"),
+            ],
+            published: &["1"],
+        },
+        Case {
+            script: &queue::PUSH_DEDUP,
+            what: "until done: a live job holding the id makes a duplicate, nothing written",
+            keys: DEDUP_KEYS,
+            args: &["u", "0", "0", "0", "0", CHANNEL, "d", "~n", "p"],
+            setup: &[
+                &["ZADD", INFLIGHT, FAR, "~j"],
+                &["HSET", PAYLOADS, "~j", "old"],
+                &["HSET", DEDUP, "d", "~j"],
+            ],
+            reply: "[0,~j,in_flight]",
+            after: &[(&["HEXISTS", PAYLOADS, "~n"], "0"), (&["HLEN", DEDUP], "1")],
+            published: &[],
+        },
+        Case {
+            script: &queue::PUSH_DEDUP,
+            what: "until done, dead jobs do not block: a dead holder is replaced",
+            keys: DEDUP_KEYS,
+            args: &["l", "0", "0", "0", "0", CHANNEL, "d", "~n", "p"],
+            setup: &[
+                &["RPUSH", DEAD, "~j"],
+                &["HSET", PAYLOADS, "~j", "old"],
+                &["HSET", DEDUP, "d", "~j"],
+            ],
+            reply: "[1,~n]",
+            after: &[(&["HGET", DEDUP, "d"], "~n")],
+            published: &["1"],
+        },
+        Case {
+            script: &queue::PUSH_DEDUP,
+            what: "throttle: a window open makes a duplicate of its job, even done",
+            keys: DEDUP_KEYS,
+            args: &["t", "5000", "0", "0", "0", CHANNEL, "d", "~n", "p"],
+            setup: &[
+                &["ZADD", THROTTLE, FAR, "d"],
+                &["HSET", THROTTLED, "d", "~j"],
+            ],
+            reply: "[0,~j,done]",
+            after: &[(&["ZCARD", READY], "0")],
+            published: &[],
+        },
+        Case {
+            script: &queue::PUSH_DEDUP,
+            what: "throttle: an ended window is dropped and a job queued with a new one",
+            keys: DEDUP_KEYS,
+            args: &["t", "5000", "0", "0", "0", CHANNEL, "d", "~n", "p"],
+            setup: &[
+                &["ZADD", THROTTLE, PAST, "d"],
+                &["HSET", THROTTLED, "d", "~j"],
+            ],
+            reply: "[1,~n]",
+            after: &[
+                (&["HGET", THROTTLED, "d"], "~n"),
+                (&["ZSCORE", THROTTLE, "d"], "*"),
+                (&["HEXISTS", DEDUP, "d"], "0"),
+            ],
+            published: &["1"],
+        },
+        Case {
+            script: &queue::PUSH_DEDUP,
+            what: "debounce: a delayed job gets the payload and a later due time",
+            keys: DEDUP_KEYS,
+            args: &["d", "200", "1000", "0", "0", CHANNEL, "d", "~n", "new"],
+            setup: &[
+                &["ZADD", DELAYED, "1", "~j"],
+                &["HSET", PAYLOADS, "~j", "old"],
+                &["HSET", DEDUP, "d", "~j"],
+                &["HSET", DEDUP_OF, "~j", "99999999999999|d"],
+            ],
+            reply: "[3,~j,delayed]",
+            after: &[
+                (&["HGET", PAYLOADS, "~j"], "new"),
+                (&["HEXISTS", PAYLOADS, "~n"], "0"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &queue::PUSH_DEDUP,
+            what: "keep latest: a waiting job gets the payload",
+            keys: DEDUP_KEYS,
+            args: &["k", "0", "0", "0", "0", CHANNEL, "d", "~n", "new"],
+            setup: &[
+                &["ZADD", READY, "1", "~j"],
+                &["HSET", PAYLOADS, "~j", "old"],
+                &["HSET", DEDUP, "d", "~j"],
+            ],
+            reply: "[2,~j,ready]",
+            after: &[(&["HGET", PAYLOADS, "~j"], "new")],
+            published: &[],
+        },
+        Case {
+            script: &queue::PUSH_DEDUP,
+            what: "keep latest: a running job gets a follow-up",
+            keys: DEDUP_KEYS,
+            args: &["k", "0", "0", "0", "0", CHANNEL, "d", "~n", "new"],
+            setup: &[
+                &["ZADD", INFLIGHT, FAR, "~j"],
+                &["HSET", PAYLOADS, "~j", "old"],
+                &["HSET", DEDUP, "d", "~j"],
+            ],
+            reply: "[1,~n]",
+            after: &[(&["HGET", DEDUP, "d"], "~n"), (&["ZCARD", READY], "1")],
+            published: &["1"],
+        },
+        Case {
+            script: &queue::ACK,
+            what: "a job with a dedup id: its entry goes with it",
+            keys: ACK_KEYS,
+            args: &["~j", "tok", "60000"],
+            setup: &[
+                &["ZADD", INFLIGHT, FAR, "~j"],
+                &["HSET", LEASES, "~j", "tok"],
+                &["HSET", PAYLOADS, "~j", "p"],
+                &["HSET", DELIVERIES, "~j", "1"],
+                &["HSET", JOB_HOLDERS, "tok", "~j"],
+                &["HSET", DEDUP, "d", "~j", "e", "~other"],
+                &["HSET", DEDUP_OF, "~j", "0|d"],
+            ],
+            reply: "1",
+            after: &[
+                (&["HEXISTS", DEDUP, "d"], "0"),
+                (&["HEXISTS", DEDUP, "e"], "1"),
+                (&["EXISTS", DEDUP_OF], "0"),
+            ],
             published: &[],
         },
         Case {

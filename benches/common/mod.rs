@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 use redlease_core::keys::{Keyspace, LockKeys};
 use redlease_suite::RedisServer;
 
+pub mod crews;
+pub use crews::*;
+
 /// Measured time per scenario unless `BENCH_SECS` says otherwise.
 pub const DEFAULT_SECS: f64 = 3.0;
 /// Length of one interleaved slice unless `BENCH_SLICE_MS` says otherwise.

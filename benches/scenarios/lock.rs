@@ -580,3 +580,93 @@ fn evalsha_calls(conn: &mut redis::Connection) -> u64 {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0)
 }
+
+/// A hand-written fenced acquisition (issue 28): `SET NX PX`, and when it took the lock, the
+/// fence from `INCR` of a counter. KEYS[1] lock, KEYS[2] counter; ARGV[1] token, ARGV[2] ttl
+/// ms. The same as `benches/cpu.rs`'s.
+pub const RAW_FENCED_ACQUIRE_SCRIPT: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return redis.call('INCR', KEYS[2]) end return 0";
+
+/// The raw fenced cycle: `EVALSHA` of [`RAW_FENCED_ACQUIRE_SCRIPT`], then the
+/// compare-and-delete `EVALSHA`, on one plain connection: what the fence rule (a script on
+/// every acquisition) costs at the least.
+pub struct RawFencedCycle {
+    con: redis::Connection,
+    acquire: String,
+    release: String,
+    n: u64,
+}
+
+const RAW_FENCED_KEY: &str = "bench-raw-fenced";
+const RAW_FENCED_COUNTER: &str = "bench-raw-fenced:fence";
+
+impl RawFencedCycle {
+    pub fn new(url: &str) -> Self {
+        let mut con = connect(url);
+        let mut load = |script: &str| -> String {
+            redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(script)
+                .query(&mut con)
+                .expect("bench: SCRIPT LOAD failed")
+        };
+        let acquire = load(RAW_FENCED_ACQUIRE_SCRIPT);
+        let release = load(RAW_RELEASE_SCRIPT);
+        let _: i64 = redis::cmd("DEL")
+            .arg(RAW_FENCED_KEY)
+            .query(&mut con)
+            .expect("bench: DEL failed");
+        RawFencedCycle {
+            con,
+            acquire,
+            release,
+            n: 0,
+        }
+    }
+}
+
+impl Cycle for RawFencedCycle {
+    const AGAINST: Against = Against::Nothing;
+
+    fn op(&mut self) {
+        self.n += 1;
+        let token = format!("raw-fenced-{}", self.n);
+        let fence: i64 = redis::cmd("EVALSHA")
+            .arg(&self.acquire)
+            .arg(2)
+            .arg(RAW_FENCED_KEY)
+            .arg(RAW_FENCED_COUNTER)
+            .arg(&token)
+            .arg(30_000)
+            .query(&mut self.con)
+            .expect("bench: raw fenced EVALSHA failed");
+        assert!(fence > 0, "bench: the raw fenced key was taken");
+        let deleted: i64 = redis::cmd("EVALSHA")
+            .arg(&self.release)
+            .arg(1)
+            .arg(RAW_FENCED_KEY)
+            .arg(&token)
+            .query(&mut self.con)
+            .expect("bench: raw compare-and-delete failed");
+        assert_eq!(deleted, 1, "bench: raw compare-and-delete did not delete");
+    }
+}
+
+/// [`lock_uncontended`]'s cycle (a fenced lock) interleaved with the raw fenced cycle
+/// ([`RawFencedCycle`]) instead of the bare `SET NX PX` one: its ratio is over that
+/// (`baseline=raw_fenced` on its line; not in the summary's ratios). Issue 28's goal: at
+/// least 0.95.
+pub fn lock_vs_fenced(ctx: &Ctx) -> Measurement {
+    ctx.clear_lock("bench-vf");
+    let lock = ctx.client.lock("bench-vf");
+    let baseline = std::sync::Mutex::new(RawFencedCycle::new(&ctx.url));
+    let (mut m, _) = measure_single_with(ctx, &baseline, || {
+        let guard = lock
+            .try_acquire()
+            .expect("bench: uncontended try_acquire failed")
+            .expect("bench: uncontended lock was busy");
+        black_box(guard.fence());
+        guard.release().expect("bench: uncontended release failed");
+    });
+    m.extra.push(("baseline", "raw_fenced".to_owned()));
+    m
+}

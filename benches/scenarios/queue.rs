@@ -409,3 +409,55 @@ pub fn delayed_lateness(ctx: &Ctx) -> Measurement {
     m.extra.push(("max_delay_ms", MAX_DELAY_MS.to_string()));
     m
 }
+
+/// Batch takes (issue 31 item 3): one worker thread, 16-byte jobs, batches of 50: per cycle
+/// `push_many` of 50 (one round trip), `take_batch(50)` (one), a handler that only records
+/// each job processed, and `ack_batch` (one). One op is one job; the ratio is over the
+/// reliable-list baseline, as `queue_1worker`'s is (compare the two in the same run: the
+/// goal is at least 5x its jobs/s). Every job must be acked once (checked at the end: the
+/// acks counted equal the jobs processed, and the queue is empty).
+pub fn queue_batch50(ctx: &Ctx) -> Measurement {
+    const BATCH: usize = 50;
+    const PAYLOAD: &[u8; 16] = b"0123456789abcdef";
+    let queue = fresh_queue(ctx, "bench-qbatch");
+    let mut processed: u64 = 0;
+    let mut acked: u64 = 0;
+    let mut cycle = || {
+        queue
+            .push_many(std::iter::repeat_n(PAYLOAD, BATCH))
+            .expect("bench: push_many failed");
+        let jobs = queue
+            .try_take_batch(BATCH)
+            .expect("bench: take_batch failed");
+        assert_eq!(jobs.len(), BATCH, "bench: a short batch");
+        for job in &jobs {
+            black_box(job.payload());
+            processed += 1;
+        }
+        for outcome in queue.ack_batch(jobs) {
+            outcome.expect("bench: ack_batch failed");
+            acked += 1;
+        }
+    };
+    let mut record = Record::new();
+    let pairs = interleave_with(ctx, &ctx.reliable_baseline, |len, measured| {
+        let batches = single_slice(len, &mut cycle, measured.then_some(&mut record));
+        Slice {
+            ops: batches.ops * BATCH as u64,
+            elapsed: batches.elapsed,
+        }
+    });
+    assert_eq!(processed, acked, "bench: a job not acked exactly once");
+    let left = queue.stats().expect("bench: queue stats failed");
+    assert_eq!(
+        left,
+        redlease::QueueStats::default(),
+        "bench: jobs left over"
+    );
+    let mut m = Measurement::interleaved(&pairs);
+    m.per_thread = vec![m.total.ops];
+    m.latencies = record.latencies;
+    m.extra.push(("batch", BATCH.to_string()));
+    m.extra.push(("latency", "per_batch".to_string()));
+    m
+}

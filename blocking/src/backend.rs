@@ -521,7 +521,20 @@ fn wait_for(
             }
             match &waiting.waiter {
                 Some(w) if w.wait_until(wait.until).is_some() => Waited::Woken,
-                Some(_) => Waited::Deadline,
+                // The retry pause is over, but the lock is held by this client: nothing
+                // changes before its release announces it, or before the holder's lease
+                // runs out (the machine's `unchanged_until`): an attempt now could only
+                // find it held.
+                Some(w) => match wait.unchanged_until.filter(|q| *q > wait.until) {
+                    Some(quiet) if w.held_here() => {
+                        if w.wait_until(quiet).is_some() {
+                            Waited::Woken
+                        } else {
+                            Waited::Deadline
+                        }
+                    }
+                    _ => Waited::Deadline,
+                },
                 // No listener serves the channel (a cluster node not found): poll at the
                 // machine's pace, never in a tight loop.
                 None => {

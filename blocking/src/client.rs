@@ -53,7 +53,7 @@ pub struct Client {
 pub(crate) struct Inner {
     pub(crate) shared: Arc<Shared>,
     /// Started on the first wait that names a channel.
-    listener: OnceLock<Option<Listeners>>,
+    pub(crate) listener: OnceLock<Option<Listeners>>,
     /// Started on the first watched lease.
     pub(crate) watchdog: OnceLock<Option<Watchdog>>,
 }

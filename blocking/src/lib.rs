@@ -101,12 +101,15 @@ pub use connect::ConnectionTarget;
 pub use legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
 pub use lock::{LockBuilder, LockGuard, WithLockError};
 pub use queue::{
-    AckedAndNext, HandlerError, Job, JobError, PushOptions, Queue, Retry, WorkerReport, Workers,
+    AckedAndNext, GroupLimits, HandlerError, Job, JobError, LimitsOf, PushOptions, Queue, Retry,
+    WorkerReport, Workers,
 };
 pub use rate_limit::{Decision, RateLimit, RateLimiter, RateLimiterBuilder};
 pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
-pub use redlease_core::queue::inspect::{JobCursor, JobInfo, JobPage, JobState, MinuteCounts};
+pub use redlease_core::queue::inspect::{JobCursor, JobInfo, JobPage, JobStatus, MinuteCounts};
+pub use redlease_core::queue::schedule::{Missed, Schedule, ScheduleInfo, Upserted};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
+pub use redlease_core::queue::{Dedup, DedupOutcome, JobState};
 pub use redlease_core::semaphore::SemaphoreState;
 pub use redlease_core::{Error, FailureKind, InvalidArgument, LossReason, TransportFailure};
 pub use redlock::{QuorumLockBuilder, RedLock, RedLockBuilder, RedLockGuard};

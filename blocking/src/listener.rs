@@ -174,6 +174,22 @@ impl Listener {
         self.shared.epoch.load(Ordering::SeqCst)
     }
 
+    /// This client holds the lock announced on `channel` (see [`Registry::hold`]).
+    pub(crate) fn hold(&self, channel: &str, holder: u64) {
+        self.shared
+            .state()
+            .wake
+            .hold(channel, holder, Instant::now());
+    }
+
+    /// Before the release of a lock held on `channel` is sent (see [`Registry::unhold`]).
+    pub(crate) fn unhold(&self, channel: &str, holder: u64) {
+        let mut state = self.shared.state();
+        if let Some(next) = state.wake.unhold(channel, holder, Instant::now()) {
+            state.ring(next, Wake::Message);
+        }
+    }
+
     /// Registers a waiter; `sent_epoch` is the epoch noted when the attempt that found the
     /// lock busy was sent.
     pub(crate) fn register(&self, on: &WakeOn, sent_epoch: Option<u64>) -> Waiter {
@@ -223,12 +239,41 @@ impl Waiter {
         &self.on
     }
 
+    /// Whether this client holds the lock this waiter waits for ([`Registry::held`]).
+    pub(crate) fn held_here(&self) -> bool {
+        self.on.tag.is_none() && self.shared.state().wake.held(&self.on.channel)
+    }
+
     /// Blocks until woken or until `until`; returns why it woke (`None`: the deadline).
+    /// A release wake that comes while this client holds the lock (its holder re-took it
+    /// first) is let pass: the waiter sleeps on until the next release (the holder's own
+    /// announces it) or `until` ([`Registry::held`]). A release by a holder of this client
+    /// that comes back at once is left to it for a grace ([`Registry::grace`]) first.
     pub(crate) fn wait_until(&self, until: Instant) -> Option<Wake> {
-        let rung = self.rx.recv_deadline(until).ok()?;
-        // The wake is consumed: from now on this waiter may be woken again.
-        let pending = self.shared.state().wake.take(&self.on.channel, self.id);
-        Some(pending.unwrap_or(rung))
+        let channel = self.on.channel.as_str();
+        loop {
+            let rung = self.rx.recv_deadline(until).ok()?;
+            // The wake is consumed: from now on this waiter may be woken again.
+            let mut state = self.shared.state();
+            let pending = state.wake.take(channel, self.id).unwrap_or(rung);
+            if pending != Wake::Message || self.on.tag.is_some() {
+                return Some(pending);
+            }
+            if state.wake.held(channel) {
+                continue;
+            }
+            let Some(grace) = state.wake.grace(channel, Instant::now()) else {
+                return Some(pending);
+            };
+            drop(state);
+            // A ring meanwhile is another release: the re-check below decides for both.
+            let _ = self.rx.recv_deadline(grace.min(until));
+            let mut state = self.shared.state();
+            let _ = state.wake.take(channel, self.id);
+            if !state.wake.held(channel) {
+                return Some(pending);
+            }
+        }
     }
 }
 
@@ -544,6 +589,21 @@ impl Listeners {
         match self {
             Listeners::One(l) => l.epoch(),
             Listeners::Shards(s) => s.epoch.load(Ordering::SeqCst),
+        }
+    }
+
+    /// This client holds the lock announced on `channel` (one server only: a cluster's
+    /// shard listeners are not told, their waiters wake as before).
+    pub(crate) fn hold(&self, channel: &str, holder: u64) {
+        if let Listeners::One(l) = self {
+            l.hold(channel, holder);
+        }
+    }
+
+    /// Before the release of a lock held on `channel` is sent.
+    pub(crate) fn unhold(&self, channel: &str, holder: u64) {
+        if let Listeners::One(l) = self {
+            l.unhold(channel, holder);
         }
     }
 

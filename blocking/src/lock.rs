@@ -408,7 +408,17 @@ impl<'c> LockBuilder<'c> {
     }
 
     fn guard(&self, lease: Lease, policy: Option<RenewalPolicy>) -> LockGuard {
-        LockGuard::new(self.client, lease, policy)
+        let mut guard = LockGuard::new(self.client, lease, policy);
+        // A lease lock held here: the listener wakes no waiter of this client for a release
+        // its own holder took (see `redlease_core::wake`, *Held here*).
+        if self.kind == Acquires::Lock(LockKind::Lease)
+            && let Some(Some(listeners)) = self.client.listeners()
+            && let Some(spec) = self.specs.iter().find_map(OnceLock::get)
+        {
+            listeners.hold(&spec.wake.channel, thread_number());
+            guard.held = Some(spec.wake.channel.clone());
+        }
+        guard
     }
 }
 
@@ -510,6 +520,8 @@ pub struct LockGuard {
     cell: Arc<LeaseCell>,
     /// The renewal policy while the watchdog renews the lease (16 bytes: in every guard).
     watched: Option<Policy>,
+    /// The release channel of a lease lock the client's listener counts as held here.
+    held: Option<String>,
     done: bool,
 }
 
@@ -553,7 +565,19 @@ impl LockGuard {
             owner: client.owner(),
             cell,
             watched,
+            held: None,
             done: false,
+        }
+    }
+
+    /// Tells the listener the lease is no longer held here: before the release is sent, so
+    /// that its message wakes a waiter.
+    fn unhold(&mut self) {
+        if let Some(channel) = self.held.take()
+            && let Some(owner) = self.owner.upgrade()
+            && let Some(Some(listeners)) = owner.listener.get()
+        {
+            listeners.unhold(&channel, thread_number());
         }
     }
 
@@ -730,6 +754,7 @@ impl LockGuard {
     /// returned.
     pub fn release(mut self) -> Result<(), Error> {
         self.done = true;
+        self.unhold();
         let deadline = self.deadline();
         self.stop_watching(deadline);
         if let Some(reason) = self.known_not_ours() {
@@ -787,6 +812,7 @@ impl LockGuard {
         op: impl FnOnce(&Lease, Instant, Instant) -> P,
     ) -> Result<P::Output, Error> {
         self.done = true;
+        self.unhold();
         let deadline = self.deadline();
         if let Some(reason) = self.cell.lost(&self.shared.time) {
             self.stop_watching(deadline);
@@ -805,6 +831,7 @@ impl LockGuard {
     /// Ends the guard without releasing: the key stays until its expiry.
     pub(crate) fn disarm(mut self) {
         self.done = true;
+        self.unhold();
         let deadline = self.deadline();
         self.stop_watching(deadline);
     }
@@ -1042,6 +1069,7 @@ fn finish_period(
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
+        self.unhold();
         if self.done {
             return;
         }

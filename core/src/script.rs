@@ -66,6 +66,9 @@ pub mod prelude {
     /// (keeps it until it passes): the engine of [`rate`](crate::rate), for any script that
     /// limits a rate.
     pub const GCRA: &str = include_str!("lua/prelude/gcra.lua");
+    /// `dedup_clear(map, of, id)`: a job that is gone drops its deduplication entry
+    /// ([`queue::dedup`](crate::queue::dedup)); for every script that removes a job.
+    pub const DEDUP: &str = include_str!("lua/prelude/dedup.lua");
 }
 
 /// The line after which [`script!`](crate::script!) splices a script's prelude parts into its
@@ -946,7 +949,7 @@ pub(crate) mod tests {
     use crate::reply::ErrorReply;
 
     /// Every prelude part and the functions it defines.
-    const PARTS: [(&str, &[&str]); 11] = [
+    const PARTS: [(&str, &[&str]); 12] = [
         (prelude::NOTIFY, &["notify"]),
         (prelude::NOW_MS, &["now_ms"]),
         (prelude::NOW_MS_UP, &["now_ms_up"]),
@@ -956,6 +959,7 @@ pub(crate) mod tests {
         (prelude::REMEMBER, &["remember"]),
         (prelude::READY, &["bad_sequence", "ready_score"]),
         (prelude::GCRA, &["gcra", "gcra_store"]),
+        (prelude::DEDUP, &["dedup_clear"]),
         (crate::queue::scripts::COUNT, &["counting", "count"]),
         (crate::queue::scripts::INSPECT, &["job_fields"]),
     ];

@@ -34,6 +34,22 @@
 //!   since (a release it may have missed). An unsubscribed channel's confirmation wakes
 //!   all its waiters ([`Wake::Subscribed`]): a release before SUBSCRIBE took effect is
 //!   never heard.
+//! - **Held here.** While a lock is held by this client ([`Registry::hold`] to
+//!   [`Registry::unhold`]: the driver's guard of a lease lock, ended before its release is
+//!   sent), a plain release message on its channel wakes nobody: that release was taken by
+//!   our own holder (it can only be a release before our grant, or one by another holder
+//!   after our lease ran out), and a waiter's attempt now would find the lock held. Our
+//!   holder's own release announces the lock free again. A message held back this way is
+//!   owed: `unhold` wakes one waiter for it (the lease may have run out, so our release
+//!   may announce nothing). A driver also leaves a waiter woken while the lock is held here
+//!   asleep ([`Registry::held`]): the next release wakes it.
+//! - **A returning holder keeps its turn.** A thread that releases a lock and takes it back
+//!   at once (a loop of critical sections) would lose most races to the waiter its release
+//!   woke, and make it retry in vain when it wins. When the last holder came back within
+//!   [`MAX_GRACE`] last time, a waiter woken by its release waits [`Registry::grace`]
+//!   (about twice that holder's time to come back) before its attempt, and sleeps on if
+//!   the lock is held here again by then. One wake per release still; no attempt that
+//!   can only fail.
 //! - **Reconnect.** [`Registry::disconnected`] forgets every confirmation;
 //!   [`Registry::connected`] lists the channels to subscribe again; their new
 //!   confirmations (at a newer epoch) wake every waiter.
@@ -130,11 +146,36 @@ impl Channel {
     }
 }
 
+/// The longest a woken waiter leaves a released lock to a returning holder
+/// ([`Registry::grace`]).
+pub const MAX_GRACE: Duration = Duration::from_micros(500);
+
+/// The shortest grace: about one local round trip.
+const MIN_GRACE: Duration = Duration::from_micros(50);
+
+/// The locks held by this client on one channel (see the module doc's *Held here*).
+#[derive(Debug, Default)]
+struct Holds {
+    count: u32,
+    /// A release message was held back while held.
+    owed: bool,
+    /// Who released last, and when.
+    last: Option<(u64, Instant)>,
+    /// The last hold was taken by the thread that released just before, within
+    /// [`MAX_GRACE`]: it comes back.
+    returning: bool,
+    /// How long it took to come back (smoothed).
+    return_time: Duration,
+}
+
 /// The waiters of one pub/sub connection, by channel (see the module doc).
 #[derive(Debug, Default)]
 pub struct Registry {
     channels: HashMap<String, Channel>,
     next_waiter: u64,
+    /// Channels whose lock this client holds, kept apart from `channels` (a hold needs no
+    /// subscription).
+    holds: HashMap<String, Holds>,
 }
 
 impl Registry {
@@ -229,6 +270,18 @@ impl Registry {
             return Vec::new();
         };
         entry.last_message = epoch;
+        let plain = payload.is_none_or(|p| {
+            p != WakeOn::ALL.as_bytes()
+                && !entry
+                    .waiters
+                    .iter()
+                    .any(|s| s.tag.as_deref().map(str::as_bytes) == Some(p))
+        });
+        if plain && let Some(h) = self.holds.get_mut(channel).filter(|h| h.count > 0) {
+            // Held here: our holder's release announces it again.
+            h.owed = true;
+            return Vec::new();
+        }
         let tagged = |s: &Slot, p: &[u8]| s.tag.as_deref().map(str::as_bytes) == Some(p);
         match payload {
             Some(p) if p == WakeOn::ALL.as_bytes() => entry
@@ -244,6 +297,76 @@ impl Registry {
                 .collect(),
             _ => entry.wake_one().into_iter().collect(),
         }
+    }
+
+    /// This client now holds the lock announced on `channel` (its grant came back): until
+    /// [`unhold`](Self::unhold), a plain release message there wakes nobody.
+    ///
+    /// `holder` names the thread (any number the driver picks), `now` is when the grant
+    /// came back: a holder that releases and takes the lock again within [`MAX_GRACE`] is
+    /// *returning* (a loop around a critical section), and waiters woken by its releases
+    /// leave it a moment to come back ([`grace`](Self::grace)).
+    pub fn hold(&mut self, channel: &str, holder: u64, now: Instant) {
+        let h = match self.holds.get_mut(channel) {
+            Some(h) => h,
+            None => self.holds.entry(channel.to_owned()).or_default(),
+        };
+        h.count += 1;
+        let back = h.last.and_then(|(who, at)| {
+            let took = now.saturating_duration_since(at);
+            (who == holder && took <= MAX_GRACE).then_some(took)
+        });
+        h.returning = back.is_some();
+        if let Some(took) = back {
+            h.return_time = if h.return_time.is_zero() {
+                took
+            } else {
+                (h.return_time * 3 + took) / 4
+            };
+        }
+    }
+
+    /// This client is about to release (or has lost) a lock it held on `channel`: call it
+    /// before the release is sent, so that the release's own message wakes a waiter. If a
+    /// message was held back meanwhile and no other hold is left, one waiter is woken for it
+    /// (returned: ring it). An `unhold` without a `hold` does nothing.
+    pub fn unhold(&mut self, channel: &str, holder: u64, now: Instant) -> Option<WaiterId> {
+        let h = self.holds.get_mut(channel).filter(|h| h.count > 0)?;
+        h.count -= 1;
+        if h.count > 0 {
+            return None;
+        }
+        h.last = Some((holder, now));
+        let owed = std::mem::take(&mut h.owed);
+        if owed {
+            self.channels.get_mut(channel)?.wake_one()
+        } else {
+            None
+        }
+    }
+
+    /// Whether this client holds the lock announced on `channel`: a waiter woken now would
+    /// find it held; it may sleep on until the next release.
+    pub fn held(&self, channel: &str) -> bool {
+        self.holds.get(channel).is_some_and(|h| h.count > 0)
+    }
+
+    /// Until when a waiter woken by a release on `channel` at `now` leaves the lock to its
+    /// last holder, when that holder is returning (it took the lock back within
+    /// [`MAX_GRACE`] of its release last time): twice its usual time to come back, within
+    /// `[50 µs, MAX_GRACE]` of the release. `None`: attempt at once. A returning holder
+    /// re-takes a lock it just left in about one round trip; a woken waiter racing it would
+    /// mostly find it taken, costing a round trip and a wake-up each time, and leaving the
+    /// lock idle while it is handed over. After the grace the waiter re-checks
+    /// ([`held`](Self::held)): held again, it sleeps on until the next release.
+    pub fn grace(&self, channel: &str, now: Instant) -> Option<Instant> {
+        let h = self.holds.get(channel)?;
+        if h.count > 0 || !h.returning {
+            return None;
+        }
+        let (_, at) = h.last?;
+        let until = at + (h.return_time * 2).clamp(MIN_GRACE, MAX_GRACE);
+        (now < until).then_some(until)
     }
 
     /// A (new) connection is up: the channels to subscribe on it (everything waited on or
@@ -281,6 +404,13 @@ impl Registry {
         for name in &idle {
             self.channels.remove(name);
         }
+        // What is remembered of a lock no longer held here.
+        self.holds.retain(|_, h| {
+            h.count > 0
+                || h.owed
+                || h.last
+                    .is_some_and(|(_, at)| now.saturating_duration_since(at) <= linger)
+        });
         idle
     }
 

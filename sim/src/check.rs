@@ -51,6 +51,16 @@ pub enum Property {
     /// A renewal the watchdog counts as a success ran while the server held the lease for
     /// its token.
     RenewalOnServer,
+    /// A queue's group never has more jobs leased at once (in the server's own record) than
+    /// its concurrency limit.
+    GroupConcurrency,
+    /// At most one job per schedule occurrence: an occurrence's first delivery happens once.
+    ScheduleOnce,
+    /// No two live jobs for one dedup id in a mode that forbids it (until done).
+    DedupOneLive,
+    /// No job is leased while the queue is paused (between a pause and a resume as they ran
+    /// on the server).
+    NothingLeasedWhilePaused,
 }
 
 /// How long a free lease or reentrant lock may keep a waiter asleep (µs): the release
@@ -59,7 +69,7 @@ pub const WAKE_BOUND: u64 = 150_000;
 
 impl Property {
     /// Every property.
-    pub const ALL: [Property; 18] = [
+    pub const ALL: [Property; 22] = [
         Property::Exclusion,
         Property::FenceOrder,
         Property::FencedResource,
@@ -78,6 +88,10 @@ impl Property {
         Property::SettledByHolder,
         Property::LateAttempt,
         Property::RenewalOnServer,
+        Property::GroupConcurrency,
+        Property::ScheduleOnce,
+        Property::DedupOneLive,
+        Property::NothingLeasedWhilePaused,
     ];
 
     /// Its index in [`Property::ALL`] (and in [`Judged`]).
@@ -106,6 +120,10 @@ impl Property {
             Property::SettledByHolder => "settled-by-holder",
             Property::LateAttempt => "late-attempt",
             Property::RenewalOnServer => "renewal-on-server",
+            Property::GroupConcurrency => "group-concurrency",
+            Property::ScheduleOnce => "schedule-once",
+            Property::DedupOneLive => "dedup-one-live",
+            Property::NothingLeasedWhilePaused => "nothing-leased-while-paused",
         }
     }
 
@@ -131,7 +149,15 @@ impl Property {
             Property::FenceOrder | Property::FencedResource | Property::NotBeforeDue => {
                 FaultSet::NONE
             }
-            Property::JobSettled => FaultSet::of(&data_loss),
+            // Data loss forgets that an occurrence ran (its schedule is upserted again).
+            // Data loss forgets the entry with (or without) its job.
+            // Data loss may forget the pause itself (the flag is a key like any other), and
+            // forgets the limits and the leases a group holds.
+            Property::JobSettled
+            | Property::ScheduleOnce
+            | Property::DedupOneLive
+            | Property::NothingLeasedWhilePaused
+            | Property::GroupConcurrency => FaultSet::of(&data_loss),
             // A push handed over twice whose copy arrives after the job was acked pushes it
             // again (a push is not idempotent once the job is forgotten: `push_unique` is).
             Property::SingleAck | Property::DeliveryUnique => FaultSet::of(&[
@@ -253,8 +279,11 @@ pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) 
     fences(h, &mut out);
     semaphores(h, &mut out);
     jobs(h, &mut out);
+    schedules(h, &mut out);
     liveness(h, &mut out);
     server_record(h, &mut out);
+    paused(h, &mut out);
+    group_concurrency(h, &mut out);
     if out.on(Property::Progress) {
         out.judge(Property::Progress, 1);
     }
@@ -278,6 +307,85 @@ pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) 
     }
     let judged = out.judged;
     (found, judged)
+}
+
+/// No lease opens on the server (the record's spans, in the order the server ran the
+/// commands that made them) between a pause and the next resume as they ran; judged once per
+/// take attempt that ran while paused.
+fn paused(h: &History, out: &mut Out<'_>) {
+    if !out.on(Property::NothingLeasedWhilePaused) {
+        return;
+    }
+    out.judge(Property::NothingLeasedWhilePaused, h.takes_while_paused);
+    let mut from: Option<(usize, u64)> = None;
+    let mut windows = Vec::new();
+    for &(spans, at, pause) in &h.pauses {
+        match (pause, from) {
+            (true, None) => from = Some((spans, at)),
+            (false, Some(start)) => {
+                windows.push((start, spans));
+                from = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(start) = from {
+        windows.push((start, h.spans.len()));
+    }
+    for ((first, at), end) in windows {
+        for sp in h.spans[first..end.min(h.spans.len())]
+            .iter()
+            .filter(|sp| sp.opened_by.is_some())
+        {
+            out.push(
+                Property::NothingLeasedWhilePaused,
+                sp.from,
+                format!(
+                    "job {} leased to {} at {} while the queue was paused (since {at})",
+                    sp.resource, sp.token, sp.from
+                ),
+            );
+        }
+    }
+}
+
+/// No group over its concurrency limit ([`crate::scenario::GROUP_CONCURRENCY`]): at each
+/// start of a grouped job's lease on the server (a job id `<group>\u{1f}<id>`), the leases
+/// of its group that are open then, itself included, are at most the limit.
+fn group_concurrency(h: &History, out: &mut Out<'_>) {
+    if !out.on(Property::GroupConcurrency) {
+        return;
+    }
+    let group = |r: &str| r.split_once('\u{1f}').map(|(g, _)| g.to_owned());
+    let mut by: HashMap<String, Vec<(u64, u64, &str)>> = HashMap::new();
+    for sp in &h.spans {
+        if let Some(g) = group(&sp.resource) {
+            by.entry(g)
+                .or_default()
+                .push((sp.from, sp.until, sp.resource.as_str()));
+        }
+    }
+    for (g, spans) in &by {
+        for &(from, _, id) in spans {
+            out.judge(Property::GroupConcurrency, 1);
+            let open: Vec<&str> = spans
+                .iter()
+                .filter(|(f, u, _)| *f <= from && from < *u)
+                .map(|s| s.2)
+                .collect();
+            if open.len() > crate::scenario::GROUP_CONCURRENCY {
+                out.push(
+                    Property::GroupConcurrency,
+                    from,
+                    format!(
+                        "group {g}: {} leases at once when {id:?} was taken (limit {}): {open:?}",
+                        open.len(),
+                        crate::scenario::GROUP_CONCURRENCY
+                    ),
+                );
+            }
+        }
+    }
 }
 
 fn start_of(h: &History, i: usize) -> u64 {
@@ -524,6 +632,33 @@ fn semaphores(h: &History, out: &mut Out<'_>) {
     }
 }
 
+/// [`Property::ScheduleOnce`]: the first deliveries of each occurrence's job (judged: one
+/// per occurrence delivered).
+fn schedules(h: &History, out: &mut Out<'_>) {
+    if !out.on(Property::ScheduleOnce) {
+        return;
+    }
+    let mut first: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, x) in h.holds.iter().enumerate() {
+        if let Some(id) = &x.job
+            && id.starts_with(redlease_core::queue::schedule::OCCURRENCE_PREFIX)
+            && x.fence == 1
+        {
+            first.entry(id).or_default().push(i);
+        }
+    }
+    out.judge(Property::ScheduleOnce, first.len() as u64);
+    for (id, list) in &first {
+        if list.len() > 1 {
+            out.push(
+                Property::ScheduleOnce,
+                h.holds[list[1]].granted,
+                format!("occurrence {id} made a job again (first deliveries: holds {list:?})"),
+            );
+        }
+    }
+}
+
 fn jobs(h: &History, out: &mut Out<'_>) {
     let mut acks: HashMap<&str, Vec<usize>> = HashMap::new();
     for s in h.settled.iter().filter(|s| s.ack) {
@@ -610,7 +745,11 @@ fn jobs(h: &History, out: &mut Out<'_>) {
                 .copied()
                 .filter(|&at| at > n.ran)
                 .min();
-            if let Some(at) = next {
+            // A node restored from an older copy between the nack and the lease may have
+            // brought the job back as it was before the nack (ready, or leased with a lease
+            // that ran out since): the nack did not happen there.
+            let undone = |at: u64| h.restored.iter().any(|&r| n.ran < r && r <= at);
+            if let Some(at) = next.filter(|&at| !undone(at)) {
                 out.judge(Property::NotBeforeDue, 1);
                 if at < due {
                     out.push(
@@ -623,6 +762,30 @@ fn jobs(h: &History, out: &mut Out<'_>) {
                     );
                 }
             }
+        }
+    }
+    if out.on(Property::DedupOneLive) {
+        // The first ack that removed each job.
+        let mut acked: HashMap<&str, u64> = HashMap::new();
+        for (job, at) in &h.acks_ran_at {
+            acked.entry(job.as_str()).or_insert(*at);
+        }
+        let mut last: HashMap<&str, (&str, u64)> = HashMap::new();
+        for (dedup_id, job, ran) in &h.dedup_queued {
+            out.judge(Property::DedupOneLive, 1);
+            if let Some(&(before, queued)) = last.get(dedup_id.as_str()) {
+                let gone = acked.get(before).copied();
+                if gone.is_none_or(|at| at > *ran) {
+                    out.push(
+                        Property::DedupOneLive,
+                        *ran,
+                        format!(
+                            "dedup id {dedup_id}: job {job} queued at {ran} while job {before} (queued at {queued}) was live (acked at {gone:?})"
+                        ),
+                    );
+                }
+            }
+            last.insert(dedup_id.as_str(), (job.as_str(), *ran));
         }
     }
     if out.on(Property::JobSettled) {
@@ -972,7 +1135,7 @@ impl Property {
             Property::SingleAck => "Never two successful acks of one job",
             Property::DeliveryUnique => "A job's delivery numbers never repeat",
             Property::NotBeforeDue => {
-                "A delayed or nacked job is never leased (to anyone) before its push or nack ran plus its delay, to the µs"
+                "A delayed or nacked job is never leased (to anyone) before its push or nack ran plus its delay, to the µs (a nack that a restart from a snapshot or a failover undid, restoring the job as it was before, excepted)"
             }
             Property::WaiterDeadline => {
                 "A waiting acquisition ends by its wait plus 4 reply timeouts and the replica wait (late attempt, NOSCRIPT resend, `WAIT`, cleanup)"
@@ -997,6 +1160,18 @@ impl Property {
             }
             Property::RenewalOnServer => {
                 "A renewal the watchdog counts as a success ran while the server held the lease for its token (a reentrant lock: for its owner); it is judged under data loss too: the first renewal after a key is lost must report the loss"
+            }
+            Property::GroupConcurrency => {
+                "A queue's group never has more jobs leased at once than its concurrency limit, by the server's own record of leases (a lease counts from its take until its ack, nack, give-back or expiry)"
+            }
+            Property::ScheduleOnce => {
+                "At most one job per schedule occurrence: the job `sched:<name>:<due>` of an occurrence is delivered as its first delivery once, whoever upserts the schedule, however often an occurrence is redelivered (each redelivery advances the schedule at most once)"
+            }
+            Property::DedupOneLive => {
+                "No two live jobs for one dedup id in a mode that forbids it: a push with a dedup id until done queues a job only after every job it queued before for that id was acked (a dead job holds the id)"
+            }
+            Property::NothingLeasedWhilePaused => {
+                "No job is leased (in the server's own record) after a pause of the queue ran and before the next resume ran: not by a take sent before the pause, a woken waiter, an ack-and-take, nor a reclaim of an expired lease"
             }
             Property::LateAttempt => {
                 "An attempt of an answered acquisition (a request held past its retry) that runs after the grant was released, acked or nacked takes nothing: not a lock, permit or job (an unfenced lock's bare `SET NX PX` excepted, and an attempt arriving after the grant ran out but before it was settled: both documented)"

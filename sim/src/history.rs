@@ -256,6 +256,14 @@ pub struct History {
     pub settled: Vec<Settled>,
     /// Deliveries (holds) whose ack ran on the server and removed the job.
     pub acks_ran: Vec<usize>,
+    /// When a node came back with an older copy of its data (a restart from a snapshot, a
+    /// failover): global µs, in order.
+    pub restored: Vec<u64>,
+    /// When each ack that removed a job ran: (job id, global µs), in order.
+    pub acks_ran_at: Vec<(String, u64)>,
+    /// Jobs queued by a push with a dedup id (until done: one live job per dedup id):
+    /// (dedup id, job id, when the push ran), in order.
+    pub dedup_queued: Vec<(String, String, u64)>,
     /// Ids on the dead list when the run ended.
     pub dead: Vec<String>,
     /// When the run ended (global µs).
@@ -283,6 +291,11 @@ pub struct History {
     pub settle_ok: Vec<(usize, usize)>,
     /// Renewals the watchdog counted as a success: (hold, when the answering call ran).
     pub renewed: Vec<(usize, u64)>,
+    /// The queue's pauses and resumes as they ran on the server: (how many spans the
+    /// server's record held then, when, a pause (true) or a resume).
+    pub pauses: Vec<(usize, u64, bool)>,
+    /// Take attempts (takes and acks-and-takes) that ran while the queue was paused.
+    pub takes_while_paused: u64,
 }
 
 impl History {

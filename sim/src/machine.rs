@@ -4,7 +4,8 @@
 use std::time::Instant;
 
 use redlease_core::lease::Acquisition;
-use redlease_core::queue::{AckedAndTaken, Nacked, Pushed};
+use redlease_core::queue::schedule::{Advanced, Upserted};
+use redlease_core::queue::{AckedAndTaken, DedupOutcome, Nacked, Pushed};
 use redlease_core::redlock::{QuorumOutcome, RedLease};
 use redlease_core::{Error, Protocol, Response, Step};
 
@@ -29,6 +30,14 @@ pub enum Outcome {
     Quorum(Result<QuorumOutcome, Error>),
     /// An ack and the take of the next job in one call.
     AckTake(Result<AckedAndTaken, Error>),
+    /// A schedule's upsert.
+    Upserted(Result<Upserted, Error>),
+    /// A schedule's advance past a taken occurrence.
+    Advanced(Result<Advanced, Error>),
+    /// A push with a dedup id.
+    DedupPushed(Result<DedupOutcome, Error>),
+    /// A queue's pause or resume (whether it changed anything).
+    Toggled(Result<bool, Error>),
 }
 
 impl Outcome {
@@ -44,7 +53,11 @@ impl Outcome {
             | Outcome::Pushed(Err(e))
             | Outcome::Permits(Err(e))
             | Outcome::Quorum(Err(e))
-            | Outcome::AckTake(Err(e)) => e,
+            | Outcome::AckTake(Err(e))
+            | Outcome::Upserted(Err(e))
+            | Outcome::Advanced(Err(e))
+            | Outcome::DedupPushed(Err(e)) => e,
+            Outcome::Toggled(Err(e)) => e,
             _ => return None,
         };
         matches!(e, Error::Driver(_)).then(|| e.to_string())

@@ -4,7 +4,7 @@
 
 use redlease_core::Command;
 use redlease_core::lease::scripts::{ACQUIRE, EXTEND, RELEASE};
-use redlease_core::queue::scripts::{ACK, DEQUEUE, NACK, PUSH};
+use redlease_core::queue::scripts::{ACK, ACK_TAKE, DEQUEUE, NACK, PUSH, PUSH_DEDUP};
 use redlease_core::script::Script;
 
 /// A planted bug.
@@ -40,11 +40,25 @@ pub enum Mutation {
     /// Issue 26 item 3: a delayed push or a nack's backoff is due at the server's clock
     /// rounded down plus the delay (early by up to a millisecond).
     DueFloored,
+    /// The group take counts a group full only past its limit (`>` for `>=`): one lease
+    /// more than the concurrency limit.
+    GroupOverLimit,
+    /// Issue 29: the advance neither checks that the taken occurrence is the pending one
+    /// nor that the next is after the server's time (the driver computes it from the taken
+    /// occurrence's due time alone): a late redelivery re-creates an occurrence that
+    /// already ran.
+    NextFromDue,
+    /// Issue 29: a push with a dedup id until done queues a new job even while the job
+    /// holding the id lives.
+    DedupIgnoresLiveJob,
+    /// Issue 28 part 3: the take and the ack-and-take do not read the pause (a paused
+    /// queue leases jobs).
+    PauseIgnored,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 11] = [
+    pub const ALL: [Mutation; 15] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -56,6 +70,10 @@ impl Mutation {
         Mutation::TakeKeepsFirstLease,
         Mutation::NoUndoneAfterRetry,
         Mutation::DueFloored,
+        Mutation::GroupOverLimit,
+        Mutation::NextFromDue,
+        Mutation::DedupIgnoresLiveJob,
+        Mutation::PauseIgnored,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
@@ -104,8 +122,14 @@ const TAKE_REFRESH_SWAP: Swap = Swap {
 
 const ACK_UNDONE_SWAP: Swap = Swap {
     script: &ACK,
-    from: "if KEYS[9] then",
+    from: "if KEYS[12] then",
     to: "if false then",
+};
+
+const GROUP_LIMIT_SWAP: Swap = Swap {
+    script: &redlease_core::queue::groups::GROUP_TAKE,
+    from: "if live >= l.c then",
+    to: "if live > l.c then",
 };
 
 const DUE_SWAPS: [Swap; 2] = [
@@ -121,6 +145,30 @@ const DUE_SWAPS: [Swap; 2] = [
     },
 ];
 
+const NEXT_FROM_DUE_SWAP: Swap = Swap {
+    script: &redlease_core::queue::schedule::ADVANCE,
+    from: "if not h[1] or h[5] ~= ARGV[2] then\n  return {0, now, h[4], h[1], tonumber(h[5] or '-1')}\nend\nlocal due, from, next = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])\nlocal after = math.max(due, now)",
+    to: "if not h[1] then\n  return {0, now, h[4], h[1], tonumber(h[5] or '-1')}\nend\nlocal due, from, next = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])\nlocal after = due",
+};
+
+const DEDUP_SWAP: Swap = Swap {
+    script: &PUSH_DEDUP,
+    from: "if j and not (mode == 'l' and state == 'dead') then",
+    to: "if false then",
+};
+const PAUSE_SWAPS: [Swap; 2] = [
+    Swap {
+        script: &DEQUEUE,
+        from: "if paused then\n  return {0, -2}\nend",
+        to: "if false then\n  return {0, -2}\nend",
+    },
+    Swap {
+        script: &ACK_TAKE,
+        from: "if pause[1] then\n  return {ack, 0, -2}\nend",
+        to: "if false then\n  return {ack, 0, -2}\nend",
+    },
+];
+
 impl Mutation {
     fn swaps(self) -> &'static [Swap] {
         match self {
@@ -131,6 +179,10 @@ impl Mutation {
             Mutation::TakeKeepsFirstLease => std::slice::from_ref(&TAKE_REFRESH_SWAP),
             Mutation::NoUndoneAfterRetry => std::slice::from_ref(&ACK_UNDONE_SWAP),
             Mutation::DueFloored => &DUE_SWAPS,
+            Mutation::GroupOverLimit => std::slice::from_ref(&GROUP_LIMIT_SWAP),
+            Mutation::NextFromDue => std::slice::from_ref(&NEXT_FROM_DUE_SWAP),
+            Mutation::DedupIgnoresLiveJob => std::slice::from_ref(&DEDUP_SWAP),
+            Mutation::PauseIgnored => &PAUSE_SWAPS,
             _ => &[],
         }
     }

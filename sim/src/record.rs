@@ -89,6 +89,15 @@ impl Watched {
         }
     }
 
+    /// The jobs of queue `name`'s groups.
+    pub fn grouped(name: &str) -> Vec<Watched> {
+        let stem = Keyspace::default().stem(name).unwrap_or_default();
+        vec![Watched::Jobs {
+            leases: format!("{stem}:q:g:leases"),
+            inflight: format!("{stem}:q:g:inflight"),
+        }]
+    }
+
     /// The queue named `name`.
     pub fn queue(name: &str) -> Vec<Watched> {
         let stem = Keyspace::default().stem(name).unwrap_or_default();

@@ -40,12 +40,17 @@ pub fn run(spec: RunSpec) -> RunOutcome {
 pub fn run_logged(spec: RunSpec, log: bool) -> RunOutcome {
     let (mut world, plan) = build(&spec);
     world.log(log);
+    let part = if spec.primitive == Primitive::Groups {
+        "q:g:dead"
+    } else {
+        "q:dead"
+    };
     let dead_key = Keyspace::default()
         .stem("q")
-        .map(|s| format!("{s}:q:dead"))
+        .map(|s| format!("{s}:{part}"))
         .unwrap_or_default();
     let (mut history, injected, server) = world.run_keep();
-    if spec.primitive == Primitive::Queue
+    if matches!(spec.primitive, Primitive::Queue | Primitive::Groups)
         && let Ok(redlease_core::Reply::Array(items)) =
             server.call(&["LRANGE", &dead_key, "0", "-1"])
     {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use redlease_core::backoff::SplitMix64;
 use redlease_core::keys::Keyspace;
 use redlease_core::lease::{AcquireOptions, LockSpec};
+use redlease_core::queue::schedule::{Missed, Schedule};
 use redlease_core::queue::{NewJob, QueueKeys, QueueSettings};
 use redlease_core::redlock::RedLockOptions;
 use redlease_core::semaphore::SemaphoreKeys;
@@ -33,11 +34,17 @@ pub enum Primitive {
     Queue,
     /// RedLock over three or five masters.
     RedLock,
+    /// The reliable queue's job groups: two groups, each with a concurrency limit of
+    /// [`GROUP_CONCURRENCY`], three workers.
+    Groups,
 }
+
+/// The concurrency limit of each group in [`Primitive::Groups`] runs.
+pub const GROUP_CONCURRENCY: usize = 1;
 
 impl Primitive {
     /// Every primitive.
-    pub const ALL: [Primitive; 7] = [
+    pub const ALL: [Primitive; 8] = [
         Primitive::Lease,
         Primitive::Reentrant,
         Primitive::Fair,
@@ -45,6 +52,7 @@ impl Primitive {
         Primitive::Semaphore,
         Primitive::Queue,
         Primitive::RedLock,
+        Primitive::Groups,
     ];
 
     /// Its name in reports and in `SIM_PRIMITIVE`.
@@ -57,6 +65,7 @@ impl Primitive {
             Primitive::Semaphore => "semaphore",
             Primitive::Queue => "queue",
             Primitive::RedLock => "redlock",
+            Primitive::Groups => "groups",
         }
     }
 
@@ -71,13 +80,17 @@ impl Primitive {
         use Primitive::*;
         use Property as P;
         match property {
-            P::Exclusion => !matches!(self, Semaphore | Queue),
+            P::Exclusion => !matches!(self, Semaphore | Queue | Groups),
             P::FenceOrder | P::FencedResource => {
                 matches!(self, Lease | Reentrant | Fair | ReadWrite)
             }
             P::Permits => self == Semaphore,
             P::Fifo => matches!(self, Semaphore | Fair),
-            P::JobSettled | P::SingleAck | P::DeliveryUnique | P::NotBeforeDue => self == Queue,
+            P::JobSettled | P::SingleAck | P::DeliveryUnique | P::NotBeforeDue => {
+                matches!(self, Queue | Groups)
+            }
+            P::ScheduleOnce | P::DedupOneLive | P::NothingLeasedWhilePaused => self == Queue,
+            P::GroupConcurrency => self == Groups,
             P::WakeWhenFree => matches!(self, Lease | Reentrant),
             P::NoRenewalAfterRelease | P::LossInTime | P::RenewalOnServer => self != RedLock,
             P::WaiterDeadline | P::Progress | P::HeldOnServer | P::SettledByHolder => true,
@@ -161,6 +174,7 @@ pub fn build(spec: &RunSpec) -> (World, Plan) {
     // The server's record of holds: the keys each primitive keeps its holders in.
     world.watch(match p {
         Primitive::Queue => Watched::queue("q"),
+        Primitive::Groups => Watched::grouped("q"),
         Primitive::Semaphore => Watched::lock("semaphore", "s"),
         Primitive::RedLock => Watched::lock("lease", "red"),
         Primitive::Reentrant => Watched::lock("reentrant", "l"),
@@ -173,7 +187,8 @@ pub fn build(spec: &RunSpec) -> (World, Plan) {
         .has(Fault::FailoverMinReplicas)
         .then_some((1, Duration::from_millis(20)));
     match p {
-        Primitive::Queue => queue(&mut world, &mut rng, clients, window, ttl_d),
+        Primitive::Queue => queue(&mut world, &mut rng, clients, window, ttl_d, false),
+        Primitive::Groups => queue(&mut world, &mut rng, clients, window, ttl_d, true),
         Primitive::Semaphore => {
             let permits = between(&mut rng, 1, 4);
             world.initial_permits(permits);
@@ -314,20 +329,47 @@ fn lock_tasks(
     }
 }
 
-fn queue(world: &mut World, rng: &mut SplitMix64, clients: usize, window: u64, ttl: Duration) {
-    let keys = QueueKeys::new(&Keyspace::default(), "q").unwrap_or_else(|e| panic!("{e}"));
+fn queue(
+    world: &mut World,
+    rng: &mut SplitMix64,
+    clients: usize,
+    window: u64,
+    ttl: Duration,
+    grouped: bool,
+) {
+    let keys = if grouped {
+        let keys = QueueKeys::grouped(&Keyspace::default(), "q").unwrap_or_else(|e| panic!("{e}"));
+        // Every group: GROUP_CONCURRENCY at a time (set before the workers start).
+        let limit =
+            redlease_core::queue::groups::GroupLimits::new().concurrency(GROUP_CONCURRENCY as u32);
+        let set = redlease_core::queue::groups::limits_call(
+            &keys,
+            redlease_core::queue::groups::LimitsOf::EveryGroup,
+            Some(limit),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        world.seed(&set.eval());
+        keys
+    } else {
+        QueueKeys::new(&Keyspace::default(), "q").unwrap_or_else(|e| panic!("{e}"))
+    };
     let settings = QueueSettings {
         visibility: ttl,
         max_deliveries: 3,
     };
     let mut actions = Vec::new();
     let mut n = 0;
-    for _ in 0..between(rng, 1, 4) {
+    for batch in 0..between(rng, 1, 4) {
         let jobs: Vec<NewJob> = (0..between(rng, 1, 4))
             .map(|_| {
                 n += 1;
                 NewJob {
-                    id: format!("j{n}"),
+                    // Grouped: the first letter is the group.
+                    id: if grouped {
+                        format!("{}{n}", if batch % 2 == 0 { 'a' } else { 'b' })
+                    } else {
+                        format!("j{n}")
+                    },
                     payload: vec![b'x'],
                 }
             })
@@ -345,10 +387,75 @@ fn queue(world: &mut World, rng: &mut SplitMix64, clients: usize, window: u64, t
         actions.push(Action::Sleep(between(rng, 0, window / 3)));
     }
     world.add_task(0, 0, actions);
+    // Pushes with dedup ids (until done), from another client, on a copy of the generator
+    // (the draws above and below stay those of the seeds before dedup existed).
+    let mut d = rng.clone();
+    let mut dedup = Vec::new();
+    // (Not on a queue's groups: a dedup push has no group.)
+    let dedup_count = if grouped { 0 } else { between(&mut d, 2, 8) };
+    for i in 0..dedup_count {
+        dedup.push(Action::PushDedup {
+            keys: keys.clone(),
+            dedup_id: format!("u{}", between(&mut d, 0, 3)),
+            token: format!("dj{i}"),
+        });
+        dedup.push(Action::Sleep(between(&mut d, 0, window / 3)));
+    }
+    let dedup_pushes = dedup.len() as u64 / 2;
+    world.add_task(1 % clients, between(&mut d, 0, window / 2), dedup);
+    // Half the runs: a schedule every 30 to 90 ms (shorter than the visibility, so a worker
+    // that outlives its lease meets its occurrence again after the next one ran), upserted
+    // by two clients at random times (issue 29).
+    if chance(rng, 50) {
+        let every = Duration::from_millis(between(rng, 30, 90));
+        let spec = Schedule::every(every)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .missed(Missed::CatchUp)
+            .payload("tick");
+        for c in 0..2 {
+            world.add_task(
+                c % clients,
+                between(rng, 0, window / 2),
+                vec![Action::Schedule {
+                    keys: keys.clone(),
+                    name: "tick".into(),
+                    schedule: Box::new(spec.clone()),
+                    from: None,
+                    sent: 0,
+                }],
+            );
+        }
+    }
     let ttl_us = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
-    // Workers go on well past the faults: every job is then acked or dead.
-    let until = window * 2 + 10 * ttl_us + 2_000_000;
-    for w in 0..between(rng, 1, 3) as usize {
+    // Now and then the queue is paused for a while, by another client; resumed again long
+    // after the faults (a resume lost or overtaken by a delayed pause must not leave it
+    // paused for the rest of the run).
+    if chance(rng, 60) {
+        let pause = |pause: bool| Action::Pause {
+            keys: keys.clone(),
+            pause,
+        };
+        world.add_task(
+            clients - 1,
+            between(rng, 0, window / 2),
+            vec![
+                pause(true),
+                Action::Sleep(between(rng, 10_000, window / 2)),
+                pause(false),
+                Action::Sleep(window * 2),
+                pause(false),
+            ],
+        );
+    }
+    // Workers go on well past the faults: every job is then acked or dead (each job the
+    // dedup pushes may add: three deliveries of up to twice the visibility timeout).
+    let until = window * 2 + 10 * ttl_us + 2_000_000 + dedup_pushes * 6 * ttl_us;
+    let workers = if grouped {
+        3
+    } else {
+        between(rng, 1, 3) as usize
+    };
+    for w in 0..workers {
         let watch = chance(rng, 60);
         world.add_task(
             (w + 1) % clients,

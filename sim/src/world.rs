@@ -14,6 +14,7 @@ use redlease_core::backoff::SplitMix64;
 use redlease_core::lease::{
     Acquire, AcquireOptions, Acquisition, Lease, LeaseKind, LockKind, LockSpec, ScriptOp,
 };
+use redlease_core::queue::schedule::{self, Advanced, Schedule, Upserted};
 use redlease_core::queue::{self, NewJob, QueueKeys, QueueSettings};
 use redlease_core::redlock::{QuorumAction, QuorumOp, RedLease, RedLockAcquire, RedLockOptions};
 use redlease_core::renewal::{RenewalEvent, RenewalPolicy, Renewals, WatchId};
@@ -80,6 +81,15 @@ pub enum Action {
         /// Their delay.
         delay: Duration,
     },
+    /// Push one job under a dedup id, until done (a dead job blocks it).
+    PushDedup {
+        /// The queue.
+        keys: QueueKeys,
+        /// The dedup id.
+        dedup_id: String,
+        /// The job id's token (the job id is `~` and its text).
+        token: String,
+    },
     /// Take a job, work on it, ack or nack it; again until global time `until`.
     Work {
         /// The queue.
@@ -92,6 +102,38 @@ pub enum Action {
         until: u64,
         /// Renew the job's lease while working.
         watch: bool,
+    },
+    /// Pause (true) or resume the queue.
+    Pause {
+        /// The queue.
+        keys: QueueKeys,
+        /// Pause, or resume.
+        pause: bool,
+    },
+    /// Upsert a schedule (sent again with the occurrence computed from the server's time
+    /// the script answers, `from`).
+    Schedule {
+        /// The queue.
+        keys: QueueKeys,
+        /// The schedule's name.
+        name: String,
+        /// Its spec.
+        schedule: Box<Schedule>,
+        /// `(from, first occurrence after it)`, once the server's time is known.
+        from: Option<(u64, Option<u64>)>,
+        /// Calls sent so far.
+        sent: u8,
+    },
+    /// Advance the schedule of the job held, if it is an occurrence (before its work), as
+    /// the blocking driver does: sent again with the occurrence computed from the spec and
+    /// the server's time the script answers.
+    Advance {
+        /// The queue.
+        keys: QueueKeys,
+        /// `(version, from, first occurrence after it)`, once known.
+        computed: Option<(String, u64, Option<u64>)>,
+        /// Calls sent so far.
+        sent: u8,
     },
     /// Ack (true) or nack the job held.
     Settle {
@@ -296,8 +338,18 @@ pub struct World {
     releases: HashMap<usize, (usize, bool)>,
     /// Runner -> (job ids, delay µs) for pushes.
     pushes: HashMap<usize, (Vec<String>, u64)>,
+    /// Runner -> dedup id for pushes with one.
+    dedup_pushes: HashMap<usize, String>,
     /// Runner -> permit count for `set_permits`.
     permit_sets: HashMap<usize, u64>,
+    /// Runners of a pause (true) or resume of the queue.
+    pause_ops: HashMap<usize, bool>,
+    /// Whether the queue is paused, by the last pause or resume that ran.
+    paused: bool,
+    /// Schedule upserts running: the action to send again on a retry.
+    upserts: HashMap<usize, Action>,
+    /// Advances running: the queue, schedule name, due time and calls sent.
+    advances: HashMap<usize, (QueueKeys, u64, u8)>,
     /// Runner -> (job id, backoff µs) for nacks with a backoff.
     nack_backoffs: HashMap<usize, (String, u64)>,
     /// Runner -> (acquisition, its acquire script) for acquisitions, kept after the machine
@@ -379,7 +431,12 @@ impl World {
             logging: false,
             releases: HashMap::new(),
             pushes: HashMap::new(),
+            dedup_pushes: HashMap::new(),
             permit_sets: HashMap::new(),
+            pause_ops: HashMap::new(),
+            paused: false,
+            upserts: HashMap::new(),
+            advances: HashMap::new(),
             nack_backoffs: HashMap::new(),
             acquirers: HashMap::new(),
             observer: Observer::default(),
@@ -433,6 +490,17 @@ impl World {
             set,
             &mut self.history.spans,
         );
+    }
+
+    /// Runs `command` on every node before the run (a queue's group limits: as if set before
+    /// the workers started), kept by its persisted copy and replica.
+    pub fn seed(&mut self, command: &redlease_core::Command) {
+        for node in &mut self.nodes {
+            let _ = node.server.execute(command);
+            let snap = node.server.snapshot();
+            node.persisted = snap.clone();
+            node.replica = snap;
+        }
     }
 
     /// Sets the permit count the checker starts from.
@@ -817,6 +885,14 @@ impl World {
             // A copy of an attempt that ran after its acquisition had finished.
             self.history.late_attempts.push((runner, self.now, set_nx));
         }
+        if self.paused
+            && !noscript
+            && (self.ack_takes.contains(&runner)
+                || (is_attempt
+                    && acquirer.is_some_and(|(a, _)| self.history.acqs[a].kind == HoldKind::Job)))
+        {
+            self.history.takes_while_paused += 1;
+        }
         if let Some(r) = self.runners.get_mut(runner).and_then(|r| r.as_mut()) {
             if !noscript {
                 r.ran.push(self.now);
@@ -853,6 +929,15 @@ impl World {
         {
             self.history.permits.push((self.now, permits));
         }
+        // A pause or resume that ran (it answers 1 or 0): the checker's paused windows.
+        if let Some(&pause) = self.pause_ops.get(&runner)
+            && matches!(reply, Reply::Int(0 | 1))
+        {
+            self.history
+                .pauses
+                .push((self.history.spans.len(), self.now, pause));
+            self.paused = pause;
+        }
         // The push script answers one string, a character per job ('1' pushed, '0' a
         // duplicate, already recorded by the run that pushed it).
         if let Some((ids, delay)) = self.pushes.get(&runner)
@@ -868,6 +953,22 @@ impl World {
                 }
             }
         }
+        // A push with a dedup id that queued a job ({1, id}): the job lives from now.
+        if let Some(dedup_id) = self.dedup_pushes.get(&runner)
+            && let Some([Reply::Int(1), Reply::Bulk(job)]) = reply.as_array()
+        {
+            let job = String::from_utf8_lossy(job).into_owned();
+            if !self.history.pushed.iter().any(|p| p.id == job) {
+                self.history.pushed.push(Pushed {
+                    id: job.clone(),
+                    ran: self.now,
+                    delay: 0,
+                });
+                self.history
+                    .dedup_queued
+                    .push((dedup_id.clone(), job, self.now));
+            }
+        }
         let acked = reply == Reply::Int(1)
             || (self.ack_takes.contains(&runner)
                 && reply.as_array().and_then(|a| a.first()) == Some(&Reply::Int(1)));
@@ -876,6 +977,9 @@ impl World {
         {
             // The ack ran and removed the job, whether or not its reply reaches the worker.
             self.history.acks_ran.push(hold);
+            if let Some(job) = self.history.holds[hold].job.clone() {
+                self.history.acks_ran_at.push((job, self.now));
+            }
         }
         if let Some((id, backoff)) = self.nack_backoffs.get(&runner)
             && reply == Reply::Int(1)
@@ -1019,6 +1123,7 @@ impl World {
                 self.observe(usize::from(node), None, false);
             }
             Inject::RestartSnapshot { node, down } => {
+                self.history.restored.push(self.now);
                 let snap = self.nodes[usize::from(node)].persisted.clone();
                 self.restart(node, down, Some(snap));
                 self.observe(usize::from(node), None, false);
@@ -1027,6 +1132,7 @@ impl World {
                 self.nodes[usize::from(node)].replica_stalled = true;
             }
             Inject::Failover { node, down } => {
+                self.history.restored.push(self.now);
                 let snap = self.nodes[usize::from(node)].replica.clone();
                 self.restart(node, down, Some(snap));
                 self.nodes[usize::from(node)].replica_stalled = false;
@@ -1586,10 +1692,50 @@ impl World {
                     }
                 }
             }
+            Action::Pause { keys, pause } => {
+                let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
+                let scope = queue::pause::PauseScope::Queue;
+                let op = if pause {
+                    queue::pause::pause(&keys, &scope, deadline)
+                } else {
+                    queue::pause::resume(&keys, &scope, deadline)
+                };
+                match op {
+                    Ok(op) => {
+                        let r = self.spawn(
+                            client,
+                            Owner::Task(task),
+                            Wrap::boxed(op, Outcome::Toggled),
+                        );
+                        self.pause_ops.insert(r, pause);
+                        self.start(r);
+                    }
+                    Err(e) => {
+                        self.note(|| format!("t{task} bad pause: {e}"));
+                        self.push(self.now, Ev::TaskNext { task });
+                    }
+                }
+            }
             Action::Push { keys, jobs, delay } => {
                 let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
-                let ids: Vec<String> = jobs.iter().map(|j| j.id.clone()).collect();
-                match queue::push(&keys, &jobs, 0, delay, deadline) {
+                // A grouped job's id in the queue is '<group>\u{1f}<id>' (the group: the
+                // first letter of the batch's first id).
+                let group = jobs.first().and_then(|j| j.id.get(..1)).unwrap_or("");
+                let ids: Vec<String> = jobs
+                    .iter()
+                    .map(|j| match keys.is_grouped() {
+                        true => format!("{group}\u{1f}{}", j.id),
+                        false => j.id.clone(),
+                    })
+                    .collect();
+                // Grouped keys: the batch goes into the group its first id starts with.
+                let pushed = match jobs.first().and_then(|j| j.id.get(..1)) {
+                    Some(group) if keys.is_grouped() => {
+                        queue::groups::push(&keys, group, &jobs, 0, delay, deadline)
+                    }
+                    _ => queue::push(&keys, &jobs, 0, delay, deadline),
+                };
+                match pushed {
                     Ok(op) => {
                         let r =
                             self.spawn(client, Owner::Task(task), Wrap::boxed(op, Outcome::Pushed));
@@ -1602,6 +1748,97 @@ impl World {
                         self.note(|| format!("t{task} bad push: {e}"));
                         self.push(self.now, Ev::TaskNext { task });
                     }
+                }
+            }
+            Action::PushDedup {
+                keys,
+                dedup_id,
+                token,
+            } => {
+                let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
+                let token =
+                    redlease_core::lease::Token::new(token).unwrap_or_else(|e| panic!("{e}"));
+                let mode = queue::Dedup::UntilDone { dead_blocks: true };
+                let op = queue::push_dedup(
+                    &keys,
+                    &dedup_id,
+                    &token,
+                    vec![b'x'],
+                    mode,
+                    0,
+                    Duration::ZERO,
+                    deadline,
+                );
+                match op {
+                    Ok(op) => {
+                        let wrap = Wrap::boxed(op, Outcome::DedupPushed);
+                        let r = self.spawn(client, Owner::Task(task), wrap);
+                        self.dedup_pushes.insert(r, dedup_id);
+                        self.start(r);
+                    }
+                    Err(e) => {
+                        self.note(|| format!("t{task} bad dedup push: {e}"));
+                        self.push(self.now, Ev::TaskNext { task });
+                    }
+                }
+            }
+            Action::Schedule {
+                keys,
+                name,
+                schedule,
+                from,
+                sent,
+            } => {
+                let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
+                match schedule::upsert(&keys, &name, &schedule, from, deadline) {
+                    Ok(op) if sent < 4 => {
+                        let r = self.spawn(
+                            client,
+                            Owner::Task(task),
+                            Wrap::boxed(op, Outcome::Upserted),
+                        );
+                        self.upserts.insert(
+                            r,
+                            Action::Schedule {
+                                keys,
+                                name,
+                                schedule,
+                                from,
+                                sent: sent + 1,
+                            },
+                        );
+                        self.start(r);
+                    }
+                    other => {
+                        let e = other.err().map(|e| e.to_string());
+                        self.note(|| format!("t{task} upsert given up: {e:?}"));
+                        self.push(self.now, Ev::TaskNext { task });
+                    }
+                }
+            }
+            Action::Advance {
+                keys,
+                computed,
+                sent,
+            } => {
+                let job = self.tasks[task].held.as_ref().and_then(|h| h.job.clone());
+                let occurrence = job.as_deref().and_then(schedule::occurrence);
+                let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
+                let op = occurrence.map(|(name, due)| {
+                    let hint = computed.as_ref().map(|(v, f, n)| (v.as_str(), *f, *n));
+                    (due, schedule::advance(&keys, name, due, hint, deadline))
+                });
+                match op {
+                    Some((due, Ok(op))) if sent < 4 => {
+                        let r = self.spawn(
+                            client,
+                            Owner::Task(task),
+                            Wrap::boxed(op, Outcome::Advanced),
+                        );
+                        self.advances.insert(r, (keys, due, sent + 1));
+                        self.start(r);
+                    }
+                    _ => self.push(self.now, Ev::TaskNext { task }),
                 }
             }
             Action::Work {
@@ -1619,6 +1856,7 @@ impl World {
                 let wait = Duration::from_micros((until - self.now).clamp(10_000, 1_000_000));
                 let ack = self.rand(4) != 0;
                 let spent = self.rand(work);
+                let keys_for_advance = keys.clone();
                 match queue::take(&keys, token, &settings) {
                     Ok(spec) => {
                         let options = AcquireOptions {
@@ -1640,6 +1878,11 @@ impl World {
                             max: settings.max_deliveries,
                         });
                         t.actions.push_front(Action::Sleep(spent));
+                        t.actions.push_front(Action::Advance {
+                            keys: keys_for_advance,
+                            computed: None,
+                            sent: 0,
+                        });
                         t.actions.push_front(Action::Acquire {
                             spec,
                             options,
@@ -1712,7 +1955,9 @@ impl World {
             ) if self.now < *until => Some(*settings),
             _ => None,
         };
-        let ack_take = next.is_some() && self.rand(3) == 0;
+        // A grouped queue's takes are fair across groups: an ack, then a take.
+        let grouped = matches!(&settle, Some((keys, _, _)) if keys.is_grouped());
+        let ack_take = next.is_some() && !grouped && self.rand(3) == 0;
         let mut next_token = None;
         let machine: Box<dyn Drive> = if let Some(red) = &held.red {
             match QuorumOp::new(
@@ -1888,11 +2133,16 @@ impl World {
             watch,
         });
         t.actions.push_front(Action::Settle {
-            keys,
+            keys: keys.clone(),
             ack,
             max: settings.max_deliveries,
         });
         t.actions.push_front(Action::Sleep(spent));
+        t.actions.push_front(Action::Advance {
+            keys,
+            computed: None,
+            sent: 0,
+        });
     }
 
     fn resource_write(&mut self, hold: usize) {
@@ -2123,6 +2373,11 @@ impl World {
                 // What counts is whether the push ran: recorded when it ran.
                 let _ = delay;
             }
+            Outcome::Toggled(result) => {
+                let pause = self.pause_ops.get(&id).copied();
+                self.note(|| format!("c{client} t{task} pause {pause:?}: {result:?}"));
+                // Recorded when it ran.
+            }
             Outcome::Permits(result) => {
                 let Some(permits) = self.permit_sets.get(&id).copied() else {
                     return;
@@ -2166,6 +2421,61 @@ impl World {
                 }
                 if let redlease_core::queue::Take::Taken(job) = done.next {
                     self.handed_over(task, id, r, hold, *job);
+                }
+            }
+            Outcome::DedupPushed(result) => {
+                let Some(dedup_id) = self.dedup_pushes.get(&id).cloned() else {
+                    return;
+                };
+                // What counts is whether the push ran: recorded when it ran.
+                self.note(|| format!("c{client} t{task} push dedup {dedup_id}: {result:?}"));
+            }
+            Outcome::Upserted(result) => {
+                let Some(Action::Schedule {
+                    keys,
+                    name,
+                    schedule: spec,
+                    sent,
+                    ..
+                }) = self.upserts.remove(&id)
+                else {
+                    return;
+                };
+                self.note(|| format!("c{client} t{task} upsert {name}: {result:?}"));
+                if let Ok(Upserted::Retry { now_ms }) = result {
+                    let from = Some(schedule::upsert_from(&spec, now_ms));
+                    self.tasks[task].actions.push_front(Action::Schedule {
+                        keys,
+                        name,
+                        schedule: spec,
+                        from,
+                        sent,
+                    });
+                }
+            }
+            Outcome::Advanced(result) => {
+                let Some((keys, due, sent)) = self.advances.remove(&id) else {
+                    return;
+                };
+                self.note(|| format!("c{client} t{task} advance past {due}: {result:?}"));
+                if let Ok(Advanced::Compute {
+                    now_ms,
+                    version,
+                    schedule: spec,
+                }) = result
+                {
+                    // Under `NextFromDue`, computed from the taken occurrence alone.
+                    let now_ms = if self.mutation == Mutation::NextFromDue {
+                        due
+                    } else {
+                        now_ms
+                    };
+                    let (from, next) = schedule::advance_from(&spec, due, now_ms);
+                    self.tasks[task].actions.push_front(Action::Advance {
+                        keys,
+                        computed: Some((version, from, next)),
+                        sent,
+                    });
                 }
             }
             Outcome::Extended(_) => {}

@@ -174,3 +174,52 @@ fn a_due_time_rounded_down_delivers_early() {
         150,
     );
 }
+
+#[test]
+fn a_group_take_that_counts_full_past_the_limit_runs_one_too_many() {
+    // Two groups, a concurrency of 1 each, three workers: with the bug a group gets a second
+    // lease while its first runs.
+    caught(
+        Primitive::Groups,
+        Mutation::GroupOverLimit,
+        &[],
+        Property::GroupConcurrency,
+        50,
+    );
+}
+
+#[test]
+fn a_dedup_push_that_ignores_the_live_job_holding_its_id_breaks_dedup_one_live() {
+    caught(
+        Primitive::Queue,
+        Mutation::DedupIgnoresLiveJob,
+        &[],
+        Property::DedupOneLive,
+        20,
+    );
+}
+
+#[test]
+fn a_take_that_ignores_the_pause_leases_while_paused() {
+    caught(
+        Primitive::Queue,
+        Mutation::PauseIgnored,
+        &[],
+        Property::NothingLeasedWhilePaused,
+        60,
+    );
+}
+
+#[test]
+fn a_next_occurrence_computed_from_the_due_time_makes_a_second_job_for_an_occurrence() {
+    // A worker that outlives its lease meets its occurrence again after the next one ran
+    // and was acked: computed from the taken occurrence's due time, that next one is made
+    // again.
+    caught(
+        Primitive::Queue,
+        Mutation::NextFromDue,
+        &[],
+        Property::ScheduleOnce,
+        20,
+    );
+}

@@ -1,7 +1,7 @@
 //! The simulation in the test command: seeded schedules of every primitive with faults,
 //! checked by the history checker; the checker's own mutation tests; replay of one seed.
 //!
-//! `SIM_SEEDS=<n>` sets the seeds per primitive (default 15,000: 105,000 in all);
+//! `SIM_SEEDS=<n>` sets the seeds per primitive (default 15,000: 120,000 in all);
 //! `SIM_SECS=<s>` runs each primitive for that long instead (a soak). A failing seed prints
 //! its report and a one-line replay command.
 

@@ -337,6 +337,21 @@ fn dispatch(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
                     .map_or(Reply::Nil, |v| Reply::Bulk(v.clone())),
             }
         }
+        "HMGET" => {
+            need!(a.len() >= 2);
+            match read_hash(ctx, &a[0]) {
+                Err(e) => e,
+                Ok(h) => Reply::Array(
+                    a[1..]
+                        .iter()
+                        .map(|f| {
+                            h.and_then(|h| h.get(f))
+                                .map_or(Reply::Nil, |v| Reply::Bulk(v.clone()))
+                        })
+                        .collect(),
+                ),
+            }
+        }
         "HEXISTS" => {
             need!(a.len() == 2);
             match read_hash(ctx, &a[0]) {
@@ -410,6 +425,18 @@ fn dispatch(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
                 Ok(z) => Reply::Int(z.map_or(0, |z| z.len() as i64)),
             }
         }
+        "ZCOUNT" => {
+            need!(a.len() == 3);
+            let Some(range) = ScoreRange::parse(&a[1], &a[2]) else {
+                return err("ERR min or max is not a float");
+            };
+            match read_zset(ctx, &a[0]) {
+                Err(e) => e,
+                Ok(z) => Reply::Int(z.map_or(0, |z| {
+                    z.order.iter().filter(|(s, _)| range.contains(s.0)).count() as i64
+                })),
+            }
+        }
         "ZSCORE" => {
             need!(a.len() == 2);
             match read_zset(ctx, &a[0]) {
@@ -430,18 +457,6 @@ fn dispatch(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
                         Some(Reply::Int(z.order.range(..at).count() as i64))
                     })
                     .unwrap_or(Reply::Nil),
-            }
-        }
-        "ZCOUNT" => {
-            need!(a.len() == 3);
-            let Some(range) = ScoreRange::parse(&a[1], &a[2]) else {
-                return err("ERR min or max is not a float");
-            };
-            match read_zset(ctx, &a[0]) {
-                Err(e) => e,
-                Ok(z) => Reply::Int(z.map_or(0, |z| {
-                    z.order.iter().filter(|(s, _)| range.contains(s.0)).count() as i64
-                })),
             }
         }
         "ZREM" => {

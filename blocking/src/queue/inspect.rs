@@ -5,7 +5,7 @@
 use std::time::SystemTime;
 
 use redlease_core::Error;
-use redlease_core::queue::inspect::{self, JobCursor, JobInfo, JobPage, JobState, MinuteCounts};
+use redlease_core::queue::inspect::{self, JobCursor, JobInfo, JobPage, JobStatus, MinuteCounts};
 
 use super::Queue;
 
@@ -20,13 +20,13 @@ impl Queue {
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redlease::Error> {
-    /// use redlease::JobState;
+    /// use redlease::JobStatus;
     ///
     /// let client = redlease::Client::open("redis://127.0.0.1/")?;
     /// let mail = client.queue("mail")?;
     /// let mut cursor = None;
     /// loop {
-    ///     let page = mail.jobs(JobState::Dead, cursor.as_ref(), 100)?;
+    ///     let page = mail.jobs(JobStatus::Dead, cursor.as_ref(), 100)?;
     ///     for job in &page.jobs {
     ///         println!("{} {} deliveries, {} bytes", job.id, job.deliveries, job.payload_size);
     ///     }
@@ -39,7 +39,7 @@ impl Queue {
     /// ```
     pub fn jobs(
         &self,
-        state: JobState,
+        state: JobStatus,
         cursor: Option<&JobCursor>,
         limit: usize,
     ) -> Result<JobPage, Error> {

@@ -18,9 +18,9 @@ pub struct Job {
 }
 
 impl Job {
-    /// The job id.
+    /// The job id (as pushed: for a grouped job, without its group, [`Job::group`]).
     pub fn id(&self) -> &str {
-        &self.id
+        redlease_core::queue::groups::split_id(&self.id).1
     }
 
     /// The payload, as pushed (any bytes).
@@ -91,6 +91,12 @@ impl Job {
     /// not counted).
     pub fn ack_and_take(self) -> AckedAndNext {
         let queue = self.queue.clone();
+        if queue.keys.is_grouped() {
+            // A grouped queue's takes are fair across groups: the ack, then a take.
+            let ack = self.ack();
+            let next = queue.try_take().ok().flatten();
+            return AckedAndNext { ack, next };
+        }
         let (keys, settings) = (&queue.keys, &queue.settings);
         let machine = queue
             .check()
@@ -119,7 +125,8 @@ impl Job {
         };
         crate::observe::job(&keys.name, &id, "ack", None, &ack);
         let next = match next {
-            Take::Taken(job) => Some(queue.into_job(*job)),
+            // A schedule's occurrence once its next exists (a failed advance gives it back).
+            Take::Taken(job) => Queue::admit(queue.into_job(*job)).ok().flatten(),
             _ => None,
         };
         AckedAndNext { ack, next }
@@ -147,6 +154,10 @@ impl Job {
             Retry::Backoff => (self.backoff(), max),
             Retry::After(backoff) => (backoff, max),
             Retry::Never => (Duration::ZERO, 0),
+            Retry::RateLimited(wait) if self.queue.keys.is_grouped() => {
+                return self.rate_limit_group(wait);
+            }
+            Retry::RateLimited(wait) => (wait, max),
         };
         let token = self.guard.lease().token.as_str().to_owned();
         let call = queue::nack_because(&self.queue.keys, &self.id, &token, backoff, max, reason);
@@ -204,4 +215,9 @@ pub enum Retry {
     After(Duration),
     /// No retry: the job goes to the dead list now.
     Never,
+    /// Rate limited ("429, try later"): a grouped job goes back to the head of its group
+    /// without counting the delivery, and its group takes nothing for this long
+    /// ([`Job::rate_limit_group`]); a job without a group is retried after this long, as
+    /// [`Retry::After`] (counted).
+    RateLimited(Duration),
 }

@@ -20,11 +20,17 @@ use redlease_core::{Error, LossReason};
 use crate::client::Client;
 use crate::lock::LockGuard;
 
+mod batch;
+mod dedup;
+mod groups;
 mod inspect;
 mod job;
+mod pause;
+mod schedule;
 mod workers;
 
 pub use job::{AckedAndNext, Job, Retry};
+pub use redlease_core::queue::groups::{GroupLimits, LimitsOf};
 pub use workers::{HandlerError, JobError, WorkerReport, Workers};
 
 /// A queue named `name`; made by [`Client::queue`]. Cheap to clone.
@@ -36,6 +42,11 @@ pub struct Queue {
     retry_base: Duration,
     retry_max: Duration,
     idle_check: Duration,
+    /// The keys of the queue's grouped jobs, made by the first use of a group.
+    group_keys: Arc<std::sync::OnceLock<Arc<QueueKeys>>>,
+    /// The schedules whose occurrences this queue advanced: name -> (version, spec), so
+    /// that an occurrence taken on time advances in one call (schedule.rs).
+    schedules: Arc<std::sync::Mutex<schedule::Known>>,
 }
 
 impl Client {
@@ -48,6 +59,8 @@ impl Client {
             retry_base: Duration::from_secs(1),
             retry_max: Duration::from_secs(600),
             idle_check: Duration::from_secs(2),
+            group_keys: Arc::default(),
+            schedules: Arc::default(),
         })
     }
 }
@@ -65,11 +78,13 @@ impl Client {
 /// assert_eq!(PushOptions::new(), PushOptions::default());
 /// assert_ne!(urgent, later);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[must_use = "push options do nothing until given to a push"]
 pub struct PushOptions {
     priority: u8,
     delay: Duration,
+    /// The job's group ([`PushOptions::group`]).
+    group: Option<Arc<str>>,
 }
 
 impl PushOptions {
@@ -176,8 +191,21 @@ impl Queue {
     /// [`PushOptions`]; `PushOptions::new()` for none). Ids deduplicate. The delay is at most
     /// [`MAX_DURATION`](limits::MAX_DURATION) (refused otherwise, before anything is sent).
     pub fn push_batch(&self, jobs: &[NewJob], options: PushOptions) -> Result<Vec<Pushed>, Error> {
-        let PushOptions { priority, delay } = options;
+        let PushOptions {
+            priority,
+            delay,
+            group,
+        } = options;
         limits::span("delay", delay)?;
+        if let Some(group) = group {
+            return self.push_grouped(&group, jobs, priority, delay);
+        }
+        if self.keys.is_grouped() {
+            return Err(redlease_core::error::InvalidArgument::Setting(
+                "a job pushed through a queue's groups needs a group (PushOptions::group)".into(),
+            )
+            .into());
+        }
         self.client.run(queue::push(
             &self.keys,
             jobs,
@@ -212,7 +240,7 @@ impl Queue {
         options: PushOptions,
     ) -> Result<String, Error> {
         let id = random_token(&self.client)?;
-        if options == PushOptions::new() {
+        if options == PushOptions::new() && !self.keys.is_grouped() {
             // A fresh random id is never a duplicate: the outcome says nothing more.
             let _queued: bool = self.client.run(queue::push_new(
                 &self.keys,
@@ -280,6 +308,23 @@ impl Queue {
     }
 
     fn take_inner(&self, wait: Option<Duration>) -> Result<Option<Job>, Error> {
+        let time = &self.client.shared().time;
+        let until = wait.map(|w| saturating_add(time.now(), w));
+        loop {
+            let left = until.map(|u| u.saturating_duration_since(time.now()));
+            match self.take_once(left)? {
+                // A schedule's occurrence runs once its next occurrence exists
+                // (schedule.rs); `None`: a missed one skipped, so take again.
+                Some(job) => match Queue::admit(job)? {
+                    Some(job) => return Ok(Some(job)),
+                    None => continue,
+                },
+                None => return Ok(None),
+            }
+        }
+    }
+
+    fn take_once(&self, wait: Option<Duration>) -> Result<Option<Job>, Error> {
         self.check()?;
         let (token, seed) = fresh_token(&self.client)?;
         let options = AcquireOptions {

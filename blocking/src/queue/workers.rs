@@ -70,19 +70,19 @@ impl Queue {
 }
 
 #[derive(Debug, Default)]
-struct WorkerCounters {
-    acked: AtomicU64,
-    nacked: AtomicU64,
-    refused: AtomicU64,
-    errors: AtomicU64,
-    panicked: AtomicU64,
+pub(super) struct WorkerCounters {
+    pub(super) acked: AtomicU64,
+    pub(super) nacked: AtomicU64,
+    pub(super) refused: AtomicU64,
+    pub(super) errors: AtomicU64,
+    pub(super) panicked: AtomicU64,
     /// The text of the last error counted in `errors`.
     last_error: std::sync::Mutex<Option<String>>,
 }
 
 impl WorkerCounters {
     /// Counts a failed take, ack or nack, keeping its text.
-    fn error(&self, e: &Error) {
+    pub(super) fn error(&self, e: &Error) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         // A poisoned lock only means another worker panicked while writing a string.
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
@@ -181,12 +181,12 @@ fn work_loop<E: HandlerError>(
 #[derive(Debug)]
 #[must_use = "dropping Workers stops the pool at once: keep it while the workers should run, and call .stop() to end them"]
 pub struct Workers {
-    stop: Arc<AtomicBool>,
-    counters: Arc<WorkerCounters>,
-    threads: Vec<JoinHandle<()>>,
+    pub(super) stop: Arc<AtomicBool>,
+    pub(super) counters: Arc<WorkerCounters>,
+    pub(super) threads: Vec<JoinHandle<()>>,
     /// The client's clock (a test clock's waits are woken to see the stop).
     #[cfg_attr(not(feature = "memory"), allow(dead_code))]
-    time: crate::backend::Time,
+    pub(super) time: crate::backend::Time,
 }
 
 /// What a worker pool did.
@@ -283,6 +283,16 @@ impl JobError {
         JobError {
             message: message.to_string(),
             retry: Retry::After(delay),
+        }
+    }
+
+    /// Rate limited ("429, try later"): a grouped job goes back to the head of its group
+    /// without counting a delivery (so it never dies of it), and its group waits `wait`
+    /// ([`Retry::RateLimited`]).
+    pub fn rate_limited(wait: Duration, message: impl std::fmt::Display) -> Self {
+        JobError {
+            message: message.to_string(),
+            retry: Retry::RateLimited(wait),
         }
     }
 

@@ -163,24 +163,48 @@ impl AckTakeCall {
         payload: Vec<u8>,
         sent_at: Instant,
     ) -> Result<TakenJob, Error> {
+        job_on(
+            &self.bound,
+            &self.token,
+            id,
+            delivery,
+            (attempt, enqueued),
+            payload,
+            sent_at,
+        )
+    }
+}
+
+/// The job `id` handed to `token` as delivery `delivery`, on the lease a take of `bound`'s
+/// settings would have made, its validity counted from `sent_at`.
+pub(crate) fn job_on(
+    bound: &Bound,
+    token: &Token,
+    id: Vec<u8>,
+    delivery: u64,
+    (attempt, enqueued): Tail,
+    payload: Vec<u8>,
+    sent_at: Instant,
+) -> Result<TakenJob, Error> {
+    {
         let Ok(text) = String::from_utf8(id) else {
             return Err(Error::UnexpectedReply {
                 context: "queue take",
                 reply: "a job id that is not UTF-8".into(),
             });
         };
-        let spec = &self.bound.take;
+        let spec = &bound.take;
         // The take spec's calls, bound to the next token and this job's id (both in slots:
         // nothing is copied).
         let subject = Arc::new(text.as_bytes().to_vec());
-        let bind = |call: ScriptCall| call.with_token(&self.token).with_subject(&subject);
+        let bind = |call: ScriptCall| call.with_token(token).with_subject(&subject);
         let lease = Lease {
             kind: LeaseKind::Job,
             target: Target {
-                name: job_name(&self.bound.job_name, &text),
+                name: job_name(&bound.job_name, &text),
                 keys: spec.target.keys.clone(),
             },
-            token: self.token.clone(),
+            token: token.clone(),
             fence: delivery,
             ttl: spec.ttl,
             acquired_at: sent_at,
@@ -227,7 +251,7 @@ fn parse_tail(tail: &[Reply], delivery: u64) -> Option<Tail> {
 /// Marks `lease`, a job handed over by an ack-and-take one of whose attempts went
 /// unanswered ([`Lease::unanswered`]): its release (a nack) records the token as undone in
 /// the set of `bound`'s take undo. Its ack and nack do too ([`QueueKeys::settling`]).
-fn remember_when_settled(lease: &mut Lease, bound: &Bound) {
+pub(crate) fn remember_when_settled(lease: &mut Lease, bound: &Bound) {
     lease.unanswered = true;
     let Some(undone) = bound.take.undo.as_ref().and_then(ScriptCall::last_key) else {
         return;

@@ -17,11 +17,11 @@
 //! ```
 //! use std::time::Instant;
 //! use redlease_core::keys::Keyspace;
-//! use redlease_core::queue::{QueueKeys, inspect::{JobState, list_jobs}};
+//! use redlease_core::queue::{QueueKeys, inspect::{JobStatus, list_jobs}};
 //!
 //! let keys = QueueKeys::new(&Keyspace::default(), "mail").unwrap();
 //! // The first page of up to 100 ready jobs: one script call, no write.
-//! let op = list_jobs(&keys, JobState::Ready, None, 100, Instant::now()).unwrap();
+//! let op = list_jobs(&keys, JobStatus::Ready, None, 100, Instant::now()).unwrap();
 //! # let _ = op;
 //! ```
 
@@ -46,7 +46,7 @@ pub const COUNTS_KEPT: Duration = Duration::from_secs(48 * 3600);
 /// Where a job is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
-pub enum JobState {
+pub enum JobStatus {
     /// Ready to be taken.
     Ready,
     /// Waiting for its due time (a delay, or a retry's backoff).
@@ -60,49 +60,49 @@ pub enum JobState {
     Other,
 }
 
-impl JobState {
+impl JobStatus {
     /// The states a job can be listed in ([`list_jobs`]).
-    pub const LISTABLE: [JobState; 4] = [
-        JobState::Ready,
-        JobState::Delayed,
-        JobState::InFlight,
-        JobState::Dead,
+    pub const LISTABLE: [JobStatus; 4] = [
+        JobStatus::Ready,
+        JobStatus::Delayed,
+        JobStatus::InFlight,
+        JobStatus::Dead,
     ];
 
     /// Its name: `ready`, `delayed`, `in_flight`, `dead`, `other`.
     pub fn as_str(self) -> &'static str {
         match self {
-            JobState::Ready => "ready",
-            JobState::Delayed => "delayed",
-            JobState::InFlight => "in_flight",
-            JobState::Dead => "dead",
-            JobState::Other => "other",
+            JobStatus::Ready => "ready",
+            JobStatus::Delayed => "delayed",
+            JobStatus::InFlight => "in_flight",
+            JobStatus::Dead => "dead",
+            JobStatus::Other => "other",
         }
     }
 
     fn parse(text: &[u8]) -> Option<Self> {
         Some(match text {
-            b"ready" => JobState::Ready,
-            b"delayed" => JobState::Delayed,
-            b"in_flight" => JobState::InFlight,
-            b"dead" => JobState::Dead,
-            b"other" => JobState::Other,
+            b"ready" => JobStatus::Ready,
+            b"delayed" => JobStatus::Delayed,
+            b"in_flight" => JobStatus::InFlight,
+            b"dead" => JobStatus::Dead,
+            b"other" => JobStatus::Other,
             _ => return None,
         })
     }
 }
 
-impl std::fmt::Display for JobState {
+impl std::fmt::Display for JobStatus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-impl std::str::FromStr for JobState {
+impl std::str::FromStr for JobStatus {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self, Error> {
-        match JobState::parse(s.as_bytes()) {
+        match JobStatus::parse(s.as_bytes()) {
             Some(state) => Ok(state),
             None => Err(InvalidArgument::Setting(format!(
                 "a job state is ready, delayed, in_flight, dead or other, got {s:?}"
@@ -119,7 +119,7 @@ pub struct JobInfo {
     /// Its id.
     pub id: String,
     /// Where it is.
-    pub state: JobState,
+    pub state: JobStatus,
     /// Its priority (0, the default, to 255).
     pub priority: u8,
     /// When it was pushed (`None`: by a version that did not record it).
@@ -209,7 +209,7 @@ fn job_of(f: &[Reply], now: u64) -> Option<JobInfo> {
     let [id, state, score, priority, deliveries, at, size, preview] = f else {
         return None;
     };
-    let state = JobState::parse(bulk(state)?)?;
+    let state = JobStatus::parse(bulk(state)?)?;
     let score = match text(score)? {
         "" => None,
         s => Some(ms_of(s)?),
@@ -225,11 +225,11 @@ fn job_of(f: &[Reply], now: u64) -> Option<JobInfo> {
         enqueued_at: at.map(unix_ms).map(|t| t.unwrap_or(SystemTime::UNIX_EPOCH)),
         age: at.map(|at| Duration::from_millis(now.saturating_sub(at))),
         due_at: score
-            .filter(|_| state == JobState::Delayed)
+            .filter(|_| state == JobStatus::Delayed)
             .and_then(unix_ms),
         deliveries: u64::try_from(deliveries.as_int()?).ok()?,
         lease_left: score
-            .filter(|_| state == JobState::InFlight)
+            .filter(|_| state == JobStatus::InFlight)
             .map(|until| Duration::from_millis(until.saturating_sub(now))),
         payload_size: u64::try_from(size.as_int()?).ok()?,
         preview: bulk(preview)?.to_vec(),
@@ -277,10 +277,10 @@ impl OpKind for ListJobs {
 }
 
 /// The jobs in `state` after `cursor` (`None`: from the start), at most `limit` (1 to
-/// [`MAX_PAGE`]; more is capped, 0 is refused). [`JobState::Other`] cannot be listed.
+/// [`MAX_PAGE`]; more is capped, 0 is refused). [`JobStatus::Other`] cannot be listed.
 pub fn list_jobs(
     keys: &QueueKeys,
-    state: JobState,
+    state: JobStatus,
     cursor: Option<&JobCursor>,
     limit: usize,
     deadline: Instant,
@@ -288,7 +288,7 @@ pub fn list_jobs(
     if limit == 0 {
         return Err(InvalidArgument::Setting("a page holds at least 1 job".into()).into());
     }
-    if state == JobState::Other {
+    if state == JobStatus::Other {
         return Err(InvalidArgument::Setting(
             "jobs in state other cannot be listed (look them up by id)".into(),
         )
@@ -467,7 +467,7 @@ mod tests {
         assert_eq!(page.next.as_ref().unwrap().as_str(), "2000:a:b");
         assert_eq!(page.next.as_ref().unwrap().parts(), ("2000", "a:b"));
         let job = &page.jobs[0];
-        assert_eq!(job.state, JobState::InFlight);
+        assert_eq!(job.state, JobStatus::InFlight);
         assert_eq!(job.priority, 3);
         assert_eq!(job.deliveries, 2);
         assert_eq!(job.age, Some(Duration::from_millis(6000)));
@@ -514,14 +514,17 @@ mod tests {
     fn bad_listings_are_refused_before_anything_is_sent() {
         let keys = QueueKeys::new(&crate::keys::Keyspace::default(), "q").unwrap();
         let at = crate::testing::origin();
-        assert!(list_jobs(&keys, JobState::Ready, None, 0, at).is_err());
-        assert!(list_jobs(&keys, JobState::Other, None, 1, at).is_err());
+        assert!(list_jobs(&keys, JobStatus::Ready, None, 0, at).is_err());
+        assert!(list_jobs(&keys, JobStatus::Other, None, 1, at).is_err());
         let bad = JobCursor::from("x:y".to_owned());
-        assert!(list_jobs(&keys, JobState::Ready, Some(&bad), 1, at).is_err());
+        assert!(list_jobs(&keys, JobStatus::Ready, Some(&bad), 1, at).is_err());
         let later = SystemTime::UNIX_EPOCH + Duration::from_secs(120);
         assert!(counts(&keys, later, SystemTime::UNIX_EPOCH, at).is_err());
-        assert_eq!("in_flight".parse::<JobState>().unwrap(), JobState::InFlight);
-        assert!("busy".parse::<JobState>().is_err());
+        assert_eq!(
+            "in_flight".parse::<JobStatus>().unwrap(),
+            JobStatus::InFlight
+        );
+        assert!("busy".parse::<JobStatus>().is_err());
     }
 
     #[test]

@@ -24,11 +24,17 @@
 //! as an ack followed by a take.
 
 mod ack_take;
+pub mod batch;
+pub mod dedup;
+pub mod groups;
 pub mod inspect;
+pub mod pause;
+pub mod schedule;
 pub mod scripts;
 mod take;
 
 pub use ack_take::{AckAndTake, AckedAndTaken, ack_and_take, ack_and_take_call};
+pub use dedup::{Dedup, DedupOutcome, JobState, PushDedup, push_dedup};
 pub use take::{Take, TakeJob, TakenJob};
 
 use std::time::{Duration, Instant, SystemTime};
@@ -63,12 +69,26 @@ pub struct QueueKeys {
     undone: String,
     /// Why each dead job died (the handler's error), by id.
     reasons: String,
+    /// Deduplication ([`dedup`]): dedup id -> the job holding it; job -> its entry; the
+    /// throttle windows (zset dedup id -> until) and their jobs.
+    dedup: String,
+    dedup_of: String,
+    throttle: String,
+    throttled: String,
+    /// The pauses (hash: `*` the whole queue, `g:<group id>` one group -> the server ms of
+    /// the pause; `drain` -> the channel a drain waiter listens on): see [`pause`].
+    paused: String,
     /// When each job was pushed (server ms), by id.
     enqueued: String,
     /// The stem of the per-minute counts (`<counts>:<minute>`, hashes event -> n).
     counts: String,
     channel: String,
     notify: String,
+    /// The channel a drain waiter ([`pause::Drain`]) listens on, and how scripts name it.
+    drained: String,
+    drained_notify: String,
+    /// The keys of the queue's groups, on the grouped keys ([`QueueKeys::grouped`]).
+    groups: Option<std::sync::Arc<groups::GroupKeys>>,
     /// The calls every job makes, with their keys bound once per queue (a clone shares
     /// them: each job adds only its arguments).
     calls: KeyedCalls,
@@ -132,7 +152,7 @@ impl Eq for TakeTemplate {}
 impl KeyedCalls {
     fn new(k: &QueueKeys) -> Self {
         // The ack's keys, for the plain call and the one bound per job.
-        let ack_keys: [&str; 10] = [
+        let ack_keys: [&str; 11] = [
             &k.inflight,
             &k.leases,
             &k.payloads,
@@ -141,6 +161,7 @@ impl KeyedCalls {
             &k.holders,
             &k.bases,
             &k.settled,
+            &k.paused,
             &k.enqueued,
             &k.counts,
         ];
@@ -168,6 +189,7 @@ impl KeyedCalls {
                 &k.holders,
                 &k.bases,
                 &k.undone,
+                &k.paused,
                 &k.enqueued,
                 &k.counts,
             ]),
@@ -184,6 +206,7 @@ impl KeyedCalls {
                 &k.bases,
                 &k.settled,
                 &k.reasons,
+                &k.paused,
                 &k.counts,
             ]),
             ack: ScriptCall::new(&scripts::ACK).keys(&ack_keys),
@@ -237,8 +260,18 @@ impl KeyedCalls {
 impl QueueKeys {
     /// The keys of queue `name`: `<prefix>:{<name>}:q:<part>`.
     pub fn new(keyspace: &Keyspace, name: &str) -> Result<Self, Error> {
+        Self::with_parts(keyspace, name, "q:", None)
+    }
+
+    /// The keys of queue `name` under `<prefix>:{<name>}:<parts><part>`, with `groups`.
+    fn with_parts(
+        keyspace: &Keyspace,
+        name: &str,
+        parts: &str,
+        groups: Option<std::sync::Arc<groups::GroupKeys>>,
+    ) -> Result<Self, Error> {
         let stem = keyspace.stem(name)?;
-        let k = |part: &str| format!("{stem}:q:{part}");
+        let k = |part: &str| format!("{stem}:{parts}{part}");
         let mut keys = QueueKeys {
             name: name.to_owned(),
             ready: k("ready"),
@@ -255,10 +288,18 @@ impl QueueKeys {
             settled: k("settled"),
             undone: k("undone"),
             reasons: k("reasons"),
+            dedup: k("dedup"),
+            dedup_of: k("dedup_of"),
+            throttle: k("throttle"),
+            throttled: k("throttled"),
+            paused: format!("{stem}:q:paused"),
             enqueued: k("enqueued"),
             counts: k("counts"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
+            drained: k("drained"),
+            drained_notify: keyspace.notify_arg(&k("drained")),
+            groups,
             calls: KeyedCalls {
                 push: ScriptCall::new(&scripts::PUSH),
                 dequeue: ScriptCall::new(&scripts::DEQUEUE),
@@ -275,12 +316,54 @@ impl QueueKeys {
                 take: TakeTemplate::default(),
             },
         };
-        keys.calls = KeyedCalls::new(&keys);
+        let mut calls = KeyedCalls::new(&keys);
+        if let Some(g) = &keys.groups {
+            groups::rebind(&mut calls, &keys, g);
+        }
+        keys.calls = calls;
         Ok(keys)
     }
 
+    /// The keys of the take (and the batch take), in their scripts' order.
+    fn take_keys(&self) -> [&str; 15] {
+        [
+            &self.ready,
+            &self.delayed,
+            &self.payloads,
+            &self.priorities,
+            &self.seq,
+            &self.inflight,
+            &self.leases,
+            &self.deliveries,
+            &self.dead,
+            &self.holders,
+            &self.bases,
+            &self.undone,
+            &self.paused,
+            &self.enqueued,
+            &self.counts,
+        ]
+    }
+
+    /// The keys of the ack (and the ack of many), in their scripts' order.
+    fn ack_keys(&self) -> [&str; 11] {
+        [
+            &self.inflight,
+            &self.leases,
+            &self.payloads,
+            &self.priorities,
+            &self.deliveries,
+            &self.holders,
+            &self.bases,
+            &self.settled,
+            &self.paused,
+            &self.enqueued,
+            &self.counts,
+        ]
+    }
+
     /// The keys of the combined ack and take, in its script's order.
-    fn ack_take_keys(&self) -> [&str; 15] {
+    fn ack_take_keys(&self) -> [&str; 16] {
         [
             &self.ready,
             &self.delayed,
@@ -295,6 +378,7 @@ impl QueueKeys {
             &self.bases,
             &self.settled,
             &self.undone,
+            &self.paused,
             &self.enqueued,
             &self.counts,
         ]
@@ -494,6 +578,9 @@ pub enum Pushed {
     Queued(String),
     /// A job with this id is already queued, delayed, running or dead: nothing was written.
     Duplicate(String),
+    /// Its group holds its maximum of ready jobs ([`groups::GroupLimits::max_size`]):
+    /// nothing was written.
+    GroupFull(String),
 }
 
 /// The push of one batch of jobs, in one script call.
@@ -519,6 +606,7 @@ impl OpKind for Push {
             .map(|(flag, id)| match flag {
                 b'1' => Some(Pushed::Queued(id.clone())),
                 b'0' => Some(Pushed::Duplicate(id.clone())),
+                b'2' => Some(Pushed::GroupFull(id.clone())),
                 _ => None,
             })
             .collect::<Option<Vec<_>>>()?;
@@ -695,12 +783,18 @@ fn nack_call(
 /// records the settled delivery for [`SETTLED_KEEP`], so a retry after a lost reply returns
 /// `Ok` only if this delivery's own ack removed the job.
 pub fn ack_call(keys: &QueueKeys, id: &str, token: &str) -> ScriptCall {
-    keys.calls
+    let call = keys
+        .calls
         .ack
         .clone()
         .arg(id)
         .arg(token)
-        .arg(SETTLED_KEEP.as_millis().to_string())
+        .arg(SETTLED_KEEP.as_millis().to_string());
+    match keys.groups {
+        // A grouped job's ack wakes the takers its freed slot may let in.
+        Some(_) => call.arg(&keys.notify),
+        None => call,
+    }
 }
 
 /// [`ack_call`] for the lease `token` of a taken job: the same call, built without copying
@@ -953,6 +1047,8 @@ pub fn delete_dead(
             &keys.deliveries,
             &keys.bases,
             &keys.reasons,
+            &keys.dedup,
+            &keys.dedup_of,
             &keys.enqueued,
         ])
         .arg(id.unwrap_or(""))

@@ -34,7 +34,7 @@ pub static DEQUEUE: Script = script!(
 /// `lua/ack.lua`
 pub static ACK: Script = script!(
     "queue_ack",
-    [NOW_MS, REMEMBER, COUNT],
+    [NOW_MS, REMEMBER, NOTIFY, DEDUP, COUNT],
     include_str!("lua/ack.lua")
 );
 
@@ -80,12 +80,12 @@ pub static UNTAKE: Script = script!(
 );
 
 /// `lua/forget.lua`
-pub static FORGET: Script = script!("queue_forget", [], include_str!("lua/forget.lua"));
+pub static FORGET: Script = script!("queue_forget", [DEDUP], include_str!("lua/forget.lua"));
 
 /// `lua/ack_take.lua`
 pub static ACK_TAKE: Script = script!(
     "queue_ack_take",
-    [NOW_MS, READY, COUNT, RECLAIM],
+    [NOW_MS, READY, NOTIFY, COUNT, RECLAIM, DEDUP],
     include_str!("lua/ack_take.lua")
 );
 
@@ -106,8 +106,36 @@ pub static INSPECT_JOB: Script = script!(
 /// `lua/counts.lua`: the per-minute counts over a range of minutes (read only).
 pub static COUNTS: Script = script!("queue_counts", [], include_str!("lua/counts.lua"));
 
+/// `lua/pause.lua`
+pub static PAUSE: Script = script!(
+    "queue_pause",
+    [NOW_MS, NOTIFY],
+    include_str!("lua/pause.lua")
+);
+
+/// `lua/take_batch.lua`
+pub static TAKE_BATCH: Script = script!(
+    "queue_take_batch",
+    [NOW_MS, READY, COUNT, RECLAIM],
+    include_str!("lua/take_batch.lua")
+);
+
+/// `lua/ack_many.lua`
+pub static ACK_MANY: Script = script!(
+    "queue_ack_many",
+    [NOW_MS, NOTIFY, DEDUP, COUNT],
+    include_str!("lua/ack_many.lua")
+);
+
+/// `lua/push_dedup.lua`
+pub static PUSH_DEDUP: Script = script!(
+    "queue_push_dedup",
+    [NOW_MS_UP, READY, NOTIFY],
+    include_str!("lua/push_dedup.lua")
+);
+
 /// Every queue script.
-pub static ALL: [&Script; 15] = [
+pub static ALL: [&Script; 19] = [
     &PUSH,
     &DEQUEUE,
     &ACK,
@@ -123,6 +151,10 @@ pub static ALL: [&Script; 15] = [
     &INSPECT_LIST,
     &INSPECT_JOB,
     &COUNTS,
+    &PUSH_DEDUP,
+    &PAUSE,
+    &TAKE_BATCH,
+    &ACK_MANY,
 ];
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ const SETTLED: &str = "redlease:{jobs}:q:settled";
 const UNDONE: &str = "redlease:{jobs}:q:undone";
 const REASONS: &str = "redlease:{jobs}:q:reasons";
 const CHANNEL: &str = "redlease:{jobs}:q:pushed";
+const PAUSED: &str = "redlease:{jobs}:q:paused";
 const ENQUEUED: &str = "redlease:{jobs}:q:enqueued";
 const COUNTS: &str = "redlease:{jobs}:q:counts";
 
@@ -421,7 +422,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
         strs(&[
             "EVALSHA",
             DEQUEUE.sha1,
-            "14",
+            "15",
             READY,
             DELAYED,
             PAYLOADS,
@@ -434,6 +435,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
             HOLDERS,
             BASES,
             UNDONE,
+            PAUSED,
             ENQUEUED,
             COUNTS,
             &tok(),
@@ -470,9 +472,9 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     assert_eq!(
         call_args(lease.calls.release()),
         strs(&[
-            "EVALSHA", NACK.sha1, "13", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
-            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, COUNTS, "job-1", &t, "0", "4",
-            CHANNEL, "60000", "",
+            "EVALSHA", NACK.sha1, "14", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, PAUSED, COUNTS, "job-1", &t,
+            "0", "4", CHANNEL, "60000", "",
         ])
     );
     assert_eq!(
@@ -555,7 +557,7 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     let r = rel.answer(Reply::Int(1));
     assert_eq!(args(&r)[1], NACK.sha1);
     assert_eq!(
-        args(&r)[16..],
+        args(&r)[17..],
         strs(&["job-1", &t, "0", "4", CHANNEL, "60000", ""])
     );
     assert_eq!(rel.expect_done(), Ok(()));
@@ -571,8 +573,8 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
     assert_eq!(
         call_args(&ack),
         strs(&[
-            "EVALSHA", ACK.sha1, "10", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
-            BASES, SETTLED, ENQUEUED, COUNTS, "j", &t, "60000",
+            "EVALSHA", ACK.sha1, "11", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
+            BASES, SETTLED, PAUSED, ENQUEUED, COUNTS, "j", &t, "60000",
         ])
     );
     // Bound from the queue's template: the same call.
@@ -585,9 +587,9 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
     assert_eq!(
         call_args(&retry),
         strs(&[
-            "EVALSHA", NACK.sha1, "13", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
-            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, COUNTS, "j", &t, "2500", "4",
-            CHANNEL, "60000", "",
+            "EVALSHA", NACK.sha1, "14", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, PAUSED, COUNTS, "j", &t,
+            "2500", "4", CHANNEL, "60000", "",
         ])
     );
     let now = s.now;
@@ -630,7 +632,7 @@ fn a_nack_says_whether_the_job_went_to_the_dead_list_and_keeps_the_reason() {
     let t = tok();
     let call = nack_because(&keys(), "j", &t, Duration::ZERO, 0, "bad payload: not JSON");
     assert_eq!(
-        call_args(&call)[16..],
+        call_args(&call)[17..],
         strs(&["j", &t, "0", "0", CHANNEL, "60000", "bad payload: not JSON"])
     );
     let now = s.now;
@@ -1161,7 +1163,7 @@ fn settings_are_validated_before_anything_is_sent() {
         max_deliveries: 1,
     };
     let spec = take(&keys(), token(), &s).unwrap();
-    assert_eq!(call_args(&spec.acquire)[18..], strs(&["10", "1"]));
+    assert_eq!(call_args(&spec.acquire)[19..], strs(&["10", "1"]));
 }
 
 #[test]
@@ -1338,8 +1340,8 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
     let mut ack = Scenario::new(job.ack(&keys(), deadline(now)), now);
     let r = ack.answer(Reply::Int(1));
     let a = args(&r);
-    assert_eq!(a[..3], strs(&["EVALSHA", ACK.sha1, "10"]));
-    assert_eq!(a[13..15], strs(&["job-9", &tok()]));
+    assert_eq!(a[..3], strs(&["EVALSHA", ACK.sha1, "11"]));
+    assert_eq!(a[14..16], strs(&["job-9", &tok()]));
     assert_eq!(ack.expect_done(), Ok(()));
 
     let mut nack = Scenario::new(
@@ -1349,7 +1351,7 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
     let r = nack.answer(Reply::Int(2));
     let a = args(&r);
     assert_eq!(a[..2], strs(&["EVALSHA", NACK.sha1]));
-    assert_eq!(a[16..20], strs(&["job-9", &tok(), "2000", "4"]));
+    assert_eq!(a[17..21], strs(&["job-9", &tok(), "2000", "4"]));
     assert_eq!(a.last().map(String::as_str), Some("boom"));
     assert_eq!(nack.expect_done(), Ok(Nacked::Dead));
 
@@ -1358,7 +1360,7 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
     let r = back.answer(Reply::Int(1));
     let a = args(&r);
     assert_eq!(a[..2], strs(&["EVALSHA", NACK.sha1]));
-    assert_eq!(a[16..19], strs(&["job-9", &tok(), "0"]));
+    assert_eq!(a[17..20], strs(&["job-9", &tok(), "0"]));
     assert_eq!(back.expect_done(), Ok(()));
 
     let mut extend = Scenario::new(
@@ -1437,16 +1439,16 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
     let sent_at = s.now;
     let r = s.answer(acked_and(1, handed(2, b"next-1", b"np")));
     let a = args(&r);
-    assert_eq!(a[..3], strs(&["EVALSHA", ACK_TAKE.sha1, "15"]));
+    assert_eq!(a[..3], strs(&["EVALSHA", ACK_TAKE.sha1, "16"]));
     assert_eq!(
-        a[3..18],
+        a[3..19],
         strs(&[
             READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, INFLIGHT, LEASES, DELIVERIES, DEAD_LIST,
-            HOLDERS, BASES, SETTLED, UNDONE, ENQUEUED, COUNTS
+            HOLDERS, BASES, SETTLED, UNDONE, PAUSED, ENQUEUED, COUNTS
         ])
     );
     assert_eq!(
-        a[18..],
+        a[19..],
         strs(&["done-1", &tok(), "60000", &next_tok(), "1500", "4"])
     );
     let out = s.expect_done().unwrap();
@@ -1469,11 +1471,11 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
     assert_eq!(next.lease.name(), "queue jobs job next-1");
     let mut ack = Scenario::new(next.ack(&keys(), deadline(s.now)), s.now);
     let r = ack.answer(Reply::Int(1));
-    assert_eq!(args(&r)[13..15], strs(&["next-1", &next_tok()]));
+    assert_eq!(args(&r)[14..16], strs(&["next-1", &next_tok()]));
     // Its give-back and extension name the job and the next token, as a take's would.
     let mut back = Scenario::new(next.give_back(deadline(s.now)), s.now);
     let r = back.answer(Reply::Int(1));
-    assert_eq!(args(&r)[16..19], strs(&["next-1", &next_tok(), "0"]));
+    assert_eq!(args(&r)[17..20], strs(&["next-1", &next_tok(), "0"]));
     let extend = next
         .extend(Duration::from_secs(3), deadline(s.now))
         .unwrap();
@@ -1669,7 +1671,7 @@ fn ack_and_take_binds_tokens_of_any_length_and_the_settings_of_each_call() {
         let mut s = Scenario::new(op, now);
         let r = s.answer(acked_and(1, handed(1, b"n", b"")));
         assert_eq!(
-            args(&r)[18..],
+            args(&r)[19..],
             strs(&["done-1", "short", "60000", &next_tok(), vis, max])
         );
         let out = s.expect_done().unwrap();
@@ -1753,10 +1755,10 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     let plain = taken_job(&mut s);
     assert!(!plain.lease.unanswered);
     let ack = args(&Scenario::new(plain.ack(&keys(), d), now).answer(Reply::Int(1)));
-    assert_eq!(ack[2], "10", "the plain ack: {ack:?}");
+    assert_eq!(ack[2], "11", "the plain ack: {ack:?}");
     let nack = plain.nack(&keys(), Duration::ZERO, 4, "", d);
     let nack = args(&Scenario::new(nack, now).answer(Reply::Int(1)));
-    assert_eq!(nack[2], "13", "the plain nack: {nack:?}");
+    assert_eq!(nack[2], "14", "the plain nack: {nack:?}");
     // The first reply lost.
     let mut s = take_job(None);
     s.fail(TransportFailure::no_reply("timed out"));
@@ -1765,14 +1767,14 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     assert!(job.lease.unanswered);
     let ack = args(&Scenario::new(job.ack(&keys(), d), now).answer(Reply::Int(1)));
     assert_eq!(ack[1], ACK.sha1);
-    assert_eq!(ack[2], "11", "{ack:?}");
-    assert_eq!(ack[13], UNDONE);
-    assert_eq!(ack[14..], strs(&["j", &tok(), "60000", &keep]));
+    assert_eq!(ack[2], "12", "{ack:?}");
+    assert_eq!(ack[14], UNDONE);
+    assert_eq!(ack[15..], strs(&["j", &tok(), "60000", &keep]));
     let nack = job.nack(&keys(), Duration::from_micros(1500), 4, "why", d);
     let nack = args(&Scenario::new(nack, now).answer(Reply::Int(1)));
     assert_eq!(nack[1], NACK.sha1);
-    assert_eq!(nack[2], "14", "{nack:?}");
-    assert_eq!(nack[16], UNDONE);
+    assert_eq!(nack[2], "15", "{nack:?}");
+    assert_eq!(nack[17], UNDONE);
     // The backoff rounded up (1.5 ms: 2), the reason, then how long to remember.
     assert_eq!(
         nack[17..],
@@ -1820,11 +1822,11 @@ fn a_job_handed_over_after_a_lost_reply_records_its_token_when_settled() {
     assert!(next.lease.unanswered);
     let now = s.now;
     let give_back = args(&Scenario::new(next.give_back(deadline(now)), now).answer(Reply::Int(1)));
-    assert_eq!(give_back[16], UNDONE, "{give_back:?}");
+    assert_eq!(give_back[17], UNDONE, "{give_back:?}");
     assert_eq!(give_back.last(), Some(&keep));
     let ack = args(&Scenario::new(next.ack(&keys(), deadline(now)), now).answer(Reply::Int(1)));
-    assert_eq!(ack[13], UNDONE);
-    assert_eq!(ack[14..16], strs(&["next-1", &next_tok()]));
+    assert_eq!(ack[14], UNDONE);
+    assert_eq!(ack[15..17], strs(&["next-1", &next_tok()]));
     // Answered at once: a plain lease.
     let (_, mut s) = acking_and_taking();
     s.answer(acked_and(1, handed(1, b"next-1", b"np")));
@@ -1833,5 +1835,5 @@ fn a_job_handed_over_after_a_lost_reply_records_its_token_when_settled() {
     };
     assert!(!next.lease.unanswered);
     let give_back = args(&Scenario::new(next.give_back(deadline(now)), now).answer(Reply::Int(1)));
-    assert_eq!(give_back[2], "13");
+    assert_eq!(give_back[2], "14");
 }

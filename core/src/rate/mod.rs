@@ -148,7 +148,7 @@ impl RateLimit {
     }
 
     /// `interval * burst`, µs: how far ahead of the clock the TAT may run.
-    fn tolerance_us(&self) -> u64 {
+    pub(crate) fn tolerance_us(&self) -> u64 {
         self.interval_us * self.burst
     }
 }

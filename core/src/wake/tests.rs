@@ -325,3 +325,120 @@ fn routes_expire_after_their_ttl() {
     assert_eq!(cache.get(CH, t0 + ttl), Some(("n2".into(), 7001)));
     assert_eq!(cache.get("other", t0), None);
 }
+
+#[test]
+fn a_release_while_the_lock_is_held_here_wakes_nobody() {
+    let mut r = subscribed();
+    let w = r.register(&on(CH, None), Some(1));
+    r.hold(CH, 1, origin());
+    assert!(r.held(CH));
+    assert_eq!(
+        r.message(CH, None, 2),
+        Vec::<WaiterId>::new(),
+        "our holder took that release: a waiter's attempt would find the lock held"
+    );
+    assert_eq!(r.take(CH, w.id), None);
+    // The release we hold back is owed: unhold (sent before our own release) wakes one, in
+    // case our lease ran out and our release announces nothing.
+    assert_eq!(r.unhold(CH, 1, origin()), Some(w.id));
+    assert!(!r.held(CH));
+    // Our release's own message: the waiter has its wake pending already (no second ring).
+    assert_eq!(r.message(CH, None, 3), Vec::<WaiterId>::new());
+    assert_eq!(r.take(CH, w.id), Some(Wake::Message));
+}
+
+#[test]
+fn a_hold_without_a_held_back_message_wakes_nobody_and_its_release_wakes_one() {
+    let mut r = subscribed();
+    let a = r.register(&on(CH, None), Some(1));
+    let b = r.register(&on(CH, None), Some(1));
+    r.hold(CH, 1, origin());
+    r.hold(CH, 1, origin());
+    assert_eq!(r.unhold(CH, 1, origin()), None, "another hold is left");
+    assert!(r.held(CH));
+    assert_eq!(
+        r.unhold(CH, 1, origin()),
+        None,
+        "nothing held back: nothing owed"
+    );
+    assert_eq!(
+        r.unhold(CH, 1, origin()),
+        None,
+        "an unhold without a hold does nothing"
+    );
+    assert_eq!(r.message(CH, None, 2), vec![a.id], "one release, one wake");
+    assert_eq!(r.take(CH, b.id), None);
+}
+
+#[test]
+fn tagged_and_broadcast_messages_pass_a_hold() {
+    let mut r = subscribed();
+    let tagged = r.register(&on(CH, Some("t1")), Some(1));
+    let plain = r.register(&on(CH, None), Some(1));
+    r.hold(CH, 1, origin());
+    assert_eq!(r.message(CH, Some(b"t1"), 2), vec![tagged.id]);
+    assert_eq!(
+        r.message(CH, Some(WakeOn::ALL.as_bytes()), 3),
+        vec![plain.id]
+    );
+}
+
+#[test]
+fn a_returning_holder_gets_a_grace_and_another_holder_does_not() {
+    let t0 = origin();
+    let us = Duration::from_micros;
+    let mut r = subscribed();
+    let w = r.register(&on(CH, None), Some(1));
+    // Thread 7 holds, releases, and takes the lock back 100 µs later: it is returning.
+    r.hold(CH, 7, t0);
+    assert_eq!(
+        r.grace(CH, t0),
+        None,
+        "held: no grace, the waiter sleeps on"
+    );
+    r.unhold(CH, 7, t0 + us(10));
+    assert_eq!(r.grace(CH, t0 + us(10)), None, "not known to return yet");
+    r.hold(CH, 7, t0 + us(110));
+    r.unhold(CH, 7, t0 + us(200));
+    assert_eq!(r.message(CH, None, 2), vec![w.id], "one release, one wake");
+    // Its release woke the waiter: it leaves the lock to thread 7 for twice 100 µs.
+    assert_eq!(r.grace(CH, t0 + us(210)), Some(t0 + us(400)));
+    assert_eq!(
+        r.grace(CH, t0 + us(400)),
+        None,
+        "the grace is over: attempt"
+    );
+    // Another thread takes it: not returning, no grace after its release.
+    r.hold(CH, 8, t0 + us(300));
+    r.unhold(CH, 8, t0 + us(400));
+    assert_eq!(r.grace(CH, t0 + us(410)), None);
+    // A holder coming back after more than MAX_GRACE is not returning.
+    r.hold(CH, 8, t0 + us(400) + MAX_GRACE + us(1));
+    r.unhold(CH, 8, t0 + us(2000));
+    assert_eq!(r.grace(CH, t0 + us(2001)), None);
+}
+
+#[test]
+fn the_grace_is_bounded() {
+    let t0 = origin();
+    let us = Duration::from_micros;
+    let mut r = subscribed();
+    r.hold(CH, 7, t0);
+    r.unhold(CH, 7, t0);
+    r.hold(CH, 7, t0 + MAX_GRACE);
+    r.unhold(CH, 7, t0 + MAX_GRACE);
+    assert_eq!(
+        r.grace(CH, t0 + MAX_GRACE),
+        Some(t0 + MAX_GRACE * 2),
+        "twice the return time, capped at MAX_GRACE"
+    );
+    let mut r = subscribed();
+    r.hold(CH, 7, t0);
+    r.unhold(CH, 7, t0);
+    r.hold(CH, 7, t0 + us(1));
+    r.unhold(CH, 7, t0 + us(1));
+    assert_eq!(r.grace(CH, t0 + us(1)), Some(t0 + us(51)), "at least 50 µs");
+    // Forgotten once idle past the linger.
+    r.idle(t0 + Duration::from_secs(2), Duration::from_secs(1));
+    assert_eq!(r.grace(CH, t0 + us(2)), None);
+}

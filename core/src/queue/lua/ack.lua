@@ -2,8 +2,9 @@
 -- then redelivered to someone else).
 -- KEYS: 1 in flight, 2 leases, 3 payloads, 4 priorities, 5 deliveries, 6 holders, 7 bases,
 -- 8 settled (zset delivery token -> until when its ack or nack is remembered, ms),
--- 9 enqueued, 10 counts; optionally 11 undone takes.
--- ARGV: 1 id, 2 token, 3 how long to remember the settlement (ms); with KEYS[11], 4 how
+-- 9 pauses (hash; field 'drain': the channel a drain waiter listens on, announced on by an
+-- ack; see pause.lua), 10 enqueued, 11 counts; optionally 12 undone takes.
+-- ARGV: 1 id, 2 token, 3 how long to remember the settlement (ms); with KEYS[12], 4 how
 -- long to remember the token there (ms).
 -- Returns 1 acked (or: this very delivery was settled already, so a retry after a lost
 -- reply finds its own ack), 0 the lease ran out (or the job is gone), -1 another delivery
@@ -13,17 +14,18 @@
 local now = now_ms()
 local id, token = ARGV[1], ARGV[2]
 local holder = redis.call('HGET', KEYS[2], id)
-if KEYS[11] then
+local drain = redis.call('HGET', KEYS[9], 'drain')
+if KEYS[12] then
   -- The ack of a delivery whose take had an attempt that went unanswered: whatever the
-  -- verdict, its token is remembered as undone (KEYS[11], for ARGV[4] ms), so that the
+  -- verdict, its token is remembered as undone (KEYS[12], for ARGV[4] ms), so that the
   -- attempt, if only delayed, takes nothing when it arrives. Every key is read first.
   redis.call('ZCARD', KEYS[1])
   for i = 3, 7 do
     redis.call('HLEN', KEYS[i])
   end
   redis.call('ZCARD', KEYS[8])
-  redis.call('HLEN', KEYS[9])
-  remember(KEYS[11], token, now, tonumber(ARGV[4]))
+  redis.call('HLEN', KEYS[10])
+  remember(KEYS[12], token, now, tonumber(ARGV[4]))
 end
 if holder ~= token then
   local settled = redis.call('ZSCORE', KEYS[8], token)
@@ -44,7 +46,13 @@ local has_priority = redis.call('HEXISTS', KEYS[4], id) == 1
 redis.call('HLEN', KEYS[6])
 local has_base = redis.call('HEXISTS', KEYS[7], id) == 1
 redis.call('ZCARD', KEYS[8])
-redis.call('HLEN', KEYS[9])
+redis.call('HLEN', KEYS[10])
+if string.byte(id, 1) == 126 then
+  -- A job pushed with a dedup id: its entry goes with it (the deliveries read first).
+  redis.call('HLEN', KEYS[5])
+  local stem = string.match(KEYS[1], '^(.*:q:)')
+  dedup_clear(stem .. 'dedup', stem .. 'dedup_of', id)
+end
 redis.call('HDEL', KEYS[5], id)
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
@@ -56,8 +64,11 @@ redis.call('HDEL', KEYS[6], token)
 if has_base then
   redis.call('HDEL', KEYS[7], id)
 end
-redis.call('HDEL', KEYS[9], id)
+redis.call('HDEL', KEYS[10], id)
 remember(KEYS[8], token, now, tonumber(ARGV[3]))
-counting(KEYS[10], now)
+counting(KEYS[11], now)
 count('acked', 1)
+if drain then
+  notify(drain, '*')
+end
 return 1

@@ -1,7 +1,8 @@
 -- Ack one job and take the next, in one round trip (a busy worker between two jobs).
 -- KEYS: 1 ready, 2 delayed, 3 payloads, 4 priorities, 5 sequence counter, 6 in flight,
 -- 7 leases, 8 deliveries, 9 dead, 10 holders, 11 bases, 12 settled, 13 undone takes,
--- 14 enqueued, 15 counts.
+-- 14 pauses (hash: field '*' the queue is paused, field 'drain' the channel a drain waiter
+-- listens on; see pause.lua), 15 enqueued (hash id -> server ms when pushed), 16 counts.
 -- ARGV: 1 id acked, 2 its token, 3 how long to remember the settlement (ms), 4 the next
 -- token, 5 visibility timeout ms, 6 max deliveries, optionally 7 how long to remember the
 -- acked token as undone (ms).
@@ -10,7 +11,8 @@
 -- due or a lease runs out, or -2}; ack is 1 acked (or this delivery's settlement found: a retry),
 -- 0 the lease ran out (or the job is gone), -1 another delivery holds it. The take part is
 -- the take script's: a retry with the same next token gets the job leased to it, its lease
--- renewed from now.
+-- renewed from now. While the queue is paused the ack is done (announced on the drain
+-- channel if one is recorded) and nothing is leased: {ack, 0, -2}.
 -- Every key is read before any is written (a wrong type fails before any write): by the
 -- reads the work needs where there are some, by a type-checking read otherwise, except the
 -- deliveries when a write to them is the script's first (the ack's HDEL, or the lease's
@@ -18,11 +20,12 @@
 -- anything is written. Jobs due or whose lease ran out (rare on a busy queue) are read for
 -- in full first.
 local now = now_ms()
-counting(KEYS[15], now)
+counting(KEYS[16], now)
 local id, token, next_token = ARGV[1], ARGV[2], ARGV[4]
 local holder = redis.call('HGET', KEYS[7], id)
 local mine = redis.call('HGET', KEYS[10], next_token)
 local was_undone = redis.call('ZSCORE', KEYS[13], next_token)
+local pause = redis.call('HMGET', KEYS[14], '*', 'drain')
 local due, expired = overdue(now)
 local top = redis.call('ZRANGE', KEYS[1], 0, 0)
 local reclaiming = #due > 0 or #expired > 0
@@ -47,17 +50,23 @@ else
 end
 -- The next job's payload, read now (read again below if jobs are made ready first).
 local payload = top[1] and redis.call('HGET', KEYS[3], top[1])
-local at = top[1] and redis.call('HGET', KEYS[14], top[1])
+local at = top[1] and redis.call('HGET', KEYS[15], top[1])
 if not top[1] then
   redis.call('HLEN', KEYS[3])
-  redis.call('HLEN', KEYS[14])
+  redis.call('HLEN', KEYS[15])
 end
-local has_priority, has_base = false, false
+local has_priority, has_base, next_base = false, false, nil
 if acking then
   -- The acked job's priority and base, if it has any (most have neither: nothing to
-  -- delete); the settlements, added to.
+  -- delete), and the next job's base in the same read; the settlements, added to.
   has_priority = redis.call('HEXISTS', KEYS[4], id) == 1
-  has_base = redis.call('HEXISTS', KEYS[11], id) == 1
+  if top[1] then
+    local bases = redis.call('HMGET', KEYS[11], id, top[1])
+    has_base = bases[1] ~= false
+    next_base = tonumber(bases[2]) or 0
+  else
+    has_base = redis.call('HEXISTS', KEYS[11], id) == 1
+  end
   redis.call('ZCARD', KEYS[12])
 end
 if reclaiming then
@@ -92,6 +101,12 @@ end
 -- The ack.
 local ack
 if acking then
+  if string.byte(id, 1) == 126 then
+    -- A job pushed with a dedup id: its entry goes with it (the deliveries read first).
+    redis.call('HLEN', KEYS[8])
+    local stem = string.match(KEYS[1], '^(.*:q:)')
+    dedup_clear(stem .. 'dedup', stem .. 'dedup_of', id)
+  end
   redis.call('HDEL', KEYS[8], id)
   redis.call('ZREM', KEYS[6], id)
   redis.call('HDEL', KEYS[7], id)
@@ -103,7 +118,7 @@ if acking then
   if has_base then
     redis.call('HDEL', KEYS[11], id)
   end
-  redis.call('HDEL', KEYS[14], id)
+  redis.call('HDEL', KEYS[15], id)
   count('acked', 1)
   -- Remembered for ARGV[3] ms; the key lives as long as its latest member. Members whose
   -- time has passed count for nothing; they are dropped on the acks of one millisecond in
@@ -114,6 +129,9 @@ if acking then
   end
   redis.call('ZADD', KEYS[12], now + keep, token)
   redis.call('PEXPIRE', KEYS[12], keep)
+  if pause[2] then
+    notify(pause[2], '*')
+  end
   ack = 1
 elseif settled and tonumber(settled) > now then
   ack = 1
@@ -138,17 +156,21 @@ if expiry and expiry > now then
   if expiry < now + tonumber(ARGV[5]) then
     redis.call('ZADD', KEYS[6], now + tonumber(ARGV[5]), mine)
   end
-  return handed(ack, n, mine, payload, base, redis.call('HGET', KEYS[14], mine), now)
+  return handed(ack, n, mine, payload, base, redis.call('HGET', KEYS[15], mine), now)
 end
 if reclaiming then
   reclaim(due, expired, tonumber(ARGV[6]))
   top = redis.call('ZRANGE', KEYS[1], 0, 0)
   payload = top[1] and redis.call('HGET', KEYS[3], top[1])
-  at = top[1] and redis.call('HGET', KEYS[14], top[1])
+  at = top[1] and redis.call('HGET', KEYS[15], top[1])
+  next_base = nil
+end
+if pause[1] then
+  return {ack, 0, -2}
 end
 if top[1] then
   -- Read before the lease's writes (bases was read above when anything was written).
-  local base = base_of(top[1])
+  local base = next_base or base_of(top[1])
   local n = lease_next(top[1], next_token, now, tonumber(ARGV[5]))
   return handed(ack, n, top[1], payload or '', base, at, now)
 end

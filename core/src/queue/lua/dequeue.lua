@@ -3,20 +3,23 @@
 -- token), 8 deliveries (hash id -> count), 9 dead (list), 10 holders (hash token -> id),
 -- 11 bases (hash id -> deliveries when last requeued from the dead list), 12 undone takes
 -- (zset token -> until ms: a take given back after its reply was lost takes nothing if it
--- arrives late), 13 enqueued (hash id -> server ms when pushed), 14 counts.
+-- arrives late), 13 pauses (hash; field '*': the queue is paused, see pause.lua),
+-- 14 enqueued (hash id -> server ms when pushed), 15 counts.
 -- ARGV: 1 lease token, 2 visibility timeout ms, 3 max deliveries.
 -- A retry after a lost reply (same token) gets the job it was leased, not another one, its
 -- lease renewed to the visibility timeout from now.
 -- First moves due delayed jobs and jobs whose lease ran out back to ready (or, after max
 -- deliveries, to the dead list). Returns {1, delivery number, id, payload} (and, for a job
 -- requeued from the dead list, its attempt since then as a fifth element) or
--- {0, ms until a delayed job is due or a lease runs out, or -2}.
+-- {0, ms until a delayed job is due or a lease runs out, or -2}. While the queue is paused,
+-- due and expired jobs are still made ready but nothing is leased: {0, -2} (the taker
+-- sleeps until resume wakes it).
 -- Every key is read before any is written (a wrong type fails before any write): by the
 -- reads the work needs where there are some, by a type-checking read otherwise; only the
 -- deliveries, when the lease is the first write (nothing reclaimed), are checked by that
 -- write itself (HINCRBY fails on a wrong type before anything is written).
 local now = now_ms()
-counting(KEYS[14], now)
+counting(KEYS[15], now)
 local token = ARGV[1]
 local undone = redis.call('ZSCORE', KEYS[12], token)
 local mine = redis.call('HGET', KEYS[10], token)
@@ -33,12 +36,13 @@ if expiry and expiry > now then
   local n = tonumber(redis.call('HGET', KEYS[8], mine)) or 1
   local payload = redis.call('HGET', KEYS[3], mine) or ''
   local base = base_of(mine)
-  local at = redis.call('HGET', KEYS[13], mine)
+  local at = redis.call('HGET', KEYS[14], mine)
   if expiry < now + tonumber(ARGV[2]) then
     redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), mine)
   end
   return handed(1, n, mine, payload, base, at, now)
 end
+local paused = redis.call('HEXISTS', KEYS[13], '*') == 1
 local due, expired = overdue(now)
 local top = redis.call('ZRANGE', KEYS[1], 0, 0)
 local reclaiming = #due > 0 or #expired > 0
@@ -49,13 +53,16 @@ if reclaiming then
   redis.call('HLEN', KEYS[8])
   redis.call('LLEN', KEYS[9])
   redis.call('HLEN', KEYS[11])
-  redis.call('HLEN', KEYS[13])
+  redis.call('HLEN', KEYS[14])
   local bad = bad_sequence(KEYS[5])
   if bad then
     return bad
   end
   reclaim(due, expired, tonumber(ARGV[3]))
   top = redis.call('ZRANGE', KEYS[1], 0, 0)
+end
+if paused then
+  return {0, -2}
 end
 if top[1] then
   local id = top[1]
@@ -64,7 +71,7 @@ if top[1] then
     redis.call('HLEN', KEYS[7])
   end
   local base = base_of(id)
-  local at = redis.call('HGET', KEYS[13], id)
+  local at = redis.call('HGET', KEYS[14], id)
   local n = lease_next(id, token, now, tonumber(ARGV[2]))
   return handed(1, n, id, payload or '', base, at, now)
 end

@@ -3,9 +3,9 @@
 -- 7 deliveries, 8 dead, 9 holders, 10 bases, 11 settled (zset delivery token -> until when
 -- its ack or nack is remembered, ms), 12 reasons. ARGV: 1 id, 2 token, 3 backoff ms,
 -- 4 max deliveries (0: dead now), 5 channel, 6 how long to remember the settlement (ms),
--- 7 why it failed ('': not said). KEYS[13] counts. Optionally KEYS[14] undone takes and
--- ARGV[8] how long to
--- remember the token there (ms).
+-- 7 why it failed ('': not said). KEYS[13] pauses (hash; field 'drain': the channel a drain
+-- waiter listens on, announced on by a nack; see pause.lua), KEYS[14] counts. Optionally
+-- KEYS[15] undone takes and ARGV[8] how long to remember the token there (ms).
 -- Returns 1 retried, 2 dead (the reason kept), 3 this very delivery was settled already (a
 -- retry after a lost reply finds its own nack, retried or dead), 0 the lease ran out (or the
 -- job is gone), -1 another delivery holds it.
@@ -21,19 +21,20 @@ redis.call('HLEN', KEYS[9])
 redis.call('HLEN', KEYS[10])
 redis.call('ZCARD', KEYS[11])
 redis.call('HLEN', KEYS[12])
-if KEYS[14] then
-  redis.call('ZCARD', KEYS[14])
+local drain = redis.call('HGET', KEYS[13], 'drain')
+if KEYS[15] then
+  redis.call('ZCARD', KEYS[15])
 end
 local bad = bad_sequence(KEYS[6])
 if bad then
   return bad
 end
 local up, now = now_ms_up()
-if KEYS[14] then
+if KEYS[15] then
   -- The nack of a delivery whose take had an attempt that went unanswered: whatever the
   -- verdict, its token is remembered as undone, so that the attempt, if only delayed, takes
   -- nothing when it arrives.
-  remember(KEYS[14], ARGV[2], now, tonumber(ARGV[8]))
+  remember(KEYS[15], ARGV[2], now, tonumber(ARGV[8]))
 end
 local id = ARGV[1]
 local holder = redis.call('HGET', KEYS[2], id)
@@ -55,8 +56,11 @@ redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
 redis.call('HDEL', KEYS[9], ARGV[2])
 remember(KEYS[11], ARGV[2], now, tonumber(ARGV[6]))
-counting(KEYS[13], now)
+counting(KEYS[14], now)
 count('failed', 1)
+if drain then
+  notify(drain, '*')
+end
 local n = tonumber(redis.call('HGET', KEYS[7], id)) or 0
 if n - (tonumber(redis.call('HGET', KEYS[10], id)) or 0) >= tonumber(ARGV[4]) then
   redis.call('RPUSH', KEYS[8], id)

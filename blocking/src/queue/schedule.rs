@@ -1,0 +1,141 @@
+//! Durable schedules on a queue ([`Queue::schedule`]): each occurrence of a named
+//! [`Schedule`] is a job `sched:<name>:<due ms>`, so any number of processes upserting the
+//! same schedule make one job per occurrence. A taken occurrence pushes the next one before
+//! it is handed to the caller ([`Queue::take`], the worker pool); a worker that dies in
+//! between leaves the occurrence to be redelivered, and that delivery pushes the next.
+
+use redlease_core::queue::schedule::{self, Advanced, Missed, Schedule, ScheduleInfo, Upserted};
+
+use super::*;
+
+/// The specs of the schedules a queue advanced, by name, with their stored version.
+pub(super) type Known = std::collections::HashMap<String, (String, Schedule)>;
+
+/// How many times a schedule call is sent again with a time the server reported (once
+/// is the rule; more only when an occurrence fell due during the round trip).
+const ATTEMPTS: usize = 4;
+
+fn no_fit(context: &'static str) -> Error {
+    Error::UnexpectedReply {
+        context,
+        reply: "the occurrence computed from the server's time did not fit it".into(),
+    }
+}
+
+impl Queue {
+    /// Creates schedule `name` on this queue, or changes it: its pending occurrence (a job
+    /// `sched:<name>:<due ms>`, delayed until its due time on the server's clock) is
+    /// replaced when the spec or the template changed, and kept when they did not, so every
+    /// process may upsert the same schedule at start-up. The first occurrence is the first
+    /// after the server's time now (and the start). Fails on an empty or too long name.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redlease::Error> {
+    /// use std::time::Duration;
+    /// use redlease::{Schedule, Upserted};
+    ///
+    /// let client = redlease::Client::open("redis://127.0.0.1/")?;
+    /// let reports = client.queue("reports")?;
+    /// reports.schedule("every-minute", &Schedule::every(Duration::from_secs(60))?.payload("sum"))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn schedule(&self, name: &str, schedule: &Schedule) -> Result<Upserted, Error> {
+        let mut from = None;
+        for _ in 0..ATTEMPTS {
+            let op = schedule::upsert(&self.keys, name, schedule, from, self.deadline())?;
+            match self.client.run(op)? {
+                Upserted::Retry { now_ms } => from = Some(schedule::upsert_from(schedule, now_ms)),
+                done => return Ok(done),
+            }
+        }
+        Err(no_fit("queue schedule upsert"))
+    }
+
+    /// Removes schedule `name` and its waiting occurrence; an occurrence already taken runs
+    /// to its end. `false` if there was no such schedule.
+    pub fn remove_schedule(&self, name: &str) -> Result<bool, Error> {
+        self.client
+            .run(schedule::remove(&self.keys, name, self.deadline())?)
+    }
+
+    /// The schedules of this queue, sorted by name, each with its pending occurrence.
+    pub fn schedules(&self) -> Result<Vec<ScheduleInfo>, Error> {
+        self.client.run(schedule::list(&self.keys, self.deadline()))
+    }
+
+    /// A job just taken, made ready to run: a plain job as it is; a schedule's occurrence
+    /// after its schedule has advanced past it (`None`: a missed occurrence of a schedule
+    /// that skips them, acked here). If the advance fails, the job is given back (its
+    /// handle dropped) and the error returned: nothing runs before the next occurrence
+    /// exists.
+    pub(super) fn admit(job: Job) -> Result<Option<Job>, Error> {
+        let Some((name, due)) = schedule::occurrence(&job.id) else {
+            return Ok(Some(job));
+        };
+        let name = name.to_owned();
+        let this = job.queue.clone();
+        this.advance(job, &name, due)
+    }
+
+    fn advance(&self, job: Job, name: &str, due: u64) -> Result<Option<Job>, Error> {
+        // A spec seen before: the next occurrence for a take on time (after `due`, before
+        // the one after it), checked by the script against the stored version and clock.
+        let known = self.known().get(name).map(|(version, schedule)| {
+            let (from, next) = schedule::advance_from(schedule, due, due);
+            (version.clone(), from, next)
+        });
+        let mut computed: Option<(String, u64, Option<u64>)> = known;
+        for _ in 0..ATTEMPTS {
+            let hint = computed.as_ref().map(|(v, f, n)| (v.as_str(), *f, *n));
+            let op = schedule::advance(&self.keys, name, due, hint, self.deadline())?;
+            match self.client.run(op)? {
+                Advanced::Done {
+                    now_ms,
+                    version,
+                    schedule,
+                    ..
+                } => {
+                    let out = self.run_or_skip(job, &schedule, due, now_ms);
+                    self.known().insert(name.to_owned(), (version, *schedule));
+                    return out;
+                }
+                Advanced::NotPending {
+                    now_ms,
+                    schedule: Some(schedule),
+                } => return self.run_or_skip(job, &schedule, due, now_ms),
+                Advanced::Compute {
+                    now_ms,
+                    version,
+                    schedule,
+                } => {
+                    let (from, next) = schedule::advance_from(&schedule, due, now_ms);
+                    computed = Some((version.clone(), from, next));
+                    self.known().insert(name.to_owned(), (version, *schedule));
+                }
+                // The schedule was removed, or an outcome to come: the job runs as any.
+                _ => return Ok(Some(job)),
+            }
+        }
+        Err(no_fit("queue schedule advance"))
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        // Each update is one insert: a panic elsewhere leaves a usable map.
+        self.schedules.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn run_or_skip(
+        &self,
+        job: Job,
+        schedule: &Schedule,
+        due: u64,
+        now_ms: u64,
+    ) -> Result<Option<Job>, Error> {
+        if schedule.missed_policy() == Missed::Skip && schedule::missed(schedule, due, now_ms) {
+            crate::observe::job(&self.keys.name, &job.id, "skip", None, &Ok(()));
+            job.ack()?;
+            return Ok(None);
+        }
+        Ok(Some(job))
+    }
+}

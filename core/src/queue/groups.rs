@@ -1,0 +1,549 @@
+//! Job groups: fair takes across groups (tenants, customers, partners), each group under its
+//! own concurrency and rate limits, and the whole set of groups under the queue's.
+//!
+//! Grouped jobs live in keys of their own under the queue's hash tag (`<stem>:q:g:<part>`,
+//! [`QueueKeys::grouped`]), so that jobs without a group send and cost exactly what they did:
+//! the plain take never sees a grouped job. The grouped keys run the queue's own scripts for
+//! everything a job does once taken (extend, inspect, nack, give back, dead list), and these
+//! scripts for what differs: the push into a group, the fair take, the ack that frees a
+//! group's slot, the "rate limited for d" answer, and the limits.
+//!
+//! ```text
+//!  group push ──► group's ready zset (priority, FIFO) ── group joins the ring ──┐
+//!                                                                               ▼
+//!   ring (zset: group -> turn last served; least recently served first) ── take scans ≤ 16:
+//!     │ paused ('g:<group>' in the pause hash) ──► set aside until resumed
+//!     │ full (its running leases ≥ concurrency) ──► full zset until its first lease ends
+//!     │                                             (or an ack frees a slot: back at once)
+//!     │ rate denied (GCRA, the rate limiter's engine) ──► blocked zset until allowed
+//!     └ eligible ──► head job leased (in flight, and in the group's leased zset), the
+//!                    group to the back of the ring (or out of it when it has no more)
+//!   in flight ──ack──► forgotten (the group's slot freed, takers woken)
+//!             ──rate limited for d──► head of its group, not counted; group blocked for d
+//!             ──nack / lease ran out / given back──► staging ──next take──► its group
+//!   nothing eligible: Empty with the ms until a group, a delayed job or a lease may change
+//! ```
+//!
+//! A group's slot is a lease: a worker that dies frees it when its lease runs out, with no
+//! counter to leak. Limits live in Redis (a hash: the defaults of every group, a group's
+//! own, the whole queue's), so every process obeys the same ones and they change at run
+//! time ([`set_limits`]).
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use redlease_core::keys::Keyspace;
+//! use redlease_core::queue::groups::{self, GroupLimits, LimitsOf};
+//! use redlease_core::queue::{NewJob, QueueKeys};
+//! use redlease_core::rate::RateLimit;
+//!
+//! let keys = QueueKeys::grouped(&Keyspace::default(), "api")?;
+//! let job = NewJob { id: "7".into(), payload: b"call".to_vec() };
+//! // A push into group "acme" (its job's id in the queue: "acme\u{1f}7").
+//! let _push = groups::push(&keys, "acme", &[job], 0, Duration::ZERO, Instant::now())?;
+//! // Each group: 2 at a time, 50 a second, one at once.
+//! let limits = GroupLimits::new()
+//!     .concurrency(2)
+//!     .rate(RateLimit::new(50, Duration::from_secs(1), 1)?);
+//! let _set = groups::set_limits(&keys, LimitsOf::EveryGroup, Some(limits), Instant::now())?;
+//! assert_eq!(groups::split_id("acme\u{1f}7"), (Some("acme"), "7"));
+//! # Ok::<(), redlease_core::Error>(())
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{KeyedCalls, Push, QueueKeys, SETTLED_KEEP, ceil_ms, placeholder_token};
+use crate::error::{Error, InvalidArgument};
+use crate::keys::Keyspace;
+use crate::lease::{Lease, OpKind, ScriptOp};
+use crate::rate::RateLimit;
+use crate::reply::Reply;
+use crate::script::prelude::*;
+use crate::script::{Script, ScriptCall};
+
+/// The byte between a job's group and its id in the queue's grouped keys.
+pub const SEPARATOR: char = '\u{1f}';
+
+/// The longest group id accepted, in bytes.
+pub const MAX_GROUP_LEN: usize = 128;
+
+/// `lua/group_push.lua`
+pub static GROUP_PUSH: Script = crate::script!(
+    "queue_group_push",
+    [NOW_MS_UP, READY, NOTIFY],
+    include_str!("lua/group_push.lua")
+);
+
+/// `lua/group_take.lua`
+pub static GROUP_TAKE: Script = crate::script!(
+    "queue_group_take",
+    [READY, super::scripts::COUNT, super::scripts::RECLAIM, GCRA],
+    include_str!("lua/group_take.lua")
+);
+
+/// `lua/group_ack.lua`
+pub static GROUP_ACK: Script = crate::script!(
+    "queue_group_ack",
+    [NOW_MS, REMEMBER, NOTIFY],
+    include_str!("lua/group_ack.lua")
+);
+
+/// `lua/group_defer.lua`
+pub static GROUP_DEFER: Script = crate::script!(
+    "queue_group_defer",
+    [NOW_MS, REMEMBER, NOTIFY],
+    include_str!("lua/group_defer.lua")
+);
+
+/// `lua/group_limits.lua`
+pub static GROUP_LIMITS: Script = crate::script!(
+    "queue_group_limits",
+    [NOTIFY],
+    include_str!("lua/group_limits.lua")
+);
+
+/// Every group script.
+pub static ALL: [&Script; 5] = [
+    &GROUP_PUSH,
+    &GROUP_TAKE,
+    &GROUP_ACK,
+    &GROUP_DEFER,
+    &GROUP_LIMITS,
+];
+
+/// The keys of a queue's groups (besides the grouped jobs' own queue keys).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupKeys {
+    /// Groups with ready jobs that may be eligible (zset: group -> turn last served). A
+    /// group's own keys are named after it without `ring`: `r:<group>`, `i:<group>`,
+    /// `t:<group>`.
+    ring: String,
+    blocked: String,
+    full: String,
+    aside: String,
+    turn: String,
+    limits: String,
+    rate: String,
+}
+
+impl QueueKeys {
+    /// The keys of the grouped jobs of queue `name`: `<prefix>:{<name>}:q:g:<part>` (and
+    /// the queue's pauses, `<prefix>:{<name>}:q:paused`, shared with its plain jobs).
+    pub fn grouped(keyspace: &Keyspace, name: &str) -> Result<Self, Error> {
+        let stem = keyspace.stem(name)?;
+        let k = |part: &str| format!("{stem}:q:g:{part}");
+        let groups = GroupKeys {
+            ring: k("ring"),
+            blocked: k("blocked"),
+            full: k("full"),
+            aside: k("aside"),
+            turn: k("turn"),
+            limits: k("limits"),
+            rate: k("rate"),
+        };
+        QueueKeys::with_parts(keyspace, name, "q:g:", Some(Arc::new(groups)))
+    }
+
+    /// Whether these are a queue's grouped keys ([`QueueKeys::grouped`]).
+    pub fn is_grouped(&self) -> bool {
+        self.groups.is_some()
+    }
+}
+
+/// The grouped keys' take and ack (their other calls are the queue's own).
+pub(super) fn rebind(calls: &mut KeyedCalls, k: &QueueKeys, g: &GroupKeys) {
+    calls.dequeue = ScriptCall::new(&GROUP_TAKE).keys(&[
+        &k.ready,
+        &k.delayed,
+        &k.payloads,
+        &k.priorities,
+        &k.seq,
+        &k.inflight,
+        &k.leases,
+        &k.deliveries,
+        &k.dead,
+        &k.holders,
+        &k.bases,
+        &k.undone,
+        &g.ring,
+        &g.blocked,
+        &g.full,
+        &g.limits,
+        &g.turn,
+        &g.rate,
+        &k.paused,
+        &g.aside,
+    ]);
+    let ack_keys: [&str; 12] = [
+        &k.inflight,
+        &k.leases,
+        &k.payloads,
+        &k.priorities,
+        &k.deliveries,
+        &k.holders,
+        &k.bases,
+        &k.settled,
+        &g.ring,
+        &g.full,
+        &g.turn,
+        &g.limits,
+    ];
+    calls.ack = ScriptCall::new(&GROUP_ACK).keys(&ack_keys);
+    calls.ack_bound = ScriptCall::new(&GROUP_ACK)
+        .keys(&ack_keys)
+        .subject_arg()
+        .owner_arg(&placeholder_token())
+        .arg(SETTLED_KEEP.as_millis().to_string())
+        .arg(&k.notify)
+        .compact();
+}
+
+/// A job's group and its id, from its id in the grouped keys (`<group>\u{1f}<id>`); no
+/// group for an id without the separator.
+pub fn split_id(id: &str) -> (Option<&str>, &str) {
+    match id.split_once(SEPARATOR) {
+        Some((group, id)) => (Some(group), id),
+        None => (None, id),
+    }
+}
+
+/// Checks a group id: 1 to [`MAX_GROUP_LEN`] bytes, without [`SEPARATOR`].
+pub fn check_group(group: &str) -> Result<(), Error> {
+    if group.is_empty() || group.len() > MAX_GROUP_LEN || group.contains(SEPARATOR) {
+        return Err(InvalidArgument::Setting(format!(
+            "a group id must be 1 to {MAX_GROUP_LEN} bytes without the byte 0x1f, got {group:?}"
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+fn grouped(keys: &QueueKeys) -> Result<&GroupKeys, Error> {
+    keys.groups.as_deref().ok_or_else(|| {
+        InvalidArgument::Setting("these are not a queue's grouped keys".into()).into()
+    })
+}
+
+/// Pushes `jobs` into `group` with one priority and delay, giving up at `deadline`: each is
+/// [`Pushed::Queued`](super::Pushed::Queued), [`Duplicate`](super::Pushed::Duplicate) or
+/// [`GroupFull`](super::Pushed::GroupFull), under the id given (not the queue's).
+pub fn push(
+    keys: &QueueKeys,
+    group: &str,
+    jobs: &[super::NewJob],
+    priority: u8,
+    delay: Duration,
+    deadline: Instant,
+) -> Result<ScriptOp<Push>, Error> {
+    let g = grouped(keys)?;
+    check_group(group)?;
+    if jobs.is_empty() {
+        return Err(InvalidArgument::Setting("nothing to push".into()).into());
+    }
+    let mut call = ScriptCall::new(&GROUP_PUSH)
+        .keys(&[
+            &keys.delayed,
+            &keys.payloads,
+            &keys.priorities,
+            &keys.seq,
+            &g.ring,
+            &g.blocked,
+            &g.full,
+            &g.aside,
+            &g.turn,
+            &g.limits,
+        ])
+        .arg(ceil_ms(delay).to_string())
+        .arg(priority.to_string())
+        .arg(&keys.notify)
+        .arg(group);
+    let room = super::MAX_ID_LEN - group.len() - 1;
+    for job in jobs {
+        if job.id.is_empty() || job.id.len() > room {
+            return Err(InvalidArgument::Setting(format!(
+                "a grouped job id must be 1 to {room} bytes, got {}",
+                job.id.len()
+            ))
+            .into());
+        }
+        call = call.arg(&job.id).arg(&job.payload);
+    }
+    let kind = Push {
+        ids: jobs.iter().map(|j| j.id.clone()).collect(),
+    };
+    Ok(ScriptOp::new(kind, call, keys.target(), None, deadline))
+}
+
+/// Flow limits: of each group, or of the whole set of a queue's grouped jobs. Every limit is
+/// optional (none by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[must_use = "limits do nothing until set"]
+pub struct GroupLimits {
+    concurrency: u32,
+    rate: Option<RateLimit>,
+    max_size: u64,
+}
+
+impl GroupLimits {
+    /// No limit.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// At most `n` jobs leased at once (0: no limit, the default), across every process. A
+    /// lease that runs out (a dead worker) frees its slot.
+    pub fn concurrency(mut self, n: u32) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// At most this rate of takes (the rate limiter's GCRA, on the server clock).
+    pub fn rate(mut self, rate: RateLimit) -> Self {
+        self.rate = Some(rate);
+        self
+    }
+
+    /// A group holding `n` ready jobs refuses more ([`Pushed::GroupFull`](super::Pushed::GroupFull));
+    /// 0: no maximum (the default). Delayed pushes are not counted nor refused. Not used as
+    /// a queue-wide limit.
+    pub fn max_size(mut self, n: u64) -> Self {
+        self.max_size = n;
+        self
+    }
+
+    /// The concurrency limit (0: none).
+    pub fn concurrency_limit(&self) -> u32 {
+        self.concurrency
+    }
+
+    /// The rate limit, if any.
+    pub fn rate_limit(&self) -> Option<RateLimit> {
+        self.rate
+    }
+
+    /// How the scripts read it: `concurrency interval_us tolerance_us max_size`.
+    fn encode(&self) -> String {
+        let (interval, tolerance) = match &self.rate {
+            Some(r) => (r.interval().as_micros() as u64, r.tolerance_us()),
+            None => (0, 0),
+        };
+        format!(
+            "{} {interval} {tolerance} {}",
+            self.concurrency, self.max_size
+        )
+    }
+}
+
+/// Whose limits [`set_limits`] sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LimitsOf<'a> {
+    /// The defaults of every group without its own.
+    EveryGroup,
+    /// One group's own (replacing the defaults for it, as a whole).
+    Group(&'a str),
+    /// The whole set of the queue's grouped jobs (its concurrency across every group and
+    /// process, its rate of takes).
+    Queue,
+}
+
+/// Sets limits (`None`: clears them), taking effect at the next take; idle takers are woken.
+#[derive(Debug, Clone, Copy)]
+pub struct SetLimits;
+
+impl OpKind for SetLimits {
+    type Output = ();
+    const CONTEXT: &'static str = "group limits";
+
+    fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<(), Error>> {
+        (reply.as_int()? == 1).then_some(Ok(()))
+    }
+}
+
+/// Sets (or with `None` clears) the limits of `of`.
+pub fn set_limits(
+    keys: &QueueKeys,
+    of: LimitsOf<'_>,
+    limits: Option<GroupLimits>,
+    deadline: Instant,
+) -> Result<ScriptOp<SetLimits>, Error> {
+    let call = limits_call(keys, of, limits)?;
+    Ok(ScriptOp::new(
+        SetLimits,
+        call,
+        keys.target(),
+        None,
+        deadline,
+    ))
+}
+
+/// The script call of [`set_limits`] (it answers 1).
+pub fn limits_call(
+    keys: &QueueKeys,
+    of: LimitsOf<'_>,
+    limits: Option<GroupLimits>,
+) -> Result<ScriptCall, Error> {
+    let g = grouped(keys)?;
+    let field = match of {
+        LimitsOf::EveryGroup => "*".to_owned(),
+        LimitsOf::Group(group) => {
+            check_group(group)?;
+            format!("g:{group}")
+        }
+        LimitsOf::Queue => "!".to_owned(),
+    };
+    let call = ScriptCall::new(&GROUP_LIMITS)
+        .keys(&[&g.limits, &g.ring, &g.blocked, &g.full])
+        .arg(field)
+        .arg(limits.map(|l| l.encode()).unwrap_or_default())
+        .arg(&keys.notify);
+    Ok(call)
+}
+
+/// The "rate limited for `wait`" answer for the grouped job `id` held as `lease`: the job
+/// goes back to the head of its group without counting the delivery (its attempt stays; its
+/// delivery number still increases on the next take), and its group takes nothing for
+/// `wait`. Run it with [`ScriptOp::release_with`] (owner-checked like an ack).
+pub fn rate_limited_call(
+    keys: &QueueKeys,
+    id: &str,
+    lease: &Lease,
+    wait: Duration,
+) -> Result<ScriptCall, Error> {
+    let call = rate_limited(keys, id, lease.token.as_str(), wait)?;
+    Ok(keys.settling(call, lease))
+}
+
+/// [`rate_limited_call`] for job `id` leased with `token`, without the record of an
+/// unanswered take attempt ([`QueueKeys::settling`]).
+pub fn rate_limited(
+    keys: &QueueKeys,
+    id: &str,
+    token: &str,
+    wait: Duration,
+) -> Result<ScriptCall, Error> {
+    let g = grouped(keys)?;
+    let call = ScriptCall::new(&GROUP_DEFER)
+        .keys(&[
+            &keys.inflight,
+            &keys.leases,
+            &keys.holders,
+            &keys.bases,
+            &keys.settled,
+            &g.ring,
+            &g.blocked,
+            &g.full,
+        ])
+        .arg(id)
+        .arg(token)
+        .arg(ceil_ms(wait.min(crate::limits::MAX_DURATION)).to_string())
+        .arg(&keys.notify)
+        .arg(SETTLED_KEEP.as_millis().to_string());
+    Ok(call)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_digests_match_their_sources() {
+        for s in ALL {
+            let digest = sha1_smol::Sha1::from(s.source).digest().to_string();
+            assert_eq!(digest, s.sha1, "digest of {}", s.name);
+        }
+    }
+
+    #[test]
+    fn scripts_include_exactly_the_prelude_they_call() {
+        for s in ALL {
+            crate::script::tests::check_prelude(s);
+        }
+    }
+
+    #[test]
+    fn bad_group_ids_are_refused() {
+        let keys = QueueKeys::grouped(&Keyspace::default(), "q").unwrap();
+        let job = super::super::NewJob {
+            id: "1".into(),
+            payload: vec![],
+        };
+        for bad in ["", "a\u{1f}b", &"x".repeat(MAX_GROUP_LEN + 1)] {
+            let out = push(
+                &keys,
+                bad,
+                std::slice::from_ref(&job),
+                0,
+                Duration::ZERO,
+                crate::testing::origin(),
+            );
+            assert!(matches!(out, Err(Error::InvalidArgument(_))), "{bad:?}");
+        }
+        let plain = QueueKeys::new(&Keyspace::default(), "q").unwrap();
+        assert!(
+            push(
+                &plain,
+                "a",
+                &[job],
+                0,
+                Duration::ZERO,
+                crate::testing::origin()
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn a_push_reads_one_flag_per_job_a_full_group_included() {
+        use crate::testing::{Scenario, origin};
+        let keys = QueueKeys::grouped(&Keyspace::default(), "q").unwrap();
+        let jobs: Vec<_> = ["a", "b", "c"]
+            .iter()
+            .map(|id| super::super::NewJob {
+                id: (*id).into(),
+                payload: vec![],
+            })
+            .collect();
+        let now = origin();
+        let op = push(
+            &keys,
+            "g",
+            &jobs,
+            0,
+            Duration::ZERO,
+            now + Duration::from_secs(1),
+        )
+        .unwrap();
+        let mut d = Scenario::new(op, now);
+        d.answer(Reply::Bulk(b"102".to_vec()));
+        use super::super::Pushed::*;
+        assert_eq!(
+            d.expect_done().unwrap(),
+            vec![
+                Queued("a".into()),
+                Duplicate("b".into()),
+                GroupFull("c".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn limits_are_encoded_for_the_scripts() {
+        let l = GroupLimits::new()
+            .concurrency(2)
+            .rate(RateLimit::new(50, Duration::from_secs(1), 1).unwrap())
+            .max_size(9);
+        assert_eq!(l.encode(), "2 20000 20000 9");
+        assert_eq!(GroupLimits::new().encode(), "0 0 0 0");
+    }
+
+    #[test]
+    fn grouped_keys_share_the_tag_and_the_pauses() {
+        let plain = QueueKeys::new(&Keyspace::default(), "q").unwrap();
+        let g = QueueKeys::grouped(&Keyspace::default(), "q").unwrap();
+        assert_eq!(plain.paused, g.paused);
+        assert!(g.ready.contains(":q:g:"));
+        assert!(g.is_grouped() && !plain.is_grouped());
+        assert_eq!(g.calls.dequeue.script().name, "queue_group_take");
+    }
+}

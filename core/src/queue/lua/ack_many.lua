@@ -1,0 +1,72 @@
+-- Acknowledge many jobs in one call, each as ack.lua does one: done and forgotten, refused
+-- once its lease ran out.
+-- KEYS: 1 in flight, 2 leases, 3 payloads, 4 priorities, 5 deliveries, 6 holders, 7 bases,
+-- 8 settled (zset delivery token -> until when its ack or nack is remembered, ms), 9 pauses
+-- (hash; field 'drain': the channel a drain waiter listens on, announced on once),
+-- 10 enqueued (hash id -> server ms when pushed), 11 counts.
+-- ARGV: 1 how long to remember each settlement (ms), then an id and its token per job.
+-- Returns a string, one character per job: '1' acked (or this very delivery was settled
+-- already: a retry after a lost reply finds its own ack), '0' the lease ran out (or the job
+-- is gone), '2' another delivery holds it.
+-- Every key is read before any is written (a wrong type fails before any write).
+local now = now_ms()
+redis.call('ZCARD', KEYS[1])
+for i = 2, 7 do
+  redis.call('HLEN', KEYS[i])
+end
+redis.call('ZCARD', KEYS[8])
+local drain = redis.call('HGET', KEYS[9], 'drain')
+redis.call('HLEN', KEYS[10])
+local keep = tonumber(ARGV[1])
+local out, acked = {}, 0
+for i = 2, #ARGV - 1, 2 do
+  local id, token = ARGV[i], ARGV[i + 1]
+  local holder = redis.call('HGET', KEYS[2], id)
+  local verdict
+  if holder ~= token then
+    local settled = redis.call('ZSCORE', KEYS[8], token)
+    if settled and tonumber(settled) > now then
+      verdict = '1'
+    elseif holder then
+      verdict = '2'
+    else
+      verdict = '0'
+    end
+  else
+    local expiry = redis.call('ZSCORE', KEYS[1], id)
+    if (not expiry) or tonumber(expiry) <= now then
+      verdict = '0'
+    else
+      if string.byte(id, 1) == 126 then
+        -- A job pushed with a dedup id: its entry goes with it, as ack.lua does.
+        local stem = string.match(KEYS[1], '^(.*:q:)')
+        dedup_clear(stem .. 'dedup', stem .. 'dedup_of', id)
+      end
+      redis.call('HDEL', KEYS[5], id)
+      redis.call('ZREM', KEYS[1], id)
+      redis.call('HDEL', KEYS[2], id)
+      redis.call('HDEL', KEYS[3], id)
+      redis.call('HDEL', KEYS[4], id)
+      redis.call('HDEL', KEYS[6], token)
+      redis.call('HDEL', KEYS[7], id)
+      redis.call('HDEL', KEYS[10], id)
+      redis.call('ZADD', KEYS[8], now + keep, token)
+      verdict, acked = '1', acked + 1
+    end
+  end
+  out[#out + 1] = verdict
+end
+if acked > 0 then
+  counting(KEYS[11], now)
+  count('acked', acked)
+  -- Settlements whose time has passed are dropped now and then (one call in 64 by the
+  -- clock), as the ack-and-take does; the key lives as long as its latest member.
+  if now % 64 == 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[8], '-inf', now)
+  end
+  redis.call('PEXPIRE', KEYS[8], keep)
+  if drain then
+    notify(drain, '*')
+  end
+end
+return table.concat(out)

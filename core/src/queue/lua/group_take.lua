@@ -1,0 +1,254 @@
+-- Take the next grouped job on a lease: round robin among the groups with ready jobs, each
+-- group under its concurrency and rate limits, the whole set of groups under the queue's.
+-- KEYS: 1 staging (zset id -> ready score: jobs made ready again by a nack, a lease that ran
+-- out or a given-back take, sorted into their groups here), 2 delayed, 3 payloads,
+-- 4 priorities, 5 sequence counter, 6 in flight (zset id -> lease expiry ms), 7 leases,
+-- 8 deliveries, 9 dead, 10 holders, 11 bases, 12 undone takes (the take script's keys, for
+-- the shared reclaiming), 13 ring (zset group -> turn it was last served: the groups with
+-- ready jobs that may be eligible), 14 rate-blocked groups (zset group -> until ms),
+-- 15 full groups (zset group -> ms until the first of its leases runs out; an ack frees
+-- them sooner), 16 limits (hash: '*' the defaults, 'g:<group>' a group's own, '!' the
+-- whole queue's: "concurrency interval_us tolerance_us max_size", 0 = none), 17 turn
+-- counter, 18 the queue's rate state (GCRA time), 19 pauses (hash: '*' the whole queue,
+-- 'g:<group>' one group), 20 paused groups set aside (zset group -> 0).
+-- A group's own keys are named after KEYS[13] without its 'ring': 'r:<group>' its ready
+-- jobs (zset id -> ready score), 'i:<group>' its leased jobs (zset id -> lease expiry at
+-- the take, checked against the in-flight zset), 't:<group>' its rate state.
+-- A job id is '<group>\31<id>'.
+-- ARGV: 1 lease token, 2 visibility timeout ms, 3 max deliveries.
+-- Returns what the take script returns: {1, delivery, id, payload[, attempt]} or
+-- {0, ms until something may change (a delayed job due, a lease running out, a group's
+-- rate or block ending), or -2}.
+local t = redis.call('TIME')
+local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(us / 1000)
+local token = ARGV[1]
+local undone = redis.call('ZSCORE', KEYS[12], token)
+local mine = redis.call('HGET', KEYS[10], token)
+if undone and tonumber(undone) > now then
+  return {0, -2}
+end
+local expiry = mine and redis.call('HGET', KEYS[7], mine) == token
+    and tonumber(redis.call('ZSCORE', KEYS[6], mine) or '0')
+if expiry and expiry > now then
+  -- A retry after a lost reply: the job leased to this token, its lease renewed.
+  local n = tonumber(redis.call('HGET', KEYS[8], mine)) or 1
+  local payload = redis.call('HGET', KEYS[3], mine) or ''
+  local base = base_of(mine)
+  if expiry < now + tonumber(ARGV[2]) then
+    redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), mine)
+  end
+  return handed(1, n, mine, payload, base)
+end
+-- The whole queue paused: nothing is taken, nothing is written (resume wakes the takers).
+if redis.call('HEXISTS', KEYS[19], '*') == 1 then
+  return {0, -2}
+end
+-- Every key is read before any is written (a wrong type fails before any write).
+for _, i in ipairs({3, 4, 7, 8, 10, 11, 16}) do
+  redis.call('HLEN', KEYS[i])
+end
+for _, i in ipairs({1, 13, 14, 15, 20}) do
+  redis.call('ZCARD', KEYS[i])
+end
+redis.call('LLEN', KEYS[9])
+local bad = bad_sequence(KEYS[5])
+if bad then
+  return bad
+end
+local turn = tonumber(redis.call('GET', KEYS[17]) or '0')
+if not turn then
+  return redis.error_reply('ERR the turn counter ' .. KEYS[17] .. ' is not a number')
+end
+local stem = string.sub(KEYS[13], 1, -5)
+local function limits(field)
+  local text = redis.call('HGET', KEYS[16], field)
+  if not text then
+    return nil
+  end
+  local c, i, t = string.match(text, '^(%d+) (%d+) (%d+)')
+  return {c = tonumber(c) or 0, i = tonumber(i) or 0, t = tonumber(t) or 0}
+end
+local none = {c = 0, i = 0, t = 0}
+local whole = limits('!') or none
+local defaults = limits('*') or none
+-- The group's rate state, checked (nil: it is not a time).
+local function rate(key, l)
+  if l.i == 0 then
+    return true, nil, 0
+  end
+  return gcra(key, us, l.i, l.t, 1)
+end
+local whole_tat, whole_wait = nil, 0
+if whole.i > 0 then
+  local allowed, tat, wait = rate(KEYS[18], whole)
+  if allowed == nil then
+    return redis.error_reply('WRONGTYPE the rate state ' .. KEYS[18] .. ' does not hold a time')
+  end
+  if allowed then
+    whole_tat = tat
+  else
+    whole_wait = wait
+  end
+end
+-- Jobs due or whose lease ran out, back to staging (or dead after max deliveries).
+local due, expired = overdue(now)
+if #due > 0 or #expired > 0 then
+  reclaim(due, expired, tonumber(ARGV[3]))
+end
+-- A group with ready jobs joins the ring, unless it is set aside (blocked, full, paused).
+local function enlist(g)
+  if not (redis.call('ZSCORE', KEYS[13], g) or redis.call('ZSCORE', KEYS[14], g)
+      or redis.call('ZSCORE', KEYS[15], g) or redis.call('ZSCORE', KEYS[20], g)) then
+    redis.call('ZADD', KEYS[13], turn, g)
+  end
+end
+-- Staged jobs into their groups. A staged job freed a slot of its group (nacked, given
+-- back, its lease ran out): a full group is looked at again.
+local staged = redis.call('ZRANGE', KEYS[1], 0, 999, 'WITHSCORES')
+for i = 1, #staged, 2 do
+  local id = staged[i]
+  redis.call('ZREM', KEYS[1], id)
+  local at = string.find(id, '\31', 1, true)
+  if at then
+    local g = string.sub(id, 1, at - 1)
+    redis.call('ZADD', stem .. 'r:' .. g, staged[i + 1], id)
+    redis.call('ZREM', KEYS[15], g)
+    enlist(g)
+  end
+end
+-- Groups whose block or first lease ended, and paused groups resumed, back to the ring.
+for _, k in ipairs({KEYS[14], KEYS[15]}) do
+  for _, g in ipairs(redis.call('ZRANGEBYSCORE', k, '-inf', now, 'LIMIT', 0, 16)) do
+    redis.call('ZREM', k, g)
+    if redis.call('ZCARD', stem .. 'r:' .. g) > 0 then
+      enlist(g)
+    end
+  end
+end
+for _, g in ipairs(redis.call('ZRANGE', KEYS[20], 0, 15)) do
+  if redis.call('HEXISTS', KEYS[19], 'g:' .. g) == 0 then
+    redis.call('ZREM', KEYS[20], g)
+    if redis.call('ZCARD', stem .. 'r:' .. g) > 0 then
+      enlist(g)
+    end
+  end
+end
+-- The whole queue's concurrency and rate.
+local blocked_for = nil
+if whole.c > 0 and #redis.call('ZRANGEBYSCORE', KEYS[6], '(' .. now, '+inf', 'LIMIT', 0, whole.c) >= whole.c then
+  blocked_for = -1
+end
+if whole_wait > 0 then
+  blocked_for = math.max(math.ceil(whole_wait / 1000), 1)
+end
+-- At most 16 groups are looked at: each is taken from, or set aside until it may be
+-- eligible again, so the next take looks at others.
+local chosen, chosen_tat = nil, nil
+if not blocked_for then
+  for _, g in ipairs(redis.call('ZRANGE', KEYS[13], 0, 15)) do
+    local l = limits('g:' .. g) or defaults
+    local eligible = true
+    if redis.call('ZCARD', stem .. 'r:' .. g) == 0 then
+      redis.call('ZREM', KEYS[13], g)
+      eligible = false
+    elseif redis.call('HEXISTS', KEYS[19], 'g:' .. g) == 1 then
+      redis.call('ZREM', KEYS[13], g)
+      redis.call('ZADD', KEYS[20], 0, g)
+      eligible = false
+    end
+    if eligible and l.c > 0 then
+      -- Its leases that still run (a lease that ran out frees its slot).
+      local key, live, first = stem .. 'i:' .. g, 0, nil
+      for _, id in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+        local e = tonumber(redis.call('ZSCORE', KEYS[6], id) or '0')
+        if e > now then
+          live = live + 1
+          if not first or e < first then
+            first = e
+          end
+        else
+          redis.call('ZREM', key, id)
+        end
+      end
+      if live >= l.c then
+        redis.call('ZREM', KEYS[13], g)
+        redis.call('ZADD', KEYS[15], first, g)
+        eligible = false
+      end
+    end
+    if eligible then
+      local allowed, tat, wait = rate(stem .. 't:' .. g, l)
+      if allowed == nil then
+        return redis.error_reply('WRONGTYPE the rate state of group ' .. g .. ' does not hold a time')
+      end
+      if not allowed then
+        redis.call('ZREM', KEYS[13], g)
+        redis.call('ZADD', KEYS[14], now + math.max(math.ceil(wait / 1000), 1), g)
+        eligible = false
+      else
+        chosen_tat = tat
+      end
+    end
+    if eligible then
+      chosen = g
+      break
+    end
+  end
+end
+if chosen then
+  local g = chosen
+  local ready = stem .. 'r:' .. g
+  local id = redis.call('ZRANGE', ready, 0, 0)[1]
+  redis.call('ZREM', ready, id)
+  local payload = redis.call('HGET', KEYS[3], id)
+  local base = base_of(id)
+  local n = lease_next(id, token, now, tonumber(ARGV[2]))
+  -- Its leases' record, tidied: two whose lease ran out at the take are dropped (or their
+  -- renewed expiry copied), so that it does not keep what no longer runs.
+  local leased = stem .. 'i:' .. g
+  for _, old in ipairs(redis.call('ZRANGEBYSCORE', leased, '-inf', now, 'LIMIT', 0, 2)) do
+    local e = tonumber(redis.call('ZSCORE', KEYS[6], old) or '0')
+    if e > now then
+      redis.call('ZADD', leased, e, old)
+    else
+      redis.call('ZREM', leased, old)
+    end
+  end
+  redis.call('ZADD', leased, now + tonumber(ARGV[2]), id)
+  if chosen_tat then
+    gcra_store(stem .. 't:' .. g, chosen_tat, us)
+  end
+  if whole_tat then
+    gcra_store(KEYS[18], whole_tat, us)
+  end
+  turn = turn + 1
+  redis.call('SET', KEYS[17], turn)
+  if redis.call('ZCARD', ready) > 0 then
+    redis.call('ZADD', KEYS[13], turn, g)
+  else
+    redis.call('ZREM', KEYS[13], g)
+  end
+  return handed(1, n, id, payload or '', base)
+end
+-- Nothing taken: the time until something may change without a message.
+local wait = next_wait(now)
+local function sooner(ms)
+  if ms and (wait < 0 or ms < wait) then
+    wait = ms
+  end
+end
+if blocked_for and blocked_for > 0 then
+  sooner(blocked_for)
+end
+for _, k in ipairs({KEYS[14], KEYS[15]}) do
+  local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+  if first[2] then
+    sooner(math.max(tonumber(first[2]) - now, 1))
+  end
+end
+if not blocked_for and redis.call('ZCARD', KEYS[13]) > 0 then
+  -- More groups than were looked at: look again at once.
+  sooner(1)
+end
+return {0, wait}

@@ -1,0 +1,47 @@
+-- Pause, resume, drain or read the pause of a queue or of one of its groups.
+-- KEYS: 1 pauses (hash: '*' the whole queue, 'g:<group id>' one group -> the server ms of
+-- the pause; 'drain' -> the channel a drain waiter listens on), 2 in flight (zset id ->
+-- lease expiry ms).
+-- ARGV: 1 op ('pause', 'resume', 'drain' or 'state'), 2 the field ('*' or 'g:<id>'),
+-- 3 the queue's wake channel (resume wakes every idle taker on it), 4 the drain channel.
+-- pause: the field set to now unless already set (the first pause's time is kept); returns
+-- 1 paused now, 0 already paused. resume: the field deleted (the queue's drain channel
+-- too) and every idle taker woken; returns 1 resumed, 0 was not paused. drain: the queue
+-- paused as by pause, the drain channel recorded (the settling scripts announce on it
+-- while it is), and the jobs whose lease is live counted: returns {count, ms until the
+-- first of their leases runs out, or -2}; at 0 the drain channel is dropped. state: the
+-- field's value (the pause's ms) or nil.
+-- Every key is read before any is written (a wrong type fails before any write).
+local op, field = ARGV[1], ARGV[2]
+if op == 'state' then
+  return redis.call('HGET', KEYS[1], field)
+end
+redis.call('HLEN', KEYS[1])
+redis.call('ZCARD', KEYS[2])
+local now = now_ms()
+if op == 'pause' then
+  return redis.call('HSETNX', KEYS[1], field, now)
+end
+if op == 'resume' then
+  local n = redis.call('HDEL', KEYS[1], field)
+  if field == '*' then
+    redis.call('HDEL', KEYS[1], 'drain')
+  end
+  if n == 1 then
+    notify(ARGV[3], '*')
+  end
+  return n
+end
+if op == 'drain' then
+  redis.call('HSETNX', KEYS[1], '*', now)
+  local live = '(' .. now
+  local count = redis.call('ZCOUNT', KEYS[2], live, '+inf')
+  if count == 0 then
+    redis.call('HDEL', KEYS[1], 'drain')
+    return {0, -2}
+  end
+  redis.call('HSET', KEYS[1], 'drain', ARGV[4])
+  local first = redis.call('ZRANGEBYSCORE', KEYS[2], live, '+inf', 'LIMIT', 0, 1, 'WITHSCORES')
+  return {count, math.max(tonumber(first[2]) - now, 1)}
+end
+return redis.error_reply('ERR unknown pause op')

@@ -1,0 +1,82 @@
+-- Take up to n ready jobs in one call, each on its own lease (its own token).
+-- KEYS: those of dequeue.lua: 1 ready, 2 delayed, 3 payloads, 4 priorities, 5 sequence
+-- counter, 6 in flight, 7 leases, 8 deliveries, 9 dead, 10 holders, 11 bases, 12 undone
+-- takes, 13 pauses (field '*': the queue is paused), 14 enqueued (not read: a batch's jobs
+-- carry no enqueue time), 15 counts (taken, and what the reclaiming moves).
+-- ARGV: 1 visibility timeout ms, 2 max deliveries, 3.. one lease token per job wanted.
+-- A retry after a lost reply (the same tokens) gets the jobs leased to them, their leases
+-- renewed to the visibility timeout from now (never shortened); a token remembered as
+-- undone takes nothing; the other tokens get the next ready jobs in order (none while the
+-- queue is paused). Due delayed jobs and jobs whose lease ran out are made ready first, as
+-- by the take.
+-- Returns {wait, job, job, ...}: each job {token number (1 for ARGV[3]), delivery, id,
+-- payload} (and, for a job requeued from the dead list, its attempt since then as a fifth
+-- element); wait is 0 when a job is handed out, else the ms until a delayed job is due or a
+-- lease runs out, or -2 (nothing scheduled, or paused).
+-- Every key is read before any is written (a wrong type fails before any write).
+local now = now_ms()
+counting(KEYS[15], now)
+local visibility = tonumber(ARGV[1])
+local paused = redis.call('HEXISTS', KEYS[13], '*') == 1
+local renew, fresh = {}, {}
+for i = 3, #ARGV do
+  local token = ARGV[i]
+  local undone = redis.call('ZSCORE', KEYS[12], token)
+  if not (undone and tonumber(undone) > now) then
+    local mine = redis.call('HGET', KEYS[10], token)
+    local expiry = mine and redis.call('HGET', KEYS[7], mine) == token
+        and tonumber(redis.call('ZSCORE', KEYS[6], mine) or '0')
+    if expiry and expiry > now then
+      renew[#renew + 1] = {i - 2, mine, expiry}
+    else
+      fresh[#fresh + 1] = i - 2
+    end
+  end
+end
+local due, expired = overdue(now)
+local top = {}
+if #fresh > 0 and not paused then
+  top = redis.call('ZRANGE', KEYS[1], 0, #fresh - 1)
+else
+  redis.call('ZCARD', KEYS[1])
+end
+redis.call('HLEN', KEYS[3])
+redis.call('HLEN', KEYS[4])
+redis.call('HLEN', KEYS[7])
+redis.call('HLEN', KEYS[8])
+redis.call('LLEN', KEYS[9])
+redis.call('HLEN', KEYS[11])
+local bad = bad_sequence(KEYS[5])
+if bad then
+  return bad
+end
+local out = {0}
+for _, r in ipairs(renew) do
+  local n = tonumber(redis.call('HGET', KEYS[8], r[2])) or 1
+  local payload = redis.call('HGET', KEYS[3], r[2]) or ''
+  local base = base_of(r[2])
+  if r[3] < now + visibility then
+    redis.call('ZADD', KEYS[6], now + visibility, r[2])
+  end
+  out[#out + 1] = handed(r[1], n, r[2], payload, base)
+end
+if #due > 0 or #expired > 0 then
+  reclaim(due, expired, tonumber(ARGV[2]))
+  if #fresh > 0 and not paused then
+    top = redis.call('ZRANGE', KEYS[1], 0, #fresh - 1)
+  end
+end
+for k, id in ipairs(top) do
+  local payload = redis.call('HGET', KEYS[3], id) or ''
+  local base = base_of(id)
+  local n = lease_next(id, ARGV[fresh[k] + 2], now, visibility)
+  out[#out + 1] = handed(fresh[k], n, id, payload, base)
+end
+if #out == 1 then
+  if paused then
+    out[1] = -2
+  else
+    out[1] = next_wait(now)
+  end
+end
+return out

@@ -182,8 +182,8 @@ fn push_replies_of_the_wrong_shape_are_unexpected() {
         bulk(b"111"),
         Reply::Array(vec![Reply::Int(1), bulk(b"a"), Reply::Int(1), bulk(b"b")]),
         ints(&[1, 1]),
-        // An outcome other than 0 or 1.
-        bulk(b"21"),
+        // An outcome other than 0, 1 or 2 (a group full).
+        bulk(b"31"),
         bulk(b"1 "),
         bulk(b""),
         Reply::Status("11".into()),
@@ -1777,12 +1777,12 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     assert_eq!(nack[17], UNDONE);
     // The backoff rounded up (1.5 ms: 2), the reason, then how long to remember.
     assert_eq!(
-        nack[17..],
+        nack[18..],
         strs(&["j", &tok(), "2", "4", CHANNEL, "60000", "why", &keep])
     );
     let give_back = args(&Scenario::new(job.give_back(d), now).answer(Reply::Int(1)));
     assert_eq!(give_back[1], NACK.sha1);
-    assert_eq!(give_back[16], UNDONE);
+    assert_eq!(give_back[17], UNDONE);
     assert_eq!(give_back.last(), Some(&keep));
     // Its ack and take: the acked token remembered too (the seventh argument).
     let op = job

@@ -24,6 +24,7 @@ mod batch;
 mod cancel;
 mod dedup;
 mod groups;
+mod inspect;
 mod job;
 mod pause;
 mod schedule;
@@ -401,6 +402,8 @@ impl Queue {
             lease,
             attempt,
             timeout,
+            enqueued_at,
+            waited,
             ..
         } = taken;
         let timeout = timeout.or(self.lifetime.timeout);
@@ -418,6 +421,7 @@ impl Queue {
             id,
             payload,
             attempt,
+            enqueued: (enqueued_at, waited),
         }
     }
 

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use super::take::{Take, TakenJob};
-use super::{Bound, QueueKeys, QueueSettings, SETTLED_KEEP, job_name};
+use super::{Bound, JobTail, QueueKeys, QueueSettings, SETTLED_KEEP, job_name};
 use crate::backoff::saturating_add;
 use crate::error::{Error, LossReason};
 use crate::lease::spec::undoing;
@@ -85,23 +85,12 @@ impl OpKind for AckTakeCall {
                 Reply::Int(delivery),
                 Reply::Bulk(id),
                 Reply::Bulk(payload),
-                attempt @ ..,
-            ] if *delivery >= 1 && attempt.len() <= 2 => {
+                tail @ ..,
+            ] if *delivery >= 1 => {
                 let delivery = *delivery as u64;
-                let (attempt, timeout) = match attempt {
-                    [Reply::Bulk(text)] => (super::parse_attempt(text, delivery)?, None),
-                    [Reply::Bulk(text), Reply::Bulk(t)] => (
-                        super::parse_attempt(text, delivery)?,
-                        Some(super::parse_timeout(t)?),
-                    ),
-                    [] => (delivery, None),
-                    _ => return None,
-                };
-                match self.job(id.clone(), delivery, attempt, payload.clone(), sent_at) {
-                    Ok(mut job) => {
-                        job.timeout = timeout;
-                        Take::Taken(Box::new(job))
-                    }
+                let tail = parse_tail(tail, delivery)?;
+                match self.job(id.clone(), delivery, tail, payload.clone(), sent_at) {
+                    Ok(job) => Take::Taken(Box::new(job)),
                     Err(e) => return Some(Err(e)),
                 }
             }
@@ -130,7 +119,9 @@ impl OpKind for AckTakeCall {
             Reply::Int(delivery @ 1..),
             Reply::Bulk(id),
             Reply::Bulk(payload),
+            tail @ ..,
         ] = items.as_mut_slice()
+            && let Some(parsed) = parse_tail(tail, *delivery as u64)
         {
             let ack = match *ack {
                 1 => Ok(()),
@@ -138,7 +129,7 @@ impl OpKind for AckTakeCall {
                 _ => Err(self.not_owner(LossReason::Taken)),
             };
             let (id, payload) = (std::mem::take(id), std::mem::take(payload));
-            let job = self.job(id, *delivery as u64, *delivery as u64, payload, sent_at);
+            let job = self.job(id, *delivery as u64, parsed, payload, sent_at);
             return Ok(job.map(|job| AckedAndTaken {
                 ack,
                 next: Take::Taken(Box::new(job)),
@@ -162,7 +153,7 @@ impl AckTakeCall {
         &self,
         id: Vec<u8>,
         delivery: u64,
-        attempt: u64,
+        tail: JobTail,
         payload: Vec<u8>,
         sent_at: Instant,
     ) -> Result<TakenJob, Error> {
@@ -171,7 +162,7 @@ impl AckTakeCall {
             &self.token,
             id,
             delivery,
-            attempt,
+            tail,
             payload,
             sent_at,
         )
@@ -185,7 +176,7 @@ pub(crate) fn job_on(
     token: &Token,
     id: Vec<u8>,
     delivery: u64,
-    attempt: u64,
+    tail: JobTail,
     payload: Vec<u8>,
     sent_at: Instant,
 ) -> Result<TakenJob, Error> {
@@ -221,11 +212,29 @@ pub(crate) fn job_on(
             id: text,
             payload,
             delivery,
-            attempt,
-            timeout: None,
+            attempt: tail.attempt,
+            timeout: tail.timeout,
+            enqueued_at: tail.enqueued.map(|(at, _)| at),
+            waited: tail.enqueued.map(|(_, waited)| waited),
             lease,
         })
     }
+}
+
+/// What a handed-over job's reply carries after its id and payload, as
+/// [`super::parse_job_tail`] reads it; `None` for anything else.
+fn parse_tail(tail: &[Reply], delivery: u64) -> Option<JobTail> {
+    let mut texts: [&[u8]; 4] = [&[]; 4];
+    if tail.len() > texts.len() {
+        return None;
+    }
+    for (text, reply) in texts.iter_mut().zip(tail) {
+        let Reply::Bulk(bytes) = reply else {
+            return None;
+        };
+        *text = bytes;
+    }
+    super::parse_job_tail(&texts[..tail.len()], delivery)
 }
 
 /// Marks `lease`, a job handed over by an ack-and-take one of whose attempts went

@@ -28,6 +28,7 @@ pub mod batch;
 pub mod cancel;
 pub mod dedup;
 pub mod groups;
+pub mod inspect;
 pub mod pause;
 pub mod schedule;
 pub mod scripts;
@@ -38,7 +39,7 @@ pub use cancel::push_with_timeout;
 pub use dedup::{Dedup, DedupOutcome, JobState, PushDedup, push_dedup};
 pub use take::{Take, TakeJob, TakenJob};
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::{Error, InvalidArgument};
 use crate::keys::Keyspace;
@@ -86,6 +87,10 @@ pub struct QueueKeys {
     /// The pauses (hash: `*` the whole queue, `g:<group id>` one group -> the server ms of
     /// the pause; `drain` -> the channel a drain waiter listens on): see [`pause`].
     paused: String,
+    /// When each job was pushed (server ms), by id.
+    enqueued: String,
+    /// The stem of the per-minute counts (`<counts>:<minute>`, hashes event -> n).
+    counts: String,
     channel: String,
     notify: String,
     /// The channel a drain waiter ([`pause::Drain`]) listens on, and how scripts name it.
@@ -157,14 +162,17 @@ impl KeyedCalls {
     fn new(k: &QueueKeys) -> Self {
         // The ack's keys, for the plain call and the one bound per job.
         let ack_keys = k.ack_keys();
+        let push_keys: [&str; 7] = [
+            &k.ready,
+            &k.delayed,
+            &k.payloads,
+            &k.priorities,
+            &k.seq,
+            &k.enqueued,
+            &k.counts,
+        ];
         KeyedCalls {
-            push: ScriptCall::new(&scripts::PUSH).keys(&[
-                &k.ready,
-                &k.delayed,
-                &k.payloads,
-                &k.priorities,
-                &k.seq,
-            ]),
+            push: ScriptCall::new(&scripts::PUSH).keys(&push_keys),
             dequeue: ScriptCall::new(&scripts::DEQUEUE).keys(&[
                 &k.ready,
                 &k.delayed,
@@ -179,6 +187,8 @@ impl KeyedCalls {
                 &k.bases,
                 &k.undone,
                 &k.paused,
+                &k.enqueued,
+                &k.counts,
             ]),
             nack: ScriptCall::new(&scripts::NACK).keys(&[
                 &k.inflight,
@@ -194,11 +204,12 @@ impl KeyedCalls {
                 &k.settled,
                 &k.reasons,
                 &k.paused,
+                &k.counts,
             ]),
             ack: ScriptCall::new(&scripts::ACK).keys(&ack_keys),
             ack_take: ScriptCall::new(&scripts::ACK_TAKE).keys(&k.ack_take_keys()),
             push_now: ScriptCall::new(&scripts::PUSH)
-                .keys(&[&k.ready, &k.delayed, &k.payloads, &k.priorities, &k.seq])
+                .keys(&push_keys)
                 .arg("0")
                 .arg("0")
                 .arg(&k.notify)
@@ -226,6 +237,7 @@ impl KeyedCalls {
                 &k.seq,
                 &k.deliveries,
                 &k.holders,
+                &k.counts,
                 &k.undone,
             ]),
             target: Target {
@@ -286,6 +298,8 @@ impl QueueKeys {
             throttle: k("throttle"),
             throttled: k("throttled"),
             paused: format!("{stem}:q:paused"),
+            enqueued: k("enqueued"),
+            counts: k("counts"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
             drained: k("drained"),
@@ -316,7 +330,7 @@ impl QueueKeys {
     }
 
     /// The keys of the take (and the batch take), in their scripts' order.
-    fn take_keys(&self) -> [&str; 13] {
+    fn take_keys(&self) -> [&str; 15] {
         [
             &self.ready,
             &self.delayed,
@@ -331,14 +345,17 @@ impl QueueKeys {
             &self.bases,
             &self.undone,
             &self.paused,
+            &self.enqueued,
+            &self.counts,
         ]
     }
 
     /// The keys of the ack (and the ack of many), in their scripts' order.
     /// The dedup keys, the ready set and the counter come after the pause key: touched only
     /// for a job pushed with a dedup id (its entry dropped, a parked keep-latest follow-up
-    /// made ready), declared for all (bytes, not commands).
-    fn ack_keys(&self) -> [&str; 13] {
+    /// made ready), declared for all (bytes, not commands); then the enqueue times and the
+    /// counts.
+    fn ack_keys(&self) -> [&str; 15] {
         [
             &self.inflight,
             &self.leases,
@@ -353,11 +370,13 @@ impl QueueKeys {
             &self.dedup_of,
             &self.ready,
             &self.seq,
+            &self.enqueued,
+            &self.counts,
         ]
     }
 
     /// The keys of the combined ack and take, in its script's order.
-    fn ack_take_keys(&self) -> [&str; 16] {
+    fn ack_take_keys(&self) -> [&str; 18] {
         [
             &self.ready,
             &self.delayed,
@@ -375,6 +394,8 @@ impl QueueKeys {
             &self.paused,
             &self.dedup,
             &self.dedup_of,
+            &self.enqueued,
+            &self.counts,
         ]
     }
 
@@ -467,20 +488,67 @@ pub(crate) fn parse_timeout(text: &[u8]) -> Option<Duration> {
 }
 
 /// Whether `data` is what a take's grant of delivery `fence` carries: the job's id and
-/// payload, and after a requeue (or for a job pushed with a timeout) its attempt
-/// ([`parse_attempt`]), then its timeout if it has one ([`parse_timeout`]).
+/// payload, then what [`parse_job_tail`] reads.
 pub(crate) fn is_job_data(data: &[Vec<u8>], fence: i64) -> bool {
     match data {
-        [_, _] => true,
-        [_, _, attempt] => {
-            u64::try_from(fence).is_ok_and(|fence| parse_attempt(attempt, fence).is_some())
-        }
-        [_, _, attempt, timeout] => {
-            u64::try_from(fence).is_ok_and(|fence| parse_attempt(attempt, fence).is_some())
-                && parse_timeout(timeout).is_some()
+        [_, _, tail @ ..] => {
+            u64::try_from(fence).is_ok_and(|fence| parse_job_tail(tail, fence).is_some())
         }
         _ => false,
     }
+}
+
+/// What a take's reply carries for a job handed out as delivery `delivery`, after its id
+/// and payload (`handed` in `lua/reclaim.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct JobTail {
+    /// Its attempt since its last requeue from the dead list.
+    pub(crate) attempt: u64,
+    /// Its timeout, if it was pushed with one ([`parse_timeout`]).
+    pub(crate) timeout: Option<Duration>,
+    /// When it was pushed and how long before this take ([`parse_enqueued`]), if recorded.
+    pub(crate) enqueued: Option<(SystemTime, Duration)>,
+}
+
+/// Reads what follows a handed-out job's id and payload: nothing; its attempt
+/// ([`parse_attempt`]); its attempt and timeout; its attempt (empty: never requeued and no
+/// timeout), enqueue time and wait; or its attempt, enqueue time, wait and timeout. `None`
+/// for anything else.
+pub(crate) fn parse_job_tail<T: AsRef<[u8]>>(tail: &[T], delivery: u64) -> Option<JobTail> {
+    let attempt = |t: &T| parse_attempt(t.as_ref(), delivery);
+    let (attempt, timeout, enqueued) = match tail {
+        [] => (delivery, None, None),
+        [a] => (attempt(a)?, None, None),
+        [a, t] => (attempt(a)?, Some(parse_timeout(t.as_ref())?), None),
+        [a, at, waited] => (
+            if a.as_ref().is_empty() {
+                delivery
+            } else {
+                attempt(a)?
+            },
+            None,
+            Some(parse_enqueued(at.as_ref(), waited.as_ref())?),
+        ),
+        [a, at, waited, t] => (
+            attempt(a)?,
+            Some(parse_timeout(t.as_ref())?),
+            Some(parse_enqueued(at.as_ref(), waited.as_ref())?),
+        ),
+        _ => return None,
+    };
+    Some(JobTail {
+        attempt,
+        timeout,
+        enqueued,
+    })
+}
+
+/// A job's enqueue time (server ms since the epoch, decimal text) and how long ago that was
+/// when it was taken (ms, decimal text), as a take's reply carries them.
+pub(crate) fn parse_enqueued(at: &[u8], waited: &[u8]) -> Option<(SystemTime, Duration)> {
+    let ms = |t: &[u8]| std::str::from_utf8(t).ok()?.parse::<u64>().ok();
+    let at = SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms(at)?))?;
+    Some((at, Duration::from_millis(ms(waited)?)))
 }
 
 /// The token held in the owner slot of a call template until a real one is bound: a random
@@ -900,6 +968,14 @@ pub struct QueueStats {
     pub in_flight: u64,
     /// Jobs on the dead list.
     pub dead: u64,
+    /// How long ago the oldest ready job was pushed, on the server's clock (`None`: no
+    /// ready job with a known enqueue time). "Oldest" among the jobs next in line at each
+    /// priority: within a priority jobs are taken in order, so it is the longest any job
+    /// about to be taken has been in the queue (Sidekiq's queue latency).
+    pub oldest_ready_age: Option<Duration>,
+    /// The least lease time left among jobs in flight (`None`: none in flight; zero: a
+    /// lease ran out and its job is redelivered at the next take).
+    pub least_lease_left: Option<Duration>,
 }
 
 /// Reads the counts.
@@ -912,12 +988,19 @@ impl OpKind for Stats {
 
     fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<QueueStats, Error>> {
         let n = |r: &Reply| u64::try_from(r.as_int()?).ok();
+        // -1: none.
+        let ms = |r: &Reply| match r.as_int()? {
+            -1 => Some(None),
+            v => Some(Some(Duration::from_millis(u64::try_from(v).ok()?))),
+        };
         match reply.as_array()? {
-            [a, b, c, d] => Some(Ok(QueueStats {
+            [a, b, c, d, age, left] => Some(Ok(QueueStats {
                 ready: n(a)?,
                 delayed: n(b)?,
                 in_flight: n(c)?,
                 dead: n(d)?,
+                oldest_ready_age: ms(age)?,
+                least_lease_left: ms(left)?,
             })),
             _ => None,
         }
@@ -931,6 +1014,7 @@ pub fn stats(keys: &QueueKeys, deadline: Instant) -> ScriptOp<Stats> {
         &keys.delayed,
         &keys.inflight,
         &keys.dead,
+        &keys.enqueued,
     ]);
     ScriptOp::new(Stats, call, keys.target(), None, deadline)
 }
@@ -1028,6 +1112,7 @@ pub fn delete_dead(
             &keys.reasons,
             &keys.dedup,
             &keys.dedup_of,
+            &keys.enqueued,
         ])
         .arg(id.unwrap_or(""))
         .arg(if id.is_none() { "all" } else { "one" });

@@ -57,6 +57,13 @@ pub struct TakenJob {
     /// The job's own timeout, if it was pushed with one (see [`push_with_timeout`](super::push_with_timeout)),
     /// for the taker to apply from the take.
     pub timeout: Option<Duration>,
+    /// When the job was pushed, on the server's clock (`None`: pushed by a version that did
+    /// not record it).
+    pub enqueued_at: Option<std::time::SystemTime>,
+    /// How long before this take it was pushed, on the server's clock: the time it waited in
+    /// the queue for its first delivery (for a later delivery it includes the earlier
+    /// attempts and their backoffs). `None` as for [`enqueued_at`](Self::enqueued_at).
+    pub waited: Option<Duration>,
     /// The lease (the visibility timeout): its fence is [`delivery`](Self::delivery), its
     /// token proves the delivery; renew it like a lock's. Its `data` is left empty (the id
     /// and payload are the fields above).
@@ -67,35 +74,27 @@ impl TakenJob {
     /// Names the outcome of a take's acquisition: the job's id and payload (the lease's
     /// data) and its delivery (the lease's fence).
     pub(crate) fn from_lease(mut lease: Lease) -> Result<Self, Error> {
-        let mut data = std::mem::take(&mut lease.data).into_iter();
-        let (Some(id), Some(payload), attempt, timeout, None) = (
-            data.next(),
-            data.next(),
-            data.next(),
-            data.next(),
-            data.next(),
-        ) else {
+        let data = std::mem::take(&mut lease.data);
+        let Some(tail) = data.get(2..) else {
+            return Err(unexpected("no job id and payload"));
+        };
+        // The attempt, timeout and enqueue time read first; the id and payload then moved out.
+        let tail = super::parse_job_tail(tail, lease.fence).ok_or_else(|| {
+            unexpected("a job attempt, timeout or enqueue time that is not a number")
+        })?;
+        let mut data = data.into_iter();
+        let (Some(id), Some(payload)) = (data.next(), data.next()) else {
             return Err(unexpected("no job id and payload"));
         };
         let id = String::from_utf8(id).map_err(|_| unexpected("a job id that is not UTF-8"))?;
-        let attempt = match attempt {
-            None => lease.fence,
-            Some(text) => super::parse_attempt(&text, lease.fence)
-                .ok_or_else(|| unexpected("a job attempt that is not a number"))?,
-        };
-        let timeout = match timeout {
-            None => None,
-            Some(text) => Some(
-                super::parse_timeout(&text)
-                    .ok_or_else(|| unexpected("a job timeout that is not a number"))?,
-            ),
-        };
         Ok(TakenJob {
             id,
             payload,
             delivery: lease.fence,
-            attempt,
-            timeout,
+            attempt: tail.attempt,
+            timeout: tail.timeout,
+            enqueued_at: tail.enqueued.map(|(at, _)| at),
+            waited: tail.enqueued.map(|(_, waited)| waited),
             lease,
         })
     }

@@ -1,6 +1,6 @@
 -- The take scripts' reclaiming (dequeue.lua, ack_take.lua), on their KEYS: 1 ready,
 -- 2 delayed, 3 payloads, 4 priorities, 5 sequence counter, 6 in flight, 7 leases,
--- 8 deliveries, 9 dead, 10 holders, 11 bases.
+-- 8 deliveries, 9 dead, 10 holders, 11 bases (and the counts that counting named).
 -- base_of(id): the job's deliveries when it was last requeued from the dead list (0:
 -- never), and its timeout in ms (a string; nil: none), kept as 'base:timeout' when it has one;
 -- v: the stored value if the caller read it already (false: none), nil to read it here.
@@ -47,9 +47,12 @@ local function reclaim(due, expired, max)
     local n = tonumber(redis.call('HGET', KEYS[8], id)) or 0
     if n - base_of(id) >= max then
       redis.call('RPUSH', KEYS[9], id)
+      count('dead', 1)
     else
       make_ready(id)
+      count('retried', 1)
     end
+    count('expired', 1)
   end
 end
 -- lease_next(id, token, now, visibility): leases ready job id to token until now +
@@ -61,18 +64,31 @@ local function lease_next(id, token, now, visibility)
   redis.call('ZADD', KEYS[6], now + visibility, id)
   redis.call('HSET', KEYS[7], id, token)
   redis.call('HSET', KEYS[10], token, id)
+  count('taken', 1)
   return n
 end
--- handed(first, n, id, payload, base, timeout): the reply for a job handed out as delivery
--- n: {first, n, id, payload}, and, for a job requeued from the dead list (base > 0) or
--- pushed with a timeout, its attempt since the requeue (n - base, as a string) after them,
--- then its timeout (ms, as a string) if it has one.
-local function handed(first, n, id, payload, base, timeout)
-  if timeout then
-    return {first, n, id, payload, tostring(n - base), timeout}
+-- handed(first, n, id, payload, base, timeout, at, now): the reply for a job handed out
+-- as delivery n: {first, n, id, payload}, then for a job requeued from the dead list
+-- (base > 0) or pushed with a timeout its attempt since the requeue (n - base, as a
+-- string); for a job whose enqueue time is known (at: server ms, as text) its attempt
+-- ('' when never requeued and without a timeout), at and how long ago that was (ms, as
+-- text); last its timeout (ms, as a string) if it has one. So after the payload: nothing,
+-- {attempt}, {attempt, timeout}, {attempt or '', at, waited} or {attempt, at, waited,
+-- timeout}.
+local function handed(first, n, id, payload, base, timeout, at, now)
+  local attempt = (base > 0 or timeout) and tostring(n - base)
+  if at then
+    local waited = tostring(math.max(now - tonumber(at), 0))
+    if timeout then
+      return {first, n, id, payload, attempt, at, waited, timeout}
+    end
+    return {first, n, id, payload, attempt or '', at, waited}
   end
-  if base > 0 then
-    return {first, n, id, payload, tostring(n - base)}
+  if timeout then
+    return {first, n, id, payload, attempt, timeout}
+  end
+  if attempt then
+    return {first, n, id, payload, attempt}
   end
   return {first, n, id, payload}
 end

@@ -1,0 +1,122 @@
+//! The CLI against a real redis-server.
+
+mod common;
+
+use common::{run, run_json, world};
+
+#[test]
+fn the_views_show_what_the_library_stored() {
+    let w = world();
+    let url = w.server.url();
+
+    let queues = run_json(&url, &["queues", "--json"]);
+    let emails = queues["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "emails")
+        .expect("emails listed");
+    assert_eq!(emails["ready"], 1);
+    assert_eq!(emails["dead"], 2);
+    assert_eq!(emails["in_flight"], 0);
+    // Not in the library yet: absent, not zero.
+    assert!(emails["oldest_age_ms"].is_null());
+
+    let token = w.lock.lease().token.as_str().to_owned();
+    let locks = run_json(&url, &["locks", "--json"]);
+    let billing = &locks["locks"][0];
+    assert_eq!(billing["name"], "billing");
+    let holder = billing["holder"].as_str().unwrap();
+    assert!(holder.ends_with('…') && holder.chars().count() == 7, "{holder}");
+    assert!(token.starts_with(holder.trim_end_matches('…')));
+    assert!(!locks.to_string().contains(&token), "a whole owner token was shown");
+    let ttl = billing["ttl_ms"].as_i64().unwrap();
+    assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
+
+    let sems = run_json(&url, &["semaphores", "--json"]);
+    let api = &sems["semaphores"][0];
+    assert_eq!(api["name"], "api");
+    assert_eq!(api["permits"], 3);
+    assert_eq!(api["holders"].as_array().unwrap().len(), 1);
+
+    let status = run_json(&url, &["status", "--json"]);
+    assert!(status["server"]["version"].as_str().unwrap().contains('.'));
+    assert!(status["server"]["redlease_connections"].as_u64().unwrap() >= 1);
+
+    // The table for people: numbers, and n/a for what waits on the library.
+    let table = run(&url, &["queues"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    let row = text.lines().find(|l| l.starts_with("emails")).expect("row");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cells[..6], ["emails", "1", "0", "0", "2", "n/a"]);
+}
+
+#[test]
+fn dead_jobs_are_listed_requeued_and_deleted_by_filter() {
+    let w = world();
+    let url = w.server.url();
+    let q = w.client.queue("emails").unwrap();
+
+    let dead = run_json(&url, &["dead", "emails", "--json"]);
+    let reasons: Vec<&str> = dead
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, ["smtp timeout", "bad address"]);
+
+    // Without a filter nothing is done.
+    let out = run(&url, &["requeue", "emails"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(q.stats().unwrap().dead, 2);
+
+    let done = run_json(&url, &["requeue", "emails", "--reason-contains", "timeout", "--json"]);
+    assert_eq!(done["requeued"], serde_json::json!(["dead-0"]));
+    let st = q.stats().unwrap();
+    assert_eq!((st.ready, st.dead), (2, 1));
+
+    let done = run_json(&url, &["delete", "emails", "--id", "dead-1", "--json"]);
+    assert_eq!(done["deleted"], serde_json::json!(["dead-1"]));
+    assert_eq!(q.stats().unwrap().dead, 0);
+    assert!(q.dead_jobs(10).unwrap().is_empty());
+}
+
+#[test]
+fn check_exits_by_its_thresholds() {
+    let w = world();
+    let url = w.server.url();
+    let code = |args: &[&str]| run(&url, args).status.code();
+    assert_eq!(code(&["check", "--max-dead", "5"]), Some(0));
+    assert_eq!(code(&["check", "--max-dead", "1"]), Some(1));
+    assert_eq!(code(&["check", "--max-dead", "5", "--queue", "nope"]), Some(3));
+    // The client of this test is a live redlease connection.
+    assert_eq!(code(&["check", "--min-connections", "1"]), Some(0));
+    assert_eq!(code(&["check", "--min-connections", "1000"]), Some(1));
+    // The oldest age needs the library's enqueue time: unknown, not "fine".
+    assert_eq!(code(&["check", "--max-age", "60"]), Some(3));
+    let v = run(&url, &["check", "--max-dead", "1", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&v.stdout).unwrap();
+    assert_eq!(v["status"], "crossed");
+    assert!(v["findings"][0].as_str().unwrap().contains("emails: 2 dead > 1"));
+    // No server: an error, exit 2.
+    assert_eq!(
+        run("redis://127.0.0.1:1/", &["check", "--max-dead", "1", "--timeout", "1"]).status.code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn the_tool_stays_out_of_the_library_s_dependency_tree() {
+    // clap, tiny_http and serde_json are the tool's alone.
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["tree", "-p", "redlease", "-e", "normal,build", "--prefix", "none", "--offline"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tree = String::from_utf8_lossy(&out.stdout);
+    for name in ["clap ", "tiny_http ", "serde_json ", "redlease-ops "] {
+        assert!(!tree.lines().any(|l| l.starts_with(name)), "{name} in the library's tree");
+    }
+}

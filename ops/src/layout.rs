@@ -123,39 +123,58 @@ pub struct LockRead {
     pub fence: Option<String>,
 }
 
-/// Reads every lock of `names` in one pipeline (`GET`, `PTTL` of the lock, `GET` of its
-/// fence).
-pub fn read_locks(
-    conn: &mut Conn,
-    prefix: &str,
-    names: &[String],
-) -> Result<Vec<LockRead>, String> {
+/// Reads every lock of `names` in one pipeline: the tokens and the fences with one `MGET`
+/// each (per 500 names), and each lock's `PTTL` (a key of another type, such as a reentrant
+/// lock's hash, reads as no token).
+pub fn read_locks(conn: &mut Conn, prefix: &str, names: &[String]) -> Result<Vec<LockRead>, String> {
+    const CHUNK: usize = 500;
     if names.is_empty() {
         return Ok(Vec::new());
     }
+    let stems: Vec<String> = names.iter().map(|n| format!("{prefix}:{{{n}}}")).collect();
     let mut pipe = redis::pipe();
-    for name in names {
-        let stem = format!("{prefix}:{{{name}}}");
-        pipe.cmd("GET").arg(format!("{stem}:lock"));
+    for chunk in stems.chunks(CHUNK) {
+        let mut tokens = redis::cmd("MGET");
+        let mut fences = redis::cmd("MGET");
+        for stem in chunk {
+            tokens.arg(format!("{stem}:lock"));
+            fences.arg(format!("{stem}:fence"));
+        }
+        pipe.add_command(tokens).add_command(fences);
+    }
+    for stem in &stems {
         pipe.cmd("PTTL").arg(format!("{stem}:lock"));
-        pipe.cmd("GET").arg(format!("{stem}:fence"));
     }
     let values = conn.pipeline(&mut pipe)?;
-    Ok(values
-        .chunks(3)
-        .map(|c| {
-            let text = |v: &redis::Value| match v {
-                redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+    let chunks = stems.len().div_ceil(CHUNK);
+    if values.len() != 2 * chunks + stems.len() {
+        return Err("unexpected number of replies".into());
+    }
+    let (multi, ttls) = values.split_at(2 * chunks);
+    let text = |v: &redis::Value| match v {
+        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    };
+    let items = |v: &redis::Value| match v {
+        redis::Value::Array(items) => items.iter().map(text).collect::<Vec<_>>(),
+        _ => Vec::new(),
+    };
+    let mut tokens = Vec::new();
+    let mut fences = Vec::new();
+    for pair in multi.chunks(2) {
+        tokens.extend(items(&pair[0]));
+        fences.extend(items(&pair[1]));
+    }
+    Ok(ttls
+        .iter()
+        .enumerate()
+        .map(|(i, ttl)| LockRead {
+            token: tokens.get(i).cloned().flatten(),
+            ttl_ms: match ttl {
+                redis::Value::Int(n) if *n >= 0 => Some(*n),
                 _ => None,
-            };
-            LockRead {
-                token: text(&c[0]),
-                ttl_ms: match c[1] {
-                    redis::Value::Int(n) if n >= 0 => Some(n),
-                    _ => None,
-                },
-                fence: c.get(2).and_then(text),
-            }
+            },
+            fence: fences.get(i).cloned().flatten(),
         })
         .collect())
 }

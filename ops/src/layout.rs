@@ -126,7 +126,11 @@ pub struct LockRead {
 /// Reads every lock of `names` in one pipeline: the tokens and the fences with one `MGET`
 /// each (per 500 names), and each lock's `PTTL` (a key of another type, such as a reentrant
 /// lock's hash, reads as no token).
-pub fn read_locks(conn: &mut Conn, prefix: &str, names: &[String]) -> Result<Vec<LockRead>, String> {
+pub fn read_locks(
+    conn: &mut Conn,
+    prefix: &str,
+    names: &[String],
+) -> Result<Vec<LockRead>, String> {
     const CHUNK: usize = 500;
     if names.is_empty() {
         return Ok(Vec::new());

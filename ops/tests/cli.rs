@@ -27,9 +27,15 @@ fn the_views_show_what_the_library_stored() {
     let billing = &locks["locks"][0];
     assert_eq!(billing["name"], "billing");
     let holder = billing["holder"].as_str().unwrap();
-    assert!(holder.ends_with('…') && holder.chars().count() == 7, "{holder}");
+    assert!(
+        holder.ends_with('…') && holder.chars().count() == 7,
+        "{holder}"
+    );
     assert!(token.starts_with(holder.trim_end_matches('…')));
-    assert!(!locks.to_string().contains(&token), "a whole owner token was shown");
+    assert!(
+        !locks.to_string().contains(&token),
+        "a whole owner token was shown"
+    );
     let ttl = billing["ttl_ms"].as_i64().unwrap();
     assert!(ttl > 0 && ttl <= 60_000, "{ttl}");
 
@@ -71,7 +77,16 @@ fn dead_jobs_are_listed_requeued_and_deleted_by_filter() {
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(q.stats().unwrap().dead, 2);
 
-    let done = run_json(&url, &["requeue", "emails", "--reason-contains", "timeout", "--json"]);
+    let done = run_json(
+        &url,
+        &[
+            "requeue",
+            "emails",
+            "--reason-contains",
+            "timeout",
+            "--json",
+        ],
+    );
     assert_eq!(done["requeued"], serde_json::json!(["dead-0"]));
     let st = q.stats().unwrap();
     assert_eq!((st.ready, st.dead), (2, 1));
@@ -89,7 +104,10 @@ fn check_exits_by_its_thresholds() {
     let code = |args: &[&str]| run(&url, args).status.code();
     assert_eq!(code(&["check", "--max-dead", "5"]), Some(0));
     assert_eq!(code(&["check", "--max-dead", "1"]), Some(1));
-    assert_eq!(code(&["check", "--max-dead", "5", "--queue", "nope"]), Some(3));
+    assert_eq!(
+        code(&["check", "--max-dead", "5", "--queue", "nope"]),
+        Some(3)
+    );
     // The client of this test is a live redlease connection.
     assert_eq!(code(&["check", "--min-connections", "1"]), Some(0));
     assert_eq!(code(&["check", "--min-connections", "1000"]), Some(1));
@@ -98,10 +116,20 @@ fn check_exits_by_its_thresholds() {
     let v = run(&url, &["check", "--max-dead", "1", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&v.stdout).unwrap();
     assert_eq!(v["status"], "crossed");
-    assert!(v["findings"][0].as_str().unwrap().contains("emails: 2 dead > 1"));
+    assert!(
+        v["findings"][0]
+            .as_str()
+            .unwrap()
+            .contains("emails: 2 dead > 1")
+    );
     // No server: an error, exit 2.
     assert_eq!(
-        run("redis://127.0.0.1:1/", &["check", "--max-dead", "1", "--timeout", "1"]).status.code(),
+        run(
+            "redis://127.0.0.1:1/",
+            &["check", "--max-dead", "1", "--timeout", "1"]
+        )
+        .status
+        .code(),
         Some(2)
     );
 }
@@ -110,13 +138,29 @@ fn check_exits_by_its_thresholds() {
 fn the_tool_stays_out_of_the_library_s_dependency_tree() {
     // clap, tiny_http and serde_json are the tool's alone.
     let out = std::process::Command::new(env!("CARGO"))
-        .args(["tree", "-p", "redlease", "-e", "normal,build", "--prefix", "none", "--offline"])
+        .args([
+            "tree",
+            "-p",
+            "redlease",
+            "-e",
+            "normal,build",
+            "--prefix",
+            "none",
+            "--offline",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo tree");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let tree = String::from_utf8_lossy(&out.stdout);
     for name in ["clap ", "tiny_http ", "serde_json ", "redlease-ops "] {
-        assert!(!tree.lines().any(|l| l.starts_with(name)), "{name} in the library's tree");
+        assert!(
+            !tree.lines().any(|l| l.starts_with(name)),
+            "{name} in the library's tree"
+        );
     }
 }

@@ -23,8 +23,16 @@ fn the_api_and_metrics_show_the_queues_locks_and_semaphores() {
     let (status, body) = http(&s.addr, "GET", "/api/overview", &[]);
     assert_eq!(status, 200);
     let v: Value = serde_json::from_str(&body).unwrap();
-    let emails = v["queues"].as_array().unwrap().iter().find(|q| q["name"] == "emails").unwrap();
-    assert_eq!((emails["ready"].as_u64(), emails["dead"].as_u64()), (Some(1), Some(2)));
+    let emails = v["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "emails")
+        .unwrap();
+    assert_eq!(
+        (emails["ready"].as_u64(), emails["dead"].as_u64()),
+        (Some(1), Some(2))
+    );
     assert_eq!(v["locks"][0]["name"], "billing");
     assert_eq!(v["semaphores"][0]["permits"], 3);
     assert_eq!(v["actions_allowed"], false);
@@ -38,11 +46,17 @@ fn the_api_and_metrics_show_the_queues_locks_and_semaphores() {
     let (status, body) = http(&s.addr, "GET", "/api/history", &[]);
     assert_eq!(status, 200);
     let v: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(v["samples"].as_array().unwrap().last().unwrap()["queues"]["emails"]["dead"], 2);
+    assert_eq!(
+        v["samples"].as_array().unwrap().last().unwrap()["queues"]["emails"]["dead"],
+        2
+    );
 
     let (status, metrics) = http(&s.addr, "GET", "/metrics", &[]);
     assert_eq!(status, 200);
-    assert!(metrics.contains("redlease_queue_jobs{queue=\"emails\",state=\"dead\"} 2"), "{metrics}");
+    assert!(
+        metrics.contains("redlease_queue_jobs{queue=\"emails\",state=\"dead\"} 2"),
+        "{metrics}"
+    );
     assert!(metrics.contains("redlease_queue_jobs{queue=\"emails\",state=\"ready\"} 1"));
     assert!(metrics.contains("redlease_semaphore_holders{semaphore=\"api\"} 1"));
     assert!(metrics.contains("# TYPE redlease_lock_ttl_seconds gauge"));
@@ -68,21 +82,35 @@ fn actions_need_the_flag_the_token_and_the_same_site() {
     let refused: [&[(&str, &str)]; 5] = [
         &[],
         &[("X-Redlease-Token", "0123456789abcdef-wrong-token")],
-        &[("X-Redlease-Token", TOKEN), ("Sec-Fetch-Site", "cross-site")],
-        &[("X-Redlease-Token", TOKEN), ("Origin", "http://evil.example")],
+        &[
+            ("X-Redlease-Token", TOKEN),
+            ("Sec-Fetch-Site", "cross-site"),
+        ],
+        &[
+            ("X-Redlease-Token", TOKEN),
+            ("Origin", "http://evil.example"),
+        ],
         &[("X-Redlease-Token", TOKEN), ("Host", "evil.example")],
     ];
     for headers in refused {
         let (status, body) = http(&rw.addr, "POST", requeue, headers);
         assert_eq!(status, 403, "{headers:?}: {body}");
     }
-    assert_eq!(q.stats().unwrap().dead, 2, "a refused action changed something");
+    assert_eq!(
+        q.stats().unwrap().dead,
+        2,
+        "a refused action changed something"
+    );
     let origin = format!("http://{}", rw.addr);
     let (status, body) = http(
         &rw.addr,
         "POST",
         requeue,
-        &[("X-Redlease-Token", TOKEN), ("Origin", &origin), ("Sec-Fetch-Site", "same-origin")],
+        &[
+            ("X-Redlease-Token", TOKEN),
+            ("Origin", &origin),
+            ("Sec-Fetch-Site", "same-origin"),
+        ],
     );
     assert_eq!(status, 200, "{body}");
     let st = q.stats().unwrap();
@@ -98,17 +126,45 @@ fn actions_need_the_flag_the_token_and_the_same_site() {
 
 /// The ACL rule docs/acl.md gives for a read-only operator.
 const VIEWER_RULE: &[&str] = &[
-    "viewer", "on", ">viewer-password", "resetkeys", "resetchannels", "-@all", "~redlease:*",
-    "+ping", "+info", "+scan", "+evalsha", "+eval", "+time", "+client|list", "+get", "+pttl",
-    "+llen", "+lrange", "+hlen", "+hget", "+zcard", "+zrange", "+zrangebyscore", "+zscore",
+    "viewer",
+    "on",
+    ">viewer-password",
+    "resetkeys",
+    "resetchannels",
+    "-@all",
+    "~redlease:*",
+    "+ping",
+    "+info",
+    "+scan",
+    "+evalsha",
+    "+eval",
+    "+time",
+    "+client|list",
+    "+get",
+    "+pttl",
+    "+llen",
+    "+lrange",
+    "+hlen",
+    "+hget",
+    "+zcard",
+    "+zrange",
+    "+zrangebyscore",
+    "+zscore",
 ];
 
 #[test]
 fn a_user_without_write_rights_sees_everything_and_changes_nothing() {
     let w = world();
     let mut admin = redis_conn(&w.server.url());
-    let _: () = redis::cmd("ACL").arg("SETUSER").arg(VIEWER_RULE).query(&mut admin).unwrap();
-    let url = format!("redis://viewer:viewer-password@127.0.0.1:{}/", w.server.port());
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(VIEWER_RULE)
+        .query(&mut admin)
+        .unwrap();
+    let url = format!(
+        "redis://viewer:viewer-password@127.0.0.1:{}/",
+        w.server.port()
+    );
 
     let v = run_json(&url, &["queues", "--json"]);
     assert_eq!(v["queues"][0]["dead"], 2);
@@ -117,13 +173,21 @@ fn a_user_without_write_rights_sees_everything_and_changes_nothing() {
     let v = run_json(&url, &["semaphores", "--json"]);
     assert_eq!(v["semaphores"][0]["permits"], 3);
     let v = run_json(&url, &["status", "--json"]);
-    assert!(!v.to_string().contains("viewer-password"), "a password was shown");
+    assert!(
+        !v.to_string().contains("viewer-password"),
+        "a password was shown"
+    );
     let v = run_json(&url, &["dead", "emails", "--json"]);
     assert_eq!(v.as_array().unwrap().len(), 2);
 
     // Writing is refused by the server, and nothing was written.
     let out = run(&url, &["requeue", "emails", "--all"]);
-    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let st = w.client.queue("emails").unwrap().stats().unwrap();
     assert_eq!((st.ready, st.dead), (1, 2));
 
@@ -139,7 +203,9 @@ fn commandstats(conn: &mut redis::Connection) -> (u64, u64) {
     let mut calls = 0;
     let mut usec = 0;
     for line in info.lines() {
-        let Some(rest) = line.strip_prefix("cmdstat_") else { continue };
+        let Some(rest) = line.strip_prefix("cmdstat_") else {
+            continue;
+        };
         let (name, fields) = rest.split_once(':').unwrap();
         if name.starts_with("info") || name.starts_with("config") {
             continue;
@@ -179,7 +245,10 @@ fn one_refresh_of_50_queues_and_1000_locks_costs_at_most_60_round_trips_and_5_ms
     // Once, so that the scripts are loaded (a first EVALSHA meets NOSCRIPT once per server).
     run_json(&url, &["queues", "--json"]);
     let mut conn = redis_conn(&url);
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut conn).unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
     let (calls_before, usec_before) = commandstats(&mut conn);
     let v = run_json(&url, &["queues", "--json"]);
     let (calls, usec) = commandstats(&mut conn);
@@ -188,7 +257,10 @@ fn one_refresh_of_50_queues_and_1000_locks_costs_at_most_60_round_trips_and_5_ms
     assert_eq!(v["locks"].as_array().unwrap().len(), 1001);
     let round_trips = v["round_trips"].as_u64().unwrap();
     println!("one refresh: {round_trips} round trips, {calls} commands, {usec} us of server time");
-    let detail: String = redis::cmd("INFO").arg("commandstats").query(&mut conn).unwrap();
+    let detail: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut conn)
+        .unwrap();
     println!("{detail}");
     assert!(round_trips <= 60, "{round_trips} round trips");
     assert!(usec <= 5000, "{usec} us of server time");

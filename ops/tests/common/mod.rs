@@ -30,7 +30,10 @@ pub fn world() -> World {
     for (i, reason) in ["smtp timeout", "bad address"].iter().enumerate() {
         q.push_unique(&format!("dead-{i}"), format!("to: user{i}@example.com"))
             .expect("push");
-        let job = q.take(Duration::from_secs(5)).expect("take").expect("a job");
+        let job = q
+            .take(Duration::from_secs(5))
+            .expect("take")
+            .expect("a job");
         job.fail(reason, Retry::Never).expect("fail");
     }
     q.push_unique("ready-0", "hello").expect("push");
@@ -103,7 +106,9 @@ pub fn serve(url: &str, extra: &[&str]) -> Serve {
         .expect("start serve");
     let stdout = child.stdout.take().expect("stdout");
     let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).expect("first line");
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("first line");
     let addr = line
         .split("http://")
         .nth(1)
@@ -118,7 +123,10 @@ pub fn serve(url: &str, extra: &[&str]) -> Serve {
         if status == 200 && body.contains("\"queues\"") {
             break;
         }
-        assert!(Instant::now() < deadline, "serve did not refresh: {status} {body}");
+        assert!(
+            Instant::now() < deadline,
+            "serve did not refresh: {status} {body}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     serve
@@ -144,7 +152,10 @@ pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)]) -> (
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = resp.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    let body = resp
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
     (status, body)
 }
 

@@ -52,13 +52,17 @@ pub struct ServeArgs {
     token_file: Option<std::path::PathBuf>,
 }
 
+/// One sample of the charts: Unix ms, and per queue its name and (ready, delayed, in
+/// flight, dead).
+type Sample = (u64, Vec<(String, [u64; 4])>);
+
 /// What the sampler keeps.
 #[derive(Default)]
 struct State {
     snapshot: Option<Snapshot>,
     error: Option<String>,
     /// (Unix ms, per queue: name, ready, delayed, in flight, dead).
-    history: VecDeque<(u64, Vec<(String, [u64; 4])>)>,
+    history: VecDeque<Sample>,
 }
 
 struct App {

@@ -247,7 +247,8 @@ fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn percent_decode(s: &str) -> String {
+/// `%XX` decoded; with `plus_is_space` (a query string), `+` is a space too.
+fn percent_decode(s: &str, plus_is_space: bool) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -260,7 +261,11 @@ fn percent_decode(s: &str) -> String {
             out.push((h * 16 + l) as u8);
             i += 3;
         } else {
-            out.push(if bytes[i] == b'+' { b' ' } else { bytes[i] });
+            out.push(if plus_is_space && bytes[i] == b'+' {
+                b' '
+            } else {
+                bytes[i]
+            });
             i += 1;
         }
     }
@@ -273,7 +278,7 @@ fn query_params(query: &str) -> Vec<(String, String)> {
         .filter(|p| !p.is_empty())
         .map(|p| {
             let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k), percent_decode(v))
+            (percent_decode(k, true), percent_decode(v, true))
         })
         .collect()
 }
@@ -294,7 +299,7 @@ fn handle(app: &App, request: Request) {
     let segments: Vec<String> = path
         .split('/')
         .filter(|s| !s.is_empty())
-        .map(percent_decode)
+        .map(|s| percent_decode(s, false))
         .collect();
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
     let method = request.method().clone();
@@ -440,4 +445,25 @@ fn handle(app: &App, request: Request) {
 
 fn read_dead(app: &App, queue: &str, limit: usize) -> Result<Vec<redlease::DeadJob>, String> {
     lock(&app.on_demand).dead(queue, limit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_in_paths_and_queries_are_decoded() {
+        assert_eq!(percent_decode("a%2Fb+c", false), "a/b+c");
+        assert_eq!(percent_decode("a%2Fb+c", true), "a/b c");
+        assert_eq!(percent_decode("bad%zz%", false), "bad%zz%");
+        assert_eq!(
+            query_params("id=a%20b&id=c&all=1"),
+            [
+                ("id".into(), "a b".into()),
+                ("id".into(), "c".into()),
+                ("all".into(), "1".into())
+            ]
+        );
+        assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));
+    }
 }

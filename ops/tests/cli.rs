@@ -164,3 +164,56 @@ fn the_tool_stays_out_of_the_library_s_dependency_tree() {
         );
     }
 }
+
+#[test]
+fn watch_redraws_in_place_until_stopped() {
+    use std::io::Read;
+    let w = world();
+    let mut child = std::process::Command::new(common::BIN)
+        .args([
+            "--url",
+            &w.server.url(),
+            "queues",
+            "--watch",
+            "--interval",
+            "0.1",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Three frames, each starting with "home, clear screen"; the second push shows up.
+    let q = w.client.queue("emails").unwrap();
+    let mut pushed = false;
+    while seen.windows(4).filter(|w| w == b"\x1b[2J").count() < 3 || !pushed {
+        let n = out.read(&mut buf).unwrap();
+        assert!(n > 0, "the watch ended");
+        seen.extend_from_slice(&buf[..n]);
+        if !pushed {
+            q.push("one more").unwrap();
+            pushed = true;
+        }
+    }
+    // Until a frame shows the new depth (2 ready).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let text = String::from_utf8_lossy(&seen);
+        let last = text.rsplit("\x1b[2J").next().unwrap_or("");
+        if last
+            .lines()
+            .any(|l| l.split_whitespace().take(2).eq(["emails", "2"]))
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no frame with 2 ready: {text}"
+        );
+        let n = out.read(&mut buf).unwrap();
+        seen.extend_from_slice(&buf[..n]);
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use redlease::core::keys::Keyspace;
 use redlease::core::queue::{self as core_queue, QueueKeys};
 use redlease::core::semaphore::{self as core_semaphore, SemaphoreKeys};
+use redlease::core::{Command, Reply};
 use redlease::{DeadJob, QueueStats, SemaphoreState};
 use serde_json::{Value, json};
 
@@ -38,7 +39,6 @@ pub struct Source {
     keyspace: Keyspace,
     conn: Conn,
     timeout: Duration,
-    client: Option<redlease::Client>,
 }
 
 /// The server's identity.
@@ -179,14 +179,13 @@ impl Source {
     /// Connects to `url`; keys under `prefix`.
     pub fn open(url: &str, prefix: &str, timeout: Duration) -> Result<Source, String> {
         let keyspace = Keyspace::new(prefix).map_err(|e| e.to_string())?;
-        let conn = Conn::open(url, timeout)?;
+        let conn = Conn::open(url, prefix, timeout)?;
         Ok(Source {
             url: url.to_owned(),
             prefix: prefix.to_owned(),
             keyspace,
             conn,
             timeout,
-            client: None,
         })
     }
 
@@ -226,42 +225,41 @@ impl Source {
         })
     }
 
-    /// The server's identity and connection counts (one pipeline).
+    /// The server's identity and connection counts (two pipelines: `CLIENT LIST` alone,
+    /// since a user without the right to it would fail the whole pipeline).
     pub fn server(&mut self) -> Result<ServerInfo, String> {
-        let mut pipe = redis::pipe();
-        pipe.cmd("INFO").arg("server");
-        pipe.cmd("INFO").arg("clients");
-        pipe.cmd("INFO").arg("memory");
-        pipe.cmd("INFO").arg("replication");
-        pipe.cmd("CLIENT").arg("LIST");
-        let values = self.conn.pipeline(&mut pipe)?;
-        let text = |v: Option<&redis::Value>| match v {
-            Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
-            Some(redis::Value::VerbatimString { text, .. }) => text.clone(),
+        let info: Vec<Command> = ["server", "clients", "memory", "replication"]
+            .into_iter()
+            .map(|section| Command::new("INFO").arg(section))
+            .collect();
+        let replies = self.conn.commands(info)?;
+        let text = |r: &Reply| match r {
+            Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
             _ => String::new(),
         };
-        let mut info = String::new();
-        for v in values.iter().take(4) {
-            info.push_str(&text(Some(v)));
-            info.push('\n');
-        }
+        let info: String = replies.iter().map(|r| text(r) + "\n").collect();
         let field = |name: &str| {
             info.lines()
                 .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
                 .map(|v| v.trim().to_owned())
         };
-        let redlease_connections = match values.get(4) {
-            Some(redis::Value::ServerError(_)) | None => None,
-            other => Some(
-                text(other)
-                    .lines()
-                    .filter(|l| {
-                        l.split(' ')
-                            .any(|f| f.starts_with("name=redlease") && f != "name=redlease-ops")
-                    })
-                    .count() as u64,
-            ),
-        };
+        let redlease_connections =
+            match self.conn.commands(vec![Command::new("CLIENT").arg("LIST")]) {
+                Ok(replies) => match replies.first() {
+                    Some(r @ Reply::Bulk(_)) => Some(
+                        text(r)
+                            .lines()
+                            .filter(|l| {
+                                l.split(' ').any(|f| {
+                                    f.starts_with("name=redlease") && f != "name=redlease-ops"
+                                })
+                            })
+                            .count() as u64,
+                    ),
+                    _ => None,
+                },
+                Err(_) => None,
+            };
         Ok(ServerInfo {
             url: redact_url(&self.url),
             version: field("valkey_version").or_else(|| field("redis_version")),
@@ -340,20 +338,6 @@ impl Source {
             .unwrap_or_else(|| Err("no answer".to_owned()))
     }
 
-    fn client(&mut self) -> Result<&redlease::Client, String> {
-        if self.client.is_none() {
-            let client = redlease::Client::builder(self.url.as_str())
-                .key_prefix(&self.prefix)
-                .client_name("redlease-ops")
-                .op_timeout(self.timeout)
-                .pool_size(1)
-                .build()
-                .map_err(|e| e.to_string())?;
-            self.client = Some(client);
-        }
-        self.client.as_ref().ok_or_else(|| "no client".to_owned())
-    }
-
     /// Requeues (or with `delete`, deletes) the dead jobs of `queue` that `filter` picks
     /// among the oldest `scan` ones, at most `limit` of them; returns the ids acted on.
     pub fn act_on_dead(
@@ -369,7 +353,7 @@ impl Source {
             .take(filter.limit)
             .map(|d| d.id)
             .collect();
-        let q = self.client()?.queue(queue).map_err(|e| e.to_string())?;
+        let q = self.conn.client().queue(queue).map_err(|e| e.to_string())?;
         let mut done = Vec::new();
         for id in picked {
             let acted = match action {

@@ -7,6 +7,8 @@
 
 use std::collections::BTreeSet;
 
+use redlease::core::{Command, Reply};
+
 use crate::drive::Conn;
 
 /// Keys asked for per `SCAN` step.
@@ -45,13 +47,13 @@ pub fn discover(conn: &mut Conn, prefix: &str) -> Result<Found, String> {
             found.truncated = true;
             break;
         }
-        let mut cmd = redis::cmd("SCAN");
-        cmd.arg(cursor)
+        let scan = Command::new("SCAN")
+            .arg(cursor.to_string())
             .arg("MATCH")
             .arg(&pattern)
             .arg("COUNT")
-            .arg(SCAN_COUNT);
-        let reply = conn.command(&cmd)?;
+            .arg(SCAN_COUNT.to_string());
+        let reply = conn.commands(vec![scan])?.pop().unwrap_or(Reply::Nil);
         let (next, keys) = scan_reply(reply)?;
         for key in keys {
             let Some((name, part)) = split(prefix, &key) else {
@@ -73,27 +75,19 @@ pub fn discover(conn: &mut Conn, prefix: &str) -> Result<Found, String> {
     Ok(found)
 }
 
-fn scan_reply(reply: redis::Value) -> Result<(u64, Vec<String>), String> {
-    let bad = || "unexpected SCAN reply".to_owned();
-    let redis::Value::Array(mut parts) = reply else {
+fn scan_reply(reply: Reply) -> Result<(u64, Vec<String>), String> {
+    let bad = || format!("unexpected SCAN reply: {reply:?}");
+    let Reply::Array(parts) = &reply else {
         return Err(bad());
     };
-    if parts.len() != 2 {
-        return Err(bad());
-    }
-    let keys = parts.pop().ok_or_else(bad)?;
-    let cursor = parts.pop().ok_or_else(bad)?;
-    let cursor = match cursor {
-        redis::Value::BulkString(b) => String::from_utf8_lossy(&b).parse().map_err(|_| bad())?,
-        _ => return Err(bad()),
-    };
-    let redis::Value::Array(keys) = keys else {
+    let [Reply::Bulk(cursor), Reply::Array(keys)] = parts.as_slice() else {
         return Err(bad());
     };
+    let cursor = String::from_utf8_lossy(cursor).parse().map_err(|_| bad())?;
     let keys = keys
-        .into_iter()
+        .iter()
         .filter_map(|k| match k {
-            redis::Value::BulkString(b) => String::from_utf8(b).ok(),
+            Reply::Bulk(b) => String::from_utf8(b.clone()).ok(),
             _ => None,
         })
         .collect();
@@ -136,31 +130,32 @@ pub fn read_locks(
         return Ok(Vec::new());
     }
     let stems: Vec<String> = names.iter().map(|n| format!("{prefix}:{{{n}}}")).collect();
-    let mut pipe = redis::pipe();
+    let mut commands = Vec::new();
     for chunk in stems.chunks(CHUNK) {
-        let mut tokens = redis::cmd("MGET");
-        let mut fences = redis::cmd("MGET");
+        let mut tokens = Command::new("MGET");
+        let mut fences = Command::new("MGET");
         for stem in chunk {
-            tokens.arg(format!("{stem}:lock"));
-            fences.arg(format!("{stem}:fence"));
+            tokens = tokens.arg(format!("{stem}:lock"));
+            fences = fences.arg(format!("{stem}:fence"));
         }
-        pipe.add_command(tokens).add_command(fences);
+        commands.push(tokens);
+        commands.push(fences);
     }
     for stem in &stems {
-        pipe.cmd("PTTL").arg(format!("{stem}:lock"));
+        commands.push(Command::new("PTTL").arg(format!("{stem}:lock")));
     }
-    let values = conn.pipeline(&mut pipe)?;
+    let replies = conn.commands(commands)?;
     let chunks = stems.len().div_ceil(CHUNK);
-    if values.len() != 2 * chunks + stems.len() {
+    if replies.len() != 2 * chunks + stems.len() {
         return Err("unexpected number of replies".into());
     }
-    let (multi, ttls) = values.split_at(2 * chunks);
-    let text = |v: &redis::Value| match v {
-        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+    let (multi, ttls) = replies.split_at(2 * chunks);
+    let text = |v: &Reply| match v {
+        Reply::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
         _ => None,
     };
-    let items = |v: &redis::Value| match v {
-        redis::Value::Array(items) => items.iter().map(text).collect::<Vec<_>>(),
+    let items = |v: &Reply| match v {
+        Reply::Array(items) => items.iter().map(text).collect::<Vec<_>>(),
         _ => Vec::new(),
     };
     let mut tokens = Vec::new();
@@ -175,7 +170,7 @@ pub fn read_locks(
         .map(|(i, ttl)| LockRead {
             token: tokens.get(i).cloned().flatten(),
             ttl_ms: match ttl {
-                redis::Value::Int(n) if *n >= 0 => Some(*n),
+                Reply::Int(n) if *n >= 0 => Some(*n),
                 _ => None,
             },
             fence: fences.get(i).cloned().flatten(),

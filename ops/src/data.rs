@@ -369,6 +369,32 @@ impl Source {
     }
 }
 
+/// What a forced release of `lock` by `token_prefix` would do, read now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleasePlan {
+    /// Nobody holds it.
+    NotHeld,
+    /// Another holder (its shown prefix) holds it now.
+    OtherHolder(String),
+    /// The holder the operator named holds it, with this much time left (ms).
+    Matches(Option<i64>),
+}
+
+impl Source {
+    /// What releasing `lock` held by the holder whose token starts with `token_prefix`
+    /// would do (nothing is changed).
+    pub fn release_plan(&mut self, lock: &str, token_prefix: &str) -> Result<ReleasePlan, String> {
+        let read = layout::read_locks(&mut self.conn, &self.prefix, &[lock.to_owned()])?
+            .pop()
+            .unwrap_or_default();
+        Ok(match read.token {
+            None => ReleasePlan::NotHeld,
+            Some(t) if t.starts_with(token_prefix) => ReleasePlan::Matches(read.ttl_ms),
+            Some(t) => ReleasePlan::OtherHolder(short_token(&t)),
+        })
+    }
+}
+
 /// What to do with dead jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeadAction {

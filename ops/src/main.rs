@@ -258,7 +258,43 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Requeue(a) => act(&mut source, a, DeadAction::Requeue, json),
         Command::Delete(a) => act(&mut source, a, DeadAction::Delete, json),
-        Command::Release { .. } => Err(waiting("forced release by token prefix", "observe")),
+        Command::Release {
+            lock,
+            token_prefix,
+            yes,
+        } => {
+            let shown = token_prefix.trim_end_matches('…');
+            if shown.chars().count() < data::TOKEN_SHOWN {
+                return Err(Failure(
+                    2,
+                    format!(
+                        "--token-prefix needs the {} characters `locks` shows",
+                        data::TOKEN_SHOWN
+                    ),
+                ));
+            }
+            match source.release_plan(&lock, shown)? {
+                data::ReleasePlan::NotHeld => {
+                    println!("{lock} is not held: nothing to release");
+                    Ok(1)
+                }
+                data::ReleasePlan::OtherHolder(h) => {
+                    println!("{lock} is held by {h}, not by {shown}…: nothing released");
+                    Ok(1)
+                }
+                data::ReleasePlan::Matches(ttl) if !yes => {
+                    let left =
+                        ttl.map_or("n/a".to_owned(), |t| format!("{:.1}s", t as f64 / 1000.0));
+                    println!(
+                        "{lock} is held by {shown}… ({left} left): run again with --yes to release it"
+                    );
+                    Ok(0)
+                }
+                data::ReleasePlan::Matches(_) => {
+                    Err(waiting("forced release by token prefix", "observe"))
+                }
+            }
+        }
         Command::Pause { .. } | Command::Resume { .. } => Err(waiting("pause and resume", "pause")),
         Command::Cancel { .. } => Err(waiting("cancel", "timeouts and cancellation (issue 23)")),
         Command::Check {

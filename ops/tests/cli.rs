@@ -217,3 +217,43 @@ fn watch_redraws_in_place_until_stopped() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[test]
+fn release_says_what_it_would_release_and_asks_for_confirmation() {
+    let w = world();
+    let url = w.server.url();
+    let token = w.lock.lease().token.as_str().to_owned();
+    let prefix: String = token.chars().take(6).collect();
+    let out = run(&url, &["release", "billing", "--token-prefix", &prefix]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("--yes") && text.contains(&prefix), "{text}");
+    // Another holder's prefix, or no holder: nothing, exit 1.
+    let other = if prefix.starts_with('0') {
+        "111111"
+    } else {
+        "000000"
+    };
+    assert_eq!(
+        run(&url, &["release", "billing", "--token-prefix", other])
+            .status
+            .code(),
+        Some(1)
+    );
+    assert_eq!(
+        run(&url, &["release", "nobody", "--token-prefix", &prefix])
+            .status
+            .code(),
+        Some(1)
+    );
+    // Too short to name a holder.
+    assert_eq!(
+        run(&url, &["release", "billing", "--token-prefix", "ab"])
+            .status
+            .code(),
+        Some(2)
+    );
+    // The lock is still held by this test.
+    assert!(!w.lock.is_lost());
+    assert!(w.lock.inspect().is_ok());
+}

@@ -105,6 +105,7 @@ pub use queue::{
 };
 pub use rate_limit::{Decision, RateLimit, RateLimiter, RateLimiterBuilder};
 pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
+pub use redlease_core::queue::inspect::{JobCursor, JobInfo, JobPage, JobState, MinuteCounts};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::semaphore::SemaphoreState;
 pub use redlease_core::{Error, FailureKind, InvalidArgument, LossReason, TransportFailure};

@@ -946,7 +946,7 @@ pub(crate) mod tests {
     use crate::reply::ErrorReply;
 
     /// Every prelude part and the functions it defines.
-    const PARTS: [(&str, &[&str]); 9] = [
+    const PARTS: [(&str, &[&str]); 11] = [
         (prelude::NOTIFY, &["notify"]),
         (prelude::NOW_MS, &["now_ms"]),
         (prelude::NOW_MS_UP, &["now_ms_up"]),
@@ -956,6 +956,8 @@ pub(crate) mod tests {
         (prelude::REMEMBER, &["remember"]),
         (prelude::READY, &["bad_sequence", "ready_score"]),
         (prelude::GCRA, &["gcra", "gcra_store"]),
+        (crate::queue::scripts::COUNT, &["counting", "count"]),
+        (crate::queue::scripts::INSPECT, &["job_fields"]),
     ];
 
     /// Whether `text` calls `function` (a call, not a longer name ending the same way).

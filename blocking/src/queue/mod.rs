@@ -20,6 +20,7 @@ use redlease_core::{Error, LossReason};
 use crate::client::Client;
 use crate::lock::LockGuard;
 
+mod inspect;
 mod job;
 mod workers;
 
@@ -317,6 +318,8 @@ impl Queue {
             payload,
             lease,
             attempt,
+            enqueued_at,
+            waited,
             ..
         } = taken;
         let policy = RenewalPolicy::for_ttl(self.settings.visibility);
@@ -328,6 +331,7 @@ impl Queue {
             id,
             payload,
             attempt,
+            enqueued: (enqueued_at, waited),
         }
     }
 

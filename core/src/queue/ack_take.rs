@@ -85,15 +85,17 @@ impl OpKind for AckTakeCall {
                 Reply::Int(delivery),
                 Reply::Bulk(id),
                 Reply::Bulk(payload),
-                attempt @ ..,
-            ] if *delivery >= 1 && attempt.len() <= 1 => {
+                tail @ ..,
+            ] if *delivery >= 1 => {
                 let delivery = *delivery as u64;
-                let attempt = match attempt {
-                    [Reply::Bulk(text)] => super::parse_attempt(text, delivery)?,
-                    [] => delivery,
-                    _ => return None,
-                };
-                match self.job(id.clone(), delivery, attempt, payload.clone(), sent_at) {
+                let (attempt, enqueued) = parse_tail(tail, delivery)?;
+                match self.job(
+                    id.clone(),
+                    delivery,
+                    (attempt, enqueued),
+                    payload.clone(),
+                    sent_at,
+                ) {
                     Ok(job) => Take::Taken(Box::new(job)),
                     Err(e) => return Some(Err(e)),
                 }
@@ -123,7 +125,9 @@ impl OpKind for AckTakeCall {
             Reply::Int(delivery @ 1..),
             Reply::Bulk(id),
             Reply::Bulk(payload),
+            tail @ ..,
         ] = items.as_mut_slice()
+            && let Some(parsed) = parse_tail(tail, *delivery as u64)
         {
             let ack = match *ack {
                 1 => Ok(()),
@@ -131,7 +135,7 @@ impl OpKind for AckTakeCall {
                 _ => Err(self.not_owner(LossReason::Taken)),
             };
             let (id, payload) = (std::mem::take(id), std::mem::take(payload));
-            let job = self.job(id, *delivery as u64, *delivery as u64, payload, sent_at);
+            let job = self.job(id, *delivery as u64, parsed, payload, sent_at);
             return Ok(job.map(|job| AckedAndTaken {
                 ack,
                 next: Take::Taken(Box::new(job)),
@@ -155,7 +159,7 @@ impl AckTakeCall {
         &self,
         id: Vec<u8>,
         delivery: u64,
-        attempt: u64,
+        (attempt, enqueued): (u64, Option<(std::time::SystemTime, Duration)>),
         payload: Vec<u8>,
         sent_at: Instant,
     ) -> Result<TakenJob, Error> {
@@ -191,8 +195,32 @@ impl AckTakeCall {
             payload,
             delivery,
             attempt,
+            enqueued_at: enqueued.map(|(at, _)| at),
+            waited: enqueued.map(|(_, waited)| waited),
             lease,
         })
+    }
+}
+
+/// What a handed-over job's reply carries after its id and payload: its attempt since its
+/// last requeue (alone, or empty before the enqueue time when never requeued), and its
+/// enqueue time and wait ([`super::parse_enqueued`]); `None` for anything else.
+type Tail = (u64, Option<(std::time::SystemTime, Duration)>);
+fn parse_tail(tail: &[Reply], delivery: u64) -> Option<Tail> {
+    let attempt = |text: &[u8]| {
+        if text.is_empty() {
+            Some(delivery)
+        } else {
+            super::parse_attempt(text, delivery)
+        }
+    };
+    match tail {
+        [] => Some((delivery, None)),
+        [Reply::Bulk(text)] if !text.is_empty() => Some((attempt(text)?, None)),
+        [Reply::Bulk(text), Reply::Bulk(at), Reply::Bulk(waited)] => {
+            Some((attempt(text)?, Some(super::parse_enqueued(at, waited)?)))
+        }
+        _ => None,
     }
 }
 

@@ -24,13 +24,14 @@
 //! as an ack followed by a take.
 
 mod ack_take;
+pub mod inspect;
 pub mod scripts;
 mod take;
 
 pub use ack_take::{AckAndTake, AckedAndTaken, ack_and_take, ack_and_take_call};
 pub use take::{Take, TakeJob, TakenJob};
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::{Error, InvalidArgument};
 use crate::keys::Keyspace;
@@ -62,6 +63,10 @@ pub struct QueueKeys {
     undone: String,
     /// Why each dead job died (the handler's error), by id.
     reasons: String,
+    /// When each job was pushed (server ms), by id.
+    enqueued: String,
+    /// The stem of the per-minute counts (`<counts>:<minute>`, hashes event -> n).
+    counts: String,
     channel: String,
     notify: String,
     /// The calls every job makes, with their keys bound once per queue (a clone shares
@@ -127,7 +132,7 @@ impl Eq for TakeTemplate {}
 impl KeyedCalls {
     fn new(k: &QueueKeys) -> Self {
         // The ack's keys, for the plain call and the one bound per job.
-        let ack_keys: [&str; 8] = [
+        let ack_keys: [&str; 10] = [
             &k.inflight,
             &k.leases,
             &k.payloads,
@@ -136,15 +141,20 @@ impl KeyedCalls {
             &k.holders,
             &k.bases,
             &k.settled,
+            &k.enqueued,
+            &k.counts,
+        ];
+        let push_keys: [&str; 7] = [
+            &k.ready,
+            &k.delayed,
+            &k.payloads,
+            &k.priorities,
+            &k.seq,
+            &k.enqueued,
+            &k.counts,
         ];
         KeyedCalls {
-            push: ScriptCall::new(&scripts::PUSH).keys(&[
-                &k.ready,
-                &k.delayed,
-                &k.payloads,
-                &k.priorities,
-                &k.seq,
-            ]),
+            push: ScriptCall::new(&scripts::PUSH).keys(&push_keys),
             dequeue: ScriptCall::new(&scripts::DEQUEUE).keys(&[
                 &k.ready,
                 &k.delayed,
@@ -158,6 +168,8 @@ impl KeyedCalls {
                 &k.holders,
                 &k.bases,
                 &k.undone,
+                &k.enqueued,
+                &k.counts,
             ]),
             nack: ScriptCall::new(&scripts::NACK).keys(&[
                 &k.inflight,
@@ -172,11 +184,12 @@ impl KeyedCalls {
                 &k.bases,
                 &k.settled,
                 &k.reasons,
+                &k.counts,
             ]),
             ack: ScriptCall::new(&scripts::ACK).keys(&ack_keys),
             ack_take: ScriptCall::new(&scripts::ACK_TAKE).keys(&k.ack_take_keys()),
             push_now: ScriptCall::new(&scripts::PUSH)
-                .keys(&[&k.ready, &k.delayed, &k.payloads, &k.priorities, &k.seq])
+                .keys(&push_keys)
                 .arg("0")
                 .arg("0")
                 .arg(&k.notify)
@@ -200,6 +213,7 @@ impl KeyedCalls {
                 &k.seq,
                 &k.deliveries,
                 &k.holders,
+                &k.counts,
                 &k.undone,
             ]),
             target: Target {
@@ -241,6 +255,8 @@ impl QueueKeys {
             settled: k("settled"),
             undone: k("undone"),
             reasons: k("reasons"),
+            enqueued: k("enqueued"),
+            counts: k("counts"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
             calls: KeyedCalls {
@@ -264,7 +280,7 @@ impl QueueKeys {
     }
 
     /// The keys of the combined ack and take, in its script's order.
-    fn ack_take_keys(&self) -> [&str; 13] {
+    fn ack_take_keys(&self) -> [&str; 15] {
         [
             &self.ready,
             &self.delayed,
@@ -279,6 +295,8 @@ impl QueueKeys {
             &self.bases,
             &self.settled,
             &self.undone,
+            &self.enqueued,
+            &self.counts,
         ]
     }
 
@@ -365,15 +383,29 @@ pub(crate) fn parse_attempt(text: &[u8], delivery: u64) -> Option<u64> {
 }
 
 /// Whether `data` is what a take's grant of delivery `fence` carries: the job's id and
-/// payload, and after a requeue its attempt ([`parse_attempt`]).
+/// payload, after a requeue its attempt ([`parse_attempt`]), and when its enqueue time is
+/// known, its attempt (empty: never requeued), that time and how long ago it was
+/// ([`parse_enqueued`]).
 pub(crate) fn is_job_data(data: &[Vec<u8>], fence: i64) -> bool {
+    let attempt_ok = |attempt: &[u8]| {
+        u64::try_from(fence).is_ok_and(|fence| parse_attempt(attempt, fence).is_some())
+    };
     match data {
         [_, _] => true,
-        [_, _, attempt] => {
-            u64::try_from(fence).is_ok_and(|fence| parse_attempt(attempt, fence).is_some())
+        [_, _, attempt] => attempt_ok(attempt),
+        [_, _, attempt, at, waited] => {
+            (attempt.is_empty() || attempt_ok(attempt)) && parse_enqueued(at, waited).is_some()
         }
         _ => false,
     }
+}
+
+/// A job's enqueue time (server ms since the epoch, decimal text) and how long ago that was
+/// when it was taken (ms, decimal text), as a take's reply carries them.
+pub(crate) fn parse_enqueued(at: &[u8], waited: &[u8]) -> Option<(SystemTime, Duration)> {
+    let ms = |t: &[u8]| std::str::from_utf8(t).ok()?.parse::<u64>().ok();
+    let at = SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms(at)?))?;
+    Some((at, Duration::from_millis(ms(waited)?)))
 }
 
 /// The token held in the owner slot of a call template until a real one is bound: a random
@@ -779,6 +811,14 @@ pub struct QueueStats {
     pub in_flight: u64,
     /// Jobs on the dead list.
     pub dead: u64,
+    /// How long ago the oldest ready job was pushed, on the server's clock (`None`: no
+    /// ready job with a known enqueue time). "Oldest" among the jobs next in line at each
+    /// priority: within a priority jobs are taken in order, so it is the longest any job
+    /// about to be taken has been in the queue (Sidekiq's queue latency).
+    pub oldest_ready_age: Option<Duration>,
+    /// The least lease time left among jobs in flight (`None`: none in flight; zero: a
+    /// lease ran out and its job is redelivered at the next take).
+    pub least_lease_left: Option<Duration>,
 }
 
 /// Reads the counts.
@@ -791,12 +831,19 @@ impl OpKind for Stats {
 
     fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<QueueStats, Error>> {
         let n = |r: &Reply| u64::try_from(r.as_int()?).ok();
+        // -1: none.
+        let ms = |r: &Reply| match r.as_int()? {
+            -1 => Some(None),
+            v => Some(Some(Duration::from_millis(u64::try_from(v).ok()?))),
+        };
         match reply.as_array()? {
-            [a, b, c, d] => Some(Ok(QueueStats {
+            [a, b, c, d, age, left] => Some(Ok(QueueStats {
                 ready: n(a)?,
                 delayed: n(b)?,
                 in_flight: n(c)?,
                 dead: n(d)?,
+                oldest_ready_age: ms(age)?,
+                least_lease_left: ms(left)?,
             })),
             _ => None,
         }
@@ -810,6 +857,7 @@ pub fn stats(keys: &QueueKeys, deadline: Instant) -> ScriptOp<Stats> {
         &keys.delayed,
         &keys.inflight,
         &keys.dead,
+        &keys.enqueued,
     ]);
     ScriptOp::new(Stats, call, keys.target(), None, deadline)
 }
@@ -905,6 +953,7 @@ pub fn delete_dead(
             &keys.deliveries,
             &keys.bases,
             &keys.reasons,
+            &keys.enqueued,
         ])
         .arg(id.unwrap_or(""))
         .arg(if id.is_none() { "all" } else { "one" });

@@ -54,6 +54,13 @@ pub struct TakenJob {
     /// [`delivery`](Self::delivery) until the job is requeued; after a requeue it starts
     /// again at 1 while the delivery number keeps increasing.
     pub attempt: u64,
+    /// When the job was pushed, on the server's clock (`None`: pushed by a version that did
+    /// not record it).
+    pub enqueued_at: Option<std::time::SystemTime>,
+    /// How long before this take it was pushed, on the server's clock: the time it waited in
+    /// the queue for its first delivery (for a later delivery it includes the earlier
+    /// attempts and their backoffs). `None` as for [`enqueued_at`](Self::enqueued_at).
+    pub waited: Option<Duration>,
     /// The lease (the visibility timeout): its fence is [`delivery`](Self::delivery), its
     /// token proves the delivery; renew it like a lock's. Its `data` is left empty (the id
     /// and payload are the fields above).
@@ -65,22 +72,35 @@ impl TakenJob {
     /// data) and its delivery (the lease's fence).
     pub(crate) fn from_lease(mut lease: Lease) -> Result<Self, Error> {
         let mut data = std::mem::take(&mut lease.data).into_iter();
-        let (Some(id), Some(payload), attempt, None) =
-            (data.next(), data.next(), data.next(), data.next())
-        else {
+        let (Some(id), Some(payload), attempt, at, waited, None) = (
+            data.next(),
+            data.next(),
+            data.next(),
+            data.next(),
+            data.next(),
+            data.next(),
+        ) else {
             return Err(unexpected("no job id and payload"));
         };
         let id = String::from_utf8(id).map_err(|_| unexpected("a job id that is not UTF-8"))?;
         let attempt = match attempt {
-            None => lease.fence,
-            Some(text) => super::parse_attempt(&text, lease.fence)
+            Some(text) if !text.is_empty() => super::parse_attempt(&text, lease.fence)
                 .ok_or_else(|| unexpected("a job attempt that is not a number"))?,
+            _ => lease.fence,
+        };
+        let (enqueued_at, waited) = match (at, waited) {
+            (Some(at), Some(waited)) => super::parse_enqueued(&at, &waited)
+                .map(|(at, waited)| (Some(at), Some(waited)))
+                .ok_or_else(|| unexpected("a job enqueue time that is not a number"))?,
+            _ => (None, None),
         };
         Ok(TakenJob {
             id,
             payload,
             delivery: lease.fence,
             attempt,
+            enqueued_at,
+            waited,
             lease,
         })
     }

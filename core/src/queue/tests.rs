@@ -28,6 +28,8 @@ const SETTLED: &str = "redlease:{jobs}:q:settled";
 const UNDONE: &str = "redlease:{jobs}:q:undone";
 const REASONS: &str = "redlease:{jobs}:q:reasons";
 const CHANNEL: &str = "redlease:{jobs}:q:pushed";
+const ENQUEUED: &str = "redlease:{jobs}:q:enqueued";
+const COUNTS: &str = "redlease:{jobs}:q:counts";
 
 fn keys() -> QueueKeys {
     QueueKeys::new(&Keyspace::default(), "jobs").unwrap()
@@ -113,17 +115,17 @@ fn push_sends_keys_then_delay_priority_channel_and_id_payload_pairs() {
     let r = s.answer(bulk(b"10"));
     let a = args(&r);
     assert_eq!(
-        a[..11],
+        a[..13],
         strs(&[
-            "EVALSHA", PUSH.sha1, "5", READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, "1500", "7",
-            CHANNEL,
+            "EVALSHA", PUSH.sha1, "7", READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, ENQUEUED, COUNTS,
+            "1500", "7", CHANNEL,
         ])
     );
-    assert_eq!(a[11..13], strs(&["a", "first"]));
-    assert_eq!(a[13], "b");
+    assert_eq!(a[13..15], strs(&["a", "first"]));
+    assert_eq!(a[15], "b");
     // Payloads travel as raw bytes.
-    assert_eq!(r.command.args()[14], b"\x00\xff binary".to_vec());
-    assert_eq!(r.command.args().len(), 15);
+    assert_eq!(r.command.args()[16], b"\x00\xff binary".to_vec());
+    assert_eq!(r.command.args().len(), 17);
     assert_eq!(
         s.expect_done(),
         Ok(vec![
@@ -140,7 +142,7 @@ fn push_without_delay_sends_zero_and_the_default_priority() {
     let op = push(&keys(), &[job("x", b"")], 0, Duration::ZERO, deadline(now)).unwrap();
     let mut s = Scenario::new(op, now);
     let r = s.answer(bulk(b"1"));
-    assert_eq!(args(&r)[8..], strs(&["0", "0", CHANNEL, "x", ""]));
+    assert_eq!(args(&r)[10..], strs(&["0", "0", CHANNEL, "x", ""]));
     assert_eq!(s.expect_done(), Ok(vec![Pushed::Queued("x".into())]));
     // The highest priority and a sub-millisecond delay (rounded up to whole ms: a job is
     // never due early).
@@ -154,7 +156,7 @@ fn push_without_delay_sends_zero_and_the_default_priority() {
     .unwrap();
     let mut s = Scenario::new(op, now);
     let r = s.answer(bulk(b"1"));
-    assert_eq!(args(&r)[8..10], strs(&["3", "255"]));
+    assert_eq!(args(&r)[10..12], strs(&["3", "255"]));
     // 999 µs is 1 ms, not nothing; whole milliseconds stay as they are.
     for (delay, sent) in [
         (Duration::from_micros(999), "1"),
@@ -163,7 +165,7 @@ fn push_without_delay_sends_zero_and_the_default_priority() {
         let op = push(&keys(), &[job("z", b"")], 0, delay, deadline(now)).unwrap();
         let mut s = Scenario::new(op, now);
         let r = s.answer(bulk(b"1"));
-        assert_eq!(args(&r)[8], sent, "{delay:?}");
+        assert_eq!(args(&r)[10], sent, "{delay:?}");
     }
 }
 
@@ -220,7 +222,7 @@ fn push_new_sends_what_a_push_of_one_ready_job_sends_and_reads_its_flag() {
         let mut s = Scenario::new(op, now);
         let r = s.answer(bulk(flag));
         assert_eq!(args(&r), expected);
-        assert_eq!(r.command.args()[12], payload);
+        assert_eq!(r.command.args()[14], payload);
         assert_eq!(s.expect_done(), Ok(queued));
     }
     // Other shapes are not an answer.
@@ -419,7 +421,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
         strs(&[
             "EVALSHA",
             DEQUEUE.sha1,
-            "12",
+            "14",
             READY,
             DELAYED,
             PAYLOADS,
@@ -432,6 +434,8 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
             HOLDERS,
             BASES,
             UNDONE,
+            ENQUEUED,
+            COUNTS,
             &tok(),
             "1500",
             "4",
@@ -466,8 +470,8 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     assert_eq!(
         call_args(lease.calls.release()),
         strs(&[
-            "EVALSHA", NACK.sha1, "12", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
-            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, "job-1", &t, "0", "4",
+            "EVALSHA", NACK.sha1, "13", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, COUNTS, "job-1", &t, "0", "4",
             CHANNEL, "60000", "",
         ])
     );
@@ -551,7 +555,7 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     let r = rel.answer(Reply::Int(1));
     assert_eq!(args(&r)[1], NACK.sha1);
     assert_eq!(
-        args(&r)[15..],
+        args(&r)[16..],
         strs(&["job-1", &t, "0", "4", CHANNEL, "60000", ""])
     );
     assert_eq!(rel.expect_done(), Ok(()));
@@ -567,8 +571,8 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
     assert_eq!(
         call_args(&ack),
         strs(&[
-            "EVALSHA", ACK.sha1, "8", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
-            BASES, SETTLED, "j", &t, "60000",
+            "EVALSHA", ACK.sha1, "10", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
+            BASES, SETTLED, ENQUEUED, COUNTS, "j", &t, "60000",
         ])
     );
     // Bound from the queue's template: the same call.
@@ -581,9 +585,9 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
     assert_eq!(
         call_args(&retry),
         strs(&[
-            "EVALSHA", NACK.sha1, "12", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
-            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, "j", &t, "2500", "4", CHANNEL,
-            "60000", "",
+            "EVALSHA", NACK.sha1, "13", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, COUNTS, "j", &t, "2500", "4",
+            CHANNEL, "60000", "",
         ])
     );
     let now = s.now;
@@ -626,7 +630,7 @@ fn a_nack_says_whether_the_job_went_to_the_dead_list_and_keeps_the_reason() {
     let t = tok();
     let call = nack_because(&keys(), "j", &t, Duration::ZERO, 0, "bad payload: not JSON");
     assert_eq!(
-        call_args(&call)[15..],
+        call_args(&call)[16..],
         strs(&["j", &t, "0", "0", CHANNEL, "60000", "bad payload: not JSON"])
     );
     let now = s.now;
@@ -938,14 +942,21 @@ fn stats_op(now: Instant) -> Scenario<ScriptOp<Stats>> {
 }
 
 #[test]
-fn stats_reads_four_counts() {
+fn stats_reads_four_counts_and_two_times() {
     let now = origin();
     let mut s = stats_op(now);
-    let r = s.answer(ints(&[3, 2, 1, 0]));
+    let r = s.answer(ints(&[3, 2, 1, 0, 1500, -1]));
     assert_eq!(
         args(&r),
         strs(&[
-            "EVALSHA", STATS.sha1, "4", READY, DELAYED, INFLIGHT, DEAD_LIST
+            "EVALSHA",
+            STATS.sha1,
+            "5",
+            READY,
+            DELAYED,
+            INFLIGHT,
+            DEAD_LIST,
+            "redlease:{jobs}:q:enqueued"
         ])
     );
     assert_eq!(
@@ -954,7 +965,9 @@ fn stats_reads_four_counts() {
             ready: 3,
             delayed: 2,
             in_flight: 1,
-            dead: 0
+            dead: 0,
+            oldest_ready_age: Some(Duration::from_millis(1500)),
+            least_lease_left: None,
         })
     );
 }
@@ -995,12 +1008,12 @@ fn malformed_stats_are_unexpected() {
 fn stats_falls_back_to_eval_on_noscript() {
     let mut s = stats_op(origin());
     s.answer(err("NOSCRIPT", "No matching script. Please use EVAL."));
-    let r = s.answer(ints(&[0, 0, 0, 7]));
+    let r = s.answer(ints(&[0, 0, 0, 7, -1, -1]));
     assert_eq!(r.command.name(), "EVAL");
     assert_eq!(&r.command.args()[1], STATS.source.as_bytes());
     assert_eq!(
         args(&r)[2..],
-        strs(&["4", READY, DELAYED, INFLIGHT, DEAD_LIST])
+        strs(&["5", READY, DELAYED, INFLIGHT, DEAD_LIST, ENQUEUED])
     );
     assert_eq!(s.expect_done().map(|st| st.dead), Ok(7));
     assert_eq!(s.sent.len(), 2);
@@ -1148,7 +1161,7 @@ fn settings_are_validated_before_anything_is_sent() {
         max_deliveries: 1,
     };
     let spec = take(&keys(), token(), &s).unwrap();
-    assert_eq!(call_args(&spec.acquire)[16..], strs(&["10", "1"]));
+    assert_eq!(call_args(&spec.acquire)[18..], strs(&["10", "1"]));
 }
 
 #[test]
@@ -1325,8 +1338,8 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
     let mut ack = Scenario::new(job.ack(&keys(), deadline(now)), now);
     let r = ack.answer(Reply::Int(1));
     let a = args(&r);
-    assert_eq!(a[..3], strs(&["EVALSHA", ACK.sha1, "8"]));
-    assert_eq!(a[11..13], strs(&["job-9", &tok()]));
+    assert_eq!(a[..3], strs(&["EVALSHA", ACK.sha1, "10"]));
+    assert_eq!(a[13..15], strs(&["job-9", &tok()]));
     assert_eq!(ack.expect_done(), Ok(()));
 
     let mut nack = Scenario::new(
@@ -1336,7 +1349,7 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
     let r = nack.answer(Reply::Int(2));
     let a = args(&r);
     assert_eq!(a[..2], strs(&["EVALSHA", NACK.sha1]));
-    assert_eq!(a[15..19], strs(&["job-9", &tok(), "2000", "4"]));
+    assert_eq!(a[16..20], strs(&["job-9", &tok(), "2000", "4"]));
     assert_eq!(a.last().map(String::as_str), Some("boom"));
     assert_eq!(nack.expect_done(), Ok(Nacked::Dead));
 
@@ -1345,7 +1358,7 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
     let r = back.answer(Reply::Int(1));
     let a = args(&r);
     assert_eq!(a[..2], strs(&["EVALSHA", NACK.sha1]));
-    assert_eq!(a[15..18], strs(&["job-9", &tok(), "0"]));
+    assert_eq!(a[16..19], strs(&["job-9", &tok(), "0"]));
     assert_eq!(back.expect_done(), Ok(()));
 
     let mut extend = Scenario::new(
@@ -1424,16 +1437,16 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
     let sent_at = s.now;
     let r = s.answer(acked_and(1, handed(2, b"next-1", b"np")));
     let a = args(&r);
-    assert_eq!(a[..3], strs(&["EVALSHA", ACK_TAKE.sha1, "13"]));
+    assert_eq!(a[..3], strs(&["EVALSHA", ACK_TAKE.sha1, "15"]));
     assert_eq!(
-        a[3..16],
+        a[3..18],
         strs(&[
             READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, INFLIGHT, LEASES, DELIVERIES, DEAD_LIST,
-            HOLDERS, BASES, SETTLED, UNDONE
+            HOLDERS, BASES, SETTLED, UNDONE, ENQUEUED, COUNTS
         ])
     );
     assert_eq!(
-        a[16..],
+        a[18..],
         strs(&["done-1", &tok(), "60000", &next_tok(), "1500", "4"])
     );
     let out = s.expect_done().unwrap();
@@ -1456,11 +1469,11 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
     assert_eq!(next.lease.name(), "queue jobs job next-1");
     let mut ack = Scenario::new(next.ack(&keys(), deadline(s.now)), s.now);
     let r = ack.answer(Reply::Int(1));
-    assert_eq!(args(&r)[11..13], strs(&["next-1", &next_tok()]));
+    assert_eq!(args(&r)[13..15], strs(&["next-1", &next_tok()]));
     // Its give-back and extension name the job and the next token, as a take's would.
     let mut back = Scenario::new(next.give_back(deadline(s.now)), s.now);
     let r = back.answer(Reply::Int(1));
-    assert_eq!(args(&r)[15..18], strs(&["next-1", &next_tok(), "0"]));
+    assert_eq!(args(&r)[16..19], strs(&["next-1", &next_tok(), "0"]));
     let extend = next
         .extend(Duration::from_secs(3), deadline(s.now))
         .unwrap();
@@ -1550,8 +1563,8 @@ fn giving_up_after_lost_replies_gives_back_what_the_next_token_may_hold() {
     }
     assert!(calls >= 2, "{calls}");
     let untake = s.sent.last().unwrap();
-    assert_eq!(args(untake)[..3], strs(&["EVALSHA", UNTAKE.sha1, "8"]));
-    assert_eq!(args(untake)[11], next_tok());
+    assert_eq!(args(untake)[..3], strs(&["EVALSHA", UNTAKE.sha1, "9"]));
+    assert_eq!(args(untake)[12], next_tok());
     assert_eq!(s.expect_done(), Err(Error::Finished));
 }
 
@@ -1656,7 +1669,7 @@ fn ack_and_take_binds_tokens_of_any_length_and_the_settings_of_each_call() {
         let mut s = Scenario::new(op, now);
         let r = s.answer(acked_and(1, handed(1, b"n", b"")));
         assert_eq!(
-            args(&r)[16..],
+            args(&r)[18..],
             strs(&["done-1", "short", "60000", &next_tok(), vis, max])
         );
         let out = s.expect_done().unwrap();
@@ -1740,10 +1753,10 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     let plain = taken_job(&mut s);
     assert!(!plain.lease.unanswered);
     let ack = args(&Scenario::new(plain.ack(&keys(), d), now).answer(Reply::Int(1)));
-    assert_eq!(ack[2], "8", "the plain ack: {ack:?}");
+    assert_eq!(ack[2], "10", "the plain ack: {ack:?}");
     let nack = plain.nack(&keys(), Duration::ZERO, 4, "", d);
     let nack = args(&Scenario::new(nack, now).answer(Reply::Int(1)));
-    assert_eq!(nack[2], "12", "the plain nack: {nack:?}");
+    assert_eq!(nack[2], "13", "the plain nack: {nack:?}");
     // The first reply lost.
     let mut s = take_job(None);
     s.fail(TransportFailure::no_reply("timed out"));
@@ -1752,22 +1765,22 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     assert!(job.lease.unanswered);
     let ack = args(&Scenario::new(job.ack(&keys(), d), now).answer(Reply::Int(1)));
     assert_eq!(ack[1], ACK.sha1);
-    assert_eq!(ack[2], "9", "{ack:?}");
-    assert_eq!(ack[11], UNDONE);
-    assert_eq!(ack[12..], strs(&["j", &tok(), "60000", &keep]));
+    assert_eq!(ack[2], "11", "{ack:?}");
+    assert_eq!(ack[13], UNDONE);
+    assert_eq!(ack[14..], strs(&["j", &tok(), "60000", &keep]));
     let nack = job.nack(&keys(), Duration::from_micros(1500), 4, "why", d);
     let nack = args(&Scenario::new(nack, now).answer(Reply::Int(1)));
     assert_eq!(nack[1], NACK.sha1);
-    assert_eq!(nack[2], "13", "{nack:?}");
-    assert_eq!(nack[15], UNDONE);
+    assert_eq!(nack[2], "14", "{nack:?}");
+    assert_eq!(nack[16], UNDONE);
     // The backoff rounded up (1.5 ms: 2), the reason, then how long to remember.
     assert_eq!(
-        nack[16..],
+        nack[17..],
         strs(&["j", &tok(), "2", "4", CHANNEL, "60000", "why", &keep])
     );
     let give_back = args(&Scenario::new(job.give_back(d), now).answer(Reply::Int(1)));
     assert_eq!(give_back[1], NACK.sha1);
-    assert_eq!(give_back[15], UNDONE);
+    assert_eq!(give_back[16], UNDONE);
     assert_eq!(give_back.last(), Some(&keep));
     // Its ack and take: the acked token remembered too (the seventh argument).
     let op = job
@@ -1807,11 +1820,11 @@ fn a_job_handed_over_after_a_lost_reply_records_its_token_when_settled() {
     assert!(next.lease.unanswered);
     let now = s.now;
     let give_back = args(&Scenario::new(next.give_back(deadline(now)), now).answer(Reply::Int(1)));
-    assert_eq!(give_back[15], UNDONE, "{give_back:?}");
+    assert_eq!(give_back[16], UNDONE, "{give_back:?}");
     assert_eq!(give_back.last(), Some(&keep));
     let ack = args(&Scenario::new(next.ack(&keys(), deadline(now)), now).answer(Reply::Int(1)));
-    assert_eq!(ack[11], UNDONE);
-    assert_eq!(ack[12..14], strs(&["next-1", &next_tok()]));
+    assert_eq!(ack[13], UNDONE);
+    assert_eq!(ack[14..16], strs(&["next-1", &next_tok()]));
     // Answered at once: a plain lease.
     let (_, mut s) = acking_and_taking();
     s.answer(acked_and(1, handed(1, b"next-1", b"np")));
@@ -1820,5 +1833,5 @@ fn a_job_handed_over_after_a_lost_reply_records_its_token_when_settled() {
     };
     assert!(!next.lease.unanswered);
     let give_back = args(&Scenario::new(next.give_back(deadline(now)), now).answer(Reply::Int(1)));
-    assert_eq!(give_back[2], "12");
+    assert_eq!(give_back[2], "13");
 }

@@ -1,9 +1,9 @@
 -- Acknowledge a job: it is done and forgotten. Refused once the lease ran out (the job is
 -- then redelivered to someone else).
 -- KEYS: 1 in flight, 2 leases, 3 payloads, 4 priorities, 5 deliveries, 6 holders, 7 bases,
--- 8 settled (zset delivery token -> until when its ack or nack is remembered, ms);
--- optionally 9 undone takes.
--- ARGV: 1 id, 2 token, 3 how long to remember the settlement (ms); with KEYS[9], 4 how
+-- 8 settled (zset delivery token -> until when its ack or nack is remembered, ms),
+-- 9 enqueued, 10 counts; optionally 11 undone takes.
+-- ARGV: 1 id, 2 token, 3 how long to remember the settlement (ms); with KEYS[11], 4 how
 -- long to remember the token there (ms).
 -- Returns 1 acked (or: this very delivery was settled already, so a retry after a lost
 -- reply finds its own ack), 0 the lease ran out (or the job is gone), -1 another delivery
@@ -13,16 +13,17 @@
 local now = now_ms()
 local id, token = ARGV[1], ARGV[2]
 local holder = redis.call('HGET', KEYS[2], id)
-if KEYS[9] then
+if KEYS[11] then
   -- The ack of a delivery whose take had an attempt that went unanswered: whatever the
-  -- verdict, its token is remembered as undone (KEYS[9], for ARGV[4] ms), so that the
+  -- verdict, its token is remembered as undone (KEYS[11], for ARGV[4] ms), so that the
   -- attempt, if only delayed, takes nothing when it arrives. Every key is read first.
   redis.call('ZCARD', KEYS[1])
   for i = 3, 7 do
     redis.call('HLEN', KEYS[i])
   end
   redis.call('ZCARD', KEYS[8])
-  remember(KEYS[9], token, now, tonumber(ARGV[4]))
+  redis.call('HLEN', KEYS[9])
+  remember(KEYS[11], token, now, tonumber(ARGV[4]))
 end
 if holder ~= token then
   local settled = redis.call('ZSCORE', KEYS[8], token)
@@ -43,6 +44,7 @@ local has_priority = redis.call('HEXISTS', KEYS[4], id) == 1
 redis.call('HLEN', KEYS[6])
 local has_base = redis.call('HEXISTS', KEYS[7], id) == 1
 redis.call('ZCARD', KEYS[8])
+redis.call('HLEN', KEYS[9])
 redis.call('HDEL', KEYS[5], id)
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
@@ -54,5 +56,8 @@ redis.call('HDEL', KEYS[6], token)
 if has_base then
   redis.call('HDEL', KEYS[7], id)
 end
+redis.call('HDEL', KEYS[9], id)
 remember(KEYS[8], token, now, tonumber(ARGV[3]))
+counting(KEYS[10], now)
+count('acked', 1)
 return 1

@@ -1,6 +1,7 @@
 -- Ack one job and take the next, in one round trip (a busy worker between two jobs).
 -- KEYS: 1 ready, 2 delayed, 3 payloads, 4 priorities, 5 sequence counter, 6 in flight,
--- 7 leases, 8 deliveries, 9 dead, 10 holders, 11 bases, 12 settled, 13 undone takes.
+-- 7 leases, 8 deliveries, 9 dead, 10 holders, 11 bases, 12 settled, 13 undone takes,
+-- 14 enqueued, 15 counts.
 -- ARGV: 1 id acked, 2 its token, 3 how long to remember the settlement (ms), 4 the next
 -- token, 5 visibility timeout ms, 6 max deliveries, optionally 7 how long to remember the
 -- acked token as undone (ms).
@@ -17,6 +18,7 @@
 -- anything is written. Jobs due or whose lease ran out (rare on a busy queue) are read for
 -- in full first.
 local now = now_ms()
+counting(KEYS[15], now)
 local id, token, next_token = ARGV[1], ARGV[2], ARGV[4]
 local holder = redis.call('HGET', KEYS[7], id)
 local mine = redis.call('HGET', KEYS[10], next_token)
@@ -45,8 +47,10 @@ else
 end
 -- The next job's payload, read now (read again below if jobs are made ready first).
 local payload = top[1] and redis.call('HGET', KEYS[3], top[1])
+local at = top[1] and redis.call('HGET', KEYS[14], top[1])
 if not top[1] then
   redis.call('HLEN', KEYS[3])
+  redis.call('HLEN', KEYS[14])
 end
 local has_priority, has_base = false, false
 if acking then
@@ -99,6 +103,8 @@ if acking then
   if has_base then
     redis.call('HDEL', KEYS[11], id)
   end
+  redis.call('HDEL', KEYS[14], id)
+  count('acked', 1)
   -- Remembered for ARGV[3] ms; the key lives as long as its latest member. Members whose
   -- time has passed count for nothing; they are dropped on the acks of one millisecond in
   -- 64 (by the clock), so that a busy queue does not pay for it on every job.
@@ -132,17 +138,18 @@ if expiry and expiry > now then
   if expiry < now + tonumber(ARGV[5]) then
     redis.call('ZADD', KEYS[6], now + tonumber(ARGV[5]), mine)
   end
-  return handed(ack, n, mine, payload, base)
+  return handed(ack, n, mine, payload, base, redis.call('HGET', KEYS[14], mine), now)
 end
 if reclaiming then
   reclaim(due, expired, tonumber(ARGV[6]))
   top = redis.call('ZRANGE', KEYS[1], 0, 0)
   payload = top[1] and redis.call('HGET', KEYS[3], top[1])
+  at = top[1] and redis.call('HGET', KEYS[14], top[1])
 end
 if top[1] then
   -- Read before the lease's writes (bases was read above when anything was written).
   local base = base_of(top[1])
   local n = lease_next(top[1], next_token, now, tonumber(ARGV[5]))
-  return handed(ack, n, top[1], payload or '', base)
+  return handed(ack, n, top[1], payload or '', base, at, now)
 end
 return {ack, 0, next_wait(now)}

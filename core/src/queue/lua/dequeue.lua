@@ -3,7 +3,7 @@
 -- token), 8 deliveries (hash id -> count), 9 dead (list), 10 holders (hash token -> id),
 -- 11 bases (hash id -> deliveries when last requeued from the dead list), 12 undone takes
 -- (zset token -> until ms: a take given back after its reply was lost takes nothing if it
--- arrives late).
+-- arrives late), 13 enqueued (hash id -> server ms when pushed), 14 counts.
 -- ARGV: 1 lease token, 2 visibility timeout ms, 3 max deliveries.
 -- A retry after a lost reply (same token) gets the job it was leased, not another one, its
 -- lease renewed to the visibility timeout from now.
@@ -16,6 +16,7 @@
 -- deliveries, when the lease is the first write (nothing reclaimed), are checked by that
 -- write itself (HINCRBY fails on a wrong type before anything is written).
 local now = now_ms()
+counting(KEYS[14], now)
 local token = ARGV[1]
 local undone = redis.call('ZSCORE', KEYS[12], token)
 local mine = redis.call('HGET', KEYS[10], token)
@@ -32,10 +33,11 @@ if expiry and expiry > now then
   local n = tonumber(redis.call('HGET', KEYS[8], mine)) or 1
   local payload = redis.call('HGET', KEYS[3], mine) or ''
   local base = base_of(mine)
+  local at = redis.call('HGET', KEYS[13], mine)
   if expiry < now + tonumber(ARGV[2]) then
     redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), mine)
   end
-  return handed(1, n, mine, payload, base)
+  return handed(1, n, mine, payload, base, at, now)
 end
 local due, expired = overdue(now)
 local top = redis.call('ZRANGE', KEYS[1], 0, 0)
@@ -47,6 +49,7 @@ if reclaiming then
   redis.call('HLEN', KEYS[8])
   redis.call('LLEN', KEYS[9])
   redis.call('HLEN', KEYS[11])
+  redis.call('HLEN', KEYS[13])
   local bad = bad_sequence(KEYS[5])
   if bad then
     return bad
@@ -61,7 +64,8 @@ if top[1] then
     redis.call('HLEN', KEYS[7])
   end
   local base = base_of(id)
+  local at = redis.call('HGET', KEYS[13], id)
   local n = lease_next(id, token, now, tonumber(ARGV[2]))
-  return handed(1, n, id, payload or '', base)
+  return handed(1, n, id, payload or '', base, at, now)
 end
 return {0, next_wait(now)}

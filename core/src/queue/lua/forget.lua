@@ -1,8 +1,8 @@
 -- Delete dead jobs for good: the one named by ARGV[1], or every dead job when ARGV[2] is
 -- 'all' (never because an id is empty). KEYS: 1 dead, 2 payloads, 3 priorities,
--- 4 deliveries, 5 bases, 6 reasons. Returns how many were deleted.
+-- 4 deliveries, 5 bases, 6 reasons, 7 enqueued. Returns how many were deleted.
 redis.call('LLEN', KEYS[1])
-for i = 2, 6 do
+for i = 2, 7 do
   redis.call('HLEN', KEYS[i])
 end
 local ids
@@ -21,5 +21,6 @@ for _, id in ipairs(ids) do
   redis.call('HDEL', KEYS[4], id)
   redis.call('HDEL', KEYS[5], id)
   redis.call('HDEL', KEYS[6], id)
+  redis.call('HDEL', KEYS[7], id)
 end
 return #ids

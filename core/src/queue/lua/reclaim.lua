@@ -1,6 +1,6 @@
 -- The take scripts' reclaiming (dequeue.lua, ack_take.lua), on their KEYS: 1 ready,
 -- 2 delayed, 3 payloads, 4 priorities, 5 sequence counter, 6 in flight, 7 leases,
--- 8 deliveries, 9 dead, 10 holders, 11 bases.
+-- 8 deliveries, 9 dead, 10 holders, 11 bases (and the counts that counting named).
 -- overdue(now): the delayed jobs due and the jobs whose lease ran out (at most 1,000 of
 -- each), as two lists.
 local function overdue(now)
@@ -31,9 +31,12 @@ local function reclaim(due, expired, max)
     local n = tonumber(redis.call('HGET', KEYS[8], id)) or 0
     if n - (tonumber(redis.call('HGET', KEYS[11], id)) or 0) >= max then
       redis.call('RPUSH', KEYS[9], id)
+      count('dead', 1)
     else
       make_ready(id)
+      count('retried', 1)
     end
+    count('expired', 1)
   end
 end
 -- lease_next(id, token, now, visibility): leases ready job id to token until now +
@@ -45,18 +48,25 @@ local function lease_next(id, token, now, visibility)
   redis.call('ZADD', KEYS[6], now + visibility, id)
   redis.call('HSET', KEYS[7], id, token)
   redis.call('HSET', KEYS[10], token, id)
+  count('taken', 1)
   return n
 end
 -- base_of(id): the job's deliveries when it was last requeued from the dead list (0: never).
 local function base_of(id)
   return tonumber(redis.call('HGET', KEYS[11], id)) or 0
 end
--- handed(first, n, id, payload, base): the reply for a job handed out as delivery n:
--- {first, n, id, payload}, and, for a job requeued from the dead list (base > 0), its
--- attempt since the requeue (n - base, as a string) after them.
-local function handed(first, n, id, payload, base)
-  if base > 0 then
-    return {first, n, id, payload, tostring(n - base)}
+-- handed(first, n, id, payload, base, at, now): the reply for a job handed out as
+-- delivery n: {first, n, id, payload}, and, for a job requeued from the dead list
+-- (base > 0), its attempt since the requeue (n - base, as a string) after them; for a job
+-- whose enqueue time is known (at: server ms, as text), its attempt ('' when never
+-- requeued), then at and how long ago that was (ms, as text).
+local function handed(first, n, id, payload, base, at, now)
+  local attempt = base > 0 and tostring(n - base)
+  if at then
+    return {first, n, id, payload, attempt or '', at, tostring(math.max(now - tonumber(at), 0))}
+  end
+  if attempt then
+    return {first, n, id, payload, attempt}
   end
   return {first, n, id, payload}
 end

@@ -8,7 +8,9 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use redlease::JobInfo;
 use redlease::core::keys::Keyspace;
+use redlease::core::queue::inspect::{self as core_inspect, JobCursor, JobPage, JobState, event};
 use redlease::core::queue::{self as core_queue, QueueKeys};
 use redlease::core::semaphore::{self as core_semaphore, SemaphoreKeys};
 use redlease::core::{Command, Reply};
@@ -72,9 +74,11 @@ pub struct QueueRow {
     pub stats: Option<QueueStats>,
     /// Why it could not be read.
     pub error: Option<String>,
-    /// Age of the oldest ready job, ms (branch `observe`).
+    /// Age of the oldest ready job, ms (`None`: no ready job, or none with an enqueue time).
     pub oldest_age_ms: Option<u64>,
-    /// Taken, acked, failed and dead in the last minute (branch `observe`).
+    /// The least lease time left among jobs in flight, ms.
+    pub least_lease_left_ms: Option<u64>,
+    /// Pushed, acked, failed and dead in the last complete minute of the server's clock.
     pub per_minute: Option<Rates>,
     /// Paused (branch `pause`).
     pub paused: Option<bool>,
@@ -293,11 +297,101 @@ impl Source {
         let results = self.conn.drive_all(machines)?;
         for (row, result) in rows.iter_mut().zip(results) {
             match result {
-                Ok(stats) => row.stats = Some(stats),
+                Ok(stats) => {
+                    row.oldest_age_ms = stats.oldest_ready_age.map(|d| d.as_millis() as u64);
+                    row.least_lease_left_ms = stats.least_lease_left.map(|d| d.as_millis() as u64);
+                    row.stats = Some(stats);
+                }
                 Err(e) => row.error = Some(e),
             }
         }
+        // The last complete minute's counts (and the current one's), all queues in one batch.
+        let names: Vec<String> = rows.iter().map(|r| r.name.clone()).collect();
+        let minutes = self.counts(&names, Duration::from_secs(120))?;
+        let last_minute = (now_ms() / 60_000).saturating_sub(1) * 60_000;
+        for (row, counts) in rows.iter_mut().zip(minutes) {
+            if let Ok(counts) = counts {
+                let rates = counts
+                    .into_iter()
+                    .find(|(start, _)| *start == last_minute)
+                    .map(|(_, r)| r)
+                    .unwrap_or_default();
+                row.per_minute = Some(rates);
+            }
+        }
         Ok(rows)
+    }
+
+    /// Each queue's counts per minute over the last `span`: (minute start in Unix ms,
+    /// counts), oldest first; one batch for all queues.
+    pub fn counts(
+        &mut self,
+        names: &[String],
+        span: Duration,
+    ) -> Result<Vec<Result<Vec<(u64, Rates)>, String>>, String> {
+        let deadline = self.deadline();
+        let to = SystemTime::now();
+        let from = to.checked_sub(span).unwrap_or(UNIX_EPOCH);
+        let mut machines = Vec::new();
+        for name in names {
+            let keys = self.queue_keys(name)?;
+            machines
+                .push(core_inspect::counts(&keys, from, to, deadline).map_err(|e| e.to_string())?);
+        }
+        Ok(self
+            .conn
+            .drive_all(machines)?
+            .into_iter()
+            .map(|r| {
+                r.map(|minutes| {
+                    minutes
+                        .iter()
+                        .map(|m| {
+                            let start = m
+                                .start
+                                .duration_since(UNIX_EPOCH)
+                                .map_or(0, |d| d.as_millis() as u64);
+                            let n = |e: &str| m.get(e).max(0) as u64;
+                            let rates = Rates {
+                                pushed: n(event::PUSHED),
+                                acked: n(event::ACKED),
+                                failed: n(event::FAILED),
+                                dead: n(event::DEAD),
+                            };
+                            (start, rates)
+                        })
+                        .collect()
+                })
+            })
+            .collect())
+    }
+
+    /// A page of `queue`'s jobs in `state`, from `cursor`.
+    pub fn jobs(
+        &mut self,
+        queue: &str,
+        state: JobState,
+        cursor: Option<&JobCursor>,
+        limit: usize,
+    ) -> Result<JobPage, String> {
+        let keys = self.queue_keys(queue)?;
+        let limit = limit.clamp(1, core_inspect::MAX_PAGE);
+        let machine = core_inspect::list_jobs(&keys, state, cursor, limit, self.deadline())
+            .map_err(|e| e.to_string())?;
+        self.conn
+            .drive_all(vec![machine])?
+            .pop()
+            .unwrap_or_else(|| Err("no answer".to_owned()))
+    }
+
+    /// Job `id` of `queue`, wherever it is.
+    pub fn job(&mut self, queue: &str, id: &str) -> Result<Option<JobInfo>, String> {
+        let keys = self.queue_keys(queue)?;
+        let machine = core_inspect::job_info(&keys, id, self.deadline());
+        self.conn
+            .drive_all(vec![machine])?
+            .pop()
+            .unwrap_or_else(|| Err("no answer".to_owned()))
     }
 
     /// Every semaphore of `names`, read in one pipeline.
@@ -434,11 +528,32 @@ impl QueueRow {
             stats: None,
             error: None,
             oldest_age_ms: None,
+            least_lease_left_ms: None,
             per_minute: None,
             paused: None,
             groups: None,
         }
     }
+}
+
+/// A job as JSON (payload as a preview).
+pub fn job_json(j: &JobInfo) -> Value {
+    let ms = |t: Option<SystemTime>| {
+        t.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as u64)
+    };
+    json!({
+        "id": j.id,
+        "state": j.state.as_str(),
+        "priority": j.priority,
+        "enqueued_at_ms": ms(j.enqueued_at),
+        "age_ms": j.age.map(|d| d.as_millis() as u64),
+        "due_at_ms": ms(j.due_at),
+        "deliveries": j.deliveries,
+        "lease_left_ms": j.lease_left.map(|d| d.as_millis() as u64),
+        "payload_len": j.payload_size,
+        "preview": String::from_utf8_lossy(&j.preview),
+    })
 }
 
 /// A dead job as JSON (payload as a preview of at most 200 characters).
@@ -476,6 +591,7 @@ impl Snapshot {
                 "in_flight": q.stats.map(|s| s.in_flight),
                 "dead": q.stats.map(|s| s.dead),
                 "oldest_age_ms": q.oldest_age_ms,
+                "least_lease_left_ms": q.least_lease_left_ms,
                 "per_minute": q.per_minute.map(|r| json!({"pushed": r.pushed, "acked": r.acked, "failed": r.failed, "dead": r.dead})),
                 "paused": q.paused,
                 "groups": q.groups,

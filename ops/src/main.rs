@@ -67,16 +67,19 @@ enum Command {
     Status(Watch),
     /// Every queue: depth by state, oldest age, rates per minute, paused, groups.
     Queues(Watch),
-    /// The jobs of one state of a queue (today: `dead`).
+    /// The jobs of one state of a queue (ready, delayed, in_flight, dead), a page at a time.
     Jobs {
         /// The queue.
         queue: String,
         /// The state.
-        #[arg(long, default_value = "dead")]
+        #[arg(long, default_value = "ready")]
         state: String,
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: usize,
+        /// Where the previous page ended (its `next`).
+        #[arg(long)]
+        cursor: Option<String>,
     },
     /// The dead jobs of a queue (the same as `jobs QUEUE --state dead`).
     Dead {
@@ -222,40 +225,42 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             queue,
             state,
             limit,
+            cursor,
         } => {
-            if state != "dead" {
-                return Err(waiting(&format!("jobs in state {state:?}"), "observe"));
+            let state: redlease::JobState = state
+                .parse()
+                .map_err(|e: redlease::Error| Failure(2, e.to_string()))?;
+            let cursor = cursor.map(redlease::JobCursor::from);
+            let page = source.jobs(&queue, state, cursor.as_ref(), limit)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "jobs": page.jobs.iter().map(data::job_json).collect::<Vec<_>>(),
+                        "next": page.next.as_ref().map(|c| c.as_str()),
+                    })
+                );
+            } else {
+                println!("{}", render::jobs(&page));
             }
-            dead(&mut source, &queue, limit, json)
+            Ok(0)
         }
         Command::Dead { queue, limit } => dead(&mut source, &queue, limit, json),
-        Command::Job { queue, id } => {
-            let found = source
-                .dead(&queue, 10_000)?
-                .into_iter()
-                .find(|d| d.id == id);
-            match found {
-                Some(d) => {
-                    let mut v = data::dead_json(&d);
-                    v["state"] = "dead".into();
-                    println!(
-                        "{}",
-                        if json {
-                            v.to_string()
-                        } else {
-                            render::pretty(&v)
-                        }
-                    );
-                    Ok(0)
-                }
-                None => Err(waiting(
-                    &format!(
-                        "job {id:?} is not on the dead list; looking up a job in another state"
-                    ),
-                    "observe",
-                )),
+        Command::Job { queue, id } => match source.job(&queue, &id)? {
+            Some(job) => {
+                let v = data::job_json(&job);
+                println!(
+                    "{}",
+                    if json {
+                        v.to_string()
+                    } else {
+                        render::pretty(&v)
+                    }
+                );
+                Ok(0)
             }
-        }
+            None => Err(Failure(1, format!("no job {id:?} in queue {queue}"))),
+        },
         Command::Requeue(a) => act(&mut source, a, DeadAction::Requeue, json),
         Command::Delete(a) => act(&mut source, a, DeadAction::Delete, json),
         Command::Release {

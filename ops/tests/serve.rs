@@ -147,6 +147,12 @@ const VIEWER_RULE: &[&str] = &[
     "+lrange",
     "+hlen",
     "+hget",
+    "+hgetall",
+    "+hexists",
+    "+lpos",
+    "+type",
+    "+zcount",
+    "+zrank",
     "+zcard",
     "+zrange",
     "+zrangebyscore",
@@ -169,6 +175,9 @@ fn a_user_without_write_rights_sees_everything_and_changes_nothing() {
 
     let v = run_json(&url, &["queues", "--json"]);
     assert_eq!(v["queues"][0]["dead"], 2);
+    assert!(v["queues"][0]["per_minute"]["dead"].is_u64(), "{v}");
+    let v = run_json(&url, &["jobs", "emails", "--json"]);
+    assert_eq!(v["jobs"][0]["id"], "ready-0");
     let v = run_json(&url, &["locks", "--json"]);
     assert_eq!(v["locks"][0]["name"], "billing");
     let v = run_json(&url, &["semaphores", "--json"]);

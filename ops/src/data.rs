@@ -23,8 +23,8 @@ use crate::layout;
 /// The numbers that wait on another branch of the library, and which.
 pub const WAITING: &[(&str, &str)] = &[
     (
-        "oldest ready age, rates per minute, job lookup, jobs by state other than dead, live-client registry, lock waiters, forced release",
-        "observe",
+        "live-client registry, lock waiters, forced release",
+        "observe (its lock part)",
     ),
     ("time of death and cause on the dead list", "lifetime"),
     ("paused", "pause"),

@@ -63,6 +63,10 @@ struct State {
     error: Option<String>,
     /// (Unix ms, per queue: name, ready, delayed, in flight, dead).
     history: VecDeque<Sample>,
+    /// All queues' counts per minute over the last hour (minute start in Unix ms), summed.
+    throughput: Vec<(u64, data::Rates)>,
+    /// When `throughput` was read (Unix ms).
+    throughput_at: u64,
 }
 
 struct App {
@@ -146,8 +150,31 @@ pub fn serve(url: &str, prefix: &str, timeout: Duration, args: ServeArgs) -> Res
                         while st.history.len() > keep {
                             st.history.pop_front();
                         }
+                        let stale = s.at_ms.saturating_sub(st.throughput_at) >= 30_000;
+                        let names: Vec<String> = s.queues.iter().map(|q| q.name.clone()).collect();
+                        let at = s.at_ms;
                         st.snapshot = Some(s);
                         st.error = None;
+                        if stale {
+                            // Once every 30 s: the hour's minutes change once a minute.
+                            drop(st);
+                            let counts = sampler.counts(&names, Duration::from_secs(3600));
+                            let mut st = lock(&sampling.state);
+                            if let Ok(counts) = counts {
+                                let mut sum = std::collections::BTreeMap::<u64, data::Rates>::new();
+                                for (start, r) in counts.into_iter().flatten().flatten() {
+                                    let e = sum.entry(start).or_default();
+                                    e.pushed += r.pushed;
+                                    e.acked += r.acked;
+                                    e.failed += r.failed;
+                                    e.dead += r.dead;
+                                }
+                                st.throughput = sum.into_iter().collect();
+                                st.throughput_at = at;
+                            }
+                            continue_sleep(interval);
+                            continue;
+                        }
                     }
                     Err(e) => {
                         st.error = Some(e);
@@ -176,6 +203,10 @@ pub fn serve(url: &str, prefix: &str, timeout: Duration, args: ServeArgs) -> Res
         let _ = t.join();
     }
     Ok(())
+}
+
+fn continue_sleep(interval: Duration) {
+    std::thread::sleep(interval);
 }
 
 fn respond(request: Request, status: u16, content_type: &str, body: String) {
@@ -369,11 +400,22 @@ fn handle(app: &App, request: Request) {
                     json!({ "at_ms": at, "queues": m })
                 })
                 .collect();
+            let times: Vec<u64> = st.throughput.iter().map(|(t, _)| *t).collect();
+            let series = |name: &str, color: &str, f: fn(&data::Rates) -> u64| json!({ "name": name, "color": color, "values": st.throughput.iter().map(|(_, r)| f(r)).collect::<Vec<_>>() });
+            let throughput = json!({
+                "times": times,
+                "series": [
+                    series("pushed", "#2563eb", |r| r.pushed),
+                    series("acked", "#16a34a", |r| r.acked),
+                    series("failed", "#ea580c", |r| r.failed),
+                    series("dead", "#dc2626", |r| r.dead),
+                ],
+            });
             drop(st);
             json_response(
                 request,
                 200,
-                json!({ "samples": v, "throughput": Value::Null, "throughput_waits_on": "observe" }),
+                json!({ "samples": v, "throughput": throughput }),
             )
         }
         (Method::Get, ["api", "queues", queue, "dead"]) => {

@@ -220,6 +220,16 @@ fn a_page_load_shows_the_depth_and_a_chart() {
             && chart.contains("<polyline")
             && chart.contains("data-series=\"emails\"")
     );
+    // The throughput chart: the world's pushes, counted this minute by the library.
+    let rates = dom
+        .split("id=\"rate-chart\"")
+        .nth(1)
+        .expect("the throughput chart");
+    let rates = rates.split("</section>").next().unwrap();
+    assert!(
+        rates.contains("<polyline") && rates.contains("data-series=\"pushed\""),
+        "{rates}"
+    );
     assert!(
         !dom.contains(w.lock.lease().token.as_str()),
         "a whole owner token was shown"
@@ -236,6 +246,10 @@ fn a_page_load_shows_the_depth_and_a_chart() {
         std::thread::sleep(Duration::from_millis(250));
     }
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
+    println!(
+        "history: {}",
+        common::http(&s.addr, "GET", "/api/history", &[]).1
+    );
     screenshot(&w, &url, &shot);
     let png = std::fs::read(&shot).unwrap();
     assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000);

@@ -76,8 +76,11 @@ function drawCharts(h) {
   lineChart($("depth-chart"), times, series);
   const legend = $("depth-legend");
   legend.replaceChildren(...series.map(s => { const e = document.createElement("span"); e.style.color = s.color; e.textContent = "● " + s.name; return e; }));
-  if (h.throughput) { lineChart($("rate-chart"), h.throughput.times, h.throughput.series); }
-  else { $("rate-chart").textContent = `n/a: per-minute counters come with the library's data plane (branch ${h.throughput_waits_on}).`; }
+  if (h.throughput && h.throughput.times.length) {
+    lineChart($("rate-chart"), h.throughput.times, h.throughput.series);
+    const legend = $("rate-legend");
+    legend.replaceChildren(...h.throughput.series.map(s => { const e = document.createElement("span"); e.style.color = s.color; e.textContent = "● " + s.name; return e; }));
+  } else { $("rate-chart").textContent = "no jobs counted in the last hour"; }
 }
 
 function showDead(name) { deadQueue = name; $("dead-section").hidden = false; $("dead-queue").textContent = name; loadDead(); }

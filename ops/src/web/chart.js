@@ -32,7 +32,7 @@ function lineChart(el, times, series) {
   for (const s of series) {
     const pts = [];
     s.values.forEach((v, i) => { if (v !== null) pts.push(`${x(times[i]).toFixed(1)},${y(v).toFixed(1)}`); });
-    if (pts.length === 1) pts.push(pts[0].replace(/^[^,]+/, String(W - R)));
+    if (pts.length === 1) pts.unshift(pts[0].replace(/^[^,]+/, String(L)));
     add("polyline", { points: pts.join(" "), fill: "none", stroke: s.color, "stroke-width": 2, "data-series": s.name });
   }
   el.replaceChildren(svg);

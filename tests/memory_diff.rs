@@ -354,6 +354,57 @@ enum Cmp {
     /// first two equal, the times within tolerance (in µs), the server's clock not compared
     /// (each side has its own).
     Rate,
+    /// Queue stats `{ready, delayed, in flight, dead, oldest age ms, least lease left ms}`:
+    /// the counts equal, the times within tolerance.
+    Stats,
+    /// An inspection's reply (`{now, ...}`: a page of jobs or one job): every value that is a
+    /// time on the server's clock (within a day of the reply's `now`) compared as its
+    /// distance from `now`, within tolerance; everything else equal.
+    Jobs,
+    /// Per-minute counts `{minute, {event, n, ...}, ...}`: each event's sum over the minutes
+    /// equal (a minute's end may fall between the two servers' runs of the same events).
+    Counts,
+}
+
+/// `r`'s values that are times within a day of the first (the server's `now`), as their
+/// distance from it; nested arrays alike.
+fn relative(items: &[Reply], now: i64) -> Vec<Reply> {
+    items
+        .iter()
+        .map(|x| match x {
+            Reply::Array(a) => Reply::Array(relative(a, now)),
+            _ => match x.as_int() {
+                Some(v) if (v - now).abs() < 86_400_000 => Reply::Int(v - now),
+                _ => x.clone(),
+            },
+        })
+        .collect()
+}
+
+/// Whether two replies made relative agree: times within `tolerance`, the rest equal.
+fn same_relative(a: &[Reply], b: &[Reply], tolerance: i64) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| match (x, y) {
+            (Reply::Array(p), Reply::Array(q)) => same_relative(p, q, tolerance),
+            (Reply::Int(p), Reply::Int(q)) if x != y => (p - q).abs() <= tolerance,
+            _ => x == y,
+        })
+}
+
+/// Per-minute counts summed by event.
+fn count_sums(r: &Reply) -> Option<Vec<(String, i64)>> {
+    let mut sums: HashMap<String, i64> = HashMap::new();
+    for c in r.as_array()?.chunks(2) {
+        for f in c.get(1)?.as_array()?.chunks(2) {
+            let Reply::Bulk(e) = &f[0] else { return None };
+            *sums
+                .entry(String::from_utf8_lossy(e).into_owned())
+                .or_default() += f.get(1)?.as_int()?;
+        }
+    }
+    let mut out: Vec<_> = sums.into_iter().filter(|(_, n)| *n != 0).collect();
+    out.sort();
+    Some(out)
 }
 
 /// `{token, ms, token, ms, ...}` sorted by token.
@@ -479,12 +530,45 @@ fn same(
             Some((a, b)) if a.len() == 2 && a[0] == b[0] && a[0] == Reply::Int(0) => {
                 close(&a[1], &b[1])
             }
+            // A job with its enqueue time (each server's own clock) and wait.
+            Some((a, b)) if a.len() == 7 => {
+                a[..5] == b[..5]
+                    && a[5].as_int().is_some()
+                    && b[5].as_int().is_some()
+                    && close(&a[6], &b[6])
+            }
             _ => r == m,
         },
         Cmp::AckTake => match pair(r, m) {
             Some((a, b)) if a.len() == 3 && a[..2] == b[..2] && a[1] == Reply::Int(0) => {
                 close(&a[2], &b[2])
             }
+            // A job with its enqueue time (each server's own clock) and wait.
+            Some((a, b)) if a.len() == 7 => {
+                a[..5] == b[..5]
+                    && a[5].as_int().is_some()
+                    && b[5].as_int().is_some()
+                    && close(&a[6], &b[6])
+            }
+            _ => r == m,
+        },
+        Cmp::Stats => match pair(r, m) {
+            Some((a, b)) if a.len() == 6 => {
+                a[..4] == b[..4] && close(&a[4], &b[4]) && close(&a[5], &b[5])
+            }
+            _ => r == m,
+        },
+        Cmp::Jobs => match pair(r, m) {
+            Some((a, b)) if !a.is_empty() => match (a[0].as_int(), b[0].as_int()) {
+                (Some(x), Some(y)) => {
+                    same_relative(&relative(&a[1..], x), &relative(&b[1..], y), tolerance)
+                }
+                _ => false,
+            },
+            _ => r == m,
+        },
+        Cmp::Counts => match (count_sums(r), count_sums(m)) {
+            (Some(a), Some(b)) => a == b,
             _ => r == m,
         },
     }
@@ -863,12 +947,12 @@ impl Seq {
             max_deliveries: 1 + self.rng.below(3) as u32,
         };
         let now = Instant::now();
-        let pick = self.rng.below(20);
+        let pick = self.rng.below(23);
         // Takes (0..=8 below), delayed pushes, nacks with a backoff and extensions write
         // times: one per epoch.
         let timed = matches!(pick, 0..=13);
         if timed && self.timed {
-            return self.machine_op(queue::stats(&keys, now), Cmp::Exact);
+            return self.machine_op(queue::stats(&keys, now), Cmp::Stats);
         }
         self.timed |= timed;
         match pick {
@@ -946,7 +1030,7 @@ impl Seq {
                 let undo = spec.undo.expect("a take has an undo");
                 self.script_op(&undo, Cmp::Exact)
             }
-            15 => self.machine_op(queue::stats(&keys, now), Cmp::Exact),
+            15 => self.machine_op(queue::stats(&keys, now), Cmp::Stats),
             16 => self.machine_op(queue::dead_jobs(&keys, 10, now), Cmp::Exact),
             17 => {
                 // A dead job if one is known; else any id (requeue and forget say 0).
@@ -980,13 +1064,36 @@ impl Seq {
                     "bases",
                     "settled",
                     "undone",
+                    "enqueued",
                 ]
                 .iter()
                 .map(|p| format!("{stem}:q:{p}"))
                 .collect();
                 self.poke(&all)
             }
-            _ => self.machine_op(queue::stats(&keys, now), Cmp::Exact),
+            20 => {
+                let state = *self.rng.pick(&queue::inspect::JobState::LISTABLE);
+                let limit = 1 + self.rng.below(4);
+                let op = queue::inspect::list_jobs(&keys, state, None, limit, now).unwrap();
+                self.machine_op(op, Cmp::Jobs)
+            }
+            21 => {
+                let id = if !self.taken.is_empty() && self.rng.chance(70) {
+                    self.rng.pick(&self.taken).0.clone()
+                } else {
+                    format!("job{:04}", 1 + self.rng.below(self.counter.max(1) as usize))
+                };
+                self.machine_op(queue::inspect::job_info(&keys, &id, now), Cmp::Jobs)
+            }
+            22 => {
+                // Half an hour either side of this machine's clock, which both servers' are
+                // near (the in-process one starts at it: see `memory_side`).
+                let wall = std::time::SystemTime::now();
+                let half = Duration::from_secs(1800);
+                let op = queue::inspect::counts(&keys, wall - half, wall + half, now).unwrap();
+                self.machine_op(op, Cmp::Counts)
+            }
+            _ => self.machine_op(queue::stats(&keys, now), Cmp::Stats),
         }
     }
 
@@ -1137,21 +1244,21 @@ impl Seq {
             .unwrap_or_default();
         let is = |s: &Script| script == s.sha1 || script == s.source;
         if is(&queue::scripts::DEQUEUE)
-            && let [Reply::Int(1), _, Reply::Bulk(id), _] = items
+            && let [Reply::Int(1), _, Reply::Bulk(id), _, ..] = items
         {
-            let token = String::from_utf8_lossy(&op.command.args()[15]).into_owned();
+            let token = String::from_utf8_lossy(&op.command.args()[17]).into_owned();
             self.taken
                 .push((String::from_utf8_lossy(id).into_owned(), token));
         }
         if is(&queue::scripts::ACK_TAKE)
-            && let [_, Reply::Int(1), _, Reply::Bulk(id), _] = items
+            && let [_, Reply::Int(1..), Reply::Bulk(id), _, ..] = items
         {
-            let token = String::from_utf8_lossy(&op.command.args()[19]).into_owned();
+            let token = String::from_utf8_lossy(&op.command.args()[21]).into_owned();
             self.taken
                 .push((String::from_utf8_lossy(id).into_owned(), token));
         }
         if is(&queue::scripts::DEAD) {
-            for chunk in items.chunks(3) {
+            for chunk in items.chunks(4) {
                 if let Reply::Bulk(id) = &chunk[0] {
                     self.dead.push(String::from_utf8_lossy(id).into_owned());
                 }
@@ -1287,7 +1394,15 @@ fn memory_side(rx: mpsc::Receiver<ToMemory>, out: mpsc::Sender<Mismatch>) -> Tal
                 channels,
             } => {
                 let s = seqs.entry(seq).or_insert_with(|| {
-                    let server = MemoryServer::new();
+                    // Its clock starts at this machine's (a whole second), as Redis' reads:
+                    // the per-minute counts are kept by the minute of the server's clock.
+                    let wall = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .expect("after 1970");
+                    let clock = redlease::memory::MemoryClock::starting_at(Duration::from_secs(
+                        wall.as_secs(),
+                    ));
+                    let server = MemoryServer::with_clock(clock);
                     let subscriber = server.subscriber();
                     for (c, sharded) in &channels {
                         if *sharded {

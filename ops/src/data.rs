@@ -86,6 +86,9 @@ pub struct QueueRow {
     pub groups: Option<u64>,
 }
 
+/// Counts per minute: (minute start in Unix ms, counts), oldest first.
+pub type Minutes = Vec<(u64, Rates)>;
+
 /// Counts over the last minute.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Rates {
@@ -328,7 +331,7 @@ impl Source {
         &mut self,
         names: &[String],
         span: Duration,
-    ) -> Result<Vec<Result<Vec<(u64, Rates)>, String>>, String> {
+    ) -> Result<Vec<Result<Minutes, String>>, String> {
         let deadline = self.deadline();
         let to = SystemTime::now();
         let from = to.checked_sub(span).unwrap_or(UNIX_EPOCH);

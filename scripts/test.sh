@@ -2,7 +2,8 @@
 # The project's single test command: formatting, lints, builds of the library beside the
 # `redis` features an application may turn on, every test of the workspace, every example.
 # Installs redis-server with apt-get when it is missing (the tests start their own
-# throwaway servers through redlease_suite::RedisServer; no system service is used).
+# throwaway servers through redlease_suite::RedisServer; no system service is used), and
+# Debian's chromium for the dashboard's browser tests (ops/tests/browser.rs).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -27,18 +28,24 @@ have_redis() {
 }
 
 install_redis() {
+    install_package redis-server
+}
+
+# apt-get install $1 (redis-server, chromium), without starting any service it brings.
+install_package() {
+    local package="$1"
     local sudo=()
     if [[ "$(id -u)" -ne 0 ]]; then
         if command -v sudo >/dev/null 2>&1; then
             sudo=(sudo)
         else
-            die "redis-server is not installed and this is not root (no sudo available)." \
-                "Install it yourself: apt-get install redis-server (or set REDIS_SERVER=/path/to/redis-server)."
+            die "$package is not installed and this is not root (no sudo available)." \
+                "Install it yourself: apt-get install $package."
         fi
     fi
     if ! command -v apt-get >/dev/null 2>&1; then
-        die "redis-server is not installed and apt-get is not available." \
-            "Install redis-server with your package manager (or set REDIS_SERVER=/path/to/redis-server)."
+        die "$package is not installed and apt-get is not available." \
+            "Install $package with your package manager."
     fi
     # policy-rc.d exit code 101 keeps Debian packages from starting the system service.
     local policy=/usr/sbin/policy-rc.d created_policy=0
@@ -51,13 +58,13 @@ install_redis() {
     local status=0
     # A failed update is not fatal: the cached package index may still know redis-server.
     "${sudo[@]}" apt-get update -qq || echo "warning: apt-get update failed; trying the install anyway" >&2
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server || status=$?
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$package" || status=$?
     if [[ "$created_policy" -eq 1 ]]; then
         "${sudo[@]}" rm -f "$policy" || true
     fi
     if [[ "$status" -ne 0 ]]; then
-        die "Installing redis-server with apt-get failed (exit status $status)." \
-            "The integration tests need it: install redis-server and run scripts/test.sh again."
+        die "Installing $package with apt-get failed (exit status $status)." \
+            "The tests need it: install $package and run scripts/test.sh again."
     fi
 }
 
@@ -71,6 +78,19 @@ if ! have_redis; then
     have_redis || die "redis-server is still not on PATH after installing it."
 fi
 "${REDIS_SERVER:-redis-server}" --version
+
+# The dashboard's tests (ops/tests/browser.rs) load it in headless Chromium (CHROMIUM=path
+# to use another binary).
+step "chromium"
+if ! command -v "${CHROMIUM:-chromium}" >/dev/null 2>&1; then
+    if [[ -n "${CHROMIUM:-}" ]]; then
+        die "CHROMIUM=$CHROMIUM is not an executable; fix or unset it."
+    fi
+    echo "chromium not found on PATH: installing it with apt-get"
+    install_package chromium
+    command -v chromium >/dev/null 2>&1 || die "chromium is still not on PATH after installing it."
+fi
+"${CHROMIUM:-chromium}" --version 2>/dev/null || true
 
 step "cargo fmt --all -- --check"
 cargo fmt --all -- --check

@@ -633,10 +633,12 @@ fn a_late_take_copy_or_renewal_cannot_lease_a_timed_job_past_timeout_and_grace()
         "bases",
         "undone",
         "paused",
+        "enqueued",
+        "counts",
     ];
     let mut copy = redis::cmd("EVAL");
     copy.arg(redlease::core::queue::scripts::DEQUEUE.source)
-        .arg(13);
+        .arg(take_keys.len());
     for part in take_keys {
         copy.arg(key(part));
     }
@@ -647,7 +649,8 @@ fn a_late_take_copy_or_renewal_cannot_lease_a_timed_job_past_timeout_and_grace()
         .arg(5)
         .query(&mut conn)
         .unwrap();
-    assert_eq!(reply.len(), 7, "{reply:?}");
+    // {1, delivery, id, payload, attempt, timeout, left, enqueued at, waited}
+    assert_eq!(reply.len(), 9, "{reply:?}");
     let left: i64 = redis::from_redis_value(reply[6].clone()).unwrap();
     assert!(
         left < end - now && left >= end - now - 5,

@@ -367,6 +367,16 @@ enum Cmp {
     /// first two equal, the times within tolerance (in µs), the server's clock not compared
     /// (each side has its own).
     Rate,
+    /// Queue stats `{ready, delayed, in flight, dead, oldest age ms, least lease left ms}`:
+    /// the counts equal, the times within tolerance.
+    Stats,
+    /// An inspection's reply (`{now, ...}`: a page of jobs or one job): every value that is a
+    /// time on the server's clock (within a day of the reply's `now`) compared as its
+    /// distance from `now`, within tolerance; everything else equal.
+    Jobs,
+    /// Per-minute counts `{minute, {event, n, ...}, ...}`: each event's sum over the minutes
+    /// equal (a minute's end may fall between the two servers' runs of the same events).
+    Counts,
     /// A schedule script's reply: `{code, next, server ms}` (upsert) or `{code, server ms,
     /// version, spec, next}` (advance), all equal but the server's clock; anything else
     /// equal.
@@ -455,6 +465,47 @@ fn same_clients(r: &Reply, m: &Reply) -> bool {
         })
 }
 
+/// `r`'s values that are times within a day of the first (the server's `now`), as their
+/// distance from it; nested arrays alike.
+fn relative(items: &[Reply], now: i64) -> Vec<Reply> {
+    items
+        .iter()
+        .map(|x| match x {
+            Reply::Array(a) => Reply::Array(relative(a, now)),
+            _ => match x.as_int() {
+                Some(v) if (v - now).abs() < 86_400_000 => Reply::Int(v - now),
+                _ => x.clone(),
+            },
+        })
+        .collect()
+}
+
+/// Whether two replies made relative agree: times within `tolerance`, the rest equal.
+fn same_relative(a: &[Reply], b: &[Reply], tolerance: i64) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| match (x, y) {
+            (Reply::Array(p), Reply::Array(q)) => same_relative(p, q, tolerance),
+            (Reply::Int(p), Reply::Int(q)) if x != y => (p - q).abs() <= tolerance,
+            _ => x == y,
+        })
+}
+
+/// Per-minute counts summed by event.
+fn count_sums(r: &Reply) -> Option<Vec<(String, i64)>> {
+    let mut sums: HashMap<String, i64> = HashMap::new();
+    for c in r.as_array()?.chunks(2) {
+        for f in c.get(1)?.as_array()?.chunks(2) {
+            let Reply::Bulk(e) = &f[0] else { return None };
+            *sums
+                .entry(String::from_utf8_lossy(e).into_owned())
+                .or_default() += f.get(1)?.as_int()?;
+        }
+    }
+    let mut out: Vec<_> = sums.into_iter().filter(|(_, n)| *n != 0).collect();
+    out.sort();
+    Some(out)
+}
+
 /// `{token, ms, token, ms, ...}` sorted by token.
 fn holders(r: &Reply) -> Option<Vec<(Reply, Reply)>> {
     let items = r.as_array()?;
@@ -495,6 +546,24 @@ fn close(r: &Reply, m: &Reply, tolerance: i64) -> bool {
     match (r.as_int(), m.as_int()) {
         (Some(a), Some(b)) if a >= 0 && b >= 0 => (a - b).abs() <= tolerance,
         _ => r == m,
+    }
+}
+
+/// Whether two takes' replies of a handed job agree (`lua/reclaim.lua`'s `handed`): after
+/// the first flag, delivery, id, payload, attempt and timeout, the hold limit left within
+/// the tolerance, then the enqueue time (each server's own clock) and the wait within the
+/// tolerance.
+fn same_job(a: &[Reply], b: &[Reply], tolerance: i64) -> bool {
+    match a.len() {
+        7 if b.len() == 7 => a[..6] == b[..6] && close(&a[6], &b[6], tolerance),
+        9 if b.len() == 9 => {
+            a[..6] == b[..6]
+                && close(&a[6], &b[6], tolerance)
+                && a[7].as_int().is_some()
+                && b[7].as_int().is_some()
+                && close(&a[8], &b[8], tolerance)
+        }
+        _ => a == b,
     }
 }
 
@@ -582,12 +651,23 @@ fn same(
         }
         Cmp::Batch => match pair(r, m) {
             Some((a, b)) if a.len() == 1 => close(&a[0], &b[0]),
+            // The jobs taken: each compared as a take's.
+            Some((a, b)) => {
+                a[0] == b[0]
+                    && a[1..].iter().zip(&b[1..]).all(|(x, y)| match (x, y) {
+                        (Reply::Array(x), Reply::Array(y)) if x.len() == y.len() => {
+                            same_job(x, y, tolerance)
+                        }
+                        _ => x == y,
+                    })
+            }
             _ => r == m,
         },
         Cmp::Take => match pair(r, m) {
             Some((a, b)) if a.len() == 2 && a[0] == b[0] && a[0] == Reply::Int(0) => {
                 close(&a[1], &b[1])
             }
+            Some((a, b)) if a.len() >= 7 => same_job(&a, &b, tolerance),
             _ => r == m,
         },
         Cmp::Schedule => match pair(r, m) {
@@ -617,6 +697,26 @@ fn same(
             Some((a, b)) if a.len() == 3 && a[..2] == b[..2] && a[1] == Reply::Int(0) => {
                 close(&a[2], &b[2])
             }
+            Some((a, b)) if a.len() >= 7 => same_job(&a, &b, tolerance),
+            _ => r == m,
+        },
+        Cmp::Stats => match pair(r, m) {
+            Some((a, b)) if a.len() == 6 => {
+                a[..4] == b[..4] && close(&a[4], &b[4]) && close(&a[5], &b[5])
+            }
+            _ => r == m,
+        },
+        Cmp::Jobs => match pair(r, m) {
+            Some((a, b)) if !a.is_empty() => match (a[0].as_int(), b[0].as_int()) {
+                (Some(x), Some(y)) => {
+                    same_relative(&relative(&a[1..], x), &relative(&b[1..], y), tolerance)
+                }
+                _ => false,
+            },
+            _ => r == m,
+        },
+        Cmp::Counts => match (count_sums(r), count_sums(m)) {
+            (Some(a), Some(b)) => a == b,
             _ => r == m,
         },
     }
@@ -1084,7 +1184,7 @@ impl Seq {
         let pick = self.rng.below(20);
         let timed = matches!(pick, 0..=13);
         if timed && self.timed {
-            return self.machine_op(queue::stats(&keys, now), Cmp::Exact);
+            return self.machine_op(queue::stats(&keys, now), Cmp::Stats);
         }
         self.timed |= timed;
         let group = *self.rng.pick(&["a", "b", "c"]);
@@ -1167,7 +1267,7 @@ impl Seq {
                 .collect();
                 self.poke(&all)
             }
-            _ => self.machine_op(queue::stats(&keys, now), Cmp::Exact),
+            _ => self.machine_op(queue::stats(&keys, now), Cmp::Stats),
         }
     }
 
@@ -1231,12 +1331,12 @@ impl Seq {
             ..QueueSettings::default()
         };
         let now = Instant::now();
-        let pick = self.rng.below(20);
+        let pick = self.rng.below(23);
         // Takes (0..=8 below), delayed pushes, nacks with a backoff and extensions write
         // times: one per epoch.
         let timed = matches!(pick, 0..=13);
         if timed && self.timed {
-            return self.machine_op(queue::stats(&keys, now), Cmp::Exact);
+            return self.machine_op(queue::stats(&keys, now), Cmp::Stats);
         }
         self.timed |= timed;
         match pick {
@@ -1379,10 +1479,10 @@ impl Seq {
                             pause::Drain::new(&keys, Duration::ZERO, Duration::from_secs(1), now);
                         self.machine_op(drain, Cmp::Inspect)
                     }
-                    _ => self.machine_op(queue::stats(&keys, now), Cmp::Exact),
+                    _ => self.machine_op(queue::stats(&keys, now), Cmp::Stats),
                 }
             }
-            15 => self.machine_op(queue::stats(&keys, now), Cmp::Exact),
+            15 => self.machine_op(queue::stats(&keys, now), Cmp::Stats),
             16 => self.machine_op(queue::dead_jobs(&keys, 10, now), Cmp::Exact),
             17 => {
                 // A dead job if one is known; else any id (requeue and forget say 0).
@@ -1418,6 +1518,7 @@ impl Seq {
                     "undone",
                     "cancelled",
                     "cancel_messages",
+                    "enqueued",
                     "dedup",
                     "dedup_of",
                     "throttle",
@@ -1429,7 +1530,29 @@ impl Seq {
                 .collect();
                 self.poke(&all)
             }
-            _ => self.machine_op(queue::stats(&keys, now), Cmp::Exact),
+            20 => {
+                let state = *self.rng.pick(&queue::inspect::JobStatus::LISTABLE);
+                let limit = 1 + self.rng.below(4);
+                let op = queue::inspect::list_jobs(&keys, state, None, limit, now).unwrap();
+                self.machine_op(op, Cmp::Jobs)
+            }
+            21 => {
+                let id = if !self.taken.is_empty() && self.rng.chance(70) {
+                    self.rng.pick(&self.taken).0.clone()
+                } else {
+                    format!("job{:04}", 1 + self.rng.below(self.counter.max(1) as usize))
+                };
+                self.machine_op(queue::inspect::job_info(&keys, &id, now), Cmp::Jobs)
+            }
+            22 => {
+                // Half an hour either side of this machine's clock, which both servers' are
+                // near (the in-process one starts at it: see `memory_side`).
+                let wall = std::time::SystemTime::now();
+                let half = Duration::from_secs(1800);
+                let op = queue::inspect::counts(&keys, wall - half, wall + half, now).unwrap();
+                self.machine_op(op, Cmp::Counts)
+            }
+            _ => self.machine_op(queue::stats(&keys, now), Cmp::Stats),
         }
     }
 
@@ -1614,9 +1737,9 @@ impl Seq {
             .unwrap_or_default();
         let is = |s: &Script| script == s.sha1 || script == s.source;
         if is(&queue::scripts::DEQUEUE)
-            && let [Reply::Int(1), _, Reply::Bulk(id), _] = items
+            && let [Reply::Int(1), _, Reply::Bulk(id), _, ..] = items
         {
-            let token = String::from_utf8_lossy(&op.command.args()[16]).into_owned();
+            let token = String::from_utf8_lossy(&op.command.args()[18]).into_owned();
             self.taken
                 .push((String::from_utf8_lossy(id).into_owned(), token));
         }
@@ -1628,10 +1751,10 @@ impl Seq {
                 .push((String::from_utf8_lossy(id).into_owned(), token));
         }
         if is(&queue::scripts::ACK_TAKE)
-            && let [_, Reply::Int(1), _, Reply::Bulk(id), _] = items
+            && let [_, Reply::Int(1..), Reply::Bulk(id), _, ..] = items
         {
-            // EVALSHA, sha, 16, the 16 keys, id, token, keep, then the next token.
-            let token = String::from_utf8_lossy(&op.command.args()[22]).into_owned();
+            // EVALSHA, sha, 18, the 18 keys, id, token, keep, then the next token.
+            let token = String::from_utf8_lossy(&op.command.args()[24]).into_owned();
             self.taken
                 .push((String::from_utf8_lossy(id).into_owned(), token));
         }
@@ -1640,7 +1763,7 @@ impl Seq {
                 if let Some([Reply::Int(i), _, Reply::Bulk(id), ..]) = job.as_array()
                     && let Some(token) = usize::try_from(*i)
                         .ok()
-                        .and_then(|i| op.command.args().nth(17 + i))
+                        .and_then(|i| op.command.args().nth(19 + i))
                 {
                     self.taken.push((
                         String::from_utf8_lossy(id).into_owned(),
@@ -1787,7 +1910,15 @@ fn memory_side(rx: mpsc::Receiver<ToMemory>, out: mpsc::Sender<Mismatch>) -> Tal
                 channels,
             } => {
                 let s = seqs.entry(seq).or_insert_with(|| {
-                    let server = MemoryServer::new();
+                    // Its clock starts at this machine's (a whole second), as Redis' reads:
+                    // the per-minute counts are kept by the minute of the server's clock.
+                    let wall = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .expect("after 1970");
+                    let clock = redlease::memory::MemoryClock::starting_at(Duration::from_secs(
+                        wall.as_secs(),
+                    ));
+                    let server = MemoryServer::with_clock(clock);
                     let subscriber = server.subscriber();
                     for (c, sharded) in &channels {
                         if *sharded {

@@ -954,7 +954,7 @@ pub(crate) mod tests {
     use crate::reply::ErrorReply;
 
     /// Every prelude part and the functions it defines.
-    const PARTS: [(&str, &[&str]); 11] = [
+    const PARTS: [(&str, &[&str]); 13] = [
         (prelude::NOTIFY, &["notify"]),
         (prelude::NOW_MS, &["now_ms"]),
         (prelude::NOW_MS_UP, &["now_ms_up"]),
@@ -966,6 +966,8 @@ pub(crate) mod tests {
         (prelude::GCRA, &["gcra", "gcra_store"]),
         (prelude::DEDUP, &["dedup_clear"]),
         (prelude::DEDUP_RELEASE, &["dedup_release"]),
+        (crate::queue::scripts::COUNT, &["counting", "count"]),
+        (crate::queue::scripts::INSPECT, &["job_fields"]),
     ];
 
     /// Whether `text` calls `function` (a call, not a longer name ending the same way).

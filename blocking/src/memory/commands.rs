@@ -461,6 +461,19 @@ fn dispatch(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
                     .map_or(Reply::Nil, |s| score_reply(*s)),
             }
         }
+        "ZRANK" => {
+            need!(a.len() == 2);
+            match read_zset(ctx, &a[0]) {
+                Err(e) => e,
+                Ok(z) => z
+                    .and_then(|z| {
+                        let score = *z.scores.get(&a[1])?;
+                        let at = (Score(score), a[1].clone());
+                        Some(Reply::Int(z.order.range(..at).count() as i64))
+                    })
+                    .unwrap_or(Reply::Nil),
+            }
+        }
         "ZREM" => {
             need!(a.len() >= 2);
             let now = ctx.now_ms();

@@ -15,6 +15,8 @@ pub struct Job {
     pub(super) attempt: u64,
     /// Its deadline and cancellation signal (see `cancel.rs`).
     pub(super) signal: super::cancel::Signal,
+    /// When it was pushed and how long before this take (server clock), if recorded.
+    pub(super) enqueued: (Option<std::time::SystemTime>, Option<Duration>),
 }
 
 impl Job {
@@ -43,6 +45,19 @@ impl Job {
     /// starts again at 1, while the delivery number keeps increasing.
     pub fn attempt(&self) -> u64 {
         self.attempt
+    }
+
+    /// When the job was pushed, on the server's clock (`None`: pushed by a version of
+    /// redlease that did not record it).
+    pub fn enqueued_at(&self) -> Option<std::time::SystemTime> {
+        self.enqueued.0
+    }
+
+    /// How long the job waited: the time from its push to this take, on the server's
+    /// clock (for a redelivery it includes the earlier attempts and their backoffs).
+    /// `None` as for [`enqueued_at`](Self::enqueued_at).
+    pub fn waited(&self) -> Option<Duration> {
+        self.enqueued.1
     }
 
     /// Whether the lease is known lost (the job will be, or was, redelivered).

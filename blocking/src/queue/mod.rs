@@ -24,6 +24,7 @@ mod batch;
 mod cancel;
 mod dedup;
 mod groups;
+mod inspect;
 mod job;
 mod metered;
 mod pause;
@@ -418,6 +419,8 @@ impl Queue {
             attempt,
             timeout,
             hold_left,
+            enqueued_at,
+            waited,
             ..
         } = taken;
         let timeout = timeout.or(self.lifetime.timeout);
@@ -435,6 +438,7 @@ impl Queue {
             id,
             payload,
             attempt,
+            enqueued: (enqueued_at, waited),
         }
     }
 

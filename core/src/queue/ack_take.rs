@@ -119,7 +119,10 @@ impl OpKind for AckTakeCall {
             Reply::Int(delivery @ 1..),
             Reply::Bulk(id),
             Reply::Bulk(payload),
+            tail @ ..,
         ] = items.as_mut_slice()
+            && let Some(parsed) =
+                super::parse_job_tail(tail.iter().map(Reply::as_bulk), *delivery as u64)
         {
             let ack = match *ack {
                 1 => Ok(()),
@@ -127,8 +130,7 @@ impl OpKind for AckTakeCall {
                 _ => Err(self.not_owner(LossReason::Taken)),
             };
             let (id, payload) = (std::mem::take(id), std::mem::take(payload));
-            let delivery = *delivery as u64;
-            let job = self.job(id, delivery, JobTail::plain(delivery), payload, sent_at);
+            let job = self.job(id, *delivery as u64, parsed, payload, sent_at);
             return Ok(job.map(|job| AckedAndTaken {
                 ack,
                 next: Take::Taken(Box::new(job)),
@@ -218,6 +220,8 @@ pub(crate) fn job_on(
             attempt: tail.attempt,
             timeout: tail.timeout,
             hold_left: tail.hold_left,
+            enqueued_at: tail.enqueued.map(|(at, _)| at),
+            waited: tail.enqueued.map(|(_, waited)| waited),
             lease,
         })
     }

@@ -135,6 +135,8 @@ pub fn cancel(
             &keys.cancel_messages,
             &keys.dedup,
             &keys.dedup_of,
+            &keys.enqueued,
+            &keys.counts,
         ])
         .arg(id)
         .arg(message)
@@ -206,6 +208,8 @@ pub fn push_with_timeout(
             &keys.payloads,
             &keys.priorities,
             &keys.seq,
+            &keys.enqueued,
+            &keys.counts,
             &keys.bases,
         ])
         .arg(format!(

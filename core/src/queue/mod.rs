@@ -28,6 +28,7 @@ pub mod batch;
 pub mod cancel;
 pub mod dedup;
 pub mod groups;
+pub mod inspect;
 pub mod pause;
 pub mod schedule;
 pub mod scripts;
@@ -38,7 +39,7 @@ pub use cancel::push_with_timeout;
 pub use dedup::{Dedup, DedupOutcome, JobState, PushDedup, push_dedup};
 pub use take::{Take, TakeJob, TakenJob};
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::error::{Error, InvalidArgument};
 use crate::keys::Keyspace;
@@ -86,6 +87,10 @@ pub struct QueueKeys {
     /// The pauses (hash: `*` the whole queue, `g:<group id>` one group -> the server ms of
     /// the pause; `drain` -> the channel a drain waiter listens on): see [`pause`].
     paused: String,
+    /// When each job was pushed (server ms), by id.
+    enqueued: String,
+    /// The stem of the per-minute counts (`<counts>:<minute>`, hashes event -> n).
+    counts: String,
     channel: String,
     notify: String,
     /// The channel a drain waiter ([`pause::Drain`]) listens on, and how scripts name it.
@@ -157,14 +162,17 @@ impl KeyedCalls {
     fn new(k: &QueueKeys) -> Self {
         // The ack's keys, for the plain call and the one bound per job.
         let ack_keys = k.ack_keys();
+        let push_keys: [&str; 7] = [
+            &k.ready,
+            &k.delayed,
+            &k.payloads,
+            &k.priorities,
+            &k.seq,
+            &k.enqueued,
+            &k.counts,
+        ];
         KeyedCalls {
-            push: ScriptCall::new(&scripts::PUSH).keys(&[
-                &k.ready,
-                &k.delayed,
-                &k.payloads,
-                &k.priorities,
-                &k.seq,
-            ]),
+            push: ScriptCall::new(&scripts::PUSH).keys(&push_keys),
             dequeue: ScriptCall::new(&scripts::DEQUEUE).keys(&[
                 &k.ready,
                 &k.delayed,
@@ -179,6 +187,8 @@ impl KeyedCalls {
                 &k.bases,
                 &k.undone,
                 &k.paused,
+                &k.enqueued,
+                &k.counts,
             ]),
             nack: ScriptCall::new(&scripts::NACK).keys(&[
                 &k.inflight,
@@ -194,11 +204,12 @@ impl KeyedCalls {
                 &k.settled,
                 &k.reasons,
                 &k.paused,
+                &k.counts,
             ]),
             ack: ScriptCall::new(&scripts::ACK).keys(&ack_keys),
             ack_take: ScriptCall::new(&scripts::ACK_TAKE).keys(&k.ack_take_keys()),
             push_now: ScriptCall::new(&scripts::PUSH)
-                .keys(&[&k.ready, &k.delayed, &k.payloads, &k.priorities, &k.seq])
+                .keys(&push_keys)
                 .arg("0")
                 .arg("0")
                 .arg(&k.notify)
@@ -227,6 +238,7 @@ impl KeyedCalls {
                 &k.seq,
                 &k.deliveries,
                 &k.holders,
+                &k.counts,
                 &k.undone,
             ]),
             target: Target {
@@ -287,6 +299,8 @@ impl QueueKeys {
             throttle: k("throttle"),
             throttled: k("throttled"),
             paused: format!("{stem}:q:paused"),
+            enqueued: k("enqueued"),
+            counts: k("counts"),
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
             drained: k("drained"),
@@ -317,7 +331,7 @@ impl QueueKeys {
     }
 
     /// The keys of the take (and the batch take), in their scripts' order.
-    fn take_keys(&self) -> [&str; 13] {
+    fn take_keys(&self) -> [&str; 15] {
         [
             &self.ready,
             &self.delayed,
@@ -332,14 +346,17 @@ impl QueueKeys {
             &self.bases,
             &self.undone,
             &self.paused,
+            &self.enqueued,
+            &self.counts,
         ]
     }
 
     /// The keys of the ack (and the ack of many), in their scripts' order.
     /// The dedup keys, the ready set and the counter come after the pause key: touched only
     /// for a job pushed with a dedup id (its entry dropped, a parked keep-latest follow-up
-    /// made ready), declared for all (bytes, not commands).
-    fn ack_keys(&self) -> [&str; 13] {
+    /// made ready), declared for all (bytes, not commands); then the enqueue times and the
+    /// counts.
+    fn ack_keys(&self) -> [&str; 15] {
         [
             &self.inflight,
             &self.leases,
@@ -354,11 +371,13 @@ impl QueueKeys {
             &self.dedup_of,
             &self.ready,
             &self.seq,
+            &self.enqueued,
+            &self.counts,
         ]
     }
 
     /// The keys of the combined ack and take, in its script's order.
-    fn ack_take_keys(&self) -> [&str; 16] {
+    fn ack_take_keys(&self) -> [&str; 18] {
         [
             &self.ready,
             &self.delayed,
@@ -376,6 +395,8 @@ impl QueueKeys {
             &self.paused,
             &self.dedup,
             &self.dedup_of,
+            &self.enqueued,
+            &self.counts,
         ]
     }
 
@@ -477,39 +498,47 @@ pub(crate) struct JobTail {
     /// From the take's run to the delivery's hold limit on the server (its timeout, own or
     /// the queue's, plus the grace): the server leases it no longer.
     pub(crate) hold_left: Option<Duration>,
+    /// When it was pushed and how long before this take ([`parse_enqueued`]), if recorded.
+    pub(crate) enqueued: Option<(SystemTime, Duration)>,
 }
 
 /// Reads the tail of a handed job in a take's reply (`None` items: not bulk strings):
-/// nothing; its attempt; its attempt and timeout; or its attempt, its timeout (empty: none
-/// of its own) and the ms from the take's run to its hold limit (`lua/reclaim.lua`'s
-/// `handed`). `None` for anything else.
+/// nothing; its attempt; its attempt and timeout; its attempt, its timeout (empty: none of
+/// its own) and the ms from the take's run to its hold limit; or five: its attempt (empty:
+/// its delivery), timeout (empty: none of its own), ms to the hold limit (empty: none),
+/// enqueue time and wait (`lua/reclaim.lua`'s `handed`). `None` for anything else.
 pub(crate) fn parse_job_tail<'a>(
     tail: impl ExactSizeIterator<Item = Option<&'a [u8]>>,
     delivery: u64,
 ) -> Option<JobTail> {
     let n = tail.len();
     let mut tail = tail;
-    let mut out = JobTail {
-        attempt: delivery,
-        timeout: None,
-        hold_left: None,
-    };
-    if n > 3 {
+    let mut out = JobTail::plain(delivery);
+    if n == 4 || n > 5 {
         return None;
     }
     if let Some(attempt) = tail.next() {
-        out.attempt = parse_attempt(attempt?, delivery)?;
+        let attempt = attempt?;
+        if !(attempt.is_empty() && n == 5) {
+            out.attempt = parse_attempt(attempt, delivery)?;
+        }
     }
     if let Some(timeout) = tail.next() {
         let timeout = timeout?;
-        // Empty only beside a hold limit (the queue's timeout applies).
-        if !(timeout.is_empty() && n == 3) {
+        // Empty only beside a hold limit (the queue's timeout applies) or an enqueue time.
+        if !(timeout.is_empty() && n >= 3) {
             out.timeout = Some(parse_timeout(timeout)?);
         }
     }
     if let Some(left) = tail.next() {
-        let ms: u64 = std::str::from_utf8(left?).ok()?.parse().ok()?;
-        out.hold_left = Some(Duration::from_millis(ms));
+        let left = left?;
+        if !(left.is_empty() && n == 5) {
+            let ms: u64 = std::str::from_utf8(left).ok()?.parse().ok()?;
+            out.hold_left = Some(Duration::from_millis(ms));
+        }
+    }
+    if let (Some(at), Some(waited)) = (tail.next(), tail.next()) {
+        out.enqueued = Some(parse_enqueued(at?, waited?)?);
     }
     Some(out)
 }
@@ -521,6 +550,7 @@ impl JobTail {
             attempt: delivery,
             timeout: None,
             hold_left: None,
+            enqueued: None,
         }
     }
 }
@@ -534,6 +564,14 @@ pub(crate) fn job_tail_of(data: &[Vec<u8>], fence: u64) -> Option<JobTail> {
 /// payload, then the tail [`parse_job_tail`] reads.
 pub(crate) fn is_job_data(data: &[Vec<u8>], fence: i64) -> bool {
     data.len() >= 2 && u64::try_from(fence).is_ok_and(|fence| job_tail_of(data, fence).is_some())
+}
+
+/// A job's enqueue time (server ms since the epoch, decimal text) and how long ago that was
+/// when it was taken (ms, decimal text), as a take's reply carries them.
+pub(crate) fn parse_enqueued(at: &[u8], waited: &[u8]) -> Option<(SystemTime, Duration)> {
+    let ms = |t: &[u8]| std::str::from_utf8(t).ok()?.parse::<u64>().ok();
+    let at = SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms(at)?))?;
+    Some((at, Duration::from_millis(ms(waited)?)))
 }
 
 /// The token held in the owner slot of a call template until a real one is bound: a random
@@ -994,6 +1032,14 @@ pub struct QueueStats {
     pub in_flight: u64,
     /// Jobs on the dead list.
     pub dead: u64,
+    /// How long ago the oldest ready job was pushed, on the server's clock (`None`: no
+    /// ready job with a known enqueue time). "Oldest" among the jobs next in line at each
+    /// priority: within a priority jobs are taken in order, so it is the longest any job
+    /// about to be taken has been in the queue (Sidekiq's queue latency).
+    pub oldest_ready_age: Option<Duration>,
+    /// The least lease time left among jobs in flight (`None`: none in flight; zero: a
+    /// lease ran out and its job is redelivered at the next take).
+    pub least_lease_left: Option<Duration>,
 }
 
 /// Reads the counts.
@@ -1006,12 +1052,19 @@ impl OpKind for Stats {
 
     fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<QueueStats, Error>> {
         let n = |r: &Reply| u64::try_from(r.as_int()?).ok();
+        // -1: none.
+        let ms = |r: &Reply| match r.as_int()? {
+            -1 => Some(None),
+            v => Some(Some(Duration::from_millis(u64::try_from(v).ok()?))),
+        };
         match reply.as_array()? {
-            [a, b, c, d] => Some(Ok(QueueStats {
+            [a, b, c, d, age, left] => Some(Ok(QueueStats {
                 ready: n(a)?,
                 delayed: n(b)?,
                 in_flight: n(c)?,
                 dead: n(d)?,
+                oldest_ready_age: ms(age)?,
+                least_lease_left: ms(left)?,
             })),
             _ => None,
         }
@@ -1025,6 +1078,7 @@ pub fn stats(keys: &QueueKeys, deadline: Instant) -> ScriptOp<Stats> {
         &keys.delayed,
         &keys.inflight,
         &keys.dead,
+        &keys.enqueued,
     ]);
     ScriptOp::new(Stats, call, keys.target(), None, deadline)
 }
@@ -1122,6 +1176,7 @@ pub fn delete_dead(
             &keys.reasons,
             &keys.dedup,
             &keys.dedup_of,
+            &keys.enqueued,
         ])
         .arg(id.unwrap_or(""))
         .arg(if id.is_none() { "all" } else { "one" });

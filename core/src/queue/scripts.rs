@@ -9,31 +9,39 @@ use crate::script::prelude::*;
 /// calls): `overdue`, `reclaim`, `lease_next` and `next_wait`, on the take scripts' keys.
 pub const RECLAIM: &str = include_str!("lua/reclaim.lua");
 
+/// `lua/count.lua`: `counting(key, now)` and `count(event, n)`, the per-minute counts of
+/// what happened to a queue, called by the scripts that move its jobs (before
+/// [`RECLAIM`], which counts too).
+pub const COUNT: &str = include_str!("lua/count.lua");
+
+/// `lua/inspect.lua`: the inspection scripts' shared part, `job_fields`.
+pub const INSPECT: &str = include_str!("lua/inspect.lua");
+
 /// `lua/push.lua`
 pub static PUSH: Script = script!(
     "queue_push",
-    [NOW_MS_UP, READY, NOTIFY],
+    [NOW_MS_UP, READY, NOTIFY, COUNT],
     include_str!("lua/push.lua")
 );
 
 /// `lua/dequeue.lua`
 pub static DEQUEUE: Script = script!(
     "queue_dequeue",
-    [NOW_MS, READY, RECLAIM],
+    [NOW_MS, READY, COUNT, RECLAIM],
     include_str!("lua/dequeue.lua")
 );
 
 /// `lua/ack.lua`
 pub static ACK: Script = script!(
     "queue_ack",
-    [NOW_MS, REMEMBER, NOTIFY, READY, DEDUP_RELEASE],
+    [NOW_MS, REMEMBER, NOTIFY, READY, DEDUP_RELEASE, COUNT],
     include_str!("lua/ack.lua")
 );
 
 /// `lua/nack.lua`
 pub static NACK: Script = script!(
     "queue_nack",
-    [NOW_MS_UP, REMEMBER, READY, NOTIFY],
+    [NOW_MS_UP, REMEMBER, READY, NOTIFY, COUNT],
     include_str!("lua/nack.lua")
 );
 
@@ -52,7 +60,7 @@ pub static JOB_INSPECT: Script = script!(
 );
 
 /// `lua/stats.lua`
-pub static STATS: Script = script!("queue_stats", [], include_str!("lua/stats.lua"));
+pub static STATS: Script = script!("queue_stats", [NOW_MS], include_str!("lua/stats.lua"));
 
 /// `lua/dead.lua`
 pub static DEAD: Script = script!("queue_dead", [], include_str!("lua/dead.lua"));
@@ -67,7 +75,7 @@ pub static REQUEUE: Script = script!(
 /// `lua/untake.lua`
 pub static UNTAKE: Script = script!(
     "queue_untake",
-    [NOW_MS, REMEMBER, READY, NOTIFY],
+    [NOW_MS, REMEMBER, READY, NOTIFY, COUNT],
     include_str!("lua/untake.lua")
 );
 
@@ -77,9 +85,26 @@ pub static FORGET: Script = script!("queue_forget", [DEDUP], include_str!("lua/f
 /// `lua/ack_take.lua`
 pub static ACK_TAKE: Script = script!(
     "queue_ack_take",
-    [NOW_MS, READY, NOTIFY, RECLAIM, DEDUP_RELEASE],
+    [NOW_MS, READY, NOTIFY, COUNT, RECLAIM, DEDUP_RELEASE],
     include_str!("lua/ack_take.lua")
 );
+
+/// `lua/inspect_list.lua`: a page of the jobs in one state (read only).
+pub static INSPECT_LIST: Script = script!(
+    "queue_inspect_list",
+    [NOW_MS, INSPECT],
+    include_str!("lua/inspect_list.lua")
+);
+
+/// `lua/inspect_job.lua`: one job by id (read only).
+pub static INSPECT_JOB: Script = script!(
+    "queue_inspect_job",
+    [NOW_MS, INSPECT],
+    include_str!("lua/inspect_job.lua")
+);
+
+/// `lua/counts.lua`: the per-minute counts over a range of minutes (read only).
+pub static COUNTS: Script = script!("queue_counts", [], include_str!("lua/counts.lua"));
 
 /// `lua/pause.lua`
 pub static PAUSE: Script = script!(
@@ -91,21 +116,21 @@ pub static PAUSE: Script = script!(
 /// `lua/take_batch.lua`
 pub static TAKE_BATCH: Script = script!(
     "queue_take_batch",
-    [NOW_MS, READY, RECLAIM],
+    [NOW_MS, READY, COUNT, RECLAIM],
     include_str!("lua/take_batch.lua")
 );
 
 /// `lua/ack_many.lua`
 pub static ACK_MANY: Script = script!(
     "queue_ack_many",
-    [NOW_MS, NOTIFY, READY, DEDUP_RELEASE],
+    [NOW_MS, NOTIFY, READY, DEDUP_RELEASE, COUNT],
     include_str!("lua/ack_many.lua")
 );
 
 /// `lua/cancel.lua`
 pub static CANCEL: Script = script!(
     "queue_cancel",
-    [NOW_MS, REMEMBER, NOTIFY, DEDUP],
+    [NOW_MS, REMEMBER, NOTIFY, DEDUP, COUNT],
     include_str!("lua/cancel.lua")
 );
 
@@ -124,7 +149,7 @@ pub static PUSH_DEDUP: Script = script!(
 );
 
 /// Every queue script.
-pub static ALL: [&Script; 18] = [
+pub static ALL: [&Script; 21] = [
     &PUSH,
     &DEQUEUE,
     &ACK,
@@ -139,6 +164,9 @@ pub static ALL: [&Script; 18] = [
     &ACK_TAKE,
     &CANCEL,
     &CANCEL_MESSAGE,
+    &INSPECT_LIST,
+    &INSPECT_JOB,
+    &COUNTS,
     &PUSH_DEDUP,
     &PAUSE,
     &TAKE_BATCH,

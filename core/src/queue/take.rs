@@ -64,6 +64,13 @@ pub struct TakenJob {
     /// later than the server's (a take retried after a lost reply is told what is left of
     /// the hold its first attempt began).
     pub hold_left: Option<Duration>,
+    /// When the job was pushed, on the server's clock (`None`: pushed by a version that did
+    /// not record it).
+    pub enqueued_at: Option<std::time::SystemTime>,
+    /// How long before this take it was pushed, on the server's clock: the time it waited in
+    /// the queue for its first delivery (for a later delivery it includes the earlier
+    /// attempts and their backoffs). `None` as for [`enqueued_at`](Self::enqueued_at).
+    pub waited: Option<Duration>,
     /// The lease (the visibility timeout): its fence is [`delivery`](Self::delivery), its
     /// token proves the delivery; renew it like a lock's. Its `data` is left empty (the id
     /// and payload are the fields above).
@@ -76,7 +83,7 @@ impl TakenJob {
     pub(crate) fn from_lease(mut lease: Lease) -> Result<Self, Error> {
         let data = std::mem::take(&mut lease.data);
         let tail = super::job_tail_of(&data, lease.fence).ok_or_else(|| {
-            unexpected("a job attempt, timeout or hold limit that is not a number")
+            unexpected("a job attempt, timeout, hold limit or enqueue time that is not a number")
         })?;
         let mut data = data.into_iter();
         let (Some(id), Some(payload)) = (data.next(), data.next()) else {
@@ -90,6 +97,8 @@ impl TakenJob {
             attempt: tail.attempt,
             timeout: tail.timeout,
             hold_left: tail.hold_left,
+            enqueued_at: tail.enqueued.map(|(at, _)| at),
+            waited: tail.enqueued.map(|(_, waited)| waited),
             lease,
         })
     }

@@ -32,6 +32,8 @@ const REASONS: &str = "redlease:{jobs}:q:reasons";
 const CANCELLED: &str = "redlease:{jobs}:q:cancelled";
 const CHANNEL: &str = "redlease:{jobs}:q:pushed";
 const PAUSED: &str = "redlease:{jobs}:q:paused";
+const ENQUEUED: &str = "redlease:{jobs}:q:enqueued";
+const COUNTS: &str = "redlease:{jobs}:q:counts";
 
 fn keys() -> QueueKeys {
     QueueKeys::new(&Keyspace::default(), "jobs").unwrap()
@@ -118,17 +120,17 @@ fn push_sends_keys_then_delay_priority_channel_and_id_payload_pairs() {
     let r = s.answer(bulk(b"10"));
     let a = args(&r);
     assert_eq!(
-        a[..11],
+        a[..13],
         strs(&[
-            "EVALSHA", PUSH.sha1, "5", READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, "1500", "7",
-            CHANNEL,
+            "EVALSHA", PUSH.sha1, "7", READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, ENQUEUED, COUNTS,
+            "1500", "7", CHANNEL,
         ])
     );
-    assert_eq!(a[11..13], strs(&["a", "first"]));
-    assert_eq!(a[13], "b");
+    assert_eq!(a[13..15], strs(&["a", "first"]));
+    assert_eq!(a[15], "b");
     // Payloads travel as raw bytes.
-    assert_eq!(r.command.args()[14], b"\x00\xff binary".to_vec());
-    assert_eq!(r.command.args().len(), 15);
+    assert_eq!(r.command.args()[16], b"\x00\xff binary".to_vec());
+    assert_eq!(r.command.args().len(), 17);
     assert_eq!(
         s.expect_done(),
         Ok(vec![
@@ -145,7 +147,7 @@ fn push_without_delay_sends_zero_and_the_default_priority() {
     let op = push(&keys(), &[job("x", b"")], 0, Duration::ZERO, deadline(now)).unwrap();
     let mut s = Scenario::new(op, now);
     let r = s.answer(bulk(b"1"));
-    assert_eq!(args(&r)[8..], strs(&["0", "0", CHANNEL, "x", ""]));
+    assert_eq!(args(&r)[10..], strs(&["0", "0", CHANNEL, "x", ""]));
     assert_eq!(s.expect_done(), Ok(vec![Pushed::Queued("x".into())]));
     // The highest priority and a sub-millisecond delay (rounded up to whole ms: a job is
     // never due early).
@@ -159,7 +161,7 @@ fn push_without_delay_sends_zero_and_the_default_priority() {
     .unwrap();
     let mut s = Scenario::new(op, now);
     let r = s.answer(bulk(b"1"));
-    assert_eq!(args(&r)[8..10], strs(&["3", "255"]));
+    assert_eq!(args(&r)[10..12], strs(&["3", "255"]));
     // 999 µs is 1 ms, not nothing; whole milliseconds stay as they are.
     for (delay, sent) in [
         (Duration::from_micros(999), "1"),
@@ -168,7 +170,7 @@ fn push_without_delay_sends_zero_and_the_default_priority() {
         let op = push(&keys(), &[job("z", b"")], 0, delay, deadline(now)).unwrap();
         let mut s = Scenario::new(op, now);
         let r = s.answer(bulk(b"1"));
-        assert_eq!(args(&r)[8], sent, "{delay:?}");
+        assert_eq!(args(&r)[10], sent, "{delay:?}");
     }
 }
 
@@ -184,8 +186,8 @@ fn push_replies_of_the_wrong_shape_are_unexpected() {
         bulk(b"111"),
         Reply::Array(vec![Reply::Int(1), bulk(b"a"), Reply::Int(1), bulk(b"b")]),
         ints(&[1, 1]),
-        // An outcome other than 0 or 1.
-        bulk(b"21"),
+        // An outcome other than 0, 1 or 2 (a group full).
+        bulk(b"31"),
         bulk(b"1 "),
         bulk(b""),
         Reply::Status("11".into()),
@@ -225,7 +227,7 @@ fn push_new_sends_what_a_push_of_one_ready_job_sends_and_reads_its_flag() {
         let mut s = Scenario::new(op, now);
         let r = s.answer(bulk(flag));
         assert_eq!(args(&r), expected);
-        assert_eq!(r.command.args()[12], payload);
+        assert_eq!(r.command.args()[14], payload);
         assert_eq!(s.expect_done(), Ok(queued));
     }
     // Other shapes are not an answer.
@@ -426,7 +428,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
         strs(&[
             "EVALSHA",
             DEQUEUE.sha1,
-            "13",
+            "15",
             READY,
             DELAYED,
             PAYLOADS,
@@ -440,6 +442,8 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
             BASES,
             UNDONE,
             PAUSED,
+            ENQUEUED,
+            COUNTS,
             &tok(),
             "1500",
             "4",
@@ -474,9 +478,9 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     assert_eq!(
         call_args(lease.calls.release()),
         strs(&[
-            "EVALSHA", NACK.sha1, "13", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
-            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, PAUSED, "job-1", &t, "0", "4",
-            CHANNEL, "60000", "",
+            "EVALSHA", NACK.sha1, "14", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, PAUSED, COUNTS, "job-1", &t,
+            "0", "4", CHANNEL, "60000", "",
         ])
     );
     assert_eq!(
@@ -565,7 +569,7 @@ fn a_taken_jobs_calls_have_its_id_bound_first() {
     let r = rel.answer(Reply::Int(1));
     assert_eq!(args(&r)[1], NACK.sha1);
     assert_eq!(
-        args(&r)[16..],
+        args(&r)[17..],
         strs(&["job-1", &t, "0", "4", CHANNEL, "60000", ""])
     );
     assert_eq!(rel.expect_done(), Ok(()));
@@ -581,8 +585,9 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
     assert_eq!(
         call_args(&ack),
         strs(&[
-            "EVALSHA", ACK.sha1, "13", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
-            BASES, SETTLED, PAUSED, DEDUP, DEDUP_OF, READY, SEQ, "j", &t, "60000",
+            "EVALSHA", ACK.sha1, "15", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
+            BASES, SETTLED, PAUSED, DEDUP, DEDUP_OF, READY, SEQ, ENQUEUED, COUNTS, "j", &t,
+            "60000",
         ])
     );
     // Bound from the queue's template: the same call.
@@ -595,9 +600,9 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
     assert_eq!(
         call_args(&retry),
         strs(&[
-            "EVALSHA", NACK.sha1, "13", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
-            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, PAUSED, "j", &t, "2500", "4",
-            CHANNEL, "60000", "",
+            "EVALSHA", NACK.sha1, "14", INFLIGHT, LEASES, DELAYED, READY, PRIORITIES, SEQ,
+            DELIVERIES, DEAD_LIST, HOLDERS, BASES, SETTLED, REASONS, PAUSED, COUNTS, "j", &t,
+            "2500", "4", CHANNEL, "60000", "",
         ])
     );
     let now = s.now;
@@ -640,7 +645,7 @@ fn a_nack_says_whether_the_job_went_to_the_dead_list_and_keeps_the_reason() {
     let t = tok();
     let call = nack_because(&keys(), "j", &t, Duration::ZERO, 0, "bad payload: not JSON");
     assert_eq!(
-        call_args(&call)[16..],
+        call_args(&call)[17..],
         strs(&["j", &t, "0", "0", CHANNEL, "60000", "bad payload: not JSON"])
     );
     let now = s.now;
@@ -952,14 +957,21 @@ fn stats_op(now: Instant) -> Scenario<ScriptOp<Stats>> {
 }
 
 #[test]
-fn stats_reads_four_counts() {
+fn stats_reads_four_counts_and_two_times() {
     let now = origin();
     let mut s = stats_op(now);
-    let r = s.answer(ints(&[3, 2, 1, 0]));
+    let r = s.answer(ints(&[3, 2, 1, 0, 1500, -1]));
     assert_eq!(
         args(&r),
         strs(&[
-            "EVALSHA", STATS.sha1, "4", READY, DELAYED, INFLIGHT, DEAD_LIST
+            "EVALSHA",
+            STATS.sha1,
+            "5",
+            READY,
+            DELAYED,
+            INFLIGHT,
+            DEAD_LIST,
+            "redlease:{jobs}:q:enqueued"
         ])
     );
     assert_eq!(
@@ -968,7 +980,9 @@ fn stats_reads_four_counts() {
             ready: 3,
             delayed: 2,
             in_flight: 1,
-            dead: 0
+            dead: 0,
+            oldest_ready_age: Some(Duration::from_millis(1500)),
+            least_lease_left: None,
         })
     );
 }
@@ -1009,12 +1023,12 @@ fn malformed_stats_are_unexpected() {
 fn stats_falls_back_to_eval_on_noscript() {
     let mut s = stats_op(origin());
     s.answer(err("NOSCRIPT", "No matching script. Please use EVAL."));
-    let r = s.answer(ints(&[0, 0, 0, 7]));
+    let r = s.answer(ints(&[0, 0, 0, 7, -1, -1]));
     assert_eq!(r.command.name(), "EVAL");
     assert_eq!(&r.command.args()[1], STATS.source.as_bytes());
     assert_eq!(
         args(&r)[2..],
-        strs(&["4", READY, DELAYED, INFLIGHT, DEAD_LIST])
+        strs(&["5", READY, DELAYED, INFLIGHT, DEAD_LIST, ENQUEUED])
     );
     assert_eq!(s.expect_done().map(|st| st.dead), Ok(7));
     assert_eq!(s.sent.len(), 2);
@@ -1164,7 +1178,7 @@ fn settings_are_validated_before_anything_is_sent() {
         ..QueueSettings::default()
     };
     let spec = take(&keys(), token(), &s).unwrap();
-    assert_eq!(call_args(&spec.acquire)[17..], strs(&["10", "1"]));
+    assert_eq!(call_args(&spec.acquire)[19..], strs(&["10", "1"]));
 }
 
 #[test]
@@ -1384,8 +1398,8 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
     let mut ack = Scenario::new(job.ack(&keys(), deadline(now)), now);
     let r = ack.answer(Reply::Int(1));
     let a = args(&r);
-    assert_eq!(a[..3], strs(&["EVALSHA", ACK.sha1, "13"]));
-    assert_eq!(a[16..18], strs(&["job-9", &tok()]));
+    assert_eq!(a[..3], strs(&["EVALSHA", ACK.sha1, "15"]));
+    assert_eq!(a[18..20], strs(&["job-9", &tok()]));
     assert_eq!(ack.expect_done(), Ok(()));
 
     let mut nack = Scenario::new(
@@ -1395,7 +1409,7 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
     let r = nack.answer(Reply::Int(2));
     let a = args(&r);
     assert_eq!(a[..2], strs(&["EVALSHA", NACK.sha1]));
-    assert_eq!(a[16..20], strs(&["job-9", &tok(), "2000", "4"]));
+    assert_eq!(a[17..21], strs(&["job-9", &tok(), "2000", "4"]));
     assert_eq!(a.last().map(String::as_str), Some("boom"));
     assert_eq!(nack.expect_done(), Ok(Nacked::Dead));
 
@@ -1404,7 +1418,7 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
     let r = back.answer(Reply::Int(1));
     let a = args(&r);
     assert_eq!(a[..2], strs(&["EVALSHA", NACK.sha1]));
-    assert_eq!(a[16..19], strs(&["job-9", &tok(), "0"]));
+    assert_eq!(a[17..20], strs(&["job-9", &tok(), "0"]));
     assert_eq!(back.expect_done(), Ok(()));
 
     let mut extend = Scenario::new(
@@ -1485,16 +1499,16 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
     let sent_at = s.now;
     let r = s.answer(acked_and(1, handed(2, b"next-1", b"np")));
     let a = args(&r);
-    assert_eq!(a[..3], strs(&["EVALSHA", ACK_TAKE.sha1, "16"]));
+    assert_eq!(a[..3], strs(&["EVALSHA", ACK_TAKE.sha1, "18"]));
     assert_eq!(
-        a[3..19],
+        a[3..21],
         strs(&[
             READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, INFLIGHT, LEASES, DELIVERIES, DEAD_LIST,
-            HOLDERS, BASES, SETTLED, UNDONE, PAUSED, DEDUP, DEDUP_OF
+            HOLDERS, BASES, SETTLED, UNDONE, PAUSED, DEDUP, DEDUP_OF, ENQUEUED, COUNTS
         ])
     );
     assert_eq!(
-        a[19..],
+        a[21..],
         strs(&["done-1", &tok(), "60000", &next_tok(), "1500", "4"])
     );
     let out = s.expect_done().unwrap();
@@ -1517,11 +1531,11 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
     assert_eq!(next.lease.name(), "queue jobs job next-1");
     let mut ack = Scenario::new(next.ack(&keys(), deadline(s.now)), s.now);
     let r = ack.answer(Reply::Int(1));
-    assert_eq!(args(&r)[16..18], strs(&["next-1", &next_tok()]));
+    assert_eq!(args(&r)[18..20], strs(&["next-1", &next_tok()]));
     // Its give-back and extension name the job and the next token, as a take's would.
     let mut back = Scenario::new(next.give_back(deadline(s.now)), s.now);
     let r = back.answer(Reply::Int(1));
-    assert_eq!(args(&r)[16..19], strs(&["next-1", &next_tok(), "0"]));
+    assert_eq!(args(&r)[17..20], strs(&["next-1", &next_tok(), "0"]));
     let extend = next
         .extend(Duration::from_secs(3), deadline(s.now))
         .unwrap();
@@ -1611,8 +1625,8 @@ fn giving_up_after_lost_replies_gives_back_what_the_next_token_may_hold() {
     }
     assert!(calls >= 2, "{calls}");
     let untake = s.sent.last().unwrap();
-    assert_eq!(args(untake)[..3], strs(&["EVALSHA", UNTAKE.sha1, "8"]));
-    assert_eq!(args(untake)[11], next_tok());
+    assert_eq!(args(untake)[..3], strs(&["EVALSHA", UNTAKE.sha1, "9"]));
+    assert_eq!(args(untake)[12], next_tok());
     assert_eq!(s.expect_done(), Err(Error::Finished));
 }
 
@@ -1661,7 +1675,7 @@ fn a_reply_not_understood_gives_back_what_the_next_token_may_hold() {
         acked_and(1, vec![Reply::Int(1), Reply::Int(1), bulk(b"n"), bulk(b"")]),
         // An attempt that is not 1 to the delivery number, or not a string; a timeout of
         // 0 ms or not a number after it, or none without a hold limit; a hold limit that is
-        // not a number; four of them.
+        // not a number; an enqueue time that is not a number; four or six of them.
         acked_and(1, [handed(2, b"n", b""), vec![bulk(b"3")]].concat()),
         acked_and(1, [handed(2, b"n", b""), vec![bulk(b"0")]].concat()),
         acked_and(1, [handed(2, b"n", b""), vec![Reply::Int(1)]].concat()),
@@ -1678,6 +1692,29 @@ fn a_reply_not_understood_gives_back_what_the_next_token_may_hold() {
             [
                 handed(2, b"n", b""),
                 vec![bulk(b"1"), bulk(b"5"), bulk(b"5"), bulk(b"5")],
+            ]
+            .concat(),
+        ),
+        acked_and(
+            1,
+            [
+                handed(2, b"n", b""),
+                vec![bulk(b""), bulk(b""), bulk(b""), bulk(b"x"), bulk(b"5")],
+            ]
+            .concat(),
+        ),
+        acked_and(
+            1,
+            [
+                handed(2, b"n", b""),
+                vec![
+                    bulk(b"1"),
+                    bulk(b"5"),
+                    bulk(b"5"),
+                    bulk(b"2"),
+                    bulk(b"2"),
+                    bulk(b"2"),
+                ],
             ]
             .concat(),
         ),
@@ -1748,7 +1785,7 @@ fn ack_and_take_binds_tokens_of_any_length_and_the_settings_of_each_call() {
         let mut s = Scenario::new(op, now);
         let r = s.answer(acked_and(1, handed(1, b"n", b"")));
         assert_eq!(
-            args(&r)[19..],
+            args(&r)[21..],
             strs(&["done-1", "short", "60000", &next_tok(), vis, max])
         );
         let out = s.expect_done().unwrap();
@@ -1832,10 +1869,10 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     let plain = taken_job(&mut s);
     assert!(!plain.lease.unanswered);
     let ack = args(&Scenario::new(plain.ack(&keys(), d), now).answer(Reply::Int(1)));
-    assert_eq!(ack[2], "13", "the plain ack: {ack:?}");
+    assert_eq!(ack[2], "15", "the plain ack: {ack:?}");
     let nack = plain.nack(&keys(), Duration::ZERO, 4, "", d);
     let nack = args(&Scenario::new(nack, now).answer(Reply::Int(1)));
-    assert_eq!(nack[2], "13", "the plain nack: {nack:?}");
+    assert_eq!(nack[2], "14", "the plain nack: {nack:?}");
     // The first reply lost.
     let mut s = take_job(None);
     s.fail(TransportFailure::no_reply("timed out"));
@@ -1844,22 +1881,22 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     assert!(job.lease.unanswered);
     let ack = args(&Scenario::new(job.ack(&keys(), d), now).answer(Reply::Int(1)));
     assert_eq!(ack[1], ACK.sha1);
-    assert_eq!(ack[2], "14", "{ack:?}");
-    assert_eq!(ack[16], UNDONE);
-    assert_eq!(ack[17..], strs(&["j", &tok(), "60000", &keep]));
+    assert_eq!(ack[2], "16", "{ack:?}");
+    assert_eq!(ack[18], UNDONE);
+    assert_eq!(ack[19..], strs(&["j", &tok(), "60000", &keep]));
     let nack = job.nack(&keys(), Duration::from_micros(1500), 4, "why", d);
     let nack = args(&Scenario::new(nack, now).answer(Reply::Int(1)));
     assert_eq!(nack[1], NACK.sha1);
-    assert_eq!(nack[2], "14", "{nack:?}");
-    assert_eq!(nack[16], UNDONE);
+    assert_eq!(nack[2], "15", "{nack:?}");
+    assert_eq!(nack[17], UNDONE);
     // The backoff rounded up (1.5 ms: 2), the reason, then how long to remember.
     assert_eq!(
-        nack[17..],
+        nack[18..],
         strs(&["j", &tok(), "2", "4", CHANNEL, "60000", "why", &keep])
     );
     let give_back = args(&Scenario::new(job.give_back(d), now).answer(Reply::Int(1)));
     assert_eq!(give_back[1], NACK.sha1);
-    assert_eq!(give_back[16], UNDONE);
+    assert_eq!(give_back[17], UNDONE);
     assert_eq!(give_back.last(), Some(&keep));
     // Its ack and take: the acked token remembered too (the seventh argument).
     let op = job
@@ -1899,11 +1936,11 @@ fn a_job_handed_over_after_a_lost_reply_records_its_token_when_settled() {
     assert!(next.lease.unanswered);
     let now = s.now;
     let give_back = args(&Scenario::new(next.give_back(deadline(now)), now).answer(Reply::Int(1)));
-    assert_eq!(give_back[16], UNDONE, "{give_back:?}");
+    assert_eq!(give_back[17], UNDONE, "{give_back:?}");
     assert_eq!(give_back.last(), Some(&keep));
     let ack = args(&Scenario::new(next.ack(&keys(), deadline(now)), now).answer(Reply::Int(1)));
-    assert_eq!(ack[16], UNDONE);
-    assert_eq!(ack[17..19], strs(&["next-1", &next_tok()]));
+    assert_eq!(ack[18], UNDONE);
+    assert_eq!(ack[19..21], strs(&["next-1", &next_tok()]));
     // Answered at once: a plain lease.
     let (_, mut s) = acking_and_taking();
     s.answer(acked_and(1, handed(1, b"next-1", b"np")));
@@ -1912,7 +1949,7 @@ fn a_job_handed_over_after_a_lost_reply_records_its_token_when_settled() {
     };
     assert!(!next.lease.unanswered);
     let give_back = args(&Scenario::new(next.give_back(deadline(now)), now).answer(Reply::Int(1)));
-    assert_eq!(give_back[2], "13");
+    assert_eq!(give_back[2], "14");
 }
 
 #[test]
@@ -1950,8 +1987,10 @@ fn a_job_pushed_with_a_timeout_is_handed_over_with_it() {
     let mut p = Scenario::new(op, origin());
     let r = p.answer(bulk(b"1"));
     assert_eq!(
-        args(&r)[2..10],
-        strs(&["6", READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, BASES, "0:2"])
+        args(&r)[2..12],
+        strs(&[
+            "8", READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, ENQUEUED, COUNTS, BASES, "0:2"
+        ])
     );
     assert!(
         crate::queue::push_with_timeout(&keys, &jobs, 0, Duration::ZERO, Duration::ZERO, at)
@@ -1976,5 +2015,51 @@ fn the_scripts_default_slack_is_the_default_graces() {
         ..settings()
     };
     let spec = take(&keys(), token(), &other_grace).unwrap();
-    assert_eq!(call_args(&spec.acquire)[17..], strs(&["1500:1502", "4"]));
+    assert_eq!(call_args(&spec.acquire)[19..], strs(&["1500:1502", "4"]));
+}
+
+#[test]
+fn a_handed_jobs_tail_carries_its_attempt_timeout_hold_limit_and_enqueue_time_together() {
+    use super::{JobTail, parse_job_tail};
+    let at = |ms| std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
+    let tail = |t: &[&str]| parse_job_tail(t.iter().map(|t| Some(t.as_bytes())), 3);
+    assert_eq!(tail(&[]), Some(JobTail::plain(3)));
+    assert_eq!(tail(&["2"]).map(|t| t.attempt), Some(2));
+    assert_eq!(
+        tail(&["3", "1500"]).map(|t| (t.attempt, t.timeout)),
+        Some((3, Some(Duration::from_millis(1500))))
+    );
+    assert_eq!(
+        tail(&["2", "", "900"]).map(|t| (t.attempt, t.timeout, t.hold_left)),
+        Some((2, None, Some(Duration::from_millis(900))))
+    );
+    // With its enqueue time, five: the attempt, the timeout and the hold limit each empty
+    // when it has none.
+    assert_eq!(
+        tail(&["", "", "", "5000", "40"]),
+        Some(JobTail {
+            enqueued: Some((at(5000), Duration::from_millis(40))),
+            ..JobTail::plain(3)
+        })
+    );
+    assert_eq!(
+        tail(&["1", "1500", "2400", "5000", "40"]),
+        Some(JobTail {
+            attempt: 1,
+            timeout: Some(Duration::from_millis(1500)),
+            hold_left: Some(Duration::from_millis(2400)),
+            enqueued: Some((at(5000), Duration::from_millis(40)))
+        })
+    );
+    for bad in [
+        &["", "1500"][..],
+        &["4"],
+        &["1", "", "x"],
+        &["1", "", "", "5000"],
+        &["1", "", "", "x", "40"],
+        &["1", "0", "", "5000", "40"],
+        &["1", "", "", "5000", "40", "1"],
+    ] {
+        assert_eq!(tail(bad), None, "{bad:?}");
+    }
 }

@@ -5,7 +5,7 @@
 -- listens on; see pause.lua), 15 dedup ids, 16 the jobs' dedup entries (15 and 16 touched
 -- only for an acked job pushed with a dedup id, its id starting with '~': its entry goes,
 -- and a keep-latest follow-up parked behind it becomes ready, in this script;
--- core/src/queue/dedup.rs).
+-- core/src/queue/dedup.rs), 17 enqueued (hash id -> server ms when pushed), 18 counts.
 -- ARGV: 1 id acked, 2 its token, 3 how long to remember the settlement (ms), 4 the next
 -- token, 5 visibility timeout ms (with the hold limit's parts: lease_args in reclaim.lua),
 -- 6 max deliveries, optionally 7 how long to remember the
@@ -24,6 +24,7 @@
 -- anything is written. Jobs due or whose lease ran out (rare on a busy queue) are read for
 -- in full first.
 local now = now_ms()
+counting(KEYS[18], now)
 local id, token, next_token = ARGV[1], ARGV[2], ARGV[4]
 local visibility, slack, queue_timeout = lease_args(ARGV[5])
 local holder = redis.call('HGET', KEYS[7], id)
@@ -54,8 +55,10 @@ else
 end
 -- The next job's payload, read now (read again below if jobs are made ready first).
 local payload = top[1] and redis.call('HGET', KEYS[3], top[1])
+local at = top[1] and redis.call('HGET', KEYS[17], top[1])
 if not top[1] then
   redis.call('HLEN', KEYS[3])
+  redis.call('HLEN', KEYS[17])
 end
 local has_priority, has_base, next_base = false, false, nil
 if acking then
@@ -121,6 +124,7 @@ if acking then
       -- (The next job may be the follow-up now: its base is read again below.)
       top = redis.call('ZRANGE', KEYS[1], 0, 0)
       payload = top[1] and redis.call('HGET', KEYS[3], top[1])
+      at = top[1] and redis.call('HGET', KEYS[17], top[1])
       next_base = nil
     end
   end
@@ -135,6 +139,8 @@ if acking then
   if has_base then
     redis.call('HDEL', KEYS[11], id)
   end
+  redis.call('HDEL', KEYS[17], id)
+  count('acked', 1)
   -- Remembered for ARGV[3] ms; the key lives as long as its latest member. Members whose
   -- time has passed count for nothing; they are dropped on the acks of one millisecond in
   -- 64 (by the clock), so that a busy queue does not pay for it on every job.
@@ -172,12 +178,13 @@ if expiry and expiry > now then
   if expiry < upto then
     redis.call('ZADD', KEYS[6], upto, mine)
   end
-  return handed(ack, n, mine, payload, base, timeout, left_of(e, now))
+  return handed(ack, n, mine, payload, base, timeout, left_of(e, now), redis.call('HGET', KEYS[17], mine), now)
 end
 if reclaiming then
   reclaim(due, expired, tonumber(ARGV[6]))
   top = redis.call('ZRANGE', KEYS[1], 0, 0)
   payload = top[1] and redis.call('HGET', KEYS[3], top[1])
+  at = top[1] and redis.call('HGET', KEYS[17], top[1])
   next_base = nil
 end
 if pause[1] then
@@ -188,6 +195,6 @@ if top[1] then
   local base, timeout = base_of(top[1], next_base)
   local e = hold_end(now, timeout, slack, queue_timeout)
   local n = lease_next(top[1], next_token, now, visibility, e)
-  return handed(ack, n, top[1], payload or '', base, timeout, left_of(e, now))
+  return handed(ack, n, top[1], payload or '', base, timeout, left_of(e, now), at, now)
 end
 return {ack, 0, next_wait(now)}

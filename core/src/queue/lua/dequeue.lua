@@ -3,7 +3,8 @@
 -- token), 8 deliveries (hash id -> count), 9 dead (list), 10 holders (hash token -> id),
 -- 11 bases (hash id -> deliveries when last requeued from the dead list), 12 undone takes
 -- (zset token -> until ms: a take given back after its reply was lost takes nothing if it
--- arrives late), 13 pauses (hash; field '*': the queue is paused, see pause.lua).
+-- arrives late), 13 pauses (hash; field '*': the queue is paused, see pause.lua),
+-- 14 enqueued (hash id -> server ms when pushed), 15 counts.
 -- ARGV: 1 lease token, 2 visibility timeout ms (with the hold limit's parts: lease_args in
 -- reclaim.lua), 3 max deliveries.
 -- A retry after a lost reply (same token) gets the job it was leased, not another one, its
@@ -19,6 +20,7 @@
 -- deliveries, when the lease is the first write (nothing reclaimed), are checked by that
 -- write itself (HINCRBY fails on a wrong type before anything is written).
 local now = now_ms()
+counting(KEYS[15], now)
 local token = ARGV[1]
 local visibility, slack, queue_timeout = lease_args(ARGV[2])
 local undone = redis.call('ZSCORE', KEYS[12], token)
@@ -38,10 +40,11 @@ if expiry and expiry > now then
   local payload = redis.call('HGET', KEYS[3], mine) or ''
   local base, timeout = base_of(mine)
   local upto, e = renewed_until(token, now, visibility)
+  local at = redis.call('HGET', KEYS[14], mine)
   if expiry < upto then
     redis.call('ZADD', KEYS[6], upto, mine)
   end
-  return handed(1, n, mine, payload, base, timeout, left_of(e, now))
+  return handed(1, n, mine, payload, base, timeout, left_of(e, now), at, now)
 end
 local paused = redis.call('HEXISTS', KEYS[13], '*') == 1
 local due, expired = overdue(now)
@@ -54,6 +57,7 @@ if reclaiming then
   redis.call('HLEN', KEYS[8])
   redis.call('LLEN', KEYS[9])
   redis.call('HLEN', KEYS[11])
+  redis.call('HLEN', KEYS[14])
   local bad = bad_sequence(KEYS[5])
   if bad then
     return bad
@@ -72,7 +76,8 @@ if top[1] then
   end
   local base, timeout = base_of(id)
   local e = hold_end(now, timeout, slack, queue_timeout)
+  local at = redis.call('HGET', KEYS[14], id)
   local n = lease_next(id, token, now, visibility, e)
-  return handed(1, n, id, payload or '', base, timeout, left_of(e, now))
+  return handed(1, n, id, payload or '', base, timeout, left_of(e, now), at, now)
 end
 return {0, next_wait(now)}

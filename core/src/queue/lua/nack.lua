@@ -4,8 +4,8 @@
 -- its ack or nack is remembered, ms), 12 reasons. ARGV: 1 id, 2 token, 3 backoff ms,
 -- 4 max deliveries (0: dead now), 5 channel, 6 how long to remember the settlement (ms),
 -- 7 why it failed ('': not said). KEYS[13] pauses (hash; field 'drain': the channel a drain
--- waiter listens on, announced on by a nack; see pause.lua). Optionally KEYS[14] undone
--- takes and ARGV[8] how long to remember the token there (ms).
+-- waiter listens on, announced on by a nack; see pause.lua), KEYS[14] counts. Optionally
+-- KEYS[15] undone takes and ARGV[8] how long to remember the token there (ms).
 -- Returns 1 retried, 2 dead (the reason kept), 3 this very delivery was settled already (a
 -- retry after a lost reply finds its own nack, retried or dead), 0 the lease ran out (or the
 -- job is gone), -1 another delivery holds it.
@@ -22,19 +22,19 @@ redis.call('HLEN', KEYS[10])
 redis.call('ZCARD', KEYS[11])
 redis.call('HLEN', KEYS[12])
 local drain = redis.call('HGET', KEYS[13], 'drain')
-if KEYS[14] then
-  redis.call('ZCARD', KEYS[14])
+if KEYS[15] then
+  redis.call('ZCARD', KEYS[15])
 end
 local bad = bad_sequence(KEYS[6])
 if bad then
   return bad
 end
 local up, now = now_ms_up()
-if KEYS[14] then
+if KEYS[15] then
   -- The nack of a delivery whose take had an attempt that went unanswered: whatever the
   -- verdict, its token is remembered as undone, so that the attempt, if only delayed, takes
   -- nothing when it arrives.
-  remember(KEYS[14], ARGV[2], now, tonumber(ARGV[8]))
+  remember(KEYS[15], ARGV[2], now, tonumber(ARGV[8]))
 end
 local id = ARGV[1]
 local holder = redis.call('HGET', KEYS[2], id)
@@ -56,6 +56,8 @@ redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
 redis.call('HDEL', KEYS[9], ARGV[2], ARGV[2] .. ':e')
 remember(KEYS[11], ARGV[2], now, tonumber(ARGV[6]))
+counting(KEYS[14], now)
+count('failed', 1)
 if drain then
   notify(drain, '*')
 end
@@ -67,6 +69,7 @@ if n - base >= tonumber(ARGV[4]) then
   if ARGV[7] ~= '' then
     redis.call('HSET', KEYS[12], id, ARGV[7])
   end
+  count('dead', 1)
   return 2
 end
 local backoff = tonumber(ARGV[3])
@@ -77,5 +80,6 @@ else
   local priority = tonumber(redis.call('HGET', KEYS[5], id)) or 0
   redis.call('ZADD', KEYS[4], ready_score(priority, KEYS[6]), id)
 end
+count('retried', 1)
 notify(ARGV[5], '1')
 return 1

@@ -1,6 +1,6 @@
 -- The take scripts' reclaiming (dequeue.lua, ack_take.lua), on their KEYS: 1 ready,
 -- 2 delayed, 3 payloads, 4 priorities, 5 sequence counter, 6 in flight, 7 leases,
--- 8 deliveries, 9 dead, 10 holders, 11 bases.
+-- 8 deliveries, 9 dead, 10 holders, 11 bases (and the counts that counting named).
 -- base_of(id): the job's deliveries when it was last requeued from the dead list (0:
 -- never), and its timeout in ms (a string; nil: none), kept as 'base:timeout' when it has one;
 -- v: the stored value if the caller read it already (false: none), nil to read it here.
@@ -47,9 +47,12 @@ local function reclaim(due, expired, max)
     local n = tonumber(redis.call('HGET', KEYS[8], id)) or 0
     if n - base_of(id) >= max then
       redis.call('RPUSH', KEYS[9], id)
+      count('dead', 1)
     else
       make_ready(id)
+      count('retried', 1)
     end
+    count('expired', 1)
   end
 end
 -- lease_args(s): a take's lease argument, '<visibility ms>' or '<visibility ms>:<slack
@@ -110,15 +113,23 @@ local function lease_next(id, token, now, visibility, e)
   else
     redis.call('HSET', KEYS[10], token, id)
   end
+  count('taken', 1)
   return n, upto
 end
--- handed(first, n, id, payload, base, timeout, left): the reply for a job handed out as
--- delivery n: {first, n, id, payload}, and, for a job requeued from the dead list (base > 0)
--- or pushed with a timeout, its attempt since the requeue (n - base, as a string) after
--- them, then its timeout (ms, as a string) if it has one; for a delivery with a hold limit,
--- its attempt, its own timeout ('' for none: the queue's) and the ms left to the hold limit
--- (left_of), as strings.
-local function handed(first, n, id, payload, base, timeout, left)
+-- handed(first, n, id, payload, base, timeout, left, at, now): the reply for a job handed
+-- out as delivery n: {first, n, id, payload}, then
+-- - for a job whose enqueue time is known (at: server ms, as text): its attempt since its
+--   last requeue from the dead list (n - base), its own timeout ('' for none), the ms left to
+--   its hold limit (left_of; '' for none), at, and how long ago at was (ms), as strings;
+-- - else, for a delivery with a hold limit: its attempt, its own timeout ('' for none: the
+--   queue's) and the ms left to the hold limit;
+-- - else, for a job requeued from the dead list (base > 0) or pushed with a timeout: its
+--   attempt, then its timeout if it has one.
+local function handed(first, n, id, payload, base, timeout, left, at, now)
+  if at then
+    local waited = tostring(math.max(now - tonumber(at), 0))
+    return {first, n, id, payload, tostring(n - base), timeout or '', left and tostring(left) or '', at, waited}
+  end
   if left then
     return {first, n, id, payload, tostring(n - base), timeout or '', tostring(left)}
   end

@@ -1,7 +1,8 @@
 -- Take up to n ready jobs in one call, each on its own lease (its own token).
 -- KEYS: those of dequeue.lua: 1 ready, 2 delayed, 3 payloads, 4 priorities, 5 sequence
 -- counter, 6 in flight, 7 leases, 8 deliveries, 9 dead, 10 holders, 11 bases, 12 undone
--- takes, 13 pauses (field '*': the queue is paused).
+-- takes, 13 pauses (field '*': the queue is paused), 14 enqueued (not read: a batch's jobs
+-- carry no enqueue time), 15 counts (taken, and what the reclaiming moves).
 -- ARGV: 1 visibility timeout ms, 2 max deliveries, 3.. one lease token per job wanted.
 -- A retry after a lost reply (the same tokens) gets the jobs leased to them, their leases
 -- renewed to the visibility timeout from now (never shortened); a token remembered as
@@ -14,6 +15,7 @@
 -- lease runs out, or -2 (nothing scheduled, or paused).
 -- Every key is read before any is written (a wrong type fails before any write).
 local now = now_ms()
+counting(KEYS[15], now)
 local visibility, slack, queue_timeout = lease_args(ARGV[1])
 local paused = redis.call('HEXISTS', KEYS[13], '*') == 1
 local renew, fresh = {}, {}

@@ -1,0 +1,634 @@
+//! Where every view gets its numbers: one refresh reads the server, the queues, the locks and
+//! the semaphores in a handful of pipelines ([`Source::snapshot`]); the dead list and the
+//! actions are here too. The CLI, `check`, the dashboard, `/api/` and `/metrics` only format
+//! what this module returns.
+//!
+//! A number the library cannot give yet is `None` and shows as `n/a`; [`WAITING`] says which
+//! branch brings it.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redlease::JobInfo;
+use redlease::core::keys::Keyspace;
+use redlease::core::queue::inspect::{self as core_inspect, JobCursor, JobPage, JobStatus, event};
+use redlease::core::queue::{self as core_queue, QueueKeys};
+use redlease::core::semaphore::{self as core_semaphore, SemaphoreKeys};
+use redlease::core::{Command, Reply};
+use redlease::{DeadJob, QueueStats, SemaphoreState};
+use serde_json::{Value, json};
+
+use crate::drive::Conn;
+use crate::layout;
+
+/// The numbers that wait on another branch of the library, and which.
+pub const WAITING: &[(&str, &str)] = &[
+    (
+        "live-client registry, lock waiters, forced release",
+        "observe (its lock part)",
+    ),
+    ("time of death and cause on the dead list", "lifetime"),
+    ("paused", "pause"),
+    ("groups", "groups"),
+];
+
+/// How many characters of an owner token are ever shown.
+pub const TOKEN_SHOWN: usize = 6;
+
+/// Where the numbers come from: one server, one key prefix.
+pub struct Source {
+    url: String,
+    prefix: String,
+    keyspace: Keyspace,
+    conn: Conn,
+    timeout: Duration,
+}
+
+/// The server's identity.
+#[derive(Debug, Clone, Default)]
+pub struct ServerInfo {
+    /// The URL, password hidden.
+    pub url: String,
+    /// `redis_version` (or `valkey_version`).
+    pub version: Option<String>,
+    /// `redis_mode`: standalone, cluster, sentinel.
+    pub mode: Option<String>,
+    /// `role`: master or replica.
+    pub role: Option<String>,
+    /// Seconds since the server started.
+    pub uptime_s: Option<u64>,
+    /// Connections open now (all of them, not only redlease's).
+    pub connected_clients: Option<u64>,
+    /// Connections whose name starts with `redlease` (`CLIENT LIST`; `None` when the user
+    /// may not run it).
+    pub redlease_connections: Option<u64>,
+    /// Memory used, as the server words it.
+    pub used_memory: Option<String>,
+}
+
+/// One queue.
+#[derive(Debug, Clone)]
+pub struct QueueRow {
+    /// Its name.
+    pub name: String,
+    /// Depth by state (`None` with `error` set when it could not be read).
+    pub stats: Option<QueueStats>,
+    /// Why it could not be read.
+    pub error: Option<String>,
+    /// Age of the oldest ready job, ms (`None`: no ready job, or none with an enqueue time).
+    pub oldest_age_ms: Option<u64>,
+    /// The least lease time left among jobs in flight, ms.
+    pub least_lease_left_ms: Option<u64>,
+    /// Pushed, acked, failed and dead in the last complete minute of the server's clock.
+    pub per_minute: Option<Rates>,
+    /// Paused (branch `pause`).
+    pub paused: Option<bool>,
+    /// Groups with jobs (branch `groups`).
+    pub groups: Option<u64>,
+}
+
+/// Counts per minute: (minute start in Unix ms, counts), oldest first.
+pub type Minutes = Vec<(u64, Rates)>;
+
+/// Counts over the last minute.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rates {
+    /// Jobs pushed.
+    pub pushed: u64,
+    /// Jobs acked.
+    pub acked: u64,
+    /// Jobs failed (nacked).
+    pub failed: u64,
+    /// Jobs that went dead.
+    pub dead: u64,
+}
+
+/// One held lease lock.
+#[derive(Debug, Clone)]
+pub struct LockRow {
+    /// Its name.
+    pub name: String,
+    /// The first characters of the holder's token (never all of it).
+    pub holder: Option<String>,
+    /// Time left, ms.
+    pub ttl_ms: Option<i64>,
+    /// The last fencing token.
+    pub fence: Option<String>,
+    /// Waiters (branch `observe`).
+    pub waiters: Option<u64>,
+}
+
+/// One semaphore.
+#[derive(Debug, Clone)]
+pub struct SemaphoreRow {
+    /// Its name.
+    pub name: String,
+    /// The state (`None` with `error` set when it could not be read).
+    pub state: Option<SemaphoreState>,
+    /// Why it could not be read.
+    pub error: Option<String>,
+}
+
+/// Everything one refresh reads.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// When, Unix ms.
+    pub at_ms: u64,
+    /// The server.
+    pub server: ServerInfo,
+    /// Queues by name.
+    pub queues: Vec<QueueRow>,
+    /// Held locks by name.
+    pub locks: Vec<LockRow>,
+    /// Semaphores by name.
+    pub semaphores: Vec<SemaphoreRow>,
+    /// Whether the key walk stopped at its bound (the lists are then partial).
+    pub truncated: bool,
+    /// Round trips this refresh cost.
+    pub round_trips: u64,
+}
+
+/// `token` cut to [`TOKEN_SHOWN`] characters followed by `…`.
+pub fn short_token(token: &str) -> String {
+    let shown: String = token.chars().take(TOKEN_SHOWN).collect();
+    if shown.len() < token.len() {
+        format!("{shown}…")
+    } else {
+        shown
+    }
+}
+
+/// `url` with its password replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (auth, host) = match rest.rsplit_once('@') {
+        Some((auth, host)) => (Some(auth), host),
+        None => (None, rest),
+    };
+    match auth {
+        Some(auth) => match auth.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+            None => format!("{scheme}://***@{host}"),
+        },
+        None => url.to_owned(),
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Source {
+    /// Connects to `url`; keys under `prefix`.
+    pub fn open(url: &str, prefix: &str, timeout: Duration) -> Result<Source, String> {
+        let keyspace = Keyspace::new(prefix).map_err(|e| e.to_string())?;
+        let conn = Conn::open(url, prefix, timeout)?;
+        Ok(Source {
+            url: url.to_owned(),
+            prefix: prefix.to_owned(),
+            keyspace,
+            conn,
+            timeout,
+        })
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.timeout
+    }
+
+    /// One refresh of every view.
+    pub fn snapshot(&mut self) -> Result<Snapshot, String> {
+        let before = self.conn.round_trips;
+        let server = self.server()?;
+        let found = layout::discover(&mut self.conn, &self.prefix)?;
+        let queues = self.queues(found.queues.into_iter().collect())?;
+        let lock_names: Vec<String> = found.locks.into_iter().collect();
+        let reads = layout::read_locks(&mut self.conn, &self.prefix, &lock_names)?;
+        let locks = lock_names
+            .into_iter()
+            .zip(reads)
+            .filter(|(_, r)| r.ttl_ms.is_some() || r.token.is_some())
+            .map(|(name, r)| LockRow {
+                name,
+                holder: r.token.as_deref().map(short_token),
+                ttl_ms: r.ttl_ms,
+                fence: r.fence,
+                waiters: None,
+            })
+            .collect();
+        let semaphores = self.semaphores(found.semaphores.into_iter().collect())?;
+        Ok(Snapshot {
+            at_ms: now_ms(),
+            server,
+            queues,
+            locks,
+            semaphores,
+            truncated: found.truncated,
+            round_trips: self.conn.round_trips - before,
+        })
+    }
+
+    /// The server's identity and connection counts (two pipelines: `CLIENT LIST` alone,
+    /// since a user without the right to it would fail the whole pipeline).
+    pub fn server(&mut self) -> Result<ServerInfo, String> {
+        let info: Vec<Command> = ["server", "clients", "memory", "replication"]
+            .into_iter()
+            .map(|section| Command::new("INFO").arg(section))
+            .collect();
+        let replies = self.conn.commands(info)?;
+        let text = |r: &Reply| match r {
+            Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+            _ => String::new(),
+        };
+        let info: String = replies.iter().map(|r| text(r) + "\n").collect();
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_owned())
+        };
+        let redlease_connections =
+            match self.conn.commands(vec![Command::new("CLIENT").arg("LIST")]) {
+                Ok(replies) => match replies.first() {
+                    Some(r @ Reply::Bulk(_)) => Some(
+                        text(r)
+                            .lines()
+                            .filter(|l| {
+                                l.split(' ').any(|f| {
+                                    f.starts_with("name=redlease") && f != "name=redlease-ops"
+                                })
+                            })
+                            .count() as u64,
+                    ),
+                    _ => None,
+                },
+                Err(_) => None,
+            };
+        Ok(ServerInfo {
+            url: redact_url(&self.url),
+            version: field("valkey_version").or_else(|| field("redis_version")),
+            mode: field("server_mode").or_else(|| field("redis_mode")),
+            role: field("role"),
+            uptime_s: field("uptime_in_seconds").and_then(|v| v.parse().ok()),
+            connected_clients: field("connected_clients").and_then(|v| v.parse().ok()),
+            redlease_connections,
+            used_memory: field("used_memory_human"),
+        })
+    }
+
+    fn queue_keys(&self, name: &str) -> Result<QueueKeys, String> {
+        QueueKeys::new(&self.keyspace, name).map_err(|e| e.to_string())
+    }
+
+    /// Every queue of `names`, read in one pipeline.
+    pub fn queues(&mut self, names: Vec<String>) -> Result<Vec<QueueRow>, String> {
+        let deadline = self.deadline();
+        let mut machines = Vec::new();
+        let mut rows = Vec::new();
+        for name in names {
+            match self.queue_keys(&name) {
+                Ok(keys) => {
+                    machines.push(core_queue::stats(&keys, deadline));
+                    rows.push(QueueRow::new(name));
+                }
+                Err(_) => continue,
+            }
+        }
+        let results = self.conn.drive_all(machines)?;
+        for (row, result) in rows.iter_mut().zip(results) {
+            match result {
+                Ok(stats) => {
+                    row.oldest_age_ms = stats.oldest_ready_age.map(|d| d.as_millis() as u64);
+                    row.least_lease_left_ms = stats.least_lease_left.map(|d| d.as_millis() as u64);
+                    row.stats = Some(stats);
+                }
+                Err(e) => row.error = Some(e),
+            }
+        }
+        // The last complete minute's counts (and the current one's), all queues in one batch.
+        let names: Vec<String> = rows.iter().map(|r| r.name.clone()).collect();
+        let minutes = self.counts(&names, Duration::from_secs(120))?;
+        let last_minute = (now_ms() / 60_000).saturating_sub(1) * 60_000;
+        for (row, counts) in rows.iter_mut().zip(minutes) {
+            if let Ok(counts) = counts {
+                let rates = counts
+                    .into_iter()
+                    .find(|(start, _)| *start == last_minute)
+                    .map(|(_, r)| r)
+                    .unwrap_or_default();
+                row.per_minute = Some(rates);
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Each queue's counts per minute over the last `span`: (minute start in Unix ms,
+    /// counts), oldest first; one batch for all queues.
+    pub fn counts(
+        &mut self,
+        names: &[String],
+        span: Duration,
+    ) -> Result<Vec<Result<Minutes, String>>, String> {
+        let deadline = self.deadline();
+        let to = SystemTime::now();
+        let from = to.checked_sub(span).unwrap_or(UNIX_EPOCH);
+        let mut machines = Vec::new();
+        for name in names {
+            let keys = self.queue_keys(name)?;
+            machines
+                .push(core_inspect::counts(&keys, from, to, deadline).map_err(|e| e.to_string())?);
+        }
+        Ok(self
+            .conn
+            .drive_all(machines)?
+            .into_iter()
+            .map(|r| {
+                r.map(|minutes| {
+                    minutes
+                        .iter()
+                        .map(|m| {
+                            let start = m
+                                .start
+                                .duration_since(UNIX_EPOCH)
+                                .map_or(0, |d| d.as_millis() as u64);
+                            let n = |e: &str| m.get(e).max(0) as u64;
+                            let rates = Rates {
+                                pushed: n(event::PUSHED),
+                                acked: n(event::ACKED),
+                                failed: n(event::FAILED),
+                                dead: n(event::DEAD),
+                            };
+                            (start, rates)
+                        })
+                        .collect()
+                })
+            })
+            .collect())
+    }
+
+    /// A page of `queue`'s jobs in `state`, from `cursor`.
+    pub fn jobs(
+        &mut self,
+        queue: &str,
+        state: JobStatus,
+        cursor: Option<&JobCursor>,
+        limit: usize,
+    ) -> Result<JobPage, String> {
+        let keys = self.queue_keys(queue)?;
+        let limit = limit.clamp(1, core_inspect::MAX_PAGE);
+        let machine = core_inspect::list_jobs(&keys, state, cursor, limit, self.deadline())
+            .map_err(|e| e.to_string())?;
+        self.conn
+            .drive_all(vec![machine])?
+            .pop()
+            .unwrap_or_else(|| Err("no answer".to_owned()))
+    }
+
+    /// Job `id` of `queue`, wherever it is.
+    pub fn job(&mut self, queue: &str, id: &str) -> Result<Option<JobInfo>, String> {
+        let keys = self.queue_keys(queue)?;
+        let machine = core_inspect::job_info(&keys, id, self.deadline());
+        self.conn
+            .drive_all(vec![machine])?
+            .pop()
+            .unwrap_or_else(|| Err("no answer".to_owned()))
+    }
+
+    /// Every semaphore of `names`, read in one pipeline.
+    pub fn semaphores(&mut self, names: Vec<String>) -> Result<Vec<SemaphoreRow>, String> {
+        let deadline = self.deadline();
+        let mut machines = Vec::new();
+        let mut rows = Vec::new();
+        for name in names {
+            if let Ok(keys) = SemaphoreKeys::new(&self.keyspace, &name) {
+                machines.push(core_semaphore::read(&keys, deadline));
+                rows.push(SemaphoreRow {
+                    name,
+                    state: None,
+                    error: None,
+                });
+            }
+        }
+        let results = self.conn.drive_all(machines)?;
+        for (row, result) in rows.iter_mut().zip(results) {
+            match result {
+                Ok(state) => row.state = Some(state),
+                Err(e) => row.error = Some(e),
+            }
+        }
+        Ok(rows)
+    }
+
+    /// The oldest `limit` dead jobs of `queue`.
+    pub fn dead(&mut self, queue: &str, limit: usize) -> Result<Vec<DeadJob>, String> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let keys = self.queue_keys(queue)?;
+        let machine = core_queue::dead_jobs(&keys, limit.min(u32::MAX as usize), self.deadline());
+        self.conn
+            .drive_all(vec![machine])?
+            .pop()
+            .unwrap_or_else(|| Err("no answer".to_owned()))
+    }
+
+    /// Requeues (or with `delete`, deletes) the dead jobs of `queue` that `filter` picks
+    /// among the oldest `scan` ones, at most `limit` of them; returns the ids acted on.
+    pub fn act_on_dead(
+        &mut self,
+        queue: &str,
+        filter: &DeadFilter,
+        action: DeadAction,
+    ) -> Result<Vec<String>, String> {
+        let dead = self.dead(queue, filter.scan)?;
+        let picked: Vec<String> = dead
+            .into_iter()
+            .filter(|d| filter.picks(d))
+            .take(filter.limit)
+            .map(|d| d.id)
+            .collect();
+        let q = self.conn.client().queue(queue).map_err(|e| e.to_string())?;
+        let mut done = Vec::new();
+        for id in picked {
+            let acted = match action {
+                DeadAction::Requeue => q.requeue_dead(&id),
+                DeadAction::Delete => q.delete_dead(&id),
+            }
+            .map_err(|e| e.to_string())?;
+            if acted {
+                done.push(id);
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// What a forced release of `lock` by `token_prefix` would do, read now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReleasePlan {
+    /// Nobody holds it.
+    NotHeld,
+    /// Another holder (its shown prefix) holds it now.
+    OtherHolder(String),
+    /// The holder the operator named holds it, with this much time left (ms).
+    Matches(Option<i64>),
+}
+
+impl Source {
+    /// What releasing `lock` held by the holder whose token starts with `token_prefix`
+    /// would do (nothing is changed).
+    pub fn release_plan(&mut self, lock: &str, token_prefix: &str) -> Result<ReleasePlan, String> {
+        let read = layout::read_locks(&mut self.conn, &self.prefix, &[lock.to_owned()])?
+            .pop()
+            .unwrap_or_default();
+        Ok(match read.token {
+            None => ReleasePlan::NotHeld,
+            Some(t) if t.starts_with(token_prefix) => ReleasePlan::Matches(read.ttl_ms),
+            Some(t) => ReleasePlan::OtherHolder(short_token(&t)),
+        })
+    }
+}
+
+/// What to do with dead jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadAction {
+    /// Back to ready.
+    Requeue,
+    /// Gone for good.
+    Delete,
+}
+
+/// Which dead jobs an action picks.
+#[derive(Debug, Clone)]
+pub struct DeadFilter {
+    /// Only these ids (empty: any).
+    pub ids: Vec<String>,
+    /// Only jobs whose reason contains this text.
+    pub reason_contains: Option<String>,
+    /// At most this many.
+    pub limit: usize,
+    /// How many of the oldest dead jobs are looked at.
+    pub scan: usize,
+}
+
+impl DeadFilter {
+    fn picks(&self, d: &DeadJob) -> bool {
+        (self.ids.is_empty() || self.ids.iter().any(|i| i == &d.id))
+            && self
+                .reason_contains
+                .as_deref()
+                .is_none_or(|text| d.reason.as_deref().is_some_and(|r| r.contains(text)))
+    }
+}
+
+impl QueueRow {
+    fn new(name: String) -> Self {
+        QueueRow {
+            name,
+            stats: None,
+            error: None,
+            oldest_age_ms: None,
+            least_lease_left_ms: None,
+            per_minute: None,
+            paused: None,
+            groups: None,
+        }
+    }
+}
+
+/// A job as JSON (payload as a preview).
+pub fn job_json(j: &JobInfo) -> Value {
+    let ms = |t: Option<SystemTime>| {
+        t.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as u64)
+    };
+    json!({
+        "id": j.id,
+        "state": j.state.as_str(),
+        "priority": j.priority,
+        "enqueued_at_ms": ms(j.enqueued_at),
+        "age_ms": j.age.map(|d| d.as_millis() as u64),
+        "due_at_ms": ms(j.due_at),
+        "deliveries": j.deliveries,
+        "lease_left_ms": j.lease_left.map(|d| d.as_millis() as u64),
+        "payload_len": j.payload_size,
+        "preview": String::from_utf8_lossy(&j.preview),
+    })
+}
+
+/// A dead job as JSON (payload as a preview of at most 200 characters).
+pub fn dead_json(d: &DeadJob) -> Value {
+    let preview: String = String::from_utf8_lossy(&d.payload)
+        .chars()
+        .take(200)
+        .collect();
+    json!({
+        "id": d.id,
+        "deliveries": d.deliveries,
+        "payload_len": d.payload.len(),
+        "preview": preview,
+        "reason": d.reason,
+        "died_at_ms": Value::Null,
+    })
+}
+
+impl Snapshot {
+    /// The whole snapshot as JSON (absent numbers are `null`).
+    pub fn to_json(&self) -> Value {
+        let s = &self.server;
+        json!({
+            "at_ms": self.at_ms,
+            "server": {
+                "url": s.url, "version": s.version, "mode": s.mode, "role": s.role,
+                "uptime_s": s.uptime_s, "connected_clients": s.connected_clients,
+                "redlease_connections": s.redlease_connections, "used_memory": s.used_memory,
+                "live_clients": Value::Null,
+            },
+            "queues": self.queues.iter().map(|q| json!({
+                "name": q.name,
+                "ready": q.stats.map(|s| s.ready),
+                "delayed": q.stats.map(|s| s.delayed),
+                "in_flight": q.stats.map(|s| s.in_flight),
+                "dead": q.stats.map(|s| s.dead),
+                "oldest_age_ms": q.oldest_age_ms,
+                "least_lease_left_ms": q.least_lease_left_ms,
+                "per_minute": q.per_minute.map(|r| json!({"pushed": r.pushed, "acked": r.acked, "failed": r.failed, "dead": r.dead})),
+                "paused": q.paused,
+                "groups": q.groups,
+                "error": q.error,
+            })).collect::<Vec<_>>(),
+            "locks": self.locks.iter().map(|l| json!({
+                "name": l.name, "holder": l.holder, "ttl_ms": l.ttl_ms, "fence": l.fence, "waiters": l.waiters,
+            })).collect::<Vec<_>>(),
+            "semaphores": self.semaphores.iter().map(|m| json!({
+                "name": m.name,
+                "permits": m.state.as_ref().and_then(|s| s.permits),
+                "holders": m.state.as_ref().map(|s| s.holders.iter().map(|(t, left)| json!({
+                    "holder": short_token(t), "ttl_ms": left.as_millis() as u64,
+                })).collect::<Vec<_>>()),
+                "waiters": m.state.as_ref().map(|s| s.waiters.iter().map(|t| short_token(t)).collect::<Vec<_>>()),
+                "error": m.error,
+            })).collect::<Vec<_>>(),
+            "truncated": self.truncated,
+            "round_trips": self.round_trips,
+            "waiting_on": WAITING.iter().map(|(what, branch)| json!({"numbers": what, "branch": branch})).collect::<Vec<_>>(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_and_tokens_are_never_shown_in_full() {
+        assert_eq!(redact_url("redis://u:secret@h:1/"), "redis://u:***@h:1/");
+        assert_eq!(redact_url("redis://secret@h:1/"), "redis://***@h:1/");
+        assert_eq!(redact_url("redis://h:1/"), "redis://h:1/");
+        assert_eq!(short_token("0123456789abcdef"), "012345…");
+        assert_eq!(short_token("abc"), "abc");
+    }
+}

@@ -1,0 +1,116 @@
+"use strict";
+const NA = "n/a";
+const COLORS = ["#2563eb", "#16a34a", "#dc2626", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f", "#be185d"];
+let actionsAllowed = false;
+let deadQueue = null;
+const $ = id => document.getElementById(id);
+const tokenInput = $("token");
+tokenInput.value = sessionStorage.getItem("redlease-token") || "";
+tokenInput.addEventListener("change", () => sessionStorage.setItem("redlease-token", tokenInput.value));
+
+function cell(tr, v, numeric) {
+  const td = document.createElement("td");
+  if (v === null || v === undefined) { td.textContent = NA; td.className = "na"; }
+  else { td.textContent = String(v); if (numeric) td.className = "n"; }
+  tr.appendChild(td);
+  return td;
+}
+function secs(ms) { return ms === null || ms === undefined ? null : (ms / 1000).toFixed(1) + "s"; }
+function fill(tableId, rows, build) {
+  const body = $(tableId).tBodies[0];
+  body.replaceChildren();
+  for (const r of rows) { const tr = document.createElement("tr"); build(tr, r); body.appendChild(tr); }
+  if (!rows.length) { const tr = document.createElement("tr"); cell(tr, "(none)"); body.appendChild(tr); }
+}
+
+async function refresh() {
+  let o;
+  try { o = await (await fetch("/api/overview")).json(); } catch (e) { $("error").textContent = String(e); return; }
+  actionsAllowed = !!o.actions_allowed;
+  $("error").textContent = o.error || "";
+  $("mode").textContent = actionsAllowed ? "actions allowed" : "read-only";
+  const s = o.server || {};
+  $("server").textContent = `${s.url || ""} · ${s.version ? "Redis " + s.version : ""}`;
+  fill("queues", o.queues || [], (tr, q) => {
+    tr.dataset.queue = q.name;
+    cell(tr, q.name);
+    for (const k of ["ready", "delayed", "in_flight", "dead"]) cell(tr, q[k], true).dataset.field = k;
+    cell(tr, secs(q.oldest_age_ms), true);
+    cell(tr, q.per_minute ? q.per_minute.acked : null, true);
+    cell(tr, q.per_minute ? q.per_minute.failed : null, true);
+    cell(tr, q.paused === null ? null : (q.paused ? "yes" : "no"));
+    cell(tr, q.groups, true);
+    const td = document.createElement("td");
+    const b = document.createElement("button");
+    b.textContent = "dead letters"; b.className = "show-dead";
+    b.onclick = () => showDead(q.name);
+    td.appendChild(b); tr.appendChild(td);
+  });
+  fill("locks", o.locks || [], (tr, l) => {
+    cell(tr, l.name); cell(tr, l.holder); cell(tr, secs(l.ttl_ms), true); cell(tr, l.fence, true); cell(tr, l.waiters, true);
+  });
+  fill("semaphores", o.semaphores || [], (tr, m) => {
+    cell(tr, m.name); cell(tr, m.permits, true);
+    cell(tr, m.holders ? m.holders.map(h => `${h.holder} ${secs(h.ttl_ms)}`).join(", ") : null);
+    cell(tr, m.waiters ? m.waiters.join(", ") : null);
+  });
+  fill("status", [
+    ["version", s.version], ["mode", s.mode], ["role", s.role], ["uptime", s.uptime_s === null ? null : s.uptime_s + "s"],
+    ["connections", s.connected_clients], ["redlease connections", s.redlease_connections], ["live clients", s.live_clients],
+    ["memory", s.used_memory], ["round trips per refresh", o.round_trips],
+  ], (tr, [k, v]) => { cell(tr, k); cell(tr, v); });
+  $("waiting").textContent = "n/a until the library has it: " + (o.waiting_on || []).map(w => `${w.numbers} (branch ${w.branch})`).join("; ");
+  try { drawCharts(await (await fetch("/api/history")).json()); } catch (e) { $("error").textContent = String(e); }
+  if (deadQueue !== null) await loadDead();
+}
+
+function drawCharts(h) {
+  const samples = h.samples || [];
+  const times = samples.map(s => s.at_ms);
+  const names = new Set();
+  for (const s of samples) for (const n in s.queues) names.add(n);
+  const series = [...names].sort().slice(0, COLORS.length).map((n, i) => ({
+    name: n, color: COLORS[i],
+    values: samples.map(s => { const q = s.queues[n]; return q ? q.ready + q.delayed + q.in_flight : null; }),
+  }));
+  lineChart($("depth-chart"), times, series);
+  const legend = $("depth-legend");
+  legend.replaceChildren(...series.map(s => { const e = document.createElement("span"); e.style.color = s.color; e.textContent = "● " + s.name; return e; }));
+  if (h.throughput && h.throughput.times.length) {
+    lineChart($("rate-chart"), h.throughput.times, h.throughput.series);
+    const legend = $("rate-legend");
+    legend.replaceChildren(...h.throughput.series.map(s => { const e = document.createElement("span"); e.style.color = s.color; e.textContent = "● " + s.name; return e; }));
+  } else { $("rate-chart").textContent = "no jobs counted in the last hour"; }
+}
+
+function showDead(name) { deadQueue = name; $("dead-section").hidden = false; $("dead-queue").textContent = name; loadDead(); }
+$("dead-close").onclick = () => { deadQueue = null; $("dead-section").hidden = true; };
+
+async function loadDead() {
+  const name = deadQueue;
+  const r = await (await fetch(`/api/queues/${encodeURIComponent(name)}/dead?limit=100`)).json();
+  $("dead-note").textContent = r.error || (actionsAllowed ? "" : "read-only: actions are off");
+  fill("dead", r.jobs || [], (tr, d) => {
+    tr.dataset.id = d.id;
+    cell(tr, d.id); cell(tr, d.deliveries, true); cell(tr, d.died_at_ms); cell(tr, d.reason); cell(tr, d.payload_len, true); cell(tr, d.preview);
+    const td = document.createElement("td");
+    for (const verb of ["requeue", "delete"]) {
+      const b = document.createElement("button");
+      b.textContent = verb; b.className = verb; b.disabled = !actionsAllowed;
+      b.onclick = () => act(name, verb, d.id);
+      td.appendChild(b);
+    }
+    tr.appendChild(td);
+  });
+}
+
+async function act(name, verb, id) {
+  const r = await fetch(`/api/queues/${encodeURIComponent(name)}/dead/${verb}?id=${encodeURIComponent(id)}`,
+    { method: "POST", headers: { "X-Redlease-Token": tokenInput.value } });
+  const body = await r.json();
+  $("dead-note").textContent = r.ok ? `${verb}: ${body.done.join(", ") || "nothing"}` : `refused: ${body.error}`;
+  await refresh();
+}
+
+refresh();
+setInterval(refresh, 2000);

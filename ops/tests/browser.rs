@@ -1,0 +1,336 @@
+//! The dashboard in headless Chromium (Debian's `chromium`; scripts/test.sh installs it):
+//! a page load shows a queue's depth and a chart; requeueing a dead job through the page puts
+//! it back (checked in Redis); in read-only mode the page cannot do it.
+//!
+//! The clicks go through the DevTools protocol over a pipe (`--remote-debugging-pipe`: file
+//! descriptors 3 and 4, here two FIFOs), so no WebSocket client is needed.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{World, serve, world};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "0123456789abcdef-browser-token";
+
+fn chromium() -> String {
+    std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".to_owned())
+}
+
+/// Flags for a headless run as root in a container.
+const FLAGS: &[&str] = &[
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--no-first-run",
+    "--hide-scrollbars",
+    "--window-size=1280,1000",
+];
+
+fn profile(w: &World, name: &str) -> String {
+    let dir = w.server.dir().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    format!("--user-data-dir={}", dir.display())
+}
+
+/// Loads `url` and returns the DOM after the page's scripts ran.
+fn dump_dom(w: &World, url: &str) -> String {
+    let out = Command::new(chromium())
+        .args(FLAGS)
+        .arg(profile(w, "dump"))
+        .args(["--virtual-time-budget=5000", "--dump-dom", url])
+        .stderr(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {} ({e}): scripts/test.sh installs Debian's chromium",
+                chromium()
+            )
+        });
+    assert!(out.status.success(), "chromium --dump-dom failed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn screenshot(w: &World, url: &str, to: &Path) {
+    let status = Command::new(chromium())
+        .args(FLAGS)
+        .arg(profile(w, "shot"))
+        .arg("--virtual-time-budget=5000")
+        .arg(format!("--screenshot={}", to.display()))
+        .arg(url)
+        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .status()
+        .expect("chromium");
+    assert!(status.success());
+}
+
+/// A browser driven over the DevTools protocol.
+struct Browser {
+    child: Child,
+    to: std::fs::File,
+    from: BufReader<std::fs::File>,
+    next_id: u64,
+    session: Option<String>,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Browser {
+    fn start(w: &World) -> Browser {
+        let dir = w.server.dir();
+        let (to_path, from_path): (PathBuf, PathBuf) = (dir.join("cdp-in"), dir.join("cdp-out"));
+        for p in [&to_path, &from_path] {
+            let _ = std::fs::remove_file(p);
+            assert!(Command::new("mkfifo").arg(p).status().unwrap().success());
+        }
+        let script = format!(
+            "exec \"$0\" \"$@\" 3<'{}' 4>'{}'",
+            to_path.display(),
+            from_path.display()
+        );
+        let child = Command::new("bash")
+            .arg("-c")
+            .arg(script)
+            .arg(chromium())
+            .args(FLAGS)
+            .arg(profile(w, "cdp"))
+            .args(["--remote-debugging-pipe", "about:blank"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromium");
+        // The shell opens fd 3 (our writing end) first, then fd 4.
+        let to = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&to_path)
+            .unwrap();
+        let from = BufReader::new(std::fs::File::open(&from_path).unwrap());
+        Browser {
+            child,
+            to,
+            from,
+            next_id: 0,
+            session: None,
+        }
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        let reply = self.try_call(method, params);
+        assert!(reply["error"].is_null(), "{method}: {reply}");
+        reply["result"].clone()
+    }
+
+    /// The whole reply (`result` or `error`).
+    fn try_call(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut msg = json!({ "id": id, "method": method, "params": params });
+        if let Some(s) = &self.session {
+            msg["sessionId"] = s.clone().into();
+        }
+        self.to.write_all(msg.to_string().as_bytes()).unwrap();
+        self.to.write_all(b"\0").unwrap();
+        self.to.flush().unwrap();
+        loop {
+            let mut buf = Vec::new();
+            let n = self.from.read_until(0, &mut buf).unwrap();
+            assert!(n > 0, "chromium closed the pipe");
+            buf.pop();
+            let reply: Value = serde_json::from_slice(&buf).unwrap();
+            if reply["id"] == id {
+                return reply;
+            }
+        }
+    }
+
+    /// Opens `url` in a new tab and talks to it from now on.
+    fn open(&mut self, url: &str) {
+        let target = self.call("Target.createTarget", json!({ "url": "about:blank" }));
+        let session = self.call(
+            "Target.attachToTarget",
+            json!({ "targetId": target["targetId"], "flatten": true }),
+        );
+        self.session = Some(session["sessionId"].as_str().unwrap().to_owned());
+        self.call("Page.navigate", json!({ "url": url }));
+        // Until the page is loaded (its context replaces about:blank's meanwhile).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let r = self.try_call(
+                "Runtime.evaluate",
+                json!({ "expression": "location.href + ' ' + document.readyState", "returnByValue": true }),
+            );
+            if r["result"]["result"]["value"] == format!("{url} complete") {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the page did not load: {r}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Evaluates `expr` (a promise is awaited) in the page; its value.
+    fn eval(&mut self, expr: &str) -> Value {
+        let r = self.call(
+            "Runtime.evaluate",
+            json!({ "expression": expr, "awaitPromise": true, "returnByValue": true }),
+        );
+        assert!(r["exceptionDetails"].is_null(), "{expr}: {r}");
+        r["result"]["value"].clone()
+    }
+}
+
+/// JavaScript that waits (at most 20 s) until `cond` is true.
+fn until(cond: &str) -> String {
+    format!(
+        "(async () => {{ const end = Date.now() + 20000; \
+         while (!({cond})) {{ if (Date.now() > end) throw new Error('timed out: ' + {cond:?}); \
+         await new Promise(r => setTimeout(r, 20)); }} return true; }})()"
+    )
+}
+
+#[test]
+fn a_page_load_shows_the_depth_and_a_chart() {
+    let w = world();
+    let s = serve(&w.server.url(), &[]);
+    let url = format!("http://{}/", s.addr);
+    let dom = dump_dom(&w, &url);
+    let row = dom
+        .split("<tr data-queue=\"emails\">")
+        .nth(1)
+        .expect("a row for queue emails")
+        .split("</tr>")
+        .next()
+        .unwrap();
+    // ready 1, delayed 0, in flight 0, dead 2.
+    assert!(row.contains("data-field=\"ready\">1<"), "{row}");
+    assert!(row.contains("data-field=\"dead\">2<"), "{row}");
+    let chart = dom.split("id=\"depth-chart\"").nth(1).expect("the chart");
+    assert!(
+        chart.contains("<svg")
+            && chart.contains("<polyline")
+            && chart.contains("data-series=\"emails\"")
+    );
+    // The throughput chart: the world's pushes, counted this minute by the library.
+    let rates = dom
+        .split("id=\"rate-chart\"")
+        .nth(1)
+        .expect("the throughput chart");
+    let rates = rates.split("</section>").next().unwrap();
+    assert!(
+        rates.contains("<polyline") && rates.contains("data-series=\"pushed\""),
+        "{rates}"
+    );
+    assert!(
+        !dom.contains(w.lock.lease().token.as_str()),
+        "a whole owner token was shown"
+    );
+
+    // The README's screenshot, after some traffic so that the chart moves: into target/,
+    // and into docs/ when asked.
+    let reports = w.client.queue("reports").unwrap();
+    for i in 0..12 {
+        reports.push(format!("report {i}")).unwrap();
+        if i % 3 == 0 {
+            q_take_ack(&w);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
+    println!(
+        "history: {}",
+        common::http(&s.addr, "GET", "/api/history", &[]).1
+    );
+    screenshot(&w, &url, &shot);
+    let png = std::fs::read(&shot).unwrap();
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000);
+    if std::env::var_os("REDLEASE_UPDATE_SCREENSHOT").is_some() {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/dashboard.png");
+        std::fs::write(docs, png).unwrap();
+    }
+}
+
+/// Takes and acks one job of `emails`, if there is one.
+fn q_take_ack(w: &World) {
+    let q = w.client.queue("emails").unwrap();
+    if let Some(job) = q.try_take().unwrap() {
+        job.ack().unwrap();
+    } else {
+        q.push("more mail").unwrap();
+    }
+}
+
+#[test]
+fn requeueing_through_the_page_puts_the_job_back_and_read_only_refuses() {
+    let w = world();
+    let q = w.client.queue("emails").unwrap();
+
+    // Read-only: the buttons are off, and the server refuses the request the page could send.
+    let ro = serve(&w.server.url(), &[]);
+    let mut b = Browser::start(&w);
+    b.open(&format!("http://{}/", ro.addr));
+    b.eval(&until(
+        "document.querySelector('tr[data-queue=\"emails\"] button.show-dead')",
+    ));
+    b.eval("document.querySelector('tr[data-queue=\"emails\"] button.show-dead').click()");
+    b.eval(&until(
+        "document.querySelector('#dead tr[data-id=\"dead-0\"] button.requeue')",
+    ));
+    assert_eq!(
+        b.eval("document.querySelector('#dead tr[data-id=\"dead-0\"] button.requeue').disabled"),
+        true
+    );
+    let status = b.eval(&format!(
+        "fetch('/api/queues/emails/dead/requeue?id=dead-0', {{method: 'POST', headers: {{'X-Redlease-Token': '{TOKEN}'}}}}).then(r => r.status)"
+    ));
+    assert_eq!(status, 403);
+    assert_eq!(q.stats().unwrap().dead, 2);
+    drop(b);
+
+    // Actions allowed: type the token, open the dead letters, click requeue.
+    let file = w.server.dir().join("browser-token");
+    std::fs::write(&file, TOKEN).unwrap();
+    let rw = serve(
+        &w.server.url(),
+        &["--allow-actions", "--token-file", file.to_str().unwrap()],
+    );
+    let mut b = Browser::start(&w);
+    b.open(&format!("http://{}/", rw.addr));
+    b.eval(&until(
+        "document.querySelector('tr[data-queue=\"emails\"] button.show-dead')",
+    ));
+    b.eval(&format!(
+        "(() => {{ const t = document.getElementById('token'); t.value = '{TOKEN}'; t.dispatchEvent(new Event('change')); }})()"
+    ));
+    b.eval("document.querySelector('tr[data-queue=\"emails\"] button.show-dead').click()");
+    b.eval(&until(
+        "document.querySelector('#dead tr[data-id=\"dead-0\"] button.requeue') && !document.querySelector('#dead tr[data-id=\"dead-0\"] button.requeue').disabled",
+    ));
+    b.eval("document.querySelector('#dead tr[data-id=\"dead-0\"] button.requeue').click()");
+    b.eval(&until(
+        "document.getElementById('dead-note').textContent.startsWith('requeue: dead-0')",
+    ));
+    // In Redis: back to ready, one dead left.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let st = loop {
+        let st = q.stats().unwrap();
+        if st.dead == 1 || Instant::now() > deadline {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!((st.ready, st.dead), (2, 1));
+    let left: Vec<String> = q.dead_jobs(10).unwrap().into_iter().map(|d| d.id).collect();
+    assert_eq!(left, ["dead-1"]);
+    let job = q.try_take().unwrap().expect("a ready job");
+    assert!(job.id() == "dead-0" || job.id() == "ready-0");
+}

@@ -1,0 +1,286 @@
+//! `redlease serve` against a real redis-server: the JSON API, `/metrics`, the safety rules,
+//! a read-only ACL user, and the cost of one refresh.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{World, http, redis_conn, run, run_json, serve, world};
+use serde_json::Value;
+
+const TOKEN: &str = "0123456789abcdef-test-token";
+
+fn token_file(w: &World) -> String {
+    let path = w.server.dir().join("ops-token");
+    std::fs::write(&path, format!("{TOKEN}\n")).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn the_api_and_metrics_show_the_queues_locks_and_semaphores() {
+    let w = world();
+    let s = serve(&w.server.url(), &[]);
+    let (status, body) = http(&s.addr, "GET", "/api/overview", &[]);
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let emails = v["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "emails")
+        .unwrap();
+    assert_eq!(
+        (emails["ready"].as_u64(), emails["dead"].as_u64()),
+        (Some(1), Some(2))
+    );
+    assert_eq!(v["locks"][0]["name"], "billing");
+    assert_eq!(v["semaphores"][0]["permits"], 3);
+    assert_eq!(v["actions_allowed"], false);
+    assert!(!body.contains(w.lock.lease().token.as_str()));
+
+    let (status, body) = http(&s.addr, "GET", "/api/queues/emails/dead", &[]);
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["jobs"][0]["reason"], "smtp timeout");
+
+    let (status, body) = http(&s.addr, "GET", "/api/history", &[]);
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v["samples"].as_array().unwrap().last().unwrap()["queues"]["emails"]["dead"],
+        2
+    );
+
+    let (status, metrics) = http(&s.addr, "GET", "/metrics", &[]);
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("redlease_queue_jobs{queue=\"emails\",state=\"dead\"} 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("redlease_queue_jobs{queue=\"emails\",state=\"ready\"} 1"));
+    assert!(metrics.contains("redlease_semaphore_holders{semaphore=\"api\"} 1"));
+    assert!(metrics.contains("# TYPE redlease_lock_ttl_seconds gauge"));
+}
+
+#[test]
+fn actions_need_the_flag_the_token_and_the_same_site() {
+    let w = world();
+    let url = w.server.url();
+    let q = w.client.queue("emails").unwrap();
+    let requeue = "/api/queues/emails/dead/requeue?id=dead-0";
+
+    // Read-only by default, whatever the request carries.
+    let ro = serve(&url, &[]);
+    let (status, body) = http(&ro.addr, "POST", requeue, &[("X-Redlease-Token", TOKEN)]);
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("read-only"));
+    assert_eq!(q.stats().unwrap().dead, 2);
+
+    // Actions allowed: only with the token, from the same site, under a loopback name.
+    let file = token_file(&w);
+    let rw = serve(&url, &["--allow-actions", "--token-file", &file]);
+    let refused: [&[(&str, &str)]; 5] = [
+        &[],
+        &[("X-Redlease-Token", "0123456789abcdef-wrong-token")],
+        &[
+            ("X-Redlease-Token", TOKEN),
+            ("Sec-Fetch-Site", "cross-site"),
+        ],
+        &[
+            ("X-Redlease-Token", TOKEN),
+            ("Origin", "http://evil.example"),
+        ],
+        &[("X-Redlease-Token", TOKEN), ("Host", "evil.example")],
+    ];
+    for headers in refused {
+        let (status, body) = http(&rw.addr, "POST", requeue, headers);
+        assert_eq!(status, 403, "{headers:?}: {body}");
+    }
+    assert_eq!(
+        q.stats().unwrap().dead,
+        2,
+        "a refused action changed something"
+    );
+    let origin = format!("http://{}", rw.addr);
+    let (status, body) = http(
+        &rw.addr,
+        "POST",
+        requeue,
+        &[
+            ("X-Redlease-Token", TOKEN),
+            ("Origin", &origin),
+            ("Sec-Fetch-Site", "same-origin"),
+        ],
+    );
+    assert_eq!(status, 200, "{body}");
+    let st = q.stats().unwrap();
+    assert_eq!((st.ready, st.dead), (2, 1));
+
+    // Starting with actions but no token (or a short one) is refused.
+    let out = run(&url, &["serve", "--allow-actions"]);
+    assert_eq!(out.status.code(), Some(2));
+    std::fs::write(&file, "short").unwrap();
+    let out = run(&url, &["serve", "--allow-actions", "--token-file", &file]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// The ACL rule docs/acl.md gives for a read-only operator.
+const VIEWER_RULE: &[&str] = &[
+    "viewer",
+    "on",
+    ">viewer-password",
+    "resetkeys",
+    "resetchannels",
+    "-@all",
+    "~redlease:*",
+    "+ping",
+    "+info",
+    "+scan",
+    "+evalsha",
+    "+eval",
+    "+time",
+    "+client|list",
+    "+get",
+    "+mget",
+    "+pttl",
+    "+llen",
+    "+lrange",
+    "+hlen",
+    "+hget",
+    "+hgetall",
+    "+hexists",
+    "+lpos",
+    "+type",
+    "+zcount",
+    "+zrank",
+    "+zcard",
+    "+zrange",
+    "+zrangebyscore",
+    "+zscore",
+];
+
+#[test]
+fn a_user_without_write_rights_sees_everything_and_changes_nothing() {
+    let w = world();
+    let mut admin = redis_conn(&w.server.url());
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(VIEWER_RULE)
+        .query(&mut admin)
+        .unwrap();
+    let url = format!(
+        "redis://viewer:viewer-password@127.0.0.1:{}/",
+        w.server.port()
+    );
+
+    let v = run_json(&url, &["queues", "--json"]);
+    assert_eq!(v["queues"][0]["dead"], 2);
+    assert!(v["queues"][0]["per_minute"]["dead"].is_u64(), "{v}");
+    let v = run_json(&url, &["jobs", "emails", "--json"]);
+    assert_eq!(v["jobs"][0]["id"], "ready-0");
+    let v = run_json(&url, &["locks", "--json"]);
+    assert_eq!(v["locks"][0]["name"], "billing");
+    let v = run_json(&url, &["semaphores", "--json"]);
+    assert_eq!(v["semaphores"][0]["permits"], 3);
+    let v = run_json(&url, &["status", "--json"]);
+    assert!(
+        !v.to_string().contains("viewer-password"),
+        "a password was shown"
+    );
+    let v = run_json(&url, &["dead", "emails", "--json"]);
+    assert_eq!(v.as_array().unwrap().len(), 2);
+
+    // Writing is refused by the server, and nothing was written.
+    let out = run(&url, &["requeue", "emails", "--all"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let st = w.client.queue("emails").unwrap().stats().unwrap();
+    assert_eq!((st.ready, st.dead), (1, 2));
+
+    // The dashboard reads with it too.
+    let s = serve(&url, &[]);
+    let (status, body) = http(&s.addr, "GET", "/api/overview", &[]);
+    assert_eq!(status, 200);
+    assert!(body.contains("\"emails\"") && !body.contains("viewer-password"));
+}
+
+fn commandstats(conn: &mut redis::Connection) -> (u64, u64) {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    let mut calls = 0;
+    let mut usec = 0;
+    for line in info.lines() {
+        let Some(rest) = line.strip_prefix("cmdstat_") else {
+            continue;
+        };
+        let (name, fields) = rest.split_once(':').unwrap();
+        if name.starts_with("info") || name.starts_with("config") {
+            continue;
+        }
+        for f in fields.split(',') {
+            if let Some(n) = f.strip_prefix("calls=") {
+                calls += n.parse::<u64>().unwrap();
+            }
+            if let Some(n) = f.strip_prefix("usec=") {
+                usec += n.parse::<u64>().unwrap();
+            }
+        }
+    }
+    (calls, usec)
+}
+
+#[test]
+fn one_refresh_of_50_queues_and_1000_locks_costs_at_most_60_round_trips_and_5_ms() {
+    let w = world();
+    let url = w.server.url();
+    for i in 0..50 {
+        let q = w.client.queue(&format!("q{i:02}")).unwrap();
+        q.push_many((0..3).map(|j| format!("job {j}"))).unwrap();
+    }
+    let mut guards = Vec::new();
+    for i in 0..1000 {
+        guards.push(
+            w.client
+                .lock(&format!("lock{i:04}"))
+                .ttl(Duration::from_secs(120))
+                .watchdog(false)
+                .try_acquire()
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    // Once, so that the scripts are loaded (a first EVALSHA meets NOSCRIPT once per server).
+    run_json(&url, &["queues", "--json"]);
+    // Server time is measured in wall-clock time inside each command, which a busy machine
+    // stretches: the least of five refreshes is the cost; each must keep to the round trips.
+    let mut conn = redis_conn(&url);
+    let mut least = u64::MAX;
+    for _ in 0..5 {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut conn)
+            .unwrap();
+        let (calls_before, usec_before) = commandstats(&mut conn);
+        let v = run_json(&url, &["queues", "--json"]);
+        let (calls, usec) = commandstats(&mut conn);
+        let (calls, usec) = (calls - calls_before, usec - usec_before);
+        assert_eq!(v["queues"].as_array().unwrap().len(), 51);
+        assert_eq!(v["locks"].as_array().unwrap().len(), 1001);
+        let round_trips = v["round_trips"].as_u64().unwrap();
+        println!(
+            "one refresh: {round_trips} round trips, {calls} commands, {usec} us of server time"
+        );
+        assert!(round_trips <= 60, "{round_trips} round trips");
+        least = least.min(usec);
+    }
+    let detail: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut conn)
+        .unwrap();
+    println!("{detail}");
+    assert!(least <= 5000, "{least} us of server time");
+    drop(guards);
+}

@@ -1,0 +1,354 @@
+//! Looking into a queue against a real redis-server: enqueue times and waits, the latency
+//! figures of `stats`, jobs listed by state a page at a time, one job looked up by id, and
+//! the per-minute counts of what happened.
+//!
+//! `REDLEASE_INSPECT_JOBS=1000000 cargo test --release --test inspect` pages a million jobs
+//! (3,000 by default).
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant, SystemTime};
+
+use redlease::core::queue::inspect::{MAX_PAGE, PREVIEW_LEN, event};
+use redlease::{Client, JobStatus, NewJob, PushOptions, Queue};
+use redlease_suite::RedisServer;
+
+fn queue(server: &RedisServer, name: &str) -> Queue {
+    Client::open(server.url()).unwrap().queue(name).unwrap()
+}
+
+#[test]
+fn a_taken_job_knows_when_it_was_pushed_and_how_long_it_waited() {
+    let server = RedisServer::start().unwrap();
+    let q = queue(&server, "waits");
+    let before = SystemTime::now();
+    let sent = Instant::now();
+    q.push("now").unwrap();
+    let job = q.try_take().unwrap().unwrap();
+    let elapsed = sent.elapsed();
+    let after = SystemTime::now();
+    let at = job.enqueued_at().expect("an enqueue time");
+    // The server's clock is this machine's (milliseconds: one either side).
+    assert!(at + Duration::from_millis(1) >= before, "{at:?} {before:?}");
+    assert!(at <= after + Duration::from_millis(1));
+    let waited = job.waited().unwrap();
+    assert!(
+        waited <= elapsed + Duration::from_millis(1),
+        "{waited:?} {elapsed:?}"
+    );
+    job.ack().unwrap();
+
+    // A job delayed 150 ms waited at least that long when it is taken.
+    q.push_with(
+        "later",
+        PushOptions::new().delay(Duration::from_millis(150)),
+    )
+    .unwrap();
+    let job = q.take(Duration::from_secs(10)).unwrap().unwrap();
+    assert!(
+        job.waited().unwrap() >= Duration::from_millis(150),
+        "{:?}",
+        job.waited()
+    );
+    job.ack().unwrap();
+}
+
+#[test]
+fn stats_say_how_old_the_oldest_ready_job_is_and_the_least_lease_left() {
+    let server = RedisServer::start().unwrap();
+    let q = queue(&server, "latency").visibility(Duration::from_secs(10));
+    let s = q.stats().unwrap();
+    assert_eq!((s.oldest_ready_age, s.least_lease_left), (None, None));
+
+    let first = Instant::now();
+    q.push("old, low priority").unwrap();
+    // Time passes (what is measured, not a wait for anything).
+    std::thread::sleep(Duration::from_millis(60));
+    q.push_with("new, urgent", PushOptions::new().priority(9))
+        .unwrap();
+    let s = q.stats().unwrap();
+    let age = s.oldest_ready_age.unwrap();
+    // The low-priority job is the oldest, though the urgent one is next in line.
+    assert!(age >= Duration::from_millis(60), "{age:?}");
+    assert!(age <= first.elapsed() + Duration::from_millis(1), "{age:?}");
+    assert_eq!(s.least_lease_left, None);
+
+    let taken = Instant::now();
+    let job = q.try_take().unwrap().unwrap();
+    assert_eq!(job.payload(), b"new, urgent");
+    let s = q.stats().unwrap();
+    let left = s.least_lease_left.unwrap();
+    assert!(left <= Duration::from_secs(10), "{left:?}");
+    assert!(left + taken.elapsed() + Duration::from_millis(1) >= Duration::from_secs(10));
+    job.ack().unwrap();
+    q.try_take().unwrap().unwrap().ack().unwrap();
+    let s = q.stats().unwrap();
+    assert_eq!((s.oldest_ready_age, s.least_lease_left), (None, None));
+}
+
+/// Every id of `state`, paged `limit` at a time; checks each page's size.
+fn all(q: &Queue, state: JobStatus, limit: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = q.jobs(state, cursor.as_ref(), limit).unwrap();
+        assert!(page.jobs.len() <= limit.min(MAX_PAGE));
+        assert!(page.jobs.iter().all(|j| j.state == state));
+        ids.extend(page.jobs.into_iter().map(|j| j.id));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => return ids,
+        }
+    }
+}
+
+#[test]
+fn jobs_are_listed_by_state_a_page_at_a_time() {
+    let server = RedisServer::start().unwrap();
+    let q = queue(&server, "pages")
+        .max_deliveries(1)
+        .visibility(Duration::from_secs(30));
+    let job = |i: usize| NewJob {
+        id: format!("job-{i:03}"),
+        payload: vec![b'x'; i],
+    };
+    let urgent: Vec<NewJob> = (0..5).map(job).collect();
+    let plain: Vec<NewJob> = (5..30).map(job).collect();
+    // Ten delayed jobs pushed together share one due time: the cursor pages through ties.
+    let later: Vec<NewJob> = (30..40).map(job).collect();
+    q.push_batch(&plain, PushOptions::new()).unwrap();
+    q.push_batch(&urgent, PushOptions::new().priority(7))
+        .unwrap();
+    q.push_batch(&later, PushOptions::new().delay(Duration::from_secs(600)))
+        .unwrap();
+    // Three in flight (the urgent ones come first), two of them then dead.
+    let taken: Vec<_> = (0..3).map(|_| q.try_take().unwrap().unwrap()).collect();
+    let ids: Vec<String> = taken.iter().map(|j| j.id().to_owned()).collect();
+    assert_eq!(ids, ["job-000", "job-001", "job-002"]);
+    let mut taken = taken.into_iter();
+    taken.next().unwrap().nack().unwrap();
+    taken.next().unwrap().nack().unwrap();
+    let held = taken.next().unwrap();
+
+    for limit in [1, 3, 7, 100] {
+        // Ready: in the order they will be taken.
+        let expected: Vec<String> = (3..30).map(|i| format!("job-{i:03}")).collect();
+        assert_eq!(all(&q, JobStatus::Ready, limit), expected, "limit {limit}");
+        let delayed = all(&q, JobStatus::Delayed, limit);
+        assert_eq!(delayed.len(), 10, "{delayed:?}");
+        assert_eq!(delayed.iter().collect::<HashSet<_>>().len(), 10);
+        assert_eq!(all(&q, JobStatus::InFlight, limit), ["job-002"]);
+        assert_eq!(all(&q, JobStatus::Dead, limit), ["job-000", "job-001"]);
+    }
+    let page = q.jobs(JobStatus::Delayed, None, 1).unwrap();
+    let due = page.jobs[0].due_at.unwrap();
+    let from_now = due.duration_since(SystemTime::now()).unwrap();
+    assert!(from_now > Duration::from_secs(590) && from_now <= Duration::from_secs(601));
+    let page = q.jobs(JobStatus::InFlight, None, 10).unwrap();
+    let left = page.jobs[0].lease_left.unwrap();
+    assert!(
+        left > Duration::ZERO && left <= Duration::from_secs(30),
+        "{left:?}"
+    );
+    assert_eq!(page.jobs[0].deliveries, 1);
+    assert!(page.next.is_none());
+    // A cursor survives as text (a tool's --cursor).
+    let first = q.jobs(JobStatus::Ready, None, 4).unwrap();
+    let text = first.next.unwrap().as_str().to_owned();
+    let again = q
+        .jobs(JobStatus::Ready, Some(&redlease::JobCursor::from(text)), 1)
+        .unwrap();
+    assert_eq!(again.jobs[0].id, "job-007");
+    // The cursor's job taken meanwhile: the page starts where it was.
+    let cursor = q.jobs(JobStatus::Ready, None, 1).unwrap().next.unwrap();
+    let next = q.try_take().unwrap().unwrap();
+    assert_eq!(next.id(), "job-003");
+    let page = q.jobs(JobStatus::Ready, Some(&cursor), 1).unwrap();
+    assert_eq!(page.jobs[0].id, "job-004");
+    drop((held, next));
+    // A limit of 0 is refused before anything is sent.
+    assert!(matches!(
+        q.jobs(JobStatus::Ready, None, 0),
+        Err(redlease::Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn one_job_is_looked_up_by_id_wherever_it_is() {
+    let server = RedisServer::start().unwrap();
+    let q = queue(&server, "lookup").max_deliveries(1);
+    assert_eq!(q.job("nobody").unwrap(), None);
+    let big = vec![b'p'; 1000];
+    let before = SystemTime::now();
+    q.push_batch(
+        &[NewJob {
+            id: "big".into(),
+            payload: big.clone(),
+        }],
+        PushOptions::new().priority(3),
+    )
+    .unwrap();
+    let info = q.job("big").unwrap().unwrap();
+    assert_eq!(info.state, JobStatus::Ready);
+    assert_eq!(info.priority, 3);
+    assert_eq!(info.deliveries, 0);
+    assert_eq!(info.payload_size, 1000);
+    assert_eq!(info.preview, big[..PREVIEW_LEN]);
+    assert!(info.enqueued_at.unwrap() + Duration::from_millis(1) >= before);
+    assert!(info.due_at.is_none() && info.lease_left.is_none());
+
+    let job = q.try_take().unwrap().unwrap();
+    let info = q.job("big").unwrap().unwrap();
+    assert_eq!((info.state, info.deliveries), (JobStatus::InFlight, 1));
+    assert!(info.lease_left.unwrap() > Duration::ZERO);
+    job.nack().unwrap();
+    let info = q.job("big").unwrap().unwrap();
+    assert_eq!(info.state, JobStatus::Dead);
+    assert_eq!(info.preview.len(), PREVIEW_LEN);
+
+    q.push_with("soon", PushOptions::new().delay(Duration::from_secs(60)))
+        .unwrap();
+    let page = q.jobs(JobStatus::Delayed, None, 1).unwrap();
+    let id = page.jobs[0].id.clone();
+    let info = q.job(&id).unwrap().unwrap();
+    assert_eq!(info.state, JobStatus::Delayed);
+    assert!(info.due_at.unwrap() > SystemTime::now());
+    assert_eq!(info.preview, b"soon");
+    assert!(q.delete_dead("big").unwrap());
+    assert_eq!(q.job("big").unwrap(), None);
+}
+
+#[test]
+fn paging_many_jobs_visits_each_exactly_once() {
+    let n: usize = std::env::var("REDLEASE_INSPECT_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3_000);
+    let server = RedisServer::start().unwrap();
+    let q = queue(&server, "many");
+    for start in (0..n).step_by(5_000) {
+        let jobs: Vec<NewJob> = (start..(start + 5_000).min(n))
+            .map(|i| NewJob {
+                id: format!("{i}"),
+                payload: Vec::new(),
+            })
+            .collect();
+        q.push_batch(&jobs, PushOptions::new()).unwrap();
+    }
+    let mut seen = vec![false; n];
+    let mut cursor = None;
+    let mut pages = 0;
+    loop {
+        let page = q.jobs(JobStatus::Ready, cursor.as_ref(), MAX_PAGE).unwrap();
+        pages += 1;
+        for job in page.jobs {
+            let i: usize = job.id.parse().unwrap();
+            assert!(!seen[i], "job {i} listed twice");
+            seen[i] = true;
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert!(seen.iter().all(|s| *s), "some job was never listed");
+    assert_eq!(pages, n / MAX_PAGE + 1);
+}
+
+#[test]
+fn counts_say_what_happened_minute_by_minute() {
+    let server = RedisServer::start().unwrap();
+    let q = queue(&server, "counted")
+        .max_deliveries(2)
+        .visibility(Duration::from_millis(50))
+        .retry_backoff(Duration::ZERO, Duration::ZERO);
+    let from = SystemTime::now() - Duration::from_secs(60);
+    q.push_many(["a", "b", "c"]).unwrap();
+    // Duplicates are not counted.
+    q.push_unique("u", "d").unwrap();
+    q.push_unique("u", "d").unwrap();
+    q.try_take().unwrap().unwrap().ack().unwrap();
+    // One failure retried, then dead.
+    let job = q.try_take().unwrap().unwrap();
+    let failing = job.id().to_owned();
+    job.nack().unwrap();
+    let mut held = Vec::new();
+    loop {
+        let job = q.try_take().unwrap().unwrap();
+        if job.id() == failing {
+            job.nack().unwrap();
+            break;
+        }
+        held.push(job);
+    }
+    assert_eq!(held.len(), 2);
+    held.pop().unwrap().ack().unwrap();
+    // One lease runs out (its worker "died"), then the job is taken again and acked.
+    let job = held.pop().unwrap();
+    let lost = job.id().to_owned();
+    job.abandon();
+    let again = loop {
+        if let Some(job) = q.take(Duration::from_secs(5)).unwrap() {
+            break job;
+        }
+    };
+    assert_eq!(again.id(), lost);
+    again.ack().unwrap();
+    let to = SystemTime::now() + Duration::from_secs(60);
+    let minutes = q.counts(from, to).unwrap();
+    assert!(!minutes.is_empty() && minutes.len() <= 3, "{minutes:?}");
+    let total = |e: &str| minutes.iter().map(|m| m.get(e)).sum::<i64>();
+    assert_eq!(total(event::PUSHED), 4);
+    assert_eq!(total(event::ACKED), 3);
+    assert_eq!(total(event::FAILED), 2);
+    assert_eq!(total(event::DEAD), 1);
+    assert_eq!(total(event::EXPIRED), 1);
+    // The nack retried once, the expired lease once.
+    assert_eq!(total(event::RETRIED), 2);
+    // Deliveries: 4 jobs, one of them twice after a nack, one twice after its lease ran out.
+    assert_eq!(total(event::TAKEN), 6);
+    assert_eq!(q.stats().unwrap().dead, 1);
+    // Nothing counted outside the range.
+    let past = SystemTime::now() - Duration::from_secs(3 * 3600);
+    assert!(q.counts(past, from).unwrap().is_empty());
+}
+
+#[test]
+fn a_cancelled_job_counts_as_dead_or_drops_its_enqueue_time_when_removed() {
+    let server = RedisServer::start().unwrap();
+    let q = queue(&server, "cancelled");
+    let from = SystemTime::now() - Duration::from_secs(60);
+    q.push_unique("d", "to the dead list").unwrap();
+    q.push_unique("r", "removed").unwrap();
+    assert_eq!(q.cancel("d", "no").unwrap(), redlease::Cancelled::Waiting);
+    let to = SystemTime::now() + Duration::from_secs(60);
+    let dead: i64 = q
+        .counts(from, to)
+        .unwrap()
+        .iter()
+        .map(|m| m.get(event::DEAD))
+        .sum();
+    assert_eq!(dead, 1, "a job cancelled to the dead list counts as dead");
+    let job = q.job("d").unwrap().expect("on the dead list");
+    assert!(
+        job.enqueued_at.is_some(),
+        "a dead job keeps its enqueue time"
+    );
+    let remove = Client::open(server.url())
+        .unwrap()
+        .queue("cancelled")
+        .unwrap()
+        .cancelled_jobs(redlease::CancelledJobs::Remove);
+    assert_eq!(
+        remove.cancel("r", "").unwrap(),
+        redlease::Cancelled::Waiting
+    );
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let left: Vec<String> = redis::cmd("HKEYS")
+        .arg("redlease:{cancelled}:q:enqueued")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(left, ["d"], "the removed job's enqueue time is gone");
+}

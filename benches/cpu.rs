@@ -24,6 +24,8 @@
 //!   taken, the compare-and-delete `EVALSHA`);
 //! - `semaphore`: `try_acquire` + `release` of one permit of a 2-permit semaphore;
 //! - `queue`: `push` + `try_take` + `ack` of one job (three round trips);
+//! - `queue_counted`: the same on a queue that counts its events (`Queue::counting`);
+//! - `queue_counted`: the same on a queue that counts its events (`Queue::counting`);
 //! - `queue_worker`: a busy worker's steady state, `push` of one job + `ack_and_take` of the
 //!   job held (the ack that hands over the job just pushed): two round trips, as the
 //!   baseline's;
@@ -140,11 +142,15 @@ fn main() {
                 guard.release().expect("cpu: RedLock release failed");
             })
         }
-        "queue" => {
+        "queue" | "queue_counted" => {
             let client = redlease::Client::builder(&url)
                 .build()
                 .expect("cpu: cannot build the client");
-            let queue = client.queue(&name).expect("cpu: bad queue name");
+            // queue_counted: the same cycle on a queue that counts its events per minute.
+            let queue = client
+                .queue(&name)
+                .expect("cpu: bad queue name")
+                .counting(scenario == "queue_counted");
             Box::new(move || {
                 queue.push(JOB_PAYLOAD).expect("cpu: push failed");
                 let job = queue

@@ -13,7 +13,11 @@ use redlease::{Client, JobStatus, NewJob, PushOptions, Queue};
 use redlease_suite::RedisServer;
 
 fn queue(server: &RedisServer, name: &str) -> Queue {
-    Client::open(server.url()).unwrap().queue(name).unwrap()
+    Client::open(server.url())
+        .unwrap()
+        .queue(name)
+        .unwrap()
+        .counting(true)
 }
 
 #[test]
@@ -346,9 +350,16 @@ fn a_cancelled_job_counts_as_dead_or_drops_its_enqueue_time_when_removed() {
         .unwrap()
         .get_connection()
         .unwrap();
-    let left: Vec<String> = redis::cmd("HKEYS")
-        .arg("redlease:{cancelled}:q:enqueued")
+    // Each job's enqueue time is kept beside its payload, under its id and the byte 0xff
+    // (never in a UTF-8 id).
+    let mut left: Vec<Vec<u8>> = redis::cmd("HKEYS")
+        .arg("redlease:{cancelled}:q:payloads")
         .query(&mut conn)
         .unwrap();
-    assert_eq!(left, ["d"], "the removed job's enqueue time is gone");
+    left.sort();
+    assert_eq!(
+        left,
+        [b"d".to_vec(), b"d\xff".to_vec()],
+        "the removed job's payload and enqueue time are gone, the dead one's kept"
+    );
 }

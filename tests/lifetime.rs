@@ -633,7 +633,6 @@ fn a_late_take_copy_or_renewal_cannot_lease_a_timed_job_past_timeout_and_grace()
         "bases",
         "undone",
         "paused",
-        "enqueued",
         "counts",
     ];
     let mut copy = redis::cmd("EVAL");

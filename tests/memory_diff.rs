@@ -881,7 +881,7 @@ impl Seq {
             Family::ReadWrite => LockSpec::read(ks, "r", t, d).unwrap().notify,
             Family::Semaphore => SemaphoreKeys::new(ks, "r").unwrap().notify,
             Family::Queue => {
-                let keys = QueueKeys::new(ks, "r").unwrap();
+                let keys = QueueKeys::new(ks, "r").unwrap().with_counts(true);
                 queue::take(&keys, t, &QueueSettings::default())
                     .unwrap()
                     .notify
@@ -1324,7 +1324,9 @@ impl Seq {
         if self.rng.chance(15) {
             return self.schedule_op();
         }
-        let keys = QueueKeys::new(&self.keyspace, "r").unwrap();
+        let keys = QueueKeys::new(&self.keyspace, "r")
+            .unwrap()
+            .with_counts(true);
         let settings = QueueSettings {
             visibility: self.queue_dur,
             max_deliveries: 1 + self.rng.below(3) as u32,
@@ -1518,7 +1520,6 @@ impl Seq {
                     "undone",
                     "cancelled",
                     "cancel_messages",
-                    "enqueued",
                     "dedup",
                     "dedup_of",
                     "throttle",

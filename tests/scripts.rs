@@ -71,7 +71,6 @@ const CLIENT_THERE: &[Step] = &[
     &["ZADD", BEATS, "{far}", "c1", "{past}", "dead"],
     &["HSET", REGISTRY, "c1", "1\n1\nv", "dead", "2\n1\nv"],
 ];
-const ENQUEUED: &str = "t:{s}:q:enqueued";
 /// The stem of the per-minute counts (`<stem>:<minute>`): never itself touched.
 const COUNTS: &str = "t:{s}:q:counts";
 
@@ -421,9 +420,9 @@ fn rows() -> Vec<Row> {
         },
         Row {
             script: &queue::STATS,
-            keys: &[READY, DELAYED, INFLIGHT, DEAD, ENQUEUED],
+            keys: &[READY, DELAYED, INFLIGHT, DEAD, PAYLOADS],
             args: &[],
-            // A ready job: its enqueue time is read.
+            // A ready job: its enqueue time (beside its payload) is read.
             setup: &[&["ZADD", READY, "1", "a"], &["ZADD", INFLIGHT, FAR, "j"]],
         },
         Row {
@@ -896,7 +895,6 @@ const TAKE: &[&str] = &[
     BASES,
     Q_UNDONE,
     PAUSED,
-    ENQUEUED,
     COUNTS,
 ];
 const ACK_TAKE_KEYS: &[&str] = &[
@@ -916,7 +914,6 @@ const ACK_TAKE_KEYS: &[&str] = &[
     PAUSED,
     DEDUP,
     DEDUP_OF,
-    ENQUEUED,
     COUNTS,
 ];
 const ACK_KEYS: &[&str] = &[
@@ -933,7 +930,6 @@ const ACK_KEYS: &[&str] = &[
     DEDUP_OF,
     READY,
     SEQ,
-    ENQUEUED,
     COUNTS,
 ];
 const NACK_KEYS: &[&str] = &[
@@ -952,7 +948,7 @@ const NACK_KEYS: &[&str] = &[
     PAUSED,
     COUNTS,
 ];
-const PUSH_KEYS: &[&str] = &[READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, ENQUEUED, COUNTS];
+const PUSH_KEYS: &[&str] = &[READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, COUNTS];
 const UNTAKE_KEYS: &[&str] = &[
     INFLIGHT,
     LEASES,
@@ -965,7 +961,7 @@ const UNTAKE_KEYS: &[&str] = &[
     Q_UNDONE,
 ];
 const DEAD_KEYS: &[&str] = &[
-    DEAD, PAYLOADS, PRIORITIES, DELIVERIES, BASES, REASONS, DEDUP, DEDUP_OF, ENQUEUED,
+    DEAD, PAYLOADS, PRIORITIES, DELIVERIES, BASES, REASONS, DEDUP, DEDUP_OF,
 ];
 const DEDUP_KEYS: &[&str] = &[
     READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, INFLIGHT, DEDUP, DEDUP_OF, THROTTLE, THROTTLED,
@@ -2682,11 +2678,19 @@ fn cases() -> Vec<Case> {
         Case {
             script: &queue::STATS,
             what: "counts, the oldest ready job's age and the least lease left",
-            keys: &[READY, DELAYED, INFLIGHT, DEAD, ENQUEUED],
+            keys: &[READY, DELAYED, INFLIGHT, DEAD, PAYLOADS],
             args: &[],
             setup: &[
                 &["ZADD", READY, "1", "a", "2", "b"],
-                &["HSET", ENQUEUED, "a", PAST],
+                // Job a's enqueue time, beside its payload under "a" and the byte 0xff.
+                &[
+                    "EVAL",
+                    "return redis.call('HSET', KEYS[1], ARGV[1] .. '\\255', ARGV[2])",
+                    "1",
+                    PAYLOADS,
+                    "a",
+                    PAST,
+                ],
                 &["ZADD", INFLIGHT, FAR, "j"],
                 &["RPUSH", DEAD, "d"],
             ],

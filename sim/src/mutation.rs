@@ -136,7 +136,7 @@ const TAKE_REFRESH_SWAP: Swap = Swap {
 
 const ACK_UNDONE_SWAP: Swap = Swap {
     script: &ACK,
-    from: "if KEYS[16] then",
+    from: "if KEYS[15] then",
     to: "if false then",
 };
 

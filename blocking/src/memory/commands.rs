@@ -215,6 +215,18 @@ fn dispatch(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
                 },
             }
         }
+        "MGET" => {
+            need!(!a.is_empty());
+            let now = ctx.now_ms();
+            Reply::Array(
+                a.iter()
+                    .map(|k| match ctx.db.get(k, now).map(|e| &e.value) {
+                        Some(Value::Str(s)) => Reply::Bulk(s.clone()),
+                        _ => Reply::Nil,
+                    })
+                    .collect(),
+            )
+        }
         "SET" => set(ctx, a),
         "SETNX" => {
             need!(a.len() == 2);

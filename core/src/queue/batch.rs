@@ -450,9 +450,9 @@ mod tests {
         let mut t = TakeBatch::new(&keys(), tokens(3), &QueueSettings::default(), d).unwrap();
         let Step::Send(b) = t.poll(now) else { panic!() };
         let args: Vec<_> = b.requests[0].command.args().map(|a| a.to_vec()).collect();
-        assert_eq!(args[2], b"15");
-        assert_eq!(args[18..20], [b"30000".to_vec(), b"5".to_vec()]);
-        assert_eq!(args.len(), 20 + 3);
+        assert_eq!(args[2], b"14");
+        assert_eq!(args[17..19], [b"30000".to_vec(), b"5".to_vec()]);
+        assert_eq!(args.len(), 19 + 3);
         let reply = Reply::Array(vec![Reply::Int(0), job(2, "b"), job(1, "a")]);
         t.handle(Response::reply(b.requests[0].id, reply), now);
         let Step::Done(Ok(out)) = t.poll(now) else {

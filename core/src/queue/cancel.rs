@@ -135,8 +135,7 @@ pub fn cancel(
             &keys.cancel_messages,
             &keys.dedup,
             &keys.dedup_of,
-            &keys.enqueued,
-            &keys.counts,
+            keys.counts_slot(),
         ])
         .arg(id)
         .arg(message)
@@ -208,8 +207,7 @@ pub fn push_with_timeout(
             &keys.payloads,
             &keys.priorities,
             &keys.seq,
-            &keys.enqueued,
-            &keys.counts,
+            keys.counts_slot(),
             &keys.bases,
         ])
         .arg(format!(

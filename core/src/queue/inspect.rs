@@ -245,7 +245,6 @@ fn inspect_call(keys: &QueueKeys, script: &'static crate::script::Script) -> Scr
         &keys.payloads,
         &keys.priorities,
         &keys.deliveries,
-        &keys.enqueued,
     ])
 }
 

@@ -32,11 +32,13 @@ const REASONS: &str = "redlease:{jobs}:q:reasons";
 const CANCELLED: &str = "redlease:{jobs}:q:cancelled";
 const CHANNEL: &str = "redlease:{jobs}:q:pushed";
 const PAUSED: &str = "redlease:{jobs}:q:paused";
-const ENQUEUED: &str = "redlease:{jobs}:q:enqueued";
 const COUNTS: &str = "redlease:{jobs}:q:counts";
 
+/// The keys of a queue that counts (so that the counts slot of each call shows).
 fn keys() -> QueueKeys {
-    QueueKeys::new(&Keyspace::default(), "jobs").unwrap()
+    QueueKeys::new(&Keyspace::default(), "jobs")
+        .unwrap()
+        .with_counts(true)
 }
 
 fn token() -> Token {
@@ -120,17 +122,17 @@ fn push_sends_keys_then_delay_priority_channel_and_id_payload_pairs() {
     let r = s.answer(bulk(b"10"));
     let a = args(&r);
     assert_eq!(
-        a[..13],
+        a[..12],
         strs(&[
-            "EVALSHA", PUSH.sha1, "7", READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, ENQUEUED, COUNTS,
-            "1500", "7", CHANNEL,
+            "EVALSHA", PUSH.sha1, "6", READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, COUNTS, "1500",
+            "7", CHANNEL,
         ])
     );
-    assert_eq!(a[13..15], strs(&["a", "first"]));
-    assert_eq!(a[15], "b");
+    assert_eq!(a[12..14], strs(&["a", "first"]));
+    assert_eq!(a[14], "b");
     // Payloads travel as raw bytes.
-    assert_eq!(r.command.args()[16], b"\x00\xff binary".to_vec());
-    assert_eq!(r.command.args().len(), 17);
+    assert_eq!(r.command.args()[15], b"\x00\xff binary".to_vec());
+    assert_eq!(r.command.args().len(), 16);
     assert_eq!(
         s.expect_done(),
         Ok(vec![
@@ -147,7 +149,7 @@ fn push_without_delay_sends_zero_and_the_default_priority() {
     let op = push(&keys(), &[job("x", b"")], 0, Duration::ZERO, deadline(now)).unwrap();
     let mut s = Scenario::new(op, now);
     let r = s.answer(bulk(b"1"));
-    assert_eq!(args(&r)[10..], strs(&["0", "0", CHANNEL, "x", ""]));
+    assert_eq!(args(&r)[9..], strs(&["0", "0", CHANNEL, "x", ""]));
     assert_eq!(s.expect_done(), Ok(vec![Pushed::Queued("x".into())]));
     // The highest priority and a sub-millisecond delay (rounded up to whole ms: a job is
     // never due early).
@@ -161,7 +163,7 @@ fn push_without_delay_sends_zero_and_the_default_priority() {
     .unwrap();
     let mut s = Scenario::new(op, now);
     let r = s.answer(bulk(b"1"));
-    assert_eq!(args(&r)[10..12], strs(&["3", "255"]));
+    assert_eq!(args(&r)[9..11], strs(&["3", "255"]));
     // 999 µs is 1 ms, not nothing; whole milliseconds stay as they are.
     for (delay, sent) in [
         (Duration::from_micros(999), "1"),
@@ -170,7 +172,7 @@ fn push_without_delay_sends_zero_and_the_default_priority() {
         let op = push(&keys(), &[job("z", b"")], 0, delay, deadline(now)).unwrap();
         let mut s = Scenario::new(op, now);
         let r = s.answer(bulk(b"1"));
-        assert_eq!(args(&r)[10], sent, "{delay:?}");
+        assert_eq!(args(&r)[9], sent, "{delay:?}");
     }
 }
 
@@ -227,7 +229,7 @@ fn push_new_sends_what_a_push_of_one_ready_job_sends_and_reads_its_flag() {
         let mut s = Scenario::new(op, now);
         let r = s.answer(bulk(flag));
         assert_eq!(args(&r), expected);
-        assert_eq!(r.command.args()[14], payload);
+        assert_eq!(r.command.args()[13], payload);
         assert_eq!(s.expect_done(), Ok(queued));
     }
     // Other shapes are not an answer.
@@ -381,7 +383,9 @@ fn a_queues_takes_share_one_spec_bound_to_each_token_and_job() {
     assert_eq!(
         second,
         take(
-            &super::QueueKeys::new(&Keyspace::default(), "jobs").unwrap(),
+            &super::QueueKeys::new(&Keyspace::default(), "jobs")
+                .unwrap()
+                .with_counts(true),
             other.clone(),
             &settings()
         )
@@ -428,7 +432,7 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
         strs(&[
             "EVALSHA",
             DEQUEUE.sha1,
-            "15",
+            "14",
             READY,
             DELAYED,
             PAYLOADS,
@@ -442,7 +446,6 @@ fn take_acquires_a_job_with_its_delivery_as_fence_and_id_payload_as_data() {
             BASES,
             UNDONE,
             PAUSED,
-            ENQUEUED,
             COUNTS,
             &tok(),
             "1500",
@@ -585,9 +588,8 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
     assert_eq!(
         call_args(&ack),
         strs(&[
-            "EVALSHA", ACK.sha1, "15", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
-            BASES, SETTLED, PAUSED, DEDUP, DEDUP_OF, READY, SEQ, ENQUEUED, COUNTS, "j", &t,
-            "60000",
+            "EVALSHA", ACK.sha1, "14", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
+            BASES, SETTLED, PAUSED, DEDUP, DEDUP_OF, READY, SEQ, COUNTS, "j", &t, "60000",
         ])
     );
     // Bound from the queue's template: the same call.
@@ -964,14 +966,7 @@ fn stats_reads_four_counts_and_two_times() {
     assert_eq!(
         args(&r),
         strs(&[
-            "EVALSHA",
-            STATS.sha1,
-            "5",
-            READY,
-            DELAYED,
-            INFLIGHT,
-            DEAD_LIST,
-            "redlease:{jobs}:q:enqueued"
+            "EVALSHA", STATS.sha1, "5", READY, DELAYED, INFLIGHT, DEAD_LIST, PAYLOADS
         ])
     );
     assert_eq!(
@@ -1028,7 +1023,7 @@ fn stats_falls_back_to_eval_on_noscript() {
     assert_eq!(&r.command.args()[1], STATS.source.as_bytes());
     assert_eq!(
         args(&r)[2..],
-        strs(&["5", READY, DELAYED, INFLIGHT, DEAD_LIST, ENQUEUED])
+        strs(&["5", READY, DELAYED, INFLIGHT, DEAD_LIST, PAYLOADS])
     );
     assert_eq!(s.expect_done().map(|st| st.dead), Ok(7));
     assert_eq!(s.sent.len(), 2);
@@ -1178,7 +1173,7 @@ fn settings_are_validated_before_anything_is_sent() {
         ..QueueSettings::default()
     };
     let spec = take(&keys(), token(), &s).unwrap();
-    assert_eq!(call_args(&spec.acquire)[19..], strs(&["10", "1"]));
+    assert_eq!(call_args(&spec.acquire)[18..], strs(&["10", "1"]));
 }
 
 #[test]
@@ -1398,8 +1393,8 @@ fn a_taken_jobs_own_calls_are_its_ack_nack_give_back_and_extend() {
     let mut ack = Scenario::new(job.ack(&keys(), deadline(now)), now);
     let r = ack.answer(Reply::Int(1));
     let a = args(&r);
-    assert_eq!(a[..3], strs(&["EVALSHA", ACK.sha1, "15"]));
-    assert_eq!(a[18..20], strs(&["job-9", &tok()]));
+    assert_eq!(a[..3], strs(&["EVALSHA", ACK.sha1, "14"]));
+    assert_eq!(a[17..19], strs(&["job-9", &tok()]));
     assert_eq!(ack.expect_done(), Ok(()));
 
     let mut nack = Scenario::new(
@@ -1499,16 +1494,16 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
     let sent_at = s.now;
     let r = s.answer(acked_and(1, handed(2, b"next-1", b"np")));
     let a = args(&r);
-    assert_eq!(a[..3], strs(&["EVALSHA", ACK_TAKE.sha1, "18"]));
+    assert_eq!(a[..3], strs(&["EVALSHA", ACK_TAKE.sha1, "17"]));
     assert_eq!(
-        a[3..21],
+        a[3..20],
         strs(&[
             READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, INFLIGHT, LEASES, DELIVERIES, DEAD_LIST,
-            HOLDERS, BASES, SETTLED, UNDONE, PAUSED, DEDUP, DEDUP_OF, ENQUEUED, COUNTS
+            HOLDERS, BASES, SETTLED, UNDONE, PAUSED, DEDUP, DEDUP_OF, COUNTS
         ])
     );
     assert_eq!(
-        a[21..],
+        a[20..],
         strs(&["done-1", &tok(), "60000", &next_tok(), "1500", "4"])
     );
     let out = s.expect_done().unwrap();
@@ -1531,7 +1526,7 @@ fn ack_and_take_sends_one_call_and_hands_over_the_next_job() {
     assert_eq!(next.lease.name(), "queue jobs job next-1");
     let mut ack = Scenario::new(next.ack(&keys(), deadline(s.now)), s.now);
     let r = ack.answer(Reply::Int(1));
-    assert_eq!(args(&r)[18..20], strs(&["next-1", &next_tok()]));
+    assert_eq!(args(&r)[17..19], strs(&["next-1", &next_tok()]));
     // Its give-back and extension name the job and the next token, as a take's would.
     let mut back = Scenario::new(next.give_back(deadline(s.now)), s.now);
     let r = back.answer(Reply::Int(1));
@@ -1785,7 +1780,7 @@ fn ack_and_take_binds_tokens_of_any_length_and_the_settings_of_each_call() {
         let mut s = Scenario::new(op, now);
         let r = s.answer(acked_and(1, handed(1, b"n", b"")));
         assert_eq!(
-            args(&r)[21..],
+            args(&r)[20..],
             strs(&["done-1", "short", "60000", &next_tok(), vis, max])
         );
         let out = s.expect_done().unwrap();
@@ -1869,7 +1864,7 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     let plain = taken_job(&mut s);
     assert!(!plain.lease.unanswered);
     let ack = args(&Scenario::new(plain.ack(&keys(), d), now).answer(Reply::Int(1)));
-    assert_eq!(ack[2], "15", "the plain ack: {ack:?}");
+    assert_eq!(ack[2], "14", "the plain ack: {ack:?}");
     let nack = plain.nack(&keys(), Duration::ZERO, 4, "", d);
     let nack = args(&Scenario::new(nack, now).answer(Reply::Int(1)));
     assert_eq!(nack[2], "14", "the plain nack: {nack:?}");
@@ -1881,9 +1876,9 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     assert!(job.lease.unanswered);
     let ack = args(&Scenario::new(job.ack(&keys(), d), now).answer(Reply::Int(1)));
     assert_eq!(ack[1], ACK.sha1);
-    assert_eq!(ack[2], "16", "{ack:?}");
-    assert_eq!(ack[18], UNDONE);
-    assert_eq!(ack[19..], strs(&["j", &tok(), "60000", &keep]));
+    assert_eq!(ack[2], "15", "{ack:?}");
+    assert_eq!(ack[17], UNDONE);
+    assert_eq!(ack[18..], strs(&["j", &tok(), "60000", &keep]));
     let nack = job.nack(&keys(), Duration::from_micros(1500), 4, "why", d);
     let nack = args(&Scenario::new(nack, now).answer(Reply::Int(1)));
     assert_eq!(nack[1], NACK.sha1);
@@ -1939,8 +1934,8 @@ fn a_job_handed_over_after_a_lost_reply_records_its_token_when_settled() {
     assert_eq!(give_back[17], UNDONE, "{give_back:?}");
     assert_eq!(give_back.last(), Some(&keep));
     let ack = args(&Scenario::new(next.ack(&keys(), deadline(now)), now).answer(Reply::Int(1)));
-    assert_eq!(ack[18], UNDONE);
-    assert_eq!(ack[19..21], strs(&["next-1", &next_tok()]));
+    assert_eq!(ack[17], UNDONE);
+    assert_eq!(ack[18..20], strs(&["next-1", &next_tok()]));
     // Answered at once: a plain lease.
     let (_, mut s) = acking_and_taking();
     s.answer(acked_and(1, handed(1, b"next-1", b"np")));
@@ -1987,9 +1982,9 @@ fn a_job_pushed_with_a_timeout_is_handed_over_with_it() {
     let mut p = Scenario::new(op, origin());
     let r = p.answer(bulk(b"1"));
     assert_eq!(
-        args(&r)[2..12],
+        args(&r)[2..11],
         strs(&[
-            "8", READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, ENQUEUED, COUNTS, BASES, "0:2"
+            "7", READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, COUNTS, BASES, "0:2"
         ])
     );
     assert!(
@@ -2015,7 +2010,7 @@ fn the_scripts_default_slack_is_the_default_graces() {
         ..settings()
     };
     let spec = take(&keys(), token(), &other_grace).unwrap();
-    assert_eq!(call_args(&spec.acquire)[19..], strs(&["1500:1502", "4"]));
+    assert_eq!(call_args(&spec.acquire)[18..], strs(&["1500:1502", "4"]));
 }
 
 #[test]
@@ -2062,4 +2057,23 @@ fn a_handed_jobs_tail_carries_its_attempt_timeout_hold_limit_and_enqueue_time_to
     ] {
         assert_eq!(tail(bad), None, "{bad:?}");
     }
+}
+
+#[test]
+fn the_counts_slot_names_the_counts_only_when_the_queue_counts() {
+    let now = origin();
+    let off = QueueKeys::new(&Keyspace::default(), "jobs").unwrap();
+    assert!(!off.counts_on() && keys().counts_on());
+    assert_eq!(off.clone().with_counts(true), keys());
+    assert_eq!(keys().with_counts(false), off);
+    let slot = |k: &QueueKeys| {
+        let op = push(k, &[job("x", b"")], 0, Duration::ZERO, deadline(now)).unwrap();
+        args(&Scenario::new(op, now).answer(bulk(b"1")))[8].clone()
+    };
+    assert_eq!(slot(&off), READY);
+    assert_eq!(slot(&keys()), COUNTS);
+    // lua/count.lua tells them apart by the last byte.
+    assert_eq!(READY.as_bytes().last(), Some(&b'y'));
+    assert_eq!(COUNTS.as_bytes().last(), Some(&b's'));
+    assert!(super::scripts::COUNT.contains("if string.byte(key, -1) == 115 then"));
 }

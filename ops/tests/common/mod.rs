@@ -26,7 +26,8 @@ pub struct World {
 pub fn world() -> World {
     let server = RedisServer::start().expect("redis-server");
     let client = Client::open(server.url().as_str()).expect("client");
-    let q = client.queue("emails").expect("queue");
+    // A queue that counts its events (the per-minute rates the tool shows).
+    let q = client.queue("emails").expect("queue").counting(true);
     for (i, reason) in ["smtp timeout", "bad address"].iter().enumerate() {
         q.push_unique(&format!("dead-{i}"), format!("to: user{i}@example.com"))
             .expect("push");

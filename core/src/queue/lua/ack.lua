@@ -5,9 +5,9 @@
 -- 9 pauses (hash; field 'drain': the channel a drain waiter listens on, announced on by an
 -- ack; see pause.lua), 10 dedup ids, 11 the jobs' dedup entries, 12 ready, 13 sequence
 -- counter (10 to 13 are touched only for a job pushed with a dedup id:
--- core/src/queue/dedup.rs), 14 enqueued (hash id -> server ms when pushed), 15 counts;
--- optionally 16 undone takes.
--- ARGV: 1 id, 2 token, 3 how long to remember the settlement (ms); with KEYS[16], 4 how
+-- core/src/queue/dedup.rs), 14 counts (the stem of the per-minute counts: count.lua);
+-- optionally 15 undone takes.
+-- ARGV: 1 id, 2 token, 3 how long to remember the settlement (ms); with KEYS[15], 4 how
 -- long to remember the token there (ms).
 -- A job pushed with a dedup id (its id starts with '~') drops its dedup entry, and a
 -- keep-latest follow-up parked behind it becomes ready, in this script.
@@ -30,9 +30,9 @@ if string.byte(id, 1) == 126 then
     return bad
   end
 end
-if KEYS[16] then
+if KEYS[15] then
   -- The ack of a delivery whose take had an attempt that went unanswered: whatever the
-  -- verdict, its token is remembered as undone (KEYS[16], for ARGV[4] ms), so that the
+  -- verdict, its token is remembered as undone (KEYS[15], for ARGV[4] ms), so that the
   -- attempt, if only delayed, takes nothing when it arrives. Every key is read first (the
   -- dedup keys, 10 to 13, just above, where the job has a dedup id; the counts are only
   -- added to, never failing the script).
@@ -41,8 +41,7 @@ if KEYS[16] then
     redis.call('HLEN', KEYS[i])
   end
   redis.call('ZCARD', KEYS[8])
-  redis.call('HLEN', KEYS[14])
-  remember(KEYS[16], token, now, tonumber(ARGV[4]))
+  remember(KEYS[15], token, now, tonumber(ARGV[4]))
 end
 if holder ~= token then
   local settled = redis.call('ZSCORE', KEYS[8], token)
@@ -63,7 +62,6 @@ local has_priority = redis.call('HEXISTS', KEYS[4], id) == 1
 redis.call('HLEN', KEYS[6])
 local has_base = redis.call('HEXISTS', KEYS[7], id) == 1
 redis.call('ZCARD', KEYS[8])
-redis.call('HLEN', KEYS[14])
 if string.byte(id, 1) == 126 then
   -- A job pushed with a dedup id: its entry goes with it, and a follow-up parked behind it
   -- becomes ready (the deliveries read first; the dedup keys were, at the top).
@@ -73,7 +71,7 @@ end
 redis.call('HDEL', KEYS[5], id)
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
-redis.call('HDEL', KEYS[3], id)
+redis.call('HDEL', KEYS[3], id, id .. '\255')
 if has_priority then
   redis.call('HDEL', KEYS[4], id)
 end
@@ -81,9 +79,8 @@ redis.call('HDEL', KEYS[6], token, token .. ':e')
 if has_base then
   redis.call('HDEL', KEYS[7], id)
 end
-redis.call('HDEL', KEYS[14], id)
 remember(KEYS[8], token, now, tonumber(ARGV[3]))
-counting(KEYS[15], now)
+counting(KEYS[14], now)
 count('acked', 1)
 if drain then
   notify(drain, '*')

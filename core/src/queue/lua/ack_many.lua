@@ -5,8 +5,8 @@
 -- (hash; field 'drain': the channel a drain waiter listens on, announced on once), 10 dedup
 -- ids, 11 the jobs' dedup entries, 12 ready, 13 sequence counter (10 to 13 as ack.lua's:
 -- touched only for jobs pushed with a dedup id, whose entries go with them and whose
--- keep-latest follow-ups become ready), 14 enqueued (hash id -> server ms when pushed),
--- 15 counts: ack.lua's keys without the undone takes.
+-- keep-latest follow-ups become ready), 14 counts: ack.lua's keys without the undone
+-- takes.
 -- ARGV: 1 how long to remember each settlement (ms), then an id and its token per job.
 -- Returns a string, one character per job: '1' acked (or this very delivery was settled
 -- already: a retry after a lost reply finds its own ack), '0' the lease ran out (or the job
@@ -19,7 +19,6 @@ for i = 2, 7 do
 end
 redis.call('ZCARD', KEYS[8])
 local drain = redis.call('HGET', KEYS[9], 'drain')
-redis.call('HLEN', KEYS[14])
 for i = 2, #ARGV - 1, 2 do
   if string.byte(ARGV[i], 1) == 126 then
     -- A job pushed with a dedup id: the keys its ack may write, read first.
@@ -61,11 +60,10 @@ for i = 2, #ARGV - 1, 2 do
       redis.call('HDEL', KEYS[5], id)
       redis.call('ZREM', KEYS[1], id)
       redis.call('HDEL', KEYS[2], id)
-      redis.call('HDEL', KEYS[3], id)
+      redis.call('HDEL', KEYS[3], id, id .. '\255')
       redis.call('HDEL', KEYS[4], id)
       redis.call('HDEL', KEYS[6], token, token .. ':e')
       redis.call('HDEL', KEYS[7], id)
-      redis.call('HDEL', KEYS[14], id)
       redis.call('ZADD', KEYS[8], now + keep, token)
       verdict, acked = '1', acked + 1
     end
@@ -73,7 +71,7 @@ for i = 2, #ARGV - 1, 2 do
   out[#out + 1] = verdict
 end
 if acked > 0 then
-  counting(KEYS[15], now)
+  counting(KEYS[14], now)
   count('acked', acked)
   -- Settlements whose time has passed are dropped now and then (one call in 64 by the
   -- clock), as the ack-and-take does; the key lives as long as its latest member.

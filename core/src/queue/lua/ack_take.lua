@@ -5,7 +5,7 @@
 -- listens on; see pause.lua), 15 dedup ids, 16 the jobs' dedup entries (15 and 16 touched
 -- only for an acked job pushed with a dedup id, its id starting with '~': its entry goes,
 -- and a keep-latest follow-up parked behind it becomes ready, in this script;
--- core/src/queue/dedup.rs), 17 enqueued (hash id -> server ms when pushed), 18 counts.
+-- core/src/queue/dedup.rs), 17 counts (the stem of the per-minute counts: count.lua).
 -- ARGV: 1 id acked, 2 its token, 3 how long to remember the settlement (ms), 4 the next
 -- token, 5 visibility timeout ms (with the hold limit's parts: lease_args in reclaim.lua),
 -- 6 max deliveries, optionally 7 how long to remember the
@@ -24,7 +24,7 @@
 -- anything is written. Jobs due or whose lease ran out (rare on a busy queue) are read for
 -- in full first.
 local now = now_ms()
-counting(KEYS[18], now)
+counting(KEYS[17], now)
 local id, token, next_token = ARGV[1], ARGV[2], ARGV[4]
 local visibility, slack, queue_timeout = lease_args(ARGV[5])
 local holder = redis.call('HGET', KEYS[7], id)
@@ -32,7 +32,7 @@ local mine = redis.call('HGET', KEYS[10], next_token)
 local was_undone = redis.call('ZSCORE', KEYS[13], next_token)
 local pause = redis.call('HMGET', KEYS[14], '*', 'drain')
 local due, expired = overdue(now)
-local top = redis.call('ZRANGE', KEYS[1], 0, 0)
+local top = redis.call('ZRANGE', KEYS[1], '0', '0')
 local reclaiming = #due > 0 or #expired > 0
 -- The ack's verdict. A job leased to this token is in flight; its lease ran out when it is
 -- among the expired (read in full below 1,000 of them, asked for otherwise).
@@ -54,11 +54,11 @@ else
   settled = redis.call('ZSCORE', KEYS[12], token)
 end
 -- The next job's payload, read now (read again below if jobs are made ready first).
-local payload = top[1] and redis.call('HGET', KEYS[3], top[1])
-local at = top[1] and redis.call('HGET', KEYS[17], top[1])
-if not top[1] then
+local payload, at = false, false
+if top[1] then
+  payload, at = job_of(top[1])
+else
   redis.call('HLEN', KEYS[3])
-  redis.call('HLEN', KEYS[17])
 end
 local has_priority, has_base, next_base = false, false, nil
 if acking then
@@ -122,16 +122,17 @@ if acking then
     redis.call('HLEN', KEYS[8])
     if dedup_release(KEYS[15], KEYS[16], id, KEYS[3], KEYS[4], KEYS[1], KEYS[5]) then
       -- (The next job may be the follow-up now: its base is read again below.)
-      top = redis.call('ZRANGE', KEYS[1], 0, 0)
-      payload = top[1] and redis.call('HGET', KEYS[3], top[1])
-      at = top[1] and redis.call('HGET', KEYS[17], top[1])
+      top = redis.call('ZRANGE', KEYS[1], '0', '0')
+      if top[1] then
+        payload, at = job_of(top[1])
+      end
       next_base = nil
     end
   end
   redis.call('HDEL', KEYS[8], id)
   redis.call('ZREM', KEYS[6], id)
   redis.call('HDEL', KEYS[7], id)
-  redis.call('HDEL', KEYS[3], id)
+  redis.call('HDEL', KEYS[3], id, id .. '\255')
   if has_priority then
     redis.call('HDEL', KEYS[4], id)
   end
@@ -139,17 +140,16 @@ if acking then
   if has_base then
     redis.call('HDEL', KEYS[11], id)
   end
-  redis.call('HDEL', KEYS[17], id)
   count('acked', 1)
   -- Remembered for ARGV[3] ms; the key lives as long as its latest member. Members whose
   -- time has passed count for nothing; they are dropped on the acks of one millisecond in
   -- 64 (by the clock), so that a busy queue does not pay for it on every job.
   local keep = tonumber(ARGV[3])
   if now % 64 == 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[12], '-inf', now)
+    redis.call('ZREMRANGEBYSCORE', KEYS[12], '-inf', string.format('%d', now))
   end
-  redis.call('ZADD', KEYS[12], now + keep, token)
-  redis.call('PEXPIRE', KEYS[12], keep)
+  redis.call('ZADD', KEYS[12], string.format('%d', now + keep), token)
+  redis.call('PEXPIRE', KEYS[12], ARGV[3])
   if pause[2] then
     notify(pause[2], '*')
   end
@@ -172,19 +172,20 @@ if expiry and expiry > now then
   -- counts its validity from this attempt's send (the first attempt's lease may end up to
   -- a reply timeout earlier). Never shortened (a late copy of the take after an extend).
   local n = tonumber(redis.call('HGET', KEYS[8], mine)) or 1
-  local payload = redis.call('HGET', KEYS[3], mine) or ''
+  local payload, at = job_of(mine)
   local base, timeout = base_of(mine)
   local upto, e = renewed_until(next_token, now, visibility)
   if expiry < upto then
     redis.call('ZADD', KEYS[6], upto, mine)
   end
-  return handed(ack, n, mine, payload, base, timeout, left_of(e, now), redis.call('HGET', KEYS[17], mine), now)
+  return handed(ack, n, mine, payload or '', base, timeout, left_of(e, now), at, now)
 end
 if reclaiming then
   reclaim(due, expired, tonumber(ARGV[6]))
-  top = redis.call('ZRANGE', KEYS[1], 0, 0)
-  payload = top[1] and redis.call('HGET', KEYS[3], top[1])
-  at = top[1] and redis.call('HGET', KEYS[17], top[1])
+  top = redis.call('ZRANGE', KEYS[1], '0', '0')
+  if top[1] then
+    payload, at = job_of(top[1])
+  end
   next_base = nil
 end
 if pause[1] then

@@ -1,11 +1,11 @@
--- Cancel a job, wherever it waits or runs. KEYS: 1 ready, 2 delayed, 3 payloads,
+-- Cancel a job, wherever it waits or runs. KEYS: 1 ready, 2 delayed, 3 payloads (and the
+-- enqueue times beside them, id .. '\255': dropped with a removed job, kept with a dead
+-- one as every dead job keeps it),
 -- 4 priorities, 5 in flight, 6 leases, 7 holders, 8 deliveries, 9 bases, 10 dead,
 -- 11 reasons, 12 cancelled (zset token -> until when the holder's renewal answers
 -- "cancelled", ms), 13 cancel messages (hash token -> the message), 14 dedup ids, 15 the
 -- jobs' dedup entries (14 and 15 touched only for a job pushed with a dedup id, removed),
--- 16 enqueued (hash id -> server ms when pushed: dropped with a removed job, kept with a
--- dead one as every dead job keeps it), 17 counts (a job sent to the dead list counts as
--- dead).
+-- 16 counts (a job sent to the dead list counts as dead).
 -- ARGV: 1 id, 2 message, 3 'dead' (the job goes to the dead list, its reason the message)
 -- or 'remove' (forgotten), 4 the channel of cancel messages, 5 how long past the job's
 -- lease the mark is kept (ms).
@@ -27,7 +27,6 @@ redis.call('LLEN', KEYS[10])
 redis.call('HLEN', KEYS[11])
 redis.call('ZCARD', KEYS[12])
 redis.call('HLEN', KEYS[13])
-redis.call('HLEN', KEYS[16])
 if string.byte(id, 1) == 126 then
   redis.call('HLEN', KEYS[14])
   redis.call('HLEN', KEYS[15])
@@ -62,7 +61,7 @@ end
 if ARGV[3] == 'dead' then
   redis.call('RPUSH', KEYS[10], id)
   redis.call('HSET', KEYS[11], id, 'cancelled: ' .. message)
-  counting(KEYS[17], now_ms())
+  counting(KEYS[16], now_ms())
   count('dead', 1)
 else
   if string.byte(id, 1) == 126 then
@@ -71,12 +70,11 @@ else
     -- dead job keeps its entry, as every dead job does).
     dedup_clear(KEYS[14], KEYS[15], id)
   end
-  redis.call('HDEL', KEYS[3], id)
+  redis.call('HDEL', KEYS[3], id, id .. '\255')
   redis.call('HDEL', KEYS[4], id)
   redis.call('HDEL', KEYS[8], id)
   redis.call('HDEL', KEYS[9], id)
   redis.call('HDEL', KEYS[11], id)
-  redis.call('HDEL', KEYS[16], id)
 end
 if outcome == 2 and token then
   notify(ARGV[4], token)

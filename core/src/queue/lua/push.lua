@@ -1,8 +1,9 @@
 -- Push jobs. KEYS: 1 ready (zset id -> score), 2 delayed (zset id -> due ms), 3 payloads
--- (hash id -> payload), 4 priorities (hash id -> priority), 5 sequence counter, 6 enqueued
--- (hash id -> server ms when pushed), 7 counts (the stem of the per-minute counts).
+-- (hash id -> payload, and id .. '\255' -> server ms when it was pushed: a field that is
+-- no job's id, ids being UTF-8), 4 priorities (hash id -> priority), 5 sequence counter,
+-- 6 counts (the stem of the per-minute counts).
 -- ARGV: 1 delay ms (rounded up by the caller), 2 priority (0..255, higher first), 3 channel, then pairs of (id, payload).
--- Optionally KEYS[8] bases, for jobs pushed with a timeout (see below).
+-- Optionally KEYS[7] bases, for jobs pushed with a timeout (see below).
 -- Returns a string of one character per job, in order: '1' pushed, '0' duplicate (the
 -- caller knows the ids; one string is cheaper to read than a list). A job id that is
 -- queued, delayed, running or dead is a duplicate: nothing is written for it.
@@ -13,20 +14,20 @@
 -- enqueue time. The priority of a job is stored only when it is not the default 0 (a
 -- missing one reads as 0).
 local delay, priority = tonumber(ARGV[1]), tonumber(ARGV[2])
--- A push with a timeout (KEYS[8], the bases: hash id -> deliveries when last requeued, and
+-- A push with a timeout (KEYS[7], the bases: hash id -> deliveries when last requeued, and
 -- ':' and the job's timeout in ms): ARGV[1] is 'delay:timeout'.
-local timeout = KEYS[8] and string.match(ARGV[1], ':(%d+)$')
+local timeout = KEYS[7] and string.match(ARGV[1], ':(%d+)$')
 if timeout then
   delay = tonumber(string.match(ARGV[1], '^(%d+)'))
-  redis.call('HLEN', KEYS[8])
+  redis.call('HLEN', KEYS[7])
 end
 local up, now = now_ms_up()
+local now_text = string.format('%d', now)
 local due = {}
-redis.call('HLEN', KEYS[6])
 if delay > 0 or redis.call('ZCARD', KEYS[2]) > 0 then
   -- A delayed job is due at the clock rounded up plus its delay (never early); jobs due by
   -- the clock rounded down are made ready.
-  due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000)
+  due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_text, 'LIMIT', '0', '1000')
 end
 if delay == 0 or #due > 0 then
   redis.call('ZCARD', KEYS[1])
@@ -54,12 +55,12 @@ for i = 4, #ARGV, 2 do
   if redis.call('HSETNX', KEYS[3], id, ARGV[i + 1]) == 0 then
     out[#out + 1] = '0'
   else
-    redis.call('HSET', KEYS[6], id, now)
+    redis.call('HSET', KEYS[3], id .. '\255', now_text)
     if priority > 0 then
       redis.call('HSET', KEYS[4], id, priority)
     end
     if timeout then
-      redis.call('HSET', KEYS[8], id, '0:' .. timeout)
+      redis.call('HSET', KEYS[7], id, '0:' .. timeout)
     end
     if delay > 0 then
       redis.call('ZADD', KEYS[2], up + delay, id)
@@ -71,7 +72,7 @@ for i = 4, #ARGV, 2 do
     out[#out + 1] = '1'
   end
 end
-counting(KEYS[7], now)
+counting(KEYS[6], now)
 count('pushed', ready + delayed)
 -- Wake takers: every idle one for a batch, one for a single job; a delayed job wakes one
 -- too, so that a taker asleep until a later due time sleeps until this one instead.

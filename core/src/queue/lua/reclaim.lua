@@ -20,8 +20,9 @@ end
 -- overdue(now): the delayed jobs due and the jobs whose lease ran out (at most 1,000 of
 -- each), as two lists.
 local function overdue(now)
-  return redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, 1000),
-    redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 1000)
+  local upto = string.format('%d', now)
+  return redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', upto, 'LIMIT', '0', '1000'),
+    redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', upto, 'LIMIT', '0', '1000')
 end
 -- reclaim(due, expired, max): the due delayed jobs back to ready; the jobs whose lease ran
 -- out back to ready or, after max deliveries (counted from the job's base), to the dead
@@ -100,13 +101,13 @@ end
 -- returns its delivery number and lease expiry. Its first write is to the deliveries (a
 -- script may let that write be the type check of the deliveries when it is its first).
 local function lease_next(id, token, now, visibility, e)
-  local n = redis.call('HINCRBY', KEYS[8], id, 1)
+  local n = redis.call('HINCRBY', KEYS[8], id, '1')
   local upto = now + visibility
   if e and e < upto then
     upto = e
   end
   redis.call('ZREM', KEYS[1], id)
-  redis.call('ZADD', KEYS[6], upto, id)
+  redis.call('ZADD', KEYS[6], string.format('%d', upto), id)
   redis.call('HSET', KEYS[7], id, token)
   if e then
     redis.call('HSET', KEYS[10], token, id, token .. ':e', e)
@@ -127,8 +128,9 @@ end
 --   attempt, then its timeout if it has one.
 local function handed(first, n, id, payload, base, timeout, left, at, now)
   if at then
-    local waited = tostring(math.max(now - tonumber(at), 0))
-    return {first, n, id, payload, tostring(n - base), timeout or '', left and tostring(left) or '', at, waited}
+    local waited = string.format('%d', math.max(now - tonumber(at), 0))
+    local left_text = left and string.format('%d', left) or ''
+    return {first, n, id, payload, string.format('%d', n - base), timeout or '', left_text, at, waited}
   end
   if left then
     return {first, n, id, payload, tostring(n - base), timeout or '', tostring(left)}
@@ -140,6 +142,12 @@ local function handed(first, n, id, payload, base, timeout, left, at, now)
     return {first, n, id, payload, tostring(n - base)}
   end
   return {first, n, id, payload}
+end
+-- job_of(id): the payload of job id (false: none) and when it was pushed (server ms as
+-- text, kept in the payloads under id .. '\255'; false: not recorded), in one read.
+local function job_of(id)
+  local v = redis.call('HMGET', KEYS[3], id, id .. '\255')
+  return v[1], v[2]
 end
 -- next_wait(now): ms until a delayed job is due or a lease runs out (at least 1), or -2
 -- when neither holds a job.

@@ -1,6 +1,7 @@
 -- Queue counts: {ready, delayed, in flight, dead, age of the oldest ready job (ms, -1: none
 -- known), least lease time left among jobs in flight (ms, -1: none in flight)}.
--- KEYS: 1 ready, 2 delayed, 3 in flight, 4 dead, 5 enqueued.
+-- KEYS: 1 ready, 2 delayed, 3 in flight, 4 dead, 5 payloads (with each job's enqueue time,
+-- server ms, under id .. '\255').
 -- The oldest ready job is the one pushed longest ago among the jobs next in line at each
 -- priority (within a priority jobs are taken in order): at most 256 lookups.
 local now = now_ms()
@@ -10,7 +11,7 @@ for _ = 1, 256 do
   if not head[1] then
     break
   end
-  local at = tonumber(redis.call('HGET', KEYS[5], head[1]))
+  local at = tonumber(redis.call('HGET', KEYS[5], head[1] .. '\255'))
   if at and now - at > oldest then
     oldest = math.max(now - at, 0)
   end

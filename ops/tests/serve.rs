@@ -147,6 +147,7 @@ const VIEWER_RULE: &[&str] = &[
     "+lrange",
     "+hlen",
     "+hget",
+    "+hmget",
     "+hgetall",
     "+hexists",
     "+lpos",

@@ -380,7 +380,10 @@ fn queue(
         }
         keys
     } else {
-        QueueKeys::new(&Keyspace::default(), "q").unwrap_or_else(|e| panic!("{e}"))
+        // Counting: the scripts' per-minute counters run under every fault too.
+        QueueKeys::new(&Keyspace::default(), "q")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .with_counts(true)
     };
     let settings = QueueSettings {
         visibility: ttl,

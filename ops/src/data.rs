@@ -308,10 +308,12 @@ impl Source {
                 Err(e) => row.error = Some(e),
             }
         }
-        // The last complete minute's counts (and the current one's), all queues in one batch.
+        // The last complete minute's counts, all queues in one batch (that minute alone is
+        // read: seven counters a queue).
         let names: Vec<String> = rows.iter().map(|r| r.name.clone()).collect();
-        let minutes = self.counts(&names, Duration::from_secs(120))?;
         let last_minute = (now_ms() / 60_000).saturating_sub(1) * 60_000;
+        let start = UNIX_EPOCH + Duration::from_millis(last_minute);
+        let minutes = self.counts_between(&names, start, start + Duration::from_secs(59))?;
         for (row, counts) in rows.iter_mut().zip(minutes) {
             if let Ok(counts) = counts {
                 let rates = counts
@@ -332,9 +334,20 @@ impl Source {
         names: &[String],
         span: Duration,
     ) -> Result<Vec<Result<Minutes, String>>, String> {
-        let deadline = self.deadline();
         let to = SystemTime::now();
         let from = to.checked_sub(span).unwrap_or(UNIX_EPOCH);
+        self.counts_between(names, from, to)
+    }
+
+    /// Each queue's counts per minute from `from` to `to` (the minutes they fall in); one
+    /// batch for all queues.
+    pub fn counts_between(
+        &mut self,
+        names: &[String],
+        from: SystemTime,
+        to: SystemTime,
+    ) -> Result<Vec<Result<Minutes, String>>, String> {
+        let deadline = self.deadline();
         let mut machines = Vec::new();
         for name in names {
             let keys = self.queue_keys(name)?;

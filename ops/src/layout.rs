@@ -40,7 +40,7 @@ fn split<'a>(prefix: &str, key: &'a str) -> Option<(&'a str, &'a str)> {
 /// Walks the keyspace once with `SCAN MATCH <prefix>:{*`.
 pub fn discover(conn: &mut Conn, prefix: &str) -> Result<Found, String> {
     let mut found = Found::default();
-    let pattern = format!("{}:{{*", glob_escape(prefix));
+    let pattern = format!("{}:{{*", redlease::core::inspect::glob_escape(prefix));
     let mut cursor: u64 = 0;
     for step in 0.. {
         if step == MAX_SCAN_STEPS {
@@ -92,18 +92,6 @@ fn scan_reply(reply: Reply) -> Result<(u64, Vec<String>), String> {
         })
         .collect();
     Ok((cursor, keys))
-}
-
-/// `s` with the glob characters of `SCAN MATCH` escaped.
-fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// A held lock as far as can be read without being its holder.
@@ -193,6 +181,5 @@ mod tests {
             Some(("a}:b", "lock"))
         );
         assert_eq!(split("redlease", "other:{jobs}:q:ready"), None);
-        assert_eq!(glob_escape("a*b[c]"), "a\\*b\\[c\\]");
     }
 }

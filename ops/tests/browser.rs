@@ -163,8 +163,9 @@ impl Browser {
         );
         self.session = Some(session["sessionId"].as_str().unwrap().to_owned());
         self.call("Page.navigate", json!({ "url": url }));
-        // Until the page is loaded (its context replaces about:blank's meanwhile).
-        let deadline = Instant::now() + Duration::from_secs(20);
+        // Until the page is loaded (its context replaces about:blank's meanwhile); a cold
+        // Chromium on a busy machine once took over 20 s.
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let r = self.try_call(
                 "Runtime.evaluate",

@@ -443,8 +443,9 @@ pub const MAX_PATTERN_LEN: usize = crate::keys::MAX_NAME_LEN;
 /// The most keys one [`scan_locks`] step may examine.
 pub const MAX_SCAN_COUNT: u32 = 100_000;
 
-/// `s` with the glob characters of `SCAN MATCH` escaped.
-fn glob_escape(s: &str) -> String {
+/// `s` with the glob characters of `SCAN MATCH` escaped (a key prefix or name matched
+/// literally).
+pub fn glob_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {

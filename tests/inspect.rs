@@ -363,3 +363,37 @@ fn a_cancelled_job_counts_as_dead_or_drops_its_enqueue_time_when_removed() {
         "the removed job's payload and enqueue time are gone, the dead one's kept"
     );
 }
+
+#[test]
+fn a_foreign_value_in_a_counter_leaves_its_event_uncounted_and_the_job_moves() {
+    let server = RedisServer::start().unwrap();
+    let q = queue(&server, "foreign");
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    // The `pushed` counters of this minute and the next hold a hash, not an integer.
+    let (secs, _): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
+    let minute = secs / 60;
+    for m in [minute, minute + 1] {
+        let _: () = redis::cmd("HSET")
+            .arg(format!("redlease:{{foreign}}:q:counts:{m}:pushed"))
+            .arg("not")
+            .arg("a counter")
+            .query(&mut conn)
+            .unwrap();
+    }
+    let from = SystemTime::now() - Duration::from_secs(60);
+    q.push("a").unwrap();
+    let job = q.try_take().unwrap().expect("pushed although uncounted");
+    job.ack().unwrap();
+    let to = SystemTime::now() + Duration::from_secs(60);
+    let minutes = q.counts(from, to).unwrap();
+    let sum = |e: &str| minutes.iter().map(|m| m.get(e)).sum::<i64>();
+    assert_eq!(sum(event::PUSHED), 0, "{minutes:?}");
+    assert_eq!(
+        (sum(event::TAKEN), sum(event::ACKED)),
+        (1, 1),
+        "{minutes:?}"
+    );
+}

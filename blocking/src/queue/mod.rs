@@ -155,7 +155,7 @@ impl Queue {
     /// Counts what happens to this queue's jobs, per minute of the server's clock: pushed,
     /// taken, acked, failed, retried, dead, expired, read back with [`Queue::counts`] (and
     /// shown by the `redlease` operator tool). Off by default: on, the scripts that move jobs
-    /// add one `INCR` per event, about 8 % more server instructions on a plain job's push,
+    /// add one `INCR` per event, about 9 % more server instructions on a plain job's push,
     /// take and ack (`scripts/cpu.sh`). Set it on every process that pushes or takes: a
     /// process without it moves jobs uncounted.
     pub fn counting(mut self, on: bool) -> Self {

@@ -477,10 +477,13 @@ impl MemoryClock {
     /// let server = MemoryServer::new();
     /// let clock = server.clock();
     /// let queue = server.client().queue("mail")?;
-    /// let workers = queue.work(2, |_job| -> Result<(), String> { Ok(()) })?;
+    /// // One worker: while it runs a call, no thread waits on the clock, so it stays put
+    /// // (with two, the idle one's wait would let the clock jump past the busy one: see
+    /// // run_until_waiting).
+    /// let workers = queue.work(1, |_job| -> Result<(), String> { Ok(()) })?;
     /// let in_an_hour = redlease::PushOptions::new().delay(Duration::from_secs(3600));
     /// queue.push_with("in an hour", in_an_hour)?;
-    /// // The workers wait on the clock; it jumps to the job's due time.
+    /// // The worker waits on the clock; it jumps to the job's due time.
     /// clock.run_until(Duration::from_secs(7200), || workers.report().acked == 1)?;
     /// assert!(clock.elapsed() >= Duration::from_secs(3600));
     /// assert!(clock.elapsed() < Duration::from_secs(7200));

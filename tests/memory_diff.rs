@@ -48,6 +48,7 @@ use redlease::core::keys::Keyspace;
 use redlease::core::lease::{LockSpec, Token};
 use redlease::core::queue::batch;
 use redlease::core::queue::cancel::{self, CancelledJobs};
+use redlease::core::queue::dead::{self, DeadAction, DeadFilter, DeadRetention, DeathCause};
 use redlease::core::queue::groups::{self, GroupLimits, LimitsOf};
 use redlease::core::queue::pause::{self, PauseScope};
 use redlease::core::queue::schedule::{self, Schedule};
@@ -383,6 +384,9 @@ enum Cmp {
     Schedule,
     /// A hash read whole (`HGETALL`): the same fields and values, in any order.
     Hash,
+    /// The dead list `{id, deliveries, payload, reason, '<server ms> <kind>' or ''}...`:
+    /// all equal but the time of death (each server's own clock).
+    Dead,
     /// `lock_info`: `{fence, {kind, holders, waiters, subscribers, permits}...}`, the fence
     /// as fences compare, holders (token, ms left, holds, role) as a set by token, their
     /// time left within tolerance, the rest equal.
@@ -680,6 +684,21 @@ fn same(
             _ => r == m,
         },
         Cmp::Info => same_info(r, m, fences, tolerance),
+        Cmp::Dead => match pair(r, m) {
+            Some((a, b)) if a.len() % 5 == 0 => a.chunks(5).zip(b.chunks(5)).all(|(x, y)| {
+                let kind = |r: &Reply| match r {
+                    Reply::Bulk(t) => Some(
+                        t.iter()
+                            .skip_while(|c| c.is_ascii_digit())
+                            .copied()
+                            .collect::<Vec<u8>>(),
+                    ),
+                    _ => None,
+                };
+                x[..4] == y[..4] && kind(&x[4]).is_some() && kind(&x[4]) == kind(&y[4])
+            }),
+            _ => r == m,
+        },
         Cmp::Clock => matches!((r, m), (Reply::Int(_), Reply::Int(_))) || r == m,
         Cmp::Clients => same_clients(r, m),
         Cmp::Scan => match pair(r, m) {
@@ -1255,7 +1274,7 @@ impl Seq {
                 let op = groups::set_limits(&keys, of, limits, now).unwrap();
                 self.machine_op(op, Cmp::Exact)
             }
-            17 => self.machine_op(queue::dead_jobs(&keys, 10, now), Cmp::Exact),
+            17 => self.machine_op(queue::dead_jobs(&keys, 10, now), Cmp::Dead),
             18 if self.rng.chance(30) => {
                 let stem = self.keyspace.stem("r").unwrap();
                 let all: Vec<String> = [
@@ -1485,7 +1504,7 @@ impl Seq {
                 }
             }
             15 => self.machine_op(queue::stats(&keys, now), Cmp::Stats),
-            16 => self.machine_op(queue::dead_jobs(&keys, 10, now), Cmp::Exact),
+            16 => self.machine_op(queue::dead_jobs(&keys, 10, now), Cmp::Dead),
             17 => {
                 // A dead job if one is known; else any id (requeue and forget say 0).
                 let id = if !self.dead.is_empty() && self.rng.chance(70) {
@@ -1495,11 +1514,42 @@ impl Seq {
                 } else {
                     "job0001".to_owned()
                 };
-                if self.rng.chance(50) {
-                    self.machine_op(queue::requeue(&keys, &id, now), Cmp::Exact)
-                } else {
-                    let op = queue::delete_dead(&keys, Some(&id), now).unwrap();
-                    self.machine_op(op, Cmp::Exact)
+                match self.rng.below(6) {
+                    0 | 1 => self.machine_op(queue::requeue(&keys, &id, now), Cmp::Exact),
+                    2 | 3 => {
+                        let op = queue::delete_dead(&keys, Some(&id), now).unwrap();
+                        self.machine_op(op, Cmp::Exact)
+                    }
+                    4 => {
+                        // A bulk action on a page, by cause or reason.
+                        let filter = match self.rng.below(3) {
+                            0 => DeadFilter::new(),
+                            1 => DeadFilter::new().cause(DeathCause::LeaseExpired),
+                            _ => DeadFilter::new().cause(DeathCause::Failed),
+                        };
+                        let action = if self.rng.chance(50) {
+                            DeadAction::Requeue
+                        } else {
+                            DeadAction::Delete
+                        };
+                        let (from, limit) =
+                            (self.rng.below(2) as u64, 1 + self.rng.below(3) as u64);
+                        let op = dead::act(&keys, action, &filter, from, 1000, limit, now).unwrap();
+                        self.machine_op(op, Cmp::Exact)
+                    }
+                    _ => {
+                        // The retention: a small count (so that deaths trim), read back, or
+                        // the defaults.
+                        let set = match self.rng.below(3) {
+                            0 => None,
+                            1 => Some(DeadRetention::DEFAULT),
+                            _ => Some(DeadRetention {
+                                max_jobs: Some(1 + self.rng.below(3) as u64),
+                                max_age: None,
+                            }),
+                        };
+                        self.machine_op(dead::retention(&keys, set, now).unwrap(), Cmp::Exact)
+                    }
                 }
             }
             18..=19 if self.rng.chance(40) => {
@@ -1525,6 +1575,8 @@ impl Seq {
                     "throttle",
                     "throttled",
                     "paused",
+                    "reasons",
+                    "dead_keep",
                 ]
                 .iter()
                 .map(|p| format!("{stem}:q:{p}"))
@@ -1774,8 +1826,8 @@ impl Seq {
             }
         }
         if is(&queue::scripts::DEAD) {
-            // (id, deliveries, payload, reason) per dead job.
-            for chunk in items.chunks(4) {
+            // (id, deliveries, payload, reason, death record) per dead job.
+            for chunk in items.chunks(5) {
                 if let Reply::Bulk(id) = &chunk[0] {
                     self.dead.push(String::from_utf8_lossy(id).into_owned());
                 }

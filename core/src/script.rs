@@ -954,7 +954,7 @@ pub(crate) mod tests {
     use crate::reply::ErrorReply;
 
     /// Every prelude part and the functions it defines.
-    const PARTS: [(&str, &[&str]); 13] = [
+    const PARTS: [(&str, &[&str]); 16] = [
         (prelude::NOTIFY, &["notify"]),
         (prelude::NOW_MS, &["now_ms"]),
         (prelude::NOW_MS_UP, &["now_ms_up"]),
@@ -968,6 +968,12 @@ pub(crate) mod tests {
         (prelude::DEDUP_RELEASE, &["dedup_release"]),
         (crate::queue::scripts::COUNT, &["counting", "count"]),
         (crate::queue::scripts::INSPECT, &["job_fields"]),
+        (
+            crate::queue::scripts::DEAD_LIST,
+            &["erase_dead", "dead_keep", "trim_dead"],
+        ),
+        (crate::queue::scripts::BURY, &["bury"]),
+        (crate::queue::scripts::REVIVE, &["revive"]),
     ];
 
     /// Whether `text` calls `function` (a call, not a longer name ending the same way).

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use redlease_core::backoff::saturating_add;
 use redlease_core::lease::{AcquireOptions, Token};
 use redlease_core::limits;
+use redlease_core::queue::dead::{self, DeadAction, DeadFilter, DeadRetention};
 use redlease_core::queue::{
     self, AckedAndTaken, DeadJob, Nacked, NewJob, Pushed, QueueKeys, QueueSettings, QueueStats,
     Take, TakeJob, TakenJob,
@@ -494,5 +495,80 @@ impl Queue {
     pub fn purge_dead(&self) -> Result<u64, Error> {
         self.client
             .run(queue::delete_dead(&self.keys, None, self.deadline())?)
+    }
+
+    /// Requeues (as [`requeue_dead`](Self::requeue_dead) does) up to `limit` dead jobs
+    /// that `filter` picks, oldest first, a page of up to 1,000 entries per round trip;
+    /// returns their ids. Each page is one script: a job is requeued once, and jobs that
+    /// die meanwhile join the list's end (a later page may pick them).
+    pub fn requeue_dead_where(
+        &self,
+        filter: &DeadFilter,
+        limit: usize,
+    ) -> Result<Vec<String>, Error> {
+        self.act_on_dead(DeadAction::Requeue, filter, limit)
+    }
+
+    /// Deletes for good (as [`delete_dead`](Self::delete_dead) does) up to `limit` dead
+    /// jobs that `filter` picks, oldest first, a page of up to 1,000 entries per round
+    /// trip; returns their ids.
+    pub fn delete_dead_where(
+        &self,
+        filter: &DeadFilter,
+        limit: usize,
+    ) -> Result<Vec<String>, Error> {
+        self.act_on_dead(DeadAction::Delete, filter, limit)
+    }
+
+    fn act_on_dead(
+        &self,
+        action: DeadAction,
+        filter: &DeadFilter,
+        limit: usize,
+    ) -> Result<Vec<String>, Error> {
+        let mut done = Vec::new();
+        let mut from = 0;
+        while done.len() < limit {
+            let left = (limit - done.len()) as u64;
+            let op = dead::act(
+                &self.keys,
+                action,
+                filter,
+                from,
+                dead::MAX_SCAN,
+                left,
+                self.deadline(),
+            )?;
+            let page = self.client.run(op)?;
+            done.extend(page.ids);
+            match page.next {
+                Some(next) => from = next,
+                None => break,
+            }
+        }
+        Ok(done)
+    }
+
+    /// The dead list's retention: how many dead jobs it keeps, for how long
+    /// ([`DeadRetention::DEFAULT`] until [set](Self::set_dead_retention)).
+    pub fn dead_retention(&self) -> Result<DeadRetention, Error> {
+        let op = dead::retention(&self.keys, None, self.deadline())?;
+        Ok(self.client.run(op)?.retention)
+    }
+
+    /// Sets the dead list's retention for every process (it is kept in Redis) and applies
+    /// it now; from then on each script that adds a job to the dead list applies it. Returns
+    /// how many dead jobs it deleted now. A count or age of 0 is refused
+    /// ([`Error::InvalidArgument`]); `None` means no limit ([`DeadRetention::UNLIMITED`]).
+    pub fn set_dead_retention(&self, retention: DeadRetention) -> Result<u64, Error> {
+        let mut deleted = 0;
+        loop {
+            let op = dead::retention(&self.keys, Some(retention), self.deadline())?;
+            let n = self.client.run(op)?.deleted;
+            deleted += n;
+            if n < dead::RETAIN_STEP {
+                return Ok(deleted);
+            }
+        }
     }
 }

@@ -77,7 +77,15 @@ pub static GROUP_PUSH: Script = crate::script!(
 /// `lua/group_take.lua`
 pub static GROUP_TAKE: Script = crate::script!(
     "queue_group_take",
-    [READY, super::scripts::COUNT, super::scripts::RECLAIM, GCRA],
+    [
+        READY,
+        super::scripts::COUNT,
+        DEDUP,
+        super::scripts::DEAD_LIST,
+        super::scripts::BURY,
+        super::scripts::RECLAIM,
+        GCRA
+    ],
     include_str!("lua/group_take.lua")
 );
 

@@ -128,6 +128,8 @@ pub struct JobInfo {
     pub age: Option<Duration>,
     /// When a delayed job is due.
     pub due_at: Option<SystemTime>,
+    /// When a dead job died (`None`: before deaths were recorded).
+    pub died_at: Option<SystemTime>,
     /// How often it was delivered so far.
     pub deliveries: u64,
     /// How long the lease of a job in flight has left (zero: it ran out, and the job is
@@ -227,6 +229,7 @@ fn job_of(f: &[Reply], now: u64) -> Option<JobInfo> {
         due_at: score
             .filter(|_| state == JobStatus::Delayed)
             .and_then(unix_ms),
+        died_at: score.filter(|_| state == JobStatus::Dead).and_then(unix_ms),
         deliveries: u64::try_from(deliveries.as_int()?).ok()?,
         lease_left: score
             .filter(|_| state == JobStatus::InFlight)

@@ -26,6 +26,7 @@
 mod ack_take;
 pub mod batch;
 pub mod cancel;
+pub mod dead;
 pub mod dedup;
 pub mod groups;
 pub mod inspect;
@@ -65,6 +66,8 @@ pub struct QueueKeys {
     leases: String,
     deliveries: String,
     dead: String,
+    /// The dead list's retention, when set ([`dead::retention`]).
+    dead_keep: String,
     holders: String,
     bases: String,
     settled: String,
@@ -284,6 +287,7 @@ impl QueueKeys {
             leases: k("leases"),
             deliveries: k("deliveries"),
             dead: k("dead"),
+            dead_keep: k("dead_keep"),
             holders: k("holders"),
             bases: k("bases"),
             settled: k("settled"),
@@ -1121,9 +1125,13 @@ pub struct DeadJob {
     pub deliveries: u64,
     /// Its payload.
     pub payload: Vec<u8>,
-    /// Why it died: the error its handler gave on the last nack (`None`: none was given, or
-    /// its lease ran out on the last delivery).
+    /// Why it died: the error its handler gave on the last nack, or the message it was
+    /// cancelled with (`None`: none was given, or its lease ran out on the last delivery).
     pub reason: Option<String>,
+    /// When it died, on the server's clock (`None`: it died before deaths were recorded).
+    pub died_at: Option<SystemTime>,
+    /// What it died of (`None`: not recorded, or a kind this version does not know).
+    pub cause: Option<dead::DeathCause>,
 }
 
 /// Lists dead jobs.
@@ -1136,22 +1144,26 @@ impl OpKind for DeadJobs {
 
     fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<Vec<DeadJob>, Error>> {
         let items = reply.as_array()?;
-        if items.len() % 4 != 0 {
+        if items.len() % 5 != 0 {
             return None;
         }
         let out = items
-            .chunks(4)
+            .chunks(5)
             .map(|c| {
                 let bulk = |r: &Reply| match r {
                     Reply::Bulk(b) => Some(b.clone()),
                     _ => None,
                 };
+                let record = bulk(&c[4])?;
+                let record = dead::parse_record(&record);
                 Some(DeadJob {
                     id: String::from_utf8(bulk(&c[0])?).ok()?,
                     deliveries: u64::try_from(c[1].as_int()?).ok()?,
                     payload: bulk(&c[2])?,
                     reason: Some(String::from_utf8_lossy(&bulk(&c[3])?).into_owned())
                         .filter(|r| !r.is_empty()),
+                    died_at: record.map(|r| r.0),
+                    cause: record.and_then(|r| r.1),
                 })
             })
             .collect::<Option<Vec<_>>>()?;
@@ -1247,6 +1259,7 @@ pub fn requeue(keys: &QueueKeys, id: &str, deadline: Instant) -> ScriptOp<Requeu
             &keys.deliveries,
             &keys.bases,
             &keys.reasons,
+            &keys.payloads,
         ])
         .arg(id)
         .arg(&keys.notify);

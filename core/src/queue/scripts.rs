@@ -9,6 +9,18 @@ use crate::script::prelude::*;
 /// calls): `overdue`, `reclaim`, `lease_next` and `next_wait`, on the take scripts' keys.
 pub const RECLAIM: &str = include_str!("lua/reclaim.lua");
 
+/// `lua/dead_list.lua`: the dead list's retention and deletion (`dead_keep`, `trim_dead`,
+/// `erase_dead`), naming a queue's keys after its dead list. After [`DEDUP`] (a deleted
+/// job's dedup entry goes with it).
+pub const DEAD_LIST: &str = include_str!("lua/dead_list.lua");
+
+/// `lua/bury.lua`: `bury`, a job's death (recorded, counted, the retention applied); after
+/// [`COUNT`] and [`DEAD_LIST`].
+pub const BURY: &str = include_str!("lua/bury.lua");
+
+/// `lua/revive.lua`: `revive`, a dead job back to ready; after [`READY`] and [`NOTIFY`].
+pub const REVIVE: &str = include_str!("lua/revive.lua");
+
 /// `lua/count.lua`: `counting(key, now)` and `count(event, n)`, the per-minute counts of
 /// what happened to a queue, called by the scripts that move its jobs (before
 /// [`RECLAIM`], which counts too).
@@ -27,7 +39,7 @@ pub static PUSH: Script = script!(
 /// `lua/dequeue.lua`
 pub static DEQUEUE: Script = script!(
     "queue_dequeue",
-    [NOW_MS, READY, COUNT, RECLAIM],
+    [NOW_MS, READY, COUNT, DEDUP, DEAD_LIST, BURY, RECLAIM],
     include_str!("lua/dequeue.lua")
 );
 
@@ -41,7 +53,9 @@ pub static ACK: Script = script!(
 /// `lua/nack.lua`
 pub static NACK: Script = script!(
     "queue_nack",
-    [NOW_MS_UP, REMEMBER, READY, NOTIFY, COUNT],
+    [
+        NOW_MS_UP, REMEMBER, READY, NOTIFY, COUNT, DEDUP, DEAD_LIST, BURY
+    ],
     include_str!("lua/nack.lua")
 );
 
@@ -65,10 +79,24 @@ pub static STATS: Script = script!("queue_stats", [NOW_MS], include_str!("lua/st
 /// `lua/dead.lua`
 pub static DEAD: Script = script!("queue_dead", [], include_str!("lua/dead.lua"));
 
+/// `lua/dead_act.lua`: requeue or delete the dead jobs a filter picks, a page at a time.
+pub static DEAD_ACT: Script = script!(
+    "queue_dead_act",
+    [READY, NOTIFY, DEDUP, DEAD_LIST, REVIVE],
+    include_str!("lua/dead_act.lua")
+);
+
+/// `lua/dead_keep.lua`: set the dead list's retention and apply it.
+pub static DEAD_KEEP: Script = script!(
+    "queue_dead_keep",
+    [NOW_MS, DEDUP, DEAD_LIST],
+    include_str!("lua/dead_keep.lua")
+);
+
 /// `lua/requeue.lua`
 pub static REQUEUE: Script = script!(
     "queue_requeue",
-    [READY, NOTIFY],
+    [READY, NOTIFY, REVIVE],
     include_str!("lua/requeue.lua")
 );
 
@@ -80,12 +108,26 @@ pub static UNTAKE: Script = script!(
 );
 
 /// `lua/forget.lua`
-pub static FORGET: Script = script!("queue_forget", [DEDUP], include_str!("lua/forget.lua"));
+pub static FORGET: Script = script!(
+    "queue_forget",
+    [DEDUP, DEAD_LIST],
+    include_str!("lua/forget.lua")
+);
 
 /// `lua/ack_take.lua`
 pub static ACK_TAKE: Script = script!(
     "queue_ack_take",
-    [NOW_MS, READY, NOTIFY, COUNT, RECLAIM, DEDUP_RELEASE],
+    [
+        NOW_MS,
+        READY,
+        NOTIFY,
+        COUNT,
+        DEDUP,
+        DEAD_LIST,
+        BURY,
+        RECLAIM,
+        DEDUP_RELEASE
+    ],
     include_str!("lua/ack_take.lua")
 );
 
@@ -116,7 +158,7 @@ pub static PAUSE: Script = script!(
 /// `lua/take_batch.lua`
 pub static TAKE_BATCH: Script = script!(
     "queue_take_batch",
-    [NOW_MS, READY, COUNT, RECLAIM],
+    [NOW_MS, READY, COUNT, DEDUP, DEAD_LIST, BURY, RECLAIM],
     include_str!("lua/take_batch.lua")
 );
 
@@ -130,7 +172,7 @@ pub static ACK_MANY: Script = script!(
 /// `lua/cancel.lua`
 pub static CANCEL: Script = script!(
     "queue_cancel",
-    [NOW_MS, REMEMBER, NOTIFY, DEDUP, COUNT],
+    [NOW_MS, REMEMBER, NOTIFY, DEDUP, COUNT, DEAD_LIST, BURY],
     include_str!("lua/cancel.lua")
 );
 
@@ -149,7 +191,7 @@ pub static PUSH_DEDUP: Script = script!(
 );
 
 /// Every queue script.
-pub static ALL: [&Script; 21] = [
+pub static ALL: [&Script; 23] = [
     &PUSH,
     &DEQUEUE,
     &ACK,
@@ -158,6 +200,8 @@ pub static ALL: [&Script; 21] = [
     &JOB_INSPECT,
     &STATS,
     &DEAD,
+    &DEAD_ACT,
+    &DEAD_KEEP,
     &REQUEUE,
     &UNTAKE,
     &FORGET,

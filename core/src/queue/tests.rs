@@ -1038,8 +1038,10 @@ fn dead_jobs_are_listed_with_deliveries_and_payload() {
         Reply::Int(5),
         bulk(b"\x00\xff"),
         bulk(b"handler: bad payload"),
+        bulk(b"1700000000123 failed"),
         bulk(b"b"),
         Reply::Int(1),
+        bulk(b""),
         bulk(b""),
         bulk(b""),
     ]));
@@ -1057,12 +1059,18 @@ fn dead_jobs_are_listed_with_deliveries_and_payload() {
                 deliveries: 5,
                 payload: b"\x00\xff".to_vec(),
                 reason: Some("handler: bad payload".into()),
+                died_at: Some(
+                    std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123)
+                ),
+                cause: Some(super::dead::DeathCause::Failed),
             },
             DeadJob {
                 id: "b".into(),
                 deliveries: 1,
                 payload: Vec::new(),
                 reason: None,
+                died_at: None,
+                cause: None,
             },
         ])
     );
@@ -1080,12 +1088,56 @@ fn malformed_dead_lists_are_unexpected() {
         Reply::Int(0),
         Reply::Array(vec![bulk(b"a"), Reply::Int(1)]),
         Reply::Array(vec![bulk(b"a"), Reply::Int(1), bulk(b"p")]),
-        Reply::Array(vec![bulk(b"a"), Reply::Int(1), bulk(b"p"), Reply::Int(2)]),
-        Reply::Array(vec![bulk(b"a"), Reply::Int(-1), bulk(b"p"), bulk(b"")]),
-        Reply::Array(vec![bulk(b"\xff"), Reply::Int(1), bulk(b"p"), bulk(b"")]),
-        Reply::Array(vec![Reply::Int(3), Reply::Int(1), bulk(b"p"), bulk(b"")]),
-        Reply::Array(vec![bulk(b"a"), Reply::Int(1), Reply::Int(9), bulk(b"")]),
-        Reply::Array(vec![bulk(b"a"), Reply::Nil, bulk(b"p"), bulk(b"")]),
+        Reply::Array(vec![bulk(b"a"), Reply::Int(1), bulk(b"p"), bulk(b"")]),
+        Reply::Array(vec![
+            bulk(b"a"),
+            Reply::Int(1),
+            bulk(b"p"),
+            Reply::Int(2),
+            bulk(b""),
+        ]),
+        Reply::Array(vec![
+            bulk(b"a"),
+            Reply::Int(-1),
+            bulk(b"p"),
+            bulk(b""),
+            bulk(b""),
+        ]),
+        Reply::Array(vec![
+            bulk(b"\xff"),
+            Reply::Int(1),
+            bulk(b"p"),
+            bulk(b""),
+            bulk(b""),
+        ]),
+        Reply::Array(vec![
+            Reply::Int(3),
+            Reply::Int(1),
+            bulk(b"p"),
+            bulk(b""),
+            bulk(b""),
+        ]),
+        Reply::Array(vec![
+            bulk(b"a"),
+            Reply::Int(1),
+            Reply::Int(9),
+            bulk(b""),
+            bulk(b""),
+        ]),
+        Reply::Array(vec![
+            bulk(b"a"),
+            Reply::Nil,
+            bulk(b"p"),
+            bulk(b""),
+            bulk(b""),
+        ]),
+        Reply::Array(vec![
+            bulk(b"a"),
+            Reply::Int(1),
+            bulk(b"p"),
+            bulk(b""),
+            Reply::Int(5),
+        ]),
     ];
     for shape in shapes {
         let now = origin();
@@ -1111,7 +1163,7 @@ fn requeue_says_whether_the_job_was_dead() {
             strs(&[
                 "EVALSHA",
                 REQUEUE.sha1,
-                "7",
+                "8",
                 DEAD_LIST,
                 READY,
                 PRIORITIES,
@@ -1119,6 +1171,7 @@ fn requeue_says_whether_the_job_was_dead() {
                 DELIVERIES,
                 BASES,
                 REASONS,
+                PAYLOADS,
                 "a",
                 CHANNEL,
             ])

@@ -181,7 +181,7 @@ if expiry and expiry > now then
   return handed(ack, n, mine, payload or '', base, timeout, left_of(e, now), at, now)
 end
 if reclaiming then
-  reclaim(due, expired, tonumber(ARGV[6]))
+  reclaim(due, expired, tonumber(ARGV[6]), now)
   top = redis.call('ZRANGE', KEYS[1], '0', '0')
   if top[1] then
     payload, at = job_of(top[1])

@@ -59,10 +59,10 @@ else
   return 0
 end
 if ARGV[3] == 'dead' then
-  redis.call('RPUSH', KEYS[10], id)
+  local now = now_ms()
   redis.call('HSET', KEYS[11], id, 'cancelled: ' .. message)
-  counting(KEYS[16], now_ms())
-  count('dead', 1)
+  counting(KEYS[16], now)
+  bury(KEYS[10], id, 'cancelled', now)
 else
   if string.byte(id, 1) == 126 then
     -- A job pushed with a dedup id: its entry goes with it, as the deletion of a dead job

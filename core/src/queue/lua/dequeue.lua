@@ -60,7 +60,7 @@ if reclaiming then
   if bad then
     return bad
   end
-  reclaim(due, expired, tonumber(ARGV[3]))
+  reclaim(due, expired, tonumber(ARGV[3]), now)
   top = redis.call('ZRANGE', KEYS[1], '0', '0')
 end
 if paused then

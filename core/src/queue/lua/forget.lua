@@ -1,8 +1,9 @@
 -- Delete dead jobs for good: the one named by ARGV[1], or every dead job when ARGV[2] is
--- 'all' (never because an id is empty). KEYS: 1 dead, 2 payloads (and the enqueue times
--- beside them, id .. '\255'), 3 priorities, 4 deliveries, 5 bases, 6 reasons, 7 dedup ids
--- (hash dedup id -> job), 8 the jobs' dedup ids (hash job -> entry). Returns how many were
--- deleted.
+-- 'all' (never because an id is empty), with every trace of them (dead_list.lua's
+-- erase_dead, which names the keys after the dead list: they are declared and read here).
+-- KEYS: 1 dead, 2 payloads (and the enqueue times and death records beside them),
+-- 3 priorities, 4 deliveries, 5 bases, 6 reasons, 7 dedup ids (hash dedup id -> job), 8 the
+-- jobs' dedup ids (hash job -> entry). Returns how many were deleted.
 for i = 1, 8 do
   if i == 1 then
     redis.call('LLEN', KEYS[1])
@@ -21,13 +22,6 @@ else
   ids = {ARGV[1]}
 end
 for _, id in ipairs(ids) do
-  redis.call('HDEL', KEYS[2], id, id .. '\255')
-  redis.call('HDEL', KEYS[3], id)
-  redis.call('HDEL', KEYS[4], id)
-  redis.call('HDEL', KEYS[5], id)
-  redis.call('HDEL', KEYS[6], id)
-  if string.byte(id, 1) == 126 then
-    dedup_clear(KEYS[7], KEYS[8], id)
-  end
+  erase_dead(KEYS[1], id)
 end
 return #ids

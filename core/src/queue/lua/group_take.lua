@@ -97,7 +97,7 @@ end
 -- Jobs due or whose lease ran out, back to staging (or dead after max deliveries).
 local due, expired = overdue(now)
 if #due > 0 or #expired > 0 then
-  reclaim(due, expired, tonumber(ARGV[3]))
+  reclaim(due, expired, tonumber(ARGV[3]), now)
 end
 -- A group with ready jobs joins the ring, unless it is set aside (blocked, full, paused).
 local function enlist(g)

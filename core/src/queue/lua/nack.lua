@@ -6,7 +6,7 @@
 -- 7 why it failed ('': not said). KEYS[13] pauses (hash; field 'drain': the channel a drain
 -- waiter listens on, announced on by a nack; see pause.lua), KEYS[14] counts. Optionally
 -- KEYS[15] undone takes and ARGV[8] how long to remember the token there (ms).
--- Returns 1 retried, 2 dead (the reason kept), 3 this very delivery was settled already (a
+-- Returns 1 retried, 2 dead (the reason kept, the death recorded: bury.lua), 3 this very delivery was settled already (a
 -- retry after a lost reply finds its own nack, retried or dead), 0 the lease ran out (or the
 -- job is gone), -1 another delivery holds it.
 -- Read every key once before writing any (a wrong type fails before any write).
@@ -65,11 +65,12 @@ local n = tonumber(redis.call('HGET', KEYS[7], id)) or 0
 -- The base: deliveries when last requeued ('base:timeout' for a job with a timeout).
 local base = tonumber(string.match(redis.call('HGET', KEYS[10], id) or '0', '^%d+')) or 0
 if n - base >= tonumber(ARGV[4]) then
-  redis.call('RPUSH', KEYS[8], id)
   if ARGV[7] ~= '' then
     redis.call('HSET', KEYS[12], id, ARGV[7])
   end
-  count('dead', 1)
+  -- The library's timed_out says 'timed out' (or 'timed out: <the handler's error>').
+  local timed_out = ARGV[7] == 'timed out' or string.sub(ARGV[7], 1, 11) == 'timed out: '
+  bury(KEYS[8], id, timed_out and 'timed_out' or 'failed', now)
   return 2
 end
 local backoff = tonumber(ARGV[3])

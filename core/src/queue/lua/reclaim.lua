@@ -24,12 +24,13 @@ local function overdue(now)
   return redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', upto, 'LIMIT', '0', '1000'),
     redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', upto, 'LIMIT', '0', '1000')
 end
--- reclaim(due, expired, max): the due delayed jobs back to ready; the jobs whose lease ran
--- out back to ready or, after max deliveries (counted from the job's base), to the dead
--- list. Call it only once every key it touches was read (a wrong type fails before any
--- write): ready, delayed, priorities, the sequence counter, in flight, leases, deliveries,
--- dead, holders, bases.
-local function reclaim(due, expired, max)
+-- reclaim(due, expired, max, now): the due delayed jobs back to ready; the jobs whose lease
+-- ran out back to ready or, after max deliveries (counted from the job's base), to the dead
+-- list (bury.lua: 'timed_out' when the delivery's hold limit had passed, else 'expired').
+-- Call it only once every key it touches was read (a wrong type fails before any write):
+-- ready, delayed, priorities, the sequence counter, in flight, leases, deliveries, dead,
+-- holders, bases.
+local function reclaim(due, expired, max, now)
   local function make_ready(id)
     local priority = tonumber(redis.call('HGET', KEYS[4], id)) or 0
     redis.call('ZADD', KEYS[1], ready_score(priority, KEYS[5]), id)
@@ -41,14 +42,16 @@ local function reclaim(due, expired, max)
   for _, id in ipairs(expired) do
     redis.call('ZREM', KEYS[6], id)
     local token = redis.call('HGET', KEYS[7], id)
+    local hold = nil
     if token then
+      hold = redis.call('HGET', KEYS[10], token .. ':e')
       redis.call('HDEL', KEYS[10], token, token .. ':e')
     end
     redis.call('HDEL', KEYS[7], id)
     local n = tonumber(redis.call('HGET', KEYS[8], id)) or 0
     if n - base_of(id) >= max then
-      redis.call('RPUSH', KEYS[9], id)
-      count('dead', 1)
+      local timed_out = hold and tonumber(hold) <= now
+      bury(KEYS[9], id, timed_out and 'timed_out' or 'expired', now)
     else
       make_ready(id)
       count('retried', 1)

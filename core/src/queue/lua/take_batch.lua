@@ -62,7 +62,7 @@ for _, r in ipairs(renew) do
   out[#out + 1] = handed(r[1], n, r[2], payload or '', base, timeout, left_of(e, now), at, now)
 end
 if #due > 0 or #expired > 0 then
-  reclaim(due, expired, tonumber(ARGV[2]))
+  reclaim(due, expired, tonumber(ARGV[2]), now)
   if #fresh > 0 and not paused then
     top = redis.call('ZRANGE', KEYS[1], 0, #fresh - 1)
   end

@@ -14,7 +14,7 @@ use redlease::core::queue::inspect::{self as core_inspect, JobCursor, JobPage, J
 use redlease::core::queue::{self as core_queue, QueueKeys};
 use redlease::core::semaphore::{self as core_semaphore, SemaphoreKeys};
 use redlease::core::{Command, Reply};
-use redlease::{DeadJob, QueueStats, SemaphoreState};
+use redlease::{DeadJob, DeathCause, QueueStats, SemaphoreState};
 use serde_json::{Value, json};
 
 use crate::drive::Conn;
@@ -26,7 +26,6 @@ pub const WAITING: &[(&str, &str)] = &[
         "live-client registry, lock waiters, forced release",
         "observe (its lock part)",
     ),
-    ("time of death and cause on the dead list", "lifetime"),
     ("paused", "pause"),
     ("groups", "groups"),
 ];
@@ -448,14 +447,25 @@ impl Source {
             .unwrap_or_else(|| Err("no answer".to_owned()))
     }
 
-    /// Requeues (or with `delete`, deletes) the dead jobs of `queue` that `filter` picks
-    /// among the oldest `scan` ones, at most `limit` of them; returns the ids acted on.
+    /// Requeues (or with `delete`, deletes) the dead jobs of `queue` that `filter` picks,
+    /// at most `limit` of them, oldest first; returns the ids acted on. Without ids, the
+    /// library's bulk action pages through the whole list on the server (a page of 1,000
+    /// entries per round trip); with ids, the oldest `scan` are looked at.
     pub fn act_on_dead(
         &mut self,
         queue: &str,
         filter: &DeadFilter,
         action: DeadAction,
     ) -> Result<Vec<String>, String> {
+        let q = self.conn.client().queue(queue).map_err(|e| e.to_string())?;
+        if filter.ids.is_empty() {
+            let picked = filter.library();
+            return match action {
+                DeadAction::Requeue => q.requeue_dead_where(&picked, filter.limit),
+                DeadAction::Delete => q.delete_dead_where(&picked, filter.limit),
+            }
+            .map_err(|e| e.to_string());
+        }
         let dead = self.dead(queue, filter.scan)?;
         let picked: Vec<String> = dead
             .into_iter()
@@ -463,7 +473,6 @@ impl Source {
             .take(filter.limit)
             .map(|d| d.id)
             .collect();
-        let q = self.conn.client().queue(queue).map_err(|e| e.to_string())?;
         let mut done = Vec::new();
         for id in picked {
             let acted = match action {
@@ -521,19 +530,37 @@ pub struct DeadFilter {
     pub ids: Vec<String>,
     /// Only jobs whose reason contains this text.
     pub reason_contains: Option<String>,
+    /// Only jobs that died of this.
+    pub cause: Option<DeathCause>,
+    /// Only jobs that died at or before this time (the server's clock).
+    pub died_before: Option<SystemTime>,
     /// At most this many.
     pub limit: usize,
-    /// How many of the oldest dead jobs are looked at.
+    /// With ids: how many of the oldest dead jobs are looked at.
     pub scan: usize,
 }
 
 impl DeadFilter {
+    /// The library's filter for the same jobs (all but the ids).
+    fn library(&self) -> redlease::DeadFilter {
+        let mut f = redlease::DeadFilter::new();
+        if let Some(text) = &self.reason_contains {
+            f = f.reason_contains(text.clone());
+        }
+        if let Some(c) = self.cause {
+            f = f.cause(c);
+        }
+        if let Some(at) = self.died_before {
+            f = f.died_before(at);
+        }
+        f
+    }
+
     fn picks(&self, d: &DeadJob) -> bool {
         (self.ids.is_empty() || self.ids.iter().any(|i| i == &d.id))
             && self
-                .reason_contains
-                .as_deref()
-                .is_none_or(|text| d.reason.as_deref().is_some_and(|r| r.contains(text)))
+                .library()
+                .picks(d.cause, d.died_at, d.reason.as_deref())
     }
 }
 
@@ -566,6 +593,7 @@ pub fn job_json(j: &JobInfo) -> Value {
         "age_ms": j.age.map(|d| d.as_millis() as u64),
         "due_at_ms": ms(j.due_at),
         "deliveries": j.deliveries,
+        "died_at_ms": ms(j.died_at),
         "lease_left_ms": j.lease_left.map(|d| d.as_millis() as u64),
         "payload_len": j.payload_size,
         "preview": String::from_utf8_lossy(&j.preview),
@@ -584,7 +612,10 @@ pub fn dead_json(d: &DeadJob) -> Value {
         "payload_len": d.payload.len(),
         "preview": preview,
         "reason": d.reason,
-        "died_at_ms": Value::Null,
+        "cause": d.cause.map(|c| c.as_str()),
+        "died_at_ms": d.died_at
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as u64),
     })
 }
 

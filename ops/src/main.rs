@@ -16,11 +16,12 @@ mod web;
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use clap::{Args, Parser, Subcommand};
 
 use data::{DeadAction, DeadFilter, Source};
+use redlease::DeathCause;
 
 /// The operator tool for redlease: queues, dead letters, locks and semaphores on one Redis.
 #[derive(Parser, Debug)]
@@ -163,15 +164,49 @@ struct DeadArgs {
     /// Only jobs whose reason contains this text.
     #[arg(long)]
     reason_contains: Option<String>,
+    /// Only jobs that died of this: failed, expired, timed_out or cancelled.
+    #[arg(long, value_parser = parse_cause)]
+    cause: Option<DeathCause>,
+    /// Only jobs that died at least this long ago (by this machine's clock), as a number
+    /// and a unit: 90s, 30m, 12h, 7d.
+    #[arg(long, value_parser = parse_age)]
+    older_than: Option<Duration>,
     /// At most this many jobs.
     #[arg(long, default_value_t = 100)]
     limit: usize,
-    /// Without --id or --reason-contains, act on every dead job (up to --limit).
+    /// Without another filter, act on every dead job (up to --limit).
     #[arg(long)]
     all: bool,
-    /// Look at this many of the oldest dead jobs.
+    /// With --id: look at this many of the oldest dead jobs (without ids, the whole list is
+    /// paged through on the server).
     #[arg(long, default_value_t = 10_000)]
     scan: usize,
+}
+
+fn parse_cause(s: &str) -> Result<DeathCause, String> {
+    DeathCause::parse(s).ok_or_else(|| {
+        format!("not a cause of death: {s:?} (failed, expired, timed_out or cancelled)")
+    })
+}
+
+/// `<n><unit>`, unit one of ms, s, m, h, d.
+fn parse_age(s: &str) -> Result<Duration, String> {
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    let (n, unit) = s.split_at(digits);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("not an age: {s:?} (a number and a unit: 90s, 30m, 12h, 7d)"))?;
+    let ms = match unit {
+        "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("not an age: {s:?} (units: ms, s, m, h, d)")),
+    };
+    n.checked_mul(ms)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("too long an age: {s:?}"))
 }
 
 /// An error and its exit code.
@@ -368,15 +403,30 @@ fn dead(source: &mut Source, queue: &str, limit: usize, json: bool) -> Result<u8
 }
 
 fn act(source: &mut Source, a: DeadArgs, action: DeadAction, json: bool) -> Result<u8, Failure> {
-    if a.ids.is_empty() && a.reason_contains.is_none() && !a.all {
+    if a.ids.is_empty()
+        && a.reason_contains.is_none()
+        && a.cause.is_none()
+        && a.older_than.is_none()
+        && !a.all
+    {
         return Err(Failure(
             2,
-            "say which dead jobs: --id ID (repeatable), --reason-contains TEXT, or --all".into(),
+            "say which dead jobs: --id ID (repeatable), --reason-contains TEXT, --cause CAUSE, --older-than AGE, or --all".into(),
         ));
     }
+    let died_before = match a.older_than {
+        None => None,
+        Some(age) => Some(
+            SystemTime::now()
+                .checked_sub(age)
+                .ok_or_else(|| Failure(2, "--older-than reaches before 1970".into()))?,
+        ),
+    };
     let filter = DeadFilter {
         ids: a.ids,
         reason_contains: a.reason_contains,
+        cause: a.cause,
+        died_before,
         limit: a.limit,
         scan: a.scan,
     };

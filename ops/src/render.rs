@@ -1,6 +1,7 @@
 //! Tables for people, and the `check` verdict. Every number comes from [`crate::data`].
 
 use std::fmt::Display;
+use std::time::SystemTime;
 
 use redlease::DeadJob;
 use serde_json::{Value, json};
@@ -247,20 +248,35 @@ pub fn dead(jobs: &[DeadJob]) -> String {
                 .chars()
                 .take(40)
                 .collect();
+            let died = match d
+                .died_at
+                .and_then(|t| SystemTime::now().duration_since(t).ok())
+            {
+                Some(ago) => format!("{} ago", ms(Some(ago.as_millis() as i64))),
+                None if d.died_at.is_some() => "just now".to_owned(),
+                None => NA.to_owned(),
+            };
             vec![
                 d.id.clone(),
                 d.deliveries.to_string(),
-                NA.to_owned(),
-                d.reason
-                    .clone()
-                    .unwrap_or_else(|| "(none given, or lease expired)".into()),
+                died,
+                d.cause.map_or(NA, |c| c.as_str()).to_owned(),
+                d.reason.clone().unwrap_or_else(|| "(none given)".into()),
                 d.payload.len().to_string(),
                 preview,
             ]
         })
         .collect();
     table(
-        &["id", "deliveries", "died", "reason", "bytes", "payload"],
+        &[
+            "id",
+            "deliveries",
+            "died",
+            "cause",
+            "reason",
+            "bytes",
+            "payload",
+        ],
         &rows,
     )
 }

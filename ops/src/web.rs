@@ -462,16 +462,48 @@ fn handle(app: &App, request: Request) {
                 .map(|(_, v)| v.clone())
                 .collect();
             let all = param("all").as_deref() == Some("1");
-            if ids.is_empty() && !all {
+            let cause = match param("cause") {
+                None => None,
+                Some(c) => match redlease::DeathCause::parse(&c) {
+                    Some(c) => Some(c),
+                    None => {
+                        return json_response(
+                            request,
+                            400,
+                            json!({ "error": "cause: failed, expired, timed_out or cancelled" }),
+                        );
+                    }
+                },
+            };
+            let died_before = match param("died_before_ms").map(|m| m.parse::<u64>()) {
+                None => None,
+                Some(Ok(ms)) => Some(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)),
+                Some(Err(_)) => {
+                    return json_response(
+                        request,
+                        400,
+                        json!({ "error": "died_before_ms: ms since the epoch" }),
+                    );
+                }
+            };
+            let reason_contains = param("reason_contains");
+            if ids.is_empty()
+                && !all
+                && cause.is_none()
+                && died_before.is_none()
+                && reason_contains.is_none()
+            {
                 return json_response(
                     request,
                     400,
-                    json!({ "error": "say which jobs: id=ID (repeatable) or all=1" }),
+                    json!({ "error": "say which jobs: id=ID (repeatable), cause=, died_before_ms=, reason_contains= or all=1" }),
                 );
             }
             let filter = DeadFilter {
                 ids,
-                reason_contains: param("reason_contains"),
+                reason_contains,
+                cause,
+                died_before,
                 limit: param("limit").and_then(|l| l.parse().ok()).unwrap_or(1000),
                 scan: 10_000,
             };

@@ -75,6 +75,36 @@ fn dead_jobs_are_listed_requeued_and_deleted_by_filter() {
         .map(|d| d["reason"].as_str().unwrap())
         .collect();
     assert_eq!(reasons, ["smtp timeout", "bad address"]);
+    // Each with its cause and time of death (the server's clock: this machine's).
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    for d in dead.as_array().unwrap() {
+        assert_eq!(d["cause"], "failed", "{d}");
+        let at = d["died_at_ms"].as_u64().expect("a time of death");
+        assert!(at <= now_ms + 1000 && at + 600_000 > now_ms, "{d}");
+    }
+    let table = String::from_utf8(run(&url, &["dead", "emails"]).stdout).unwrap();
+    assert!(
+        table.contains(" ago") && table.contains("failed"),
+        "{table}"
+    );
+
+    // Filters that pick nothing: another cause, jobs dead for an hour.
+    let none = run_json(
+        &url,
+        &["requeue", "emails", "--cause", "cancelled", "--json"],
+    );
+    assert_eq!(none["requeued"], serde_json::json!([]));
+    let none = run_json(&url, &["delete", "emails", "--older-than", "1h", "--json"]);
+    assert_eq!(none["deleted"], serde_json::json!([]));
+    for bad in [&["--cause", "old"][..], &["--older-than", "5 years"]] {
+        let mut args = vec!["requeue", "emails"];
+        args.extend_from_slice(bad);
+        assert_eq!(run(&url, &args).status.code(), Some(2), "{bad:?}");
+    }
+    assert_eq!(q.stats().unwrap().dead, 2);
 
     // Without a filter nothing is done.
     let out = run(&url, &["requeue", "emails"]);
@@ -88,6 +118,10 @@ fn dead_jobs_are_listed_requeued_and_deleted_by_filter() {
             "emails",
             "--reason-contains",
             "timeout",
+            "--cause",
+            "failed",
+            "--older-than",
+            "0s",
             "--json",
         ],
     );

@@ -92,7 +92,7 @@ async function loadDead() {
   $("dead-note").textContent = r.error || (actionsAllowed ? "" : "read-only: actions are off");
   fill("dead", r.jobs || [], (tr, d) => {
     tr.dataset.id = d.id;
-    cell(tr, d.id); cell(tr, d.deliveries, true); cell(tr, d.died_at_ms); cell(tr, d.reason); cell(tr, d.payload_len, true); cell(tr, d.preview);
+    cell(tr, d.id); cell(tr, d.deliveries, true); cell(tr, d.died_at_ms == null ? null : new Date(d.died_at_ms).toISOString()); cell(tr, d.cause); cell(tr, d.reason); cell(tr, d.payload_len, true); cell(tr, d.preview);
     const td = document.createElement("td");
     for (const verb of ["requeue", "delete"]) {
       const b = document.createElement("button");

@@ -295,6 +295,9 @@ pub struct Act;
 impl OpKind for Act {
     type Output = DeadPage;
     const CONTEXT: &'static str = "dead-letter bulk action";
+    /// A page whose reply was lost may have acted on jobs already: sent again, it would
+    /// act on up to its limit more (`Unavailable` instead).
+    const RETRY_LOST_REPLY: bool = false;
 
     fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<DeadPage, Error>> {
         let (first, rest) = reply.as_array()?.split_first()?;
@@ -380,7 +383,7 @@ mod tests {
     }
 
     fn run<K: OpKind>(mut op: ScriptOp<K>, reply: Reply) -> Result<K::Output, Error> {
-        let now = Instant::now();
+        let now = crate::testing::origin();
         let Step::Send(batch) = op.poll(now) else {
             panic!("sends first")
         };
@@ -442,7 +445,7 @@ mod tests {
 
     #[test]
     fn a_retention_is_checked_and_read_back() {
-        let deadline = Instant::now() + Duration::from_secs(1);
+        let deadline = crate::testing::origin() + Duration::from_secs(1);
         for bad in [
             DeadRetention {
                 max_jobs: Some(0),
@@ -483,7 +486,7 @@ mod tests {
 
     #[test]
     fn a_page_reads_its_next_index_and_ids() {
-        let deadline = Instant::now() + Duration::from_secs(1);
+        let deadline = crate::testing::origin() + Duration::from_secs(1);
         let f = DeadFilter::new().reason_contains("boom");
         let op = act(&keys(), DeadAction::Delete, &f, 5, 10, 3, deadline).unwrap();
         let page = run(
@@ -503,6 +506,52 @@ mod tests {
         }
         let op = act(&keys(), DeadAction::Delete, &f, 0, 1, 1, deadline).unwrap();
         assert!(run(op, Reply::Array(vec![Reply::Int(-2)])).is_err());
+    }
+
+    #[test]
+    fn a_page_whose_reply_was_lost_is_not_sent_again() {
+        use crate::reply::TransportFailure;
+        use crate::testing::Scenario;
+        let now = crate::testing::origin();
+        let f = DeadFilter::new();
+        let op = act(
+            &keys(),
+            DeadAction::Requeue,
+            &f,
+            0,
+            10,
+            3,
+            now + Duration::from_secs(3),
+        )
+        .unwrap();
+        let mut s = Scenario::new(op, now);
+        s.fail(TransportFailure::no_reply("timeout"));
+        assert!(matches!(
+            s.expect_done(),
+            Err(Error::Unavailable { attempts: 1, .. })
+        ));
+        // One that surely never ran is sent again.
+        let op = act(
+            &keys(),
+            DeadAction::Requeue,
+            &f,
+            0,
+            10,
+            3,
+            now + Duration::from_secs(3),
+        )
+        .unwrap();
+        let mut s = Scenario::new(op, now);
+        s.fail(TransportFailure::not_sent("refused"));
+        s.sleep_through();
+        s.answer(Reply::Array(vec![Reply::Int(-1)]));
+        assert_eq!(
+            s.expect_done(),
+            Ok(DeadPage {
+                next: None,
+                ids: vec![]
+            })
+        );
     }
 
     #[test]

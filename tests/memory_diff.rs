@@ -556,8 +556,10 @@ fn close(r: &Reply, m: &Reply, tolerance: i64) -> bool {
 /// Whether two takes' replies of a handed job agree (`lua/reclaim.lua`'s `handed`): after
 /// the first flag, delivery, id, payload, attempt and timeout, the hold limit left within
 /// the tolerance, then the enqueue time (each server's own clock) and the wait within the
-/// tolerance.
+/// tolerance; a grouped take's booked rate slot (a tenth item, µs from the take) within the
+/// tolerance too, its enqueue time and wait then possibly both empty.
 fn same_job(a: &[Reply], b: &[Reply], tolerance: i64) -> bool {
+    let empty = |r: &Reply| matches!(r, Reply::Bulk(t) if t.is_empty());
     match a.len() {
         7 if b.len() == 7 => a[..6] == b[..6] && close(&a[6], &b[6], tolerance),
         9 if b.len() == 9 => {
@@ -566,6 +568,17 @@ fn same_job(a: &[Reply], b: &[Reply], tolerance: i64) -> bool {
                 && a[7].as_int().is_some()
                 && b[7].as_int().is_some()
                 && close(&a[8], &b[8], tolerance)
+        }
+        10 if b.len() == 10 => {
+            let at = (empty(&a[7]) && empty(&b[7]) && empty(&a[8]) && empty(&b[8]))
+                || (a[7].as_int().is_some()
+                    && b[7].as_int().is_some()
+                    && close(&a[8], &b[8], tolerance));
+            let start = match (a[9].as_int(), b[9].as_int()) {
+                (Some(x), Some(y)) => (x - y).abs() <= tolerance * 1000,
+                _ => false,
+            };
+            a[..6] == b[..6] && close(&a[6], &b[6], tolerance) && at && start
         }
         _ => a == b,
     }

@@ -430,9 +430,10 @@ fn group_concurrency(h: &History, out: &mut Out<'_>) {
     }
 }
 
-/// No group over its rate ([`History::group_rates`]): for the takes of one group (of every
-/// group, for the queue's own rate) as they ran on the server (the first span of each
-/// lease token on a grouped job: a take or an ack-and-take; µs on the server's clock), in
+/// No group over its rate ([`History::group_rates`]): for the starts of one group's jobs (of
+/// every group, for the queue's own rate) as the server recorded them (the first span of
+/// each lease token on a grouped job: a take or an ack-and-take, at the slot it booked if
+/// it booked one ahead, [`Span::booked`], else when it ran; µs on the server's clock), in
 /// time order `t_0 <= t_1 <= ...`, every run of them from `t_i` to `t_j` holds at most
 /// `burst + floor((t_j - t_i) / interval)` takes (what a GCRA with that interval and
 /// burst allows in that window). Judged once per take of a rate-limited group.
@@ -447,7 +448,8 @@ fn group_rate(h: &History, out: &mut Out<'_>) {
             continue;
         };
         if sp.opened_by.is_some() && seen.insert((sp.resource.as_str(), sp.token.as_str())) {
-            takes.push((sp.from, g, sp.resource.as_str()));
+            // A take that booked its group's next slot ahead: the job starts at the slot.
+            takes.push((sp.booked.unwrap_or(sp.from), g, sp.resource.as_str()));
         }
     }
     takes.sort();

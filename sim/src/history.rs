@@ -194,6 +194,10 @@ pub struct Span {
     pub until: u64,
     /// The runner whose command made it (`None`: a fault, a restored snapshot).
     pub opened_by: Option<usize>,
+    /// For a grouped job whose take booked its group's next rate slot ahead of time: that
+    /// slot (global µs), from the server's record of the booking (`lua/group_take.lua`'s
+    /// `<stem>s:<token>`), read when the span opened: when the job may start.
+    pub booked: Option<u64>,
     /// That command was an unfenced lock's bare `SET NX PX` (it cannot check an undone
     /// record: documented).
     pub opened_by_set: bool,

@@ -186,8 +186,8 @@ const PAUSE_SWAPS: [Swap; 2] = [
 const RATE_SWAPS: [Swap; 2] = [
     Swap {
         script: &redlease_core::queue::groups::GROUP_TAKE,
-        from: "      if not allowed then\n        redis.call('ZREM', KEYS[13], g)",
-        to: "      if false then\n        redis.call('ZREM', KEYS[13], g)",
+        from: "      if allowed then\n        chosen_tat = tat\n",
+        to: "      if true then\n        chosen_tat = tat\n",
     },
     Swap {
         script: &redlease_core::queue::groups::GROUP_TAKE,

@@ -156,6 +156,23 @@ impl Observer {
     }
 
     /// What node `server` holds now: (resource, token) -> end (global µs).
+    /// The rate slot a grouped job's take booked for `token` (global µs), from the server's
+    /// record (`<stem>s:<token>` beside the grouped keys, kept until the slot).
+    fn booked(&self, server: &MemoryServer, resource: &str, token: &str) -> Option<u64> {
+        if !resource.contains('\u{1f}') {
+            return None;
+        }
+        self.watched.iter().find_map(|w| match w {
+            Watched::Jobs { leases, .. } => {
+                let stem = leases.strip_suffix("leases")?;
+                let key = format!("{stem}s:{token}");
+                let us: u64 = text(&server.call(&["GET", &key]).ok()?)?.parse().ok()?;
+                us.checked_sub(self.start_us)
+            }
+            _ => None,
+        })
+    }
+
     fn read(&self, server: &MemoryServer, now: u64) -> Vec<(String, String, u64)> {
         let now_ms = i64::try_from((self.start_us + now) / 1_000).unwrap_or(i64::MAX);
         let mut out = Vec::new();
@@ -277,6 +294,7 @@ impl Observer {
             match self.live.get(&k) {
                 Some(&i) => spans[i].until = until,
                 None => {
+                    let booked = self.booked(server, &k.1, &k.2);
                     let i = spans.len();
                     spans.push(Span {
                         node,
@@ -285,6 +303,7 @@ impl Observer {
                         from: now,
                         until,
                         opened_by: runner,
+                        booked,
                         opened_by_set: set,
                         closed_by: None,
                     });

@@ -11,6 +11,7 @@ use redlease_core::backoff::saturating_add;
 use redlease_core::lease::{AcquireOptions, Token};
 use redlease_core::limits;
 use redlease_core::queue::dead::{self, DeadAction, DeadFilter, DeadRetention};
+use redlease_core::queue::groups::GROUP_RESERVE;
 use redlease_core::queue::{
     self, AckedAndTaken, DeadJob, Nacked, NewJob, Pushed, QueueKeys, QueueSettings, QueueStats,
     Take, TakeJob, TakenJob,
@@ -433,6 +434,7 @@ impl Queue {
             hold_left,
             enqueued_at,
             waited,
+            start_in,
             ..
         } = taken;
         let timeout = timeout.or(self.lifetime.timeout);
@@ -441,6 +443,12 @@ impl Queue {
         // The server leased the job no longer than its hold limit, and the lease's validity
         // says so already (see `TakenJob::hold_left`).
         let guard = LockGuard::from_lease(&self.client, lease, Some(policy));
+        if let Some(wait) = start_in {
+            // The group's rate slot this take booked: counted from the reply, the job starts
+            // no earlier (the server says at most GROUP_RESERVE; never longer here).
+            let time = &self.client.shared().time;
+            let _ = time.sleep_until(saturating_add(time.now(), wait.min(GROUP_RESERVE)));
+        }
         crate::observe::job(&self.keys.name, &id, "take", None, &Ok(()));
         self.meter.consumed();
         Job {

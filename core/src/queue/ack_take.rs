@@ -222,6 +222,7 @@ pub(crate) fn job_on(
             hold_left: tail.hold_left,
             enqueued_at: tail.enqueued.map(|(at, _)| at),
             waited: tail.enqueued.map(|(_, waited)| waited),
+            start_in: tail.start_in,
             lease,
         })
     }

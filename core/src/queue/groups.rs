@@ -64,6 +64,16 @@ use crate::script::{Script, ScriptCall};
 /// The byte between a job's group and its id in the queue's grouped keys.
 pub const SEPARATOR: char = '\u{1f}';
 
+/// How far ahead a group take books its group's next rate slot (`RESERVE_US` in
+/// `lua/group_take.lua`; no further than one interval of the group's rate, so that a group
+/// holds about one booking at a time): a take that finds the slot at most this far away
+/// leases the job now and says when it may start
+/// ([`TakenJob::start_in`](super::TakenJob::start_in)), and a rate-blocked group is looked
+/// at again that long before its slot. So the rate is kept exactly (each slot booked from
+/// the last, not from a take's late arrival) while a taker's wake-up and round trip fit in
+/// this margin.
+pub const GROUP_RESERVE: Duration = Duration::from_millis(10);
+
 /// The longest group id accepted, in bytes.
 pub const MAX_GROUP_LEN: usize = 128;
 
@@ -459,6 +469,13 @@ mod tests {
     #[test]
     fn scripts_match_their_digests_and_prelude() {
         crate::script::tests::check_scripts(&ALL);
+    }
+
+    /// The script books a slot as far ahead as the driver waits for one.
+    #[test]
+    fn the_take_books_slots_as_far_ahead_as_group_reserve() {
+        let line = format!("local RESERVE_US = {}\n", GROUP_RESERVE.as_micros());
+        assert!(GROUP_TAKE.source.contains(&line), "{line}");
     }
 
     #[test]

@@ -532,13 +532,17 @@ pub(crate) struct JobTail {
     pub(crate) hold_left: Option<Duration>,
     /// When it was pushed and how long before this take ([`parse_enqueued`]), if recorded.
     pub(crate) enqueued: Option<(SystemTime, Duration)>,
+    /// From the take's run to the group rate slot it booked, when the job may start.
+    pub(crate) start_in: Option<Duration>,
 }
 
 /// Reads the tail of a handed job in a take's reply (`None` items: not bulk strings):
 /// nothing; its attempt; its attempt and timeout; its attempt, its timeout (empty: none of
 /// its own) and the ms from the take's run to its hold limit; or five: its attempt (empty:
 /// its delivery), timeout (empty: none of its own), ms to the hold limit (empty: none),
-/// enqueue time and wait (`lua/reclaim.lua`'s `handed`). `None` for anything else.
+/// enqueue time and wait (`lua/reclaim.lua`'s `handed`); or six: those five (the enqueue
+/// time and wait both empty when not recorded) and the µs from the take's run to the group
+/// rate slot it booked (`lua/group_take.lua`). `None` for anything else.
 pub(crate) fn parse_job_tail<'a>(
     tail: impl ExactSizeIterator<Item = Option<&'a [u8]>>,
     delivery: u64,
@@ -546,12 +550,12 @@ pub(crate) fn parse_job_tail<'a>(
     let n = tail.len();
     let mut tail = tail;
     let mut out = JobTail::plain(delivery);
-    if n == 4 || n > 5 {
+    if n == 4 || n > 6 {
         return None;
     }
     if let Some(attempt) = tail.next() {
         let attempt = attempt?;
-        if !(attempt.is_empty() && n == 5) {
+        if !(attempt.is_empty() && n >= 5) {
             out.attempt = parse_attempt(attempt, delivery)?;
         }
     }
@@ -564,13 +568,20 @@ pub(crate) fn parse_job_tail<'a>(
     }
     if let Some(left) = tail.next() {
         let left = left?;
-        if !(left.is_empty() && n == 5) {
+        if !(left.is_empty() && n >= 5) {
             let ms: u64 = std::str::from_utf8(left).ok()?.parse().ok()?;
             out.hold_left = Some(Duration::from_millis(ms));
         }
     }
     if let (Some(at), Some(waited)) = (tail.next(), tail.next()) {
-        out.enqueued = Some(parse_enqueued(at?, waited?)?);
+        let (at, waited) = (at?, waited?);
+        if !(n == 6 && at.is_empty() && waited.is_empty()) {
+            out.enqueued = Some(parse_enqueued(at, waited)?);
+        }
+    }
+    if let Some(start) = tail.next() {
+        let us: u64 = std::str::from_utf8(start?).ok()?.parse().ok()?;
+        out.start_in = Some(Duration::from_micros(us));
     }
     Some(out)
 }
@@ -583,6 +594,7 @@ impl JobTail {
             timeout: None,
             hold_left: None,
             enqueued: None,
+            start_in: None,
         }
     }
 }

@@ -71,6 +71,12 @@ pub struct TakenJob {
     /// the queue for its first delivery (for a later delivery it includes the earlier
     /// attempts and their backoffs). `None` as for [`enqueued_at`](Self::enqueued_at).
     pub waited: Option<Duration>,
+    /// For a grouped job whose take booked its group's next rate slot ahead of time: from
+    /// when the server ran the take to that slot. The job must not start before it (the
+    /// blocking driver's take waits it out, at most
+    /// [`GROUP_RESERVE`](super::groups::GROUP_RESERVE)). Counted from when the reply came,
+    /// the wait never ends before the slot.
+    pub start_in: Option<Duration>,
     /// The lease (the visibility timeout): its fence is [`delivery`](Self::delivery), its
     /// token proves the delivery; renew it like a lock's. Its `data` is left empty (the id
     /// and payload are the fields above).
@@ -99,6 +105,7 @@ impl TakenJob {
             hold_left: tail.hold_left,
             enqueued_at: tail.enqueued.map(|(at, _)| at),
             waited: tail.enqueued.map(|(_, waited)| waited),
+            start_in: tail.start_in,
             lease,
         })
     }

@@ -1723,7 +1723,7 @@ fn a_reply_not_understood_gives_back_what_the_next_token_may_hold() {
         acked_and(1, vec![Reply::Int(1), Reply::Int(1), bulk(b"n"), bulk(b"")]),
         // An attempt that is not 1 to the delivery number, or not a string; a timeout of
         // 0 ms or not a number after it, or none without a hold limit; a hold limit that is
-        // not a number; an enqueue time that is not a number; four or six of them.
+        // not a number; an enqueue time that is not a number; four or seven of them.
         acked_and(1, [handed(2, b"n", b""), vec![bulk(b"3")]].concat()),
         acked_and(1, [handed(2, b"n", b""), vec![bulk(b"0")]].concat()),
         acked_and(1, [handed(2, b"n", b""), vec![Reply::Int(1)]].concat()),
@@ -1759,6 +1759,7 @@ fn a_reply_not_understood_gives_back_what_the_next_token_may_hold() {
                     bulk(b"1"),
                     bulk(b"5"),
                     bulk(b"5"),
+                    bulk(b"2"),
                     bulk(b"2"),
                     bulk(b"2"),
                     bulk(b"2"),
@@ -2096,8 +2097,22 @@ fn a_handed_jobs_tail_carries_its_attempt_timeout_hold_limit_and_enqueue_time_to
             attempt: 1,
             timeout: Some(Duration::from_millis(1500)),
             hold_left: Some(Duration::from_millis(2400)),
-            enqueued: Some((at(5000), Duration::from_millis(40)))
+            enqueued: Some((at(5000), Duration::from_millis(40))),
+            start_in: None,
         })
+    );
+    // A grouped job whose take booked its group's rate slot: six, the sixth the µs to it
+    // (the enqueue time and wait empty when not recorded).
+    assert_eq!(
+        tail(&["1", "", "", "5000", "40", "3500"]).map(|t| (t.enqueued, t.start_in)),
+        Some((
+            Some((at(5000), Duration::from_millis(40))),
+            Some(Duration::from_micros(3500))
+        ))
+    );
+    assert_eq!(
+        tail(&["", "", "", "", "", "0"]).map(|t| (t.attempt, t.enqueued, t.start_in)),
+        Some((3, None, Some(Duration::ZERO)))
     );
     for bad in [
         &["", "1500"][..],
@@ -2106,7 +2121,10 @@ fn a_handed_jobs_tail_carries_its_attempt_timeout_hold_limit_and_enqueue_time_to
         &["1", "", "", "5000"],
         &["1", "", "", "x", "40"],
         &["1", "0", "", "5000", "40"],
-        &["1", "", "", "5000", "40", "1"],
+        &["1", "", "", "5000", "40", ""],
+        &["1", "", "", "5000", "40", "-1"],
+        &["1", "", "", "5000", "", "1"],
+        &["1", "", "", "5000", "40", "1", "2"],
     ] {
         assert_eq!(tail(bad), None, "{bad:?}");
     }

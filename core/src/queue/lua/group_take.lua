@@ -17,13 +17,34 @@
 -- A job id is '<group>\31<id>'.
 -- ARGV: 1 lease token, 2 visibility timeout ms (with the hold limit's parts: lease_args in
 -- reclaim.lua), 3 max deliveries.
--- Returns what the take script returns: {1, delivery, id, payload[, attempt]} or
+-- Returns what the take script returns: {1, delivery, id, payload[, attempt...]} or
 -- {0, ms until something may change (a delayed job due, a lease running out, a group's
 -- rate or block ending), or -2}.
+-- A group's rate slot is reserved ahead: a take that finds its group's next slot at most
+-- RESERVE_US away (GROUP_RESERVE in core/src/queue/groups.rs; at most one interval of the
+-- group's rate, so that a group has about one booking at a time) leases the job now and books
+-- that slot (the GCRA time moves from the slot, not from the take, so a take that comes a
+-- little early or late loses nothing of the rate); its reply's tail then has six items,
+-- the sixth the µs from the take's run to the slot, when the job may start (the taker waits
+-- it out). The booking is kept in '<stem>s:<token>' (µs, until the slot) for a retry after
+-- a lost reply, which is told what is left of it. A blocked group comes back to the ring
+-- that margin before its slot, so that an idle taker's wake-up and round trip fall inside it.
+local RESERVE_US = 10000
 local t = redis.call('TIME')
 local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(us / 1000)
 local token = ARGV[1]
+local stem = string.sub(KEYS[13], 1, -5)
+-- reply(n, id, payload, base, timeout, left, at, start): handed's reply, with the wait until
+-- a booked slot (µs from us) as a sixth item of its tail when there is one.
+local function reply(n, id, payload, base, timeout, left, at, start)
+  if not start then
+    return handed(1, n, id, payload, base, timeout, left, at, now)
+  end
+  local waited = at and string.format('%d', math.max(now - tonumber(at), 0)) or ''
+  return {1, n, id, payload, string.format('%d', n - base), timeout or '',
+    left and string.format('%d', left) or '', at or '', waited, string.format('%d', start)}
+end
 local visibility, slack, queue_timeout = lease_args(ARGV[2])
 local undone = redis.call('ZSCORE', KEYS[12], token)
 local mine = redis.call('HGET', KEYS[10], token)
@@ -35,13 +56,15 @@ local expiry = mine and redis.call('HGET', KEYS[7], mine) == token
 if expiry and expiry > now then
   -- A retry after a lost reply: the job leased to this token, its lease renewed.
   local n = tonumber(redis.call('HGET', KEYS[8], mine)) or 1
-  local payload = redis.call('HGET', KEYS[3], mine) or ''
+  local payload, at = job_of(mine)
   local base, timeout = base_of(mine)
   local upto, e = renewed_until(token, now, visibility)
   if expiry < upto then
     redis.call('ZADD', KEYS[6], upto, mine)
   end
-  return handed(1, n, mine, payload, base, timeout, left_of(e, now))
+  local booked = tonumber(redis.call('GET', stem .. 's:' .. token))
+  local start = booked and booked > us and booked - us or nil
+  return reply(n, mine, payload or '', base, timeout, left_of(e, now), at, start)
 end
 -- The whole queue paused: nothing is taken, nothing is written (resume wakes the takers).
 if redis.call('HEXISTS', KEYS[19], '*') == 1 then
@@ -63,7 +86,6 @@ local turn = tonumber(redis.call('GET', KEYS[17]) or '0')
 if not turn then
   return redis.error_reply('ERR the turn counter ' .. KEYS[17] .. ' is not a number')
 end
-local stem = string.sub(KEYS[13], 1, -5)
 local function limits(field)
   local text = redis.call('HGET', KEYS[16], field)
   if not text then
@@ -147,7 +169,7 @@ if whole_wait > 0 then
 end
 -- At most 16 groups are looked at: each is taken from, or set aside until it may be
 -- eligible again, so the next take looks at others.
-local chosen, chosen_tat = nil, nil
+local chosen, chosen_tat, start = nil, nil, nil
 if not blocked_for then
   for _, g in ipairs(redis.call('ZRANGE', KEYS[13], 0, 15)) do
     local l = limits('g:' .. g) or defaults
@@ -185,12 +207,17 @@ if not blocked_for then
       if allowed == nil then
         return redis.error_reply('WRONGTYPE the rate state of group ' .. g .. ' does not hold a time')
       end
-      if not allowed then
-        redis.call('ZREM', KEYS[13], g)
-        redis.call('ZADD', KEYS[14], now + math.max(math.ceil(wait / 1000), 1), g)
-        eligible = false
-      else
+      if allowed then
         chosen_tat = tat
+      elseif wait <= math.min(RESERVE_US, l.i) then
+        -- Its next slot is near: booked now, at the slot (as the GCRA would allow it then:
+        -- a cost of 1 whose due time is not after the stored time).
+        chosen_tat, start = tat + l.i, wait
+      else
+        redis.call('ZREM', KEYS[13], g)
+        local early = math.min(RESERVE_US, l.i)
+        redis.call('ZADD', KEYS[14], now + math.max(math.ceil((wait - early) / 1000), 1), g)
+        eligible = false
       end
     end
     if eligible then
@@ -204,7 +231,7 @@ if chosen then
   local ready = stem .. 'r:' .. g
   local id = redis.call('ZRANGE', ready, 0, 0)[1]
   redis.call('ZREM', ready, id)
-  local payload = redis.call('HGET', KEYS[3], id)
+  local payload, at = job_of(id)
   local base, timeout = base_of(id)
   local e = hold_end(now, timeout, slack, queue_timeout)
   local n, upto = lease_next(id, token, now, visibility, e)
@@ -223,6 +250,10 @@ if chosen then
   if chosen_tat then
     gcra_store(stem .. 't:' .. g, chosen_tat, us)
   end
+  if start then
+    redis.call('SET', stem .. 's:' .. token, string.format('%d', us + start), 'PX',
+      string.format('%d', math.ceil(start / 1000) + 1))
+  end
   if whole_tat then
     gcra_store(KEYS[18], whole_tat, us)
   end
@@ -233,7 +264,7 @@ if chosen then
   else
     redis.call('ZREM', KEYS[13], g)
   end
-  return handed(1, n, id, payload or '', base, timeout, left_of(e, now))
+  return reply(n, id, payload or '', base, timeout, left_of(e, now), at, start)
 end
 -- Nothing taken: the time until something may change without a message.
 local wait = next_wait(now)

@@ -351,7 +351,7 @@ fn a_cancelled_job_counts_as_dead_or_drops_its_enqueue_time_when_removed() {
         .get_connection()
         .unwrap();
     // Each job's enqueue time is kept beside its payload, under its id and the byte 0xff
-    // (never in a UTF-8 id).
+    // (never in a UTF-8 id), and a dead job's death record under its id and 0xfe.
     let mut left: Vec<Vec<u8>> = redis::cmd("HKEYS")
         .arg("redlease:{cancelled}:q:payloads")
         .query(&mut conn)
@@ -359,8 +359,8 @@ fn a_cancelled_job_counts_as_dead_or_drops_its_enqueue_time_when_removed() {
     left.sort();
     assert_eq!(
         left,
-        [b"d".to_vec(), b"d\xff".to_vec()],
-        "the removed job's payload and enqueue time are gone, the dead one's kept"
+        [b"d".to_vec(), b"d\xfe".to_vec(), b"d\xff".to_vec()],
+        "the removed job's payload and enqueue time are gone, the dead one's kept with its death"
     );
 }
 

@@ -45,6 +45,7 @@ const SETTLED: &str = "t:{s}:q:settled";
 const REASONS: &str = "t:{s}:q:reasons";
 const DEDUP: &str = "t:{s}:q:dedup";
 const DEDUP_OF: &str = "t:{s}:q:dedup_of";
+const DEAD_KEEP: &str = "t:{s}:q:dead_keep";
 const THROTTLE: &str = "t:{s}:q:throttle";
 const THROTTLED: &str = "t:{s}:q:throttled";
 const CHANNEL: &str = "t:{s}:wake";
@@ -433,7 +434,7 @@ fn rows() -> Vec<Row> {
         },
         Row {
             script: &queue::REQUEUE,
-            keys: &[DEAD, READY, PRIORITIES, SEQ, DELIVERIES, BASES, REASONS],
+            keys: REQUEUE_KEYS,
             args: &["j", CHANNEL],
             setup: DEAD_JOB,
         },
@@ -447,6 +448,18 @@ fn rows() -> Vec<Row> {
             script: &queue::FORGET,
             keys: DEAD_KEYS,
             args: &["j", "one"],
+            setup: DEAD_JOB,
+        },
+        Row {
+            script: &queue::DEAD_ACT,
+            keys: DEAD_ACT_KEYS,
+            args: &["requeue", "0", "1000", "10", "", "", "", CHANNEL],
+            setup: DEAD_JOB,
+        },
+        Row {
+            script: &queue::DEAD_KEEP,
+            keys: DEAD_KEEP_KEYS,
+            args: &["set", "1", "0"],
             setup: DEAD_JOB,
         },
         // Schedules (issue 29): occurrences due in 2096, so that the writes happen.
@@ -962,6 +975,15 @@ const UNTAKE_KEYS: &[&str] = &[
 ];
 const DEAD_KEYS: &[&str] = &[
     DEAD, PAYLOADS, PRIORITIES, DELIVERIES, BASES, REASONS, DEDUP, DEDUP_OF,
+];
+const DEAD_ACT_KEYS: &[&str] = &[
+    DEAD, READY, PRIORITIES, SEQ, DELIVERIES, BASES, REASONS, PAYLOADS, DEDUP, DEDUP_OF,
+];
+const DEAD_KEEP_KEYS: &[&str] = &[
+    DEAD, PAYLOADS, PRIORITIES, DELIVERIES, BASES, REASONS, DEDUP, DEDUP_OF, DEAD_KEEP,
+];
+const REQUEUE_KEYS: &[&str] = &[
+    DEAD, READY, PRIORITIES, SEQ, DELIVERIES, BASES, REASONS, PAYLOADS,
 ];
 const DEDUP_KEYS: &[&str] = &[
     READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, INFLIGHT, DEDUP, DEDUP_OF, THROTTLE, THROTTLED,
@@ -2704,14 +2726,14 @@ fn cases() -> Vec<Case> {
             keys: &[DEAD, PAYLOADS, DELIVERIES, REASONS],
             args: &["10"],
             setup: DEAD_JOB,
-            reply: "[j,5,p,]",
+            reply: "[j,5,p,,]",
             after: &[],
             published: &[],
         },
         Case {
             script: &queue::REQUEUE,
             what: "a dead job: ready again, deliveries counted afresh",
-            keys: &[DEAD, READY, PRIORITIES, SEQ, DELIVERIES, BASES, REASONS],
+            keys: REQUEUE_KEYS,
             args: &["j", CHANNEL],
             setup: DEAD_JOB,
             reply: "1",
@@ -2725,7 +2747,7 @@ fn cases() -> Vec<Case> {
         Case {
             script: &queue::REQUEUE,
             what: "not dead",
-            keys: &[DEAD, READY, PRIORITIES, SEQ, DELIVERIES, BASES, REASONS],
+            keys: REQUEUE_KEYS,
             args: &["j", CHANNEL],
             setup: &[],
             reply: "0",
@@ -2757,6 +2779,77 @@ fn cases() -> Vec<Case> {
                 (&["ZSCORE", Q_UNDONE, "tok9"], "*"),
                 (&["ZCARD", READY], "0"),
             ],
+            published: &[],
+        },
+        Case {
+            script: &queue::DEAD_ACT,
+            what: "every dead job requeued: the list's end reached",
+            keys: DEAD_ACT_KEYS,
+            args: &["requeue", "0", "1000", "10", "", "", "", CHANNEL],
+            setup: DEAD_JOB,
+            reply: "[-1,j]",
+            after: &[
+                (&["ZCARD", READY], "1"),
+                (&["LLEN", DEAD], "0"),
+                (&["HGET", BASES, "j"], "5"),
+            ],
+            published: &["1"],
+        },
+        Case {
+            script: &queue::DEAD_ACT,
+            what: "a filter that picks nothing: nothing done",
+            keys: DEAD_ACT_KEYS,
+            args: &["delete", "0", "1000", "10", "cancelled", "", "", CHANNEL],
+            setup: DEAD_JOB,
+            reply: "[-1]",
+            after: &[(&["LLEN", DEAD], "1"), (&["HEXISTS", PAYLOADS, "j"], "1")],
+            published: &[],
+        },
+        Case {
+            script: &queue::DEAD_ACT,
+            what: "a reason filter and a limit of one: the next page starts after the first",
+            keys: DEAD_ACT_KEYS,
+            args: &["delete", "0", "1000", "1", "", "db", "", CHANNEL],
+            setup: &[
+                &["RPUSH", DEAD, "a", "b", "c"],
+                &["HSET", REASONS, "b", "db down", "c", "db down"],
+                &["HSET", PAYLOADS, "a", "p", "b", "p", "c", "p"],
+            ],
+            reply: "[1,b]",
+            after: &[
+                (&["LRANGE", DEAD, "0", "-1"], "[a,c]"),
+                (&["HEXISTS", PAYLOADS, "b"], "0"),
+                (&["HEXISTS", REASONS, "b"], "0"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &queue::DEAD_KEEP,
+            what: "a count of one: the oldest dead job deleted for good",
+            keys: DEAD_KEEP_KEYS,
+            args: &["set", "1", "0"],
+            setup: &[
+                &["RPUSH", DEAD, "j", "k"],
+                &["HSET", PAYLOADS, "j", "p", "k", "p"],
+                &["HSET", DELIVERIES, "j", "5", "k", "5"],
+            ],
+            reply: "[1,0,1]",
+            after: &[
+                (&["LRANGE", DEAD, "0", "-1"], "[k]"),
+                (&["HEXISTS", PAYLOADS, "j"], "0"),
+                (&["HEXISTS", DELIVERIES, "j"], "0"),
+                (&["GET", DEAD_KEEP], "1 0"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &queue::DEAD_KEEP,
+            what: "read: the defaults, nothing deleted",
+            keys: DEAD_KEEP_KEYS,
+            args: &["get"],
+            setup: DEAD_JOB,
+            reply: "[10000,15552000000,0]",
+            after: &[(&["LLEN", DEAD], "1")],
             published: &[],
         },
         Case {

@@ -3,7 +3,7 @@
 //! ```text
 //!   nack past max deliveries ─(failed, or timed_out from timed_out())─┐
 //!   lease ran out on the last delivery ─(expired, or timed_out when   ├─► bury: RPUSH dead id,
-//!     the delivery's hold limit had passed; in every take script)     │   payloads[id\xfe] =
+//!     the lease ended at its hold limit; in every take script)        │   payloads[id\xfe] =
 //!   cancel(id, dead) ─(cancelled)─────────────────────────────────────┘   '<ms> <kind>',
 //!                                                                          count 'dead', trim
 //!   trim (in the script that buried, ≤ 100 a call): while the list is over its count, or its

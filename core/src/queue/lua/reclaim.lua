@@ -26,7 +26,8 @@ local function overdue(now)
 end
 -- reclaim(due, expired, max, now): the due delayed jobs back to ready; the jobs whose lease
 -- ran out back to ready or, after max deliveries (counted from the job's base), to the dead
--- list (bury.lua: 'timed_out' when the delivery's hold limit had passed, else 'expired').
+-- list (bury.lua: 'timed_out' when the lease ended at the delivery's hold limit, else
+-- 'expired').
 -- Call it only once every key it touches was read (a wrong type fails before any write):
 -- ready, delayed, priorities, the sequence counter, in flight, leases, deliveries, dead,
 -- holders, bases.
@@ -40,6 +41,7 @@ local function reclaim(due, expired, max, now)
     make_ready(id)
   end
   for _, id in ipairs(expired) do
+    local ended = tonumber(redis.call('ZSCORE', KEYS[6], id))
     redis.call('ZREM', KEYS[6], id)
     local token = redis.call('HGET', KEYS[7], id)
     local hold = nil
@@ -50,7 +52,9 @@ local function reclaim(due, expired, max, now)
     redis.call('HDEL', KEYS[7], id)
     local n = tonumber(redis.call('HGET', KEYS[8], id)) or 0
     if n - base_of(id) >= max then
-      local timed_out = hold and tonumber(hold) <= now
+      -- Timed out: its lease ended at its hold limit (the driver asks for a lease that ends
+      -- 1 ms before it; whole ms), not before (its worker died or hung earlier).
+      local timed_out = hold and ended and ended >= tonumber(hold) - 2
       bury(KEYS[9], id, timed_out and 'timed_out' or 'expired', now)
     else
       make_ready(id)

@@ -183,6 +183,20 @@ fn stamps(child: Child) -> Vec<(String, i64, i64)> {
         .collect()
 }
 
+/// The stamps of every child, each child's output read on a thread of its own: read one
+/// after the other, a child whose pipe is full blocks its workers (holding jobs in flight)
+/// while the one being read waits for the queue to drain (10,000 jobs in GROUPS_FULL).
+fn all_stamps(children: Vec<Child>) -> Vec<(String, i64, i64)> {
+    let readers: Vec<_> = children
+        .into_iter()
+        .map(|c| thread::spawn(move || stamps(c)))
+        .collect();
+    readers
+        .into_iter()
+        .flat_map(|r| r.join().unwrap())
+        .collect()
+}
+
 /// The most stamped intervals open at once, per group (`None`: over every group).
 fn most_at_once(stamps: &[(String, i64, i64)], per_group: bool) -> usize {
     let mut events: HashMap<&str, Vec<(i64, i32)>> = HashMap::new();
@@ -283,7 +297,7 @@ fn per_group_concurrency_holds_across_processes() {
         let children: Vec<Child> = (0..2)
             .map(|_| spawn_child(&server, name, "work", 8, 5, 30_000))
             .collect();
-        let all: Vec<_> = children.into_iter().flat_map(stamps).collect();
+        let all = all_stamps(children);
         let first = all.iter().map(|s| s.1).min().unwrap();
         let last = all.iter().map(|s| s.2).max().unwrap();
         let _ = started;
@@ -326,7 +340,7 @@ fn queue_concurrency_holds_across_processes() {
     let children: Vec<Child> = (0..3)
         .map(|_| spawn_child(&server, "global", "work", 4, 2, 30_000))
         .collect();
-    let all: Vec<_> = children.into_iter().flat_map(stamps).collect();
+    let all = all_stamps(children);
     assert_eq!(all.len(), 5 * per_group);
     assert_eq!(most_at_once(&all, false), 1, "2 jobs ran at once");
 }

@@ -3,6 +3,7 @@ const NA = "n/a";
 const COLORS = ["#2563eb", "#16a34a", "#dc2626", "#9333ea", "#ea580c", "#0891b2", "#4d7c0f", "#be185d"];
 let actionsAllowed = false;
 let deadQueue = null;
+let actionNote = "";
 const $ = id => document.getElementById(id);
 const tokenInput = $("token");
 tokenInput.value = sessionStorage.getItem("redlease-token") || "";
@@ -83,13 +84,14 @@ function drawCharts(h) {
   } else { $("rate-chart").textContent = "no jobs counted in the last hour"; }
 }
 
-function showDead(name) { deadQueue = name; $("dead-section").hidden = false; $("dead-queue").textContent = name; loadDead(); }
+function showDead(name) { deadQueue = name; actionNote = ""; $("dead-section").hidden = false; $("dead-queue").textContent = name; loadDead(); }
 $("dead-close").onclick = () => { deadQueue = null; $("dead-section").hidden = true; };
 
 async function loadDead() {
   const name = deadQueue;
   const r = await (await fetch(`/api/queues/${encodeURIComponent(name)}/dead?limit=100`)).json();
-  $("dead-note").textContent = r.error || (actionsAllowed ? "" : "read-only: actions are off");
+  // The last action's outcome stays until the next one (a refresh does not wipe it).
+  $("dead-note").textContent = r.error || actionNote || (actionsAllowed ? "" : "read-only: actions are off");
   fill("dead", r.jobs || [], (tr, d) => {
     tr.dataset.id = d.id;
     cell(tr, d.id); cell(tr, d.deliveries, true); cell(tr, d.died_at_ms == null ? null : new Date(d.died_at_ms).toISOString()); cell(tr, d.cause); cell(tr, d.reason); cell(tr, d.payload_len, true); cell(tr, d.preview);
@@ -108,7 +110,8 @@ async function act(name, verb, id) {
   const r = await fetch(`/api/queues/${encodeURIComponent(name)}/dead/${verb}?id=${encodeURIComponent(id)}`,
     { method: "POST", headers: { "X-Redlease-Token": tokenInput.value } });
   const body = await r.json();
-  $("dead-note").textContent = r.ok ? `${verb}: ${body.done.join(", ") || "nothing"}` : `refused: ${body.error}`;
+  actionNote = r.ok ? `${verb}: ${body.done.join(", ") || "nothing"}` : `refused: ${body.error}`;
+  $("dead-note").textContent = actionNote;
   await refresh();
 }
 

@@ -11,7 +11,7 @@
 //! Extra fields (`raw_` ones: the polling lock's):
 //! - `handoff_p50_us`, `handoff_p99_us`: critical sections whose previous one (in the same
 //!   slice) was another thread's: from just before that holder's release to just after this
-//!   acquisition returned;
+//!   acquisition returned; `handoffs_per_cs` how many critical sections were such;
 //! - `failed_attempts_per_cs`: the mean of attempts - 1 (`LockGuard::attempts()`; the polling
 //!   lock's `SET NX` that answered nil);
 //! - `wakeups_per_release`: attempts after each critical section's first, per release: every
@@ -359,6 +359,10 @@ fn contended_cs(ctx: &Ctx, threads: usize, name: &str) -> Measurement {
         m.extra.push((
             k("handoff_p99_us", "raw_handoff_p99_us"),
             percentile(&hs, 99.0).to_string(),
+        ));
+        m.extra.push((
+            k("handoffs_per_cs", "raw_handoffs_per_cs"),
+            format!("{:.2}", hs.len() as f64 / samples.len().max(1) as f64),
         ));
         m.extra.push((
             k("failed_attempts_per_cs", "raw_failed_attempts_per_cs"),

@@ -516,8 +516,13 @@ fn wait_for(
     let listener = on.and_then(|on| Some((on, route.listening.as_ref()?.start()?)));
     match listener {
         Some((on, listener)) => {
+            // This thread's first attempt, found busy, no longer counts as held here.
+            crate::listener::attempt_refused(listener, &on.channel);
             if waiting.waiter.as_ref().is_none_or(|w| w.wakes_on() != on) {
                 waiting.waiter = listener.register(on, sent_epoch);
+            } else if let Some(w) = &waiting.waiter {
+                // Its last attempt was just answered: patience starts again.
+                w.attempted(Instant::now());
             }
             match &waiting.waiter {
                 Some(w) if w.wait_until(wait.until).is_some() => Waited::Woken,
@@ -526,11 +531,20 @@ fn wait_for(
                 // runs out (the machine's `unchanged_until`): an attempt now could only
                 // find it held.
                 Some(w) => match wait.unchanged_until.filter(|q| *q > wait.until) {
+                    // Out of patience, with a release here since its last attempt, it
+                    // attempts all the same (`redlease_core::wake`, *Patience*).
                     Some(quiet) if w.held_here() => {
-                        if w.wait_until(quiet).is_some() {
+                        if w.wait_until(quiet.min(w.patient_until())).is_some() {
                             Waited::Woken
                         } else {
-                            Waited::Deadline
+                            let now = Instant::now();
+                            if now >= quiet || !w.held_here() || w.impatient(now) {
+                                Waited::Deadline
+                            } else if w.wait_until(quiet).is_some() {
+                                Waited::Woken
+                            } else {
+                                Waited::Deadline
+                            }
                         }
                     }
                     _ => Waited::Deadline,

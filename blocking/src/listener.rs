@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 use redlease_core::wake::{
-    NodeAddr, Registry, RouteCache, SlotRange, WaiterId, node_for_slot, subscription_commands,
+    NodeAddr, PATIENCE, Registry, RouteCache, SlotRange, WaiterId, node_for_slot,
+    subscription_commands,
 };
 use redlease_core::{Reply, WakeOn};
 
@@ -190,6 +191,39 @@ impl Listener {
         }
     }
 
+    /// Before a release that announces itself is sent (see [`Registry::release_begun`]).
+    pub(crate) fn release_begun(&self, channel: &str, holder: u64) -> bool {
+        self.shared
+            .state()
+            .wake
+            .release_begun(channel, holder, Instant::now())
+    }
+
+    /// That release's outcome (see [`Registry::release_ended`]).
+    pub(crate) fn release_ended(&self, channel: &str, announced: bool) {
+        let mut state = self.shared.state();
+        if let Some(next) = state.wake.release_ended(channel, announced) {
+            state.ring(next, Wake::Message);
+        }
+    }
+
+    /// A thread's first attempt at the lock announced on `channel` is sent (see
+    /// [`Registry::attempt`]).
+    pub(crate) fn attempt(&self, channel: &str, holder: u64) {
+        self.shared
+            .state()
+            .wake
+            .attempt(channel, holder, Instant::now());
+    }
+
+    /// That attempt was not granted (see [`Registry::attempt_failed`]).
+    pub(crate) fn attempt_failed(&self, channel: &str) {
+        let mut state = self.shared.state();
+        if let Some(next) = state.wake.attempt_failed(channel) {
+            state.ring(next, Wake::Message);
+        }
+    }
+
     /// Registers a waiter; `sent_epoch` is the epoch noted when the attempt that found the
     /// lock busy was sent.
     pub(crate) fn register(&self, on: &WakeOn, sent_epoch: Option<u64>) -> Waiter {
@@ -210,6 +244,8 @@ impl Listener {
             on: on.clone(),
             id,
             rx,
+            born: Instant::now(),
+            patient_ns: AtomicU64::new(nanos(PATIENCE)),
         }
     }
 }
@@ -226,12 +262,52 @@ impl Drop for Listener {
     }
 }
 
+thread_local! {
+    /// The channel of this thread's first attempt at a lock while it counts as held here
+    /// ([`Listeners::attempt`]): ended by the driver's first wait on that channel, or by
+    /// the lock once its acquisition returns.
+    static ATTEMPT: std::cell::RefCell<Option<Arc<String>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Notes this thread's attempt on `channel` (after [`Listeners::attempt`] said it was).
+pub(crate) fn attempt_begun(channel: Arc<String>) {
+    ATTEMPT.with(|a| *a.borrow_mut() = Some(channel));
+}
+
+/// This thread's noted attempt, taken: `None` when a wait ended it already.
+pub(crate) fn attempt_take() -> Option<Arc<String>> {
+    ATTEMPT.with(|a| a.borrow_mut().take())
+}
+
+/// The driver is about to wait on `channel`: the attempt it noted (if on that channel)
+/// was refused; it ends here (see [`Registry::attempt_failed`]).
+pub(crate) fn attempt_refused(listeners: &Listeners, channel: &str) {
+    let noted = ATTEMPT.with(|a| {
+        let mut a = a.borrow_mut();
+        match a.as_deref() {
+            Some(c) if c.as_str() == channel => a.take(),
+            _ => None,
+        }
+    });
+    if noted.is_some() {
+        listeners.attempt_failed(channel);
+    }
+}
+
 /// A thread waiting for a release message on one channel.
 pub(crate) struct Waiter {
     shared: Arc<Shared>,
     on: WakeOn,
     id: WaiterId,
     rx: Receiver<Wake>,
+    /// When it registered, and until when (ns after that) it defers to holders of this
+    /// client ([`PATIENCE`] after its last attempt).
+    born: Instant,
+    patient_ns: AtomicU64,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Waiter {
@@ -242,6 +318,31 @@ impl Waiter {
     /// Whether this client holds the lock this waiter waits for ([`Registry::held`]).
     pub(crate) fn held_here(&self) -> bool {
         self.on.tag.is_none() && self.shared.state().wake.held(&self.on.channel)
+    }
+
+    /// Its attempt was just answered (refused): it defers to holders of this client for
+    /// [`PATIENCE`] from `now` (see `redlease_core::wake`, *Patience*).
+    pub(crate) fn attempted(&self, now: Instant) {
+        let since = now.saturating_duration_since(self.born);
+        self.patient_ns
+            .store(nanos(since + PATIENCE), Ordering::Relaxed);
+    }
+
+    /// Until when it still defers to holders of this client.
+    pub(crate) fn patient_until(&self) -> Instant {
+        self.born + Duration::from_nanos(self.patient_ns.load(Ordering::Relaxed))
+    }
+
+    /// Out of patience, with a release here since its last attempt ([`PATIENCE`],
+    /// [`Registry::released_since`]): it attempts, held here or not.
+    pub(crate) fn impatient(&self, now: Instant) -> bool {
+        let until = self.patient_until();
+        now >= until
+            && self
+                .shared
+                .state()
+                .wake
+                .released_since(&self.on.channel, until - PATIENCE)
     }
 
     /// The doorbell: a ring received from it must be passed to [`rung`](Self::rung).
@@ -271,10 +372,17 @@ impl Waiter {
             if pending != Wake::Message || self.on.tag.is_some() {
                 return Some(pending);
             }
+            // Out of patience, and the lock changed hands here since the last attempt:
+            // attempt at once, held here or not.
+            let now = Instant::now();
+            let until = self.patient_until();
+            if now >= until && state.wake.released_since(channel, until - PATIENCE) {
+                return Some(pending);
+            }
             if state.wake.held(channel) {
                 continue;
             }
-            let Some(grace) = state.wake.grace(channel, Instant::now()) else {
+            let Some(grace) = state.wake.grace(channel, now) else {
                 return Some(pending);
             };
             drop(state);
@@ -616,6 +724,42 @@ impl Listeners {
     pub(crate) fn unhold(&self, channel: &str, holder: u64) {
         if let Listeners::One(l) = self {
             l.unhold(channel, holder);
+        }
+    }
+
+    /// Before a release that announces itself is sent: whether a message is owed (then
+    /// tell [`release_ended`](Self::release_ended) the outcome).
+    pub(crate) fn release_begun(&self, channel: &str, holder: u64) -> bool {
+        match self {
+            Listeners::One(l) => l.release_begun(channel, holder),
+            Listeners::Shards(_) => false,
+        }
+    }
+
+    /// The outcome of the release [`release_begun`](Self::release_begun) owed a message.
+    pub(crate) fn release_ended(&self, channel: &str, announced: bool) {
+        if let Listeners::One(l) = self {
+            l.release_ended(channel, announced);
+        }
+    }
+
+    /// A thread's first attempt at the lock on `channel` is sent (one server only, as
+    /// [`hold`](Self::hold)): whether it was noted (then end it with
+    /// [`attempt_failed`](Self::attempt_failed) unless granted).
+    pub(crate) fn attempt(&self, channel: &str, holder: u64) -> bool {
+        match self {
+            Listeners::One(l) => {
+                l.attempt(channel, holder);
+                true
+            }
+            Listeners::Shards(_) => false,
+        }
+    }
+
+    /// The noted attempt was not granted.
+    pub(crate) fn attempt_failed(&self, channel: &str) {
+        if let Listeners::One(l) = self {
+            l.attempt_failed(channel);
         }
     }
 

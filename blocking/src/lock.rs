@@ -220,8 +220,8 @@ impl<'c> LockBuilder<'c> {
     pub fn try_acquire(&self) -> Result<Option<LockGuard>, Error> {
         let policy = self.policy()?;
         match self.run(None)? {
-            Acquisition::Acquired(lease) => Ok(Some(self.guard(*lease, policy))),
-            Acquisition::Busy { .. } => Ok(None),
+            (Acquisition::Acquired(lease), held) => Ok(Some(self.guard(*lease, policy, held))),
+            (Acquisition::Busy { .. }, _) => Ok(None),
         }
     }
 
@@ -230,9 +230,9 @@ impl<'c> LockBuilder<'c> {
     pub fn acquire(&self) -> Result<LockGuard, Error> {
         let policy = self.policy()?;
         match self.run(Some(self.wait))? {
-            Acquisition::Acquired(lease) => Ok(self.guard(*lease, policy)),
+            (Acquisition::Acquired(lease), held) => Ok(self.guard(*lease, policy, held)),
             // A waiting acquisition ends in Timeout rather than Busy; keep the promise anyway.
-            Acquisition::Busy { .. } => Err(Error::Timeout {
+            (Acquisition::Busy { .. }, _) => Err(Error::Timeout {
                 name: self.name.clone(),
                 waited: self.wait,
                 attempts: 0,
@@ -379,7 +379,7 @@ impl<'c> LockBuilder<'c> {
         }
     }
 
-    fn run(&self, wait: Option<Duration>) -> Result<Acquisition, Error> {
+    fn run(&self, wait: Option<Duration>) -> Result<(Acquisition, bool), Error> {
         let random: [u8; 24] = self.client.shared().entropy.bytes()?;
         // The client's id, then 96 random bits: the prefix names the holder (lock_info).
         let mut token = [0u8; 12];
@@ -396,9 +396,35 @@ impl<'c> LockBuilder<'c> {
             min_replicas: self.min_replicas,
         };
         let now = self.client.shared().time.now();
+        // A lease lock's first attempt counts as held here while in flight (see
+        // `redlease_core::wake`, *An attempt in flight counts as held*).
+        let attempting = match (self.kind, self.client.listeners()) {
+            (Acquires::Lock(LockKind::Lease), Some(Some(listeners))) => {
+                let channel = self
+                    .held_channel
+                    .get_or_init(|| Arc::new(spec.wake.channel.clone()));
+                listeners
+                    .attempt(channel, thread_number())
+                    .then(|| (listeners, Arc::clone(channel)))
+            }
+            _ => None,
+        };
         let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), now)?;
         let span = crate::observe::acquire_span(&self.name, self.kind.into());
+        if let Some((_, channel)) = &attempting {
+            crate::listener::attempt_begun(Arc::clone(channel));
+        }
         let out = span.in_scope(|| self.client.run(machine));
+        // Not ended by a wait: granted, it is the guard's hold; else it ends here.
+        let mut held = false;
+        if let Some((listeners, channel)) = attempting
+            && crate::listener::attempt_take().is_some()
+        {
+            match &out {
+                Ok(Acquisition::Acquired(_)) => held = true,
+                _ => listeners.attempt_failed(&channel),
+            }
+        }
         // Only a span someone listens to (or the metrics) records the wait (no clock read
         // otherwise).
         let waited = if !crate::observe::wants_wait(&span) {
@@ -411,10 +437,11 @@ impl<'c> LockBuilder<'c> {
                 .saturating_duration_since(now)
         };
         crate::observe::acquired(&span, self.kind.into(), waited, &out);
-        out
+        out.map(|a| (a, held))
     }
 
-    fn guard(&self, lease: Lease, policy: Option<RenewalPolicy>) -> LockGuard {
+    /// `held`: the listener counts it as held here already (its attempt was).
+    fn guard(&self, lease: Lease, policy: Option<RenewalPolicy>, held: bool) -> LockGuard {
         let mut guard = LockGuard::new(self.client, lease, policy);
         // A lease lock held here: the listener wakes no waiter of this client for a release
         // its own holder took (see `redlease_core::wake`, *Held here*).
@@ -422,7 +449,9 @@ impl<'c> LockBuilder<'c> {
             && let Some(Some(listeners)) = self.client.listeners()
             && let Some(spec) = self.specs.iter().find_map(OnceLock::get)
         {
-            listeners.hold(&spec.wake.channel, thread_number());
+            if !held {
+                listeners.hold(&spec.wake.channel, thread_number());
+            }
             let channel = self
                 .held_channel
                 .get_or_init(|| Arc::new(spec.wake.channel.clone()));
@@ -765,14 +794,42 @@ impl LockGuard {
     /// returned.
     pub fn release(mut self) -> Result<(), Error> {
         self.cell.set_ended();
-        self.unhold();
+        let owed = self.unhold_releasing();
         let deadline = self.deadline();
         self.stop_watching(deadline);
         if let Some(reason) = self.known_not_ours() {
             self.record_unanswered(deadline);
+            self.release_ended(owed, false);
             return Err(self.not_owner(reason));
         }
-        self.send_release(deadline)
+        let out = self.send_release(deadline);
+        // Released, its own message wakes a waiter (see `Registry::release_begun`).
+        self.release_ended(owed, out.is_ok());
+        out
+    }
+
+    /// [`unhold`](Self::unhold) before a release that announces itself: the channel when a
+    /// release message came while held (see `redlease_core::wake::Registry::release_begun`).
+    fn unhold_releasing(&mut self) -> Option<Arc<String>> {
+        let channel = self.held.take()?;
+        let owner = self.owner.upgrade()?;
+        let Some(Some(listeners)) = owner.listener.get() else {
+            return None;
+        };
+        listeners
+            .release_begun(&channel, thread_number())
+            .then_some(channel)
+    }
+
+    /// The outcome of a release that [`unhold_releasing`](Self::unhold_releasing) owed a
+    /// message.
+    fn release_ended(&self, owed: Option<Arc<String>>, announced: bool) {
+        if let Some(channel) = owed
+            && let Some(owner) = self.owner.upgrade()
+            && let Some(Some(listeners)) = owner.listener.get()
+        {
+            listeners.release_ended(&channel, announced);
+        }
     }
 
     /// A lease known not ours whose acquisition had an attempt that went unanswered

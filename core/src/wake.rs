@@ -50,6 +50,18 @@
 //!   (about twice that holder's time to come back) before its attempt, and sleeps on if
 //!   the lock is held here again by then. One wake per release still; no attempt that
 //!   can only fail.
+//! - **An attempt in flight counts as held.** A thread's first attempt of an acquisition
+//!   is held here from its send ([`Registry::attempt`]) to its reply: granted, it is the
+//!   hold; refused, [`Registry::attempt_failed`] ends it (waking one waiter for a message
+//!   held back meanwhile). A returning holder's attempt is in flight when its own
+//!   release's message arrives: the waiter it would wake could only lose the race.
+//! - **Patience.** A waiter defers to holders here (held, in flight, returning) for at
+//!   most [`PATIENCE`] since its last attempt; after that, if a holder here released the
+//!   lock meanwhile ([`Registry::released_since`]), the next release message or the end
+//!   of its retry pause sends its attempt at once (no grace). A loop of critical sections
+//!   on one thread keeps the lock, as a polling lock's holder does, and every waiter still
+//!   tries about once per [`PATIENCE`], as a lock polled that often would; a lease held
+//!   all along is not asked again before its release.
 //! - **Reconnect.** [`Registry::disconnected`] forgets every confirmation;
 //!   [`Registry::connected`] lists the channels to subscribe again; their new
 //!   confirmations (at a newer epoch) wake every waiter.
@@ -149,6 +161,10 @@ impl Channel {
 /// The longest a woken waiter leaves a released lock to a returning holder
 /// ([`Registry::grace`]).
 pub const MAX_GRACE: Duration = Duration::from_micros(500);
+
+/// The longest a waiter defers to holders of its own client (see the module doc's
+/// *Patience*) before it attempts anyway.
+pub const PATIENCE: Duration = Duration::from_millis(100);
 
 /// The shortest grace: about one local round trip.
 const MIN_GRACE: Duration = Duration::from_micros(50);
@@ -343,6 +359,72 @@ impl Registry {
         } else {
             None
         }
+    }
+
+    /// A thread of this client sends its first attempt at the lock announced on `channel`:
+    /// until its reply, the lock counts as held here (as [`hold`](Self::hold) from `now`,
+    /// see the module doc's *An attempt in flight counts as held*). Granted, the hold goes
+    /// on (no second `hold`); refused or failed, [`attempt_failed`](Self::attempt_failed).
+    pub fn attempt(&mut self, channel: &str, holder: u64, now: Instant) {
+        self.hold(channel, holder, now);
+    }
+
+    /// The attempt of [`attempt`](Self::attempt) was not granted (the lock is held
+    /// elsewhere, or the reply never came): no longer held for it. If a message was held
+    /// back meanwhile and no other hold is left, one waiter is woken for it (returned:
+    /// ring it). Unlike [`unhold`](Self::unhold), no release is recorded.
+    pub fn attempt_failed(&mut self, channel: &str) -> Option<WaiterId> {
+        let h = self.holds.get_mut(channel).filter(|h| h.count > 0)?;
+        h.count -= 1;
+        if h.count > 0 || !std::mem::take(&mut h.owed) {
+            return None;
+        }
+        self.channels.get_mut(channel)?.wake_one()
+    }
+
+    /// [`unhold`](Self::unhold) before a release that announces itself when it succeeds:
+    /// a message held back meanwhile wakes nobody yet. Returns whether one was (then call
+    /// [`release_ended`](Self::release_ended) with the release's outcome). While this
+    /// client held the lock, a release message was either one from before its grant (its
+    /// own previous release, the usual case in a loop of critical sections: that message
+    /// arrives while the next attempt is in flight) or one by a holder after this one's
+    /// lease ran out; in the second case this release finds the lock not ours and
+    /// announces nothing.
+    pub fn release_begun(&mut self, channel: &str, holder: u64, now: Instant) -> bool {
+        let Some(h) = self.holds.get_mut(channel).filter(|h| h.count > 0) else {
+            return false;
+        };
+        h.count -= 1;
+        if h.count > 0 {
+            return false;
+        }
+        h.last = Some((holder, now));
+        std::mem::take(&mut h.owed)
+    }
+
+    /// The release after [`release_begun`](Self::release_begun) said a message was owed:
+    /// `announced`, it released and its own message wakes a waiter (the owed one was
+    /// stale); else one waiter is woken for the owed message (returned: ring it), or, if
+    /// the lock is held here again, its release owes it.
+    pub fn release_ended(&mut self, channel: &str, announced: bool) -> Option<WaiterId> {
+        if announced {
+            return None;
+        }
+        if let Some(h) = self.holds.get_mut(channel).filter(|h| h.count > 0) {
+            h.owed = true;
+            return None;
+        }
+        self.channels.get_mut(channel)?.wake_one()
+    }
+
+    /// Whether a holder of this client released the lock on `channel` after `at` (see the
+    /// module doc's *Patience*: a waiter out of patience attempts only if the lock changed
+    /// hands here since its last attempt; one lease held all along would still refuse it).
+    pub fn released_since(&self, channel: &str, at: Instant) -> bool {
+        self.holds
+            .get(channel)
+            .and_then(|h| h.last)
+            .is_some_and(|(_, last)| last > at)
     }
 
     /// Whether this client holds the lock announced on `channel`: a waiter woken now would

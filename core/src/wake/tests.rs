@@ -442,3 +442,95 @@ fn the_grace_is_bounded() {
     r.idle(t0 + Duration::from_secs(2), Duration::from_secs(1));
     assert_eq!(r.grace(CH, t0 + us(2)), None);
 }
+
+#[test]
+fn an_attempt_in_flight_counts_as_held_and_a_refused_one_pays_what_it_held_back() {
+    let mut r = subscribed();
+    let w = r.register(&on(CH, None), Some(1));
+    r.attempt(CH, 7, origin());
+    assert!(r.held(CH), "in flight: a waiter woken now would race it");
+    assert_eq!(
+        r.message(CH, None, 2),
+        Vec::<WaiterId>::new(),
+        "a release while our attempt is in flight wakes nobody yet"
+    );
+    // Refused (the lock is another client's): the held-back release is passed on.
+    assert_eq!(r.attempt_failed(CH), Some(w.id));
+    assert!(!r.held(CH));
+    assert_eq!(r.attempt_failed(CH), None, "nothing left to end");
+    // Refused with nothing held back: nobody is woken.
+    let _ = r.take(CH, w.id);
+    r.attempt(CH, 7, origin());
+    assert_eq!(r.attempt_failed(CH), None);
+    // Refused while another hold here goes on: that hold owes the message.
+    r.hold(CH, 8, origin());
+    r.attempt(CH, 7, origin());
+    assert_eq!(r.message(CH, None, 3), Vec::<WaiterId>::new());
+    assert_eq!(r.attempt_failed(CH), None, "held by thread 8 still");
+    assert_eq!(r.unhold(CH, 8, origin()), Some(w.id));
+}
+
+#[test]
+fn an_announced_release_pays_a_stale_message_and_a_silent_one_wakes_a_waiter() {
+    let t0 = origin();
+    let mut r = subscribed();
+    let w = r.register(&on(CH, None), Some(1));
+    // A loop of critical sections: the release's message arrives while the holder's next
+    // attempt is in flight, and is held back.
+    r.attempt(CH, 7, t0);
+    assert_eq!(r.message(CH, None, 2), Vec::<WaiterId>::new());
+    // Granted: the attempt is the hold. Its release begins with a message owed.
+    assert!(r.release_begun(CH, 7, t0));
+    assert!(!r.held(CH));
+    // The release announced itself: the owed message was our own old one, nobody wakes.
+    assert_eq!(r.release_ended(CH, true), None);
+    assert_eq!(r.take(CH, w.id), None);
+    // Nothing owed: the release begins without a debt.
+    r.hold(CH, 7, t0);
+    assert!(!r.release_begun(CH, 7, t0));
+    // Our lease ran out and someone else's release came while we held: our release finds
+    // the lock not ours and announces nothing, so a waiter is woken for that message.
+    r.hold(CH, 7, t0);
+    assert_eq!(r.message(CH, None, 3), Vec::<WaiterId>::new());
+    assert!(r.release_begun(CH, 7, t0));
+    assert_eq!(r.release_ended(CH, false), Some(w.id));
+    // Unless the lock is held here again by then: that hold owes it.
+    let _ = r.take(CH, w.id);
+    r.hold(CH, 7, t0);
+    assert_eq!(r.message(CH, None, 4), Vec::<WaiterId>::new());
+    assert!(r.release_begun(CH, 7, t0));
+    r.hold(CH, 9, t0);
+    assert_eq!(r.release_ended(CH, false), None);
+    assert_eq!(r.unhold(CH, 9, t0), Some(w.id));
+}
+
+#[test]
+fn an_attempt_sent_right_after_a_release_makes_its_thread_a_returning_holder() {
+    let t0 = origin();
+    let us = Duration::from_micros;
+    let mut r = subscribed();
+    r.hold(CH, 7, t0);
+    assert!(!r.release_begun(CH, 7, t0 + us(10)));
+    r.attempt(CH, 7, t0 + us(60));
+    assert!(!r.release_begun(CH, 7, t0 + us(100)));
+    // Back 50 µs after its release: the grace is twice that, from this release.
+    assert_eq!(r.grace(CH, t0 + us(110)), Some(t0 + us(200)));
+}
+
+#[test]
+fn released_since_tells_a_lock_that_changed_hands_from_one_held_all_along() {
+    let t0 = origin();
+    let ms = Duration::from_millis;
+    let mut r = subscribed();
+    assert!(!r.released_since(CH, t0), "never held here");
+    r.hold(CH, 7, t0);
+    assert!(
+        !r.released_since(CH, t0),
+        "held all along: an attempt would be refused"
+    );
+    assert!(!r.release_begun(CH, 7, t0 + ms(5)));
+    r.attempt(CH, 7, t0 + ms(5));
+    assert!(r.released_since(CH, t0), "released at 5 ms, after an attempt at 0");
+    assert!(!r.released_since(CH, t0 + ms(5)));
+    assert!(PATIENCE >= ms(10), "no faster than a 10 ms poll");
+}

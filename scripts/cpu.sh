@@ -35,7 +35,8 @@
 # `try_acquire` of a RedLock another holder has on every node: the contended attempt) with its
 # raw floor `redlock_raw_busy` (SET NX PX to every node, all nil), client instructions and the
 # commands the five nodes ran per attempt (`node_calls_per_op`, from their commandstats).
-# System calls (`sys`): each client scenario (RedLock's aside: it starts servers of its own)
+# System calls (`sys`): each client scenario (RedLock's aside: it starts servers of its own;
+# `contended` only when CPU_ONLY names it, per cycle of 8 critical sections)
 # runs natively under `strace -f -c` (every thread of the process) with SYS_N1 and SYS_N2
 # cycles, and once more without strace for the context switches of all its threads
 # (getrusage of the child); per cycle, as for instructions, the difference of the two runs
@@ -303,8 +304,9 @@ def shown(calls):
 
 raws = {}
 for scenario, raw in [("lock", "lock_raw"), ("unfenced", "lock_raw"), ("semaphore", "lock_raw"),
-                      ("queue", "queue_raw"), ("queue_worker", "queue_raw")]:
-    if only and scenario not in only:
+                      ("queue", "queue_raw"), ("queue_worker", "queue_raw"),
+                      ("contended", "contended_raw")]:
+    if (only and scenario not in only) or (not only and scenario == "contended"):
         continue
     if raw not in raws:
         raws[raw] = per_op(raw)

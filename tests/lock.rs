@@ -927,3 +927,71 @@ fn a_waiter_does_not_retry_in_vain_while_its_own_client_holds_the_lock() {
         "the waiter asked {attempts} times: its pauses ended in attempts while the lock was held here"
     );
 }
+
+#[test]
+fn a_waiter_beside_a_thread_looping_on_the_lock_is_served_and_retries_about_once_per_patience() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let server = server();
+    let client = client(&server);
+    // The client's listener starts with its first wait; holds count from then on.
+    let warm = client.lock("warm").try_acquire().unwrap().unwrap();
+    let waited = client
+        .lock("warm")
+        .wait(Duration::from_millis(20))
+        .acquire();
+    assert!(matches!(waited, Err(Error::Timeout { .. })), "{waited:?}");
+    warm.release().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let loops = Arc::new(AtomicU64::new(0));
+    let looping = {
+        let (client, stop, loops) = (client.clone(), stop.clone(), loops.clone());
+        let mut conn = raw(&server);
+        thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let guard = client
+                    .lock("hot")
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .unwrap();
+                let _: Option<String> = conn.get("hot-counter").unwrap();
+                loops.fetch_add(1, Ordering::SeqCst);
+                guard.release().unwrap();
+            }
+        })
+    };
+    await_condition(Duration::from_secs(10), || {
+        loops.load(Ordering::SeqCst) >= 20
+    });
+    // Twenty acquisitions while the loop runs: each is served (no Timeout), and retries
+    // about once per patience (100 ms) beyond its first few attempts (its own, and the one
+    // a release since its attempt was sent owes it), not at every release of the loop.
+    let patience = Duration::from_millis(100);
+    let (mut attempts, mut allowed, mut waited, mut during) = (0, 0, Duration::ZERO, 0);
+    for _ in 0..20 {
+        let started = Instant::now();
+        let before = loops.load(Ordering::SeqCst);
+        let guard = client
+            .lock("hot")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .unwrap();
+        let took = started.elapsed();
+        attempts += guard.attempts();
+        allowed += (took.as_millis() / patience.as_millis()) as u32 + 3;
+        waited += took;
+        during += loops.load(Ordering::SeqCst) - before;
+        guard.release().unwrap();
+        await_condition(Duration::from_secs(10), || {
+            loops.load(Ordering::SeqCst) >= before + 10
+        });
+    }
+    stop.store(true, Ordering::SeqCst);
+    looping.join().unwrap();
+    println!(
+        "20 acquisitions waited {waited:?} in {attempts} attempts while the loop ran {during} critical sections"
+    );
+    assert!(
+        attempts <= allowed,
+        "{attempts} attempts in {waited:?} (at most {allowed}): the waiter raced the loop's releases"
+    );
+}

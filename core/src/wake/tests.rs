@@ -530,7 +530,10 @@ fn released_since_tells_a_lock_that_changed_hands_from_one_held_all_along() {
     );
     assert!(!r.release_begun(CH, 7, t0 + ms(5)));
     r.attempt(CH, 7, t0 + ms(5));
-    assert!(r.released_since(CH, t0), "released at 5 ms, after an attempt at 0");
+    assert!(
+        r.released_since(CH, t0),
+        "released at 5 ms, after an attempt at 0"
+    );
     assert!(!r.released_since(CH, t0 + ms(5)));
     assert!(PATIENCE >= ms(10), "no faster than a 10 ms poll");
 }

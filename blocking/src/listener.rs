@@ -336,13 +336,19 @@ impl Waiter {
     /// Out of patience, with a release here since its last attempt ([`PATIENCE`],
     /// [`Registry::released_since`]): it attempts, held here or not.
     pub(crate) fn impatient(&self, now: Instant) -> bool {
-        let until = self.patient_until();
-        now >= until
+        now >= self.patient_until()
             && self
                 .shared
                 .state()
                 .wake
-                .released_since(&self.on.channel, until - PATIENCE)
+                .released_since(&self.on.channel, self.last_attempt())
+    }
+
+    /// When its last attempt was answered (its registration, before the first).
+    fn last_attempt(&self) -> Instant {
+        self.patient_until()
+            .checked_sub(PATIENCE)
+            .unwrap_or(self.born)
     }
 
     /// The doorbell: a ring received from it must be passed to [`rung`](Self::rung).
@@ -375,8 +381,9 @@ impl Waiter {
             // Out of patience, and the lock changed hands here since the last attempt:
             // attempt at once, held here or not.
             let now = Instant::now();
-            let until = self.patient_until();
-            if now >= until && state.wake.released_since(channel, until - PATIENCE) {
+            if now >= self.patient_until()
+                && state.wake.released_since(channel, self.last_attempt())
+            {
                 return Some(pending);
             }
             if state.wake.held(channel) {

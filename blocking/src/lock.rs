@@ -396,24 +396,28 @@ impl<'c> LockBuilder<'c> {
             min_replicas: self.min_replicas,
         };
         let now = self.client.shared().time.now();
+        let channel = (self.kind == Acquires::Lock(LockKind::Lease)).then(|| {
+            let channel = self
+                .held_channel
+                .get_or_init(|| Arc::new(spec.wake.channel.clone()));
+            Arc::clone(channel)
+        });
+        let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), now)?;
+        let span = crate::observe::acquire_span(&self.name, self.kind.into());
         // A lease lock's first attempt counts as held here while in flight (see
-        // `redlease_core::wake`, *An attempt in flight counts as held*).
-        let attempting = match (self.kind, self.client.listeners()) {
-            (Acquires::Lock(LockKind::Lease), Some(Some(listeners))) => {
-                let channel = self
-                    .held_channel
-                    .get_or_init(|| Arc::new(spec.wake.channel.clone()));
-                listeners
-                    .attempt(channel, thread_number())
-                    .then(|| (listeners, Arc::clone(channel)))
+        // `redlease_core::wake`, *An attempt in flight counts as held*); nothing can fail
+        // between this and the check below, which ends it unless it was granted.
+        let attempting = match (channel, self.client.listeners()) {
+            (Some(channel), Some(Some(listeners))) => {
+                if listeners.attempt(&channel, thread_number()) {
+                    crate::listener::attempt_begun(Arc::clone(&channel));
+                    Some((listeners, channel))
+                } else {
+                    None
+                }
             }
             _ => None,
         };
-        let machine = Acquire::new(spec, &options, u64::from_le_bytes(seed), now)?;
-        let span = crate::observe::acquire_span(&self.name, self.kind.into());
-        if let Some((_, channel)) = &attempting {
-            crate::listener::attempt_begun(Arc::clone(channel));
-        }
         let out = span.in_scope(|| self.client.run(machine));
         // Not ended by a wait: granted, it is the guard's hold; else it ends here.
         let mut held = false;

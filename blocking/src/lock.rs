@@ -945,9 +945,10 @@ impl Client {
     /// A lease lock named `name`, to configure and acquire: exclusive, with a fencing token.
     ///
     /// It is not fair: waiters are not served in order, and a thread that releases and asks
-    /// again often gets the lock back before a waiter is woken (runs of 25 consecutive
-    /// acquisitions by one of 8 contending threads have been seen). Use
-    /// [`fair_lock`](Client::fair_lock) when waiters must be served first come, first served.
+    /// again keeps the lock, as with a polling lock. A waiter of the same client leaves it
+    /// to such a loop for at most 100 ms (`redlease_core::wake::PATIENCE`) before it
+    /// tries again anyway. Use [`fair_lock`](Client::fair_lock) when waiters must be served
+    /// first come, first served.
     pub fn lock(&self, name: &str) -> LockBuilder<'_> {
         LockBuilder::new(self, name, Acquires::Lock(LockKind::Lease))
     }

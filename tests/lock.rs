@@ -13,6 +13,18 @@ fn client(server: &RedisServer) -> Client {
     testkit::client(server, Duration::from_millis(500))
 }
 
+/// Starts `client`'s listener (it starts with the first wait): the locks its threads hold
+/// count as held here from then on.
+fn start_listener(client: &Client) {
+    let warm = client.lock("warm").try_acquire().unwrap().unwrap();
+    let waited = client
+        .lock("warm")
+        .wait(Duration::from_millis(20))
+        .acquire();
+    assert!(matches!(waited, Err(Error::Timeout { .. })), "{waited:?}");
+    warm.release().unwrap();
+}
+
 #[test]
 fn mutual_exclusion_8_threads_x_500_sections() {
     let server = server();
@@ -894,14 +906,7 @@ fn unfenced_bad_input_gets_typed_errors() {
 fn a_waiter_does_not_retry_in_vain_while_its_own_client_holds_the_lock() {
     let server = server();
     let client = client(&server);
-    // The client's listener starts with its first wait; a hold counts from then on.
-    let warm = client.lock("warm").try_acquire().unwrap().unwrap();
-    let waited = client
-        .lock("warm")
-        .wait(Duration::from_millis(20))
-        .acquire();
-    assert!(matches!(waited, Err(Error::Timeout { .. })), "{waited:?}");
-    warm.release().unwrap();
+    start_listener(&client);
     let held = client.lock("held-here").try_acquire().unwrap().unwrap();
     let waiter = {
         let client = client.clone();
@@ -933,14 +938,7 @@ fn a_waiter_beside_a_thread_looping_on_the_lock_is_served_and_retries_about_once
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let server = server();
     let client = client(&server);
-    // The client's listener starts with its first wait; holds count from then on.
-    let warm = client.lock("warm").try_acquire().unwrap().unwrap();
-    let waited = client
-        .lock("warm")
-        .wait(Duration::from_millis(20))
-        .acquire();
-    assert!(matches!(waited, Err(Error::Timeout { .. })), "{waited:?}");
-    warm.release().unwrap();
+    start_listener(&client);
     let stop = Arc::new(AtomicBool::new(false));
     let loops = Arc::new(AtomicU64::new(0));
     let looping = {

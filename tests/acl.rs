@@ -208,6 +208,108 @@ fn a_restricted_user_runs_every_primitive() {
         listener.started && listener.connected == 1
     });
     assert_eq!(client.status().listener.refused, None);
+
+    // The read scripts (a lease's inspect, the semaphore's state, the queue's stats and dead
+    // list) go as EVALSHA_RO, which this user is not granted: refused once, then sent as
+    // EVALSHA by this client from then on. (Redis 6.2 has no EVALSHA_RO: "unknown command".)
+    if major_version(&server) >= 7 {
+        assert_eq!(rejected_calls(&server, "evalsha_ro"), 1);
+    }
+}
+
+/// docs/acl.md's read-only operator on Redis 7+ and Valkey: keys readable only
+/// (`%R~app:*`), no write command and no `EVALSHA`: the library's read scripts go as
+/// `EVALSHA_RO`, and every read of locks, semaphores, queues and clients works; a write is
+/// refused. On Redis 6.2 (no `%R~`, no `EVALSHA_RO`) the same reads run as `EVALSHA` (the
+/// connection set-up's `INFO` says so), without a refused call.
+#[test]
+fn a_read_only_user_reads_everything_through_read_only_scripts() {
+    let server = server();
+    let modern = major_version(&server) >= 7;
+    let admin = Client::builder(server.url())
+        .key_prefix("app")
+        .label("writer")
+        .build()
+        .unwrap();
+    let held = admin.lock("orders").acquire().unwrap();
+    let permit = admin.semaphore("sem", 2).acquire().unwrap();
+    let q = admin
+        .queue("jobs")
+        .unwrap()
+        .counting(true)
+        .max_deliveries(1);
+    q.push("a").unwrap();
+    q.push("b").unwrap();
+    let job = q.take(Duration::from_secs(5)).unwrap().unwrap();
+    let dead_id = job.id().to_owned();
+    job.nack().unwrap();
+    await_condition(Duration::from_secs(10), || {
+        admin.clients().is_ok_and(|c| !c.is_empty())
+    });
+
+    let keys = if modern { "%R~app:*" } else { "~app:*" };
+    let scripts = if modern {
+        "+evalsha_ro +eval_ro"
+    } else {
+        "+evalsha +eval"
+    };
+    let rule = format!(
+        "SETUSER viewer reset on >pw {keys} resetchannels +ping +info +scan +time {scripts} \
+         +get +mget +pttl +type +llen +lpos +lrange +hlen +hget +hmget +hgetall +hexists \
+         +zcard +zcount +zrank +zrange +zrangebyscore +zscore +pubsub|numsub"
+    );
+    let _: () = redis::cmd("ACL")
+        .arg(rule.split_whitespace().collect::<Vec<_>>())
+        .query(&mut connection(&server))
+        .unwrap();
+    let calls = |command: &str| commandstat(&server, command, "calls");
+    let (ro_before, plain_before) = (calls("evalsha_ro"), calls("evalsha"));
+    let viewer = client_as(&server, "viewer", "app");
+
+    let info = viewer.lock_info("orders").unwrap();
+    assert_eq!(info.holders().count(), 1, "{info:?}");
+    assert_eq!(viewer.semaphore_state("sem").unwrap().holders.len(), 1);
+    let vq = viewer.queue("jobs").unwrap().counting(true);
+    let stats = vq.stats().unwrap();
+    assert_eq!((stats.ready, stats.dead), (1, 1), "{stats:?}");
+    let page = vq.jobs(redlease::JobStatus::Dead, None, 10).unwrap();
+    assert_eq!(page.jobs.len(), 1);
+    assert!(vq.job(&dead_id).unwrap().is_some());
+    assert_eq!(vq.dead_jobs(10).unwrap()[0].id, dead_id);
+    let now = std::time::SystemTime::now();
+    let counts = vq
+        .counts(
+            now - Duration::from_secs(120),
+            now + Duration::from_secs(60),
+        )
+        .unwrap();
+    assert!(!counts.is_empty(), "the pushes were counted");
+    assert!(!viewer.clients().unwrap().is_empty());
+    // Writes are refused, and change nothing.
+    let err = viewer.lock("free").try_acquire().unwrap_err();
+    // (Redis 6.2 words the refusal inside a script as "can't run this command".)
+    let text = format!("{err:?}");
+    assert!(
+        text.contains("NOPERM") || text.contains("can't run this command"),
+        "{err:?}"
+    );
+    assert!(admin.lock_info("free").unwrap().kinds.is_empty());
+    assert_eq!(vq.stats().unwrap().ready, 1);
+
+    let (ro, plain) = (
+        calls("evalsha_ro") - ro_before,
+        calls("evalsha") - plain_before,
+    );
+    if modern {
+        assert!(ro >= 8, "read-only calls: {ro}");
+        assert_eq!(plain, 0, "no plain EVALSHA for reads");
+        assert_eq!(commandstat(&server, "evalsha_ro", "rejected_calls"), 0);
+    } else {
+        assert_eq!(ro, 0);
+        assert!(plain >= 8, "plain calls: {plain}");
+    }
+    held.release().unwrap();
+    permit.release().unwrap();
 }
 
 #[test]
@@ -430,6 +532,12 @@ fn a_restricted_user_runs_through_sentinel() {
 
 /// Rejected calls of `command` on `node` (INFO commandstats).
 fn rejected_calls(node: &RedisServer, command: &str) -> u64 {
+    commandstat(node, command, "rejected_calls")
+}
+
+/// Field `field` (`calls`, `rejected_calls`, ...) of `command` in `node`'s INFO
+/// commandstats (0 when the command was never called).
+fn commandstat(node: &RedisServer, command: &str, field: &str) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut connection(node))
@@ -439,7 +547,7 @@ fn rejected_calls(node: &RedisServer, command: &str) -> u64 {
         .and_then(|stats| {
             stats
                 .split(',')
-                .find_map(|kv| kv.strip_prefix("rejected_calls="))
+                .find_map(|kv| kv.strip_prefix(&format!("{field}=")))
         })
         .map_or(0, |n| n.parse().unwrap())
 }

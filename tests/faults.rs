@@ -313,6 +313,7 @@ static ODD_ACQUIRE: Script = Script {
     source: "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return {1, 0}",
     // Not its digest: EVALSHA answers NOSCRIPT and the machine falls back to EVAL.
     sha1: "0000000000000000000000000000000000000000",
+    read_only: false,
 };
 
 #[test]

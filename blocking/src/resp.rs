@@ -25,6 +25,24 @@ pub(crate) fn encode_command(out: &mut Vec<u8>, command: &Command) {
     out.extend_from_slice(command.framed());
 }
 
+/// [`encode_command`], with a read-only script call (`EVALSHA_RO`, `EVAL_RO`) sent as the
+/// plain command (`EVALSHA`, `EVAL`): for a server or user that refused the read-only form.
+pub(crate) fn encode_command_plain(out: &mut Vec<u8>, command: &Command) {
+    let framed = command.framed();
+    for (ro, plain) in [
+        (&b"$10\r\nEVALSHA_RO\r\n"[..], &b"$7\r\nEVALSHA\r\n"[..]),
+        (b"$7\r\nEVAL_RO\r\n", b"$4\r\nEVAL\r\n"),
+    ] {
+        if let Some(rest) = framed.strip_prefix(ro) {
+            push_header(out, b'*', command.args().len());
+            out.extend_from_slice(plain);
+            out.extend_from_slice(rest);
+            return;
+        }
+    }
+    encode_command(out, command);
+}
+
 /// `$<len>\r\n<bytes>\r\n`.
 fn push_bulk(out: &mut Vec<u8>, bytes: &[u8]) {
     out.reserve(bytes.len() + 16);
@@ -341,6 +359,35 @@ mod tests {
             encode(&[b"SUBSCRIBE", b"a:b"]),
             b"*2\r\n$9\r\nSUBSCRIBE\r\n$3\r\na:b\r\n".to_vec()
         );
+    }
+
+    /// A read-only script call goes out as the plain command when asked, with its other
+    /// arguments as they were; any other command is encoded as it is.
+    #[test]
+    fn read_only_script_calls_encode_as_plain_ones_when_asked() {
+        let plain = |cmd: &Command| {
+            let mut out = Vec::new();
+            encode_command_plain(&mut out, cmd);
+            out
+        };
+        let sent = |cmd: &Command| {
+            let mut out = Vec::new();
+            encode_command(&mut out, cmd);
+            out
+        };
+        for (ro, name) in [("EVALSHA_RO", "EVALSHA"), ("EVAL_RO", "EVAL")] {
+            let args = |c: Command| c.arg("body").int_arg(1).arg("k").arg("v");
+            assert_eq!(
+                plain(&args(Command::new(ro))),
+                sent(&args(Command::new(name)))
+            );
+        }
+        for cmd in [
+            Command::new("EVALSHA").arg("x").int_arg(0),
+            Command::new("GET").arg("EVALSHA_RO"),
+        ] {
+            assert_eq!(plain(&cmd), sent(&cmd));
+        }
     }
 
     /// The packed bytes equal the `redis` crate's for the same arguments: empty, binary,

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
 use redis::{ConnectionLike, Value};
+use redlease_core::script::is_read_only_refusal;
 use redlease_core::{
     Batch, Error, FailureKind, NodeId, Reply, Request, RequestId, Response, TransportFailure,
 };
@@ -121,6 +122,9 @@ struct Setup {
     probing: AtomicBool,
     /// Which server the newest connection reached (not asked on a cluster: scripts there).
     server: crate::connect::ServerNote,
+    /// A read-only script call (`EVALSHA_RO`) was refused (Redis before 7.0, or a user not
+    /// granted it): they are sent as `EVALSHA` from then on.
+    read_only_refused: AtomicBool,
 }
 
 impl Setup {
@@ -602,6 +606,31 @@ impl Transport {
         self.manager.setup.server.get()
     }
 
+    /// Whether read-only script calls go as the plain `EVALSHA` / `EVAL`: the server is
+    /// Redis before 7.0 (which has no `EVALSHA_RO`), or one was refused (by the server or for
+    /// the user). Otherwise they go as sent, and a refusal is answered by the core sending the
+    /// plain command ([`redlease_core::script::is_read_only_refusal`]).
+    pub(crate) fn read_only_as_plain(&self) -> bool {
+        self.manager.setup.read_only_refused.load(Ordering::Relaxed)
+            || self
+                .server_kind()
+                .is_some_and(|k| !k.valkey && k.version.0 < 7)
+    }
+
+    /// Notes a refused read-only script call among `inputs` (see
+    /// [`read_only_as_plain`](Self::read_only_as_plain)).
+    fn note_read_only_refusals(&self, inputs: &[Response]) {
+        let refused = inputs
+            .iter()
+            .any(|i| matches!(&i.result, Ok(Reply::Error(e)) if is_read_only_refusal(e)));
+        if refused {
+            self.manager
+                .setup
+                .read_only_refused
+                .store(true, Ordering::Relaxed);
+        }
+    }
+
     /// Forgets the server's kind (it refused a native command): scripts only, until the
     /// next connection set-up asks again.
     pub(crate) fn forget_server_kind(&self) {
@@ -700,6 +729,7 @@ impl Transport {
             if let Ok(Reply::Error(e)) = &input.result
                 && let Some(problem) = adapter::refusal(e)
                 && !is_native_step(batch, input)
+                && !is_read_only_refusal(e)
             {
                 *kept = None;
                 return Err(self.configuration(problem));
@@ -859,6 +889,7 @@ impl Transport {
                 );
                 let (inputs, conn) = flight.receive_keeping(ids_of(&batch.requests));
                 *kept = conn;
+                self.note_read_only_refusals(&inputs);
                 inputs
             }
             None => self.execute_keeping(batch, kept),
@@ -922,6 +953,7 @@ impl Transport {
         };
         let (inputs, conn) = flight.receive_keeping(ids_of(&batch.requests));
         *kept = conn;
+        self.note_read_only_refusals(&inputs);
         inputs
     }
 
@@ -1113,6 +1145,7 @@ impl Transport {
             conn.broken = true;
             return fail(TransportFailure::not_sent(format!("socket: {e}")));
         }
+        let plain = self.read_only_as_plain();
         if let Link::Cluster(cluster) = &mut conn.inner {
             let requests: Vec<&Request> = requests.collect();
             let timeouts = ReadTimeouts {
@@ -1120,7 +1153,7 @@ impl Transport {
                 now: if changed { wanted } else { self.io_timeout },
                 usual: self.io_timeout,
             };
-            let (inputs, broken) = send_to_cluster(cluster, &requests, deadline, timeouts);
+            let (inputs, broken) = send_to_cluster(cluster, &requests, deadline, timeouts, plain);
             conn.broken |= broken;
             return Flight {
                 count,
@@ -1134,7 +1167,11 @@ impl Transport {
         } = &mut **conn;
         out.clear();
         for r in requests {
-            crate::resp::encode_command(out, &r.command);
+            if plain {
+                crate::resp::encode_command_plain(out, &r.command);
+            } else {
+                crate::resp::encode_command(out, &r.command);
+            }
         }
         let sent = match inner {
             Link::Own(wire) => wire.write_all(out).map_err(redis::RedisError::from),
@@ -1196,6 +1233,7 @@ fn send_to_cluster(
     requests: &[&Request],
     deadline: Instant,
     timeouts: ReadTimeouts,
+    plain: bool,
 ) -> (Vec<Response>, bool) {
     let ReadTimeouts {
         reply: reply_timeout,
@@ -1232,7 +1270,17 @@ fn send_to_cluster(
             }
             timeout = wanted;
         }
-        let cmd = adapter::command(&r.command);
+        let cmd = match r.command.args().get(0) {
+            Some(verb @ (b"EVALSHA_RO" | b"EVAL_RO")) if plain => {
+                let mut cmd = redis::Cmd::new();
+                cmd.arg(&verb[..verb.len() - 3]);
+                for a in r.command.args().iter().skip(1) {
+                    cmd.arg(a);
+                }
+                cmd
+            }
+            _ => adapter::command(&r.command),
+        };
         let (outcome, stale) = cluster_request(cluster, &cmd, deadline);
         broken |= stale;
         match outcome {

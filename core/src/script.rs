@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::command::{Command, NodeId, Request, RequestId, RequestIds};
 use crate::lease::Token;
-use crate::reply::{Reply, Response, TransportFailure};
+use crate::reply::{ErrorReply, Reply, Response, TransportFailure};
 
 /// A Lua script and its SHA-1 (hex, lower case).
 ///
@@ -14,6 +14,12 @@ use crate::reply::{Reply, Response, TransportFailure};
 /// [`prelude`] a script uses, then its own body, and the digest of the whole computed by a
 /// `const fn` SHA-1 ([`sha1_hex`]). Nothing is hashed or loaded at run time: a call is sent
 /// as `EVALSHA` and resent as `EVAL` when the server answers `NOSCRIPT`.
+///
+/// A script that writes nothing is marked [`read_only`](Self::read_only): it is sent as
+/// `EVALSHA_RO` (Redis 7.0+, Valkey), which a user whose key rights are read-only
+/// (`%R~<prefix>:*`) may run, and which the server itself holds to writing nothing. A
+/// server without it (Redis 6.2: "unknown command") or a user not granted it (`NOPERM` naming
+/// `evalsha_ro`) gets the same call again as `EVALSHA` ([`is_read_only_refusal`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Script {
     /// A short name for diagnostics.
@@ -22,6 +28,83 @@ pub struct Script {
     pub source: &'static str,
     /// SHA-1 of `source`, as Redis computes it for `EVALSHA`.
     pub sha1: &'static str,
+    /// Whether the script writes nothing: sent as `EVALSHA_RO` / `EVAL_RO`.
+    pub read_only: bool,
+}
+
+impl Script {
+    /// This script marked as writing nothing (see [`Script`]).
+    pub const fn read_only(self) -> Script {
+        Script {
+            read_only: true,
+            ..self
+        }
+    }
+}
+
+/// The commands that write (Redis's `write` flag) among those the library's scripts call:
+/// a [`read_only`](Script::read_only) script calls none of them (a unit test checks each),
+/// and the in-process server refuses them under `EVALSHA_RO` / `EVAL_RO` as Redis does.
+pub const WRITE_COMMANDS: &[&str] = &[
+    "APPEND",
+    "DECR",
+    "DECRBY",
+    "DEL",
+    "EXPIRE",
+    "EXPIREAT",
+    "GETDEL",
+    "GETEX",
+    "GETSET",
+    "HDEL",
+    "HINCRBY",
+    "HINCRBYFLOAT",
+    "HMSET",
+    "HSET",
+    "HSETNX",
+    "INCR",
+    "INCRBY",
+    "INCRBYFLOAT",
+    "LMOVE",
+    "LPOP",
+    "LPUSH",
+    "LREM",
+    "LSET",
+    "LTRIM",
+    "MSET",
+    "PERSIST",
+    "PEXPIRE",
+    "PEXPIREAT",
+    "PSETEX",
+    "RENAME",
+    "RPOP",
+    "RPOPLPUSH",
+    "RPUSH",
+    "SADD",
+    "SET",
+    "SETEX",
+    "SETNX",
+    "SREM",
+    "UNLINK",
+    "XADD",
+    "ZADD",
+    "ZINCRBY",
+    "ZPOPMAX",
+    "ZPOPMIN",
+    "ZREM",
+    "ZREMRANGEBYRANK",
+    "ZREMRANGEBYSCORE",
+];
+
+/// Whether `e` answers an `EVALSHA_RO` / `EVAL_RO` that the server does not have (Redis
+/// before 7.0: `ERR unknown command 'evalsha_ro'`) or that the user may not run (`NOPERM
+/// ... 'evalsha_ro' command`): the call is then sent again as `EVALSHA` / `EVAL`. A
+/// `NOPERM` about the keys, or an error from inside the script, is not such a refusal.
+pub fn is_read_only_refusal(e: &ErrorReply) -> bool {
+    let message = e.message.to_ascii_lowercase();
+    let names_it = message.contains("evalsha_ro") || message.contains("eval_ro");
+    names_it
+        && ((e.is("ERR") && message.starts_with("unknown command"))
+            || (e.is("NOPERM") && message.contains("command")))
 }
 
 /// The Lua prelude shared by the scripts: each part defines local functions, and a script
@@ -291,6 +374,7 @@ macro_rules! script {
             name: $name,
             source: $crate::script::utf8(&SOURCE),
             sha1: $crate::script::utf8(&SHA1),
+            read_only: false,
         }
     }};
 }
@@ -866,14 +950,33 @@ impl ScriptCall {
     pub fn eval(&self) -> Command {
         self.command("EVAL", self.script.source)
     }
+
+    /// `EVALSHA_RO sha1 numkeys keys... args...` (Redis 7.0+, Valkey): for a
+    /// [`read_only`](Script::read_only) script.
+    pub fn evalsha_ro(&self) -> Command {
+        self.command("EVALSHA_RO", self.script.sha1)
+    }
+
+    /// `EVAL_RO source numkeys keys... args...` (Redis 7.0+, Valkey).
+    pub fn eval_ro(&self) -> Command {
+        self.command("EVAL_RO", self.script.source)
+    }
 }
 
 /// Where one script exchange stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum State {
     Idle,
-    Ready { eval: bool },
-    Sent { id: RequestId, eval: bool },
+    /// `ro`: sent as `EVALSHA_RO` / `EVAL_RO` (a read-only script, until refused).
+    Ready {
+        eval: bool,
+        ro: bool,
+    },
+    Sent {
+        id: RequestId,
+        eval: bool,
+        ro: bool,
+    },
     Answered(Result<Reply, TransportFailure>),
 }
 
@@ -891,7 +994,9 @@ pub(crate) enum Progress {
 }
 
 /// Runs one script call to its answer: sends EVALSHA, and on a `NOSCRIPT` error reply
-/// sends the same call once as EVAL (which also loads the script for later calls).
+/// sends the same call once as EVAL (which also loads the script for later calls). A
+/// read-only script goes as `EVALSHA_RO` / `EVAL_RO`, and once more as the plain command
+/// when the server or the user refuses that ([`is_read_only_refusal`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Exchange {
     call: ScriptCall,
@@ -908,20 +1013,24 @@ impl Exchange {
 
     /// Starts (or restarts, for a retry) the call.
     pub(crate) fn start(&mut self) {
-        self.state = State::Ready { eval: false };
+        self.state = State::Ready {
+            eval: false,
+            ro: self.call.script.read_only,
+        };
     }
 
     pub(crate) fn poll(&mut self, ids: &mut RequestIds) -> Progress {
         match std::mem::replace(&mut self.state, State::Idle) {
             State::Idle => Progress::Idle,
-            State::Ready { eval } => {
+            State::Ready { eval, ro } => {
                 let id = ids.next();
-                let command = if eval {
-                    self.call.eval()
-                } else {
-                    self.call.evalsha()
+                let command = match (eval, ro) {
+                    (false, false) => self.call.evalsha(),
+                    (true, false) => self.call.eval(),
+                    (false, true) => self.call.evalsha_ro(),
+                    (true, true) => self.call.eval_ro(),
                 };
-                self.state = State::Sent { id, eval };
+                self.state = State::Sent { id, eval, ro };
                 Progress::Send(Request { id, command })
             }
             sent @ State::Sent { .. } => {
@@ -934,14 +1043,17 @@ impl Exchange {
 
     /// Takes the outcome of a request; returns whether it was the one in flight.
     pub(crate) fn handle(&mut self, input: Response) -> bool {
-        let State::Sent { id, eval } = self.state else {
+        let State::Sent { id, eval, ro } = self.state else {
             return false;
         };
         if input.id != id {
             return false;
         }
         self.state = match input.result {
-            Ok(Reply::Error(e)) if e.is("NOSCRIPT") && !eval => State::Ready { eval: true },
+            Ok(Reply::Error(e)) if e.is("NOSCRIPT") && !eval => State::Ready { eval: true, ro },
+            Ok(Reply::Error(e)) if ro && is_read_only_refusal(&e) => {
+                State::Ready { eval, ro: false }
+            }
             other => State::Answered(other),
         };
         true
@@ -994,7 +1106,52 @@ pub(crate) mod tests {
             let digest = sha1_smol::Sha1::from(s.source).digest().to_string();
             assert_eq!(digest, s.sha1, "digest of {}", s.name);
             check_prelude(s);
+            if s.read_only {
+                check_read_only(s);
+            }
         }
+    }
+
+    /// A script marked read-only calls no command that writes (the server would refuse it
+    /// under `EVALSHA_RO`), and names every command it calls literally (so that this check
+    /// sees them all).
+    fn check_read_only(s: &Script) {
+        let mut seen = 0;
+        for call in ["redis.call(", "redis.pcall("] {
+            for (at, _) in s.source.match_indices(call) {
+                let rest = &s.source[at + call.len()..];
+                let name = rest
+                    .strip_prefix('\'')
+                    .and_then(|r| r.split('\'').next())
+                    .unwrap_or_else(|| panic!("{}: a call whose command is not literal", s.name));
+                assert!(
+                    !WRITE_COMMANDS.contains(&name.to_ascii_uppercase().as_str()),
+                    "{} is read-only but calls {name}",
+                    s.name
+                );
+                seen += 1;
+            }
+        }
+        assert!(seen > 0, "{}: no calls seen", s.name);
+    }
+
+    #[test]
+    fn a_script_that_writes_fails_the_read_only_check() {
+        static WRITER: Script = Script {
+            name: "writer",
+            source: "redis.call('GET', KEYS[1]) return redis.call('HSET', KEYS[1], 'a', 'b')",
+            sha1: "0000000000000000000000000000000000000000",
+            read_only: true,
+        };
+        let refused = std::panic::catch_unwind(|| check_read_only(&WRITER));
+        assert!(refused.is_err());
+        static READER: Script = Script {
+            name: "reader",
+            source: "return redis.call('HGET', KEYS[1], 'a')",
+            sha1: "0000000000000000000000000000000000000000",
+            read_only: true,
+        };
+        check_read_only(&READER);
     }
 
     /// A script defines each prelude function at most once, only if it calls it, and
@@ -1067,6 +1224,7 @@ pub(crate) mod tests {
         name: "echo",
         source: "return ARGV[1]",
         sha1: "0000000000000000000000000000000000000000",
+        read_only: false,
     };
 
     #[test]
@@ -1104,6 +1262,94 @@ pub(crate) mod tests {
             tail(&ScriptCall::new(&ECHO).with_last_arg("x")),
             bytes(&["0"])
         );
+    }
+
+    /// A read-only script goes as `EVALSHA_RO` (and `EVAL_RO` after `NOSCRIPT`); refused as
+    /// unknown (Redis 6.2) or not granted (`NOPERM` naming it), it goes again as the plain
+    /// command; a refusal of its keys, or an error from inside it, is its answer.
+    #[test]
+    fn a_read_only_script_goes_as_evalsha_ro_and_again_plain_when_refused() {
+        static READER: Script = Script {
+            name: "reader",
+            source: "return redis.call('GET', KEYS[1])",
+            sha1: "2222222222222222222222222222222222222222",
+            read_only: true,
+        };
+        let mut ids = RequestIds::default();
+        let send = |ex: &mut Exchange, ids: &mut RequestIds| match ex.poll(ids) {
+            Progress::Send(r) => r,
+            other => panic!("expected a request, got {other:?}"),
+        };
+        let error = |code: &str, message: &str| Reply::Error(ErrorReply::new(code, message));
+        let refusals = [
+            error(
+                "ERR",
+                "unknown command `evalsha_ro`, with args beginning with: `2222`, `1`, `k`, ",
+            ),
+            error(
+                "NOPERM",
+                "this user has no permissions to run the 'evalsha_ro' command",
+            ),
+            error(
+                "NOPERM",
+                "User u has no permissions to run the 'evalsha_ro' command",
+            ),
+        ];
+        for refusal in refusals {
+            let mut ex = Exchange::new(ScriptCall::new(&READER).key("k"));
+            ex.start();
+            let first = send(&mut ex, &mut ids);
+            assert_eq!(first.command.name(), "EVALSHA_RO");
+            assert_eq!(&first.command.args()[3], b"k");
+            assert!(ex.handle(Response::reply(first.id, refusal.clone())));
+            let second = send(&mut ex, &mut ids);
+            assert_eq!(second.command.name(), "EVALSHA", "after {refusal:?}");
+            assert!(ex.handle(Response::reply(
+                second.id,
+                Reply::Error(ErrorReply::new("NOSCRIPT", "No matching script."))
+            )));
+            // Plain from then on: the EVAL after a NOSCRIPT too.
+            let third = send(&mut ex, &mut ids);
+            assert_eq!(third.command.name(), "EVAL");
+            assert!(ex.handle(Response::reply(third.id, Reply::Nil)));
+            assert_eq!(ex.poll(&mut ids), Progress::Answered(Ok(Reply::Nil)));
+        }
+        // NOSCRIPT to EVALSHA_RO: EVAL_RO.
+        let mut ex = Exchange::new(ScriptCall::new(&READER).key("k"));
+        ex.start();
+        let first = send(&mut ex, &mut ids);
+        assert!(ex.handle(Response::reply(
+            first.id,
+            Reply::Error(ErrorReply::new("NOSCRIPT", "No matching script."))
+        )));
+        let second = send(&mut ex, &mut ids);
+        assert_eq!(second.command.name(), "EVAL_RO");
+        assert_eq!(&second.command.args()[1], READER.source.as_bytes());
+        // Not a refusal of the command: the answer as it is.
+        for answer in [
+            error(
+                "NOPERM",
+                "this user has no permissions to access one of the keys used as arguments",
+            ),
+            error(
+                "ERR",
+                "Write commands are not allowed from read-only scripts. script: 2222",
+            ),
+            error(
+                "ERR",
+                "unknown command `evalsha`, with args beginning with: ",
+            ),
+        ] {
+            let mut ex = Exchange::new(ScriptCall::new(&READER).key("k"));
+            ex.start();
+            let first = send(&mut ex, &mut ids);
+            assert!(ex.handle(Response::reply(first.id, answer.clone())));
+            assert_eq!(ex.poll(&mut ids), Progress::Answered(Ok(answer)));
+        }
+        // A script that writes goes as EVALSHA, as it always did.
+        let mut ex = Exchange::new(ScriptCall::new(&ECHO).key("k"));
+        ex.start();
+        assert_eq!(send(&mut ex, &mut ids).command.name(), "EVALSHA");
     }
 
     #[test]
@@ -1158,6 +1404,7 @@ mod owner_arg_tests {
         name: "echo",
         source: "return ARGV[1]",
         sha1: "0000000000000000000000000000000000000000",
+        read_only: false,
     };
 
     fn wire(call: &ScriptCall) -> Vec<String> {
@@ -1314,6 +1561,7 @@ mod owner_arg_tests {
             name: "other",
             source: "return 2",
             sha1: "1111111111111111111111111111111111111111",
+            read_only: false,
         };
         let full = ScriptCall::new(&ECHO)
             .key("k1")

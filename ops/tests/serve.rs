@@ -124,49 +124,67 @@ fn actions_need_the_flag_the_token_and_the_same_site() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// The ACL rule docs/acl.md gives for a read-only operator.
-const VIEWER_RULE: &[&str] = &[
-    "viewer",
-    "on",
-    ">viewer-password",
-    "resetkeys",
-    "resetchannels",
-    "-@all",
-    "~redlease:*",
-    "+ping",
-    "+info",
-    "+scan",
-    "+evalsha",
-    "+eval",
-    "+time",
-    "+client|list",
-    "+get",
-    "+mget",
-    "+pttl",
-    "+llen",
-    "+lrange",
-    "+hlen",
-    "+hget",
-    "+hmget",
-    "+hgetall",
-    "+hexists",
-    "+lpos",
-    "+type",
-    "+zcount",
-    "+zrank",
-    "+zcard",
-    "+zrange",
-    "+zrangebyscore",
-    "+zscore",
-];
+/// The ACL rule docs/acl.md gives for a read-only operator: on Redis 7+ and Valkey, keys it
+/// may only read (`%R~`) and the read-only script commands; on Redis 6.2 (which has neither),
+/// keys without a write command and the plain script commands.
+fn viewer_rule(conn: &mut redis::Connection) -> Vec<&'static str> {
+    let info: String = redis::cmd("INFO").arg("server").query(conn).unwrap();
+    let major: u32 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .and_then(|v| v.trim().split('.').next()?.parse().ok())
+        .unwrap();
+    let (keys, scripts) = if major >= 7 {
+        ("%R~redlease:*", ["+evalsha_ro", "+eval_ro"])
+    } else {
+        ("~redlease:*", ["+evalsha", "+eval"])
+    };
+    let mut rule = vec![
+        "viewer",
+        "on",
+        ">viewer-password",
+        "resetkeys",
+        "resetchannels",
+        "-@all",
+        keys,
+        "+ping",
+        "+info",
+        "+scan",
+    ];
+    rule.extend(scripts);
+    rule.extend([
+        "+time",
+        "+client|list",
+        "+get",
+        "+mget",
+        "+pttl",
+        "+llen",
+        "+lrange",
+        "+hlen",
+        "+hget",
+        "+hmget",
+        "+hgetall",
+        "+hexists",
+        "+lpos",
+        "+type",
+        "+zcount",
+        "+zrank",
+        "+zcard",
+        "+zrange",
+        "+zrangebyscore",
+        "+zscore",
+    ]);
+    rule
+}
 
 #[test]
 fn a_user_without_write_rights_sees_everything_and_changes_nothing() {
     let w = world();
     let mut admin = redis_conn(&w.server.url());
+    let rule = viewer_rule(&mut admin);
     let _: () = redis::cmd("ACL")
         .arg("SETUSER")
-        .arg(VIEWER_RULE)
+        .arg(rule)
         .query(&mut admin)
         .unwrap();
     let url = format!(
@@ -210,8 +228,19 @@ fn a_user_without_write_rights_sees_everything_and_changes_nothing() {
 }
 
 /// The commands the tool sends itself (its scripts' inner calls are counted inside
-/// `evalsha` too, and are not added again: `mget` alone is both, and counted whole).
-const SENT: &[&str] = &["evalsha", "eval", "scan", "pttl", "mget", "client", "ping"];
+/// `evalsha` too, and are not added again: `mget` alone is both, and counted whole). The
+/// read scripts go as `evalsha_ro` on Redis 7+ and Valkey.
+const SENT: &[&str] = &[
+    "evalsha",
+    "eval",
+    "evalsha_ro",
+    "eval_ro",
+    "scan",
+    "pttl",
+    "mget",
+    "client",
+    "ping",
+];
 
 /// Calls and server time (µs) of the commands the tool sends ([`SENT`]), from
 /// `INFO commandstats`.

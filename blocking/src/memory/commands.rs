@@ -16,6 +16,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) now_us: i64,
     /// Called by a script (`redis.call`): some commands are refused there.
     pub(crate) in_script: bool,
+    /// Called by a script run as `EVAL_RO` / `EVALSHA_RO`: writes are refused.
+    pub(crate) read_only: bool,
 }
 
 impl Ctx<'_> {
@@ -123,6 +125,13 @@ fn upper(b: &[u8]) -> String {
 
 /// Runs one plain command (not EVAL/EVALSHA/SCRIPT: the server runs those).
 pub(crate) fn run(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
+    if ctx.read_only
+        && args.first().is_some_and(|name| {
+            redlease_core::script::WRITE_COMMANDS.contains(&upper(name).as_str())
+        })
+    {
+        return err("ERR Write commands are not allowed from read-only scripts.");
+    }
     let reply = dispatch(ctx, args);
     match reply {
         Reply::Error(e) if ctx.in_script && e.message.starts_with("wrong number of arguments") => {

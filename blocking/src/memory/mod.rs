@@ -546,7 +546,7 @@ impl State {
             .map(|n| String::from_utf8_lossy(n).to_ascii_uppercase())
             .unwrap_or_default();
         match name.as_str() {
-            "EVAL" | "EVALSHA" => self.eval(&name, &args[1..], now_us),
+            "EVAL" | "EVALSHA" | "EVAL_RO" | "EVALSHA_RO" => self.eval(&name, &args[1..], now_us),
             "SCRIPT" => self.script(&args[1..]),
             _ => {
                 let mut ctx = Ctx {
@@ -554,6 +554,7 @@ impl State {
                     pubsub: &mut self.pubsub,
                     now_us,
                     in_script: false,
+                    read_only: false,
                 };
                 commands::run(&mut ctx, args)
             }
@@ -610,7 +611,8 @@ impl State {
         let Some(numkeys) = usize::try_from(numkeys).ok().filter(|n| *n <= rest.len()) else {
             return err("ERR Number of keys can't be greater than number of args");
         };
-        let (sha, source) = if name == "EVAL" {
+        let read_only = name.ends_with("_RO");
+        let (sha, source) = if name.starts_with("EVAL_") || name == "EVAL" {
             let sha = sha1_hex(&a[0]);
             let source = String::from_utf8_lossy(&a[0]).into_owned();
             self.scripts.insert(sha.clone(), source.clone());
@@ -640,6 +642,7 @@ impl State {
             pubsub: &mut self.pubsub,
             now_us,
             in_script: true,
+            read_only,
         };
         engine.eval(&sha, &source, &rest[..numkeys], &rest[numkeys..], &mut ctx)
     }

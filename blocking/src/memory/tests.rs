@@ -323,6 +323,30 @@ fn evalsha_needs_a_known_script_and_restart_forgets_it() {
     assert_eq!(code(&call(&s, &["EVAL", script, "-1"])), "ERR");
 }
 
+/// `EVAL_RO` / `EVALSHA_RO` run a script that reads, and refuse a write inside one (as
+/// Redis 7 does) without writing anything.
+#[test]
+fn read_only_scripts_read_and_are_refused_writes() {
+    let s = MemoryServer::new();
+    assert_eq!(call(&s, &["SET", "k", "v"]), Reply::Status("OK".into()));
+    let read = "return redis.call('GET', KEYS[1])";
+    assert_eq!(call(&s, &["EVAL_RO", read, "1", "k"]), bulk("v"));
+    let sha = sha1_hex(read.as_bytes());
+    assert_eq!(call(&s, &["EVALSHA_RO", &sha, "1", "k"]), bulk("v"));
+    let unknown = sha1_hex(b"return 2");
+    assert_eq!(code(&call(&s, &["EVALSHA_RO", &unknown, "0"])), "NOSCRIPT");
+    let write = "redis.call('SET', KEYS[1], 'w') return 1";
+    let r = call(&s, &["EVAL_RO", write, "1", "k"]);
+    assert!(
+        matches!(&r, Reply::Error(e) if e.message.contains("not allowed from read-only scripts")),
+        "{r:?}"
+    );
+    assert_eq!(call(&s, &["GET", "k"]), bulk("v"));
+    // The same script as a plain EVAL writes.
+    assert_eq!(call(&s, &["EVAL", write, "1", "k"]), Reply::Int(1));
+    assert_eq!(call(&s, &["GET", "k"]), bulk("w"));
+}
+
 #[test]
 fn the_lease_scripts_run_on_the_virtual_clock() {
     let s = MemoryServer::new();

@@ -74,7 +74,8 @@ pub const CLIENT_ID_LEN: usize = 8;
 pub const MIN_RELEASE_PREFIX: usize = CLIENT_ID_LEN;
 
 /// `lua/lock_info.lua`
-pub static LOCK_INFO: Script = script!("lock_info", [], include_str!("lua/lock_info.lua"));
+pub static LOCK_INFO: Script =
+    script!("lock_info", [], include_str!("lua/lock_info.lua")).read_only();
 
 /// `lua/force_release.lua`
 pub static FORCE_RELEASE: Script = script!(
@@ -84,7 +85,8 @@ pub static FORCE_RELEASE: Script = script!(
 );
 
 /// `lua/scan_locks.lua`
-pub static SCAN_LOCKS: Script = script!("scan_locks", [], include_str!("lua/scan_locks.lua"));
+pub static SCAN_LOCKS: Script =
+    script!("scan_locks", [], include_str!("lua/scan_locks.lua")).read_only();
 
 /// Every script of this module and of [`registry`].
 pub static ALL: [&Script; 6] = [

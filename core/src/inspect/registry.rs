@@ -67,7 +67,8 @@ pub static READ: Script = script!(
     "clients_read",
     [NOW_MS],
     include_str!("lua/clients_read.lua")
-);
+)
+.read_only();
 
 /// The longest label accepted, in bytes.
 pub const MAX_LABEL_LEN: usize = 128;

@@ -27,7 +27,8 @@ pub static RELEASE: Script = script!(
 pub static EXTEND: Script = script!("lease_extend", [], include_str!("lua/extend.lua"));
 
 /// `lua/inspect.lua`
-pub static INSPECT: Script = script!("lease_inspect", [], include_str!("lua/inspect.lua"));
+pub static INSPECT: Script =
+    script!("lease_inspect", [], include_str!("lua/inspect.lua")).read_only();
 
 /// `lua/reentrant_acquire.lua`
 pub static REENTRANT_ACQUIRE: Script = script!(
@@ -55,7 +56,8 @@ pub static REENTRANT_INSPECT: Script = script!(
     "reentrant_inspect",
     [],
     include_str!("lua/reentrant_inspect.lua")
-);
+)
+.read_only();
 
 /// `lua/reentrant_undo.lua`
 pub static REENTRANT_UNDO: Script = script!(
@@ -104,7 +106,8 @@ pub static READ_INSPECT: Script = script!(
     "read_inspect",
     [NOW_MS],
     include_str!("lua/read_inspect.lua")
-);
+)
+.read_only();
 
 /// `lua/write_acquire.lua`
 pub static WRITE_ACQUIRE: Script = script!(
@@ -157,7 +160,8 @@ pub static SEMAPHORE_STATE: Script = script!(
     "semaphore_state",
     [NOW_MS],
     include_str!("lua/semaphore_state.lua")
-);
+)
+.read_only();
 
 /// Every script (for tests and for tools that preload them; the driver loads none: a call
 /// goes out as `EVALSHA` and is resent as `EVAL` on `NOSCRIPT`).

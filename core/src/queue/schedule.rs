@@ -87,7 +87,8 @@ pub static LIST: Script = script!(
     "queue_schedule_list",
     [],
     include_str!("lua/schedule_list.lua")
-);
+)
+.read_only();
 
 /// Every schedule script.
 pub static ALL: [&Script; 4] = [&UPSERT, &ADVANCE, &REMOVE, &LIST];

@@ -71,13 +71,15 @@ pub static JOB_INSPECT: Script = script!(
     "queue_job_inspect",
     [NOW_MS],
     include_str!("lua/job_inspect.lua")
-);
+)
+.read_only();
 
 /// `lua/stats.lua`
-pub static STATS: Script = script!("queue_stats", [NOW_MS], include_str!("lua/stats.lua"));
+pub static STATS: Script =
+    script!("queue_stats", [NOW_MS], include_str!("lua/stats.lua")).read_only();
 
 /// `lua/dead.lua`
-pub static DEAD: Script = script!("queue_dead", [], include_str!("lua/dead.lua"));
+pub static DEAD: Script = script!("queue_dead", [], include_str!("lua/dead.lua")).read_only();
 
 /// `lua/dead_act.lua`: requeue or delete the dead jobs a filter picks, a page at a time.
 pub static DEAD_ACT: Script = script!(
@@ -136,17 +138,19 @@ pub static INSPECT_LIST: Script = script!(
     "queue_inspect_list",
     [NOW_MS, INSPECT],
     include_str!("lua/inspect_list.lua")
-);
+)
+.read_only();
 
 /// `lua/inspect_job.lua`: one job by id (read only).
 pub static INSPECT_JOB: Script = script!(
     "queue_inspect_job",
     [NOW_MS, INSPECT],
     include_str!("lua/inspect_job.lua")
-);
+)
+.read_only();
 
 /// `lua/counts.lua`: the per-minute counts over a range of minutes (read only).
-pub static COUNTS: Script = script!("queue_counts", [], include_str!("lua/counts.lua"));
+pub static COUNTS: Script = script!("queue_counts", [], include_str!("lua/counts.lua")).read_only();
 
 /// `lua/pause.lua`
 pub static PAUSE: Script = script!(

@@ -966,7 +966,14 @@ fn stats_reads_four_counts_and_two_times() {
     assert_eq!(
         args(&r),
         strs(&[
-            "EVALSHA", STATS.sha1, "5", READY, DELAYED, INFLIGHT, DEAD_LIST, PAYLOADS
+            "EVALSHA_RO",
+            STATS.sha1,
+            "5",
+            READY,
+            DELAYED,
+            INFLIGHT,
+            DEAD_LIST,
+            PAYLOADS
         ])
     );
     assert_eq!(
@@ -1019,7 +1026,7 @@ fn stats_falls_back_to_eval_on_noscript() {
     let mut s = stats_op(origin());
     s.answer(err("NOSCRIPT", "No matching script. Please use EVAL."));
     let r = s.answer(ints(&[0, 0, 0, 7, -1, -1]));
-    assert_eq!(r.command.name(), "EVAL");
+    assert_eq!(r.command.name(), "EVAL_RO");
     assert_eq!(&r.command.args()[1], STATS.source.as_bytes());
     assert_eq!(
         args(&r)[2..],
@@ -1048,7 +1055,14 @@ fn dead_jobs_are_listed_with_deliveries_and_payload() {
     assert_eq!(
         args(&r),
         strs(&[
-            "EVALSHA", DEAD.sha1, "4", DEAD_LIST, PAYLOADS, DELIVERIES, REASONS, "25"
+            "EVALSHA_RO",
+            DEAD.sha1,
+            "4",
+            DEAD_LIST,
+            PAYLOADS,
+            DELIVERIES,
+            REASONS,
+            "25"
         ])
     );
     assert_eq!(

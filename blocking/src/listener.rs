@@ -45,15 +45,18 @@ struct State {
     /// The wake rules' state: waiters by channel, subscriptions, epochs.
     wake: Registry,
     /// How to ring each registered waiter (a wake decided by `wake` is sent here).
-    doorbells: HashMap<WaiterId, Sender<Wake>>,
+    doorbells: HashMap<WaiterId, Doorbell>,
     /// The last (S)SUBSCRIBE refusal of the current connection (an ACL without the channel).
     refused: Option<String>,
 }
 
 impl State {
     fn ring(&self, id: WaiterId, why: Wake) {
-        if let Some(tx) = self.doorbells.get(&id) {
-            let _ = tx.try_send(why);
+        if let Some(bell) = self.doorbells.get(&id) {
+            let _ = bell.tx.try_send(why);
+            // A waiter parked in `Waiter::wait_until` (a no-op for one selecting on the
+            // receiver, which the send wakes).
+            bell.thread.unpark();
         }
     }
 
@@ -62,6 +65,15 @@ impl State {
             self.ring(id, why);
         }
     }
+}
+
+/// How a waiter is rung: its channel (which `select!` can wait on), and its thread, which
+/// `Waiter::wait_until` parks instead of blocking on the channel (whose blocking receive
+/// spins and yields the CPU about ten times before it sleeps: measured as `sched_yield`
+/// calls by `scripts/cpu.sh sys`, on two cores shared by every waiting thread).
+struct Doorbell {
+    tx: Sender<Wake>,
+    thread: std::thread::Thread,
 }
 
 struct Shared {
@@ -234,7 +246,9 @@ impl Listener {
         if registered.wake_now {
             let _ = tx.try_send(Wake::Message);
         }
-        state.doorbells.insert(id, tx);
+        let thread = std::thread::current();
+        let parks = thread.id();
+        state.doorbells.insert(id, Doorbell { tx, thread });
         drop(state);
         if let Some(channel) = registered.subscribe {
             self.shared.send_each(true, &[channel]);
@@ -244,6 +258,7 @@ impl Listener {
             on: on.clone(),
             id,
             rx,
+            parks,
             born: Instant::now(),
             patient_ns: AtomicU64::new(nanos(PATIENCE)),
         }
@@ -300,6 +315,8 @@ pub(crate) struct Waiter {
     on: WakeOn,
     id: WaiterId,
     rx: Receiver<Wake>,
+    /// The thread that registered it, which a ring unparks ([`Doorbell`]).
+    parks: std::thread::ThreadId,
     /// When it registered, and until when (ns after that) it defers to holders of this
     /// client ([`PATIENCE`] after its last attempt).
     born: Instant,
@@ -351,6 +368,28 @@ impl Waiter {
             .unwrap_or(self.born)
     }
 
+    /// A ring, or `None` at `until`: parked until rung ([`Doorbell`]) on the thread that
+    /// registered it, on the channel's blocking receive elsewhere.
+    fn recv_until(&self, until: Instant) -> Option<Wake> {
+        if std::thread::current().id() != self.parks {
+            return self.rx.recv_deadline(until).ok();
+        }
+        loop {
+            match self.rx.try_recv() {
+                Ok(rung) => return Some(rung),
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+                Err(crossbeam_channel::TryRecvError::Empty) => {}
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            // Returns when unparked (a ring, or a stale unpark: the loop looks again), or
+            // at the timeout.
+            std::thread::park_timeout(left);
+        }
+    }
+
     /// The doorbell: a ring received from it must be passed to [`rung`](Self::rung).
     pub(crate) fn doorbell(&self) -> &Receiver<Wake> {
         &self.rx
@@ -371,7 +410,7 @@ impl Waiter {
     pub(crate) fn wait_until(&self, until: Instant) -> Option<Wake> {
         let channel = self.on.channel.as_str();
         loop {
-            let rung = self.rx.recv_deadline(until).ok()?;
+            let rung = self.recv_until(until)?;
             // The wake is consumed: from now on this waiter may be woken again.
             let mut state = self.shared.state();
             let pending = state.wake.take(channel, self.id).unwrap_or(rung);
@@ -394,7 +433,7 @@ impl Waiter {
             };
             drop(state);
             // A ring meanwhile is another release: the re-check below decides for both.
-            let _ = self.rx.recv_deadline(grace.min(until));
+            let _ = self.recv_until(grace.min(until));
             let mut state = self.shared.state();
             let _ = state.wake.take(channel, self.id);
             if !state.wake.held(channel) {

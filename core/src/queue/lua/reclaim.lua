@@ -127,7 +127,8 @@ end
 -- handed(first, n, id, payload, base, timeout, left, at, now): the reply for a job handed
 -- out as delivery n: {first, n, id, payload}, then
 -- - for a job whose enqueue time is known (at: server ms, as text): its attempt since its
---   last requeue from the dead list (n - base), its own timeout ('' for none), the ms left to
+--   last requeue from the dead list (n - base; '' when it was never requeued: the attempt is
+--   then the delivery), its own timeout ('' for none), the ms left to
 --   its hold limit (left_of; '' for none), at, and how long ago at was (ms), as strings;
 -- - else, for a delivery with a hold limit: its attempt, its own timeout ('' for none: the
 --   queue's) and the ms left to the hold limit;
@@ -137,7 +138,10 @@ local function handed(first, n, id, payload, base, timeout, left, at, now)
   if at then
     local waited = string.format('%d', math.max(now - tonumber(at), 0))
     local left_text = left and string.format('%d', left) or ''
-    return {first, n, id, payload, string.format('%d', n - base), timeout or '', left_text, at, waited}
+    -- The attempt is the delivery for a job never requeued from the dead list: sent as ''
+    -- then (the client reads it so), which spares formatting it.
+    local attempt = base > 0 and string.format('%d', n - base) or ''
+    return {first, n, id, payload, attempt, timeout or '', left_text, at, waited}
   end
   if left then
     return {first, n, id, payload, tostring(n - base), timeout or '', tostring(left)}

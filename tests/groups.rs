@@ -425,19 +425,41 @@ fn rtt(c: &Client) -> Duration {
 /// checked on this machine's clock (the server's) against the slot.
 #[test]
 fn per_group_rate_holds_on_the_server_clock() {
+    rate_holds("rate", LimitsOf::EveryGroup, &["a", "b"]);
+}
+
+/// The same for the whole queue's rate (50/s burst 1) over four groups without limits of
+/// their own: its slots are booked as a group's are, so the queue starts exactly
+/// 50 x secs plus one (± 1) in such a window, never two within 19.9 ms (the server's record:
+/// the queue's rate state, `SET ...:q:g:rate <µs>`).
+#[test]
+fn whole_queue_rate_holds_on_the_server_clock() {
+    rate_holds("qrate", LimitsOf::Queue, &["a", "b", "c", "d"]);
+}
+
+/// Runs 16 workers on queue `name` under a rate of 50/s burst 1 set for `limits`, with
+/// `groups` filled, and judges the starts by the server's record: per group for a group
+/// rate, for the whole queue (series "queue") for the queue's.
+fn rate_holds(name: &str, limits: LimitsOf<'_>, groups: &[&str]) {
     let _g = exclusive();
     let server = server();
     let c = client(&server);
     let secs: i64 = if full() { 10 } else { 2 };
     let interval_us: i64 = 20_000;
-    let q = c.queue("rate").unwrap();
+    let whole = matches!(limits, LimitsOf::Queue);
+    let q = c.queue(name).unwrap();
     q.set_group_limits(
-        LimitsOf::EveryGroup,
+        limits,
         Some(GroupLimits::new().rate(RateLimit::new(50, Duration::from_secs(1), 1).unwrap())),
     )
     .unwrap();
-    for g in ["a", "b"] {
-        fill(&q, g, (50 * secs as usize) + 100);
+    let per_group = if whole {
+        (50 * secs as usize) / groups.len() + 100
+    } else {
+        (50 * secs as usize) + 100
+    };
+    for g in groups {
+        fill(&q, g, per_group);
     }
     let started: Arc<Mutex<HashMap<String, i64>>> = Arc::default();
     let seen = started.clone();
@@ -467,12 +489,18 @@ fn per_group_rate_holds_on_the_server_clock() {
             let id = line.split('"').nth(5).unwrap();
             last_id = id.rsplit("\\x1f").next().unwrap().to_owned();
         }
-        // `... "SET" "redlease:{rate}:q:g:t:a" "1764230000123456" "PX" "20"`
-        if line.contains("\"SET\"") && line.contains(":q:g:t:") {
+        // `... "SET" "redlease:{rate}:q:g:t:a" "1764230000123456" "PX" "20"` (a group's),
+        // `... "SET" "redlease:{qrate}:q:g:rate" "1764230000123456" "PX" "20"` (the queue's)
+        let marker = if whole { ":q:g:rate\"" } else { ":q:g:t:" };
+        if line.contains("\"SET\"") && line.contains(marker) {
             let mut parts = line.split('"');
             let key = parts.nth(3).unwrap();
             let tat: i64 = parts.nth(1).unwrap().parse().unwrap();
-            let group = key.rsplit(":t:").next().unwrap().to_owned();
+            let group = if whole {
+                "queue".to_owned()
+            } else {
+                key.rsplit(":t:").next().unwrap().to_owned()
+            };
             slots
                 .entry(group)
                 .or_default()
@@ -481,7 +509,8 @@ fn per_group_rate_holds_on_the_server_clock() {
     }
     drop(workers);
     let started = started.lock().unwrap();
-    assert_eq!(slots.len(), 2, "{:?}", slots.keys());
+    let series = if whole { 1 } else { groups.len() };
+    assert_eq!(slots.len(), series, "{:?}", slots.keys());
     for (g, taken) in &slots {
         let times: Vec<i64> = taken.iter().map(|(t, _)| *t).collect();
         let first = times[0];
@@ -517,6 +546,14 @@ fn per_group_rate_holds_on_the_server_clock() {
         if late == 0 {
             assert!((50 * secs..=50 * secs + 2).contains(&in_window));
         }
+        // Booked, a slot is lost only to a take later than the booking margin: a few on a
+        // busy machine. Unbooked (each take a wake-up and a round trip after its slot),
+        // every slot is late (before the queue's rate was booked: 616 late, 475 started).
+        assert!(
+            late * 4 <= times.len(),
+            "group {g}: {late} of {} slots taken late",
+            times.len()
+        );
         // No handler started before its slot (the same clock: one machine).
         let mut judged = 0;
         for (slot, id) in taken {

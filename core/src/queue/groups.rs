@@ -71,7 +71,8 @@ pub const SEPARATOR: char = '\u{1f}';
 /// ([`TakenJob::start_in`](super::TakenJob::start_in)), and a rate-blocked group is looked
 /// at again that long before its slot. So the rate is kept exactly (each slot booked from
 /// the last, not from a take's late arrival) while a taker's wake-up and round trip fit in
-/// this margin.
+/// this margin. The whole queue's rate ([`LimitsOf::Queue`]) is booked the same way; a take
+/// that books both starts at the later slot, and each rate's time moves as from that start.
 pub const GROUP_RESERVE: Duration = Duration::from_millis(10);
 
 /// The longest group id accepted, in bytes.

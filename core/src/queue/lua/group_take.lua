@@ -29,6 +29,9 @@
 -- it out). The booking is kept in '<stem>s:<token>' (µs, until the slot) for a retry after
 -- a lost reply, which is told what is left of it. A blocked group comes back to the ring
 -- that margin before its slot, so that an idle taker's wake-up and round trip fall inside it.
+-- The whole queue's rate is booked the same way (its next slot at most RESERVE_US and one of
+-- its intervals away), and a blocked queue is looked at again that margin before its slot;
+-- a take that books both starts at the later slot, each rate's time moved as from there.
 local RESERVE_US = 10000
 local t = redis.call('TIME')
 local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -104,7 +107,10 @@ local function rate(key, l)
   end
   return gcra(key, us, l.i, l.t, 1)
 end
-local whole_tat, whole_wait = nil, 0
+-- The whole queue's rate: allowed now (whole_tat: its time after this take, at us), its
+-- next slot near enough to book (whole_start: µs to it, whole_tat: its time now), or
+-- blocked for whole_wait µs.
+local whole_tat, whole_wait, whole_start = nil, 0, nil
 if whole.i > 0 then
   local allowed, tat, wait = rate(KEYS[18], whole)
   if allowed == nil then
@@ -112,6 +118,8 @@ if whole.i > 0 then
   end
   if allowed then
     whole_tat = tat
+  elseif wait <= math.min(RESERVE_US, whole.i) then
+    whole_tat, whole_start = tat, wait
   else
     whole_wait = wait
   end
@@ -165,11 +173,15 @@ if whole.c > 0 and #redis.call('ZRANGEBYSCORE', KEYS[6], '(' .. now, '+inf', 'LI
   blocked_for = -1
 end
 if whole_wait > 0 then
-  blocked_for = math.max(math.ceil(whole_wait / 1000), 1)
+  -- Looked at again that margin before its slot, which the take then books.
+  local early = math.min(RESERVE_US, whole.i)
+  blocked_for = math.max(math.ceil((whole_wait - early) / 1000), 1)
 end
 -- At most 16 groups are looked at: each is taken from, or set aside until it may be
 -- eligible again, so the next take looks at others.
-local chosen, chosen_tat, start = nil, nil, nil
+-- chosen_tat: the group's rate time after the take, at us; chosen_at: its time now, when
+-- the take books its next slot (start: µs to it).
+local chosen, chosen_l, chosen_tat, chosen_at, start = nil, nil, nil, nil, nil
 if not blocked_for then
   for _, g in ipairs(redis.call('ZRANGE', KEYS[13], 0, 15)) do
     local l = limits('g:' .. g) or defaults
@@ -210,9 +222,8 @@ if not blocked_for then
       if allowed then
         chosen_tat = tat
       elseif wait <= math.min(RESERVE_US, l.i) then
-        -- Its next slot is near: booked now, at the slot (as the GCRA would allow it then:
-        -- a cost of 1 whose due time is not after the stored time).
-        chosen_tat, start = tat + l.i, wait
+        -- Its next slot is near: booked now, at the slot (as the GCRA would allow it then).
+        chosen_at, start = tat, wait
       else
         redis.call('ZREM', KEYS[13], g)
         local early = math.min(RESERVE_US, l.i)
@@ -221,7 +232,7 @@ if not blocked_for then
       end
     end
     if eligible then
-      chosen = g
+      chosen, chosen_l = g, l
       break
     end
   end
@@ -247,6 +258,19 @@ if chosen then
     end
   end
   redis.call('ZADD', leased, upto, id)
+  -- The job starts at the later of the group's and the whole queue's booked slots (now
+  -- when neither is booked): each rate's time moves as the GCRA would move it at that
+  -- start, max(its time, start) + interval, so that a start later than one's own slot (held
+  -- back by the other's) keeps that rate's spacing.
+  if whole_start and (not start or whole_start > start) then
+    start = whole_start
+  end
+  local from = us + (start or 0)
+  if chosen_at then
+    chosen_tat = math.max(chosen_at, from) + chosen_l.i
+  elseif chosen_tat and start then
+    chosen_tat = math.max(chosen_tat, from + chosen_l.i)
+  end
   if chosen_tat then
     gcra_store(stem .. 't:' .. g, chosen_tat, us)
   end
@@ -255,6 +279,11 @@ if chosen then
       string.format('%d', math.ceil(start / 1000) + 1))
   end
   if whole_tat then
+    if whole_start then
+      whole_tat = math.max(whole_tat, from) + whole.i
+    elseif start then
+      whole_tat = math.max(whole_tat, from + whole.i)
+    end
     gcra_store(KEYS[18], whole_tat, us)
   end
   turn = turn + 1

@@ -335,7 +335,7 @@ impl QueueKeys {
 
     /// These keys with the per-minute counts on or off (off by default). On, the scripts
     /// that move the queue's jobs count what happened, per minute of the server's clock
-    /// (read with [`inspect::counts`]): one `INCR` per event, about 9 % more server
+    /// (read with [`inspect::counts`]): one `INCR` per event, about 10 % more server
     /// instructions on a plain job's push, take and ack (`scripts/cpu.sh`). Off, the counts
     /// slot of each script names the queue's ready set instead, and nothing is counted.
     pub fn with_counts(mut self, on: bool) -> Self {

@@ -437,6 +437,117 @@ fn whole_queue_rate_holds_on_the_server_clock() {
     rate_holds("qrate", LimitsOf::Queue, &["a", "b", "c", "d"]);
 }
 
+/// Both rates at once: group "a" 20/s (50 ms apart), group "b" 4/s (250 ms), the whole
+/// queue 100 per 3 s (30 ms), 16 workers. A take that books its group's slot and the
+/// queue's starts at the later one; each rate's time must then move from that start. When
+/// the queue's slot is the later (a's slot at 50 ms, the queue's at 60 after b's take at
+/// 30), a time moved from a's own slot would let a start again 40 ms later, while b waits
+/// and leaves the queue free. By the server's record (the booked slot, else the queue's
+/// rate state less one interval), no group starts two jobs closer than its interval and
+/// the queue none within 30 ms.
+#[test]
+fn group_and_queue_rates_together_keep_both_spacings() {
+    let _g = exclusive();
+    let server = server();
+    let c = client(&server);
+    let secs: i64 = if full() { 10 } else { 2 };
+    let queue_us = 30_000i64;
+    let interval_of = |series: &str| match series {
+        "queue" => queue_us,
+        "b" => 250_000,
+        _ => 50_000,
+    };
+    let q = c.queue("both").unwrap();
+    let rate = |n, period| {
+        GroupLimits::new().rate(RateLimit::new(n, Duration::from_secs(period), 1).unwrap())
+    };
+    q.set_group_limits(LimitsOf::EveryGroup, Some(rate(20, 1)))
+        .unwrap();
+    q.set_group_limits(LimitsOf::Group("b"), Some(rate(4, 1)))
+        .unwrap();
+    q.set_group_limits(LimitsOf::Queue, Some(rate(100, 3)))
+        .unwrap();
+    for g in ["a", "b"] {
+        fill(&q, g, 20 * secs as usize + 50);
+    }
+    let mut monitor = Monitor::start(&server);
+    let workers = q
+        .groups()
+        .unwrap()
+        .work(16, |_job| Ok::<(), String>(()))
+        .unwrap();
+    // Each take as the server ran it: its group (from its delivery count's `HINCRBY`), when
+    // it ran (the clock its script read: the queue's rate state it stores, less one
+    // interval, when it booked nothing) and the slot it booked (`SET ...:q:g:s:<token> <µs>`).
+    let mut takes: Vec<(String, i64, Option<i64>)> = Vec::new();
+    let end = Instant::now() + Duration::from_secs(secs as u64 + 3);
+    while Instant::now() < end {
+        let Some(line) = monitor.next_line(Duration::from_millis(100)) else {
+            continue;
+        };
+        if !line.contains("lua]") {
+            continue;
+        }
+        // `<s>.<µs> [0 lua] "HINCRBY" "redlease:{both}:q:g:deliveries" "a\x1fa-1" "1"`
+        if line.contains("\"HINCRBY\"") && line.contains(":q:g:deliveries") {
+            let stamp = line.split(' ').next().unwrap().replace('.', "");
+            let id = line.split('"').nth(5).unwrap();
+            let group = id.split("\\x1f").next().unwrap().to_owned();
+            takes.push((group, stamp.parse().unwrap(), None));
+        }
+        if line.contains("\"SET\"") && line.contains(":q:g:s:") {
+            let slot: i64 = line.split('"').nth(5).unwrap().parse().unwrap();
+            takes.last_mut().unwrap().2 = Some(slot);
+        }
+        // `... "SET" "redlease:{both}:q:g:rate" "<µs>" "PX" "20"`: the queue's time after
+        // the take, its start plus one interval.
+        if line.contains("\"SET\"") && line.contains(":q:g:rate\"") {
+            let tat: i64 = line.split('"').nth(5).unwrap().parse().unwrap();
+            let take = takes.last_mut().unwrap();
+            if take.2.is_none() {
+                take.1 = tat - queue_us;
+            }
+        }
+    }
+    // Start µs per series ("queue", or the group): the booked slot, else when it ran.
+    let mut starts: HashMap<String, Vec<i64>> = HashMap::new();
+    let booked = takes.iter().filter(|t| t.2.is_some()).count();
+    for (group, ran, slot) in &takes {
+        let at = slot.unwrap_or(*ran);
+        starts.entry("queue".into()).or_default().push(at);
+        starts.entry(group.clone()).or_default().push(at);
+    }
+    eprintln!("{} takes, {booked} of them booked a slot", takes.len());
+    // The bookings are what this judges: most takes come before their slot.
+    assert!(
+        booked * 4 >= takes.len(),
+        "only {booked} of {} takes booked",
+        takes.len()
+    );
+    drop(workers);
+    assert_eq!(starts.len(), 3, "{:?}", starts.keys());
+    for (series, times) in &starts {
+        let interval = interval_of(series);
+        let mut times = times.clone();
+        times.sort_unstable();
+        let closest = times.windows(2).map(|w| w[1] - w[0]).min().unwrap();
+        let in_window = times
+            .iter()
+            .filter(|&&t| t - times[0] <= secs * 1_000_000)
+            .count() as i64;
+        eprintln!("{series}: {in_window} started in {secs} s, closest {closest} µs apart");
+        assert!(
+            closest >= interval,
+            "{series}: two starts {closest} µs apart (interval {interval})"
+        );
+        let most = secs * 1_000_000 / interval + 1;
+        assert!(
+            in_window <= most + 1 && in_window * 2 >= most,
+            "{series}: {in_window} started in {secs} s (at most {most})"
+        );
+    }
+}
+
 /// Runs 16 workers on queue `name` under a rate of 50/s burst 1 set for `limits`, with
 /// `groups` filled, and judges the starts by the server's record: per group for a group
 /// rate, for the whole queue (series "queue") for the queue's.

@@ -25,10 +25,10 @@
 //! - `semaphore`: `try_acquire` + `release` of one permit of a 2-permit semaphore;
 //! - `queue`: `push` + `try_take` + `ack` of one job (three round trips);
 //! - `queue_counted`: the same on a queue that counts its events (`Queue::counting`);
-//! - `queue_counted`: the same on a queue that counts its events (`Queue::counting`);
 //! - `queue_worker`: a busy worker's steady state, `push` of one job + `ack_and_take` of the
 //!   job held (the ack that hands over the job just pushed): two round trips, as the
 //!   baseline's;
+//! - `queue_worker_counted`: the same on a queue that counts its events;
 //! - `queue_raw`: `LPUSH` + `RPOP` of one payload (the baseline of `queue`);
 //! - `redlock`: `try_acquire` + `release` of one RedLock over `CPU_REDLOCK_NODES` (default
 //!   5) redis-servers this program starts (the `redlock5` bench's cycle; its baseline is
@@ -161,11 +161,15 @@ fn main() {
                 job.ack().expect("cpu: ack failed");
             })
         }
-        "queue_worker" => {
+        "queue_worker" | "queue_worker_counted" => {
             let client = redlease::Client::builder(&url)
                 .build()
                 .expect("cpu: cannot build the client");
-            let queue = client.queue(&name).expect("cpu: bad queue name");
+            // queue_worker_counted: the same cycle on a queue that counts its events.
+            let queue = client
+                .queue(&name)
+                .expect("cpu: bad queue name")
+                .counting(scenario == "queue_worker_counted");
             queue.push(JOB_PAYLOAD).expect("cpu: push failed");
             let first = queue
                 .try_take()

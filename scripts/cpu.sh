@@ -193,9 +193,9 @@ field() {
 if [[ $mode == all || $mode == server ]]; then
     raw_lock_line= raw_queue_line= raw_rate_line=
     wanted lock unfenced semaphore && raw_lock_line=$(server_run lock_raw)
-    wanted queue queue_counted && raw_queue_line=$(server_run queue_raw)
+    wanted queue queue_counted queue_worker queue_worker_counted && raw_queue_line=$(server_run queue_raw)
     wanted rate && raw_rate_line=$(server_run rate_raw)
-    for pair in lock:lock_raw unfenced:lock_raw semaphore:lock_raw queue:queue_raw queue_counted:queue_raw rate:rate_raw; do
+    for pair in lock:lock_raw unfenced:lock_raw semaphore:lock_raw queue:queue_raw queue_counted:queue_raw queue_worker:queue_raw queue_worker_counted:queue_raw rate:rate_raw; do
         scenario=${pair%%:*}
         wanted "$scenario" || continue
         case ${pair#*:} in
@@ -246,9 +246,9 @@ if [[ $mode == all || $mode == server ]]; then
     }
     raw_lock=0 raw_queue=0 raw_rate=0
     wanted lock unfenced semaphore && raw_lock=$(server_per_op lock_raw)
-    wanted queue queue_counted && raw_queue=$(server_per_op queue_raw)
+    wanted queue queue_counted queue_worker queue_worker_counted && raw_queue=$(server_per_op queue_raw)
     wanted rate && raw_rate=$(server_per_op rate_raw)
-    for pair in lock:$raw_lock unfenced:$raw_lock semaphore:$raw_lock queue:$raw_queue queue_counted:$raw_queue rate:$raw_rate; do
+    for pair in lock:$raw_lock unfenced:$raw_lock semaphore:$raw_lock queue:$raw_queue queue_counted:$raw_queue queue_worker:$raw_queue queue_worker_counted:$raw_queue rate:$raw_rate; do
         scenario=${pair%%:*}
         raw=${pair#*:}
         wanted "$scenario" || continue

@@ -316,6 +316,55 @@ fn counts_say_what_happened_minute_by_minute() {
     assert!(q.counts(past, from).unwrap().is_empty());
 }
 
+/// A busy worker's ack and take in one script count one counter for both (`acked_taken`),
+/// read back as one ack and one take; a batch take counts its jobs in one counter.
+#[test]
+fn an_ack_and_take_and_a_batch_are_counted_as_what_they_did() {
+    let server = RedisServer::start().unwrap();
+    let q = queue(&server, "counted-worker");
+    let from = SystemTime::now() - Duration::from_secs(60);
+    q.push_many(["a", "b", "c", "d", "e", "f"]).unwrap();
+    // A batch of 2, then 2 acks that each take the next job, then one that finds nothing.
+    let mut batch = q.try_take_batch(2).unwrap();
+    assert_eq!(batch.len(), 2);
+    let mut job = batch.pop().unwrap();
+    for _ in 0..4 {
+        let out = job.ack_and_take();
+        out.ack.unwrap();
+        job = out.next.expect("nothing handed over");
+    }
+    let out = job.ack_and_take();
+    out.ack.unwrap();
+    assert!(out.next.is_none(), "the queue should be empty");
+    batch.pop().unwrap().ack().unwrap();
+    let to = SystemTime::now() + Duration::from_secs(60);
+    let minutes = q.counts(from, to).unwrap();
+    let total = |e: &str| minutes.iter().map(|m| m.get(e)).sum::<i64>();
+    assert_eq!(total(event::PUSHED), 6);
+    assert_eq!(total(event::TAKEN), 6);
+    assert_eq!(total(event::ACKED), 6);
+    // Read back as acks and takes, never as an event of its own.
+    assert_eq!(total("acked_taken"), 0);
+    // On the server: 4 paired counts, the batch in one counter of 2.
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*counted-worker*counts*")
+        .query(&mut conn)
+        .unwrap();
+    let mut sum = |suffix: &str| -> i64 {
+        keys.iter()
+            .filter(|k| k.ends_with(suffix))
+            .map(|k| redis::cmd("GET").arg(k).query::<i64>(&mut conn).unwrap())
+            .sum()
+    };
+    assert_eq!(sum(":acked_taken"), 4, "{keys:?}");
+    assert_eq!(sum(":taken"), 2, "{keys:?}");
+    assert_eq!(sum(":acked"), 2, "{keys:?}");
+}
+
 #[test]
 fn a_cancelled_job_counts_as_dead_or_drops_its_enqueue_time_when_removed() {
     let server = RedisServer::start().unwrap();

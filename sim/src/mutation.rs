@@ -178,8 +178,8 @@ const PAUSE_SWAPS: [Swap; 2] = [
     },
     Swap {
         script: &ACK_TAKE,
-        from: "if pause[1] then\n  return {ack, 0, -2}\nend",
-        to: "if false then\n  return {ack, 0, -2}\nend",
+        from: "if pause[1] then\n  if paired then",
+        to: "if false then\n  if paired then",
     },
 ];
 

@@ -34,6 +34,8 @@ local pause = redis.call('HMGET', KEYS[14], '*', 'drain')
 local due, expired = overdue(now)
 local top = redis.call('ZRANGE', KEYS[1], '0', '0')
 local reclaiming = #due > 0 or #expired > 0
+-- Whether the ack waits to be counted with the take (see the ack below).
+local paired = false
 -- The ack's verdict. A job leased to this token is in flight; its lease ran out when it is
 -- among the expired (read in full below 1,000 of them, asked for otherwise).
 local acking, settled = false, nil
@@ -140,7 +142,9 @@ if acking then
   if has_base then
     redis.call('HDEL', KEYS[11], id)
   end
-  count('acked', 1)
+  -- Counted with the take below when it takes a job (one 'acked_taken' counter for both,
+  -- read back as one of each: counts.lua), else on its own where the script returns.
+  paired = true
   -- Remembered for ARGV[3] ms; the key lives as long as its latest member. Members whose
   -- time has passed count for nothing; they are dropped on the acks of one millisecond in
   -- 64 (by the clock), so that a busy queue does not pay for it on every job.
@@ -163,6 +167,9 @@ else
 end
 -- The take.
 if was_undone and tonumber(was_undone) > now then
+  if paired then
+    count('acked', 1)
+  end
   return {ack, 0, -2}
 end
 local expiry = mine and redis.call('HGET', KEYS[7], mine) == next_token
@@ -178,6 +185,9 @@ if expiry and expiry > now then
   if expiry < upto then
     redis.call('ZADD', KEYS[6], upto, mine)
   end
+  if paired then
+    count('acked', 1)
+  end
   return handed(ack, n, mine, payload or '', base, timeout, left_of(e, now), at, now)
 end
 if reclaiming then
@@ -189,6 +199,9 @@ if reclaiming then
   next_base = nil
 end
 if pause[1] then
+  if paired then
+    count('acked', 1)
+  end
   return {ack, 0, -2}
 end
 if top[1] then
@@ -196,6 +209,14 @@ if top[1] then
   local base, timeout = base_of(top[1], next_base)
   local e = hold_end(now, timeout, slack, queue_timeout)
   local n = lease_next(top[1], next_token, now, visibility, e)
+  if paired then
+    count('acked_taken', 1)
+  else
+    count('taken', 1)
+  end
   return handed(ack, n, top[1], payload or '', base, timeout, left_of(e, now), at, now)
+end
+if paired then
+  count('acked', 1)
 end
 return {ack, 0, next_wait(now)}

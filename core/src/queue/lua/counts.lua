@@ -2,8 +2,9 @@
 -- stem of the per-minute counters, <stem>:<minute>:<event>). ARGV: 1 first minute, 2 last
 -- minute (since the epoch; at most 2,881 minutes apart, checked by the caller).
 -- Returns {minute, {event, n, ...}, ...} for the minutes that counted something. The
--- counters are read with one MGET per 70 minutes (490 keys).
-local events = {'pushed', 'taken', 'acked', 'failed', 'retried', 'dead', 'expired'}
+-- counters are read with one MGET per 70 minutes (560 keys). A busy worker's ack and take
+-- in one script (ack_take.lua) count one 'acked_taken', read here as one of each.
+local events = {'pushed', 'taken', 'acked', 'failed', 'retried', 'dead', 'expired', 'acked_taken'}
 local out = {}
 local first, last = tonumber(ARGV[1]), tonumber(ARGV[2])
 for from = first, last, 70 do
@@ -19,10 +20,14 @@ for from = first, last, 70 do
   for m = from, to do
     local base = (m - from) * #events
     local fields = {}
-    for i, event in ipairs(events) do
+    local both = tonumber(values[base + 8]) or 0
+    for i = 1, 7 do
       local v = values[base + i]
+      if both ~= 0 and (i == 2 or i == 3) then
+        v = string.format('%d', (tonumber(v) or 0) + both)
+      end
       if v then
-        fields[#fields + 1] = event
+        fields[#fields + 1] = events[i]
         fields[#fields + 1] = v
       end
     end

@@ -75,6 +75,7 @@ if top[1] then
   local base, timeout = base_of(id)
   local e = hold_end(now, timeout, slack, queue_timeout)
   local n = lease_next(id, token, now, visibility, e)
+  count('taken', 1)
   return handed(1, n, id, payload or '', base, timeout, left_of(e, now), at, now)
 end
 return {0, next_wait(now)}

@@ -246,6 +246,7 @@ if chosen then
   local base, timeout = base_of(id)
   local e = hold_end(now, timeout, slack, queue_timeout)
   local n, upto = lease_next(id, token, now, visibility, e)
+  count('taken', 1)
   -- Its leases' record, tidied: two whose lease ran out at the take are dropped (or their
   -- renewed expiry copied), so that it does not keep what no longer runs.
   local leased = stem .. 'i:' .. g

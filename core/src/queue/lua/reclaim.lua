@@ -105,7 +105,8 @@ local function renewed_until(token, now, visibility)
 end
 -- lease_next(id, token, now, visibility, e): leases ready job id to token until now +
 -- visibility ms, or until e (its hold limit, kept beside its holder) if that is sooner;
--- returns its delivery number and lease expiry. Its first write is to the deliveries (a
+-- returns its delivery number and lease expiry (the caller counts the take: a batch in one
+-- count, an ack and take together in one: ack_take.lua). Its first write is to the deliveries (a
 -- script may let that write be the type check of the deliveries when it is its first).
 local function lease_next(id, token, now, visibility, e)
   local n = redis.call('HINCRBY', KEYS[8], id, '1')
@@ -121,7 +122,6 @@ local function lease_next(id, token, now, visibility, e)
   else
     redis.call('HSET', KEYS[10], token, id)
   end
-  count('taken', 1)
   return n, upto
 end
 -- handed(first, n, id, payload, base, timeout, left, at, now): the reply for a job handed

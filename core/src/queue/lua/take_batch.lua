@@ -74,6 +74,7 @@ for k, id in ipairs(top) do
   local n = lease_next(id, ARGV[fresh[k] + 2], now, visibility, e)
   out[#out + 1] = handed(fresh[k], n, id, payload or '', base, timeout, left_of(e, now), at, now)
 end
+count('taken', #top)
 if #out == 1 then
   if paused then
     out[1] = -2

@@ -70,6 +70,9 @@ pub enum Property {
     /// No ack or nack of a watched delivery of a job with a timeout ends its lease on the
     /// server later than its take plus timeout and grace.
     NoAckAfterTimeout,
+    /// The queue's per-minute counters agree with what the server did: every job pushed
+    /// counted once as `pushed`, every ack that removed a job once as `acked`.
+    Counted,
 }
 
 /// How long a free lease or reentrant lock may keep a waiter asleep (µs): the release
@@ -78,7 +81,7 @@ pub const WAKE_BOUND: u64 = 150_000;
 
 impl Property {
     /// Every property.
-    pub const ALL: [Property; 25] = [
+    pub const ALL: [Property; 26] = [
         Property::Exclusion,
         Property::FenceOrder,
         Property::FencedResource,
@@ -104,6 +107,7 @@ impl Property {
         Property::GroupRate,
         Property::RateLimitedKeepsDelivery,
         Property::NoAckAfterTimeout,
+        Property::Counted,
     ];
 
     /// Its index in [`Property::ALL`] (and in [`Judged`]).
@@ -139,6 +143,7 @@ impl Property {
             Property::GroupRate => "group-rate",
             Property::RateLimitedKeepsDelivery => "rate-limited-keeps-delivery",
             Property::NoAckAfterTimeout => "no-ack-after-timeout",
+            Property::Counted => "counted",
         }
     }
 
@@ -175,6 +180,8 @@ impl Property {
             | Property::DedupOneLive
             | Property::NothingLeasedWhilePaused
             | Property::GroupConcurrency => FaultSet::of(&data_loss),
+            // Data loss forgets counters with (or without) the jobs they counted.
+            Property::Counted => FaultSet::of(&data_loss),
             // A push handed over twice whose copy arrives after the job was acked pushes it
             // again (a push is not idempotent once the job is forgotten: `push_unique` is).
             Property::SingleAck | Property::DeliveryUnique => FaultSet::of(&[
@@ -311,6 +318,7 @@ pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) 
     group_concurrency(h, &mut out);
     group_rate(h, &mut out);
     no_ack_after_timeout(h, &mut out);
+    counted(h, &mut out);
     if out.on(Property::RateLimitedKeepsDelivery) {
         for d in &h.defers {
             out.judge(Property::RateLimitedKeepsDelivery, 1);
@@ -483,6 +491,48 @@ fn group_rate(h: &History, out: &mut Out<'_>) {
                 }
             }
         }
+    }
+}
+
+/// The counters agree with the server's record: `pushed` is the number of jobs the push
+/// scripts that ran answered as pushed; `acked` the number of deliveries whose ack ran and
+/// removed the job (a retried ack that finds its own settlement counts nothing more); and
+/// `taken` is at least `acked` (every acked job was taken). Judged once per job pushed and
+/// per ack, in a run whose queue counts.
+fn counted(h: &History, out: &mut Out<'_>) {
+    let Some(counts) = &h.counted else {
+        return;
+    };
+    if !out.on(Property::Counted) {
+        return;
+    }
+    let get = |e: &str| counts.get(e).copied().unwrap_or(0);
+    let acks = h.acks_ran.iter().collect::<HashSet<_>>().len() as u64;
+    out.judge(Property::Counted, h.pushed_ran + acks);
+    let (pushed, acked, taken) = (get("pushed"), get("acked"), get("taken"));
+    if pushed != h.pushed_ran as i64 {
+        out.push(
+            Property::Counted,
+            h.end,
+            format!(
+                "the pushed counters hold {pushed}, the pushes that ran pushed {} jobs",
+                h.pushed_ran
+            ),
+        );
+    }
+    if acked != acks as i64 {
+        out.push(
+            Property::Counted,
+            h.end,
+            format!("the acked counters hold {acked}, {acks} acks ran and removed a job"),
+        );
+    }
+    if taken < acked {
+        out.push(
+            Property::Counted,
+            h.end,
+            format!("the taken counters hold {taken}, fewer than the {acked} acked"),
+        );
     }
 }
 
@@ -1310,6 +1360,9 @@ impl Property {
             }
             Property::NoAckAfterTimeout => {
                 "A job pushed with a timeout: no ack, nack or give-back of a watched delivery of it ends its lease on the server later than the take's run plus timeout + grace (and the server's 4 ms of rounding and slack), whenever the requests that renew it arrive: the server keeps the delivery's hold limit and leases it no further"
+            }
+            Property::Counted => {
+                "The queue's per-minute counters agree with the server's record: `pushed` holds the jobs the push scripts that ran answered as pushed (a duplicate not), `acked` the deliveries whose ack ran and removed the job (an ack and take in one script counted once for both events, a retried ack not again), `taken` at least as many"
             }
             Property::NothingLeasedWhilePaused => {
                 "No job is leased (in the server's own record) after a pause of the queue ran and before the next resume ran: not by a take sent before the pause, a woken waiter, an ack-and-take, nor a reclaim of an expired lease"

@@ -1,6 +1,8 @@
 //! What happened in one run, as recorded facts: holds, acquisitions, writes to the fenced
 //! resource, queue events. The checker reads only this.
 
+use std::collections::BTreeMap;
+
 use redlease_core::lease::{LeaseKind, LockKind};
 
 /// Which kind of hold, as the checker groups them.
@@ -307,6 +309,13 @@ pub struct History {
     /// Watched deliveries of jobs pushed with a timeout: (hold, timeout + grace in µs, the
     /// time from its take after which its watchdog no longer renews it).
     pub job_limits: Vec<(usize, u64)>,
+    /// Jobs the push scripts that ran pushed, by their own answer (one '1' per job pushed,
+    /// a duplicate '0'): what the `pushed` counter must hold.
+    pub pushed_ran: u64,
+    /// The queue's per-minute counters when the run ended, summed over the minutes by event
+    /// (`acked_taken` added to `acked` and `taken`, as `Queue::counts` reads them); `None`
+    /// when the run's queue does not count.
+    pub counted: Option<BTreeMap<String, i64>>,
 }
 
 /// A rate-limited answer as it ran on the server: the job's deliveries counted toward its

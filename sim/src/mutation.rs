@@ -65,11 +65,14 @@ pub enum Mutation {
     /// keep no hold limit on the server (`hold_end` never gives one), so the handler's late
     /// ack still lands.
     TimeoutIgnored,
+    /// Issue 30: an ack and take in one script counts the take alone (the ack is never
+    /// counted when a job is handed over).
+    AckTakeUncounted,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 18] = [
+    pub const ALL: [Mutation; 19] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -88,6 +91,7 @@ impl Mutation {
         Mutation::RateIgnored,
         Mutation::DeferCounts,
         Mutation::TimeoutIgnored,
+        Mutation::AckTakeUncounted,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
@@ -211,6 +215,12 @@ const TIMEOUT_SWAPS: [Swap; 2] = [
     },
 ];
 
+const ACK_TAKE_COUNT_SWAP: Swap = Swap {
+    script: &ACK_TAKE,
+    from: "count('acked_taken', 1)",
+    to: "count('taken', 1)",
+};
+
 const DEFER_SWAP: Swap = Swap {
     script: &redlease_core::queue::groups::GROUP_DEFER,
     from: "redis.call('HINCRBY', KEYS[4], id, 1)",
@@ -234,6 +244,7 @@ impl Mutation {
             Mutation::RateIgnored => &RATE_SWAPS,
             Mutation::DeferCounts => std::slice::from_ref(&DEFER_SWAP),
             Mutation::TimeoutIgnored => &TIMEOUT_SWAPS,
+            Mutation::AckTakeUncounted => std::slice::from_ref(&ACK_TAKE_COUNT_SWAP),
             _ => &[],
         }
     }

@@ -9,6 +9,7 @@ use crate::faults::{FaultSet, Plan};
 use crate::history::History;
 use crate::mutation::Mutation;
 use crate::scenario::{Primitive, RunSpec, build};
+use redlease::memory::MemoryServer;
 
 /// One finished run.
 pub struct RunOutcome {
@@ -62,6 +63,9 @@ pub fn run_logged(spec: RunSpec, log: bool) -> RunOutcome {
             })
             .collect();
     }
+    if spec.primitive == Primitive::Queue {
+        history.counted = Some(counters(&server));
+    }
     let (violations, judged) = check_counted(&history, plan.faults);
     RunOutcome {
         spec,
@@ -71,6 +75,51 @@ pub fn run_logged(spec: RunSpec, log: bool) -> RunOutcome {
         violations,
         judged,
     }
+}
+
+/// The plain queue's per-minute counters (`<stem>:q:counts:<minute>:<event>`) summed by
+/// event, `acked_taken` read as one `acked` and one `taken` (as `Queue::counts` does).
+fn counters(server: &MemoryServer) -> std::collections::BTreeMap<String, i64> {
+    let mut totals = std::collections::BTreeMap::new();
+    let pattern = Keyspace::default()
+        .stem("q")
+        .map(|s| format!("{s}:q:counts:*"))
+        .unwrap_or_default();
+    let mut keys = Vec::new();
+    let mut cursor = "0".to_owned();
+    while let Ok(redlease_core::Reply::Array(page)) =
+        server.call(&["SCAN", &cursor, "MATCH", &pattern, "COUNT", "1000"])
+    {
+        let mut page = page.into_iter();
+        let (Some(redlease_core::Reply::Bulk(next)), Some(redlease_core::Reply::Array(found))) =
+            (page.next(), page.next())
+        else {
+            break;
+        };
+        keys.extend(found);
+        cursor = String::from_utf8_lossy(&next).into_owned();
+        if cursor == "0" {
+            break;
+        }
+    }
+    for key in keys {
+        let redlease_core::Reply::Bulk(key) = key else {
+            continue;
+        };
+        let key = String::from_utf8_lossy(&key).into_owned();
+        let n = match server.call(&["GET", &key]) {
+            Ok(redlease_core::Reply::Bulk(v)) => String::from_utf8_lossy(&v).parse().unwrap_or(0),
+            _ => 0,
+        };
+        let event = key.rsplit(':').next().unwrap_or_default();
+        if event == "acked_taken" {
+            *totals.entry("acked".to_owned()).or_insert(0) += n;
+            *totals.entry("taken".to_owned()).or_insert(0) += n;
+        } else {
+            *totals.entry(event.to_owned()).or_insert(0) += n;
+        }
+    }
+    totals
 }
 
 /// The command that replays `spec`.

@@ -92,7 +92,8 @@ impl Primitive {
             P::ScheduleOnce
             | P::DedupOneLive
             | P::NothingLeasedWhilePaused
-            | P::NoAckAfterTimeout => self == Queue,
+            | P::NoAckAfterTimeout
+            | P::Counted => self == Queue,
             P::GroupConcurrency | P::GroupRate | P::RateLimitedKeepsDelivery => self == Groups,
             P::WakeWhenFree => matches!(self, Lease | Reentrant),
             P::NoRenewalAfterRelease | P::LossInTime | P::RenewalOnServer => self != RedLock,

@@ -980,6 +980,9 @@ impl World {
         if let Some((ids, delay)) = self.pushes.get(&runner)
             && matches!(reply, Reply::Bulk(_) | Reply::Status(_) | Reply::Array(_))
         {
+            if let Reply::Bulk(flags) = &reply {
+                self.history.pushed_ran += flags.iter().filter(|&&f| f == b'1').count() as u64;
+            }
             for id in ids {
                 if !self.history.pushed.iter().any(|p| &p.id == id) {
                     self.history.pushed.push(Pushed {
@@ -1006,9 +1009,18 @@ impl World {
                     .push((dedup_id.clone(), job, self.now));
             }
         }
-        let acked = reply == Reply::Int(1)
-            || (self.ack_takes.contains(&runner)
-                && reply.as_array().and_then(|a| a.first()) == Some(&Reply::Int(1)));
+        // An ack-and-take's untake (the next token alone) answers 1 for a take given back,
+        // not for an ack.
+        let untake = {
+            let info = &self.history.runners[runner];
+            let carries = |t: &str| req.command.args().any(|a| a == t.as_bytes());
+            info.next_token.as_deref().is_some_and(carries)
+                && !info.token.as_deref().is_some_and(carries)
+        };
+        let acked = !untake
+            && (reply == Reply::Int(1)
+                || (self.ack_takes.contains(&runner)
+                    && reply.as_array().and_then(|a| a.first()) == Some(&Reply::Int(1))));
         if let Some(&(hold, true)) = self.releases.get(&runner)
             && acked
         {

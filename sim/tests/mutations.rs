@@ -256,3 +256,14 @@ fn a_watchdog_that_renews_past_timeout_and_grace_breaks_no_ack_after_timeout() {
         60,
     );
 }
+
+#[test]
+fn an_ack_and_take_that_counts_only_the_take_breaks_counted() {
+    caught(
+        Primitive::Queue,
+        Mutation::AckTakeUncounted,
+        &[],
+        Property::Counted,
+        60,
+    );
+}

@@ -71,7 +71,8 @@ pub enum Property {
     /// server later than its take plus timeout and grace.
     NoAckAfterTimeout,
     /// The queue's per-minute counters agree with what the server did: every job pushed
-    /// counted once as `pushed`, every ack that removed a job once as `acked`.
+    /// counted once as `pushed`, every lease once as `taken` (less the takes given back),
+    /// every ack that removed a job once as `acked`.
     Counted,
 }
 
@@ -497,7 +498,8 @@ fn group_rate(h: &History, out: &mut Out<'_>) {
 /// The counters agree with the server's record: `pushed` is the number of jobs the push
 /// scripts that ran answered as pushed; `acked` the number of deliveries whose ack ran and
 /// removed the job (a retried ack that finds its own settlement counts nothing more); and
-/// `taken` is at least `acked` (every acked job was taken). Judged once per job pushed and
+/// `taken` the leases the server recorded as made by a take (spans a runner opened) less
+/// the takes given back (the untake answered 1). Judged once per job pushed, per lease and
 /// per ack, in a run whose queue counts.
 fn counted(h: &History, out: &mut Out<'_>) {
     let Some(counts) = &h.counted else {
@@ -508,7 +510,8 @@ fn counted(h: &History, out: &mut Out<'_>) {
     }
     let get = |e: &str| counts.get(e).copied().unwrap_or(0);
     let acks = h.acks_ran.iter().collect::<HashSet<_>>().len() as u64;
-    out.judge(Property::Counted, h.pushed_ran + acks);
+    let leased = h.spans.iter().filter(|s| s.opened_by.is_some()).count() as u64;
+    out.judge(Property::Counted, h.pushed_ran + acks + leased);
     let (pushed, acked, taken) = (get("pushed"), get("acked"), get("taken"));
     if pushed != h.pushed_ran as i64 {
         out.push(
@@ -527,11 +530,17 @@ fn counted(h: &History, out: &mut Out<'_>) {
             format!("the acked counters hold {acked}, {acks} acks ran and removed a job"),
         );
     }
-    if taken < acked {
+    // Every lease a command made (a span the server recorded, opened by a runner's take),
+    // less the takes given back.
+    let expected = leased as i64 - h.given_back as i64;
+    if taken != expected {
         out.push(
             Property::Counted,
             h.end,
-            format!("the taken counters hold {taken}, fewer than the {acked} acked"),
+            format!(
+                "the taken counters hold {taken}, the server leased {leased} jobs of which {} were given back",
+                h.given_back
+            ),
         );
     }
 }
@@ -1362,7 +1371,7 @@ impl Property {
                 "A job pushed with a timeout: no ack, nack or give-back of a watched delivery of it ends its lease on the server later than the take's run plus timeout + grace (and the server's 4 ms of rounding and slack), whenever the requests that renew it arrive: the server keeps the delivery's hold limit and leases it no further"
             }
             Property::Counted => {
-                "The queue's per-minute counters agree with the server's record: `pushed` holds the jobs the push scripts that ran answered as pushed (a duplicate not), `acked` the deliveries whose ack ran and removed the job (an ack and take in one script counted once for both events, a retried ack not again), `taken` at least as many"
+                "The queue's per-minute counters agree with the server's record: `pushed` holds the jobs the push scripts that ran answered as pushed (a duplicate not), `taken` the leases the server recorded as made by a take less the takes given back after an unanswered call, `acked` the deliveries whose ack ran and removed the job (a retried ack not again; an ack and take in one script count one counter for both events)"
             }
             Property::NothingLeasedWhilePaused => {
                 "No job is leased (in the server's own record) after a pause of the queue ran and before the next resume ran: not by a take sent before the pause, a woken waiter, an ack-and-take, nor a reclaim of an expired lease"

@@ -312,6 +312,8 @@ pub struct History {
     /// Jobs the push scripts that ran pushed, by their own answer (one '1' per job pushed,
     /// a duplicate '0'): what the `pushed` counter must hold.
     pub pushed_ran: u64,
+    /// Takes given back by the untake script (it answered 1): each uncounts its `taken`.
+    pub given_back: u64,
     /// The queue's per-minute counters when the run ended, summed over the minutes by event
     /// (`acked_taken` added to `acked` and `taken`, as `Queue::counts` reads them); `None`
     /// when the run's queue does not count.

@@ -1017,6 +1017,13 @@ impl World {
             info.next_token.as_deref().is_some_and(carries)
                 && !info.token.as_deref().is_some_and(carries)
         };
+        let untake_script = req.command.args().nth(1).is_some_and(|a| {
+            a == queue::scripts::UNTAKE.sha1.as_bytes()
+                || a == queue::scripts::UNTAKE.source.as_bytes()
+        });
+        if untake_script && reply == Reply::Int(1) {
+            self.history.given_back += 1;
+        }
         let acked = !untake
             && (reply == Reply::Int(1)
                 || (self.ack_takes.contains(&runner)

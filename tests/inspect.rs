@@ -365,6 +365,106 @@ fn an_ack_and_take_and_a_batch_are_counted_as_what_they_did() {
     assert_eq!(sum(":acked"), 2, "{keys:?}");
 }
 
+/// A job pushed with a dedup id, into a group or by a schedule records its enqueue time as
+/// a plain push does (its take knows how long it waited), and the time goes with the job.
+#[test]
+fn every_kind_of_push_records_its_enqueue_time() {
+    let server = RedisServer::start().unwrap();
+    let client = Client::open(server.url()).unwrap();
+    let before = SystemTime::now() - Duration::from_secs(1);
+    let check = |job: &redlease::Job, what: &str| {
+        let at = job
+            .enqueued_at()
+            .unwrap_or_else(|| panic!("{what}: no enqueue time"));
+        assert!(
+            at >= before && at <= SystemTime::now() + Duration::from_secs(1),
+            "{what}: {at:?}"
+        );
+        assert!(job.waited().is_some(), "{what}: no wait");
+    };
+    let q = client.queue("kinds").unwrap();
+    let mode = redlease::Dedup::UntilDone { dead_blocks: true };
+    q.push_dedup("order", "x", mode).unwrap();
+    let job = q.try_take().unwrap().unwrap();
+    check(&job, "dedup");
+    job.ack().unwrap();
+    let g = client.queue("kinds-g").unwrap().groups().unwrap();
+    let job = NewJob {
+        id: "j".into(),
+        payload: b"y".to_vec(),
+    };
+    g.push_batch(&[job], PushOptions::new().group("a")).unwrap();
+    let job = g.try_take().unwrap().unwrap();
+    check(&job, "grouped");
+    job.ack().unwrap();
+    let s = client.queue("kinds-s").unwrap();
+    let now_ms = SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let every = redlease::Schedule::every(Duration::from_secs(3600))
+        .unwrap()
+        .starting_at_ms(now_ms + 300)
+        .payload("z");
+    s.schedule("hourly", &every).unwrap();
+    let job = s
+        .take(Duration::from_secs(10))
+        .unwrap()
+        .expect("the schedule's first occurrence");
+    check(&job, "scheduled");
+    job.ack().unwrap();
+    // Nothing is left beside the payloads of the jobs that are gone (the schedule's next
+    // occurrence waits, with its own time).
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*kinds*payloads")
+        .query(&mut conn)
+        .unwrap();
+    let mut fields = Vec::new();
+    for k in &keys {
+        let f: Vec<Vec<u8>> = redis::cmd("HKEYS").arg(k).query(&mut conn).unwrap();
+        fields.extend(
+            f.into_iter()
+                .map(|f| String::from_utf8_lossy(&f).into_owned()),
+        );
+    }
+    fields.sort();
+    assert_eq!(fields.len(), 2, "{fields:?}");
+    assert!(fields[0].starts_with("sched:hourly:"), "{fields:?}");
+    assert_eq!(fields[1], format!("{}\u{fffd}", fields[0]), "{fields:?}");
+}
+
+/// A grouped queue counts as a plain one: its pushes, takes and acks.
+#[test]
+fn a_grouped_queue_counts_its_jobs() {
+    let server = RedisServer::start().unwrap();
+    let q = queue(&server, "counted-groups");
+    let from = SystemTime::now() - Duration::from_secs(60);
+    let jobs: Vec<NewJob> = ["a", "b", "c"]
+        .iter()
+        .map(|id| NewJob {
+            id: (*id).into(),
+            payload: b"x".to_vec(),
+        })
+        .collect();
+    q.push_batch(&jobs, PushOptions::new().group("g1")).unwrap();
+    let g = q.groups().unwrap();
+    for _ in 0..2 {
+        g.try_take().unwrap().unwrap().ack().unwrap();
+    }
+    let to = SystemTime::now() + Duration::from_secs(60);
+    let minutes = g.counts(from, to).unwrap();
+    let total = |e: &str| minutes.iter().map(|m| m.get(e)).sum::<i64>();
+    assert_eq!(total(event::PUSHED), 3, "{minutes:?}");
+    assert_eq!(total(event::TAKEN), 2, "{minutes:?}");
+    assert_eq!(total(event::ACKED), 2, "{minutes:?}");
+    // The plain queue's counts are its own.
+    assert!(q.counts(from, to).unwrap().is_empty());
+}
+
 #[test]
 fn a_cancelled_job_counts_as_dead_or_drops_its_enqueue_time_when_removed() {
     let server = RedisServer::start().unwrap();

@@ -63,8 +63,13 @@ pub fn run_logged(spec: RunSpec, log: bool) -> RunOutcome {
             })
             .collect();
     }
-    if spec.primitive == Primitive::Queue {
-        history.counted = Some(counters(&server));
+    if matches!(spec.primitive, Primitive::Queue | Primitive::Groups) {
+        let part = if spec.primitive == Primitive::Groups {
+            "q:g:counts"
+        } else {
+            "q:counts"
+        };
+        history.counted = Some(counters(&server, part));
     }
     let (violations, judged) = check_counted(&history, plan.faults);
     RunOutcome {
@@ -77,13 +82,13 @@ pub fn run_logged(spec: RunSpec, log: bool) -> RunOutcome {
     }
 }
 
-/// The plain queue's per-minute counters (`<stem>:q:counts:<minute>:<event>`) summed by
-/// event, `acked_taken` read as one `acked` and one `taken` (as `Queue::counts` does).
-fn counters(server: &MemoryServer) -> std::collections::BTreeMap<String, i64> {
+/// A queue's per-minute counters (`<stem>:<part>:<minute>:<event>`; part `q:counts`, or
+/// `q:g:counts` for the grouped keys) summed by event, `acked_taken` read as one `acked` and one `taken` (as `Queue::counts` does).
+fn counters(server: &MemoryServer, part: &str) -> std::collections::BTreeMap<String, i64> {
     let mut totals = std::collections::BTreeMap::new();
     let pattern = Keyspace::default()
         .stem("q")
-        .map(|s| format!("{s}:q:counts:*"))
+        .map(|s| format!("{s}:{part}:*"))
         .unwrap_or_default();
     let mut keys = Vec::new();
     let mut cursor = "0".to_owned();

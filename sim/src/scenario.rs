@@ -92,8 +92,8 @@ impl Primitive {
             P::ScheduleOnce
             | P::DedupOneLive
             | P::NothingLeasedWhilePaused
-            | P::NoAckAfterTimeout
-            | P::Counted => self == Queue,
+            | P::NoAckAfterTimeout => self == Queue,
+            P::Counted => matches!(self, Queue | Groups),
             P::GroupConcurrency | P::GroupRate | P::RateLimitedKeepsDelivery => self == Groups,
             P::WakeWhenFree => matches!(self, Lease | Reentrant),
             P::NoRenewalAfterRelease | P::LossInTime | P::RenewalOnServer => self != RedLock,
@@ -342,7 +342,10 @@ fn queue(
     grouped: bool,
 ) {
     let keys = if grouped {
-        let keys = QueueKeys::grouped(&Keyspace::default(), "q").unwrap_or_else(|e| panic!("{e}"));
+        // Counting: the grouped scripts' counters run under every fault too.
+        let keys = QueueKeys::grouped(&Keyspace::default(), "q")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .with_counts(true);
         // Every group: GROUP_CONCURRENCY at a time (set before the workers start); in three
         // runs of five a rate per group as well, and in one of three a rate of the whole
         // queue's takes (drawn from a copy of the generator: the other draws stay those of

@@ -22,14 +22,23 @@ impl Queue {
         if self.keys.is_grouped() {
             return Ok(self.keys.clone());
         }
-        if let Some(keys) = self.group_keys.get() {
-            return Ok(keys.clone());
+        let keys = match self.group_keys.get() {
+            Some(keys) => keys.clone(),
+            None => {
+                let keys = Arc::new(QueueKeys::grouped(
+                    &self.client.shared().keyspace,
+                    &self.keys.name,
+                )?);
+                self.group_keys.get_or_init(|| keys).clone()
+            }
+        };
+        // Counted as this queue is (`counting`), whichever clone built the shared keys.
+        let counting = self.keys.counts_on();
+        if keys.counts_on() == counting {
+            Ok(keys)
+        } else {
+            Ok(Arc::new((*keys).clone().with_counts(counting)))
         }
-        let keys = Arc::new(QueueKeys::grouped(
-            &self.client.shared().keyspace,
-            &self.keys.name,
-        )?);
-        Ok(self.group_keys.get_or_init(|| keys).clone())
     }
 
     pub(super) fn push_grouped(

@@ -81,7 +81,7 @@ pub const MAX_GROUP_LEN: usize = 128;
 /// `lua/group_push.lua`
 pub static GROUP_PUSH: Script = crate::script!(
     "queue_group_push",
-    [NOW_MS_UP, READY, NOTIFY],
+    [NOW_MS_UP, READY, NOTIFY, super::scripts::COUNT],
     include_str!("lua/group_push.lua")
 );
 
@@ -103,7 +103,7 @@ pub static GROUP_TAKE: Script = crate::script!(
 /// `lua/group_ack.lua`
 pub static GROUP_ACK: Script = crate::script!(
     "queue_group_ack",
-    [NOW_MS, REMEMBER, NOTIFY],
+    [NOW_MS, REMEMBER, NOTIFY, super::scripts::COUNT],
     include_str!("lua/group_ack.lua")
 );
 
@@ -192,8 +192,9 @@ pub(super) fn rebind(calls: &mut KeyedCalls, k: &QueueKeys, g: &GroupKeys) {
         &g.rate,
         &k.paused,
         &g.aside,
+        k.counts_slot(),
     ]);
-    let ack_keys: [&str; 12] = [
+    let ack_keys: [&str; 13] = [
         &k.inflight,
         &k.leases,
         &k.payloads,
@@ -206,6 +207,7 @@ pub(super) fn rebind(calls: &mut KeyedCalls, k: &QueueKeys, g: &GroupKeys) {
         &g.full,
         &g.turn,
         &g.limits,
+        k.counts_slot(),
     ];
     calls.ack = ScriptCall::new(&GROUP_ACK).keys(&ack_keys);
     calls.ack_bound = ScriptCall::new(&GROUP_ACK)
@@ -271,6 +273,7 @@ pub fn push(
             &g.aside,
             &g.turn,
             &g.limits,
+            keys.counts_slot(),
         ])
         .arg(ceil_ms(delay).to_string())
         .arg(priority.to_string())

@@ -2,9 +2,10 @@
 -- set aside as full goes back to the ring, and idle takers are woken when that, or the
 -- queue's concurrency limit, may let one take.
 -- KEYS: 1 in flight, 2 leases, 3 payloads, 4 priorities, 5 deliveries, 6 holders, 7 bases,
--- 8 settled, 9 ring, 10 full groups, 11 turn counter, 12 limits; optionally 13 undone takes.
+-- 8 settled, 9 ring, 10 full groups, 11 turn counter, 12 limits, 13 counts (count.lua);
+-- optionally 14 undone takes.
 -- ARGV: 1 id ('<group>\31<id>'), 2 token, 3 how long to remember the settlement (ms),
--- 4 channel; with KEYS[13], 5 how long to remember the token there (ms).
+-- 4 channel; with KEYS[14], 5 how long to remember the token there (ms).
 -- Returns 1 acked (or this delivery's settlement found: a retry), 0 the lease ran out (or
 -- the job is gone), -1 another delivery holds it.
 local now = now_ms()
@@ -17,8 +18,8 @@ redis.call('HLEN', KEYS[12])
 for _, i in ipairs({1, 8, 9, 10}) do
   redis.call('ZCARD', KEYS[i])
 end
-if KEYS[13] then
-  remember(KEYS[13], token, now, tonumber(ARGV[5]))
+if KEYS[14] then
+  remember(KEYS[14], token, now, tonumber(ARGV[5]))
 end
 if holder ~= token then
   local settled = redis.call('ZSCORE', KEYS[8], token)
@@ -37,11 +38,13 @@ end
 redis.call('HDEL', KEYS[5], id)
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
-redis.call('HDEL', KEYS[3], id)
+redis.call('HDEL', KEYS[3], id, id .. '\255')
 redis.call('HDEL', KEYS[4], id)
 redis.call('HDEL', KEYS[6], token, token .. ':e')
 redis.call('HDEL', KEYS[7], id)
 remember(KEYS[8], token, now, tonumber(ARGV[3]))
+counting(KEYS[13], now)
+count('acked', 1)
 local at = string.find(id, '\31', 1, true)
 local wake = false
 if at then

@@ -1,11 +1,13 @@
 -- Push jobs into one group. KEYS: 1 delayed, 2 payloads, 3 priorities, 4 sequence counter,
 -- 5 ring, 6 rate-blocked groups, 7 full groups, 8 paused groups set aside, 9 turn counter,
 -- 10 limits (as in group_take.lua: a group's ready jobs are in the zset named after KEYS[5]
--- without its 'ring', then 'r:<group>').
+-- without its 'ring', then 'r:<group>'), 11 counts (count.lua).
 -- ARGV: 1 delay ms (rounded up by the caller), 2 priority (0..255), 3 channel, 4 group,
 -- then pairs of (id, payload); a job's id in the queue is '<group>\31<id>'.
 -- Returns one character per job: '1' pushed, '0' duplicate (nothing written), '2' the
 -- group holds its maximum of ready jobs (nothing written).
+-- A job's enqueue time (server ms) is kept beside its payload, under id .. '\255' (as
+-- push.lua keeps it; group_ack.lua drops it with the job).
 -- Every key is read before any is written (a wrong type fails before any write).
 local delay, priority, g = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[4]
 local ready = string.sub(KEYS[5], 1, -5) .. 'r:' .. g
@@ -27,10 +29,8 @@ local text = redis.call('HGET', KEYS[10], 'g:' .. g) or redis.call('HGET', KEYS[
 if text then
   max = tonumber(string.match(text, '^%d+ %d+ %d+ (%d+)')) or 0
 end
-local up = 0
-if delay > 0 then
-  up = now_ms_up()
-end
+local up, now = now_ms_up()
+local now_text = string.format('%d', now)
 local out, pushed = {}, 0
 for i = 5, #ARGV, 2 do
   local id = g .. '\31' .. ARGV[i]
@@ -39,6 +39,7 @@ for i = 5, #ARGV, 2 do
   elseif redis.call('HSETNX', KEYS[2], id, ARGV[i + 1]) == 0 then
     out[#out + 1] = '0'
   else
+    redis.call('HSET', KEYS[2], id .. '\255', now_text)
     if priority > 0 then
       redis.call('HSET', KEYS[3], id, priority)
     end
@@ -59,6 +60,8 @@ if pushed > 0 and delay == 0 then
     redis.call('ZADD', KEYS[5], turn, g)
   end
 end
+counting(KEYS[11], now)
+count('pushed', pushed)
 if pushed > 1 then
   notify(ARGV[3], '*')
 elseif pushed > 0 then

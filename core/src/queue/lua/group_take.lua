@@ -10,7 +10,8 @@
 -- them sooner), 16 limits (hash: '*' the defaults, 'g:<group>' a group's own, '!' the
 -- whole queue's: "concurrency interval_us tolerance_us max_size", 0 = none), 17 turn
 -- counter, 18 the queue's rate state (GCRA time), 19 pauses (hash: '*' the whole queue,
--- 'g:<group>' one group), 20 paused groups set aside (zset group -> 0).
+-- 'g:<group>' one group), 20 paused groups set aside (zset group -> 0), 21 counts
+-- (count.lua: taken, and what the reclaiming moves).
 -- A group's own keys are named after KEYS[13] without its 'ring': 'r:<group>' its ready
 -- jobs (zset id -> ready score), 'i:<group>' its leased jobs (zset id -> lease expiry at
 -- the take, checked against the in-flight zset), 't:<group>' its rate state.
@@ -36,6 +37,7 @@ local RESERVE_US = 10000
 local t = redis.call('TIME')
 local us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(us / 1000)
+counting(KEYS[21], now)
 local token = ARGV[1]
 local stem = string.sub(KEYS[13], 1, -5)
 -- reply(n, id, payload, base, timeout, left, at, start): handed's reply, with the wait until

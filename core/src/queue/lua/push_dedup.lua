@@ -51,7 +51,7 @@ local function state_of(j)
 end
 -- The new job: ready, or delayed until `due`.
 local function queue_new(due, cap)
-  redis.call('HSET', KEYS[3], id, payload)
+  redis.call('HSET', KEYS[3], id, payload, id .. '\255', string.format('%d', now))
   if priority > 0 then
     redis.call('HSET', KEYS[4], id, priority)
   end

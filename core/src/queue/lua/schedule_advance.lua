@@ -19,6 +19,6 @@ if ARGV[4] ~= h[4] or not from or not next or from > after or (next ~= -1 and ne
 end
 redis.call('HSET', KEYS[1], 'n:' .. ARGV[1], ARGV[6])
 if next ~= -1 then
-  occur(ARGV[6], h[2], h[3], ARGV[3])
+  occur(ARGV[6], h[2], h[3], ARGV[3], now)
 end
 return {1, now, h[4], h[1], next}

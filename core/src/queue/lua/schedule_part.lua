@@ -25,15 +25,17 @@ end
 local function drop_waiting(due)
   local id = prefix .. due
   if redis.call('ZREM', KEYS[3], id) + redis.call('ZREM', KEYS[2], id) > 0 then
-    redis.call('HDEL', KEYS[4], id)
+    redis.call('HDEL', KEYS[4], id, id .. '\255')
     redis.call('HDEL', KEYS[5], id)
   end
 end
--- occur(due, payload, priority, channel): pushes occurrence `due` as a delayed job (a due
--- time already passed makes it ready at the next take); nothing if that id exists.
-local function occur(due, payload, priority, channel)
+-- occur(due, payload, priority, channel, now): pushes occurrence `due` as a delayed job (a
+-- due time already passed makes it ready at the next take), its enqueue time `now` (server
+-- ms) beside its payload; nothing if that id exists.
+local function occur(due, payload, priority, channel, now)
   local id = prefix .. due
   if redis.call('HSETNX', KEYS[4], id, payload) == 1 then
+    redis.call('HSET', KEYS[4], id .. '\255', string.format('%d', now))
     if tonumber(priority) > 0 then
       redis.call('HSET', KEYS[5], id, priority)
     end

@@ -24,6 +24,6 @@ local n = ARGV[1]
 redis.call('HSET', KEYS[1], 's:' .. n, ARGV[2], 'p:' .. n, ARGV[3], 'r:' .. n, ARGV[4],
   'v:' .. n, (tonumber(h[4]) or 0) + 1, 'n:' .. n, ARGV[7])
 if due ~= -1 then
-  occur(ARGV[7], ARGV[3], ARGV[4], ARGV[5])
+  occur(ARGV[7], ARGV[3], ARGV[4], ARGV[5], now)
 end
 return {1, due, now}

@@ -105,9 +105,10 @@ local function renewed_until(token, now, visibility)
 end
 -- lease_next(id, token, now, visibility, e): leases ready job id to token until now +
 -- visibility ms, or until e (its hold limit, kept beside its holder) if that is sooner;
--- returns its delivery number and lease expiry (the caller counts the take: a batch in one
--- count, an ack and take together in one: ack_take.lua). Its first write is to the deliveries (a
--- script may let that write be the type check of the deliveries when it is its first).
+-- returns its delivery number and lease expiry. The caller counts the take (a batch in one
+-- count, an ack and take in one counter: ack_take.lua). Its first write is to the
+-- deliveries (a script may let that write be the type check of the deliveries when it is
+-- its first).
 local function lease_next(id, token, now, visibility, e)
   local n = redis.call('HINCRBY', KEYS[8], id, '1')
   local upto = now + visibility

@@ -465,6 +465,25 @@ fn a_grouped_queue_counts_its_jobs() {
     assert!(q.counts(from, to).unwrap().is_empty());
 }
 
+/// A push with a dedup id counts as pushed when it queues a job (or parks a new follow-up),
+/// not when it is refused as a duplicate or replaces a payload.
+#[test]
+fn a_dedup_push_counts_the_jobs_it_queues() {
+    let server = RedisServer::start().unwrap();
+    let q = queue(&server, "counted-dedup");
+    let from = SystemTime::now() - Duration::from_secs(60);
+    let until_done = redlease::Dedup::UntilDone { dead_blocks: true };
+    q.push_dedup("a", "1", until_done).unwrap();
+    q.push_dedup("a", "2", until_done).unwrap();
+    let latest = redlease::Dedup::KeepLatest;
+    q.push_dedup("b", "1", latest).unwrap();
+    q.push_dedup("b", "2", latest).unwrap();
+    let to = SystemTime::now() + Duration::from_secs(60);
+    let minutes = q.counts(from, to).unwrap();
+    let total = |e: &str| minutes.iter().map(|m| m.get(e)).sum::<i64>();
+    assert_eq!(total(event::PUSHED), 2, "{minutes:?}");
+}
+
 #[test]
 fn a_cancelled_job_counts_as_dead_or_drops_its_enqueue_time_when_removed() {
     let server = RedisServer::start().unwrap();

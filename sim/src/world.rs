@@ -997,6 +997,8 @@ impl World {
         if let Some(dedup_id) = self.dedup_pushes.get(&runner)
             && let Some([Reply::Int(1), Reply::Bulk(job)]) = reply.as_array()
         {
+            // Counted as pushed by the script (a job queued, or a new follow-up parked).
+            self.history.pushed_ran += 1;
             let job = String::from_utf8_lossy(job).into_owned();
             if !self.history.pushed.iter().any(|p| p.id == job) {
                 self.history.pushed.push(Pushed {

@@ -273,6 +273,7 @@ pub fn push_dedup(
             &keys.dedup_of,
             &keys.throttle,
             &keys.throttled,
+            keys.counts_slot(),
         ])
         .arg(code)
         .arg(window.to_string())

@@ -190,7 +190,7 @@ pub static CANCEL_MESSAGE: Script = script!(
 /// `lua/push_dedup.lua`
 pub static PUSH_DEDUP: Script = script!(
     "queue_push_dedup",
-    [NOW_MS_UP, READY, NOTIFY],
+    [NOW_MS_UP, READY, NOTIFY, COUNT],
     include_str!("lua/push_dedup.lua")
 );
 

@@ -2,7 +2,8 @@
 -- KEYS: 1 ready, 2 delayed, 3 payloads, 4 priorities, 5 sequence counter, 6 in flight,
 -- 7 dedup ids (hash dedup id -> the job holding it), 8 the jobs' entries (hash job id ->
 -- '<debounce cap ms or 0>|<dedup id>'), 9 throttle windows (zset dedup id -> until ms),
--- 10 throttled jobs (hash dedup id -> job id).
+-- 10 throttled jobs (hash dedup id -> job id), 11 counts (count.lua: a job queued, or
+-- parked as a new follow-up, counts as pushed; a duplicate or a replaced payload does not).
 -- ARGV: 1 mode ('u' until done, dead jobs block; 'l' until done, dead jobs do not block;
 -- 't' throttle; 'd' debounce; 'k' keep latest), 2 the throttle's ttl or the debounce's
 -- delay (ms), 3 the debounce's maximum wait (ms; 0: none), 4 delay ms (not debounce), 5 priority,
@@ -32,6 +33,7 @@ local mode, window, max_wait = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local delay, priority = tonumber(ARGV[4]), tonumber(ARGV[5])
 local d, id, payload = ARGV[7], ARGV[8], ARGV[9]
 local up, now = now_ms_up()
+counting(KEYS[11], now)
 -- Throttle windows that ended are dropped (with their jobs' names).
 for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now)) do
   redis.call('HDEL', KEYS[10], gone)
@@ -52,6 +54,7 @@ end
 -- The new job: ready, or delayed until `due`.
 local function queue_new(due, cap)
   redis.call('HSET', KEYS[3], id, payload, id .. '\255', string.format('%d', now))
+  count('pushed', 1)
   if priority > 0 then
     redis.call('HSET', KEYS[4], id, priority)
   end
@@ -138,6 +141,8 @@ elseif mode == 'k' then
       local bar2 = string.find(p, '|', bar + 1, true)
       id = string.sub(p, bar2 + 1, bar2 + tonumber(string.sub(p, bar + 1, bar2 - 1)))
       out = {2, id, 'parked'}
+    else
+      count('pushed', 1)
     end
     redis.call('HSET', KEYS[8], parked, priority .. '|' .. #id .. '|' .. id .. payload)
     return out

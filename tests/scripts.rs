@@ -987,6 +987,7 @@ const REQUEUE_KEYS: &[&str] = &[
 ];
 const DEDUP_KEYS: &[&str] = &[
     READY, DELAYED, PAYLOADS, PRIORITIES, SEQ, INFLIGHT, DEDUP, DEDUP_OF, THROTTLE, THROTTLED,
+    COUNTS,
 ];
 const HELD: &[Step] = &[&["SET", LOCK, "tok", "PX", "10000"]];
 const HELD_BY_OTHER: &[Step] = &[&["SET", LOCK, "other", "PX", "10000"]];

@@ -83,7 +83,8 @@ pub fn run_logged(spec: RunSpec, log: bool) -> RunOutcome {
 }
 
 /// A queue's per-minute counters (`<stem>:<part>:<minute>:<event>`; part `q:counts`, or
-/// `q:g:counts` for the grouped keys) summed by event, `acked_taken` read as one `acked` and one `taken` (as `Queue::counts` does).
+/// `q:g:counts` for the grouped keys) summed by event, `acked_taken` read as one `acked`
+/// and one `taken` (as `Queue::counts` does).
 fn counters(server: &MemoryServer, part: &str) -> std::collections::BTreeMap<String, i64> {
     let mut totals = std::collections::BTreeMap::new();
     let pattern = Keyspace::default()

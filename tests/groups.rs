@@ -437,6 +437,20 @@ fn whole_queue_rate_holds_on_the_server_clock() {
     rate_holds("qrate", LimitsOf::Queue, &["a", "b", "c", "d"]);
 }
 
+/// The commands the server ran inside scripts (`MONITOR` lines with `lua]`) over `span`.
+fn script_lines(monitor: &mut Monitor, span: Duration) -> Vec<String> {
+    let end = Instant::now() + span;
+    let mut lines = Vec::new();
+    while Instant::now() < end {
+        if let Some(line) = monitor.next_line(Duration::from_millis(100))
+            && line.contains("lua]")
+        {
+            lines.push(line);
+        }
+    }
+    lines
+}
+
 /// Both rates at once: group "a" 20/s (50 ms apart), group "b" 4/s (250 ms), the whole
 /// queue 100 per 3 s (30 ms), 16 workers. A take that books its group's slot and the
 /// queue's starts at the later one; each rate's time must then move from that start. When
@@ -480,14 +494,7 @@ fn group_and_queue_rates_together_keep_both_spacings() {
     // it ran (the clock its script read: the queue's rate state it stores, less one
     // interval, when it booked nothing) and the slot it booked (`SET ...:q:g:s:<token> <µs>`).
     let mut takes: Vec<(String, i64, Option<i64>)> = Vec::new();
-    let end = Instant::now() + Duration::from_secs(secs as u64 + 3);
-    while Instant::now() < end {
-        let Some(line) = monitor.next_line(Duration::from_millis(100)) else {
-            continue;
-        };
-        if !line.contains("lua]") {
-            continue;
-        }
+    for line in script_lines(&mut monitor, Duration::from_secs(secs as u64 + 3)) {
         // `<s>.<µs> [0 lua] "HINCRBY" "redlease:{both}:q:g:deliveries" "a\x1fa-1" "1"`
         if line.contains("\"HINCRBY\"") && line.contains(":q:g:deliveries") {
             let stamp = line.split(' ').next().unwrap().replace('.', "");
@@ -587,14 +594,7 @@ fn rate_holds(name: &str, limits: LimitsOf<'_>, groups: &[&str]) {
     // (slot µs, job id) per group, in the order the server ran the takes.
     let mut slots: HashMap<String, Vec<(i64, String)>> = HashMap::new();
     let mut last_id = String::new();
-    let end = Instant::now() + Duration::from_secs(secs as u64 + 3);
-    while Instant::now() < end {
-        let Some(line) = monitor.next_line(Duration::from_millis(100)) else {
-            continue;
-        };
-        if !line.contains("lua]") {
-            continue;
-        }
+    for line in script_lines(&mut monitor, Duration::from_secs(secs as u64 + 3)) {
         // `<s>.<µs> [0 lua] "HINCRBY" "redlease:{rate}:q:g:deliveries" "a\x1fa-1" "1"`
         if line.contains("\"HINCRBY\"") && line.contains(":q:g:deliveries") {
             let id = line.split('"').nth(5).unwrap();

@@ -5,12 +5,12 @@
 //! `REDLEASE_INSPECT_JOBS=1000000 cargo test --release --test inspect` pages a million jobs
 //! (3,000 by default).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use redlease::core::queue::inspect::{MAX_PAGE, PREVIEW_LEN, event};
 use redlease::{Client, JobStatus, NewJob, PushOptions, Queue};
-use redlease_suite::RedisServer;
+use redlease_suite::{RedisServer, testkit};
 
 fn queue(server: &RedisServer, name: &str) -> Queue {
     Client::open(server.url())
@@ -18,6 +18,18 @@ fn queue(server: &RedisServer, name: &str) -> Queue {
         .queue(name)
         .unwrap()
         .counting(true)
+}
+
+/// `q`'s counts from `from` to a minute from now, summed over the minutes by event.
+fn totals(q: &Queue, from: SystemTime) -> BTreeMap<String, i64> {
+    let to = SystemTime::now() + Duration::from_secs(60);
+    let mut sums = BTreeMap::new();
+    for minute in q.counts(from, to).unwrap() {
+        for (event, n) in minute.events {
+            *sums.entry(event).or_insert(0) += n;
+        }
+    }
+    sums
 }
 
 #[test]
@@ -337,19 +349,15 @@ fn an_ack_and_take_and_a_batch_are_counted_as_what_they_did() {
     out.ack.unwrap();
     assert!(out.next.is_none(), "the queue should be empty");
     batch.pop().unwrap().ack().unwrap();
-    let to = SystemTime::now() + Duration::from_secs(60);
-    let minutes = q.counts(from, to).unwrap();
-    let total = |e: &str| minutes.iter().map(|m| m.get(e)).sum::<i64>();
+    let minutes = totals(&q, from);
+    let total = |e: &str| minutes.get(e).copied().unwrap_or(0);
     assert_eq!(total(event::PUSHED), 6);
     assert_eq!(total(event::TAKEN), 6);
     assert_eq!(total(event::ACKED), 6);
     // Read back as acks and takes, never as an event of its own.
     assert_eq!(total("acked_taken"), 0);
     // On the server: 4 paired counts, the batch in one counter of 2.
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut conn = testkit::connection(&server);
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("*counted-worker*counts*")
         .query(&mut conn)
@@ -415,10 +423,7 @@ fn every_kind_of_push_records_its_enqueue_time() {
     job.ack().unwrap();
     // Nothing is left beside the payloads of the jobs that are gone (the schedule's next
     // occurrence waits, with its own time).
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut conn = testkit::connection(&server);
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("*kinds*payloads")
         .query(&mut conn)
@@ -455,14 +460,13 @@ fn a_grouped_queue_counts_its_jobs() {
     for _ in 0..2 {
         g.try_take().unwrap().unwrap().ack().unwrap();
     }
-    let to = SystemTime::now() + Duration::from_secs(60);
-    let minutes = g.counts(from, to).unwrap();
-    let total = |e: &str| minutes.iter().map(|m| m.get(e)).sum::<i64>();
+    let minutes = totals(&g, from);
+    let total = |e: &str| minutes.get(e).copied().unwrap_or(0);
     assert_eq!(total(event::PUSHED), 3, "{minutes:?}");
     assert_eq!(total(event::TAKEN), 2, "{minutes:?}");
     assert_eq!(total(event::ACKED), 2, "{minutes:?}");
     // The plain queue's counts are its own.
-    assert!(q.counts(from, to).unwrap().is_empty());
+    assert!(totals(&q, from).is_empty());
 }
 
 /// A push with a dedup id counts as pushed when it queues a job (or parks a new follow-up),
@@ -478,9 +482,8 @@ fn a_dedup_push_counts_the_jobs_it_queues() {
     let latest = redlease::Dedup::KeepLatest;
     q.push_dedup("b", "1", latest).unwrap();
     q.push_dedup("b", "2", latest).unwrap();
-    let to = SystemTime::now() + Duration::from_secs(60);
-    let minutes = q.counts(from, to).unwrap();
-    let total = |e: &str| minutes.iter().map(|m| m.get(e)).sum::<i64>();
+    let minutes = totals(&q, from);
+    let total = |e: &str| minutes.get(e).copied().unwrap_or(0);
     assert_eq!(total(event::PUSHED), 2, "{minutes:?}");
 }
 
@@ -514,10 +517,7 @@ fn a_cancelled_job_counts_as_dead_or_drops_its_enqueue_time_when_removed() {
         remove.cancel("r", "").unwrap(),
         redlease::Cancelled::Waiting
     );
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut conn = testkit::connection(&server);
     // Each job's enqueue time is kept beside its payload, under its id and the byte 0xff
     // (never in a UTF-8 id), and a dead job's death record under its id and 0xfe.
     let mut left: Vec<Vec<u8>> = redis::cmd("HKEYS")
@@ -536,10 +536,7 @@ fn a_cancelled_job_counts_as_dead_or_drops_its_enqueue_time_when_removed() {
 fn a_foreign_value_in_a_counter_leaves_its_event_uncounted_and_the_job_moves() {
     let server = RedisServer::start().unwrap();
     let q = queue(&server, "foreign");
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
+    let mut conn = testkit::connection(&server);
     // The `pushed` counters of this minute and the next hold a hash, not an integer.
     let (secs, _): (u64, u64) = redis::cmd("TIME").query(&mut conn).unwrap();
     let minute = secs / 60;
@@ -555,9 +552,8 @@ fn a_foreign_value_in_a_counter_leaves_its_event_uncounted_and_the_job_moves() {
     q.push("a").unwrap();
     let job = q.try_take().unwrap().expect("pushed although uncounted");
     job.ack().unwrap();
-    let to = SystemTime::now() + Duration::from_secs(60);
-    let minutes = q.counts(from, to).unwrap();
-    let sum = |e: &str| minutes.iter().map(|m| m.get(e)).sum::<i64>();
+    let minutes = totals(&q, from);
+    let sum = |e: &str| minutes.get(e).copied().unwrap_or(0);
     assert_eq!(sum(event::PUSHED), 0, "{minutes:?}");
     assert_eq!(
         (sum(event::TAKEN), sum(event::ACKED)),

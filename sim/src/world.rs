@@ -1011,14 +1011,8 @@ impl World {
                     .push((dedup_id.clone(), job, self.now));
             }
         }
-        // An ack-and-take's untake (the next token alone) answers 1 for a take given back,
-        // not for an ack.
-        let untake = {
-            let info = &self.history.runners[runner];
-            let carries = |t: &str| req.command.args().any(|a| a == t.as_bytes());
-            info.next_token.as_deref().is_some_and(carries)
-                && !info.token.as_deref().is_some_and(carries)
-        };
+        // The untake script (a take given back after an unanswered call) answers 1 for a
+        // take given back, not for an ack.
         let untake_script = req.command.args().nth(1).is_some_and(|a| {
             a == queue::scripts::UNTAKE.sha1.as_bytes()
                 || a == queue::scripts::UNTAKE.source.as_bytes()
@@ -1026,7 +1020,7 @@ impl World {
         if untake_script && reply == Reply::Int(1) {
             self.history.given_back += 1;
         }
-        let acked = !untake
+        let acked = !untake_script
             && (reply == Reply::Int(1)
                 || (self.ack_takes.contains(&runner)
                     && reply.as_array().and_then(|a| a.first()) == Some(&Reply::Int(1))));

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use redlease::core::queue::inspect::{MAX_PAGE, PREVIEW_LEN, event};
-use redlease::{Client, JobStatus, NewJob, PushOptions, Queue};
+use redlease::{Client, JobStatus, NewJob, PushOptions, Queue, Retry};
 use redlease_suite::{RedisServer, testkit};
 
 fn queue(server: &RedisServer, name: &str) -> Queue {
@@ -396,6 +396,18 @@ fn every_kind_of_push_records_its_enqueue_time() {
     let job = q.try_take().unwrap().unwrap();
     check(&job, "dedup");
     job.ack().unwrap();
+    // A keep-latest follow-up pushed while its job runs: its time is when it is made ready
+    // (the ack of the job it follows).
+    q.push_dedup("latest", "1", redlease::Dedup::KeepLatest)
+        .unwrap();
+    let job = q.try_take().unwrap().unwrap();
+    q.push_dedup("latest", "2", redlease::Dedup::KeepLatest)
+        .unwrap();
+    job.ack().unwrap();
+    let job = q.try_take().unwrap().expect("the follow-up");
+    assert_eq!(job.payload(), b"2");
+    check(&job, "keep-latest follow-up");
+    job.ack().unwrap();
     let g = client.queue("kinds-g").unwrap().groups().unwrap();
     let job = NewJob {
         id: "j".into(),
@@ -442,7 +454,9 @@ fn every_kind_of_push_records_its_enqueue_time() {
     assert_eq!(fields[1], format!("{}\u{fffd}", fields[0]), "{fields:?}");
 }
 
-/// A grouped queue counts as a plain one: its pushes, takes and acks.
+/// A grouped queue counts as a plain one: its pushes, takes, acks, nacks (failed, then
+/// retried or dead) and leases that ran out (expired, then retried), and its rate-limited
+/// answers (deferred: the job goes back to its group without counting a delivery).
 #[test]
 fn a_grouped_queue_counts_its_jobs() {
     let server = RedisServer::start().unwrap();
@@ -460,13 +474,68 @@ fn a_grouped_queue_counts_its_jobs() {
     for _ in 0..2 {
         g.try_take().unwrap().unwrap().ack().unwrap();
     }
+    let wait = Duration::from_secs(10);
+    // c: rate limited once (its group waits 1 ms), nacked once (retried at once), its
+    // lease left to run out once (a 50 ms visibility), then failed for good.
+    let job = g.take(wait).unwrap().expect("c");
+    job.fail("429", Retry::RateLimited(Duration::from_millis(1)))
+        .unwrap();
+    g.take(wait)
+        .unwrap()
+        .expect("c after its group waited")
+        .nack_after(Duration::ZERO)
+        .unwrap();
+    let short = g.clone().visibility(Duration::from_millis(50));
+    short
+        .take(wait)
+        .unwrap()
+        .expect("c after its nack")
+        .abandon();
+    let job = g.take(wait).unwrap().expect("c after its lease ran out");
+    assert_eq!(job.id(), "c");
+    job.fail("broken", Retry::Never).unwrap();
     let minutes = totals(&g, from);
     let total = |e: &str| minutes.get(e).copied().unwrap_or(0);
-    assert_eq!(total(event::PUSHED), 3, "{minutes:?}");
-    assert_eq!(total(event::TAKEN), 2, "{minutes:?}");
-    assert_eq!(total(event::ACKED), 2, "{minutes:?}");
+    for (event, n) in [
+        (event::PUSHED, 3),
+        (event::TAKEN, 6),
+        (event::ACKED, 2),
+        (event::DEFERRED, 1),
+        (event::FAILED, 2),
+        (event::RETRIED, 2),
+        (event::EXPIRED, 1),
+        (event::DEAD, 1),
+    ] {
+        assert_eq!(total(event), n, "{event}: {minutes:?}");
+    }
     // The plain queue's counts are its own.
     assert!(totals(&q, from).is_empty());
+}
+
+/// A schedule's occurrences count as pushed, each once, whichever call pushed it (the
+/// upsert its first, the advance when one is taken the next).
+#[test]
+fn a_schedule_counts_its_occurrences_as_pushed() {
+    let server = RedisServer::start().unwrap();
+    let q = queue(&server, "counted-schedule");
+    let from = SystemTime::now() - Duration::from_secs(60);
+    let every = redlease::Schedule::every(Duration::from_millis(200))
+        .unwrap()
+        .payload("z");
+    q.schedule("often", &every).unwrap();
+    // Upserting the same schedule again pushes nothing more.
+    q.schedule("often", &every).unwrap();
+    let pushed = |q: &Queue| totals(q, from).get(event::PUSHED).copied();
+    assert_eq!(pushed(&q), Some(1));
+    let job = q
+        .take(Duration::from_secs(10))
+        .unwrap()
+        .expect("the first occurrence");
+    // Taking it pushed the next one.
+    assert_eq!(pushed(&q), Some(2));
+    job.ack().unwrap();
+    assert!(q.remove_schedule("often").unwrap());
+    assert_eq!(pushed(&q), Some(2));
 }
 
 /// A push with a dedup id counts as pushed when it queues a job (or parks a new follow-up),

@@ -512,7 +512,9 @@ fn rows() -> Vec<Row> {
 }
 
 const SCHEDULES: &str = "t:{s}:q:schedules";
-const SCHEDULE_KEYS: &[&str] = &[SCHEDULES, READY, DELAYED, PAYLOADS, PRIORITIES, INFLIGHT];
+const SCHEDULE_KEYS: &[&str] = &[
+    SCHEDULES, READY, DELAYED, PAYLOADS, PRIORITIES, INFLIGHT, COUNTS,
+];
 /// Schedule `a` (every second, version 1) with its pending occurrence waiting, a changed
 /// spec's upsert replaces it.
 const SCHEDULED: &[Step] = &[
@@ -3040,7 +3042,7 @@ fn cases() -> Vec<Case> {
             keys: ACK_TAKE_KEYS,
             args: &["~j", "tok", "60000", "tok2", "30000", "5"],
             setup: DEDUP_JOB_WITH_FOLLOW_UP,
-            reply: "[1,1,~f,latest]",
+            reply: "[1,1,~f,latest,,,,*,*]",
             after: &[
                 (&["ZRANGE", INFLIGHT, "0", "-1"], "[~f]"),
                 (&["HGET", DEDUP, "d"], "~f"),

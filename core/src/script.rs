@@ -152,9 +152,10 @@ pub mod prelude {
     /// `dedup_clear(map, of, id)`: a job that is gone drops its deduplication entry
     /// ([`queue::dedup`](crate::queue::dedup)); for every script that removes a job.
     pub const DEDUP: &str = include_str!("lua/prelude/dedup.lua");
-    /// `dedup_release(map, of, id, payloads, priorities, ready, seq)`: as `dedup_clear`, and
-    /// a keep-latest follow-up parked behind the job is made ready
-    /// ([`queue::dedup`](crate::queue::dedup)); for the scripts that ack a job. Needs
+    /// `dedup_release(map, of, id, payloads, priorities, ready, seq, now)`: as
+    /// `dedup_clear`, and a keep-latest follow-up parked behind the job is made ready, its
+    /// enqueue time `now` ([`queue::dedup`](crate::queue::dedup)); for the scripts that ack
+    /// a job. Needs
     /// [`READY`] before it.
     pub const DEDUP_RELEASE: &str = include_str!("lua/prelude/dedup_release.lua");
 }

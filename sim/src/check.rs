@@ -496,7 +496,9 @@ fn group_rate(h: &History, out: &mut Out<'_>) {
 }
 
 /// The counters agree with the server's record: `pushed` is the number of jobs the push
-/// scripts that ran answered as pushed; `acked` the number of deliveries whose ack ran and
+/// scripts that ran answered as pushed, and the schedule occurrences the schedule scripts
+/// that ran added; `deferred` the rate-limited answers that ran and took their job back
+/// (group defers); `acked` the number of deliveries whose ack ran and
 /// removed the job (a retried ack that finds its own settlement counts nothing more); and
 /// `taken` the leases the server recorded as made by a take (spans a runner opened) less
 /// the takes given back (the untake answered 1). Judged once per job pushed, per lease and
@@ -511,8 +513,19 @@ fn counted(h: &History, out: &mut Out<'_>) {
     let get = |e: &str| counts.get(e).copied().unwrap_or(0);
     let acks = h.acks_ran.iter().collect::<HashSet<_>>().len() as u64;
     let leased = h.spans.iter().filter(|s| s.opened_by.is_some()).count() as u64;
-    out.judge(Property::Counted, h.pushed_ran + acks + leased);
+    let defers = h.defers.len() as u64;
+    out.judge(Property::Counted, h.pushed_ran + acks + leased + defers);
     let (pushed, acked, taken) = (get("pushed"), get("acked"), get("taken"));
+    if get("deferred") != defers as i64 {
+        out.push(
+            Property::Counted,
+            h.end,
+            format!(
+                "the deferred counters hold {}, {defers} rate-limited answers ran and took their job back",
+                get("deferred")
+            ),
+        );
+    }
     if pushed != h.pushed_ran as i64 {
         out.push(
             Property::Counted,
@@ -1371,7 +1384,7 @@ impl Property {
                 "A job pushed with a timeout: no ack, nack or give-back of a watched delivery of it ends its lease on the server later than the take's run plus timeout + grace (and the server's 4 ms of rounding and slack), whenever the requests that renew it arrive: the server keeps the delivery's hold limit and leases it no further"
             }
             Property::Counted => {
-                "The queue's per-minute counters agree with the server's record: `pushed` holds the jobs the push scripts that ran answered as pushed (a duplicate not), `taken` the leases the server recorded as made by a take less the takes given back after an unanswered call, `acked` the deliveries whose ack ran and removed the job (a retried ack not again; an ack and take in one script count one counter for both events)"
+                "The queue's per-minute counters agree with the server's record: `pushed` holds the jobs the push scripts that ran answered as pushed (a duplicate not) and the schedule occurrences the schedule scripts that ran added, `deferred` the rate-limited answers (group defers) that ran and took their job back, `taken` the leases the server recorded as made by a take less the takes given back after an unanswered call, `acked` the deliveries whose ack ran and removed the job (a retried ack not again; an ack and take in one script count one counter for both events)"
             }
             Property::NothingLeasedWhilePaused => {
                 "No job is leased (in the server's own record) after a pause of the queue ran and before the next resume ran: not by a take sent before the pause, a woken waiter, an ack-and-take, nor a reclaim of an expired lease"

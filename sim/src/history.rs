@@ -310,8 +310,9 @@ pub struct History {
     /// time from its take after which its watchdog no longer renews it).
     pub job_limits: Vec<(usize, u64)>,
     /// Jobs the push scripts that ran pushed, by their own answer (one '1' per job pushed,
-    /// a duplicate '0'; a push with a dedup id answering `{1, id}`): what the `pushed`
-    /// counter must hold.
+    /// a duplicate '0'; a push with a dedup id answering `{1, id}`), and the occurrences
+    /// the schedule scripts that ran added to the payloads: what the `pushed` counter must
+    /// hold.
     pub pushed_ran: u64,
     /// Takes given back by the untake script (it answered 1): each uncounts its `taken`.
     pub given_back: u64,

@@ -68,11 +68,15 @@ pub enum Mutation {
     /// Issue 30: an ack and take in one script counts the take alone (the ack is never
     /// counted when a job is handed over).
     AckTakeUncounted,
+    /// Issue 30: a schedule's occurrence is pushed uncounted.
+    OccurrenceUncounted,
+    /// Issue 30: a rate-limited answer (the group defer) is not counted as deferred.
+    DeferUncounted,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 19] = [
+    pub const ALL: [Mutation; 21] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -92,6 +96,8 @@ impl Mutation {
         Mutation::DeferCounts,
         Mutation::TimeoutIgnored,
         Mutation::AckTakeUncounted,
+        Mutation::OccurrenceUncounted,
+        Mutation::DeferUncounted,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
@@ -221,6 +227,25 @@ const ACK_TAKE_COUNT_SWAP: Swap = Swap {
     to: "count('taken', 1)",
 };
 
+const OCCURRENCE_COUNT_SWAPS: [Swap; 2] = [
+    Swap {
+        script: &redlease_core::queue::schedule::UPSERT,
+        from: "count('pushed', 1)",
+        to: "count('pushed', 0)",
+    },
+    Swap {
+        script: &redlease_core::queue::schedule::ADVANCE,
+        from: "count('pushed', 1)",
+        to: "count('pushed', 0)",
+    },
+];
+
+const DEFER_COUNT_SWAP: Swap = Swap {
+    script: &redlease_core::queue::groups::GROUP_DEFER,
+    from: "count('deferred', 1)",
+    to: "count('deferred', 0)",
+};
+
 const DEFER_SWAP: Swap = Swap {
     script: &redlease_core::queue::groups::GROUP_DEFER,
     from: "redis.call('HINCRBY', KEYS[4], id, 1)",
@@ -245,6 +270,8 @@ impl Mutation {
             Mutation::DeferCounts => std::slice::from_ref(&DEFER_SWAP),
             Mutation::TimeoutIgnored => &TIMEOUT_SWAPS,
             Mutation::AckTakeUncounted => std::slice::from_ref(&ACK_TAKE_COUNT_SWAP),
+            Mutation::OccurrenceUncounted => &OCCURRENCE_COUNT_SWAPS,
+            Mutation::DeferUncounted => std::slice::from_ref(&DEFER_COUNT_SWAP),
             _ => &[],
         }
     }

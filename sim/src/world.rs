@@ -6,7 +6,7 @@
 //! is one schedule, replayed exactly.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use redlease::memory::{MemoryClock, MemoryServer, Snapshot, Subscriber};
@@ -867,6 +867,12 @@ impl World {
             let before = attempts_on(&self.nodes[n].server, &d);
             (d, before)
         });
+        // A schedule's upsert or advance: the occurrences waiting before it runs (the jobs
+        // it adds are pushed, and counted so by the script).
+        let occurrences = occurrences_of(&req.command).map(|payloads| {
+            let before = occurrence_ids(&self.nodes[n].server, &payloads);
+            (payloads, before)
+        });
         let reply = if command.name().eq_ignore_ascii_case("WAIT") {
             self.wait_for_replica(n)
         } else {
@@ -892,6 +898,10 @@ impl World {
                 before,
                 after,
             });
+        }
+        if let Some((payloads, before)) = occurrences {
+            let after = occurrence_ids(&self.nodes[n].server, &payloads);
+            self.history.pushed_ran += after.difference(&before).count() as u64;
         }
         // A NOSCRIPT answer ran nothing: not a run, not an attempt.
         let noscript = matches!(&reply, Reply::Error(e) if e.is("NOSCRIPT"));
@@ -2626,6 +2636,43 @@ fn defer_of(command: &redlease_core::Command) -> Option<DeferCall> {
         bases: text(6)?,
         leases,
     })
+}
+
+/// The payloads key of a call of a schedule's upsert or advance script (`EVALSHA` or `EVAL`,
+/// as sent): the scripts that push occurrences.
+fn occurrences_of(command: &redlease_core::Command) -> Option<String> {
+    use redlease_core::queue::schedule;
+    let args: Vec<&[u8]> = command.args().collect();
+    let named = args.get(1).is_some_and(|a| {
+        [&schedule::UPSERT, &schedule::ADVANCE]
+            .iter()
+            .any(|s| *a == s.sha1.as_bytes() || *a == s.source.as_bytes())
+    });
+    if !named {
+        return None;
+    }
+    // KEYS[4] is the payloads (lua/schedule_part.lua).
+    args.get(6).map(|k| String::from_utf8_lossy(k).into_owned())
+}
+
+/// The occurrences' job ids in the payloads hash `payloads`.
+fn occurrence_ids(server: &MemoryServer, payloads: &str) -> HashSet<String> {
+    let prefix = redlease_core::queue::schedule::OCCURRENCE_PREFIX;
+    // (The in-process server has no HKEYS: the fields are HGETALL's even items.)
+    match server.call(&["HGETALL", payloads]) {
+        Ok(Reply::Array(items)) => items
+            .into_iter()
+            .step_by(2)
+            .filter_map(|f| match f {
+                // Not the enqueue times beside them (`<id>\xff`).
+                Reply::Bulk(b) if b.starts_with(prefix.as_bytes()) && b.last() != Some(&255) => {
+                    Some(String::from_utf8_lossy(&b).into_owned())
+                }
+                _ => None,
+            })
+            .collect(),
+        _ => HashSet::new(),
+    }
 }
 
 /// Who holds the job on the server, and its deliveries counted toward max deliveries there

@@ -267,3 +267,25 @@ fn an_ack_and_take_that_counts_only_the_take_breaks_counted() {
         60,
     );
 }
+
+#[test]
+fn a_schedule_occurrence_pushed_uncounted_breaks_counted() {
+    caught(
+        Primitive::Queue,
+        Mutation::OccurrenceUncounted,
+        &[],
+        Property::Counted,
+        60,
+    );
+}
+
+#[test]
+fn a_rate_limited_answer_left_uncounted_breaks_counted() {
+    caught(
+        Primitive::Groups,
+        Mutation::DeferUncounted,
+        &[],
+        Property::Counted,
+        60,
+    );
+}

@@ -110,7 +110,7 @@ pub static GROUP_ACK: Script = crate::script!(
 /// `lua/group_defer.lua`
 pub static GROUP_DEFER: Script = crate::script!(
     "queue_group_defer",
-    [NOW_MS, REMEMBER, NOTIFY],
+    [NOW_MS, REMEMBER, NOTIFY, super::scripts::COUNT],
     include_str!("lua/group_defer.lua")
 );
 
@@ -456,6 +456,7 @@ pub fn rate_limited(
             &g.ring,
             &g.blocked,
             &g.full,
+            keys.counts_slot(),
         ])
         .arg(id)
         .arg(token)

@@ -353,6 +353,9 @@ pub mod event {
     pub const DEAD: &str = "dead";
     /// Leases that ran out (the worker died or hung): the job was retried or went dead.
     pub const EXPIRED: &str = "expired";
+    /// Grouped jobs whose handler was rate limited: put back at the head of their group
+    /// without counting a delivery, the group made to wait (`Retry::RateLimited`).
+    pub const DEFERRED: &str = "deferred";
 }
 
 /// What happened to a queue in one minute of the server's clock.

@@ -64,21 +64,21 @@ pub const PART: &str = include_str!("lua/schedule_part.lua");
 /// `lua/schedule_upsert.lua`
 pub static UPSERT: Script = script!(
     "queue_schedule_upsert",
-    [NOW_MS, NOTIFY, PART],
+    [NOW_MS, NOTIFY, super::scripts::COUNT, PART],
     include_str!("lua/schedule_upsert.lua")
 );
 
 /// `lua/schedule_advance.lua`
 pub static ADVANCE: Script = script!(
     "queue_schedule_advance",
-    [NOW_MS, NOTIFY, PART],
+    [NOW_MS, NOTIFY, super::scripts::COUNT, PART],
     include_str!("lua/schedule_advance.lua")
 );
 
 /// `lua/schedule_remove.lua`
 pub static REMOVE: Script = script!(
     "queue_schedule_remove",
-    [NOTIFY, PART],
+    [NOTIFY, super::scripts::COUNT, PART],
     include_str!("lua/schedule_remove.lua")
 );
 
@@ -396,6 +396,7 @@ fn keyed(keys: &QueueKeys, script: &'static Script) -> ScriptCall {
         &keys.payloads,
         &keys.priorities,
         &keys.inflight,
+        keys.counts_slot(),
     ])
 }
 

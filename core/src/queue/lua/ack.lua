@@ -66,7 +66,7 @@ if string.byte(id, 1) == 126 then
   -- A job pushed with a dedup id: its entry goes with it, and a follow-up parked behind it
   -- becomes ready (the deliveries read first; the dedup keys were, at the top).
   redis.call('HLEN', KEYS[5])
-  dedup_release(KEYS[10], KEYS[11], id, KEYS[3], KEYS[4], KEYS[12], KEYS[13])
+  dedup_release(KEYS[10], KEYS[11], id, KEYS[3], KEYS[4], KEYS[12], KEYS[13], now)
 end
 redis.call('HDEL', KEYS[5], id)
 redis.call('ZREM', KEYS[1], id)

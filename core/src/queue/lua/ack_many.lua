@@ -55,7 +55,7 @@ for i = 2, #ARGV - 1, 2 do
       if string.byte(id, 1) == 126 then
         -- A job pushed with a dedup id: its entry goes with it, and a keep-latest follow-up
         -- parked behind it becomes ready, as ack.lua does.
-        dedup_release(KEYS[10], KEYS[11], id, KEYS[3], KEYS[4], KEYS[12], KEYS[13])
+        dedup_release(KEYS[10], KEYS[11], id, KEYS[3], KEYS[4], KEYS[12], KEYS[13], now)
       end
       redis.call('HDEL', KEYS[5], id)
       redis.call('ZREM', KEYS[1], id)

@@ -122,7 +122,7 @@ if acking then
     -- it becomes ready (the deliveries read first; the dedup keys and the sequence counter
     -- were, above; the take below sees it).
     redis.call('HLEN', KEYS[8])
-    if dedup_release(KEYS[15], KEYS[16], id, KEYS[3], KEYS[4], KEYS[1], KEYS[5]) then
+    if dedup_release(KEYS[15], KEYS[16], id, KEYS[3], KEYS[4], KEYS[1], KEYS[5], now) then
       -- (The next job may be the follow-up now: its base is read again below.)
       top = redis.call('ZRANGE', KEYS[1], '0', '0')
       if top[1] then

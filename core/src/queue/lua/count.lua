@@ -2,7 +2,7 @@
 -- and the server's clock (ms) for count; a queue that does not count passes its ready set
 -- instead (QueueKeys::with_counts), told apart by the last byte (115: the 's' of counts,
 -- not the 'y' of ready), and nothing is counted. count(event, n): adds n to this minute's count
--- of event (pushed, taken, acked, failed, retried, dead, expired): the string key
+-- of event (pushed, taken, acked, failed, retried, dead, expired, deferred): the string key
 -- <key>:<minute since the epoch>:<event>, which expires 48 h and a minute after it was
 -- made (one expiry call per event per minute, not per job). One INCR per event: about a
 -- third of what a hash field's HINCRBY costs the server. It never fails the script: on a

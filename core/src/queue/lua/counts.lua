@@ -2,9 +2,11 @@
 -- stem of the per-minute counters, <stem>:<minute>:<event>). ARGV: 1 first minute, 2 last
 -- minute (since the epoch; at most 2,881 minutes apart, checked by the caller).
 -- Returns {minute, {event, n, ...}, ...} for the minutes that counted something. The
--- counters are read with one MGET per 70 minutes (560 keys). A busy worker's ack and take
--- in one script (ack_take.lua) count one 'acked_taken', read here as one of each.
-local events = {'pushed', 'taken', 'acked', 'failed', 'retried', 'dead', 'expired', 'acked_taken'}
+-- counters are read with one MGET per 70 minutes (630 keys). A busy worker's ack and take
+-- in one script (ack_take.lua) count one 'acked_taken', read here as one of each (it is
+-- the last of the events: the others are returned by their names).
+local events = {'pushed', 'taken', 'acked', 'failed', 'retried', 'dead', 'expired', 'deferred', 'acked_taken'}
+local named = #events - 1
 local out = {}
 local first, last = tonumber(ARGV[1]), tonumber(ARGV[2])
 for from = first, last, 70 do
@@ -20,8 +22,8 @@ for from = first, last, 70 do
   for m = from, to do
     local base = (m - from) * #events
     local fields = {}
-    local both = tonumber(values[base + 8]) or 0
-    for i = 1, 7 do
+    local both = tonumber(values[base + #events]) or 0
+    for i = 1, named do
       local v = values[base + i]
       if both ~= 0 and (i == 2 or i == 3) then
         v = string.format('%d', (tonumber(v) or 0) + both)

@@ -3,9 +3,10 @@
 -- max deliveries counts stay as they were; the delivery number still increases), and the
 -- group is blocked for ARGV[3] ms (or longer, if it was blocked longer already).
 -- KEYS: 1 in flight, 2 leases, 3 holders, 4 bases, 5 settled, 6 ring, 7 rate-blocked
--- groups, 8 full groups; optionally 9 undone takes.
+-- groups, 8 full groups, 9 counts (the stem of the per-minute counts: count.lua; a
+-- defer counts one 'deferred'); optionally 10 undone takes.
 -- ARGV: 1 id ('<group>\31<id>'), 2 token, 3 ms the group waits, 4 channel, 5 how long to
--- remember the settlement (ms); with KEYS[9], 6 how long to remember the token there (ms).
+-- remember the settlement (ms); with KEYS[10], 6 how long to remember the token there (ms).
 -- Returns 1 deferred (or this delivery's settlement found: a retry), 0 the lease ran out
 -- (or the job is gone), -1 another delivery holds it.
 local now = now_ms()
@@ -16,8 +17,8 @@ redis.call('HLEN', KEYS[4])
 for _, i in ipairs({1, 5, 6, 7, 8}) do
   redis.call('ZCARD', KEYS[i])
 end
-if KEYS[9] then
-  remember(KEYS[9], token, now, tonumber(ARGV[6]))
+if KEYS[10] then
+  remember(KEYS[10], token, now, tonumber(ARGV[6]))
 end
 if holder ~= token then
   local settled = redis.call('ZSCORE', KEYS[5], token)
@@ -56,5 +57,7 @@ end
 redis.call('ZREM', KEYS[6], g)
 redis.call('ZREM', KEYS[8], g)
 remember(KEYS[5], token, now, tonumber(ARGV[5]))
+counting(KEYS[9], now)
+count('deferred', 1)
 notify(ARGV[4], '1')
 return 1

@@ -1,7 +1,9 @@
 -- The schedule scripts' shared part, on their KEYS: 1 schedules (hash: for schedule <name>
 -- the fields 's:<name>' spec, 'p:<name>' payload, 'r:<name>' priority, 'v:<name>' version
 -- of the spec, 'n:<name>' due time of its pending occurrence, -1 when none is left),
--- 2 ready, 3 delayed, 4 payloads, 5 priorities, 6 in flight. ARGV[1] is the schedule's name.
+-- 2 ready, 3 delayed, 4 payloads, 5 priorities, 6 in flight, 7 counts (the stem of the
+-- per-minute counts: count.lua; an occurrence pushed counts as 'pushed'). ARGV[1] is the
+-- schedule's name.
 -- An occurrence is the job 'sched:<name>:<due ms>', delayed until its due time.
 local prefix = 'sched:' .. ARGV[1] .. ':'
 -- read_all(): reads every key a schedule script may write, so that a key of the wrong type
@@ -31,11 +33,13 @@ local function drop_waiting(due)
 end
 -- occur(due, payload, priority, channel, now): pushes occurrence `due` as a delayed job (a
 -- due time already passed makes it ready at the next take), its enqueue time `now` (server
--- ms) beside its payload; nothing if that id exists.
+-- ms) beside its payload, counted as pushed; nothing if that id exists.
 local function occur(due, payload, priority, channel, now)
   local id = prefix .. due
   if redis.call('HSETNX', KEYS[4], id, payload) == 1 then
     redis.call('HSET', KEYS[4], id .. '\255', string.format('%d', now))
+    counting(KEYS[7], now)
+    count('pushed', 1)
     if tonumber(priority) > 0 then
       redis.call('HSET', KEYS[5], id, priority)
     end

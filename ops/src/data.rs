@@ -99,6 +99,8 @@ pub struct Rates {
     pub failed: u64,
     /// Jobs that went dead.
     pub dead: u64,
+    /// Grouped jobs whose handler was rate limited (put back without costing a delivery).
+    pub deferred: u64,
 }
 
 /// One held lease lock.
@@ -372,6 +374,7 @@ impl Source {
                                 acked: n(event::ACKED),
                                 failed: n(event::FAILED),
                                 dead: n(event::DEAD),
+                                deferred: n(event::DEFERRED),
                             };
                             (start, rates)
                         })
@@ -639,7 +642,7 @@ impl Snapshot {
                 "dead": q.stats.map(|s| s.dead),
                 "oldest_age_ms": q.oldest_age_ms,
                 "least_lease_left_ms": q.least_lease_left_ms,
-                "per_minute": q.per_minute.map(|r| json!({"pushed": r.pushed, "acked": r.acked, "failed": r.failed, "dead": r.dead})),
+                "per_minute": q.per_minute.map(|r| json!({"pushed": r.pushed, "acked": r.acked, "failed": r.failed, "dead": r.dead, "deferred": r.deferred})),
                 "paused": q.paused,
                 "groups": q.groups,
                 "error": q.error,

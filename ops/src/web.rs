@@ -168,6 +168,7 @@ pub fn serve(url: &str, prefix: &str, timeout: Duration, args: ServeArgs) -> Res
                                     e.acked += r.acked;
                                     e.failed += r.failed;
                                     e.dead += r.dead;
+                                    e.deferred += r.deferred;
                                 }
                                 st.throughput = sum.into_iter().collect();
                                 st.throughput_at = at;
@@ -409,6 +410,7 @@ fn handle(app: &App, request: Request) {
                     series("acked", "#16a34a", |r| r.acked),
                     series("failed", "#ea580c", |r| r.failed),
                     series("dead", "#dc2626", |r| r.dead),
+                    series("deferred", "#9333ea", |r| r.deferred),
                 ],
             });
             drop(st);

@@ -22,6 +22,10 @@ fn the_views_show_what_the_library_stored() {
     // The oldest ready job's age, on the server's clock; counts of the last full minute.
     assert!(emails["oldest_age_ms"].as_u64().is_some(), "{emails}");
     assert!(emails["per_minute"]["acked"].as_u64().is_some(), "{emails}");
+    assert!(
+        emails["per_minute"]["deferred"].as_u64().is_some(),
+        "{emails}"
+    );
     // Not in the library yet: absent, not zero.
     assert!(locks_waiters_absent(&url));
 

@@ -155,8 +155,7 @@ pub mod prelude {
     /// `dedup_release(map, of, id, payloads, priorities, ready, seq, now)`: as
     /// `dedup_clear`, and a keep-latest follow-up parked behind the job is made ready, its
     /// enqueue time `now` ([`queue::dedup`](crate::queue::dedup)); for the scripts that ack
-    /// a job. Needs
-    /// [`READY`] before it.
+    /// a job. Needs [`READY`] before it.
     pub const DEDUP_RELEASE: &str = include_str!("lua/prelude/dedup_release.lua");
 }
 

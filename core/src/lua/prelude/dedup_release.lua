@@ -1,12 +1,13 @@
--- dedup_release(map, of, id, payloads, priorities, ready, seq, now): job id was acked, so its
--- deduplication entry goes with it (as in dedup.lua), and when it held its dedup id, a
+-- dedup_release(map, of, id, payloads, priorities, ready, seq, now): job id was acked, so
+-- its deduplication entry goes with it (as in dedup.lua), and when it held its dedup id, a
 -- keep-latest follow-up parked behind it (field '>' .. dedup id of `of`:
 -- '<priority>|<id length>|<id><payload>', written by push_dedup.lua while id was in
 -- flight) is made ready now and holds the dedup id in its place: a follow-up never runs
--- beside the job it follows. Its enqueue time (beside its payload, as push.lua's) is now
--- (server ms), when it is made ready: it waited behind that job since its push. For the scripts that ack a job; call it only for ids starting
--- with '~', once every key it writes was read. Needs the ready part (ready_score) before
--- it. Returns the follow-up's id, or nil.
+-- beside the job it follows. Its enqueue time (beside its payload, as push.lua's) is `now`
+-- (server ms), when it is made ready: it waited behind that job since its push. For the
+-- scripts that ack a job; call it only for ids starting with '~', once every key it writes
+-- was read. Needs the ready part (ready_score) before it. Returns the follow-up's id, or
+-- nil.
 local function dedup_release(map, of, id, payloads, priorities, ready, seq, now)
   local entry = redis.call('HGET', of, id)
   if not entry then

@@ -909,12 +909,8 @@ impl World {
         let acquirer = self.acquirers.get(&runner).copied();
         let set_nx =
             acquirer.is_some_and(|(a, _)| !self.history.acqs[a].fenced) && req.command.is("SET");
-        let is_attempt = !noscript
-            && (set_nx
-                || acquirer.is_some_and(|(_, s)| {
-                    let a = req.command.args();
-                    a.len() > 1 && (&a[1] == s.sha1.as_bytes() || &a[1] == s.source.as_bytes())
-                }));
+        let is_attempt =
+            !noscript && (set_nx || acquirer.is_some_and(|(_, s)| runs(&req.command, s)));
         if !noscript {
             self.observe(n, Some(runner), set_nx);
             let info = &mut self.history.runners[runner];
@@ -1023,10 +1019,7 @@ impl World {
         }
         // The untake script (a take given back after an unanswered call) answers 1 for a
         // take given back, not for an ack.
-        let untake_script = req.command.args().nth(1).is_some_and(|a| {
-            a == queue::scripts::UNTAKE.sha1.as_bytes()
-                || a == queue::scripts::UNTAKE.source.as_bytes()
-        });
+        let untake_script = runs(&req.command, &queue::scripts::UNTAKE);
         if untake_script && reply == Reply::Int(1) {
             self.history.given_back += 1;
         }
@@ -2617,14 +2610,10 @@ struct DeferCall {
 
 /// The job a call of the group defer script (`EVALSHA` or `EVAL`, as sent) answers for.
 fn defer_of(command: &redlease_core::Command) -> Option<DeferCall> {
-    let script = &redlease_core::queue::groups::GROUP_DEFER;
-    let args: Vec<&[u8]> = command.args().collect();
-    let named = args
-        .get(1)
-        .is_some_and(|a| *a == script.sha1.as_bytes() || *a == script.source.as_bytes());
-    if !named {
+    if !runs(command, &redlease_core::queue::groups::GROUP_DEFER) {
         return None;
     }
+    let args: Vec<&[u8]> = command.args().collect();
     let text = |i: usize| args.get(i).map(|a| String::from_utf8_lossy(a).into_owned());
     let keys: usize = text(2)?.parse().ok()?;
     let leases = text(4)?;
@@ -2642,17 +2631,20 @@ fn defer_of(command: &redlease_core::Command) -> Option<DeferCall> {
 /// as sent): the scripts that push occurrences.
 fn occurrences_of(command: &redlease_core::Command) -> Option<String> {
     use redlease_core::queue::schedule;
-    let args: Vec<&[u8]> = command.args().collect();
-    let named = args.get(1).is_some_and(|a| {
-        [&schedule::UPSERT, &schedule::ADVANCE]
-            .iter()
-            .any(|s| *a == s.sha1.as_bytes() || *a == s.source.as_bytes())
-    });
-    if !named {
+    if !runs(command, &schedule::UPSERT) && !runs(command, &schedule::ADVANCE) {
         return None;
     }
     // KEYS[4] is the payloads (lua/schedule_part.lua).
-    args.get(6).map(|k| String::from_utf8_lossy(k).into_owned())
+    let payloads = command.args().nth(6)?;
+    Some(String::from_utf8_lossy(payloads).into_owned())
+}
+
+/// Whether `command` runs `script`: `EVALSHA` of its sha or `EVAL` of its source, as sent.
+fn runs(command: &redlease_core::Command, script: &redlease_core::script::Script) -> bool {
+    command
+        .args()
+        .nth(1)
+        .is_some_and(|a| a == script.sha1.as_bytes() || a == script.source.as_bytes())
 }
 
 /// The occurrences' job ids in the payloads hash `payloads`.

@@ -347,13 +347,26 @@ impl Protocol for AckAndTake {
                             }
                             continue;
                         }
-                        if self.lost_reply
-                            && let Take::Taken(job) = &mut out.next
-                            && let Some((bound, _)) = &self.undo
-                        {
-                            // An attempt went unanswered and may still arrive: settling the
-                            // job records its token as undone, so that it takes nothing then.
-                            remember_when_settled(&mut job.lease, bound);
+                        if self.lost_reply {
+                            match &mut out.next {
+                                Take::Taken(job) => {
+                                    if let Some((bound, _)) = &self.undo {
+                                        // An attempt went unanswered and may still arrive:
+                                        // settling the job records its token as undone, so
+                                        // that it takes nothing then.
+                                        remember_when_settled(&mut job.lease, bound);
+                                    }
+                                }
+                                Take::Empty { .. } => {
+                                    // Acked, nothing handed over: the late attempt would
+                                    // lease the next pushed job to a token nobody holds.
+                                    // Untake it (recorded as undone) before answering.
+                                    if let Some(step) = self.undoing(Ok(out), now) {
+                                        return step;
+                                    }
+                                    continue;
+                                }
+                            }
                         }
                         self.state = State::Done;
                         return Step::Done(Ok(out));

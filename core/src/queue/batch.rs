@@ -5,7 +5,8 @@
 //!     │    ▲                                  {ms | -2} ───────────► Done(no jobs, next due in)
 //!     │    └── no reply: send again (the same tokens: the script hands each token the job
 //!     │        already leased to it, its lease renewed from now)
-//!     └── gave up after a lost reply ──► Undoing[untake each token] ──► Done(Unavailable)
+//!     ├── gave up after a lost reply ──► Undoing[untake each token] ──► Done(Unavailable)
+//!     └── answered after a lost reply ──► Undoing[untake each token left empty] ──► Done(jobs)
 //!
 //!   ack_many ──EVALSHA ack_many(id, token, ...)──► "1102" ──► one outcome per job
 //! ```
@@ -270,6 +271,19 @@ impl Protocol for TakeBatch {
                             for job in &mut out.jobs {
                                 remember_when_settled(&mut job.lease, &self.bound);
                             }
+                            // The tokens this answer left empty are untaken now (recorded
+                            // as undone): the late attempt would lease jobs to them, and
+                            // nobody would hold those jobs.
+                            let empty: Vec<Token> = self
+                                .tokens
+                                .iter()
+                                .filter(|t| !out.jobs.iter().any(|j| &j.lease.token == *t))
+                                .cloned()
+                                .collect();
+                            if let Some(step) = self.undo(empty, Ok(out), now) {
+                                return step;
+                            }
+                            continue;
                         }
                         self.state = State::Done;
                         return Step::Done(Ok(out));
@@ -425,6 +439,7 @@ pub fn ack_many_call(keys: &QueueKeys, jobs: &[(&str, &str)]) -> ScriptCall {
 mod tests {
     use super::*;
     use crate::keys::Keyspace;
+    use crate::reply::TransportFailure;
 
     fn keys() -> QueueKeys {
         QueueKeys::new(&Keyspace::new("t").unwrap(), "q").unwrap()
@@ -493,6 +508,65 @@ mod tests {
                 t.poll(now),
                 Step::Done(Err(Error::UnexpectedReply { .. }))
             ));
+        }
+    }
+
+    /// The tokens a request names among its arguments.
+    fn named(b: &crate::Batch, tokens: &[Token]) -> Vec<Token> {
+        let args: Vec<Vec<u8>> = b.requests[0].command.args().map(|a| a.to_vec()).collect();
+        tokens
+            .iter()
+            .filter(|t| args.iter().any(|a| a == t.as_str().as_bytes()))
+            .cloned()
+            .collect()
+    }
+
+    #[test]
+    fn a_retry_answered_with_fewer_jobs_after_a_lost_reply_untakes_the_empty_tokens() {
+        // The first attempt may still arrive: the tokens the answer left empty are untaken
+        // (recorded as undone), or it would lease jobs to nobody. An empty answer untakes all.
+        let now = crate::testing::origin();
+        let d = now + Duration::from_secs(5);
+        let all = tokens(3);
+        for (reply, empty) in [
+            (
+                Reply::Array(vec![Reply::Int(0), job(2, "b")]),
+                vec![all[0].clone(), all[2].clone()],
+            ),
+            (Reply::Array(vec![Reply::Int(-2)]), all.clone()),
+        ] {
+            let mut t = TakeBatch::new(&keys(), all.clone(), &QueueSettings::default(), d).unwrap();
+            let Step::Send(b) = t.poll(now) else { panic!() };
+            t.handle(
+                Response::failed(b.requests[0].id, TransportFailure::no_reply("timeout")),
+                now,
+            );
+            let mut now = now;
+            let b = loop {
+                match t.poll(now) {
+                    Step::Send(b) => break b,
+                    Step::Wait(w) => now = w.until,
+                    Step::Done(out) => panic!("no retry: {out:?}"),
+                }
+            };
+            t.handle(Response::reply(b.requests[0].id, reply), now);
+            let mut untaken = Vec::new();
+            let out = loop {
+                match t.poll(now) {
+                    Step::Send(b) => {
+                        assert_eq!(&*b.requests[0].command.name(), "EVALSHA");
+                        untaken.extend(named(&b, &all));
+                        t.handle(Response::reply(b.requests[0].id, Reply::Int(0)), now);
+                    }
+                    Step::Done(out) => break out.unwrap(),
+                    Step::Wait(_) => panic!("no wait expected"),
+                }
+            };
+            untaken.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+            assert_eq!(untaken, empty);
+            assert_eq!(out.jobs.len(), all.len() - empty.len());
+            // The job handed over is settled with its token recorded as undone.
+            assert!(out.jobs.iter().all(|j| j.lease.unanswered));
         }
     }
 

@@ -1659,6 +1659,25 @@ fn a_lost_reply_of_ack_and_take_is_answered_by_the_same_call_again() {
 }
 
 #[test]
+fn a_retry_answered_acked_and_empty_after_a_lost_reply_untakes_the_next_token() {
+    // The first attempt may still arrive: with nothing handed to the next token now, it
+    // would lease the next pushed job to a token nobody holds. The token is untaken (and so
+    // recorded as undone) before the answer is given.
+    let (_, mut s) = acking_and_taking();
+    let first = s.fail(TransportFailure::no_reply("timed out"));
+    s.sleep_through();
+    let again = s.answer(acked_and(1, vec![Reply::Int(0), Reply::Int(-2)]));
+    assert_eq!(args(&again), args(&first));
+    let untake = s.answer(Reply::Int(0));
+    assert_eq!(args(&untake)[..3], strs(&["EVALSHA", UNTAKE.sha1, "9"]));
+    assert_eq!(args(&untake)[12], next_tok());
+    let out = s.expect_done().unwrap();
+    assert_eq!(out.ack, Ok(()));
+    assert_eq!(out.next, Take::Empty { next_due_in: None });
+    assert_eq!(s.sent.len(), 3);
+}
+
+#[test]
 fn giving_up_after_lost_replies_gives_back_what_the_next_token_may_hold() {
     let (_, mut s) = acking_and_taking();
     let mut calls = 0;

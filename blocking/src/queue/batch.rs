@@ -12,8 +12,11 @@ impl Queue {
     /// [`take`](Self::take) would have returned. When none is ready it waits at most `wait`
     /// for one (as [`take`](Self::take) does: woken by a push, never polling), then takes up
     /// to `n - 1` more at once; an empty `Vec` when the wait ran out. A paused queue hands
-    /// out nothing. Only jobs of the main ready set are taken: jobs kept apart (grouped
-    /// jobs) keep their own limits.
+    /// out nothing. Only jobs of the main ready set are taken: on the handle of a queue's
+    /// [`groups`](Self::groups) it is refused with [`Error::InvalidArgument`] (a batch would
+    /// pass the groups' limits by; take grouped jobs with [`take`](Self::take) or
+    /// [`work`](Self::work)). A schedule's occurrence in the batch is admitted as by
+    /// [`take`](Self::take): its next occurrence exists before it runs.
     ///
     /// A lost reply is retried with the same tokens, and the server hands each token the job
     /// already leased to it: a job is neither taken twice nor lost; when no attempt is
@@ -58,6 +61,7 @@ impl Queue {
     /// without waiting.
     pub fn try_take_batch(&self, n: usize) -> Result<Vec<Job>, Error> {
         self.check()?;
+        self.refuse_grouped("a batch take")?;
         if n == 0 || n > MAX_BATCH {
             return Err(redlease_core::InvalidArgument::Setting(format!(
                 "a batch takes 1 to {MAX_BATCH} jobs, got {n}"
@@ -69,9 +73,11 @@ impl Queue {
             .collect::<Result<Vec<_>, _>>()?;
         let machine = TakeBatch::new(&self.keys, tokens, &self.lease_settings(), self.deadline())?;
         let TakenBatch { jobs, .. } = self.client.run(machine)?;
+        // Each job is admitted as a take's is: a schedule's occurrence runs once its next
+        // occurrence exists (one whose advance fails is given back, and the others run).
         Ok(jobs
             .into_iter()
-            .map(|job| self.clone().into_job(job))
+            .filter_map(|job| Queue::admit(self.clone().into_job(job)).ok().flatten())
             .collect())
     }
 
@@ -85,7 +91,9 @@ impl Queue {
         let mut out: Vec<Option<Result<(), Error>>> = Vec::with_capacity(jobs.len());
         let mut together = Vec::new();
         for (i, job) in jobs.into_iter().enumerate() {
-            if job.is_lost() || job.guard.lease().unanswered {
+            // A grouped job's ack frees its group's slot (and wakes the group's takers): it
+            // goes through the group's own ack.
+            if job.is_lost() || job.guard.lease().unanswered || job.queue.keys.is_grouped() {
                 out.push(Some(job.ack()));
             } else {
                 out.push(None);
@@ -144,6 +152,7 @@ impl Queue {
         F: Fn(&Job) -> Result<(), E> + Send + Sync + 'static,
     {
         self.check()?;
+        self.refuse_grouped("a batched worker pool")?;
         if batch == 0 || batch > MAX_BATCH {
             return Err(redlease_core::InvalidArgument::Setting(format!(
                 "a batch takes 1 to {MAX_BATCH} jobs, got {batch}"

@@ -212,6 +212,18 @@ impl Queue {
         self.lifetime.check()
     }
 
+    /// Refuses `what` on the handle of a queue's [`groups`](Self::groups), where it cannot
+    /// keep every group's limits or a job's group: a typed error, never a silent gap.
+    pub(crate) fn refuse_grouped(&self, what: &str) -> Result<(), Error> {
+        if self.keys.is_grouped() {
+            return Err(redlease_core::error::InvalidArgument::Setting(format!(
+                "{what} is not available on a queue's groups (Queue::groups): use the queue itself"
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
     fn deadline(&self) -> Instant {
         let shared = self.client.shared();
         saturating_add(shared.time.now(), shared.op_timeout)

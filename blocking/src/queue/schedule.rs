@@ -27,7 +27,8 @@ impl Queue {
     /// `sched:<name>:<due ms>`, delayed until its due time on the server's clock) is
     /// replaced when the spec or the template changed, and kept when they did not, so every
     /// process may upsert the same schedule at start-up. The first occurrence is the first
-    /// after the server's time now (and the start). Fails on an empty or too long name.
+    /// after the server's time now (and the start). Fails on an empty or too long name, and
+    /// on the handle of a queue's [`groups`](Queue::groups) (an occurrence has no group).
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redlease::Error> {
@@ -40,6 +41,7 @@ impl Queue {
     /// # Ok(()) }
     /// ```
     pub fn schedule(&self, name: &str, schedule: &Schedule) -> Result<Upserted, Error> {
+        self.refuse_grouped("a schedule")?;
         let mut from = None;
         for _ in 0..ATTEMPTS {
             let op = schedule::upsert(&self.keys, name, schedule, from, self.deadline())?;

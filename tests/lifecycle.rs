@@ -1,0 +1,136 @@
+//! Where two queue features meet, against real redis-server: each path that leases or ends
+//! a job applies every feature's rule, or refuses the feature with a typed error.
+//!
+//! - a batch take admits a schedule's occurrence as a take does (its next occurrence is
+//!   pushed), so the schedule goes on;
+//! - the batch paths (take, batched pool) and schedules are refused on a queue's groups,
+//!   where they would pass the groups' limits by or lose the occurrence's group;
+//! - a batch ack of a grouped job frees its group's slot at once.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use redlease::{
+    Client, Error, GroupLimits, JobError, LimitsOf, PushOptions, Queue, Schedule, Upserted,
+};
+use redlease_suite::RedisServer;
+use redlease_suite::testkit::{self, server};
+
+fn client(server: &RedisServer) -> Client {
+    testkit::client(server, Duration::from_millis(500))
+}
+
+fn refused<T: std::fmt::Debug>(out: Result<T, Error>) {
+    match out {
+        Err(Error::InvalidArgument(e)) => {
+            assert!(e.to_string().contains("groups"), "{e}");
+        }
+        other => panic!("expected a typed refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_batch_take_advances_a_schedules_occurrence_so_the_schedule_goes_on() {
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("ticks").unwrap();
+    let every = Duration::from_millis(100);
+    let schedule = Schedule::every(every).unwrap().payload("tick");
+    assert!(matches!(
+        q.schedule("tick", &schedule).unwrap(),
+        Upserted::Set { .. }
+    ));
+    // Every occurrence is taken by a batch take (polled: a waiting `take_batch` would take
+    // its first job with a single take): each must push the next one, or the schedule
+    // stops after the first.
+    let mut seen = HashSet::new();
+    let start = Instant::now();
+    while seen.len() < 4 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "only {} occurrences ran in 20 s at one per 100 ms: {seen:?}",
+            seen.len()
+        );
+        let jobs = q.try_take_batch(10).unwrap();
+        if jobs.is_empty() {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        for job in &jobs {
+            assert!(job.id().starts_with("sched:tick:"), "{}", job.id());
+            seen.insert(job.id().to_owned());
+        }
+        for outcome in q.ack_batch(jobs) {
+            outcome.unwrap();
+        }
+    }
+    // Exactly one pending occurrence is left.
+    let listed = q.schedules().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].next.is_some(), "{listed:?}");
+}
+
+#[test]
+fn batch_paths_and_schedules_are_refused_on_a_queues_groups() {
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("partners").unwrap();
+    q.set_group_limits(
+        LimitsOf::Group("acme"),
+        Some(GroupLimits::new().concurrency(1)),
+    )
+    .unwrap();
+    for i in 0..5 {
+        q.push_with(format!("job {i}"), PushOptions::new().group("acme"))
+            .unwrap();
+    }
+    q.pause_group("paused").unwrap();
+    q.push_with("held", PushOptions::new().group("paused"))
+        .unwrap();
+    let g = q.groups().unwrap();
+    refused(g.try_take_batch(5));
+    refused(g.take_batch(5, Duration::from_millis(50)));
+    refused(g.work_batched(1, 5, |_| Ok::<(), JobError>(())));
+    let schedule = Schedule::every(Duration::from_secs(1)).unwrap();
+    refused(g.schedule("tick", &schedule));
+    // Nothing was leased or written by the refused calls: one group take still gets one job
+    // of the concurrency-1 group, and a second gets none.
+    assert_eq!(g.stats().unwrap().in_flight, 0);
+    let first = g.try_take().unwrap().expect("a job of acme");
+    assert_eq!(first.group(), Some("acme"));
+    assert!(g.try_take().unwrap().is_none());
+    assert!(g.schedules().unwrap().is_empty());
+    first.ack().unwrap();
+}
+
+#[test]
+fn a_batch_ack_of_a_grouped_job_frees_its_groups_slot_at_once() {
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("partners").unwrap();
+    q.set_group_limits(
+        LimitsOf::Group("acme"),
+        Some(GroupLimits::new().concurrency(1)),
+    )
+    .unwrap();
+    q.push_with("one", PushOptions::new().group("acme"))
+        .unwrap();
+    q.push_with("two", PushOptions::new().group("acme"))
+        .unwrap();
+    let g: Queue = q.groups().unwrap();
+    let one = g.try_take().unwrap().expect("the first job");
+    assert!(
+        g.try_take().unwrap().is_none(),
+        "the group's one slot is held"
+    );
+    for outcome in g.ack_batch(vec![one]) {
+        outcome.unwrap();
+    }
+    // The lease runs 30 s: a slot freed only by its expiry would leave the group empty-handed.
+    let two = g
+        .try_take()
+        .unwrap()
+        .expect("the slot is free after the batch ack");
+    assert_eq!(two.payload(), b"two");
+    assert_eq!(q.ack_batch(vec![two]), vec![Ok(())]);
+}

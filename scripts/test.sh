@@ -3,7 +3,8 @@
 # `redis` features an application may turn on, every test of the workspace, every example.
 # Installs redis-server with apt-get when it is missing (the tests start their own
 # throwaway servers through redlease_suite::RedisServer; no system service is used), and
-# Debian's chromium for the dashboard's browser tests (ops/tests/browser.rs).
+# Debian's chromium for the dashboard's browser tests (ops/tests/browser.rs) and Debian's
+# prometheus for its promtool, which checks `/metrics` (ops/tests/metrics.rs).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -31,7 +32,7 @@ install_redis() {
     install_package redis-server
 }
 
-# apt-get install $1 (redis-server, chromium), without starting any service it brings.
+# apt-get install $1 (redis-server, chromium, prometheus), without starting any service it brings.
 install_package() {
     local package="$1"
     local sudo=()
@@ -91,6 +92,19 @@ if ! command -v "${CHROMIUM:-chromium}" >/dev/null 2>&1; then
     command -v chromium >/dev/null 2>&1 || die "chromium is still not on PATH after installing it."
 fi
 "${CHROMIUM:-chromium}" --version 2>/dev/null || true
+
+# `/metrics` is checked with promtool (ops/tests/metrics.rs), from Debian's `prometheus`
+# package (PROMTOOL=path to use another binary).
+step "promtool"
+if ! command -v "${PROMTOOL:-promtool}" >/dev/null 2>&1; then
+    if [[ -n "${PROMTOOL:-}" ]]; then
+        die "PROMTOOL=$PROMTOOL is not an executable; fix or unset it."
+    fi
+    echo "promtool not found on PATH: installing Debian's prometheus package with apt-get"
+    install_package prometheus
+    command -v promtool >/dev/null 2>&1 || die "promtool is still not on PATH after installing prometheus."
+fi
+"${PROMTOOL:-promtool}" --version 2>/dev/null | head -n1 || true
 
 step "cargo fmt --all -- --check"
 cargo fmt --all -- --check

@@ -1,5 +1,6 @@
 //! The snapshot in Prometheus' text exposition format (version 0.0.4). Absent numbers are
-//! left out rather than written as zero.
+//! left out rather than written as zero. Each family is written whole, as the format
+//! requires: its `# HELP` and `# TYPE` lines, then every one of its samples.
 
 use std::fmt::Write;
 
@@ -11,98 +12,96 @@ fn label(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
+/// One gauge family: its HELP and TYPE lines, then its samples (`{labels} value`, or
+/// ` value` for one without labels).
+fn gauge(out: &mut String, name: &str, help: &str, samples: impl IntoIterator<Item = String>) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} gauge");
+    for sample in samples {
+        let _ = writeln!(out, "{name}{sample}");
+    }
+}
+
+fn seconds(ms: f64) -> f64 {
+    ms / 1000.0
+}
+
 /// `/metrics`.
 pub fn text(s: &Snapshot) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "# HELP redlease_queue_jobs Jobs in a queue by state.");
-    let _ = writeln!(out, "# TYPE redlease_queue_jobs gauge");
-    for q in &s.queues {
-        if let Some(st) = q.stats {
-            for (state, n) in [
-                ("ready", st.ready),
-                ("delayed", st.delayed),
-                ("in_flight", st.in_flight),
-                ("dead", st.dead),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "redlease_queue_jobs{{queue=\"{}\",state=\"{state}\"}} {n}",
-                    label(&q.name)
-                );
-            }
-        }
-    }
-    let _ = writeln!(
-        out,
-        "# HELP redlease_queue_oldest_ready_age_seconds Age of the oldest ready job."
+    gauge(
+        &mut out,
+        "redlease_queue_jobs",
+        "Jobs in a queue by state.",
+        s.queues.iter().flat_map(|q| {
+            let name = label(&q.name);
+            q.stats.into_iter().flat_map(move |st| {
+                let name = name.clone();
+                [
+                    ("ready", st.ready),
+                    ("delayed", st.delayed),
+                    ("in_flight", st.in_flight),
+                    ("dead", st.dead),
+                ]
+                .into_iter()
+                .map(move |(state, n)| format!("{{queue=\"{name}\",state=\"{state}\"}} {n}"))
+            })
+        }),
     );
-    let _ = writeln!(out, "# TYPE redlease_queue_oldest_ready_age_seconds gauge");
-    for q in &s.queues {
-        if let Some(age) = q.oldest_age_ms {
-            let _ = writeln!(
-                out,
-                "redlease_queue_oldest_ready_age_seconds{{queue=\"{}\"}} {}",
-                label(&q.name),
-                age as f64 / 1000.0
-            );
-        }
-    }
-    let _ = writeln!(
-        out,
-        "# HELP redlease_lock_ttl_seconds Time left on a held lease lock."
+    gauge(
+        &mut out,
+        "redlease_queue_oldest_ready_age_seconds",
+        "Age of the oldest ready job.",
+        s.queues.iter().filter_map(|q| {
+            q.oldest_age_ms
+                .map(|age| format!("{{queue=\"{}\"}} {}", label(&q.name), seconds(age as f64)))
+        }),
     );
-    let _ = writeln!(out, "# TYPE redlease_lock_ttl_seconds gauge");
-    for l in &s.locks {
-        if let Some(ttl) = l.ttl_ms {
-            let _ = writeln!(
-                out,
-                "redlease_lock_ttl_seconds{{lock=\"{}\"}} {}",
-                label(&l.name),
-                ttl as f64 / 1000.0
-            );
-        }
-    }
-    let _ = writeln!(
-        out,
-        "# HELP redlease_semaphore_holders Live holders of a semaphore."
+    gauge(
+        &mut out,
+        "redlease_lock_ttl_seconds",
+        "Time left on a held lease lock.",
+        s.locks.iter().filter_map(|l| {
+            l.ttl_ms
+                .map(|ttl| format!("{{lock=\"{}\"}} {}", label(&l.name), seconds(ttl as f64)))
+        }),
     );
-    let _ = writeln!(out, "# TYPE redlease_semaphore_holders gauge");
-    let _ = writeln!(
-        out,
-        "# HELP redlease_semaphore_waiters Live waiters of a semaphore."
+    gauge(
+        &mut out,
+        "redlease_semaphore_holders",
+        "Live holders of a semaphore.",
+        s.semaphores.iter().filter_map(|m| {
+            m.state
+                .as_ref()
+                .map(|st| format!("{{semaphore=\"{}\"}} {}", label(&m.name), st.holders.len()))
+        }),
     );
-    let _ = writeln!(out, "# TYPE redlease_semaphore_waiters gauge");
-    for m in &s.semaphores {
-        if let Some(st) = &m.state {
-            let name = label(&m.name);
-            let _ = writeln!(
-                out,
-                "redlease_semaphore_holders{{semaphore=\"{name}\"}} {}",
-                st.holders.len()
-            );
-            let _ = writeln!(
-                out,
-                "redlease_semaphore_waiters{{semaphore=\"{name}\"}} {}",
-                st.waiters.len()
-            );
-        }
-    }
-    let _ = writeln!(
-        out,
-        "# HELP redlease_redis_connections Connections open on the server."
+    gauge(
+        &mut out,
+        "redlease_semaphore_waiters",
+        "Live waiters of a semaphore.",
+        s.semaphores.iter().filter_map(|m| {
+            m.state
+                .as_ref()
+                .map(|st| format!("{{semaphore=\"{}\"}} {}", label(&m.name), st.waiters.len()))
+        }),
     );
-    let _ = writeln!(out, "# TYPE redlease_redis_connections gauge");
-    if let Some(n) = s.server.connected_clients {
-        let _ = writeln!(out, "redlease_redis_connections{{kind=\"all\"}} {n}");
-    }
-    if let Some(n) = s.server.redlease_connections {
-        let _ = writeln!(out, "redlease_redis_connections{{kind=\"redlease\"}} {n}");
-    }
-    let _ = writeln!(
-        out,
-        "# HELP redlease_ops_refresh_round_trips Round trips of the last refresh."
+    gauge(
+        &mut out,
+        "redlease_redis_connections",
+        "Connections open on the server.",
+        [
+            ("all", s.server.connected_clients),
+            ("redlease", s.server.redlease_connections),
+        ]
+        .into_iter()
+        .filter_map(|(kind, n)| n.map(|n| format!("{{kind=\"{kind}\"}} {n}"))),
     );
-    let _ = writeln!(out, "# TYPE redlease_ops_refresh_round_trips gauge");
-    let _ = writeln!(out, "redlease_ops_refresh_round_trips {}", s.round_trips);
+    gauge(
+        &mut out,
+        "redlease_ops_refresh_round_trips",
+        "Round trips of the last refresh.",
+        [format!(" {}", s.round_trips)],
+    );
     out
 }

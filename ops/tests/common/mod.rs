@@ -167,3 +167,82 @@ pub fn redis_conn(url: &str) -> redis::Connection {
         .get_connection()
         .expect("connect")
 }
+
+/// [`world`] and every other kind of primitive beside it: a reentrant, a fair, a read and a
+/// write lock; a rate limiter; queue `partner` with grouped jobs (group `acme` ready, group
+/// `globex` paused, one dead grouped job); queue `mail` paused with a job in it; queue
+/// `reports` with a schedule.
+pub struct FullWorld {
+    pub world: World,
+    pub guards: Vec<LockGuard>,
+}
+
+pub fn full_world() -> FullWorld {
+    use redlease::{PushOptions, Schedule};
+    let world = world();
+    let c = &world.client;
+    let ttl = Duration::from_secs(60);
+    let guards = vec![
+        c.reentrant_lock("config")
+            .ttl(ttl)
+            .try_acquire()
+            .expect("reentrant")
+            .expect("free"),
+        c.fair_lock("fifo")
+            .ttl(ttl)
+            .try_acquire()
+            .expect("fair")
+            .expect("free"),
+        c.read_lock("catalog")
+            .ttl(ttl)
+            .try_acquire()
+            .expect("read")
+            .expect("free"),
+        c.write_lock("ledger")
+            .ttl(ttl)
+            .try_acquire()
+            .expect("write")
+            .expect("free"),
+    ];
+    let limiter = c
+        .rate_limiter("outbound")
+        .rate(10, Duration::from_secs(1))
+        .build()
+        .expect("limiter");
+    assert!(limiter.try_acquire(1).expect("rate").allowed);
+
+    let partner = c.queue("partner").expect("queue").counting(true);
+    partner
+        .push_with("doomed", PushOptions::new().group("acme"))
+        .expect("push");
+    let groups = partner.groups().expect("groups");
+    let job = groups
+        .take(Duration::from_secs(5))
+        .expect("take")
+        .expect("a grouped job");
+    job.fail("partner down", Retry::Never).expect("fail");
+    for i in 0..3 {
+        partner
+            .push_with(format!("sync {i}"), PushOptions::new().group("acme"))
+            .expect("push");
+        partner
+            .push_with(format!("sync {i}"), PushOptions::new().group("globex"))
+            .expect("push");
+    }
+    partner.pause_group("globex").expect("pause group");
+
+    let mail = c.queue("mail").expect("queue");
+    mail.push("to: ops@example.com").expect("push");
+    mail.pause().expect("pause");
+
+    let reports = c.queue("reports").expect("queue");
+    reports
+        .schedule(
+            "every-minute",
+            &Schedule::every(Duration::from_secs(60))
+                .expect("schedule")
+                .payload("sum"),
+        )
+        .expect("upsert");
+    FullWorld { world, guards }
+}

@@ -11,7 +11,8 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use redlease::{
-    Client, Error, GroupLimits, JobError, LimitsOf, PushOptions, Queue, Schedule, Upserted,
+    Cancelled, Client, Error, GroupLimits, JobError, LimitsOf, PushOptions, Queue, Schedule,
+    Upserted,
 };
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{self, server};
@@ -133,4 +134,116 @@ fn a_batch_ack_of_a_grouped_job_frees_its_groups_slot_at_once() {
         .expect("the slot is free after the batch ack");
     assert_eq!(two.payload(), b"two");
     assert_eq!(q.ack_batch(vec![two]), vec![Ok(())]);
+}
+
+#[test]
+fn a_drain_on_either_handle_counts_grouped_and_plain_jobs_and_wakes_on_a_group_ack() {
+    let server = server();
+    let c = client(&server);
+    let q = c
+        .queue("deploys")
+        .unwrap()
+        .visibility(Duration::from_secs(20));
+    let g = q.groups().unwrap();
+    q.push_with("grouped", PushOptions::new().group("acme"))
+        .unwrap();
+    q.push("plain").unwrap();
+    let grouped = g.try_take().unwrap().expect("the grouped job");
+    // The plain handle's drain counts the grouped job in flight.
+    assert!(!q.pause_and_wait(Duration::from_millis(50)).unwrap());
+    q.resume().unwrap();
+    let plain = q.try_take().unwrap().expect("the plain job");
+    plain.ack().unwrap();
+    // A drain is woken by the grouped job's ack, not by its lease running out (20 s).
+    let start = Instant::now();
+    let (drained, took) = std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let drained = g.pause_and_wait(Duration::from_secs(15)).unwrap();
+            (drained, start.elapsed())
+        });
+        // Ack once the waiter has counted the job (the drain channel is recorded then).
+        testkit::await_condition(Duration::from_secs(5), || {
+            let mut conn = testkit::connection(&server);
+            redis::cmd("HEXISTS")
+                .arg("redlease:{deploys}:q:paused")
+                .arg("drain")
+                .query::<bool>(&mut conn)
+                .unwrap()
+        });
+        grouped.ack().unwrap();
+        waiter.join().unwrap()
+    });
+    assert!(drained);
+    assert!(took < Duration::from_secs(10), "woken after {took:?}");
+    assert!(q.pause_and_wait(Duration::ZERO).unwrap());
+}
+
+#[test]
+fn a_grouped_drain_counts_plain_jobs_in_flight() {
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("deploys").unwrap();
+    q.push("plain").unwrap();
+    let plain = q.try_take().unwrap().expect("the plain job");
+    assert!(
+        !q.groups()
+            .unwrap()
+            .pause_and_wait(Duration::from_millis(50))
+            .unwrap()
+    );
+    plain.ack().unwrap();
+    assert!(q.groups().unwrap().pause_and_wait(Duration::ZERO).unwrap());
+}
+
+#[test]
+fn a_grouped_job_is_cancelled_where_it_waits_and_its_slot_is_freed_when_it_runs() {
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("partners").unwrap();
+    q.set_group_limits(
+        LimitsOf::Group("acme"),
+        Some(GroupLimits::new().concurrency(1)),
+    )
+    .unwrap();
+    let g = q.groups().unwrap();
+    let ids: Vec<String> = ["one", "two", "three", "four"]
+        .iter()
+        .map(|p| q.push_with(*p, PushOptions::new().group("acme")).unwrap())
+        .collect();
+    // Sorted into its group by a first take: every job now waits in the group's ready set.
+    let first = g.try_take().unwrap().expect("the first job");
+    assert_eq!(first.payload(), b"one");
+    let bare = |id: &str| id.rsplit('\u{1f}').next().unwrap().to_owned();
+    // Waiting in its group: by group and id, through the queue or its groups, or by the
+    // composed id.
+    assert_eq!(
+        q.cancel_grouped("acme", &bare(&ids[1]), "no").unwrap(),
+        Cancelled::Waiting
+    );
+    assert_eq!(
+        g.cancel(&format!("acme\u{1f}{}", bare(&ids[2])), "no")
+            .unwrap(),
+        Cancelled::Waiting
+    );
+    assert_eq!(
+        g.cancel_grouped("acme", &bare(&ids[2]), "no").unwrap(),
+        Cancelled::NotFound
+    );
+    assert!(matches!(
+        q.cancel_grouped("", "x", "no"),
+        Err(Error::InvalidArgument(_))
+    ));
+    // In flight: the lease ends and the group's one slot is free at once (the lease would
+    // run 30 s).
+    assert_eq!(
+        q.cancel_grouped("acme", first.id(), "stop").unwrap(),
+        Cancelled::InFlight
+    );
+    let next = g
+        .try_take()
+        .unwrap()
+        .expect("the slot is free after the cancel");
+    assert_eq!(next.payload(), b"four");
+    assert!(g.try_take().unwrap().is_none());
+    next.ack().unwrap();
 }

@@ -149,15 +149,34 @@ impl Queue {
     /// [`cancelled_jobs`](Self::cancelled_jobs) says. [`Cancelled::NotFound`] if no such job
     /// waits or runs. An empty or too long id (over 512 bytes), or a message over 4 KiB, is
     /// refused with [`Error::InvalidArgument`].
+    ///
+    /// A grouped job is named by [`cancel_grouped`](Self::cancel_grouped), or here by its
+    /// composed id (`<group>\u{1f}<id>`, as the dead list shows it), through either handle.
     pub fn cancel(&self, id: &str, message: &str) -> Result<Cancelled, Error> {
+        let keys = if id.contains(redlease_core::queue::groups::SEPARATOR) {
+            self.group_keys()?
+        } else {
+            self.keys.clone()
+        };
         let op = core_cancel::cancel(
-            &self.keys,
+            &keys,
             id,
             message,
             self.lifetime.cancelled_jobs,
             self.deadline(),
         )?;
         self.client.run(op)
+    }
+
+    /// Cancels job `id` of group `group` (as pushed with [`PushOptions::group`]; its
+    /// [`Job::id`] and [`Job::group`]), wherever it waits (delayed, or ready in its group)
+    /// or runs, as [`cancel`](Self::cancel) does; through the queue or its
+    /// [`groups`](Self::groups). A group id that no group can have is refused with
+    /// [`Error::InvalidArgument`].
+    pub fn cancel_grouped(&self, group: &str, id: &str, message: &str) -> Result<Cancelled, Error> {
+        redlease_core::queue::groups::check_group(group)?;
+        let composed = format!("{group}{}{id}", redlease_core::queue::groups::SEPARATOR);
+        self.cancel(&composed, message)
     }
 
     /// The signal of a job taken on `lease` with `timeout` (its own, or its queue's) and,

@@ -18,7 +18,7 @@ impl PushOptions {
 
 impl Queue {
     /// The keys of the queue's grouped jobs (made once per queue handle and its clones).
-    fn group_keys(&self) -> Result<Arc<QueueKeys>, Error> {
+    pub(super) fn group_keys(&self) -> Result<Arc<QueueKeys>, Error> {
         if self.keys.is_grouped() {
             return Ok(self.keys.clone());
         }

@@ -194,7 +194,7 @@ pub(super) fn rebind(calls: &mut KeyedCalls, k: &QueueKeys, g: &GroupKeys) {
         &g.aside,
         k.counts_slot(),
     ]);
-    let ack_keys: [&str; 13] = [
+    let ack_keys: [&str; 14] = [
         &k.inflight,
         &k.leases,
         &k.payloads,
@@ -208,6 +208,7 @@ pub(super) fn rebind(calls: &mut KeyedCalls, k: &QueueKeys, g: &GroupKeys) {
         &g.turn,
         &g.limits,
         k.counts_slot(),
+        &k.paused,
     ];
     calls.ack = ScriptCall::new(&GROUP_ACK).keys(&ack_keys);
     calls.ack_bound = ScriptCall::new(&GROUP_ACK)

@@ -100,6 +100,9 @@ pub struct QueueKeys {
     /// The channel a drain waiter ([`pause::Drain`]) listens on, and how scripts name it.
     drained: String,
     drained_notify: String,
+    /// The queue's other in-flight set: the grouped jobs' for the plain keys, the plain
+    /// jobs' for the grouped keys (a drain counts both).
+    sibling_inflight: String,
     /// The keys of the queue's groups, on the grouped keys ([`QueueKeys::grouped`]).
     groups: Option<std::sync::Arc<groups::GroupKeys>>,
     /// The calls every job makes, with their keys bound once per queue (a clone shares
@@ -306,8 +309,15 @@ impl QueueKeys {
             counting: false,
             channel: k("pushed"),
             notify: keyspace.notify_arg(&k("pushed")),
-            drained: k("drained"),
-            drained_notify: keyspace.notify_arg(&k("drained")),
+            // One drain channel for the plain and the grouped keys: a drain of either
+            // counts both in-flight sets, and every settling script announces on it.
+            drained: format!("{stem}:q:drained"),
+            drained_notify: keyspace.notify_arg(&format!("{stem}:q:drained")),
+            sibling_inflight: if groups.is_some() {
+                format!("{stem}:q:inflight")
+            } else {
+                format!("{stem}:q:g:inflight")
+            },
             groups,
             calls: KeyedCalls {
                 push: ScriptCall::new(&scripts::PUSH),

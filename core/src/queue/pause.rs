@@ -93,7 +93,7 @@ impl PauseScope {
 
 fn call(keys: &QueueKeys, op: &str, field: &str) -> ScriptCall {
     ScriptCall::new(&scripts::PAUSE)
-        .keys(&[&keys.paused, &keys.inflight])
+        .keys(&[&keys.paused, &keys.inflight, &keys.sibling_inflight])
         .arg(op)
         .arg(field)
         .arg(&keys.notify)

@@ -1,7 +1,8 @@
 -- Pause, resume, drain or read the pause of a queue or of one of its groups.
 -- KEYS: 1 pauses (hash: '*' the whole queue, 'g:<group id>' one group -> the server ms of
 -- the pause; 'drain' -> the channel a drain waiter listens on), 2 in flight (zset id ->
--- lease expiry ms).
+-- lease expiry ms), 3 the queue's other in flight set (its grouped jobs' for the plain
+-- keys, its plain jobs' for the grouped keys: a drain counts both).
 -- ARGV: 1 op ('pause', 'resume', 'drain' or 'state'), 2 the field ('*' or 'g:<id>'),
 -- 3 the queue's wake channel (resume wakes every idle taker on it), 4 the drain channel.
 -- pause: the field set to now unless already set (the first pause's time is kept); returns
@@ -18,6 +19,7 @@ if op == 'state' then
 end
 redis.call('HLEN', KEYS[1])
 redis.call('ZCARD', KEYS[2])
+redis.call('ZCARD', KEYS[3])
 local now = now_ms()
 if op == 'pause' then
   return redis.call('HSETNX', KEYS[1], field, now)
@@ -35,13 +37,23 @@ end
 if op == 'drain' then
   redis.call('HSETNX', KEYS[1], '*', now)
   local live = '(' .. now
-  local count = redis.call('ZCOUNT', KEYS[2], live, '+inf')
+  local count, soonest = 0, nil
+  for i = 2, 3 do
+    local n = redis.call('ZCOUNT', KEYS[i], live, '+inf')
+    if n > 0 then
+      count = count + n
+      local first = redis.call('ZRANGEBYSCORE', KEYS[i], live, '+inf', 'LIMIT', 0, 1, 'WITHSCORES')
+      local at = tonumber(first[2])
+      if not soonest or at < soonest then
+        soonest = at
+      end
+    end
+  end
   if count == 0 then
     redis.call('HDEL', KEYS[1], 'drain')
     return {0, -2}
   end
   redis.call('HSET', KEYS[1], 'drain', ARGV[4])
-  local first = redis.call('ZRANGEBYSCORE', KEYS[2], live, '+inf', 'LIMIT', 0, 1, 'WITHSCORES')
-  return {count, math.max(tonumber(first[2]) - now, 1)}
+  return {count, math.max(soonest - now, 1)}
 end
 return redis.error_reply('ERR unknown pause op')

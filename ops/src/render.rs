@@ -18,8 +18,14 @@ fn ms(v: Option<i64>) -> String {
     v.map_or_else(|| NA.to_owned(), |v| format!("{:.1}s", v as f64 / 1000.0))
 }
 
-/// Rows as a table with a header, columns padded to their widest cell.
+/// Rows as a table with a header, columns padded to their widest cell. Every row has one
+/// cell per header cell (a missing cell is left empty, an extra one is a bug: it would sit
+/// under the wrong header).
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    debug_assert!(
+        rows.iter().all(|r| r.len() == header.len()),
+        "a row with another number of cells than the header {header:?}"
+    );
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -124,6 +130,7 @@ pub fn queues(s: &Snapshot) -> String {
             "in-flight",
             "dead",
             "oldest-age",
+            "least-lease-left",
             "acked/min",
             "failed/min",
             "paused",
@@ -151,7 +158,7 @@ pub fn locks(s: &Snapshot) -> String {
             ]
         })
         .collect();
-    table(&["lock", "holder", "ttl-left", "fence", "waiters"], &rows)
+    table(&["lock", "holder", "ttl", "fence", "waiters"], &rows)
 }
 
 /// `redlease semaphores`.
@@ -191,7 +198,7 @@ pub fn semaphores(s: &Snapshot) -> String {
             "semaphore",
             "permits",
             "held",
-            "holders (ttl left)",
+            "holders",
             "waiting",
             "waiters",
         ],
@@ -228,8 +235,8 @@ pub fn jobs(page: &redlease::JobPage) -> String {
             "age",
             "deliveries",
             "lease-left",
-            "bytes",
-            "payload",
+            "payload-len",
+            "preview",
         ],
         &rows,
     );
@@ -274,8 +281,8 @@ pub fn dead(jobs: &[DeadJob]) -> String {
             "died",
             "cause",
             "reason",
-            "bytes",
-            "payload",
+            "payload-len",
+            "preview",
         ],
         &rows,
     )

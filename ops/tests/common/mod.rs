@@ -171,10 +171,12 @@ pub fn redis_conn(url: &str) -> redis::Connection {
 /// [`world`] and every other kind of primitive beside it: a reentrant, a fair, a read and a
 /// write lock; a rate limiter; queue `partner` with grouped jobs (group `acme` ready, group
 /// `globex` paused, one dead grouped job); queue `mail` paused with a job in it; queue
-/// `reports` with a schedule.
+/// `reports` with a schedule; queue `work` with a ready, a delayed and an in-flight job
+/// (held by `in_hand`).
 pub struct FullWorld {
     pub world: World,
     pub guards: Vec<LockGuard>,
+    pub in_hand: redlease::Job,
 }
 
 pub fn full_world() -> FullWorld {
@@ -244,5 +246,19 @@ pub fn full_world() -> FullWorld {
                 .payload("sum"),
         )
         .expect("upsert");
-    FullWorld { world, guards }
+
+    let work = c.queue("work").expect("queue");
+    work.push("first").expect("push");
+    let in_hand = work
+        .take(Duration::from_secs(5))
+        .expect("take")
+        .expect("a job");
+    work.push("second").expect("push");
+    work.push_with("later", PushOptions::new().delay(Duration::from_secs(3600)))
+        .expect("push");
+    FullWorld {
+        world,
+        guards,
+        in_hand,
+    }
 }

@@ -3,14 +3,14 @@
 //! actions are here too. The CLI, `check`, the dashboard, `/api/` and `/metrics` only format
 //! what this module returns.
 //!
-//! A number the library cannot give yet is `None` and shows as `n/a`; [`WAITING`] says which
-//! branch brings it.
+//! A number that could not be read is `None` and shows as `n/a`.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redlease::JobInfo;
 use redlease::core::keys::Keyspace;
 use redlease::core::queue::inspect::{self as core_inspect, JobCursor, JobPage, JobStatus, event};
+use redlease::core::queue::pause::{self as core_pause, PauseScope};
 use redlease::core::queue::{self as core_queue, QueueKeys};
 use redlease::core::semaphore::{self as core_semaphore, SemaphoreKeys};
 use redlease::core::{Command, Reply};
@@ -20,18 +20,9 @@ use serde_json::{Value, json};
 use crate::drive::Conn;
 use crate::layout;
 
-/// The numbers that wait on another branch of the library, and which.
-pub const WAITING: &[(&str, &str)] = &[
-    (
-        "live-client registry, lock waiters, forced release",
-        "observe (its lock part)",
-    ),
-    ("paused", "pause"),
-    ("groups", "groups"),
-];
-
-/// How many characters of an owner token are ever shown.
-pub const TOKEN_SHOWN: usize = 6;
+/// How many characters of an owner token are ever shown: as many as
+/// `Client::force_release` needs at least, so that the prefix shown releases the holder.
+pub const TOKEN_SHOWN: usize = 8;
 
 /// Where the numbers come from: one server, one key prefix.
 pub struct Source {
@@ -60,6 +51,9 @@ pub struct ServerInfo {
     /// Connections whose name starts with `redlease` (`CLIENT LIST`; `None` when the user
     /// may not run it).
     pub redlease_connections: Option<u64>,
+    /// Live clients of the library's registry (`Client::clients`: the clients built with
+    /// `ClientBuilder::registry`).
+    pub live_clients: Option<u64>,
     /// Memory used, as the server words it.
     pub used_memory: Option<String>,
 }
@@ -69,8 +63,11 @@ pub struct ServerInfo {
 pub struct QueueRow {
     /// Its name.
     pub name: String,
-    /// Depth by state (`None` with `error` set when it could not be read).
+    /// Depth by state, its grouped jobs included (`None` with `error` set when it could not
+    /// be read).
     pub stats: Option<QueueStats>,
+    /// The grouped jobs alone (`PushOptions::group`; the queue's `groups()`).
+    pub grouped: Option<QueueStats>,
     /// Why it could not be read.
     pub error: Option<String>,
     /// Age of the oldest ready job, ms (`None`: no ready job, or none with an enqueue time).
@@ -79,10 +76,8 @@ pub struct QueueRow {
     pub least_lease_left_ms: Option<u64>,
     /// Pushed, acked, failed and dead in the last complete minute of the server's clock.
     pub per_minute: Option<Rates>,
-    /// Paused (branch `pause`).
+    /// Whether the queue is paused (`Queue::pause`).
     pub paused: Option<bool>,
-    /// Groups with jobs (branch `groups`).
-    pub groups: Option<u64>,
 }
 
 /// Counts per minute: (minute start in Unix ms, counts), oldest first.
@@ -114,8 +109,6 @@ pub struct LockRow {
     pub ttl_ms: Option<i64>,
     /// The last fencing token.
     pub fence: Option<String>,
-    /// Waiters (branch `observe`).
-    pub waiters: Option<u64>,
 }
 
 /// One semaphore.
@@ -218,7 +211,6 @@ impl Source {
                 holder: r.token.as_deref().map(short_token),
                 ttl_ms: r.ttl_ms,
                 fence: r.fence,
-                waiters: None,
             })
             .collect();
         let semaphores = self.semaphores(found.semaphores.into_iter().collect())?;
@@ -268,8 +260,10 @@ impl Source {
                 },
                 Err(_) => None,
             };
+        let live_clients = self.conn.client().clients().ok().map(|c| c.len() as u64);
         Ok(ServerInfo {
             url: redact_url(&self.url),
+            live_clients,
             version: field("valkey_version").or_else(|| field("redis_version")),
             mode: field("server_mode").or_else(|| field("redis_mode")),
             role: field("role"),
@@ -287,26 +281,55 @@ impl Source {
     /// Every queue of `names`, read in one pipeline.
     pub fn queues(&mut self, names: Vec<String>) -> Result<Vec<QueueRow>, String> {
         let deadline = self.deadline();
+        // Per queue: its plain jobs' and its grouped jobs' stats, in one pipeline; whether
+        // it is paused, in another.
         let mut machines = Vec::new();
+        let mut pauses = Vec::new();
         let mut rows = Vec::new();
         for name in names {
-            match self.queue_keys(&name) {
-                Ok(keys) => {
-                    machines.push(core_queue::stats(&keys, deadline));
-                    rows.push(QueueRow::new(name));
+            let Ok(keys) = self.queue_keys(&name) else {
+                continue;
+            };
+            let Ok(grouped) = QueueKeys::grouped(&self.keyspace, &name) else {
+                continue;
+            };
+            let Ok(paused) = core_pause::paused_at(&keys, &PauseScope::Queue, deadline) else {
+                continue;
+            };
+            machines.push(core_queue::stats(&keys, deadline));
+            machines.push(core_queue::stats(&grouped, deadline));
+            pauses.push(paused);
+            rows.push(QueueRow::new(name));
+        }
+        let mut results = self.conn.drive_all(machines)?.into_iter();
+        for row in rows.iter_mut() {
+            match (results.next(), results.next()) {
+                (Some(Ok(plain)), Some(Ok(grouped))) => {
+                    let mut all = plain;
+                    all.ready += grouped.ready;
+                    all.delayed += grouped.delayed;
+                    all.in_flight += grouped.in_flight;
+                    all.dead += grouped.dead;
+                    all.oldest_ready_age = plain.oldest_ready_age.max(grouped.oldest_ready_age);
+                    all.least_lease_left = match (plain.least_lease_left, grouped.least_lease_left)
+                    {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    row.oldest_age_ms = all.oldest_ready_age.map(|d| d.as_millis() as u64);
+                    row.least_lease_left_ms = all.least_lease_left.map(|d| d.as_millis() as u64);
+                    row.stats = Some(all);
+                    row.grouped = Some(grouped);
                 }
-                Err(_) => continue,
+                (Some(Err(e)), _) | (_, Some(Err(e))) => row.error = Some(e),
+                _ => row.error = Some("no answer".to_owned()),
             }
         }
-        let results = self.conn.drive_all(machines)?;
-        for (row, result) in rows.iter_mut().zip(results) {
-            match result {
-                Ok(stats) => {
-                    row.oldest_age_ms = stats.oldest_ready_age.map(|d| d.as_millis() as u64);
-                    row.least_lease_left_ms = stats.least_lease_left.map(|d| d.as_millis() as u64);
-                    row.stats = Some(stats);
-                }
-                Err(e) => row.error = Some(e),
+        // A user that may not run the pause read (it is not sent as a read-only script)
+        // still sees the rest: paused is then n/a.
+        if let Ok(paused) = self.conn.drive_all(pauses) {
+            for (row, paused) in rows.iter_mut().zip(paused) {
+                row.paused = paused.ok().map(|at| at.is_some());
             }
         }
         // The last complete minute's counts, all queues in one batch (that minute alone is
@@ -517,6 +540,60 @@ impl Source {
     }
 }
 
+impl Source {
+    /// Releases by force the hold of `lock` whose token starts with `token_prefix`
+    /// (`Client::force_release`); whether anything was released.
+    pub fn force_release(&mut self, lock: &str, token_prefix: &str) -> Result<bool, String> {
+        self.conn
+            .client()
+            .force_release(lock, token_prefix)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Whether `queue` (or its `group`) is paused.
+    pub fn is_paused(&mut self, queue: &str, group: Option<&str>) -> Result<bool, String> {
+        let q = self.conn.client().queue(queue).map_err(|e| e.to_string())?;
+        match group {
+            Some(g) => q.is_group_paused(g),
+            None => q.is_paused(),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// Pauses (or resumes) `queue`, or its `group`.
+    pub fn set_paused(
+        &mut self,
+        queue: &str,
+        group: Option<&str>,
+        pause: bool,
+    ) -> Result<(), String> {
+        let q = self.conn.client().queue(queue).map_err(|e| e.to_string())?;
+        match (group, pause) {
+            (Some(g), true) => q.pause_group(g),
+            (Some(g), false) => q.resume_group(g),
+            (None, true) => q.pause(),
+            (None, false) => q.resume(),
+        }
+        .map_err(|e| e.to_string())
+    }
+
+    /// Cancels job `id` of `queue` (of its `group`, for a grouped job).
+    pub fn cancel(
+        &mut self,
+        queue: &str,
+        group: Option<&str>,
+        id: &str,
+        message: &str,
+    ) -> Result<redlease::Cancelled, String> {
+        let q = self.conn.client().queue(queue).map_err(|e| e.to_string())?;
+        match group {
+            Some(g) => q.cancel_grouped(g, id, message),
+            None => q.cancel(id, message),
+        }
+        .map_err(|e| e.to_string())
+    }
+}
+
 /// What to do with dead jobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeadAction {
@@ -572,12 +649,12 @@ impl QueueRow {
         QueueRow {
             name,
             stats: None,
+            grouped: None,
             error: None,
             oldest_age_ms: None,
             least_lease_left_ms: None,
             per_minute: None,
             paused: None,
-            groups: None,
         }
     }
 }
@@ -632,7 +709,7 @@ impl Snapshot {
                 "url": s.url, "version": s.version, "mode": s.mode, "role": s.role,
                 "uptime_s": s.uptime_s, "connected_clients": s.connected_clients,
                 "redlease_connections": s.redlease_connections, "used_memory": s.used_memory,
-                "live_clients": Value::Null,
+                "live_clients": s.live_clients,
             },
             "queues": self.queues.iter().map(|q| json!({
                 "name": q.name,
@@ -644,11 +721,12 @@ impl Snapshot {
                 "least_lease_left_ms": q.least_lease_left_ms,
                 "per_minute": q.per_minute.map(|r| json!({"pushed": r.pushed, "acked": r.acked, "failed": r.failed, "dead": r.dead, "deferred": r.deferred})),
                 "paused": q.paused,
-                "groups": q.groups,
+                "grouped_jobs": q.grouped.map(|g| g.ready + g.delayed + g.in_flight + g.dead),
+                "grouped": q.grouped.map(|g| json!({"ready": g.ready, "delayed": g.delayed, "in_flight": g.in_flight, "dead": g.dead})),
                 "error": q.error,
             })).collect::<Vec<_>>(),
             "locks": self.locks.iter().map(|l| json!({
-                "name": l.name, "holder": l.holder, "ttl_ms": l.ttl_ms, "fence": l.fence, "waiters": l.waiters,
+                "name": l.name, "holder": l.holder, "ttl_ms": l.ttl_ms, "fence": l.fence,
             })).collect::<Vec<_>>(),
             "semaphores": self.semaphores.iter().map(|m| json!({
                 "name": m.name,
@@ -661,7 +739,6 @@ impl Snapshot {
             })).collect::<Vec<_>>(),
             "truncated": self.truncated,
             "round_trips": self.round_trips,
-            "waiting_on": WAITING.iter().map(|(what, branch)| json!({"numbers": what, "branch": branch})).collect::<Vec<_>>(),
         })
     }
 }
@@ -675,7 +752,7 @@ mod tests {
         assert_eq!(redact_url("redis://u:secret@h:1/"), "redis://u:***@h:1/");
         assert_eq!(redact_url("redis://secret@h:1/"), "redis://***@h:1/");
         assert_eq!(redact_url("redis://h:1/"), "redis://h:1/");
-        assert_eq!(short_token("0123456789abcdef"), "012345…");
+        assert_eq!(short_token("0123456789abcdef"), "01234567…");
         assert_eq!(short_token("abc"), "abc");
     }
 }

@@ -1,9 +1,9 @@
 //! The one place of this tool that knows how redlease names its keys: finding which queues,
 //! locks and semaphores exist (a `SCAN` over `<prefix>:{*`, never `KEYS`), and reading a
-//! lease lock's holder, which the library does not offer yet to anyone but the holder.
+//! lease lock's holder.
 //!
-//! Everything here gives way to the library's own listing and `lock_info` when they land
-//! (issue 30's data plane, branch `observe`); the views do not change.
+//! Everything here can give way to the library's own listings (`Client::locks`,
+//! `Client::lock_info`); the views do not change.
 
 use std::collections::BTreeSet;
 

@@ -1,8 +1,8 @@
 //! `redlease`: the operator tool for redlease (a CLI and a small web dashboard).
 //!
 //! It reads what the library stores (queues, dead letters, locks, semaphores) and acts on it
-//! through the library's own calls. It never uses `KEYS`; it shows at most the first six
-//! characters of an owner token and never a password. Exit codes: 0 success (for `check`:
+//! through the library's own calls. It never uses `KEYS`; it shows at most the first eight
+//! characters of an owner token (as many as a forced release needs) and never a password. Exit codes: 0 success (for `check`:
 //! every threshold met), 1 a `check` threshold crossed, 2 bad usage or an error (Redis
 //! unreachable, refused), 3 a `check` threshold whose number is not available.
 #![forbid(unsafe_code)]
@@ -116,22 +116,27 @@ enum Command {
         #[arg(long)]
         yes: bool,
     },
-    /// Pauses a queue.
-    Pause {
-        /// The queue.
-        queue: String,
-    },
-    /// Resumes a paused queue.
-    Resume {
-        /// The queue.
-        queue: String,
-    },
-    /// Cancels a job.
+    /// Pauses a queue (no job is leased until `resume`; jobs in flight finish), or one
+    /// group of its grouped jobs with --group.
+    Pause(PauseArgs),
+    /// Resumes a paused queue, or one paused group with --group.
+    Resume(PauseArgs),
+    /// Cancels a job: a waiting job will not run; a job in flight loses its lease and its
+    /// holder is told. It goes to the dead list (cause `cancelled`).
     Cancel {
         /// The queue.
         queue: String,
-        /// The job's id.
+        /// The job's id (as `jobs` shows it).
         id: String,
+        /// The job's group (for a job pushed into a group).
+        #[arg(long)]
+        group: Option<String>,
+        /// Why (kept as the dead job's reason).
+        #[arg(long, default_value = "cancelled by an operator")]
+        message: String,
+        /// Do it (without it, only says what would be cancelled).
+        #[arg(long)]
+        yes: bool,
     },
     /// Exits 1 when a threshold is crossed (for cron or a Kubernetes probe), 3 when a number
     /// it needs is not available, 0 otherwise.
@@ -152,6 +157,18 @@ enum Command {
     },
     /// The web dashboard.
     Serve(web::ServeArgs),
+}
+
+#[derive(Args, Debug)]
+struct PauseArgs {
+    /// The queue.
+    queue: String,
+    /// Only this group of the queue's grouped jobs.
+    #[arg(long)]
+    group: Option<String>,
+    /// Do it (without it, only says what would be done).
+    #[arg(long)]
+    yes: bool,
 }
 
 #[derive(Args, Debug)]
@@ -227,13 +244,6 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
-}
-
-fn waiting(what: &str, branch: &str) -> Failure {
-    Failure(
-        2,
-        format!("{what}: not available yet (the library's support lands with branch `{branch}`)"),
-    )
 }
 
 fn run(cli: Cli) -> Result<u8, Failure> {
@@ -331,12 +341,48 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                     Ok(0)
                 }
                 data::ReleasePlan::Matches(_) => {
-                    Err(waiting("forced release by token prefix", "observe"))
+                    if source.force_release(&lock, shown)? {
+                        println!("{lock}: released the hold of {shown}…");
+                        Ok(0)
+                    } else {
+                        println!("{lock} is no longer held by {shown}…: nothing released");
+                        Ok(1)
+                    }
                 }
             }
         }
-        Command::Pause { .. } | Command::Resume { .. } => Err(waiting("pause and resume", "pause")),
-        Command::Cancel { .. } => Err(waiting("cancel", "timeouts and cancellation (issue 23)")),
+        Command::Pause(a) => pause(&mut source, a, true),
+        Command::Resume(a) => pause(&mut source, a, false),
+        Command::Cancel {
+            queue,
+            id,
+            group,
+            message,
+            yes,
+        } => {
+            let what = match &group {
+                Some(g) => format!("job {id} of group {g} of queue {queue}"),
+                None => format!("job {id} of queue {queue}"),
+            };
+            if !yes {
+                println!("would cancel {what}: run again with --yes to cancel it");
+                return Ok(0);
+            }
+            match source.cancel(&queue, group.as_deref(), &id, &message)? {
+                redlease::Cancelled::NotFound => {
+                    println!("no {what} waits or runs: nothing cancelled");
+                    Ok(1)
+                }
+                redlease::Cancelled::InFlight => {
+                    println!("cancelled {what} (it was in flight: its holder is told)");
+                    Ok(0)
+                }
+                _ => {
+                    println!("cancelled {what} (it was waiting: it will not run)");
+                    Ok(0)
+                }
+            }
+        }
         Command::Check {
             max_age,
             max_dead,
@@ -389,6 +435,29 @@ fn watch(
         }
         std::thread::sleep(Duration::from_secs_f64(w.interval));
     }
+}
+
+fn pause(source: &mut Source, a: PauseArgs, pause: bool) -> Result<u8, Failure> {
+    let what = match &a.group {
+        Some(g) => format!("group {g} of queue {}", a.queue),
+        None => format!("queue {}", a.queue),
+    };
+    let verb = if pause { "pause" } else { "resume" };
+    let was = source.is_paused(&a.queue, a.group.as_deref())?;
+    if was == pause {
+        println!(
+            "{what} is {} already: nothing to do",
+            if pause { "paused" } else { "not paused" }
+        );
+        return Ok(0);
+    }
+    if !a.yes {
+        println!("would {verb} {what}: run again with --yes to {verb} it");
+        return Ok(0);
+    }
+    source.set_paused(&a.queue, a.group.as_deref(), pause)?;
+    println!("{what}: {}", if pause { "paused" } else { "resumed" });
+    Ok(0)
 }
 
 fn dead(source: &mut Source, queue: &str, limit: usize, json: bool) -> Result<u8, Failure> {

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 use redlease::DeadJob;
 use serde_json::{Value, json};
 
-use crate::data::{Snapshot, WAITING, short_token};
+use crate::data::{Snapshot, short_token};
 
 const NA: &str = "n/a";
 
@@ -77,7 +77,7 @@ pub fn status(s: &Snapshot) -> String {
             opt(v.uptime_s.map(|u| format!("{u}s"))),
             opt(v.connected_clients),
             opt(v.redlease_connections),
-            NA.to_owned(),
+            opt(v.live_clients),
             opt(v.used_memory.as_ref()),
         ]],
     );
@@ -92,10 +92,6 @@ pub fn status(s: &Snapshot) -> String {
             ""
         }
     ));
-    out.push_str("\n\nn/a until the library has it:");
-    for (what, branch) in WAITING {
-        out.push_str(&format!("\n  {what}: branch {branch}"));
-    }
     out
 }
 
@@ -117,7 +113,9 @@ pub fn queues(s: &Snapshot) -> String {
                 opt(q.per_minute.map(|r| r.acked)),
                 opt(q.per_minute.map(|r| r.failed)),
                 opt(q.paused),
-                opt(q.groups),
+                opt(q
+                    .grouped
+                    .map(|g| g.ready + g.delayed + g.in_flight + g.dead)),
                 q.error.clone().unwrap_or_default(),
             ]
         })
@@ -134,7 +132,7 @@ pub fn queues(s: &Snapshot) -> String {
             "acked/min",
             "failed/min",
             "paused",
-            "groups",
+            "grouped-jobs",
             "error",
         ],
         &rows,
@@ -154,11 +152,10 @@ pub fn locks(s: &Snapshot) -> String {
                     .unwrap_or_else(|| "(reentrant or other kind)".into()),
                 ms(l.ttl_ms),
                 opt(l.fence.as_ref()),
-                opt(l.waiters),
             ]
         })
         .collect();
-    table(&["lock", "holder", "ttl", "fence", "waiters"], &rows)
+    table(&["lock", "holder", "ttl", "fence"], &rows)
 }
 
 /// `redlease semaphores`.

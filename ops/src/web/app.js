@@ -40,7 +40,7 @@ async function refresh() {
     cell(tr, q.per_minute ? q.per_minute.acked : null, true);
     cell(tr, q.per_minute ? q.per_minute.failed : null, true);
     cell(tr, q.paused === null ? null : (q.paused ? "yes" : "no"));
-    cell(tr, q.groups, true);
+    cell(tr, q.grouped_jobs, true);
     const td = document.createElement("td");
     const b = document.createElement("button");
     b.textContent = "dead letters"; b.className = "show-dead";
@@ -48,7 +48,7 @@ async function refresh() {
     td.appendChild(b); tr.appendChild(td);
   });
   fill("locks", o.locks || [], (tr, l) => {
-    cell(tr, l.name); cell(tr, l.holder); cell(tr, secs(l.ttl_ms), true); cell(tr, l.fence, true); cell(tr, l.waiters, true);
+    cell(tr, l.name); cell(tr, l.holder); cell(tr, secs(l.ttl_ms), true); cell(tr, l.fence, true);
   });
   fill("semaphores", o.semaphores || [], (tr, m) => {
     cell(tr, m.name); cell(tr, m.permits, true);
@@ -60,7 +60,6 @@ async function refresh() {
     ["connections", s.connected_clients], ["redlease connections", s.redlease_connections], ["live clients", s.live_clients],
     ["memory", s.used_memory], ["round trips per refresh", o.round_trips],
   ], (tr, [k, v]) => { cell(tr, k); cell(tr, v); });
-  $("waiting").textContent = "n/a until the library has it: " + (o.waiting_on || []).map(w => `${w.numbers} (branch ${w.branch})`).join("; ");
   try { drawCharts(await (await fetch("/api/history")).json()); } catch (e) { $("error").textContent = String(e); }
   if (deadQueue !== null) await loadDead();
 }

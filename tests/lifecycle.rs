@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use redlease::{
-    Cancelled, Client, Error, GroupLimits, JobError, LimitsOf, PushOptions, Queue, Schedule,
+    Cancelled, Client, Error, GroupLimits, JobError, LimitsOf, PushOptions, Queue, Retry, Schedule,
     Upserted,
 };
 use redlease_suite::RedisServer;
@@ -246,4 +246,77 @@ fn a_grouped_job_is_cancelled_where_it_waits_and_its_slot_is_freed_when_it_runs(
     assert_eq!(next.payload(), b"four");
     assert!(g.try_take().unwrap().is_none());
     next.ack().unwrap();
+}
+
+#[test]
+fn a_grouped_jobs_slot_is_free_at_once_after_a_nack_with_backoff_or_a_death() {
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("partners").unwrap();
+    q.set_group_limits(
+        LimitsOf::Group("acme"),
+        Some(GroupLimits::new().concurrency(1)),
+    )
+    .unwrap();
+    for p in ["one", "two", "three"] {
+        q.push_with(p, PushOptions::new().group("acme")).unwrap();
+    }
+    let g = q.groups().unwrap();
+    let one = g.try_take().unwrap().expect("the first job");
+    assert!(
+        g.try_take().unwrap().is_none(),
+        "the group's one slot is held"
+    );
+    // Retried in 60 s: the slot is free now (the lease would run 30 s).
+    one.nack_after(Duration::from_secs(60)).unwrap();
+    let two = g
+        .try_take()
+        .unwrap()
+        .expect("the slot is free after the nack");
+    assert_eq!(two.payload(), b"two");
+    // Dead at once: the slot is free now.
+    two.fail("bad", Retry::Never).unwrap();
+    let three = g
+        .try_take()
+        .unwrap()
+        .expect("the slot is free after the death");
+    assert_eq!(three.payload(), b"three");
+    three.ack().unwrap();
+    assert_eq!(g.stats().unwrap().dead, 1);
+}
+
+#[test]
+fn schedule_times_past_2_pow_53_and_group_ids_no_group_can_have_are_refused() {
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("ticks").unwrap();
+    let every = Schedule::every(Duration::from_secs(1)).unwrap();
+    for ms in [1u64 << 63, u64::MAX, (1 << 53) + 1] {
+        for schedule in [
+            every.clone().starting_at_ms(ms),
+            every.clone().ending_at_ms(ms),
+        ] {
+            assert!(
+                matches!(
+                    q.schedule("tick", &schedule),
+                    Err(Error::InvalidArgument(_))
+                ),
+                "{ms}"
+            );
+        }
+    }
+    assert!(q.schedules().unwrap().is_empty(), "nothing was written");
+    let last = every.starting_at_ms((1 << 53) - 1);
+    assert!(matches!(
+        q.schedule("tick", &last).unwrap(),
+        Upserted::Set { .. }
+    ));
+    assert_eq!(q.schedules().unwrap()[0].next, Some((1 << 53) - 1));
+    for bad in ["a\u{1f}b", ""] {
+        assert!(matches!(q.pause_group(bad), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            q.resume_group(bad),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
 }

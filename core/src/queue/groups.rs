@@ -103,7 +103,13 @@ pub static GROUP_TAKE: Script = crate::script!(
 /// `lua/group_ack.lua`
 pub static GROUP_ACK: Script = crate::script!(
     "queue_group_ack",
-    [NOW_MS, REMEMBER, NOTIFY, super::scripts::COUNT],
+    [
+        NOW_MS,
+        REMEMBER,
+        NOTIFY,
+        super::scripts::COUNT,
+        super::scripts::GROUP_FREE
+    ],
     include_str!("lua/group_ack.lua")
 );
 

@@ -86,6 +86,10 @@ impl PauseScope {
                 ))
                 .into())
             }
+            // An id that no group can have (see groups::check_group) is refused too.
+            PauseScope::Group(id) if id.contains(super::groups::SEPARATOR) => {
+                super::groups::check_group(id).map(|()| String::new())
+            }
             PauseScope::Group(id) => Ok(format!("g:{id}")),
         }
     }

@@ -221,8 +221,24 @@ impl Schedule {
         }
     }
 
+    /// Refuses a start or an end past [`MAX_SCHEDULE_MS`] (a Lua number, a double, holds
+    /// integers exactly only up to 2^53): nothing is written.
+    fn check_times(&self) -> Result<(), Error> {
+        for (what, ms) in [("start", self.start_ms), ("end", self.end_ms)] {
+            if let Some(ms) = ms
+                && ms > MAX_SCHEDULE_MS
+            {
+                return Err(InvalidArgument::Setting(format!(
+                    "a schedule's {what} is at most {MAX_SCHEDULE_MS} ms (2^53 - 1), got {ms}"
+                ))
+                .into());
+            }
+        }
+        Ok(())
+    }
+
     /// No occurrence before `ms` (Unix milliseconds); an every-`d` schedule counts its
-    /// periods from here.
+    /// periods from here. Past [`MAX_SCHEDULE_MS`] the upsert is refused.
     pub fn starting_at_ms(mut self, ms: u64) -> Self {
         self.start_ms = Some(ms);
         self
@@ -448,6 +464,10 @@ pub fn missed(schedule: &Schedule, due: u64, now_ms: u64) -> bool {
     schedule.first_after(due).is_some_and(|next| next <= now_ms)
 }
 
+/// The latest start or end a schedule takes (Unix ms, 2^53 - 1: the largest integer a Lua
+/// number holds exactly; about the year 287,396).
+pub const MAX_SCHEDULE_MS: u64 = (1 << 53) - 1;
+
 /// What an upsert did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -522,6 +542,7 @@ pub fn upsert(
     deadline: Instant,
 ) -> Result<ScriptOp<Upsert>, Error> {
     check_name(name)?;
+    schedule.check_times()?;
     let (from, first) = match from {
         Some((from, first)) => (from.to_string(), due_text(first)),
         None => (String::new(), String::new()),

@@ -26,6 +26,11 @@ pub const REVIVE: &str = include_str!("lua/revive.lua");
 /// [`RECLAIM`], which counts too).
 pub const COUNT: &str = include_str!("lua/count.lua");
 
+/// `lua/group_free.lua`: `group_freed(ready_key, id)`, a grouped job's end of lease (its
+/// group's slot freed, the group back from the set of full groups), called by the scripts
+/// that end a lease other than the group's own ack.
+pub const GROUP_FREE: &str = include_str!("lua/group_free.lua");
+
 /// `lua/inspect.lua`: the inspection scripts' shared part, `job_fields`.
 pub const INSPECT: &str = include_str!("lua/inspect.lua");
 
@@ -54,7 +59,7 @@ pub static ACK: Script = script!(
 pub static NACK: Script = script!(
     "queue_nack",
     [
-        NOW_MS_UP, REMEMBER, READY, NOTIFY, COUNT, DEDUP, DEAD_LIST, BURY
+        NOW_MS_UP, REMEMBER, READY, NOTIFY, COUNT, DEDUP, DEAD_LIST, BURY, GROUP_FREE
     ],
     include_str!("lua/nack.lua")
 );
@@ -176,7 +181,9 @@ pub static ACK_MANY: Script = script!(
 /// `lua/cancel.lua`
 pub static CANCEL: Script = script!(
     "queue_cancel",
-    [NOW_MS, REMEMBER, NOTIFY, DEDUP, COUNT, DEAD_LIST, BURY],
+    [
+        NOW_MS, REMEMBER, NOTIFY, DEDUP, COUNT, DEAD_LIST, BURY, GROUP_FREE
+    ],
     include_str!("lua/cancel.lua")
 );
 

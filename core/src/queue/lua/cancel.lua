@@ -17,14 +17,14 @@ local id, message = ARGV[1], ARGV[2]
 local in_ready = redis.call('ZSCORE', KEYS[1], id)
 -- A grouped job ('<group>\31<id>', on the grouped keys, whose ready set is '...:q:g:ready')
 -- may wait in its group's own ready set ('...:q:g:r:<group>'); in flight, it holds a slot
--- in its group's index ('...:q:g:i:<group>'), freed with its lease.
-local group_ready, group_index, in_group
+-- in its group's index ('...:q:g:i:<group>'), freed with its lease (group_free.lua).
+local group_ready, in_group
 local sep = string.find(id, '\31', 1, true)
 if sep and string.sub(KEYS[1], -8) == ':g:ready' then
   local stem, g = string.sub(KEYS[1], 1, -6), string.sub(id, 1, sep - 1)
-  group_ready, group_index = stem .. 'r:' .. g, stem .. 'i:' .. g
+  group_ready = stem .. 'r:' .. g
   in_group = redis.call('ZSCORE', group_ready, id)
-  redis.call('ZCARD', group_index)
+  redis.call('ZCARD', stem .. 'i:' .. g)
 end
 local in_delayed = redis.call('ZSCORE', KEYS[2], id)
 redis.call('HLEN', KEYS[3])
@@ -54,9 +54,7 @@ elseif expiry or token then
   local now = now_ms()
   redis.call('ZREM', KEYS[5], id)
   redis.call('HDEL', KEYS[6], id)
-  if group_index then
-    redis.call('ZREM', group_index, id)
-  end
+  group_freed(KEYS[1], id)
   if token then
     redis.call('HDEL', KEYS[7], token, token .. ':e')
     -- Marks of cancels whose time has passed are dropped with their messages.

@@ -47,16 +47,7 @@ redis.call('HDEL', KEYS[7], id)
 remember(KEYS[8], token, now, tonumber(ARGV[3]))
 counting(KEYS[13], now)
 count('acked', 1)
-local at = string.find(id, '\31', 1, true)
-local wake = false
-if at then
-  local g = string.sub(id, 1, at - 1)
-  redis.call('ZREM', string.sub(KEYS[9], 1, -5) .. 'i:' .. g, id)
-  if redis.call('ZREM', KEYS[10], g) == 1 then
-    redis.call('ZADD', KEYS[9], tonumber(redis.call('GET', KEYS[11]) or '0') or 0, g)
-    wake = true
-  end
-end
+local wake = group_freed(string.sub(KEYS[9], 1, -5) .. 'ready', id)
 local whole = redis.call('HGET', KEYS[12], '!')
 if whole and (tonumber(string.match(whole, '^(%d+)')) or 0) > 0 then
   wake = true

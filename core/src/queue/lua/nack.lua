@@ -55,6 +55,8 @@ end
 redis.call('ZREM', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
 redis.call('HDEL', KEYS[9], ARGV[2], ARGV[2] .. ':e')
+-- A grouped job's slot is free now, whether it is retried or dead.
+local group_back = group_freed(KEYS[4], id)
 remember(KEYS[11], ARGV[2], now, tonumber(ARGV[6]))
 counting(KEYS[14], now)
 count('failed', 1)
@@ -71,6 +73,9 @@ if n - base >= tonumber(ARGV[4]) then
   -- The library's timed_out says 'timed out' (or 'timed out: <the handler's error>').
   local timed_out = ARGV[7] == 'timed out' or string.sub(ARGV[7], 1, 11) == 'timed out: '
   bury(KEYS[8], id, timed_out and 'timed_out' or 'failed', now)
+  if group_back then
+    notify(ARGV[5], '1')
+  end
   return 2
 end
 local backoff = tonumber(ARGV[3])

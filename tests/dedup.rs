@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlease::memory::MemoryServer;
+use redlease::memory::{MemoryClock, MemoryServer};
 use redlease::{Client, Dedup, DedupOutcome, JobState, Queue, QueueStats};
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{self, await_condition, connection as raw, percentile, server};
@@ -163,6 +163,24 @@ fn throttle_5s_100_pushes_in_4_9s_make_one_job_and_a_push_at_5_1s_a_second() {
     let second = q.push_dedup("report", "late", mode).unwrap();
     assert!(is_queued(&second), "{second:?}");
     assert_ne!(second.job_id(), first);
+}
+
+#[test]
+fn a_throttle_window_never_ends_before_its_ttl_has_passed() {
+    // The first push runs at .5 of a millisecond: a window of 1 ms is over at the next
+    // millisecond's .5 at the earliest, not at the next millisecond (the clock rounded down).
+    let clock = MemoryClock::starting_at(MemoryClock::DEFAULT_START + Duration::from_micros(500));
+    clock.set_auto_advance(false);
+    let server = MemoryServer::with_clock(clock.clone());
+    let q = server.client().queue("throttle").unwrap();
+    let mode = Dedup::Throttle(MS);
+    let first = q.push_dedup("t", "0", mode).unwrap();
+    assert!(is_queued(&first));
+    clock.advance(Duration::from_micros(600));
+    let early = q.push_dedup("t", "1", mode).unwrap();
+    assert!(!is_queued(&early), "0.6 ms after the first push: {early:?}");
+    clock.advance(Duration::from_micros(1500));
+    assert!(is_queued(&q.push_dedup("t", "2", mode).unwrap()));
 }
 
 #[test]

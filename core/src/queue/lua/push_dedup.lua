@@ -34,11 +34,18 @@ local delay, priority = tonumber(ARGV[4]), tonumber(ARGV[5])
 local d, id, payload = ARGV[7], ARGV[8], ARGV[9]
 local up, now = now_ms_up()
 counting(KEYS[11], now)
--- Throttle windows that ended are dropped (with their jobs' names).
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now)) do
+-- Throttle windows that ended are dropped (with their jobs' names), at most 64 a push: a
+-- push opens at most one, so the sweep keeps up, and its cost is bounded whatever the set
+-- holds. This push's own window, if it ended, is dropped below in any case.
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', KEYS[9], '-inf', now, 'LIMIT', 0, 64)) do
   redis.call('HDEL', KEYS[10], gone)
+  redis.call('ZREM', KEYS[9], gone)
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', now)
+local own_until = tonumber(redis.call('ZSCORE', KEYS[9], d) or '')
+if own_until and own_until <= now then
+  redis.call('HDEL', KEYS[10], d)
+  redis.call('ZREM', KEYS[9], d)
+end
 local function state_of(j)
   if redis.call('ZSCORE', KEYS[1], j) then
     return 'ready'
@@ -80,12 +87,14 @@ if mode == 't' then
     return {0, j, state_of(j)}
   end
   local out = queue_new(due, 0)
-  redis.call('ZADD', KEYS[9], now + window, d)
+  -- The window ends at the clock rounded up plus the ttl, and is over once the clock
+  -- rounded down reaches it: never before the ttl has passed since the first push ran.
+  redis.call('ZADD', KEYS[9], up + window, d)
   redis.call('HSET', KEYS[10], d, id)
   -- Both keys last as long as their latest window (a key without expiry reads -1).
   for _, k in ipairs({KEYS[9], KEYS[10]}) do
-    if redis.call('PTTL', k) < window then
-      redis.call('PEXPIRE', k, window)
+    if redis.call('PTTL', k) < window + 1 then
+      redis.call('PEXPIRE', k, window + 1)
     end
   end
   return out

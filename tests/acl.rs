@@ -243,6 +243,7 @@ fn a_read_only_user_reads_everything_through_read_only_scripts() {
     let job = q.take(Duration::from_secs(5)).unwrap().unwrap();
     let dead_id = job.id().to_owned();
     job.nack().unwrap();
+    q.pause_group("acme").unwrap();
     await_condition(Duration::from_secs(10), || {
         admin.clients().is_ok_and(|c| !c.is_empty())
     });
@@ -285,6 +286,9 @@ fn a_read_only_user_reads_everything_through_read_only_scripts() {
         .unwrap();
     assert!(!counts.is_empty(), "the pushes were counted");
     assert!(!viewer.clients().unwrap().is_empty());
+    // The pause reads are read-only scripts too.
+    assert!(!vq.is_paused().unwrap());
+    assert!(vq.is_group_paused("acme").unwrap());
     // Writes are refused, and change nothing.
     let err = viewer.lock("free").try_acquire().unwrap_err();
     // (Redis 6.2 words the refusal inside a script as "can't run this command".)

@@ -325,11 +325,14 @@ impl Source {
                 _ => row.error = Some("no answer".to_owned()),
             }
         }
-        // A user that may not run the pause read (it is not sent as a read-only script)
-        // still sees the rest: paused is then n/a.
-        if let Ok(paused) = self.conn.drive_all(pauses) {
-            for (row, paused) in rows.iter_mut().zip(paused) {
-                row.paused = paused.ok().map(|at| at.is_some());
+        // The pause read is a read-only script, as the stats: a user who may read the
+        // stats may read it too, and a failure is the row's error.
+        for (row, paused) in rows.iter_mut().zip(self.conn.drive_all(pauses)?) {
+            match paused {
+                Ok(at) => row.paused = Some(at.is_some()),
+                Err(e) => {
+                    row.error.get_or_insert(e);
+                }
             }
         }
         // The last complete minute's counts, all queues in one batch (that minute alone is

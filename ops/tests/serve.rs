@@ -180,6 +180,10 @@ fn viewer_rule(conn: &mut redis::Connection) -> Vec<&'static str> {
 #[test]
 fn a_user_without_write_rights_sees_everything_and_changes_nothing() {
     let w = world();
+    // A paused queue beside `emails` (not paused): the pause read is a read-only script.
+    let held = w.client.queue("held").unwrap();
+    held.push("parked").unwrap();
+    held.pause().unwrap();
     let mut admin = redis_conn(&w.server.url());
     let rule = viewer_rule(&mut admin);
     let _: () = redis::cmd("ACL")
@@ -193,8 +197,24 @@ fn a_user_without_write_rights_sees_everything_and_changes_nothing() {
     );
 
     let v = run_json(&url, &["queues", "--json"]);
+    assert_eq!(v["queues"][0]["name"], "emails");
     assert_eq!(v["queues"][0]["dead"], 2);
     assert!(v["queues"][0]["per_minute"]["dead"].is_u64(), "{v}");
+    assert_eq!(v["queues"][0]["paused"], false, "{v}");
+    assert_eq!(v["queues"][1]["name"], "held");
+    assert_eq!(v["queues"][1]["paused"], true, "{v}");
+    assert!(v["queues"][1]["error"].is_null(), "{v}");
+    // The table's paused column too (not n/a).
+    let out = run(&url, &["queues"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{table}");
+    let mut lines = table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>());
+    let header = lines.next().unwrap();
+    let col = header.iter().position(|h| *h == "paused").unwrap();
+    let paused: Vec<(&str, &str)> = lines.map(|r| (r[0], r[col])).collect();
+    assert_eq!(paused, [("emails", "false"), ("held", "true")], "{table}");
     let v = run_json(&url, &["jobs", "emails", "--json"]);
     assert_eq!(v["jobs"][0]["id"], "ready-0");
     let v = run_json(&url, &["locks", "--json"]);
@@ -225,6 +245,21 @@ fn a_user_without_write_rights_sees_everything_and_changes_nothing() {
     let (status, body) = http(&s.addr, "GET", "/api/overview", &[]);
     assert_eq!(status, 200);
     assert!(body.contains("\"emails\"") && !body.contains("viewer-password"));
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let paused: Vec<(&str, &Value)> = v["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| (q["name"].as_str().unwrap(), &q["paused"]))
+        .collect();
+    assert_eq!(
+        paused,
+        [
+            ("emails", &Value::Bool(false)),
+            ("held", &Value::Bool(true))
+        ],
+        "{body}"
+    );
 }
 
 /// The commands the tool sends itself (its scripts' inner calls are counted inside

@@ -4,6 +4,7 @@
 //!   pause ──EVALSHA pause('pause', '*')──► HSETNX pauses '*' now ── every take script reads it:
 //!            nothing is leased after the reply (due and expired jobs still become ready)
 //!   resume ─EVALSHA pause('resume', '*')─► HDEL pauses '*' ── PUBLISH pushed '*': every idle taker
+//!   paused_at ─EVALSHA_RO pause_state('*')─► HGET pauses '*' (read only)
 //!
 //!   Drain ──EVALSHA pause('drain')──► {0, -2} ──────────────────────────► Done(Ok(true))
 //!     ▲                               {n live leases, ms to the first expiry}
@@ -162,13 +163,16 @@ impl OpKind for PausedAt {
     }
 }
 
-/// When `scope` was paused (server ms), or `None`.
+/// When `scope` was paused (server ms), or `None`. A read-only script (sent as
+/// `EVALSHA_RO`): a user whose keys are readable only may run it.
 pub fn paused_at(
     keys: &QueueKeys,
     scope: &PauseScope,
     deadline: Instant,
 ) -> Result<ScriptOp<PausedAt>, Error> {
-    let call = call(keys, "state", &scope.field()?);
+    let call = ScriptCall::new(&scripts::PAUSE_STATE)
+        .keys(&[&keys.paused])
+        .arg(&scope.field()?);
     Ok(ScriptOp::new(PausedAt, call, keys.target(), None, deadline))
 }
 

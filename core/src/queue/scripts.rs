@@ -164,6 +164,10 @@ pub static PAUSE: Script = script!(
     include_str!("lua/pause.lua")
 );
 
+/// `lua/pause_state.lua`: when a queue or one of its groups was paused (read only).
+pub static PAUSE_STATE: Script =
+    script!("queue_pause_state", [], include_str!("lua/pause_state.lua")).read_only();
+
 /// `lua/take_batch.lua`
 pub static TAKE_BATCH: Script = script!(
     "queue_take_batch",
@@ -202,7 +206,7 @@ pub static PUSH_DEDUP: Script = script!(
 );
 
 /// Every queue script.
-pub static ALL: [&Script; 23] = [
+pub static ALL: [&Script; 24] = [
     &PUSH,
     &DEQUEUE,
     &ACK,
@@ -224,6 +228,7 @@ pub static ALL: [&Script; 23] = [
     &COUNTS,
     &PUSH_DEDUP,
     &PAUSE,
+    &PAUSE_STATE,
     &TAKE_BATCH,
     &ACK_MANY,
 ];

@@ -1,22 +1,19 @@
--- Pause, resume, drain or read the pause of a queue or of one of its groups.
+-- Pause, resume or drain a queue or one of its groups (the pause is read by
+-- pause_state.lua, a read-only script).
 -- KEYS: 1 pauses (hash: '*' the whole queue, 'g:<group id>' one group -> the server ms of
 -- the pause; 'drain' -> the channel a drain waiter listens on), 2 in flight (zset id ->
 -- lease expiry ms), 3 the queue's other in flight set (its grouped jobs' for the plain
 -- keys, its plain jobs' for the grouped keys: a drain counts both).
--- ARGV: 1 op ('pause', 'resume', 'drain' or 'state'), 2 the field ('*' or 'g:<id>'),
+-- ARGV: 1 op ('pause', 'resume' or 'drain'), 2 the field ('*' or 'g:<id>'),
 -- 3 the queue's wake channel (resume wakes every idle taker on it), 4 the drain channel.
 -- pause: the field set to now unless already set (the first pause's time is kept); returns
 -- 1 paused now, 0 already paused. resume: the field deleted (the queue's drain channel
 -- too) and every idle taker woken; returns 1 resumed, 0 was not paused. drain: the queue
 -- paused as by pause, the drain channel recorded (the settling scripts announce on it
 -- while it is), and the jobs whose lease is live counted: returns {count, ms until the
--- first of their leases runs out, or -2}; at 0 the drain channel is dropped. state: the
--- field's value (the pause's ms) or nil.
+-- first of their leases runs out, or -2}; at 0 the drain channel is dropped.
 -- Every key is read before any is written (a wrong type fails before any write).
 local op, field = ARGV[1], ARGV[2]
-if op == 'state' then
-  return redis.call('HGET', KEYS[1], field)
-end
 redis.call('HLEN', KEYS[1])
 redis.call('ZCARD', KEYS[2])
 redis.call('ZCARD', KEYS[3])

@@ -320,3 +320,63 @@ fn schedule_times_past_2_pow_53_and_group_ids_no_group_can_have_are_refused() {
         ));
     }
 }
+
+/// Fills zset `key` with `n` members `m<i>` whose time has passed (score 1 ms), and hash
+/// `hash` with a field for each.
+fn fill_ended(conn: &mut redis::Connection, key: &str, hash: &str, n: usize) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
+        let mut pipe = redis::pipe();
+        let mut zadd = redis::cmd("ZADD");
+        zadd.arg(key);
+        let mut hset = redis::cmd("HSET");
+        hset.arg(hash);
+        for i in chunk {
+            zadd.arg(1).arg(format!("m{i}"));
+            hset.arg(format!("m{i}")).arg("x");
+        }
+        pipe.add_command(zadd).add_command(hset);
+        let () = pipe.query(conn).unwrap();
+    }
+}
+
+fn zcard(conn: &mut redis::Connection, key: &str) -> usize {
+    redis::cmd("ZCARD").arg(key).query(conn).unwrap()
+}
+
+#[test]
+fn a_push_or_a_cancel_sweeps_a_bounded_number_of_ended_windows_and_marks() {
+    // Each call's work is bounded by what it moves, whatever the set holds: 100,000 ended
+    // throttle windows or cancel marks are swept at most 64 a call (with their hash fields).
+    let server = server();
+    let c = client(&server);
+    let mut conn = testkit::connection(&server);
+    let q = c.queue("big").unwrap();
+    let (windows, named) = ("redlease:{big}:q:throttle", "redlease:{big}:q:throttled");
+    let (marks, messages) = (
+        "redlease:{big}:q:cancelled",
+        "redlease:{big}:q:cancel_messages",
+    );
+    fill_ended(&mut conn, windows, named, 100_000);
+    fill_ended(&mut conn, marks, messages, 100_000);
+    let throttle = redlease::Dedup::Throttle(Duration::from_secs(60));
+    assert!(matches!(
+        q.push_dedup("d", "x", throttle).unwrap(),
+        redlease::DedupOutcome::Queued(_)
+    ));
+    // 64 swept, this push's own window added.
+    assert_eq!(zcard(&mut conn, windows), 100_000 - 64 + 1);
+    let hlen: usize = redis::cmd("HLEN").arg(named).query(&mut conn).unwrap();
+    assert_eq!(hlen, 100_000 - 64 + 1);
+    q.push("run").unwrap();
+    let job = loop {
+        let job = q.try_take().unwrap().expect("a job");
+        if job.payload() == b"run" {
+            break job;
+        }
+        job.ack().unwrap();
+    };
+    assert_eq!(q.cancel(job.id(), "stop").unwrap(), Cancelled::InFlight);
+    assert_eq!(zcard(&mut conn, marks), 100_000 - 64 + 1);
+    let hlen: usize = redis::cmd("HLEN").arg(messages).query(&mut conn).unwrap();
+    assert_eq!(hlen, 100_000 - 64 + 1);
+}

@@ -3,9 +3,12 @@
 -- PEXPIRE GT moves the expiry later in one call (the usual case: the same keep, later);
 -- GT counts a key without expiry as lasting for ever, so a new key is given one after PTTL.
 -- (Integers go to redis.call as text: see ready_score.)
-local function remember(key, member, now, keep)
+-- With `swept` true the caller drops the ended members itself (with what goes with them).
+local function remember(key, member, now, keep, swept)
   local keep_text = string.format('%d', keep)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now))
+  if not swept then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now))
+  end
   redis.call('ZADD', key, string.format('%d', now + keep), member)
   if redis.REDIS_VERSION_NUM and redis.call('PEXPIRE', key, keep_text, 'GT') == 1 then
     return

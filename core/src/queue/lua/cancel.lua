@@ -57,13 +57,16 @@ elseif expiry or token then
   group_freed(KEYS[1], id)
   if token then
     redis.call('HDEL', KEYS[7], token, token .. ':e')
-    -- Marks of cancels whose time has passed are dropped with their messages.
-    for _, old in ipairs(redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', now)) do
+    -- Marks of cancels whose time has passed are dropped with their messages, at most 64
+    -- a cancel (a cancel adds one: the sweep keeps up, at a bounded cost).
+    local ended = redis.call('ZRANGEBYSCORE', KEYS[12], '-inf', now, 'LIMIT', 0, 64)
+    for _, old in ipairs(ended) do
       redis.call('HDEL', KEYS[13], old)
+      redis.call('ZREM', KEYS[12], old)
     end
     local left = math.max((tonumber(expiry) or now) - now, 0)
     local keep = left + tonumber(ARGV[5])
-    remember(KEYS[12], token, now, keep)
+    remember(KEYS[12], token, now, keep, true)
     redis.call('HSET', KEYS[13], token, message)
     if redis.call('PTTL', KEYS[13]) < keep then
       redis.call('PEXPIRE', KEYS[13], keep)

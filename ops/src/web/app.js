@@ -39,8 +39,8 @@ async function refresh() {
     cell(tr, secs(q.oldest_age_ms), true);
     cell(tr, q.per_minute ? q.per_minute.acked : null, true);
     cell(tr, q.per_minute ? q.per_minute.failed : null, true);
-    cell(tr, q.paused === null ? null : (q.paused ? "yes" : "no"));
-    cell(tr, q.grouped_jobs, true);
+    cell(tr, q.paused === null ? null : (q.paused ? "yes" : "no")).dataset.field = "paused";
+    cell(tr, q.grouped_jobs, true).dataset.field = "grouped_jobs";
     const td = document.createElement("td");
     const b = document.createElement("button");
     b.textContent = "dead letters"; b.className = "show-dead";

@@ -380,3 +380,56 @@ fn a_push_or_a_cancel_sweeps_a_bounded_number_of_ended_windows_and_marks() {
     let hlen: usize = redis::cmd("HLEN").arg(messages).query(&mut conn).unwrap();
     assert_eq!(hlen, 100_000 - 64 + 1);
 }
+
+/// One way a job's lease ends.
+type End = fn(&Queue, redlease::Job);
+
+#[test]
+fn a_keep_latest_follow_up_runs_when_the_job_it_follows_dies_or_is_cancelled() {
+    // Every way the followed job ends releases the follow-up its push answered Queued for:
+    // a death (`Retry::Never`, or its last delivery), a cancel to the dead list, a cancel
+    // that removes it.
+    let server = server();
+    let c = client(&server);
+    let ends: [(&str, End); 4] = [
+        ("never", |_, job| job.fail("bad", Retry::Never).unwrap()),
+        ("last", |_, job| job.nack().unwrap()),
+        ("cancel-dead", |q, job| {
+            assert_eq!(q.cancel(job.id(), "stop").unwrap(), Cancelled::InFlight);
+        }),
+        ("cancel-remove", |q, job| {
+            let q = q.clone().cancelled_jobs(redlease::CancelledJobs::Remove);
+            assert_eq!(q.cancel(job.id(), "stop").unwrap(), Cancelled::InFlight);
+        }),
+    ];
+    for (name, end) in ends {
+        let q = c.queue(name).unwrap().max_deliveries(1);
+        let latest = redlease::Dedup::KeepLatest;
+        assert!(matches!(
+            q.push_dedup("sync", "0", latest).unwrap(),
+            redlease::DedupOutcome::Queued(_)
+        ));
+        let running = q.try_take().unwrap().expect("the first job");
+        let redlease::DedupOutcome::Queued(follow_up) = q.push_dedup("sync", "1", latest).unwrap()
+        else {
+            panic!("{name}: the follow-up was not queued");
+        };
+        end(&q, running);
+        let next = q
+            .try_take()
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name}: the follow-up does not run"));
+        assert_eq!(next.id(), follow_up, "{name}");
+        assert_eq!(next.payload(), b"1", "{name}");
+        // It holds the dedup id now: a push while it runs is parked behind it.
+        assert!(matches!(
+            q.push_dedup("sync", "2", latest).unwrap(),
+            redlease::DedupOutcome::Queued(_)
+        ));
+        next.ack().unwrap();
+        assert_eq!(
+            q.try_take().unwrap().expect("the next follow-up").payload(),
+            b"2"
+        );
+    }
+}

@@ -11,10 +11,10 @@
 //!        │     (J's payload replaced, due at now + delay, never after its first push + max_wait)
 //!        └─ KeepLatest: J waiting (ready or delayed) ────────────────────► Replaced { J }
 //!              (J in flight: a follow-up F is parked behind it: Queued { F }, then
-//!              Replaced { F } for later pushes; F is in no zset until J is acked)
+//!              Replaced { F } for later pushes; F is in no zset until J ends)
 //!
-//!  J acked / acked and taken, F parked ──► F ready and holding d (prelude
-//!  `dedup_release`, in that same script): J and F never run side by side
+//!  J acked / acked and taken / dead / cancelled, F parked ──► F ready and holding d
+//!  (prelude `dedup_release`, in that same script): J and F never run side by side
 //!
 //!  J acked / acked and taken / deleted from the dead list ──► entry d -> J dropped by that
 //!  same script (prelude `dedup_clear`), unless d is held by a later job by now
@@ -98,9 +98,10 @@ pub enum Dedup {
     /// At most one running and one waiting job per dedup id, the waiting one holding the
     /// latest payload: a push while a job waits (ready or delayed) replaces its payload;
     /// while one runs, a push parks one follow-up (later pushes replace its payload), which
-    /// the ack of the running job makes ready (not before: the two never run side by side).
-    /// A parked follow-up is in no zset ([`stats`](crate::queue::stats) does not count it);
-    /// if the running job goes back to waiting or dead instead, the next push supersedes
+    /// the end of the running job makes ready (not before: the two never run side by side):
+    /// its ack, its death (a lease run out on its last delivery included) or a cancel. A
+    /// parked follow-up is in no zset ([`stats`](crate::queue::stats) does not count it);
+    /// if the running job goes back to waiting instead (a retry), the next push supersedes
     /// it.
     KeepLatest,
 }

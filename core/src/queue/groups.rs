@@ -93,6 +93,7 @@ pub static GROUP_TAKE: Script = crate::script!(
         super::scripts::COUNT,
         DEDUP,
         super::scripts::DEAD_LIST,
+        DEDUP_RELEASE,
         super::scripts::BURY,
         super::scripts::RECLAIM,
         GCRA

@@ -44,7 +44,16 @@ pub static PUSH: Script = script!(
 /// `lua/dequeue.lua`
 pub static DEQUEUE: Script = script!(
     "queue_dequeue",
-    [NOW_MS, READY, COUNT, DEDUP, DEAD_LIST, BURY, RECLAIM],
+    [
+        NOW_MS,
+        READY,
+        COUNT,
+        DEDUP,
+        DEAD_LIST,
+        DEDUP_RELEASE,
+        BURY,
+        RECLAIM
+    ],
     include_str!("lua/dequeue.lua")
 );
 
@@ -59,7 +68,16 @@ pub static ACK: Script = script!(
 pub static NACK: Script = script!(
     "queue_nack",
     [
-        NOW_MS_UP, REMEMBER, READY, NOTIFY, COUNT, DEDUP, DEAD_LIST, BURY, GROUP_FREE
+        NOW_MS_UP,
+        REMEMBER,
+        READY,
+        NOTIFY,
+        COUNT,
+        DEDUP,
+        DEAD_LIST,
+        DEDUP_RELEASE,
+        BURY,
+        GROUP_FREE
     ],
     include_str!("lua/nack.lua")
 );
@@ -131,9 +149,9 @@ pub static ACK_TAKE: Script = script!(
         COUNT,
         DEDUP,
         DEAD_LIST,
+        DEDUP_RELEASE,
         BURY,
-        RECLAIM,
-        DEDUP_RELEASE
+        RECLAIM
     ],
     include_str!("lua/ack_take.lua")
 );
@@ -171,7 +189,16 @@ pub static PAUSE_STATE: Script =
 /// `lua/take_batch.lua`
 pub static TAKE_BATCH: Script = script!(
     "queue_take_batch",
-    [NOW_MS, READY, COUNT, DEDUP, DEAD_LIST, BURY, RECLAIM],
+    [
+        NOW_MS,
+        READY,
+        COUNT,
+        DEDUP,
+        DEAD_LIST,
+        DEDUP_RELEASE,
+        BURY,
+        RECLAIM
+    ],
     include_str!("lua/take_batch.lua")
 );
 
@@ -186,7 +213,16 @@ pub static ACK_MANY: Script = script!(
 pub static CANCEL: Script = script!(
     "queue_cancel",
     [
-        NOW_MS, REMEMBER, NOTIFY, DEDUP, COUNT, DEAD_LIST, BURY, GROUP_FREE
+        NOW_MS,
+        REMEMBER,
+        NOTIFY,
+        READY,
+        DEDUP,
+        COUNT,
+        DEAD_LIST,
+        DEDUP_RELEASE,
+        BURY,
+        GROUP_FREE
     ],
     include_str!("lua/cancel.lua")
 );

@@ -7,8 +7,9 @@
 -- (server ms), when it is made ready: it waited behind that job since its push. For the
 -- scripts that ack a job; call it only for ids starting with '~', once every key it writes
 -- was read. Needs the ready part (ready_score) before it. Returns the follow-up's id, or
--- nil.
-local function dedup_release(map, of, id, payloads, priorities, ready, seq, now)
+-- nil. With `only_parked` (a death: a dead job keeps its entry), nothing changes unless a
+-- follow-up is parked behind the job.
+local function dedup_release(map, of, id, payloads, priorities, ready, seq, now, only_parked)
   local entry = redis.call('HGET', of, id)
   if not entry then
     return nil
@@ -16,6 +17,9 @@ local function dedup_release(map, of, id, payloads, priorities, ready, seq, now)
   local d = string.sub(entry, (string.find(entry, '|', 1, true) or 0) + 1)
   local holder = redis.call('HGET', map, d)
   local parked = holder == id and redis.call('HGET', of, '>' .. d)
+  if only_parked and not parked then
+    return nil
+  end
   redis.call('HDEL', of, id)
   if not parked then
     if holder == id then

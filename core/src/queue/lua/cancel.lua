@@ -84,9 +84,10 @@ if ARGV[3] == 'dead' then
 else
   if string.byte(id, 1) == 126 then
     -- A job pushed with a dedup id: its entry goes with it, as the deletion of a dead job
-    -- drops it (a keep-latest follow-up parked behind it too: only an ack releases one; a
-    -- dead job keeps its entry, as every dead job does).
-    dedup_clear(KEYS[14], KEYS[15], id)
+    -- drops it; a keep-latest follow-up parked behind it (answered Queued) is made ready
+    -- and holds the dedup id in its place (to the dead list, bury does the same).
+    local p = string.sub(KEYS[10], 1, -5)
+    dedup_release(KEYS[14], KEYS[15], id, KEYS[3], KEYS[4], KEYS[1], p .. 'seq', now_ms())
   end
   redis.call('HDEL', KEYS[3], id, id .. '\255')
   redis.call('HDEL', KEYS[4], id)

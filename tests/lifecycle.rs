@@ -433,3 +433,41 @@ fn a_keep_latest_follow_up_runs_when_the_job_it_follows_dies_or_is_cancelled() {
         );
     }
 }
+
+#[test]
+fn a_cleared_or_raised_group_rate_takes_effect_at_the_next_take() {
+    let server = server();
+    let c = client(&server);
+    let slow = redlease::RateLimit::new(1, Duration::from_secs(8), 1).unwrap();
+    let fast = redlease::RateLimit::new(1000, Duration::from_secs(1), 1).unwrap();
+    for (name, of_group, new) in [
+        ("cleared", true, None),
+        ("raised", true, Some(GroupLimits::new().rate(fast))),
+        ("defaults", false, Some(GroupLimits::new().rate(fast))),
+    ] {
+        let q = c.queue(name).unwrap();
+        let of = if of_group {
+            LimitsOf::Group("acme")
+        } else {
+            LimitsOf::EveryGroup
+        };
+        q.set_group_limits(of, Some(GroupLimits::new().rate(slow)))
+            .unwrap();
+        for p in ["one", "two"] {
+            q.push_with(p, PushOptions::new().group("acme")).unwrap();
+        }
+        let g = q.groups().unwrap();
+        g.try_take().unwrap().expect("the first job").ack().unwrap();
+        assert!(
+            g.try_take().unwrap().is_none(),
+            "{name}: blocked by 1 per 8 s"
+        );
+        q.set_group_limits(of, new).unwrap();
+        let two = g
+            .try_take()
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name}: the old slot is waited out"));
+        assert_eq!(two.payload(), b"two");
+        two.ack().unwrap();
+    }
+}

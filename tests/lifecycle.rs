@@ -30,6 +30,25 @@ fn refused<T: std::fmt::Debug>(out: Result<T, Error>) {
     }
 }
 
+/// Queue `partners` whose group `acme` runs one job at a time.
+fn one_at_a_time(c: &Client) -> Queue {
+    let q = c.queue("partners").unwrap();
+    q.set_group_limits(
+        LimitsOf::Group("acme"),
+        Some(GroupLimits::new().concurrency(1)),
+    )
+    .unwrap();
+    q
+}
+
+/// Pushes `payloads` into group `acme`, in order; their ids.
+fn push_acme(q: &Queue, payloads: &[&str]) -> Vec<String> {
+    payloads
+        .iter()
+        .map(|p| q.push_with(*p, PushOptions::new().group("acme")).unwrap())
+        .collect()
+}
+
 #[test]
 fn a_batch_take_advances_a_schedules_occurrence_so_the_schedule_goes_on() {
     let server = server();
@@ -74,17 +93,8 @@ fn a_batch_take_advances_a_schedules_occurrence_so_the_schedule_goes_on() {
 #[test]
 fn batch_paths_and_schedules_are_refused_on_a_queues_groups() {
     let server = server();
-    let c = client(&server);
-    let q = c.queue("partners").unwrap();
-    q.set_group_limits(
-        LimitsOf::Group("acme"),
-        Some(GroupLimits::new().concurrency(1)),
-    )
-    .unwrap();
-    for i in 0..5 {
-        q.push_with(format!("job {i}"), PushOptions::new().group("acme"))
-            .unwrap();
-    }
+    let q = one_at_a_time(&client(&server));
+    push_acme(&q, &["job 0", "job 1", "job 2", "job 3", "job 4"]);
     q.pause_group("paused").unwrap();
     q.push_with("held", PushOptions::new().group("paused"))
         .unwrap();
@@ -107,17 +117,8 @@ fn batch_paths_and_schedules_are_refused_on_a_queues_groups() {
 #[test]
 fn a_batch_ack_of_a_grouped_job_frees_its_groups_slot_at_once() {
     let server = server();
-    let c = client(&server);
-    let q = c.queue("partners").unwrap();
-    q.set_group_limits(
-        LimitsOf::Group("acme"),
-        Some(GroupLimits::new().concurrency(1)),
-    )
-    .unwrap();
-    q.push_with("one", PushOptions::new().group("acme"))
-        .unwrap();
-    q.push_with("two", PushOptions::new().group("acme"))
-        .unwrap();
+    let q = one_at_a_time(&client(&server));
+    push_acme(&q, &["one", "two"]);
     let g: Queue = q.groups().unwrap();
     let one = g.try_take().unwrap().expect("the first job");
     assert!(
@@ -198,18 +199,9 @@ fn a_grouped_drain_counts_plain_jobs_in_flight() {
 #[test]
 fn a_grouped_job_is_cancelled_where_it_waits_and_its_slot_is_freed_when_it_runs() {
     let server = server();
-    let c = client(&server);
-    let q = c.queue("partners").unwrap();
-    q.set_group_limits(
-        LimitsOf::Group("acme"),
-        Some(GroupLimits::new().concurrency(1)),
-    )
-    .unwrap();
+    let q = one_at_a_time(&client(&server));
     let g = q.groups().unwrap();
-    let ids: Vec<String> = ["one", "two", "three", "four"]
-        .iter()
-        .map(|p| q.push_with(*p, PushOptions::new().group("acme")).unwrap())
-        .collect();
+    let ids = push_acme(&q, &["one", "two", "three", "four"]);
     // Sorted into its group by a first take: every job now waits in the group's ready set.
     let first = g.try_take().unwrap().expect("the first job");
     assert_eq!(first.payload(), b"one");
@@ -251,16 +243,8 @@ fn a_grouped_job_is_cancelled_where_it_waits_and_its_slot_is_freed_when_it_runs(
 #[test]
 fn a_grouped_jobs_slot_is_free_at_once_after_a_nack_with_backoff_or_a_death() {
     let server = server();
-    let c = client(&server);
-    let q = c.queue("partners").unwrap();
-    q.set_group_limits(
-        LimitsOf::Group("acme"),
-        Some(GroupLimits::new().concurrency(1)),
-    )
-    .unwrap();
-    for p in ["one", "two", "three"] {
-        q.push_with(p, PushOptions::new().group("acme")).unwrap();
-    }
+    let q = one_at_a_time(&client(&server));
+    push_acme(&q, &["one", "two", "three"]);
     let g = q.groups().unwrap();
     let one = g.try_take().unwrap().expect("the first job");
     assert!(

@@ -455,3 +455,62 @@ fn a_cleared_or_raised_group_rate_takes_effect_at_the_next_take() {
         two.ack().unwrap();
     }
 }
+
+#[test]
+fn a_cancelled_schedule_occurrence_is_skipped_and_the_schedule_goes_on() {
+    let server = server();
+    let c = client(&server);
+    for (name, jobs) in [
+        ("to-dead", redlease::CancelledJobs::Dead),
+        ("removed", redlease::CancelledJobs::Remove),
+    ] {
+        let q = c.queue(name).unwrap().cancelled_jobs(jobs);
+        let hour = Schedule::every(Duration::from_secs(3600))
+            .unwrap()
+            .payload("report");
+        let Upserted::Set { next: Some(first) } = q.schedule("hourly", &hour).unwrap() else {
+            panic!("a first occurrence")
+        };
+        let id = format!("sched:hourly:{first}");
+        assert_eq!(q.cancel(&id, "skip this one").unwrap(), Cancelled::Waiting);
+        // The next occurrence, an hour later, waits in its place.
+        let listed = q.schedules().unwrap();
+        assert_eq!(
+            listed[0].next,
+            Some(first + 3_600_000),
+            "{name}: {listed:?}"
+        );
+        assert_eq!(q.stats().unwrap().delayed, 1, "{name}");
+        // An upsert of the same schedule finds it pending and changes nothing.
+        assert_eq!(
+            q.schedule("hourly", &hour).unwrap(),
+            Upserted::Unchanged {
+                next: Some(first + 3_600_000)
+            },
+            "{name}"
+        );
+        // A cancel repeated answers NotFound and advances nothing more.
+        assert_eq!(q.cancel(&id, "again").unwrap(), Cancelled::NotFound);
+        assert_eq!(q.schedules().unwrap()[0].next, Some(first + 3_600_000));
+        assert_eq!(q.stats().unwrap().delayed, 1, "{name}");
+    }
+    // A schedule due every 100 ms whose ready occurrence is cancelled runs its next.
+    let q = c.queue("ticks").unwrap();
+    let Upserted::Set { next: Some(first) } = q
+        .schedule(
+            "tick",
+            &Schedule::every(Duration::from_millis(100)).unwrap(),
+        )
+        .unwrap()
+    else {
+        panic!("a first occurrence")
+    };
+    q.cancel(&format!("sched:tick:{first}"), "skip").unwrap();
+    let job = q
+        .take(Duration::from_secs(10))
+        .unwrap()
+        .expect("the next occurrence runs");
+    assert_ne!(job.id(), format!("sched:tick:{first}"));
+    assert!(job.id().starts_with("sched:tick:"), "{}", job.id());
+    job.ack().unwrap();
+}

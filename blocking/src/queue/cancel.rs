@@ -152,6 +152,11 @@ impl Queue {
     ///
     /// A grouped job is named by [`cancel_grouped`](Self::cancel_grouped), or here by its
     /// composed id (`<group>\u{1f}<id>`, as the dead list shows it), through either handle.
+    ///
+    /// A schedule's occurrence (`sched:<name>:<due ms>`) cancelled is skipped: its schedule
+    /// advances past it and pushes its next occurrence, as a take does. Should that advance
+    /// fail, the error is returned after the cancel; calling again (answered
+    /// [`Cancelled::NotFound`]) finishes it.
     pub fn cancel(&self, id: &str, message: &str) -> Result<Cancelled, Error> {
         let keys = if id.contains(redlease_core::queue::groups::SEPARATOR) {
             self.group_keys()?
@@ -165,7 +170,11 @@ impl Queue {
             self.lifetime.cancelled_jobs,
             self.deadline(),
         )?;
-        self.client.run(op)
+        let out = self.client.run(op)?;
+        // A schedule's occurrence: the schedule goes on past it (also on NotFound, so a
+        // call repeated after an error here finishes the advance; idempotent).
+        self.skip_cancelled(id)?;
+        Ok(out)
     }
 
     /// Cancels job `id` of group `group` (as pushed with [`PushOptions::group`]; its

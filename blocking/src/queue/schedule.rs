@@ -80,6 +80,17 @@ impl Queue {
     }
 
     fn advance(&self, job: Job, name: &str, due: u64) -> Result<Option<Job>, Error> {
+        match self.advance_past(name, due)? {
+            Some((schedule, now_ms)) => self.run_or_skip(job, &schedule, due, now_ms),
+            // The schedule was removed, or an outcome to come: the job runs as any.
+            None => Ok(Some(job)),
+        }
+    }
+
+    /// Advances schedule `name` past its occurrence due at `due` (idempotent: only the
+    /// pending occurrence advances, once). The schedule and the server's time when it
+    /// exists; `None` when it was removed.
+    fn advance_past(&self, name: &str, due: u64) -> Result<Option<(Box<Schedule>, u64)>, Error> {
         // A spec seen before: the next occurrence for a take on time (after `due`, before
         // the one after it), checked by the script against the stored version and clock.
         let known = self.known().get(name).map(|(version, schedule)| {
@@ -97,14 +108,14 @@ impl Queue {
                     schedule,
                     ..
                 } => {
-                    let out = self.run_or_skip(job, &schedule, due, now_ms);
-                    self.known().insert(name.to_owned(), (version, *schedule));
-                    return out;
+                    self.known()
+                        .insert(name.to_owned(), (version, (*schedule).clone()));
+                    return Ok(Some((schedule, now_ms)));
                 }
                 Advanced::NotPending {
                     now_ms,
                     schedule: Some(schedule),
-                } => return self.run_or_skip(job, &schedule, due, now_ms),
+                } => return Ok(Some((schedule, now_ms))),
                 Advanced::Compute {
                     now_ms,
                     version,
@@ -114,11 +125,20 @@ impl Queue {
                     computed = Some((version.clone(), from, next));
                     self.known().insert(name.to_owned(), (version, *schedule));
                 }
-                // The schedule was removed, or an outcome to come: the job runs as any.
-                _ => return Ok(Some(job)),
+                _ => return Ok(None),
             }
         }
         Err(no_fit("queue schedule advance"))
+    }
+
+    /// After job `id` was cancelled: when it is a schedule's occurrence, the schedule
+    /// advances past it, so a cancel skips one occurrence and the schedule goes on (an
+    /// occurrence cancelled in flight was advanced past at its take: nothing to do then).
+    pub(super) fn skip_cancelled(&self, id: &str) -> Result<(), Error> {
+        if let Some((name, due)) = schedule::occurrence(id) {
+            self.advance_past(name, due)?;
+        }
+        Ok(())
     }
 
     fn known(&self) -> std::sync::MutexGuard<'_, Known> {

@@ -514,3 +514,46 @@ fn a_cancelled_schedule_occurrence_is_skipped_and_the_schedule_goes_on() {
     assert!(job.id().starts_with("sched:tick:"), "{}", job.id());
     job.ack().unwrap();
 }
+
+#[test]
+fn a_resumed_group_runs_again_behind_any_number_of_paused_groups_and_wakes_grouped_takers() {
+    let server = server();
+    let c = client(&server);
+    let q = c
+        .queue("tenants")
+        .unwrap()
+        .idle_check(Duration::from_secs(30));
+    let g = q.groups().unwrap();
+    // 17 paused groups that sort before `zz`, each with a job, and `zz` paused too.
+    let mut paused: Vec<String> = (0..17).map(|i| format!("a{i:02}")).collect();
+    paused.push("zz".into());
+    for group in &paused {
+        q.pause_group(group).unwrap();
+        q.push_with(format!("job of {group}"), PushOptions::new().group(group))
+            .unwrap();
+    }
+    // Takes find nothing to run, and set every paused group aside.
+    for _ in 0..4 {
+        assert!(g.try_take().unwrap().is_none());
+    }
+    q.resume_group("zz").unwrap();
+    let job = g.try_take().unwrap().expect("the resumed group's job");
+    assert_eq!(job.group(), Some("zz"));
+    job.ack().unwrap();
+    // A resume through the plain handle wakes the grouped takers too: it is announced on
+    // their wake channel (an idle grouped taker listens there; without it, it found the
+    // group at its idle check, 30 s here).
+    let mut conn = testkit::connection(&server);
+    let mut sub = conn.as_pubsub();
+    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    sub.subscribe("redlease:{tenants}:q:g:pushed").unwrap();
+    q.resume_group("a07").unwrap();
+    let message = sub
+        .get_message()
+        .expect("the resume's wake-up on the grouped channel");
+    assert_eq!(message.get_channel_name(), "redlease:{tenants}:q:g:pushed");
+    drop(sub);
+    let job = g.try_take().unwrap().expect("the job of a07");
+    assert_eq!(job.group(), Some("a07"));
+    job.ack().unwrap();
+}

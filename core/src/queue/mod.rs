@@ -103,6 +103,12 @@ pub struct QueueKeys {
     /// The queue's other in-flight set: the grouped jobs' for the plain keys, the plain
     /// jobs' for the grouped keys (a drain counts both).
     sibling_inflight: String,
+    /// How scripts name the queue's other wake channel (the grouped jobs' for the plain
+    /// keys, the plain jobs' for the grouped keys: a resume wakes the takers of both).
+    sibling_notify: String,
+    /// `<prefix>:{<name>}:q:g:`, the start of the names of the queue's groups' keys (a
+    /// group's resume brings it back to their ring, through either handle).
+    group_stem: String,
     /// The keys of the queue's groups, on the grouped keys ([`QueueKeys::grouped`]).
     groups: Option<std::sync::Arc<groups::GroupKeys>>,
     /// The calls every job makes, with their keys bound once per queue (a clone shares
@@ -318,6 +324,12 @@ impl QueueKeys {
             } else {
                 format!("{stem}:q:g:inflight")
             },
+            sibling_notify: keyspace.notify_arg(&if groups.is_some() {
+                format!("{stem}:q:pushed")
+            } else {
+                format!("{stem}:q:g:pushed")
+            }),
+            group_stem: format!("{stem}:q:g:"),
             groups,
             calls: KeyedCalls {
                 push: ScriptCall::new(&scripts::PUSH),

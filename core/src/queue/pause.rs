@@ -97,12 +97,30 @@ impl PauseScope {
 }
 
 fn call(keys: &QueueKeys, op: &str, field: &str) -> ScriptCall {
-    ScriptCall::new(&scripts::PAUSE)
-        .keys(&[&keys.paused, &keys.inflight, &keys.sibling_inflight])
-        .arg(op)
+    let base: [&str; 3] = [&keys.paused, &keys.inflight, &keys.sibling_inflight];
+    let call = ScriptCall::new(&scripts::PAUSE);
+    // A group's resume names its group's keys too: it brings the group back to the ring.
+    let call = match field.strip_prefix("g:") {
+        Some(group) if op == "resume" => {
+            let g = |part: &str| format!("{}{part}", keys.group_stem);
+            let own = [
+                g("aside"),
+                g("ring"),
+                g("turn"),
+                g("blocked"),
+                g("full"),
+                g(&format!("r:{group}")),
+            ];
+            call.keys(&base)
+                .keys(&own.iter().map(String::as_str).collect::<Vec<_>>())
+        }
+        _ => call.keys(&base),
+    };
+    call.arg(op)
         .arg(field)
         .arg(&keys.notify)
         .arg(&keys.drained_notify)
+        .arg(&keys.sibling_notify)
 }
 
 /// A pause or a resume: yields whether it changed anything (`false`: already paused, or

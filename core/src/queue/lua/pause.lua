@@ -4,8 +4,13 @@
 -- the pause; 'drain' -> the channel a drain waiter listens on), 2 in flight (zset id ->
 -- lease expiry ms), 3 the queue's other in flight set (its grouped jobs' for the plain
 -- keys, its plain jobs' for the grouped keys: a drain counts both).
+-- A group's resume names its group's keys too: 4 the paused groups set aside (zset), 5 the
+-- ring, 6 the turn counter, 7 the rate-blocked groups, 8 the full groups, 9 the group's
+-- ready jobs ('...:q:g:r:<group>'): the group leaves the set aside and, with ready jobs,
+-- joins the ring (unless blocked or full: it comes back from there by itself).
 -- ARGV: 1 op ('pause', 'resume' or 'drain'), 2 the field ('*' or 'g:<id>'),
--- 3 the queue's wake channel (resume wakes every idle taker on it), 4 the drain channel.
+-- 3 the queue's wake channel (resume wakes every idle taker on it, and on 5), 4 the drain
+-- channel, 5 the queue's other wake channel (plain or grouped).
 -- pause: the field set to now unless already set (the first pause's time is kept); returns
 -- 1 paused now, 0 already paused. resume: the field deleted (the queue's drain channel
 -- too) and every idle taker woken; returns 1 resumed, 0 was not paused. drain: the queue
@@ -22,12 +27,26 @@ if op == 'pause' then
   return redis.call('HSETNX', KEYS[1], field, now)
 end
 if op == 'resume' then
+  if KEYS[9] then
+    for i = 4, 9 do
+      redis.call(i == 6 and 'GET' or 'ZCARD', KEYS[i])
+    end
+  end
   local n = redis.call('HDEL', KEYS[1], field)
   if field == '*' then
     redis.call('HDEL', KEYS[1], 'drain')
   end
+  if KEYS[9] then
+    local g = string.sub(field, 3)
+    redis.call('ZREM', KEYS[4], g)
+    if redis.call('ZCARD', KEYS[9]) > 0 and not (redis.call('ZSCORE', KEYS[5], g)
+        or redis.call('ZSCORE', KEYS[7], g) or redis.call('ZSCORE', KEYS[8], g)) then
+      redis.call('ZADD', KEYS[5], tonumber(redis.call('GET', KEYS[6]) or '0') or 0, g)
+    end
+  end
   if n == 1 then
     notify(ARGV[3], '*')
+    notify(ARGV[5], '*')
   end
   return n
 end

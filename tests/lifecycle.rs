@@ -369,13 +369,19 @@ fn a_push_or_a_cancel_sweeps_a_bounded_number_of_ended_windows_and_marks() {
 type End = fn(&Queue, redlease::Job);
 
 #[test]
-fn a_keep_latest_follow_up_runs_when_the_job_it_follows_dies_or_is_cancelled() {
-    // Every way the followed job ends releases the follow-up its push answered Queued for:
-    // a death (`Retry::Never`, or its last delivery), a cancel to the dead list, a cancel
+fn a_keep_latest_follow_up_runs_and_wakes_takers_however_the_job_it_follows_ends() {
+    // Every way the followed job ends releases the follow-up its push answered Queued for,
+    // and wakes the idle takers: an ack, a batch ack, a death (`Retry::Never`, or its last delivery), a cancel to the dead list, a cancel
     // that removes it.
     let server = server();
     let c = client(&server);
-    let ends: [(&str, End); 4] = [
+    let ends: [(&str, End); 6] = [
+        ("ack", |_, job| job.ack().unwrap()),
+        ("batch-ack", |q, job| {
+            for outcome in q.ack_batch(vec![job]) {
+                outcome.unwrap();
+            }
+        }),
         ("never", |_, job| job.fail("bad", Retry::Never).unwrap()),
         ("last", |_, job| job.nack().unwrap()),
         ("cancel-dead", |q, job| {
@@ -398,7 +404,17 @@ fn a_keep_latest_follow_up_runs_when_the_job_it_follows_dies_or_is_cancelled() {
         else {
             panic!("{name}: the follow-up was not queued");
         };
+        // The follow-up made ready wakes the idle takers: it is announced on the queue's
+        // wake channel (without it an idle taker found it at its idle check).
+        let mut conn = testkit::connection(&server);
+        let mut sub = conn.as_pubsub();
+        sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let channel = format!("redlease:{{{name}}}:q:pushed");
+        sub.subscribe(&channel).unwrap();
         end(&q, running);
+        let woken = sub.get_message();
+        assert!(woken.is_ok(), "{name}: no wake-up on {channel}: {woken:?}");
+        drop(sub);
         let next = q
             .try_take()
             .unwrap()
@@ -556,4 +572,58 @@ fn a_resumed_group_runs_again_behind_any_number_of_paused_groups_and_wakes_group
     let job = g.try_take().unwrap().expect("the job of a07");
     assert_eq!(job.group(), Some("a07"));
     job.ack().unwrap();
+}
+
+#[test]
+fn a_cancel_of_a_job_in_flight_wakes_a_drain_and_a_freed_group_slot_wakes_takers() {
+    let server = server();
+    let c = client(&server);
+    let q = one_at_a_time(&c).visibility(Duration::from_secs(20));
+    let g = q.groups().unwrap();
+    push_acme(&q, &["first", "second"]);
+    let running = g.try_take().unwrap().expect("the first job of acme");
+    // The concurrency-1 group is full: a take sets it aside.
+    assert!(g.try_take().unwrap().is_none());
+    // Its slot freed by the cancel wakes the grouped takers.
+    let mut conn = testkit::connection(&server);
+    let mut sub = conn.as_pubsub();
+    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    sub.subscribe("redlease:{partners}:q:g:pushed").unwrap();
+    // The drain is told on its channel.
+    sub.subscribe("redlease:{partners}:q:drained").unwrap();
+    let start = Instant::now();
+    let (drained, took) = std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let drained = q.pause_and_wait(Duration::from_secs(15)).unwrap();
+            (drained, start.elapsed())
+        });
+        testkit::await_condition(Duration::from_secs(5), || {
+            let mut conn = testkit::connection(&server);
+            redis::cmd("HEXISTS")
+                .arg("redlease:{partners}:q:paused")
+                .arg("drain")
+                .query::<bool>(&mut conn)
+                .unwrap()
+        });
+        assert_eq!(
+            q.cancel_grouped("acme", running.id(), "stop").unwrap(),
+            Cancelled::InFlight
+        );
+        waiter.join().unwrap()
+    });
+    // The drain was woken by the cancel, not by the lease running out (20 s).
+    assert!(drained);
+    assert!(took < Duration::from_secs(10), "woken after {took:?}");
+    let mut heard = HashSet::new();
+    while heard.len() < 2 {
+        match sub.get_message() {
+            Ok(m) => heard.insert(m.get_channel_name().to_owned()),
+            Err(e) => panic!("told on {heard:?} only: {e}"),
+        };
+    }
+    drop(sub);
+    q.resume().unwrap();
+    let next = g.try_take().unwrap().expect("the second job of acme");
+    assert_eq!(next.payload(), b"second");
+    next.ack().unwrap();
 }

@@ -398,7 +398,7 @@ fn rows() -> Vec<Row> {
         Row {
             script: &queue::ACK,
             keys: ACK_KEYS,
-            args: &["j", "tok", "60000"],
+            args: &["j", "tok", "60000", CHANNEL],
             setup: JOB_IN_FLIGHT,
         },
         Row {
@@ -511,7 +511,7 @@ fn rows() -> Vec<Row> {
             // makes the follow-up ready.
             script: &queue::ACK,
             keys: ACK_KEYS,
-            args: &["~j", "tok", "60000"],
+            args: &["~j", "tok", "60000", CHANNEL],
             setup: DEDUP_JOB_WITH_FOLLOW_UP,
         },
     ]
@@ -744,7 +744,7 @@ fn busy_queue_paths_never_write_past_a_wrong_type() {
         Row {
             script: &queue::ACK,
             keys: ACK_KEYS,
-            args: &["j", "tok", "60000"],
+            args: &["j", "tok", "60000", CHANNEL],
             setup: &[
                 &["ZADD", INFLIGHT, "{far}", "j"],
                 &["HSET", LEASES, "j", "tok"],
@@ -2437,7 +2437,7 @@ fn cases() -> Vec<Case> {
             script: &queue::ACK,
             what: "by the lease holder: forgotten, settlement remembered",
             keys: ACK_KEYS,
-            args: &["j", "tok", "60000"],
+            args: &["j", "tok", "60000", CHANNEL],
             setup: JOB_IN_FLIGHT,
             reply: "1",
             after: &[
@@ -2451,7 +2451,7 @@ fn cases() -> Vec<Case> {
             script: &queue::ACK,
             what: "a retry after a lost reply finds its own ack",
             keys: ACK_KEYS,
-            args: &["j", "tok", "60000"],
+            args: &["j", "tok", "60000", CHANNEL],
             setup: &[&["ZADD", SETTLED, FAR, "tok"]],
             reply: "1",
             after: &[],
@@ -2461,7 +2461,7 @@ fn cases() -> Vec<Case> {
             script: &queue::ACK,
             what: "another delivery holds it",
             keys: ACK_KEYS,
-            args: &["j", "old", "60000"],
+            args: &["j", "old", "60000", CHANNEL],
             setup: JOB_IN_FLIGHT,
             reply: "-1",
             after: &[(&["HEXISTS", PAYLOADS, "j"], "1")],
@@ -2471,7 +2471,7 @@ fn cases() -> Vec<Case> {
             script: &queue::ACK,
             what: "the lease ran out",
             keys: ACK_KEYS,
-            args: &["j", "tok", "60000"],
+            args: &["j", "tok", "60000", CHANNEL],
             setup: &[
                 &["ZADD", INFLIGHT, PAST, "j"],
                 &["HSET", LEASES, "j", "tok"],
@@ -3057,7 +3057,7 @@ fn cases() -> Vec<Case> {
             script: &queue::ACK,
             what: "a job with a follow-up parked behind it: the follow-up becomes ready",
             keys: ACK_KEYS,
-            args: &["~j", "tok", "60000"],
+            args: &["~j", "tok", "60000", CHANNEL],
             setup: DEDUP_JOB_WITH_FOLLOW_UP,
             reply: "1",
             after: &[
@@ -3070,7 +3070,7 @@ fn cases() -> Vec<Case> {
                 (&["HGETALL", DEDUP_OF], "[~f,0|d]"),
                 (&["ZCARD", INFLIGHT], "0"),
             ],
-            published: &[],
+            published: &["1"],
         },
         Case {
             script: &queue::ACK_TAKE,
@@ -3091,7 +3091,7 @@ fn cases() -> Vec<Case> {
             script: &queue::ACK,
             what: "a job with a dedup id: its entry goes with it",
             keys: ACK_KEYS,
-            args: &["~j", "tok", "60000"],
+            args: &["~j", "tok", "60000", CHANNEL],
             setup: &[
                 &["ZADD", INFLIGHT, FAR, "~j"],
                 &["HSET", LEASES, "~j", "tok"],

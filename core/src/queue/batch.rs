@@ -428,7 +428,8 @@ pub fn ack_many(
 pub fn ack_many_call(keys: &QueueKeys, jobs: &[(&str, &str)]) -> ScriptCall {
     let mut call = ScriptCall::new(&scripts::ACK_MANY)
         .keys(&keys.ack_keys())
-        .arg(SETTLED_KEEP.as_millis().to_string());
+        .arg(SETTLED_KEEP.as_millis().to_string())
+        .arg(&keys.notify);
     for (id, token) in jobs {
         call = call.arg(*id).arg(*token);
     }

@@ -136,6 +136,7 @@ pub fn cancel(
             &keys.dedup,
             &keys.dedup_of,
             keys.counts_slot(),
+            &keys.paused,
         ])
         .arg(id)
         .arg(message)
@@ -144,7 +145,8 @@ pub fn cancel(
             CancelledJobs::Remove => "remove",
         })
         .arg(&keys.cancel_notify)
-        .arg(CANCEL_KEEP.as_millis().to_string());
+        .arg(CANCEL_KEEP.as_millis().to_string())
+        .arg(&keys.notify);
     Ok(ScriptOp::new(Cancel, call, keys.target(), None, deadline))
 }
 

@@ -232,6 +232,7 @@ impl KeyedCalls {
                 .subject_arg()
                 .owner_arg(&placeholder_token())
                 .arg(SETTLED_KEEP.as_millis().to_string())
+                .arg(&k.notify)
                 .compact(),
             job_name: format!("queue {} job ", k.name).into(),
             extend: ScriptCall::new(&scripts::JOB_EXTEND).keys(&[
@@ -976,18 +977,15 @@ fn nack_call(
 /// records the settled delivery for [`SETTLED_KEEP`], so a retry after a lost reply returns
 /// `Ok` only if this delivery's own ack removed the job.
 pub fn ack_call(keys: &QueueKeys, id: &str, token: &str) -> ScriptCall {
-    let call = keys
-        .calls
+    // The wake channel: a grouped job's ack wakes the takers its freed slot may let in, and
+    // any ack those of a keep-latest follow-up it makes ready.
+    keys.calls
         .ack
         .clone()
         .arg(id)
         .arg(token)
-        .arg(SETTLED_KEEP.as_millis().to_string());
-    match keys.groups {
-        // A grouped job's ack wakes the takers its freed slot may let in.
-        Some(_) => call.arg(&keys.notify),
-        None => call,
-    }
+        .arg(SETTLED_KEEP.as_millis().to_string())
+        .arg(&keys.notify)
 }
 
 /// [`ack_call`] for the lease `token` of a taken job: the same call, built without copying

@@ -589,7 +589,7 @@ fn ack_and_nack_calls_are_owner_checked_with_three_outcomes() {
         call_args(&ack),
         strs(&[
             "EVALSHA", ACK.sha1, "14", INFLIGHT, LEASES, PAYLOADS, PRIORITIES, DELIVERIES, HOLDERS,
-            BASES, SETTLED, PAUSED, DEDUP, DEDUP_OF, READY, SEQ, COUNTS, "j", &t, "60000",
+            BASES, SETTLED, PAUSED, DEDUP, DEDUP_OF, READY, SEQ, COUNTS, "j", &t, "60000", CHANNEL,
         ])
     );
     // Bound from the queue's template: the same call.
@@ -1965,7 +1965,7 @@ fn settling_a_job_taken_after_a_lost_reply_records_its_token_as_undone() {
     assert_eq!(ack[1], ACK.sha1);
     assert_eq!(ack[2], "15", "{ack:?}");
     assert_eq!(ack[17], UNDONE);
-    assert_eq!(ack[18..], strs(&["j", &tok(), "60000", &keep]));
+    assert_eq!(ack[18..], strs(&["j", &tok(), "60000", CHANNEL, &keep]));
     let nack = job.nack(&keys(), Duration::from_micros(1500), 4, "why", d);
     let nack = args(&Scenario::new(nack, now).answer(Reply::Int(1)));
     assert_eq!(nack[1], NACK.sha1);

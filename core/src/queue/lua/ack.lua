@@ -7,8 +7,9 @@
 -- counter (10 to 13 are touched only for a job pushed with a dedup id:
 -- core/src/queue/dedup.rs), 14 counts (the stem of the per-minute counts: count.lua);
 -- optionally 15 undone takes.
--- ARGV: 1 id, 2 token, 3 how long to remember the settlement (ms); with KEYS[15], 4 how
--- long to remember the token there (ms).
+-- ARGV: 1 id, 2 token, 3 how long to remember the settlement (ms), 4 the queue's wake
+-- channel (a follow-up made ready wakes the idle takers); with KEYS[15], 5 how long to
+-- remember the token there (ms).
 -- A job pushed with a dedup id (its id starts with '~') drops its dedup entry, and a
 -- keep-latest follow-up parked behind it becomes ready, in this script.
 -- Returns 1 acked (or: this very delivery was settled already, so a retry after a lost
@@ -32,7 +33,7 @@ if string.byte(id, 1) == 126 then
 end
 if KEYS[15] then
   -- The ack of a delivery whose take had an attempt that went unanswered: whatever the
-  -- verdict, its token is remembered as undone (KEYS[15], for ARGV[4] ms), so that the
+  -- verdict, its token is remembered as undone (KEYS[15], for ARGV[5] ms), so that the
   -- attempt, if only delayed, takes nothing when it arrives. Every key is read first (the
   -- dedup keys, 10 to 13, just above, where the job has a dedup id; the counts are only
   -- added to, never failing the script).
@@ -41,7 +42,7 @@ if KEYS[15] then
     redis.call('HLEN', KEYS[i])
   end
   redis.call('ZCARD', KEYS[8])
-  remember(KEYS[15], token, now, tonumber(ARGV[4]))
+  remember(KEYS[15], token, now, tonumber(ARGV[5]))
 end
 if holder ~= token then
   local settled = redis.call('ZSCORE', KEYS[8], token)
@@ -66,7 +67,9 @@ if string.byte(id, 1) == 126 then
   -- A job pushed with a dedup id: its entry goes with it, and a follow-up parked behind it
   -- becomes ready (the deliveries read first; the dedup keys were, at the top).
   redis.call('HLEN', KEYS[5])
-  dedup_release(KEYS[10], KEYS[11], id, KEYS[3], KEYS[4], KEYS[12], KEYS[13], now)
+  if dedup_release(KEYS[10], KEYS[11], id, KEYS[3], KEYS[4], KEYS[12], KEYS[13], now) then
+    notify(ARGV[4], '1')
+  end
 end
 redis.call('HDEL', KEYS[5], id)
 redis.call('ZREM', KEYS[1], id)

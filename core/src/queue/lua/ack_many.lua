@@ -7,7 +7,8 @@
 -- touched only for jobs pushed with a dedup id, whose entries go with them and whose
 -- keep-latest follow-ups become ready), 14 counts: ack.lua's keys without the undone
 -- takes.
--- ARGV: 1 how long to remember each settlement (ms), then an id and its token per job.
+-- ARGV: 1 how long to remember each settlement (ms), 2 the queue's wake channel (keep-latest
+-- follow-ups made ready wake the idle takers), then an id and its token per job.
 -- Returns a string, one character per job: '1' acked (or this very delivery was settled
 -- already: a retry after a lost reply finds its own ack), '0' the lease ran out (or the job
 -- is gone), '2' another delivery holds it.
@@ -19,7 +20,7 @@ for i = 2, 7 do
 end
 redis.call('ZCARD', KEYS[8])
 local drain = redis.call('HGET', KEYS[9], 'drain')
-for i = 2, #ARGV - 1, 2 do
+for i = 3, #ARGV - 1, 2 do
   if string.byte(ARGV[i], 1) == 126 then
     -- A job pushed with a dedup id: the keys its ack may write, read first.
     redis.call('HLEN', KEYS[10])
@@ -33,8 +34,8 @@ for i = 2, #ARGV - 1, 2 do
   end
 end
 local keep = tonumber(ARGV[1])
-local out, acked = {}, 0
-for i = 2, #ARGV - 1, 2 do
+local out, acked, released = {}, 0, false
+for i = 3, #ARGV - 1, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local holder = redis.call('HGET', KEYS[2], id)
   local verdict
@@ -55,7 +56,9 @@ for i = 2, #ARGV - 1, 2 do
       if string.byte(id, 1) == 126 then
         -- A job pushed with a dedup id: its entry goes with it, and a keep-latest follow-up
         -- parked behind it becomes ready, as ack.lua does.
-        dedup_release(KEYS[10], KEYS[11], id, KEYS[3], KEYS[4], KEYS[12], KEYS[13], now)
+        if dedup_release(KEYS[10], KEYS[11], id, KEYS[3], KEYS[4], KEYS[12], KEYS[13], now) then
+          released = true
+        end
       end
       redis.call('HDEL', KEYS[5], id)
       redis.call('ZREM', KEYS[1], id)
@@ -82,5 +85,8 @@ if acked > 0 then
   if drain then
     notify(drain, '*')
   end
+end
+if released then
+  notify(ARGV[2], '1')
 end
 return table.concat(out)

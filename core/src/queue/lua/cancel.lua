@@ -5,10 +5,12 @@
 -- 11 reasons, 12 cancelled (zset token -> until when the holder's renewal answers
 -- "cancelled", ms), 13 cancel messages (hash token -> the message), 14 dedup ids, 15 the
 -- jobs' dedup entries (14 and 15 touched only for a job pushed with a dedup id, removed),
--- 16 counts (a job sent to the dead list counts as dead).
+-- 16 counts (a job sent to the dead list counts as dead), 17 pauses (hash; field 'drain':
+-- the channel a drain waiter listens on, announced on when a job in flight is cancelled).
 -- ARGV: 1 id, 2 message, 3 'dead' (the job goes to the dead list, its reason the message)
 -- or 'remove' (forgotten), 4 the channel of cancel messages, 5 how long past the job's
--- lease the mark is kept (ms).
+-- lease the mark is kept (ms), 6 the queue's wake channel (a group slot freed or a
+-- keep-latest follow-up made ready wakes the idle takers).
 -- Returns 1 a waiting or delayed job cancelled, 2 a job in flight cancelled (its lease
 -- ended, its holder told by a message on the channel, the payload its token, and at its next
 -- renewal), 0 no such job waiting, delayed or in flight (done, dead or never pushed).
@@ -38,11 +40,12 @@ redis.call('LLEN', KEYS[10])
 redis.call('HLEN', KEYS[11])
 redis.call('ZCARD', KEYS[12])
 redis.call('HLEN', KEYS[13])
+local drain = redis.call('HGET', KEYS[17], 'drain')
 if string.byte(id, 1) == 126 then
   redis.call('HLEN', KEYS[14])
   redis.call('HLEN', KEYS[15])
 end
-local outcome
+local outcome, wake
 if in_ready or in_delayed or in_group then
   redis.call('ZREM', KEYS[1], id)
   redis.call('ZREM', KEYS[2], id)
@@ -54,7 +57,7 @@ elseif expiry or token then
   local now = now_ms()
   redis.call('ZREM', KEYS[5], id)
   redis.call('HDEL', KEYS[6], id)
-  group_freed(KEYS[1], id)
+  wake = group_freed(KEYS[1], id)
   if token then
     redis.call('HDEL', KEYS[7], token, token .. ':e')
     -- Marks of cancels whose time has passed are dropped with their messages, at most 64
@@ -80,14 +83,18 @@ if ARGV[3] == 'dead' then
   local now = now_ms()
   redis.call('HSET', KEYS[11], id, 'cancelled: ' .. message)
   counting(KEYS[16], now)
-  bury(KEYS[10], id, 'cancelled', now)
+  if bury(KEYS[10], id, 'cancelled', now) then
+    wake = true
+  end
 else
   if string.byte(id, 1) == 126 then
     -- A job pushed with a dedup id: its entry goes with it, as the deletion of a dead job
     -- drops it; a keep-latest follow-up parked behind it (answered Queued) is made ready
     -- and holds the dedup id in its place (to the dead list, bury does the same).
     local p = string.sub(KEYS[10], 1, -5)
-    dedup_release(KEYS[14], KEYS[15], id, KEYS[3], KEYS[4], KEYS[1], p .. 'seq', now_ms())
+    if dedup_release(KEYS[14], KEYS[15], id, KEYS[3], KEYS[4], KEYS[1], p .. 'seq', now_ms()) then
+      wake = true
+    end
   end
   redis.call('HDEL', KEYS[3], id, id .. '\255')
   redis.call('HDEL', KEYS[4], id)
@@ -97,5 +104,11 @@ else
 end
 if outcome == 2 and token then
   notify(ARGV[4], token)
+end
+if outcome == 2 and drain then
+  notify(drain, '*')
+end
+if wake then
+  notify(ARGV[6], '1')
 end
 return outcome

@@ -72,8 +72,8 @@ if n - base >= tonumber(ARGV[4]) then
   end
   -- The library's timed_out says 'timed out' (or 'timed out: <the handler's error>').
   local timed_out = ARGV[7] == 'timed out' or string.sub(ARGV[7], 1, 11) == 'timed out: '
-  bury(KEYS[8], id, timed_out and 'timed_out' or 'failed', now)
-  if group_back then
+  local released = bury(KEYS[8], id, timed_out and 'timed_out' or 'failed', now)
+  if group_back or released then
     notify(ARGV[5], '1')
   end
   return 2

@@ -627,3 +627,95 @@ fn a_cancel_of_a_job_in_flight_wakes_a_drain_and_a_freed_group_slot_wakes_takers
     assert_eq!(next.payload(), b"second");
     next.ack().unwrap();
 }
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    let mut conn = testkit::connection(server);
+    redis::cmd("EXISTS").arg(key).query(&mut conn).unwrap()
+}
+
+#[test]
+fn a_group_whose_leases_ran_out_keeps_no_index_key() {
+    let server = server();
+    let c = client(&server);
+    let q = c
+        .queue("tenants")
+        .unwrap()
+        .visibility(Duration::from_millis(50))
+        .max_deliveries(1);
+    let g = q.groups().unwrap();
+    // 20 tenants whose one job's lease runs out on its last delivery: each dies.
+    for i in 0..20 {
+        q.push_with("job", PushOptions::new().group(&format!("t{i}")))
+            .unwrap();
+    }
+    for _ in 0..20 {
+        g.try_take().unwrap().expect("a tenant's job").abandon();
+    }
+    let index = |i: usize| format!("redlease:{{tenants}}:q:g:i:t{i}");
+    assert!(exists(&server, &index(0)), "a running job holds its slot");
+    // A take after the leases ran out reclaims them: dead, and their slots freed.
+    testkit::await_condition(Duration::from_secs(10), || {
+        assert!(g.try_take().unwrap().is_none());
+        g.dead_jobs(100).unwrap().len() == 20
+    });
+    let left: Vec<usize> = (0..20).filter(|&i| exists(&server, &index(i))).collect();
+    assert!(
+        left.is_empty(),
+        "index keys left behind for tenants {left:?}"
+    );
+}
+
+/// How many times Redis ran `command` (scripts' calls included) since the last reset.
+fn calls(conn: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[test]
+fn a_group_take_does_not_look_at_each_lease_its_group_holds() {
+    // A group with 40,000 leases running: its take counts them (the index holds only
+    // leases that run: every ending frees its slot) instead of checking each.
+    let server = server();
+    let c = client(&server);
+    let mut conn = testkit::connection(&server);
+    let q = c.queue("wide").unwrap();
+    q.set_group_limits(
+        LimitsOf::Group("big"),
+        Some(GroupLimits::new().concurrency(100_000)),
+    )
+    .unwrap();
+    let far = 4_000_000_000_000u64;
+    for chunk in (0..40_000).collect::<Vec<_>>().chunks(10_000) {
+        let mut index = redis::cmd("ZADD");
+        index.arg("redlease:{wide}:q:g:i:big");
+        let mut inflight = redis::cmd("ZADD");
+        inflight.arg("redlease:{wide}:q:g:inflight");
+        for i in chunk {
+            index.arg(far).arg(format!("big\u{1f}m{i}"));
+            inflight.arg(far).arg(format!("big\u{1f}m{i}"));
+        }
+        let () = redis::pipe()
+            .add_command(index)
+            .add_command(inflight)
+            .query(&mut conn)
+            .unwrap();
+    }
+    q.push_with("one more", PushOptions::new().group("big"))
+        .unwrap();
+    let g = q.groups().unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
+    let job = g.try_take().unwrap().expect("the job of big");
+    assert_eq!(job.payload(), b"one more");
+    let looked = calls(&mut conn, "zscore");
+    assert!(looked < 20, "the take ran ZSCORE {looked} times");
+    assert_eq!(zcard(&mut conn, "redlease:{wide}:q:g:i:big"), 40_001);
+    job.ack().unwrap();
+    assert_eq!(zcard(&mut conn, "redlease:{wide}:q:g:i:big"), 40_000);
+}

@@ -95,6 +95,7 @@ pub static GROUP_TAKE: Script = crate::script!(
         super::scripts::DEAD_LIST,
         DEDUP_RELEASE,
         super::scripts::BURY,
+        super::scripts::GROUP_FREE,
         super::scripts::RECLAIM,
         GCRA
     ],

@@ -52,6 +52,7 @@ pub static DEQUEUE: Script = script!(
         DEAD_LIST,
         DEDUP_RELEASE,
         BURY,
+        GROUP_FREE,
         RECLAIM
     ],
     include_str!("lua/dequeue.lua")
@@ -128,7 +129,7 @@ pub static REQUEUE: Script = script!(
 /// `lua/untake.lua`
 pub static UNTAKE: Script = script!(
     "queue_untake",
-    [NOW_MS, REMEMBER, READY, NOTIFY, COUNT],
+    [NOW_MS, REMEMBER, READY, NOTIFY, COUNT, GROUP_FREE],
     include_str!("lua/untake.lua")
 );
 
@@ -151,6 +152,7 @@ pub static ACK_TAKE: Script = script!(
         DEAD_LIST,
         DEDUP_RELEASE,
         BURY,
+        GROUP_FREE,
         RECLAIM
     ],
     include_str!("lua/ack_take.lua")
@@ -197,6 +199,7 @@ pub static TAKE_BATCH: Script = script!(
         DEAD_LIST,
         DEDUP_RELEASE,
         BURY,
+        GROUP_FREE,
         RECLAIM
     ],
     include_str!("lua/take_batch.lua")

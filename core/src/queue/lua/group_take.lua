@@ -171,7 +171,7 @@ for _, g in ipairs(redis.call('ZRANGE', KEYS[20], 0, 15)) do
 end
 -- The whole queue's concurrency and rate.
 local blocked_for = nil
-if whole.c > 0 and #redis.call('ZRANGEBYSCORE', KEYS[6], '(' .. now, '+inf', 'LIMIT', 0, whole.c) >= whole.c then
+if whole.c > 0 and redis.call('ZCOUNT', KEYS[6], '(' .. now, '+inf') >= whole.c then
   blocked_for = -1
 end
 if whole_wait > 0 then
@@ -197,20 +197,27 @@ if not blocked_for then
       eligible = false
     end
     if eligible and l.c > 0 then
-      -- Its leases that still run (a lease that ran out frees its slot).
-      local key, live, first = stem .. 'i:' .. g, 0, nil
-      for _, id in ipairs(redis.call('ZRANGE', key, 0, -1)) do
-        local e = tonumber(redis.call('ZSCORE', KEYS[6], id) or '0')
-        if e > now then
-          live = live + 1
-          if not first or e < first then
-            first = e
+      -- Its leases: every ending of a lease frees its slot (group_free.lua; a lease that ran
+      -- out, when reclaimed above), so the index counts the leases that run. Entries whose
+      -- take-time expiry passed are checked against the in-flight set, at most 2 a look
+      -- (renewed: their expiry copied; gone: dropped), so that an index written before
+      -- every ending freed its slot empties too, at a bounded cost.
+      local key = stem .. 'i:' .. g
+      local live = redis.call('ZCARD', key)
+      if live >= l.c then
+        for _, old in ipairs(redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, 2)) do
+          local e = tonumber(redis.call('ZSCORE', KEYS[6], old) or '0')
+          if e > now then
+            redis.call('ZADD', key, e, old)
+          else
+            redis.call('ZREM', key, old)
+            live = live - 1
           end
-        else
-          redis.call('ZREM', key, id)
         end
       end
       if live >= l.c then
+        -- Set aside until the first of its leases may end (an ending brings it back sooner).
+        local first = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]) or now
         redis.call('ZREM', KEYS[13], g)
         redis.call('ZADD', KEYS[15], first, g)
         eligible = false

@@ -50,6 +50,8 @@ local function reclaim(due, expired, max, now)
       redis.call('HDEL', KEYS[10], token, token .. ':e')
     end
     redis.call('HDEL', KEYS[7], id)
+    -- A grouped job (on the grouped keys): its slot in its group freed.
+    group_freed(KEYS[1], id)
     local n = tonumber(redis.call('HGET', KEYS[8], id)) or 0
     if n - base_of(id) >= max then
       -- Timed out: its lease ended at its hold limit (the driver asks for a lease that ends

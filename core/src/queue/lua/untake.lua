@@ -25,6 +25,8 @@ end
 redis.call('HDEL', KEYS[7], ARGV[1], ARGV[1] .. ':e')
 redis.call('HDEL', KEYS[2], id)
 redis.call('ZREM', KEYS[1], id)
+-- A grouped job (on the grouped keys, whose ready set is the staging set): its slot freed.
+group_freed(KEYS[3], id)
 redis.call('HINCRBY', KEYS[6], id, -1)
 local priority = tonumber(redis.call('HGET', KEYS[4], id)) or 0
 redis.call('ZADD', KEYS[3], ready_score(priority, KEYS[5]), id)

@@ -12,8 +12,8 @@ use redlease_suite::testkit::{await_condition, connection, server};
 const COMMANDS: &str = "+ping +evalsha +eval +subscribe +unsubscribe +publish \
     +get +set +del +exists +incr +pexpire +pttl +time \
     +hget +hmget +hset +hsetnx +hdel +hlen +hincrby +hexists +incrby \
-    +llen +lindex +lpop +lpos +lrange +lrem +rpush \
-    +zadd +zcard +zrange +zrangebyscore +zrem +zremrangebyscore +zscore \
+    +llen +lindex +lpop +lpos +lrange +lrem +lset +ltrim +rpush \
+    +zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore \
     +setnx +getset +wait";
 
 /// Creates user `name` (password `pw`) with the documented commands, keys `~app:*` and, when

@@ -719,3 +719,73 @@ fn a_group_take_does_not_look_at_each_lease_its_group_holds() {
     job.ack().unwrap();
     assert_eq!(zcard(&mut conn, "redlease:{wide}:q:g:i:big"), 40_000);
 }
+
+/// Puts `n` dead jobs `<prefix><i>` on queue `name`'s dead list, the last `tail` of them
+/// dead by lease expiry, the others failed.
+fn fill_dead(conn: &mut redis::Connection, name: &str, prefix: &str, n: usize, tail: usize) {
+    let dead = format!("redlease:{{{name}}}:q:dead");
+    let payloads = format!("redlease:{{{name}}}:q:payloads");
+    for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
+        let mut list = redis::cmd("RPUSH");
+        list.arg(&dead);
+        let mut hash = redis::cmd("HSET");
+        hash.arg(&payloads);
+        for &i in chunk {
+            let kind = if i >= n - tail { "expired" } else { "failed" };
+            let id = format!("{prefix}{i}");
+            let mut record = id.clone().into_bytes();
+            record.push(0xfe);
+            list.arg(&id);
+            hash.arg(&id)
+                .arg("p")
+                .arg(record)
+                .arg(format!("1000 {kind}"));
+        }
+        let () = redis::pipe()
+            .add_command(list)
+            .add_command(hash)
+            .query(conn)
+            .unwrap();
+    }
+}
+
+#[test]
+fn bulk_dead_list_calls_go_in_bounded_pages_and_report_exactly() {
+    // 100,000 dead jobs, the 1,000 a filter picks at the end: each page removes its picks
+    // with one LREM (an LREM per pick scanned the list from its head: 1.6 s, past the io
+    // timeout, so a call that had requeued 1,000 answered Unavailable).
+    let server = server();
+    let c = testkit::client(&server, Duration::from_secs(1));
+    let mut conn = testkit::connection(&server);
+    fill_dead(&mut conn, "bulk", "d", 100_000, 1_000);
+    let q = c.queue("bulk").unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
+    let filter = redlease::DeadFilter::new().cause(redlease::DeathCause::LeaseExpired);
+    let ids = q.requeue_dead_where(&filter, 1_000).unwrap();
+    assert_eq!(ids.len(), 1_000);
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!(unique.len(), 1_000);
+    assert!(
+        ids.iter()
+            .all(|id| id["d".len()..].parse::<usize>().unwrap() >= 99_000)
+    );
+    let pages = calls(&mut conn, "evalsha") + calls(&mut conn, "eval");
+    let removals = calls(&mut conn, "lrem");
+    assert!(removals <= pages, "{removals} LREMs in {pages} pages");
+    assert_eq!(q.stats().unwrap().ready, 1_000);
+    assert_eq!(q.stats().unwrap().dead, 99_000);
+    // Called again, the filter picks none: none is requeued twice.
+    assert!(q.requeue_dead_where(&filter, 1_000).unwrap().is_empty());
+    // A purge of 250,000 reports each of them, in pages of 1,000.
+    fill_dead(&mut conn, "bulk", "e", 151_000, 0);
+    assert_eq!(q.purge_dead().unwrap(), 250_000);
+    assert_eq!(q.stats().unwrap().dead, 0);
+    let payloads: usize = redis::cmd("HLEN")
+        .arg("redlease:{bulk}:q:payloads")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(payloads, 1_000, "the requeued jobs' payloads only");
+}

@@ -1530,7 +1530,7 @@ impl Seq {
                 match self.rng.below(6) {
                     0 | 1 => self.machine_op(queue::requeue(&keys, &id, now), Cmp::Exact),
                     2 | 3 => {
-                        let op = queue::delete_dead(&keys, Some(&id), now).unwrap();
+                        let op = queue::delete_dead(&keys, &id, now).unwrap();
                         self.machine_op(op, Cmp::Exact)
                     }
                     4 => {
@@ -1547,7 +1547,15 @@ impl Seq {
                         };
                         let (from, limit) =
                             (self.rng.below(2) as u64, 1 + self.rng.below(3) as u64);
-                        let op = dead::act(&keys, action, &filter, from, 1000, limit, now).unwrap();
+                        // A page's call id, now and then one used before (answered from
+                        // its record).
+                        let call = format!("p{}", self.rng.below(50));
+                        if self.rng.chance(20) {
+                            let op = dead::purge_page(&keys, &call, now).unwrap();
+                            return self.machine_op(op, Cmp::Exact);
+                        }
+                        let op = dead::act(&keys, action, &filter, from, 1000, limit, &call, now)
+                            .unwrap();
                         self.machine_op(op, Cmp::Exact)
                     }
                     _ => {

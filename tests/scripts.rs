@@ -985,7 +985,12 @@ const DEAD_KEYS: &[&str] = &[
     DEAD, PAYLOADS, PRIORITIES, DELIVERIES, BASES, REASONS, DEDUP, DEDUP_OF,
 ];
 const DEAD_ACT_KEYS: &[&str] = &[
-    DEAD, READY, PRIORITIES, SEQ, DELIVERIES, BASES, REASONS, PAYLOADS, DEDUP, DEDUP_OF,
+    DEAD, READY, PRIORITIES, SEQ, DELIVERIES, BASES, REASONS, PAYLOADS, DEDUP, DEDUP_OF, PAGE,
+];
+/// A bulk call's page record (dead.rs `page_record`).
+const PAGE: &str = "t:{s}:q:dead:page:c";
+const PURGE_KEYS: &[&str] = &[
+    DEAD, PAYLOADS, PRIORITIES, DELIVERIES, BASES, REASONS, DEDUP, DEDUP_OF, PAGE,
 ];
 const DEAD_KEEP_KEYS: &[&str] = &[
     DEAD, PAYLOADS, PRIORITIES, DELIVERIES, BASES, REASONS, DEDUP, DEDUP_OF, DEAD_KEEP,
@@ -2859,7 +2864,31 @@ fn cases() -> Vec<Case> {
                 (&["LRANGE", DEAD, "0", "-1"], "[a,c]"),
                 (&["HEXISTS", PAYLOADS, "b"], "0"),
                 (&["HEXISTS", REASONS, "b"], "0"),
+                (&["LRANGE", PAGE, "0", "-1"], "[1,b]"),
             ],
+            published: &[],
+        },
+        Case {
+            script: &queue::DEAD_ACT,
+            what: "picks in the middle and at the end of a page: just they leave the list",
+            keys: DEAD_ACT_KEYS,
+            args: &["delete", "1", "1000", "10", "", "db", "", CHANNEL],
+            setup: &[
+                &["RPUSH", DEAD, "a", "b", "c", "d", "e"],
+                &["HSET", REASONS, "a", "db", "c", "db down", "e", "db"],
+            ],
+            reply: "[-1,c,e]",
+            after: &[(&["LRANGE", DEAD, "0", "-1"], "[a,b,d]")],
+            published: &[],
+        },
+        Case {
+            script: &queue::DEAD_ACT,
+            what: "a page sent again: answered from its record, nothing more done",
+            keys: DEAD_ACT_KEYS,
+            args: &["delete", "0", "1000", "10", "", "", "", CHANNEL],
+            setup: &[&["RPUSH", DEAD, "a"], &["RPUSH", PAGE, "-1", "z"]],
+            reply: "[-1,z]",
+            after: &[(&["LRANGE", DEAD, "0", "-1"], "[a]")],
             published: &[],
         },
         Case {
@@ -3111,15 +3140,29 @@ fn cases() -> Vec<Case> {
         },
         Case {
             script: &queue::FORGET,
-            what: "every dead job",
-            keys: DEAD_KEYS,
-            args: &["", "all"],
+            what: "a purge page: the oldest dead jobs, its record kept",
+            keys: PURGE_KEYS,
+            args: &["", "page", "2"],
             setup: &[
-                &["RPUSH", DEAD, "a", "b"],
-                &["HSET", PAYLOADS, "a", "p", "b", "p"],
+                &["RPUSH", DEAD, "a", "b", "c"],
+                &["HSET", PAYLOADS, "a", "p", "b", "p", "c", "p"],
             ],
-            reply: "2",
-            after: &[(&["EXISTS", DEAD], "0"), (&["HLEN", PAYLOADS], "0")],
+            reply: "[2,3]",
+            after: &[
+                (&["LRANGE", DEAD, "0", "-1"], "[c]"),
+                (&["HKEYS", PAYLOADS], "[c]"),
+                (&["LRANGE", PAGE, "0", "-1"], "[2,3]"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &queue::FORGET,
+            what: "a purge page sent again: answered from its record, nothing more deleted",
+            keys: PURGE_KEYS,
+            args: &["", "page", "2"],
+            setup: &[&["RPUSH", DEAD, "c"], &["RPUSH", PAGE, "2", "3"]],
+            reply: "[2,3]",
+            after: &[(&["LRANGE", DEAD, "0", "-1"], "[c]")],
             published: &[],
         },
         Case {

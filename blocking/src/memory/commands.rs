@@ -656,6 +656,45 @@ fn dispatch(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             ctx.db.drop_if_empty(&a[0]);
             Reply::Int(n as i64)
         }
+        "LTRIM" => {
+            need!(a.len() == 3);
+            let (Some(start), Some(stop)) = (parse_int(&a[1]), parse_int(&a[2])) else {
+                return err(NOT_INT);
+            };
+            let now = ctx.now_ms();
+            match ctx.db.get_mut(&a[0], now).map(|e| &mut e.value) {
+                None => {}
+                Some(Value::List(l)) => {
+                    let keep = index_range(l.len(), start, stop);
+                    l.truncate(keep.end);
+                    l.drain(..keep.start);
+                }
+                Some(_) => return err(WRONGTYPE),
+            }
+            ctx.db.drop_if_empty(&a[0]);
+            ok()
+        }
+        "LSET" => {
+            need!(a.len() == 3);
+            let Some(i) = parse_int(&a[1]) else {
+                return err(NOT_INT);
+            };
+            let now = ctx.now_ms();
+            match ctx.db.get_mut(&a[0], now).map(|e| &mut e.value) {
+                None => err("ERR no such key"),
+                Some(Value::List(l)) => {
+                    let i = if i < 0 { l.len() as i64 + i } else { i };
+                    match usize::try_from(i).ok().and_then(|i| l.get_mut(i)) {
+                        Some(v) => {
+                            *v = a[2].clone();
+                            ok()
+                        }
+                        None => err("ERR index out of range"),
+                    }
+                }
+                Some(_) => err(WRONGTYPE),
+            }
+        }
         "LPOS" => lpos(ctx, a),
         "EVAL" | "EVALSHA" | "SCRIPT" | "EVAL_RO" | "EVALSHA_RO" | "MULTI" | "EXEC"
         | "SUBSCRIBE" | "SSUBSCRIBE" | "PSUBSCRIBE"

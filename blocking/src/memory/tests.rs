@@ -182,6 +182,27 @@ fn hashes_zsets_and_lists() {
     assert_eq!(call(&s, &["LPOP", "l"]), bulk("c"));
     assert_eq!(call(&s, &["LPOP", "l"]), Reply::Nil);
     assert_eq!(call(&s, &["EXISTS", "l"]), Reply::Int(0));
+    // LSET and LTRIM, as Redis answers them.
+    assert_eq!(code(&call(&s, &["LSET", "l", "0", "x"])), "ERR");
+    assert_eq!(call(&s, &["RPUSH", "l", "a", "b", "c", "d"]), Reply::Int(4));
+    assert_eq!(
+        call(&s, &["LSET", "l", "-1", "z"]),
+        Reply::Status("OK".into())
+    );
+    assert_eq!(code(&call(&s, &["LSET", "l", "4", "x"])), "ERR");
+    assert_eq!(
+        call(&s, &["LTRIM", "l", "1", "-1"]),
+        Reply::Status("OK".into())
+    );
+    assert_eq!(
+        call(&s, &["LRANGE", "l", "0", "-1"]),
+        Reply::Array(vec![bulk("b"), bulk("c"), bulk("z")])
+    );
+    assert_eq!(
+        call(&s, &["LTRIM", "l", "5", "-1"]),
+        Reply::Status("OK".into())
+    );
+    assert_eq!(call(&s, &["EXISTS", "l"]), Reply::Int(0));
 }
 
 #[test]

@@ -507,20 +507,42 @@ impl Queue {
     pub fn delete_dead(&self, id: &str) -> Result<bool, Error> {
         let n = self
             .client
-            .run(queue::delete_dead(&self.keys, Some(id), self.deadline())?)?;
+            .run(queue::delete_dead(&self.keys, id, self.deadline())?)?;
         Ok(n > 0)
     }
 
-    /// Deletes every dead job for good; returns how many there were.
+    /// Deletes every dead job for good; returns how many were deleted. It goes in pages of
+    /// up to 1,000 (each one short script, each with its own [deadline](ClientBuilder::op_timeout)),
+    /// and deletes at most as many as the list held when it began (jobs that die meanwhile
+    /// are left). A page whose reply was lost is sent again and answered from its record:
+    /// none is deleted twice, and the count is exact. An error after some pages leaves
+    /// those deleted; calling again deletes the rest.
     pub fn purge_dead(&self) -> Result<u64, Error> {
-        self.client
-            .run(queue::delete_dead(&self.keys, None, self.deadline())?)
+        let call = random_token(&self.client)?;
+        let call = call.as_str();
+        let (mut deleted, mut at_start) = (0u64, None);
+        for page in 0u64.. {
+            let op = dead::purge_page(&self.keys, &format!("{call}:{page}"), self.deadline())?;
+            let done = self.client.run(op)?;
+            deleted += done.deleted;
+            let target = *at_start.get_or_insert(done.before);
+            if done.deleted < dead::MAX_SCAN || deleted >= target {
+                break;
+            }
+        }
+        Ok(deleted)
     }
 
     /// Requeues (as [`requeue_dead`](Self::requeue_dead) does) up to `limit` dead jobs
     /// that `filter` picks, oldest first, a page of up to 1,000 entries per round trip;
-    /// returns their ids. Each page is one script: a job is requeued once, and jobs that
-    /// die meanwhile join the list's end (a later page may pick them).
+    /// returns their ids. Each page is one short script whose cost is bounded by the page:
+    /// a job is requeued once, and jobs that die meanwhile join the list's end (a later
+    /// page may pick them). A page whose reply was lost is sent again and answered from
+    /// its record (kept a minute), so the ids reported are exactly those requeued. An
+    /// error after some pages leaves those requeued (they are off the dead list): called
+    /// again, the call picks among the jobs still dead; give it
+    /// [`DeadFilter::died_before`] a time before the first call, and a job requeued then
+    /// that died again is not picked twice.
     pub fn requeue_dead_where(
         &self,
         filter: &DeadFilter,
@@ -548,7 +570,12 @@ impl Queue {
     ) -> Result<Vec<String>, Error> {
         let mut done = Vec::new();
         let mut from = 0;
-        while done.len() < limit {
+        let call = random_token(&self.client)?;
+        let call = call.as_str();
+        for page in 0u64.. {
+            if done.len() >= limit {
+                break;
+            }
             let left = (limit - done.len()) as u64;
             let op = dead::act(
                 &self.keys,
@@ -557,6 +584,7 @@ impl Queue {
                 from,
                 dead::MAX_SCAN,
                 left,
+                &format!("{call}:{page}"),
                 self.deadline(),
             )?;
             let page = self.client.run(op)?;

@@ -33,7 +33,8 @@
 //! let now = Instant::now();
 //! // Requeue the jobs whose lease ran out, looking at the first 1,000 entries.
 //! let filter = DeadFilter::new().cause(DeathCause::LeaseExpired);
-//! let mut act = dead::act(&keys, DeadAction::Requeue, &filter, 0, 1000, 50, now + Duration::from_secs(1))?;
+//! // The page's call id: unique to it (a retry after a lost reply is answered from its record).
+//! let mut act = dead::act(&keys, DeadAction::Requeue, &filter, 0, 1000, 50, "3f9c:0", now + Duration::from_secs(1))?;
 //! let Step::Send(batch) = act.poll(now) else { panic!() };
 //! let id = batch.requests[0].id;
 //! // The server requeued two and reached the list's end.
@@ -295,9 +296,8 @@ pub struct Act;
 impl OpKind for Act {
     type Output = DeadPage;
     const CONTEXT: &'static str = "dead-letter bulk action";
-    /// A page whose reply was lost may have acted on jobs already: sent again, it would
-    /// act on up to its limit more (`Unavailable` instead).
-    const RETRY_LOST_REPLY: bool = false;
+    // A page sent again after a lost reply is answered from its record (kept a minute, by
+    // its call id): it acts on nothing more, and the ids it acted on are reported.
 
     fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<DeadPage, Error>> {
         let (first, rest) = reply.as_array()?.split_first()?;
@@ -319,9 +319,88 @@ impl OpKind for Act {
 /// The most entries one page looks at.
 pub const MAX_SCAN: u64 = 1000;
 
+/// The longest id of a bulk call's page ([`act`], [`purge_page`]).
+pub const MAX_CALL_ID_LEN: usize = 64;
+
+/// The key a page's reply is recorded under: `<dead>:page:<call>`.
+fn page_record(keys: &QueueKeys, call: &str) -> Result<String, Error> {
+    if call.is_empty() || call.len() > MAX_CALL_ID_LEN {
+        return Err(InvalidArgument::Setting(format!(
+            "a page's call id must be 1 to {MAX_CALL_ID_LEN} bytes, got {}",
+            call.len()
+        ))
+        .into());
+    }
+    Ok(format!("{}:page:{call}", keys.dead))
+}
+
+/// What a page of [`purge_page`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PurgedPage {
+    /// How many dead jobs it deleted (fewer than the page's size: the list is empty now,
+    /// but for jobs that died meanwhile).
+    pub deleted: u64,
+    /// The dead list's length before the page.
+    pub before: u64,
+}
+
+/// Runs a purge page ([`purge_page`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Purge;
+
+impl OpKind for Purge {
+    type Output = PurgedPage;
+    const CONTEXT: &'static str = "dead-letter purge";
+
+    fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<PurgedPage, Error>> {
+        let [deleted, before] = reply.as_array()? else {
+            return None;
+        };
+        Some(Ok(PurgedPage {
+            deleted: u64::try_from(deleted.as_int()?).ok()?,
+            before: u64::try_from(before.as_int()?).ok()?,
+        }))
+    }
+}
+
+/// Deletes the oldest [`MAX_SCAN`] dead jobs for good, as
+/// [`delete_dead`](super::delete_dead) does one: a page of a purge. Call it again until a
+/// page deletes fewer than that, or as many as the list held at the first page were
+/// deleted (jobs that die meanwhile join the list's end). `call` names the page, as for
+/// [`act`]: sent again after a lost reply, it deletes nothing more and reports what it did.
+pub fn purge_page(
+    keys: &QueueKeys,
+    call: &str,
+    deadline: Instant,
+) -> Result<ScriptOp<Purge>, Error> {
+    let record = page_record(keys, call)?;
+    let call = ScriptCall::new(&scripts::FORGET)
+        .keys(&[
+            &keys.dead,
+            &keys.payloads,
+            &keys.priorities,
+            &keys.deliveries,
+            &keys.bases,
+            &keys.reasons,
+            &keys.dedup,
+            &keys.dedup_of,
+            &record,
+        ])
+        .arg("")
+        .arg("page")
+        .arg(MAX_SCAN.to_string());
+    Ok(ScriptOp::new(Purge, call, keys.target(), None, deadline))
+}
+
 /// One page of `action` on the dead jobs `filter` picks: looks at up to `scan` entries
 /// (1 to [`MAX_SCAN`]) from index `from` (oldest first), acts on at most `limit` (at least
 /// 1). Call again from the page's `next` until it is `None` or enough were acted on.
+///
+/// `call` names this page, unique to it (e.g. random bytes in hex and the page's number;
+/// 1 to [`MAX_CALL_ID_LEN`] bytes): the page's reply is recorded under it for a minute, so
+/// that the page sent again after a lost reply is answered from the record and acts on
+/// nothing more. Its cost is bounded by the page (`scan` entries), whatever the list holds.
+#[allow(clippy::too_many_arguments)]
 pub fn act(
     keys: &QueueKeys,
     action: DeadAction,
@@ -329,8 +408,10 @@ pub fn act(
     from: u64,
     scan: u64,
     limit: u64,
+    call: &str,
     deadline: Instant,
 ) -> Result<ScriptOp<Act>, Error> {
+    let record = page_record(keys, call)?;
     if !(1..=MAX_SCAN).contains(&scan) || limit == 0 {
         return Err(InvalidArgument::Setting(format!(
             "a dead-list page looks at 1 to {MAX_SCAN} entries and acts on at least 1, got {scan} and {limit}"
@@ -356,6 +437,7 @@ pub fn act(
             &keys.payloads,
             &keys.dedup,
             &keys.dedup_of,
+            &record,
         ])
         .arg(match action {
             DeadAction::Requeue => "requeue",
@@ -488,7 +570,7 @@ mod tests {
     fn a_page_reads_its_next_index_and_ids() {
         let deadline = crate::testing::origin() + Duration::from_secs(1);
         let f = DeadFilter::new().reason_contains("boom");
-        let op = act(&keys(), DeadAction::Delete, &f, 5, 10, 3, deadline).unwrap();
+        let op = act(&keys(), DeadAction::Delete, &f, 5, 10, 3, "c1", deadline).unwrap();
         let page = run(
             op,
             Reply::Array(vec![Reply::Int(12), Reply::Bulk(b"a".to_vec())]),
@@ -502,14 +584,31 @@ mod tests {
             }
         );
         for (scan, limit) in [(0, 1), (MAX_SCAN + 1, 1), (1, 0)] {
-            assert!(act(&keys(), DeadAction::Requeue, &f, 0, scan, limit, deadline).is_err());
+            assert!(
+                act(
+                    &keys(),
+                    DeadAction::Requeue,
+                    &f,
+                    0,
+                    scan,
+                    limit,
+                    "c",
+                    deadline
+                )
+                .is_err()
+            );
         }
-        let op = act(&keys(), DeadAction::Delete, &f, 0, 1, 1, deadline).unwrap();
+        // A call id is 1 to 64 bytes.
+        for call in ["", &"x".repeat(MAX_CALL_ID_LEN + 1)] {
+            assert!(act(&keys(), DeadAction::Requeue, &f, 0, 1, 1, call, deadline).is_err());
+            assert!(purge_page(&keys(), call, deadline).is_err());
+        }
+        let op = act(&keys(), DeadAction::Delete, &f, 0, 1, 1, "c2", deadline).unwrap();
         assert!(run(op, Reply::Array(vec![Reply::Int(-2)])).is_err());
     }
 
     #[test]
-    fn a_page_whose_reply_was_lost_is_not_sent_again() {
+    fn a_page_whose_reply_was_lost_is_sent_again_under_its_call_id() {
         use crate::reply::TransportFailure;
         use crate::testing::Scenario;
         let now = crate::testing::origin();
@@ -521,35 +620,44 @@ mod tests {
             0,
             10,
             3,
+            "c7:0",
             now + Duration::from_secs(3),
         )
         .unwrap();
+        // The page's record is one of its keys: a page sent again is answered from it.
+        let record = "redlease:{q}:q:dead:page:c7:0";
+        let args = |r: &crate::command::Request| r.command.args().to_vec();
         let mut s = Scenario::new(op, now);
-        s.fail(TransportFailure::no_reply("timeout"));
-        assert!(matches!(
-            s.expect_done(),
-            Err(Error::Unavailable { attempts: 1, .. })
-        ));
-        // One that surely never ran is sent again.
-        let op = act(
-            &keys(),
-            DeadAction::Requeue,
-            &f,
-            0,
-            10,
-            3,
-            now + Duration::from_secs(3),
-        )
-        .unwrap();
-        let mut s = Scenario::new(op, now);
-        s.fail(TransportFailure::not_sent("refused"));
+        let first = s.fail(TransportFailure::no_reply("timeout"));
         s.sleep_through();
-        s.answer(Reply::Array(vec![Reply::Int(-1)]));
+        let again = s.answer(Reply::Array(vec![
+            Reply::Int(-1),
+            Reply::Bulk(b"a".to_vec()),
+        ]));
+        assert_eq!(args(&first), args(&again), "sent again as it was");
+        assert!(
+            args(&first)
+                .iter()
+                .any(|a| a.as_slice() == record.as_bytes())
+        );
         assert_eq!(
             s.expect_done(),
             Ok(DeadPage {
                 next: None,
-                ids: vec![]
+                ids: vec!["a".into()]
+            })
+        );
+        // A purge page too.
+        let op = purge_page(&keys(), "c8:0", now + Duration::from_secs(3)).unwrap();
+        let mut s = Scenario::new(op, now);
+        s.fail(TransportFailure::no_reply("timeout"));
+        s.sleep_through();
+        s.answer(Reply::Array(vec![Reply::Int(1000), Reply::Int(2500)]));
+        assert_eq!(
+            s.expect_done(),
+            Ok(PurgedPage {
+                deleted: 1000,
+                before: 2500
             })
         );
     }

@@ -1224,15 +1224,16 @@ impl OpKind for DeleteDead {
     }
 }
 
-/// Deletes dead job `id` (`None`: every dead job) with its payload, so the dead list does
-/// not grow without bound and the id may be pushed again. An empty id is refused with
-/// [`InvalidArgument`] (no job has one: [`push`] refuses it), so that only `None` purges.
+/// Deletes dead job `id` with its payload, so the dead list does not grow without bound and
+/// the id may be pushed again. An empty id is refused with [`InvalidArgument`] (no job has
+/// one: [`push`] refuses it). A purge of every dead job goes in pages:
+/// [`dead::purge_page`].
 pub fn delete_dead(
     keys: &QueueKeys,
-    id: Option<&str>,
+    id: &str,
     deadline: Instant,
 ) -> Result<ScriptOp<DeleteDead>, Error> {
-    if id.is_some_and(str::is_empty) {
+    if id.is_empty() {
         return Err(InvalidArgument::Setting(format!(
             "a dead job id must be 1 to {MAX_ID_LEN} bytes, got 0 (purge every dead job with purge_dead)"
         ))
@@ -1249,8 +1250,8 @@ pub fn delete_dead(
             &keys.dedup,
             &keys.dedup_of,
         ])
-        .arg(id.unwrap_or(""))
-        .arg(if id.is_none() { "all" } else { "one" });
+        .arg(id)
+        .arg("one");
     Ok(ScriptOp::new(
         DeleteDead,
         call,

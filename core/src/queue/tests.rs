@@ -1300,20 +1300,27 @@ fn a_push_whose_reply_was_lost_is_not_sent_again() {
 }
 
 #[test]
-fn forgetting_a_dead_job_with_an_empty_id_is_refused_and_only_none_purges() {
+fn forgetting_a_dead_job_with_an_empty_id_is_refused_and_a_purge_goes_in_pages() {
     let now = origin();
     assert!(matches!(
-        delete_dead(&keys(), Some(""), deadline(now)),
+        delete_dead(&keys(), "", deadline(now)),
         Err(Error::InvalidArgument(_))
     ));
-    let mut one = Scenario::new(delete_dead(&keys(), Some("j"), deadline(now)).unwrap(), now);
+    let mut one = Scenario::new(delete_dead(&keys(), "j", deadline(now)).unwrap(), now);
     let r = one.answer(Reply::Int(1));
     assert_eq!(args(&r)[args(&r).len() - 2..], strs(&["j", "one"]));
     assert_eq!(one.expect_done(), Ok(1));
-    let mut all = Scenario::new(delete_dead(&keys(), None, deadline(now)).unwrap(), now);
-    let r = all.answer(Reply::Int(3));
-    assert_eq!(args(&r)[args(&r).len() - 2..], strs(&["", "all"]));
-    assert_eq!(all.expect_done(), Ok(3));
+    let page = super::dead::purge_page(&keys(), "c:0", deadline(now)).unwrap();
+    let mut all = Scenario::new(page, now);
+    let r = all.answer(Reply::Array(vec![Reply::Int(3), Reply::Int(3)]));
+    assert_eq!(args(&r)[args(&r).len() - 3..], strs(&["", "page", "1000"]));
+    assert_eq!(
+        all.expect_done(),
+        Ok(super::dead::PurgedPage {
+            deleted: 3,
+            before: 3
+        })
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ use redlease_suite::testkit::{await_condition, connection, server};
 
 /// The commands of docs/acl.md ("every primitive" on one server).
 const COMMANDS: &str = "+ping +evalsha +eval +subscribe +unsubscribe +publish \
-    +get +set +del +exists +incr +pexpire +pttl +time \
+    +get +set +del +exists +incr +pexpire +pttl +time +rename \
     +hget +hmget +hset +hsetnx +hdel +hlen +hincrby +hexists +incrby \
     +llen +lindex +lpop +lpos +lrange +lrem +lset +ltrim +rpush \
     +zadd +zcard +zcount +zrange +zrangebyscore +zrem +zremrangebyscore +zscore \

@@ -789,3 +789,55 @@ fn bulk_dead_list_calls_go_in_bounded_pages_and_report_exactly() {
         .unwrap();
     assert_eq!(payloads, 1_000, "the requeued jobs' payloads only");
 }
+
+#[test]
+fn a_change_of_the_default_limits_does_not_walk_every_group_set_aside() {
+    let server = server();
+    let c = client(&server);
+    let mut conn = testkit::connection(&server);
+    let q = c.queue("fleet").unwrap();
+    q.set_group_limits(
+        LimitsOf::EveryGroup,
+        Some(GroupLimits::new().concurrency(1)),
+    )
+    .unwrap();
+    let g = q.groups().unwrap();
+    for p in ["first", "second"] {
+        q.push_with(p, PushOptions::new().group("acme")).unwrap();
+    }
+    let first = g.try_take().unwrap().expect("the first job");
+    // The concurrency-1 group is full and set aside, beside 100,000 others.
+    assert!(g.try_take().unwrap().is_none());
+    for chunk in (0..100_000).collect::<Vec<_>>().chunks(10_000) {
+        let mut full = redis::cmd("ZADD");
+        full.arg("redlease:{fleet}:q:g:full");
+        for i in chunk {
+            full.arg(4_000_000_000_000u64).arg(format!("idle{i}"));
+        }
+        let () = full.query(&mut conn).unwrap();
+    }
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut conn)
+        .unwrap();
+    q.set_group_limits(
+        LimitsOf::EveryGroup,
+        Some(GroupLimits::new().concurrency(2)),
+    )
+    .unwrap();
+    let writes = calls(&mut conn, "zadd") + calls(&mut conn, "zrem");
+    assert!(writes < 10, "the change wrote {writes} times");
+    // The raised limit takes effect at the next takes: acme's second job runs beside the
+    // first (the groups set aside are looked at again, 16 a take).
+    let mut second = None;
+    for _ in 0..100_000 / 16 + 2 {
+        if let Some(job) = g.try_take().unwrap() {
+            second = Some(job);
+            break;
+        }
+    }
+    let second = second.expect("the second job of acme, under the raised limit");
+    assert_eq!(second.payload(), b"second");
+    first.ack().unwrap();
+    second.ack().unwrap();
+}

@@ -266,6 +266,19 @@ fn dispatch(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
             let n = a.iter().filter(|k| ctx.db.remove(k, now)).count();
             Reply::Int(n as i64)
         }
+        "RENAME" => {
+            need!(a.len() == 2);
+            let now = ctx.now_ms();
+            match ctx.db.get(&a[0], now).cloned() {
+                None => err("ERR no such key"),
+                Some(entry) => {
+                    // The value and its expiry move; the destination's old value goes.
+                    ctx.db.remove(&a[0], now);
+                    ctx.db.set(&a[1], entry.value, entry.expires_at);
+                    ok()
+                }
+            }
+        }
         "EXISTS" => {
             need!(!a.is_empty());
             let now = ctx.now_ms();

@@ -182,6 +182,20 @@ fn hashes_zsets_and_lists() {
     assert_eq!(call(&s, &["LPOP", "l"]), bulk("c"));
     assert_eq!(call(&s, &["LPOP", "l"]), Reply::Nil);
     assert_eq!(call(&s, &["EXISTS", "l"]), Reply::Int(0));
+    // RENAME moves the value and its expiry, replacing the destination's.
+    assert_eq!(code(&call(&s, &["RENAME", "none", "x"])), "ERR");
+    assert_eq!(call(&s, &["RPUSH", "from", "a"]), Reply::Int(1));
+    assert_eq!(call(&s, &["RPUSH", "to", "b", "c"]), Reply::Int(2));
+    assert_eq!(
+        call(&s, &["RENAME", "from", "to"]),
+        Reply::Status("OK".into())
+    );
+    assert_eq!(call(&s, &["EXISTS", "from"]), Reply::Int(0));
+    assert_eq!(
+        call(&s, &["LRANGE", "to", "0", "-1"]),
+        Reply::Array(vec![bulk("a")])
+    );
+    assert_eq!(call(&s, &["DEL", "to"]), Reply::Int(1));
     // LSET and LTRIM, as Redis answers them.
     assert_eq!(code(&call(&s, &["LSET", "l", "0", "x"])), "ERR");
     assert_eq!(call(&s, &["RPUSH", "l", "a", "b", "c", "d"]), Reply::Int(4));

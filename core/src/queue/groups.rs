@@ -148,6 +148,10 @@ pub struct GroupKeys {
     blocked: String,
     full: String,
     aside: String,
+    /// Groups set aside as full, and as rate-blocked, before a change of limits: the takes
+    /// look at them again, 16 a take (a change moves the sets here whole, `RENAME`).
+    recheck_full: String,
+    recheck_blocked: String,
     turn: String,
     limits: String,
     rate: String,
@@ -164,6 +168,8 @@ impl QueueKeys {
             blocked: k("blocked"),
             full: k("full"),
             aside: k("aside"),
+            recheck_full: k("recheck_full"),
+            recheck_blocked: k("recheck_blocked"),
             turn: k("turn"),
             limits: k("limits"),
             rate: k("rate"),
@@ -201,6 +207,8 @@ pub(super) fn rebind(calls: &mut KeyedCalls, k: &QueueKeys, g: &GroupKeys) {
         &k.paused,
         &g.aside,
         k.counts_slot(),
+        &g.recheck_full,
+        &g.recheck_blocked,
     ]);
     let ack_keys: [&str; 14] = [
         &k.inflight,
@@ -425,7 +433,14 @@ pub fn limits_call(
         LimitsOf::Queue => "!".to_owned(),
     };
     let call = ScriptCall::new(&GROUP_LIMITS)
-        .keys(&[&g.limits, &g.ring, &g.blocked, &g.full])
+        .keys(&[
+            &g.limits,
+            &g.ring,
+            &g.blocked,
+            &g.full,
+            &g.recheck_full,
+            &g.recheck_blocked,
+        ])
         .arg(field)
         .arg(limits.map(|l| l.encode()).unwrap_or_default())
         .arg(&keys.notify);

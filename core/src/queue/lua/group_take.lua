@@ -11,7 +11,9 @@
 -- whole queue's: "concurrency interval_us tolerance_us max_size", 0 = none), 17 turn
 -- counter, 18 the queue's rate state (GCRA time), 19 pauses (hash: '*' the whole queue,
 -- 'g:<group>' one group), 20 paused groups set aside (zset group -> 0), 21 counts
--- (count.lua: taken, and what the reclaiming moves).
+-- (count.lua: taken, and what the reclaiming moves), 22 and 23 the full and the
+-- rate-blocked groups to look at again after a change of limits (group_limits.lua: 16 a
+-- take come back to the ring, a rate-blocked one's rate state started afresh).
 -- A group's own keys are named after KEYS[13] without its 'ring': 'r:<group>' its ready
 -- jobs (zset id -> ready score), 'i:<group>' its leased jobs (zset id -> lease expiry at
 -- the take, checked against the in-flight zset), 't:<group>' its rate state.
@@ -79,7 +81,7 @@ end
 for _, i in ipairs({3, 4, 7, 8, 10, 11, 16}) do
   redis.call('HLEN', KEYS[i])
 end
-for _, i in ipairs({1, 13, 14, 15, 20}) do
+for _, i in ipairs({1, 13, 14, 15, 20, 22, 23}) do
   redis.call('ZCARD', KEYS[i])
 end
 redis.call('LLEN', KEYS[9])
@@ -156,6 +158,17 @@ end
 for _, k in ipairs({KEYS[14], KEYS[15]}) do
   for _, g in ipairs(redis.call('ZRANGEBYSCORE', k, '-inf', now, 'LIMIT', 0, 16)) do
     redis.call('ZREM', k, g)
+    if redis.call('ZCARD', stem .. 'r:' .. g) > 0 then
+      enlist(g)
+    end
+  end
+end
+for i = 22, 23 do
+  for _, g in ipairs(redis.call('ZRANGE', KEYS[i], 0, 15)) do
+    redis.call('ZREM', KEYS[i], g)
+    if i == 23 then
+      redis.call('DEL', stem .. 't:' .. g)
+    end
     if redis.call('ZCARD', stem .. 'r:' .. g) > 0 then
       enlist(g)
     end

@@ -841,3 +841,36 @@ fn a_change_of_the_default_limits_does_not_walk_every_group_set_aside() {
     first.ack().unwrap();
     second.ack().unwrap();
 }
+
+#[test]
+fn a_grouped_dead_job_is_shown_and_addressed_by_its_group_and_id() {
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("tenants").unwrap();
+    let g = q.groups().unwrap();
+    let id = q.push_with("bad", PushOptions::new().group("t2")).unwrap();
+    let job = g.try_take().unwrap().expect("the job of t2");
+    assert_eq!(job.id(), id);
+    job.fail("bad input", Retry::Never).unwrap();
+    let dead = g.dead_jobs(10).unwrap();
+    assert_eq!(dead.len(), 1);
+    // The id as `Job::id()` said, the group beside it: no separator byte in either.
+    assert_eq!(dead[0].id, id);
+    assert_eq!(dead[0].group.as_deref(), Some("t2"));
+    // Addressed by group and id, through the plain handle as through the groups'.
+    assert!(q.requeue_dead_grouped("t2", &id).unwrap());
+    assert!(
+        !g.requeue_dead_grouped("t2", &id).unwrap(),
+        "requeued already"
+    );
+    let again = g.try_take().unwrap().expect("the requeued job");
+    assert_eq!((again.group(), again.id()), (Some("t2"), id.as_str()));
+    again.fail("still bad", Retry::Never).unwrap();
+    assert!(g.delete_dead_grouped("t2", &id).unwrap());
+    assert!(g.dead_jobs(10).unwrap().is_empty());
+    refused_group(q.requeue_dead_grouped("no\u{1f}group", &id));
+}
+
+fn refused_group<T: std::fmt::Debug>(out: Result<T, Error>) {
+    assert!(matches!(out, Err(Error::InvalidArgument(_))), "{out:?}");
+}

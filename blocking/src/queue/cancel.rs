@@ -158,11 +158,7 @@ impl Queue {
     /// fail, the error is returned after the cancel; calling again (answered
     /// [`Cancelled::NotFound`]) finishes it.
     pub fn cancel(&self, id: &str, message: &str) -> Result<Cancelled, Error> {
-        let keys = if id.contains(redlease_core::queue::groups::SEPARATOR) {
-            self.group_keys()?
-        } else {
-            self.keys.clone()
-        };
+        let keys = self.keys_of(id)?;
         let op = core_cancel::cancel(
             &keys,
             id,
@@ -183,9 +179,7 @@ impl Queue {
     /// [`groups`](Self::groups). A group id that no group can have is refused with
     /// [`Error::InvalidArgument`].
     pub fn cancel_grouped(&self, group: &str, id: &str, message: &str) -> Result<Cancelled, Error> {
-        redlease_core::queue::groups::check_group(group)?;
-        let composed = format!("{group}{}{id}", redlease_core::queue::groups::SEPARATOR);
-        self.cancel(&composed, message)
+        self.cancel(&super::compose(group, id)?, message)
     }
 
     /// The signal of a job taken on `lease` with `timeout` (its own, or its queue's) and,

@@ -128,6 +128,15 @@ impl PushOptions {
 }
 
 /// A fresh owner token for a take, and a seed for its retry jitter.
+/// A grouped job's composed id, `<group>\u{1f}<id>` (the group checked).
+fn compose(group: &str, id: &str) -> Result<String, Error> {
+    redlease_core::queue::groups::check_group(group)?;
+    Ok(format!(
+        "{group}{}{id}",
+        redlease_core::queue::groups::SEPARATOR
+    ))
+}
+
 fn fresh_token(client: &Client) -> Result<(Token, u64), Error> {
     let random: [u8; 24] = client.shared().entropy.bytes()?;
     let mut token = [0u8; 16];
@@ -496,18 +505,46 @@ impl Queue {
     /// forgotten). What is kept: its id, payload and priority, and its delivery number
     /// ([`Job::delivery`]), which keeps increasing (it is the job's fence, so it never
     /// repeats). `false` if it was not on the dead list.
+    ///
+    /// A grouped job is named by [`requeue_dead_grouped`](Self::requeue_dead_grouped), or
+    /// here by its composed id (`<group>\u{1f}<id>`), through either handle.
     pub fn requeue_dead(&self, id: &str) -> Result<bool, Error> {
-        self.client
-            .run(queue::requeue(&self.keys, id, self.deadline()))
+        let keys = self.keys_of(id)?;
+        self.client.run(queue::requeue(&keys, id, self.deadline()))
+    }
+
+    /// Requeues dead job `id` of group `group` (a [`DeadJob`]'s `group` and `id`), as
+    /// [`requeue_dead`](Self::requeue_dead) does; through the queue or its
+    /// [`groups`](Self::groups). A group id no group can have is refused with
+    /// [`Error::InvalidArgument`].
+    pub fn requeue_dead_grouped(&self, group: &str, id: &str) -> Result<bool, Error> {
+        self.requeue_dead(&compose(group, id)?)
+    }
+
+    /// Deletes dead job `id` of group `group` for good, as [`delete_dead`](Self::delete_dead)
+    /// does; through the queue or its [`groups`](Self::groups).
+    pub fn delete_dead_grouped(&self, group: &str, id: &str) -> Result<bool, Error> {
+        self.delete_dead(&compose(group, id)?)
+    }
+
+    /// The keys job `id` lives under: a composed id (`<group>\u{1f}<id>`) the grouped
+    /// keys, any other this handle's.
+    pub(crate) fn keys_of(&self, id: &str) -> Result<Arc<QueueKeys>, Error> {
+        if id.contains(redlease_core::queue::groups::SEPARATOR) {
+            self.group_keys()
+        } else {
+            Ok(self.keys.clone())
+        }
     }
 
     /// Deletes dead job `id` for good (its payload too, so the id may be pushed again);
     /// `false` if it was not on the dead list. An empty id is refused with
     /// [`Error::InvalidArgument`] (to delete every dead job, use [`purge_dead`](Self::purge_dead)).
     pub fn delete_dead(&self, id: &str) -> Result<bool, Error> {
+        let keys = self.keys_of(id)?;
         let n = self
             .client
-            .run(queue::delete_dead(&self.keys, id, self.deadline())?)?;
+            .run(queue::delete_dead(&keys, id, self.deadline())?)?;
         Ok(n > 0)
     }
 

@@ -1151,8 +1151,11 @@ pub fn stats(keys: &QueueKeys, deadline: Instant) -> ScriptOp<Stats> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DeadJob {
-    /// Its id.
+    /// Its id (as pushed: without its group).
     pub id: String,
+    /// Its group, for a job pushed into one (listed through the queue's
+    /// [`grouped`](QueueKeys::grouped) keys).
+    pub group: Option<String>,
     /// How often it was delivered.
     pub deliveries: u64,
     /// Its payload.
@@ -1188,8 +1191,14 @@ impl OpKind for DeadJobs {
                 };
                 let record = bulk(&c[4])?;
                 let record = dead::parse_record(&record);
+                let id = String::from_utf8(bulk(&c[0])?).ok()?;
+                let (group, id) = match groups::split_id(&id) {
+                    (Some(g), id) => (Some(g.to_owned()), id.to_owned()),
+                    (None, _) => (None, id),
+                };
                 Some(DeadJob {
-                    id: String::from_utf8(bulk(&c[0])?).ok()?,
+                    id,
+                    group,
                     deliveries: u64::try_from(c[1].as_int()?).ok()?,
                     payload: bulk(&c[2])?,
                     reason: Some(String::from_utf8_lossy(&bulk(&c[3])?).into_owned())

@@ -1046,7 +1046,8 @@ fn dead_jobs_are_listed_with_deliveries_and_payload() {
         bulk(b"\x00\xff"),
         bulk(b"handler: bad payload"),
         bulk(b"1700000000123 failed"),
-        bulk(b"b"),
+        // A grouped job: its group in a field of its own.
+        bulk(b"t2\x1fb"),
         Reply::Int(1),
         bulk(b""),
         bulk(b""),
@@ -1070,6 +1071,7 @@ fn dead_jobs_are_listed_with_deliveries_and_payload() {
         Ok(vec![
             DeadJob {
                 id: "a".into(),
+                group: None,
                 deliveries: 5,
                 payload: b"\x00\xff".to_vec(),
                 reason: Some("handler: bad payload".into()),
@@ -1080,6 +1082,7 @@ fn dead_jobs_are_listed_with_deliveries_and_payload() {
             },
             DeadJob {
                 id: "b".into(),
+                group: Some("t2".into()),
                 deliveries: 1,
                 payload: Vec::new(),
                 reason: None,

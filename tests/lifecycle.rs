@@ -874,3 +874,35 @@ fn a_grouped_dead_job_is_shown_and_addressed_by_its_group_and_id() {
 fn refused_group<T: std::fmt::Debug>(out: Result<T, Error>) {
     assert!(matches!(out, Err(Error::InvalidArgument(_))), "{out:?}");
 }
+
+#[test]
+fn a_rate_limited_answer_is_a_deferral_not_a_nack_in_the_report_and_the_job() {
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("partner").unwrap();
+    q.push_with("call", PushOptions::new().group("acme"))
+        .unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let workers = q
+        .groups()
+        .unwrap()
+        .work(1, move |job: &redlease::Job| {
+            let mut log = log.lock().unwrap();
+            log.push((job.delivery(), job.attempt(), job.deferrals()));
+            if log.len() <= 2 {
+                return Err(JobError::rate_limited(Duration::from_millis(5), "429"));
+            }
+            Ok(())
+        })
+        .unwrap();
+    testkit::await_condition(Duration::from_secs(10), || workers.report().acked == 1);
+    let report = workers.stop();
+    assert_eq!(
+        (report.acked, report.deferred, report.nacked),
+        (1, 2, 0),
+        "{report:?}"
+    );
+    // The delivery number climbs (it is the fence); the attempt does not, the deferrals do.
+    assert_eq!(*seen.lock().unwrap(), vec![(1, 1, 0), (2, 1, 1), (3, 1, 2)]);
+}

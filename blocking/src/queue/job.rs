@@ -47,6 +47,14 @@ impl Job {
         self.attempt
     }
 
+    /// The deliveries of this job that were not attempts ([`delivery`](Self::delivery)
+    /// less [`attempt`](Self::attempt)): a grouped job's rate-limited answers
+    /// ([`JobError::rate_limited`], given back without counting), and after a requeue from
+    /// the dead list the deliveries before it too. 0 for a job that ran only as attempts.
+    pub fn deferrals(&self) -> u64 {
+        self.delivery().saturating_sub(self.attempt)
+    }
+
     /// When the job was pushed, on the server's clock (`None`: pushed by a version of
     /// redlease that did not record it).
     pub fn enqueued_at(&self) -> Option<std::time::SystemTime> {

@@ -73,6 +73,7 @@ impl Queue {
 pub(super) struct WorkerCounters {
     pub(super) acked: AtomicU64,
     pub(super) nacked: AtomicU64,
+    pub(super) deferred: AtomicU64,
     pub(super) refused: AtomicU64,
     pub(super) errors: AtomicU64,
     pub(super) panicked: AtomicU64,
@@ -155,7 +156,14 @@ fn work_loop<E: HandlerError>(
             Ok(Err(e)) if job.deadline().is_some_and(|d| time.now() >= d) => job
                 .timed_out_because(&e.message())
                 .map(|()| &counters.nacked),
-            Ok(Err(e)) => job.fail(&e.message(), e.retry()).map(|()| &counters.nacked),
+            Ok(Err(e)) => {
+                // A rate-limited answer on a queue's groups is a deferral, not an attempt.
+                let counter = match e.retry() {
+                    Retry::RateLimited(_) if job.queue.keys.is_grouped() => &counters.deferred,
+                    _ => &counters.nacked,
+                };
+                job.fail(&e.message(), e.retry()).map(|()| counter)
+            }
             Err(_) => {
                 counters.panicked.fetch_add(1, Ordering::Relaxed);
                 job.fail("the handler panicked", Retry::Backoff)
@@ -210,8 +218,11 @@ pub struct Workers {
 pub struct WorkerReport {
     /// Jobs handled successfully and acked.
     pub acked: u64,
-    /// Jobs whose handler failed, nacked.
+    /// Jobs whose handler failed, nacked (to be retried, or dead).
     pub nacked: u64,
+    /// Grouped jobs whose handler answered rate limited ([`JobError::rate_limited`]): given
+    /// back to the head of their group without counting as an attempt (not in `nacked`).
+    pub deferred: u64,
     /// Acks or nacks refused because the job's lease had run out (it was redelivered).
     pub refused: u64,
     /// Take, ack or nack attempts that failed otherwise (Redis unreachable).
@@ -230,6 +241,7 @@ impl Workers {
         WorkerReport {
             acked: c.acked.load(Ordering::Relaxed),
             nacked: c.nacked.load(Ordering::Relaxed),
+            deferred: c.deferred.load(Ordering::Relaxed),
             refused: c.refused.load(Ordering::Relaxed),
             errors: c.errors.load(Ordering::Relaxed),
             panicked: c.panicked.load(Ordering::Relaxed),

@@ -906,3 +906,37 @@ fn a_rate_limited_answer_is_a_deferral_not_a_nack_in_the_report_and_the_job() {
     // The delivery number climbs (it is the fence); the attempt does not, the deferrals do.
     assert_eq!(*seen.lock().unwrap(), vec![(1, 1, 0), (2, 1, 1), (3, 1, 2)]);
 }
+
+#[test]
+fn a_schedule_outlives_the_loss_of_the_queues_data() {
+    let server = server();
+    let c = client(&server);
+    let mut conn = testkit::connection(&server);
+    let q = c
+        .queue("reports")
+        .unwrap()
+        .schedule_check(Duration::from_millis(50));
+    let tick = Schedule::every(Duration::from_millis(100)).unwrap();
+    q.schedule("tick", &tick).unwrap();
+    // A schedule removed does not come back.
+    q.schedule("gone", &tick).unwrap();
+    assert!(q.remove_schedule("gone").unwrap());
+    let job = q
+        .take(Duration::from_secs(5))
+        .unwrap()
+        .expect("an occurrence");
+    job.ack().unwrap();
+    // The data is lost (as a restart without persistence would lose it).
+    let () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    assert!(q.schedules().unwrap().is_empty());
+    // A take of the handle that upserted it, past its check interval, upserts it again:
+    // its occurrences run again, and the removed schedule stays removed.
+    let job = q
+        .take(Duration::from_secs(10))
+        .unwrap()
+        .expect("an occurrence after the loss");
+    assert!(job.id().starts_with("sched:tick:"), "{}", job.id());
+    job.ack().unwrap();
+    let names: Vec<String> = q.schedules().unwrap().into_iter().map(|s| s.name).collect();
+    assert_eq!(names, vec!["tick".to_owned()]);
+}

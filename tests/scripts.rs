@@ -501,6 +501,12 @@ fn rows() -> Vec<Row> {
             setup: SCHEDULED,
         },
         Row {
+            script: &schedule::EPOCH,
+            keys: &[SCHEDULES],
+            args: &[],
+            setup: SCHEDULED,
+        },
+        Row {
             script: &queue::PUSH_DEDUP,
             keys: DEDUP_KEYS,
             args: &["u", "0", "0", "0", "0", CHANNEL, "d", "~new", "p"],

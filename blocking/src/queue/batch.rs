@@ -62,6 +62,7 @@ impl Queue {
     pub fn try_take_batch(&self, n: usize) -> Result<Vec<Job>, Error> {
         self.check()?;
         self.refuse_grouped("a batch take")?;
+        self.reassert_schedules();
         if n == 0 || n > MAX_BATCH {
             return Err(redlease_core::InvalidArgument::Setting(format!(
                 "a batch takes 1 to {MAX_BATCH} jobs, got {n}"

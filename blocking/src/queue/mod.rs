@@ -52,6 +52,9 @@ pub struct Queue {
     /// The schedules whose occurrences this queue advanced: name -> (version, spec), so
     /// that an occurrence taken on time advances in one call (schedule.rs).
     schedules: Arc<std::sync::Mutex<schedule::Known>>,
+    /// The schedules this queue upserted, upserted again when the queue's data was lost.
+    asserted: Arc<std::sync::Mutex<schedule::Asserted>>,
+    schedule_check: Duration,
     lifetime: cancel::Lifetime,
     /// The queue's metrics (nothing without the `metrics` feature).
     meter: crate::observe::QueueMeter,
@@ -69,6 +72,8 @@ impl Client {
             idle_check: Duration::from_secs(2),
             group_keys: Arc::default(),
             schedules: Arc::default(),
+            asserted: Arc::default(),
+            schedule_check: schedule::SCHEDULE_CHECK,
             lifetime: cancel::Lifetime::default(),
             meter: crate::observe::QueueMeter::new(name),
         })
@@ -391,20 +396,32 @@ impl Queue {
         let until = wait.map(|w| saturating_add(time.now(), w));
         loop {
             let left = until.map(|u| u.saturating_duration_since(time.now()));
-            match self.take_once(left)? {
+            // A handle that upserted schedules waits in slices of its schedule check, so
+            // that a loss of the queue's data is noticed while it waits (schedule.rs).
+            let slice = match left {
+                Some(l) if self.asserts_schedules() => {
+                    Some(l.min(self.schedule_check.max(Duration::from_millis(10))))
+                }
+                other => other,
+            };
+            let sliced = slice != left;
+            match self.take_once(slice) {
                 // A schedule's occurrence runs once its next occurrence exists
                 // (schedule.rs); `None`: a missed one skipped, so take again.
-                Some(job) => match Queue::admit(job)? {
+                Ok(Some(job)) => match Queue::admit(job)? {
                     Some(job) => return Ok(Some(job)),
                     None => continue,
                 },
-                None => return Ok(None),
+                Ok(None) | Err(Error::Timeout { .. }) if sliced => continue,
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(e),
             }
         }
     }
 
     fn take_once(&self, wait: Option<Duration>) -> Result<Option<Job>, Error> {
         self.check()?;
+        self.reassert_schedules();
         let (token, seed) = fresh_token(&self.client)?;
         let options = AcquireOptions {
             wait,

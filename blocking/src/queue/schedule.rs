@@ -8,6 +8,19 @@ use redlease_core::queue::schedule::{self, Advanced, Missed, Schedule, ScheduleI
 
 use super::*;
 
+/// How often a queue that upserted schedules checks, at a take, whether the queue's data
+/// was lost (the schedules' epoch changed) and upserts them again:
+/// [`Queue::schedule_check`].
+pub const SCHEDULE_CHECK: Duration = Duration::from_secs(10);
+
+/// The schedules a queue handle (and its clones) upserted, and the epoch it saw.
+#[derive(Debug, Default)]
+pub(super) struct Asserted {
+    epoch: Option<u64>,
+    schedules: std::collections::BTreeMap<String, Schedule>,
+    checked: Option<Instant>,
+}
+
 /// The specs of the schedules a queue advanced, by name, with their stored version.
 pub(super) type Known = std::collections::HashMap<String, (String, Schedule)>;
 
@@ -40,8 +53,25 @@ impl Queue {
     /// reports.schedule("every-minute", &Schedule::every(Duration::from_secs(60))?.payload("sum"))?;
     /// # Ok(()) }
     /// ```
+    ///
+    /// A schedule lives in Redis: if the queue's data is lost (a restart without
+    /// persistence, a failover to a replica that had not received it), so is the schedule.
+    /// This handle (and its clones: the worker pool's) remembers what it upserted and, at a
+    /// take at most every [`schedule_check`](Self::schedule_check), reads the schedules'
+    /// epoch (one read-only script); when it changed, it upserts them again.
     pub fn schedule(&self, name: &str, schedule: &Schedule) -> Result<Upserted, Error> {
         self.refuse_grouped("a schedule")?;
+        let done = self.upsert(name, schedule)?;
+        let epoch = self
+            .client
+            .run(schedule::epoch(&self.keys, self.deadline()))?;
+        let mut asserted = self.asserted();
+        asserted.schedules.insert(name.to_owned(), schedule.clone());
+        asserted.epoch = epoch;
+        Ok(done)
+    }
+
+    fn upsert(&self, name: &str, schedule: &Schedule) -> Result<Upserted, Error> {
         let mut from = None;
         for _ in 0..ATTEMPTS {
             let op = schedule::upsert(&self.keys, name, schedule, from, self.deadline())?;
@@ -53,9 +83,69 @@ impl Queue {
         Err(no_fit("queue schedule upsert"))
     }
 
+    /// How often, at most, a take checks whether the queue's data was lost and upserts the
+    /// schedules this handle upserted again ([`schedule`](Self::schedule));
+    /// [`SCHEDULE_CHECK`] (10 s) by default. Only a handle that upserted schedules checks.
+    pub fn schedule_check(mut self, every: Duration) -> Self {
+        self.schedule_check = every;
+        self
+    }
+
+    /// Whether this handle upserted schedules it would upsert again after a data loss.
+    pub(super) fn asserts_schedules(&self) -> bool {
+        !self.asserted().schedules.is_empty()
+    }
+
+    fn asserted(&self) -> std::sync::MutexGuard<'_, Asserted> {
+        // Each update is a few assignments: a panic elsewhere leaves a usable record.
+        self.asserted.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// At most every `schedule_check`: when this handle upserted schedules and the queue's
+    /// data was lost since (the epoch changed), upserts them again. Best effort: an error
+    /// leaves it for the next take.
+    pub(super) fn reassert_schedules(&self) {
+        let now = self.client.shared().time.now();
+        let (known, schedules) = {
+            let mut a = self.asserted();
+            if a.schedules.is_empty()
+                || a.checked
+                    .is_some_and(|t| now.saturating_duration_since(t) < self.schedule_check)
+            {
+                return;
+            }
+            a.checked = Some(now);
+            (a.epoch, a.schedules.clone())
+        };
+        let Ok(epoch) = self
+            .client
+            .run(schedule::epoch(&self.keys, self.deadline()))
+        else {
+            self.asserted().checked = None;
+            return;
+        };
+        if epoch.is_some() && epoch == known {
+            return;
+        }
+        for (name, schedule) in &schedules {
+            if self.upsert(name, schedule).is_err() {
+                self.asserted().checked = None;
+                return;
+            }
+        }
+        if let Ok(epoch) = self
+            .client
+            .run(schedule::epoch(&self.keys, self.deadline()))
+        {
+            self.asserted().epoch = epoch;
+        }
+    }
+
     /// Removes schedule `name` and its waiting occurrence; an occurrence already taken runs
-    /// to its end. `false` if there was no such schedule.
+    /// to its end. `false` if there was no such schedule. This handle no longer upserts it
+    /// again after a loss of the queue's data (another handle that upserted it still does).
     pub fn remove_schedule(&self, name: &str) -> Result<bool, Error> {
+        self.asserted().schedules.remove(name);
         self.client
             .run(schedule::remove(&self.keys, name, self.deadline())?)
     }

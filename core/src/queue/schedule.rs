@@ -90,8 +90,16 @@ pub static LIST: Script = script!(
 )
 .read_only();
 
+/// `lua/schedule_epoch.lua`
+pub static EPOCH: Script = script!(
+    "queue_schedule_epoch",
+    [],
+    include_str!("lua/schedule_epoch.lua")
+)
+.read_only();
+
 /// Every schedule script.
-pub static ALL: [&Script; 4] = [&UPSERT, &ADVANCE, &REMOVE, &LIST];
+pub static ALL: [&Script; 5] = [&UPSERT, &ADVANCE, &REMOVE, &LIST, &EPOCH];
 
 /// The start of every occurrence's job id.
 pub const OCCURRENCE_PREFIX: &str = "sched:";
@@ -414,6 +422,33 @@ fn keyed(keys: &QueueKeys, script: &'static Script) -> ScriptCall {
         &keys.inflight,
         keys.counts_slot(),
     ])
+}
+
+/// Reads the epoch of a queue's schedules ([`epoch`]): the server ms their hash was first
+/// written, `None` when there is none.
+#[derive(Debug, Clone, Copy)]
+pub struct Epoch;
+
+impl OpKind for Epoch {
+    type Output = Option<u64>;
+    const CONTEXT: &'static str = "queue schedule epoch";
+
+    fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<Option<u64>, Error>> {
+        match reply {
+            Reply::Nil => Some(Ok(None)),
+            Reply::Bulk(b) => Some(Ok(Some(std::str::from_utf8(b).ok()?.parse().ok()?))),
+            _ => None,
+        }
+    }
+}
+
+/// The epoch of the queue's schedules: set by the first upsert, kept while the queue's data
+/// is. A client that upserted schedules reads it now and then, and upserts them again when
+/// it changed (the data was lost: a restart without persistence, a failover to a replica
+/// that had not received them), so that schedules outlive the loss of their definitions.
+pub fn epoch(keys: &QueueKeys, deadline: Instant) -> ScriptOp<Epoch> {
+    let call = ScriptCall::new(&EPOCH).keys(&[&schedules_key(keys)]);
+    ScriptOp::new(Epoch, call, keys.target(), None, deadline)
 }
 
 /// The schedule name and due time (Unix ms) of an occurrence's job id, or `None` for any

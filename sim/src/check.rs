@@ -74,6 +74,19 @@ pub enum Property {
     /// counted once as `pushed`, every lease once as `taken` (less the takes given back),
     /// every ack that removed a job once as `acked`.
     Counted,
+    /// Every job pushed is, by the server's keys when the run ended, acked, dead, cancelled,
+    /// or still waiting or leased, in one place: none is present nowhere.
+    Conservation,
+    /// A queue's group never has more jobs leased at once (in the server's own record) than
+    /// the concurrency in force when the last of them was leased, whichever path leased it
+    /// and however the limits were changed at run time.
+    GroupLimits,
+    /// A drain answers that nothing is in flight only when nothing of the queue (its plain
+    /// and its grouped jobs) was leased on the server at that instant.
+    DrainTruth,
+    /// A freed group slot is usable at once: a group take that finds nothing leaves no
+    /// group with a ready job and fewer leases (in the server's record) than its limit.
+    SlotUsable,
 }
 
 /// How long a free lease or reentrant lock may keep a waiter asleep (µs): the release
@@ -82,7 +95,7 @@ pub const WAKE_BOUND: u64 = 150_000;
 
 impl Property {
     /// Every property.
-    pub const ALL: [Property; 26] = [
+    pub const ALL: [Property; 30] = [
         Property::Exclusion,
         Property::FenceOrder,
         Property::FencedResource,
@@ -109,6 +122,10 @@ impl Property {
         Property::RateLimitedKeepsDelivery,
         Property::NoAckAfterTimeout,
         Property::Counted,
+        Property::Conservation,
+        Property::GroupLimits,
+        Property::DrainTruth,
+        Property::SlotUsable,
     ];
 
     /// Its index in [`Property::ALL`] (and in [`Judged`]).
@@ -145,6 +162,10 @@ impl Property {
             Property::RateLimitedKeepsDelivery => "rate-limited-keeps-delivery",
             Property::NoAckAfterTimeout => "no-ack-after-timeout",
             Property::Counted => "counted",
+            Property::Conservation => "conservation",
+            Property::GroupLimits => "group-limits",
+            Property::DrainTruth => "drain-truth",
+            Property::SlotUsable => "slot-usable",
         }
     }
 
@@ -183,6 +204,12 @@ impl Property {
             | Property::GroupConcurrency => FaultSet::of(&data_loss),
             // Data loss forgets counters with (or without) the jobs they counted.
             Property::Counted => FaultSet::of(&data_loss),
+            // Data loss forgets jobs, limits (and the leases a group holds), and leases a
+            // drain's count may have seen on the older copy.
+            Property::Conservation
+            | Property::GroupLimits
+            | Property::DrainTruth
+            | Property::SlotUsable => FaultSet::of(&data_loss),
             // A push handed over twice whose copy arrives after the job was acked pushes it
             // again (a push is not idempotent once the job is forgotten: `push_unique` is).
             Property::SingleAck | Property::DeliveryUnique => FaultSet::of(&[
@@ -320,6 +347,10 @@ pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) 
     group_rate(h, &mut out);
     no_ack_after_timeout(h, &mut out);
     counted(h, &mut out);
+    conservation(h, &mut out);
+    group_limits(h, &mut out);
+    drain_truth(h, &mut out);
+    slot_usable(h, &mut out);
     if out.on(Property::RateLimitedKeepsDelivery) {
         for d in &h.defers {
             out.judge(Property::RateLimitedKeepsDelivery, 1);
@@ -404,7 +435,8 @@ fn paused(h: &History, out: &mut Out<'_>) {
 /// start of a grouped job's lease on the server (a job id `<group>\u{1f}<id>`), the leases
 /// of its group that are open then, itself included, are at most the limit.
 fn group_concurrency(h: &History, out: &mut Out<'_>) {
-    if !out.on(Property::GroupConcurrency) {
+    // A run that changes its limits is judged by `group-limits`.
+    if !out.on(Property::GroupConcurrency) || !h.group_limits.is_empty() {
         return;
     }
     let group = |r: &str| r.split_once('\u{1f}').map(|(g, _)| g.to_owned());
@@ -435,6 +467,200 @@ fn group_concurrency(h: &History, out: &mut Out<'_>) {
                     ),
                 );
             }
+        }
+    }
+}
+
+/// The concurrency in force for group `g` by the changes `ran` says ran before: the group's
+/// own if set, else every group's defaults (0 or none: no limit).
+fn limit_at(h: &History, g: &str, ran: impl Fn(&crate::history::LimitSet) -> bool) -> Option<u32> {
+    let mut own: Option<Option<u32>> = None;
+    let mut every: Option<u32> = None;
+    for l in h.group_limits.iter().filter(|l| ran(l)) {
+        match &l.group {
+            Some(x) if x == g => own = Some(l.concurrency),
+            Some(_) => {}
+            None => every = l.concurrency,
+        }
+    }
+    own.flatten().or(every).filter(|c| *c > 0)
+}
+
+/// [`Property::GroupLimits`]: at each start of a grouped job's lease (a span opened by a
+/// command, or restored), the open leases of its group are at most the limit in force.
+fn group_limits(h: &History, out: &mut Out<'_>) {
+    if !out.on(Property::GroupLimits) || h.group_limits.is_empty() {
+        return;
+    }
+    let mut by: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, sp) in h.spans.iter().enumerate() {
+        if let Some((g, _)) = sp.resource.split_once('\u{1f}') {
+            by.entry(g).or_default().push(i);
+        }
+    }
+    for (g, list) in &by {
+        for &i in list {
+            let sp = &h.spans[i];
+            out.judge(Property::GroupLimits, 1);
+            // The changes that ran before the command that opened span `i`: earlier, or at
+            // its instant before it (fewer spans recorded then than `i`, or as many).
+            let ran =
+                |l: &crate::history::LimitSet| l.at < sp.from || (l.at == sp.from && l.spans <= i);
+            let Some(limit) = limit_at(h, g, ran) else {
+                continue;
+            };
+            // Open then: leased by an earlier command (the record's order is the order the
+            // server ran them, even at one instant) and not yet ended.
+            let open: Vec<&str> = list
+                .iter()
+                .filter(|&&k| k <= i)
+                .map(|&k| &h.spans[k])
+                .filter(|o| sp.from < o.until)
+                .map(|o| o.resource.as_str())
+                .collect();
+            if open.len() > limit as usize {
+                out.push(
+                    Property::GroupLimits,
+                    sp.from,
+                    format!(
+                        "group {g}: {} leases at once when {:?} was leased to {} at {} (limit {limit} in force): {open:?}",
+                        open.len(),
+                        sp.resource,
+                        sp.token,
+                        sp.from
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// [`Property::SlotUsable`]: judged once per group with ready jobs at a group take that
+/// found nothing.
+fn slot_usable(h: &History, out: &mut Out<'_>) {
+    if !out.on(Property::SlotUsable) {
+        return;
+    }
+    for ((spans, at, groups), &seq) in h.idle_takes.iter().zip(&h.idle_seq) {
+        for (g, ready, blocked) in groups {
+            if *ready == 0 || *blocked {
+                continue;
+            }
+            out.judge(Property::SlotUsable, 1);
+            let Some(limit) = limit_at(h, g, |l| l.seq < seq) else {
+                continue;
+            };
+            let prefix = format!("{g}\u{1f}");
+            let open = h.spans[..(*spans).min(h.spans.len())]
+                .iter()
+                .filter(|sp| sp.resource.starts_with(&prefix) && sp.until + 1_000 > *at)
+                .count();
+            if open < limit as usize {
+                out.push(
+                    Property::SlotUsable,
+                    *at,
+                    format!(
+                        "a group take at {at} found nothing, while group {g} had {ready} ready jobs and {open} leases (limit {limit})"
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// [`Property::DrainTruth`]: no span of the record is live at an instant a drain's count
+/// answered 0.
+fn drain_truth(h: &History, out: &mut Out<'_>) {
+    if !out.on(Property::DrainTruth) {
+        return;
+    }
+    for &(spans, at) in &h.drained_at {
+        out.judge(Property::DrainTruth, 1);
+        // The spans opened before the count ran (at its instant, by an earlier command).
+        let before = &h.spans[..spans.min(h.spans.len())];
+        if let Some(sp) = before.iter().find(|sp| sp.from <= at && at < sp.until) {
+            out.push(
+                Property::DrainTruth,
+                at,
+                format!(
+                    "a drain's count answered nothing in flight at {at}, but {:?} was leased to {} ({}..{})",
+                    sp.resource, sp.token, sp.from, sp.until
+                ),
+            );
+        }
+    }
+}
+
+/// [`Property::Conservation`], judged on [`History::final_jobs`] (the server's keys when
+/// the run ended): once per job pushed, and once per payload kept.
+fn conservation(h: &History, out: &mut Out<'_>) {
+    let Some(fin) = &h.final_jobs else { return };
+    if !out.on(Property::Conservation) {
+        return;
+    }
+    let acked: HashSet<&str> = h.acks_ran_at.iter().map(|(j, _)| j.as_str()).collect();
+    let removed: HashSet<&str> = h
+        .cancels_ran
+        .iter()
+        .filter(|c| c.2)
+        .map(|c| c.0.as_str())
+        .collect();
+    let places = |id: &str| -> Vec<&'static str> {
+        fin.get(id)
+            .map(|v| {
+                v.iter()
+                    .copied()
+                    .filter(|p| !matches!(*p, "payload" | "enqueued-at" | "death-record"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut seen = HashSet::new();
+    for p in &h.pushed {
+        if !seen.insert(p.id.as_str()) {
+            continue;
+        }
+        out.judge(Property::Conservation, 1);
+        let at = places(&p.id);
+        // Where it is: one waiting place, or in flight with its lease, or dead.
+        let ok = match at.as_slice() {
+            [] => acked.contains(p.id.as_str()) || removed.contains(p.id.as_str()),
+            [_] => matches!(at[0], "ready" | "delayed" | "group-ready" | "dead"),
+            [a, b] => {
+                let mut v = [*a, *b];
+                v.sort_unstable();
+                v == ["in-flight", "leased"]
+            }
+            _ => false,
+        };
+        if !ok {
+            out.push(
+                Property::Conservation,
+                h.end,
+                format!(
+                    "job {:?} (pushed at {}) at the end: {at:?} (acked: {}, cancelled and forgotten: {})",
+                    p.id,
+                    p.ran,
+                    acked.contains(p.id.as_str()),
+                    removed.contains(p.id.as_str())
+                ),
+            );
+        }
+    }
+    // A payload (or its enqueue time, or a death record) kept for a job found nowhere is a
+    // job lost.
+    for (id, at) in fin {
+        let meta = |p: &&str| matches!(*p, "payload" | "enqueued-at" | "death-record");
+        if !at.iter().any(meta) {
+            continue;
+        }
+        out.judge(Property::Conservation, 1);
+        if at.iter().all(meta) {
+            out.push(
+                Property::Conservation,
+                h.end,
+                format!("job {id:?}: {at:?} kept, the job is nowhere"),
+            );
         }
     }
 }
@@ -924,9 +1150,19 @@ fn jobs(h: &History, out: &mut Out<'_>) {
                 .or_default()
                 .push(sp.from);
         }
+        // A dead job requeued is ready at once (as if pushed anew without a delay): a
+        // lease after a requeue of the job is not judged against its push or nack.
+        let requeued = |id: &str, from: u64, at: u64| {
+            h.requeued
+                .iter()
+                .any(|(j, t)| j == id && from < *t && *t <= at)
+        };
         for p in h.pushed.iter().filter(|p| p.delay > 0) {
             let due = p.ran + p.delay;
             for &at in leased.get(p.id.as_str()).into_iter().flatten() {
+                if requeued(&p.id, p.ran, at) {
+                    continue;
+                }
                 out.judge(Property::NotBeforeDue, 1);
                 if at < due {
                     out.push(
@@ -953,7 +1189,7 @@ fn jobs(h: &History, out: &mut Out<'_>) {
             // brought the job back as it was before the nack (ready, or leased with a lease
             // that ran out since): the nack did not happen there.
             let undone = |at: u64| h.restored.iter().any(|&r| n.ran < r && r <= at);
-            if let Some(at) = next.filter(|&at| !undone(at)) {
+            if let Some(at) = next.filter(|&at| !undone(at) && !requeued(&n.id, n.ran, at)) {
                 out.judge(Property::NotBeforeDue, 1);
                 if at < due {
                     out.push(
@@ -999,8 +1235,17 @@ fn jobs(h: &History, out: &mut Out<'_>) {
             .filter_map(|i| h.holds[*i].job.as_deref())
             .collect();
         out.judge(Property::JobSettled, h.pushed.len() as u64);
+        // A job cancelled and forgotten is settled too.
+        let removed: HashSet<&str> = h
+            .cancels_ran
+            .iter()
+            .filter(|c| c.2)
+            .map(|c| c.0.as_str())
+            .collect();
         for p in &h.pushed {
-            let acked = acks.contains_key(p.id.as_str()) || ran.contains(p.id.as_str());
+            let acked = acks.contains_key(p.id.as_str())
+                || ran.contains(p.id.as_str())
+                || removed.contains(p.id.as_str());
             if !acked && !h.dead.contains(&p.id) {
                 out.push(
                     Property::JobSettled,
@@ -1130,16 +1375,24 @@ fn server_record(h: &History, out: &mut Out<'_>) {
     let resource = |x: &crate::history::Hold| x.job.clone().unwrap_or_else(|| x.name.clone());
     if out.on(Property::HeldOnServer) && h.recorded {
         for (i, x) in h.holds.iter().enumerate() {
-            let (from, to) = (x.received, x.end());
-            if to <= from {
-                continue;
-            }
-            out.judge(Property::HeldOnServer, 1);
             let r = resource(x);
             let spans = by
                 .get(&(r.as_str(), x.token.as_str()))
                 .map(Vec::as_slice)
                 .unwrap_or(&[]);
+            // A cancel ends a job's lease by design: its holder learns of it by a message or
+            // its next renewal, and is not judged past the cancel.
+            let cancelled = spans
+                .iter()
+                .map(|&k| &h.spans[k])
+                .filter(|sp| sp.closed_by.is_some_and(|r| h.cancel_runners.contains(&r)))
+                .map(|sp| sp.until)
+                .min();
+            let (from, to) = (x.received, x.end().min(cancelled.unwrap_or(u64::MAX)));
+            if to <= from {
+                continue;
+            }
+            out.judge(Property::HeldOnServer, 1);
             let covering = |node: Option<u16>| {
                 spans.iter().any(|&k| {
                     let sp = &h.spans[k];
@@ -1175,6 +1428,10 @@ fn server_record(h: &History, out: &mut Out<'_>) {
         // No command ends another token's live hold.
         for sp in &h.spans {
             let Some(r) = sp.closed_by else { continue };
+            // A cancel ends whichever lease its job has.
+            if h.cancel_runners.contains(&r) {
+                continue;
+            }
             out.judge(Property::SettledByHolder, 1);
             let info = h.runners.get(r);
             let token = info.and_then(|i| i.token.as_deref());
@@ -1385,6 +1642,18 @@ impl Property {
             }
             Property::Counted => {
                 "The queue's per-minute counters agree with the server's record: `pushed` holds the jobs the push scripts that ran answered as pushed (a duplicate not) and the schedule occurrences the schedule scripts that ran added, `deferred` the rate-limited answers (group defers) that ran and took their job back, `taken` the leases the server recorded as made by a take less the takes given back after an unanswered call, `acked` the deliveries whose ack ran and removed the job (a retried ack not again; an ack and take in one script count one counter for both events)"
+            }
+            Property::Conservation => {
+                "Every job pushed (every push that ran) is, by the server's own keys when the run ended (not the clients' beliefs), acked (an ack ran and removed it), dead, cancelled (forgotten), or still waiting (ready, delayed, in its group) or leased (in flight with its lease), in one place: none is present nowhere, none in two places, no payload is kept for a job found nowhere"
+            }
+            Property::GroupLimits => {
+                "Mixed runs, whose group limits change at run time (every group's defaults, a group's own set or cleared): at each start of a grouped job's lease in the server's record, whichever path leased it, its group's open leases (itself included) are at most the concurrency in force then (the changes as they ran on the server)"
+            }
+            Property::SlotUsable => {
+                "A freed group slot is usable at once: a group take that ran and found nothing to lease (the queue not paused) left no group with a ready job, not rate-blocked nor paused, whose open leases in the server's record (give or take 1 ms of expiry) were fewer than its concurrency in force"
+            }
+            Property::DrainTruth => {
+                "A drain's count that answered 0 (nothing in flight) ran when the server's record held no live lease of the queue, plain or grouped"
             }
             Property::NothingLeasedWhilePaused => {
                 "No job is leased (in the server's own record) after a pause of the queue ran and before the next resume ran: not by a take sent before the pause, a woken waiter, an ack-and-take, nor a reclaim of an expired lease"

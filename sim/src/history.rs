@@ -1,7 +1,7 @@
 //! What happened in one run, as recorded facts: holds, acquisitions, writes to the fenced
 //! resource, queue events. The checker reads only this.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use redlease_core::lease::{LeaseKind, LockKind};
 
@@ -320,6 +320,50 @@ pub struct History {
     /// (`acked_taken` added to `acked` and `taken`, as `Queue::counts` reads them); `None`
     /// when the run's queue does not count.
     pub counted: Option<BTreeMap<String, i64>>,
+    /// Changes of a queue's group limits as they ran on the server (and the limits set
+    /// before the workers started, at 0), in order.
+    pub group_limits: Vec<LimitSet>,
+    /// Cancels that ran on the server and found their job (waiting: 1, in flight: 2):
+    /// (job id, when, the job forgotten rather than sent to the dead list, the answer).
+    pub cancels_ran: Vec<(String, u64, bool, i64)>,
+    /// The runners of cancels (a cancel ends another token's hold by design).
+    pub cancel_runners: HashSet<usize>,
+    /// Dead jobs requeued, as the requeues ran on the server: (job id, when).
+    pub requeued: Vec<(String, u64)>,
+    /// When a drain's count ran on the server and answered that nothing was in flight:
+    /// (how many spans the server's record held then, when).
+    pub drained_at: Vec<(usize, u64)>,
+    /// Where each job of the queue was on the server when the run ended (node 0's keys):
+    /// job id -> its places (`ready`, `delayed`, `group-ready`, `in-flight`, `leased`,
+    /// `dead`, `payload`); `None` when not read (not a queue run).
+    pub final_jobs: Option<BTreeMap<String, Vec<&'static str>>>,
+    /// Group takes that ran and found nothing to lease (not paused): (how many spans the
+    /// server's record held then, when, each group's ready jobs just after it and whether
+    /// the group was rate-blocked or paused then).
+    pub idle_takes: Vec<(usize, u64, Vec<GroupState>)>,
+    /// The command (in [`History::commands`]'s count) each of `idle_takes` was.
+    pub idle_seq: Vec<u64>,
+    /// How many commands ran on the servers (a `NOSCRIPT` answer included), in order.
+    pub commands: u64,
+}
+
+/// A group as a take found it: its id, its ready jobs, whether it was rate-blocked or
+/// paused.
+pub type GroupState = (String, u64, bool);
+
+/// A change of a queue's group limits, as it ran on the server.
+#[derive(Debug, Clone)]
+pub struct LimitSet {
+    /// How many spans the server's record held then (later spans were opened after it).
+    pub spans: usize,
+    /// When it ran (global µs).
+    pub at: u64,
+    /// How many commands had run on the servers before it ([`History::commands`]).
+    pub seq: u64,
+    /// `None`: the defaults of every group; `Some(g)`: group `g`'s own.
+    pub group: Option<String>,
+    /// The concurrency set (`None`: a group's own limits cleared, back to the defaults).
+    pub concurrency: Option<u32>,
 }
 
 /// A rate-limited answer as it ran on the server: the job's deliveries counted toward its

@@ -38,6 +38,14 @@ pub enum Outcome {
     DedupPushed(Result<DedupOutcome, Error>),
     /// A queue's pause or resume (whether it changed anything).
     Toggled(Result<bool, Error>),
+    /// A change of a queue's group limits.
+    Limits(Result<(), Error>),
+    /// A job's cancel.
+    Cancelled(Result<redlease_core::queue::cancel::Cancelled, Error>),
+    /// A dead job's requeue (whether it was dead).
+    Requeued(Result<bool, Error>),
+    /// A drain (whether nothing was in flight before its deadline).
+    Drained(Result<bool, Error>),
 }
 
 impl Outcome {
@@ -57,7 +65,9 @@ impl Outcome {
             | Outcome::Upserted(Err(e))
             | Outcome::Advanced(Err(e))
             | Outcome::DedupPushed(Err(e)) => e,
-            Outcome::Toggled(Err(e)) => e,
+            Outcome::Toggled(Err(e)) | Outcome::Requeued(Err(e)) | Outcome::Drained(Err(e)) => e,
+            Outcome::Limits(Err(e)) => e,
+            Outcome::Cancelled(Err(e)) => e,
             _ => return None,
         };
         matches!(e, Error::Driver(_)).then(|| e.to_string())

@@ -72,11 +72,18 @@ pub enum Mutation {
     OccurrenceUncounted,
     /// Issue 30: a rate-limited answer (the group defer) is not counted as deferred.
     DeferUncounted,
+    /// A nack (retry or death) of a grouped job does not free its group slot
+    /// (`group_freed` dropped from the nack script): the group stays full until the take
+    /// checks the stale index entry against the in-flight set, after the lease would have
+    /// run out.
+    NackKeepsGroupSlot,
+    /// The group take ignores the groups' concurrency (a full group is never set aside).
+    GroupIgnoresConcurrency,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 21] = [
+    pub const ALL: [Mutation; 23] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -98,6 +105,8 @@ impl Mutation {
         Mutation::AckTakeUncounted,
         Mutation::OccurrenceUncounted,
         Mutation::DeferUncounted,
+        Mutation::NackKeepsGroupSlot,
+        Mutation::GroupIgnoresConcurrency,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
@@ -246,6 +255,18 @@ const DEFER_COUNT_SWAP: Swap = Swap {
     to: "count('deferred', 0)",
 };
 
+const NACK_SLOT_SWAP: Swap = Swap {
+    script: &NACK,
+    from: "local group_back = group_freed(KEYS[4], id)",
+    to: "local group_back = false",
+};
+
+const GROUP_CONCURRENCY_SWAP: Swap = Swap {
+    script: &redlease_core::queue::groups::GROUP_TAKE,
+    from: "    if eligible and l.c > 0 then",
+    to: "    if false then",
+};
+
 const DEFER_SWAP: Swap = Swap {
     script: &redlease_core::queue::groups::GROUP_DEFER,
     from: "redis.call('HINCRBY', KEYS[4], id, 1)",
@@ -272,6 +293,8 @@ impl Mutation {
             Mutation::AckTakeUncounted => std::slice::from_ref(&ACK_TAKE_COUNT_SWAP),
             Mutation::OccurrenceUncounted => &OCCURRENCE_COUNT_SWAPS,
             Mutation::DeferUncounted => std::slice::from_ref(&DEFER_COUNT_SWAP),
+            Mutation::NackKeepsGroupSlot => std::slice::from_ref(&NACK_SLOT_SWAP),
+            Mutation::GroupIgnoresConcurrency => std::slice::from_ref(&GROUP_CONCURRENCY_SWAP),
             _ => &[],
         }
     }

@@ -41,35 +41,40 @@ pub fn run(spec: RunSpec) -> RunOutcome {
 pub fn run_logged(spec: RunSpec, log: bool) -> RunOutcome {
     let (mut world, plan) = build(&spec);
     world.log(log);
-    let part = if spec.primitive == Primitive::Groups {
-        "q:g:dead"
-    } else {
-        "q:dead"
-    };
-    let dead_key = Keyspace::default()
-        .stem("q")
-        .map(|s| format!("{s}:{part}"))
-        .unwrap_or_default();
     let (mut history, injected, server) = world.run_keep();
-    if matches!(spec.primitive, Primitive::Queue | Primitive::Groups)
-        && let Ok(redlease_core::Reply::Array(items)) =
+    // The parts of the queue's keys the run uses: plain (`q:`), grouped (`q:g:`), or both.
+    let parts: &[&str] = match spec.primitive {
+        Primitive::Queue => &["q:"],
+        Primitive::Groups => &["q:g:"],
+        Primitive::Mixed => &["q:", "q:g:"],
+        _ => &[],
+    };
+    let stem = Keyspace::default().stem("q").unwrap_or_default();
+    for part in parts {
+        let dead_key = format!("{stem}:{part}dead");
+        if let Ok(redlease_core::Reply::Array(items)) =
             server.call(&["LRANGE", &dead_key, "0", "-1"])
-    {
-        history.dead = items
-            .iter()
-            .filter_map(|r| match r {
+        {
+            history.dead.extend(items.iter().filter_map(|r| match r {
                 redlease_core::Reply::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
                 _ => None,
-            })
-            .collect();
+            }));
+        }
     }
-    if matches!(spec.primitive, Primitive::Queue | Primitive::Groups) {
-        let part = if spec.primitive == Primitive::Groups {
-            "q:g:counts"
-        } else {
-            "q:counts"
-        };
-        history.counted = Some(counters(&server, part));
+    if !parts.is_empty() {
+        let mut totals = std::collections::BTreeMap::new();
+        for part in parts {
+            for (event, n) in counters(&server, &format!("{part}counts")) {
+                *totals.entry(event).or_insert(0) += n;
+            }
+        }
+        history.counted = Some(totals);
+        // (Not the groups runs: their schedule runs on the grouped keys, which the core
+        // accepts but whose takes never lease an occurrence (it has no group): its payload
+        // is left behind. The blocking driver refuses schedules on a queue's groups.)
+        if spec.primitive != Primitive::Groups {
+            history.final_jobs = Some(final_jobs(&server, &stem, parts));
+        }
     }
     let (violations, judged) = check_counted(&history, plan.faults);
     RunOutcome {
@@ -126,6 +131,91 @@ fn counters(server: &MemoryServer, part: &str) -> std::collections::BTreeMap<Str
         }
     }
     totals
+}
+
+/// Where each job of the queue is on `server` (see [`History::final_jobs`]): the ready,
+/// delayed and in-flight sets, the leases, the dead list and the payloads of each part of
+/// the queue's keys, and each group's ready set.
+fn final_jobs(
+    server: &MemoryServer,
+    stem: &str,
+    parts: &[&str],
+) -> std::collections::BTreeMap<String, Vec<&'static str>> {
+    use redlease_core::Reply;
+    let mut out: std::collections::BTreeMap<String, Vec<&'static str>> = Default::default();
+    let bulk = |r: &Reply| match r {
+        Reply::Bulk(b) => Some(b.to_vec()),
+        _ => None,
+    };
+    let mut add = |items: Vec<Vec<u8>>, place: &'static str| {
+        for b in items {
+            // The enqueue times (`<id>\xff`) and death records (`<id>\xfe`) beside the
+            // payloads: the job's own, noted as such.
+            let (id, place) = match b.split_last() {
+                Some((255, id)) if place == "payload" => (id, "enqueued-at"),
+                Some((254, id)) if place == "payload" => (id, "death-record"),
+                _ => (&b[..], place),
+            };
+            out.entry(String::from_utf8_lossy(id).into_owned())
+                .or_default()
+                .push(place);
+        }
+    };
+    let read = |args: &[&str]| -> Vec<Reply> {
+        match server.call(args) {
+            Ok(Reply::Array(items)) => items,
+            _ => Vec::new(),
+        }
+    };
+    for part in parts {
+        let k = |name: &str| format!("{stem}:{part}{name}");
+        for (name, place) in [
+            ("ready", "ready"),
+            ("delayed", "delayed"),
+            ("inflight", "in-flight"),
+        ] {
+            add(
+                read(&["ZRANGE", &k(name), "0", "-1"])
+                    .iter()
+                    .filter_map(bulk)
+                    .collect(),
+                place,
+            );
+        }
+        add(
+            read(&["LRANGE", &k("dead"), "0", "-1"])
+                .iter()
+                .filter_map(bulk)
+                .collect(),
+            "dead",
+        );
+        // (The in-process server has no HKEYS: the fields are HGETALL's even items.)
+        for (name, place) in [("leases", "leased"), ("payloads", "payload")] {
+            add(
+                read(&["HGETALL", &k(name)])
+                    .iter()
+                    .step_by(2)
+                    .filter_map(bulk)
+                    .collect(),
+                place,
+            );
+        }
+        if part.ends_with("g:") {
+            for key in server.keys() {
+                let key = String::from_utf8_lossy(&key).into_owned();
+                if key.starts_with(&k("r:")) {
+                    add(
+                        read(&["ZRANGE", &key, "0", "-1"])
+                            .iter()
+                            .filter_map(bulk)
+                            .collect(),
+                        "group-ready",
+                    );
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The command that replays `spec`.

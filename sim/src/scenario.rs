@@ -37,6 +37,10 @@ pub enum Primitive {
     /// The reliable queue's job groups: two groups, each with a concurrency limit of
     /// [`GROUP_CONCURRENCY`], three workers.
     Groups,
+    /// Many queue features at once on one queue, on its plain and its grouped keys: plain
+    /// and grouped workers, the producer, the dedup producer, a schedule, pauses and drains,
+    /// group limits changed at run time, cancels and requeues of dead jobs.
+    Mixed,
 }
 
 /// The concurrency limit of each group in [`Primitive::Groups`] runs.
@@ -44,7 +48,7 @@ pub const GROUP_CONCURRENCY: usize = 1;
 
 impl Primitive {
     /// Every primitive.
-    pub const ALL: [Primitive; 8] = [
+    pub const ALL: [Primitive; 9] = [
         Primitive::Lease,
         Primitive::Reentrant,
         Primitive::Fair,
@@ -53,6 +57,7 @@ impl Primitive {
         Primitive::Queue,
         Primitive::RedLock,
         Primitive::Groups,
+        Primitive::Mixed,
     ];
 
     /// Its name in reports and in `SIM_PRIMITIVE`.
@@ -66,6 +71,7 @@ impl Primitive {
             Primitive::Queue => "queue",
             Primitive::RedLock => "redlock",
             Primitive::Groups => "groups",
+            Primitive::Mixed => "mixed",
         }
     }
 
@@ -80,21 +86,23 @@ impl Primitive {
         use Primitive::*;
         use Property as P;
         match property {
-            P::Exclusion => !matches!(self, Semaphore | Queue | Groups),
+            P::Exclusion => !matches!(self, Semaphore | Queue | Groups | Mixed),
             P::FenceOrder | P::FencedResource => {
                 matches!(self, Lease | Reentrant | Fair | ReadWrite)
             }
             P::Permits => self == Semaphore,
             P::Fifo => matches!(self, Semaphore | Fair),
             P::JobSettled | P::SingleAck | P::DeliveryUnique | P::NotBeforeDue => {
-                matches!(self, Queue | Groups)
+                matches!(self, Queue | Groups | Mixed)
             }
             P::ScheduleOnce
             | P::DedupOneLive
             | P::NothingLeasedWhilePaused
-            | P::NoAckAfterTimeout => self == Queue,
-            P::Counted => matches!(self, Queue | Groups),
-            P::GroupConcurrency | P::GroupRate | P::RateLimitedKeepsDelivery => self == Groups,
+            | P::NoAckAfterTimeout => matches!(self, Queue | Mixed),
+            P::Counted => matches!(self, Queue | Groups | Mixed),
+            P::GroupConcurrency | P::GroupRate => self == Groups,
+            P::RateLimitedKeepsDelivery => matches!(self, Groups | Mixed),
+            P::Conservation | P::GroupLimits | P::DrainTruth | P::SlotUsable => self == Mixed,
             P::WakeWhenFree => matches!(self, Lease | Reentrant),
             P::NoRenewalAfterRelease | P::LossInTime | P::RenewalOnServer => self != RedLock,
             P::WaiterDeadline | P::Progress | P::HeldOnServer | P::SettledByHolder => true,
@@ -179,6 +187,11 @@ pub fn build(spec: &RunSpec) -> (World, Plan) {
     world.watch(match p {
         Primitive::Queue => Watched::queue("q"),
         Primitive::Groups => Watched::grouped("q"),
+        Primitive::Mixed => {
+            let mut w = Watched::grouped("q");
+            w.extend(Watched::queue("q"));
+            w
+        }
         Primitive::Semaphore => Watched::lock("semaphore", "s"),
         Primitive::RedLock => Watched::lock("lease", "red"),
         Primitive::Reentrant => Watched::lock("reentrant", "l"),
@@ -193,6 +206,7 @@ pub fn build(spec: &RunSpec) -> (World, Plan) {
     match p {
         Primitive::Queue => queue(&mut world, &mut rng, clients, window, ttl_d, false),
         Primitive::Groups => queue(&mut world, &mut rng, clients, window, ttl_d, true),
+        Primitive::Mixed => mixed(&mut world, &mut rng, clients, window, ttl_d),
         Primitive::Semaphore => {
             let permits = between(&mut rng, 1, 4);
             world.initial_permits(permits);
@@ -509,6 +523,232 @@ fn queue(
     };
     for w in 0..workers {
         let watch = chance(rng, 60);
+        world.add_task(
+            (w + 1) % clients,
+            between(rng, 0, 50_000),
+            vec![Action::Work {
+                keys: keys.clone(),
+                settings,
+                work: if watch { ttl_us * 2 } else { ttl_us * 3 / 2 },
+                until,
+                watch,
+            }],
+        );
+    }
+}
+
+/// The limits of every group a mixed run starts with, and the concurrencies its changes
+/// draw from (1 to this).
+pub const MIXED_MAX_CONCURRENCY: u64 = 3;
+
+/// [`Primitive::Mixed`]: one queue, its plain and its grouped keys at once, under every
+/// feature the world drives (see docs/simulation.md).
+fn mixed(world: &mut World, rng: &mut SplitMix64, clients: usize, window: u64, ttl: Duration) {
+    let ks = Keyspace::default();
+    let plain = QueueKeys::new(&ks, "q")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_counts(true);
+    let grouped = QueueKeys::grouped(&ks, "q")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_counts(true);
+    let ttl_us = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
+    let ttl_ms = ttl_us / 1_000;
+    // Every group: 1 or 2 at a time, set before the workers start.
+    let first = between(rng, 1, 3) as u32;
+    let set = redlease_core::queue::groups::limits_call(
+        &grouped,
+        redlease_core::queue::groups::LimitsOf::EveryGroup,
+        Some(redlease_core::queue::groups::GroupLimits::new().concurrency(first)),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    world.seed(&set.eval());
+    world.history.group_limits.push(crate::history::LimitSet {
+        spans: 0,
+        at: 0,
+        seq: 0,
+        group: None,
+        concurrency: Some(first),
+    });
+    world.job_grace = ttl / 2;
+    world.idle_groups = vec!["a".into(), "b".into()];
+    let settings = QueueSettings {
+        visibility: ttl,
+        max_deliveries: 3,
+        timeout: None,
+        timeout_grace: ttl / 2,
+    };
+    // Plain jobs pushed with a timeout in half the runs.
+    let timeout =
+        chance(rng, 50).then(|| Duration::from_millis(between(rng, ttl_ms / 2, ttl_ms * 2).max(1)));
+    // The producer: batches into the plain keys and into groups a and b, in turn.
+    let mut actions = Vec::new();
+    let mut ids: Vec<(QueueKeys, String)> = Vec::new();
+    let mut n = 0;
+    for batch in 0..between(rng, 2, 6) {
+        let (keys, prefix) = match batch % 3 {
+            0 => (&plain, 'j'),
+            1 => (&grouped, 'a'),
+            _ => (&grouped, 'b'),
+        };
+        let jobs: Vec<NewJob> = (0..between(rng, 1, 4))
+            .map(|_| {
+                n += 1;
+                NewJob {
+                    id: format!("{prefix}{n}"),
+                    payload: vec![b'x'],
+                }
+            })
+            .collect();
+        for j in &jobs {
+            let id = if keys.is_grouped() {
+                format!("{prefix}\u{1f}{}", j.id)
+            } else {
+                j.id.clone()
+            };
+            ids.push((keys.clone(), id));
+        }
+        let delay = if chance(rng, 40) {
+            Duration::from_micros(between(rng, 1_000, 300_000))
+        } else {
+            Duration::ZERO
+        };
+        actions.push(Action::Push {
+            keys: keys.clone(),
+            jobs,
+            delay,
+            timeout: timeout.filter(|_| !keys.is_grouped()),
+        });
+        actions.push(Action::Sleep(between(rng, 0, window / 3)));
+    }
+    world.add_task(0, 0, actions);
+    // The dedup producer, on the plain keys.
+    let mut dedup = Vec::new();
+    let dedup_count = between(rng, 1, 5);
+    for i in 0..dedup_count {
+        dedup.push(Action::PushDedup {
+            keys: plain.clone(),
+            dedup_id: format!("u{}", between(rng, 0, 2)),
+            token: format!("dj{i}"),
+        });
+        dedup.push(Action::Sleep(between(rng, 0, window / 3)));
+    }
+    world.add_task(1 % clients, between(rng, 0, window / 2), dedup);
+    // A schedule on the plain keys in half the runs, upserted by two clients.
+    if chance(rng, 50) {
+        let every = Duration::from_millis(between(rng, 30, 90));
+        let spec = Schedule::every(every)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .missed(Missed::CatchUp)
+            .payload("tick");
+        for c in 0..2 {
+            world.add_task(
+                c % clients,
+                between(rng, 0, window / 2),
+                vec![Action::Schedule {
+                    keys: plain.clone(),
+                    name: "tick".into(),
+                    schedule: Box::new(spec.clone()),
+                    from: None,
+                    sent: 0,
+                }],
+            );
+        }
+    }
+    // Pauses (a pause, then a resume) and drains (a drain, then a resume), each resumed
+    // again after the last delayed request can have run.
+    let mut after_pause = 0;
+    let resume = |keys: &QueueKeys| Action::Pause {
+        keys: keys.clone(),
+        pause: false,
+    };
+    if chance(rng, 50) {
+        after_pause = window + 6 * ttl_us;
+        world.add_task(
+            clients - 1,
+            between(rng, 0, window / 2),
+            vec![
+                Action::Pause {
+                    keys: plain.clone(),
+                    pause: true,
+                },
+                Action::Sleep(between(rng, 10_000, window / 2)),
+                resume(&plain),
+                Action::Sleep(window * 2 + 6 * ttl_us),
+                resume(&plain),
+            ],
+        );
+    }
+    if chance(rng, 60) {
+        after_pause = window + 6 * ttl_us + 2 * ttl_us;
+        world.add_task(
+            clients - 1,
+            between(rng, 0, window / 2),
+            vec![
+                Action::Drain {
+                    keys: plain.clone(),
+                    wait: between(rng, ttl_us / 2, ttl_us * 2),
+                },
+                Action::Sleep(between(rng, 0, 30_000)),
+                resume(&plain),
+                Action::Sleep(window * 2 + 6 * ttl_us),
+                resume(&plain),
+            ],
+        );
+    }
+    // Group limits changed at run time: every group's defaults, or a group's own (set or
+    // cleared).
+    let mut limits = Vec::new();
+    for _ in 0..between(rng, 1, 4) {
+        limits.push(Action::Sleep(between(rng, 0, window / 2)));
+        let (group, concurrency) = match rng.next_u64() % 3 {
+            0 => (
+                None,
+                Some(between(rng, 1, MIXED_MAX_CONCURRENCY + 1) as u32),
+            ),
+            1 => (
+                Some(if chance(rng, 50) { "a" } else { "b" }.to_owned()),
+                Some(between(rng, 1, 3) as u32),
+            ),
+            _ => (
+                Some(if chance(rng, 50) { "a" } else { "b" }.to_owned()),
+                None,
+            ),
+        };
+        limits.push(Action::SetLimits {
+            keys: grouped.clone(),
+            group,
+            concurrency,
+        });
+    }
+    world.add_task(2 % clients, 0, limits);
+    // Cancels of pushed jobs (waiting or in flight), each to the dead list or forgotten;
+    // a job cancelled to the dead list is requeued in one run of two.
+    let mut cancels = Vec::new();
+    for _ in 0..between(rng, 1, 4) {
+        if ids.is_empty() {
+            break;
+        }
+        let (keys, id) = ids[(rng.next_u64() % ids.len() as u64) as usize].clone();
+        let remove = chance(rng, 30);
+        cancels.push(Action::Sleep(between(rng, 0, window / 2)));
+        cancels.push(Action::Cancel {
+            keys: keys.clone(),
+            id: id.clone(),
+            remove,
+        });
+        if !remove && chance(rng, 50) {
+            cancels.push(Action::Sleep(between(rng, 0, ttl_us)));
+            cancels.push(Action::Requeue { keys, id });
+        }
+    }
+    world.add_task(clients - 1, 0, cancels);
+    // Workers go on well past the faults (as in the queue runs), on each keys.
+    let until = window * 2 + 10 * ttl_us + 2_000_000 + dedup_count * 6 * ttl_us + after_pause;
+    let plain_workers = between(rng, 1, 3) as usize;
+    let grouped_workers = between(rng, 2, 4) as usize;
+    for w in 0..plain_workers + grouped_workers {
+        let watch = chance(rng, 60);
+        let keys = if w < plain_workers { &plain } else { &grouped };
         world.add_task(
             (w + 1) % clients,
             between(rng, 0, 50_000),

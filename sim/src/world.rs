@@ -143,6 +143,40 @@ pub enum Action {
         /// Calls sent so far.
         sent: u8,
     },
+    /// Set a queue's group limits (`group`: one group's own, else every group's defaults) to
+    /// a concurrency (`None`: that group's own limits cleared).
+    SetLimits {
+        /// The grouped keys.
+        keys: QueueKeys,
+        /// Whose limits.
+        group: Option<String>,
+        /// The concurrency.
+        concurrency: Option<u32>,
+    },
+    /// Cancel a job (to the dead list, or forgotten if `remove`).
+    Cancel {
+        /// The queue (plain or grouped keys, as the job's).
+        keys: QueueKeys,
+        /// The job's id in those keys.
+        id: String,
+        /// Forget it rather than send it to the dead list.
+        remove: bool,
+    },
+    /// Requeue a dead job.
+    Requeue {
+        /// The queue.
+        keys: QueueKeys,
+        /// The job's id.
+        id: String,
+    },
+    /// Drain the queue (pause it and wait until nothing is in flight), waiting at most this
+    /// long (µs).
+    Drain {
+        /// The queue.
+        keys: QueueKeys,
+        /// The wait.
+        wait: u64,
+    },
     /// Ack (true) or nack the job held.
     Settle {
         /// The queue.
@@ -370,6 +404,17 @@ pub struct World {
     observer: Observer,
     /// Runners of ack-and-take calls.
     ack_takes: std::collections::HashSet<usize>,
+    /// Runner -> (group, concurrency) for changes of group limits.
+    limit_sets: HashMap<usize, (Option<String>, Option<u32>)>,
+    /// Runner -> (job id, remove) for cancels.
+    cancels: HashMap<usize, (String, bool)>,
+    /// Runner -> job id for requeues.
+    requeues: HashMap<usize, String>,
+    /// Runners of drains.
+    drains: HashSet<usize>,
+    /// The groups whose ready jobs a group take that found nothing is judged against
+    /// (`slot-usable`); none: not judged.
+    pub idle_groups: Vec<String>,
 }
 
 fn micros(d: Duration) -> u64 {
@@ -453,6 +498,11 @@ impl World {
             acquirers: HashMap::new(),
             observer: Observer::default(),
             ack_takes: std::collections::HashSet::new(),
+            limit_sets: HashMap::new(),
+            cancels: HashMap::new(),
+            requeues: HashMap::new(),
+            drains: HashSet::new(),
+            idle_groups: Vec::new(),
         };
         w.observer.start_us = u64::try_from(w.clock.unix_micros()).unwrap_or(0);
         w.history.nodes = u16::try_from(w.nodes.len()).unwrap_or(1);
@@ -903,6 +953,7 @@ impl World {
             let after = occurrence_ids(&self.nodes[n].server, &payloads);
             self.history.pushed_ran += after.difference(&before).count() as u64;
         }
+        self.history.commands += 1;
         // A NOSCRIPT answer ran nothing: not a run, not an attempt.
         let noscript = matches!(&reply, Reply::Error(e) if e.is("NOSCRIPT"));
         // An unfenced lease lock's first attempt: its bare `SET NX PX`.
@@ -980,6 +1031,96 @@ impl World {
                 .pauses
                 .push((self.history.spans.len(), self.now, pause));
             self.paused = pause;
+        }
+        // A drain's count that ran paused the queue (as a pause does); one that answered
+        // 0 said nothing of the queue was in flight at this instant.
+        if self.drains.contains(&runner)
+            && let Some([Reply::Int(count), Reply::Int(_)]) = reply.as_array()
+        {
+            self.history
+                .pauses
+                .push((self.history.spans.len(), self.now, true));
+            self.paused = true;
+            if *count == 0 {
+                let spans = self.history.spans.len();
+                self.history.drained_at.push((spans, self.now));
+            }
+        }
+        // A group take that found nothing while the queue is not paused: what its groups
+        // held just after it.
+        if !self.idle_groups.is_empty()
+            && runs(&req.command, &queue::groups::GROUP_TAKE)
+            && let Some([Reply::Int(0), Reply::Int(wait)]) = reply.as_array()
+            && *wait != -2
+            && let Some(ring) = req.command.args().nth(15)
+        {
+            let ring = String::from_utf8_lossy(ring).into_owned();
+            let stem = ring.strip_suffix("ring").unwrap_or(&ring).to_owned();
+            let server = &self.nodes[n].server;
+            let now_ms = self.clock.unix_micros() / 1_000;
+            let paused = stem
+                .strip_suffix("g:")
+                .map(|q| format!("{q}paused"))
+                .unwrap_or_default();
+            let groups = self
+                .idle_groups
+                .iter()
+                .map(|g| {
+                    let ready = server
+                        .call(&["ZCARD", &format!("{stem}r:{g}")])
+                        .ok()
+                        .and_then(|r| r.as_int())
+                        .unwrap_or(0);
+                    let until = server
+                        .call(&["ZSCORE", &format!("{stem}blocked"), g])
+                        .ok()
+                        .and_then(|r| match r {
+                            Reply::Bulk(b) => String::from_utf8_lossy(&b).parse::<f64>().ok(),
+                            _ => None,
+                        });
+                    let blocked = until.is_some_and(|u| u as i128 >= now_ms as i128);
+                    let paused = server
+                        .call(&["HEXISTS", &paused, &format!("g:{g}")])
+                        .ok()
+                        .and_then(|r| r.as_int())
+                        == Some(1);
+                    (
+                        g.clone(),
+                        u64::try_from(ready).unwrap_or(0),
+                        blocked || paused,
+                    )
+                })
+                .collect();
+            self.history
+                .idle_takes
+                .push((self.history.spans.len(), self.now, groups));
+            self.history.idle_seq.push(self.history.commands);
+        }
+        // A change of group limits that ran (it answers 1): in force from the next take.
+        if let Some((group, concurrency)) = self.limit_sets.get(&runner)
+            && reply == Reply::Int(1)
+        {
+            self.history.group_limits.push(crate::history::LimitSet {
+                spans: self.history.spans.len(),
+                at: self.now,
+                seq: self.history.commands,
+                group: group.clone(),
+                concurrency: *concurrency,
+            });
+        }
+        // A cancel that found its job (1: waiting, 2: in flight).
+        if let Some((id, remove)) = self.cancels.get(&runner)
+            && let Reply::Int(found @ (1 | 2)) = reply
+        {
+            self.history
+                .cancels_ran
+                .push((id.clone(), self.now, *remove, found));
+        }
+        // A requeue that found its job dead.
+        if let Some(id) = self.requeues.get(&runner)
+            && reply == Reply::Int(1)
+        {
+            self.history.requeued.push((id.clone(), self.now));
         }
         // The push script answers one string, a character per job ('1' pushed, '0' a
         // duplicate, already recorded by the run that pushed it).
@@ -1771,6 +1912,76 @@ impl World {
                     }
                 }
             }
+            Action::SetLimits {
+                keys,
+                group,
+                concurrency,
+            } => {
+                let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
+                let of = match &group {
+                    Some(g) => queue::groups::LimitsOf::Group(g),
+                    None => queue::groups::LimitsOf::EveryGroup,
+                };
+                let limits = concurrency.map(|c| queue::groups::GroupLimits::new().concurrency(c));
+                match queue::groups::set_limits(&keys, of, limits, deadline) {
+                    Ok(op) => {
+                        let r =
+                            self.spawn(client, Owner::Task(task), Wrap::boxed(op, Outcome::Limits));
+                        self.limit_sets.insert(r, (group, concurrency));
+                        self.start(r);
+                    }
+                    Err(e) => {
+                        self.note(|| format!("t{task} bad set_limits: {e}"));
+                        self.push(self.now, Ev::TaskNext { task });
+                    }
+                }
+            }
+            Action::Cancel { keys, id, remove } => {
+                let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
+                let jobs = if remove {
+                    queue::cancel::CancelledJobs::Remove
+                } else {
+                    queue::cancel::CancelledJobs::Dead
+                };
+                match queue::cancel::cancel(&keys, &id, "sim", jobs, deadline) {
+                    Ok(op) => {
+                        let r = self.spawn(
+                            client,
+                            Owner::Task(task),
+                            Wrap::boxed(op, Outcome::Cancelled),
+                        );
+                        self.history.cancel_runners.insert(r);
+                        self.cancels.insert(r, (id, remove));
+                        self.start(r);
+                    }
+                    Err(e) => {
+                        self.note(|| format!("t{task} bad cancel: {e}"));
+                        self.push(self.now, Ev::TaskNext { task });
+                    }
+                }
+            }
+            Action::Requeue { keys, id } => {
+                let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
+                let op = queue::requeue(&keys, &id, deadline);
+                let r = self.spawn(
+                    client,
+                    Owner::Task(task),
+                    Wrap::boxed(op, Outcome::Requeued),
+                );
+                self.requeues.insert(r, id);
+                self.start(r);
+            }
+            Action::Drain { keys, wait } => {
+                let op = queue::pause::Drain::new(
+                    &keys,
+                    Duration::from_micros(wait),
+                    Duration::from_micros(3 * IO_TIMEOUT),
+                    now_i,
+                );
+                let r = self.spawn(client, Owner::Task(task), Wrap::boxed(op, Outcome::Drained));
+                self.drains.insert(r);
+                self.start(r);
+            }
             Action::Push {
                 keys,
                 jobs,
@@ -2491,6 +2702,21 @@ impl World {
                 let pause = self.pause_ops.get(&id).copied();
                 self.note(|| format!("c{client} t{task} pause {pause:?}: {result:?}"));
                 // Recorded when it ran.
+            }
+            Outcome::Limits(result) => {
+                let set = self.limit_sets.get(&id).cloned();
+                self.note(|| format!("c{client} t{task} set_limits {set:?}: {result:?}"));
+            }
+            Outcome::Cancelled(result) => {
+                let job = self.cancels.get(&id).cloned();
+                self.note(|| format!("c{client} t{task} cancel {job:?}: {result:?}"));
+            }
+            Outcome::Requeued(result) => {
+                let job = self.requeues.get(&id).cloned();
+                self.note(|| format!("c{client} t{task} requeue {job:?}: {result:?}"));
+            }
+            Outcome::Drained(result) => {
+                self.note(|| format!("c{client} t{task} drain: {result:?}"));
             }
             Outcome::Permits(result) => {
                 let Some(permits) = self.permit_sets.get(&id).copied() else {

@@ -289,3 +289,28 @@ fn a_rate_limited_answer_left_uncounted_breaks_counted() {
         60,
     );
 }
+
+// The mixed primitive (plain and grouped keys of one queue, group limits changed at run
+// time): an end of a lease that keeps its group slot, and a take that ignores the limits.
+
+#[test]
+fn a_nack_that_keeps_its_group_slot_leaves_a_freed_slot_unusable() {
+    caught(
+        Primitive::Mixed,
+        Mutation::NackKeepsGroupSlot,
+        &[],
+        Property::SlotUsable,
+        20,
+    );
+}
+
+#[test]
+fn a_group_take_that_ignores_the_concurrency_breaks_group_limits() {
+    caught(
+        Primitive::Mixed,
+        Mutation::GroupIgnoresConcurrency,
+        &[],
+        Property::GroupLimits,
+        20,
+    );
+}

@@ -1514,7 +1514,11 @@ fn server_record(h: &History, out: &mut Out<'_>) {
                 by.get(&(r.as_str(), *t)).is_some_and(|v| {
                     v.iter().any(|&k| {
                         let sp = &h.spans[k];
-                        sp.from <= ran && ran < sp.until
+                        // A command that ended the hold at the renewal's instant may have
+                        // run after it (a server pause runs its held requests at one
+                        // instant: a renewal, then a cancel).
+                        sp.from <= ran
+                            && (ran < sp.until || (ran == sp.until && sp.closed_by.is_some()))
                     })
                 })
             });

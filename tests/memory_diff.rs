@@ -1340,7 +1340,9 @@ impl Seq {
                 self.machine_op(op, Cmp::Schedule)
             }
             8 => self.machine_op(schedule::remove(&keys, name, now).unwrap(), Cmp::Exact),
-            9..=10 => self.machine_op(schedule::list(&keys, now), Cmp::Hash),
+            9 => self.machine_op(schedule::list(&keys, now), Cmp::Hash),
+            // The epoch is each side's own clock: a stamp on both, or nil on both.
+            10 => self.machine_op(schedule::epoch(&keys, now), Cmp::Stamp),
             _ => {
                 let stem = self.keyspace.stem("s").unwrap();
                 let all: Vec<String> = ["schedules", "delayed", "payloads", "priorities", "ready"]

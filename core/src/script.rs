@@ -119,6 +119,13 @@ pub fn is_read_only_refusal(e: &ErrorReply) -> bool {
 /// lease acquire, the permit acquire) spell their few helper steps out in their body
 /// instead (`tests/scripts.rs` holds both forms to the same table of cases).
 pub mod prelude {
+    /// The first line of a script that touches keys it does not declare in `KEYS` (each of
+    /// them shares the declared keys' hash tag, so Redis and Valkey run it, and Cluster
+    /// routes it): per-minute counts, a group's own keys, keys named after the dead list.
+    /// Dragonfly, which refuses undeclared keys by default, runs a script that begins with
+    /// it; the in-process server, strict about keys by default, lets it through too and
+    /// refuses an undeclared key to any other script.
+    pub const UNDECLARED_KEYS: &str = "--!df flags=allow-undeclared-keys\n";
     /// `notify(channel, message)`: `PUBLISH`, or `SPUBLISH` for a channel given as
     /// `{shard}<name>` (Redis Cluster shard channels).
     pub const NOTIFY: &str = include_str!("lua/prelude/notify.lua");

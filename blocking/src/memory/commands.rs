@@ -18,6 +18,26 @@ pub(crate) struct Ctx<'a> {
     pub(crate) in_script: bool,
     /// Called by a script run as `EVAL_RO` / `EVALSHA_RO`: writes are refused.
     pub(crate) read_only: bool,
+    /// In a strict script ([`MemoryServer::strict_keys`](super::MemoryServer::strict_keys)):
+    /// the keys it declared, the only ones it may touch.
+    pub(crate) declared: Option<&'a [Vec<u8>]>,
+}
+
+/// The keys of command `argv` (its name first): every argument of `DEL`, `EXISTS`,
+/// `UNLINK`, `MGET`; both of `RENAME`; none of `TIME`, `PUBLISH`, `SPUBLISH`, `PING`,
+/// `PUBSUB`, `SCAN`, `INFO`; the first
+/// argument of any other command the library's scripts call.
+pub(crate) fn keys_of(argv: &[Vec<u8>]) -> &[Vec<u8>] {
+    let name = argv
+        .first()
+        .map(|n| n.to_ascii_uppercase())
+        .unwrap_or_default();
+    match name.as_slice() {
+        b"DEL" | b"EXISTS" | b"UNLINK" | b"MGET" => &argv[1..],
+        b"RENAME" => &argv[1..argv.len().min(3)],
+        b"TIME" | b"PUBLISH" | b"SPUBLISH" | b"PING" | b"PUBSUB" | b"SCAN" | b"INFO" => &[],
+        _ => &argv[1.min(argv.len())..argv.len().min(2)],
+    }
 }
 
 impl Ctx<'_> {

@@ -213,7 +213,16 @@ fn redis_call(
             .try_borrow_mut()
             .map_err(|_| mlua::Error::RecursiveMutCallback)?;
         ctx.in_script = true;
-        commands::run(&mut ctx, &argv)
+        let undeclared = ctx.declared.is_some_and(|declared| {
+            commands::keys_of(&argv)
+                .iter()
+                .any(|k| !declared.contains(k))
+        });
+        if undeclared {
+            commands::err("ERR script tried accessing undeclared key")
+        } else {
+            commands::run(&mut ctx, &argv)
+        }
     };
     match reply {
         Reply::Error(e) => fail(error_line(&e)),

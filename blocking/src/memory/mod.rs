@@ -156,6 +156,9 @@ pub(crate) struct State {
     paused: bool,
     refusing: bool,
     losses: VecDeque<LossRule>,
+    /// Whether a script may touch only the keys it declares (unless it begins with
+    /// `redlease_core::script::prelude::UNDECLARED_KEYS`).
+    strict_keys: bool,
 }
 
 pub(crate) struct Shared {
@@ -239,6 +242,7 @@ impl MemoryServer {
                     paused: false,
                     refusing: false,
                     losses: VecDeque::new(),
+                    strict_keys: true,
                 }),
                 clock,
                 clients: std::sync::atomic::AtomicU64::new(0),
@@ -443,6 +447,15 @@ impl MemoryServer {
         });
     }
 
+    /// Whether a script may touch only the keys it declares in `KEYS` (`true`, the
+    /// default, as Dragonfly does): a script that touches another key fails with `ERR
+    /// script tried accessing undeclared key`, unless its first line is
+    /// [`UNDECLARED_KEYS`](redlease_core::script::prelude::UNDECLARED_KEYS) (Dragonfly's
+    /// flag). `false` runs any key, as Redis and Valkey do.
+    pub fn strict_keys(&self, strict: bool) {
+        self.shared.state().strict_keys = strict;
+    }
+
     /// Pauses the server: every command fails with [`MemoryFault::Paused`] without running
     /// (as if the connection hung) until [`resume`](Self::resume) or a restart.
     pub fn pause(&self) {
@@ -555,6 +568,7 @@ impl State {
                     now_us,
                     in_script: false,
                     read_only: false,
+                    declared: None,
                 };
                 commands::run(&mut ctx, args)
             }
@@ -637,13 +651,17 @@ impl State {
         let Some(engine) = self.lua.as_mut() else {
             return err("ERR the in-process server's Lua interpreter did not start");
         };
+        let keys = &rest[..numkeys];
+        let strict = self.strict_keys
+            && !source.starts_with(redlease_core::script::prelude::UNDECLARED_KEYS);
         let mut ctx = Ctx {
             db: &mut self.db,
             pubsub: &mut self.pubsub,
             now_us,
             in_script: true,
             read_only,
+            declared: strict.then_some(keys),
         };
-        engine.eval(&sha, &source, &rest[..numkeys], &rest[numkeys..], &mut ctx)
+        engine.eval(&sha, &source, keys, &rest[numkeys..], &mut ctx)
     }
 }

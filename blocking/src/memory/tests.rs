@@ -577,3 +577,35 @@ fn handles_cross_threads() {
     t.join().unwrap();
     assert_eq!(call(&s, &["GET", "n"]), bulk("2"));
 }
+
+#[test]
+fn a_script_touches_only_the_keys_it_declares_unless_it_says_otherwise() {
+    let s = MemoryServer::new();
+    let touch = "redis.call('SET', KEYS[1], 'a'); return redis.call('SET', 'other', 'b')";
+    let refused = eval(&s, touch, &["mine"], &[]);
+    assert_eq!(code(&refused), "ERR", "{refused:?}");
+    assert!(
+        format!("{refused:?}").contains("undeclared key"),
+        "{refused:?}"
+    );
+    // Declared, it runs; with Dragonfly's flag as its first line, it runs too.
+    assert_eq!(
+        eval(&s, touch, &["mine", "other"], &[]),
+        Reply::Status("OK".into())
+    );
+    let flagged = format!("{}{touch}", redlease_core::script::prelude::UNDECLARED_KEYS);
+    assert_eq!(
+        eval(&s, &flagged, &["mine"], &[]),
+        Reply::Status("OK".into())
+    );
+    // Keyless commands and multi-key ones are judged by their keys.
+    let multi = "return redis.call('DEL', KEYS[1], 'elsewhere')";
+    assert_eq!(code(&eval(&s, multi, &["mine"], &[])), "ERR");
+    assert_eq!(
+        eval(&s, "return redis.call('TIME')[1] ~= nil", &[], &[]),
+        Reply::Int(1)
+    );
+    // Off, as Redis and Valkey run scripts.
+    s.strict_keys(false);
+    assert_eq!(eval(&s, touch, &["mine"], &[]), Reply::Status("OK".into()));
+}

@@ -81,7 +81,13 @@ pub const MAX_GROUP_LEN: usize = 128;
 /// `lua/group_push.lua`
 pub static GROUP_PUSH: Script = crate::script!(
     "queue_group_push",
-    [NOW_MS_UP, READY, NOTIFY, super::scripts::COUNT],
+    [
+        crate::script::prelude::UNDECLARED_KEYS,
+        NOW_MS_UP,
+        READY,
+        NOTIFY,
+        super::scripts::COUNT
+    ],
     include_str!("lua/group_push.lua")
 );
 
@@ -89,6 +95,7 @@ pub static GROUP_PUSH: Script = crate::script!(
 pub static GROUP_TAKE: Script = crate::script!(
     "queue_group_take",
     [
+        crate::script::prelude::UNDECLARED_KEYS,
         READY,
         super::scripts::COUNT,
         DEDUP,
@@ -106,6 +113,7 @@ pub static GROUP_TAKE: Script = crate::script!(
 pub static GROUP_ACK: Script = crate::script!(
     "queue_group_ack",
     [
+        crate::script::prelude::UNDECLARED_KEYS,
         NOW_MS,
         REMEMBER,
         NOTIFY,
@@ -118,14 +126,20 @@ pub static GROUP_ACK: Script = crate::script!(
 /// `lua/group_defer.lua`
 pub static GROUP_DEFER: Script = crate::script!(
     "queue_group_defer",
-    [NOW_MS, REMEMBER, NOTIFY, super::scripts::COUNT],
+    [
+        crate::script::prelude::UNDECLARED_KEYS,
+        NOW_MS,
+        REMEMBER,
+        NOTIFY,
+        super::scripts::COUNT
+    ],
     include_str!("lua/group_defer.lua")
 );
 
 /// `lua/group_limits.lua`
 pub static GROUP_LIMITS: Script = crate::script!(
     "queue_group_limits",
-    [NOTIFY],
+    [crate::script::prelude::UNDECLARED_KEYS, NOTIFY],
     include_str!("lua/group_limits.lua")
 );
 

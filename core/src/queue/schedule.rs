@@ -64,21 +64,38 @@ pub const PART: &str = include_str!("lua/schedule_part.lua");
 /// `lua/schedule_upsert.lua`
 pub static UPSERT: Script = script!(
     "queue_schedule_upsert",
-    [NOW_MS, NOTIFY, super::scripts::COUNT, PART],
+    [
+        crate::script::prelude::UNDECLARED_KEYS,
+        NOW_MS,
+        NOTIFY,
+        super::scripts::COUNT,
+        PART
+    ],
     include_str!("lua/schedule_upsert.lua")
 );
 
 /// `lua/schedule_advance.lua`
 pub static ADVANCE: Script = script!(
     "queue_schedule_advance",
-    [NOW_MS, NOTIFY, super::scripts::COUNT, PART],
+    [
+        crate::script::prelude::UNDECLARED_KEYS,
+        NOW_MS,
+        NOTIFY,
+        super::scripts::COUNT,
+        PART
+    ],
     include_str!("lua/schedule_advance.lua")
 );
 
 /// `lua/schedule_remove.lua`
 pub static REMOVE: Script = script!(
     "queue_schedule_remove",
-    [NOTIFY, super::scripts::COUNT, PART],
+    [
+        crate::script::prelude::UNDECLARED_KEYS,
+        NOTIFY,
+        super::scripts::COUNT,
+        PART
+    ],
     include_str!("lua/schedule_remove.lua")
 );
 
@@ -577,6 +594,13 @@ pub fn upsert(
     deadline: Instant,
 ) -> Result<ScriptOp<Upsert>, Error> {
     check_name(name)?;
+    if keys.is_grouped() {
+        // No group take leases an occurrence (it has no group): it would wait for ever.
+        return Err(InvalidArgument::Setting(
+            "a schedule is not available on a queue's grouped keys: use the queue's own".into(),
+        )
+        .into());
+    }
     schedule.check_times()?;
     let (from, first) = match from {
         Some((from, first)) => (from.to_string(), due_text(first)),

@@ -37,7 +37,13 @@ pub const INSPECT: &str = include_str!("lua/inspect.lua");
 /// `lua/push.lua`
 pub static PUSH: Script = script!(
     "queue_push",
-    [NOW_MS_UP, READY, NOTIFY, COUNT],
+    [
+        crate::script::prelude::UNDECLARED_KEYS,
+        NOW_MS_UP,
+        READY,
+        NOTIFY,
+        COUNT
+    ],
     include_str!("lua/push.lua")
 );
 
@@ -45,6 +51,7 @@ pub static PUSH: Script = script!(
 pub static DEQUEUE: Script = script!(
     "queue_dequeue",
     [
+        crate::script::prelude::UNDECLARED_KEYS,
         NOW_MS,
         READY,
         COUNT,
@@ -61,7 +68,15 @@ pub static DEQUEUE: Script = script!(
 /// `lua/ack.lua`
 pub static ACK: Script = script!(
     "queue_ack",
-    [NOW_MS, REMEMBER, NOTIFY, READY, DEDUP_RELEASE, COUNT],
+    [
+        crate::script::prelude::UNDECLARED_KEYS,
+        NOW_MS,
+        REMEMBER,
+        NOTIFY,
+        READY,
+        DEDUP_RELEASE,
+        COUNT
+    ],
     include_str!("lua/ack.lua")
 );
 
@@ -69,6 +84,7 @@ pub static ACK: Script = script!(
 pub static NACK: Script = script!(
     "queue_nack",
     [
+        crate::script::prelude::UNDECLARED_KEYS,
         NOW_MS_UP,
         REMEMBER,
         READY,
@@ -108,35 +124,60 @@ pub static DEAD: Script = script!("queue_dead", [], include_str!("lua/dead.lua")
 /// `lua/dead_act.lua`: requeue or delete the dead jobs a filter picks, a page at a time.
 pub static DEAD_ACT: Script = script!(
     "queue_dead_act",
-    [READY, NOTIFY, DEDUP, DEAD_LIST, REVIVE],
+    [
+        crate::script::prelude::UNDECLARED_KEYS,
+        READY,
+        NOTIFY,
+        DEDUP,
+        DEAD_LIST,
+        REVIVE
+    ],
     include_str!("lua/dead_act.lua")
 );
 
 /// `lua/dead_keep.lua`: set the dead list's retention and apply it.
 pub static DEAD_KEEP: Script = script!(
     "queue_dead_keep",
-    [NOW_MS, DEDUP, DEAD_LIST],
+    [
+        crate::script::prelude::UNDECLARED_KEYS,
+        NOW_MS,
+        DEDUP,
+        DEAD_LIST
+    ],
     include_str!("lua/dead_keep.lua")
 );
 
 /// `lua/requeue.lua`
 pub static REQUEUE: Script = script!(
     "queue_requeue",
-    [READY, NOTIFY, REVIVE],
+    [
+        crate::script::prelude::UNDECLARED_KEYS,
+        READY,
+        NOTIFY,
+        REVIVE
+    ],
     include_str!("lua/requeue.lua")
 );
 
 /// `lua/untake.lua`
 pub static UNTAKE: Script = script!(
     "queue_untake",
-    [NOW_MS, REMEMBER, READY, NOTIFY, COUNT, GROUP_FREE],
+    [
+        crate::script::prelude::UNDECLARED_KEYS,
+        NOW_MS,
+        REMEMBER,
+        READY,
+        NOTIFY,
+        COUNT,
+        GROUP_FREE
+    ],
     include_str!("lua/untake.lua")
 );
 
 /// `lua/forget.lua`
 pub static FORGET: Script = script!(
     "queue_forget",
-    [DEDUP, DEAD_LIST],
+    [crate::script::prelude::UNDECLARED_KEYS, DEDUP, DEAD_LIST],
     include_str!("lua/forget.lua")
 );
 
@@ -144,6 +185,7 @@ pub static FORGET: Script = script!(
 pub static ACK_TAKE: Script = script!(
     "queue_ack_take",
     [
+        crate::script::prelude::UNDECLARED_KEYS,
         NOW_MS,
         READY,
         NOTIFY,
@@ -175,7 +217,12 @@ pub static INSPECT_JOB: Script = script!(
 .read_only();
 
 /// `lua/counts.lua`: the per-minute counts over a range of minutes (read only).
-pub static COUNTS: Script = script!("queue_counts", [], include_str!("lua/counts.lua")).read_only();
+pub static COUNTS: Script = script!(
+    "queue_counts",
+    [crate::script::prelude::UNDECLARED_KEYS],
+    include_str!("lua/counts.lua")
+)
+.read_only();
 
 /// `lua/pause.lua`
 pub static PAUSE: Script = script!(
@@ -192,6 +239,7 @@ pub static PAUSE_STATE: Script =
 pub static TAKE_BATCH: Script = script!(
     "queue_take_batch",
     [
+        crate::script::prelude::UNDECLARED_KEYS,
         NOW_MS,
         READY,
         COUNT,
@@ -208,7 +256,14 @@ pub static TAKE_BATCH: Script = script!(
 /// `lua/ack_many.lua`
 pub static ACK_MANY: Script = script!(
     "queue_ack_many",
-    [NOW_MS, NOTIFY, READY, DEDUP_RELEASE, COUNT],
+    [
+        crate::script::prelude::UNDECLARED_KEYS,
+        NOW_MS,
+        NOTIFY,
+        READY,
+        DEDUP_RELEASE,
+        COUNT
+    ],
     include_str!("lua/ack_many.lua")
 );
 
@@ -216,6 +271,7 @@ pub static ACK_MANY: Script = script!(
 pub static CANCEL: Script = script!(
     "queue_cancel",
     [
+        crate::script::prelude::UNDECLARED_KEYS,
         NOW_MS,
         REMEMBER,
         NOTIFY,
@@ -240,7 +296,13 @@ pub static CANCEL_MESSAGE: Script = script!(
 /// `lua/push_dedup.lua`
 pub static PUSH_DEDUP: Script = script!(
     "queue_push_dedup",
-    [NOW_MS_UP, READY, NOTIFY, COUNT],
+    [
+        crate::script::prelude::UNDECLARED_KEYS,
+        NOW_MS_UP,
+        READY,
+        NOTIFY,
+        COUNT
+    ],
     include_str!("lua/push_dedup.lua")
 );
 

@@ -87,3 +87,15 @@ fn bad_cron_and_zones_are_refused() {
 fn script_digests_match_and_include_exactly_their_prelude() {
     crate::script::tests::check_scripts(&ALL);
 }
+
+#[test]
+fn a_schedule_on_a_queues_grouped_keys_is_refused() {
+    use crate::keys::Keyspace;
+    let grouped = QueueKeys::grouped(&Keyspace::default(), "q").unwrap();
+    let every = Schedule::every(Duration::from_secs(1)).unwrap();
+    let at = crate::testing::origin();
+    assert!(matches!(
+        upsert(&grouped, "tick", &every, None, at),
+        Err(Error::InvalidArgument(_))
+    ));
+}

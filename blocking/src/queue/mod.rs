@@ -132,7 +132,6 @@ impl PushOptions {
     }
 }
 
-/// A fresh owner token for a take, and a seed for its retry jitter.
 /// A grouped job's composed id, `<group>\u{1f}<id>` (the group checked).
 fn compose(group: &str, id: &str) -> Result<String, Error> {
     redlease_core::queue::groups::check_group(group)?;
@@ -142,6 +141,7 @@ fn compose(group: &str, id: &str) -> Result<String, Error> {
     ))
 }
 
+/// A fresh owner token for a take, and a seed for its retry jitter.
 fn fresh_token(client: &Client) -> Result<(Token, u64), Error> {
     let random: [u8; 24] = client.shared().entropy.bytes()?;
     let mut token = [0u8; 16];
@@ -566,7 +566,7 @@ impl Queue {
     }
 
     /// Deletes every dead job for good; returns how many were deleted. It goes in pages of
-    /// up to 1,000 (each one short script, each with its own [deadline](ClientBuilder::op_timeout)),
+    /// up to 1,000 (each one short script, each with its own [deadline](crate::ClientBuilder::op_timeout)),
     /// and deletes at most as many as the list held when it began (jobs that die meanwhile
     /// are left). A page whose reply was lost is sent again and answered from its record:
     /// none is deleted twice, and the count is exact. An error after some pages leaves

@@ -85,7 +85,7 @@ impl Queue {
 
     /// How often, at most, a take checks whether the queue's data was lost and upserts the
     /// schedules this handle upserted again ([`schedule`](Self::schedule));
-    /// [`SCHEDULE_CHECK`] (10 s) by default. Only a handle that upserted schedules checks.
+    /// 10 s by default. Only a handle that upserted schedules checks.
     pub fn schedule_check(mut self, every: Duration) -> Self {
         self.schedule_check = every;
         self

@@ -374,18 +374,8 @@ pub fn purge_page(
     deadline: Instant,
 ) -> Result<ScriptOp<Purge>, Error> {
     let record = page_record(keys, call)?;
-    let call = ScriptCall::new(&scripts::FORGET)
-        .keys(&[
-            &keys.dead,
-            &keys.payloads,
-            &keys.priorities,
-            &keys.deliveries,
-            &keys.bases,
-            &keys.reasons,
-            &keys.dedup,
-            &keys.dedup_of,
-            &record,
-        ])
+    let call = super::forget_call(keys)
+        .key(&record)
         .arg("")
         .arg("page")
         .arg(MAX_SCAN.to_string());

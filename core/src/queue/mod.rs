@@ -1248,19 +1248,7 @@ pub fn delete_dead(
         ))
         .into());
     }
-    let call = ScriptCall::new(&scripts::FORGET)
-        .keys(&[
-            &keys.dead,
-            &keys.payloads,
-            &keys.priorities,
-            &keys.deliveries,
-            &keys.bases,
-            &keys.reasons,
-            &keys.dedup,
-            &keys.dedup_of,
-        ])
-        .arg(id)
-        .arg("one");
+    let call = forget_call(keys).arg(id).arg("one");
     Ok(ScriptOp::new(
         DeleteDead,
         call,
@@ -1268,6 +1256,21 @@ pub fn delete_dead(
         None,
         deadline,
     ))
+}
+
+/// The forget script's call with its keys: a deletion of one dead job, or with a page's
+/// record as a last key, a purge page ([`dead::purge_page`]).
+pub(super) fn forget_call(keys: &QueueKeys) -> ScriptCall {
+    ScriptCall::new(&scripts::FORGET).keys(&[
+        &keys.dead,
+        &keys.payloads,
+        &keys.priorities,
+        &keys.deliveries,
+        &keys.bases,
+        &keys.reasons,
+        &keys.dedup,
+        &keys.dedup_of,
+    ])
 }
 
 /// Moves a dead job back to ready.

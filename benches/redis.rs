@@ -79,7 +79,9 @@ mod common;
 mod scenarios;
 
 use common::{BASELINE, QUEUE_BASELINE, RELIABLE_BASELINE, Scenario, UNCONTENDED};
-use scenarios::{contended::*, flash_sale::*, lock::*, memory::*, queue::*, rate::*, watchdog::*};
+use scenarios::{
+    bounded::*, contended::*, flash_sale::*, lock::*, memory::*, queue::*, rate::*, watchdog::*,
+};
 
 /// Every scenario, in run order (the first is the baseline).
 const SCENARIOS: &[Scenario] = &[
@@ -111,6 +113,7 @@ const SCENARIOS: &[Scenario] = &[
     ("queue_4workers", queue_4workers),
     ("queue_commands", queue_commands),
     ("queue_1m", queue_1m),
+    ("queue_bounded", queue_bounded),
     ("queue_batch_push", queue_batch_push),
     ("queue_batch50", queue_batch50),
     ("delayed_lateness", delayed_lateness),

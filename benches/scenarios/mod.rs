@@ -1,6 +1,7 @@
 //! The scenarios, by area. A scenario is a `fn(&Ctx) -> Measurement` listed in `SCENARIOS`
 //! (benches/redis.rs).
 
+pub mod bounded;
 pub mod contended;
 pub mod flash_sale;
 pub mod lock;

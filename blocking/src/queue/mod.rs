@@ -566,7 +566,7 @@ impl Queue {
     }
 
     /// Deletes every dead job for good; returns how many were deleted. It goes in pages of
-    /// up to 1,000 (each one short script, each with its own [deadline](crate::ClientBuilder::op_timeout)),
+    /// up to [`MAX_ACT`](dead::MAX_ACT) (100; each one short script, each with its own [deadline](crate::ClientBuilder::op_timeout)),
     /// and deletes at most as many as the list held when it began (jobs that die meanwhile
     /// are left). A page whose reply was lost is sent again and answered from its record:
     /// none is deleted twice, and the count is exact. An error after some pages leaves
@@ -580,7 +580,7 @@ impl Queue {
             let done = self.client.run(op)?;
             deleted += done.deleted;
             let target = *at_start.get_or_insert(done.before);
-            if done.deleted < dead::MAX_SCAN || deleted >= target {
+            if done.deleted < dead::MAX_ACT || deleted >= target {
                 break;
             }
         }
@@ -588,8 +588,8 @@ impl Queue {
     }
 
     /// Requeues (as [`requeue_dead`](Self::requeue_dead) does) up to `limit` dead jobs
-    /// that `filter` picks, oldest first, a page of up to 1,000 entries per round trip;
-    /// returns their ids. Each page is one short script whose cost is bounded by the page:
+    /// that `filter` picks, oldest first, a page per round trip (up to 1,000 entries
+    /// looked at, 100 requeued); returns their ids. Each page is one short script whose cost is bounded by the page:
     /// a job is requeued once, and jobs that die meanwhile join the list's end (a later
     /// page may pick them). A page whose reply was lost is sent again and answered from
     /// its record (kept a minute), so the ids reported are exactly those requeued. An
@@ -606,8 +606,8 @@ impl Queue {
     }
 
     /// Deletes for good (as [`delete_dead`](Self::delete_dead) does) up to `limit` dead
-    /// jobs that `filter` picks, oldest first, a page of up to 1,000 entries per round
-    /// trip; returns their ids.
+    /// jobs that `filter` picks, oldest first, a page per round trip (up to 1,000 entries
+    /// looked at, 100 deleted); returns their ids.
     pub fn delete_dead_where(
         &self,
         filter: &DeadFilter,

@@ -1,7 +1,7 @@
 -- The dead list's retention (dead_list.lua): ARGV[1] 'set' (ARGV[2] the most jobs kept,
 -- ARGV[3] the longest ms a dead job is kept; 0: no limit), 'default' (the defaults again)
--- or 'get'; 'set' and 'default' then apply it: at most 1,000 jobs are deleted a call
--- (call again while it says 1,000).
+-- or 'get'; 'set' and 'default' then apply it: at most 100 jobs are deleted a call
+-- (dead_list.lua's trim_dead; call again while it says 100).
 -- KEYS: 1 dead, 2 payloads, 3 priorities, 4 deliveries, 5 bases, 6 reasons, 7 dedup ids,
 -- 8 the jobs' dedup entries, 9 the retention (a string '<jobs> <ms>'; dead_list.lua names
 -- them all after the dead list: they are declared and read here).
@@ -20,12 +20,6 @@ local jobs, ms = dead_keep(KEYS[1])
 local deleted = 0
 if ARGV[1] ~= 'get' then
   local now = now_ms()
-  for _ = 1, 10 do
-    local n = trim_dead(KEYS[1], now)
-    deleted = deleted + n
-    if n < 100 then
-      break
-    end
-  end
+  deleted = trim_dead(KEYS[1], now)
 end
 return {jobs, ms, deleted}

@@ -61,6 +61,59 @@ pub mod testkit;
 #[doc = include_str!("../docs/embedding.md")]
 pub struct EmbeddingDoctests;
 
+// The guide's pages (docs/README.md indexes them), their code compiled and run as doctests
+// like the README's (which blocking/src/lib.rs includes), so that what they show stays true.
+
+/// docs/locks.md: the lock family, `run_once`, RedLock, who holds a lock.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/locks.md")]
+pub struct LocksDoctests;
+
+/// docs/semaphores-and-rate-limits.md: the semaphore and the rate limiter.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/semaphores-and-rate-limits.md")]
+pub struct SemaphoresAndRateLimitsDoctests;
+
+/// docs/queues.md: the queue and its worker pool.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/queues.md")]
+pub struct QueuesDoctests;
+
+/// docs/flow-control.md: pause, groups, timeouts and cancellation, dedup, batches.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/flow-control.md")]
+pub struct FlowControlDoctests;
+
+/// docs/jobs.md: the dead list and durable schedules.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/jobs.md")]
+pub struct JobsDoctests;
+
+/// docs/testing.md: the in-process server (the `memory` feature, which this package's dev-dependency on redlease turns on: these examples run, unguarded).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/testing.md")]
+pub struct TestingDoctests;
+
+/// docs/operating.md: reading a queue's state.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/operating.md")]
+pub struct OperatingDoctests;
+
+/// docs/deployment.md: the production settings.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/deployment.md")]
+pub struct DeploymentDoctests;
+
+/// docs/connections.md: TLS settings.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/connections.md")]
+pub struct ConnectionsDoctests;
+
+/// docs/observability.md: the tracing subscriber (ignored: it needs tracing-subscriber).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/observability.md")]
+pub struct ObservabilityDoctests;
+
 pub use cluster::RedisCluster;
 pub use proxy::Proxy;
 pub use server::{RedisServer, RedisServerBuilder};

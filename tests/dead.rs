@@ -301,7 +301,12 @@ fn bulk_actions_pick_by_cause_reason_and_time_page_by_page_with_a_limit() {
     let failed = DeadFilter::new()
         .cause(DeathCause::Failed)
         .reason_contains("db down");
-    let requeued = q.requeue_dead_where(&failed, 4).unwrap();
+    let requeued: Vec<String> = q
+        .requeue_dead_where(&failed, 4)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
     assert_eq!(
         requeued,
         [
@@ -323,7 +328,7 @@ fn bulk_actions_pick_by_cause_reason_and_time_page_by_page_with_a_limit() {
     assert!(
         deleted
             .iter()
-            .all(|id| traces(&mut conn, "bulk", id).is_empty())
+            .all(|r| r.group.is_none() && traces(&mut conn, "bulk", &r.id).is_empty())
     );
     assert_eq!(q.stats().unwrap().dead, 2250);
 
@@ -371,6 +376,6 @@ fn a_duplicate_of_a_dead_job_stays_refused_until_it_is_deleted() {
     let deleted = q
         .delete_dead_where(&DeadFilter::new().cause(DeathCause::Cancelled), 10)
         .unwrap();
-    assert_eq!(deleted, ["x"]);
+    assert_eq!(deleted, [redlease::JobRef::plain("x")]);
     assert_eq!(q.push_unique("x", "p").unwrap(), Pushed::Queued("x".into()));
 }

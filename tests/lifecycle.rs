@@ -766,11 +766,11 @@ fn bulk_dead_list_calls_go_in_bounded_pages_and_report_exactly() {
     let filter = redlease::DeadFilter::new().cause(redlease::DeathCause::LeaseExpired);
     let ids = q.requeue_dead_where(&filter, 1_000).unwrap();
     assert_eq!(ids.len(), 1_000);
-    let unique: HashSet<&String> = ids.iter().collect();
+    let unique: HashSet<&String> = ids.iter().map(|r| &r.id).collect();
     assert_eq!(unique.len(), 1_000);
     assert!(
         ids.iter()
-            .all(|id| id["d".len()..].parse::<usize>().unwrap() >= 99_000)
+            .all(|r| r.group.is_none() && r.id["d".len()..].parse::<usize>().unwrap() >= 99_000)
     );
     let pages = calls(&mut conn, "evalsha") + calls(&mut conn, "eval");
     let removals = calls(&mut conn, "lrem");
@@ -868,6 +868,30 @@ fn a_grouped_dead_job_is_shown_and_addressed_by_its_group_and_id() {
     again.fail("still bad", Retry::Never).unwrap();
     assert!(g.delete_dead_grouped("t2", &id).unwrap());
     assert!(g.dead_jobs(10).unwrap().is_empty());
+    // The bulk calls of the groups' handle (which act on its dead list) answer a grouped
+    // job by its group and id too.
+    for action in ["requeue", "delete"] {
+        let job = g.try_take().ok().flatten();
+        assert!(job.is_none(), "nothing waits");
+        let id = q
+            .push_with("worse", PushOptions::new().group("t2"))
+            .unwrap();
+        let job = g.try_take().unwrap().expect("the job of t2");
+        job.fail("worse", Retry::Never).unwrap();
+        let all = redlease::DeadFilter::new();
+        let done = match action {
+            "requeue" => g.requeue_dead_where(&all, 10).unwrap(),
+            _ => g.delete_dead_where(&all, 10).unwrap(),
+        };
+        assert_eq!(done, [redlease::JobRef::grouped("t2", id.as_str())]);
+        if action == "requeue" {
+            g.try_take()
+                .unwrap()
+                .expect("the requeued job")
+                .ack()
+                .unwrap();
+        }
+    }
     refused_group(q.requeue_dead_grouped("no\u{1f}group", &id));
 }
 

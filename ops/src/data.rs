@@ -479,7 +479,7 @@ impl Source {
     /// Requeues (or with `delete`, deletes) the dead jobs of `queue` that `filter` picks,
     /// at most `limit` of them, oldest first; returns the ids acted on. Without ids, the
     /// library's bulk action pages through the whole list on the server (a page of 1,000
-    /// entries per round trip); with ids, the oldest `scan` are looked at.
+    /// entries looked at, 100 acted on, per round trip); with ids, the oldest `scan` are looked at.
     pub fn act_on_dead(
         &mut self,
         queue: &str,
@@ -489,11 +489,19 @@ impl Source {
         let q = self.conn.client().queue(queue).map_err(|e| e.to_string())?;
         if filter.ids.is_empty() {
             let picked = filter.library();
-            return match action {
+            let done = match action {
                 DeadAction::Requeue => q.requeue_dead_where(&picked, filter.limit),
                 DeadAction::Delete => q.delete_dead_where(&picked, filter.limit),
             }
-            .map_err(|e| e.to_string());
+            .map_err(|e| e.to_string())?;
+            // A grouped job as `<group>/<id>`.
+            return Ok(done
+                .into_iter()
+                .map(|r| match r.group {
+                    Some(g) => format!("{g}/{}", r.id),
+                    None => r.id,
+                })
+                .collect());
         }
         let dead = self.dead(queue, filter.scan)?;
         let picked: Vec<String> = dead

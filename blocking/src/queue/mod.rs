@@ -12,6 +12,7 @@ use redlease_core::lease::{AcquireOptions, Token};
 use redlease_core::limits;
 use redlease_core::queue::dead::{self, DeadAction, DeadFilter, DeadRetention};
 use redlease_core::queue::groups::GROUP_RESERVE;
+use redlease_core::queue::groups::JobRef;
 use redlease_core::queue::{
     self, AckedAndTaken, DeadJob, Nacked, NewJob, Pushed, QueueKeys, QueueSettings, QueueStats,
     Take, TakeJob, TakenJob,
@@ -589,7 +590,8 @@ impl Queue {
 
     /// Requeues (as [`requeue_dead`](Self::requeue_dead) does) up to `limit` dead jobs
     /// that `filter` picks, oldest first, a page per round trip (up to 1,000 entries
-    /// looked at, 100 requeued); returns their ids. Each page is one short script whose cost is bounded by the page:
+    /// looked at, 100 requeued); returns their addresses (a grouped job by its group and
+    /// id, as [`DeadJob`] shows it). Each page is one short script whose cost is bounded by the page:
     /// a job is requeued once, and jobs that die meanwhile join the list's end (a later
     /// page may pick them). A page whose reply was lost is sent again and answered from
     /// its record (kept a minute), so the ids reported are exactly those requeued. An
@@ -601,18 +603,18 @@ impl Queue {
         &self,
         filter: &DeadFilter,
         limit: usize,
-    ) -> Result<Vec<String>, Error> {
+    ) -> Result<Vec<JobRef>, Error> {
         self.act_on_dead(DeadAction::Requeue, filter, limit)
     }
 
     /// Deletes for good (as [`delete_dead`](Self::delete_dead) does) up to `limit` dead
     /// jobs that `filter` picks, oldest first, a page per round trip (up to 1,000 entries
-    /// looked at, 100 deleted); returns their ids.
+    /// looked at, 100 deleted); returns their addresses.
     pub fn delete_dead_where(
         &self,
         filter: &DeadFilter,
         limit: usize,
-    ) -> Result<Vec<String>, Error> {
+    ) -> Result<Vec<JobRef>, Error> {
         self.act_on_dead(DeadAction::Delete, filter, limit)
     }
 
@@ -621,7 +623,7 @@ impl Queue {
         action: DeadAction,
         filter: &DeadFilter,
         limit: usize,
-    ) -> Result<Vec<String>, Error> {
+    ) -> Result<Vec<JobRef>, Error> {
         let mut done = Vec::new();
         let mut from = 0;
         let call = random_token(&self.client)?;

@@ -27,6 +27,7 @@
 //! use redlease_core::protocol::{Protocol, Step};
 //! use redlease_core::queue::QueueKeys;
 //! use redlease_core::queue::dead::{self, DeadAction, DeadFilter, DeathCause};
+//! use redlease_core::queue::groups::JobRef;
 //! use redlease_core::reply::{Reply, Response};
 //!
 //! let keys = QueueKeys::new(&Keyspace::default(), "mail")?;
@@ -41,7 +42,7 @@
 //! let reply = Reply::Array(vec![Reply::Int(-1), Reply::Bulk(b"7".to_vec()), Reply::Bulk(b"9".to_vec())]);
 //! act.handle(Response::reply(id, reply), now);
 //! let Step::Done(Ok(page)) = act.poll(now) else { panic!() };
-//! assert_eq!((page.next, page.ids), (None, vec!["7".to_owned(), "9".to_owned()]));
+//! assert_eq!((page.next, page.ids), (None, vec![JobRef::plain("7"), JobRef::plain("9")]));
 //! # Ok::<(), redlease_core::Error>(())
 //! ```
 
@@ -285,8 +286,8 @@ pub enum DeadAction {
 pub struct DeadPage {
     /// The index in the dead list to look from next.
     pub next: Option<u64>,
-    /// The jobs requeued or deleted, oldest first.
-    pub ids: Vec<String>,
+    /// The jobs requeued or deleted, oldest first (a grouped job by its group and id).
+    pub ids: Vec<super::groups::JobRef>,
 }
 
 /// Runs one page of a bulk action.
@@ -308,7 +309,9 @@ impl OpKind for Act {
         let ids = rest
             .iter()
             .map(|r| match r {
-                Reply::Bulk(b) => String::from_utf8(b.clone()).ok(),
+                Reply::Bulk(b) => std::str::from_utf8(b)
+                    .ok()
+                    .map(super::groups::JobRef::from_stored),
                 _ => None,
             })
             .collect::<Option<Vec<_>>>()?;
@@ -575,7 +578,7 @@ mod tests {
             page,
             DeadPage {
                 next: Some(12),
-                ids: vec!["a".into()]
+                ids: vec![super::super::groups::JobRef::plain("a")]
             }
         );
         for (scan, limit) in [(0, 1), (MAX_SCAN + 1, 1), (1, 0)] {
@@ -639,7 +642,7 @@ mod tests {
             s.expect_done(),
             Ok(DeadPage {
                 next: None,
-                ids: vec!["a".into()]
+                ids: vec![super::super::groups::JobRef::plain("a")]
             })
         );
         // A purge page too.

@@ -259,6 +259,43 @@ pub fn split_id(id: &str) -> (Option<&str>, &str) {
     }
 }
 
+/// A job's address as a user gives it: its id as pushed and its group (`None`: a plain
+/// job), never the composed id the grouped keys store.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobRef {
+    /// Its group, for a job pushed into one.
+    pub group: Option<String>,
+    /// Its id, as pushed.
+    pub id: String,
+}
+
+impl JobRef {
+    /// A plain job's address.
+    pub fn plain(id: impl Into<String>) -> Self {
+        Self {
+            group: None,
+            id: id.into(),
+        }
+    }
+
+    /// A grouped job's address.
+    pub fn grouped(group: impl Into<String>, id: impl Into<String>) -> Self {
+        Self {
+            group: Some(group.into()),
+            id: id.into(),
+        }
+    }
+
+    /// The address of the job stored under `stored` (a composed `<group>\u{1f}<id>` or a
+    /// plain id).
+    pub fn from_stored(stored: &str) -> Self {
+        match split_id(stored) {
+            (Some(group), id) => Self::grouped(group, id),
+            (None, id) => Self::plain(id),
+        }
+    }
+}
+
 /// Checks a group id: 1 to [`MAX_GROUP_LEN`] bytes, without [`SEPARATOR`].
 pub fn check_group(group: &str) -> Result<(), Error> {
     if group.is_empty() || group.len() > MAX_GROUP_LEN || group.contains(SEPARATOR) {

@@ -222,3 +222,52 @@ pub fn server_is_busy(server: &RedisServer) -> bool {
     let mut buf = [0u8; 7];
     s.read(&mut buf).is_err()
 }
+
+/// Fills zset `key` with `n` members `m<i>` whose time has passed (score 1 ms), and hash
+/// `hash` with a field for each.
+pub fn fill_ended(conn: &mut redis::Connection, key: &str, hash: &str, n: usize) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
+        let mut pipe = redis::pipe();
+        let mut zadd = redis::cmd("ZADD");
+        zadd.arg(key);
+        let mut hset = redis::cmd("HSET");
+        hset.arg(hash);
+        for i in chunk {
+            zadd.arg(1).arg(format!("m{i}"));
+            hset.arg(format!("m{i}")).arg("x");
+        }
+        pipe.add_command(zadd).add_command(hset);
+        let () = pipe
+            .query(conn)
+            .expect("testkit: filling ended entries failed");
+    }
+}
+
+/// Puts `n` dead jobs `<prefix><i>` on queue `name`'s dead list, the last `tail` of them
+/// dead by lease expiry, the others failed.
+pub fn fill_dead(conn: &mut redis::Connection, name: &str, prefix: &str, n: usize, tail: usize) {
+    let dead = format!("redlease:{{{name}}}:q:dead");
+    let payloads = format!("redlease:{{{name}}}:q:payloads");
+    for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
+        let mut list = redis::cmd("RPUSH");
+        list.arg(&dead);
+        let mut hash = redis::cmd("HSET");
+        hash.arg(&payloads);
+        for &i in chunk {
+            let kind = if i >= n - tail { "expired" } else { "failed" };
+            let id = format!("{prefix}{i}");
+            let mut record = id.clone().into_bytes();
+            record.push(0xfe);
+            list.arg(&id);
+            hash.arg(&id)
+                .arg("p")
+                .arg(record)
+                .arg(format!("1000 {kind}"));
+        }
+        let () = redis::pipe()
+            .add_command(list)
+            .add_command(hash)
+            .query(conn)
+            .expect("testkit: filling the dead list failed");
+    }
+}

@@ -305,24 +305,6 @@ fn schedule_times_past_2_pow_53_and_group_ids_no_group_can_have_are_refused() {
     }
 }
 
-/// Fills zset `key` with `n` members `m<i>` whose time has passed (score 1 ms), and hash
-/// `hash` with a field for each.
-fn fill_ended(conn: &mut redis::Connection, key: &str, hash: &str, n: usize) {
-    for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
-        let mut pipe = redis::pipe();
-        let mut zadd = redis::cmd("ZADD");
-        zadd.arg(key);
-        let mut hset = redis::cmd("HSET");
-        hset.arg(hash);
-        for i in chunk {
-            zadd.arg(1).arg(format!("m{i}"));
-            hset.arg(format!("m{i}")).arg("x");
-        }
-        pipe.add_command(zadd).add_command(hset);
-        let () = pipe.query(conn).unwrap();
-    }
-}
-
 fn zcard(conn: &mut redis::Connection, key: &str) -> usize {
     redis::cmd("ZCARD").arg(key).query(conn).unwrap()
 }
@@ -340,8 +322,8 @@ fn a_push_or_a_cancel_sweeps_a_bounded_number_of_ended_windows_and_marks() {
         "redlease:{big}:q:cancelled",
         "redlease:{big}:q:cancel_messages",
     );
-    fill_ended(&mut conn, windows, named, 100_000);
-    fill_ended(&mut conn, marks, messages, 100_000);
+    testkit::fill_ended(&mut conn, windows, named, 100_000);
+    testkit::fill_ended(&mut conn, marks, messages, 100_000);
     let throttle = redlease::Dedup::Throttle(Duration::from_secs(60));
     assert!(matches!(
         q.push_dedup("d", "x", throttle).unwrap(),
@@ -720,35 +702,6 @@ fn a_group_take_does_not_look_at_each_lease_its_group_holds() {
     assert_eq!(zcard(&mut conn, "redlease:{wide}:q:g:i:big"), 40_000);
 }
 
-/// Puts `n` dead jobs `<prefix><i>` on queue `name`'s dead list, the last `tail` of them
-/// dead by lease expiry, the others failed.
-fn fill_dead(conn: &mut redis::Connection, name: &str, prefix: &str, n: usize, tail: usize) {
-    let dead = format!("redlease:{{{name}}}:q:dead");
-    let payloads = format!("redlease:{{{name}}}:q:payloads");
-    for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
-        let mut list = redis::cmd("RPUSH");
-        list.arg(&dead);
-        let mut hash = redis::cmd("HSET");
-        hash.arg(&payloads);
-        for &i in chunk {
-            let kind = if i >= n - tail { "expired" } else { "failed" };
-            let id = format!("{prefix}{i}");
-            let mut record = id.clone().into_bytes();
-            record.push(0xfe);
-            list.arg(&id);
-            hash.arg(&id)
-                .arg("p")
-                .arg(record)
-                .arg(format!("1000 {kind}"));
-        }
-        let () = redis::pipe()
-            .add_command(list)
-            .add_command(hash)
-            .query(conn)
-            .unwrap();
-    }
-}
-
 #[test]
 fn bulk_dead_list_calls_go_in_bounded_pages_and_report_exactly() {
     // 100,000 dead jobs, the 1,000 a filter picks at the end: each page removes its picks
@@ -757,7 +710,7 @@ fn bulk_dead_list_calls_go_in_bounded_pages_and_report_exactly() {
     let server = server();
     let c = testkit::client(&server, Duration::from_secs(1));
     let mut conn = testkit::connection(&server);
-    fill_dead(&mut conn, "bulk", "d", 100_000, 1_000);
+    testkit::fill_dead(&mut conn, "bulk", "d", 100_000, 1_000);
     let q = c.queue("bulk").unwrap();
     let () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
@@ -780,7 +733,7 @@ fn bulk_dead_list_calls_go_in_bounded_pages_and_report_exactly() {
     // Called again, the filter picks none: none is requeued twice.
     assert!(q.requeue_dead_where(&filter, 1_000).unwrap().is_empty());
     // A purge of 250,000 reports each of them, in pages of 100.
-    fill_dead(&mut conn, "bulk", "e", 151_000, 0);
+    testkit::fill_dead(&mut conn, "bulk", "e", 151_000, 0);
     assert_eq!(q.purge_dead().unwrap(), 250_000);
     assert_eq!(q.stats().unwrap().dead, 0);
     let payloads: usize = redis::cmd("HLEN")

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 use redlease::{DeadFilter, DeathCause, Dedup, GroupLimits, LimitsOf, PushOptions};
+use redlease_suite::testkit;
 
 /// Takes timed per take-shaped row.
 const TAKES: usize = 101;
@@ -72,55 +73,6 @@ fn median_take(conn: &mut redis::Connection, mut take: impl FnMut()) -> u64 {
     each[TAKES / 2]
 }
 
-/// `n` dead jobs `<prefix><i>` on queue `name`'s dead list, the last `tail` of them dead by
-/// lease expiry, the others failed (the dead list's record format of the dead list scripts).
-fn fill_dead(conn: &mut redis::Connection, name: &str, prefix: &str, n: usize, tail: usize) {
-    let dead = format!("redlease:{{{name}}}:q:dead");
-    let payloads = format!("redlease:{{{name}}}:q:payloads");
-    for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
-        let mut list = redis::cmd("RPUSH");
-        list.arg(&dead);
-        let mut hash = redis::cmd("HSET");
-        hash.arg(&payloads);
-        for &i in chunk {
-            let kind = if i >= n - tail { "expired" } else { "failed" };
-            let id = format!("{prefix}{i}");
-            let mut record = id.clone().into_bytes();
-            record.push(0xfe);
-            list.arg(&id);
-            hash.arg(&id)
-                .arg("p")
-                .arg(record)
-                .arg(format!("1000 {kind}"));
-        }
-        let () = redis::pipe()
-            .add_command(list)
-            .add_command(hash)
-            .query(conn)
-            .expect("bench: dead list fill failed");
-    }
-}
-
-/// Fills zset `key` with `n` members whose time has passed (score 1 ms), and hash `hash`
-/// with a field for each: ended throttle windows or cancel marks.
-fn fill_ended(conn: &mut redis::Connection, key: &str, hash: &str, n: usize) {
-    for chunk in (0..n).collect::<Vec<_>>().chunks(10_000) {
-        let mut zadd = redis::cmd("ZADD");
-        zadd.arg(key);
-        let mut hset = redis::cmd("HSET");
-        hset.arg(hash);
-        for i in chunk {
-            zadd.arg(1).arg(format!("m{i}"));
-            hset.arg(format!("m{i}")).arg("x");
-        }
-        let () = redis::pipe()
-            .add_command(zadd)
-            .add_command(hset)
-            .query(conn)
-            .expect("bench: ended entries fill failed");
-    }
-}
-
 /// `ZADD key <score> <member(i)>` for `i` in `0..n`, pipelined.
 fn fill_zset(
     conn: &mut redis::Connection,
@@ -143,6 +95,33 @@ fn fill_zset(
     }
 }
 
+/// The median script time (µs) of push + group take + ack of a job of `group` on queue
+/// `queue`, whose `limits` allow any number in flight, after `fill` (given the queue's
+/// name) wrote the state the takes look at.
+fn group_takes(
+    ctx: &Ctx,
+    conn: &mut redis::Connection,
+    queue: &str,
+    limits: LimitsOf<'_>,
+    group: &str,
+    fill: impl FnOnce(&mut redis::Connection, &str),
+) -> u64 {
+    let q = ctx.client.queue(queue).expect("bench: queue");
+    q.set_group_limits(limits, Some(GroupLimits::new().concurrency(10_000_000)))
+        .expect("bench: set_group_limits failed");
+    fill(conn, q.name());
+    let g = q.groups().expect("bench: groups");
+    median_take(conn, || {
+        q.push_with(JOB_PAYLOAD, PushOptions::new().group(group))
+            .expect("bench: push failed");
+        let job = g
+            .try_take()
+            .expect("bench: group take failed")
+            .expect("bench: a grouped job");
+        job.ack().expect("bench: ack failed");
+    })
+}
+
 /// The longest script of each call at `n` entries in the set it once walked (µs), in the
 /// order of [`ROWS`].
 fn measure_at(ctx: &Ctx, conn: &mut redis::Connection, n: usize, tag: &str) -> Vec<u64> {
@@ -152,7 +131,7 @@ fn measure_at(ctx: &Ctx, conn: &mut redis::Connection, n: usize, tag: &str) -> V
 
     // requeue_dead_where(cause, 1000): the matching 1,000 at the end.
     let q = c.queue(&name("requeue")).expect("bench: queue");
-    fill_dead(conn, q.name(), "d", n + 1_000, 1_000);
+    testkit::fill_dead(conn, q.name(), "d", n + 1_000, 1_000);
     let filter = DeadFilter::new().cause(DeathCause::LeaseExpired);
     out.push(longest(conn, || {
         let ids = q
@@ -164,7 +143,7 @@ fn measure_at(ctx: &Ctx, conn: &mut redis::Connection, n: usize, tag: &str) -> V
 
     // purge_dead(): the whole list, in pages.
     let q = c.queue(&name("purge")).expect("bench: queue");
-    fill_dead(conn, q.name(), "d", n, 0);
+    testkit::fill_dead(conn, q.name(), "d", n, 0);
     out.push(longest(conn, || {
         let purged = q.purge_dead().expect("bench: purge_dead failed");
         assert_eq!(purged, n as u64, "bench: purged {purged}");
@@ -172,7 +151,7 @@ fn measure_at(ctx: &Ctx, conn: &mut redis::Connection, n: usize, tag: &str) -> V
 
     // set_dead_retention: the list trimmed from n to 10.
     let q = c.queue(&name("retain")).expect("bench: queue");
-    fill_dead(conn, q.name(), "d", n + 10, 0);
+    testkit::fill_dead(conn, q.name(), "d", n + 10, 0);
     out.push(longest(conn, || {
         let trimmed = q
             .set_dead_retention(redlease::DeadRetention {
@@ -197,7 +176,7 @@ fn measure_at(ctx: &Ctx, conn: &mut redis::Connection, n: usize, tag: &str) -> V
 
     // cancel of a job in flight: n ended cancel marks.
     let q = c.queue(&name("cancel")).expect("bench: queue");
-    fill_ended(
+    testkit::fill_ended(
         conn,
         &format!("redlease:{{{}}}:q:cancelled", q.name()),
         &format!("redlease:{{{}}}:q:cancel_messages", q.name()),
@@ -215,7 +194,7 @@ fn measure_at(ctx: &Ctx, conn: &mut redis::Connection, n: usize, tag: &str) -> V
 
     // push_dedup(Throttle): n ended throttle windows.
     let q = c.queue(&name("throttle")).expect("bench: queue");
-    fill_ended(
+    testkit::fill_ended(
         conn,
         &format!("redlease:{{{}}}:q:throttle", q.name()),
         &format!("redlease:{{{}}}:q:throttled", q.name()),
@@ -227,49 +206,35 @@ fn measure_at(ctx: &Ctx, conn: &mut redis::Connection, n: usize, tag: &str) -> V
     }));
 
     // Every group take: n grouped jobs in flight under a queue-wide limit.
-    let q = c.queue(&name("wide")).expect("bench: queue");
-    q.set_group_limits(
+    out.push(group_takes(
+        ctx,
+        conn,
+        &name("wide"),
         LimitsOf::Queue,
-        Some(GroupLimits::new().concurrency(10_000_000)),
-    )
-    .expect("bench: set_group_limits failed");
-    let inflight = format!("redlease:{{{}}}:q:g:inflight", q.name());
-    fill_zset(conn, &[&inflight], n, FAR, |i| {
-        format!("other{i}\u{1f}m{i}")
-    });
-    let g = q.groups().expect("bench: groups");
-    out.push(median_take(conn, || {
-        q.push_with(JOB_PAYLOAD, PushOptions::new().group("t"))
-            .expect("bench: push failed");
-        let job = g
-            .try_take()
-            .expect("bench: group take failed")
-            .expect("bench: a grouped job");
-        job.ack().expect("bench: ack failed");
-    }));
+        "t",
+        |conn, q| {
+            let inflight = format!("redlease:{{{q}}}:q:g:inflight");
+            fill_zset(conn, &[&inflight], n, FAR, |i| {
+                format!("other{i}\u{1f}m{i}")
+            });
+        },
+    ));
 
     // Every group take of one group holding 40% of n live leases.
-    let q = c.queue(&name("onegroup")).expect("bench: queue");
-    q.set_group_limits(
+    out.push(group_takes(
+        ctx,
+        conn,
+        &name("onegroup"),
         LimitsOf::Group("big"),
-        Some(GroupLimits::new().concurrency(10_000_000)),
-    )
-    .expect("bench: set_group_limits failed");
-    let index = format!("redlease:{{{}}}:q:g:i:big", q.name());
-    let inflight = format!("redlease:{{{}}}:q:g:inflight", q.name());
-    fill_zset(conn, &[&index, &inflight], n * 2 / 5, FAR, |i| {
-        format!("big\u{1f}m{i}")
-    });
-    let g = q.groups().expect("bench: groups");
-    out.push(median_take(conn, || {
-        q.push_with(JOB_PAYLOAD, PushOptions::new().group("big"))
-            .expect("bench: push failed");
-        let job = g
-            .try_take()
-            .expect("bench: group take failed")
-            .expect("bench: a grouped job");
-        job.ack().expect("bench: ack failed");
-    }));
+        "big",
+        |conn, q| {
+            let index = format!("redlease:{{{q}}}:q:g:i:big");
+            let inflight = format!("redlease:{{{q}}}:q:g:inflight");
+            fill_zset(conn, &[&index, &inflight], n * 2 / 5, FAR, |i| {
+                format!("big\u{1f}m{i}")
+            });
+        },
+    ));
 
     // A plain take beside n ready jobs (the take's own cost at scale).
     let q = c.queue(&name("take")).expect("bench: queue");

@@ -144,11 +144,10 @@ fn no_text_says_not_available_or_names_a_branch() {
     ] {
         texts.push((format!("{args:?}"), stdout(&run(&url, args))));
     }
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
-    let start = readme.find("## Operating it").unwrap();
-    let end = start + readme[start..].find("\n## Guarantees").unwrap();
-    texts.push(("README Operating it".into(), readme[start..end].to_owned()));
+    for doc in ["README.md", "docs/operating.md"] {
+        let path = format!("{}/../{doc}", env!("CARGO_MANIFEST_DIR"));
+        texts.push((doc.into(), std::fs::read_to_string(path).unwrap()));
+    }
     for file in ["index.html", "app.js"] {
         let path = format!("{}/src/web/{file}", env!("CARGO_MANIFEST_DIR"));
         texts.push((file.into(), std::fs::read_to_string(path).unwrap()));

@@ -79,11 +79,17 @@ pub enum Mutation {
     NackKeepsGroupSlot,
     /// The group take ignores the groups' concurrency (a full group is never set aside).
     GroupIgnoresConcurrency,
+    /// The group ack does not free its job's group slot (`group_freed` dropped from the
+    /// group ack script): the group stays full until a take checks the stale index entry.
+    AckKeepsGroupSlot,
+    /// A cancel of a grouped job in flight does not free its group slot (`group_freed`
+    /// dropped from the cancel script).
+    CancelKeepsGroupSlot,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 23] = [
+    pub const ALL: [Mutation; 25] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -107,6 +113,8 @@ impl Mutation {
         Mutation::DeferUncounted,
         Mutation::NackKeepsGroupSlot,
         Mutation::GroupIgnoresConcurrency,
+        Mutation::AckKeepsGroupSlot,
+        Mutation::CancelKeepsGroupSlot,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
@@ -267,6 +275,18 @@ const GROUP_CONCURRENCY_SWAP: Swap = Swap {
     to: "    if false then",
 };
 
+const GROUP_ACK_SLOT_SWAP: Swap = Swap {
+    script: &redlease_core::queue::groups::GROUP_ACK,
+    from: "local wake = group_freed(string.sub(KEYS[9], 1, -5) .. 'ready', id)",
+    to: "local wake = false",
+};
+
+const CANCEL_SLOT_SWAP: Swap = Swap {
+    script: &redlease_core::queue::scripts::CANCEL,
+    from: "  wake = group_freed(KEYS[1], id)",
+    to: "  wake = false",
+};
+
 const DEFER_SWAP: Swap = Swap {
     script: &redlease_core::queue::groups::GROUP_DEFER,
     from: "redis.call('HINCRBY', KEYS[4], id, 1)",
@@ -295,6 +315,8 @@ impl Mutation {
             Mutation::DeferUncounted => std::slice::from_ref(&DEFER_COUNT_SWAP),
             Mutation::NackKeepsGroupSlot => std::slice::from_ref(&NACK_SLOT_SWAP),
             Mutation::GroupIgnoresConcurrency => std::slice::from_ref(&GROUP_CONCURRENCY_SWAP),
+            Mutation::AckKeepsGroupSlot => std::slice::from_ref(&GROUP_ACK_SLOT_SWAP),
+            Mutation::CancelKeepsGroupSlot => std::slice::from_ref(&CANCEL_SLOT_SWAP),
             _ => &[],
         }
     }

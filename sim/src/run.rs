@@ -69,12 +69,9 @@ pub fn run_logged(spec: RunSpec, log: bool) -> RunOutcome {
             }
         }
         history.counted = Some(totals);
-        // (Not the groups runs: their schedule runs on the grouped keys, which the core
-        // accepts but whose takes never lease an occurrence (it has no group): its payload
-        // is left behind. The blocking driver refuses schedules on a queue's groups.)
-        if spec.primitive != Primitive::Groups {
-            history.final_jobs = Some(final_jobs(&server, &stem, parts));
-        }
+        // (The groups runs too: their schedule on the grouped keys is refused by the core,
+        // so no occurrence is left behind with no group to lease it.)
+        history.final_jobs = Some(final_jobs(&server, &stem, parts));
     }
     let (violations, judged) = check_counted(&history, plan.faults);
     RunOutcome {

@@ -314,3 +314,25 @@ fn a_group_take_that_ignores_the_concurrency_breaks_group_limits() {
         20,
     );
 }
+
+#[test]
+fn an_ack_that_keeps_its_group_slot_leaves_a_freed_slot_unusable() {
+    caught(
+        Primitive::Mixed,
+        Mutation::AckKeepsGroupSlot,
+        &[],
+        Property::SlotUsable,
+        20,
+    );
+}
+
+#[test]
+fn a_cancel_that_keeps_its_group_slot_leaves_a_freed_slot_unusable() {
+    caught(
+        Primitive::Mixed,
+        Mutation::CancelKeepsGroupSlot,
+        &[],
+        Property::SlotUsable,
+        60,
+    );
+}

@@ -917,3 +917,58 @@ fn a_schedule_outlives_the_loss_of_the_queues_data() {
     let names: Vec<String> = q.schedules().unwrap().into_iter().map(|s| s.name).collect();
     assert_eq!(names, vec!["tick".to_owned()]);
 }
+
+#[test]
+fn grouped_stats_count_the_jobs_waiting_in_their_groups_as_ready() {
+    // A take sorts the staged jobs into their groups' own ready sets: they still count as
+    // ready, through every path that adds to or takes from those sets.
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("sorted").unwrap();
+    let g = q.groups().unwrap();
+    for i in 0..13 {
+        let group = format!("t{}", i % 3);
+        q.push_with("job", PushOptions::new().group(&group))
+            .unwrap();
+    }
+    assert_eq!(g.stats().unwrap().ready, 13, "pushed into their groups");
+    let first = g.try_take().unwrap().expect("a job");
+    assert_eq!(g.stats().unwrap().ready, 12, "one taken");
+    // A deferral puts it back at its group's head: ready again.
+    first.rate_limit_group(Duration::from_millis(1)).unwrap();
+    assert_eq!(g.stats().unwrap().ready, 13, "deferred back");
+    // A delayed job staged by a take joins its group's set: it counts once.
+    q.push_with(
+        "later",
+        PushOptions::new()
+            .group("t0")
+            .delay(Duration::from_millis(1)),
+    )
+    .unwrap();
+    let mut taken = Vec::new();
+    testkit::await_condition(Duration::from_secs(5), || {
+        if let Some(job) = g.try_take().unwrap() {
+            taken.push(job);
+        }
+        !taken.is_empty() && g.stats().unwrap().delayed == 0
+    });
+    assert_eq!(g.stats().unwrap().ready, 14 - taken.len() as u64);
+    // A cancel of a job waiting in its group takes it off the count.
+    let waiting = q
+        .push_with("to cancel", PushOptions::new().group("t1"))
+        .unwrap();
+    assert_eq!(g.stats().unwrap().ready, 15 - taken.len() as u64);
+    assert_eq!(
+        q.cancel_grouped("t1", &waiting, "no").unwrap(),
+        Cancelled::Waiting
+    );
+    assert_eq!(g.stats().unwrap().ready, 14 - taken.len() as u64);
+    while let Some(job) = g.try_take().unwrap() {
+        taken.push(job);
+    }
+    assert_eq!(taken.len(), 14);
+    assert_eq!(g.stats().unwrap().ready, 0);
+    for job in taken {
+        job.ack().unwrap();
+    }
+}

@@ -1137,13 +1137,17 @@ impl OpKind for Stats {
 
 /// The counts of a queue.
 pub fn stats(keys: &QueueKeys, deadline: Instant) -> ScriptOp<Stats> {
-    let call = ScriptCall::new(&scripts::STATS).keys(&[
+    let mut call = ScriptCall::new(&scripts::STATS).keys(&[
         &keys.ready,
         &keys.delayed,
         &keys.inflight,
         &keys.dead,
         &keys.payloads,
     ]);
+    if keys.is_grouped() {
+        // The jobs waiting in their groups' own ready sets count as ready.
+        call = call.key(&format!("{}sorted", keys.group_stem));
+    }
     ScriptOp::new(Stats, call, keys.target(), None, deadline)
 }
 

@@ -38,6 +38,7 @@ end
 local g = string.sub(id, 1, at - 1)
 local stem = string.sub(KEYS[6], 1, -5)
 local ready = stem .. 'r:' .. g
+redis.call('GET', stem .. 'sorted')
 local head = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
 local score = 0
 if head[2] then
@@ -49,6 +50,7 @@ redis.call('HDEL', KEYS[3], token, token .. ':e')
 redis.call('HINCRBY', KEYS[4], id, 1)
 redis.call('ZREM', stem .. 'i:' .. g, id)
 redis.call('ZADD', ready, score, id)
+redis.call('INCR', stem .. 'sorted')
 local until_ms = now + tonumber(ARGV[3])
 local blocked = redis.call('ZSCORE', KEYS[7], g)
 if not blocked or tonumber(blocked) < until_ms then

@@ -8,6 +8,9 @@
 -- group holds its maximum of ready jobs (nothing written).
 -- A job's enqueue time (server ms) is kept beside its payload, under id .. '\255' (as
 -- push.lua keeps it; group_ack.lua drops it with the job).
+-- '<stem>sorted' counts the jobs waiting in their groups' own ready sets (every script
+-- that adds to or takes from one keeps it: group_take.lua, group_defer.lua, cancel.lua),
+-- so that the grouped stats count them without walking the groups.
 -- Every key is read before any is written (a wrong type fails before any write).
 local delay, priority, g = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[4]
 local ready = string.sub(KEYS[5], 1, -5) .. 'r:' .. g
@@ -18,6 +21,7 @@ for i = 5, 8 do
   redis.call('ZCARD', KEYS[i])
 end
 local size = redis.call('ZCARD', ready)
+redis.call('GET', string.sub(KEYS[5], 1, -5) .. 'sorted')
 local bad = bad_sequence(KEYS[4])
 if bad then
   return bad
@@ -31,7 +35,7 @@ if text then
 end
 local up, now = now_ms_up()
 local now_text = string.format('%d', now)
-local out, pushed = {}, 0
+local out, pushed, sorted = {}, 0, 0
 for i = 5, #ARGV, 2 do
   local id = g .. '\31' .. ARGV[i]
   if max > 0 and delay == 0 and size >= max then
@@ -48,6 +52,7 @@ for i = 5, #ARGV, 2 do
     else
       redis.call('ZADD', ready, ready_score(priority, KEYS[4]), id)
       size = size + 1
+      sorted = sorted + 1
     end
     pushed = pushed + 1
     out[#out + 1] = '1'
@@ -59,6 +64,9 @@ if pushed > 0 and delay == 0 then
       or redis.call('ZSCORE', KEYS[7], g) or redis.call('ZSCORE', KEYS[8], g)) then
     redis.call('ZADD', KEYS[5], turn, g)
   end
+end
+if sorted > 0 then
+  redis.call('INCRBY', string.sub(KEYS[5], 1, -5) .. 'sorted', sorted)
 end
 counting(KEYS[11], now)
 count('pushed', pushed)

@@ -85,6 +85,7 @@ for _, i in ipairs({1, 13, 14, 15, 20, 22, 23}) do
   redis.call('ZCARD', KEYS[i])
 end
 redis.call('LLEN', KEYS[9])
+redis.call('GET', stem .. 'sorted')
 local bad = bad_sequence(KEYS[5])
 if bad then
   return bad
@@ -143,6 +144,7 @@ end
 -- Staged jobs into their groups. A staged job freed a slot of its group (nacked, given
 -- back, its lease ran out): a full group is looked at again.
 local staged = redis.call('ZRANGE', KEYS[1], 0, 999, 'WITHSCORES')
+local sorted = 0
 for i = 1, #staged, 2 do
   local id = staged[i]
   redis.call('ZREM', KEYS[1], id)
@@ -152,7 +154,11 @@ for i = 1, #staged, 2 do
     redis.call('ZADD', stem .. 'r:' .. g, staged[i + 1], id)
     redis.call('ZREM', KEYS[15], g)
     enlist(g)
+    sorted = sorted + 1
   end
+end
+if sorted > 0 then
+  redis.call('INCRBY', stem .. 'sorted', sorted)
 end
 -- Groups whose block or first lease ended, and paused groups resumed, back to the ring.
 for _, k in ipairs({KEYS[14], KEYS[15]}) do
@@ -264,6 +270,7 @@ if chosen then
   local ready = stem .. 'r:' .. g
   local id = redis.call('ZRANGE', ready, 0, 0)[1]
   redis.call('ZREM', ready, id)
+  redis.call('INCRBY', stem .. 'sorted', -1)
   local payload, at = job_of(id)
   local base, timeout = base_of(id)
   local e = hold_end(now, timeout, slack, queue_timeout)

@@ -968,7 +968,23 @@ fn grouped_stats_count_the_jobs_waiting_in_their_groups_as_ready() {
     }
     assert_eq!(taken.len(), 14);
     assert_eq!(g.stats().unwrap().ready, 0);
-    for job in taken {
+    for job in taken.drain(..) {
         job.ack().unwrap();
     }
+    // Jobs sorted into their groups before the count was kept (its key deleted here) are
+    // taken without driving it below 0: the count is right again from the next push.
+    for group in ["t0", "t1"] {
+        q.push_with("old", PushOptions::new().group(group)).unwrap();
+    }
+    let mut conn = testkit::connection(&server);
+    let deleted: i64 = redis::cmd("DEL")
+        .arg("redlease:{sorted}:q:g:sorted")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let _: Vec<()> = (0..2)
+        .map(|_| g.try_take().unwrap().expect("an old job").ack().unwrap())
+        .collect();
+    q.push_with("new", PushOptions::new().group("t2")).unwrap();
+    assert_eq!(g.stats().unwrap().ready, 1);
 }

@@ -20,14 +20,14 @@ local in_ready = redis.call('ZSCORE', KEYS[1], id)
 -- A grouped job ('<group>\31<id>', on the grouped keys, whose ready set is '...:q:g:ready')
 -- may wait in its group's own ready set ('...:q:g:r:<group>'); in flight, it holds a slot
 -- in its group's index ('...:q:g:i:<group>'), freed with its lease (group_free.lua).
-local group_ready, in_group, group_sorted
+local group_ready, in_group, group_sorted, group_waiting
 local sep = string.find(id, '\31', 1, true)
 if sep and string.sub(KEYS[1], -8) == ':g:ready' then
   local stem, g = string.sub(KEYS[1], 1, -6), string.sub(id, 1, sep - 1)
   group_ready = stem .. 'r:' .. g
   -- The count of jobs waiting in their groups (group_push.lua).
   group_sorted = stem .. 'sorted'
-  redis.call('GET', group_sorted)
+  group_waiting = tonumber(redis.call('GET', group_sorted) or '0') or 0
   in_group = redis.call('ZSCORE', group_ready, id)
   redis.call('ZCARD', stem .. 'i:' .. g)
 end
@@ -54,7 +54,9 @@ if in_ready or in_delayed or in_group then
   redis.call('ZREM', KEYS[2], id)
   if in_group then
     redis.call('ZREM', group_ready, id)
-    redis.call('INCRBY', group_sorted, -1)
+    if group_waiting > 0 then
+      redis.call('INCRBY', group_sorted, -1)
+    end
   end
   outcome = 1
 elseif expiry or token then

@@ -85,7 +85,9 @@ for _, i in ipairs({1, 13, 14, 15, 20, 22, 23}) do
   redis.call('ZCARD', KEYS[i])
 end
 redis.call('LLEN', KEYS[9])
-redis.call('GET', stem .. 'sorted')
+-- The count of jobs waiting in their groups (group_push.lua); never taken below 0 (jobs
+-- sorted before the count was kept are not in it).
+local waiting = tonumber(redis.call('GET', stem .. 'sorted') or '0') or 0
 local bad = bad_sequence(KEYS[5])
 if bad then
   return bad
@@ -270,7 +272,9 @@ if chosen then
   local ready = stem .. 'r:' .. g
   local id = redis.call('ZRANGE', ready, 0, 0)[1]
   redis.call('ZREM', ready, id)
-  redis.call('INCRBY', stem .. 'sorted', -1)
+  if waiting + sorted > 0 then
+    redis.call('INCRBY', stem .. 'sorted', -1)
+  end
   local payload, at = job_of(id)
   local base, timeout = base_of(id)
   local e = hold_end(now, timeout, slack, queue_timeout)

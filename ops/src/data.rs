@@ -5,12 +5,14 @@
 //!
 //! A number that could not be read is `None` and shows as `n/a`.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redlease::JobInfo;
 use redlease::core::keys::Keyspace;
 use redlease::core::queue::inspect::{self as core_inspect, JobCursor, JobPage, JobStatus, event};
 use redlease::core::queue::pause::{self as core_pause, PauseScope};
+use redlease::core::queue::schedule as core_schedule;
 use redlease::core::queue::{self as core_queue, QueueKeys};
 use redlease::core::semaphore::{self as core_semaphore, SemaphoreKeys};
 use redlease::core::{Command, Reply};
@@ -78,6 +80,63 @@ pub struct QueueRow {
     pub per_minute: Option<Rates>,
     /// Whether the queue is paused (`Queue::pause`).
     pub paused: Option<bool>,
+    /// Its schedules (`Queue::schedules`), by name.
+    pub schedules: Option<Vec<ScheduleRow>>,
+    /// Its groups' figures.
+    pub groups: Option<GroupFigures>,
+}
+
+/// One schedule of a queue.
+#[derive(Debug, Clone)]
+pub struct ScheduleRow {
+    /// Its name.
+    pub name: String,
+    /// Its spec (`every 60000ms`, a cron line).
+    pub spec: String,
+    /// Its next occurrence's due time, Unix ms (`None`: none is left).
+    pub next_ms: Option<u64>,
+}
+
+/// A queue's groups: those found holding jobs, and which of them are paused.
+#[derive(Debug, Clone, Default)]
+pub struct GroupFigures {
+    /// The groups holding jobs (waiting or leased), by id.
+    pub ids: Vec<String>,
+    /// Those of them paused (`Queue::pause_group`).
+    pub paused: Vec<String>,
+    /// Set aside as full: not readable (the library has no call that says it).
+    pub full: Option<u64>,
+    /// Rate-blocked: not readable (the library has no call that says it).
+    pub rate_blocked: Option<u64>,
+}
+
+impl ScheduleRow {
+    /// The next occurrence as a UTC time (`2026-12-02T05:30:00Z`).
+    pub fn next_utc(&self) -> Option<String> {
+        self.next_ms.map(utc)
+    }
+}
+
+/// Unix ms as a UTC time to the second (`2026-12-02T05:30:00Z`).
+pub fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
 }
 
 /// Counts per minute: (minute start in Unix ms, counts), oldest first.
@@ -199,7 +258,7 @@ impl Source {
         let before = self.conn.round_trips;
         let server = self.server()?;
         let found = layout::discover(&mut self.conn, &self.prefix)?;
-        let queues = self.queues(found.queues.into_iter().collect())?;
+        let queues = self.queues(found.queues.into_iter().collect(), &found.groups)?;
         let lock_names: Vec<String> = found.locks.into_iter().collect();
         let reads = layout::read_locks(&mut self.conn, &self.prefix, &lock_names)?;
         let locks = lock_names
@@ -278,13 +337,20 @@ impl Source {
         QueueKeys::new(&self.keyspace, name).map_err(|e| e.to_string())
     }
 
-    /// Every queue of `names`, read in one pipeline.
-    pub fn queues(&mut self, names: Vec<String>) -> Result<Vec<QueueRow>, String> {
+    /// Every queue of `names`, read in a few pipelines (whatever their number); `groups`
+    /// are the groups found of each.
+    pub fn queues(
+        &mut self,
+        names: Vec<String>,
+        groups: &BTreeMap<String, BTreeSet<String>>,
+    ) -> Result<Vec<QueueRow>, String> {
         let deadline = self.deadline();
         // Per queue: its plain jobs' and its grouped jobs' stats, in one pipeline; whether
         // it is paused, in another.
         let mut machines = Vec::new();
         let mut pauses = Vec::new();
+        let mut lists = Vec::new();
+        let mut group_pauses = Vec::new();
         let mut rows = Vec::new();
         for name in names {
             let Ok(keys) = self.queue_keys(&name) else {
@@ -299,7 +365,23 @@ impl Source {
             machines.push(core_queue::stats(&keys, deadline));
             machines.push(core_queue::stats(&grouped, deadline));
             pauses.push(paused);
-            rows.push(QueueRow::new(name));
+            lists.push(core_schedule::list(&keys, deadline));
+            let ids: Vec<String> = groups
+                .get(&name)
+                .map(|g| g.iter().cloned().collect())
+                .unwrap_or_default();
+            for id in &ids {
+                let scope = PauseScope::Group(id.clone());
+                if let Ok(read) = core_pause::paused_at(&keys, &scope, deadline) {
+                    group_pauses.push((rows.len(), id.clone(), read));
+                }
+            }
+            let mut row = QueueRow::new(name);
+            row.groups = Some(GroupFigures {
+                ids,
+                ..GroupFigures::default()
+            });
+            rows.push(row);
         }
         let mut results = self.conn.drive_all(machines)?.into_iter();
         for row in rows.iter_mut() {
@@ -327,9 +409,51 @@ impl Source {
         }
         // The pause read is a read-only script, as the stats: a user who may read the
         // stats may read it too, and a failure is the row's error.
-        for (row, paused) in rows.iter_mut().zip(self.conn.drive_all(pauses)?) {
+        // The queues' pauses and their groups', in one batch.
+        let queue_pauses = pauses.len();
+        let (owners, group_reads): (Vec<_>, Vec<_>) = group_pauses
+            .into_iter()
+            .map(|(row, id, read)| ((row, id), read))
+            .unzip();
+        pauses.extend(group_reads);
+        let mut read = self.conn.drive_all(pauses)?.into_iter();
+        for (row, paused) in rows.iter_mut().zip(read.by_ref().take(queue_pauses)) {
             match paused {
                 Ok(at) => row.paused = Some(at.is_some()),
+                Err(e) => {
+                    row.error.get_or_insert(e);
+                }
+            }
+        }
+        for ((i, id), paused) in owners.into_iter().zip(read) {
+            let row = &mut rows[i];
+            match paused {
+                Ok(Some(_)) => {
+                    if let Some(g) = row.groups.as_mut() {
+                        g.paused.push(id);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    row.groups = None;
+                    row.error.get_or_insert(e);
+                }
+            }
+        }
+        // The schedules, all queues in one batch (one read-only script a queue).
+        for (row, listed) in rows.iter_mut().zip(self.conn.drive_all(lists)?) {
+            match listed {
+                Ok(list) => {
+                    row.schedules = Some(
+                        list.into_iter()
+                            .map(|s| ScheduleRow {
+                                spec: s.schedule.spec(),
+                                name: s.name,
+                                next_ms: s.next,
+                            })
+                            .collect(),
+                    )
+                }
                 Err(e) => {
                     row.error.get_or_insert(e);
                 }
@@ -656,6 +780,15 @@ impl DeadFilter {
 }
 
 impl QueueRow {
+    /// The soonest next occurrence of its schedules, Unix ms.
+    pub fn next_due(&self) -> Option<u64> {
+        self.schedules
+            .as_ref()?
+            .iter()
+            .filter_map(|s| s.next_ms)
+            .min()
+    }
+
     fn new(name: String) -> Self {
         QueueRow {
             name,
@@ -666,6 +799,8 @@ impl QueueRow {
             least_lease_left_ms: None,
             per_minute: None,
             paused: None,
+            schedules: None,
+            groups: None,
         }
     }
 }
@@ -734,6 +869,16 @@ impl Snapshot {
                 "paused": q.paused,
                 "grouped_jobs": q.grouped.map(|g| g.ready + g.delayed + g.in_flight + g.dead),
                 "grouped": q.grouped.map(|g| json!({"ready": g.ready, "delayed": g.delayed, "in_flight": g.in_flight, "dead": g.dead})),
+                "groups": q.groups.as_ref().map(|g| g.ids.len()),
+                "paused_groups": q.groups.as_ref().map(|g| g.paused.len()),
+                "paused_group_ids": q.groups.as_ref().map(|g| g.paused.clone()),
+                "full_groups": q.groups.as_ref().and_then(|g| g.full),
+                "rate_blocked_groups": q.groups.as_ref().and_then(|g| g.rate_blocked),
+                "schedules": q.schedules.as_ref().map(|l| l.iter().map(|s| json!({
+                    "name": s.name, "spec": s.spec, "next_ms": s.next_ms, "next": s.next_utc(),
+                })).collect::<Vec<_>>()),
+                "next_due": q.next_due().map(utc),
+                "next_due_ms": q.next_due(),
                 "error": q.error,
             })).collect::<Vec<_>>(),
             "locks": self.locks.iter().map(|l| json!({

@@ -5,7 +5,7 @@
 //! Everything here can give way to the library's own listings (`Client::locks`,
 //! `Client::lock_info`); the views do not change.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use redlease::core::{Command, Reply};
 
@@ -25,6 +25,10 @@ pub struct Found {
     pub locks: BTreeSet<String>,
     /// Semaphores (a `:sem:` key).
     pub semaphores: BTreeSet<String>,
+    /// Each queue's groups that hold jobs: waiting (`:q:g:r:<group>`) or leased
+    /// (`:q:g:i:<group>`). A group with no job (paused or not) has no such key and is not
+    /// found: the library lists no groups.
+    pub groups: BTreeMap<String, BTreeSet<String>>,
     /// Whether the walk stopped at its bound before the end of the keyspace.
     pub truncated: bool,
 }
@@ -61,6 +65,16 @@ pub fn discover(conn: &mut Conn, prefix: &str) -> Result<Found, String> {
             };
             if part.starts_with("q:") {
                 found.queues.insert(name.to_owned());
+                if let Some(group) = part
+                    .strip_prefix("q:g:r:")
+                    .or_else(|| part.strip_prefix("q:g:i:"))
+                {
+                    found
+                        .groups
+                        .entry(name.to_owned())
+                        .or_default()
+                        .insert(group.to_owned());
+                }
             } else if part.starts_with("sem:") {
                 found.semaphores.insert(name.to_owned());
             } else if part == "lock" {

@@ -59,6 +59,62 @@ pub fn text(s: &Snapshot) -> String {
     );
     gauge(
         &mut out,
+        "redlease_queue_paused",
+        "Whether a queue is paused (1) or not (0).",
+        s.queues.iter().filter_map(|q| {
+            q.paused
+                .map(|p| format!("{{queue=\"{}\"}} {}", label(&q.name), u8::from(p)))
+        }),
+    );
+    gauge(
+        &mut out,
+        "redlease_queue_groups",
+        "Groups of a queue holding jobs (waiting or leased).",
+        s.queues.iter().filter_map(|q| {
+            q.groups
+                .as_ref()
+                .map(|g| format!("{{queue=\"{}\"}} {}", label(&q.name), g.ids.len()))
+        }),
+    );
+    gauge(
+        &mut out,
+        "redlease_queue_groups_paused",
+        "Groups of a queue holding jobs that are paused.",
+        s.queues.iter().filter_map(|q| {
+            q.groups
+                .as_ref()
+                .map(|g| format!("{{queue=\"{}\"}} {}", label(&q.name), g.paused.len()))
+        }),
+    );
+    gauge(
+        &mut out,
+        "redlease_queue_schedules",
+        "Schedules of a queue.",
+        s.queues.iter().filter_map(|q| {
+            q.schedules
+                .as_ref()
+                .map(|l| format!("{{queue=\"{}\"}} {}", label(&q.name), l.len()))
+        }),
+    );
+    gauge(
+        &mut out,
+        "redlease_queue_schedule_next_timestamp_seconds",
+        "Due time of a schedule's next occurrence (Unix seconds).",
+        s.queues.iter().flat_map(|q| {
+            let name = label(&q.name);
+            q.schedules.iter().flatten().filter_map(move |sc| {
+                sc.next_ms.map(|ms| {
+                    format!(
+                        "{{queue=\"{name}\",schedule=\"{}\"}} {}",
+                        label(&sc.name),
+                        seconds(ms as f64)
+                    )
+                })
+            })
+        }),
+    );
+    gauge(
+        &mut out,
         "redlease_lock_ttl_seconds",
         "Time left on a held lease lock.",
         s.locks.iter().filter_map(|l| {

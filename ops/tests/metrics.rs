@@ -133,3 +133,46 @@ fn promtool_accepts_a_scrape_of_every_kind_of_primitive() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The value of the sample `name{labels}` (labels written as the tool writes them).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn pauses_groups_and_schedules_have_their_families() {
+    let w = full_world();
+    let s = serve(&w.world.server.url(), &[]);
+    let (status, text) = http(&s.addr, "GET", "/metrics", &[]);
+    assert_eq!(status, 200);
+    let families = families_are_whole(&text);
+    for f in [
+        "redlease_queue_paused",
+        "redlease_queue_groups",
+        "redlease_queue_groups_paused",
+        "redlease_queue_schedules",
+        "redlease_queue_schedule_next_timestamp_seconds",
+    ] {
+        assert!(families.iter().any(|g| g == f), "no {f}:\n{text}");
+    }
+    let v = |series: &str| sample(&text, series).unwrap_or_else(|| panic!("no {series}:\n{text}"));
+    // Queue `mail` is paused, `emails` is not.
+    assert_eq!(v("redlease_queue_paused{queue=\"mail\"}"), 1.0);
+    assert_eq!(v("redlease_queue_paused{queue=\"emails\"}"), 0.0);
+    // Queue `partner`: groups acme and globex hold jobs; globex is paused.
+    assert_eq!(v("redlease_queue_groups{queue=\"partner\"}"), 2.0);
+    assert_eq!(v("redlease_queue_groups_paused{queue=\"partner\"}"), 1.0);
+    assert_eq!(v("redlease_queue_groups{queue=\"emails\"}"), 0.0);
+    // Queue `reports`: one schedule, every minute, next due within the minute.
+    assert_eq!(v("redlease_queue_schedules{queue=\"reports\"}"), 1.0);
+    assert_eq!(v("redlease_queue_schedules{queue=\"emails\"}"), 0.0);
+    let next = v(
+        "redlease_queue_schedule_next_timestamp_seconds{queue=\"reports\",schedule=\"every-minute\"}",
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(next > now - 5.0 && next <= now + 61.0, "{next} vs {now}");
+}

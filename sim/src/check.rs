@@ -87,6 +87,9 @@ pub enum Property {
     /// A freed group slot is usable at once: a group take that finds nothing leaves no
     /// group with a ready job and fewer leases (in the server's record) than its limit.
     SlotUsable,
+    /// Every schedule not removed has exactly one pending, runnable occurrence after every
+    /// command the server ran; a schedule on a queue's grouped keys is refused.
+    ScheduleLiveness,
 }
 
 /// How long a free lease or reentrant lock may keep a waiter asleep (µs): the release
@@ -95,7 +98,7 @@ pub const WAKE_BOUND: u64 = 150_000;
 
 impl Property {
     /// Every property.
-    pub const ALL: [Property; 30] = [
+    pub const ALL: [Property; 31] = [
         Property::Exclusion,
         Property::FenceOrder,
         Property::FencedResource,
@@ -126,6 +129,7 @@ impl Property {
         Property::GroupLimits,
         Property::DrainTruth,
         Property::SlotUsable,
+        Property::ScheduleLiveness,
     ];
 
     /// Its index in [`Property::ALL`] (and in [`Judged`]).
@@ -166,6 +170,7 @@ impl Property {
             Property::GroupLimits => "group-limits",
             Property::DrainTruth => "drain-truth",
             Property::SlotUsable => "slot-usable",
+            Property::ScheduleLiveness => "schedule-liveness",
         }
     }
 
@@ -210,6 +215,8 @@ impl Property {
             | Property::GroupLimits
             | Property::DrainTruth
             | Property::SlotUsable => FaultSet::of(&data_loss),
+            // Data loss forgets schedules, or their occurrences (upserted again later).
+            Property::ScheduleLiveness => FaultSet::of(&data_loss),
             // A push handed over twice whose copy arrives after the job was acked pushes it
             // again (a push is not idempotent once the job is forgotten: `push_unique` is).
             Property::SingleAck | Property::DeliveryUnique => FaultSet::of(&[
@@ -351,6 +358,7 @@ pub fn check_counted(h: &History, faults: FaultSet) -> (Vec<Violation>, Judged) 
     group_limits(h, &mut out);
     drain_truth(h, &mut out);
     slot_usable(h, &mut out);
+    schedule_liveness(h, &mut out);
     if out.on(Property::RateLimitedKeepsDelivery) {
         for d in &h.defers {
             out.judge(Property::RateLimitedKeepsDelivery, 1);
@@ -564,6 +572,52 @@ fn slot_usable(h: &History, out: &mut Out<'_>) {
                     ),
                 );
             }
+        }
+    }
+}
+
+/// [`Property::ScheduleLiveness`]: judged once per schedule at each observation (after every
+/// command a server ran, the only points at which its keys change), and once per schedule
+/// upserted on grouped keys.
+fn schedule_liveness(h: &History, out: &mut Out<'_>) {
+    if !out.on(Property::ScheduleLiveness) {
+        return;
+    }
+    out.judge(Property::ScheduleLiveness, h.schedule_checks);
+    for g in &h.schedule_gaps {
+        // Between the start of a cancel of the pending occurrence and the end of the
+        // advance past it (a cancel and an advance: two calls), it is not runnable.
+        let skipping = !g.runnable
+            && g.others.is_empty()
+            && h.skip_windows
+                .iter()
+                .any(|(id, from, until)| *id == g.pending && *from <= g.at && g.at <= *until);
+        if !skipping {
+            out.push(
+                Property::ScheduleLiveness,
+                g.at,
+                format!(
+                    "after a command at {}: pending occurrence {} {}, other occurrences never delivered waiting: {:?}",
+                    g.at,
+                    g.pending,
+                    if g.runnable {
+                        "runnable"
+                    } else {
+                        "neither delayed, ready nor in flight"
+                    },
+                    g.others
+                ),
+            );
+        }
+    }
+    for &(at, refused) in &h.grouped_schedules {
+        out.judge(Property::ScheduleLiveness, 1);
+        if !refused {
+            out.push(
+                Property::ScheduleLiveness,
+                at,
+                "a schedule on a queue's grouped keys was accepted (no group take leases its occurrences)".into(),
+            );
         }
     }
 }
@@ -1655,6 +1709,9 @@ impl Property {
             }
             Property::SlotUsable => {
                 "A freed group slot is usable at once: a group take that ran and found nothing to lease (the queue not paused) left no group with a ready job, not rate-blocked nor paused, whose open leases in the server's record (give or take 1 ms of expiry) were fewer than its concurrency in force"
+            }
+            Property::ScheduleLiveness => {
+                "Every schedule not removed has exactly one pending, runnable occurrence at every instant, judged after every command a server ran (the only points at which its keys change): the occurrence its hash names as pending is delayed, ready or in flight, and no other occurrence of it that was never delivered waits (between the start of a cancel of the pending occurrence and the end of the advance past it, two calls, it is not runnable); a schedule upserted on a queue's grouped keys is refused with `InvalidArgument`"
             }
             Property::DrainTruth => {
                 "A drain's count that answered 0 (nothing in flight) ran when the server's record held no live lease of the queue, plain or grouped"

@@ -345,6 +345,30 @@ pub struct History {
     pub idle_seq: Vec<u64>,
     /// How many commands ran on the servers (a `NOSCRIPT` answer included), in order.
     pub commands: u64,
+    /// How many times a schedule's pending occurrence was observed (after a command ran:
+    /// one per schedule in the hash).
+    pub schedule_checks: u64,
+    /// Observations at which a schedule's pending occurrence was not runnable, or another
+    /// occurrence of it, never delivered, waited.
+    pub schedule_gaps: Vec<ScheduleGap>,
+    /// Occurrences cancelled and skipped: (id, when the cancel was started, when the
+    /// advance past it was over).
+    pub skip_windows: Vec<(String, u64, u64)>,
+    /// Schedules upserted on a queue's grouped keys: (when, refused with `InvalidArgument`).
+    pub grouped_schedules: Vec<(u64, bool)>,
+}
+
+/// A schedule whose pending occurrence was not alone and runnable after a command.
+#[derive(Debug, Clone)]
+pub struct ScheduleGap {
+    /// When (global µs).
+    pub at: u64,
+    /// The pending occurrence (`sched:<name>:<due>`).
+    pub pending: String,
+    /// Whether it was delayed, ready or in flight.
+    pub runnable: bool,
+    /// Other occurrences of the schedule, never delivered, waiting.
+    pub others: Vec<String>,
 }
 
 /// A group as a take found it: its id, its ready jobs, whether it was rate-blocked or

@@ -85,11 +85,15 @@ pub enum Mutation {
     /// A cancel of a grouped job in flight does not free its group slot (`group_freed`
     /// dropped from the cancel script).
     CancelKeepsGroupSlot,
+    /// The sim's driver does not advance a schedule past an occurrence it cancelled (as the
+    /// blocking driver's `cancel` does): the schedule is left with a pending occurrence that
+    /// never runs.
+    CancelSkipsAdvance,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 25] = [
+    pub const ALL: [Mutation; 26] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -115,6 +119,7 @@ impl Mutation {
         Mutation::GroupIgnoresConcurrency,
         Mutation::AckKeepsGroupSlot,
         Mutation::CancelKeepsGroupSlot,
+        Mutation::CancelSkipsAdvance,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).

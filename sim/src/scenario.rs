@@ -104,6 +104,7 @@ impl Primitive {
             P::RateLimitedKeepsDelivery => matches!(self, Groups | Mixed),
             P::Conservation => matches!(self, Queue | Groups | Mixed),
             P::GroupLimits | P::DrainTruth | P::SlotUsable => self == Mixed,
+            P::ScheduleLiveness => matches!(self, Queue | Groups | Mixed),
             P::WakeWhenFree => matches!(self, Lease | Reentrant),
             P::NoRenewalAfterRelease | P::LossInTime | P::RenewalOnServer => self != RedLock,
             P::WaiterDeadline | P::Progress | P::HeldOnServer | P::SettledByHolder => true,
@@ -488,6 +489,11 @@ fn queue(
                 }],
             );
         }
+        // Its liveness is observed after every command (a schedule on grouped keys is
+        // refused: nothing to observe).
+        if !grouped {
+            world.schedule_stem = Some(schedule_stem());
+        }
     }
     let ttl_us = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
     // Now and then the queue is paused for a while, by another client; resumed again after
@@ -536,6 +542,12 @@ fn queue(
             }],
         );
     }
+}
+
+/// The stem of queue `q`'s plain keys (`<prefix>:{q}:q:`), whose schedules hash is
+/// `<stem>schedules`.
+fn schedule_stem() -> String {
+    format!("{}:q:", Keyspace::default().stem("q").unwrap_or_default())
 }
 
 /// The limits of every group a mixed run starts with, and the concurrencies its changes
@@ -654,6 +666,25 @@ fn mixed(world: &mut World, rng: &mut SplitMix64, clients: usize, window: u64, t
                 }],
             );
         }
+        world.schedule_stem = Some(schedule_stem());
+        // One to three cancels of its pending occurrence (each then skipped: the schedule
+        // advanced past it), drawn from a generator of their own (the other draws stay
+        // those of the seeds before).
+        let mut o = SplitMix64::new(rng.clone().next_u64() ^ 0x0cc0_5ced);
+        let mut skips = Vec::new();
+        for _ in 0..between(&mut o, 1, 4) {
+            skips.push(Action::Sleep(between(&mut o, 0, window / 2)));
+            skips.push(Action::CancelOccurrence {
+                keys: plain.clone(),
+                name: "tick".into(),
+                remove: chance(&mut o, 30),
+            });
+        }
+        world.add_task(
+            (clients - 1) % clients,
+            between(&mut o, 0, window / 2),
+            skips,
+        );
     }
     // Pauses (a pause, then a resume) and drains (a drain, then a resume), each resumed
     // again after the last delayed request can have run.

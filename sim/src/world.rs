@@ -142,6 +142,19 @@ pub enum Action {
         computed: Option<(String, u64, Option<u64>)>,
         /// Calls sent so far.
         sent: u8,
+        /// The occurrence to advance past instead of the job held: one this task cancelled
+        /// (as the blocking driver's `cancel` skips a cancelled occurrence).
+        past: Option<String>,
+    },
+    /// Cancel the pending occurrence of schedule `name` (read from the server's schedules
+    /// hash, as `schedule::list` shows it), then advance the schedule past it.
+    CancelOccurrence {
+        /// The queue.
+        keys: QueueKeys,
+        /// The schedule.
+        name: String,
+        /// Forget it rather than send it to the dead list.
+        remove: bool,
     },
     /// Set a queue's group limits (`group`: one group's own, else every group's defaults) to
     /// a concurrency (`None`: that group's own limits cleared).
@@ -415,7 +428,19 @@ pub struct World {
     /// The groups whose ready jobs a group take that found nothing is judged against
     /// (`slot-usable`); none: not judged.
     pub idle_groups: Vec<String>,
+    /// The stem (`<prefix>:{q}:q:`) of the plain queue keys whose schedules are observed
+    /// after every command (`schedule-liveness`); none: not observed.
+    pub schedule_stem: Option<String>,
+    /// Advances past a cancelled occurrence running: runner -> the occurrence.
+    skips: HashMap<usize, String>,
+    /// Occurrences being cancelled and skipped: id -> when the cancel was started.
+    skipping: HashMap<String, u64>,
+    /// Occurrences being cancelled and skipped: id -> cancels sent again (unanswered).
+    cancel_tries: HashMap<String, u8>,
 }
+
+/// How many calls the advance past a cancelled occurrence makes before it gives up.
+const SKIP_SENDS: u8 = 12;
 
 fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
@@ -503,6 +528,10 @@ impl World {
             requeues: HashMap::new(),
             drains: HashSet::new(),
             idle_groups: Vec::new(),
+            schedule_stem: None,
+            skips: HashMap::new(),
+            skipping: HashMap::new(),
+            cancel_tries: HashMap::new(),
         };
         w.observer.start_us = u64::try_from(w.clock.unix_micros()).unwrap_or(0);
         w.history.nodes = u16::try_from(w.nodes.len()).unwrap_or(1);
@@ -539,6 +568,110 @@ impl World {
     pub fn watch(&mut self, watched: Vec<Watched>) {
         self.history.recorded = !watched.is_empty();
         self.observer.watched = watched;
+    }
+
+    /// The pending occurrence of schedule `name` on node 0 (`sched:<name>:<due>`), if any.
+    fn pending_occurrence(&self, name: &str) -> Option<String> {
+        let stem = self.schedule_stem.as_ref()?;
+        let server = &self.nodes.first()?.server;
+        let field = format!("n:{name}");
+        match server.call(&["HGET", &format!("{stem}schedules"), &field]) {
+            Ok(Reply::Bulk(due)) if due != b"-1" => {
+                Some(format!("sched:{name}:{}", String::from_utf8_lossy(&due)))
+            }
+            _ => None,
+        }
+    }
+
+    /// The task's occurrence, whose advance failed, is given back instead of worked on (the
+    /// work and the ack or nack after the advance dropped).
+    fn give_back_occurrence(&mut self, task: usize) {
+        let t = &mut self.tasks[task];
+        if matches!(t.actions.front(), Some(Action::Sleep(_))) {
+            t.actions.pop_front();
+        }
+        if matches!(t.actions.front(), Some(Action::Settle { .. })) {
+            t.actions.pop_front();
+        }
+        t.actions.push_front(Action::Release);
+    }
+
+    /// The advance past cancelled occurrence `id` is over (done, given up, or never sent).
+    fn skipped(&mut self, id: &str) {
+        if let Some(from) = self.skipping.remove(id) {
+            self.history
+                .skip_windows
+                .push((id.to_owned(), from, self.now));
+        }
+    }
+
+    /// `schedule-liveness`: after a command ran on node `n`, each schedule's pending
+    /// occurrence (field `n:<name>` of the schedules hash) must be delayed, ready or in
+    /// flight, and no other occurrence of it never delivered may wait.
+    fn observe_schedules(&mut self, n: usize) {
+        let Some(stem) = self.schedule_stem.as_deref() else {
+            return;
+        };
+        let server = &self.nodes[n].server;
+        let Ok(Reply::Array(items)) = server.call(&["HGETALL", &format!("{stem}schedules")]) else {
+            return;
+        };
+        let text = |r: Option<&Reply>| match r {
+            Some(Reply::Bulk(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        };
+        let has = |key: &str, id: &str| {
+            matches!(
+                server.call(&["ZSCORE", &format!("{stem}{key}"), id]),
+                Ok(Reply::Bulk(_))
+            )
+        };
+        let mut gaps = Vec::new();
+        let mut checks = 0;
+        for pair in items.chunks(2) {
+            let (Some(field), Some(due)) = (text(pair.first()), text(pair.get(1))) else {
+                continue;
+            };
+            let Some(name) = field.strip_prefix("n:") else {
+                continue;
+            };
+            checks += 1;
+            if due == "-1" {
+                continue;
+            }
+            let id = format!("sched:{name}:{due}");
+            let runnable = has("delayed", &id) || has("ready", &id) || has("inflight", &id);
+            let prefix = format!("sched:{name}:");
+            let mut others = Vec::new();
+            for set in ["delayed", "ready"] {
+                if let Ok(Reply::Array(ids)) =
+                    server.call(&["ZRANGE", &format!("{stem}{set}"), "0", "-1"])
+                {
+                    for other in ids.iter().filter_map(|r| text(Some(r))) {
+                        if !other.starts_with(&prefix) || other == id {
+                            continue;
+                        }
+                        let delivered = matches!(
+                            server.call(&["HGET", &format!("{stem}deliveries"), &other]),
+                            Ok(Reply::Bulk(_))
+                        );
+                        if !delivered {
+                            others.push(other);
+                        }
+                    }
+                }
+            }
+            if !runnable || !others.is_empty() {
+                gaps.push(crate::history::ScheduleGap {
+                    at: self.now,
+                    pending: id,
+                    runnable,
+                    others,
+                });
+            }
+        }
+        self.history.schedule_checks += checks;
+        self.history.schedule_gaps.extend(gaps);
     }
 
     /// Observes node `n` after a command of `runner` (or a fault).
@@ -964,6 +1097,7 @@ impl World {
             !noscript && (set_nx || acquirer.is_some_and(|(_, s)| runs(&req.command, s)));
         if !noscript {
             self.observe(n, Some(runner), set_nx);
+            self.observe_schedules(n);
             let info = &mut self.history.runners[runner];
             // An ack-and-take's untake, after an unanswered call, carries only the next
             // token and settles nothing of the acked hold: it does not count as a run.
@@ -1960,6 +2094,25 @@ impl World {
                     }
                 }
             }
+            Action::CancelOccurrence { keys, name, remove } => {
+                let pending = self.pending_occurrence(&name);
+                match pending {
+                    Some(id) => {
+                        self.note(|| format!("t{task} cancels occurrence {id}"));
+                        self.skipping.insert(id.clone(), self.now);
+                        let t = &mut self.tasks[task];
+                        t.actions.push_front(Action::Advance {
+                            keys: keys.clone(),
+                            computed: None,
+                            sent: 0,
+                            past: Some(id.clone()),
+                        });
+                        t.actions.push_front(Action::Cancel { keys, id, remove });
+                    }
+                    None => self.note(|| format!("t{task} no pending occurrence of {name}")),
+                }
+                self.push(self.now, Ev::TaskNext { task });
+            }
             Action::Requeue { keys, id } => {
                 let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
                 let op = queue::requeue(&keys, &id, deadline);
@@ -2064,7 +2217,14 @@ impl World {
                 sent,
             } => {
                 let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
-                match schedule::upsert(&keys, &name, &schedule, from, deadline) {
+                let upsert = schedule::upsert(&keys, &name, &schedule, from, deadline);
+                if keys.is_grouped() {
+                    // Refused by the core, with a typed error (no group take would ever
+                    // lease an occurrence).
+                    let refused = matches!(upsert, Err(redlease_core::Error::InvalidArgument(_)));
+                    self.history.grouped_schedules.push((self.now, refused));
+                }
+                match upsert {
                     Ok(op) if sent < 4 => {
                         let r = self.spawn(
                             client,
@@ -2094,8 +2254,21 @@ impl World {
                 keys,
                 computed,
                 sent,
+                past,
             } => {
-                let job = self.tasks[task].held.as_ref().and_then(|h| h.job.clone());
+                if let Some(id) = &past
+                    && (self.mutation == Mutation::CancelSkipsAdvance || sent >= SKIP_SENDS)
+                {
+                    // Under `CancelSkipsAdvance` the driver never advances past a cancelled
+                    // occurrence; else it gave up (the caller would call again).
+                    self.skipped(id);
+                    self.push(self.now, Ev::TaskNext { task });
+                    return;
+                }
+                let job = match &past {
+                    Some(id) => Some(id.clone()),
+                    None => self.tasks[task].held.as_ref().and_then(|h| h.job.clone()),
+                };
                 let occurrence = job.as_deref().and_then(schedule::occurrence);
                 let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
                 let op = occurrence.map(|(name, due)| {
@@ -2103,16 +2276,27 @@ impl World {
                     (due, schedule::advance(&keys, name, due, hint, deadline))
                 });
                 match op {
-                    Some((due, Ok(op))) if sent < 4 => {
+                    Some((due, Ok(op))) if sent < 4 || past.is_some() => {
                         let r = self.spawn(
                             client,
                             Owner::Task(task),
                             Wrap::boxed(op, Outcome::Advanced),
                         );
                         self.advances.insert(r, (keys, due, sent + 1));
+                        if let Some(id) = past {
+                            self.skips.insert(r, id);
+                        }
                         self.start(r);
                     }
-                    _ => self.push(self.now, Ev::TaskNext { task }),
+                    _ => {
+                        if let Some(id) = &past {
+                            self.skipped(id);
+                        } else if occurrence.is_some() {
+                            // Its advance gave up: given back, as the blocking driver does.
+                            self.give_back_occurrence(task);
+                        }
+                        self.push(self.now, Ev::TaskNext { task });
+                    }
                 }
             }
             Action::Work {
@@ -2156,6 +2340,7 @@ impl World {
                             keys: keys_for_advance,
                             computed: None,
                             sent: 0,
+                            past: None,
                         });
                         t.actions.push_front(Action::Acquire {
                             spec,
@@ -2472,6 +2657,7 @@ impl World {
             keys,
             computed: None,
             sent: 0,
+            past: None,
         });
     }
 
@@ -2710,6 +2896,32 @@ impl World {
             Outcome::Cancelled(result) => {
                 let job = self.cancels.get(&id).cloned();
                 self.note(|| format!("c{client} t{task} cancel {job:?}: {result:?}"));
+                // The cancel of an occurrence to skip: the blocking driver advances past it
+                // only once the cancel answered; its caller calls again until it does.
+                let t = &mut self.tasks[task];
+                if let (Err(_), Some((job, remove))) = (&result, job)
+                    && let Some(Action::Advance {
+                        keys,
+                        past: Some(past),
+                        ..
+                    }) = t.actions.front()
+                    && *past == job
+                {
+                    let tries = self.cancel_tries.entry(job.clone()).or_insert(0);
+                    *tries += 1;
+                    if *tries < SKIP_SENDS {
+                        let keys = keys.clone();
+                        t.actions.push_front(Action::Cancel {
+                            keys,
+                            id: job,
+                            remove,
+                        });
+                        t.actions.push_front(Action::Sleep(IO_TIMEOUT));
+                    } else {
+                        t.actions.pop_front();
+                        self.skipped(&job);
+                    }
+                }
             }
             Outcome::Requeued(result) => {
                 let job = self.requeues.get(&id).cloned();
@@ -2798,6 +3010,31 @@ impl World {
                     return;
                 };
                 self.note(|| format!("c{client} t{task} advance past {due}: {result:?}"));
+                let skip = self.skips.remove(&id);
+                if let Some(past) = &skip {
+                    match &result {
+                        // Computed again below.
+                        Ok(Advanced::Compute { .. }) => {}
+                        // Not answered: called again (the blocking driver returns the error,
+                        // and a repeated cancel finishes the advance).
+                        Err(_) => {
+                            let t = &mut self.tasks[task];
+                            t.actions.push_front(Action::Advance {
+                                keys: keys.clone(),
+                                computed: None,
+                                sent,
+                                past: skip.clone(),
+                            });
+                            t.actions.push_front(Action::Sleep(IO_TIMEOUT));
+                        }
+                        Ok(_) => self.skipped(past),
+                    }
+                } else if result.is_err() {
+                    // The advance of the occurrence taken failed: the job is given back, not
+                    // run (the blocking driver's `admit`: nothing runs before the next
+                    // occurrence exists).
+                    self.give_back_occurrence(task);
+                }
                 if let Ok(Advanced::Compute {
                     now_ms,
                     version,
@@ -2815,6 +3052,7 @@ impl World {
                         keys,
                         computed: Some((version, from, next)),
                         sent,
+                        past: skip,
                     });
                 }
             }

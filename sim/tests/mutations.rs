@@ -336,3 +336,14 @@ fn a_cancel_that_keeps_its_group_slot_leaves_a_freed_slot_unusable() {
         60,
     );
 }
+
+#[test]
+fn a_cancelled_occurrence_not_skipped_leaves_its_schedule_without_an_occurrence() {
+    caught(
+        Primitive::Mixed,
+        Mutation::CancelSkipsAdvance,
+        &[],
+        Property::ScheduleLiveness,
+        100,
+    );
+}

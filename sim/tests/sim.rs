@@ -284,6 +284,19 @@ fn regression_seeds() {
             8481,
             "a renewal before a cancel at one instant",
         ),
+        // Schedule-liveness simulator corrections: an occurrence whose advance failed is
+        // given back, not worked on (the blocking driver's `admit`; 728), and a cancelled
+        // occurrence is advanced past only once its cancel answered (844).
+        (
+            Primitive::Queue,
+            728,
+            "an occurrence whose advance failed is given back",
+        ),
+        (
+            Primitive::Mixed,
+            844,
+            "an occurrence is skipped once its cancel answered",
+        ),
     ];
     for &(primitive, seed, what) in seeds {
         let o = redlease_sim::run::run(RunSpec {

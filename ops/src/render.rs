@@ -116,6 +116,20 @@ pub fn queues(s: &Snapshot) -> String {
                 opt(q
                     .grouped
                     .map(|g| g.ready + g.delayed + g.in_flight + g.dead)),
+                opt(q.groups.as_ref().map(|g| g.ids.len())),
+                opt(q.groups.as_ref().map(|g| g.paused.len())),
+                opt(q.groups.as_ref().and_then(|g| g.full)),
+                opt(q.groups.as_ref().and_then(|g| g.rate_blocked)),
+                q.schedules.as_ref().map_or_else(
+                    || NA.to_owned(),
+                    |l| {
+                        l.iter()
+                            .map(|s| s.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    },
+                ),
+                opt(q.next_due().map(crate::data::utc)),
                 q.error.clone().unwrap_or_default(),
             ]
         })
@@ -133,6 +147,12 @@ pub fn queues(s: &Snapshot) -> String {
             "failed/min",
             "paused",
             "grouped-jobs",
+            "groups",
+            "paused-groups",
+            "full-groups",
+            "rate-blocked-groups",
+            "schedules",
+            "next-due",
             "error",
         ],
         &rows,

@@ -363,3 +363,130 @@ fn requeueing_through_the_page_puts_the_job_back_and_read_only_refuses() {
     let job = q.try_take().unwrap().expect("a ready job");
     assert!(job.id() == "dead-0" || job.id() == "ready-0");
 }
+
+/// The cell of `row`'s line under `column` in a table of the CLI (cut at the header's
+/// column start, up to the next two spaces).
+fn cli_cell(table: &str, row: &str, column: &str) -> String {
+    let mut lines = table.lines();
+    let header = lines.next().unwrap();
+    let start = header
+        .find(&format!("  {column}"))
+        .map(|i| i + 2)
+        .unwrap_or_else(|| panic!("no column {column}:\n{table}"));
+    let line = lines
+        .find(|l| l.split_whitespace().next() == Some(row))
+        .unwrap_or_else(|| panic!("no row {row}:\n{table}"));
+    let rest: String = line.chars().skip(start).collect();
+    rest.split("  ").next().unwrap().trim().to_owned()
+}
+
+#[test]
+fn a_paused_queue_and_a_paused_group_show_in_every_view() {
+    use redlease::{PushOptions, Schedule};
+    let w = world();
+    let url = w.server.url();
+    let c = &w.client;
+    let partner = c.queue("partner").unwrap();
+    for g in ["acme", "globex", "initech"] {
+        partner
+            .push_with(format!("sync {g}"), PushOptions::new().group(g))
+            .unwrap();
+    }
+    let work = c.queue("work").unwrap();
+    work.push("first").unwrap();
+    work.schedule(
+        "nightly",
+        &Schedule::every(Duration::from_secs(3600)).unwrap(),
+    )
+    .unwrap();
+    // Pause a queue and a group through the CLI.
+    for args in [
+        &["pause", "work", "--yes"][..],
+        &["pause", "partner", "--group", "globex", "--yes"],
+    ] {
+        let out = common::run(&url, args);
+        assert!(out.status.success(), "{args:?}");
+    }
+
+    // The CLI's table.
+    let table = String::from_utf8(common::run(&url, &["queues"]).stdout).unwrap();
+    assert_eq!(cli_cell(&table, "work", "paused"), "true", "{table}");
+    assert_eq!(cli_cell(&table, "emails", "paused"), "false", "{table}");
+    assert_eq!(cli_cell(&table, "partner", "groups"), "3", "{table}");
+    assert_eq!(cli_cell(&table, "partner", "paused-groups"), "1", "{table}");
+    assert_eq!(cli_cell(&table, "work", "schedules"), "nightly", "{table}");
+    assert!(
+        cli_cell(&table, "work", "next-due").ends_with('Z'),
+        "{table}"
+    );
+
+    // --json and /api/overview.
+    let s = serve(&url, &[]);
+    let api: Value =
+        serde_json::from_str(&common::http(&s.addr, "GET", "/api/overview", &[]).1).unwrap();
+    for v in [common::run_json(&url, &["queues", "--json"]), api] {
+        let q = |name: &str| {
+            v["queues"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|q| q["name"] == name)
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(q("work")["paused"], true, "{v}");
+        assert_eq!(q("partner")["paused"], false, "{v}");
+        assert_eq!(q("partner")["groups"], 3, "{v}");
+        assert_eq!(q("partner")["paused_groups"], 1, "{v}");
+        assert_eq!(q("partner")["paused_group_ids"], json!(["globex"]), "{v}");
+        assert_eq!(q("work")["schedules"][0]["name"], "nightly", "{v}");
+        let next = q("work")["schedules"][0]["next_ms"].as_u64().unwrap();
+        assert_eq!(q("work")["next_due_ms"], next, "{v}");
+    }
+
+    // /metrics.
+    let metrics = common::http(&s.addr, "GET", "/metrics", &[]).1;
+    for line in [
+        "redlease_queue_paused{queue=\"work\"} 1",
+        "redlease_queue_paused{queue=\"partner\"} 0",
+        "redlease_queue_groups{queue=\"partner\"} 3",
+        "redlease_queue_groups_paused{queue=\"partner\"} 1",
+        "redlease_queue_schedules{queue=\"work\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "no {line}:\n{metrics}");
+    }
+
+    // The page.
+    let dom = dump_dom(&w, &format!("http://{}/", s.addr));
+    let row = |queue: &str| -> String {
+        dom.split(&format!("<tr data-queue=\"{queue}\">"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("a row for queue {queue}"))
+            .split("</tr>")
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let work_row = row("work");
+    assert!(
+        work_row.contains("data-field=\"paused\">yes<"),
+        "{work_row}"
+    );
+    assert!(
+        work_row.contains("data-field=\"schedules\">nightly "),
+        "{work_row}"
+    );
+    let partner_row = row("partner");
+    assert!(
+        partner_row.contains("data-field=\"paused\">no<"),
+        "{partner_row}"
+    );
+    assert!(
+        partner_row.contains("data-field=\"groups\">3<"),
+        "{partner_row}"
+    );
+    assert!(
+        partner_row.contains("data-field=\"paused_groups\">1 (globex)<"),
+        "{partner_row}"
+    );
+}

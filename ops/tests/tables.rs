@@ -99,9 +99,10 @@ fn shows(cell: &str, v: &Value, seconds: bool) -> bool {
             };
             parts.len() == items.len()
                 && parts.iter().zip(items).all(|(p, item)| match item {
-                    // A holder and its time left.
+                    // A holder and its time left; a schedule by its name.
                     Value::Object(o) => o
                         .get("holder")
+                        .or_else(|| o.get("name"))
                         .and_then(Value::as_str)
                         .is_some_and(|h| p.starts_with(h)),
                     other => shows(p, other, false),

@@ -41,6 +41,12 @@ async function refresh() {
     cell(tr, q.per_minute ? q.per_minute.failed : null, true);
     cell(tr, q.paused === null ? null : (q.paused ? "yes" : "no")).dataset.field = "paused";
     cell(tr, q.grouped_jobs, true).dataset.field = "grouped_jobs";
+    cell(tr, q.groups, true).dataset.field = "groups";
+    cell(tr, q.paused_groups === null || q.paused_groups === undefined ? null
+      : q.paused_groups + (q.paused_groups ? ` (${q.paused_group_ids.join(", ")})` : "")).dataset.field = "paused_groups";
+    cell(tr, q.full_groups, true).dataset.field = "full_groups";
+    cell(tr, q.rate_blocked_groups, true).dataset.field = "rate_blocked_groups";
+    cell(tr, q.schedules ? q.schedules.map(s => `${s.name} ${s.next ? s.next.slice(5, 19).replace("T", " ") : "(none left)"}`).join(", ") : null).dataset.field = "schedules";
     const td = document.createElement("td");
     const b = document.createElement("button");
     b.textContent = "dead letters"; b.className = "show-dead";

@@ -988,3 +988,72 @@ fn grouped_stats_count_the_jobs_waiting_in_their_groups_as_ready() {
     q.push_with("new", PushOptions::new().group("t2")).unwrap();
     assert_eq!(g.stats().unwrap().ready, 1);
 }
+
+#[test]
+fn the_groups_are_read_a_page_at_a_time_with_their_figures() {
+    use redlease::{GroupCursor, GroupState};
+    let server = server();
+    let c = client(&server);
+    let q = c.queue("paged").unwrap();
+    let g = q.groups().unwrap();
+    q.set_group_limits(
+        LimitsOf::Group("full"),
+        Some(GroupLimits::new().concurrency(1)),
+    )
+    .unwrap();
+    let slow = redlease::core::rate::RateLimit::new(1, Duration::from_secs(3600), 1).unwrap();
+    q.set_group_limits(LimitsOf::Group("slow"), Some(GroupLimits::new().rate(slow)))
+        .unwrap();
+    for (group, jobs) in [("full", 2), ("slow", 2), ("held", 1), ("a", 1), ("b", 10)] {
+        for _ in 0..jobs {
+            q.push_with("job", PushOptions::new().group(group)).unwrap();
+        }
+    }
+    q.pause_group("held").unwrap();
+    // Eight takes: full's, slow's and a's first jobs run, and five of b's; held is set
+    // aside as paused, full as full, slow as rate-blocked.
+    let mut running = Vec::new();
+    for _ in 0..8 {
+        if let Some(job) = g.try_take().unwrap() {
+            running.push(job);
+        }
+    }
+    let mut seen = Vec::new();
+    let mut cursor = Some(GroupCursor::START);
+    let mut pages = 0;
+    while let Some(at) = cursor {
+        let page = g.group_page(at, 2).unwrap();
+        assert!(page.groups.len() <= 2);
+        seen.extend(page.groups);
+        cursor = page.next;
+        pages += 1;
+        assert!(pages < 20, "the pages never end");
+    }
+    seen.sort_by(|x, y| x.id.cmp(&y.id));
+    let figures: Vec<(&str, GroupState, u64, u64, bool)> = seen
+        .iter()
+        .map(|i| (i.id.as_str(), i.state, i.ready, i.in_flight, i.paused))
+        .collect();
+    // a ran its only job (no longer waiting: not listed); b ran five of its ten.
+    assert_eq!(
+        figures,
+        [
+            ("b", GroupState::Ready, 5, 5, false),
+            ("full", GroupState::Full, 1, 1, false),
+            ("held", GroupState::Paused, 1, 0, true),
+            ("slow", GroupState::RateBlocked, 1, 1, false),
+        ]
+    );
+    // The plain handle reads the same pages; a page size of 0 is refused.
+    assert_eq!(
+        q.group_page(GroupCursor::START, 1000).unwrap().groups.len(),
+        4
+    );
+    assert!(matches!(
+        g.group_page(GroupCursor::START, 0),
+        Err(Error::InvalidArgument(_))
+    ));
+    for job in running {
+        job.ack().unwrap();
+    }
+}

@@ -116,7 +116,7 @@ pub use redlease_core::inspect::registry::{ClientInfo, ClientRecord};
 pub use redlease_core::inspect::{FoundLock, Holder, KindInfo, LockInfo, Primitive};
 pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
 pub use redlease_core::queue::dead::{DeadAction, DeadFilter, DeadRetention, DeathCause};
-pub use redlease_core::queue::groups::JobRef;
+pub use redlease_core::queue::groups::{GroupCursor, GroupInfo, GroupPage, GroupState, JobRef};
 pub use redlease_core::queue::inspect::{JobCursor, JobInfo, JobPage, JobStatus, MinuteCounts};
 pub use redlease_core::queue::schedule::{Missed, Schedule, ScheduleInfo, Upserted};
 pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};

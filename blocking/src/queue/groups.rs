@@ -111,6 +111,41 @@ impl Queue {
         self.client
             .run(groups::set_limits(&keys, of, limits, self.deadline())?)
     }
+
+    /// One page of the queue's groups that have jobs waiting, with each one's figures
+    /// (where it stands: in the ring, full, rate-blocked or paused; its jobs waiting; its
+    /// leases running; whether it is paused): at most `count` (1 to
+    /// [`MAX_GROUP_PAGE`](groups::MAX_GROUP_PAGE)) from `cursor`
+    /// ([`GroupCursor::START`](groups::GroupCursor::START) for the first page, then each
+    /// page's `next` until it is `None`). Each page is one read-only script bounded by the
+    /// page, whatever the number of groups. A group whose every job is in flight is not
+    /// listed (it waits for nothing); groups that move between sets while you page may be
+    /// seen twice or missed. Through the queue or its [`groups`](Self::groups).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), redlease::Error> {
+    /// let client = redlease::Client::open("redis://127.0.0.1:6379/")?;
+    /// let queue = client.queue("partner-calls")?;
+    /// let mut cursor = Some(redlease::GroupCursor::START);
+    /// while let Some(at) = cursor {
+    ///     let page = queue.group_page(at, 100)?;
+    ///     for g in &page.groups {
+    ///         println!("{} {:?}: {} waiting, {} running", g.id, g.state, g.ready, g.in_flight);
+    ///     }
+    ///     cursor = page.next;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn group_page(
+        &self,
+        cursor: groups::GroupCursor,
+        count: usize,
+    ) -> Result<groups::GroupPage, Error> {
+        let keys = self.group_keys()?;
+        let count = u32::try_from(count).unwrap_or(u32::MAX);
+        self.client
+            .run(groups::group_page(&keys, cursor, count, self.deadline())?)
+    }
 }
 
 impl Job {

@@ -143,13 +143,22 @@ pub static GROUP_LIMITS: Script = crate::script!(
     include_str!("lua/group_limits.lua")
 );
 
+/// `lua/group_page.lua`: a page of the groups with their figures (read only).
+pub static GROUP_PAGE: Script = crate::script!(
+    "queue_group_page",
+    [crate::script::prelude::UNDECLARED_KEYS],
+    include_str!("lua/group_page.lua")
+)
+.read_only();
+
 /// Every group script.
-pub static ALL: [&Script; 5] = [
+pub static ALL: [&Script; 6] = [
     &GROUP_PUSH,
     &GROUP_TAKE,
     &GROUP_ACK,
     &GROUP_DEFER,
     &GROUP_LIMITS,
+    &GROUP_PAGE,
 ];
 
 /// The keys of a queue's groups (besides the grouped jobs' own queue keys).
@@ -541,6 +550,147 @@ pub fn rate_limited(
     Ok(call)
 }
 
+/// Where a group stands, as [`group_page`] finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GroupState {
+    /// In the ring: it has ready jobs a take may lease now.
+    Ready,
+    /// Set aside: its running leases fill its concurrency (until a slot is freed).
+    Full,
+    /// Set aside: its rate (or the queue's) allows no take yet.
+    RateBlocked,
+    /// Set aside while paused ([`pause`](super::pause)).
+    Paused,
+}
+
+/// One group and its figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupInfo {
+    /// The group's id.
+    pub id: String,
+    /// Where it stands.
+    pub state: GroupState,
+    /// Its jobs waiting in it (sorted into it by a take; [`QueueStats`](super::QueueStats)
+    /// counts these as ready too).
+    pub ready: u64,
+    /// Its leases running (its slots in use).
+    pub in_flight: u64,
+    /// Whether it is paused (it may still be in the ring until a take sets it aside).
+    pub paused: bool,
+}
+
+/// Where a page of [`group_page`] starts: the first page is [`GroupCursor::START`], each
+/// next one the page's [`GroupPage::next`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GroupCursor {
+    set: u8,
+    from: u64,
+}
+
+impl GroupCursor {
+    /// The first page.
+    pub const START: GroupCursor = GroupCursor { set: 1, from: 0 };
+}
+
+/// One page of groups, and where the next starts (`None`: this was the last).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupPage {
+    /// The groups of this page.
+    pub groups: Vec<GroupInfo>,
+    /// The next page's cursor.
+    pub next: Option<GroupCursor>,
+}
+
+/// The most groups one page holds.
+pub const MAX_GROUP_PAGE: u32 = 1000;
+
+/// Reads one page of groups.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadGroupPage;
+
+impl OpKind for ReadGroupPage {
+    type Output = GroupPage;
+    const CONTEXT: &'static str = "group page";
+
+    fn decide(&self, reply: &Reply, _: Instant, _: bool) -> Option<Result<GroupPage, Error>> {
+        let items = reply.as_array()?;
+        let (head, rest) = items.split_at_checked(2)?;
+        if rest.len() % 5 != 0 {
+            return None;
+        }
+        let set = u8::try_from(head[0].as_int()?).ok()?;
+        let from = u64::try_from(head[1].as_int()?).ok()?;
+        let next = (set != 0).then_some(GroupCursor { set, from });
+        let groups = rest
+            .chunks(5)
+            .map(|c| {
+                let id = match &c[0] {
+                    Reply::Bulk(b) => String::from_utf8(b.clone()).ok()?,
+                    _ => return None,
+                };
+                let state = match c[1].as_int()? {
+                    1 => GroupState::Ready,
+                    2 | 6 => GroupState::RateBlocked,
+                    3 | 5 => GroupState::Full,
+                    4 => GroupState::Paused,
+                    _ => return None,
+                };
+                Some(GroupInfo {
+                    id,
+                    state,
+                    ready: u64::try_from(c[2].as_int()?).ok()?,
+                    in_flight: u64::try_from(c[3].as_int()?).ok()?,
+                    paused: c[4].as_int()? == 1,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Ok(GroupPage { groups, next }))
+    }
+}
+
+/// One page of the queue's groups that have jobs waiting, with their figures: at most
+/// `count` (1 to [`MAX_GROUP_PAGE`]) from `cursor`, the ring's groups first (least
+/// recently served first), then those set aside. A read-only script (sent as
+/// `EVALSHA_RO`) whose cost is bounded by the page. A group whose every job is in flight
+/// (none waiting) is in no set and not listed; its leases count in the queue's stats.
+/// Groups that move between sets while a caller pages may be seen twice or not at all.
+pub fn group_page(
+    keys: &QueueKeys,
+    cursor: GroupCursor,
+    count: u32,
+    deadline: Instant,
+) -> Result<ScriptOp<ReadGroupPage>, Error> {
+    let g = grouped(keys)?;
+    crate::limits::count(
+        "group page size",
+        u64::from(count),
+        1,
+        u64::from(MAX_GROUP_PAGE),
+    )?;
+    let call = ScriptCall::new(&GROUP_PAGE)
+        .keys(&[
+            &g.ring,
+            &g.blocked,
+            &g.full,
+            &g.aside,
+            &g.recheck_full,
+            &g.recheck_blocked,
+            &keys.paused,
+        ])
+        .arg(cursor.set.to_string())
+        .arg(cursor.from.to_string())
+        .arg(count.to_string());
+    Ok(ScriptOp::new(
+        ReadGroupPage,
+        call,
+        keys.target(),
+        None,
+        deadline,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -642,5 +792,100 @@ mod tests {
         assert!(g.ready.contains(":q:g:"));
         assert!(g.is_grouped() && !plain.is_grouped());
         assert_eq!(g.calls.dequeue.script().name, "queue_group_take");
+    }
+
+    #[test]
+    fn a_group_page_reads_each_groups_figures_and_its_next_cursor() {
+        use crate::testing::{Scenario, origin};
+        let keys = QueueKeys::grouped(&Keyspace::default(), "q").unwrap();
+        let plain = QueueKeys::new(&Keyspace::default(), "q").unwrap();
+        let now = origin();
+        let deadline = now + Duration::from_secs(1);
+        assert!(group_page(&plain, GroupCursor::START, 10, deadline).is_err());
+        for bad in [0, MAX_GROUP_PAGE + 1] {
+            assert!(group_page(&keys, GroupCursor::START, bad, deadline).is_err());
+        }
+        let bulk = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+        let mut d = Scenario::new(
+            group_page(&keys, GroupCursor::START, 2, deadline).unwrap(),
+            now,
+        );
+        let sent = d.answer(Reply::Array(vec![
+            Reply::Int(3),
+            Reply::Int(1),
+            bulk("acme"),
+            Reply::Int(1),
+            Reply::Int(4),
+            Reply::Int(2),
+            Reply::Int(0),
+            bulk("zeta"),
+            Reply::Int(3),
+            Reply::Int(0),
+            Reply::Int(5),
+            Reply::Int(1),
+        ]));
+        let args: Vec<String> = sent
+            .command
+            .args()
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        // Keys 7 (the ring, the five aside sets, the pauses); set 1 from 0, at most 2.
+        assert_eq!(
+            args[2..],
+            [
+                "7".to_owned(),
+                keys.groups.as_ref().unwrap().ring.clone(),
+                keys.groups.as_ref().unwrap().blocked.clone(),
+                keys.groups.as_ref().unwrap().full.clone(),
+                keys.groups.as_ref().unwrap().aside.clone(),
+                keys.groups.as_ref().unwrap().recheck_full.clone(),
+                keys.groups.as_ref().unwrap().recheck_blocked.clone(),
+                keys.paused.clone(),
+                "1".into(),
+                "0".into(),
+                "2".into()
+            ]
+        );
+        let page = d.expect_done().unwrap();
+        assert_eq!(page.next, Some(GroupCursor { set: 3, from: 1 }));
+        assert_eq!(
+            page.groups,
+            vec![
+                GroupInfo {
+                    id: "acme".into(),
+                    state: GroupState::Ready,
+                    ready: 4,
+                    in_flight: 2,
+                    paused: false
+                },
+                GroupInfo {
+                    id: "zeta".into(),
+                    state: GroupState::Full,
+                    ready: 0,
+                    in_flight: 5,
+                    paused: true
+                },
+            ]
+        );
+        // The last page says so; a reply of another shape is refused.
+        let mut d = Scenario::new(
+            group_page(&keys, page.next.unwrap(), 2, deadline).unwrap(),
+            now,
+        );
+        d.answer(Reply::Array(vec![Reply::Int(0), Reply::Int(0)]));
+        assert_eq!(
+            d.expect_done().unwrap(),
+            GroupPage {
+                groups: vec![],
+                next: None
+            }
+        );
+        let mut d = Scenario::new(
+            group_page(&keys, GroupCursor::START, 2, deadline).unwrap(),
+            now,
+        );
+        d.answer(Reply::Array(vec![Reply::Int(0), Reply::Int(0), bulk("x")]));
+        assert!(d.expect_done().is_err());
     }
 }

@@ -587,23 +587,39 @@ impl Source {
         Ok(rows)
     }
 
-    /// The oldest `limit` dead jobs of `queue`.
+    /// The oldest `limit` dead jobs of `queue`: its plain jobs' and its grouped jobs' dead
+    /// lists (each `Queue::dead_jobs`, the grouped one through `groups()`), read in one
+    /// batch and merged by time of death.
     pub fn dead(&mut self, queue: &str, limit: usize) -> Result<Vec<DeadJob>, String> {
         if limit == 0 {
             return Ok(Vec::new());
         }
         let keys = self.queue_keys(queue)?;
-        let machine = core_queue::dead_jobs(&keys, limit.min(u32::MAX as usize), self.deadline());
-        self.conn
-            .drive_all(vec![machine])?
-            .pop()
-            .unwrap_or_else(|| Err("no answer".to_owned()))
+        let grouped = QueueKeys::grouped(&self.keyspace, queue).map_err(|e| e.to_string())?;
+        let limit = limit.min(u32::MAX as usize);
+        let deadline = self.deadline();
+        let machines = vec![
+            core_queue::dead_jobs(&keys, limit, deadline),
+            core_queue::dead_jobs(&grouped, limit, deadline),
+        ];
+        let mut all = Vec::new();
+        for listed in self.conn.drive_all(machines)? {
+            all.extend(listed?);
+        }
+        // Oldest first; a job without a recorded time of death first of all (it died
+        // before deaths were recorded). The sort is stable: each list keeps its order.
+        all.sort_by_key(|d| d.died_at);
+        all.truncate(limit);
+        Ok(all)
     }
 
     /// Requeues (or with `delete`, deletes) the dead jobs of `queue` that `filter` picks,
-    /// at most `limit` of them, oldest first; returns the ids acted on. Without ids, the
-    /// library's bulk action pages through the whole list on the server (a page of 1,000
-    /// entries looked at, 100 acted on, per round trip); with ids, the oldest `scan` are looked at.
+    /// at most `limit` of them, oldest first; returns the jobs acted on (a grouped one as
+    /// `<group>/<id>`). Without ids or a group, the library's bulk action pages through
+    /// the whole list on the server (a page of 1,000 entries looked at, 100 acted on, per
+    /// round trip), the plain jobs' list then the grouped jobs'; with ids or a group, the
+    /// oldest `scan` of both lists are looked at and each job picked is acted on by its
+    /// group and id.
     pub fn act_on_dead(
         &mut self,
         queue: &str,
@@ -611,38 +627,45 @@ impl Source {
         action: DeadAction,
     ) -> Result<Vec<String>, String> {
         let q = self.conn.client().queue(queue).map_err(|e| e.to_string())?;
-        if filter.ids.is_empty() {
+        let shown = |group: Option<&str>, id: &str| match group {
+            Some(g) => format!("{g}/{id}"),
+            None => id.to_owned(),
+        };
+        if filter.ids.is_empty() && filter.group.is_none() {
             let picked = filter.library();
-            let done = match action {
-                DeadAction::Requeue => q.requeue_dead_where(&picked, filter.limit),
-                DeadAction::Delete => q.delete_dead_where(&picked, filter.limit),
+            let mut done = Vec::new();
+            let groups = q.groups().map_err(|e| e.to_string())?;
+            for handle in [&q, &groups] {
+                let left = filter.limit.saturating_sub(done.len());
+                if left == 0 {
+                    break;
+                }
+                let acted = match action {
+                    DeadAction::Requeue => handle.requeue_dead_where(&picked, left),
+                    DeadAction::Delete => handle.delete_dead_where(&picked, left),
+                }
+                .map_err(|e| e.to_string())?;
+                done.extend(acted.iter().map(|r| shown(r.group.as_deref(), &r.id)));
             }
-            .map_err(|e| e.to_string())?;
-            // A grouped job as `<group>/<id>`.
-            return Ok(done
-                .into_iter()
-                .map(|r| match r.group {
-                    Some(g) => format!("{g}/{}", r.id),
-                    None => r.id,
-                })
-                .collect());
+            return Ok(done);
         }
         let dead = self.dead(queue, filter.scan)?;
-        let picked: Vec<String> = dead
+        let picked: Vec<DeadJob> = dead
             .into_iter()
             .filter(|d| filter.picks(d))
             .take(filter.limit)
-            .map(|d| d.id)
             .collect();
         let mut done = Vec::new();
-        for id in picked {
-            let acted = match action {
-                DeadAction::Requeue => q.requeue_dead(&id),
-                DeadAction::Delete => q.delete_dead(&id),
+        for d in picked {
+            let acted = match (action, d.group.as_deref()) {
+                (DeadAction::Requeue, Some(g)) => q.requeue_dead_grouped(g, &d.id),
+                (DeadAction::Requeue, None) => q.requeue_dead(&d.id),
+                (DeadAction::Delete, Some(g)) => q.delete_dead_grouped(g, &d.id),
+                (DeadAction::Delete, None) => q.delete_dead(&d.id),
             }
             .map_err(|e| e.to_string())?;
             if acted {
-                done.push(id);
+                done.push(shown(d.group.as_deref(), &d.id));
             }
         }
         Ok(done)
@@ -743,6 +766,9 @@ pub enum DeadAction {
 pub struct DeadFilter {
     /// Only these ids (empty: any).
     pub ids: Vec<String>,
+    /// Only the jobs of this group (`None`: plain and grouped jobs alike; with ids, the
+    /// ids are plain jobs' unless a group is given).
+    pub group: Option<String>,
     /// Only jobs whose reason contains this text.
     pub reason_contains: Option<String>,
     /// Only jobs that died of this.
@@ -772,7 +798,14 @@ impl DeadFilter {
     }
 
     fn picks(&self, d: &DeadJob) -> bool {
-        (self.ids.is_empty() || self.ids.iter().any(|i| i == &d.id))
+        let group_fits = match (&self.group, &d.group) {
+            (Some(want), Some(g)) => want == g,
+            (Some(_), None) => false,
+            // Ids without a group name plain jobs.
+            (None, g) => self.ids.is_empty() || g.is_none(),
+        };
+        group_fits
+            && (self.ids.is_empty() || self.ids.iter().any(|i| i == &d.id))
             && self
                 .library()
                 .picks(d.cause, d.died_at, d.reason.as_deref())
@@ -834,6 +867,7 @@ pub fn dead_json(d: &DeadJob) -> Value {
         .collect();
     json!({
         "id": d.id,
+        "group": d.group,
         "deliveries": d.deliveries,
         "payload_len": d.payload.len(),
         "preview": preview,

@@ -82,7 +82,8 @@ enum Command {
         #[arg(long)]
         cursor: Option<String>,
     },
-    /// The dead jobs of a queue (the same as `jobs QUEUE --state dead`).
+    /// The dead jobs of a queue, plain and grouped, oldest first (each grouped one with its
+    /// group).
     Dead {
         /// The queue.
         queue: String,
@@ -175,9 +176,12 @@ struct PauseArgs {
 struct DeadArgs {
     /// The queue.
     queue: String,
-    /// Only these ids.
+    /// Only these ids (of plain jobs, or with --group of that group's jobs).
     #[arg(long = "id")]
     ids: Vec<String>,
+    /// Only the dead jobs of this group (jobs pushed with a group).
+    #[arg(long)]
+    group: Option<String>,
     /// Only jobs whose reason contains this text.
     #[arg(long)]
     reason_contains: Option<String>,
@@ -473,6 +477,7 @@ fn dead(source: &mut Source, queue: &str, limit: usize, json: bool) -> Result<u8
 
 fn act(source: &mut Source, a: DeadArgs, action: DeadAction, json: bool) -> Result<u8, Failure> {
     if a.ids.is_empty()
+        && a.group.is_none()
         && a.reason_contains.is_none()
         && a.cause.is_none()
         && a.older_than.is_none()
@@ -480,7 +485,7 @@ fn act(source: &mut Source, a: DeadArgs, action: DeadAction, json: bool) -> Resu
     {
         return Err(Failure(
             2,
-            "say which dead jobs: --id ID (repeatable), --reason-contains TEXT, --cause CAUSE, --older-than AGE, or --all".into(),
+            "say which dead jobs: --id ID (repeatable), --group GROUP, --reason-contains TEXT, --cause CAUSE, --older-than AGE, or --all".into(),
         ));
     }
     let died_before = match a.older_than {
@@ -493,6 +498,7 @@ fn act(source: &mut Source, a: DeadArgs, action: DeadAction, json: bool) -> Resu
     };
     let filter = DeadFilter {
         ids: a.ids,
+        group: a.group,
         reason_contains: a.reason_contains,
         cause: a.cause,
         died_before,

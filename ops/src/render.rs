@@ -282,6 +282,7 @@ pub fn dead(jobs: &[DeadJob]) -> String {
             };
             vec![
                 d.id.clone(),
+                d.group.clone().unwrap_or_else(|| "(none)".into()),
                 d.deliveries.to_string(),
                 died,
                 d.cause.map_or(NA, |c| c.as_str()).to_owned(),
@@ -294,6 +295,7 @@ pub fn dead(jobs: &[DeadJob]) -> String {
     table(
         &[
             "id",
+            "group",
             "deliveries",
             "died",
             "cause",

@@ -490,6 +490,7 @@ fn handle(app: &App, request: Request) {
             };
             let reason_contains = param("reason_contains");
             if ids.is_empty()
+                && param("group").is_none()
                 && !all
                 && cause.is_none()
                 && died_before.is_none()
@@ -498,11 +499,13 @@ fn handle(app: &App, request: Request) {
                 return json_response(
                     request,
                     400,
-                    json!({ "error": "say which jobs: id=ID (repeatable), cause=, died_before_ms=, reason_contains= or all=1" }),
+                    json!({ "error": "say which jobs: id=ID (repeatable), group=, cause=, died_before_ms=, reason_contains= or all=1" }),
                 );
             }
+            let group = param("group").filter(|g| !g.is_empty());
             let filter = DeadFilter {
                 ids,
+                group,
                 reason_contains,
                 cause,
                 died_before,

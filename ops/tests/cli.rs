@@ -332,3 +332,89 @@ fn jobs_are_paged_by_state_and_looked_up_by_id() {
         Some(2)
     );
 }
+
+#[test]
+fn grouped_dead_jobs_are_listed_with_their_group_and_requeued_and_deleted() {
+    use redlease::{PushOptions, Retry};
+    let w = world();
+    let url = w.server.url();
+    let partner = w.client.queue("partner").unwrap();
+    let groups = partner.groups().unwrap();
+    for (group, reason) in [("acme", "partner down"), ("globex", "bad answer")] {
+        partner
+            .push_with(format!("call {group}"), PushOptions::new().group(group))
+            .unwrap();
+        let job = groups
+            .take(std::time::Duration::from_secs(5))
+            .unwrap()
+            .expect("a grouped job");
+        job.fail(reason, Retry::Never).unwrap();
+        // Apart in time: the list is merged by time of death.
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    partner.push("plain").unwrap();
+    let job = partner.try_take().unwrap().expect("a plain job");
+    let plain_id = job.id().to_owned();
+    job.fail("plain failure", Retry::Never).unwrap();
+
+    // Both grouped jobs and the plain one, each with its group.
+    let dead = run_json(&url, &["dead", "partner", "--json"]);
+    let listed: Vec<(Option<&str>, &str)> = dead
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["group"].as_str(), d["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (Some("acme"), "partner down"),
+            (Some("globex"), "bad answer"),
+            (None, "plain failure")
+        ],
+        "{dead}"
+    );
+    let acme_id = dead[0]["id"].as_str().unwrap().to_owned();
+    let table = String::from_utf8(run(&url, &["dead", "partner"]).stdout).unwrap();
+    let row = table.lines().find(|l| l.starts_with(&acme_id)).unwrap();
+    assert_eq!(row.split_whitespace().nth(1), Some("acme"), "{table}");
+
+    // An id alone names a plain job: the grouped one is not touched.
+    let none = run_json(&url, &["requeue", "partner", "--id", &acme_id, "--json"]);
+    assert_eq!(none["requeued"], serde_json::json!([]));
+    // With its group it is requeued.
+    let done = run_json(
+        &url,
+        &[
+            "requeue", "partner", "--group", "acme", "--id", &acme_id, "--json",
+        ],
+    );
+    assert_eq!(
+        done["requeued"],
+        serde_json::json!([format!("acme/{acme_id}")])
+    );
+    assert_eq!(groups.stats().unwrap().dead, 1);
+    // A whole group's dead jobs, by --group alone.
+    let done = run_json(&url, &["delete", "partner", "--group", "globex", "--json"]);
+    assert_eq!(done["deleted"].as_array().unwrap().len(), 1, "{done}");
+    assert_eq!(groups.stats().unwrap().dead, 0);
+    // A filter without ids reaches the grouped list too: requeue the requeued job's
+    // group again after it dies once more, by reason.
+    let job = groups
+        .take(std::time::Duration::from_secs(5))
+        .unwrap()
+        .expect("the requeued job");
+    job.fail("partner down again", Retry::Never).unwrap();
+    let done = run_json(
+        &url,
+        &["requeue", "partner", "--reason-contains", "again", "--json"],
+    );
+    assert_eq!(
+        done["requeued"],
+        serde_json::json!([format!("acme/{acme_id}")])
+    );
+    // The plain job is still dead.
+    let left = run_json(&url, &["dead", "partner", "--json"]);
+    assert_eq!(left.as_array().unwrap().len(), 1, "{left}");
+    assert_eq!(left[0]["id"], plain_id.as_str());
+}

@@ -358,3 +358,37 @@ fn one_refresh_of_50_queues_and_1000_locks_costs_at_most_60_round_trips_and_5_ms
     assert!(least <= 5000, "{least} us of server time");
     drop(guards);
 }
+
+#[test]
+fn a_grouped_dead_job_is_listed_and_requeued_through_the_api() {
+    use redlease::{PushOptions, Retry};
+    let w = world();
+    let partner = w.client.queue("partner").unwrap();
+    partner
+        .push_with("call", PushOptions::new().group("acme"))
+        .unwrap();
+    let groups = partner.groups().unwrap();
+    let job = groups.take(Duration::from_secs(5)).unwrap().unwrap();
+    let id = job.id().split('\u{1f}').nth(1).unwrap().to_owned();
+    job.fail("partner down", Retry::Never).unwrap();
+    let file = token_file(&w);
+    let s = serve(&w.server.url(), &["--allow-actions", "--token-file", &file]);
+    let (status, body) = http(&s.addr, "GET", "/api/queues/partner/dead", &[]);
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (&v["jobs"][0]["group"], &v["jobs"][0]["id"]),
+        (&"acme".into(), &Value::from(id.as_str())),
+        "{v}"
+    );
+    let (status, body) = http(
+        &s.addr,
+        "POST",
+        &format!("/api/queues/partner/dead/requeue?id={id}&group=acme"),
+        &[("X-Redlease-Token", TOKEN)],
+    );
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["done"], serde_json::json!([format!("acme/{id}")]));
+    assert_eq!(groups.stats().unwrap().dead, 0);
+}

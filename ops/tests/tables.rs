@@ -172,6 +172,10 @@ fn every_row_has_the_header_s_cells_and_each_column_its_json_field() {
     check(&w, &["dead", "emails"], |v| {
         v.as_array().cloned().unwrap_or_default()
     });
+    // A grouped dead job, with its group.
+    check(&w, &["dead", "partner"], |v| {
+        v.as_array().cloned().unwrap_or_default()
+    });
     check(&w, &["locks"], |v| list("locks")(v));
     check(&w, &["semaphores"], |v| list("semaphores")(v));
 }

@@ -99,20 +99,22 @@ async function loadDead() {
   $("dead-note").textContent = r.error || actionNote || (actionsAllowed ? "" : "read-only: actions are off");
   fill("dead", r.jobs || [], (tr, d) => {
     tr.dataset.id = d.id;
-    cell(tr, d.id); cell(tr, d.deliveries, true); cell(tr, d.died_at_ms == null ? null : new Date(d.died_at_ms).toISOString()); cell(tr, d.cause); cell(tr, d.reason); cell(tr, d.payload_len, true); cell(tr, d.preview);
+    if (d.group !== null && d.group !== undefined) tr.dataset.group = d.group;
+    cell(tr, d.id); cell(tr, d.group || "").dataset.field = "group"; cell(tr, d.deliveries, true); cell(tr, d.died_at_ms == null ? null : new Date(d.died_at_ms).toISOString()); cell(tr, d.cause); cell(tr, d.reason); cell(tr, d.payload_len, true); cell(tr, d.preview);
     const td = document.createElement("td");
     for (const verb of ["requeue", "delete"]) {
       const b = document.createElement("button");
       b.textContent = verb; b.className = verb; b.disabled = !actionsAllowed;
-      b.onclick = () => act(name, verb, d.id);
+      b.onclick = () => act(name, verb, d.id, d.group);
       td.appendChild(b);
     }
     tr.appendChild(td);
   });
 }
 
-async function act(name, verb, id) {
-  const r = await fetch(`/api/queues/${encodeURIComponent(name)}/dead/${verb}?id=${encodeURIComponent(id)}`,
+async function act(name, verb, id, group) {
+  const g = group ? `&group=${encodeURIComponent(group)}` : "";
+  const r = await fetch(`/api/queues/${encodeURIComponent(name)}/dead/${verb}?id=${encodeURIComponent(id)}${g}`,
     { method: "POST", headers: { "X-Redlease-Token": tokenInput.value } });
   const body = await r.json();
   actionNote = r.ok ? `${verb}: ${body.done.join(", ") || "nothing"}` : `refused: ${body.error}`;

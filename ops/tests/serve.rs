@@ -369,7 +369,7 @@ fn a_grouped_dead_job_is_listed_and_requeued_through_the_api() {
         .unwrap();
     let groups = partner.groups().unwrap();
     let job = groups.take(Duration::from_secs(5)).unwrap().unwrap();
-    let id = job.id().split('\u{1f}').nth(1).unwrap().to_owned();
+    let id = job.id().rsplit('\u{1f}').next().unwrap().to_owned();
     job.fail("partner down", Retry::Never).unwrap();
     let file = token_file(&w);
     let s = serve(&w.server.url(), &["--allow-actions", "--token-file", &file]);

@@ -444,19 +444,8 @@ fn handle(app: &App, request: Request) {
                 "delete" => DeadAction::Delete,
                 _ => return json_response(request, 404, json!({ "error": "no such action" })),
             };
-            let Some(token) = &app.token else {
-                return json_response(
-                    request,
-                    403,
-                    json!({ "error": "read-only: start `redlease serve` with --allow-actions --token-file FILE to allow actions" }),
-                );
-            };
-            if !get_header(&request, TOKEN_HEADER).is_some_and(|t| same(t, token)) {
-                return json_response(
-                    request,
-                    403,
-                    json!({ "error": format!("missing or wrong {TOKEN_HEADER} header") }),
-                );
+            if let Some(why) = unauthorized(app, &request) {
+                return json_response(request, 403, json!({ "error": why }));
             }
             let ids: Vec<String> = params
                 .iter()
@@ -518,8 +507,108 @@ fn handle(app: &App, request: Request) {
                 Err(e) => json_response(request, 502, json!({ "error": e })),
             }
         }
+        (
+            Method::Post,
+            [
+                "api",
+                "queues",
+                queue,
+                verb @ ("pause" | "resume" | "cancel"),
+            ],
+        ) => {
+            if let Some(why) = unauthorized(app, &request) {
+                return json_response(request, 403, json!({ "error": why }));
+            }
+            let group = param("group").filter(|g| !g.is_empty());
+            let mut source = lock(&app.on_demand);
+            let result = match *verb {
+                "cancel" => {
+                    let Some(id) = param("id").filter(|i| !i.is_empty()) else {
+                        drop(source);
+                        return json_response(
+                            request,
+                            400,
+                            json!({ "error": "say which job: id=ID (and group=G for a grouped one)" }),
+                        );
+                    };
+                    let message =
+                        param("message").unwrap_or_else(|| "cancelled by an operator".into());
+                    source
+                        .cancel(queue, group.as_deref(), &id, &message)
+                        .map(|c| match c {
+                            redlease::Cancelled::NotFound => {
+                                json!({ "done": [], "outcome": "not found" })
+                            }
+                            redlease::Cancelled::InFlight => {
+                                json!({ "done": [id], "outcome": "in flight: its holder is told" })
+                            }
+                            _ => json!({ "done": [id], "outcome": "waiting: it will not run" }),
+                        })
+                }
+                verb => {
+                    let pause = verb == "pause";
+                    source
+                        .is_paused(queue, group.as_deref())
+                        .and_then(|was| {
+                            if was == pause {
+                                return Ok(false);
+                            }
+                            source
+                                .set_paused(queue, group.as_deref(), pause)
+                                .map(|()| true)
+                        })
+                        .map(|changed| {
+                            let what = group.clone().unwrap_or_else(|| queue.to_string());
+                            json!({ "done": if changed { vec![what] } else { Vec::new() } })
+                        })
+                }
+            };
+            drop(source);
+            match result {
+                Ok(v) => json_response(request, 200, v),
+                Err(e) => json_response(request, 502, json!({ "error": e })),
+            }
+        }
+        (Method::Post, ["api", "locks", name, "release"]) => {
+            if let Some(why) = unauthorized(app, &request) {
+                return json_response(request, 403, json!({ "error": why }));
+            }
+            let prefix = param("token_prefix").unwrap_or_default();
+            let prefix = prefix.trim_end_matches('…');
+            if prefix.chars().count() < data::TOKEN_SHOWN {
+                return json_response(
+                    request,
+                    400,
+                    json!({ "error": format!("token_prefix: the {} characters the holder shows", data::TOKEN_SHOWN) }),
+                );
+            }
+            let result = lock(&app.on_demand).force_release(name, prefix);
+            match result {
+                Ok(released) => json_response(
+                    request,
+                    200,
+                    json!({ "done": if released { vec![name.to_string()] } else { Vec::new() } }),
+                ),
+                Err(e) => json_response(request, 502, json!({ "error": e })),
+            }
+        }
         _ => json_response(request, 404, json!({ "error": "not found" })),
     }
+}
+
+/// Why an action is refused (read-only, or a missing or wrong token), if it is. The
+/// cross-site and host checks ([`refusal`]) ran before.
+fn unauthorized(app: &App, request: &Request) -> Option<String> {
+    let Some(token) = &app.token else {
+        return Some(
+            "read-only: start `redlease serve` with --allow-actions --token-file FILE to allow actions"
+                .into(),
+        );
+    };
+    if !get_header(request, TOKEN_HEADER).is_some_and(|t| same(t, token)) {
+        return Some(format!("missing or wrong {TOKEN_HEADER} header"));
+    }
+    None
 }
 
 fn read_dead(app: &App, queue: &str, limit: usize) -> Result<Vec<redlease::DeadJob>, String> {

@@ -1,7 +1,8 @@
 //! The dashboard in headless Chromium (Debian's `chromium`; scripts/test.sh installs it):
 //! a page load shows a queue's depth, a paused queue, a queue's grouped jobs and the charts
-//! (the README's screenshot is taken of that page); requeueing a dead job through the page puts
-//! it back (checked in Redis); in read-only mode the page cannot do it.
+//! (the README's screenshot is taken of that page); requeueing a dead job, pausing and resuming
+//! a queue, releasing a lock, cancelling a job and pausing a group through the page's buttons
+//! (each confirmed in the page) do it (checked in Redis); in read-only mode the page cannot.
 //!
 //! The clicks go through the DevTools protocol over a pipe (`--remote-debugging-pipe`: file
 //! descriptors 3 and 4, here two FIFOs), so no WebSocket client is needed.
@@ -323,6 +324,24 @@ fn requeueing_through_the_page_puts_the_job_back_and_read_only_refuses() {
     ));
     assert_eq!(status, 403);
     assert_eq!(q.stats().unwrap().dead, 2);
+    assert_eq!(
+        b.eval("document.querySelector('tr[data-queue=\"emails\"] button.pause').disabled"),
+        true
+    );
+    assert_eq!(
+        b.eval("document.querySelector('tr[data-lock=\"billing\"] button.release').disabled"),
+        true
+    );
+    for path in [
+        "/api/queues/emails/pause",
+        "/api/queues/emails/cancel?id=ready-0",
+    ] {
+        let status = b.eval(&format!(
+            "fetch('{path}', {{method: 'POST', headers: {{'X-Redlease-Token': '{TOKEN}'}}}}).then(r => r.status)"
+        ));
+        assert_eq!(status, 403, "{path}");
+    }
+    assert!(!q.is_paused().unwrap());
     drop(b);
 
     // Actions allowed: type the token, open the dead letters, click requeue.
@@ -345,6 +364,10 @@ fn requeueing_through_the_page_puts_the_job_back_and_read_only_refuses() {
         "document.querySelector('#dead tr[data-id=\"dead-0\"] button.requeue') && !document.querySelector('#dead tr[data-id=\"dead-0\"] button.requeue').disabled",
     ));
     b.eval("document.querySelector('#dead tr[data-id=\"dead-0\"] button.requeue').click()");
+    // Confirmed in the page first: nothing is sent before "yes".
+    b.eval(&until("!document.getElementById('confirm').hidden"));
+    assert_eq!(q.stats().unwrap().dead, 2);
+    b.eval("document.getElementById('confirm-yes').click()");
     b.eval(&until(
         "document.getElementById('dead-note').textContent.startsWith('requeue: dead-0')",
     ));
@@ -360,6 +383,68 @@ fn requeueing_through_the_page_puts_the_job_back_and_read_only_refuses() {
     assert_eq!((st.ready, st.dead), (2, 1));
     let left: Vec<String> = q.dead_jobs(10).unwrap().into_iter().map(|d| d.id).collect();
     assert_eq!(left, ["dead-1"]);
+
+    // Pause the queue with its button (confirmed), then resume it.
+    b.eval(&until(
+        "document.querySelector('tr[data-queue=\"emails\"] button.pause') && !document.querySelector('tr[data-queue=\"emails\"] button.pause').disabled",
+    ));
+    b.eval("document.querySelector('tr[data-queue=\"emails\"] button.pause').click()");
+    b.eval(&until("!document.getElementById('confirm').hidden"));
+    assert!(!q.is_paused().unwrap(), "paused before the confirmation");
+    b.eval("document.getElementById('confirm-yes').click()");
+    b.eval(&until(
+        "document.getElementById('action-note').textContent === 'pause emails: emails'",
+    ));
+    assert!(q.is_paused().unwrap());
+    b.eval(&until(
+        "document.querySelector('tr[data-queue=\"emails\"] button.resume')",
+    ));
+    b.eval("document.querySelector('tr[data-queue=\"emails\"] button.resume').click()");
+    b.eval("document.getElementById('confirm-yes').click()");
+    b.eval(&until(
+        "document.getElementById('action-note').textContent === 'resume emails: emails'",
+    ));
+    assert!(!q.is_paused().unwrap());
+
+    // Release the lock by its holder's prefix; "no" first does nothing.
+    b.eval("document.querySelector('tr[data-lock=\"billing\"] button.release').click()");
+    b.eval("document.getElementById('confirm-no').click()");
+    assert!(w.lock.inspect().is_ok());
+    b.eval("document.querySelector('tr[data-lock=\"billing\"] button.release').click()");
+    b.eval("document.getElementById('confirm-yes').click()");
+    b.eval(&until(
+        "document.getElementById('action-note').textContent === 'release billing: billing'",
+    ));
+    let locks = common::run_json(&w.server.url(), &["locks", "--json"]);
+    assert!(
+        !locks["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["name"] == "billing"),
+        "{locks}"
+    );
+
+    // Cancel a job and pause a group through the form.
+    let waiting = q.push("to be cancelled").unwrap();
+    b.eval(&format!(
+        "(() => {{ document.getElementById('act-queue').value = 'emails'; document.getElementById('act-id').value = '{waiting}'; document.getElementById('cancel-job').click(); document.getElementById('confirm-yes').click(); }})()"
+    ));
+    b.eval(&until(&format!(
+        "document.getElementById('action-note').textContent.startsWith('cancel {waiting}: {waiting}')"
+    )));
+    assert!(
+        q.job(&waiting)
+            .unwrap()
+            .is_some_and(|j| j.state == redlease::JobStatus::Dead)
+    );
+    b.eval(
+        "(() => { document.getElementById('act-group').value = 'acme'; document.getElementById('pause-group').click(); document.getElementById('confirm-yes').click(); })()",
+    );
+    b.eval(&until(
+        "document.getElementById('action-note').textContent === 'pause group: acme'",
+    ));
+    assert!(q.is_group_paused("acme").unwrap());
     let job = q.try_take().unwrap().expect("a ready job");
     assert!(job.id() == "dead-0" || job.id() == "ready-0");
 }

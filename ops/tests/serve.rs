@@ -96,6 +96,20 @@ fn actions_need_the_flag_the_token_and_the_same_site() {
         let (status, body) = http(&rw.addr, "POST", requeue, headers);
         assert_eq!(status, 403, "{headers:?}: {body}");
     }
+    // The page's other actions are held to the same checks.
+    for path in [
+        "/api/queues/emails/pause",
+        "/api/queues/emails/pause?group=acme",
+        "/api/queues/emails/cancel?id=ready-0",
+        "/api/locks/billing/release?token_prefix=00000000",
+    ] {
+        for headers in refused {
+            let (status, body) = http(&rw.addr, "POST", path, headers);
+            assert_eq!(status, 403, "{path} {headers:?}: {body}");
+        }
+    }
+    assert!(!q.is_paused().unwrap() && !q.is_group_paused("acme").unwrap());
+    assert!(w.lock.inspect().is_ok());
     assert_eq!(
         q.stats().unwrap().dead,
         2,

@@ -16,6 +16,40 @@ function cell(tr, v, numeric) {
   tr.appendChild(td);
   return td;
 }
+const enc = encodeURIComponent;
+// Every action is confirmed in the page first: `ask` shows what it will do, "yes" runs it.
+let pending = null;
+function ask(text, run) { pending = run; $("confirm-text").textContent = text; $("confirm").hidden = false; }
+$("confirm-yes").onclick = async () => { const run = pending; pending = null; $("confirm").hidden = true; if (run) await run(); };
+$("confirm-no").onclick = () => { pending = null; $("confirm").hidden = true; };
+async function post(path, what) {
+  const r = await fetch(path, { method: "POST", headers: { "X-Redlease-Token": tokenInput.value } });
+  const body = await r.json();
+  $("action-note").textContent = r.ok
+    ? `${what}: ${(body.done || []).join(", ") || "nothing"}${body.outcome ? " (" + body.outcome + ")" : ""}`
+    : `refused: ${body.error}`;
+  await refresh();
+}
+function button(td, label, cls, run) {
+  const b = document.createElement("button");
+  b.textContent = label; b.className = cls; b.disabled = !actionsAllowed; b.onclick = run;
+  td.appendChild(b);
+  return b;
+}
+function groupAction(verb) {
+  const q = $("act-queue").value.trim(), g = $("act-group").value.trim(), id = $("act-id").value.trim();
+  if (verb === "cancel") {
+    if (!q || !id) { $("action-note").textContent = "cancel: give the queue and the job id"; return; }
+    const gq = g ? `&group=${enc(g)}` : "";
+    ask(`cancel job ${id}${g ? " of group " + g : ""} of queue ${q}?`, () => post(`/api/queues/${enc(q)}/cancel?id=${enc(id)}${gq}`, `cancel ${id}`));
+  } else {
+    if (!q || !g) { $("action-note").textContent = `${verb} group: give the queue and the group`; return; }
+    ask(`${verb} group ${g} of queue ${q}?`, () => post(`/api/queues/${enc(q)}/${verb}?group=${enc(g)}`, `${verb} group`));
+  }
+}
+$("pause-group").onclick = () => groupAction("pause");
+$("resume-group").onclick = () => groupAction("resume");
+$("cancel-job").onclick = () => groupAction("cancel");
 function secs(ms) { return ms === null || ms === undefined ? null : (ms / 1000).toFixed(1) + "s"; }
 function fill(tableId, rows, build) {
   const body = $(tableId).tBodies[0];
@@ -30,6 +64,7 @@ async function refresh() {
   actionsAllowed = !!o.actions_allowed;
   $("error").textContent = o.error || "";
   $("mode").textContent = actionsAllowed ? "actions allowed" : "read-only";
+  for (const b of document.querySelectorAll("button.act")) b.disabled = !actionsAllowed;
   const s = o.server || {};
   $("server").textContent = `${s.url || ""} · ${s.version ? "Redis " + s.version : ""}`;
   fill("queues", o.queues || [], (tr, q) => {
@@ -51,10 +86,25 @@ async function refresh() {
     const b = document.createElement("button");
     b.textContent = "dead letters"; b.className = "show-dead";
     b.onclick = () => showDead(q.name);
-    td.appendChild(b); tr.appendChild(td);
+    td.appendChild(b);
+    if (q.paused !== null) {
+      const verb = q.paused ? "resume" : "pause";
+      button(td, verb, verb, () => ask(`${verb} queue ${q.name}?`, () => post(`/api/queues/${enc(q.name)}/${verb}`, `${verb} ${q.name}`)));
+    }
+    for (const g of q.paused_group_ids || []) {
+      button(td, `resume group ${g}`, "resume-group", () => ask(`resume group ${g} of queue ${q.name}?`,
+        () => post(`/api/queues/${enc(q.name)}/resume?group=${enc(g)}`, `resume group ${g}`))).dataset.group = g;
+    }
+    tr.appendChild(td);
   });
   fill("locks", o.locks || [], (tr, l) => {
+    tr.dataset.lock = l.name;
     cell(tr, l.name); cell(tr, l.holder); cell(tr, secs(l.ttl_ms), true); cell(tr, l.fence, true);
+    const td = document.createElement("td");
+    const b = button(td, "release", "release", () => ask(`release lock ${l.name} held by ${l.holder}?`,
+      () => post(`/api/locks/${enc(l.name)}/release?token_prefix=${enc(l.holder)}`, `release ${l.name}`)));
+    if (!l.holder) b.disabled = true;
+    tr.appendChild(td);
   });
   fill("semaphores", o.semaphores || [], (tr, m) => {
     cell(tr, m.name); cell(tr, m.permits, true);
@@ -105,7 +155,7 @@ async function loadDead() {
     for (const verb of ["requeue", "delete"]) {
       const b = document.createElement("button");
       b.textContent = verb; b.className = verb; b.disabled = !actionsAllowed;
-      b.onclick = () => act(name, verb, d.id, d.group);
+      b.onclick = () => ask(`${verb} dead job ${d.id}${d.group ? " of group " + d.group : ""} of queue ${name}?`, () => act(name, verb, d.id, d.group));
       td.appendChild(b);
     }
     tr.appendChild(td);

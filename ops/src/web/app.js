@@ -84,7 +84,7 @@ async function refresh() {
     cell(tr, q.schedules ? q.schedules.map(s => `${s.name} ${s.next ? s.next.slice(5, 19).replace("T", " ") : "(none left)"}`).join(", ") : null).dataset.field = "schedules";
     const td = document.createElement("td");
     const b = document.createElement("button");
-    b.textContent = "dead letters"; b.className = "show-dead";
+    b.textContent = "dead"; b.title = "its dead letters"; b.className = "show-dead";
     b.onclick = () => showDead(q.name);
     td.appendChild(b);
     if (q.paused !== null) {
@@ -92,7 +92,7 @@ async function refresh() {
       button(td, verb, verb, () => ask(`${verb} queue ${q.name}?`, () => post(`/api/queues/${enc(q.name)}/${verb}`, `${verb} ${q.name}`)));
     }
     for (const g of q.paused_group_ids || []) {
-      button(td, `resume group ${g}`, "resume-group", () => ask(`resume group ${g} of queue ${q.name}?`,
+      button(td, `resume ${g}`, "resume-group", () => ask(`resume group ${g} of queue ${q.name}?`,
         () => post(`/api/queues/${enc(q.name)}/resume?group=${enc(g)}`, `resume group ${g}`))).dataset.group = g;
     }
     tr.appendChild(td);

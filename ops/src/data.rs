@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redlease::JobInfo;
+use redlease::core::inspect as core_locks;
 use redlease::core::keys::Keyspace;
 use redlease::core::queue::inspect::{self as core_inspect, JobCursor, JobPage, JobStatus, event};
 use redlease::core::queue::pause::{self as core_pause, PauseScope};
@@ -17,6 +18,7 @@ use redlease::core::queue::{self as core_queue, QueueKeys};
 use redlease::core::semaphore::{self as core_semaphore, SemaphoreKeys};
 use redlease::core::{Command, Reply};
 use redlease::{DeadJob, DeathCause, QueueStats, SemaphoreState};
+use redlease::{LeaseKind, LockKind};
 use serde_json::{Value, json};
 
 use crate::drive::Conn;
@@ -157,11 +159,14 @@ pub struct Rates {
     pub deferred: u64,
 }
 
-/// One held lease lock.
+/// One held lock (one row per kind held under a name).
 #[derive(Debug, Clone)]
 pub struct LockRow {
     /// Its name.
     pub name: String,
+    /// Its kind: `lease` (plain, unfenced or a RedLock's hold on this server: they share
+    /// the key), `reentrant`, `fair`, `read`, `write` or `legacy`.
+    pub kind: &'static str,
     /// The first characters of the holder's token (never all of it).
     pub holder: Option<String>,
     /// Time left, ms.
@@ -261,17 +266,35 @@ impl Source {
         let queues = self.queues(found.queues.into_iter().collect(), &found.groups)?;
         let lock_names: Vec<String> = found.locks.into_iter().collect();
         let reads = layout::read_locks(&mut self.conn, &self.prefix, &lock_names)?;
-        let locks = lock_names
+        let mut locks: Vec<LockRow> = lock_names
             .into_iter()
             .zip(reads)
             .filter(|(_, r)| r.ttl_ms.is_some() || r.token.is_some())
             .map(|(name, r)| LockRow {
                 name,
+                kind: "lease",
                 holder: r.token.as_deref().map(short_token),
                 ttl_ms: r.ttl_ms,
                 fence: r.fence,
             })
             .collect();
+        let legacy: Vec<String> = found.legacy_locks.into_iter().collect();
+        let reads = layout::read_legacy(&mut self.conn, &self.prefix, &legacy)?;
+        locks.extend(
+            legacy
+                .into_iter()
+                .zip(reads)
+                .filter(|(_, r)| r.token.is_some())
+                .map(|(name, r)| LockRow {
+                    name,
+                    kind: "legacy",
+                    holder: r.token.as_deref().map(short_token),
+                    ttl_ms: r.ttl_ms,
+                    fence: None,
+                }),
+        );
+        locks.extend(self.other_locks(found.other_locks.into_iter().collect())?);
+        locks.sort_by(|a, b| (&a.name, a.kind).cmp(&(&b.name, b.kind)));
         let semaphores = self.semaphores(found.semaphores.into_iter().collect())?;
         Ok(Snapshot {
             at_ms: now_ms(),
@@ -562,6 +585,54 @@ impl Source {
             .unwrap_or_else(|| Err("no answer".to_owned()))
     }
 
+    /// The held locks of the kinds a lease lock's read does not see (reentrant, fair,
+    /// read-write), each through the library's `lock_info` machine, all in one batch; one
+    /// row per kind held.
+    pub fn other_locks(&mut self, names: Vec<String>) -> Result<Vec<LockRow>, String> {
+        let deadline = self.deadline();
+        let machines: Vec<_> = names
+            .iter()
+            .filter_map(|n| core_locks::lock_info(&self.keyspace, n, deadline).ok())
+            .collect();
+        let mut rows = Vec::new();
+        for info in self.conn.drive_all(machines)?.into_iter().flatten() {
+            for k in &info.kinds {
+                let kind = match k.kind {
+                    core_locks::Primitive::Reentrant => "reentrant",
+                    core_locks::Primitive::Fair => "fair",
+                    core_locks::Primitive::ReadWrite => match k.holders.first().map(|h| h.kind) {
+                        Some(LeaseKind::Lock(LockKind::Read)) => "read",
+                        _ => "write",
+                    },
+                    // Lease locks and semaphores have views of their own.
+                    _ => continue,
+                };
+                if k.holders.is_empty() {
+                    continue;
+                }
+                rows.push(LockRow {
+                    name: info.name.clone(),
+                    kind,
+                    holder: Some(
+                        k.holders
+                            .iter()
+                            .map(|h| short_token(&h.token_prefix))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    ),
+                    ttl_ms: k
+                        .holders
+                        .iter()
+                        .filter_map(|h| h.remaining)
+                        .min()
+                        .map(|d| d.as_millis() as i64),
+                    fence: info.fence.map(|f| f.to_string()),
+                });
+            }
+        }
+        Ok(rows)
+    }
+
     /// Every semaphore of `names`, read in one pipeline.
     pub fn semaphores(&mut self, names: Vec<String>) -> Result<Vec<SemaphoreRow>, String> {
         let deadline = self.deadline();
@@ -690,9 +761,21 @@ impl Source {
         let read = layout::read_locks(&mut self.conn, &self.prefix, &[lock.to_owned()])?
             .pop()
             .unwrap_or_default();
-        Ok(match read.token {
+        let token = match read.token {
+            Some(t) => Some(t),
+            // Not a lease lock: a lock of another kind held by one holder (the prefix the
+            // library shows is 16 characters; `locks` shows 8 of them).
+            None => self
+                .other_locks(vec![lock.to_owned()])?
+                .into_iter()
+                .filter_map(|r| r.holder)
+                .find(|h| !h.contains(", ")),
+        };
+        Ok(match token {
             None => ReleasePlan::NotHeld,
-            Some(t) if t.starts_with(token_prefix) => ReleasePlan::Matches(read.ttl_ms),
+            Some(t) if t.trim_end_matches('…').starts_with(token_prefix) => {
+                ReleasePlan::Matches(read.ttl_ms)
+            }
             Some(t) => ReleasePlan::OtherHolder(short_token(&t)),
         })
     }
@@ -916,7 +999,7 @@ impl Snapshot {
                 "error": q.error,
             })).collect::<Vec<_>>(),
             "locks": self.locks.iter().map(|l| json!({
-                "name": l.name, "holder": l.holder, "ttl_ms": l.ttl_ms, "fence": l.fence,
+                "name": l.name, "kind": l.kind, "holder": l.holder, "ttl_ms": l.ttl_ms, "fence": l.fence,
             })).collect::<Vec<_>>(),
             "semaphores": self.semaphores.iter().map(|m| json!({
                 "name": m.name,

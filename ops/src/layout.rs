@@ -21,8 +21,14 @@ const MAX_SCAN_STEPS: usize = 50;
 pub struct Found {
     /// Queues (any `:q:` key).
     pub queues: BTreeSet<String>,
-    /// Lease locks held now (their `:lock` key exists).
+    /// Lease locks held now (their `:lock` key exists): plain, unfenced and RedLock's
+    /// holds on this server alike (they share the key).
     pub locks: BTreeSet<String>,
+    /// Locks of the other kinds with a key now: reentrant (`:reentrant`), fair (`:fair`,
+    /// `:fair:*`), read-write (`:rw:*`); read through the library's `lock_info`.
+    pub other_locks: BTreeSet<String>,
+    /// Legacy locks held now (`:legacy`).
+    pub legacy_locks: BTreeSet<String>,
     /// Semaphores (a `:sem:` key).
     pub semaphores: BTreeSet<String>,
     /// Each queue's groups that hold jobs: waiting (`:q:g:r:<group>`) or leased
@@ -79,6 +85,14 @@ pub fn discover(conn: &mut Conn, prefix: &str) -> Result<Found, String> {
                 found.semaphores.insert(name.to_owned());
             } else if part == "lock" {
                 found.locks.insert(name.to_owned());
+            } else if part == "reentrant"
+                || part == "fair"
+                || part.starts_with("fair:")
+                || part.starts_with("rw:")
+            {
+                found.other_locks.insert(name.to_owned());
+            } else if part == "legacy" {
+                found.legacy_locks.insert(name.to_owned());
             }
         }
         if next == 0 {
@@ -176,6 +190,55 @@ pub fn read_locks(
                 _ => None,
             },
             fence: fences.get(i).cloned().flatten(),
+        })
+        .collect())
+}
+
+/// Reads every legacy lock of `names` in one pipeline: its value (`<expiry ms>:<token>`)
+/// and its `PTTL`. The library has no read of a legacy lock's holder.
+pub fn read_legacy(
+    conn: &mut Conn,
+    prefix: &str,
+    names: &[String],
+) -> Result<Vec<LockRead>, String> {
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut commands = Vec::new();
+    for n in names {
+        let key = format!("{prefix}:{{{n}}}:legacy");
+        commands.push(Command::new("GET").arg(&key));
+        commands.push(Command::new("PTTL").arg(&key));
+    }
+    let replies = conn.commands(commands)?;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    Ok(replies
+        .chunks(2)
+        .map(|pair| {
+            // `SETNX + GETSET` stores `<expiry ms>:<token>` (no key expiry), `SETNX +
+            // PEXPIRE` the token with a key expiry.
+            let value = match &pair[0] {
+                Reply::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
+            };
+            let (expiry, token) = match value.as_deref().map(|v| (v, v.split_once(':'))) {
+                Some((_, Some((ms, token)))) if ms.parse::<i64>().is_ok() => {
+                    (ms.parse::<i64>().ok(), Some(token.to_owned()))
+                }
+                Some((v, _)) => (None, Some(v.to_owned())),
+                None => (None, None),
+            };
+            let pttl = match pair.get(1) {
+                Some(Reply::Int(n)) if *n >= 0 => Some(*n),
+                _ => None,
+            };
+            LockRead {
+                token,
+                ttl_ms: pttl.or(expiry.map(|e| e - now_ms)),
+                fence: None,
+            }
         })
         .collect())
 }

@@ -102,7 +102,8 @@ enum Command {
     Requeue(DeadArgs),
     /// Deletes dead jobs for good.
     Delete(DeadArgs),
-    /// Held lease locks: holder (token prefix), time left, fence.
+    /// Held locks of every kind (lease, reentrant, fair, read, write, legacy): holder (token
+    /// prefix), time left, fence.
     Locks(Watch),
     /// Semaphores: permits, holders, waiters.
     Semaphores(Watch),

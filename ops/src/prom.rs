@@ -116,10 +116,16 @@ pub fn text(s: &Snapshot) -> String {
     gauge(
         &mut out,
         "redlease_lock_ttl_seconds",
-        "Time left on a held lease lock.",
+        "Time left on a held lock, by kind (lease, reentrant, fair, read, write, legacy).",
         s.locks.iter().filter_map(|l| {
-            l.ttl_ms
-                .map(|ttl| format!("{{lock=\"{}\"}} {}", label(&l.name), seconds(ttl as f64)))
+            l.ttl_ms.map(|ttl| {
+                format!(
+                    "{{lock=\"{}\",kind=\"{}\"}} {}",
+                    label(&l.name),
+                    l.kind,
+                    seconds(ttl as f64)
+                )
+            })
         }),
     );
     gauge(

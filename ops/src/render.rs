@@ -167,15 +167,14 @@ pub fn locks(s: &Snapshot) -> String {
         .map(|l| {
             vec![
                 l.name.clone(),
-                l.holder
-                    .clone()
-                    .unwrap_or_else(|| "(reentrant or other kind)".into()),
+                l.kind.to_owned(),
+                opt(l.holder.as_ref()),
                 ms(l.ttl_ms),
                 opt(l.fence.as_ref()),
             ]
         })
         .collect();
-    table(&["lock", "holder", "ttl", "fence"], &rows)
+    table(&["lock", "kind", "holder", "ttl", "fence"], &rows)
 }
 
 /// `redlease semaphores`.

@@ -159,3 +159,28 @@ fn no_text_says_not_available_or_names_a_branch() {
         }
     }
 }
+
+#[test]
+fn release_reaches_a_lock_of_another_kind() {
+    let w = full_world();
+    let url = w.world.server.url();
+    let holder_of = |name: &str| {
+        run_json(&url, &["locks", "--json"])["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == name)
+            .map(|l| l["holder"].as_str().unwrap().to_owned())
+    };
+    let shown = holder_of("config").expect("the reentrant lock is listed");
+    let out = run(&url, &["release", "config", "--token-prefix", &shown]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(holder_of("config").is_some());
+    let out = run(
+        &url,
+        &["release", "config", "--token-prefix", &shown, "--yes"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).contains("released"), "{}", stdout(&out));
+    assert_eq!(holder_of("config"), None);
+}

@@ -243,6 +243,22 @@ fn a_page_load_shows_the_depth_and_a_chart() {
         "{partner}"
     );
     assert!(partner.contains("data-field=\"paused\">no<"), "{partner}");
+    // Every kind of lock, with its kind.
+    for (lock, kind) in [
+        ("billing", "lease"),
+        ("unfenced", "lease"),
+        ("quorum", "lease"),
+        ("config", "reentrant"),
+        ("fifo", "fair"),
+        ("catalog", "read"),
+        ("ledger", "write"),
+        ("old-cron", "legacy"),
+    ] {
+        assert!(
+            dom.contains(&format!("<tr data-lock=\"{lock}\" data-kind=\"{kind}\">")),
+            "no {kind} lock {lock} on the page"
+        );
+    }
     let chart = dom.split("id=\"depth-chart\"").nth(1).expect("the chart");
     assert!(
         chart.contains("<svg")

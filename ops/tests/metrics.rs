@@ -80,6 +80,20 @@ fn each_metric_family_is_one_group_with_help_and_type_first() {
         text.contains("redlease_semaphore_holders{semaphore=\"api\"} 1"),
         "{text}"
     );
+    // Every kind of lock, each under its kind.
+    for (lock, kind) in [
+        ("billing", "lease"),
+        ("config", "reentrant"),
+        ("fifo", "fair"),
+        ("catalog", "read"),
+        ("ledger", "write"),
+        ("old-cron", "legacy"),
+        ("quorum", "lease"),
+        ("unfenced", "lease"),
+    ] {
+        let series = format!("redlease_lock_ttl_seconds{{lock=\"{lock}\",kind=\"{kind}\"}} ");
+        assert!(text.contains(&series), "no {series}:\n{text}");
+    }
     assert!(
         text.contains("redlease_semaphore_waiters{semaphore=\"api\"} 0"),
         "{text}"

@@ -188,3 +188,47 @@ fn the_parser_catches_a_row_with_one_cell_too_many() {
     let fits = "queue  ready  acked/min  paused\nmail   6      0          n/a\n";
     assert_eq!(parse(fits).1, [["mail", "6", "0", "n/a"]]);
 }
+
+#[test]
+fn every_lock_kind_shows_with_its_kind() {
+    let w = full_world();
+    let url = w.world.server.url();
+    let v = run_json(&url, &["locks", "--json"]);
+    let kinds: Vec<(&str, &str)> = v["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["name"].as_str().unwrap(), l["kind"].as_str().unwrap()))
+        .collect();
+    // A semaphore shows in `semaphores`; an unfenced lock and a RedLock's hold on this
+    // server are lease locks (the same key), without a fence for the RedLock.
+    for want in [
+        ("billing", "lease"),
+        ("unfenced", "lease"),
+        ("quorum", "lease"),
+        ("config", "reentrant"),
+        ("fifo", "fair"),
+        ("catalog", "read"),
+        ("ledger", "write"),
+        ("old-cron", "legacy"),
+    ] {
+        assert!(kinds.contains(&want), "no {want:?} in {kinds:?}");
+    }
+    for l in v["locks"].as_array().unwrap() {
+        let holder = l["holder"].as_str().unwrap_or_else(|| panic!("{l}"));
+        assert!(
+            holder.ends_with('…') && l["ttl_ms"].as_i64().unwrap() > 0,
+            "{l}"
+        );
+    }
+    let sems = run_json(&url, &["semaphores", "--json"]);
+    assert_eq!(sems["semaphores"][0]["name"], "api");
+    // The table has the kind column.
+    let text = String::from_utf8(run(&url, &["locks"]).stdout).unwrap();
+    let (header, rows) = parse(&text);
+    assert_eq!(header[1], "kind", "{text}");
+    assert!(
+        rows.iter().any(|r| r[0] == "old-cron" && r[1] == "legacy"),
+        "{text}"
+    );
+}

@@ -98,12 +98,13 @@ async function refresh() {
     tr.appendChild(td);
   });
   fill("locks", o.locks || [], (tr, l) => {
-    tr.dataset.lock = l.name;
-    cell(tr, l.name); cell(tr, l.holder); cell(tr, secs(l.ttl_ms), true); cell(tr, l.fence, true);
+    tr.dataset.lock = l.name; tr.dataset.kind = l.kind;
+    cell(tr, l.name); cell(tr, l.kind).dataset.field = "kind"; cell(tr, l.holder); cell(tr, secs(l.ttl_ms), true); cell(tr, l.fence, true);
     const td = document.createElement("td");
     const b = button(td, "release", "release", () => ask(`release lock ${l.name} held by ${l.holder}?`,
       () => post(`/api/locks/${enc(l.name)}/release?token_prefix=${enc(l.holder)}`, `release ${l.name}`)));
-    if (!l.holder) b.disabled = true;
+    // One holder, by its prefix (readers share a read lock; a legacy lock has no forced release).
+    if (!l.holder || l.holder.includes(",") || l.kind === "legacy") b.disabled = true;
     tr.appendChild(td);
   });
   fill("semaphores", o.semaphores || [], (tr, m) => {

@@ -168,8 +168,8 @@ pub fn redis_conn(url: &str) -> redis::Connection {
         .expect("connect")
 }
 
-/// [`world`] and every other kind of primitive beside it: a reentrant, a fair, a read and a
-/// write lock; a rate limiter; queue `partner` with grouped jobs (group `acme` ready, group
+/// [`world`] and every other kind of primitive beside it: a reentrant, a fair, a read, a
+/// write, an unfenced, a legacy lock and a RedLock (on this one server); a rate limiter; queue `partner` with grouped jobs (group `acme` ready, group
 /// `globex` paused, one dead grouped job); queue `mail` paused with a job in it; queue
 /// `reports` with a schedule; queue `work` with a ready, a delayed and an in-flight job
 /// (held by `in_hand`).
@@ -177,6 +177,10 @@ pub struct FullWorld {
     pub world: World,
     pub guards: Vec<LockGuard>,
     pub in_hand: redlease::Job,
+    /// A legacy lock `old-cron` held.
+    pub legacy: redlease::LegacyGuard,
+    /// A RedLock `quorum` held on this one server.
+    pub redlock: redlease::RedLockGuard,
 }
 
 pub fn full_world() -> FullWorld {
@@ -205,7 +209,27 @@ pub fn full_world() -> FullWorld {
             .try_acquire()
             .expect("write")
             .expect("free"),
+        c.lock("unfenced")
+            .ttl(ttl)
+            .fenced(false)
+            .try_acquire()
+            .expect("unfenced")
+            .expect("free"),
     ];
+    let legacy = c
+        .legacy_lock("old-cron")
+        .ttl(ttl)
+        .try_acquire()
+        .expect("legacy")
+        .expect("free");
+    let redlock = redlease::RedLock::builder(&[world.server.url()])
+        .build()
+        .expect("redlock")
+        .lock("quorum")
+        .ttl(ttl)
+        .try_acquire()
+        .expect("redlock")
+        .expect("free");
     let limiter = c
         .rate_limiter("outbound")
         .rate(10, Duration::from_secs(1))
@@ -260,5 +284,7 @@ pub fn full_world() -> FullWorld {
         world,
         guards,
         in_hand,
+        legacy,
+        redlock,
     }
 }

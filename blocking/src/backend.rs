@@ -8,7 +8,7 @@
 //! ([`Time`]): the real clock, or the [`MemoryClock`](crate::memory::MemoryClock) a test
 //! moves, so the whole blocking API runs on the test's clock.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 #[cfg(feature = "memory")]
 use std::time::Duration;
@@ -16,9 +16,7 @@ use std::time::Instant;
 
 use redlease_core::{Batch, Error, Protocol, Request, Response, Step, TransportFailure, Wait};
 
-use crate::client::Listening;
-use crate::listener::Waiter;
-use crate::status::Counters;
+use crate::listener::{Listening, Waiter};
 use crate::transport::{Pooled, Transport};
 
 /// Where a batch's commands go.
@@ -132,7 +130,7 @@ impl OsPool {
     fn bytes<const N: usize>(&self) -> Result<[u8; N], Error> {
         let direct = || {
             self.draws.fetch_add(1, Ordering::Relaxed);
-            crate::client::random_bytes::<N>()
+            random_bytes::<N>()
         };
         if N > OS_POOL {
             return direct();
@@ -143,7 +141,7 @@ impl OsPool {
         };
         if OS_POOL - pool.used < N {
             self.draws.fetch_add(1, Ordering::Relaxed);
-            pool.bytes = crate::client::random_bytes::<OS_POOL>()?;
+            pool.bytes = random_bytes::<OS_POOL>()?;
             pool.used = 0;
         }
         let start = pool.used;
@@ -264,6 +262,41 @@ impl Time {
             Time::Real => None,
         }
     }
+}
+
+/// Counters a client keeps for its status.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    waiting: AtomicUsize,
+}
+
+impl Counters {
+    /// The threads counted as waiting now.
+    pub(crate) fn waiters(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Counts the calling thread as waiting until the returned value is dropped.
+    pub(crate) fn waiting(&self) -> Counted<'_> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        Counted(&self.waiting)
+    }
+}
+
+/// A thread counted as waiting.
+pub(crate) struct Counted<'a>(&'a AtomicUsize);
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Draws `N` random bytes from the operating system.
+pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N], Error> {
+    let mut buf = [0u8; N];
+    getrandom::fill(&mut buf).map_err(|e| Error::Random(e.to_string()))?;
+    Ok(buf)
 }
 
 /// Where and how a driver runs its machines.

@@ -7,9 +7,9 @@ use redlease_core::keys::{DEFAULT_PREFIX, Keyspace};
 use redlease_core::limits;
 use redlease_core::{Error, InvalidArgument, Protocol};
 
-use crate::backend::{Entropy, Node, Route, Time};
+use crate::backend::{Entropy, Node, Route, Time, random_bytes};
 use crate::connect::{ConnectionTarget, TlsSettings, is_tls};
-use crate::listener::{Endpoint, Listeners};
+use crate::listener::{Endpoint, Listeners, Listening};
 use crate::transport::{PoolSettings, Source, Transport};
 use crate::watchdog::Watchdog;
 
@@ -68,7 +68,7 @@ pub(crate) struct Shared {
     /// `client_tag` as bytes.
     pub(crate) tag_bytes: [u8; 4],
     /// The client's entry in the registry of live clients, if it keeps one.
-    pub(crate) registration: Option<Arc<crate::inspect::RegistryEntry>>,
+    pub(crate) registration: Option<Arc<crate::registry::RegistryEntry>>,
     /// Where commands go: the pool, or an in-process server.
     pub(crate) node: Node,
     /// The clock every timer of this client reads.
@@ -81,7 +81,7 @@ pub(crate) struct Shared {
     /// Where the pub/sub listener connects.
     endpoint: Option<Endpoint>,
     /// For [`Client::status`].
-    pub(crate) counters: crate::status::Counters,
+    pub(crate) counters: crate::backend::Counters,
 }
 
 impl Shared {
@@ -126,7 +126,7 @@ pub struct ClientBuilder {
     io_timeout: Duration,
     op_timeout: Duration,
     prefix: String,
-    pub(crate) registry: crate::inspect::RegistrySettings,
+    pub(crate) registry: crate::registry::RegistrySettings,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -674,7 +674,7 @@ impl Client {
     #[cfg(feature = "memory")]
     pub fn in_memory(server: &crate::memory::MemoryServer) -> Client {
         let (io, op) = (Duration::from_secs(1), Duration::from_secs(3));
-        let off = crate::inspect::RegistrySettings::default();
+        let off = crate::registry::RegistrySettings::default();
         match Client::on_server(server, Keyspace::default(), io, op, &off) {
             Ok(client) => client,
             // The default settings are valid, and the registry is off: nothing can fail.
@@ -688,7 +688,7 @@ impl Client {
         keyspace: Keyspace,
         io_timeout: Duration,
         op_timeout: Duration,
-        registry: &crate::inspect::RegistrySettings,
+        registry: &crate::registry::RegistrySettings,
     ) -> Result<Client, Error> {
         // The n-th client of a server draws the same tokens and jitter in every run.
         let n = server.next_client();
@@ -800,34 +800,12 @@ impl Client {
     /// [`Client::run`]'s body (that method is documented with the machines, after the
     /// primitives).
     pub(crate) fn run_machine<P: Protocol>(&self, machine: P) -> Result<P::Output, Error> {
-        let listening = Listening {
-            slot: &self.inner.listener,
-            endpoint: self.inner.shared.endpoint.as_ref(),
-            sharded: self.inner.shared.keyspace.sharded_pubsub(),
-        };
+        let listening = Listening::new(
+            &self.inner.listener,
+            self.inner.shared.endpoint.as_ref(),
+            self.inner.shared.keyspace.sharded_pubsub(),
+        );
         drive(&self.inner.shared, Some(listening), machine)
-    }
-}
-
-/// A client's listener slot: the listener if it runs, started on demand.
-pub(crate) struct Listening<'a> {
-    slot: &'a OnceLock<Option<Listeners>>,
-    endpoint: Option<&'a Endpoint>,
-    sharded: bool,
-}
-
-impl Listening<'_> {
-    pub(crate) fn current(&self) -> Option<&Listeners> {
-        self.slot.get()?.as_ref()
-    }
-
-    pub(crate) fn start(&self) -> Option<&Listeners> {
-        self.slot
-            .get_or_init(|| {
-                self.endpoint
-                    .map(|e| Listeners::start(e.clone(), self.sharded))
-            })
-            .as_ref()
     }
 }
 
@@ -869,9 +847,61 @@ fn shown_target(info: &redis::ConnectionInfo) -> String {
     }
 }
 
-/// Draws `N` random bytes from the operating system.
-pub(crate) fn random_bytes<const N: usize>() -> Result<[u8; N], Error> {
-    let mut buf = [0u8; N];
-    getrandom::fill(&mut buf).map_err(|e| Error::Random(e.to_string()))?;
-    Ok(buf)
+/// The in-process server's clients (feature `memory`).
+#[cfg(feature = "memory")]
+impl crate::memory::MemoryServer {
+    /// A client of this server with default settings: the whole blocking API (every lock,
+    /// RedLock through [`RedLock::in_memory`](crate::RedLock::in_memory), the semaphore, the
+    /// queue, `run_once`, the watchdog), no socket, every timer on this server's
+    /// [`clock`](Self::clock). Call it again for another client (another process, as far as
+    /// the locks can tell). For other settings (key prefix, timeouts):
+    /// [`ClientBuilder::build_in_memory`](ClientBuilder::build_in_memory).
+    pub fn client(&self) -> Client {
+        Client::in_memory(self)
+    }
+
+    /// Crashes `client` as its process would crash (a fault): from now on it sends nothing.
+    /// Its watchdog renews nothing (its leases run out on the server: its jobs are
+    /// redelivered after their visibility timeout, its locks free when their ttl ends), and
+    /// every call through it, or through a handle made from it (a guard, a `Queue`, a
+    /// `Job`, `Workers`), fails at once with [`Error::Unavailable`](crate::Error::Unavailable)
+    /// without reaching the server: its acks and releases are refused. The handles stay as
+    /// stale handles (dropping them sends nothing either). A crash cannot be undone: make a
+    /// new client (a restarted process).
+    ///
+    /// Dropping a [`Client`](Client) is not a crash: a `Queue`, `Job` or `Workers`
+    /// made from it keeps it working while it lives (see [`Client`](Client)).
+    ///
+    /// False (and nothing done) when `client` is not a client of this server.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redlease::memory::MemoryServer;
+    ///
+    /// # fn main() -> Result<(), redlease::Error> {
+    /// let server = MemoryServer::new();
+    /// let (a, b) = (server.client(), server.client());
+    /// let queue = a.queue("mail")?.visibility(Duration::from_secs(60));
+    /// queue.push("hello")?;
+    /// let job = queue.try_take()?.expect("pushed");
+    /// assert!(server.crash_client(&a));
+    /// server.clock().advance(Duration::from_secs(61));
+    /// // Redelivered to another worker; the crashed one's ack is refused.
+    /// let again = b.queue("mail")?.try_take()?.expect("redelivered");
+    /// assert_eq!(again.delivery(), 2);
+    /// assert!(job.ack().is_err());
+    /// again.ack()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn crash_client(&self, client: &Client) -> bool {
+        match client.memory_node() {
+            Some((server, crashed)) if server.same_server(self) => {
+                crashed.store(true, std::sync::atomic::Ordering::SeqCst);
+                // Waits of its threads end, to find the crash.
+                self.clock().kick();
+                true
+            }
+            _ => false,
+        }
+    }
 }

@@ -85,10 +85,12 @@ pub mod memory;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod observe;
+mod outcome;
 mod queue;
 mod rate_limit;
 mod redact;
 mod redlock;
+mod registry;
 // After the primitives: rustdoc lists `Client`'s methods in module order.
 #[cfg(test)]
 mod fuzz;
@@ -105,6 +107,7 @@ pub use client::{Client, ClientBuilder};
 pub use connect::ConnectionTarget;
 pub use inspect::LockListing;
 pub use legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
+pub use listener::ListenerStatus;
 pub use lock::{LockBuilder, LockGuard, WithLockError};
 pub use queue::{
     AckedAndNext, GroupLimits, HandlerError, Job, JobError, LimitsOf, PushOptions, Queue, Retry,
@@ -123,7 +126,7 @@ pub use redlease_core::queue::{Dedup, DedupOutcome, JobState};
 pub use redlease_core::semaphore::SemaphoreState;
 pub use redlease_core::{Error, FailureKind, InvalidArgument, LossReason, TransportFailure};
 pub use redlock::{QuorumLockBuilder, RedLock, RedLockBuilder, RedLockGuard};
-pub use status::{ClientStatus, ListenerStatus, PoolStatus};
+pub use status::{ClientStatus, PoolStatus};
 
 /// The channel crate of [`LockGuard::lost`] and [`Job::lost`], re-exported so that your
 /// `select!` uses the same version as this crate.

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -930,8 +930,8 @@ impl Listener {
 
 impl Listeners {
     /// What the listener (or the shard listeners) is doing now.
-    pub(crate) fn status(&self) -> crate::status::ListenerStatus {
-        let mut status = crate::status::ListenerStatus::started();
+    pub(crate) fn status(&self) -> ListenerStatus {
+        let mut status = ListenerStatus::started();
         let mut add = |l: &Listener| {
             let (connected, channels, refused) = l.snapshot();
             status.connections += 1;
@@ -949,5 +949,135 @@ impl Listeners {
                 .for_each(add),
         }
         status
+    }
+}
+
+/// The pub/sub listener (or, on a cluster, the shard listeners) of a client.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct ListenerStatus {
+    /// Whether it was started (on the first wait that names a channel).
+    pub started: bool,
+    /// Whether this client can listen at all (plain TCP; otherwise waiters always poll).
+    pub available: bool,
+    /// Listener connections wanted (1, or one per cluster shard with waiters).
+    pub connections: usize,
+    /// Of those, connected now. Fewer than `connections`: waiters of the others poll.
+    pub connected: usize,
+    /// Channels subscribed (or lingering after their last waiter left).
+    pub channels: usize,
+    /// The server's last refusal of a subscription on the current connection (`NOPERM`: the
+    /// Redis user lacks the channel right, see `docs/acl.md`); waiters of refused channels poll.
+    pub refused: Option<String>,
+}
+
+impl ListenerStatus {
+    pub(crate) fn started() -> Self {
+        ListenerStatus {
+            started: true,
+            available: true,
+            ..Self::default()
+        }
+    }
+}
+
+/// A client's listener slot: the listener if it runs, started on demand.
+pub(crate) struct Listening<'a> {
+    slot: &'a OnceLock<Option<Listeners>>,
+    endpoint: Option<&'a Endpoint>,
+    sharded: bool,
+}
+
+impl<'a> Listening<'a> {
+    pub(crate) fn new(
+        slot: &'a OnceLock<Option<Listeners>>,
+        endpoint: Option<&'a Endpoint>,
+        sharded: bool,
+    ) -> Self {
+        Listening {
+            slot,
+            endpoint,
+            sharded,
+        }
+    }
+
+    pub(crate) fn current(&self) -> Option<&Listeners> {
+        self.slot.get()?.as_ref()
+    }
+
+    pub(crate) fn start(&self) -> Option<&Listeners> {
+        self.slot
+            .get_or_init(|| {
+                self.endpoint
+                    .map(|e| Listeners::start(e.clone(), self.sharded))
+            })
+            .as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Frames;
+    use crate::fuzz::{Rng, cuts, frames_of, inputs, seed};
+
+    #[test]
+    fn the_listener_endpoint_debug_hides_the_password() {
+        let client = redis::Client::open("redis://127.0.0.1/").unwrap();
+        let endpoint = super::Endpoint {
+            source: std::sync::Arc::new(crate::transport::Source::Direct(client)),
+            username: Some("app".into()),
+            password: Some("hunter2-secret".into()),
+            connect_timeout: std::time::Duration::from_secs(1),
+            tls: crate::connect::TlsSettings::default(),
+            client_name: None,
+        };
+        let shown = format!("{endpoint:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("\"***\""), "{shown}");
+    }
+
+    /// The listener's reader, fed every input split at every byte boundary (or at random ones,
+    /// for long inputs) and one byte at a time: no panic, the frames of one whole parse in
+    /// order, an error exactly where that parse fails, and never more memory held than twice
+    /// the bytes received.
+    #[test]
+    fn the_listeners_reader_agrees_with_one_parse_however_the_bytes_arrive() {
+        let seed = seed();
+        let mut rng = Rng::new(seed ^ 2);
+        let inputs = inputs(seed, 1500);
+        let mut judged = 0usize;
+        for input in &inputs {
+            let (whole, fails) = frames_of(input);
+            let mut splits: Vec<Vec<usize>> = cuts(&mut rng, input)
+                .into_iter()
+                .map(|c| vec![c, input.len()])
+                .collect();
+            if input.len() <= 4096 {
+                splits.push((1..=input.len()).collect()); // one byte at a time
+            }
+            for ends in splits {
+                let mut frames = Frames::default();
+                let mut got = Vec::new();
+                let mut from = 0;
+                let mut failed = false;
+                for end in ends {
+                    let pushed = frames.push(&input[from..end], |f| got.push(f));
+                    assert!(
+                        frames.held() <= 2 * end.max(8),
+                        "{} bytes held after {end} received",
+                        frames.held()
+                    );
+                    from = end;
+                    if pushed.is_err() {
+                        failed = true;
+                        break;
+                    }
+                }
+                judged += 1;
+                assert_eq!(got, whole, "{input:?}");
+                assert_eq!(failed, fails, "{input:?}");
+            }
+        }
+        println!("{} inputs, {judged} splits judged", inputs.len());
     }
 }

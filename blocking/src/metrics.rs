@@ -75,7 +75,7 @@ use std::time::Duration;
 use ::metrics::{Key, Label, Level, Metadata, SharedString, Unit};
 use redlease_core::{Error, LossReason};
 
-use crate::observe::{Op, Settled};
+use crate::outcome::{Op, Settled};
 
 /// `messaging.client.operation.duration`: how long a queue call took (push, take, ack, nack),
 /// in seconds.

@@ -16,6 +16,8 @@ use redlease_core::{Error, LossReason};
 use tracing::field::Empty;
 use tracing::{Span, debug, info_span, warn};
 
+use crate::outcome::{Op, Settled};
+
 /// How often a warning that can repeat on every command (a missing ACL right, an exhausted
 /// pool) is logged at WARN; the repeats in between are DEBUG.
 const REPEAT_EVERY: Duration = Duration::from_secs(10);
@@ -298,39 +300,6 @@ pub(crate) fn dead(queue: &str, id: &str, reason: Option<&str>) {
         error.message = reason,
         "job dead-lettered"
     );
-}
-
-/// A queue operation (its `messaging.operation.name` and `.type` in the metrics).
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Op {
-    Push,
-    Take,
-    Ack,
-    Nack,
-}
-
-/// How a job was settled, as the metrics count it.
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Settled {
-    Acked,
-    Retried,
-    Dead,
-    RateLimited,
-    NotOwner,
-    Error,
-}
-
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-impl Settled {
-    /// How a settlement that failed with `e` counts.
-    pub(crate) fn failed(e: &Error) -> Settled {
-        match e {
-            Error::NotOwner { .. } => Settled::NotOwner,
-            _ => Settled::Error,
-        }
-    }
 }
 
 /// When a queue call started: the time with the `metrics` feature, nothing (and no clock

@@ -1,9 +1,8 @@
 //! [`Client::status`]: a cheap snapshot of what a client is doing, for health pages and
 //! debugging. Reading it takes a few uncontended locks and sends nothing to Redis.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use crate::client::Client;
+use crate::listener::ListenerStatus;
 
 /// What a client is doing now; made by [`Client::status`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,58 +30,6 @@ pub struct PoolStatus {
     pub idle: u32,
     /// The most connections the pool opens ([`ClientBuilder::pool_size`](crate::ClientBuilder::pool_size)).
     pub max: u32,
-}
-
-/// The pub/sub listener (or, on a cluster, the shard listeners) of a client.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct ListenerStatus {
-    /// Whether it was started (on the first wait that names a channel).
-    pub started: bool,
-    /// Whether this client can listen at all (plain TCP; otherwise waiters always poll).
-    pub available: bool,
-    /// Listener connections wanted (1, or one per cluster shard with waiters).
-    pub connections: usize,
-    /// Of those, connected now. Fewer than `connections`: waiters of the others poll.
-    pub connected: usize,
-    /// Channels subscribed (or lingering after their last waiter left).
-    pub channels: usize,
-    /// The server's last refusal of a subscription on the current connection (`NOPERM`: the
-    /// Redis user lacks the channel right, see `docs/acl.md`); waiters of refused channels poll.
-    pub refused: Option<String>,
-}
-
-impl ListenerStatus {
-    pub(crate) fn started() -> Self {
-        ListenerStatus {
-            started: true,
-            available: true,
-            ..Self::default()
-        }
-    }
-}
-
-/// Counters a client keeps for its status.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    waiting: AtomicUsize,
-}
-
-impl Counters {
-    /// Counts the calling thread as waiting until the returned value is dropped.
-    pub(crate) fn waiting(&self) -> Waiting<'_> {
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        Waiting(&self.waiting)
-    }
-}
-
-/// A thread counted as waiting.
-pub(crate) struct Waiting<'a>(&'a AtomicUsize);
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 impl Client {
@@ -123,7 +70,7 @@ impl Client {
                 max,
             },
             leases_watched: self.watchdog_if_started().map_or(0, |w| w.watched()),
-            waiters: shared.counters.waiting.load(Ordering::Relaxed),
+            waiters: shared.counters.waiters(),
             listener,
         }
     }

@@ -49,7 +49,7 @@ use redlease_core::renewal::{
 use redlease_core::{Error, LossReason, TransportFailure};
 
 use crate::backend::{Node, Route, Time, drive_set};
-use crate::inspect::RegistryEntry;
+use crate::registry::RegistryEntry;
 use crate::transport::Pooled;
 use redlease_core::inspect::registry::{self, Beat};
 use redlease_core::lease::ScriptOp;

@@ -122,7 +122,7 @@ impl Queue {
                 };
                 crate::observe::job(&self.keys.name, &job.id, "ack", None, &outcome);
                 self.meter
-                    .settled_by(&outcome, |_| crate::observe::Settled::Acked);
+                    .settled_by(&outcome, |_| crate::outcome::Settled::Acked);
                 out[*i] = Some(outcome);
             }
         }

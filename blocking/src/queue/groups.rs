@@ -134,7 +134,7 @@ impl Job {
         crate::observe::job(&self.queue.keys.name, &self.id, "rate limited", None, &out);
         self.queue
             .meter
-            .settled_by(&out, |_| crate::observe::Settled::RateLimited);
+            .settled_by(&out, |_| crate::outcome::Settled::RateLimited);
         out
     }
 }

@@ -4,7 +4,8 @@
 use redlease_core::Error;
 
 use super::Queue;
-use crate::observe::{Op, Started};
+use crate::observe::Started;
+use crate::outcome::Op;
 
 impl Queue {
     /// Runs a push of `n` jobs, counted as sent messages and timed.

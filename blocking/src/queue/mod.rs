@@ -453,7 +453,7 @@ impl Queue {
             _ => None,
         });
         self.meter
-            .operation(crate::observe::Op::Take, waited, &taken);
+            .operation(crate::outcome::Op::Take, waited, &taken);
         match taken? {
             Take::Taken(job) => Ok(Some(self.clone().into_job(*job))),
             // `Take` may grow outcomes; none of them is a job.

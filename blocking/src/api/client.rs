@@ -828,6 +828,7 @@ pub(crate) fn drive<P: Protocol>(
         counters: Some(&shared.counters),
         checked: true,
         hold: false,
+        at: None,
     };
     crate::driver::backend::drive(&route, machine)
 }

@@ -10,6 +10,7 @@ use redlease_core::inspect::{self, LockInfo, LockPage};
 use redlease_core::{Error, InvalidArgument};
 
 use crate::api::client::{Client, ClientBuilder};
+use crate::driver::backend::{Route, drive};
 
 impl ClientBuilder {
     /// A label for this client in the registry of live clients (say which service or
@@ -43,30 +44,6 @@ impl ClientBuilder {
     pub fn registry_heartbeat(mut self, every: Duration) -> Self {
         self.registry.heartbeat = Some(every);
         self
-    }
-}
-
-/// Runs `machine` against the Cluster master at `addr` (its commands routed to that node).
-fn drive_at<P: redlease_core::Protocol>(
-    transport: &crate::transport::pool::Transport,
-    addr: &str,
-    time: &crate::driver::backend::Time,
-    mut machine: P,
-) -> Result<P::Output, Error> {
-    use redlease_core::Step;
-    loop {
-        let now = time.now();
-        match machine.poll(now) {
-            Step::Send(batch) => {
-                for response in transport.execute_at(addr, &batch) {
-                    machine.handle(response, time.now());
-                }
-            }
-            Step::Wait(wait) => {
-                time.sleep_until(wait.until);
-            }
-            Step::Done(out) => return out,
-        }
     }
 }
 
@@ -197,7 +174,13 @@ impl Client {
             count,
             deadline,
         )?;
-        let mut page = drive_at(transport, addr, &shared.time, op)?;
+        // Through the one driver loop, every batch sent to that master.
+        let nodes = std::slice::from_ref(&shared.node);
+        let route = Route {
+            at: Some(addr),
+            ..Route::new(nodes, &shared.time)
+        };
+        let mut page = drive(&route, op)?;
         let node = node as u64;
         page.next = match page.next {
             Some(step) if step <= STEP_MASK => Some((node << NODE_SHIFT) | step),

@@ -314,6 +314,9 @@ pub(crate) struct Route<'a> {
     /// Keep the last connection across waits and give it back to the caller (a renewal
     /// thread's own connection on a Cluster).
     pub(crate) hold: bool,
+    /// Send every batch to this one master of the Redis Cluster (`host:port`), whatever its
+    /// keys: a listing that walks the masters in turn.
+    pub(crate) at: Option<&'a str>,
 }
 
 impl<'a> Route<'a> {
@@ -326,6 +329,7 @@ impl<'a> Route<'a> {
             counters: None,
             checked: true,
             hold: false,
+            at: None,
         }
     }
 }
@@ -617,7 +621,9 @@ fn send(
 ) -> Result<Vec<Response>, Error> {
     match route.nodes {
         [Node::Redis(transport)] => {
-            if route.hold && transport.is_cluster() {
+            if let Some(addr) = route.at {
+                Ok(transport.execute_at(addr, batch))
+            } else if route.hold && transport.is_cluster() {
                 Ok(transport.execute_held(batch, kept))
             } else if route.checked {
                 // A refused configuration (wrong password, ...) ends the machine at once:

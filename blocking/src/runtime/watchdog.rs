@@ -722,6 +722,7 @@ fn renew_batch(
         counters: None,
         checked: false,
         hold: true,
+        at: None,
     };
     // Nothing that happens in one batch may end the thread (its leases would be left
     // Renewing for ever): a panic counts as no reply.
@@ -801,6 +802,7 @@ fn heartbeat(node: &Node, time: &Time, beat: ScriptOp<Beat>) {
         counters: None,
         checked: false,
         hold: false,
+        at: None,
     };
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let outcome = crate::driver::backend::drive(&route, beat);
@@ -923,6 +925,7 @@ impl Scheduler {
             counters: None,
             checked: false,
             hold: false,
+            at: None,
         };
         let leave = registry::leave(&r.keyspace, &r.id, deadline);
         let _ = catch_unwind(AssertUnwindSafe(|| {

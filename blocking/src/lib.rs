@@ -66,6 +66,26 @@
 //! **Every blocking call has a deadline**: acquisition waits at most its `wait` (plus one
 //! reply timeout for an attempt in flight), release, extension and inspection at most the
 //! client's op timeout, a pooled connection at most the connect timeout.
+//!
+//! # How the crate is laid out
+//!
+//! The modules are layers, read top to bottom; a layer uses only the layers below it
+//! (`tests/layers.rs` at the workspace root checks every `crate::` path):
+//!
+//! 1. `api`: the public handles: [`Client`] and [`ClientBuilder`], the locks, legacy
+//!    locks, [`RedLock`], the queue, the rate limiter, inspection and [`Client::status`].
+//! 2. `runtime`: the client's threads: the watchdog that renews leases and beats the
+//!    registry of live clients.
+//! 3. `driver`: the one driver loop that runs core machines over nodes, on a clock, with
+//!    the client's entropy.
+//! 4. `transport` and `memory`, side by side (neither uses the other): where a batch goes.
+//!    `transport` is Redis: the connection pool, Sentinel, Cluster routing and shards, and
+//!    the pub/sub listener that wakes waits; `memory` (feature `memory`) the in-process
+//!    server.
+//! 5. `wire`: bytes to and from one server: RESP, connection set-up and TLS, the
+//!    redaction of secrets in what is shown.
+//! 6. `observe`: what the driver reports (`tracing` events and spans, metrics); every
+//!    layer may use it, it uses none.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![cfg_attr(
@@ -73,45 +93,31 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
-mod backend;
-mod client;
-mod connect;
-mod inspect;
-mod legacy;
-mod listener;
-mod lock;
+// The layers (see "How the crate is laid out" above).
+mod api;
+mod driver;
 #[cfg(feature = "memory")]
 pub mod memory;
-#[cfg(feature = "metrics")]
-pub mod metrics;
 mod observe;
-mod queue;
-mod rate_limit;
-mod redact;
-mod redlock;
-// After the primitives: rustdoc lists `Client`'s methods in module order.
-#[cfg(test)]
-mod fuzz;
-mod machines;
-mod resp;
-mod sentinel;
-mod shards;
-mod status;
+mod runtime;
 mod transport;
-mod watchdog;
 mod wire;
 
-pub use client::{Client, ClientBuilder};
-pub use connect::ConnectionTarget;
-pub use inspect::LockListing;
-pub use legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
-pub use lock::{LockBuilder, LockGuard, WithLockError};
-pub use queue::{
+#[cfg(feature = "metrics")]
+pub use observe::metrics;
+
+pub use api::client::{Client, ClientBuilder};
+pub use api::inspect::LockListing;
+pub use api::legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
+pub use api::lock::{LockBuilder, LockGuard, WithLockError};
+pub use api::queue::{
     AckedAndNext, GroupLimits, HandlerError, Job, JobError, LimitsOf, PushOptions, Queue, Retry,
     WorkerReport, Workers,
 };
-pub use queue::{CancelReason, Cancelled, CancelledJobs, DEFAULT_GRACE, OnTimeout};
-pub use rate_limit::{Decision, RateLimit, RateLimiter, RateLimiterBuilder};
+pub use api::queue::{CancelReason, Cancelled, CancelledJobs, DEFAULT_GRACE, OnTimeout};
+pub use api::rate_limit::{Decision, RateLimit, RateLimiter, RateLimiterBuilder};
+pub use api::redlock::{QuorumLockBuilder, RedLock, RedLockBuilder, RedLockGuard};
+pub use api::status::{ClientStatus, PoolStatus};
 pub use redlease_core::inspect::registry::{ClientInfo, ClientRecord};
 pub use redlease_core::inspect::{FoundLock, Holder, KindInfo, LockInfo, Primitive};
 pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
@@ -123,8 +129,8 @@ pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
 pub use redlease_core::queue::{Dedup, DedupOutcome, JobState};
 pub use redlease_core::semaphore::SemaphoreState;
 pub use redlease_core::{Error, FailureKind, InvalidArgument, LossReason, TransportFailure};
-pub use redlock::{QuorumLockBuilder, RedLock, RedLockBuilder, RedLockGuard};
-pub use status::{ClientStatus, ListenerStatus, PoolStatus};
+pub use transport::listener::ListenerStatus;
+pub use wire::connect::ConnectionTarget;
 
 /// The channel crate of [`LockGuard::lost`] and [`Job::lost`], re-exported so that your
 /// `select!` uses the same version as this crate.

@@ -122,7 +122,7 @@ fn serve(mut stream: TcpStream, server: &Weak<Shared>) {
     let mut chunk = [0u8; 16 * 1024];
     loop {
         loop {
-            let (frame, used) = match crate::resp::parse(&buf) {
+            let (frame, used) = match crate::wire::resp::parse(&buf) {
                 Ok(Some(parsed)) => parsed,
                 Ok(None) => break,
                 Err(_) => return,

@@ -326,61 +326,6 @@ impl MemoryServer {
         self.execute(&command)
     }
 
-    /// A client of this server with default settings: the whole blocking API (every lock,
-    /// RedLock through [`RedLock::in_memory`](crate::RedLock::in_memory), the semaphore, the
-    /// queue, `run_once`, the watchdog), no socket, every timer on this server's
-    /// [`clock`](Self::clock). Call it again for another client (another process, as far as
-    /// the locks can tell). For other settings (key prefix, timeouts):
-    /// [`ClientBuilder::build_in_memory`](crate::ClientBuilder::build_in_memory).
-    pub fn client(&self) -> crate::Client {
-        crate::Client::in_memory(self)
-    }
-
-    /// Crashes `client` as its process would crash (a fault): from now on it sends nothing.
-    /// Its watchdog renews nothing (its leases run out on the server: its jobs are
-    /// redelivered after their visibility timeout, its locks free when their ttl ends), and
-    /// every call through it, or through a handle made from it (a guard, a `Queue`, a
-    /// `Job`, `Workers`), fails at once with [`Error::Unavailable`](crate::Error::Unavailable)
-    /// without reaching the server: its acks and releases are refused. The handles stay as
-    /// stale handles (dropping them sends nothing either). A crash cannot be undone: make a
-    /// new client (a restarted process).
-    ///
-    /// Dropping a [`Client`](crate::Client) is not a crash: a `Queue`, `Job` or `Workers`
-    /// made from it keeps it working while it lives (see [`Client`](crate::Client)).
-    ///
-    /// False (and nothing done) when `client` is not a client of this server.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use redlease::memory::MemoryServer;
-    ///
-    /// # fn main() -> Result<(), redlease::Error> {
-    /// let server = MemoryServer::new();
-    /// let (a, b) = (server.client(), server.client());
-    /// let queue = a.queue("mail")?.visibility(Duration::from_secs(60));
-    /// queue.push("hello")?;
-    /// let job = queue.try_take()?.expect("pushed");
-    /// assert!(server.crash_client(&a));
-    /// server.clock().advance(Duration::from_secs(61));
-    /// // Redelivered to another worker; the crashed one's ack is refused.
-    /// let again = b.queue("mail")?.try_take()?.expect("redelivered");
-    /// assert_eq!(again.delivery(), 2);
-    /// assert!(job.ack().is_err());
-    /// again.ack()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn crash_client(&self, client: &crate::Client) -> bool {
-        match client.memory_node() {
-            Some((server, crashed)) if server.same_server(self) => {
-                crashed.store(true, std::sync::atomic::Ordering::SeqCst);
-                // Waits of its threads end, to find the crash.
-                self.shared.clock.kick();
-                true
-            }
-            _ => false,
-        }
-    }
-
     /// Serves this server over TCP on a free loopback port and returns its URL
     /// (`redis://127.0.0.1:<port>/`), for any Redis client: an application's own `redis`
     /// calls in a test run on the same data as its locks and queues, and a

@@ -870,13 +870,13 @@ impl crate::memory::MemoryServer {
     /// Its watchdog renews nothing (its leases run out on the server: its jobs are
     /// redelivered after their visibility timeout, its locks free when their ttl ends), and
     /// every call through it, or through a handle made from it (a guard, a `Queue`, a
-    /// `Job`, `Workers`), fails at once with [`Error::Unavailable`](crate::Error::Unavailable)
+    /// `Job`, `Workers`), fails at once with [`Error::Unavailable`]
     /// without reaching the server: its acks and releases are refused. The handles stay as
     /// stale handles (dropping them sends nothing either). A crash cannot be undone: make a
     /// new client (a restarted process).
     ///
-    /// Dropping a [`Client`](Client) is not a crash: a `Queue`, `Job` or `Workers`
-    /// made from it keeps it working while it lives (see [`Client`](Client)).
+    /// Dropping a [`Client`] is not a crash: a `Queue`, `Job` or `Workers`
+    /// made from it keeps it working while it lives (see [`Client`]).
     ///
     /// False (and nothing done) when `client` is not a client of this server.
     ///

@@ -173,6 +173,8 @@ pub struct LockRow {
     pub ttl_ms: Option<i64>,
     /// The last fencing token.
     pub fence: Option<String>,
+    /// Why it could not be read.
+    pub error: Option<String>,
 }
 
 /// One semaphore.
@@ -276,6 +278,7 @@ impl Source {
                 holder: r.token.as_deref().map(short_token),
                 ttl_ms: r.ttl_ms,
                 fence: r.fence,
+                error: None,
             })
             .collect();
         let legacy: Vec<String> = found.legacy_locks.into_iter().collect();
@@ -291,6 +294,7 @@ impl Source {
                     holder: r.token.as_deref().map(short_token),
                     ttl_ms: r.ttl_ms,
                     fence: None,
+                    error: None,
                 }),
         );
         locks.extend(self.other_locks(found.other_locks.into_iter().collect())?);
@@ -595,7 +599,22 @@ impl Source {
             .filter_map(|n| core_locks::lock_info(&self.keyspace, n, deadline).ok())
             .collect();
         let mut rows = Vec::new();
-        for info in self.conn.drive_all(machines)?.into_iter().flatten() {
+        for (name, read) in names.iter().zip(self.conn.drive_all(machines)?) {
+            let info = match read {
+                Ok(info) => info,
+                Err(e) => {
+                    // Shown, not dropped: a lock that could not be read is still a lock.
+                    rows.push(LockRow {
+                        name: name.clone(),
+                        kind: "n/a",
+                        holder: None,
+                        ttl_ms: None,
+                        fence: None,
+                        error: Some(e),
+                    });
+                    continue;
+                }
+            };
             for k in &info.kinds {
                 let kind = match k.kind {
                     core_locks::Primitive::Reentrant => "reentrant",
@@ -627,6 +646,7 @@ impl Source {
                         .min()
                         .map(|d| d.as_millis() as i64),
                     fence: info.fence.map(|f| f.to_string()),
+                    error: None,
                 });
             }
         }
@@ -1000,6 +1020,7 @@ impl Snapshot {
             })).collect::<Vec<_>>(),
             "locks": self.locks.iter().map(|l| json!({
                 "name": l.name, "kind": l.kind, "holder": l.holder, "ttl_ms": l.ttl_ms, "fence": l.fence,
+                "error": l.error,
             })).collect::<Vec<_>>(),
             "semaphores": self.semaphores.iter().map(|m| json!({
                 "name": m.name,

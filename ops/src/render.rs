@@ -171,10 +171,11 @@ pub fn locks(s: &Snapshot) -> String {
                 opt(l.holder.as_ref()),
                 ms(l.ttl_ms),
                 opt(l.fence.as_ref()),
+                l.error.clone().unwrap_or_default(),
             ]
         })
         .collect();
-    table(&["lock", "kind", "holder", "ttl", "fence"], &rows)
+    table(&["lock", "kind", "holder", "ttl", "fence", "error"], &rows)
 }
 
 /// `redlease semaphores`.

@@ -406,3 +406,70 @@ fn a_grouped_dead_job_is_listed_and_requeued_through_the_api() {
     assert_eq!(v["done"], serde_json::json!([format!("acme/{id}")]));
     assert_eq!(groups.stats().unwrap().dead, 0);
 }
+
+/// Without `+pubsub|numsub` a lock of those kinds shows its error, not nothing.
+#[test]
+fn a_user_without_pubsub_numsub_sees_why_a_lock_is_not_read() {
+    let w = common::full_world();
+    let mut admin = redis_conn(&w.world.server.url());
+    let rule = viewer_rule(&mut admin);
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(rule)
+        .query(&mut admin)
+        .unwrap();
+    let url = format!(
+        "redis://viewer:viewer-password@127.0.0.1:{}/",
+        w.world.server.port()
+    );
+    let v = run_json(&url, &["locks", "--json"]);
+    let config = v["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "config")
+        .unwrap_or_else(|| panic!("the reentrant lock is not listed: {v}"));
+    assert!(
+        config["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("can't run")),
+        "{config}"
+    );
+}
+
+#[test]
+fn a_user_without_write_rights_sees_every_lock_kind() {
+    let w = common::full_world();
+    let mut admin = redis_conn(&w.world.server.url());
+    // The library's lock_info counts a kind's waiting clients (`PUBSUB NUMSUB`): the
+    // reentrant, fair and read-write locks need it (docs/acl.md's table of lock_info).
+    let mut rule = viewer_rule(&mut admin);
+    rule.push("+pubsub|numsub");
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg(rule)
+        .query(&mut admin)
+        .unwrap();
+    let url = format!(
+        "redis://viewer:viewer-password@127.0.0.1:{}/",
+        w.world.server.port()
+    );
+    let v = run_json(&url, &["locks", "--json"]);
+    let kinds: Vec<&str> = v["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["kind"].as_str().unwrap())
+        .collect();
+    for kind in ["lease", "reentrant", "fair", "read", "write", "legacy"] {
+        assert!(kinds.contains(&kind), "no {kind} lock in {v}");
+    }
+    let v = run_json(&url, &["queues", "--json"]);
+    let reports = v["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "reports")
+        .unwrap();
+    assert_eq!(reports["schedules"][0]["name"], "every-minute", "{v}");
+}

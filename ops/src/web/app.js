@@ -99,7 +99,8 @@ async function refresh() {
   });
   fill("locks", o.locks || [], (tr, l) => {
     tr.dataset.lock = l.name; tr.dataset.kind = l.kind;
-    cell(tr, l.name); cell(tr, l.kind).dataset.field = "kind"; cell(tr, l.holder); cell(tr, secs(l.ttl_ms), true); cell(tr, l.fence, true);
+    cell(tr, l.name); cell(tr, l.kind).dataset.field = "kind";
+    cell(tr, l.holder !== null ? l.holder : (l.error ? `not read: ${l.error}` : null)); cell(tr, secs(l.ttl_ms), true); cell(tr, l.fence, true);
     const td = document.createElement("td");
     const b = button(td, "release", "release", () => ask(`release lock ${l.name} held by ${l.holder}?`,
       () => post(`/api/locks/${enc(l.name)}/release?token_prefix=${enc(l.holder)}`, `release ${l.name}`)));

@@ -562,21 +562,35 @@ impl Source {
     }
 
     /// A page of `queue`'s jobs in `state`, from `cursor`.
+    /// With `grouped`, of its grouped jobs (the queue's `groups().jobs(..)`), each id as
+    /// `<group>/<id>`.
     pub fn jobs(
         &mut self,
         queue: &str,
         state: JobStatus,
         cursor: Option<&JobCursor>,
         limit: usize,
+        grouped: bool,
     ) -> Result<JobPage, String> {
-        let keys = self.queue_keys(queue)?;
+        let keys = if grouped {
+            QueueKeys::grouped(&self.keyspace, queue).map_err(|e| e.to_string())?
+        } else {
+            self.queue_keys(queue)?
+        };
         let limit = limit.clamp(1, core_inspect::MAX_PAGE);
         let machine = core_inspect::list_jobs(&keys, state, cursor, limit, self.deadline())
             .map_err(|e| e.to_string())?;
-        self.conn
+        let mut page = self
+            .conn
             .drive_all(vec![machine])?
             .pop()
-            .unwrap_or_else(|| Err("no answer".to_owned()))
+            .unwrap_or_else(|| Err("no answer".to_owned()))?;
+        for job in &mut page.jobs {
+            if let (Some(group), id) = redlease::core::queue::groups::split_id(&job.id) {
+                job.id = format!("{group}/{id}");
+            }
+        }
+        Ok(page)
     }
 
     /// Job `id` of `queue`, wherever it is.

@@ -81,6 +81,9 @@ enum Command {
         /// Where the previous page ended (its `next`).
         #[arg(long)]
         cursor: Option<String>,
+        /// The queue's grouped jobs (pushed with a group) instead, each as GROUP/ID.
+        #[arg(long)]
+        grouped: bool,
     },
     /// The dead jobs of a queue, plain and grouped, oldest first (each grouped one with its
     /// group).
@@ -276,12 +279,13 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             state,
             limit,
             cursor,
+            grouped,
         } => {
             let state: redlease::JobStatus = state
                 .parse()
                 .map_err(|e: redlease::Error| Failure(2, e.to_string()))?;
             let cursor = cursor.map(redlease::JobCursor::from);
-            let page = source.jobs(&queue, state, cursor.as_ref(), limit)?;
+            let page = source.jobs(&queue, state, cursor.as_ref(), limit, grouped)?;
             if json {
                 println!(
                     "{}",

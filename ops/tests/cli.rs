@@ -418,3 +418,36 @@ fn grouped_dead_jobs_are_listed_with_their_group_and_requeued_and_deleted() {
     assert_eq!(left.as_array().unwrap().len(), 1, "{left}");
     assert_eq!(left[0]["id"], plain_id.as_str());
 }
+
+#[test]
+fn grouped_jobs_are_paged_by_state_with_their_group() {
+    use redlease::PushOptions;
+    let w = world();
+    let url = w.server.url();
+    let partner = w.client.queue("partner").unwrap();
+    partner
+        .push_with("sync", PushOptions::new().group("acme"))
+        .unwrap();
+    let taken = partner
+        .groups()
+        .unwrap()
+        .take(std::time::Duration::from_secs(5))
+        .unwrap()
+        .expect("a grouped job");
+    let page = run_json(
+        &url,
+        &[
+            "jobs",
+            "partner",
+            "--state",
+            "in_flight",
+            "--grouped",
+            "--json",
+        ],
+    );
+    let id = taken.id().rsplit('\u{1f}').next().unwrap();
+    assert_eq!(page["jobs"][0]["id"], format!("acme/{id}"), "{page}");
+    // Without --grouped: the queue's plain jobs only.
+    let plain = run_json(&url, &["jobs", "partner", "--state", "in_flight", "--json"]);
+    assert_eq!(plain["jobs"], serde_json::json!([]), "{plain}");
+}

@@ -125,13 +125,13 @@ fn main() {
         "redlock" => {
             let (servers, urls) = redlock_nodes();
             node_admins = node_connections(&urls);
-            let red = redlease::RedLock::builder(&urls)
+            let red = redlease::lock::RedLock::builder(&urls)
                 .node_timeout(std::time::Duration::from_millis(200))
                 .build()
                 .expect("cpu: cannot build the RedLock client");
             // The servers stop at the end of `main`.
             nodes_kept = servers;
-            let red: &'static redlease::RedLock = Box::leak(Box::new(red));
+            let red: &'static redlease::lock::RedLock = Box::leak(Box::new(red));
             let lock = red.lock(&name).ttl(std::time::Duration::from_secs(10));
             Box::new(move || {
                 let guard = lock
@@ -307,12 +307,12 @@ fn main() {
                     .expect("cpu: cannot hold the key on a node");
             }
             node_admins = node_connections(&urls);
-            let red = redlease::RedLock::builder(&urls)
+            let red = redlease::lock::RedLock::builder(&urls)
                 .node_timeout(std::time::Duration::from_millis(200))
                 .build()
                 .expect("cpu: cannot build the RedLock client");
             nodes_kept = servers;
-            let red: &'static redlease::RedLock = Box::leak(Box::new(red));
+            let red: &'static redlease::lock::RedLock = Box::leak(Box::new(red));
             let lock = red.lock(&name).ttl(std::time::Duration::from_secs(10));
             Box::new(move || {
                 let got = lock.try_acquire().expect("cpu: RedLock try_acquire failed");

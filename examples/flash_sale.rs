@@ -69,7 +69,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::BoxError;
-use redlease::{Client, LockGuard};
+use redlease::{Client, lock::LockGuard};
 
 /// Phones in stock.
 const STOCK: i64 = 10;
@@ -163,7 +163,7 @@ struct Sale {
 struct Shop<'a> {
     method: Method,
     client: &'a Client,
-    queue: &'a redlease::Queue,
+    queue: &'a redlease::queue::Queue,
     /// `(stock key, lock name)` per segment.
     segments: Vec<(String, String)>,
 }

@@ -14,7 +14,7 @@ fn main() -> Result<(), redlease::Error> {
     let queue = client.queue("later")?.idle_check(Duration::from_millis(10));
     queue.push_with(
         "in two hours",
-        redlease::PushOptions::new().delay(Duration::from_secs(2 * 3600)),
+        redlease::queue::PushOptions::new().delay(Duration::from_secs(2 * 3600)),
     )?;
     let started = Instant::now();
     let job = queue.take(Duration::from_secs(3 * 3600))?;

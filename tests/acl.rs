@@ -4,7 +4,7 @@
 use std::thread;
 use std::time::Duration;
 
-use redlease::{Client, Error, LeaseState, LegacyAlgorithm, RedLock};
+use redlease::{Client, Error, lock::LeaseState, lock::LegacyAlgorithm, lock::RedLock};
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{await_condition, connection, server};
 
@@ -143,7 +143,7 @@ fn a_restricted_user_runs_every_primitive() {
     q.push("a").unwrap();
     q.push_with(
         "later",
-        redlease::PushOptions::new()
+        redlease::queue::PushOptions::new()
             .priority(3)
             .delay(Duration::from_millis(10)),
     )
@@ -273,7 +273,9 @@ fn a_read_only_user_reads_everything_through_read_only_scripts() {
     let vq = viewer.queue("jobs").unwrap().counting(true);
     let stats = vq.stats().unwrap();
     assert_eq!((stats.ready, stats.dead), (1, 1), "{stats:?}");
-    let page = vq.jobs(redlease::JobStatus::Dead, None, 10).unwrap();
+    let page = vq
+        .jobs(redlease::inspect::JobStatus::Dead, None, 10)
+        .unwrap();
     assert_eq!(page.jobs.len(), 1);
     assert!(vq.job(&dead_id).unwrap().is_some());
     assert_eq!(vq.dead_jobs(10).unwrap()[0].id, dead_id);

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redlease::core::queue::scripts::{ACK_MANY, TAKE_BATCH};
-use redlease::{Client, Error, Queue};
+use redlease::{Client, Error, queue::Queue};
 use redlease_suite::testkit::{self, Monitor, await_condition, connection as raw, server};
 use redlease_suite::{Proxy, RedisServer};
 

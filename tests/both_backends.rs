@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use redlease::memory::MemoryServer;
-use redlease::{Client, Error, Pushed, Retry};
+use redlease::{Client, Error, queue::Pushed, queue::Retry};
 use redlease_suite::testkit;
 
 /// What the body saw, compared between the backends.
@@ -76,7 +76,7 @@ fn body(a: &Client, b: &Client) -> Seen {
 
     let q = a.queue("q").unwrap().max_deliveries(1);
     q.push("first").unwrap();
-    q.push_with("urgent", redlease::PushOptions::new().priority(5))
+    q.push_with("urgent", redlease::queue::PushOptions::new().priority(5))
         .unwrap();
     let duplicate = matches!(q.push_unique("u", "x").unwrap(), Pushed::Queued(_))
         && matches!(q.push_unique("u", "y").unwrap(), Pushed::Duplicate(_));
@@ -97,7 +97,10 @@ fn body(a: &Client, b: &Client) -> Seen {
         .collect();
     let requeued = q.requeue_dead("u").unwrap();
     assert!(matches!(
-        q.push_with("x", redlease::PushOptions::new().delay(Duration::MAX)),
+        q.push_with(
+            "x",
+            redlease::queue::PushOptions::new().delay(Duration::MAX)
+        ),
         Err(Error::InvalidArgument(_))
     ));
     Seen {

@@ -5,7 +5,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlease::{Client, Error, LockGuard};
+use redlease::{Client, Error, lock::LockGuard};
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::server;
 
@@ -172,7 +172,7 @@ fn dropping_the_last_client_with_a_renewal_in_flight_returns_within_a_second() {
 fn duration_max_as_a_wait_is_accepted() {
     let server = server();
     let c = client(&server, Duration::from_secs(1), Duration::from_secs(1));
-    type Make = fn(&Client) -> redlease::LockBuilder<'_>;
+    type Make = fn(&Client) -> redlease::lock::LockBuilder<'_>;
     let kinds: [(&str, Make); 6] = [
         ("lease", |c| c.lock("forever")),
         ("reentrant", |c| c.reentrant_lock("forever-reentrant")),

@@ -147,7 +147,7 @@ fn lock_semaphore_and_queue_keep_exact_counts_on_a_cluster() {
     });
     let report = workers.stop();
     assert_eq!(report.acked, 300);
-    assert_eq!(q.stats().unwrap(), redlease::QueueStats::default());
+    assert_eq!(q.stats().unwrap(), redlease::queue::QueueStats::default());
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use redlease::{Client, LeaseState, LossReason};
+use redlease::{Client, LossReason, lock::LeaseState};
 use redlease_suite::RedisCluster;
 use redlease_suite::testkit::{await_condition, connection};
 

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use redlease::{Client, Error, InvalidArgument, RedLock};
+use redlease::{Client, Error, InvalidArgument, lock::RedLock};
 use redlease_suite::testkit::{await_condition, connection, server};
 use redlease_suite::{RedisServer, RedisServerBuilder};
 

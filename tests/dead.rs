@@ -7,7 +7,10 @@ use std::collections::HashSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::Commands;
-use redlease::{Client, DeadFilter, DeadRetention, DeathCause, Error, OnTimeout, Pushed};
+use redlease::{
+    Client, Error, queue::OnTimeout, queue::Pushed, queue::dead::DeadFilter,
+    queue::dead::DeadRetention, queue::dead::DeathCause,
+};
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{self, await_condition, connection as raw, server};
 
@@ -68,7 +71,7 @@ fn every_death_is_recorded_with_its_time_and_cause() {
     q.try_take()
         .unwrap()
         .unwrap()
-        .fail("db down", redlease::Retry::Backoff)
+        .fail("db down", redlease::queue::Retry::Backoff)
         .unwrap();
     let after = server_time(&mut conn);
     // expired: its lease ran out on its last delivery (a worker that died).
@@ -99,7 +102,7 @@ fn every_death_is_recorded_with_its_time_and_cause() {
     q.push_unique("cancelled", "e").unwrap();
     assert_eq!(
         q.cancel("cancelled", "no longer wanted").unwrap(),
-        redlease::Cancelled::Waiting
+        redlease::queue::Cancelled::Waiting
     );
 
     let dead = q.dead_jobs(10).unwrap();
@@ -141,7 +144,7 @@ fn every_death_is_recorded_with_its_time_and_cause() {
     );
     let job = q.try_take().unwrap().unwrap();
     assert_eq!(job.id(), "failed");
-    job.fail("", redlease::Retry::Never).unwrap();
+    job.fail("", redlease::queue::Retry::Never).unwrap();
     let again = q.dead_jobs(10).unwrap().pop().unwrap();
     assert_eq!(
         (again.id.as_str(), again.cause, again.reason),
@@ -171,15 +174,15 @@ fn retention_is_applied_by_the_scripts_that_add_to_the_dead_list() {
     for i in 0..5 {
         let id = format!("c{i}");
         if i == 0 {
-            let mode = redlease::Dedup::UntilDone { dead_blocks: true };
+            let mode = redlease::queue::dedup::Dedup::UntilDone { dead_blocks: true };
             let pushed = q.push_dedup("d0", "p", mode).unwrap();
             assert!(
-                matches!(pushed, redlease::DedupOutcome::Queued(_)),
+                matches!(pushed, redlease::queue::dedup::DedupOutcome::Queued(_)),
                 "{pushed:?}"
             );
             let job = q.try_take().unwrap().unwrap();
             let dedup_id = job.id().to_owned();
-            job.fail("x", redlease::Retry::Never).unwrap();
+            job.fail("x", redlease::queue::Retry::Never).unwrap();
             assert_eq!(q.dead_jobs(1).unwrap()[0].id, dedup_id);
             continue;
         }
@@ -288,10 +291,13 @@ fn bulk_actions_pick_by_cause_reason_and_time_page_by_page_with_a_limit() {
             // The ready set is FIFO: this take is job i.
             let job = q.try_take().unwrap().unwrap();
             assert_eq!(job.id(), id);
-            job.fail(&format!("db down #{i}"), redlease::Retry::Never)
+            job.fail(&format!("db down #{i}"), redlease::queue::Retry::Never)
                 .unwrap();
         } else {
-            assert_eq!(q.cancel(id, "bulk").unwrap(), redlease::Cancelled::Waiting);
+            assert_eq!(
+                q.cancel(id, "bulk").unwrap(),
+                redlease::queue::Cancelled::Waiting
+            );
         }
     }
     assert_eq!(q.stats().unwrap().dead, 2500);
@@ -376,6 +382,6 @@ fn a_duplicate_of_a_dead_job_stays_refused_until_it_is_deleted() {
     let deleted = q
         .delete_dead_where(&DeadFilter::new().cause(DeathCause::Cancelled), 10)
         .unwrap();
-    assert_eq!(deleted, [redlease::JobRef::plain("x")]);
+    assert_eq!(deleted, [redlease::queue::JobRef::plain("x")]);
     assert_eq!(q.push_unique("x", "p").unwrap(), Pushed::Queued("x".into()));
 }

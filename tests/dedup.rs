@@ -11,7 +11,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::memory::{MemoryClock, MemoryServer};
-use redlease::{Client, Dedup, DedupOutcome, JobState, Queue, QueueStats};
+use redlease::{
+    Client, queue::Queue, queue::QueueStats, queue::dedup::Dedup, queue::dedup::DedupOutcome,
+    queue::dedup::JobState,
+};
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{self, await_condition, connection as raw, percentile, server};
 
@@ -91,7 +94,7 @@ fn a_dead_job_blocks_its_dedup_id_only_when_asked_and_deleting_it_frees_the_id()
     q.try_take()
         .unwrap()
         .unwrap()
-        .fail("boom", redlease::Retry::Never)
+        .fail("boom", redlease::queue::Retry::Never)
         .unwrap();
     assert_eq!(q.stats().unwrap().dead, 1);
     assert_eq!(
@@ -116,7 +119,7 @@ fn a_dead_job_blocks_its_dedup_id_only_when_asked_and_deleting_it_frees_the_id()
     q.try_take()
         .unwrap()
         .unwrap()
-        .fail("boom", redlease::Retry::Never)
+        .fail("boom", redlease::queue::Retry::Never)
         .unwrap();
     assert_eq!(q.purge_dead().unwrap(), 1);
     assert_no_dedup_state(&server, "dead");
@@ -693,9 +696,10 @@ fn dedup_state_is_gone_after_workers_are_killed_and_redis_restarts_from_its_aof(
         .visibility(Duration::from_millis(300))
         .max_deliveries(100);
     let workers = q
-        .work(2, |_job: &redlease::Job| -> Result<(), std::io::Error> {
-            Ok(())
-        })
+        .work(
+            2,
+            |_job: &redlease::queue::Job| -> Result<(), std::io::Error> { Ok(()) },
+        )
         .unwrap();
     await_condition(Duration::from_secs(20), || {
         q.stats().unwrap() == QueueStats::default()

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redlease::core::lease::{LockKind, ScriptOp};
-use redlease::{Client, Error, InvalidArgument, LeaseState, LockBuilder, LossReason};
+use redlease::{Client, Error, InvalidArgument, LossReason, lock::LeaseState, lock::LockBuilder};
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{self, await_condition, connection as raw, server};
 

@@ -7,7 +7,7 @@ use redis::Commands;
 use redlease::core::keys::Keyspace;
 use redlease::core::lease::{Acquire, AcquireOptions, LockSpec, Token};
 use redlease::core::script::{Script, ScriptCall};
-use redlease::{Client, Error, Job, LockBuilder, LockGuard, LossReason};
+use redlease::{Client, Error, LossReason, lock::LockBuilder, lock::LockGuard, queue::Job};
 use redlease_suite::testkit::{await_condition, connection, server};
 use redlease_suite::{Proxy, RedisServer};
 

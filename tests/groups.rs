@@ -14,7 +14,8 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redlease::{
-    Client, Error, GroupLimits, JobError, LimitsOf, NewJob, PushOptions, Pushed, Queue, RateLimit,
+    Client, Error, queue::GroupLimits, queue::JobError, queue::LimitsOf, queue::NewJob,
+    queue::PushOptions, queue::Pushed, queue::Queue, rate::RateLimit,
 };
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{self, Monitor, await_condition, server};

@@ -9,7 +9,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use redlease::core::queue::inspect::{MAX_PAGE, PREVIEW_LEN, event};
-use redlease::{Client, JobStatus, NewJob, PushOptions, Queue, Retry};
+use redlease::{
+    Client, inspect::JobStatus, queue::NewJob, queue::PushOptions, queue::Queue, queue::Retry,
+};
 use redlease_suite::{RedisServer, testkit};
 
 fn queue(server: &RedisServer, name: &str) -> Queue {
@@ -171,7 +173,11 @@ fn jobs_are_listed_by_state_a_page_at_a_time() {
     let first = q.jobs(JobStatus::Ready, None, 4).unwrap();
     let text = first.next.unwrap().as_str().to_owned();
     let again = q
-        .jobs(JobStatus::Ready, Some(&redlease::JobCursor::from(text)), 1)
+        .jobs(
+            JobStatus::Ready,
+            Some(&redlease::inspect::JobCursor::from(text)),
+            1,
+        )
         .unwrap();
     assert_eq!(again.jobs[0].id, "job-007");
     // The cursor's job taken meanwhile: the page starts where it was.
@@ -380,7 +386,7 @@ fn every_kind_of_push_records_its_enqueue_time() {
     let server = RedisServer::start().unwrap();
     let client = Client::open(server.url()).unwrap();
     let before = SystemTime::now() - Duration::from_secs(1);
-    let check = |job: &redlease::Job, what: &str| {
+    let check = |job: &redlease::queue::Job, what: &str| {
         let at = job
             .enqueued_at()
             .unwrap_or_else(|| panic!("{what}: no enqueue time"));
@@ -391,17 +397,17 @@ fn every_kind_of_push_records_its_enqueue_time() {
         assert!(job.waited().is_some(), "{what}: no wait");
     };
     let q = client.queue("kinds").unwrap();
-    let mode = redlease::Dedup::UntilDone { dead_blocks: true };
+    let mode = redlease::queue::dedup::Dedup::UntilDone { dead_blocks: true };
     q.push_dedup("order", "x", mode).unwrap();
     let job = q.try_take().unwrap().unwrap();
     check(&job, "dedup");
     job.ack().unwrap();
     // A keep-latest follow-up pushed while its job runs: its time is when it is made ready
     // (the ack of the job it follows).
-    q.push_dedup("latest", "1", redlease::Dedup::KeepLatest)
+    q.push_dedup("latest", "1", redlease::queue::dedup::Dedup::KeepLatest)
         .unwrap();
     let job = q.try_take().unwrap().unwrap();
-    q.push_dedup("latest", "2", redlease::Dedup::KeepLatest)
+    q.push_dedup("latest", "2", redlease::queue::dedup::Dedup::KeepLatest)
         .unwrap();
     job.ack().unwrap();
     let job = q.try_take().unwrap().expect("the follow-up");
@@ -422,7 +428,7 @@ fn every_kind_of_push_records_its_enqueue_time() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64;
-    let every = redlease::Schedule::every(Duration::from_secs(3600))
+    let every = redlease::queue::schedule::Schedule::every(Duration::from_secs(3600))
         .unwrap()
         .starting_at_ms(now_ms + 300)
         .payload("z");
@@ -521,9 +527,9 @@ fn a_schedule_counts_its_occurrences_as_pushed() {
     let from = SystemTime::now() - Duration::from_secs(60);
     // Catch-up: an occurrence taken late (a busy machine) still runs, so the take below
     // hands over the first occurrence whenever it runs, and its advance pushes one more.
-    let every = redlease::Schedule::every(Duration::from_millis(200))
+    let every = redlease::queue::schedule::Schedule::every(Duration::from_millis(200))
         .unwrap()
-        .missed(redlease::Missed::CatchUp)
+        .missed(redlease::queue::schedule::Missed::CatchUp)
         .payload("z");
     q.schedule("often", &every).unwrap();
     // Upserting the same schedule again pushes nothing more.
@@ -548,10 +554,10 @@ fn a_dedup_push_counts_the_jobs_it_queues() {
     let server = RedisServer::start().unwrap();
     let q = queue(&server, "counted-dedup");
     let from = SystemTime::now() - Duration::from_secs(60);
-    let until_done = redlease::Dedup::UntilDone { dead_blocks: true };
+    let until_done = redlease::queue::dedup::Dedup::UntilDone { dead_blocks: true };
     q.push_dedup("a", "1", until_done).unwrap();
     q.push_dedup("a", "2", until_done).unwrap();
-    let latest = redlease::Dedup::KeepLatest;
+    let latest = redlease::queue::dedup::Dedup::KeepLatest;
     q.push_dedup("b", "1", latest).unwrap();
     q.push_dedup("b", "2", latest).unwrap();
     let minutes = totals(&q, from);
@@ -566,7 +572,10 @@ fn a_cancelled_job_counts_as_dead_or_drops_its_enqueue_time_when_removed() {
     let from = SystemTime::now() - Duration::from_secs(60);
     q.push_unique("d", "to the dead list").unwrap();
     q.push_unique("r", "removed").unwrap();
-    assert_eq!(q.cancel("d", "no").unwrap(), redlease::Cancelled::Waiting);
+    assert_eq!(
+        q.cancel("d", "no").unwrap(),
+        redlease::queue::Cancelled::Waiting
+    );
     let to = SystemTime::now() + Duration::from_secs(60);
     let dead: i64 = q
         .counts(from, to)
@@ -584,10 +593,10 @@ fn a_cancelled_job_counts_as_dead_or_drops_its_enqueue_time_when_removed() {
         .unwrap()
         .queue("cancelled")
         .unwrap()
-        .cancelled_jobs(redlease::CancelledJobs::Remove);
+        .cancelled_jobs(redlease::queue::CancelledJobs::Remove);
     assert_eq!(
         remove.cancel("r", "").unwrap(),
-        redlease::Cancelled::Waiting
+        redlease::queue::Cancelled::Waiting
     );
     let mut conn = testkit::connection(&server);
     // Each job's enqueue time is kept beside its payload, under its id and the byte 0xff

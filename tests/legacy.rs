@@ -6,7 +6,9 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::Commands;
-use redlease::{Client, Error, InvalidArgument, LegacyAlgorithm, LegacyGuard, LossReason};
+use redlease::{
+    Client, Error, InvalidArgument, LossReason, lock::LegacyAlgorithm, lock::LegacyGuard,
+};
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{self, await_condition, connection as raw};
 

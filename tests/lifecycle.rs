@@ -11,8 +11,9 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use redlease::{
-    Cancelled, Client, Error, GroupLimits, JobError, LimitsOf, PushOptions, Queue, Retry, Schedule,
-    Upserted,
+    Client, Error, queue::Cancelled, queue::GroupLimits, queue::JobError, queue::LimitsOf,
+    queue::PushOptions, queue::Queue, queue::Retry, queue::schedule::Schedule,
+    queue::schedule::Upserted,
 };
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{self, server};
@@ -324,10 +325,10 @@ fn a_push_or_a_cancel_sweeps_a_bounded_number_of_ended_windows_and_marks() {
     );
     testkit::fill_ended(&mut conn, windows, named, 100_000);
     testkit::fill_ended(&mut conn, marks, messages, 100_000);
-    let throttle = redlease::Dedup::Throttle(Duration::from_secs(60));
+    let throttle = redlease::queue::dedup::Dedup::Throttle(Duration::from_secs(60));
     assert!(matches!(
         q.push_dedup("d", "x", throttle).unwrap(),
-        redlease::DedupOutcome::Queued(_)
+        redlease::queue::dedup::DedupOutcome::Queued(_)
     ));
     // 64 swept, this push's own window added.
     assert_eq!(zcard(&mut conn, windows), 100_000 - 64 + 1);
@@ -348,7 +349,7 @@ fn a_push_or_a_cancel_sweeps_a_bounded_number_of_ended_windows_and_marks() {
 }
 
 /// One way a job's lease ends.
-type End = fn(&Queue, redlease::Job);
+type End = fn(&Queue, redlease::queue::Job);
 
 #[test]
 fn a_keep_latest_follow_up_runs_and_wakes_takers_however_the_job_it_follows_ends() {
@@ -370,19 +371,22 @@ fn a_keep_latest_follow_up_runs_and_wakes_takers_however_the_job_it_follows_ends
             assert_eq!(q.cancel(job.id(), "stop").unwrap(), Cancelled::InFlight);
         }),
         ("cancel-remove", |q, job| {
-            let q = q.clone().cancelled_jobs(redlease::CancelledJobs::Remove);
+            let q = q
+                .clone()
+                .cancelled_jobs(redlease::queue::CancelledJobs::Remove);
             assert_eq!(q.cancel(job.id(), "stop").unwrap(), Cancelled::InFlight);
         }),
     ];
     for (name, end) in ends {
         let q = c.queue(name).unwrap().max_deliveries(1);
-        let latest = redlease::Dedup::KeepLatest;
+        let latest = redlease::queue::dedup::Dedup::KeepLatest;
         assert!(matches!(
             q.push_dedup("sync", "0", latest).unwrap(),
-            redlease::DedupOutcome::Queued(_)
+            redlease::queue::dedup::DedupOutcome::Queued(_)
         ));
         let running = q.try_take().unwrap().expect("the first job");
-        let redlease::DedupOutcome::Queued(follow_up) = q.push_dedup("sync", "1", latest).unwrap()
+        let redlease::queue::dedup::DedupOutcome::Queued(follow_up) =
+            q.push_dedup("sync", "1", latest).unwrap()
         else {
             panic!("{name}: the follow-up was not queued");
         };
@@ -406,7 +410,7 @@ fn a_keep_latest_follow_up_runs_and_wakes_takers_however_the_job_it_follows_ends
         // It holds the dedup id now: a push while it runs is parked behind it.
         assert!(matches!(
             q.push_dedup("sync", "2", latest).unwrap(),
-            redlease::DedupOutcome::Queued(_)
+            redlease::queue::dedup::DedupOutcome::Queued(_)
         ));
         next.ack().unwrap();
         assert_eq!(
@@ -420,8 +424,8 @@ fn a_keep_latest_follow_up_runs_and_wakes_takers_however_the_job_it_follows_ends
 fn a_cleared_or_raised_group_rate_takes_effect_at_the_next_take() {
     let server = server();
     let c = client(&server);
-    let slow = redlease::RateLimit::new(1, Duration::from_secs(8), 1).unwrap();
-    let fast = redlease::RateLimit::new(1000, Duration::from_secs(1), 1).unwrap();
+    let slow = redlease::rate::RateLimit::new(1, Duration::from_secs(8), 1).unwrap();
+    let fast = redlease::rate::RateLimit::new(1000, Duration::from_secs(1), 1).unwrap();
     for (name, of_group, new) in [
         ("cleared", true, None),
         ("raised", true, Some(GroupLimits::new().rate(fast))),
@@ -459,8 +463,8 @@ fn a_cancelled_schedule_occurrence_is_skipped_and_the_schedule_goes_on() {
     let server = server();
     let c = client(&server);
     for (name, jobs) in [
-        ("to-dead", redlease::CancelledJobs::Dead),
-        ("removed", redlease::CancelledJobs::Remove),
+        ("to-dead", redlease::queue::CancelledJobs::Dead),
+        ("removed", redlease::queue::CancelledJobs::Remove),
     ] {
         let q = c.queue(name).unwrap().cancelled_jobs(jobs);
         let hour = Schedule::every(Duration::from_secs(3600))
@@ -716,7 +720,8 @@ fn bulk_dead_list_calls_go_in_bounded_pages_and_report_exactly() {
         .arg("RESETSTAT")
         .query(&mut conn)
         .unwrap();
-    let filter = redlease::DeadFilter::new().cause(redlease::DeathCause::LeaseExpired);
+    let filter = redlease::queue::dead::DeadFilter::new()
+        .cause(redlease::queue::dead::DeathCause::LeaseExpired);
     let ids = q.requeue_dead_where(&filter, 1_000).unwrap();
     assert_eq!(ids.len(), 1_000);
     let unique: HashSet<&String> = ids.iter().map(|r| &r.id).collect();
@@ -831,12 +836,12 @@ fn a_grouped_dead_job_is_shown_and_addressed_by_its_group_and_id() {
             .unwrap();
         let job = g.try_take().unwrap().expect("the job of t2");
         job.fail("worse", Retry::Never).unwrap();
-        let all = redlease::DeadFilter::new();
+        let all = redlease::queue::dead::DeadFilter::new();
         let done = match action {
             "requeue" => g.requeue_dead_where(&all, 10).unwrap(),
             _ => g.delete_dead_where(&all, 10).unwrap(),
         };
-        assert_eq!(done, [redlease::JobRef::grouped("t2", id.as_str())]);
+        assert_eq!(done, [redlease::queue::JobRef::grouped("t2", id.as_str())]);
         if action == "requeue" {
             g.try_take()
                 .unwrap()
@@ -864,7 +869,7 @@ fn a_rate_limited_answer_is_a_deferral_not_a_nack_in_the_report_and_the_job() {
     let workers = q
         .groups()
         .unwrap()
-        .work(1, move |job: &redlease::Job| {
+        .work(1, move |job: &redlease::queue::Job| {
             let mut log = log.lock().unwrap();
             log.push((job.delivery(), job.attempt(), job.deferrals()));
             if log.len() <= 2 {
@@ -991,7 +996,7 @@ fn grouped_stats_count_the_jobs_waiting_in_their_groups_as_ready() {
 
 #[test]
 fn the_groups_are_read_a_page_at_a_time_with_their_figures() {
-    use redlease::{GroupCursor, GroupState};
+    use redlease::{queue::GroupCursor, queue::GroupState};
     let server = server();
     let c = client(&server);
     let q = c.queue("paged").unwrap();

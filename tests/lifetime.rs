@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlease::{CancelReason, Cancelled, Client, Error, JobError, OnTimeout, Queue};
+use redlease::{
+    Client, Error, queue::CancelReason, queue::Cancelled, queue::JobError, queue::OnTimeout,
+    queue::Queue,
+};
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{self, await_condition, percentile, pubsub_subscribers};
 
@@ -341,7 +344,7 @@ fn a_handler_ignoring_its_timeout_cannot_ack_after_the_grace_and_is_redelivered_
         let id = format!("job-{round}");
         assert!(matches!(
             qa.push_unique(&id, "x").unwrap(),
-            redlease::Pushed::Queued(_)
+            redlease::queue::Pushed::Queued(_)
         ));
         let before = Instant::now();
         let job = qa.take(Duration::from_secs(5)).unwrap().unwrap();
@@ -433,7 +436,7 @@ fn cancelling_a_waiting_or_delayed_job_removes_it_or_kills_it() {
     let delayed = q
         .push_with(
             "b",
-            redlease::PushOptions::new().delay(Duration::from_secs(60)),
+            redlease::queue::PushOptions::new().delay(Duration::from_secs(60)),
         )
         .unwrap();
     assert_eq!(q.cancel(&ready, "no").unwrap(), Cancelled::Waiting);
@@ -447,15 +450,15 @@ fn cancelling_a_waiting_or_delayed_job_removes_it_or_kills_it() {
     let forget = c
         .queue("waiting")
         .unwrap()
-        .cancelled_jobs(redlease::CancelledJobs::Remove);
+        .cancelled_jobs(redlease::queue::CancelledJobs::Remove);
     assert!(matches!(
         forget.push_unique("u", "c").unwrap(),
-        redlease::Pushed::Queued(_)
+        redlease::queue::Pushed::Queued(_)
     ));
     assert_eq!(forget.cancel("u", "").unwrap(), Cancelled::Waiting);
     assert!(matches!(
         forget.push_unique("u", "c").unwrap(),
-        redlease::Pushed::Queued(_)
+        redlease::queue::Pushed::Queued(_)
     ));
     // Bad input.
     assert!(matches!(q.cancel("", "x"), Err(Error::InvalidArgument(_))));
@@ -518,7 +521,7 @@ fn a_jobs_own_timeout_is_applied_by_whoever_takes_it() {
     let taker = b.queue("own").unwrap().timeout_grace(grace);
     let other = a.queue("own").unwrap();
     let rtt = round_trip(&a);
-    let options = redlease::PushOptions::new().timeout(timeout);
+    let options = redlease::queue::PushOptions::new().timeout(timeout);
     pusher.push_with("timed", options).unwrap();
     pusher.push("plain").unwrap();
     let before = Instant::now();
@@ -548,7 +551,10 @@ fn a_jobs_own_timeout_is_applied_by_whoever_takes_it() {
     assert_eq!(second.delivery(), 2);
     second.ack().unwrap();
     assert!(matches!(
-        pusher.push_with("x", redlease::PushOptions::new().timeout(Duration::ZERO)),
+        pusher.push_with(
+            "x",
+            redlease::queue::PushOptions::new().timeout(Duration::ZERO)
+        ),
         Err(Error::InvalidArgument(_))
     ));
 }

@@ -5,7 +5,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redlease::{Client, Error, InvalidArgument, LeaseState, LossReason};
+use redlease::{Client, Error, InvalidArgument, LossReason, lock::LeaseState};
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{self, await_condition, connection as raw, server};
 

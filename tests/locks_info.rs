@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use redlease::core::inspect::SHOWN_PREFIX;
 use redlease::memory::MemoryServer;
 use redlease::{
-    Client, ClientInfo, Error, InvalidArgument, LeaseKind, LockKind, LossReason, Primitive,
+    Client, Error, InvalidArgument, LossReason, inspect::ClientInfo, inspect::Primitive,
+    lock::LeaseKind, lock::LockKind,
 };
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{Monitor, await_condition, server};

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use redlease::memory::{MemoryClock, MemoryServer};
-use redlease::{Error, RedLock};
+use redlease::{Error, lock::RedLock};
 
 const S: Duration = Duration::from_secs(1);
 

@@ -235,7 +235,7 @@ fn with_lock_keeps_the_value_of_a_section_whose_lease_was_lost() {
             guard.fence()
         });
     match out {
-        Err(redlease::WithLockError::Release { value, error }) => {
+        Err(redlease::lock::WithLockError::Release { value, error }) => {
             assert!(value >= 1, "the fence the section wrote with");
             assert!(matches!(error, Error::NotOwner { .. }), "{error:?}");
         }
@@ -245,7 +245,10 @@ fn with_lock_keeps_the_value_of_a_section_whose_lease_was_lost() {
     let _held = b.lock("busy").acquire().unwrap();
     let out = a.lock("busy").with_lock(|_| unreachable!("not acquired"));
     let out: Result<(), _> = out;
-    assert!(matches!(out, Err(redlease::WithLockError::Acquire(_))));
+    assert!(matches!(
+        out,
+        Err(redlease::lock::WithLockError::Acquire(_))
+    ));
     // `?` into redlease::Error still works.
     let plain = || -> Result<u64, Error> { Ok(a.lock("free").with_lock(|g| g.fence())?) };
     assert!(plain().unwrap() >= 1);

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redlease::memory::{Loss, MemoryServer};
-use redlease::{Error, JobError};
+use redlease::{Error, queue::JobError};
 use redlease_suite::testkit::await_condition;
 
 const S: Duration = Duration::from_secs(1);
@@ -16,7 +16,7 @@ fn priorities_then_fifo() {
     let server = MemoryServer::new();
     let q = server.client().queue("q").unwrap();
     q.push("low-1").unwrap();
-    q.push_with("high", redlease::PushOptions::new().priority(9))
+    q.push_with("high", redlease::queue::PushOptions::new().priority(9))
         .unwrap();
     q.push("low-2").unwrap();
     let order: Vec<Vec<u8>> = (0..3)
@@ -38,7 +38,7 @@ fn priorities_then_fifo() {
 fn a_job_due_in_an_hour_is_taken_after_an_hour_of_virtual_time() {
     let server = MemoryServer::new();
     let q = server.client().queue("q").unwrap();
-    q.push_with("later", redlease::PushOptions::new().delay(3600 * S))
+    q.push_with("later", redlease::queue::PushOptions::new().delay(3600 * S))
         .unwrap();
     assert!(q.try_take().unwrap().is_none());
     assert_eq!(q.stats().unwrap().delayed, 1);
@@ -112,7 +112,8 @@ fn nacked_jobs_back_off_and_go_to_the_dead_list_after_max_deliveries() {
     server.clock().advance(10 * S);
     let job = q.try_take().unwrap().expect("retried");
     assert_eq!(job.delivery(), 2);
-    job.fail("still bad", redlease::Retry::Backoff).unwrap();
+    job.fail("still bad", redlease::queue::Retry::Backoff)
+        .unwrap();
     let dead = q.dead_jobs(10).unwrap();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].reason.as_deref(), Some("still bad"));
@@ -174,7 +175,7 @@ fn a_worker_pool_sees_a_requeued_jobs_attempt() {
         .max_deliveries(1)
         .retry_backoff(Duration::ZERO, Duration::ZERO);
     let id = q.push_unique("again", "x").unwrap();
-    assert_eq!(id, redlease::Pushed::Queued("again".into()));
+    assert_eq!(id, redlease::queue::Pushed::Queued("again".into()));
     q.try_take().unwrap().unwrap().nack().unwrap();
     // Another job first, so that the requeued one is handed over by the ack.
     q.push("first").unwrap();
@@ -265,8 +266,11 @@ fn workers_wait_on_the_test_clock_for_a_delayed_job() {
     let server = MemoryServer::new();
     let q = server.client().queue("q").unwrap();
     let workers = q.work(1, |_job| -> Result<(), String> { Ok(()) }).unwrap();
-    q.push_with("in an hour", redlease::PushOptions::new().delay(3600 * S))
-        .unwrap();
+    q.push_with(
+        "in an hour",
+        redlease::queue::PushOptions::new().delay(3600 * S),
+    )
+    .unwrap();
     // The worker waits on the clock (it never moves it itself).
     await_condition(30 * S, || server.clock().sleepers() >= 1);
     server.clock().advance(1800 * S);
@@ -287,7 +291,7 @@ fn bad_queue_settings_fail_when_the_pool_is_made() {
     let server = MemoryServer::new();
     let client = server.client();
     let q = || client.queue("q").unwrap();
-    let handler = |_job: &redlease::Job| -> Result<(), String> { Ok(()) };
+    let handler = |_job: &redlease::queue::Job| -> Result<(), String> { Ok(()) };
     for (queue, says) in [
         (q().max_deliveries(0), "max_deliveries"),
         (q().visibility(Duration::ZERO), "visibility"),

@@ -30,8 +30,11 @@ fn count_commands(server: &MemoryServer) -> Arc<AtomicU64> {
 fn a_take_of_a_job_due_in_two_hours_at_a_10_ms_idle_check_costs_a_handful_of_commands() {
     let server = MemoryServer::new();
     let q = server.client().queue("later").unwrap().idle_check(10 * MS);
-    q.push_with("in two hours", redlease::PushOptions::new().delay(7200 * S))
-        .unwrap();
+    q.push_with(
+        "in two hours",
+        redlease::queue::PushOptions::new().delay(7200 * S),
+    )
+    .unwrap();
     let commands = count_commands(&server);
     let job = q.take(3 * 3600 * S).unwrap().expect("due within the wait");
     assert_eq!(job.payload(), b"in two hours");
@@ -129,10 +132,16 @@ fn run_until_moves_the_clock_to_each_wake_up_until_the_workers_are_done() {
             Ok(())
         })
         .unwrap();
-    q.push_with("in an hour", redlease::PushOptions::new().delay(3600 * S))
-        .unwrap();
-    q.push_with("in two hours", redlease::PushOptions::new().delay(7200 * S))
-        .unwrap();
+    q.push_with(
+        "in an hour",
+        redlease::queue::PushOptions::new().delay(3600 * S),
+    )
+    .unwrap();
+    q.push_with(
+        "in two hours",
+        redlease::queue::PushOptions::new().delay(7200 * S),
+    )
+    .unwrap();
     let commands = count_commands(&server);
     // Both workers make calls: the clock moves only while both wait on it, so it never
     // jumps past one in the middle of a take (plain `run_until` may: its documented limit).

@@ -15,7 +15,7 @@ use metrics::{
     Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit,
 };
 use redlease::metrics as m;
-use redlease::{Error, JobError, LossReason};
+use redlease::{Error, LossReason, queue::JobError};
 use redlease_suite::testkit::{await_condition, client, connection, server};
 
 /// The samples of one histogram.
@@ -334,7 +334,9 @@ fn queue_pushes_takes_acks_and_nacks_to_the_dead_list() {
     c.ack().unwrap();
     let again = queue.take(wait).unwrap().unwrap();
     assert_eq!(again.payload(), b"b");
-    again.fail("broken", redlease::Retry::Backoff).unwrap();
+    again
+        .fail("broken", redlease::queue::Retry::Backoff)
+        .unwrap();
     // Nothing left: a take that waits and finds nothing is no error.
     assert!(queue.take(Duration::from_millis(20)).unwrap().is_none());
     assert_eq!(queue.stats().unwrap().dead, 1);

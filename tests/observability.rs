@@ -239,7 +239,9 @@ fn acquisitions_are_spans_with_kind_attempts_wait_and_outcome() {
         .unwrap()
         .release()
         .unwrap();
-    let redlock = redlease::RedLock::builder(&[server.url()]).build().unwrap();
+    let redlock = redlease::lock::RedLock::builder(&[server.url()])
+        .build()
+        .unwrap();
     redlock
         .lock("obs-acq-red")
         .acquire()

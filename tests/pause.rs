@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::core::queue::scripts::{DEQUEUE, PAUSE};
-use redlease::{Client, Error, PushOptions, Queue};
+use redlease::{Client, Error, queue::PushOptions, queue::Queue};
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{
     self, Monitor, await_condition, connection as raw, percentile, pubsub_subscribers, server,

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use redlease::core::queue::scripts::DEQUEUE;
 use redlease::{
-    Client, Error, InvalidArgument, Job, LossReason, NewJob, Pushed, Queue, QueueStats,
-    WorkerReport,
+    Client, Error, InvalidArgument, LossReason, queue::Job, queue::NewJob, queue::Pushed,
+    queue::Queue, queue::QueueStats, queue::WorkerReport,
 };
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{
@@ -294,7 +294,10 @@ fn delayed_jobs_come_out_in_due_order_and_never_early() {
     for delay in delays {
         let sent = Instant::now();
         let id = q
-            .push_with(b"later".to_vec(), redlease::PushOptions::new().delay(delay))
+            .push_with(
+                b"later".to_vec(),
+                redlease::queue::PushOptions::new().delay(delay),
+            )
             .unwrap();
         due.insert(id, (sent + delay, Instant::now() + delay, delay));
         // Pacing the producer (not synchronisation): pushes arrive while the taker sleeps.
@@ -373,7 +376,7 @@ fn a_delayed_push_wakes_an_idle_taker_at_its_due_time() {
     }
     let delay = Duration::from_millis(100);
     let sent = Instant::now();
-    q.push_with("soon", redlease::PushOptions::new().delay(delay))
+    q.push_with("soon", redlease::queue::PushOptions::new().delay(delay))
         .unwrap();
     let (job, at) = taker.join().unwrap();
     let (payload, ack) = job.expect("the delayed job");
@@ -409,7 +412,7 @@ fn priorities_are_honoured_and_equal_priorities_keep_fifo_order() {
             let pushed = q
                 .push_batch(
                     &[new_job(&format!("{name}-{i}"))],
-                    redlease::PushOptions::new().priority(priority),
+                    redlease::queue::PushOptions::new().priority(priority),
                 )
                 .unwrap();
             assert_eq!(pushed, vec![Pushed::Queued(format!("{name}-{i}"))]);
@@ -417,12 +420,12 @@ fn priorities_are_honoured_and_equal_priorities_keep_fifo_order() {
     }
     // ... a batch keeps its order within its priority ...
     let batch: Vec<NewJob> = (0..5).map(|i| new_job(&format!("batch-{i}"))).collect();
-    q.push_batch(&batch, redlease::PushOptions::new().priority(5))
+    q.push_batch(&batch, redlease::queue::PushOptions::new().priority(5))
         .unwrap();
     // ... and the highest priority comes first whenever it is pushed.
     q.push_batch(
         &[new_job("top")],
-        redlease::PushOptions::new().priority(255),
+        redlease::queue::PushOptions::new().priority(255),
     )
     .unwrap();
 
@@ -728,7 +731,7 @@ fn a_queued_or_running_id_is_a_duplicate_and_nothing_is_written() {
     let pushed = q
         .push_batch(
             &[new_job("order-2"), new_job("order-1")],
-            redlease::PushOptions::new(),
+            redlease::queue::PushOptions::new(),
         )
         .unwrap();
     assert_eq!(
@@ -886,7 +889,7 @@ fn bad_names_settings_and_ids_are_refused_before_anything_is_written() {
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
-        q.push_batch(&[], redlease::PushOptions::new()),
+        q.push_batch(&[], redlease::queue::PushOptions::new()),
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(
@@ -1052,7 +1055,7 @@ fn a_take_failing_on_a_foreign_ready_key_loses_no_due_delayed_job() {
     let id = q
         .push_with(
             "due",
-            redlease::PushOptions::new().delay(Duration::from_millis(1)),
+            redlease::queue::PushOptions::new().delay(Duration::from_millis(1)),
         )
         .unwrap();
     let due: f64 = redis::cmd("ZSCORE")

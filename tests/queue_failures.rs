@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use redlease::{Client, JobError, Queue, Retry};
+use redlease::{Client, queue::JobError, queue::Queue, queue::Retry};
 use redlease_suite::testkit::{await_condition, server};
 
 fn queue(client: &Client, name: &str) -> Queue {

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use redlease::{Client, Pushed};
+use redlease::{Client, queue::Pushed};
 use redlease_suite::RedisServer;
 
 #[test]
@@ -28,7 +28,7 @@ fn push_take_ack_nack_dead_and_delayed() {
     assert_eq!(job.delivery(), 1);
     assert_eq!(q.stats().unwrap().in_flight, 1);
     job.ack().unwrap();
-    assert_eq!(q.stats().unwrap(), redlease::QueueStats::default());
+    assert_eq!(q.stats().unwrap(), redlease::queue::QueueStats::default());
 
     assert_eq!(
         q.push_unique("u1", "x").unwrap(),
@@ -57,7 +57,7 @@ fn push_take_ack_nack_dead_and_delayed() {
     let start = Instant::now();
     q.push_with(
         "later",
-        redlease::PushOptions::new().delay(Duration::from_millis(200)),
+        redlease::queue::PushOptions::new().delay(Duration::from_millis(200)),
     )
     .unwrap();
     let j = q

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use redlease::core::keys::Keyspace;
 use redlease::core::rate::{self as core_rate, RateLimit, RateLimiterSpec};
 use redlease::core::{Protocol, Step};
-use redlease::{Client, Decision, Error, InvalidArgument};
+use redlease::{Client, Error, InvalidArgument, rate::Decision};
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{self, await_condition, connection as raw, server};
 
@@ -360,7 +360,7 @@ fn bad_input_is_a_typed_error_and_writes_nothing() {
     let mut conn = raw(&server);
     let c = client(&server);
     let sec = Duration::from_secs(1);
-    let invalid = |r: Result<redlease::RateLimiter, Error>| match r {
+    let invalid = |r: Result<redlease::rate::RateLimiter, Error>| match r {
         Err(Error::InvalidArgument(e)) => e,
         other => panic!("{other:?}"),
     };

@@ -5,7 +5,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Commands;
-use redlease::{Error, RedLock};
+use redlease::{Error, lock::RedLock};
 use redlease_suite::RedisServer;
 
 fn five() -> Vec<RedisServer> {

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use redlease::{Client, Job, LockBuilder, Queue, Retry};
+use redlease::{Client, lock::LockBuilder, queue::Job, queue::Queue, queue::Retry};
 use redlease_suite::testkit::{await_condition, server};
 use redlease_suite::{Proxy, RedisServer};
 
@@ -347,7 +347,7 @@ fn a_delayed_push_is_never_taken_before_its_delay_has_passed() {
         let start = Instant::now();
         q.push_with(
             format!("r{round}"),
-            redlease::PushOptions::new().delay(delay),
+            redlease::queue::PushOptions::new().delay(delay),
         )
         .unwrap();
         let (job, at) = spin_take(&q);

@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use redlease::core::queue::schedule::OCCURRENCE_PREFIX;
 use redlease::memory::{MemoryClock, MemoryServer};
-use redlease::{Missed, Queue, Schedule, Upserted};
+use redlease::{
+    queue::Queue, queue::schedule::Missed, queue::schedule::Schedule, queue::schedule::Upserted,
+};
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{Rng, await_condition, connection as raw, percentile};
 
@@ -79,7 +81,7 @@ fn schedule_child_process() {
                 .arg(300)
                 .query::<i64>(&mut *c)
                 .map(|_| ())
-                .map_err(redlease::JobError::new)
+                .map_err(redlease::queue::JobError::new)
         })
         .unwrap();
     loop {

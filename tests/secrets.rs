@@ -1,6 +1,6 @@
 //! Passwords and owner tokens never appear in `Debug` output or error messages.
 
-use redlease::{Client, RedLock};
+use redlease::{Client, lock::RedLock};
 
 const PASSWORD: &str = "hunter2-very-secret";
 

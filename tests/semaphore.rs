@@ -282,7 +282,7 @@ fn bad_input_gets_typed_errors_and_writes_nothing() {
         .unwrap()
         .unwrap();
     await_condition(Duration::from_secs(5), || {
-        matches!(g.inspect(), Ok(redlease::LeaseState::Expired))
+        matches!(g.inspect(), Ok(redlease::lock::LeaseState::Expired))
     });
     let other = c
         .semaphore("gone", 1)

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redlease::limits::{MAX_DURATION, MAX_PERMITS, MIN_TTL};
-use redlease::{Client, Error, LegacyAlgorithm, LockBuilder, LossReason, RedLock};
+use redlease::{
+    Client, Error, LossReason, lock::LegacyAlgorithm, lock::LockBuilder, lock::RedLock,
+};
 use redlease_suite::RedisServer;
 use redlease_suite::testkit::{self, await_condition, connection as raw, server};
 
@@ -366,11 +368,14 @@ fn queue_settings_work_or_are_refused() {
     );
     // (A take of Duration::MAX is accepted, as "no deadline of ours": tests/bounds.rs.)
     refused(
-        q.push_with("late", redlease::PushOptions::new().delay(Duration::MAX)),
+        q.push_with(
+            "late",
+            redlease::queue::PushOptions::new().delay(Duration::MAX),
+        ),
         &["delay", max],
     );
     refused(
-        q.push_with("late", redlease::PushOptions::new().delay(HUGE)),
+        q.push_with("late", redlease::queue::PushOptions::new().delay(HUGE)),
         &["delay", max],
     );
     refused(
@@ -396,8 +401,11 @@ fn queue_settings_work_or_are_refused() {
     assert!(long.take(ms(100)).unwrap().is_none());
     assert!(started.elapsed() < Duration::from_secs(5));
     // A delayed push of 100 years, and a nack whose backoff is beyond it.
-    long.push_with("far", redlease::PushOptions::new().delay(MAX_DURATION))
-        .unwrap();
+    long.push_with(
+        "far",
+        redlease::queue::PushOptions::new().delay(MAX_DURATION),
+    )
+    .unwrap();
     let id = long.push("again").unwrap();
     let job = long.try_take().unwrap().unwrap();
     assert_eq!(job.id(), id);

@@ -12,7 +12,10 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use redlease::{DeadFilter, DeathCause, Dedup, GroupLimits, LimitsOf, PushOptions};
+use redlease::{
+    queue::GroupLimits, queue::LimitsOf, queue::PushOptions, queue::dead::DeadFilter,
+    queue::dead::DeathCause, queue::dedup::Dedup,
+};
 use redlease_suite::testkit;
 
 /// Takes timed per take-shaped row.
@@ -154,7 +157,7 @@ fn measure_at(ctx: &Ctx, conn: &mut redis::Connection, n: usize, tag: &str) -> V
     testkit::fill_dead(conn, q.name(), "d", n + 10, 0);
     out.push(longest(conn, || {
         let trimmed = q
-            .set_dead_retention(redlease::DeadRetention {
+            .set_dead_retention(redlease::queue::dead::DeadRetention {
                 max_jobs: Some(10),
                 max_age: None,
             })
@@ -238,8 +241,8 @@ fn measure_at(ctx: &Ctx, conn: &mut redis::Connection, n: usize, tag: &str) -> V
 
     // A plain take beside n ready jobs (the take's own cost at scale).
     let q = c.queue(&name("take")).expect("bench: queue");
-    let batch: Vec<redlease::NewJob> = (0..n)
-        .map(|i| redlease::NewJob {
+    let batch: Vec<redlease::queue::NewJob> = (0..n)
+        .map(|i| redlease::queue::NewJob {
             id: format!("j{i}"),
             payload: JOB_PAYLOAD.to_vec(),
         })

@@ -134,7 +134,7 @@ fn redlock_cycle(ctx: &Ctx, n: usize) -> Measurement {
         .map(|_| RedisServer::start().expect("bench: cannot start a RedLock node"))
         .collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let red = redlease::RedLock::builder(&urls)
+    let red = redlease::lock::RedLock::builder(&urls)
         .node_timeout(Duration::from_millis(200))
         .build()
         .expect("bench: cannot build the RedLock client");
@@ -217,7 +217,7 @@ pub fn legacy_uncontended(ctx: &Ctx) -> Measurement {
 
 /// `try_acquire` (must succeed) + `release` of one lock of the family, one thread; the name
 /// is fresh per run (these kinds keep more than one key).
-fn family_uncontended(ctx: &Ctx, lock: redlease::LockBuilder<'_>) -> Measurement {
+fn family_uncontended(ctx: &Ctx, lock: redlease::lock::LockBuilder<'_>) -> Measurement {
     let (m, _) = measure_single(ctx, || {
         let guard = lock
             .try_acquire()

@@ -13,7 +13,7 @@ pub fn queue_baseline(ctx: &Ctx) -> Measurement {
 }
 
 /// A queue whose name is fresh per run (no leftovers from an aborted run on a shared server).
-fn fresh_queue(ctx: &Ctx, prefix: &str) -> redlease::Queue {
+fn fresh_queue(ctx: &Ctx, prefix: &str) -> redlease::queue::Queue {
     ctx.client
         .queue(&fresh(prefix))
         .expect("bench: bad queue name")
@@ -29,7 +29,7 @@ pub fn reliable_baseline(ctx: &Ctx) -> Measurement {
 /// it, then ack the job in hand and be handed the next in one round trip
 /// (`Job::ack_and_take`; a plain take when no job is in hand, as at the start or when
 /// another worker got the job). Two round trips per job, against the baseline's three.
-fn push_and_work(queue: &redlease::Queue, held: &mut Option<redlease::Job>) {
+fn push_and_work(queue: &redlease::queue::Queue, held: &mut Option<redlease::queue::Job>) {
     queue.push(JOB_PAYLOAD).expect("bench: queue push failed");
     *held = match held.take() {
         Some(job) => {
@@ -75,7 +75,7 @@ pub fn queue_4workers(ctx: &Ctx) -> Measurement {
 }
 
 /// One job through a queue: push, take (there must be one), ack.
-fn push_take_ack(queue: &redlease::Queue) {
+fn push_take_ack(queue: &redlease::queue::Queue) {
     queue.push(JOB_PAYLOAD).expect("bench: queue push failed");
     let job = queue
         .try_take()
@@ -164,7 +164,11 @@ pub fn queue_commands(ctx: &Ctx) -> Measurement {
 
 /// Server time (µs in `EVALSHA`) and wall time per job of push + ack-and-take on a queue
 /// holding `held` other jobs, over `cycles` cycles.
-fn cycle_cost(queue: &redlease::Queue, conn: &mut redis::Connection, cycles: u64) -> (f64, f64) {
+fn cycle_cost(
+    queue: &redlease::queue::Queue,
+    conn: &mut redis::Connection,
+    cycles: u64,
+) -> (f64, f64) {
     let mut held = None;
     for _ in 0..100 {
         push_and_work(queue, &mut held);
@@ -188,12 +192,12 @@ pub fn queue_1m(ctx: &Ctx) -> Measurement {
     const CYCLES: u64 = 5_000;
     const BATCH: usize = 1_000;
     let mut conn = ctx.raw_connection();
-    let fill = |queue: &redlease::Queue, jobs: usize| {
+    let fill = |queue: &redlease::queue::Queue, jobs: usize| {
         let delayed = jobs / 2;
         let mut n = 0;
         while n < jobs {
-            let batch: Vec<redlease::NewJob> = (n..(n + BATCH).min(jobs))
-                .map(|i| redlease::NewJob {
+            let batch: Vec<redlease::queue::NewJob> = (n..(n + BATCH).min(jobs))
+                .map(|i| redlease::queue::NewJob {
                     id: format!("j{i}"),
                     payload: JOB_PAYLOAD.to_vec(),
                 })
@@ -204,7 +208,7 @@ pub fn queue_1m(ctx: &Ctx) -> Measurement {
                 Duration::ZERO
             };
             queue
-                .push_batch(&batch, redlease::PushOptions::new().delay(delay))
+                .push_batch(&batch, redlease::queue::PushOptions::new().delay(delay))
                 .expect("bench: filling push failed");
             n += batch.len();
         }
@@ -312,7 +316,7 @@ pub fn queue_batch_push(ctx: &Ctx) -> Measurement {
     let left = queue.stats().expect("bench: queue stats failed");
     assert_eq!(
         left,
-        redlease::QueueStats::default(),
+        redlease::queue::QueueStats::default(),
         "bench: the batch queue was not emptied (its keys changed?)"
     );
     let mut m = Measurement::interleaved(&pairs);
@@ -373,7 +377,7 @@ pub fn delayed_lateness(ctx: &Ctx) -> Measurement {
                 queue
                     .push_with(
                         due_ns.to_le_bytes().to_vec(),
-                        redlease::PushOptions::new().delay(delay),
+                        redlease::queue::PushOptions::new().delay(delay),
                     )
                     .expect("bench: delayed push failed");
             }
@@ -451,7 +455,7 @@ pub fn queue_batch50(ctx: &Ctx) -> Measurement {
     let left = queue.stats().expect("bench: queue stats failed");
     assert_eq!(
         left,
-        redlease::QueueStats::default(),
+        redlease::queue::QueueStats::default(),
         "bench: jobs left over"
     );
     let mut m = Measurement::interleaved(&pairs);

@@ -49,7 +49,7 @@ pub fn watchdog_10k(ctx: &Ctx) -> Measurement {
         .build()
         .expect("bench: cannot build the watchdog client");
     let rss_before = rss_bytes();
-    let guards: Vec<redlease::LockGuard> = std::thread::scope(|s| {
+    let guards: Vec<redlease::lock::LockGuard> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
                 let client = &client;
@@ -126,7 +126,7 @@ pub fn watchdog_100k(ctx: &Ctx) -> Measurement {
         .build()
         .expect("bench: cannot build the watchdog client");
     let rss_before = rss_bytes();
-    let guards: Vec<redlease::LockGuard> = std::thread::scope(|s| {
+    let guards: Vec<redlease::lock::LockGuard> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
                 let client = &client;

@@ -6,7 +6,7 @@
 //!
 //! - Locks: [`Client::lock`] (lease), [`Client::reentrant_lock`], [`Client::fair_lock`],
 //!   [`Client::read_lock`] / [`Client::write_lock`], [`Client::run_once`] for fleet-wide cron
-//!   jobs, [`RedLock`] over independent masters, and [`Client::legacy_lock`] for servers
+//!   jobs, [`RedLock`](lock::RedLock) over independent masters, and [`Client::legacy_lock`] for servers
 //!   without `SET NX PX` or scripting (see its docs for what that algorithm cannot
 //!   guarantee; prefer the lease lock where the server allows it).
 //! - [`Client::semaphore`]: a fair counting semaphore on the server's clock.
@@ -54,8 +54,8 @@
 //!
 //! **Testing without Redis** (cargo feature `memory`, for dev-dependencies):
 //! `memory::MemoryServer::client` runs this whole API on an in-process server that
-//! executes the same Lua scripts, every timer on a clock the test moves; see the README's
-//! "Testing your code".
+//! executes the same Lua scripts, every timer on a clock the test moves; see
+//! `docs/testing.md`.
 //!
 //! **Watching it**: spans and events through `tracing` (acquisitions, releases, renewal
 //! failures, lost leases, the listener, the pool, queue jobs), and [`Client::status`] for a
@@ -73,7 +73,7 @@
 //! (`tests/layers.rs` at the workspace root checks every `crate::` path):
 //!
 //! 1. `api`: the public handles: [`Client`] and [`ClientBuilder`], the locks, legacy
-//!    locks, [`RedLock`], the queue, the rate limiter, inspection and [`Client::status`].
+//!    locks, [`RedLock`](lock::RedLock), the queue, the rate limiter, inspection and [`Client::status`].
 //! 2. `runtime`: the client's threads: the watchdog that renews leases and beats the
 //!    registry of live clients.
 //! 3. `driver`: the one driver loop that runs core machines over nodes, on a clock, with
@@ -107,35 +107,72 @@ mod wire;
 pub use observe::metrics;
 
 pub use api::client::{Client, ClientBuilder};
-pub use api::inspect::LockListing;
-pub use api::legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
-pub use api::lock::{LockBuilder, LockGuard, WithLockError};
-pub use api::queue::{
-    AckedAndNext, GroupLimits, HandlerError, Job, JobError, LimitsOf, PushOptions, Queue, Retry,
-    WorkerReport, Workers,
-};
-pub use api::queue::{CancelReason, Cancelled, CancelledJobs, DEFAULT_GRACE, OnTimeout};
-pub use api::rate_limit::{Decision, RateLimit, RateLimiter, RateLimiterBuilder};
-pub use api::redlock::{QuorumLockBuilder, RedLock, RedLockBuilder, RedLockGuard};
-pub use api::status::{ClientStatus, PoolStatus};
-pub use redlease_core::inspect::registry::{ClientInfo, ClientRecord};
-pub use redlease_core::inspect::{FoundLock, Holder, KindInfo, LockInfo, Primitive};
-pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
-pub use redlease_core::queue::dead::{DeadAction, DeadFilter, DeadRetention, DeathCause};
-pub use redlease_core::queue::groups::{GroupCursor, GroupInfo, GroupPage, GroupState, JobRef};
-pub use redlease_core::queue::inspect::{JobCursor, JobInfo, JobPage, JobStatus, MinuteCounts};
-pub use redlease_core::queue::schedule::{Missed, Schedule, ScheduleInfo, Upserted};
-pub use redlease_core::queue::{DeadJob, NewJob, Pushed, QueueStats};
-pub use redlease_core::queue::{Dedup, DedupOutcome, JobState};
-pub use redlease_core::semaphore::SemaphoreState;
 pub use redlease_core::{Error, FailureKind, InvalidArgument, LossReason, TransportFailure};
-pub use transport::listener::ListenerStatus;
 pub use wire::connect::ConnectionTarget;
 
-/// The channel crate of [`LockGuard::lost`] and [`Job::lost`], re-exported so that your
+/// Locks: the lease lock and its family ([`Client::lock`], [`Client::reentrant_lock`],
+/// [`Client::fair_lock`], [`Client::read_lock`] / [`Client::write_lock`],
+/// [`Client::semaphore`]), the legacy lock ([`Client::legacy_lock`]) and RedLock over
+/// independent masters.
+pub mod lock {
+    pub use crate::api::legacy::{LegacyAlgorithm, LegacyGuard, LegacyLockBuilder};
+    pub use crate::api::lock::{LockBuilder, LockGuard, WithLockError};
+    pub use crate::api::redlock::{QuorumLockBuilder, RedLock, RedLockBuilder, RedLockGuard};
+    pub use redlease_core::lease::{LeaseKind, LeaseState, LockKind};
+    pub use redlease_core::semaphore::SemaphoreState;
+}
+
+/// Queues ([`Client::queue`]): push, take, workers, groups, batches, pause, timeouts and
+/// cancellation; deduplication, the dead list and durable schedules in their own modules.
+pub mod queue {
+    pub use crate::api::queue::{
+        AckedAndNext, CancelReason, Cancelled, CancelledJobs, DEFAULT_GRACE, GroupLimits,
+        HandlerError, Job, JobError, LimitsOf, OnTimeout, PushOptions, Queue, Retry, WorkerReport,
+        Workers,
+    };
+    pub use redlease_core::queue::groups::{GroupCursor, GroupInfo, GroupPage, GroupState, JobRef};
+    pub use redlease_core::queue::{NewJob, Pushed, QueueStats};
+
+    /// Deduplication modes of a push ([`Queue::push_dedup`]).
+    pub mod dedup {
+        pub use redlease_core::queue::{Dedup, DedupOutcome, JobState};
+    }
+
+    /// The dead list: its jobs, filters for bulk actions, retention.
+    pub mod dead {
+        pub use redlease_core::queue::DeadJob;
+        pub use redlease_core::queue::dead::{DeadAction, DeadFilter, DeadRetention, DeathCause};
+    }
+
+    /// Durable schedules ([`Queue::schedule`]).
+    pub mod schedule {
+        pub use redlease_core::queue::schedule::{Missed, Schedule, ScheduleInfo, Upserted};
+    }
+}
+
+/// A GCRA rate limiter on the server's clock, shared by a fleet ([`Client::rate_limiter`]).
+pub mod rate {
+    pub use crate::api::rate_limit::{Decision, RateLimit, RateLimiter, RateLimiterBuilder};
+}
+
+/// Reading what is held and queued: who holds a lock, the clients registered, a queue's
+/// jobs and counts, and this client's own status ([`Client::status`]).
+pub mod inspect {
+    pub use crate::api::inspect::LockListing;
+    pub use crate::api::status::{ClientStatus, PoolStatus};
+    pub use crate::transport::listener::ListenerStatus;
+    pub use redlease_core::inspect::registry::{ClientInfo, ClientRecord};
+    pub use redlease_core::inspect::{FoundLock, Holder, KindInfo, LockInfo, Primitive};
+    pub use redlease_core::queue::inspect::{JobCursor, JobInfo, JobPage, JobStatus, MinuteCounts};
+}
+
+// The root paths of the types above, before they moved into modules: kept hidden for one
+// release so that code written against them still builds (CHANGELOG: old to new paths).
+
+/// The channel crate of [`LockGuard::lost`](lock::LockGuard::lost) and [`Job::lost`](queue::Job::lost), re-exported so that your
 /// `select!` uses the same version as this crate.
 pub use crossbeam_channel;
-/// The receiver of [`LockGuard::lost`] and [`Job::lost`].
+/// The receiver of [`LockGuard::lost`](lock::LockGuard::lost) and [`Job::lost`](queue::Job::lost).
 pub use crossbeam_channel::Receiver;
 /// The accepted range of every setting (durations, permits, pool sizes) and why.
 pub use redlease_core::limits;

@@ -8,7 +8,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redlease::JobInfo;
 use redlease::core::inspect as core_locks;
 use redlease::core::keys::Keyspace;
 use redlease::core::queue::inspect::{self as core_inspect, JobCursor, JobPage, JobStatus, event};
@@ -17,8 +16,11 @@ use redlease::core::queue::schedule as core_schedule;
 use redlease::core::queue::{self as core_queue, QueueKeys};
 use redlease::core::semaphore::{self as core_semaphore, SemaphoreKeys};
 use redlease::core::{Command, Reply};
-use redlease::{DeadJob, DeathCause, QueueStats, SemaphoreState};
-use redlease::{LeaseKind, LockKind};
+use redlease::inspect::JobInfo;
+use redlease::{lock::LeaseKind, lock::LockKind};
+use redlease::{
+    lock::SemaphoreState, queue::QueueStats, queue::dead::DeadJob, queue::dead::DeathCause,
+};
 use serde_json::{Value, json};
 
 use crate::drive::Conn;
@@ -859,7 +861,7 @@ impl Source {
         group: Option<&str>,
         id: &str,
         message: &str,
-    ) -> Result<redlease::Cancelled, String> {
+    ) -> Result<redlease::queue::Cancelled, String> {
         let q = self.conn.client().queue(queue).map_err(|e| e.to_string())?;
         match group {
             Some(g) => q.cancel_grouped(g, id, message),
@@ -900,8 +902,8 @@ pub struct DeadFilter {
 
 impl DeadFilter {
     /// The library's filter for the same jobs (all but the ids).
-    fn library(&self) -> redlease::DeadFilter {
-        let mut f = redlease::DeadFilter::new();
+    fn library(&self) -> redlease::queue::dead::DeadFilter {
+        let mut f = redlease::queue::dead::DeadFilter::new();
         if let Some(text) = &self.reason_contains {
             f = f.reason_contains(text.clone());
         }

@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 use clap::{Args, Parser, Subcommand};
 
 use data::{DeadAction, DeadFilter, Source};
-use redlease::DeathCause;
+use redlease::queue::dead::DeathCause;
 
 /// The operator tool for redlease: queues, dead letters, locks and semaphores on one Redis.
 #[derive(Parser, Debug)]
@@ -281,10 +281,10 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             cursor,
             grouped,
         } => {
-            let state: redlease::JobStatus = state
+            let state: redlease::inspect::JobStatus = state
                 .parse()
                 .map_err(|e: redlease::Error| Failure(2, e.to_string()))?;
-            let cursor = cursor.map(redlease::JobCursor::from);
+            let cursor = cursor.map(redlease::inspect::JobCursor::from);
             let page = source.jobs(&queue, state, cursor.as_ref(), limit, grouped)?;
             if json {
                 println!(
@@ -378,11 +378,11 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 return Ok(0);
             }
             match source.cancel(&queue, group.as_deref(), &id, &message)? {
-                redlease::Cancelled::NotFound => {
+                redlease::queue::Cancelled::NotFound => {
                     println!("no {what} waits or runs: nothing cancelled");
                     Ok(1)
                 }
-                redlease::Cancelled::InFlight => {
+                redlease::queue::Cancelled::InFlight => {
                     println!("cancelled {what} (it was in flight: its holder is told)");
                     Ok(0)
                 }

@@ -3,7 +3,7 @@
 use std::fmt::Display;
 use std::time::SystemTime;
 
-use redlease::DeadJob;
+use redlease::queue::dead::DeadJob;
 use serde_json::{Value, json};
 
 use crate::data::{Snapshot, short_token};
@@ -224,7 +224,7 @@ pub fn semaphores(s: &Snapshot) -> String {
 }
 
 /// `redlease jobs`.
-pub fn jobs(page: &redlease::JobPage) -> String {
+pub fn jobs(page: &redlease::inspect::JobPage) -> String {
     let rows: Vec<Vec<String>> = page
         .jobs
         .iter()

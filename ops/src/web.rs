@@ -455,7 +455,7 @@ fn handle(app: &App, request: Request) {
             let all = param("all").as_deref() == Some("1");
             let cause = match param("cause") {
                 None => None,
-                Some(c) => match redlease::DeathCause::parse(&c) {
+                Some(c) => match redlease::queue::dead::DeathCause::parse(&c) {
                     Some(c) => Some(c),
                     None => {
                         return json_response(
@@ -536,10 +536,10 @@ fn handle(app: &App, request: Request) {
                     source
                         .cancel(queue, group.as_deref(), &id, &message)
                         .map(|c| match c {
-                            redlease::Cancelled::NotFound => {
+                            redlease::queue::Cancelled::NotFound => {
                                 json!({ "done": [], "outcome": "not found" })
                             }
-                            redlease::Cancelled::InFlight => {
+                            redlease::queue::Cancelled::InFlight => {
                                 json!({ "done": [id], "outcome": "in flight: its holder is told" })
                             }
                             _ => json!({ "done": [id], "outcome": "waiting: it will not run" }),
@@ -611,7 +611,11 @@ fn unauthorized(app: &App, request: &Request) -> Option<String> {
     None
 }
 
-fn read_dead(app: &App, queue: &str, limit: usize) -> Result<Vec<redlease::DeadJob>, String> {
+fn read_dead(
+    app: &App,
+    queue: &str,
+    limit: usize,
+) -> Result<Vec<redlease::queue::dead::DeadJob>, String> {
     lock(&app.on_demand).dead(queue, limit)
 }
 

@@ -453,7 +453,7 @@ fn requeueing_through_the_page_puts_the_job_back_and_read_only_refuses() {
     assert!(
         q.job(&waiting)
             .unwrap()
-            .is_some_and(|j| j.state == redlease::JobStatus::Dead)
+            .is_some_and(|j| j.state == redlease::inspect::JobStatus::Dead)
     );
     b.eval(
         "(() => { document.getElementById('act-group').value = 'acme'; document.getElementById('pause-group').click(); document.getElementById('confirm-yes').click(); })()",
@@ -484,7 +484,7 @@ fn cli_cell(table: &str, row: &str, column: &str) -> String {
 
 #[test]
 fn a_paused_queue_and_a_paused_group_show_in_every_view() {
-    use redlease::{PushOptions, Schedule};
+    use redlease::{queue::PushOptions, queue::schedule::Schedule};
     let w = world();
     let url = w.server.url();
     let c = &w.client;

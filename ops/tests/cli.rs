@@ -335,7 +335,7 @@ fn jobs_are_paged_by_state_and_looked_up_by_id() {
 
 #[test]
 fn grouped_dead_jobs_are_listed_with_their_group_and_requeued_and_deleted() {
-    use redlease::{PushOptions, Retry};
+    use redlease::{queue::PushOptions, queue::Retry};
     let w = world();
     let url = w.server.url();
     let partner = w.client.queue("partner").unwrap();
@@ -421,7 +421,7 @@ fn grouped_dead_jobs_are_listed_with_their_group_and_requeued_and_deleted() {
 
 #[test]
 fn grouped_jobs_are_paged_by_state_with_their_group() {
-    use redlease::PushOptions;
+    use redlease::queue::PushOptions;
     let w = world();
     let url = w.server.url();
     let partner = w.client.queue("partner").unwrap();

@@ -375,7 +375,7 @@ fn one_refresh_of_50_queues_and_1000_locks_costs_at_most_60_round_trips_and_5_ms
 
 #[test]
 fn a_grouped_dead_job_is_listed_and_requeued_through_the_api() {
-    use redlease::{PushOptions, Retry};
+    use redlease::{queue::PushOptions, queue::Retry};
     let w = world();
     let partner = w.client.queue("partner").unwrap();
     partner

@@ -27,8 +27,8 @@ use crate::wire::connect::{ConnectionTarget, TlsSettings, is_tls};
 ///
 /// **How long a client lives.** Its connections and background threads (the watchdog that
 /// renews leases, the pub/sub listener) live while any handle that makes calls through it
-/// lives: a `Client` clone, a [`Queue`](crate::Queue), a [`Job`](crate::Job) or a
-/// [`Workers`](crate::Workers) pool made from it. A [`LockGuard`](crate::LockGuard) is the
+/// lives: a `Client` clone, a [`Queue`](crate::queue::Queue), a [`Job`](crate::queue::Job) or a
+/// [`Workers`](crate::queue::Workers) pool made from it. A [`LockGuard`](crate::lock::LockGuard) is the
 /// one handle that does not keep it alive: once nothing else does, the threads stop and
 /// the guard's lease reports [`LossReason::WatchdogStopped`](crate::LossReason) (its
 /// release is still sent). So dropping a `Client` value is not a crash while its queue or
@@ -37,7 +37,7 @@ use crate::wire::connect::{ConnectionTarget, TlsSettings, is_tls};
 /// `memory`): everything the client sends stops, and its handles are refused.
 ///
 /// **Make clients after `fork()`, never before.** A process that forks a `Client` (or a
-/// [`RedLock`](crate::RedLock)) gives the child copies of its pooled sockets and of the
+/// [`RedLock`](crate::lock::RedLock)) gives the child copies of its pooled sockets and of the
 /// random bytes it has drawn but not yet used for tokens: parent and child would then share
 /// connections and could issue the same owner token, which the acquire script takes for a
 /// retry of its own. The background threads are not copied either. Open a new client in
@@ -857,7 +857,7 @@ fn shown_target(info: &redis::ConnectionInfo) -> String {
 #[cfg(feature = "memory")]
 impl crate::memory::MemoryServer {
     /// A client of this server with default settings: the whole blocking API (every lock,
-    /// RedLock through [`RedLock::in_memory`](crate::RedLock::in_memory), the semaphore, the
+    /// RedLock through [`RedLock::in_memory`](crate::lock::RedLock::in_memory), the semaphore, the
     /// queue, `run_once`, the watchdog), no socket, every timer on this server's
     /// [`clock`](Self::clock). Call it again for another client (another process, as far as
     /// the locks can tell). For other settings (key prefix, timeouts):

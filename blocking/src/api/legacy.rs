@@ -44,7 +44,7 @@ impl Client {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use redlease::LegacyAlgorithm;
+    /// use redlease::lock::LegacyAlgorithm;
     ///
     /// # fn main() -> Result<(), redlease::Error> {
     /// let client = redlease::Client::open("redis://127.0.0.1/")?;

@@ -258,7 +258,7 @@ impl<'c> LockBuilder<'c> {
     /// # let client = redlease::Client::open("redis://127.0.0.1/")?;
     /// match client.lock("report").with_lock(|guard| guard.fence()) {
     ///     Ok(fence) => println!("written under fence {fence}"),
-    ///     Err(redlease::WithLockError::Release { value: fence, error }) => {
+    ///     Err(redlease::lock::WithLockError::Release { value: fence, error }) => {
     ///         eprintln!("written under fence {fence}, but maybe not alone: {error}")
     ///     }
     ///     Err(e) => return Err(e.into()),

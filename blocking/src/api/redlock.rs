@@ -219,7 +219,7 @@ impl RedLock {
     /// # fn main() -> Result<(), redlease::Error> {
     /// let clock = MemoryClock::new();
     /// let nodes: Vec<_> = (0..3).map(|_| MemoryServer::with_clock(clock.clone())).collect();
-    /// let red = redlease::RedLock::in_memory(&[&nodes[0], &nodes[1], &nodes[2]])?;
+    /// let red = redlease::lock::RedLock::in_memory(&[&nodes[0], &nodes[1], &nodes[2]])?;
     /// nodes[2].pause(); // one node down: a majority still grants it
     /// let guard = red.lock("job").try_acquire()?.expect("two of three nodes grant it");
     /// assert_eq!(guard.granted(), 2);

@@ -481,7 +481,7 @@ impl MemoryClock {
     /// // (with two, the idle one's wait would let the clock jump past the busy one: see
     /// // run_until_waiting).
     /// let workers = queue.work(1, |_job| -> Result<(), String> { Ok(()) })?;
-    /// let in_an_hour = redlease::PushOptions::new().delay(Duration::from_secs(3600));
+    /// let in_an_hour = redlease::queue::PushOptions::new().delay(Duration::from_secs(3600));
     /// queue.push_with("in an hour", in_an_hour)?;
     /// // The worker waits on the clock; it jumps to the job's due time.
     /// clock.run_until(Duration::from_secs(7200), || workers.report().acked == 1)?;

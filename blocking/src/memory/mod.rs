@@ -8,7 +8,7 @@
 //! the client (ttls, waits, backoff, the watchdog's renewals) on the server's
 //! [`MemoryClock`] (see [`clock`] for how time moves), release messages through the
 //! server's own subscribers. Several clients of one server play several processes;
-//! [`RedLock::in_memory`](crate::RedLock::in_memory) runs RedLock over several servers.
+//! [`RedLock::in_memory`](crate::lock::RedLock::in_memory) runs RedLock over several servers.
 //!
 //! ```
 //! use std::time::Duration;

@@ -205,7 +205,7 @@ pub(crate) fn renewal<T>(lease: &Lease, outcome: &Result<T, Error>, failures: u3
     }
 }
 
-/// An explicit extension's outcome ([`crate::LockGuard::extend_to`]): a renewal in the
+/// An explicit extension's outcome ([`crate::lock::LockGuard::extend_to`]): a renewal in the
 /// metrics.
 pub(crate) fn extended<T>(lock_kind: LeaseKind, outcome: &Result<T, Error>) {
     #[cfg(feature = "metrics")]

@@ -36,7 +36,7 @@
 //! every settlement once in `settled` (an `ack_batch` too). A push of `n` jobs counts `n`
 //! sent messages (a schedule's occurrences, pushed by the server's scripts, are not sent by
 //! this client). A batch take and an `ack_batch` are not timed as operations. The worker pool
-//! records `process.duration` (the handler's run) for [`Queue::work`](crate::Queue::work);
+//! records `process.duration` (the handler's run) for [`Queue::work`](crate::queue::Queue::work);
 //! the batched pool does not.
 //!
 //! # Locks
@@ -52,11 +52,11 @@
 //! [`LOCK_KIND`] is one of `lease`, `reentrant`, `fair`, `read`, `write`, `permit` (a
 //! semaphore), `job` (a queue job's lease), `redlock`, `legacy`. The acquire duration is the
 //! whole acquisition, waiting included (the `redlease.acquire` span's). `held` counts live
-//! guards ([`LockGuard`](crate::LockGuard), [`RedLockGuard`](crate::RedLockGuard),
-//! [`LegacyGuard`](crate::LegacyGuard), and the lease inside every queue
-//! [`Job`](crate::Job)): up when one is made, down when it is dropped (released, acked,
+//! guards ([`LockGuard`](crate::lock::LockGuard), [`RedLockGuard`](crate::lock::RedLockGuard),
+//! [`LegacyGuard`](crate::lock::LegacyGuard), and the lease inside every queue
+//! [`Job`](crate::queue::Job)): up when one is made, down when it is dropped (released, acked,
 //! nacked, lost or not), and `hold.duration` records its life then, from the acquisition.
-//! Renewals are the watchdog's and [`LockGuard::extend`](crate::LockGuard::extend)'s.
+//! Renewals are the watchdog's and [`LockGuard::extend`](crate::lock::LockGuard::extend)'s.
 //! A lease is counted lost once, when its loss is first known (the reason as
 //! [`LossReason`]: `expired`, `taken`, `renewal_failed`,
 //! `watchdog_stopped`, `max_hold_reached`, `validity_passed`, `cancelled`).
@@ -316,7 +316,7 @@ pub(crate) fn error_type(e: &Error) -> &'static str {
     }
 }
 
-/// The metrics of one queue, held by its [`Queue`](crate::Queue) (cheap to clone): its name
+/// The metrics of one queue, held by its [`Queue`](crate::queue::Queue) (cheap to clone): its name
 /// as a shared label value and the keys of the successful calls, built at first use.
 #[derive(Clone)]
 pub(crate) struct QueueMeter(Arc<QueueKeys>);

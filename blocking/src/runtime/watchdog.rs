@@ -108,7 +108,7 @@ pub(crate) struct LeaseCell {
     /// The lease as acquired.
     lease: Lease,
     /// The ttl extensions and renewals extend it to (the lease's, until
-    /// [`LockGuard::extend_to`](crate::LockGuard::extend_to) changes it), in nanoseconds.
+    /// [`LockGuard::extend_to`](crate::lock::LockGuard::extend_to) changes it), in nanoseconds.
     ttl_ns: AtomicU64,
     state: Mutex<CellState>,
     renewal_done: Condvar,

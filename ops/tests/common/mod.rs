@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use redlease::{Client, LockGuard, Retry};
+use redlease::{Client, lock::LockGuard, queue::Retry};
 use redlease_suite::RedisServer;
 use serde_json::Value;
 
@@ -176,15 +176,15 @@ pub fn redis_conn(url: &str) -> redis::Connection {
 pub struct FullWorld {
     pub world: World,
     pub guards: Vec<LockGuard>,
-    pub in_hand: redlease::Job,
+    pub in_hand: redlease::queue::Job,
     /// A legacy lock `old-cron` held.
-    pub legacy: redlease::LegacyGuard,
+    pub legacy: redlease::lock::LegacyGuard,
     /// A RedLock `quorum` held on this one server.
-    pub redlock: redlease::RedLockGuard,
+    pub redlock: redlease::lock::RedLockGuard,
 }
 
 pub fn full_world() -> FullWorld {
-    use redlease::{PushOptions, Schedule};
+    use redlease::{queue::PushOptions, queue::schedule::Schedule};
     let world = world();
     let c = &world.client;
     let ttl = Duration::from_secs(60);
@@ -222,7 +222,7 @@ pub fn full_world() -> FullWorld {
         .try_acquire()
         .expect("legacy")
         .expect("free");
-    let redlock = redlease::RedLock::builder(&[world.server.url()])
+    let redlock = redlease::lock::RedLock::builder(&[world.server.url()])
         .build()
         .expect("redlock")
         .lock("quorum")

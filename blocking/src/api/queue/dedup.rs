@@ -22,7 +22,7 @@ impl Queue {
     /// ```no_run
     /// # fn main() -> Result<(), redlease::Error> {
     /// use std::time::Duration;
-    /// use redlease::{Dedup, DedupOutcome};
+    /// use redlease::{queue::dedup::Dedup, queue::dedup::DedupOutcome};
     ///
     /// let client = redlease::Client::open("redis://127.0.0.1/")?;
     /// let reindex = client.queue("reindex")?;

@@ -71,7 +71,7 @@ impl Queue {
     /// ```no_run
     /// # fn main() -> Result<(), redlease::Error> {
     /// use std::time::Duration;
-    /// use redlease::{GroupLimits, JobError, LimitsOf, PushOptions, RateLimit};
+    /// use redlease::{queue::GroupLimits, queue::JobError, queue::LimitsOf, queue::PushOptions, rate::RateLimit};
     ///
     /// let client = redlease::Client::open("redis://127.0.0.1/")?;
     /// let calls = client.queue("partner-calls")?;
@@ -126,7 +126,7 @@ impl Queue {
     /// # fn main() -> Result<(), redlease::Error> {
     /// let client = redlease::Client::open("redis://127.0.0.1:6379/")?;
     /// let queue = client.queue("partner-calls")?;
-    /// let mut cursor = Some(redlease::GroupCursor::START);
+    /// let mut cursor = Some(redlease::queue::GroupCursor::START);
     /// while let Some(at) = cursor {
     ///     let page = queue.group_page(at, 100)?;
     ///     for g in &page.groups {

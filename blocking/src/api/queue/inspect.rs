@@ -20,7 +20,7 @@ impl Queue {
     ///
     /// ```no_run
     /// # fn main() -> Result<(), redlease::Error> {
-    /// use redlease::JobStatus;
+    /// use redlease::inspect::JobStatus;
     ///
     /// let client = redlease::Client::open("redis://127.0.0.1/")?;
     /// let mail = client.queue("mail")?;

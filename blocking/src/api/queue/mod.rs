@@ -87,7 +87,7 @@ impl Client {
 ///
 /// ```
 /// use std::time::Duration;
-/// use redlease::PushOptions;
+/// use redlease::queue::PushOptions;
 ///
 /// let urgent = PushOptions::new().priority(9);
 /// let later = PushOptions::new().delay(Duration::from_secs(60));
@@ -309,7 +309,7 @@ impl Queue {
     /// ```no_run
     /// # fn main() -> Result<(), redlease::Error> {
     /// use std::time::Duration;
-    /// use redlease::PushOptions;
+    /// use redlease::queue::PushOptions;
     ///
     /// let client = redlease::Client::open("redis://127.0.0.1/")?;
     /// let mail = client.queue("mail")?;

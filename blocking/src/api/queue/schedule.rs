@@ -46,7 +46,7 @@ impl Queue {
     /// ```no_run
     /// # fn main() -> Result<(), redlease::Error> {
     /// use std::time::Duration;
-    /// use redlease::{Schedule, Upserted};
+    /// use redlease::{queue::schedule::Schedule, queue::schedule::Upserted};
     ///
     /// let client = redlease::Client::open("redis://127.0.0.1/")?;
     /// let reports = client.queue("reports")?;

@@ -22,7 +22,7 @@ impl Queue {
     /// ```no_run
     /// # fn main() -> Result<(), redlease::Error> {
     /// use std::time::Duration;
-    /// use redlease::JobError;
+    /// use redlease::queue::JobError;
     ///
     /// let client = redlease::Client::open("redis://127.0.0.1/")?;
     /// let workers = client.queue("mail")?.work(4, |job| {
@@ -189,16 +189,16 @@ fn work_loop<E: HandlerError>(
 ///
 /// ```compile_fail
 /// #![deny(unused_must_use)]
-/// fn start(queue: &redlease::Queue) -> Result<(), redlease::Error> {
-///     queue.work(4, |_job: &redlease::Job| -> Result<(), String> { Ok(()) })?;
+/// fn start(queue: &redlease::queue::Queue) -> Result<(), redlease::Error> {
+///     queue.work(4, |_job: &redlease::queue::Job| -> Result<(), String> { Ok(()) })?;
 ///     Ok(())
 /// }
 /// ```
 ///
 /// ```no_run
 /// #![deny(unused_must_use)]
-/// fn start(queue: &redlease::Queue) -> Result<redlease::Workers, redlease::Error> {
-///     queue.work(4, |_job: &redlease::Job| -> Result<(), String> { Ok(()) })
+/// fn start(queue: &redlease::queue::Queue) -> Result<redlease::queue::Workers, redlease::Error> {
+///     queue.work(4, |_job: &redlease::queue::Job| -> Result<(), String> { Ok(()) })
 /// }
 /// ```
 #[derive(Debug)]

@@ -356,6 +356,20 @@ pub struct History {
     pub skip_windows: Vec<(String, u64, u64)>,
     /// Schedules upserted on a queue's grouped keys: (when, refused with `InvalidArgument`).
     pub grouped_schedules: Vec<(u64, bool)>,
+    /// Jobs keep-latest pushes queued, as the pushes ran (answered `{1, id}`): (job, when,
+    /// parked behind the job in flight holding the dedup id).
+    pub follow_ups: Vec<(String, u64, bool)>,
+    /// The follow-ups still parked when the run ended (node 0's keys): (follow-up, the job
+    /// holding its dedup id then).
+    pub parked_at_end: Vec<(String, Option<String>)>,
+    /// Follow-ups dropped by a later keep-latest push that found the job they followed
+    /// waiting again (answered `Replaced` with that job: it carries the latest payload), as
+    /// the pushes ran: (follow-up, when).
+    pub superseded: Vec<(String, u64)>,
+    /// Keep-latest pushes run again (a retry or a copy) after their job was taken, answered
+    /// `Queued` with that very job, parked behind itself (a library defect: when it ends,
+    /// it is made ready again): (job, when). Not judged by the job properties.
+    pub self_follow_ups: Vec<(String, u64)>,
 }
 
 /// A schedule whose pending occurrence was not alone and runnable after a command.

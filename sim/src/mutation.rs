@@ -89,11 +89,19 @@ pub enum Mutation {
     /// blocking driver's `cancel` does): the schedule is left with a pending occurrence that
     /// never runs.
     CancelSkipsAdvance,
+    /// A cancel that forgets a job pushed with a dedup id does not make the keep-latest
+    /// follow-up parked behind it ready (`dedup_release` dropped from the cancel script's
+    /// remove path): the follow-up stays parked behind a job that is gone.
+    CancelKeepsFollowUp,
+    /// A death (to the dead list: a cancel, the last nack, a reclaim past max deliveries)
+    /// does not make the keep-latest follow-up parked behind the dead job ready (`bury`'s
+    /// `dedup_release` dropped, in every script that buries).
+    DeathKeepsFollowUp,
 }
 
 impl Mutation {
     /// Every mutation (and `None`).
-    pub const ALL: [Mutation; 26] = [
+    pub const ALL: [Mutation; 28] = [
         Mutation::None,
         Mutation::ReleaseWithoutOwnerCheck,
         Mutation::FenceRestarts,
@@ -120,6 +128,8 @@ impl Mutation {
         Mutation::AckKeepsGroupSlot,
         Mutation::CancelKeepsGroupSlot,
         Mutation::CancelSkipsAdvance,
+        Mutation::CancelKeepsFollowUp,
+        Mutation::DeathKeepsFollowUp,
     ];
 
     /// The mutation named `name` (its variant's name, as `SIM_MUTATION` takes it).
@@ -292,6 +302,47 @@ const CANCEL_SLOT_SWAP: Swap = Swap {
     to: "  wake = false",
 };
 
+const CANCEL_FOLLOW_UP_SWAP: Swap = Swap {
+    script: &redlease_core::queue::scripts::CANCEL,
+    from: "    if dedup_release(KEYS[14], KEYS[15], id, KEYS[3], KEYS[4], KEYS[1], p .. 'seq', now_ms()) then",
+    to: "    if false then",
+};
+
+const BURY_FROM: &str = "      released = dedup_release(p .. 'dedup',";
+const BURY_TO: &str = "      released = nil and dedup_release(p .. 'dedup',";
+const DEATH_FOLLOW_UP_SWAPS: [Swap; 6] = [
+    Swap {
+        script: &redlease_core::queue::scripts::CANCEL,
+        from: BURY_FROM,
+        to: BURY_TO,
+    },
+    Swap {
+        script: &NACK,
+        from: BURY_FROM,
+        to: BURY_TO,
+    },
+    Swap {
+        script: &DEQUEUE,
+        from: BURY_FROM,
+        to: BURY_TO,
+    },
+    Swap {
+        script: &ACK_TAKE,
+        from: BURY_FROM,
+        to: BURY_TO,
+    },
+    Swap {
+        script: &redlease_core::queue::scripts::TAKE_BATCH,
+        from: BURY_FROM,
+        to: BURY_TO,
+    },
+    Swap {
+        script: &redlease_core::queue::groups::GROUP_TAKE,
+        from: BURY_FROM,
+        to: BURY_TO,
+    },
+];
+
 const DEFER_SWAP: Swap = Swap {
     script: &redlease_core::queue::groups::GROUP_DEFER,
     from: "redis.call('HINCRBY', KEYS[4], id, 1)",
@@ -322,6 +373,8 @@ impl Mutation {
             Mutation::GroupIgnoresConcurrency => std::slice::from_ref(&GROUP_CONCURRENCY_SWAP),
             Mutation::AckKeepsGroupSlot => std::slice::from_ref(&GROUP_ACK_SLOT_SWAP),
             Mutation::CancelKeepsGroupSlot => std::slice::from_ref(&CANCEL_SLOT_SWAP),
+            Mutation::CancelKeepsFollowUp => std::slice::from_ref(&CANCEL_FOLLOW_UP_SWAP),
+            Mutation::DeathKeepsFollowUp => &DEATH_FOLLOW_UP_SWAPS,
             _ => &[],
         }
     }

@@ -72,6 +72,7 @@ pub fn run_logged(spec: RunSpec, log: bool) -> RunOutcome {
         // (The groups runs too: their schedule on the grouped keys is refused by the core,
         // so no occurrence is left behind with no group to lease it.)
         history.final_jobs = Some(final_jobs(&server, &stem, parts));
+        history.parked_at_end = parked(&server, &stem);
     }
     let (violations, judged) = check_counted(&history, plan.faults);
     RunOutcome {
@@ -211,6 +212,43 @@ fn final_jobs(
                 }
             }
         }
+    }
+    out
+}
+
+/// The keep-latest follow-ups parked on `server` (fields `>` + dedup id of the plain keys'
+/// `dedup_of` hash: `<priority>|<id length>|<id><payload>`), each with the job holding its
+/// dedup id.
+fn parked(server: &MemoryServer, stem: &str) -> Vec<(String, Option<String>)> {
+    use redlease_core::Reply;
+    let text = |r: &Reply| match r {
+        Reply::Bulk(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    };
+    let Ok(Reply::Array(items)) = server.call(&["HGETALL", &format!("{stem}:q:dedup_of")]) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for pair in items.chunks(2) {
+        let (Some(field), Some(value)) = (pair.first().and_then(text), pair.get(1).and_then(text))
+        else {
+            continue;
+        };
+        let Some(dedup_id) = field.strip_prefix('>') else {
+            continue;
+        };
+        let mut parts = value.splitn(3, '|');
+        let (Some(_), Some(len), Some(rest)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let Some(id) = len.parse::<usize>().ok().and_then(|n| rest.get(..n)) else {
+            continue;
+        };
+        let holder = match server.call(&["HGET", &format!("{stem}:q:dedup"), dedup_id]) {
+            Ok(r) => text(&r),
+            Err(_) => None,
+        };
+        out.push((id.to_owned(), holder));
     }
     out
 }

@@ -105,6 +105,7 @@ impl Primitive {
             P::Conservation => matches!(self, Queue | Groups | Mixed),
             P::GroupLimits | P::DrainTruth | P::SlotUsable => self == Mixed,
             P::ScheduleLiveness => matches!(self, Queue | Groups | Mixed),
+            P::FollowUpRuns => self == Mixed,
             P::WakeWhenFree => matches!(self, Lease | Reentrant),
             P::NoRenewalAfterRelease | P::LossInTime | P::RenewalOnServer => self != RedLock,
             P::WaiterDeadline | P::Progress | P::HeldOnServer | P::SettledByHolder => true,
@@ -462,6 +463,7 @@ fn queue(
             keys: keys.clone(),
             dedup_id: format!("u{}", between(&mut d, 0, 3)),
             token: format!("dj{i}"),
+            keep_latest: false,
         });
         dedup.push(Action::Sleep(between(&mut d, 0, window / 3)));
     }
@@ -642,10 +644,41 @@ fn mixed(world: &mut World, rng: &mut SplitMix64, clients: usize, window: u64, t
             keys: plain.clone(),
             dedup_id: format!("u{}", between(rng, 0, 2)),
             token: format!("dj{i}"),
+            keep_latest: false,
         });
         dedup.push(Action::Sleep(between(rng, 0, window / 3)));
     }
     world.add_task(1 % clients, between(rng, 0, window / 2), dedup);
+    // Keep-latest pushes on the plain keys (a push while the job holding the id is in flight
+    // parks a follow-up behind it), and one or two cancels of the job holding such an id,
+    // drawn from a generator of their own (the other draws stay those of the seeds before).
+    let mut k = SplitMix64::new(rng.clone().next_u64() ^ 0x6ee9_1a7e);
+    let keep_count = between(&mut k, 2, 7);
+    let mut keep = Vec::new();
+    for i in 0..keep_count {
+        keep.push(Action::PushDedup {
+            keys: plain.clone(),
+            dedup_id: format!("k{}", between(&mut k, 0, 2)),
+            token: format!("kj{i}"),
+            keep_latest: true,
+        });
+        keep.push(Action::Sleep(between(&mut k, 0, window / 4)));
+    }
+    world.add_task(
+        k.next_u64() as usize % clients,
+        between(&mut k, 0, window / 2),
+        keep,
+    );
+    let mut keep_cancels = Vec::new();
+    for _ in 0..between(&mut k, 1, 3) {
+        keep_cancels.push(Action::Sleep(between(&mut k, 0, window)));
+        keep_cancels.push(Action::CancelDedup {
+            keys: plain.clone(),
+            dedup_id: format!("k{}", between(&mut k, 0, 2)),
+            remove: chance(&mut k, 50),
+        });
+    }
+    world.add_task(k.next_u64() as usize % clients, 0, keep_cancels);
     // A schedule on the plain keys in half the runs, upserted by two clients.
     if chance(rng, 50) {
         let every = Duration::from_millis(between(rng, 30, 90));
@@ -775,7 +808,12 @@ fn mixed(world: &mut World, rng: &mut SplitMix64, clients: usize, window: u64, t
     }
     world.add_task(clients - 1, 0, cancels);
     // Workers go on well past the faults (as in the queue runs), on each keys.
-    let until = window * 2 + 10 * ttl_us + 2_000_000 + dedup_count * 6 * ttl_us + after_pause;
+    let until = window * 2
+        + 10 * ttl_us
+        + 2_000_000
+        + dedup_count * 6 * ttl_us
+        + keep_count * 3 * ttl_us
+        + after_pause;
     let plain_workers = between(rng, 1, 3) as usize;
     let grouped_workers = between(rng, 2, 4) as usize;
     for w in 0..plain_workers + grouped_workers {

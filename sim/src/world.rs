@@ -97,6 +97,19 @@ pub enum Action {
         dedup_id: String,
         /// The job id's token (the job id is `~` and its text).
         token: String,
+        /// Keep latest (a push while the job holding the id is in flight parks a follow-up
+        /// behind it), rather than until done.
+        keep_latest: bool,
+    },
+    /// Cancel the job holding a dedup id (read from the server's dedup map, as an operator
+    /// who looked it up would), if any.
+    CancelDedup {
+        /// The queue.
+        keys: QueueKeys,
+        /// The dedup id.
+        dedup_id: String,
+        /// Forget it rather than send it to the dead list.
+        remove: bool,
     },
     /// Take a job, work on it, ack or nack it; again until global time `until`.
     Work {
@@ -397,7 +410,7 @@ pub struct World {
     /// Runner -> (job ids, delay µs) for pushes.
     pushes: HashMap<usize, (Vec<String>, u64)>,
     /// Runner -> dedup id for pushes with one.
-    dedup_pushes: HashMap<usize, String>,
+    dedup_pushes: HashMap<usize, (String, bool)>,
     /// Runner -> permit count for `set_permits`.
     permit_sets: HashMap<usize, u64>,
     /// Runners of a pause (true) or resume of the queue.
@@ -1056,6 +1069,12 @@ impl World {
             let before = occurrence_ids(&self.nodes[n].server, &payloads);
             (payloads, before)
         });
+        // A keep-latest push: the follow-up parked for its dedup id before it runs (a push
+        // that finds the job holding the id waiting again supersedes it).
+        let parked_before = match self.dedup_pushes.get(&runner) {
+            Some((dedup_id, true)) => parked_follow_up(&self.nodes[n].server, dedup_id),
+            _ => None,
+        };
         let reply = if command.name().eq_ignore_ascii_case("WAIT") {
             self.wait_for_replica(n)
         } else {
@@ -1274,22 +1293,55 @@ impl World {
                 }
             }
         }
+        // A keep-latest push that found the job holding its id waiting again ({2, job,
+        // 'ready' or 'delayed'}) drops the follow-up parked behind it (documented: the job
+        // carries the latest payload).
+        if let Some(f) = parked_before
+            && let Some([Reply::Int(2), Reply::Bulk(_), Reply::Bulk(state)]) = reply.as_array()
+            && (state == b"ready" || state == b"delayed")
+            && parked_follow_up(&self.nodes[n].server, &self.dedup_pushes[&runner].0).is_none()
+        {
+            self.history.superseded.push((f, self.now));
+        }
         // A push with a dedup id that queued a job ({1, id}): the job lives from now.
-        if let Some(dedup_id) = self.dedup_pushes.get(&runner)
+        if let Some((dedup_id, keep_latest)) = self.dedup_pushes.get(&runner).cloned()
             && let Some([Reply::Int(1), Reply::Bulk(job)]) = reply.as_array()
         {
             // Counted as pushed by the script (a job queued, or a new follow-up parked).
             self.history.pushed_ran += 1;
             let job = String::from_utf8_lossy(job).into_owned();
+            // A keep-latest push answered Queued with a job already queued (its own, by an
+            // earlier run of this push: a retry or a copy) while that job is in flight: it
+            // parked the job behind itself (a library defect, see docs/simulation.md).
+            if keep_latest
+                && self.history.pushed.iter().any(|p| p.id == job)
+                && parked_follow_up(&self.nodes[n].server, &dedup_id).as_deref()
+                    == Some(job.as_str())
+            {
+                self.history.self_follow_ups.push((job.clone(), self.now));
+            }
             if !self.history.pushed.iter().any(|p| p.id == job) {
                 self.history.pushed.push(Pushed {
                     id: job.clone(),
                     ran: self.now,
                     delay: 0,
                 });
-                self.history
-                    .dedup_queued
-                    .push((dedup_id.clone(), job, self.now));
+                if keep_latest {
+                    // Parked: in none of the queue's sets (behind the job in flight).
+                    let server = &self.nodes[n].server;
+                    let stem = redlease_core::keys::Keyspace::default()
+                        .stem("q")
+                        .unwrap_or_default();
+                    let parked = ["ready", "delayed", "inflight"].iter().all(|set| {
+                        !matches!(
+                            server.call(&["ZSCORE", &format!("{stem}:q:{set}"), &job]),
+                            Ok(Reply::Bulk(_))
+                        )
+                    });
+                    self.history.follow_ups.push((job, self.now, parked));
+                } else {
+                    self.history.dedup_queued.push((dedup_id, job, self.now));
+                }
             }
         }
         // The untake script (a take given back after an unanswered call) answers 1 for a
@@ -2094,6 +2146,33 @@ impl World {
                     }
                 }
             }
+            Action::CancelDedup {
+                keys,
+                dedup_id,
+                remove,
+            } => {
+                let stem = redlease_core::keys::Keyspace::default()
+                    .stem("q")
+                    .unwrap_or_default();
+                let holder = match self.nodes[0].server.call(&[
+                    "HGET",
+                    &format!("{stem}:q:dedup"),
+                    &dedup_id,
+                ]) {
+                    Ok(Reply::Bulk(job)) => Some(String::from_utf8_lossy(&job).into_owned()),
+                    _ => None,
+                };
+                match holder {
+                    Some(id) => {
+                        self.note(|| format!("t{task} cancels {id}, holding {dedup_id}"));
+                        self.tasks[task]
+                            .actions
+                            .push_front(Action::Cancel { keys, id, remove });
+                    }
+                    None => self.note(|| format!("t{task} no job holds {dedup_id}")),
+                }
+                self.push(self.now, Ev::TaskNext { task });
+            }
             Action::CancelOccurrence { keys, name, remove } => {
                 let pending = self.pending_occurrence(&name);
                 match pending {
@@ -2181,11 +2260,16 @@ impl World {
                 keys,
                 dedup_id,
                 token,
+                keep_latest,
             } => {
                 let deadline = now_i + Duration::from_micros(3 * IO_TIMEOUT);
                 let token =
                     redlease_core::lease::Token::new(token).unwrap_or_else(|e| panic!("{e}"));
-                let mode = queue::Dedup::UntilDone { dead_blocks: true };
+                let mode = if keep_latest {
+                    queue::Dedup::KeepLatest
+                } else {
+                    queue::Dedup::UntilDone { dead_blocks: true }
+                };
                 let op = queue::push_dedup(
                     &keys,
                     &dedup_id,
@@ -2200,7 +2284,7 @@ impl World {
                     Ok(op) => {
                         let wrap = Wrap::boxed(op, Outcome::DedupPushed);
                         let r = self.spawn(client, Owner::Task(task), wrap);
-                        self.dedup_pushes.insert(r, dedup_id);
+                        self.dedup_pushes.insert(r, (dedup_id, keep_latest));
                         self.start(r);
                     }
                     Err(e) => {
@@ -2976,7 +3060,7 @@ impl World {
                 }
             }
             Outcome::DedupPushed(result) => {
-                let Some(dedup_id) = self.dedup_pushes.get(&id).cloned() else {
+                let Some((dedup_id, _)) = self.dedup_pushes.get(&id).cloned() else {
                     return;
                 };
                 // What counts is whether the push ran: recorded when it ran.
@@ -3060,6 +3144,23 @@ impl World {
         }
         let _ = now_i;
     }
+}
+
+/// The keep-latest follow-up parked on `server` for dedup id `dedup_id` of queue `q`'s plain
+/// keys (field `>` + dedup id of `dedup_of`: `<priority>|<id length>|<id><payload>`).
+pub fn parked_follow_up(server: &MemoryServer, dedup_id: &str) -> Option<String> {
+    let stem = redlease_core::keys::Keyspace::default()
+        .stem("q")
+        .unwrap_or_default();
+    let field = format!(">{dedup_id}");
+    let Ok(Reply::Bulk(value)) = server.call(&["HGET", &format!("{stem}:q:dedup_of"), &field])
+    else {
+        return None;
+    };
+    let value = String::from_utf8_lossy(&value).into_owned();
+    let mut parts = value.splitn(3, '|');
+    let (_, len, rest) = (parts.next()?, parts.next()?, parts.next()?);
+    rest.get(..len.parse::<usize>().ok()?).map(str::to_owned)
 }
 
 /// A group defer call's job: its id, the token it carries, and the keys of its deliveries,

@@ -347,3 +347,25 @@ fn a_cancelled_occurrence_not_skipped_leaves_its_schedule_without_an_occurrence(
         100,
     );
 }
+
+#[test]
+fn a_cancel_that_keeps_the_follow_up_parked_leaves_it_behind_a_job_gone() {
+    caught(
+        Primitive::Mixed,
+        Mutation::CancelKeepsFollowUp,
+        &[],
+        Property::FollowUpRuns,
+        150,
+    );
+}
+
+#[test]
+fn a_death_that_keeps_the_follow_up_parked_leaves_it_behind_a_dead_job() {
+    caught(
+        Primitive::Mixed,
+        Mutation::DeathKeepsFollowUp,
+        &[],
+        Property::FollowUpRuns,
+        150,
+    );
+}

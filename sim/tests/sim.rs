@@ -297,6 +297,27 @@ fn regression_seeds() {
             844,
             "an occurrence is skipped once its cancel answered",
         ),
+        // A cancel ends whichever lease its job has: not judged as the holder's settle by
+        // no-ack-after-timeout (a late take's lease of an occurrence, cancelled).
+        (
+            Primitive::Mixed,
+            2605,
+            "a cancel is not the holder's settle",
+        ),
+        // LIBRARY DEFECT (docs/simulation.md): a keep-latest push run again after its job was
+        // taken parks that job behind itself; left out of the job properties.
+        (
+            Primitive::Mixed,
+            1041,
+            "a keep-latest push parked its own job behind itself",
+        ),
+        // LIBRARY DEFECT (docs/simulation.md): an occurrence cancelled and forgotten is
+        // re-created by an upsert that runs before the advance past it; not judged.
+        (
+            Primitive::Mixed,
+            6911,
+            "an upsert re-created a forgotten occurrence",
+        ),
     ];
     for &(primitive, seed, what) in seeds {
         let o = redlease_sim::run::run(RunSpec {

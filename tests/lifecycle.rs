@@ -737,7 +737,7 @@ fn bulk_dead_list_calls_go_in_bounded_pages_and_report_exactly() {
     assert_eq!(q.stats().unwrap().dead, 99_000);
     // Called again, the filter picks none: none is requeued twice.
     assert!(q.requeue_dead_where(&filter, 1_000).unwrap().is_empty());
-    // A purge of 250,000 reports each of them, in pages of 100.
+    // A purge of 250,000 reports each of them, in pages of 50.
     testkit::fill_dead(&mut conn, "bulk", "e", 151_000, 0);
     assert_eq!(q.purge_dead().unwrap(), 250_000);
     assert_eq!(q.stats().unwrap().dead, 0);

@@ -6,9 +6,9 @@
 //!     the lease ended at its hold limit; in every take script)        │   payloads[id\xfe] =
 //!   cancel(id, dead) ─(cancelled)─────────────────────────────────────┘   '<ms> <kind>',
 //!                                                                          count 'dead', trim
-//!   trim (in the script that buried, ≤ 100 a call): while the list is over its count, or its
+//!   trim (in the script that buried, ≤ 50 a call): while the list is over its count, or its
 //!     oldest died longer ago than the age ──► LPOP, every trace of that job deleted
-//!   act (a page: ≤ 1,000 entries looked at, ≤ 100 acted on, oldest first) ──► the picked
+//!   act (a page: ≤ 1,000 entries looked at, ≤ 50 acted on, oldest first) ──► the picked
 //!     ones requeued (as new for their budget) or deleted; {next index | -1 at the end, ids}
 //! ```
 //!
@@ -156,7 +156,7 @@ pub struct Retained {
 pub struct Retain;
 
 /// Dead jobs a retention call deletes at most (as a page acts on at most [`MAX_ACT`]).
-pub const RETAIN_STEP: u64 = 100;
+pub const RETAIN_STEP: u64 = 50;
 
 impl OpKind for Retain {
     type Output = Retained;
@@ -323,9 +323,10 @@ impl OpKind for Act {
 pub const MAX_SCAN: u64 = 1000;
 
 /// The most dead jobs one page acts on (requeues or deletes, a purge page too). Each costs
-/// the server some 20-35 µs (every trace of the job is moved or deleted), so a page of 100
-/// runs well under 5 ms; 1,000 ran 19-36 ms.
-pub const MAX_ACT: u64 = 100;
+/// the server some 20-35 µs on a quiet machine (every trace of the job is moved or
+/// deleted), so a page of 50 runs about 1-2 ms (1,000 ran 19-36 ms), leaving room under
+/// 5 ms for a loaded machine.
+pub const MAX_ACT: u64 = 50;
 
 /// The longest id of a bulk call's page ([`act`], [`purge_page`]).
 pub const MAX_CALL_ID_LEN: usize = 64;

@@ -1316,7 +1316,7 @@ fn forgetting_a_dead_job_with_an_empty_id_is_refused_and_a_purge_goes_in_pages()
     let page = super::dead::purge_page(&keys(), "c:0", deadline(now)).unwrap();
     let mut all = Scenario::new(page, now);
     let r = all.answer(Reply::Array(vec![Reply::Int(3), Reply::Int(3)]));
-    assert_eq!(args(&r)[args(&r).len() - 3..], strs(&["", "page", "100"]));
+    assert_eq!(args(&r)[args(&r).len() - 3..], strs(&["", "page", "50"]));
     assert_eq!(
         all.expect_done(),
         Ok(super::dead::PurgedPage {

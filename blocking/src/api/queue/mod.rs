@@ -569,7 +569,7 @@ impl Queue {
     }
 
     /// Deletes every dead job for good; returns how many were deleted. It goes in pages of
-    /// up to [`MAX_ACT`](dead::MAX_ACT) (100; each one short script, each with its own [deadline](crate::ClientBuilder::op_timeout)),
+    /// up to [`MAX_ACT`](dead::MAX_ACT) (50; each one short script, each with its own [deadline](crate::ClientBuilder::op_timeout)),
     /// and deletes at most as many as the list held when it began (jobs that die meanwhile
     /// are left). A page whose reply was lost is sent again and answered from its record:
     /// none is deleted twice, and the count is exact. An error after some pages leaves
@@ -592,7 +592,7 @@ impl Queue {
 
     /// Requeues (as [`requeue_dead`](Self::requeue_dead) does) up to `limit` dead jobs
     /// that `filter` picks, oldest first, a page per round trip (up to 1,000 entries
-    /// looked at, 100 requeued); returns their addresses (a grouped job by its group and
+    /// looked at, 50 requeued); returns their addresses (a grouped job by its group and
     /// id, as [`DeadJob`] shows it). Each page is one short script whose cost is bounded by the page:
     /// a job is requeued once, and jobs that die meanwhile join the list's end (a later
     /// page may pick them). A page whose reply was lost is sent again and answered from
@@ -611,7 +611,7 @@ impl Queue {
 
     /// Deletes for good (as [`delete_dead`](Self::delete_dead) does) up to `limit` dead
     /// jobs that `filter` picks, oldest first, a page per round trip (up to 1,000 entries
-    /// looked at, 100 deleted); returns their addresses.
+    /// looked at, 50 deleted); returns their addresses.
     pub fn delete_dead_where(
         &self,
         filter: &DeadFilter,

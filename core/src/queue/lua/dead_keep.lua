@@ -1,7 +1,7 @@
 -- The dead list's retention (dead_list.lua): ARGV[1] 'set' (ARGV[2] the most jobs kept,
 -- ARGV[3] the longest ms a dead job is kept; 0: no limit), 'default' (the defaults again)
--- or 'get'; 'set' and 'default' then apply it: at most 100 jobs are deleted a call
--- (dead_list.lua's trim_dead; call again while it says 100).
+-- or 'get'; 'set' and 'default' then apply it: at most 50 jobs are deleted a call
+-- (dead_list.lua's trim_dead; call again while it says 50).
 -- KEYS: 1 dead, 2 payloads, 3 priorities, 4 deliveries, 5 bases, 6 reasons, 7 dedup ids,
 -- 8 the jobs' dedup entries, 9 the retention (a string '<jobs> <ms>'; dead_list.lua names
 -- them all after the dead list: they are declared and read here).

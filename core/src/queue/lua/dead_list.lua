@@ -39,14 +39,14 @@ local function dead_keep(dead)
 end
 -- trim_dead(dead, now): applies the retention at server time now (ms): the oldest dead jobs
 -- beyond the count, and those that died longer ago than the age, are deleted for good, at
--- most 100 a call (a lowered retention is applied in steps). A job that died before deaths
+-- most 50 a call (a lowered retention is applied in steps). A job that died before deaths
 -- were recorded has no time: the age stops there (the count still applies). Returns how
 -- many were deleted.
 local function trim_dead(dead, now)
   local jobs, ms = dead_keep(dead)
   local payloads = string.sub(dead, 1, -5) .. 'payloads'
   local n = 0
-  while n < 100 do
+  while n < 50 do
     local id = redis.call('LINDEX', dead, 0)
     if not id then
       break

@@ -399,7 +399,7 @@ impl ClientBuilder {
                 let info = seeds[0].clone();
                 let tls = is_tls(info.addr());
                 self.tls.check(tls).map_err(setting)?;
-                crate::wire::connect::check_redis_crate_tls(&info, true).map_err(setting)?;
+                crate::wire::server::check_redis_crate_tls(&info, true).map_err(setting)?;
                 let seed = tls_client(info.clone())?;
                 #[allow(unused_mut)]
                 // No retries inside the `redis` crate: it would send a command again after a
@@ -424,7 +424,7 @@ impl ClientBuilder {
             None => {
                 let info = self.target.clone().map_err(setting)?;
                 self.tls.check(is_tls(info.addr())).map_err(setting)?;
-                crate::wire::connect::check_redis_crate_tls(&info, false).map_err(setting)?;
+                crate::wire::server::check_redis_crate_tls(&info, false).map_err(setting)?;
                 let redis = tls_client(info.clone())?;
                 (Source::Direct(redis), info)
             }
@@ -450,7 +450,7 @@ impl ClientBuilder {
         let sharded = match (&source, self.sharded_pubsub) {
             (_, Some(on)) => on,
             (Source::Cluster(_, seed), None) => {
-                crate::wire::connect::server_version(seed, self.connect_timeout)
+                crate::wire::server::server_version(seed, self.connect_timeout)
                     .is_some_and(|v| v >= (7, 0))
             }
             _ => false,

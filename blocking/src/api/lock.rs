@@ -1178,7 +1178,7 @@ fn release_lease(
     };
     let native = transport
         .and_then(|t| t.server_kind())
-        .and_then(crate::wire::connect::ServerKind::compare_and_delete)
+        .and_then(crate::wire::server::ServerKind::compare_and_delete)
         .and_then(|how| NativeRelease::new(lease, how, deadline))
         .map(|m| m.with_valid_until(valid_until));
     match (native, transport) {

@@ -166,7 +166,7 @@ impl RedLockBuilder {
                 self.tls
                     .check(crate::wire::connect::is_tls(info.addr()))
                     .map_err(InvalidArgument::Setting)?;
-                crate::wire::connect::check_redis_crate_tls(&info, false)
+                crate::wire::server::check_redis_crate_tls(&info, false)
                     .map_err(InvalidArgument::Setting)?;
                 let redis = self.tls.client(info).map_err(|e| {
                     InvalidArgument::Setting(format!("cannot set up the connection: {e}"))

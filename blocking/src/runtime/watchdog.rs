@@ -1028,7 +1028,7 @@ impl Scheduler {
         let native = match &self.node {
             Node::Redis(t) => t
                 .server_kind()
-                .is_some_and(crate::wire::connect::ServerKind::compare_and_set),
+                .is_some_and(crate::wire::server::ServerKind::compare_and_set),
             #[allow(unreachable_patterns)]
             _ => false,
         };

@@ -121,7 +121,7 @@ struct Setup {
     /// A thread is setting up a connection outside the pool to learn its outcome now.
     probing: AtomicBool,
     /// Which server the newest connection reached (not asked on a cluster: scripts there).
-    server: crate::wire::connect::ServerNote,
+    server: crate::wire::server::ServerNote,
     /// A read-only script call (`EVALSHA_RO`) was refused (Redis before 7.0, or a user not
     /// granted it): they are sent as `EVALSHA` from then on.
     read_only_refused: AtomicBool,
@@ -347,7 +347,7 @@ impl Manager {
                             other => other?,
                         }
                     }
-                    let kind = crate::wire::connect::ask_server_kind(&mut c)?;
+                    let kind = crate::wire::server::ask_server_kind(&mut c)?;
                     self.setup.server.set(kind);
                     if timeout != self.io_timeout {
                         c.set_read_timeout(Some(self.io_timeout))?;
@@ -412,7 +412,7 @@ impl Manager {
                 _ => {}
             }
         }
-        let kind = crate::wire::connect::ask_server_kind_on(&mut w)?;
+        let kind = crate::wire::server::ask_server_kind_on(&mut w)?;
         self.setup.server.set(kind);
         if timeout != self.io_timeout {
             w.set_read_timeout(Some(self.io_timeout))?;
@@ -606,7 +606,7 @@ pub(crate) struct Transport {
 impl Transport {
     /// Which server the newest pooled connection reached (`None`: not known, or a cluster),
     /// for the steps that have a native command on some servers.
-    pub(crate) fn server_kind(&self) -> Option<crate::wire::connect::ServerKind> {
+    pub(crate) fn server_kind(&self) -> Option<crate::wire::server::ServerKind> {
         self.manager.setup.server.get()
     }
 

@@ -9,4 +9,5 @@ pub(crate) mod connect;
 pub(crate) mod fuzz;
 pub(crate) mod redact;
 pub(crate) mod resp;
+pub(crate) mod server;
 pub(crate) mod stream;

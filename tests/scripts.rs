@@ -3076,6 +3076,41 @@ fn cases() -> Vec<Case> {
         },
         Case {
             script: &queue::PUSH_DEDUP,
+            what: "keep latest sent again: its own job in flight is answered queued, not parked behind itself",
+            keys: DEDUP_KEYS,
+            args: &["k", "0", "0", "0", "0", CHANNEL, "d", "~j", "old"],
+            setup: &[
+                &["ZADD", INFLIGHT, FAR, "~j"],
+                &["HSET", PAYLOADS, "~j", "old"],
+                &["HSET", DEDUP, "d", "~j"],
+            ],
+            reply: "[1,~j]",
+            after: &[
+                (&["HEXISTS", DEDUP_OF, ">d"], "0"),
+                (&["ZCARD", READY], "0"),
+                (&["HGET", PAYLOADS, "~j"], "old"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &queue::PUSH_DEDUP,
+            what: "keep latest sent again: its own job waiting is answered queued",
+            keys: DEDUP_KEYS,
+            args: &["k", "0", "0", "0", "0", CHANNEL, "d", "~j", "old"],
+            setup: &[
+                &["ZADD", READY, "1", "~j"],
+                &["HSET", PAYLOADS, "~j", "old"],
+                &["HSET", DEDUP, "d", "~j"],
+            ],
+            reply: "[1,~j]",
+            after: &[
+                (&["ZCARD", READY], "1"),
+                (&["HEXISTS", DEDUP_OF, ">d"], "0"),
+            ],
+            published: &[],
+        },
+        Case {
+            script: &queue::PUSH_DEDUP,
             what: "keep latest: a parked follow-up gets the payload",
             keys: DEDUP_KEYS,
             args: &["k", "0", "0", "0", "0", CHANNEL, "d", "~n", "newer"],

@@ -585,9 +585,10 @@ fn slot_usable(h: &History, out: &mut Out<'_>) {
     }
 }
 
-/// The jobs a keep-latest push parked behind themselves ([`History::self_follow_ups`], a
-/// library defect written down in docs/simulation.md): left out of the job properties
-/// (`single-ack`, `delivery-unique`, `job-settled`, `conservation`, `follow-up-runs`).
+/// The jobs a keep-latest push parked behind themselves ([`History::self_follow_ups`]: a
+/// violation of `follow-up-runs`, fixed in the push script): left out of the other job
+/// properties (`single-ack`, `delivery-unique`, `job-settled`, `conservation`) so that the
+/// run reports the cause, not its consequences.
 fn self_followed(h: &History) -> HashSet<&str> {
     h.self_follow_ups.iter().map(|(j, _)| j.as_str()).collect()
 }
@@ -619,6 +620,16 @@ fn follow_up_runs(h: &History, out: &mut Out<'_>) {
         .map(|(f, j)| (f.as_str(), j.as_deref()))
         .collect();
     let known = self_followed(h);
+    // A keep-latest push run again must never park its own job behind itself (the push
+    // script answers such a copy as the first was answered, writing nothing).
+    for (j, at) in &h.self_follow_ups {
+        out.judge(Property::FollowUpRuns, 1);
+        out.push(
+            Property::FollowUpRuns,
+            *at,
+            format!("a keep-latest push run again at {at} parked its own job {j} behind itself"),
+        );
+    }
     for (f, ran, was_parked) in &h.follow_ups {
         if !was_parked || known.contains(f.as_str()) {
             continue;

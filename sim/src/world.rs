@@ -1307,9 +1307,16 @@ impl World {
         if let Some((dedup_id, keep_latest)) = self.dedup_pushes.get(&runner).cloned()
             && let Some([Reply::Int(1), Reply::Bulk(job)]) = reply.as_array()
         {
-            // Counted as pushed by the script (a job queued, or a new follow-up parked).
-            self.history.pushed_ran += 1;
             let job = String::from_utf8_lossy(job).into_owned();
+            // Counted as pushed by the script (a job queued, or a new follow-up parked),
+            // except a keep-latest push run again while its own job lives: answered as its
+            // first run was, nothing written or counted (push_dedup.lua).
+            let again = keep_latest
+                && self.history.pushed.iter().any(|p| p.id == job)
+                && !self.history.acks_ran_at.iter().any(|(j, _)| *j == job);
+            if !again {
+                self.history.pushed_ran += 1;
+            }
             // A keep-latest push answered Queued with a job already queued (its own, by an
             // earlier run of this push: a retry or a copy) while that job is in flight: it
             // parked the job behind itself (a library defect, see docs/simulation.md).

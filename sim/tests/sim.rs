@@ -304,8 +304,8 @@ fn regression_seeds() {
             2605,
             "a cancel is not the holder's settle",
         ),
-        // LIBRARY DEFECT (docs/simulation.md): a keep-latest push run again after its job was
-        // taken parks that job behind itself; left out of the job properties.
+        // A keep-latest push run again after its job was taken parked that job behind itself
+        // (fixed in push_dedup.lua: such a copy is answered as the first, nothing written).
         (
             Primitive::Mixed,
             1041,

@@ -131,6 +131,12 @@ elseif mode == 'd' then
 elseif mode == 'k' then
   local parked = '>' .. d
   local p = redis.call('HGET', KEYS[8], parked)
+  -- This push's own job holds the id (the push sent again after a lost or late reply, its
+  -- job pushed by the first copy, maybe taken since): answered as the first copy was,
+  -- nothing written (it would otherwise park the job behind itself and run it twice).
+  if j == id and (state == 'ready' or state == 'delayed' or state == 'in_flight') then
+    return {1, id}
+  end
   if j and (state == 'ready' or state == 'delayed') then
     -- (A follow-up parked behind it while it ran, before its lease ran out or it was given
     -- back: superseded, this job carries the latest payload.)

@@ -163,7 +163,7 @@ cargo test --workspace --exclude redlease-sim
 # per primitive, with how many events each property judged. --no-fail-fast: a failing
 # mutation test (tests/mutations.rs runs first) must not hide the seed sweep (tests/sim.rs),
 # nor the other way round; cargo then names every failing target at the end.
-step "simulation: 105,000 seeded schedules with faults, the checker's mutation tests (docs/simulation.md)"
+step "simulation: 127,000 seeded schedules with faults, the checker's mutation tests (docs/simulation.md)"
 cargo test -p redlease-sim --no-fail-fast -- --nocapture
 
 # The same tests against the other servers of the tested matrix: Redis 6.2.14 and Valkey

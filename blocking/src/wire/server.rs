@@ -188,13 +188,13 @@ pub(crate) fn ask_server_kind_on(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::connect::ConnectionTarget;
 
     /// Without `redis-tls`, the connections left to the `redis` crate cannot speak TLS:
     /// refused when the client is built, naming the feature; redlease's own need nothing.
     #[cfg(all(feature = "tls-rustls", not(feature = "redis-tls")))]
     #[test]
     fn tls_the_redis_crate_would_carry_needs_the_redis_tls_feature() {
+        use crate::wire::connect::ConnectionTarget;
         let info = |url: &str| url.connection_info().unwrap();
         assert_eq!(check_redis_crate_tls(&info("rediss://h/"), false), Ok(()));
         assert_eq!(check_redis_crate_tls(&info("redis://h/"), true), Ok(()));

@@ -1299,6 +1299,11 @@ impl Seq {
                 .collect();
                 self.poke(&all)
             }
+            19 if self.rng.chance(50) => {
+                let count = 1 + self.rng.below(3) as u32;
+                let op = groups::group_page(&keys, groups::GroupCursor::START, count, now).unwrap();
+                self.machine_op(op, Cmp::Exact)
+            }
             _ => self.machine_op(queue::stats(&keys, now), Cmp::Stats),
         }
     }

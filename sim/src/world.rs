@@ -1313,7 +1313,9 @@ impl World {
             // first run was, nothing written or counted (push_dedup.lua).
             let again = keep_latest
                 && self.history.pushed.iter().any(|p| p.id == job)
-                && !self.history.acks_ran_at.iter().any(|(j, _)| *j == job);
+                && !self.history.acks_ran_at.iter().any(|(j, _)| *j == job)
+                && !self.history.cancels_ran.iter().any(|c| c.0 == job)
+                && !on_dead_list(&self.nodes[n].server, &job);
             if !again {
                 self.history.pushed_ran += 1;
             }
@@ -3155,6 +3157,19 @@ impl World {
 
 /// The keep-latest follow-up parked on `server` for dedup id `dedup_id` of queue `q`'s plain
 /// keys (field `>` + dedup id of `dedup_of`: `<priority>|<id length>|<id><payload>`).
+/// Whether `job` is on queue `q`'s dead list (node `server`'s keys).
+fn on_dead_list(server: &MemoryServer, job: &str) -> bool {
+    let stem = redlease_core::keys::Keyspace::default()
+        .stem("q")
+        .unwrap_or_default();
+    match server.call(&["LRANGE", &format!("{stem}:q:dead"), "0", "-1"]) {
+        Ok(Reply::Array(ids)) => ids
+            .iter()
+            .any(|r| matches!(r, Reply::Bulk(b) if b.as_slice() == job.as_bytes())),
+        _ => false,
+    }
+}
+
 pub fn parked_follow_up(server: &MemoryServer, dedup_id: &str) -> Option<String> {
     let stem = redlease_core::keys::Keyspace::default()
         .stem("q")

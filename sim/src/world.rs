@@ -3155,8 +3155,6 @@ impl World {
     }
 }
 
-/// The keep-latest follow-up parked on `server` for dedup id `dedup_id` of queue `q`'s plain
-/// keys (field `>` + dedup id of `dedup_of`: `<priority>|<id length>|<id><payload>`).
 /// Whether `job` is on queue `q`'s dead list (node `server`'s keys).
 fn on_dead_list(server: &MemoryServer, job: &str) -> bool {
     let stem = redlease_core::keys::Keyspace::default()
@@ -3170,6 +3168,8 @@ fn on_dead_list(server: &MemoryServer, job: &str) -> bool {
     }
 }
 
+/// The keep-latest follow-up parked on `server` for dedup id `dedup_id` of queue `q`'s plain
+/// keys (field `>` + dedup id of `dedup_of`: `<priority>|<id length>|<id><payload>`).
 pub fn parked_follow_up(server: &MemoryServer, dedup_id: &str) -> Option<String> {
     let stem = redlease_core::keys::Keyspace::default()
         .stem("q")

@@ -626,7 +626,7 @@ impl Source {
                         holder: None,
                         ttl_ms: None,
                         fence: None,
-                        error: Some(e),
+                        error: Some(lock_read_error(e)),
                     });
                     continue;
                 }
@@ -1064,5 +1064,21 @@ mod tests {
         assert_eq!(redact_url("redis://h:1/"), "redis://h:1/");
         assert_eq!(short_token("0123456789abcdef"), "01234567…");
         assert_eq!(short_token("abc"), "abc");
+    }
+}
+
+/// A lock read refused by the server's ACL names what the read needs, whatever the
+/// server's wording: Redis 6.2 and 7 say "can't run this command", Valkey "has no
+/// permissions to run the 'pubsub|numsub' command".
+fn lock_read_error(e: String) -> String {
+    let lower = e.to_ascii_lowercase();
+    let acl = ["acl failure", "noperm", "no permissions", "can't run"];
+    if acl.iter().any(|m| lower.contains(m)) {
+        format!(
+            "not allowed to read this lock: the read needs +pubsub|numsub \
+             (docs/acl.md, the read-only rule); the server said: {e}"
+        )
+    } else {
+        e
     }
 }

@@ -1053,20 +1053,6 @@ impl Snapshot {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_and_tokens_are_never_shown_in_full() {
-        assert_eq!(redact_url("redis://u:secret@h:1/"), "redis://u:***@h:1/");
-        assert_eq!(redact_url("redis://secret@h:1/"), "redis://***@h:1/");
-        assert_eq!(redact_url("redis://h:1/"), "redis://h:1/");
-        assert_eq!(short_token("0123456789abcdef"), "01234567…");
-        assert_eq!(short_token("abc"), "abc");
-    }
-}
-
 /// A lock read refused by the server's ACL names what the read needs, whatever the
 /// server's wording: Redis 6.2 and 7 say "can't run this command", Valkey "has no
 /// permissions to run the 'pubsub|numsub' command".
@@ -1080,5 +1066,19 @@ fn lock_read_error(e: String) -> String {
         )
     } else {
         e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_and_tokens_are_never_shown_in_full() {
+        assert_eq!(redact_url("redis://u:secret@h:1/"), "redis://u:***@h:1/");
+        assert_eq!(redact_url("redis://secret@h:1/"), "redis://***@h:1/");
+        assert_eq!(redact_url("redis://h:1/"), "redis://h:1/");
+        assert_eq!(short_token("0123456789abcdef"), "01234567…");
+        assert_eq!(short_token("abc"), "abc");
     }
 }

@@ -430,3 +430,77 @@ fn a_cron_schedule_across_the_dst_changes_in_new_york_runs_every_hour_once() {
         }
     }
 }
+
+/// An occurrence cancelled and forgotten is never made again: an upsert of the unchanged
+/// schedule that runs between the cancel and the advance past it (a cancel is two calls;
+/// the second's reply may be lost, another process may upsert meanwhile) makes the
+/// occurrence after it, not the cancelled one again; the advance past the cancelled one
+/// then finds it replaced and pushes nothing more. Real redis-server.
+#[test]
+fn an_upsert_between_a_cancel_and_its_advance_does_not_make_the_cancelled_occurrence_again() {
+    use redlease::core::keys::Keyspace;
+    use redlease::core::queue::QueueKeys;
+    use redlease::core::queue::cancel::{self, Cancelled, CancelledJobs};
+    use redlease::core::queue::schedule as core_schedule;
+
+    let server = RedisServer::start().unwrap();
+    let client = redlease::Client::open(server.url().as_str()).unwrap();
+    let q = client.queue("jobs").unwrap();
+    let mut conn = raw(&server);
+    // Occurrences every minute from an hour ahead: the first is not due during the test.
+    let start = (server_ms(&mut conn) / 60_000 + 60) * 60_000;
+    let every = Schedule::every(60 * S)
+        .unwrap()
+        .starting_at_ms(start)
+        .payload("tick");
+    assert!(matches!(
+        q.schedule("s", &every).unwrap(),
+        Upserted::Set { next: Some(n) } if n == start
+    ));
+    let first = format!("sched:s:{start}");
+    // The cancel's first call alone: the pending occurrence is forgotten.
+    let keys = QueueKeys::new(&Keyspace::default(), "jobs").unwrap();
+    let deadline = std::time::Instant::now() + 5 * S;
+    let op = cancel::cancel(&keys, &first, "skip", CancelledJobs::Remove, deadline).unwrap();
+    assert_eq!(client.run(op).unwrap(), Cancelled::Waiting);
+    // Another process upserts the unchanged schedule before the advance past it runs.
+    let upserted = q.schedule("s", &every).unwrap();
+    assert_eq!(
+        upserted,
+        Upserted::Set {
+            next: Some(start + 60_000)
+        },
+        "the occurrence after the cancelled one, not the cancelled one again"
+    );
+    let next = format!("sched:s:{}", start + 60_000);
+    assert_eq!(
+        waiting_ids(&q),
+        std::slice::from_ref(&next),
+        "one occurrence waits"
+    );
+    // The advance past the cancelled occurrence (the cancel's second call) finds the
+    // schedule moved on and pushes nothing.
+    let op = core_schedule::advance(&keys, "s", start, None, deadline).unwrap();
+    assert!(matches!(
+        client.run(op).unwrap(),
+        core_schedule::Advanced::NotPending { .. }
+    ));
+    assert_eq!(waiting_ids(&q), [next]);
+    // Upserted again (as every process does now and then): unchanged.
+    assert_eq!(
+        q.schedule("s", &every).unwrap(),
+        Upserted::Unchanged {
+            next: Some(start + 60_000)
+        }
+    );
+}
+
+/// The ids of `q`'s ready and delayed jobs.
+fn waiting_ids(q: &Queue) -> Vec<String> {
+    use redlease::inspect::JobStatus;
+    [JobStatus::Ready, JobStatus::Delayed]
+        .into_iter()
+        .flat_map(|state| q.jobs(state, None, 100).unwrap().jobs)
+        .map(|j| j.id)
+        .collect()
+}

@@ -683,9 +683,7 @@ fn schedule_liveness(h: &History, out: &mut Out<'_>) {
         return;
     }
     out.judge(Property::ScheduleLiveness, h.schedule_checks);
-    // Occurrences cancelled and forgotten: one re-created by an upsert that ran between the
-    // cancel and the advance past it (a library defect, docs/simulation.md) waits beside
-    // the next pending one.
+    // Occurrences cancelled and forgotten.
     let forgotten: HashSet<&str> = h
         .cancels_ran
         .iter()
@@ -693,9 +691,6 @@ fn schedule_liveness(h: &History, out: &mut Out<'_>) {
         .map(|c| c.0.as_str())
         .collect();
     for g in &h.schedule_gaps {
-        if g.runnable && g.others.iter().all(|o| forgotten.contains(o.as_str())) {
-            continue;
-        }
         // Between the start of a cancel of the pending occurrence and the end of the
         // advance past it (a cancel and an advance: two calls), it is not runnable.
         let skipping = !g.runnable

@@ -3087,8 +3087,8 @@ impl World {
                     return;
                 };
                 self.note(|| format!("c{client} t{task} upsert {name}: {result:?}"));
-                if let Ok(Upserted::Retry { now_ms }) = result {
-                    let from = Some(schedule::upsert_from(&spec, now_ms));
+                if let Ok(Upserted::Retry { from_ms }) = result {
+                    let from = Some(schedule::upsert_from(&spec, from_ms));
                     self.tasks[task].actions.push_front(Action::Schedule {
                         keys,
                         name,

@@ -311,8 +311,8 @@ fn regression_seeds() {
             1041,
             "a keep-latest push parked its own job behind itself",
         ),
-        // LIBRARY DEFECT (docs/simulation.md): an occurrence cancelled and forgotten is
-        // re-created by an upsert that runs before the advance past it; not judged.
+        // An occurrence cancelled and forgotten was re-created by an upsert that ran before
+        // the advance past it (fixed in schedule_upsert.lua: never before the pending one).
         (
             Primitive::Mixed,
             6911,

@@ -36,9 +36,9 @@
 //! let Step::Send(batch) = op.poll(now) else { panic!("sends its call") };
 //! let reply = Reply::Array(vec![Reply::Int(-1), Reply::Int(-1), Reply::Int(90_000)]);
 //! op.handle(Response::reply(batch.requests[0].id, reply), now);
-//! let Step::Done(Ok(Upserted::Retry { now_ms })) = op.poll(now) else { panic!("a retry") };
+//! let Step::Done(Ok(Upserted::Retry { from_ms })) = op.poll(now) else { panic!("a retry") };
 //! // Computed from the server's time, the occurrence the second call stores is 120_000.
-//! assert_eq!(schedule::upsert_from(&every, now_ms), (90_000, Some(120_000)));
+//! assert_eq!(schedule::upsert_from(&every, from_ms), (90_000, Some(120_000)));
 //! // Occurrence 120_000 taken at 120_003: the next is 180_000, and none was missed.
 //! assert_eq!(schedule::occurrence("sched:minutely:120000"), Some(("minutely", 120_000)));
 //! assert_eq!(schedule::advance_from(&every, 120_000, 120_003), (120_003, Some(180_000)));
@@ -497,10 +497,10 @@ fn due_text(due: Option<u64>) -> String {
     due.map_or_else(|| "-1".to_owned(), |d| d.to_string())
 }
 
-/// `(from, first occurrence strictly after from)` for an upsert whose script reported the
-/// server's time `now_ms` ([`Upserted::Retry`]).
-pub fn upsert_from(schedule: &Schedule, now_ms: u64) -> (u64, Option<u64>) {
-    (now_ms, schedule.first_after(now_ms))
+/// `(from, first occurrence strictly after from)` for an upsert whose script answered
+/// [`Upserted::Retry`] with `from_ms`.
+pub fn upsert_from(schedule: &Schedule, from_ms: u64) -> (u64, Option<u64>) {
+    (from_ms, schedule.first_after(from_ms))
 }
 
 /// `(from, first occurrence strictly after from)` for the advance past occurrence `due`
@@ -535,11 +535,14 @@ pub enum Upserted {
         /// The pending occurrence's due time (Unix ms), `None` when none is left.
         next: Option<u64>,
     },
-    /// Nothing written: send it again with the occurrence computed from the server's time
+    /// Nothing written: send it again with the first occurrence strictly after `from_ms`
     /// ([`upsert_from`]).
     Retry {
-        /// The server's time (Unix ms).
-        now_ms: u64,
+        /// The time to compute from (Unix ms): the server's time or, when the schedule is
+        /// unchanged and the job of its pending occurrence is gone (cancelled and
+        /// forgotten, or acked before the advance past it ran), that occurrence when it is
+        /// later. An occurrence whose job ended is never made again.
+        from_ms: u64,
     },
 }
 
@@ -572,7 +575,7 @@ impl OpKind for Upsert {
                     next: as_due(next)?,
                 },
                 -1 => Upserted::Retry {
-                    now_ms: as_u64(now)?,
+                    from_ms: as_u64(now)?,
                 },
                 _ => return None,
             },
@@ -585,7 +588,7 @@ impl OpKind for Upsert {
 /// Upserts schedule `name` on the queue of `keys`. `from` is `(from, first occurrence
 /// strictly after from)`, computed from a time the caller believes is the server's
 /// ([`upsert_from`]); `None` (or a guess that does not fit) makes the script answer
-/// [`Upserted::Retry`] with the server's time, nothing written.
+/// [`Upserted::Retry`] with the time to compute from, nothing written.
 pub fn upsert(
     keys: &QueueKeys,
     name: &str,

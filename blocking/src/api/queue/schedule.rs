@@ -76,7 +76,9 @@ impl Queue {
         for _ in 0..ATTEMPTS {
             let op = schedule::upsert(&self.keys, name, schedule, from, self.deadline())?;
             match self.client.run(op)? {
-                Upserted::Retry { now_ms } => from = Some(schedule::upsert_from(schedule, now_ms)),
+                Upserted::Retry { from_ms } => {
+                    from = Some(schedule::upsert_from(schedule, from_ms))
+                }
                 done => return Ok(done),
             }
         }

@@ -4,9 +4,12 @@
 -- The hash's field '@epoch' is set to now when missing (schedule_epoch.lua).
 -- Returns {0, next, now}: unchanged (same spec and template; its pending occurrence exists,
 -- or it has none left: next -1); {1, next, now}: created or changed, its waiting pending
--- occurrence (if any) replaced by `next` (-1: no occurrence left); {-1, -1, now}: the first
--- occurrence must be computed from `now` and sent again (`from` after the server's time, or
--- the occurrence given is already past).
+-- occurrence (if any) replaced by `next` (-1: no occurrence left); {-1, -1, floor}: the
+-- first occurrence must be computed strictly after `floor` and sent again (`from` after
+-- `floor`, or the occurrence given is already past, or not after `floor`). `floor` is the
+-- server's time, or, for the same spec and template whose pending occurrence's job is gone
+-- (cancelled and forgotten, or acked before the advance past it ran), that occurrence when
+-- it is later: an occurrence whose job ended is never made again.
 local now = now_ms()
 local h = read_all()
 -- The schedules' epoch: when this hash was first written (server ms). Only a loss of the
@@ -16,13 +19,17 @@ if not redis.call('HGET', KEYS[1], '@epoch') then
   redis.call('HSET', KEYS[1], '@epoch', now)
 end
 local next = h[5]
-if h[1] == ARGV[2] and h[2] == ARGV[3] and h[3] == ARGV[4] and next
-    and (next == '-1' or redis.call('HEXISTS', KEYS[4], prefix .. next) == 1) then
+local same = h[1] == ARGV[2] and h[2] == ARGV[3] and h[3] == ARGV[4] and next
+if same and (next == '-1' or redis.call('HEXISTS', KEYS[4], prefix .. next) == 1) then
   return {0, tonumber(next), now}
 end
+local floor = now
+if same then
+  floor = math.max(now, tonumber(next))
+end
 local from, due = tonumber(ARGV[6]), tonumber(ARGV[7])
-if not from or not due or from > now or (due ~= -1 and due < now) then
-  return {-1, -1, now}
+if not from or not due or from > floor or (due ~= -1 and (due < now or (same and due <= floor))) then
+  return {-1, -1, floor}
 end
 if next and next ~= '-1' then
   drop_waiting(next)

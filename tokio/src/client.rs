@@ -55,9 +55,9 @@ impl ClientBuilder {
     ///
     /// [`Error::Core`] with an invalid argument for a bad prefix, ttl or io timeout;
     /// [`Error::Connect`] for a bad URL or a refused connection; [`Error::ConnectTimeout`];
-    /// [`Error::DriverGone`] when called outside a tokio runtime.
+    /// [`Error::NoRuntime`] when called outside a tokio runtime.
     pub async fn build(self) -> Result<Client, Error> {
-        let runtime = Tokio::current().ok_or(Error::DriverGone)?;
+        let runtime = Tokio::current().ok_or(Error::NoRuntime)?;
         self.build_on(Arc::new(runtime)).await
     }
 

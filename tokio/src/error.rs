@@ -14,6 +14,10 @@ pub enum Error {
     /// The first connection did not come up within the io timeout.
     #[error("connecting to Redis took longer than the io timeout")]
     ConnectTimeout,
+    /// [`ClientBuilder::build`](crate::ClientBuilder::build) was called outside a tokio
+    /// runtime.
+    #[error("no tokio runtime to run the client's driver task on")]
+    NoRuntime,
     /// The client's driver task has ended (its runtime shut down).
     #[error("the client's driver task has ended (its runtime shut down)")]
     DriverGone,

@@ -50,3 +50,8 @@ pub use client::{Client, ClientBuilder};
 pub use error::Error;
 pub use lock::{Lock, LockGuard};
 pub use runtime::{Runtime, Tokio};
+
+/// docs/async.md, its code compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/async.md")]
+pub struct AsyncGuideDoctests;

@@ -318,3 +318,43 @@ async fn calls_succeed_again_after_a_restart() {
     assert!(!guard.is_lost());
     guard.release().await.expect("released on the new server");
 }
+
+#[test]
+fn a_guard_outliving_its_runtime_drops_quietly_and_reports_loss() {
+    let server = server();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let guard = runtime.block_on(async {
+        let client = client(&server, LONG_TTL).await;
+        client
+            .lock("shutdown")
+            .unwrap()
+            .try_acquire()
+            .await
+            .unwrap()
+            .expect("free")
+    });
+    assert!(!guard.is_lost());
+    drop(runtime);
+    // The driver is gone with its runtime: nothing renews the lease any more.
+    assert!(guard.is_lost());
+    drop(guard); // no runtime here: must not panic
+    let outside = poll_here(Client::builder(&server.url()).build());
+    assert!(matches!(outside, Err(Error::NoRuntime)), "{outside:?}");
+}
+
+/// Polls `f` to completion on this thread, outside any runtime (`build` fails before its
+/// first await there).
+fn poll_here<F: Future>(f: F) -> F::Output {
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+            return out;
+        }
+    }
+}

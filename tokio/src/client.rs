@@ -72,6 +72,9 @@ impl ClientBuilder {
             None => Keyspace::default(),
         };
         redlease_core::lease::validate_ttl("lock_ttl", self.lock_ttl)?;
+        // TODO(core): the core checks ttls (`lease::validate_ttl`) but has no check for a
+        // reply timeout; the blocking crate's builder has its own. One `limits` rule for it
+        // should move to the core.
         if self.io_timeout < Duration::from_millis(1) || self.io_timeout > Duration::from_secs(3600)
         {
             return Err(redlease_core::Error::from(InvalidArgument::Setting(format!(

@@ -724,6 +724,10 @@ impl Driver {
     }
 }
 
+// TODO(core): sending a batch request by request, each bounded by the batch deadline and
+// answered "no reply" past it, is the same rule in examples/tokio_embed.rs and in the
+// blocking crate's wire: it belongs in redlease-redis (an async `send_batch` over any
+// `redis::aio::ConnectionLike`, behind an `aio` feature).
 /// Sends one batch on the (multiplexed, reconnecting) connection, each request bounded by
 /// the batch's deadline: past it the request is answered "no reply" (it may have run).
 fn send(

@@ -358,3 +358,35 @@ fn poll_here<F: Future>(f: F) -> F::Output {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_before_its_retry_pause() {
+    let server = server();
+    let (a, b) = (
+        client(&server, LONG_TTL).await,
+        client(&server, LONG_TTL).await,
+    );
+    let holder = a
+        .lock("wake")
+        .unwrap()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("free");
+    let waiter = b.lock("wake").unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter.acquire(Duration::from_secs(10)).await;
+        (guard, tokio::time::Instant::now())
+    });
+    // Long enough for the waiter's retry pause to grow to its 1 s maximum.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let released = tokio::time::Instant::now();
+    holder.release().await.unwrap();
+    let (guard, at) = waiting.await.unwrap();
+    let after = at - released;
+    assert!(
+        after < Duration::from_millis(400),
+        "woken {after:?} after the release"
+    );
+    guard.expect("acquired").release().await.unwrap();
+}

@@ -149,10 +149,11 @@ step "cargo check -p redlease-redis --features redis/tokio-comp (an async embedd
 cargo check -p redlease-redis --features redis/tokio-comp
 cargo check -p redlease-redis --features redis/smol-comp,redis/default
 
-# The API documentation of both published crates, as the README's "More documentation" says
-# to build it: a broken intra-doc link (or any rustdoc warning) fails here.
-step "RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps -p redlease -p redlease-core --features redlease/memory,redlease/metrics"
-RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps -p redlease -p redlease-core --features redlease/memory,redlease/metrics
+# The API documentation of the published crates and of the async driver, as the README's
+# "More documentation" says to build it: a broken intra-doc link (or any rustdoc warning)
+# fails here.
+step "RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps -p redlease -p redlease-core -p redlease-tokio --features redlease/memory,redlease/metrics"
+RUSTDOCFLAGS=-Dwarnings cargo doc --no-deps -p redlease -p redlease-core -p redlease-tokio --features redlease/memory,redlease/metrics
 
 step "cargo test --workspace (Redis 7.0: $("${REDIS_SERVER:-redis-server}" --version | head -n1))"
 cargo test --workspace --exclude redlease-sim
